@@ -1,1 +1,2 @@
 //! Shared-memory fabric (being written).
+pub mod guard;

@@ -63,7 +63,8 @@ impl fmt::Display for Access {
             return f.write_str("none");
         }
         let mut first = true;
-        for (flag, name) in [(Access::READ, "read"), (Access::WRITE, "write"), (Access::ATOMIC, "atomic")]
+        for (flag, name) in
+            [(Access::READ, "read"), (Access::WRITE, "write"), (Access::ATOMIC, "atomic")]
         {
             if self.contains(flag) {
                 if !first {

@@ -171,7 +171,12 @@ impl<'a> WorkRequest<'a> {
     }
 
     /// A signaled compare-and-swap.
-    pub fn compare_swap(wr_id: u64, remote: RemoteAddr, expected: u64, desired: u64) -> WorkRequest<'a> {
+    pub fn compare_swap(
+        wr_id: u64,
+        remote: RemoteAddr,
+        expected: u64,
+        desired: u64,
+    ) -> WorkRequest<'a> {
         WorkRequest { wr_id, op: Op::CompareSwap { remote, expected, desired }, signaled: true }
     }
 
