@@ -154,6 +154,11 @@ impl<M: MemoryModel> Slot<M> {
         self.inflight.load(Ordering::Acquire) == seq
     }
 
+    /// The peer's in-flight sequence number (odd while it has an operation in flight here).
+    pub fn inflight_seq(&self) -> u64 {
+        self.inflight.load(Ordering::Acquire)
+    }
+
     /// Moves the side to `Error` unless its state changed in the meantime (the writer's own side
     /// uses this after a failed operation; the owner uses it when a fast change fails).
     pub fn move_to_error(&self) {

@@ -44,7 +44,7 @@ impl Backoff {
             }
             checks = checks.wrapping_add(1);
             // Reading the clock costs ~25 ns: only look at it every 64 checks while spinning.
-            if checks % 64 != 0 {
+            if checks & 63 != 0 {
                 std::hint::spin_loop();
                 continue;
             }

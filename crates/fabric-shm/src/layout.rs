@@ -1,0 +1,243 @@
+//! What the run directory holds and how each shared file is laid out.
+//!
+//! ```text
+//! <run dir>/cluster               text: "mu-shm cluster <id> layout <version>"
+//! <run dir>/n<node>.lock          flock held by the live incarnation (one process per node)
+//! <run dir>/n<node>.ctl           the node's control segment (replaced on restart)
+//! <run dir>/n<node>.i<inc>.r<id>  region <id> of incarnation <inc>
+//! ```
+//!
+//! Control segment: a 4 KiB header, then one [`Slot`](crate::guard::Slot) per (peer, channel).
+//! Region file: a 4 KiB header, then the region's bytes. Every header starts with a magic number
+//! and the layout version, and names its cluster, node and incarnation, so that a process of
+//! another cluster or another build fails with a clear message instead of misreading memory.
+
+use crate::mapping::Mapping;
+use mu_fabric::{Access, FabricError, NodeId, RegionId};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+/// Bumped whenever any layout below changes.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Largest node id + 1.
+pub const MAX_NODES: usize = 64;
+/// Connections per pair of nodes.
+pub const MAX_CHANNELS: usize = 4;
+/// Size of every header.
+pub const HEADER_BYTES: usize = 4096;
+/// Size of one slot.
+pub const SLOT_BYTES: usize = 128;
+/// Size of a control segment.
+pub const CTL_BYTES: usize = HEADER_BYTES + MAX_NODES * MAX_CHANNELS * SLOT_BYTES;
+
+const CTL_MAGIC: u64 = u64::from_le_bytes(*b"MUSHMCTL");
+const REGION_MAGIC: u64 = u64::from_le_bytes(*b"MUSHMREG");
+
+// Control header fields (byte offsets).
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 8;
+const H_NODE: usize = 12;
+const H_CLUSTER: usize = 16;
+const H_INCARNATION: usize = 24;
+const H_PID: usize = 28;
+/// Where the liveness mutex (a pthread robust mutex) lives; its first word is the lock word.
+pub const H_LIVENESS: usize = 64;
+pub const LIVENESS_BYTES: usize = 64;
+const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LIVENESS_BYTES);
+
+// Region header fields.
+const R_MAGIC: usize = 0;
+const R_VERSION: usize = 8;
+const R_NODE: usize = 12;
+const R_CLUSTER: usize = 16;
+const R_INCARNATION: usize = 24;
+const R_ID: usize = 28;
+const R_LEN: usize = 32;
+const R_ACCESS: usize = 40;
+
+pub fn cluster_file(dir: &Path) -> PathBuf {
+    dir.join("cluster")
+}
+pub fn lock_file(dir: &Path, node: NodeId) -> PathBuf {
+    dir.join(format!("n{}.lock", node.0))
+}
+pub fn ctl_file(dir: &Path, node: NodeId) -> PathBuf {
+    dir.join(format!("n{}.ctl", node.0))
+}
+pub fn region_file(dir: &Path, node: NodeId, incarnation: u32, region: RegionId) -> PathBuf {
+    dir.join(format!("n{}.i{}.r{}", node.0, incarnation, region.0))
+}
+
+/// Byte offset of the slot for (peer, channel) in a control segment.
+pub fn slot_offset(peer: NodeId, channel: u8) -> usize {
+    HEADER_BYTES + (usize::from(peer.0) * MAX_CHANNELS + usize::from(channel)) * SLOT_BYTES
+}
+
+/// The identity written in a control header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtlHeader {
+    pub node: NodeId,
+    pub cluster_id: u64,
+    pub incarnation: u32,
+    pub pid: u32,
+}
+
+pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
+    map.u32_at(H_VERSION).store(LAYOUT_VERSION, Ordering::Relaxed);
+    map.u32_at(H_NODE).store(u32::from(h.node.0), Ordering::Relaxed);
+    map.u64_at(H_CLUSTER).store(h.cluster_id, Ordering::Relaxed);
+    map.u32_at(H_INCARNATION).store(h.incarnation, Ordering::Relaxed);
+    map.u32_at(H_PID).store(h.pid, Ordering::Relaxed);
+    // The magic goes last: a reader that sees it sees the rest.
+    map.u64_at(H_MAGIC).store(CTL_MAGIC, Ordering::Release);
+}
+
+/// Reads and checks a control header against what the reader expects.
+pub fn read_ctl_header(
+    map: &Mapping,
+    path: &Path,
+    node: NodeId,
+    cluster_id: u64,
+) -> Result<CtlHeader, FabricError> {
+    check_magic_version(map, path, H_MAGIC, CTL_MAGIC, H_VERSION)?;
+    let h = CtlHeader {
+        node: NodeId(map.u32_at(H_NODE).load(Ordering::Relaxed) as u16),
+        cluster_id: map.u64_at(H_CLUSTER).load(Ordering::Relaxed),
+        incarnation: map.u32_at(H_INCARNATION).load(Ordering::Relaxed),
+        pid: map.u32_at(H_PID).load(Ordering::Relaxed),
+    };
+    check_identity(path, h.cluster_id, cluster_id, h.node, node)?;
+    Ok(h)
+}
+
+/// The identity written in a region header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionHeader {
+    pub node: NodeId,
+    pub cluster_id: u64,
+    pub incarnation: u32,
+    pub region: RegionId,
+    pub len_bytes: u64,
+    pub access: Access,
+}
+
+pub fn write_region_header(map: &Mapping, h: &RegionHeader) {
+    map.u32_at(R_VERSION).store(LAYOUT_VERSION, Ordering::Relaxed);
+    map.u32_at(R_NODE).store(u32::from(h.node.0), Ordering::Relaxed);
+    map.u64_at(R_CLUSTER).store(h.cluster_id, Ordering::Relaxed);
+    map.u32_at(R_INCARNATION).store(h.incarnation, Ordering::Relaxed);
+    map.u32_at(R_ID).store(u32::from(h.region.0), Ordering::Relaxed);
+    map.u64_at(R_LEN).store(h.len_bytes, Ordering::Relaxed);
+    map.u32_at(R_ACCESS).store(u32::from(h.access.bits()), Ordering::Relaxed);
+    map.u64_at(R_MAGIC).store(REGION_MAGIC, Ordering::Release);
+}
+
+/// Reads and checks a region header: identity, and that the file holds as many bytes as the
+/// header says.
+pub fn read_region_header(
+    map: &Mapping,
+    path: &Path,
+    node: NodeId,
+    cluster_id: u64,
+    incarnation: u32,
+) -> Result<RegionHeader, FabricError> {
+    check_magic_version(map, path, R_MAGIC, REGION_MAGIC, R_VERSION)?;
+    let h = RegionHeader {
+        node: NodeId(map.u32_at(R_NODE).load(Ordering::Relaxed) as u16),
+        cluster_id: map.u64_at(R_CLUSTER).load(Ordering::Relaxed),
+        incarnation: map.u32_at(R_INCARNATION).load(Ordering::Relaxed),
+        region: RegionId(map.u32_at(R_ID).load(Ordering::Relaxed) as u16),
+        len_bytes: map.u64_at(R_LEN).load(Ordering::Relaxed),
+        access: Access::from_bits_truncate(map.u32_at(R_ACCESS).load(Ordering::Relaxed) as u8),
+    };
+    check_identity(path, h.cluster_id, cluster_id, h.node, node)?;
+    if h.incarnation != incarnation {
+        return Err(FabricError::Incompatible(format!(
+            "{} belongs to incarnation {}, expected {incarnation}",
+            path.display(),
+            h.incarnation
+        )));
+    }
+    if (HEADER_BYTES as u64).checked_add(h.len_bytes) != Some(map.len_bytes() as u64) {
+        return Err(FabricError::Incompatible(format!(
+            "{} says it holds {} bytes but the file has {}",
+            path.display(),
+            h.len_bytes,
+            map.len_bytes() - HEADER_BYTES
+        )));
+    }
+    Ok(h)
+}
+
+fn check_magic_version(
+    map: &Mapping,
+    path: &Path,
+    magic_at: usize,
+    magic: u64,
+    version_at: usize,
+) -> Result<(), FabricError> {
+    if map.u64_at(magic_at).load(Ordering::Acquire) != magic {
+        return Err(FabricError::Incompatible(format!(
+            "{} is not a mu shared-memory file (bad magic)",
+            path.display()
+        )));
+    }
+    let version = map.u32_at(version_at).load(Ordering::Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(FabricError::Incompatible(format!(
+            "{} has layout version {version}, this build speaks version {LAYOUT_VERSION}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn check_identity(
+    path: &Path,
+    found_cluster: u64,
+    cluster: u64,
+    found_node: NodeId,
+    node: NodeId,
+) -> Result<(), FabricError> {
+    if found_cluster != cluster {
+        return Err(FabricError::Incompatible(format!(
+            "{} belongs to cluster {found_cluster:#x}, not {cluster:#x}",
+            path.display()
+        )));
+    }
+    if found_node != node {
+        return Err(FabricError::Incompatible(format!(
+            "{} belongs to node {found_node}, not {node}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the run directory's cluster file, or checks that the directory belongs to `cluster_id`.
+pub fn claim_cluster(dir: &Path, cluster_id: u64) -> Result<(), FabricError> {
+    let path = cluster_file(dir);
+    let text = format!("mu-shm cluster {cluster_id:#x} layout {LAYOUT_VERSION}\n");
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(mut f) => {
+            use std::io::Write;
+            f.write_all(text.as_bytes())
+                .map_err(|e| FabricError::io(format!("writing {}", path.display()), e))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let found = std::fs::read_to_string(&path)
+                .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
+            if found == text {
+                Ok(())
+            } else {
+                Err(FabricError::Incompatible(format!(
+                    "run directory {} belongs to another cluster or build: it says {:?}, this node is {:?}",
+                    dir.display(),
+                    found.trim_end(),
+                    text.trim_end()
+                )))
+            }
+        }
+        Err(e) => Err(FabricError::io(format!("creating {}", path.display()), e)),
+    }
+}

@@ -1,0 +1,107 @@
+//! A node's death flag, kept by the kernel.
+//!
+//! Each node holds a process-shared robust pthread mutex in its control segment, locked by a
+//! dedicated thread for the node's whole life. When that thread dies — the process is killed, or
+//! the node is dropped, which ends the thread without unlocking — the kernel walks the thread's
+//! robust list and sets `FUTEX_OWNER_DIED` in the mutex's lock word. A peer reads that one word
+//! after every operation (a shared cache line that is never written while the node lives, so the
+//! read is cheap) to tell a live target from a dead one: a dead target cannot acknowledge.
+//!
+//! The lock word is the first 32-bit word of glibc's `pthread_mutex_t` on Linux and holds the
+//! owner's thread id while locked.
+
+use crate::layout::H_LIVENESS;
+use crate::mapping::Mapping;
+use mu_fabric::FabricError;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// Whether the node whose control segment is `ctl` is alive.
+pub fn is_alive(ctl: &Mapping) -> bool {
+    let word = ctl.u32_at(H_LIVENESS).load(Ordering::Acquire);
+    word & FUTEX_OWNER_DIED == 0 && word & FUTEX_TID_MASK != 0
+}
+
+/// The thread that holds a node's liveness mutex. Dropping the holder ends the thread without
+/// unlocking, so the node reads as dead from then on.
+pub struct Holder {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Holder {
+    /// Initializes the mutex in `ctl` (a new, zeroed control segment) and locks it from a new
+    /// thread; returns once it is locked.
+    pub fn start(ctl: Arc<Mapping>) -> Result<Holder, FabricError> {
+        init_robust_mutex(&ctl)?;
+        let (locked_tx, locked_rx) = mpsc::channel::<Result<(), String>>();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("mu-liveness".into())
+            .spawn(move || {
+                let mutex = ctl.raw_at(H_LIVENESS).cast::<libc::pthread_mutex_t>();
+                // SAFETY: `mutex` points at the mutex initialized above, inside a mapping that
+                // this thread keeps alive through its `Arc`.
+                let rc = unsafe { libc::pthread_mutex_lock(mutex) };
+                let _ = locked_tx.send(if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("pthread_mutex_lock: {rc}"))
+                });
+                // Wait until told to stop (or the node is gone), then exit still holding the lock.
+                let _ = stop_rx.recv();
+            })
+            .map_err(|e| FabricError::io("starting the liveness thread", e))?;
+        match locked_rx.recv() {
+            Ok(Ok(())) => Ok(Holder { stop: Some(stop_tx), thread: Some(thread) }),
+            Ok(Err(e)) => {
+                Err(FabricError::Io { context: "locking the liveness mutex".into(), message: e })
+            }
+            Err(_) => Err(FabricError::Io {
+                context: "locking the liveness mutex".into(),
+                message: "thread died".into(),
+            }),
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn init_robust_mutex(ctl: &Mapping) -> Result<(), FabricError> {
+    let mutex = ctl.raw_at(H_LIVENESS).cast::<libc::pthread_mutex_t>();
+    // SAFETY: `attr` is initialized by pthread_mutexattr_init before use and destroyed after;
+    // `mutex` points at LIVENESS_BYTES (>= size_of::<pthread_mutex_t>(), checked at compile time)
+    // suitably aligned bytes of a fresh mapping that no other process uses yet.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+        let mut rc = libc::pthread_mutexattr_init(&mut attr);
+        if rc == 0 {
+            rc = libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        }
+        if rc == 0 {
+            rc = libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        }
+        if rc == 0 {
+            rc = libc::pthread_mutex_init(mutex, &attr);
+        }
+        libc::pthread_mutexattr_destroy(&mut attr);
+        if rc != 0 {
+            return Err(FabricError::Io {
+                context: "initializing the liveness mutex".into(),
+                message: std::io::Error::from_raw_os_error(rc).to_string(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! Shared memory files and their mappings: every `unsafe` memory access of the backend goes
+//! through [`Mapping`].
+
+use mu_fabric::FabricError;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// A shared, read-write mapping of a whole file. The mapping stays valid until dropped, even if the
+/// file is unlinked or replaced, which is what lets a peer keep a dead node's memory mapped and
+/// read its death flag.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access through it is either atomic or a raw
+// copy whose races with other processes are part of the fabric's documented semantics (see
+// `Mapping::copy_in`). Nothing in it is tied to the thread that created it.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out atomics and raw copies.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Creates `path` (owner read/write only, failing if it exists), sizes it to `len` bytes of
+    /// zeros and maps it.
+    pub fn create(path: &Path, len: usize) -> Result<Mapping, FabricError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| FabricError::io(format!("creating {}", path.display()), e))?;
+        file.set_len(len as u64)
+            .map_err(|e| FabricError::io(format!("sizing {} to {len} bytes", path.display()), e))?;
+        Mapping::map(&file, len, path, true)
+    }
+
+    /// Maps an existing file of at least `min_len` bytes, whole.
+    pub fn open(path: &Path, min_len: usize) -> Result<Mapping, FabricError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| FabricError::io(format!("opening {}", path.display()), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?
+            .len() as usize;
+        if len < min_len {
+            return Err(FabricError::Incompatible(format!(
+                "{} has {len} bytes, fewer than the {min_len} its header needs",
+                path.display()
+            )));
+        }
+        Mapping::map(&file, len, path, false)
+    }
+
+    fn map(file: &File, len: usize, path: &Path, populate: bool) -> Result<Mapping, FabricError> {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return Err(FabricError::BadRegionSize { len_bytes: 0, why: "empty mapping" });
+        }
+        // Pre-fault new mappings so that the first operations do not take page faults.
+        let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
+        // SAFETY: mapping a file we just opened read-write, with a length not larger than the
+        // file; the kernel picks the address. The result is checked for MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(FabricError::io(
+                format!("mapping {}", path.display()),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap never returns null on success");
+        Ok(Mapping { ptr, len })
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.len
+    }
+
+    /// The 8-byte word at `offset`, as an atomic.
+    ///
+    /// Panics if `offset` is out of range or misaligned: callers check bounds first, so this is
+    /// an internal invariant, not input validation.
+    pub fn u64_at(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= self.len, "u64 at {offset} of {}", self.len);
+        // SAFETY: in bounds and 8-byte aligned (the mapping is page aligned), shared memory that
+        // lives as long as `self`; AtomicU64 has the layout of u64 and every process accesses
+        // these words only atomically.
+        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    /// The 4-byte word at `offset`, as an atomic. Same contract as [`Mapping::u64_at`].
+    pub fn u32_at(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset % 4 == 0 && offset + 4 <= self.len, "u32 at {offset} of {}", self.len);
+        // SAFETY: in bounds and 4-byte aligned, shared memory living as long as `self`, accessed
+        // only atomically.
+        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// A reference to a `T` at `offset`. `T` must be a type made only of atomics (and padding),
+    /// valid for the all-zero bit pattern.
+    pub fn atomics_at<T: AtomicsOnly>(&self, offset: usize) -> &T {
+        let size = std::mem::size_of::<T>();
+        assert!(offset % std::mem::align_of::<T>() == 0 && offset + size <= self.len);
+        // SAFETY: in bounds and aligned (checked above; the mapping is page aligned); the
+        // `AtomicsOnly` contract makes every bit pattern another process can write valid, and all
+        // access to `T` is through atomics.
+        unsafe { &*self.ptr.as_ptr().add(offset).cast::<T>() }
+    }
+
+    /// Copies `data` into the mapping at `offset`.
+    pub fn copy_in(&self, offset: usize, data: &[u8]) {
+        assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (checked above). Other processes may read or write these bytes at the
+        // same time; that race is the fabric's semantics (a one-sided write races with the
+        // target's reads, as on RDMA), and protocols guard against torn reads with canaries or
+        // checksums. The memory is outside any Rust allocation, so the race cannot break
+        // assumptions the compiler made about Rust objects; `data` cannot overlap the mapping
+        // because it is borrowed immutably while the mapping is only written through raw pointers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        }
+    }
+
+    /// Copies bytes at `offset` out of the mapping into `out`.
+    pub fn copy_out(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset.checked_add(out.len()).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds (checked above); races with writers are the fabric's semantics, as in
+        // `copy_in`; `out` is a unique borrow so it cannot overlap the shared mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        }
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `self` at `dst_offset` (a write from a
+    /// local region into a remote one, or a read the other way).
+    pub fn copy_from(&self, dst_offset: usize, src: &Mapping, src_offset: usize, len: usize) {
+        assert!(dst_offset.checked_add(len).is_some_and(|end| end <= self.len));
+        assert!(src_offset.checked_add(len).is_some_and(|end| end <= src.len));
+        // SAFETY: both ranges are in bounds (checked above). They are in different mappings: a
+        // node never posts to itself (the fabric refuses a connection to its own id), so the
+        // ranges belong to different files and cannot overlap. Cross-process races: see `copy_in`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.ptr.as_ptr().add(src_offset),
+                self.ptr.as_ptr().add(dst_offset),
+                len,
+            )
+        }
+    }
+
+    /// The raw address of `offset`, for the pthread calls that need one.
+    pub fn raw_at(&self, offset: usize) -> *mut u8 {
+        assert!(offset < self.len);
+        // SAFETY: in bounds (checked above).
+        unsafe { self.ptr.as_ptr().add(offset) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped; no reference into the mapping outlives
+        // `self` (all accessors borrow `self`).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Types that may be viewed in shared memory: made only of atomics and padding, valid when zeroed.
+///
+/// # Safety
+/// Implementors must be `repr(C)`, contain only atomics and byte padding, and be valid for every
+/// bit pattern.
+pub unsafe trait AtomicsOnly {}
+
+// SAFETY: `Slot<Hardware>` is repr(C), made of two AtomicU64 words and u8 padding arrays.
+unsafe impl AtomicsOnly for crate::guard::Slot<crate::guard::Hardware> {}
+
+/// Creates a private directory (mode 0700), or checks that an existing one is private and ours.
+pub fn ensure_private_dir(path: &Path) -> Result<(), FabricError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(FabricError::io(format!("creating run directory {}", path.display()), e))
+        }
+    }
+    let meta = std::fs::metadata(path)
+        .map_err(|e| FabricError::io(format!("reading run directory {}", path.display()), e))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(FabricError::Config(format!(
+            "run directory {} belongs to uid {}, not to this user (uid {uid})",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(FabricError::Config(format!(
+            "run directory {} is accessible to other users (mode {mode:o}); make it private with \
+             `chmod 700` or choose another directory",
+            path.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,786 @@
+//! The node: control plane ([`ShmFabric`]), regions ([`ShmRegion`]) and the data path
+//! ([`ShmEndpoint`]).
+
+use crate::fence::fence;
+use crate::guard::{Acl, Refusal, Slot};
+use crate::layout::{
+    self, CtlHeader, RegionHeader, CTL_BYTES, HEADER_BYTES, MAX_CHANNELS, MAX_NODES,
+};
+use crate::liveness::{self, Holder};
+use crate::mapping::{ensure_private_dir, Mapping};
+use mu_fabric::{
+    check_bounds, Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId,
+    Op, PermError, PostError, QpState, RegionId, Source, Status, WorkRequest,
+};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Largest inline payload. Inline data is copied when posted, like every other write here, so the
+/// limit only mirrors what RDMA devices offer (commonly 128–1024 bytes).
+pub const MAX_INLINE_BYTES: usize = 512;
+/// Largest region.
+pub const MAX_REGION_BYTES: usize = 1 << 40;
+
+/// How to start a node.
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// The run directory, shared by the cluster's nodes; created private (0700) if absent.
+    pub run_dir: PathBuf,
+    /// The cluster's id: a node refuses a run directory or a peer of another cluster.
+    pub cluster_id: u64,
+    /// This node's id, below 64.
+    pub node: NodeId,
+    /// How long a fast permission change waits for an in-flight operation before giving up with
+    /// [`PermError::Busy`].
+    pub fast_wait_ns: u64,
+    /// How long a slow permission change (or a move to reset or error) waits for an in-flight
+    /// operation before fencing the writer's process.
+    pub fence_after_ms: u64,
+    /// How long to wait for a fenced process to die.
+    pub fence_death_timeout_ms: u64,
+}
+
+impl ShmConfig {
+    pub fn new(run_dir: impl Into<PathBuf>, cluster_id: u64, node: NodeId) -> ShmConfig {
+        ShmConfig {
+            run_dir: run_dir.into(),
+            cluster_id,
+            node,
+            fast_wait_ns: 20_000,
+            fence_after_ms: 20,
+            fence_death_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// A node on the shared-memory fabric. Cheap to clone; the node lives until the last clone (and
+/// every endpoint and region of it) is dropped, and then reads as dead to its peers.
+#[derive(Clone)]
+pub struct ShmFabric {
+    node: Arc<Node>,
+}
+
+struct Node {
+    config: ShmConfig,
+    incarnation: u32,
+    ctl: Arc<Mapping>,
+    holder: Mutex<Option<Holder>>,
+    regions: Mutex<HashMap<RegionId, ShmRegion>>,
+    peers: Mutex<HashMap<(NodeId, u32), Arc<Peer>>>,
+    attached: Mutex<HashSet<ConnId>>,
+    /// Held for the node's life: a second process (or a second `create` in this one) for the same
+    /// node id fails instead of running beside it.
+    _lock: File,
+}
+
+/// A peer incarnation's control segment and the regions of it mapped so far.
+struct Peer {
+    node: NodeId,
+    incarnation: u32,
+    pid: u32,
+    ctl: Mapping,
+    regions: Mutex<HashMap<RegionId, Arc<RemoteRegion>>>,
+}
+
+struct RemoteRegion {
+    map: Mapping,
+    len_bytes: u64,
+    access: Access,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind, still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ShmFabric {
+    /// Starts node `config.node` in `config.run_dir`: claims the directory for the cluster, takes
+    /// the node's lock, and publishes a fresh control segment (a new incarnation).
+    pub fn create(config: ShmConfig) -> Result<ShmFabric, FabricError> {
+        let node = config.node;
+        if usize::from(node.0) >= MAX_NODES {
+            return Err(FabricError::Config(format!(
+                "node id {} is too large: ids go up to {}",
+                node.0,
+                MAX_NODES - 1
+            )));
+        }
+        let dir = &config.run_dir;
+        ensure_private_dir(dir)?;
+        layout::claim_cluster(dir, config.cluster_id)?;
+        let lock_file = take_node_lock(&layout::lock_file(dir, node), node)?;
+
+        // An earlier incarnation's files: it is dead (we hold the lock), so its successor takes the
+        // next incarnation number and its regions can go.
+        let ctl_path = layout::ctl_file(dir, node);
+        let previous = Mapping::open(&ctl_path, CTL_BYTES)
+            .and_then(|m| layout::read_ctl_header(&m, &ctl_path, node, config.cluster_id))
+            .map(|h| h.incarnation)
+            .unwrap_or(0);
+        let incarnation = previous.wrapping_add(1).max(1);
+        remove_stale_regions(dir, node);
+
+        let tmp_path = dir.join(format!("n{}.ctl.new", node.0));
+        let _ = std::fs::remove_file(&tmp_path);
+        let ctl = Arc::new(Mapping::create(&tmp_path, CTL_BYTES)?);
+        layout::write_ctl_header(
+            &ctl,
+            &CtlHeader {
+                node,
+                cluster_id: config.cluster_id,
+                incarnation,
+                pid: std::process::id(),
+            },
+        );
+        let holder = Holder::start(ctl.clone())?;
+        std::fs::rename(&tmp_path, &ctl_path)
+            .map_err(|e| FabricError::io(format!("publishing {}", ctl_path.display()), e))?;
+        Ok(ShmFabric {
+            node: Arc::new(Node {
+                config,
+                incarnation,
+                ctl,
+                holder: Mutex::new(Some(holder)),
+                regions: Mutex::new(HashMap::new()),
+                peers: Mutex::new(HashMap::new()),
+                attached: Mutex::new(HashSet::new()),
+                _lock: lock_file,
+            }),
+        })
+    }
+
+    /// This node's incarnation number.
+    pub fn incarnation(&self) -> u32 {
+        self.node.incarnation
+    }
+
+    /// The node's configuration.
+    pub fn config(&self) -> &ShmConfig {
+        &self.node.config
+    }
+
+    /// Makes the node read as dead to its peers at once, as if its process had been killed (for
+    /// tests that keep several nodes in one process). Its memory stays mapped by its peers.
+    pub fn crash(&self) {
+        drop(lock(&self.node.holder).take());
+    }
+
+    /// The in-flight sequence number of `conn`'s peer on this node's side of `conn`: odd while the
+    /// peer has an operation in flight into this node. For tests and diagnostics.
+    pub fn peer_inflight_seq(&self, conn: ConnId) -> Result<u64, FabricError> {
+        Ok(self.node.my_slot(conn)?.inflight_seq())
+    }
+}
+
+fn take_node_lock(path: &std::path::Path, node: NodeId) -> Result<File, FabricError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| FabricError::io(format!("opening {}", path.display()), e))?;
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(FabricError::Config(format!(
+                "node {node} is already running in this run directory"
+            )));
+        }
+        return Err(FabricError::io(format!("locking {}", path.display()), err));
+    }
+    Ok(file)
+}
+
+fn remove_stale_regions(dir: &std::path::Path, node: NodeId) {
+    let prefix = format!("n{}.i", node.0);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+impl Node {
+    fn check_conn(&self, conn: ConnId) -> Result<(), FabricError> {
+        if usize::from(conn.peer.0) >= MAX_NODES {
+            return Err(FabricError::UnknownConnection(conn, "peer id too large"));
+        }
+        if usize::from(conn.channel) >= MAX_CHANNELS {
+            return Err(FabricError::UnknownConnection(conn, "channel too large"));
+        }
+        if conn.peer == self.config.node {
+            return Err(FabricError::UnknownConnection(conn, "a node does not connect to itself"));
+        }
+        Ok(())
+    }
+
+    fn my_slot(&self, conn: ConnId) -> Result<&Slot, FabricError> {
+        self.check_conn(conn)?;
+        Ok(self.ctl.atomics_at::<Slot>(layout::slot_offset(conn.peer, conn.channel)))
+    }
+
+    /// Opens the peer's current control segment and checks that it is ours to talk to and alive.
+    fn lookup_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
+        let path = layout::ctl_file(&self.config.run_dir, peer);
+        let ctl = match Mapping::open(&path, CTL_BYTES) {
+            Ok(m) => m,
+            Err(FabricError::Io { .. }) => {
+                return Err(FabricError::PeerUnreachable(
+                    peer,
+                    format!("no node {peer} in {}", self.config.run_dir.display()),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let header = layout::read_ctl_header(&ctl, &path, peer, self.config.cluster_id)?;
+        if !liveness::is_alive(&ctl) {
+            return Err(FabricError::PeerUnreachable(
+                peer,
+                format!("node {peer} (incarnation {}) is dead", header.incarnation),
+            ));
+        }
+        let mut peers = lock(&self.peers);
+        let entry = peers.entry((peer, header.incarnation)).or_insert_with(|| {
+            Arc::new(Peer {
+                node: peer,
+                incarnation: header.incarnation,
+                pid: header.pid,
+                ctl,
+                regions: Mutex::new(HashMap::new()),
+            })
+        });
+        Ok(entry.clone())
+    }
+
+    fn bound_peer(&self, peer: NodeId, incarnation: u32) -> Option<Arc<Peer>> {
+        lock(&self.peers).get(&(peer, incarnation)).cloned()
+    }
+
+    /// Publishes `acl` on `conn`'s slot and, if that takes rights away, waits for the peer's
+    /// in-flight operation; a peer still in flight after `fence_after_ms` is fenced for good.
+    fn publish_barrier(&self, conn: ConnId, before: Acl, acl: Acl) -> Result<(), FabricError> {
+        let slot = self.my_slot(conn)?;
+        let Some(seq) = slot.publish(acl) else { return Ok(()) };
+        let takes_away = acl.access.revokes_from(before.access) || !acl.state.accepts_remote();
+        if !takes_away && acl.peer_incarnation == before.peer_incarnation {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.fence_after_ms);
+        let still = mu_fabric::wait::Backoff::BACKGROUND
+            .wait_for(deadline.saturating_duration_since(Instant::now()), || {
+                (!slot.still_in_flight(seq)).then_some(())
+            })
+            .is_none();
+        if !still {
+            return Ok(());
+        }
+        // The writer is stuck in flight: fence its process for good.
+        let peer = self.lookup_peer(conn.peer).or_else(|_| {
+            self.bound_peer(conn.peer, before.peer_incarnation).ok_or_else(|| {
+                FabricError::FenceFailed {
+                    node: conn.peer,
+                    why: "the peer is in flight but its process cannot be found".into(),
+                }
+            })
+        })?;
+        fence(peer.pid, &peer.ctl, Duration::from_millis(self.config.fence_death_timeout_ms))
+            .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })
+    }
+}
+
+impl Fabric for ShmFabric {
+    type Region = ShmRegion;
+    type Endpoint = ShmEndpoint;
+
+    fn backend_name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn node(&self) -> NodeId {
+        self.node.config.node
+    }
+
+    fn max_inline_bytes(&self) -> usize {
+        MAX_INLINE_BYTES
+    }
+
+    fn register_region(
+        &self,
+        id: RegionId,
+        len_bytes: usize,
+        access: Access,
+    ) -> Result<ShmRegion, FabricError> {
+        if len_bytes == 0 {
+            return Err(FabricError::BadRegionSize {
+                len_bytes,
+                why: "a region needs at least one byte",
+            });
+        }
+        if len_bytes > MAX_REGION_BYTES {
+            return Err(FabricError::BadRegionSize { len_bytes, why: "larger than 1 TiB" });
+        }
+        let mut regions = lock(&self.node.regions);
+        if regions.contains_key(&id) {
+            return Err(FabricError::RegionExists(id));
+        }
+        let cfg = &self.node.config;
+        let path = layout::region_file(&cfg.run_dir, cfg.node, self.node.incarnation, id);
+        let map = Mapping::create(&path, HEADER_BYTES + len_bytes)?;
+        layout::write_region_header(
+            &map,
+            &RegionHeader {
+                node: cfg.node,
+                cluster_id: cfg.cluster_id,
+                incarnation: self.node.incarnation,
+                region: id,
+                len_bytes: len_bytes as u64,
+                access,
+            },
+        );
+        let region = ShmRegion { id, len_bytes, map: Arc::new(map) };
+        regions.insert(id, region.clone());
+        Ok(region)
+    }
+
+    fn endpoint(&self, depth: usize) -> Result<ShmEndpoint, FabricError> {
+        if depth == 0 {
+            return Err(FabricError::Config(
+                "a completion queue needs a depth of at least 1".into(),
+            ));
+        }
+        Ok(ShmEndpoint {
+            fabric: self.clone(),
+            depth,
+            cq: VecDeque::with_capacity(depth),
+            index: vec![u16::MAX; MAX_NODES * MAX_CHANNELS],
+            conns: Vec::new(),
+            locals: Vec::new(),
+        })
+    }
+
+    fn qp_state(&self, conn: ConnId) -> Result<QpState, FabricError> {
+        Ok(self.node.my_slot(conn)?.acl().state)
+    }
+
+    fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError> {
+        Ok(self.node.my_slot(conn)?.acl().access)
+    }
+
+    fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
+        let slot = self.node.my_slot(conn)?;
+        let before = slot.acl();
+        if !before.state.can_move_to(to) {
+            return Err(FabricError::InvalidTransition { conn, from: before.state, to });
+        }
+        let after = match to {
+            QpState::Reset => Acl { state: QpState::Reset, access: Access::NONE, ..before },
+            QpState::Error => Acl { state: QpState::Error, ..before },
+            QpState::Init => Acl { state: QpState::Init, access, ..before },
+            QpState::ReadyToReceive => {
+                let peer = self.node.lookup_peer(conn.peer)?;
+                Acl { peer_incarnation: peer.incarnation, state: QpState::ReadyToReceive, access }
+            }
+            QpState::ReadyToSend => Acl { state: QpState::ReadyToSend, access, ..before },
+        };
+        self.node.publish_barrier(conn, before, after)
+    }
+
+    fn set_access_fast(&self, conn: ConnId, access: Access) -> Result<(), PermError> {
+        let slot = self.node.my_slot(conn)?;
+        let before = slot.acl();
+        if !matches!(before.state, QpState::ReadyToSend | QpState::ReadyToReceive) {
+            return Err(FabricError::InvalidTransition {
+                conn,
+                from: before.state,
+                to: before.state,
+            }
+            .into());
+        }
+        let Some(seq) = slot.publish(Acl { access, ..before }) else { return Ok(()) };
+        if !access.revokes_from(before.access) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_nanos(self.node.config.fast_wait_ns);
+        while slot.still_in_flight(seq) {
+            if Instant::now() >= deadline {
+                // As on RDMA, a flag change under load breaks the connection; the slow path
+                // (which can fence) finishes the job.
+                slot.move_to_error();
+                return Err(PermError::Busy(conn));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError> {
+        let slot = self.node.my_slot(conn)?;
+        let before = slot.acl();
+        if before.peer_incarnation == 0 {
+            return Err(FabricError::InvalidTransition {
+                conn,
+                from: before.state,
+                to: QpState::ReadyToSend,
+            });
+        }
+        // Reset is the barrier; init, ready-to-receive and ready-to-send then re-open the side with
+        // the new flags, bound to the same peer incarnation (as verbs re-supplies the same remote
+        // queue pair number).
+        let reset = Acl { state: QpState::Reset, access: Access::NONE, ..before };
+        self.node.publish_barrier(conn, before, reset)?;
+        for state in [QpState::Init, QpState::ReadyToReceive, QpState::ReadyToSend] {
+            slot.publish(Acl { state, access, ..before });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        drop(lock(&self.holder).take());
+        // Remove our files if they are still ours (a successor may have replaced the control file).
+        let cfg = &self.config;
+        for id in lock(&self.regions).keys() {
+            let _ = std::fs::remove_file(layout::region_file(
+                &cfg.run_dir,
+                cfg.node,
+                self.incarnation,
+                *id,
+            ));
+        }
+        let ctl_path = layout::ctl_file(&cfg.run_dir, cfg.node);
+        let ours = Mapping::open(&ctl_path, CTL_BYTES)
+            .and_then(|m| layout::read_ctl_header(&m, &ctl_path, cfg.node, cfg.cluster_id))
+            .is_ok_and(|h| h.incarnation == self.incarnation);
+        if ours {
+            let _ = std::fs::remove_file(ctl_path);
+        }
+    }
+}
+
+/// A region registered on this node.
+#[derive(Clone)]
+pub struct ShmRegion {
+    id: RegionId,
+    len_bytes: usize,
+    map: Arc<Mapping>,
+}
+
+impl ShmRegion {
+    fn check(&self, offset: usize, len: usize) -> Result<usize, FabricError> {
+        if check_bounds(offset as u64, len as u64, self.len_bytes as u64) {
+            Ok(HEADER_BYTES + offset)
+        } else {
+            Err(FabricError::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                region_len: self.len_bytes as u64,
+            })
+        }
+    }
+
+    fn check_word(&self, offset: usize) -> Result<usize, FabricError> {
+        if offset % 8 != 0 {
+            return Err(FabricError::Misaligned(offset as u64));
+        }
+        self.check(offset, 8)
+    }
+}
+
+impl LocalRegion for ShmRegion {
+    fn id(&self) -> RegionId {
+        self.id
+    }
+
+    fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), FabricError> {
+        let at = self.check(offset, out.len())?;
+        self.map.copy_out(at, out);
+        Ok(())
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), FabricError> {
+        let at = self.check(offset, data.len())?;
+        self.map.copy_in(at, data);
+        Ok(())
+    }
+
+    fn load_u64(&self, offset: usize) -> Result<u64, FabricError> {
+        Ok(self.map.u64_at(self.check_word(offset)?).load(Ordering::Acquire))
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) -> Result<(), FabricError> {
+        self.map.u64_at(self.check_word(offset)?).store(value, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// A completion queue and the connections bound to it.
+pub struct ShmEndpoint {
+    fabric: ShmFabric,
+    depth: usize,
+    cq: VecDeque<Completion>,
+    /// (peer, channel) -> index into `conns`, or u16::MAX.
+    index: Vec<u16>,
+    conns: Vec<AttachedConn>,
+    /// Local regions used as sources and destinations, looked up once.
+    locals: Vec<ShmRegion>,
+}
+
+struct AttachedConn {
+    conn: ConnId,
+    /// The peer incarnation this endpoint has mapped, with the writer's guard sequence for it.
+    bound: Option<Bound>,
+}
+
+struct Bound {
+    peer: Arc<Peer>,
+    seq: u64,
+    regions: Vec<(RegionId, Arc<RemoteRegion>)>,
+}
+
+impl Bound {
+    fn target_slot(&self, me: NodeId, channel: u8) -> &Slot {
+        self.peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, channel))
+    }
+}
+
+impl Peer {
+    fn region(
+        &self,
+        run_dir: &std::path::Path,
+        cluster_id: u64,
+        id: RegionId,
+    ) -> Option<Arc<RemoteRegion>> {
+        let mut regions = lock(&self.regions);
+        if let Some(r) = regions.get(&id) {
+            return Some(r.clone());
+        }
+        let path = layout::region_file(run_dir, self.node, self.incarnation, id);
+        let map = Mapping::open(&path, HEADER_BYTES).ok()?;
+        let h = layout::read_region_header(&map, &path, self.node, cluster_id, self.incarnation)
+            .ok()?;
+        let r = Arc::new(RemoteRegion { map, len_bytes: h.len_bytes, access: h.access });
+        regions.insert(id, r.clone());
+        Some(r)
+    }
+}
+
+/// The outcome of executing one operation.
+struct Executed {
+    status: Status,
+    value: u64,
+}
+
+impl Executed {
+    fn fail(status: Status) -> Executed {
+        Executed { status, value: 0 }
+    }
+}
+
+impl ShmEndpoint {
+    fn local(&mut self, id: RegionId) -> Option<ShmRegion> {
+        if let Some(r) = self.locals.iter().find(|r| r.id == id) {
+            return Some(r.clone());
+        }
+        let r = lock(&self.fabric.node.regions).get(&id).cloned()?;
+        self.locals.push(r.clone());
+        Some(r)
+    }
+
+    fn execute(&mut self, at: usize, wr: &WorkRequest<'_>, peer_incarnation: u32) -> Executed {
+        let node = self.fabric.node.clone();
+        let me = node.config.node;
+        let conn = self.conns[at].conn;
+
+        // Make sure the endpoint has mapped the incarnation the connection is bound to.
+        if self.conns[at].bound.as_ref().is_none_or(|b| b.peer.incarnation != peer_incarnation) {
+            let Some(peer) = node.bound_peer(conn.peer, peer_incarnation) else {
+                return Executed::fail(Status::PeerUnreachable);
+            };
+            let seq = peer
+                .ctl
+                .atomics_at::<Slot>(layout::slot_offset(me, conn.channel))
+                .writer_start_seq();
+            self.conns[at].bound = Some(Bound { peer, seq, regions: Vec::new() });
+        }
+
+        // Remote address checks, as a responder would make them, before anything moves.
+        let (remote, len, needed) = match wr.op {
+            Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
+            Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
+            Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
+        };
+        let local = match wr.op {
+            Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
+                match self.local(s.region) {
+                    Some(r) if check_bounds(s.offset, u64::from(s.len), r.len_bytes as u64) => {
+                        Some((r, s.offset as usize))
+                    }
+                    _ => return Executed::fail(Status::LocalProtection),
+                }
+            }
+            _ => None,
+        };
+        let cfg = &node.config;
+        let bound = self.conns[at].bound.as_mut().expect("bound above");
+        let region = match bound.regions.iter().find(|(id, _)| *id == remote.region) {
+            Some((_, r)) => r.clone(),
+            None => match bound.peer.region(&cfg.run_dir, cfg.cluster_id, remote.region) {
+                Some(r) => {
+                    bound.regions.push((remote.region, r.clone()));
+                    r
+                }
+                None => {
+                    let status = if liveness::is_alive(&bound.peer.ctl) {
+                        Status::RemoteOutOfBounds
+                    } else {
+                        Status::PeerUnreachable
+                    };
+                    return Executed::fail(status);
+                }
+            },
+        };
+        if !check_bounds(remote.offset, len, region.len_bytes) {
+            return Executed::fail(Status::RemoteOutOfBounds);
+        }
+        if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
+            return Executed::fail(Status::RemoteInvalidRequest);
+        }
+        if !region.access.contains(needed) {
+            return Executed::fail(Status::RemoteAccessDenied);
+        }
+        if !liveness::is_alive(&bound.peer.ctl) {
+            return Executed::fail(Status::PeerUnreachable);
+        }
+
+        // The guarded section: the target's side is checked and the bytes move while we are
+        // marked in flight, so a revoke either stops us here or waits for us.
+        let mut seq = bound.seq;
+        let slot = bound.target_slot(me, conn.channel);
+        if let Err(refusal) = slot.enter(&mut seq, node.incarnation, needed) {
+            bound.seq = seq;
+            return Executed::fail(match refusal {
+                Refusal::WrongIncarnation => Status::PeerUnreachable,
+                Refusal::Denied => Status::RemoteAccessDenied,
+            });
+        }
+        let at_remote = HEADER_BYTES + remote.offset as usize;
+        let mut value = 0;
+        match wr.op {
+            Op::Write { source: Source::Inline(data), .. } => region.map.copy_in(at_remote, data),
+            Op::Write { source: Source::Local(s), .. } => {
+                let (src, off) = local.as_ref().expect("checked above");
+                region.map.copy_from(at_remote, &src.map, HEADER_BYTES + off, s.len as usize);
+            }
+            Op::Read { local: s, .. } => {
+                let (dst, off) = local.as_ref().expect("checked above");
+                dst.map.copy_from(HEADER_BYTES + off, &region.map, at_remote, s.len as usize);
+            }
+            Op::CompareSwap { expected, desired, .. } => {
+                value = match region.map.u64_at(at_remote).compare_exchange(
+                    expected,
+                    desired,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(v) | Err(v) => v,
+                };
+            }
+        }
+        slot.exit(&mut seq);
+        bound.seq = seq;
+
+        // A dead target cannot acknowledge: the bytes may have gone into the memory of a process
+        // that no longer exists.
+        if !liveness::is_alive(&bound.peer.ctl) {
+            return Executed::fail(Status::PeerUnreachable);
+        }
+        Executed { status: Status::Success, value }
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
+        self.fabric.node.check_conn(conn)?;
+        let key = usize::from(conn.peer.0) * MAX_CHANNELS + usize::from(conn.channel);
+        if self.index[key] != u16::MAX {
+            return Ok(());
+        }
+        if !lock(&self.fabric.node.attached).insert(conn) {
+            return Err(FabricError::AlreadyAttached { conn });
+        }
+        self.index[key] = self.conns.len() as u16;
+        self.conns.push(AttachedConn { conn, bound: None });
+        Ok(())
+    }
+
+    fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
+        let key = usize::from(conn.peer.0) * MAX_CHANNELS + usize::from(conn.channel);
+        let at = match self.index.get(key) {
+            Some(&i) if i != u16::MAX => usize::from(i),
+            _ => return Err(PostError::NotAttached(conn)),
+        };
+        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
+            if data.len() > MAX_INLINE_BYTES {
+                return Err(PostError::InlineTooLarge { len: data.len(), max: MAX_INLINE_BYTES });
+            }
+        }
+        if self.cq.len() >= self.depth {
+            return Err(PostError::QueueFull);
+        }
+        let node = self.fabric.node.clone();
+        let my_slot = node.my_slot(conn).map_err(|_| PostError::NotAttached(conn))?;
+        let acl = my_slot.acl();
+        let done = match acl.state {
+            QpState::ReadyToSend => self.execute(at, wr, acl.peer_incarnation),
+            QpState::Error => Executed::fail(Status::Flushed),
+            state => return Err(PostError::NotReadyToSend { conn, state }),
+        };
+        if done.status != Status::Success && done.status != Status::Flushed {
+            my_slot.move_to_error();
+        }
+        if wr.signaled || done.status != Status::Success {
+            self.cq.push_back(Completion {
+                wr_id: wr.wr_id,
+                kind: wr.op.kind(),
+                status: done.status,
+                value: done.value,
+            });
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let n = out.len().min(self.cq.len());
+        for (slot, c) in out.iter_mut().zip(self.cq.drain(..n)) {
+            *slot = c;
+        }
+        n
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        let mut attached = lock(&self.fabric.node.attached);
+        for c in &self.conns {
+            attached.remove(&c.conn);
+        }
+    }
+}
