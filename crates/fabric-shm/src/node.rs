@@ -121,7 +121,10 @@ impl ShmFabric {
             .and_then(|m| layout::read_ctl_header(&m, &ctl_path, node, config.cluster_id))
             .map(|h| h.incarnation)
             .unwrap_or(0);
-        let incarnation = previous.wrapping_add(1).max(1);
+        // The lock file keeps the last incarnation number: a node that shut down cleanly removed
+        // its control file, and its successor must still not reuse its number, or peers would
+        // take the new node for the dead one they have cached.
+        let incarnation = next_incarnation(&lock_file, previous)?;
         remove_stale_regions(dir, node);
 
         let tmp_path = dir.join(format!("n{}.ctl.new", node.0));
@@ -200,6 +203,27 @@ fn take_node_lock(path: &std::path::Path, node: NodeId) -> Result<File, FabricEr
         return Err(FabricError::io(format!("locking {}", path.display()), err));
     }
     Ok(file)
+}
+
+/// Reads the last incarnation number from the (locked) lock file and stores the next one.
+fn next_incarnation(lock_file: &File, previous_ctl: u32) -> Result<u32, FabricError> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = lock_file;
+    let mut text = String::new();
+    f.seek(SeekFrom::Start(0))
+        .and_then(|_| f.read_to_string(&mut text))
+        .map_err(|e| FabricError::io("reading the node's lock file", e))?;
+    let last = text.trim().parse::<u32>().unwrap_or(0).max(previous_ctl);
+    let next = last.checked_add(1).ok_or_else(|| {
+        FabricError::Config(
+            "this node id has used up its incarnation numbers; use a new run directory".into(),
+        )
+    })?;
+    f.set_len(0)
+        .and_then(|_| f.seek(SeekFrom::Start(0)))
+        .and_then(|_| f.write_all(format!("{next}\n").as_bytes()))
+        .map_err(|e| FabricError::io("writing the node's lock file", e))?;
+    Ok(next)
 }
 
 fn remove_stale_regions(dir: &std::path::Path, node: NodeId) {
@@ -545,20 +569,15 @@ pub struct ShmEndpoint {
 
 struct AttachedConn {
     conn: ConnId,
-    /// The peer incarnation this endpoint has mapped, with the writer's guard sequence for it.
+    /// The peer incarnation this endpoint has mapped.
     bound: Option<Bound>,
+    /// This writer's guard sequence number on the peer's slot (even between operations).
+    seq: u64,
 }
 
 struct Bound {
     peer: Arc<Peer>,
-    seq: u64,
     regions: Vec<(RegionId, Arc<RemoteRegion>)>,
-}
-
-impl Bound {
-    fn target_slot(&self, me: NodeId, channel: u8) -> &Slot {
-        self.peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, channel))
-    }
 }
 
 impl Peer {
@@ -594,126 +613,131 @@ impl Executed {
     }
 }
 
-impl ShmEndpoint {
-    fn local(&mut self, id: RegionId) -> Option<ShmRegion> {
-        if let Some(r) = self.locals.iter().find(|r| r.id == id) {
-            return Some(r.clone());
-        }
-        let r = lock(&self.fabric.node.regions).get(&id).cloned()?;
-        self.locals.push(r.clone());
-        Some(r)
+/// Finds a local region by id, caching it in `locals` (the fast path takes no lock and clones
+/// nothing).
+fn local_index(node: &Node, locals: &mut Vec<ShmRegion>, id: RegionId) -> Option<usize> {
+    if let Some(i) = locals.iter().position(|r| r.id == id) {
+        return Some(i);
+    }
+    let r = lock(&node.regions).get(&id).cloned()?;
+    locals.push(r);
+    Some(locals.len() - 1)
+}
+
+/// Executes one operation on an attached connection whose side is ready to send and bound to
+/// `peer_incarnation`. Borrows everything it needs: no reference count is touched on the fast path.
+fn execute(
+    node: &Node,
+    ac: &mut AttachedConn,
+    locals: &mut Vec<ShmRegion>,
+    wr: &WorkRequest<'_>,
+    peer_incarnation: u32,
+) -> Executed {
+    let me = node.config.node;
+    let conn = ac.conn;
+
+    // Make sure the endpoint has mapped the incarnation the connection is bound to.
+    if ac.bound.as_ref().is_none_or(|b| b.peer.incarnation != peer_incarnation) {
+        let Some(peer) = node.bound_peer(conn.peer, peer_incarnation) else {
+            return Executed::fail(Status::PeerUnreachable);
+        };
+        ac.seq =
+            peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel)).writer_start_seq();
+        ac.bound = Some(Bound { peer, regions: Vec::new() });
     }
 
-    fn execute(&mut self, at: usize, wr: &WorkRequest<'_>, peer_incarnation: u32) -> Executed {
-        let node = self.fabric.node.clone();
-        let me = node.config.node;
-        let conn = self.conns[at].conn;
-
-        // Make sure the endpoint has mapped the incarnation the connection is bound to.
-        if self.conns[at].bound.as_ref().is_none_or(|b| b.peer.incarnation != peer_incarnation) {
-            let Some(peer) = node.bound_peer(conn.peer, peer_incarnation) else {
-                return Executed::fail(Status::PeerUnreachable);
-            };
-            let seq = peer
-                .ctl
-                .atomics_at::<Slot>(layout::slot_offset(me, conn.channel))
-                .writer_start_seq();
-            self.conns[at].bound = Some(Bound { peer, seq, regions: Vec::new() });
-        }
-
-        // Remote address checks, as a responder would make them, before anything moves.
-        let (remote, len, needed) = match wr.op {
-            Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
-            Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
-            Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
-        };
-        let local = match wr.op {
-            Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
-                match self.local(s.region) {
-                    Some(r) if check_bounds(s.offset, u64::from(s.len), r.len_bytes as u64) => {
-                        Some((r, s.offset as usize))
-                    }
-                    _ => return Executed::fail(Status::LocalProtection),
+    // Remote address checks, as a responder would make them, before anything moves.
+    let (remote, len, needed) = match wr.op {
+        Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
+        Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
+        Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
+    };
+    let local = match wr.op {
+        Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
+            match local_index(node, locals, s.region) {
+                Some(i) if check_bounds(s.offset, u64::from(s.len), locals[i].len_bytes as u64) => {
+                    Some((&locals[i], s.offset as usize))
                 }
+                _ => return Executed::fail(Status::LocalProtection),
             }
-            _ => None,
-        };
-        let cfg = &node.config;
-        let bound = self.conns[at].bound.as_mut().expect("bound above");
-        let region = match bound.regions.iter().find(|(id, _)| *id == remote.region) {
-            Some((_, r)) => r.clone(),
-            None => match bound.peer.region(&cfg.run_dir, cfg.cluster_id, remote.region) {
+        }
+        _ => None,
+    };
+    let bound = ac.bound.as_mut().expect("bound above");
+    let region_at = match bound.regions.iter().position(|(id, _)| *id == remote.region) {
+        Some(i) => i,
+        None => {
+            match bound.peer.region(&node.config.run_dir, node.config.cluster_id, remote.region) {
                 Some(r) => {
-                    bound.regions.push((remote.region, r.clone()));
-                    r
+                    bound.regions.push((remote.region, r));
+                    bound.regions.len() - 1
                 }
                 None => {
-                    let status = if liveness::is_alive(&bound.peer.ctl) {
+                    let alive = liveness::is_alive(&bound.peer.ctl);
+                    return Executed::fail(if alive {
                         Status::RemoteOutOfBounds
                     } else {
                         Status::PeerUnreachable
-                    };
-                    return Executed::fail(status);
+                    });
                 }
-            },
-        };
-        if !check_bounds(remote.offset, len, region.len_bytes) {
-            return Executed::fail(Status::RemoteOutOfBounds);
-        }
-        if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
-            return Executed::fail(Status::RemoteInvalidRequest);
-        }
-        if !region.access.contains(needed) {
-            return Executed::fail(Status::RemoteAccessDenied);
-        }
-        if !liveness::is_alive(&bound.peer.ctl) {
-            return Executed::fail(Status::PeerUnreachable);
-        }
-
-        // The guarded section: the target's side is checked and the bytes move while we are
-        // marked in flight, so a revoke either stops us here or waits for us.
-        let mut seq = bound.seq;
-        let slot = bound.target_slot(me, conn.channel);
-        if let Err(refusal) = slot.enter(&mut seq, node.incarnation, needed) {
-            bound.seq = seq;
-            return Executed::fail(match refusal {
-                Refusal::WrongIncarnation => Status::PeerUnreachable,
-                Refusal::Denied => Status::RemoteAccessDenied,
-            });
-        }
-        let at_remote = HEADER_BYTES + remote.offset as usize;
-        let mut value = 0;
-        match wr.op {
-            Op::Write { source: Source::Inline(data), .. } => region.map.copy_in(at_remote, data),
-            Op::Write { source: Source::Local(s), .. } => {
-                let (src, off) = local.as_ref().expect("checked above");
-                region.map.copy_from(at_remote, &src.map, HEADER_BYTES + off, s.len as usize);
-            }
-            Op::Read { local: s, .. } => {
-                let (dst, off) = local.as_ref().expect("checked above");
-                dst.map.copy_from(HEADER_BYTES + off, &region.map, at_remote, s.len as usize);
-            }
-            Op::CompareSwap { expected, desired, .. } => {
-                value = match region.map.u64_at(at_remote).compare_exchange(
-                    expected,
-                    desired,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                ) {
-                    Ok(v) | Err(v) => v,
-                };
             }
         }
-        slot.exit(&mut seq);
-        bound.seq = seq;
-
-        // A dead target cannot acknowledge: the bytes may have gone into the memory of a process
-        // that no longer exists.
-        if !liveness::is_alive(&bound.peer.ctl) {
-            return Executed::fail(Status::PeerUnreachable);
-        }
-        Executed { status: Status::Success, value }
+    };
+    let region = &bound.regions[region_at].1;
+    if !check_bounds(remote.offset, len, region.len_bytes) {
+        return Executed::fail(Status::RemoteOutOfBounds);
     }
+    if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
+        return Executed::fail(Status::RemoteInvalidRequest);
+    }
+    if !region.access.contains(needed) {
+        return Executed::fail(Status::RemoteAccessDenied);
+    }
+    let peer_ctl = &bound.peer.ctl;
+    if !liveness::is_alive(peer_ctl) {
+        return Executed::fail(Status::PeerUnreachable);
+    }
+
+    // The guarded section: the target's side is checked and the bytes move while we are marked
+    // in flight, so a revoke either stops us here or waits for us.
+    let slot = peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel));
+    if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
+        return Executed::fail(match refusal {
+            Refusal::WrongIncarnation => Status::PeerUnreachable,
+            Refusal::Denied => Status::RemoteAccessDenied,
+        });
+    }
+    let at_remote = HEADER_BYTES + remote.offset as usize;
+    let mut value = 0;
+    match wr.op {
+        Op::Write { source: Source::Inline(data), .. } => region.map.copy_in(at_remote, data),
+        Op::Write { source: Source::Local(s), .. } => {
+            let (src, off) = local.expect("checked above");
+            region.map.copy_from(at_remote, &src.map, HEADER_BYTES + off, s.len as usize);
+        }
+        Op::Read { local: s, .. } => {
+            let (dst, off) = local.expect("checked above");
+            dst.map.copy_from(HEADER_BYTES + off, &region.map, at_remote, s.len as usize);
+        }
+        Op::CompareSwap { expected, desired, .. } => {
+            value = match region.map.u64_at(at_remote).compare_exchange(
+                expected,
+                desired,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(v) | Err(v) => v,
+            };
+        }
+    }
+    slot.exit(&mut ac.seq);
+
+    // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
+    // no longer exists.
+    if !liveness::is_alive(peer_ctl) {
+        return Executed::fail(Status::PeerUnreachable);
+    }
+    Executed { status: Status::Success, value }
 }
 
 impl Endpoint for ShmEndpoint {
@@ -727,7 +751,7 @@ impl Endpoint for ShmEndpoint {
             return Err(FabricError::AlreadyAttached { conn });
         }
         self.index[key] = self.conns.len() as u16;
-        self.conns.push(AttachedConn { conn, bound: None });
+        self.conns.push(AttachedConn { conn, bound: None, seq: 0 });
         Ok(())
     }
 
@@ -745,11 +769,13 @@ impl Endpoint for ShmEndpoint {
         if self.cq.len() >= self.depth {
             return Err(PostError::QueueFull);
         }
-        let node = self.fabric.node.clone();
+        let node: &Node = &self.fabric.node;
         let my_slot = node.my_slot(conn).map_err(|_| PostError::NotAttached(conn))?;
         let acl = my_slot.acl();
         let done = match acl.state {
-            QpState::ReadyToSend => self.execute(at, wr, acl.peer_incarnation),
+            QpState::ReadyToSend => {
+                execute(node, &mut self.conns[at], &mut self.locals, wr, acl.peer_incarnation)
+            }
             QpState::Error => Executed::fail(Status::Flushed),
             state => return Err(PostError::NotReadyToSend { conn, state }),
         };

@@ -1,0 +1,669 @@
+//! `mu bench fabric`: round trips of one-sided operations on the shared-memory fabric, across
+//! processes, beside a bare cache-line ping-pong with no fabric code.
+//!
+//! On RDMA, the round trip of a signaled write is the time from posting it to its completion: one
+//! trip across the network and back. On shared memory the initiator's CPU does the copy and the
+//! completion is queued at once, so post-to-completion only measures local work. The figure that
+//! corresponds to RDMA's is a *ping-pong*: node A does an operation on node B, B notices it in its
+//! own memory and answers with the same operation on A, and A notices the answer. That is two
+//! crossings of the inter-core interconnect, exactly what a bare cache-line ping-pong between two
+//! processes costs, so the ratio of the two is the overhead of the fabric code itself. Every
+//! `*_rtt_ns` figure below is such a ping-pong, timed at A over one iteration.
+//!
+//! Placement: A runs in this process, each peer in a `mu bench-peer` child process. With at least
+//! as many CPUs as processes, each is pinned to its own CPU and waits by spinning; otherwise
+//! (three processes on two CPUs for `write2`) waits spin briefly and then yield, and the figure
+//! includes scheduling.
+
+use crate::pin;
+use hdrhistogram::Histogram;
+use mu_fabric::{
+    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RegionId, RemoteAddr,
+    Source, WorkRequest,
+};
+use mu_fabric_shm::mapping::Mapping;
+use mu_fabric_shm::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const CLUSTER_ID: u64 = 0x6d75_6265_6e63;
+const REGION: RegionId = RegionId(0);
+const REGION_BYTES: usize = 4096;
+const CHANNEL: u8 = 0;
+/// Where each node receives what its peer sends.
+const INBOX: u64 = 1024;
+/// Where A receives the answers of B and C.
+const ANSWER_B: u64 = 1152;
+const ANSWER_C: u64 = 1280;
+/// Scratch space for reads.
+const SCRATCH: u64 = 2048;
+const PAYLOAD_BYTES: usize = 64;
+const WARMUP_ITERATIONS: u64 = 10_000;
+/// Iterations of one figure before switching to the next.
+const CHUNK: u64 = 10_000;
+
+/// The figures measured between two processes, interleaved chunk by chunk.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PairFigure {
+    Bare = 0,
+    Write = 1,
+    Read = 2,
+    Cas = 3,
+}
+
+const PAIR_FIGURES: [PairFigure; 4] =
+    [PairFigure::Bare, PairFigure::Write, PairFigure::Read, PairFigure::Cas];
+
+impl PairFigure {
+    /// Where each side receives this figure's messages; 256 bytes apart so that figures never
+    /// share (or prefetch) each other's cache lines.
+    fn inbox(self) -> u64 {
+        self as u64 * 256
+    }
+}
+
+/// Chunks of each figure for `samples` recorded samples, plus one round of warm-up.
+fn chunks_per_figure(samples: u64) -> u64 {
+    samples.div_ceil(CHUNK) + 1
+}
+
+fn complete(ep: &mut ShmEndpoint) -> Result<Completion, String> {
+    let mut out = [Completion::EMPTY; 1];
+    while ep.poll(&mut out) == 0 {
+        std::hint::spin_loop();
+    }
+    if out[0].status.is_success() {
+        Ok(out[0])
+    } else {
+        Err(format!("operation failed: {:?}", out[0].status))
+    }
+}
+
+/// One iteration of a pair figure on node B: answer A's iteration `i`.
+fn peer_pair_iteration(
+    figure: PairFigure,
+    map: &Mapping,
+    region: &ShmRegion,
+    ep: &mut ShmEndpoint,
+    a: ConnId,
+    i: u64,
+    spin: bool,
+) -> Result<(), String> {
+    let at = figure.inbox();
+    let word = |offset: u64| region.load_u64(offset as usize).expect("in bounds");
+    match figure {
+        PairFigure::Bare => {
+            wait_until(spin, || map.u64_at(at as usize).load(Ordering::Acquire) == i);
+            map.u64_at(at as usize + 128).store(i, Ordering::Release);
+        }
+        PairFigure::Write => {
+            wait_until(spin, || word(at) == i);
+            let p = payload(i);
+            ep.post(a, &WorkRequest::write(i, Source::Inline(&p), remote(at)))
+                .map_err(|e| e.to_string())?;
+            complete(ep)?;
+        }
+        PairFigure::Read => {
+            let scratch = mu_fabric::LocalSlice { region: REGION, offset: SCRATCH, len: 8 };
+            loop {
+                ep.post(a, &WorkRequest::read(i, scratch, remote(at)))
+                    .map_err(|e| e.to_string())?;
+                complete(ep)?;
+                if word(SCRATCH) == i {
+                    break;
+                }
+            }
+            region.store_u64(at as usize, i).map_err(|e| e.to_string())?;
+        }
+        PairFigure::Cas => {
+            wait_until(spin, || word(at) == i);
+            ep.post(a, &WorkRequest::compare_swap(i, remote(at), i - 1, i))
+                .map_err(|e| e.to_string())?;
+            let c = complete(ep)?;
+            if c.value != i - 1 {
+                return Err(format!(
+                    "peer compare-and-swap saw {} where {} was expected",
+                    c.value,
+                    i - 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Samples per round-trip figure.
+    #[arg(long, default_value_t = 1_000_000)]
+    samples: u64,
+    /// Samples per permission-change figure.
+    #[arg(long, default_value_t = 100_000)]
+    perm_samples: u64,
+    /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct PeerArgs {
+    #[arg(long)]
+    run_dir: PathBuf,
+    #[arg(long)]
+    node: u16,
+    /// bare | write | read | cas | idle
+    #[arg(long)]
+    role: String,
+    #[arg(long)]
+    samples: u64,
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Wait by spinning only (the peer has a CPU of its own).
+    #[arg(long)]
+    spin: bool,
+    /// Where to answer in A's region.
+    #[arg(long, default_value_t = ANSWER_B)]
+    answer_at: u64,
+}
+
+/// How the processes are placed on CPUs.
+struct Placement {
+    cpus: Vec<usize>,
+}
+
+impl Placement {
+    fn cpu(&self, process: usize) -> Option<usize> {
+        match self.cpus.len() {
+            0 => None,
+            1 => Some(self.cpus[0]),
+            n => Some(self.cpus[process.min(n - 1)]),
+        }
+    }
+
+    /// Whether `processes` processes each get a CPU of their own.
+    fn dedicated(&self, processes: usize) -> bool {
+        self.cpus.len() >= processes
+    }
+}
+
+struct Summary {
+    p50: u64,
+    p99: u64,
+    p999: u64,
+    mean: f64,
+    samples: u64,
+}
+
+impl Summary {
+    fn of(h: &Histogram<u64>) -> Summary {
+        Summary {
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            mean: h.mean(),
+            samples: h.len(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({"p50": self.p50, "p99": self.p99, "p999": self.p999, "mean": (self.mean * 10.0).round() / 10.0, "samples": self.samples})
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// A waiting loop: spin, or (without a CPU of one's own) spin briefly and then yield.
+fn wait_until(spin_only: bool, mut ready: impl FnMut() -> bool) {
+    let mut spins: u32 = 0;
+    while !ready() {
+        spins = spins.wrapping_add(1);
+        if spin_only || spins < 200 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+impl Peer {
+    fn start(&mut self) -> Result<(), String> {
+        self.stdin
+            .write_all(b"START\n")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("starting peer: {e}"))
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        let status = self.child.wait().map_err(|e| format!("waiting for peer: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("a benchmark peer failed ({status})"))
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // Only reached with the child still running on an error path: do not leave it spinning.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn spawn_peer(
+    run_dir: &Path,
+    node: u16,
+    role: &str,
+    samples: u64,
+    cpu: Option<usize>,
+    spin: bool,
+    answer_at: u64,
+) -> Result<Peer, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("bench-peer")
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(["--node", &node.to_string(), "--role", role, "--samples", &samples.to_string()])
+        .args(["--answer-at", &answer_at.to_string()]);
+    if let Some(cpu) = cpu {
+        cmd.args(["--cpu", &cpu.to_string()]);
+    }
+    if spin {
+        cmd.arg("--spin");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting a peer: {e}"))?;
+    let stdin = child.stdin.take().expect("piped");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).map_err(|e| format!("reading from a peer: {e}"))?;
+    if line.trim() != "READY" {
+        let _ = child.wait();
+        return Err(format!("peer {node} did not start (said {:?})", line.trim()));
+    }
+    Ok(Peer { child, stdin })
+}
+
+/// Node A: this process.
+struct Local {
+    fabric: ShmFabric,
+    region: ShmRegion,
+    ep: ShmEndpoint,
+}
+
+impl Local {
+    fn connect(&mut self, peer: u16) -> Result<ConnId, String> {
+        let conn = ConnId::new(NodeId(peer), CHANNEL);
+        self.fabric
+            .connect(conn, Access::ALL)
+            .map_err(|e| format!("connecting to peer {peer}: {e}"))?;
+        self.ep.attach(conn).map_err(|e| e.to_string())?;
+        Ok(conn)
+    }
+
+    fn complete(&mut self, count: usize) -> Result<Completion, String> {
+        let mut out = [Completion::EMPTY; 1];
+        let mut last = Completion::EMPTY;
+        for _ in 0..count {
+            while self.ep.poll(&mut out) == 0 {
+                std::hint::spin_loop();
+            }
+            if !out[0].status.is_success() {
+                return Err(format!("operation failed: {:?}", out[0].status));
+            }
+            last = out[0];
+        }
+        Ok(last)
+    }
+
+    /// One iteration of a pair figure on node A: send iteration `i` to B and wait for its answer.
+    fn pair_iteration(
+        &mut self,
+        figure: PairFigure,
+        map: &Mapping,
+        b: ConnId,
+        i: u64,
+        spin: bool,
+    ) -> Result<(), String> {
+        let at = figure.inbox();
+        match figure {
+            PairFigure::Bare => {
+                map.u64_at(at as usize).store(i, Ordering::Release);
+                wait_until(spin, || map.u64_at(at as usize + 128).load(Ordering::Acquire) == i);
+            }
+            PairFigure::Write => {
+                let p = payload(i);
+                self.ep
+                    .post(b, &WorkRequest::write(i, Source::Inline(&p), remote(at)))
+                    .map_err(|e| e.to_string())?;
+                self.complete(1)?;
+                wait_until(spin, || self.word(at) == i);
+            }
+            PairFigure::Read => {
+                self.region.store_u64(at as usize, i).map_err(|e| e.to_string())?;
+                let scratch = mu_fabric::LocalSlice { region: REGION, offset: SCRATCH, len: 8 };
+                loop {
+                    self.ep
+                        .post(b, &WorkRequest::read(i, scratch, remote(at)))
+                        .map_err(|e| e.to_string())?;
+                    self.complete(1)?;
+                    if self.word(SCRATCH) == i {
+                        break;
+                    }
+                }
+            }
+            PairFigure::Cas => {
+                self.ep
+                    .post(b, &WorkRequest::compare_swap(i, remote(at), i - 1, i))
+                    .map_err(|e| e.to_string())?;
+                let c = self.complete(1)?;
+                if c.value != i - 1 {
+                    return Err(format!(
+                        "compare-and-swap saw {} where {} was expected",
+                        c.value,
+                        i - 1
+                    ));
+                }
+                wait_until(spin, || self.word(at) == i);
+            }
+        }
+        Ok(())
+    }
+
+    fn word(&self, offset: u64) -> u64 {
+        self.region.load_u64(offset as usize).expect("in bounds")
+    }
+}
+
+fn payload(i: u64) -> [u8; PAYLOAD_BYTES] {
+    let mut p = [0u8; PAYLOAD_BYTES];
+    p[..8].copy_from_slice(&i.to_le_bytes());
+    p
+}
+
+fn remote(offset: u64) -> RemoteAddr {
+    RemoteAddr { region: REGION, offset }
+}
+
+/// Runs `samples` timed iterations of `iteration` (after a warm-up), with progress on stderr.
+fn measure(
+    name: &str,
+    samples: u64,
+    mut iteration: impl FnMut(u64) -> Result<(), String>,
+) -> Result<Summary, String> {
+    let mut h = histogram();
+    let total = WARMUP_ITERATIONS + samples;
+    let step = (total / 10).max(1);
+    eprint!("  {name:<14} ");
+    for i in 1..=total {
+        let start = Instant::now();
+        iteration(i)?;
+        let ns = start.elapsed().as_nanos() as u64;
+        if i > WARMUP_ITERATIONS {
+            h.record(ns.max(1)).expect("within bounds");
+        }
+        if i % step == 0 {
+            eprint!(".");
+        }
+    }
+    let s = Summary::of(&h);
+    eprintln!(" p50 {} ns", s.p50);
+    Ok(s)
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.samples == 0 || args.perm_samples == 0 {
+        return Err("--samples and --perm-samples must be at least 1".into());
+    }
+    let (run_dir, remove_after) = match &args.run_dir {
+        Some(d) => (d.clone(), false),
+        None => {
+            let base = if Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            (base.join(format!("mu-bench-fabric-{}", std::process::id())), true)
+        }
+    };
+    let result = run_in(&args, &run_dir);
+    if remove_after {
+        let _ = std::fs::remove_dir_all(&run_dir);
+    }
+    result
+}
+
+fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
+    let placement = Placement { cpus: pin::allowed_cpus() };
+    if let Some(cpu) = placement.cpu(0) {
+        pin::pin_to(cpu)?;
+    }
+    let pair_spin = placement.dedicated(2);
+    let trio_spin = placement.dedicated(3);
+    eprintln!(
+        "mu bench fabric: shm, {} samples per figure, {} CPUs allowed; pairs {}, trios {}",
+        args.samples,
+        placement.cpus.len(),
+        if pair_spin { "pinned and spinning" } else { "sharing CPUs (spin, then yield)" },
+        if trio_spin { "pinned and spinning" } else { "sharing CPUs (spin, then yield)" },
+    );
+
+    let fabric = ShmFabric::create(ShmConfig::new(run_dir, CLUSTER_ID, NodeId(0)))
+        .map_err(|e| e.to_string())?;
+    let region =
+        fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
+    let ep = fabric.endpoint(64).map_err(|e| e.to_string())?;
+    let mut a = Local { fabric, region, ep };
+    let samples = args.samples;
+
+    // The pair figures, interleaved in chunks so that each samples the same conditions.
+    let [bare, write, read, cas] = {
+        let map =
+            Mapping::create(&run_dir.join("bare.mem"), REGION_BYTES).map_err(|e| e.to_string())?;
+        let mut peer = spawn_peer(run_dir, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
+        let b = a.connect(1)?;
+        peer.start()?;
+        let mut hs = [histogram(), histogram(), histogram(), histogram()];
+        let chunks = chunks_per_figure(samples);
+        eprint!("  {:<14} ", "pairs");
+        for chunk in 0..chunks * PAIR_FIGURES.len() as u64 {
+            let figure = PAIR_FIGURES[(chunk % PAIR_FIGURES.len() as u64) as usize];
+            let first = chunk / PAIR_FIGURES.len() as u64 * CHUNK + 1;
+            let recorded = chunk >= PAIR_FIGURES.len() as u64; // the first round warms up
+            for i in first..first + CHUNK {
+                let start = Instant::now();
+                a.pair_iteration(figure, &map, b, i, pair_spin)?;
+                if recorded {
+                    hs[figure as usize]
+                        .record((start.elapsed().as_nanos() as u64).max(1))
+                        .expect("within bounds");
+                }
+            }
+            if chunk % (chunks * PAIR_FIGURES.len() as u64 / 10).max(1) == 0 {
+                eprint!(".");
+            }
+        }
+        eprintln!(" done");
+        peer.finish()?;
+        hs.map(|h| Summary::of(&h))
+    };
+
+    let write2 = {
+        for at in [ANSWER_B, ANSWER_C] {
+            a.region.store_u64(at as usize, 0).map_err(|e| e.to_string())?;
+        }
+        let mut pb = spawn_peer(
+            run_dir,
+            1,
+            "write",
+            samples + WARMUP_ITERATIONS,
+            placement.cpu(1),
+            trio_spin,
+            ANSWER_B,
+        )?;
+        let mut pc = spawn_peer(
+            run_dir,
+            2,
+            "write",
+            samples + WARMUP_ITERATIONS,
+            placement.cpu(2),
+            trio_spin,
+            ANSWER_C,
+        )?;
+        let b = a.connect(1)?;
+        let c = a.connect(2)?;
+        pb.start()?;
+        pc.start()?;
+        let s = measure("write2_rtt", samples, |i| {
+            let p = payload(i);
+            a.ep.post(b, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
+                .map_err(|e| e.to_string())?;
+            a.ep.post(c, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
+                .map_err(|e| e.to_string())?;
+            a.complete(2)?;
+            wait_until(trio_spin, || a.word(ANSWER_B) == i && a.word(ANSWER_C) == i);
+            Ok(())
+        })?;
+        pb.finish()?;
+        pc.finish()?;
+        s
+    };
+
+    // Permission changes on A's side of a connection to an idle peer: revoke write, grant it back.
+    let (perm_fast, perm_slow) = {
+        let mut peer = spawn_peer(run_dir, 1, "idle", 0, placement.cpu(1), false, 0)?;
+        let b = a.connect(1)?;
+        let mut fast = histogram();
+        let mut slow = histogram();
+        eprint!("  {:<14} ", "perm_fast/slow");
+        for _ in 0..args.perm_samples {
+            let t = Instant::now();
+            a.fabric.set_access_fast(b, Access::READ).map_err(|e| e.to_string())?;
+            fast.record((t.elapsed().as_nanos() as u64).max(1)).expect("in bounds");
+            a.fabric.set_access_fast(b, Access::ALL).map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            a.fabric.set_access_slow(b, Access::READ).map_err(|e| e.to_string())?;
+            slow.record((t.elapsed().as_nanos() as u64).max(1)).expect("in bounds");
+            a.fabric.set_access_slow(b, Access::ALL).map_err(|e| e.to_string())?;
+        }
+        eprintln!("done");
+        peer.start()?;
+        peer.finish()?;
+        (Summary::of(&fast), Summary::of(&slow))
+    };
+
+    let ratio = write.p50 as f64 / bare.p50.max(1) as f64;
+    if args.json {
+        let out = json!({
+            "backend": "shm",
+            "cpus_allowed": placement.cpus.len(),
+            "pairs_pinned": pair_spin,
+            "trios_pinned": trio_spin,
+            "payload_bytes": PAYLOAD_BYTES,
+            "bare_pingpong_ns": bare.json(),
+            "write_rtt_ns": write.json(),
+            "read_rtt_ns": read.json(),
+            "cas_rtt_ns": cas.json(),
+            "write2_rtt_ns": write2.json(),
+            "perm_fast_ns": perm_fast.json(),
+            "perm_slow_ns": perm_slow.json(),
+            "write_over_bare_p50": (ratio * 1000.0).round() / 1000.0,
+        });
+        println!("{out}");
+    } else {
+        println!("shm fabric, {PAYLOAD_BYTES}-byte payloads, ping-pong round trips (ns)");
+        println!("{:<16} {:>9} {:>9} {:>9} {:>10}", "figure", "p50", "p99", "p99.9", "samples");
+        for (name, s) in [
+            ("bare_pingpong", &bare),
+            ("write_rtt", &write),
+            ("read_rtt", &read),
+            ("cas_rtt", &cas),
+            ("write2_rtt", &write2),
+            ("perm_fast", &perm_fast),
+            ("perm_slow", &perm_slow),
+        ] {
+            println!("{name:<16} {:>9} {:>9} {:>9} {:>10}", s.p50, s.p99, s.p999, s.samples);
+        }
+        println!("write_rtt p50 / bare_pingpong p50 = {ratio:.2} (target: at most 1.5)");
+    }
+    Ok(())
+}
+
+/// A benchmark peer: node `--node`, answering node 0.
+pub fn peer(args: PeerArgs) -> Result<(), String> {
+    if let Some(cpu) = args.cpu {
+        pin::pin_to(cpu)?;
+    }
+    let spin = args.spin;
+    let n = args.samples;
+    let fabric = ShmFabric::create(ShmConfig::new(&args.run_dir, CLUSTER_ID, NodeId(args.node)))
+        .map_err(|e| e.to_string())?;
+    let region =
+        fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
+    let a = ConnId::new(NodeId(0), CHANNEL);
+    fabric.connect(a, Access::ALL).map_err(|e| e.to_string())?;
+    let mut ep = fabric.endpoint(64).map_err(|e| e.to_string())?;
+    ep.attach(a).map_err(|e| e.to_string())?;
+    println!("READY");
+    wait_start()?;
+    let word = |offset: u64| region.load_u64(offset as usize).expect("in bounds");
+    match args.role.as_str() {
+        "idle" => {}
+        "pairs" => {
+            let map = Mapping::open(&args.run_dir.join("bare.mem"), REGION_BYTES)
+                .map_err(|e| e.to_string())?;
+            let chunks = chunks_per_figure(n);
+            for chunk in 0..chunks * PAIR_FIGURES.len() as u64 {
+                let figure = PAIR_FIGURES[(chunk % PAIR_FIGURES.len() as u64) as usize];
+                let first = chunk / PAIR_FIGURES.len() as u64 * CHUNK + 1;
+                for i in first..first + CHUNK {
+                    peer_pair_iteration(figure, &map, &region, &mut ep, a, i, spin)?;
+                }
+            }
+        }
+        "write" => {
+            for i in 1..=n {
+                wait_until(spin, || word(INBOX) == i);
+                let p = payload(i);
+                ep.post(a, &WorkRequest::write(i, Source::Inline(&p), remote(args.answer_at)))
+                    .map_err(|e| e.to_string())?;
+                complete(&mut ep)?;
+            }
+        }
+        other => return Err(format!("unknown peer role {other:?}")),
+    }
+    // Stay alive until A's last operation on our memory has completed.
+    std::thread::sleep(Duration::from_millis(20));
+    Ok(())
+}
+
+fn wait_start() -> Result<(), String> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| format!("waiting for START: {e}"))?;
+    if line.trim() == "START" {
+        Ok(())
+    } else {
+        Err("the benchmark went away before starting".into())
+    }
+}
