@@ -1,0 +1,53 @@
+//! `mu bench fabric`: the JSON object has every figure the docs promise, and bad input is a clear
+//! error with a non-zero exit.
+
+use std::process::Command;
+
+fn mu() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mu"))
+}
+
+#[test]
+fn json_has_every_figure() {
+    let out = mu()
+        .args(["bench", "fabric", "--samples", "3000", "--perm-samples", "200", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    for key in ["write_rtt_ns", "read_rtt_ns", "cas_rtt_ns", "write2_rtt_ns", "bare_pingpong_ns"] {
+        for q in ["p50", "p99", "p999"] {
+            let x = v[key][q].as_u64().unwrap_or_else(|| panic!("{key}.{q} missing in {v}"));
+            assert!(x > 0, "{key}.{q} = 0");
+        }
+        assert!(v[key]["samples"].as_u64().unwrap() >= 3000, "{key}: too few samples");
+    }
+    for key in ["perm_fast_ns", "perm_slow_ns"] {
+        assert!(v[key]["p50"].as_u64().unwrap() > 0, "{key}.p50 missing in {v}");
+    }
+    assert!(v["write_over_bare_p50"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn zero_samples_is_a_clear_error() {
+    let out = mu().args(["bench", "fabric", "--samples", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--samples"), "{err}");
+}
+
+#[test]
+fn run_directory_of_another_cluster_is_refused() {
+    let dir = std::env::temp_dir().join(format!("mu-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dir.join("cluster"), "mu-shm cluster 0x1 layout 1\n").unwrap();
+    let out =
+        mu().args(["bench", "fabric", "--samples", "10", "--run-dir"]).arg(&dir).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another cluster"), "{err}");
+}

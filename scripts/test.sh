@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every gate: formatting, lints, all tests (conformance suite on shm and sim, the guard model,
+# unit tests), and a smoke run of the fabric benchmark. Works on a fresh machine: it installs what
+# it needs and says what it does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain"
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo is not installed: install Rust (https://rustup.rs) and run again" >&2
+  exit 1
+fi
+cargo --version
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+step "format"
+cargo fmt --all -- --check
+
+step "lints"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "tests"
+cargo test --workspace
+
+step "benchmark smoke run: mu bench fabric (small sample count; nothing asserted about speed)"
+cargo build --release --quiet --bin mu
+out=$(./target/release/mu bench fabric --samples 20000 --perm-samples 2000 --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+for key in ["write_rtt_ns", "read_rtt_ns", "cas_rtt_ns", "write2_rtt_ns", "bare_pingpong_ns"]:
+    for q in ["p50", "p99", "p999"]:
+        assert d[key][q] > 0, (key, q)
+for key in ["perm_fast_ns", "perm_slow_ns"]:
+    assert d[key]["p50"] > 0, key
+print("bench fabric JSON has every figure")
+PY
+
+step "all gates passed"
