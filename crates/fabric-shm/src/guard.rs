@@ -8,8 +8,11 @@
 //!
 //! * `acl` — written only by the slot's owner (the target): the state of its side of the
 //!   connection, the access flags it grants the peer, and the peer incarnation it is bound to;
-//! * `inflight` — written only by the peer (the writer): a sequence number that is odd while the
-//!   peer has an operation in flight into this node.
+//! * `inflight` — written only by the peer (the writer): its incarnation (high 32 bits) and a
+//!   sequence number (low 32 bits) that is odd while it has an operation in flight into this node.
+//!   The incarnation tells the revoker *whose* operation it waits for: a writer that died in flight
+//!   leaves an odd word behind, and the revoker must neither wait for the dead nor fence the
+//!   node's next, innocent incarnation because of it.
 //!
 //! Writer, for each operation: store `inflight = odd`; SeqCst fence; load `acl`; if allowed, copy;
 //! store `inflight = even` (release). Revoker: store the new `acl`; SeqCst fence; load `inflight`;
@@ -25,6 +28,8 @@
 //!
 //! Only one thread ever writes a given `inflight` word: the connection is attached to one endpoint,
 //! driven by one thread, and a node refuses to start while an earlier incarnation of it is alive.
+//! `acl` is written by the owner's control plane and, to move the side to `Error` after a failed
+//! operation, by the owner's own data-path thread, always by compare-and-swap from a value it saw.
 //!
 //! The protocol is written against [`MemoryModel`] so that `tests/guard_model.rs` runs this very
 //! code under the shuttle model checker.
@@ -140,54 +145,49 @@ impl<M: MemoryModel> Slot<M> {
     }
 
     /// Publishes a new `acl` and, if the peer was in flight when it did, returns the in-flight
-    /// sequence number to wait on with [`Slot::still_in_flight`]. Once this returns `None`, or the
-    /// sequence has moved on, no operation that the new `acl` forbids can land.
+    /// word to wait on with [`Slot::still_in_flight`] ([`in_flight_incarnation`] says whose it
+    /// is). Once this returns `None`, or the word has moved on, or its incarnation is dead, no
+    /// operation that the new `acl` forbids can land.
     pub fn publish(&self, acl: Acl) -> Option<u64> {
         self.acl.store(acl.pack(), Ordering::SeqCst);
         M::fence_seq_cst();
-        let seq = self.inflight.load(Ordering::Acquire);
-        (seq % 2 == 1).then_some(seq)
+        let word = self.inflight.load(Ordering::Acquire);
+        (word % 2 == 1).then_some(word)
     }
 
-    /// Whether the operation seen in flight as `seq` is still in flight.
-    pub fn still_in_flight(&self, seq: u64) -> bool {
-        self.inflight.load(Ordering::Acquire) == seq
+    /// Whether the operation seen in flight as `word` is still in flight.
+    pub fn still_in_flight(&self, word: u64) -> bool {
+        self.inflight.load(Ordering::Acquire) == word
     }
 
-    /// The peer's in-flight sequence number (odd while it has an operation in flight here).
+    /// The peer's in-flight word (odd while it has an operation in flight here).
     pub fn inflight_seq(&self) -> u64 {
         self.inflight.load(Ordering::Acquire)
     }
 
-    /// Moves the side to `Error` unless its state changed in the meantime (the writer's own side
-    /// uses this after a failed operation; the owner uses it when a fast change fails).
-    pub fn move_to_error(&self) {
-        let mut word = self.acl.load(Ordering::Acquire);
-        loop {
-            let acl = Acl::unpack(word);
-            let error = Acl { state: QpState::Error, ..acl };
-            match self.acl.compare_exchange(word, error.pack()) {
-                Ok(_) => return,
-                Err(now) => word = now,
-            }
-        }
+    /// Moves the side to `Error` if its `acl` is still `seen`; returns whether it did. A failed
+    /// operation on an old connection must not break a connection the owner has re-established
+    /// (or changed) since. Not a barrier: it does not wait for an in-flight peer.
+    pub fn move_to_error(&self, seen: Acl) -> bool {
+        let error = Acl { state: QpState::Error, ..seen };
+        self.acl.compare_exchange(seen.pack(), error.pack()).is_ok()
     }
 
     // ---- peer (writer) side -------------------------------------------------------------------
 
-    /// The first even sequence number a newly attached writer may use: above anything an earlier
-    /// (dead) incarnation left, so the parity stays meaningful.
+    /// The first sequence number a newly attached writer uses: even, so the parity stays
+    /// meaningful whatever an earlier (dead) writer left behind.
     pub fn writer_start_seq(&self) -> u64 {
-        let seq = self.inflight.load(Ordering::Acquire);
-        seq + 2 - seq % 2
+        let low = self.inflight.load(Ordering::Acquire) as u32;
+        u64::from(low.wrapping_add(low % 2))
     }
 
     /// Enters the slot for an operation needing `needed`, as the writer incarnation
     /// `incarnation`. `seq` is the writer's own even sequence number. On success the caller
     /// copies, then calls [`Slot::exit`]; on refusal nothing is in flight any more.
     pub fn enter(&self, seq: &mut u64, incarnation: u32, needed: Access) -> Result<(), Refusal> {
-        debug_assert!(*seq % 2 == 0);
-        self.inflight.store(*seq + 1, Ordering::Relaxed);
+        assert!(*seq % 2 == 0, "a writer enters only between operations");
+        self.inflight.store(in_flight_word(incarnation, *seq + 1), Ordering::Relaxed);
         M::fence_seq_cst();
         let acl = Acl::unpack(self.acl.load(Ordering::Relaxed));
         let refusal = if acl.peer_incarnation != incarnation {
@@ -200,17 +200,28 @@ impl<M: MemoryModel> Slot<M> {
         match refusal {
             None => Ok(()),
             Some(r) => {
-                self.exit(seq);
+                self.exit(seq, incarnation);
                 Err(r)
             }
         }
     }
 
     /// Leaves the slot after the copy: the copy's stores are ordered before this release store.
-    pub fn exit(&self, seq: &mut u64) {
+    pub fn exit(&self, seq: &mut u64, incarnation: u32) {
         *seq += 2;
-        self.inflight.store(*seq, Ordering::Release);
+        self.inflight.store(in_flight_word(incarnation, *seq), Ordering::Release);
     }
+}
+
+/// The `inflight` word for a writer incarnation and sequence number (its low 32 bits: wrapping
+/// keeps the parity).
+fn in_flight_word(incarnation: u32, seq: u64) -> u64 {
+    (u64::from(incarnation) << 32) | (seq & 0xffff_ffff)
+}
+
+/// The writer incarnation an `inflight` word belongs to.
+pub fn in_flight_incarnation(word: u64) -> u32 {
+    (word >> 32) as u32
 }
 
 #[cfg(test)]
@@ -248,20 +259,37 @@ mod tests {
         // While the writer is in flight, a revoke sees it and must wait.
         let seen = s.publish(Acl { access: Access::READ, ..s.acl() }).expect("in flight");
         assert!(s.still_in_flight(seen));
-        s.exit(&mut seq);
+        assert_eq!(in_flight_incarnation(seen), 7);
+        s.exit(&mut seq, 7);
         assert!(!s.still_in_flight(seen));
         assert_eq!(s.publish(s.acl()), None);
     }
 
     #[test]
-    fn a_new_writer_starts_above_a_dead_one() {
+    fn a_dead_writers_word_names_its_incarnation() {
         let s = slot();
         let mut dead = 4;
-        s.publish(Acl { peer_incarnation: 1, state: QpState::ReadyToSend, access: Access::ALL });
+        let bound = Acl { peer_incarnation: 1, state: QpState::ReadyToSend, access: Access::ALL };
+        s.publish(bound);
         s.enter(&mut dead, 1, Access::WRITE).unwrap(); // and never exits
-        assert_eq!(s.writer_start_seq(), 6);
-        s.move_to_error();
-        assert_eq!(s.acl().state, QpState::Error);
-        assert_eq!(s.acl().peer_incarnation, 1);
+        let left = s.publish(bound).expect("odd word left behind");
+        assert_eq!(in_flight_incarnation(left), 1, "the revoker can tell whose operation it is");
+        let mut seq = s.writer_start_seq();
+        assert_eq!(seq % 2, 0);
+        assert_eq!(s.enter(&mut seq, 2, Access::WRITE), Err(Refusal::WrongIncarnation));
+        assert_eq!(s.publish(bound), None, "the successor's refusal cleared the stale word");
+    }
+
+    #[test]
+    fn move_to_error_backs_off_when_the_acl_changed() {
+        let s = slot();
+        let old = Acl { peer_incarnation: 1, state: QpState::ReadyToSend, access: Access::ALL };
+        let new = Acl { peer_incarnation: 2, ..old };
+        s.publish(old);
+        s.publish(new);
+        assert!(!s.move_to_error(old), "a newer binding is left alone");
+        assert_eq!(s.acl(), new);
+        assert!(s.move_to_error(new));
+        assert_eq!(s.acl(), Acl { state: QpState::Error, ..new });
     }
 }

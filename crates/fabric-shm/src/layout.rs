@@ -215,29 +215,46 @@ fn check_identity(
 }
 
 /// Creates the run directory's cluster file, or checks that the directory belongs to `cluster_id`.
+///
+/// The file appears whole or not at all: it is written under a private temporary name and then
+/// hard-linked into place (which fails if another node got there first), so a node starting at
+/// the same moment never reads a half-written file.
 pub fn claim_cluster(dir: &Path, cluster_id: u64) -> Result<(), FabricError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = cluster_file(dir);
     let text = format!("mu-shm cluster {cluster_id:#x} layout {LAYOUT_VERSION}\n");
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-        Ok(mut f) => {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-                .map_err(|e| FabricError::io(format!("writing {}", path.display()), e))
+    if !path.exists() {
+        let tmp = dir.join(format!(
+            "cluster.new.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        let linked = written.and_then(|_| std::fs::hard_link(&tmp, &path));
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(FabricError::io(format!("creating {}", path.display()), e)),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let found = std::fs::read_to_string(&path)
-                .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
-            if found == text {
-                Ok(())
-            } else {
-                Err(FabricError::Incompatible(format!(
-                    "run directory {} belongs to another cluster or build: it says {:?}, this node is {:?}",
-                    dir.display(),
-                    found.trim_end(),
-                    text.trim_end()
-                )))
-            }
-        }
-        Err(e) => Err(FabricError::io(format!("creating {}", path.display()), e)),
+    }
+    let found = std::fs::read_to_string(&path)
+        .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
+    if found == text {
+        Ok(())
+    } else {
+        Err(FabricError::Incompatible(format!(
+            "run directory {} belongs to another cluster or build: it says {:?}, this node is {:?}",
+            dir.display(),
+            found.trim_end(),
+            text.trim_end()
+        )))
     }
 }

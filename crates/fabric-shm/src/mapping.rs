@@ -37,6 +37,20 @@ impl Mapping {
             .map_err(|e| FabricError::io(format!("creating {}", path.display()), e))?;
         file.set_len(len as u64)
             .map_err(|e| FabricError::io(format!("sizing {} to {len} bytes", path.display()), e))?;
+        // Reserve the memory now: on a full tmpfs this is a clear error here instead of a SIGBUS
+        // at the first touch of an unbacked page.
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: posix_fallocate on a descriptor we own; no memory is passed.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+            if rc != 0 {
+                let _ = std::fs::remove_file(path);
+                return Err(FabricError::io(
+                    format!("reserving {len} bytes for {}", path.display()),
+                    std::io::Error::from_raw_os_error(rc),
+                ));
+            }
+        }
         Mapping::map(&file, len, path, true)
     }
 

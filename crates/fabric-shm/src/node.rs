@@ -2,7 +2,7 @@
 //! ([`ShmEndpoint`]).
 
 use crate::fence::fence;
-use crate::guard::{Acl, Refusal, Slot};
+use crate::guard::{in_flight_incarnation, Acl, Refusal, Slot};
 use crate::layout::{
     self, CtlHeader, RegionHeader, CTL_BYTES, HEADER_BYTES, MAX_CHANNELS, MAX_NODES,
 };
@@ -24,6 +24,15 @@ use std::time::{Duration, Instant};
 pub const MAX_INLINE_BYTES: usize = 512;
 /// Largest region.
 pub const MAX_REGION_BYTES: usize = 1 << 40;
+/// Deepest completion queue (its ring is allocated up front, as a device's would be).
+pub const MAX_CQ_DEPTH: usize = 1 << 20;
+/// How long `create` waits for a node lock held by someone else before reporting the node as
+/// running: a child process forked by another thread holds a copy of the lock until it execs.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// The nodes running in this process, by (run directory, node id): a second start of one of them
+/// is refused at once, without waiting for the lock.
+static RUNNING_HERE: Mutex<Vec<(PathBuf, NodeId)>> = Mutex::new(Vec::new());
 
 /// How to start a node.
 #[derive(Clone, Debug)]
@@ -75,6 +84,9 @@ struct Node {
     /// Held for the node's life: a second process (or a second `create` in this one) for the same
     /// node id fails instead of running beside it.
     _lock: File,
+    /// Dropped after `_lock` (fields drop in declaration order), so that a restart in this
+    /// process finds the lock free once the registry says the node is gone.
+    _running_here: RunningHere,
 }
 
 /// A peer incarnation's control segment and the regions of it mapped so far.
@@ -112,6 +124,17 @@ impl ShmFabric {
         let dir = &config.run_dir;
         ensure_private_dir(dir)?;
         layout::claim_cluster(dir, config.cluster_id)?;
+        let key = (std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()), node);
+        {
+            let mut running = lock(&RUNNING_HERE);
+            if running.contains(&key) {
+                return Err(FabricError::Config(format!(
+                    "node {node} is already running in this run directory (in this process)"
+                )));
+            }
+            running.push(key.clone());
+        }
+        let registered = RunningHere(key);
         let lock_file = take_node_lock(&layout::lock_file(dir, node), node)?;
 
         // An earlier incarnation's files: it is dead (we hold the lock), so its successor takes the
@@ -152,6 +175,7 @@ impl ShmFabric {
                 peers: Mutex::new(HashMap::new()),
                 attached: Mutex::new(HashSet::new()),
                 _lock: lock_file,
+                _running_here: registered,
             }),
         })
     }
@@ -179,6 +203,15 @@ impl ShmFabric {
     }
 }
 
+/// A node's entry in [`RUNNING_HERE`], removed when the node is dropped.
+struct RunningHere((PathBuf, NodeId));
+
+impl Drop for RunningHere {
+    fn drop(&mut self) {
+        lock(&RUNNING_HERE).retain(|k| *k != self.0);
+    }
+}
+
 fn take_node_lock(path: &std::path::Path, node: NodeId) -> Result<File, FabricError> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
@@ -191,18 +224,25 @@ fn take_node_lock(path: &std::path::Path, node: NodeId) -> Result<File, FabricEr
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| FabricError::io(format!("opening {}", path.display()), e))?;
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(file);
+        }
         let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(FabricError::io(format!("locking {}", path.display()), err));
+        }
+        if Instant::now() >= deadline {
             return Err(FabricError::Config(format!(
-                "node {node} is already running in this run directory"
+                "node {node} is already running in this run directory (another process holds {})",
+                path.display()
             )));
         }
-        return Err(FabricError::io(format!("locking {}", path.display()), err));
+        std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(file)
 }
 
 /// Reads the last incarnation number from the (locked) lock file and stores the next one.
@@ -295,31 +335,35 @@ impl Node {
 
     /// Publishes `acl` on `conn`'s slot and, if that takes rights away, waits for the peer's
     /// in-flight operation; a peer still in flight after `fence_after_ms` is fenced for good.
+    ///
+    /// Only a writer of the incarnation bound in `before` can have been admitted (a writer checks
+    /// the binding after marking itself in flight), so that is the only one to wait for — and the
+    /// only process ever fenced. A word left odd by another incarnation belongs to a writer that
+    /// was refused, or died refused: it copies nothing. The owner changes one connection side
+    /// from one thread at a time.
     fn publish_barrier(&self, conn: ConnId, before: Acl, acl: Acl) -> Result<(), FabricError> {
         let slot = self.my_slot(conn)?;
-        let Some(seq) = slot.publish(acl) else { return Ok(()) };
-        let takes_away = acl.access.revokes_from(before.access) || !acl.state.accepts_remote();
-        if !takes_away && acl.peer_incarnation == before.peer_incarnation {
+        let Some(word) = slot.publish(acl) else { return Ok(()) };
+        let takes_away = acl.access.revokes_from(before.access)
+            || !acl.state.accepts_remote()
+            || acl.peer_incarnation != before.peer_incarnation;
+        let writer = in_flight_incarnation(word);
+        // `before.state` is no guide to what the writer was admitted under: after a fast change
+        // that gave up with `Busy`, the side is in error while the admitted copy goes on.
+        if !takes_away || writer != before.peer_incarnation {
             return Ok(());
         }
-        let deadline = Instant::now() + Duration::from_millis(self.config.fence_after_ms);
-        let still = mu_fabric::wait::Backoff::BACKGROUND
-            .wait_for(deadline.saturating_duration_since(Instant::now()), || {
-                (!slot.still_in_flight(seq)).then_some(())
-            })
-            .is_none();
-        if !still {
+        let peer = self.bound_peer(conn.peer, writer).ok_or_else(|| FabricError::FenceFailed {
+            node: conn.peer,
+            why: format!("incarnation {writer} is in flight but was never mapped here"),
+        })?;
+        let settled =
+            || (!slot.still_in_flight(word) || !liveness::is_alive(&peer.ctl)).then_some(());
+        let wait = Duration::from_millis(self.config.fence_after_ms);
+        if mu_fabric::wait::Backoff::BACKGROUND.wait_for(wait, settled).is_some() {
             return Ok(());
         }
         // The writer is stuck in flight: fence its process for good.
-        let peer = self.lookup_peer(conn.peer).or_else(|_| {
-            self.bound_peer(conn.peer, before.peer_incarnation).ok_or_else(|| {
-                FabricError::FenceFailed {
-                    node: conn.peer,
-                    why: "the peer is in flight but its process cannot be found".into(),
-                }
-            })
-        })?;
         fence(peer.pid, &peer.ctl, Duration::from_millis(self.config.fence_death_timeout_ms))
             .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })
     }
@@ -380,10 +424,10 @@ impl Fabric for ShmFabric {
     }
 
     fn endpoint(&self, depth: usize) -> Result<ShmEndpoint, FabricError> {
-        if depth == 0 {
-            return Err(FabricError::Config(
-                "a completion queue needs a depth of at least 1".into(),
-            ));
+        if depth == 0 || depth > MAX_CQ_DEPTH {
+            return Err(FabricError::Config(format!(
+                "a completion queue depth of {depth} is out of range: 1 to {MAX_CQ_DEPTH}"
+            )));
         }
         Ok(ShmEndpoint {
             fabric: self.clone(),
@@ -433,16 +477,19 @@ impl Fabric for ShmFabric {
             }
             .into());
         }
-        let Some(seq) = slot.publish(Acl { access, ..before }) else { return Ok(()) };
-        if !access.revokes_from(before.access) {
+        let published = Acl { access, ..before };
+        let Some(word) = slot.publish(published) else { return Ok(()) };
+        if !access.revokes_from(before.access)
+            || in_flight_incarnation(word) != before.peer_incarnation
+        {
             return Ok(());
         }
         let deadline = Instant::now() + Duration::from_nanos(self.node.config.fast_wait_ns);
-        while slot.still_in_flight(seq) {
+        while slot.still_in_flight(word) {
             if Instant::now() >= deadline {
-                // As on RDMA, a flag change under load breaks the connection; the slow path
-                // (which can fence) finishes the job.
-                slot.move_to_error();
+                // As on RDMA, a flag change under load breaks the connection. The revocation is
+                // not a barrier yet: the slow path (which can fence) finishes the job.
+                slot.move_to_error(published);
                 return Err(PermError::Busy(conn));
             }
             std::hint::spin_loop();
@@ -730,7 +777,7 @@ fn execute(
             };
         }
     }
-    slot.exit(&mut ac.seq);
+    slot.exit(&mut ac.seq, node.incarnation);
 
     // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
     // no longer exists.
@@ -780,7 +827,7 @@ impl Endpoint for ShmEndpoint {
             state => return Err(PostError::NotReadyToSend { conn, state }),
         };
         if done.status != Status::Success && done.status != Status::Flushed {
-            my_slot.move_to_error();
+            my_slot.move_to_error(acl);
         }
         if wr.signaled || done.status != Status::Success {
             self.cq.push_back(Completion {
