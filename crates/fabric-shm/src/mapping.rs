@@ -140,14 +140,16 @@ impl Mapping {
     }
 
     /// Copies `data` into the mapping at `offset`.
+    ///
+    /// Other processes may read or write these bytes at the same time. That race is the fabric's
+    /// semantics (a one-sided write races with the target's reads, as on RDMA), and protocols
+    /// guard against torn reads with canaries or checksums. The memory is outside any Rust
+    /// allocation and only ever reached through raw pointers, so the race cannot break what the
+    /// compiler assumes about Rust objects.
     pub fn copy_in(&self, offset: usize, data: &[u8]) {
         assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len));
-        // SAFETY: in bounds (checked above). Other processes may read or write these bytes at the
-        // same time; that race is the fabric's semantics (a one-sided write races with the
-        // target's reads, as on RDMA), and protocols guard against torn reads with canaries or
-        // checksums. The memory is outside any Rust allocation, so the race cannot break
-        // assumptions the compiler made about Rust objects; `data` cannot overlap the mapping
-        // because it is borrowed immutably while the mapping is only written through raw pointers.
+        // SAFETY: in bounds (checked above); `data` is a Rust borrow, never a slice of a mapping
+        // (none is ever handed out), so the ranges cannot overlap. Races: see the doc comment.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
         }

@@ -740,6 +740,8 @@ fn execute(
     if !region.access.contains(needed) {
         return Executed::fail(Status::RemoteAccessDenied);
     }
+    // A dead peer's memory is left alone, as a dead host's would be; the check after the copy is
+    // the one that keeps a peer that dies meanwhile from acknowledging.
     let peer_ctl = &bound.peer.ctl;
     if !liveness::is_alive(peer_ctl) {
         return Executed::fail(Status::PeerUnreachable);
