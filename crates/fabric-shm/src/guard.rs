@@ -161,6 +161,16 @@ impl<M: MemoryModel> Slot<M> {
         (word % 2 == 1).then_some(word)
     }
 
+    /// Like [`Slot::publish`], but only if the `acl` is still `before`; otherwise returns the
+    /// `acl` found. The owner's data path may move the side to `Error` at any moment, and a control
+    /// change decided from a stale `acl` must not silently undo that, nor base its barrier on it.
+    pub fn replace(&self, before: Acl, acl: Acl) -> Result<Option<u64>, Acl> {
+        self.acl.compare_exchange(before.pack(), acl.pack()).map_err(Acl::unpack)?;
+        M::fence_seq_cst();
+        let word = self.inflight.load(Ordering::Acquire);
+        Ok((word % 2 == 1).then_some(word))
+    }
+
     /// Whether the operation seen in flight as `word` is still in flight.
     pub fn still_in_flight(&self, word: u64) -> bool {
         self.inflight.load(Ordering::Acquire) == word
@@ -283,6 +293,19 @@ mod tests {
         assert_eq!(seq % 2, 0);
         assert_eq!(s.enter(&mut seq, 2, Access::WRITE), Err(Refusal::WrongIncarnation));
         assert_eq!(s.publish(bound), None, "the successor's refusal cleared the stale word");
+    }
+
+    #[test]
+    fn replace_changes_only_what_it_saw() {
+        let s = slot();
+        let seen = Acl { peer_incarnation: 1, state: QpState::ReadyToSend, access: Access::ALL };
+        s.publish(seen);
+        assert!(s.move_to_error(seen), "the data path breaks the side");
+        let read_only = Acl { access: Access::READ, ..seen };
+        let found = s.replace(seen, read_only).expect_err("a stale change must not land");
+        assert_eq!(found.state, QpState::Error);
+        assert_eq!(s.replace(found, Acl { access: Access::READ, ..found }), Ok(None));
+        assert_eq!(s.acl().state, QpState::Error, "the error stays");
     }
 
     #[test]

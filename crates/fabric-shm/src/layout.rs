@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! <run dir>/cluster               text: "mu-shm cluster <id> layout <version>"
-//! <run dir>/n<node>.lock          flock held by the live incarnation (one process per node)
+//! <run dir>/n<node>.lock          flock held by the live incarnation (one process per node);
+//!                                 holds the last incarnation number
 //! <run dir>/n<node>.ctl           the node's control segment (replaced on restart)
 //! <run dir>/n<node>.i<inc>.r<id>  region <id> of incarnation <inc>
 //! ```
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 /// Bumped whenever any layout below changes.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Largest node id + 1.
 pub const MAX_NODES: usize = 64;
 /// Connections per pair of nodes.
@@ -40,6 +41,7 @@ const H_NODE: usize = 12;
 const H_CLUSTER: usize = 16;
 const H_INCARNATION: usize = 24;
 const H_PID: usize = 28;
+const H_PID_NAMESPACE: usize = 32;
 /// Where the liveness mutex (a pthread robust mutex) lives; its first word is the lock word.
 pub const H_LIVENESS: usize = 64;
 pub const LIVENESS_BYTES: usize = 64;
@@ -80,6 +82,8 @@ pub struct CtlHeader {
     pub cluster_id: u64,
     pub incarnation: u32,
     pub pid: u32,
+    /// The inode of the pid namespace `pid` belongs to.
+    pub pid_namespace: u64,
 }
 
 pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
@@ -88,6 +92,7 @@ pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
     map.u64_at(H_CLUSTER).store(h.cluster_id, Ordering::Relaxed);
     map.u32_at(H_INCARNATION).store(h.incarnation, Ordering::Relaxed);
     map.u32_at(H_PID).store(h.pid, Ordering::Relaxed);
+    map.u64_at(H_PID_NAMESPACE).store(h.pid_namespace, Ordering::Relaxed);
     // The magic goes last: a reader that sees it sees the rest.
     map.u64_at(H_MAGIC).store(CTL_MAGIC, Ordering::Release);
 }
@@ -105,9 +110,22 @@ pub fn read_ctl_header(
         cluster_id: map.u64_at(H_CLUSTER).load(Ordering::Relaxed),
         incarnation: map.u32_at(H_INCARNATION).load(Ordering::Relaxed),
         pid: map.u32_at(H_PID).load(Ordering::Relaxed),
+        pid_namespace: map.u64_at(H_PID_NAMESPACE).load(Ordering::Relaxed),
     };
     check_identity(path, h.cluster_id, cluster_id, h.node, node)?;
     Ok(h)
+}
+
+/// Opens node `node`'s current control segment in `dir` and checks its header.
+pub fn open_ctl(
+    dir: &Path,
+    node: NodeId,
+    cluster_id: u64,
+) -> Result<(Mapping, CtlHeader), FabricError> {
+    let path = ctl_file(dir, node);
+    let map = Mapping::open(&path, CTL_BYTES)?;
+    let header = read_ctl_header(&map, &path, node, cluster_id)?;
+    Ok((map, header))
 }
 
 /// The identity written in a region header.

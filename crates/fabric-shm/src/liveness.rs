@@ -22,8 +22,15 @@ const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 /// Whether the node whose control segment is `ctl` is alive.
 pub fn is_alive(ctl: &Mapping) -> bool {
+    owner_tid(ctl).is_some()
+}
+
+/// The id of the thread that holds the liveness lock of the node whose control segment is `ctl`,
+/// if it is held.
+pub fn owner_tid(ctl: &Mapping) -> Option<u32> {
     let word = ctl.u32_at(H_LIVENESS).load(Ordering::Acquire);
-    word & FUTEX_OWNER_DIED == 0 && word & FUTEX_TID_MASK != 0
+    let tid = word & FUTEX_TID_MASK;
+    (word & FUTEX_OWNER_DIED == 0 && tid != 0).then_some(tid)
 }
 
 /// The thread that holds a node's liveness mutex. Dropping the holder ends the thread without

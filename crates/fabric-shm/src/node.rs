@@ -1,7 +1,7 @@
 //! The node: control plane ([`ShmFabric`]), regions ([`ShmRegion`]) and the data path
 //! ([`ShmEndpoint`]).
 
-use crate::fence::fence;
+use crate::fence::{own_pid_namespace, PeerProcess};
 use crate::guard::{in_flight_incarnation, Acl, Refusal, Slot};
 use crate::layout::{
     self, CtlHeader, RegionHeader, CTL_BYTES, HEADER_BYTES, MAX_CHANNELS, MAX_NODES,
@@ -81,6 +81,10 @@ struct Node {
     regions: Mutex<HashMap<RegionId, ShmRegion>>,
     peers: Mutex<HashMap<(NodeId, u32), Arc<Peer>>>,
     attached: Mutex<HashSet<ConnId>>,
+    /// Serializes control-plane changes (and their barriers) to this node's connection sides: a
+    /// change decides whether to wait from the `acl` it replaces, so two at once could each see
+    /// the other's state and neither wait for a writer admitted in between.
+    control: Mutex<()>,
     /// Held for the node's life: a second process (or a second `create` in this one) for the same
     /// node id fails instead of running beside it.
     _lock: File,
@@ -93,9 +97,16 @@ struct Node {
 struct Peer {
     node: NodeId,
     incarnation: u32,
-    pid: u32,
+    process: PeerProcess,
     ctl: Mapping,
     regions: Mutex<HashMap<RegionId, Arc<RemoteRegion>>>,
+}
+
+impl Peer {
+    /// Whether every thread of the peer's process is gone (so nothing of it still copies).
+    fn process_exited(&self) -> bool {
+        self.process.exited() == Some(true)
+    }
 }
 
 struct RemoteRegion {
@@ -140,10 +151,8 @@ impl ShmFabric {
         // An earlier incarnation's files: it is dead (we hold the lock), so its successor takes the
         // next incarnation number and its regions can go.
         let ctl_path = layout::ctl_file(dir, node);
-        let previous = Mapping::open(&ctl_path, CTL_BYTES)
-            .and_then(|m| layout::read_ctl_header(&m, &ctl_path, node, config.cluster_id))
-            .map(|h| h.incarnation)
-            .unwrap_or(0);
+        let previous =
+            layout::open_ctl(dir, node, config.cluster_id).map_or(0, |(_, h)| h.incarnation);
         // The lock file keeps the last incarnation number: a node that shut down cleanly removed
         // its control file, and its successor must still not reuse its number, or peers would
         // take the new node for the dead one they have cached.
@@ -160,6 +169,7 @@ impl ShmFabric {
                 cluster_id: config.cluster_id,
                 incarnation,
                 pid: std::process::id(),
+                pid_namespace: own_pid_namespace(),
             },
         );
         let holder = Holder::start(ctl.clone())?;
@@ -174,6 +184,7 @@ impl ShmFabric {
                 regions: Mutex::new(HashMap::new()),
                 peers: Mutex::new(HashMap::new()),
                 attached: Mutex::new(HashSet::new()),
+                control: Mutex::new(()),
                 _lock: lock_file,
                 _running_here: registered,
             }),
@@ -296,20 +307,21 @@ impl Node {
         Ok(self.ctl.atomics_at::<Slot>(layout::slot_offset(conn.peer, conn.channel)))
     }
 
-    /// Opens the peer's current control segment and checks that it is ours to talk to and alive.
+    /// Opens the peer's current control segment, checks that it is ours to talk to and alive, and
+    /// pins its process. Incarnations of the peer that no side of ours is bound to any more are
+    /// forgotten, so that their memory goes back to the system once no endpoint uses it.
     fn lookup_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
-        let path = layout::ctl_file(&self.config.run_dir, peer);
-        let ctl = match Mapping::open(&path, CTL_BYTES) {
-            Ok(m) => m,
-            Err(FabricError::Io { .. }) => {
-                return Err(FabricError::PeerUnreachable(
-                    peer,
-                    format!("no node {peer} in {}", self.config.run_dir.display()),
-                ))
-            }
-            Err(e) => return Err(e),
-        };
-        let header = layout::read_ctl_header(&ctl, &path, peer, self.config.cluster_id)?;
+        let (ctl, header) =
+            match layout::open_ctl(&self.config.run_dir, peer, self.config.cluster_id) {
+                Ok(found) => found,
+                Err(FabricError::Io { .. }) => {
+                    return Err(FabricError::PeerUnreachable(
+                        peer,
+                        format!("no node {peer} in {}", self.config.run_dir.display()),
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
         if !liveness::is_alive(&ctl) {
             return Err(FabricError::PeerUnreachable(
                 peer,
@@ -317,11 +329,20 @@ impl Node {
             ));
         }
         let mut peers = lock(&self.peers);
+        let bound: Vec<u32> = (0..MAX_CHANNELS as u8)
+            .map(|channel| {
+                self.ctl
+                    .atomics_at::<Slot>(layout::slot_offset(peer, channel))
+                    .acl()
+                    .peer_incarnation
+            })
+            .collect();
+        peers.retain(|&(node, incarnation), _| node != peer || bound.contains(&incarnation));
         let entry = peers.entry((peer, header.incarnation)).or_insert_with(|| {
             Arc::new(Peer {
                 node: peer,
                 incarnation: header.incarnation,
-                pid: header.pid,
+                process: PeerProcess::pin(header.pid, header.pid_namespace, &ctl),
                 ctl,
                 regions: Mutex::new(HashMap::new()),
             })
@@ -333,23 +354,49 @@ impl Node {
         lock(&self.peers).get(&(peer, incarnation)).cloned()
     }
 
-    /// Publishes `acl` on `conn`'s slot and, if that takes rights away, waits for the peer's
-    /// in-flight operation; a peer still in flight after `fence_after_ms` is fenced for good.
+    /// Changes `conn`'s side from `before` to what `change` makes of it, as one atomic step against
+    /// the data path (which may move the side to error meanwhile: then `change` is asked again),
+    /// and makes the change a barrier: see [`Node::await_barrier`]. The caller holds `control`.
+    fn change_side(
+        &self,
+        conn: ConnId,
+        wait: BarrierWait,
+        change: impl Fn(Acl) -> Result<Acl, FabricError>,
+    ) -> Result<(), PermError> {
+        let slot = self.my_slot(conn)?;
+        let mut before = slot.acl();
+        loop {
+            let after = change(before)?;
+            match slot.replace(before, after) {
+                Ok(word) => return self.await_barrier(conn, slot, before, after, word, wait),
+                Err(now) => before = now,
+            }
+        }
+    }
+
+    /// After `before` was replaced by `after` on `conn`'s side, with `word` in flight (if any):
+    /// waits until no operation that `after` forbids can still land.
     ///
     /// Only a writer of the incarnation bound in `before` can have been admitted (a writer checks
     /// the binding after marking itself in flight), so that is the only one to wait for — and the
     /// only process ever fenced. A word left odd by another incarnation belongs to a writer that
-    /// was refused, or died refused: it copies nothing. The owner changes one connection side
-    /// from one thread at a time.
-    fn publish_barrier(&self, conn: ConnId, before: Acl, acl: Acl) -> Result<(), FabricError> {
-        let slot = self.my_slot(conn)?;
-        let Some(word) = slot.publish(acl) else { return Ok(()) };
-        let takes_away = acl.access.revokes_from(before.access)
-            || !acl.state.accepts_remote()
-            || acl.peer_incarnation != before.peer_incarnation;
+    /// was refused, or died refused: it copies nothing. `before.state` is no guide to what that
+    /// writer was admitted under: after a fast change that gave up with `Busy`, the side is in
+    /// error while the admitted copy goes on.
+    fn await_barrier(
+        &self,
+        conn: ConnId,
+        slot: &Slot,
+        before: Acl,
+        after: Acl,
+        word: Option<u64>,
+        wait: BarrierWait,
+    ) -> Result<(), PermError> {
+        let Some(word) = word else { return Ok(()) };
+        let takes_away = after.access.revokes_from(before.access)
+            || !after.state.accepts_remote()
+            || after.peer_incarnation != before.peer_incarnation;
         let writer = in_flight_incarnation(word);
-        // `before.state` is no guide to what the writer was admitted under: after a fast change
-        // that gave up with `Busy`, the side is in error while the admitted copy goes on.
         if !takes_away || writer != before.peer_incarnation {
             return Ok(());
         }
@@ -357,15 +404,54 @@ impl Node {
             node: conn.peer,
             why: format!("incarnation {writer} is in flight but was never mapped here"),
         })?;
-        let settled =
-            || (!slot.still_in_flight(word) || !liveness::is_alive(&peer.ctl)).then_some(());
-        let wait = Duration::from_millis(self.config.fence_after_ms);
-        if mu_fabric::wait::Backoff::BACKGROUND.wait_for(wait, settled).is_some() {
-            return Ok(());
+        let settled = || (!slot.still_in_flight(word) || peer.process_exited()).then_some(());
+        match wait {
+            BarrierWait::Fast => {
+                let deadline = Instant::now() + Duration::from_nanos(self.config.fast_wait_ns);
+                while settled().is_none() {
+                    if Instant::now() >= deadline {
+                        // As on RDMA, a flag change under load breaks the connection. The
+                        // revocation is not a barrier yet: the slow path (which can fence)
+                        // finishes the job.
+                        slot.move_to_error(after);
+                        return Err(PermError::Busy(conn));
+                    }
+                    std::hint::spin_loop();
+                }
+                Ok(())
+            }
+            BarrierWait::Slow => {
+                let patience = Duration::from_millis(self.config.fence_after_ms);
+                if mu_fabric::wait::Backoff::BACKGROUND.wait_for(patience, settled).is_some() {
+                    return Ok(());
+                }
+                // The writer is stuck in flight: fence its process for good.
+                match peer.process.fence(Duration::from_millis(self.config.fence_death_timeout_ms))
+                {
+                    Ok(()) => Ok(()),
+                    // A peer we could not pin (another pid namespace) whose liveness lock has been
+                    // dead for the whole wait: its threads died with it long ago.
+                    Err(_) if !liveness::is_alive(&peer.ctl) => Ok(()),
+                    Err(why) => Err(FabricError::FenceFailed { node: conn.peer, why }.into()),
+                }
+            }
         }
-        // The writer is stuck in flight: fence its process for good.
-        fence(peer.pid, &peer.ctl, Duration::from_millis(self.config.fence_death_timeout_ms))
-            .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })
+    }
+}
+
+/// How a barrier waits for an in-flight writer.
+#[derive(Clone, Copy)]
+enum BarrierWait {
+    /// Spin up to `fast_wait_ns`, then give up with `Busy` and leave the side in error.
+    Fast,
+    /// Wait up to `fence_after_ms`, then fence the writer's process.
+    Slow,
+}
+
+fn fabric_error(e: PermError) -> FabricError {
+    match e {
+        PermError::Fabric(e) => e,
+        PermError::Busy(conn) => FabricError::FenceFailed { node: conn.peer, why: "busy".into() },
     }
 }
 
@@ -448,72 +534,72 @@ impl Fabric for ShmFabric {
     }
 
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
-        let slot = self.node.my_slot(conn)?;
-        let before = slot.acl();
-        if !before.state.can_move_to(to) {
-            return Err(FabricError::InvalidTransition { conn, from: before.state, to });
-        }
-        let after = match to {
-            QpState::Reset => Acl { state: QpState::Reset, access: Access::NONE, ..before },
-            QpState::Error => Acl { state: QpState::Error, ..before },
-            QpState::Init => Acl { state: QpState::Init, access, ..before },
-            QpState::ReadyToReceive => {
-                let peer = self.node.lookup_peer(conn.peer)?;
-                Acl { peer_incarnation: peer.incarnation, state: QpState::ReadyToReceive, access }
+        let node = &self.node;
+        let _control = lock(&node.control);
+        // Binding to the peer's current incarnation happens before the change, outside the
+        // compare-and-swap loop: it opens files.
+        let bind = if to == QpState::ReadyToReceive {
+            let from = node.my_slot(conn)?.acl().state;
+            if !from.can_move_to(to) {
+                return Err(FabricError::InvalidTransition { conn, from, to });
             }
-            QpState::ReadyToSend => Acl { state: QpState::ReadyToSend, access, ..before },
+            Some(node.lookup_peer(conn.peer)?.incarnation)
+        } else {
+            None
         };
-        self.node.publish_barrier(conn, before, after)
+        node.change_side(conn, BarrierWait::Slow, |before| {
+            if !before.state.can_move_to(to) {
+                return Err(FabricError::InvalidTransition { conn, from: before.state, to });
+            }
+            Ok(match to {
+                QpState::Reset => Acl { state: QpState::Reset, access: Access::NONE, ..before },
+                QpState::Error => Acl { state: QpState::Error, ..before },
+                QpState::Init => Acl { state: QpState::Init, access, ..before },
+                QpState::ReadyToReceive => Acl {
+                    peer_incarnation: bind.expect("bound above"),
+                    state: QpState::ReadyToReceive,
+                    access,
+                },
+                QpState::ReadyToSend => Acl { state: QpState::ReadyToSend, access, ..before },
+            })
+        })
+        .map_err(fabric_error)
     }
 
     fn set_access_fast(&self, conn: ConnId, access: Access) -> Result<(), PermError> {
-        let slot = self.node.my_slot(conn)?;
-        let before = slot.acl();
-        if !matches!(before.state, QpState::ReadyToSend | QpState::ReadyToReceive) {
-            return Err(FabricError::InvalidTransition {
-                conn,
-                from: before.state,
-                to: before.state,
+        let _control = lock(&self.node.control);
+        self.node.change_side(conn, BarrierWait::Fast, |before| {
+            if !matches!(before.state, QpState::ReadyToSend | QpState::ReadyToReceive) {
+                return Err(FabricError::InvalidTransition {
+                    conn,
+                    from: before.state,
+                    to: before.state,
+                });
             }
-            .into());
-        }
-        let published = Acl { access, ..before };
-        let Some(word) = slot.publish(published) else { return Ok(()) };
-        if !access.revokes_from(before.access)
-            || in_flight_incarnation(word) != before.peer_incarnation
-        {
-            return Ok(());
-        }
-        let deadline = Instant::now() + Duration::from_nanos(self.node.config.fast_wait_ns);
-        while slot.still_in_flight(word) {
-            if Instant::now() >= deadline {
-                // As on RDMA, a flag change under load breaks the connection. The revocation is
-                // not a barrier yet: the slow path (which can fence) finishes the job.
-                slot.move_to_error(published);
-                return Err(PermError::Busy(conn));
-            }
-            std::hint::spin_loop();
-        }
-        Ok(())
+            Ok(Acl { access, ..before })
+        })
     }
 
     fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError> {
-        let slot = self.node.my_slot(conn)?;
-        let before = slot.acl();
-        if before.peer_incarnation == 0 {
-            return Err(FabricError::InvalidTransition {
-                conn,
-                from: before.state,
-                to: QpState::ReadyToSend,
-            });
-        }
+        let node = &self.node;
+        let _control = lock(&node.control);
         // Reset is the barrier; init, ready-to-receive and ready-to-send then re-open the side with
         // the new flags, bound to the same peer incarnation (as verbs re-supplies the same remote
         // queue pair number).
-        let reset = Acl { state: QpState::Reset, access: Access::NONE, ..before };
-        self.node.publish_barrier(conn, before, reset)?;
+        node.change_side(conn, BarrierWait::Slow, |before| {
+            if before.peer_incarnation == 0 {
+                return Err(FabricError::InvalidTransition {
+                    conn,
+                    from: before.state,
+                    to: QpState::ReadyToSend,
+                });
+            }
+            Ok(Acl { state: QpState::Reset, access: Access::NONE, ..before })
+        })
+        .map_err(fabric_error)?;
         for state in [QpState::Init, QpState::ReadyToReceive, QpState::ReadyToSend] {
-            slot.publish(Acl { state, access, ..before });
+            node.change_side(conn, BarrierWait::Slow, |before| Ok(Acl { state, access, ..before }))
+                .map_err(fabric_error)?;
         }
         Ok(())
     }
@@ -533,9 +619,8 @@ impl Drop for Node {
             ));
         }
         let ctl_path = layout::ctl_file(&cfg.run_dir, cfg.node);
-        let ours = Mapping::open(&ctl_path, CTL_BYTES)
-            .and_then(|m| layout::read_ctl_header(&m, &ctl_path, cfg.node, cfg.cluster_id))
-            .is_ok_and(|h| h.incarnation == self.incarnation);
+        let ours = layout::open_ctl(&cfg.run_dir, cfg.node, cfg.cluster_id)
+            .is_ok_and(|(_, h)| h.incarnation == self.incarnation);
         if ours {
             let _ = std::fs::remove_file(ctl_path);
         }

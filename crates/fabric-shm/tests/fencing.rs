@@ -501,3 +501,26 @@ fn b2_reset_fences_a_stuck_bound_writer() {
         t.modify_qp(conn(W), QpState::Reset, Access::NONE).map_err(|e| e.to_string())
     });
 }
+
+/// A control header naming a process that does not hold the node's liveness lock (corrupted, or
+/// written in another pid namespace) never gets that process killed: fencing refuses, with a reason.
+#[test]
+fn c1_a_pid_that_is_not_the_lock_holder_is_never_killed() {
+    use mu_fabric_shm::fence::{own_pid_namespace, PeerProcess};
+    use mu_fabric_shm::mapping::Mapping;
+    let _serial = serial();
+    let dir = RunDir::new("c1");
+    let _node = dir.node(1); // its liveness lock is held by a thread of this process
+    let mut bystander = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+    let ctl = Mapping::open(&dir.path.join("n1.ctl"), 4096).expect("map control segment");
+
+    for namespace in [own_pid_namespace(), own_pid_namespace() + 1] {
+        let process = PeerProcess::pin(bystander.id(), namespace, &ctl);
+        assert_eq!(process.exited(), None, "an unpinned process has no known exit");
+        let err = process.fence(Duration::from_millis(100)).expect_err("fenced a bystander");
+        assert!(err.contains("cannot be fenced"), "{err}");
+        assert_eq!(bystander.try_wait().expect("poll sleep"), None, "the bystander was killed");
+    }
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
