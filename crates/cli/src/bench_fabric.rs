@@ -141,7 +141,7 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Samples per round-trip figure.
+    /// Samples per round-trip figure (pair figures round it up to whole chunks of 10,000).
     #[arg(long, default_value_t = 1_000_000)]
     samples: u64,
     /// Samples per permission-change figure.
@@ -479,8 +479,9 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
 
     // The pair figures, interleaved in chunks so that each samples the same conditions.
     let [bare, write, read, cas] = {
-        let map =
-            Mapping::create(&run_dir.join("bare.mem"), REGION_BYTES).map_err(|e| e.to_string())?;
+        let bare_path = run_dir.join("bare.mem");
+        let _ = std::fs::remove_file(&bare_path); // left by an earlier run in the same directory
+        let map = Mapping::create(&bare_path, REGION_BYTES).map_err(|e| e.to_string())?;
         let mut peer = spawn_peer(run_dir, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
         let b = a.connect(1)?;
         peer.start()?;

@@ -15,6 +15,9 @@ pub fn allowed_cpus() -> Vec<usize> {
 
 /// Pins the calling thread (and the threads it starts later) to `cpu`.
 pub fn pin_to(cpu: usize) -> Result<(), String> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(format!("cpu {cpu} does not exist (at most {} cpus)", libc::CPU_SETSIZE));
+    }
     // SAFETY: builds a bitmask with one CPU set and passes its size along.
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();

@@ -1,5 +1,5 @@
 //! Shared memory files and their mappings: every `unsafe` memory access of the backend goes
-//! through [`Mapping`].
+//! through [`Mapping`]. Public for the benchmark's bare ping-pong; not a stable API.
 
 use mu_fabric::FabricError;
 use std::fs::{File, OpenOptions};
@@ -115,8 +115,9 @@ impl Mapping {
     pub fn u64_at(&self, offset: usize) -> &AtomicU64 {
         assert!(offset % 8 == 0 && offset + 8 <= self.len, "u64 at {offset} of {}", self.len);
         // SAFETY: in bounds and 8-byte aligned (the mapping is page aligned), shared memory that
-        // lives as long as `self`; AtomicU64 has the layout of u64 and every process accesses
-        // these words only atomically.
+        // lives as long as `self`; AtomicU64 has the layout of u64. Header and slot words are only
+        // ever accessed atomically; region words may also be written by a peer's plain copy, the
+        // race that `copy_in` documents.
         unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
     }
 
@@ -143,9 +144,10 @@ impl Mapping {
     ///
     /// Other processes may read or write these bytes at the same time. That race is the fabric's
     /// semantics (a one-sided write races with the target's reads, as on RDMA), and protocols
-    /// guard against torn reads with canaries or checksums. The memory is outside any Rust
-    /// allocation and only ever reached through raw pointers, so the race cannot break what the
-    /// compiler assumes about Rust objects.
+    /// guard against torn reads with canaries or checksums. In the Rust memory model it is a data
+    /// race, as in a seqlock: we rely on it being a plain `memcpy` over memory the compiler knows
+    /// nothing about (outside any Rust allocation, reached only through raw pointers), whose torn
+    /// results the protocols detect, rather than on the language's guarantees.
     pub fn copy_in(&self, offset: usize, data: &[u8]) {
         assert!(offset.checked_add(data.len()).is_some_and(|end| end <= self.len));
         // SAFETY: in bounds (checked above); `data` is a Rust borrow, never a slice of a mapping
@@ -170,19 +172,15 @@ impl Mapping {
     }
 
     /// Copies `len` bytes from `src` at `src_offset` to `self` at `dst_offset` (a write from a
-    /// local region into a remote one, or a read the other way).
+    /// local region into a remote one, or a read the other way). The two may be the same mapping
+    /// and the ranges may overlap.
     pub fn copy_from(&self, dst_offset: usize, src: &Mapping, src_offset: usize, len: usize) {
         assert!(dst_offset.checked_add(len).is_some_and(|end| end <= self.len));
         assert!(src_offset.checked_add(len).is_some_and(|end| end <= src.len));
-        // SAFETY: both ranges are in bounds (checked above). They are in different mappings: a
-        // node never posts to itself (the fabric refuses a connection to its own id), so the
-        // ranges belong to different files and cannot overlap. Cross-process races: see `copy_in`.
+        // SAFETY: both ranges are in bounds (checked above); `ptr::copy` allows them to overlap.
+        // Races with other processes: see `copy_in`.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.ptr.as_ptr().add(src_offset),
-                self.ptr.as_ptr().add(dst_offset),
-                len,
-            )
+            std::ptr::copy(src.ptr.as_ptr().add(src_offset), self.ptr.as_ptr().add(dst_offset), len)
         }
     }
 

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 pub const MAX_INLINE_BYTES: usize = 512;
 /// Largest region.
 pub const MAX_REGION_BYTES: usize = 1 << 40;
+/// Longest stretch of a write or read copied in one guarded section.
+pub const COPY_CHUNK_BYTES: usize = 64 * 1024;
 /// Deepest completion queue (its ring is allocated up front, as a device's would be).
 pub const MAX_CQ_DEPTH: usize = 1 << 20;
 /// How long `create` waits for a node lock held by someone else before reporting the node as
@@ -834,37 +836,62 @@ fn execute(
 
     // The guarded section: the target's side is checked and the bytes move while we are marked
     // in flight, so a revoke either stops us here or waits for us.
+    //
+    // Long copies go chunk by chunk, each its own guarded section, as an RDMA NIC checks each
+    // packet: a revoke then waits for one chunk at most, never for a multi-gigabyte copy, and the
+    // rest of a revoked write does not land (its completion reports the refusal).
     let slot = peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel));
-    if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
-        return Executed::fail(match refusal {
+    let refused = |refusal| {
+        Executed::fail(match refusal {
             Refusal::WrongIncarnation => Status::PeerUnreachable,
             Refusal::Denied => Status::RemoteAccessDenied,
-        });
-    }
+        })
+    };
     let at_remote = HEADER_BYTES + remote.offset as usize;
     let mut value = 0;
-    match wr.op {
-        Op::Write { source: Source::Inline(data), .. } => region.map.copy_in(at_remote, data),
-        Op::Write { source: Source::Local(s), .. } => {
-            let (src, off) = local.expect("checked above");
-            region.map.copy_from(at_remote, &src.map, HEADER_BYTES + off, s.len as usize);
+    if let Op::CompareSwap { expected, desired, .. } = wr.op {
+        if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
+            return refused(refusal);
         }
-        Op::Read { local: s, .. } => {
-            let (dst, off) = local.expect("checked above");
-            dst.map.copy_from(HEADER_BYTES + off, &region.map, at_remote, s.len as usize);
-        }
-        Op::CompareSwap { expected, desired, .. } => {
-            value = match region.map.u64_at(at_remote).compare_exchange(
-                expected,
-                desired,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(v) | Err(v) => v,
-            };
+        value = match region.map.u64_at(at_remote).compare_exchange(
+            expected,
+            desired,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(v) | Err(v) => v,
+        };
+        slot.exit(&mut ac.seq, node.incarnation);
+    } else {
+        let len = len as usize;
+        let mut done = 0;
+        // A zero-length operation still checks the rights once, as on RDMA.
+        while done < len || (len == 0 && done == 0) {
+            let n = (len - done).min(COPY_CHUNK_BYTES);
+            if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
+                return refused(refusal);
+            }
+            match wr.op {
+                Op::Write { source: Source::Inline(data), .. } => {
+                    region.map.copy_in(at_remote + done, &data[done..done + n])
+                }
+                Op::Write { .. } => {
+                    let (src, off) = local.expect("checked above");
+                    region.map.copy_from(at_remote + done, &src.map, HEADER_BYTES + off + done, n);
+                }
+                Op::Read { .. } => {
+                    let (dst, off) = local.expect("checked above");
+                    dst.map.copy_from(HEADER_BYTES + off + done, &region.map, at_remote + done, n);
+                }
+                Op::CompareSwap { .. } => unreachable!("handled above"),
+            }
+            slot.exit(&mut ac.seq, node.incarnation);
+            if len == 0 {
+                break;
+            }
+            done += n;
         }
     }
-    slot.exit(&mut ac.seq, node.incarnation);
 
     // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
     // no longer exists.
