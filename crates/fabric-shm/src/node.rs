@@ -68,8 +68,9 @@ impl ShmConfig {
     }
 }
 
-/// A node on the shared-memory fabric. Cheap to clone; the node lives until the last clone (and
-/// every endpoint and region of it) is dropped, and then reads as dead to its peers.
+/// A node on the shared-memory fabric. Cheap to clone; the node lives until the last clone and
+/// every endpoint of it are dropped, and then reads as dead to its peers (a region handle keeps
+/// its memory mapped, not the node alive).
 #[derive(Clone)]
 pub struct ShmFabric {
     node: Arc<Node>,
@@ -955,9 +956,11 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn poll(&mut self, out: &mut [Completion]) -> usize {
-        let n = out.len().min(self.cq.len());
-        for (slot, c) in out.iter_mut().zip(self.cq.drain(..n)) {
-            *slot = c;
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = self.cq.pop_front() else { break };
+            out[n] = c;
+            n += 1;
         }
         n
     }

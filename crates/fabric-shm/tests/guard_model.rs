@@ -50,16 +50,17 @@
 //!
 //! Shuttle explores interleavings under **sequential consistency**: it treats every ordering as
 //! `SeqCst` and its `fence` is a no-op. It therefore cannot catch a bug caused by weak memory —
-//! deleting the `SeqCst` fences from `guard.rs`, or weakening them, would still pass here. On real
-//! hardware it is those fences that make the Dekker handshake hold: the writer's store of an odd
-//! `inflight` and the revoker's store of the new `acl` each sit in a store buffer, and without a
-//! full fence between each store and the following load of the *other* word (x86 `mfence`/locked
-//! instruction, ARM `dmb ish`), both loads could read the old values, so the writer would copy
-//! under the old grant while the revoker saw nobody in flight. With a `SeqCst` fence on both sides
-//! the C++/Rust fence rules guarantee that at least one of the two loads sees the other side's
-//! store, which is exactly the SC behaviour this model assumes. The release store in `exit`
-//! paired with the acquire load in `still_in_flight` is what orders the copy before the revoker's
-//! return on real hardware; under SC it is implied.
+//! weakening the orderings in `guard.rs` would still pass here. On real hardware the handshake
+//! holds because each side's store and its following load of the *other* word cannot be reordered:
+//! the writer stores its odd `inflight` and loads `acl` both with `SeqCst` (two operations in the
+//! single total order of `SeqCst` operations; on x86 the store is an `xchg`), and the revoker
+//! stores `acl` with `SeqCst`, then issues a `SeqCst` fence before loading `inflight`. By the
+//! C++/Rust rules for `SeqCst` operations and fences, at least one of the two loads sees the other
+//! side's store, which is exactly the SC behaviour this model assumes. Without them, both stores
+//! could sit in store buffers while both loads read old values: the writer would copy under the
+//! old grant while the revoker saw nobody in flight. The release store in `exit` paired with the
+//! acquire load in `still_in_flight` is what orders the copy before the revoker's return; under
+//! SC it is implied.
 //!
 //! # Running
 //!

@@ -88,8 +88,10 @@ pub trait Fabric: Clone + Send + Sync + 'static {
     fn set_access_fast(&self, conn: ConnId, access: Access) -> Result<(), PermError>;
 
     /// Slow permission change: cycles this node's side of `conn` through reset, init,
-    /// ready-to-receive and ready-to-send with the new flags. Always succeeds for a live peer;
-    /// a peer stuck in the middle of an operation is fenced for good (see the backend's docs).
+    /// ready-to-receive and ready-to-send with the new flags, staying bound to the same peer
+    /// incarnation. A peer stuck in the middle of an operation is fenced for good (see the
+    /// backend's docs). Fails only if the side was never bound to a peer (use
+    /// [`Fabric::connect`]) or a stuck peer could not be fenced.
     fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError>;
 
     /// Convenience: brings this node's side of `conn` from reset to ready-to-send with `access`.
