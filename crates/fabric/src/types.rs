@@ -220,8 +220,51 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, for parsing and exhaustive tests.
+    pub const ALL: [Status; 7] = [
+        Status::Success,
+        Status::RemoteAccessDenied,
+        Status::RemoteOutOfBounds,
+        Status::RemoteInvalidRequest,
+        Status::LocalProtection,
+        Status::Flushed,
+        Status::PeerUnreachable,
+    ];
+
     pub fn is_success(self) -> bool {
         self == Status::Success
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Parses what `Display` prints (`"PeerUnreachable"`, …): statuses cross process boundaries in
+/// tests and tools as text.
+impl std::str::FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Status, String> {
+        Status::ALL
+            .into_iter()
+            .find(|st| st.to_string() == s)
+            .ok_or_else(|| format!("unknown status {s:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Status;
+
+    #[test]
+    fn status_text_round_trips() {
+        for st in Status::ALL {
+            assert_eq!(st.to_string().parse::<Status>(), Ok(st));
+        }
+        assert!("Sucess".parse::<Status>().is_err());
     }
 }
 
