@@ -71,6 +71,7 @@ fn chunks_per_figure(samples: u64) -> u64 {
     samples.div_ceil(CHUNK) + 1
 }
 
+/// Waits for the next completion on `ep` and fails unless it succeeded.
 fn complete(ep: &mut ShmEndpoint) -> Result<Completion, String> {
     let mut out = [Completion::EMPTY; 1];
     while ep.poll(&mut out) == 0 {
@@ -322,17 +323,11 @@ impl Local {
         Ok(conn)
     }
 
+    /// Waits for `count` completions, all successful; returns the last.
     fn complete(&mut self, count: usize) -> Result<Completion, String> {
-        let mut out = [Completion::EMPTY; 1];
         let mut last = Completion::EMPTY;
         for _ in 0..count {
-            while self.ep.poll(&mut out) == 0 {
-                std::hint::spin_loop();
-            }
-            if !out[0].status.is_success() {
-                return Err(format!("operation failed: {:?}", out[0].status));
-            }
-            last = out[0];
+            last = complete(&mut self.ep)?;
         }
         Ok(last)
     }

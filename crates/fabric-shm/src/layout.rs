@@ -70,9 +70,18 @@ pub fn region_file(dir: &Path, node: NodeId, incarnation: u32, region: RegionId)
     dir.join(format!("n{}.i{}.r{}", node.0, incarnation, region.0))
 }
 
-/// Byte offset of the slot for (peer, channel) in a control segment.
+/// The index of the slot for (peer, channel), if both are in range: slots are laid out peer by
+/// peer, channel by channel.
+pub fn slot_index(peer: NodeId, channel: u8) -> Option<usize> {
+    let (peer, channel) = (usize::from(peer.0), usize::from(channel));
+    (peer < MAX_NODES && channel < MAX_CHANNELS).then_some(peer * MAX_CHANNELS + channel)
+}
+
+/// Byte offset of the slot for (peer, channel) in a control segment. Panics when out of range:
+/// callers validate connection ids first (`slot_index`).
 pub fn slot_offset(peer: NodeId, channel: u8) -> usize {
-    HEADER_BYTES + (usize::from(peer.0) * MAX_CHANNELS + usize::from(channel)) * SLOT_BYTES
+    let index = slot_index(peer, channel).expect("connection id validated by the caller");
+    HEADER_BYTES + index * SLOT_BYTES
 }
 
 /// The identity written in a control header.

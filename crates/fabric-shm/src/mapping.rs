@@ -100,6 +100,10 @@ impl Mapping {
                 std::io::Error::last_os_error(),
             ));
         }
+        // A child forked without exec must not inherit the mapping: it would keep a dead node's
+        // memory writable behind the fabric's back. (Children that exec lose it anyway.)
+        // SAFETY: advises on exactly the range just mapped; failure only loses the advice.
+        unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
         let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap never returns null on success");
         Ok(Mapping { ptr, len })
     }

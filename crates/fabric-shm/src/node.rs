@@ -905,7 +905,7 @@ fn execute(
 impl Endpoint for ShmEndpoint {
     fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
         self.fabric.node.check_conn(conn)?;
-        let key = usize::from(conn.peer.0) * MAX_CHANNELS + usize::from(conn.channel);
+        let key = layout::slot_index(conn.peer, conn.channel).expect("checked above");
         if self.index[key] != u16::MAX {
             return Ok(());
         }
@@ -918,9 +918,8 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
-        let key = usize::from(conn.peer.0) * MAX_CHANNELS + usize::from(conn.channel);
-        let at = match self.index.get(key) {
-            Some(&i) if i != u16::MAX => usize::from(i),
+        let at = match layout::slot_index(conn.peer, conn.channel).map(|key| self.index[key]) {
+            Some(i) if i != u16::MAX => usize::from(i),
             _ => return Err(PostError::NotAttached(conn)),
         };
         if let Op::Write { source: Source::Inline(data), .. } = wr.op {
