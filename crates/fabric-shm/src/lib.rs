@@ -20,11 +20,17 @@
 //!
 //! Node liveness and fencing rely on Linux (robust futexes, pidfds) and glibc's mutex layout.
 
+mod endpoint;
 pub mod fence;
 pub mod guard;
 pub mod layout;
 pub mod liveness;
 pub mod mapping;
 mod node;
+mod region;
 
-pub use node::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion};
+pub use endpoint::ShmEndpoint;
+pub use node::{
+    ShmConfig, ShmFabric, COPY_CHUNK_BYTES, MAX_CQ_DEPTH, MAX_INLINE_BYTES, MAX_REGION_BYTES,
+};
+pub use region::ShmRegion;

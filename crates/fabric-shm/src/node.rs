@@ -1,21 +1,19 @@
 //! The node: control plane ([`ShmFabric`]), regions ([`ShmRegion`]) and the data path
 //! ([`ShmEndpoint`]).
 
+use crate::endpoint::ShmEndpoint;
 use crate::fence::{own_pid_namespace, PeerProcess};
-use crate::guard::{in_flight_incarnation, Acl, Refusal, Slot};
+use crate::guard::{in_flight_incarnation, Acl, Slot};
 use crate::layout::{
     self, CtlHeader, RegionHeader, CTL_BYTES, HEADER_BYTES, MAX_CHANNELS, MAX_NODES,
 };
 use crate::liveness::{self, Holder};
 use crate::mapping::{ensure_private_dir, Mapping};
-use mu_fabric::{
-    check_bounds, Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId,
-    Op, PermError, PostError, QpState, RegionId, Source, Status, WorkRequest,
-};
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::region::ShmRegion;
+use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -73,17 +71,17 @@ impl ShmConfig {
 /// its memory mapped, not the node alive).
 #[derive(Clone)]
 pub struct ShmFabric {
-    node: Arc<Node>,
+    pub(crate) node: Arc<Node>,
 }
 
-struct Node {
-    config: ShmConfig,
-    incarnation: u32,
+pub(crate) struct Node {
+    pub(crate) config: ShmConfig,
+    pub(crate) incarnation: u32,
     ctl: Arc<Mapping>,
     holder: Mutex<Option<Holder>>,
-    regions: Mutex<HashMap<RegionId, ShmRegion>>,
+    pub(crate) regions: Mutex<HashMap<RegionId, ShmRegion>>,
     peers: Mutex<HashMap<(NodeId, u32), Arc<Peer>>>,
-    attached: Mutex<HashSet<ConnId>>,
+    pub(crate) attached: Mutex<HashSet<ConnId>>,
     /// Serializes control-plane changes (and their barriers) to this node's connection sides: a
     /// change decides whether to wait from the `acl` it replaces, so two at once could each see
     /// the other's state and neither wait for a writer admitted in between.
@@ -97,11 +95,11 @@ struct Node {
 }
 
 /// A peer incarnation's control segment and the regions of it mapped so far.
-struct Peer {
+pub(crate) struct Peer {
     node: NodeId,
-    incarnation: u32,
+    pub(crate) incarnation: u32,
     process: PeerProcess,
-    ctl: Mapping,
+    pub(crate) ctl: Mapping,
     regions: Mutex<HashMap<RegionId, Arc<RemoteRegion>>>,
 }
 
@@ -112,13 +110,13 @@ impl Peer {
     }
 }
 
-struct RemoteRegion {
-    map: Mapping,
-    len_bytes: u64,
-    access: Access,
+pub(crate) struct RemoteRegion {
+    pub(crate) map: Mapping,
+    pub(crate) len_bytes: u64,
+    pub(crate) access: Access,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind, still consistent.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -292,7 +290,7 @@ fn remove_stale_regions(dir: &std::path::Path, node: NodeId) {
 }
 
 impl Node {
-    fn check_conn(&self, conn: ConnId) -> Result<(), FabricError> {
+    pub(crate) fn check_conn(&self, conn: ConnId) -> Result<(), FabricError> {
         if usize::from(conn.peer.0) >= MAX_NODES {
             return Err(FabricError::UnknownConnection(conn, "peer id too large"));
         }
@@ -305,7 +303,7 @@ impl Node {
         Ok(())
     }
 
-    fn my_slot(&self, conn: ConnId) -> Result<&Slot, FabricError> {
+    pub(crate) fn my_slot(&self, conn: ConnId) -> Result<&Slot, FabricError> {
         self.check_conn(conn)?;
         Ok(self.ctl.atomics_at::<Slot>(layout::slot_offset(conn.peer, conn.channel)))
     }
@@ -353,7 +351,7 @@ impl Node {
         Ok(entry.clone())
     }
 
-    fn bound_peer(&self, peer: NodeId, incarnation: u32) -> Option<Arc<Peer>> {
+    pub(crate) fn bound_peer(&self, peer: NodeId, incarnation: u32) -> Option<Arc<Peer>> {
         lock(&self.peers).get(&(peer, incarnation)).cloned()
     }
 
@@ -518,14 +516,7 @@ impl Fabric for ShmFabric {
                 "a completion queue depth of {depth} is out of range: 1 to {MAX_CQ_DEPTH}"
             )));
         }
-        Ok(ShmEndpoint {
-            fabric: self.clone(),
-            depth,
-            cq: VecDeque::with_capacity(depth),
-            index: vec![u16::MAX; MAX_NODES * MAX_CHANNELS],
-            conns: Vec::new(),
-            locals: Vec::new(),
-        })
+        Ok(ShmEndpoint::new(self.clone(), depth))
     }
 
     fn qp_state(&self, conn: ConnId) -> Result<QpState, FabricError> {
@@ -630,93 +621,8 @@ impl Drop for Node {
     }
 }
 
-/// A region registered on this node.
-#[derive(Clone)]
-pub struct ShmRegion {
-    id: RegionId,
-    len_bytes: usize,
-    map: Arc<Mapping>,
-}
-
-impl ShmRegion {
-    fn check(&self, offset: usize, len: usize) -> Result<usize, FabricError> {
-        if check_bounds(offset as u64, len as u64, self.len_bytes as u64) {
-            Ok(HEADER_BYTES + offset)
-        } else {
-            Err(FabricError::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                region_len: self.len_bytes as u64,
-            })
-        }
-    }
-
-    fn check_word(&self, offset: usize) -> Result<usize, FabricError> {
-        if offset % 8 != 0 {
-            return Err(FabricError::Misaligned(offset as u64));
-        }
-        self.check(offset, 8)
-    }
-}
-
-impl LocalRegion for ShmRegion {
-    fn id(&self) -> RegionId {
-        self.id
-    }
-
-    fn len_bytes(&self) -> usize {
-        self.len_bytes
-    }
-
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), FabricError> {
-        let at = self.check(offset, out.len())?;
-        self.map.copy_out(at, out);
-        Ok(())
-    }
-
-    fn write(&self, offset: usize, data: &[u8]) -> Result<(), FabricError> {
-        let at = self.check(offset, data.len())?;
-        self.map.copy_in(at, data);
-        Ok(())
-    }
-
-    fn load_u64(&self, offset: usize) -> Result<u64, FabricError> {
-        Ok(self.map.u64_at(self.check_word(offset)?).load(Ordering::Acquire))
-    }
-
-    fn store_u64(&self, offset: usize, value: u64) -> Result<(), FabricError> {
-        self.map.u64_at(self.check_word(offset)?).store(value, Ordering::Release);
-        Ok(())
-    }
-}
-
-/// A completion queue and the connections bound to it.
-pub struct ShmEndpoint {
-    fabric: ShmFabric,
-    depth: usize,
-    cq: VecDeque<Completion>,
-    /// (peer, channel) -> index into `conns`, or u16::MAX.
-    index: Vec<u16>,
-    conns: Vec<AttachedConn>,
-    /// Local regions used as sources and destinations, looked up once.
-    locals: Vec<ShmRegion>,
-}
-
-struct AttachedConn {
-    conn: ConnId,
-    /// The peer incarnation this endpoint has mapped.
-    bound: Option<Bound>,
-    /// This writer's guard sequence number on the peer's slot (even between operations).
-    seq: u64,
-}
-
-struct Bound {
-    peer: Arc<Peer>,
-    regions: Vec<(RegionId, Arc<RemoteRegion>)>,
-}
-
 impl Peer {
-    fn region(
+    pub(crate) fn region(
         &self,
         run_dir: &std::path::Path,
         cluster_id: u64,
@@ -733,243 +639,5 @@ impl Peer {
         let r = Arc::new(RemoteRegion { map, len_bytes: h.len_bytes, access: h.access });
         regions.insert(id, r.clone());
         Some(r)
-    }
-}
-
-/// The outcome of executing one operation.
-struct Executed {
-    status: Status,
-    value: u64,
-}
-
-impl Executed {
-    fn fail(status: Status) -> Executed {
-        Executed { status, value: 0 }
-    }
-}
-
-/// Finds a local region by id, caching it in `locals` (the fast path takes no lock and clones
-/// nothing).
-fn local_index(node: &Node, locals: &mut Vec<ShmRegion>, id: RegionId) -> Option<usize> {
-    if let Some(i) = locals.iter().position(|r| r.id == id) {
-        return Some(i);
-    }
-    let r = lock(&node.regions).get(&id).cloned()?;
-    locals.push(r);
-    Some(locals.len() - 1)
-}
-
-/// Executes one operation on an attached connection whose side is ready to send and bound to
-/// `peer_incarnation`. Borrows everything it needs: no reference count is touched on the fast path.
-fn execute(
-    node: &Node,
-    ac: &mut AttachedConn,
-    locals: &mut Vec<ShmRegion>,
-    wr: &WorkRequest<'_>,
-    peer_incarnation: u32,
-) -> Executed {
-    let me = node.config.node;
-    let conn = ac.conn;
-
-    // Make sure the endpoint has mapped the incarnation the connection is bound to.
-    if ac.bound.as_ref().is_none_or(|b| b.peer.incarnation != peer_incarnation) {
-        let Some(peer) = node.bound_peer(conn.peer, peer_incarnation) else {
-            return Executed::fail(Status::PeerUnreachable);
-        };
-        ac.seq =
-            peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel)).writer_start_seq();
-        ac.bound = Some(Bound { peer, regions: Vec::new() });
-    }
-
-    // Remote address checks, as a responder would make them, before anything moves.
-    let (remote, len, needed) = match wr.op {
-        Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
-        Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
-        Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
-    };
-    let local = match wr.op {
-        Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
-            match local_index(node, locals, s.region) {
-                Some(i) if check_bounds(s.offset, u64::from(s.len), locals[i].len_bytes as u64) => {
-                    Some((&locals[i], s.offset as usize))
-                }
-                _ => return Executed::fail(Status::LocalProtection),
-            }
-        }
-        _ => None,
-    };
-    let bound = ac.bound.as_mut().expect("bound above");
-    let region_at = match bound.regions.iter().position(|(id, _)| *id == remote.region) {
-        Some(i) => i,
-        None => {
-            match bound.peer.region(&node.config.run_dir, node.config.cluster_id, remote.region) {
-                Some(r) => {
-                    bound.regions.push((remote.region, r));
-                    bound.regions.len() - 1
-                }
-                None => {
-                    let alive = liveness::is_alive(&bound.peer.ctl);
-                    return Executed::fail(if alive {
-                        Status::RemoteOutOfBounds
-                    } else {
-                        Status::PeerUnreachable
-                    });
-                }
-            }
-        }
-    };
-    let region = &bound.regions[region_at].1;
-    if !check_bounds(remote.offset, len, region.len_bytes) {
-        return Executed::fail(Status::RemoteOutOfBounds);
-    }
-    if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
-        return Executed::fail(Status::RemoteInvalidRequest);
-    }
-    if !region.access.contains(needed) {
-        return Executed::fail(Status::RemoteAccessDenied);
-    }
-    // A dead peer's memory is left alone, as a dead host's would be; the check after the copy is
-    // the one that keeps a peer that dies meanwhile from acknowledging.
-    let peer_ctl = &bound.peer.ctl;
-    if !liveness::is_alive(peer_ctl) {
-        return Executed::fail(Status::PeerUnreachable);
-    }
-
-    // The guarded section: the target's side is checked and the bytes move while we are marked
-    // in flight, so a revoke either stops us here or waits for us.
-    //
-    // Long copies go chunk by chunk, each its own guarded section, as an RDMA NIC checks each
-    // packet: a revoke then waits for one chunk at most, never for a multi-gigabyte copy, and the
-    // rest of a revoked write does not land (its completion reports the refusal).
-    let slot = peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel));
-    let refused = |refusal| {
-        Executed::fail(match refusal {
-            Refusal::WrongIncarnation => Status::PeerUnreachable,
-            Refusal::Denied => Status::RemoteAccessDenied,
-        })
-    };
-    let at_remote = HEADER_BYTES + remote.offset as usize;
-    let mut value = 0;
-    if let Op::CompareSwap { expected, desired, .. } = wr.op {
-        if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
-            return refused(refusal);
-        }
-        value = match region.map.u64_at(at_remote).compare_exchange(
-            expected,
-            desired,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => v,
-        };
-        slot.exit(&mut ac.seq, node.incarnation);
-    } else {
-        let len = len as usize;
-        let mut done = 0;
-        // A zero-length operation still checks the rights once, as on RDMA.
-        while done < len || (len == 0 && done == 0) {
-            let n = (len - done).min(COPY_CHUNK_BYTES);
-            if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
-                return refused(refusal);
-            }
-            match wr.op {
-                Op::Write { source: Source::Inline(data), .. } => {
-                    region.map.copy_in(at_remote + done, &data[done..done + n])
-                }
-                Op::Write { .. } => {
-                    let (src, off) = local.expect("checked above");
-                    region.map.copy_from(at_remote + done, &src.map, HEADER_BYTES + off + done, n);
-                }
-                Op::Read { .. } => {
-                    let (dst, off) = local.expect("checked above");
-                    dst.map.copy_from(HEADER_BYTES + off + done, &region.map, at_remote + done, n);
-                }
-                Op::CompareSwap { .. } => unreachable!("handled above"),
-            }
-            slot.exit(&mut ac.seq, node.incarnation);
-            if len == 0 {
-                break;
-            }
-            done += n;
-        }
-    }
-
-    // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
-    // no longer exists.
-    if !liveness::is_alive(peer_ctl) {
-        return Executed::fail(Status::PeerUnreachable);
-    }
-    Executed { status: Status::Success, value }
-}
-
-impl Endpoint for ShmEndpoint {
-    fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
-        self.fabric.node.check_conn(conn)?;
-        let key = layout::slot_index(conn.peer, conn.channel).expect("checked above");
-        if self.index[key] != u16::MAX {
-            return Ok(());
-        }
-        if !lock(&self.fabric.node.attached).insert(conn) {
-            return Err(FabricError::AlreadyAttached { conn });
-        }
-        self.index[key] = self.conns.len() as u16;
-        self.conns.push(AttachedConn { conn, bound: None, seq: 0 });
-        Ok(())
-    }
-
-    fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
-        let at = match layout::slot_index(conn.peer, conn.channel).map(|key| self.index[key]) {
-            Some(i) if i != u16::MAX => usize::from(i),
-            _ => return Err(PostError::NotAttached(conn)),
-        };
-        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
-            if data.len() > MAX_INLINE_BYTES {
-                return Err(PostError::InlineTooLarge { len: data.len(), max: MAX_INLINE_BYTES });
-            }
-        }
-        if self.cq.len() >= self.depth {
-            return Err(PostError::QueueFull);
-        }
-        let node: &Node = &self.fabric.node;
-        let my_slot = node.my_slot(conn).map_err(|_| PostError::NotAttached(conn))?;
-        let acl = my_slot.acl();
-        let done = match acl.state {
-            QpState::ReadyToSend => {
-                execute(node, &mut self.conns[at], &mut self.locals, wr, acl.peer_incarnation)
-            }
-            QpState::Error => Executed::fail(Status::Flushed),
-            state => return Err(PostError::NotReadyToSend { conn, state }),
-        };
-        if done.status != Status::Success && done.status != Status::Flushed {
-            my_slot.move_to_error(acl);
-        }
-        if wr.signaled || done.status != Status::Success {
-            self.cq.push_back(Completion {
-                wr_id: wr.wr_id,
-                kind: wr.op.kind(),
-                status: done.status,
-                value: done.value,
-            });
-        }
-        Ok(())
-    }
-
-    fn poll(&mut self, out: &mut [Completion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let Some(c) = self.cq.pop_front() else { break };
-            out[n] = c;
-            n += 1;
-        }
-        n
-    }
-}
-
-impl Drop for ShmEndpoint {
-    fn drop(&mut self) {
-        let mut attached = lock(&self.fabric.node.attached);
-        for c in &self.conns {
-            attached.remove(&c.conn);
-        }
     }
 }

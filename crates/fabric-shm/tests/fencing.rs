@@ -16,20 +16,19 @@
 //! The tests of this file take [`SERIAL`] so that no busy writer of one test competes for the
 //! CPU with the timed revokes of another.
 
+mod common;
+
+use common::{read_back, ChildNode, RunDir};
 use mu_fabric::conformance::{Program, ProgramRunner, TaskSpec};
 use mu_fabric::{
-    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, NodeId, PermError, QpState,
-    RegionId, RemoteAddr, Source, Status, WorkRequest,
+    Access, Completion, ConnId, Endpoint, Fabric, NodeId, PermError, QpState, RegionId, RemoteAddr,
+    Source, Status, WorkRequest,
 };
 use mu_fabric_shm::guard::in_flight_incarnation;
 use mu_fabric_shm::{ShmConfig, ShmFabric, ShmRegion};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const CLUSTER: u64 = 0x0066_656e_6369_6e67;
@@ -66,195 +65,20 @@ fn remote(offset: u64) -> RemoteAddr {
 // Fixtures.
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh private (0700) run directory under /dev/shm, removed on drop even if the test panics.
-struct RunDir {
-    path: PathBuf,
-}
-
-impl RunDir {
-    fn new(tag: &str) -> RunDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = base.join(format!("mu-fencing-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::DirBuilder::new().mode(0o700).create(&path).expect("create run dir");
-        // Whatever the umask: exactly 0700.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-            .expect("chmod run dir");
-        RunDir { path }
-    }
-
-    fn node(&self, node: u16) -> ShmFabric {
-        ShmFabric::create(ShmConfig::new(&self.path, CLUSTER, NodeId(node)))
-            .unwrap_or_else(|e| panic!("create node {node}: {e}"))
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// A node running in a child process of ours. Killed and reaped on drop.
-struct ChildNode {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    status: Option<ExitStatus>,
-    incarnation: u32,
+/// A fresh private (0700) run directory of this binary's cluster for the test `tag`, removed on
+/// drop even if the test panics.
+fn run_dir(tag: &str) -> RunDir {
+    RunDir::new(&format!("fencing-{tag}"), CLUSTER)
 }
 
 impl ChildNode {
     /// Starts node `W` in `mode` (`writer` or `host`) and waits until its node is up.
     fn spawn(dir: &RunDir, mode: &str) -> ChildNode {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--ignored", "--exact", "child_main", "--nocapture", "--test-threads=1"])
-            .env("MU_FENCING_DIR", &dir.path)
-            .env("MU_FENCING_MODE", mode)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn child");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("child stdout"));
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { return };
-                // libtest prints "test child_main ... " before the child's first line, so the
-                // marker may be anywhere in a line.
-                if let Some(at) = line.find("MU-FENCING ") {
-                    let said = line[at + "MU-FENCING ".len()..].trim_end().to_string();
-                    if tx.send(said).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        let mut c = ChildNode { child, stdin, lines, status: None, incarnation: 0 };
-        let line = c.line().expect("child died before it was ready");
-        c.incarnation = line
-            .strip_prefix("READY ")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("child said {line:?}"));
+        let mut command = common::child_command();
+        command.env("MU_FENCING_DIR", dir.path()).env("MU_FENCING_MODE", mode);
+        let mut c = ChildNode::launch(command, "MU-FENCING ", WAIT);
+        c.wait_ready();
         c
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The child's next marked line; `None` if its stdout closed (it died) first.
-    fn line(&self) -> Option<String> {
-        match self.lines.recv_timeout(WAIT) {
-            Ok(l) => Some(l),
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("child said nothing within {WAIT:?}"),
-        }
-    }
-
-    fn say(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("child stdin");
-        stdin
-            .write_all(line.as_bytes())
-            .and_then(|_| stdin.write_all(b"\n"))
-            .and_then(|_| stdin.flush())
-            .expect("talk to child");
-    }
-
-    fn signal(&self, sig: i32) {
-        assert!(self.status.is_none(), "signalling a reaped child");
-        // SAFETY: kill takes a pid and a signal number, no memory. The pid is our own child,
-        // not reaped yet (checked above), so it cannot have been reused.
-        let rc = unsafe { libc::kill(self.pid() as i32, sig) };
-        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid());
-    }
-
-    /// Whether the child has exited, without waiting (waitpid with WNOHANG).
-    fn try_reap(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("waitpid");
-        }
-        self.status
-    }
-
-    /// SIGKILLs the child and reaps it.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        self.status = Some(self.child.wait().expect("reap child"));
-    }
-
-    /// Running (or stopped), not a zombie, and not reaped.
-    fn is_alive(&mut self) -> bool {
-        let in_proc = !matches!(proc_state(self.pid()), None | Some('Z') | Some('X'));
-        in_proc && self.try_reap().is_none()
-    }
-
-    /// Stops the child (a `writer`) with a write into `target` in flight: spins until the
-    /// target's in-flight word for `side` is odd, SIGSTOPs the child and checks the word did not
-    /// move. Returns that word.
-    fn hold_mid_write(&self, target: &ShmFabric, side: ConnId) -> u64 {
-        let start = Instant::now();
-        loop {
-            assert!(start.elapsed() < WAIT, "never caught the writer mid-copy");
-            let seq = target.peer_inflight_seq(side).expect("in-flight word");
-            if seq % 2 == 0 {
-                std::hint::spin_loop();
-                continue;
-            }
-            self.signal(libc::SIGSTOP);
-            wait_stopped(self.pid());
-            if target.peer_inflight_seq(side).expect("in-flight word") == seq {
-                return seq; // stopped with that very write in flight
-            }
-            self.signal(libc::SIGCONT);
-        }
-    }
-}
-
-impl Drop for ChildNode {
-    fn drop(&mut self) {
-        // SIGKILL also ends a stopped child.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.chars().next()
-}
-
-fn wait_stopped(pid: u32) {
-    let start = Instant::now();
-    while proc_state(pid) != Some('T') {
-        assert!(start.elapsed() < WAIT, "child {pid} did not stop");
-        std::thread::yield_now();
-    }
-}
-
-fn read_back(region: &ShmRegion, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    region.read(offset, &mut out).expect("local read");
-    out
-}
-
-fn parse_status(s: &str) -> Status {
-    match s {
-        "Success" => Status::Success,
-        "RemoteAccessDenied" => Status::RemoteAccessDenied,
-        "RemoteOutOfBounds" => Status::RemoteOutOfBounds,
-        "RemoteInvalidRequest" => Status::RemoteInvalidRequest,
-        "LocalProtection" => Status::LocalProtection,
-        "Flushed" => Status::Flushed,
-        "PeerUnreachable" => Status::PeerUnreachable,
-        other => panic!("unknown status {other}"),
     }
 }
 
@@ -313,7 +137,7 @@ fn child_main() {
                     assert!(start.elapsed() < WAIT, "no completion");
                     std::thread::yield_now();
                 }
-                println!("MU-FENCING WROTE {:?}", out[0].status);
+                println!("MU-FENCING WROTE {}", out[0].status);
                 line.clear();
             }
         }
@@ -339,7 +163,7 @@ struct Scene {
 }
 
 fn dead_writer_left_its_word_odd(tag: &str) -> Scene {
-    let dir = RunDir::new(tag);
+    let dir = run_dir(tag);
     let t = dir.node(T);
     let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
     let side = conn(W);
@@ -348,17 +172,16 @@ fn dead_writer_left_its_word_odd(tag: &str) -> Scene {
     t.connect(side, Access::READ_WRITE).unwrap();
     old.say("START");
     let left = old.hold_mid_write(&t, side);
-    assert_eq!(in_flight_incarnation(left), old.incarnation, "the word names its writer");
-    old.kill();
-    assert_eq!(old.status.and_then(|s| s.signal()), Some(libc::SIGKILL));
+    assert_eq!(in_flight_incarnation(left), old.incarnation(), "the word names its writer");
+    assert_eq!(old.kill().signal(), Some(libc::SIGKILL));
     assert_eq!(t.peer_inflight_seq(side).unwrap(), left, "the dead writer's word moved");
 
     let mut w = ChildNode::spawn(&dir, "host");
     assert!(
-        w.incarnation > old.incarnation,
+        w.incarnation() > old.incarnation(),
         "incarnation {} after {}",
-        w.incarnation,
-        old.incarnation
+        w.incarnation(),
+        old.incarnation()
     );
     drop(old);
 
@@ -398,11 +221,11 @@ impl Scene {
         let offset = 4096;
         self.w.say(&format!("WRITE {offset} 201"));
         let said = self.w.line().expect("the new incarnation died instead of writing");
-        let status = said.strip_prefix("WROTE ").map(parse_status);
+        let status = said.strip_prefix("WROTE ").map(|s| s.parse::<Status>().expect("a status"));
         assert_eq!(status, Some(Status::Success), "child said {said:?}");
         assert_eq!(read_back(&self.region, offset, HOST_WRITE_BYTES), [201; HOST_WRITE_BYTES]);
         let word = self.t.peer_inflight_seq(conn(W)).unwrap();
-        assert_eq!((word % 2, in_flight_incarnation(word)), (0, self.w.incarnation));
+        assert_eq!((word % 2, in_flight_incarnation(word)), (0, self.w.incarnation()));
         assert!(self.w.is_alive());
     }
 }
@@ -463,7 +286,7 @@ fn a4_every_revoke_in_turn_after_a_writer_died_in_flight() {
 /// A writer stopped in the middle of a copy, and still bound, is killed by `revoke`; when it
 /// returns the writer is dead of SIGKILL and nothing of it lands afterwards.
 fn stuck_bound_writer_is_fenced(tag: &str, revoke: impl FnOnce(&ShmFabric) -> Result<(), String>) {
-    let dir = RunDir::new(tag);
+    let dir = run_dir(tag);
     let t = dir.node(T);
     let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
     let side = conn(W);
@@ -471,7 +294,7 @@ fn stuck_bound_writer_is_fenced(tag: &str, revoke: impl FnOnce(&ShmFabric) -> Re
     t.connect(side, Access::READ_WRITE).unwrap();
     w.say("START");
     let seen = w.hold_mid_write(&t, side);
-    assert_eq!(in_flight_incarnation(seen), w.incarnation);
+    assert_eq!(in_flight_incarnation(seen), w.incarnation());
     assert!(w.is_alive());
 
     revoke(&t).expect("a revoke of a stuck writer succeeds by fencing it");
@@ -509,10 +332,10 @@ fn c1_a_pid_that_is_not_the_lock_holder_is_never_killed() {
     use mu_fabric_shm::fence::{own_pid_namespace, PeerProcess};
     use mu_fabric_shm::mapping::Mapping;
     let _serial = serial();
-    let dir = RunDir::new("c1");
+    let dir = run_dir("c1");
     let _node = dir.node(1); // its liveness lock is held by a thread of this process
     let mut bystander = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
-    let ctl = Mapping::open(&dir.path.join("n1.ctl"), 4096).expect("map control segment");
+    let ctl = Mapping::open(&dir.path().join("n1.ctl"), 4096).expect("map control segment");
 
     for namespace in [own_pid_namespace(), own_pid_namespace() + 1] {
         let process = PeerProcess::pin(bystander.id(), namespace, &ctl);

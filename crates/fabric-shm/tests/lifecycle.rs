@@ -11,6 +11,12 @@
 //! program, prints `MU-CHILD OUTCOME <ops_ok> <status>` and then keeps its node alive until its
 //! stdin closes or it is killed.
 
+mod common;
+
+use common::{
+    decode_spec, encode_spec, format_outcome, proc_state, read_back, wait_stopped, ChildNode,
+    RunDir,
+};
 use mu_fabric::conformance::{Program, ProgramRunner, TaskSpec};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId,
@@ -20,13 +26,11 @@ use mu_fabric_shm::layout::{self, CTL_BYTES, HEADER_BYTES, LAYOUT_VERSION};
 use mu_fabric_shm::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion};
 use std::fmt::Display;
 use std::fs::{File, OpenOptions, Permissions};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const CLUSTER: u64 = 0x6c69_6665_6379_636c;
@@ -44,44 +48,14 @@ const R_LEN: u64 = 32;
 // Fixtures.
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh private (0700) directory under /dev/shm, removed on drop even if the test panics.
-struct RunDir {
-    path: PathBuf,
+/// A fresh private (0700) directory of this binary's cluster for the test `tag`, removed on drop
+/// even if the test panics.
+fn run_dir(tag: &str) -> RunDir {
+    RunDir::new(&format!("lifecycle-{tag}"), CLUSTER)
 }
 
+/// What only these tests do with a run directory.
 impl RunDir {
-    fn new(tag: &str) -> RunDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = base.join(format!("mu-lifecycle-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::DirBuilder::new().mode(0o700).create(&path).expect("create run dir");
-        // Whatever the umask: exactly 0700.
-        std::fs::set_permissions(&path, Permissions::from_mode(0o700)).expect("chmod run dir");
-        RunDir { path }
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn config(&self, node: u16) -> ShmConfig {
-        ShmConfig::new(&self.path, CLUSTER, NodeId(node))
-    }
-
-    fn create(&self, node: u16) -> Result<ShmFabric, FabricError> {
-        ShmFabric::create(self.config(node))
-    }
-
-    fn node(&self, node: u16) -> ShmFabric {
-        self.create(node).unwrap_or_else(|e| panic!("create node {node}: {e}"))
-    }
-
     /// Drops `old` (the last handle of node `node`) and starts the node again in this process.
     ///
     /// A child forked while a node's lock file is open shares its flock until the child's exec
@@ -106,7 +80,7 @@ impl RunDir {
 
     /// The names of the files in the run directory, sorted.
     fn files(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.path)
+        let mut names: Vec<String> = std::fs::read_dir(self.path())
             .expect("list run dir")
             .map(|e| e.expect("dir entry").file_name().to_string_lossy().into_owned())
             .collect();
@@ -115,14 +89,7 @@ impl RunDir {
     }
 
     fn chmod(&self, mode: u32) {
-        std::fs::set_permissions(&self.path, Permissions::from_mode(mode)).expect("chmod run dir");
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::set_permissions(&self.path, Permissions::from_mode(0o700));
-        let _ = std::fs::remove_dir_all(&self.path);
+        std::fs::set_permissions(self.path(), Permissions::from_mode(mode)).expect("chmod run dir");
     }
 }
 
@@ -154,12 +121,6 @@ fn wait_completion(ep: &mut ShmEndpoint) -> Completion {
         assert!(start.elapsed() < WAIT, "no completion within {WAIT:?}");
         std::thread::yield_now();
     }
-}
-
-fn read_back(region: &ShmRegion, offset: usize, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    region.read(offset, &mut out).expect("local read");
-    out
 }
 
 /// Asserts that an error's message names the problem.
@@ -213,124 +174,22 @@ fn mode_of(path: &Path) -> u32 {
 // Child processes.
 // ---------------------------------------------------------------------------------------------
 
-/// A node running in a child process. Killed and reaped on drop.
-struct ChildNode {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    status: Option<ExitStatus>,
-}
-
 impl ChildNode {
     /// Runs `mode` (`run` or `try-create`) for `spec` in `dir`.
     fn spawn(dir: &RunDir, mode: &str, spec: &TaskSpec) -> ChildNode {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--ignored", "--exact", "child_main", "--nocapture", "--test-threads=1"])
+        let mut command = common::child_command();
+        command
             .env("MU_LIFECYCLE_DIR", dir.path())
             .env("MU_LIFECYCLE_MODE", mode)
-            .env("MU_LIFECYCLE_SPEC", encode(spec))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn child");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("child stdout"));
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { return };
-                // libtest may have printed "test child_main ... " on the same line.
-                if let Some(at) = line.find("MU-CHILD ") {
-                    if tx.send(line[at + "MU-CHILD ".len()..].trim_end().to_string()).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        ChildNode { child, stdin, lines, status: None }
+            .env("MU_LIFECYCLE_SPEC", encode_spec(spec));
+        ChildNode::launch(command, "MU-CHILD ", WAIT)
     }
 
     /// Starts `spec` as a node and waits until it is up; returns it and its incarnation.
     fn run(dir: &RunDir, spec: &TaskSpec) -> (ChildNode, u32) {
-        let c = ChildNode::spawn(dir, "run", spec);
-        let line = c.line().expect("child died before it was ready");
-        let inc = line
-            .strip_prefix("READY ")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("child said {line:?}"));
+        let mut c = ChildNode::spawn(dir, "run", spec);
+        let inc = c.wait_ready();
         (c, inc)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The child's next marked line; `None` if its stdout closed (it died) first.
-    fn line(&self) -> Option<String> {
-        match self.lines.recv_timeout(WAIT) {
-            Ok(l) => Some(l),
-            Err(mpsc::RecvTimeoutError::Disconnected) => None,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("child said nothing within {WAIT:?}"),
-        }
-    }
-
-    fn start(&mut self) {
-        let stdin = self.stdin.as_mut().expect("child stdin");
-        stdin.write_all(b"START\n").and_then(|_| stdin.flush()).expect("start child");
-    }
-
-    /// Waits for the child's program to end: (ops_ok, last status).
-    fn outcome(&self) -> (u64, Option<Status>) {
-        let line = self.line().expect("child died before reporting");
-        let mut parts = line.split_whitespace();
-        assert_eq!(parts.next(), Some("OUTCOME"), "child said {line:?}");
-        let ops_ok = parts.next().and_then(|s| s.parse().ok()).expect("ops_ok");
-        let status = match parts.next().expect("status") {
-            "none" => None,
-            s => Some(parse_status(s)),
-        };
-        (ops_ok, status)
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: sends a signal to our own child, which we have not reaped yet.
-        let rc = unsafe { libc::kill(self.pid() as i32, sig) };
-        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid());
-    }
-
-    /// Whether the child has exited, without waiting (waitpid WNOHANG).
-    fn try_reap(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("waitpid");
-        }
-        self.status
-    }
-
-    /// SIGKILLs the child and reaps it.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        self.status = Some(self.child.wait().expect("reap child"));
-    }
-}
-
-impl Drop for ChildNode {
-    fn drop(&mut self) {
-        // SIGKILL also ends a stopped child.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.chars().next()
-}
-
-fn wait_stopped(pid: u32) {
-    let start = Instant::now();
-    while proc_state(pid) != Some('T') {
-        assert!(start.elapsed() < WAIT, "child {pid} did not stop");
-        std::thread::yield_now();
     }
 }
 
@@ -341,74 +200,6 @@ fn host_spec(node: u16, region_bytes: usize, connect: &[ConnId]) -> TaskSpec {
         connect: connect.iter().map(|&c| (c, Access::ALL)).collect(),
         program: Program::Host,
     }
-}
-
-fn parse_status(s: &str) -> Status {
-    match s {
-        "Success" => Status::Success,
-        "RemoteAccessDenied" => Status::RemoteAccessDenied,
-        "RemoteOutOfBounds" => Status::RemoteOutOfBounds,
-        "RemoteInvalidRequest" => Status::RemoteInvalidRequest,
-        "LocalProtection" => Status::LocalProtection,
-        "Flushed" => Status::Flushed,
-        "PeerUnreachable" => Status::PeerUnreachable,
-        other => panic!("unknown status {other}"),
-    }
-}
-
-// A spec travels as `node;region,len,access|...;peer,channel,access|...;program,args...`.
-fn encode(spec: &TaskSpec) -> String {
-    let regions: Vec<String> =
-        spec.regions.iter().map(|(id, len, a)| format!("{},{},{}", id.0, len, a.bits())).collect();
-    let conns: Vec<String> = spec
-        .connect
-        .iter()
-        .map(|(c, a)| format!("{},{},{}", c.peer.0, c.channel, a.bits()))
-        .collect();
-    let program = match &spec.program {
-        Program::Host => "host".to_string(),
-        Program::WriteLoop { conn, remote, len } => format!(
-            "write,{},{},{},{},{}",
-            conn.peer.0, conn.channel, remote.region.0, remote.offset, len
-        ),
-        Program::CasIncrements { conn, remote, count } => format!(
-            "cas,{},{},{},{},{}",
-            conn.peer.0, conn.channel, remote.region.0, remote.offset, count
-        ),
-    };
-    format!("{};{};{};{}", spec.node.0, regions.join("|"), conns.join("|"), program)
-}
-
-fn decode(s: &str) -> TaskSpec {
-    let fields: Vec<&str> = s.split(';').collect();
-    let nums = |x: &str| -> Vec<u64> { x.split(',').map(|n| n.parse().expect("number")).collect() };
-    let list =
-        |x: &str| -> Vec<Vec<u64>> { x.split('|').filter(|p| !p.is_empty()).map(nums).collect() };
-    let regions = list(fields[1])
-        .into_iter()
-        .map(|v| (RegionId(v[0] as u16), v[1] as usize, Access::from_bits_truncate(v[2] as u8)))
-        .collect();
-    let connect = list(fields[2])
-        .into_iter()
-        .map(|v| {
-            (ConnId::new(NodeId(v[0] as u16), v[1] as u8), Access::from_bits_truncate(v[2] as u8))
-        })
-        .collect();
-    let mut p = fields[3].splitn(2, ',');
-    let kind = p.next().expect("program");
-    let program = if kind == "host" {
-        Program::Host
-    } else {
-        let v = nums(p.next().expect("program arguments"));
-        let conn = ConnId::new(NodeId(v[0] as u16), v[1] as u8);
-        let remote = RemoteAddr { region: RegionId(v[2] as u16), offset: v[3] };
-        match kind {
-            "write" => Program::WriteLoop { conn, remote, len: v[4] as u32 },
-            "cas" => Program::CasIncrements { conn, remote, count: v[4] },
-            _ => panic!("unknown program {kind}"),
-        }
-    };
-    TaskSpec { node: NodeId(fields[0].parse().expect("node")), regions, connect, program }
 }
 
 /// Entry point of the child processes (see the module docs); does nothing in normal runs.
@@ -422,7 +213,7 @@ fn child_main() {
     ) else {
         return;
     };
-    let spec = decode(&spec);
+    let spec = decode_spec(&spec);
     let created = ShmFabric::create(ShmConfig::new(dir, CLUSTER, spec.node));
     if mode == "try-create" {
         match created {
@@ -455,8 +246,7 @@ fn child_main() {
                 break outcome;
             }
         };
-        let status = outcome.last_status.map_or("none".to_string(), |s| format!("{s:?}"));
-        println!("MU-CHILD OUTCOME {} {status}", outcome.ops_ok);
+        println!("MU-CHILD {}", format_outcome(&outcome));
     }
     // Keep the node alive until the parent closes our stdin or kills us.
     while stdin.read_line(&mut line).is_ok_and(|n| n > 0) {}
@@ -464,17 +254,11 @@ fn child_main() {
 
 #[test]
 fn spec_encoding_round_trips() {
-    let spec = TaskSpec {
-        node: NodeId(3),
-        regions: vec![(RegionId(0), 4096, Access::ALL), (RegionId(2), 8, Access::READ)],
-        connect: vec![(ConnId::new(NodeId(0), 1), Access::READ_WRITE)],
-        program: Program::WriteLoop {
-            conn: ConnId::new(NodeId(0), 1),
-            remote: RemoteAddr { region: RegionId(0), offset: 128 },
-            len: 5,
-        },
-    };
-    assert_eq!(decode(&encode(&spec)), spec);
+    common::assert_spec_round_trips(Program::WriteLoop {
+        conn: ConnId::new(NodeId(0), 1),
+        remote: RemoteAddr { region: RegionId(0), offset: 128 },
+        len: 5,
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -485,7 +269,7 @@ fn spec_encoding_round_trips() {
 /// the refused node leaves no files behind.
 #[test]
 fn t10_run_dir_of_another_cluster_is_incompatible() {
-    let dir = RunDir::new("t10");
+    let dir = run_dir("t10");
     let _a = dir.node(0);
     let err = ShmFabric::create(ShmConfig::new(dir.path(), CLUSTER + 1, NodeId(1)))
         .err()
@@ -497,7 +281,7 @@ fn t10_run_dir_of_another_cluster_is_incompatible() {
     assert!(!layout::ctl_file(dir.path(), NodeId(1)).exists(), "the refused node published itself");
 
     // A cluster file that is not ours at all (another build, garbage) is refused the same way.
-    let other = RunDir::new("t10b");
+    let other = run_dir("t10b");
     std::fs::write(other.path().join("cluster"), "something else entirely\n").unwrap();
     let err = other.create(0).err().expect("a foreign run directory must be refused");
     assert!(matches!(err, FabricError::Incompatible(_)), "{err:?}");
@@ -508,7 +292,7 @@ fn t10_run_dir_of_another_cluster_is_incompatible() {
 /// is written in it.
 #[test]
 fn t11_accessible_run_dir_is_a_config_error() {
-    let dir = RunDir::new("t11");
+    let dir = run_dir("t11");
     for mode in [0o755, 0o770, 0o701] {
         dir.chmod(mode);
         let err = dir.create(0).err().unwrap_or_else(|| panic!("mode {mode:o} was accepted"));
@@ -524,7 +308,7 @@ fn t11_accessible_run_dir_is_a_config_error() {
 /// Node ids go up to 63.
 #[test]
 fn t12_node_id_too_large_is_a_config_error() {
-    let dir = RunDir::new("t12");
+    let dir = run_dir("t12");
     for id in [64, 65, u16::MAX] {
         let err = dir.create(id).err().unwrap_or_else(|| panic!("node id {id} was accepted"));
         assert!(matches!(err, FabricError::Config(_)), "node {id}: {err:?}");
@@ -539,7 +323,7 @@ fn t12_node_id_too_large_is_a_config_error() {
 /// node alone; once the first is dropped the id starts again, with a higher incarnation.
 #[test]
 fn t13_second_start_in_process_is_refused() {
-    let dir = RunDir::new("t13");
+    let dir = run_dir("t13");
     let first = dir.node(1);
     let first_inc = first.incarnation();
     let ctl_before = std::fs::read(layout::ctl_file(dir.path(), NodeId(1))).unwrap();
@@ -579,7 +363,7 @@ fn t13_second_start_in_process_is_refused() {
 /// incarnation.
 #[test]
 fn t14_second_start_across_processes_is_refused() {
-    let dir = RunDir::new("t14");
+    let dir = run_dir("t14");
     let _mine = dir.node(1);
     let child = ChildNode::spawn(&dir, "try-create", &host_spec(1, 4096, &[]));
     let line = child.line().expect("child died without a word");
@@ -603,7 +387,7 @@ fn t14_second_start_across_processes_is_refused() {
 /// wrong size) is never written: every operation on it completes with an error.
 #[test]
 fn t15_corrupt_peer_region_files_fail_operations() {
-    let dir = RunDir::new("t15");
+    let dir = run_dir("t15");
     let p = pair(&dir, 0, 1, 4096);
     let mut ep = p.ep;
     let b = NodeId(1);
@@ -686,7 +470,7 @@ fn t15_corrupt_peer_region_files_fail_operations() {
 /// what is wrong; with the file repaired, connecting works.
 #[test]
 fn t16_corrupt_peer_control_file_is_incompatible() {
-    let dir = RunDir::new("t16");
+    let dir = run_dir("t16");
     let a = dir.node(0);
     let b = dir.node(1);
     let b_region = b.register_region(DATA, 4096, Access::ALL).unwrap();
@@ -734,7 +518,7 @@ fn t16_corrupt_peer_control_file_is_incompatible() {
 /// `PeerUnreachable`.
 #[test]
 fn t17_connecting_to_a_gone_peer_is_unreachable() {
-    let dir = RunDir::new("t17");
+    let dir = run_dir("t17");
     let a = dir.node(0);
 
     let b = dir.node(1);
@@ -761,7 +545,7 @@ fn t17_connecting_to_a_gone_peer_is_unreachable() {
 /// Bad arguments to the control plane and to local regions are the documented errors.
 #[test]
 fn t18_bad_arguments_are_documented_errors() {
-    let dir = RunDir::new("t18");
+    let dir = run_dir("t18");
     let a = dir.node(0);
     let me = ConnId::new(NodeId(0), 0);
 
@@ -854,7 +638,7 @@ fn t18_bad_arguments_are_documented_errors() {
 /// depth is tried in a child process, which dies if the backend panics or aborts.
 #[test]
 fn t18b_huge_endpoint_depth_is_an_error() {
-    let dir = RunDir::new("t18b");
+    let dir = run_dir("t18b");
     for (node, depth) in [(1u16, usize::MAX), (2, 1 << 40)] {
         let child =
             ChildNode::spawn(&dir, &format!("try-endpoint {depth}"), &host_spec(node, 64, &[]));
@@ -870,7 +654,7 @@ fn t18b_huge_endpoint_depth_is_an_error() {
 /// nothing) until some are polled.
 #[test]
 fn t19_queue_full_until_polled() {
-    let dir = RunDir::new("t19");
+    let dir = run_dir("t19");
     let p = pair(&dir, 0, 1, 4096);
     let mut ep = p.a.endpoint(4).unwrap();
     drop(p.ep); // frees the connection for the new endpoint
@@ -907,7 +691,7 @@ fn t19_queue_full_until_polled() {
 /// two processes hold "the" lock).
 #[test]
 fn t20_dropped_node_reads_dead_and_removes_its_files() {
-    let dir = RunDir::new("t20");
+    let dir = run_dir("t20");
     let p = pair(&dir, 0, 1, 4096);
     let mut ep = p.ep;
     let b_region_path = layout::region_file(dir.path(), NodeId(1), p.b.incarnation(), DATA);
@@ -940,7 +724,7 @@ fn t20_dropped_node_reads_dead_and_removes_its_files() {
 /// killed does (t14).
 #[test]
 fn t21_clean_restart_takes_a_higher_incarnation() {
-    let dir = RunDir::new("t21");
+    let dir = run_dir("t21");
     let first = dir.node(1);
     let inc = first.incarnation();
     let second = dir.restart(1, first).expect("restart node 1");
@@ -956,7 +740,7 @@ fn t21_clean_restart_takes_a_higher_incarnation() {
 /// memory. The restarted peer cannot use the access granted to its predecessor either.
 #[test]
 fn t22_restarted_peer_in_process_needs_reconnect() {
-    let dir = RunDir::new("t22");
+    let dir = run_dir("t22");
     let ch1 = |peer| ConnId::new(NodeId(peer), 1);
     let a = dir.node(0);
     let a_region = a.register_region(DATA, 4096, Access::ALL).unwrap();
@@ -1014,7 +798,7 @@ fn t22_restarted_peer_in_process_needs_reconnect() {
 /// to the old one.
 #[test]
 fn t23_restarted_child_peer_needs_reconnect() {
-    let dir = RunDir::new("t23");
+    let dir = run_dir("t23");
     let ch1 = |peer| ConnId::new(NodeId(peer), 1);
     let a = dir.node(0);
     let a_region = a.register_region(DATA, 4096, Access::ALL).unwrap();
@@ -1048,7 +832,7 @@ fn t23_restarted_child_peer_needs_reconnect() {
     assert_eq!(read_file_at(&new_path, HEADER_BYTES as u64, 4), [0; 4]);
 
     // The new incarnation's writes through a's side granted to the old one are refused.
-    new.start();
+    new.say("START");
     let (ops_ok, status) = new.outcome();
     assert_eq!((ops_ok, status), (0, Some(Status::PeerUnreachable)));
     assert_eq!(read_back(&a_region, 64, 16), [0; 16], "a new incarnation used an old grant");
@@ -1074,7 +858,7 @@ fn t23_restarted_child_peer_needs_reconnect() {
 /// the fast path at once, without fencing it; once let go, its next write is denied.
 #[test]
 fn t24_fast_revoke_of_an_idle_stopped_writer() {
-    let dir = RunDir::new("t24");
+    let dir = run_dir("t24");
     let t = dir.node(0);
     let region = t.register_region(DATA, 4096, Access::ALL).unwrap();
     let spec = TaskSpec {
@@ -1085,7 +869,7 @@ fn t24_fast_revoke_of_an_idle_stopped_writer() {
     };
     let (mut w, _) = ChildNode::run(&dir, &spec);
     t.connect(conn(1), Access::READ_WRITE).unwrap();
-    w.start();
+    w.say("START");
     let start = Instant::now();
     while read_back(&region, 0, 1)[0] == 0 {
         assert!(start.elapsed() < WAIT, "the writer never wrote");
@@ -1096,7 +880,7 @@ fn t24_fast_revoke_of_an_idle_stopped_writer() {
     loop {
         assert!(start.elapsed() < WAIT, "never caught the writer outside an operation");
         w.signal(libc::SIGSTOP);
-        wait_stopped(pid);
+        wait_stopped(pid, WAIT);
         if t.peer_inflight_seq(conn(1)).unwrap() % 2 == 0 {
             break;
         }
@@ -1128,7 +912,7 @@ fn t24_fast_revoke_of_an_idle_stopped_writer() {
 #[test]
 fn t25_slow_path_fences_a_writer_stopped_mid_copy() {
     const MIB: usize = 1 << 20;
-    let dir = RunDir::new("t25");
+    let dir = run_dir("t25");
     let t = dir.node(0);
     let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
     let w_conn = conn(2);
@@ -1140,25 +924,10 @@ fn t25_slow_path_fences_a_writer_stopped_mid_copy() {
     };
     let (mut w, _) = ChildNode::run(&dir, &spec);
     t.connect(w_conn, Access::READ_WRITE).unwrap();
-    w.start();
+    w.say("START");
 
-    // Stop the writer with a write in flight (the technique of the conformance harness).
-    let pid = w.pid();
-    let start = Instant::now();
-    loop {
-        assert!(start.elapsed() < WAIT, "never caught the writer mid-copy");
-        let seq = t.peer_inflight_seq(w_conn).unwrap();
-        if seq % 2 == 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        w.signal(libc::SIGSTOP);
-        wait_stopped(pid);
-        if t.peer_inflight_seq(w_conn).unwrap() == seq {
-            break;
-        }
-        w.signal(libc::SIGCONT);
-    }
+    // Stop the writer with a write in flight (the technique of the conformance harness too).
+    w.hold_mid_write(&t, w_conn);
 
     let fast = t.set_access_fast(w_conn, Access::READ);
     assert_eq!(fast, Err(PermError::Busy(w_conn)), "the fast path must give up on a stuck writer");
@@ -1180,7 +949,7 @@ fn t25_slow_path_fences_a_writer_stopped_mid_copy() {
 /// 0700 and its lock, control and region files are 0600.
 #[test]
 fn t26_node_files_are_owner_only() {
-    let base = RunDir::new("t26");
+    let base = run_dir("t26");
     let run = base.path().join("run");
     let a = ShmFabric::create(ShmConfig::new(&run, CLUSTER, NodeId(0))).expect("node 0");
     let b = ShmFabric::create(ShmConfig::new(&run, CLUSTER, NodeId(1))).expect("node 1");
@@ -1202,7 +971,7 @@ fn t27_every_run_dir_file_is_owner_only() {
     // SAFETY: umask has no preconditions. 022 is the common default; the backend must not
     // depend on a stricter one.
     let old = unsafe { libc::umask(0o022) };
-    let base = RunDir::new("t27");
+    let base = run_dir("t27");
     let run = base.path().join("run");
     let created = ShmFabric::create(ShmConfig::new(&run, CLUSTER, NodeId(0)));
     // SAFETY: as above.
@@ -1228,7 +997,7 @@ fn t28_concurrent_first_start_in_a_fresh_run_dir() {
     use std::sync::{Arc, Barrier};
     let mut refused = Vec::new();
     for round in 0..400 {
-        let dir = RunDir::new("t28");
+        let dir = run_dir("t28");
         let barrier = Arc::new(Barrier::new(3));
         let starters: Vec<_> = (0..3u16)
             .map(|n| {
@@ -1259,7 +1028,7 @@ fn t28_concurrent_first_start_in_a_fresh_run_dir() {
 fn t29_restart_while_another_thread_spawns_processes() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
-    let dir = RunDir::new("t29");
+    let dir = run_dir("t29");
     let stop = Arc::new(AtomicBool::new(false));
     let spawner = {
         let stop = stop.clone();

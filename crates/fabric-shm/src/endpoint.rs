@@ -1,0 +1,291 @@
+//! The data path: an endpoint posts one-sided operations and executes them under the guard.
+
+use crate::guard::{Refusal, Slot};
+use crate::layout::{self, HEADER_BYTES, MAX_CHANNELS, MAX_NODES};
+use crate::liveness;
+use crate::node::{lock, Node, Peer, RemoteRegion, COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
+use crate::{ShmFabric, ShmRegion};
+use mu_fabric::{
+    check_bounds, Access, Completion, ConnId, Endpoint, FabricError, Op, PostError, QpState,
+    RegionId, Source, Status, WorkRequest,
+};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A completion queue and the connections bound to it.
+pub struct ShmEndpoint {
+    fabric: ShmFabric,
+    depth: usize,
+    cq: VecDeque<Completion>,
+    /// (peer, channel) -> index into `conns`, or u16::MAX.
+    index: Vec<u16>,
+    conns: Vec<AttachedConn>,
+    /// Local regions used as sources and destinations, looked up once.
+    locals: Vec<ShmRegion>,
+}
+
+impl ShmEndpoint {
+    /// An endpoint of `fabric` holding up to `depth` completions (validated by the caller).
+    pub(crate) fn new(fabric: ShmFabric, depth: usize) -> ShmEndpoint {
+        ShmEndpoint {
+            fabric,
+            depth,
+            cq: VecDeque::with_capacity(depth),
+            index: vec![u16::MAX; MAX_NODES * MAX_CHANNELS],
+            conns: Vec::new(),
+            locals: Vec::new(),
+        }
+    }
+}
+
+struct AttachedConn {
+    conn: ConnId,
+    /// The peer incarnation this endpoint has mapped.
+    bound: Option<Bound>,
+    /// This writer's guard sequence number on the peer's slot (even between operations).
+    seq: u64,
+}
+
+struct Bound {
+    peer: Arc<Peer>,
+    regions: Vec<(RegionId, Arc<RemoteRegion>)>,
+}
+
+/// The outcome of executing one operation.
+struct Executed {
+    status: Status,
+    value: u64,
+}
+
+impl Executed {
+    fn fail(status: Status) -> Executed {
+        Executed { status, value: 0 }
+    }
+}
+
+/// Finds a local region by id, caching it in `locals` (the fast path takes no lock and clones
+/// nothing).
+fn local_index(node: &Node, locals: &mut Vec<ShmRegion>, id: RegionId) -> Option<usize> {
+    if let Some(i) = locals.iter().position(|r| r.id == id) {
+        return Some(i);
+    }
+    let r = lock(&node.regions).get(&id).cloned()?;
+    locals.push(r);
+    Some(locals.len() - 1)
+}
+
+/// Executes one operation on an attached connection whose side is ready to send and bound to
+/// `peer_incarnation`. Borrows everything it needs: no reference count is touched on the fast path.
+fn execute(
+    node: &Node,
+    ac: &mut AttachedConn,
+    locals: &mut Vec<ShmRegion>,
+    wr: &WorkRequest<'_>,
+    peer_incarnation: u32,
+) -> Executed {
+    let me = node.config.node;
+    let conn = ac.conn;
+
+    // Make sure the endpoint has mapped the incarnation the connection is bound to.
+    if ac.bound.as_ref().is_none_or(|b| b.peer.incarnation != peer_incarnation) {
+        let Some(peer) = node.bound_peer(conn.peer, peer_incarnation) else {
+            return Executed::fail(Status::PeerUnreachable);
+        };
+        ac.seq =
+            peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel)).writer_start_seq();
+        ac.bound = Some(Bound { peer, regions: Vec::new() });
+    }
+
+    // Remote address checks, as a responder would make them, before anything moves.
+    let (remote, len, needed) = match wr.op {
+        Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
+        Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
+        Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
+    };
+    let local = match wr.op {
+        Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
+            match local_index(node, locals, s.region) {
+                Some(i) if check_bounds(s.offset, u64::from(s.len), locals[i].len_bytes as u64) => {
+                    Some((&locals[i], s.offset as usize))
+                }
+                _ => return Executed::fail(Status::LocalProtection),
+            }
+        }
+        _ => None,
+    };
+    let bound = ac.bound.as_mut().expect("bound above");
+    let region_at = match bound.regions.iter().position(|(id, _)| *id == remote.region) {
+        Some(i) => i,
+        None => {
+            match bound.peer.region(&node.config.run_dir, node.config.cluster_id, remote.region) {
+                Some(r) => {
+                    bound.regions.push((remote.region, r));
+                    bound.regions.len() - 1
+                }
+                None => {
+                    let alive = liveness::is_alive(&bound.peer.ctl);
+                    return Executed::fail(if alive {
+                        Status::RemoteOutOfBounds
+                    } else {
+                        Status::PeerUnreachable
+                    });
+                }
+            }
+        }
+    };
+    let region = &bound.regions[region_at].1;
+    if !check_bounds(remote.offset, len, region.len_bytes) {
+        return Executed::fail(Status::RemoteOutOfBounds);
+    }
+    if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
+        return Executed::fail(Status::RemoteInvalidRequest);
+    }
+    if !region.access.contains(needed) {
+        return Executed::fail(Status::RemoteAccessDenied);
+    }
+    // A dead peer's memory is left alone, as a dead host's would be; the check after the copy is
+    // the one that keeps a peer that dies meanwhile from acknowledging.
+    let peer_ctl = &bound.peer.ctl;
+    if !liveness::is_alive(peer_ctl) {
+        return Executed::fail(Status::PeerUnreachable);
+    }
+
+    // The guarded section: the target's side is checked and the bytes move while we are marked
+    // in flight, so a revoke either stops us here or waits for us.
+    //
+    // Long copies go chunk by chunk, each its own guarded section, as an RDMA NIC checks each
+    // packet: a revoke then waits for one chunk at most, never for a multi-gigabyte copy, and the
+    // rest of a revoked write does not land (its completion reports the refusal).
+    let slot = peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel));
+    let refused = |refusal| {
+        Executed::fail(match refusal {
+            Refusal::WrongIncarnation => Status::PeerUnreachable,
+            Refusal::Denied => Status::RemoteAccessDenied,
+        })
+    };
+    let at_remote = HEADER_BYTES + remote.offset as usize;
+    let mut value = 0;
+    if let Op::CompareSwap { expected, desired, .. } = wr.op {
+        if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
+            return refused(refusal);
+        }
+        value = match region.map.u64_at(at_remote).compare_exchange(
+            expected,
+            desired,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(v) | Err(v) => v,
+        };
+        slot.exit(&mut ac.seq, node.incarnation);
+    } else {
+        let len = len as usize;
+        let mut done = 0;
+        // A zero-length operation still checks the rights once, as on RDMA.
+        while done < len || (len == 0 && done == 0) {
+            let n = (len - done).min(COPY_CHUNK_BYTES);
+            if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
+                return refused(refusal);
+            }
+            match wr.op {
+                Op::Write { source: Source::Inline(data), .. } => {
+                    region.map.copy_in(at_remote + done, &data[done..done + n])
+                }
+                Op::Write { .. } => {
+                    let (src, off) = local.expect("checked above");
+                    region.map.copy_from(at_remote + done, &src.map, HEADER_BYTES + off + done, n);
+                }
+                Op::Read { .. } => {
+                    let (dst, off) = local.expect("checked above");
+                    dst.map.copy_from(HEADER_BYTES + off + done, &region.map, at_remote + done, n);
+                }
+                Op::CompareSwap { .. } => unreachable!("handled above"),
+            }
+            slot.exit(&mut ac.seq, node.incarnation);
+            if len == 0 {
+                break;
+            }
+            done += n;
+        }
+    }
+
+    // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
+    // no longer exists.
+    if !liveness::is_alive(peer_ctl) {
+        return Executed::fail(Status::PeerUnreachable);
+    }
+    Executed { status: Status::Success, value }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
+        self.fabric.node.check_conn(conn)?;
+        let key = layout::slot_index(conn.peer, conn.channel).expect("checked above");
+        if self.index[key] != u16::MAX {
+            return Ok(());
+        }
+        if !lock(&self.fabric.node.attached).insert(conn) {
+            return Err(FabricError::AlreadyAttached { conn });
+        }
+        self.index[key] = self.conns.len() as u16;
+        self.conns.push(AttachedConn { conn, bound: None, seq: 0 });
+        Ok(())
+    }
+
+    fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
+        let at = match layout::slot_index(conn.peer, conn.channel).map(|key| self.index[key]) {
+            Some(i) if i != u16::MAX => usize::from(i),
+            _ => return Err(PostError::NotAttached(conn)),
+        };
+        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
+            if data.len() > MAX_INLINE_BYTES {
+                return Err(PostError::InlineTooLarge { len: data.len(), max: MAX_INLINE_BYTES });
+            }
+        }
+        if self.cq.len() >= self.depth {
+            return Err(PostError::QueueFull);
+        }
+        let node: &Node = &self.fabric.node;
+        let my_slot = node.my_slot(conn).map_err(|_| PostError::NotAttached(conn))?;
+        let acl = my_slot.acl();
+        let done = match acl.state {
+            QpState::ReadyToSend => {
+                execute(node, &mut self.conns[at], &mut self.locals, wr, acl.peer_incarnation)
+            }
+            QpState::Error => Executed::fail(Status::Flushed),
+            state => return Err(PostError::NotReadyToSend { conn, state }),
+        };
+        if done.status != Status::Success && done.status != Status::Flushed {
+            my_slot.move_to_error(acl);
+        }
+        if wr.signaled || done.status != Status::Success {
+            self.cq.push_back(Completion {
+                wr_id: wr.wr_id,
+                kind: wr.op.kind(),
+                status: done.status,
+                value: done.value,
+            });
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = self.cq.pop_front() else { break };
+            out[n] = c;
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        let mut attached = lock(&self.fabric.node.attached);
+        for c in &self.conns {
+            attached.remove(&c.conn);
+        }
+    }
+}
