@@ -1,0 +1,279 @@
+//! Mu's consensus log as bytes (Mu paper §4.1, Listing 1; §4.2 "Replayer"; §5.3).
+//!
+//! Every replica keeps its log in one registered region, and a leader writes into its followers'
+//! logs with one-sided writes at the very offsets it uses in its own. This crate says what those
+//! bytes are, so that the leader's engine, the replayer and the tests agree on them:
+//!
+//! ```text
+//! offset 0     minProposal  u64   the smallest proposal number a leader may accept with here
+//! offset 64    FUO          u64   first undecided offset: lower indexes are decided
+//! offset 128   log head     u64   first index not yet applied here (read by the leader, §5.3)
+//! offset 256   slots_count slots of slot_bytes each; log index i lives in slot i mod slots_count
+//! ```
+//!
+//! The three header words sit on separate cache lines because different parties write them
+//! (prepare writes minProposal, update-followers writes FUO, the replayer writes the head).
+//!
+//! An entry in a slot:
+//!
+//! ```text
+//! +0   proposal number   u64   never 0 for an entry
+//! +8   value length      u32
+//! +12  kind              u8    [`EntryKind`]
+//! +13  reserved          3 bytes, zero
+//! +16  value             length bytes
+//! +16+length rounded up to 8: trailer u64
+//! ```
+//!
+//! The **trailer** tells a follower that the entry is complete. In [`Integrity::Canary`] mode it
+//! is a canary derived from the log index and the proposal number, written last: on hardware that
+//! makes a write visible left to right, seeing the canary means seeing the whole entry. In
+//! [`Integrity::Checksum`] mode it is a checksum over the index, the header and the value, which
+//! holds whatever order the bytes land in. Either way the trailer is never zero, and it depends on
+//! the index and the proposal number, so neither a half-overwritten slot (a new leader re-proposing
+//! at the same index with a higher proposal number) nor a stale entry from an earlier lap of the
+//! circular log reads as complete.
+
+#![forbid(unsafe_code)]
+
+/// Offset of the minProposal word.
+pub const MIN_PROPOSAL_OFFSET: u64 = 0;
+/// Offset of the first-undecided-offset word.
+pub const FUO_OFFSET: u64 = 64;
+/// Offset of the log-head word.
+pub const HEAD_OFFSET: u64 = 128;
+/// Bytes before the first slot.
+pub const HEADER_BYTES: u64 = 256;
+/// Bytes of an entry before its value.
+pub const ENTRY_HEADER_BYTES: usize = 16;
+/// Bytes of the trailer.
+pub const TRAILER_BYTES: usize = 8;
+/// The smallest slot that holds an empty value.
+pub const MIN_SLOT_BYTES: u32 = (ENTRY_HEADER_BYTES + TRAILER_BYTES) as u32;
+
+/// How a follower knows that an entry has fully landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Integrity {
+    /// A canary written last: correct where writes become visible left to right (RDMA NICs in
+    /// practice, and shared memory on x86, where stores become visible in program order).
+    Canary,
+    /// A checksum of the entry: correct whatever order its bytes become visible in.
+    Checksum,
+}
+
+/// What an entry carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EntryKind {
+    /// One application request.
+    Request = 1,
+    /// Several application requests batched into one entry (§7.4).
+    Batch = 2,
+    /// A change of the replica set.
+    Membership = 3,
+    /// Nothing for the application (a new leader may commit one to close a gap).
+    Noop = 4,
+}
+
+impl EntryKind {
+    pub fn from_u8(v: u8) -> Option<EntryKind> {
+        match v {
+            1 => Some(EntryKind::Request),
+            2 => Some(EntryKind::Batch),
+            3 => Some(EntryKind::Membership),
+            4 => Some(EntryKind::Noop),
+            _ => None,
+        }
+    }
+}
+
+/// Why a log layout or an entry was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    #[error("a log needs at least 2 slots, got {0}")]
+    TooFewSlots(u64),
+    #[error("slots must be a multiple of 8 bytes and at least {MIN_SLOT_BYTES}, got {0}")]
+    BadSlotSize(u32),
+    #[error("a log of {slots_count} slots of {slot_bytes} bytes does not fit in memory")]
+    TooLarge { slots_count: u64, slot_bytes: u32 },
+    #[error("value of {len} bytes does not fit in a slot (at most {max})")]
+    ValueTooLarge { len: usize, max: usize },
+    #[error("proposal number 0 is reserved for empty slots")]
+    ZeroProposal,
+}
+
+/// The shape of a log: how many slots, how large, and how completeness is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLayout {
+    slots_count: u64,
+    slot_bytes: u32,
+    integrity: Integrity,
+}
+
+/// What a follower sees in a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot<'a> {
+    /// Never written (or zeroed for reuse).
+    Empty,
+    /// Written in part, or holding something that is not an entry for this index: not to be used.
+    Incomplete,
+    /// A complete entry for this index.
+    Entry(Entry<'a>),
+}
+
+/// A complete entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    pub proposal: u64,
+    pub kind: EntryKind,
+    pub value: &'a [u8],
+}
+
+impl LogLayout {
+    pub fn new(
+        slots_count: u64,
+        slot_bytes: u32,
+        integrity: Integrity,
+    ) -> Result<LogLayout, LogError> {
+        if slots_count < 2 {
+            return Err(LogError::TooFewSlots(slots_count));
+        }
+        if slot_bytes < MIN_SLOT_BYTES || slot_bytes % 8 != 0 {
+            return Err(LogError::BadSlotSize(slot_bytes));
+        }
+        let fits = slots_count
+            .checked_mul(u64::from(slot_bytes))
+            .and_then(|b| b.checked_add(HEADER_BYTES))
+            .is_some_and(|b| usize::try_from(b).is_ok());
+        if !fits {
+            return Err(LogError::TooLarge { slots_count, slot_bytes });
+        }
+        Ok(LogLayout { slots_count, slot_bytes, integrity })
+    }
+
+    pub fn slots_count(&self) -> u64 {
+        self.slots_count
+    }
+
+    pub fn slot_bytes(&self) -> u32 {
+        self.slot_bytes
+    }
+
+    pub fn integrity(&self) -> Integrity {
+        self.integrity
+    }
+
+    /// Bytes of the whole log region.
+    pub fn region_bytes(&self) -> usize {
+        (HEADER_BYTES + self.slots_count * u64::from(self.slot_bytes)) as usize
+    }
+
+    /// The largest value an entry can carry.
+    pub fn max_value_bytes(&self) -> usize {
+        self.slot_bytes as usize - ENTRY_HEADER_BYTES - TRAILER_BYTES
+    }
+
+    /// Region offset of the slot holding log index `index`.
+    pub fn slot_offset(&self, index: u64) -> u64 {
+        HEADER_BYTES + (index % self.slots_count) * u64::from(self.slot_bytes)
+    }
+
+    /// Bytes an entry with a value of `value_len` bytes occupies (header, value, padding,
+    /// trailer): what a leader writes.
+    pub fn entry_bytes(value_len: usize) -> usize {
+        ENTRY_HEADER_BYTES + value_len.next_multiple_of(8) + TRAILER_BYTES
+    }
+
+    /// Encodes an entry for log index `index` into the front of `out` and returns its length.
+    /// `out` must hold at least [`LogLayout::entry_bytes`] bytes; padding is zeroed.
+    pub fn encode(
+        &self,
+        index: u64,
+        proposal: u64,
+        kind: EntryKind,
+        value: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, LogError> {
+        if proposal == 0 {
+            return Err(LogError::ZeroProposal);
+        }
+        if value.len() > self.max_value_bytes() {
+            return Err(LogError::ValueTooLarge { len: value.len(), max: self.max_value_bytes() });
+        }
+        let total = LogLayout::entry_bytes(value.len());
+        assert!(
+            out.len() >= total,
+            "encode buffer of {} bytes for a {total}-byte entry",
+            out.len()
+        );
+        out[0..8].copy_from_slice(&proposal.to_le_bytes());
+        out[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        out[12] = kind as u8;
+        out[13..16].fill(0);
+        out[16..16 + value.len()].copy_from_slice(value);
+        let trailer_at = total - TRAILER_BYTES;
+        out[16 + value.len()..trailer_at].fill(0);
+        let trailer = self.trailer(index, proposal, kind as u8, value);
+        out[trailer_at..total].copy_from_slice(&trailer.to_le_bytes());
+        Ok(total)
+    }
+
+    /// Reads the slot for log index `index` from `slot` (the slot's bytes as they are now).
+    pub fn decode<'a>(&self, index: u64, slot: &'a [u8]) -> Slot<'a> {
+        debug_assert_eq!(slot.len(), self.slot_bytes as usize);
+        let word = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
+        let proposal = word(0);
+        let len = u32::from_le_bytes(slot[8..12].try_into().expect("4 bytes")) as usize;
+        let kind_byte = slot[12];
+        if proposal == 0 && len == 0 && kind_byte == 0 && word(ENTRY_HEADER_BYTES) == 0 {
+            return Slot::Empty;
+        }
+        if proposal == 0 || len > self.max_value_bytes() {
+            return Slot::Incomplete;
+        }
+        let Some(kind) = EntryKind::from_u8(kind_byte) else { return Slot::Incomplete };
+        let trailer_at = LogLayout::entry_bytes(len) - TRAILER_BYTES;
+        let value = &slot[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + len];
+        if word(trailer_at) != self.trailer(index, proposal, kind_byte, value) {
+            return Slot::Incomplete;
+        }
+        Slot::Entry(Entry { proposal, kind, value })
+    }
+
+    fn trailer(&self, index: u64, proposal: u64, kind: u8, value: &[u8]) -> u64 {
+        let t = match self.integrity {
+            Integrity::Canary => mix(mix(index ^ 0x6d75_6361_6e61_7279) ^ proposal),
+            Integrity::Checksum => checksum(index, proposal, kind, value),
+        };
+        t | 1 // never zero: a zeroed slot never looks complete
+    }
+}
+
+/// A 64-bit finalizer (the one from SplitMix64): every input bit affects every output bit.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A checksum over an entry, eight bytes at a time. Not cryptographic: it guards against torn
+/// and reordered writes, not against a malicious writer (which could not get write access).
+fn checksum(index: u64, proposal: u64, kind: u8, value: &[u8]) -> u64 {
+    let mut h = mix(index ^ 0x6d75_6368_6563_6b73);
+    h = mix(h ^ proposal);
+    h = mix(h ^ ((value.len() as u64) << 8) ^ u64::from(kind));
+    let mut chunks = value.chunks_exact(8);
+    for c in &mut chunks {
+        h = mix(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        h = mix(h ^ u64::from_le_bytes(last) ^ 0xff);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;
