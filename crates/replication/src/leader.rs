@@ -1,0 +1,677 @@
+//! The leader's replicator (Mu paper §4.1 Listing 2, §4.2 Listings 3 and 4).
+
+use crate::{Action, Area, Memory, RemoteOp, ReplicaSet};
+use mu_fabric::{Completion, NodeId, Status};
+use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, MIN_PROPOSAL_OFFSET};
+
+/// How a leader is set up.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub me: NodeId,
+    pub replicas: ReplicaSet,
+    pub layout: LogLayout,
+    /// After a majority granted permission, how long to wait for the others before going on
+    /// ("briefly waiting for responses from all replicas", §4.2).
+    pub permission_grace_ns: u64,
+}
+
+/// Where the leader is in its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not leading.
+    Follower,
+    /// Asking every replica for write permission (Listing 2, lines 9–12).
+    Permissions,
+    /// Reading the confirmed followers' FUOs (Listing 3, lines 1–3).
+    ReadFuos,
+    /// Copying the most advanced follower's log into ours (Listing 3, lines 5–8).
+    CatchUp,
+    /// Copying our log into the followers that lag (Listing 4).
+    UpdateFollowers,
+    /// Up to date, nothing to propose.
+    Ready,
+    /// Prepare: reading minProposals (Listing 2, line 19).
+    PrepareRead,
+    /// Prepare: writing the proposal number and reading the slot at FUO (lines 21–23).
+    PrepareWrite,
+    /// Accept: writing the value to the confirmed followers (lines 30–32).
+    Accept,
+}
+
+/// Why an attempt was aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortReason {
+    /// A confirmed follower refused an operation: another leader has its write permission.
+    PermissionLost { peer: NodeId },
+    /// Too many confirmed followers became unreachable to keep a majority.
+    LostMajority,
+    /// An operation failed in a way that points at a bug or a misconfiguration.
+    Fabric { peer: NodeId, status: Status },
+    /// The most advanced follower, which we were catching up from, became unreachable.
+    CatchUpSourceLost { peer: NodeId },
+    /// We lag the most advanced follower by more than the log holds: catching up needs a state
+    /// transfer (a snapshot), not a log copy. The leader steps down.
+    NeedsStateTransfer { behind: u64 },
+}
+
+/// Why a value could not be proposed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("this replica is not the leader")]
+    NotLeader,
+    #[error("a proposal is already in progress")]
+    Busy,
+    #[error("value of {len} bytes is larger than a log slot holds ({max})")]
+    TooLarge { len: usize, max: usize },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Not part of the current step.
+    Idle,
+    Pending,
+    Done,
+}
+
+/// The value the leader is trying to get decided.
+struct Proposal {
+    kind: EntryKind,
+    len: usize,
+}
+
+/// The leader engine. See the crate docs.
+pub struct Leader {
+    me: NodeId,
+    me_pos: usize,
+    replicas: ReplicaSet,
+    layout: LogLayout,
+    permission_grace_ns: u64,
+    scratch_block: u64,
+
+    phase: Phase,
+    /// Bumped on every abort and every new leadership: completions of older attempts are stale.
+    attempt: u32,
+    /// Bumped on every step: completions of older steps of this attempt are only checked for
+    /// failures.
+    step: u16,
+    granted: Vec<bool>,
+    confirmed: Vec<bool>,
+    waits: Vec<Wait>,
+    majority_granted_at_ns: Option<u64>,
+
+    fuo: u64,
+    proposal_number: u64,
+    /// Prepare found only empty slots: later indexes may skip it until the next abort (§4.2).
+    prepared: bool,
+    /// The index being caught up to (catch-up) or being accepted (accept).
+    target: u64,
+    /// Which confirmed follower is the most advanced (catch-up source).
+    source: usize,
+    /// The value being proposed by the application, if any.
+    proposal: Option<Proposal>,
+    proposal_value: Vec<u8>,
+    /// Whether the entry being accepted is the application's value.
+    accepting_mine: bool,
+    /// The value of the entry being accepted.
+    entry: Vec<u8>,
+    /// Room for one slot: encoded entries and slot copies. Preallocated: the accept path does
+    /// not allocate.
+    slot_buf: Vec<u8>,
+}
+
+const SCRATCH_MIN_PROPOSAL: u64 = 0;
+const SCRATCH_FUO: u64 = 8;
+const SCRATCH_SLOT: u64 = 64;
+
+impl Leader {
+    pub fn new(config: LeaderConfig) -> Result<Leader, String> {
+        let me_pos = config
+            .replicas
+            .position(config.me)
+            .ok_or_else(|| format!("replica {} is not in the replica set", config.me))?;
+        let n = config.replicas.len();
+        let slot_bytes = config.layout.slot_bytes() as usize;
+        Ok(Leader {
+            me: config.me,
+            me_pos,
+            scratch_block: Leader::scratch_block(&config.layout),
+            layout: config.layout,
+            permission_grace_ns: config.permission_grace_ns,
+            replicas: config.replicas,
+            phase: Phase::Follower,
+            attempt: 0,
+            step: 0,
+            granted: vec![false; n],
+            confirmed: vec![false; n],
+            waits: vec![Wait::Idle; n],
+            majority_granted_at_ns: None,
+            fuo: 0,
+            proposal_number: 0,
+            prepared: false,
+            target: 0,
+            source: me_pos,
+            proposal: None,
+            proposal_value: Vec::with_capacity(slot_bytes),
+            accepting_mine: false,
+            entry: vec![0; slot_bytes],
+            slot_buf: vec![0; slot_bytes],
+        })
+    }
+
+    fn scratch_block(layout: &LogLayout) -> u64 {
+        (SCRATCH_SLOT + u64::from(layout.slot_bytes())).next_multiple_of(64)
+    }
+
+    /// Bytes of scratch memory a leader of `replicas` with `layout` needs.
+    pub fn scratch_bytes(replicas: &ReplicaSet, layout: &LogLayout) -> usize {
+        (Leader::scratch_block(layout) * replicas.len() as u64) as usize
+    }
+
+    /// This replica's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// This leader's first undecided offset.
+    pub fn fuo(&self) -> u64 {
+        self.fuo
+    }
+
+    pub fn proposal_number(&self) -> u64 {
+        self.proposal_number
+    }
+
+    /// Whether prepare is being omitted (§4.2).
+    pub fn prepared(&self) -> bool {
+        self.prepared
+    }
+
+    /// The confirmed followers, ourselves included.
+    pub fn confirmed(&self) -> Vec<NodeId> {
+        self.positions(&self.confirmed)
+    }
+
+    fn positions(&self, set: &[bool]) -> Vec<NodeId> {
+        set.iter().enumerate().filter(|(_, &c)| c).map(|(i, _)| self.replicas.ids()[i]).collect()
+    }
+
+    fn confirmed_count(&self) -> usize {
+        self.confirmed.iter().filter(|&&c| c).count()
+    }
+
+    // ---- events --------------------------------------------------------------------------------
+
+    /// This replica now believes it leads (leader election, §5.1): start from permissions.
+    pub fn become_leader(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
+        if self.phase != Phase::Follower {
+            return;
+        }
+        self.fuo = self.fuo.max(mem.load_u64(Area::Log, FUO_OFFSET));
+        self.restart(out);
+    }
+
+    /// This replica no longer believes it leads. A proposal in progress is dropped: the caller
+    /// tells the application ([`ProposeError::NotLeader`]).
+    pub fn step_down(&mut self) {
+        self.phase = Phase::Follower;
+        self.attempt = self.attempt.wrapping_add(1);
+        self.proposal = None;
+        self.prepared = false;
+    }
+
+    /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`.
+    pub fn propose(
+        &mut self,
+        kind: EntryKind,
+        value: &[u8],
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProposeError> {
+        if self.phase == Phase::Follower {
+            return Err(ProposeError::NotLeader);
+        }
+        if self.proposal.is_some() {
+            return Err(ProposeError::Busy);
+        }
+        let max = self.layout.max_value_bytes();
+        if value.len() > max {
+            return Err(ProposeError::TooLarge { len: value.len(), max });
+        }
+        self.proposal_value.clear();
+        self.proposal_value.extend_from_slice(value);
+        self.proposal = Some(Proposal { kind, len: value.len() });
+        if self.phase == Phase::Ready {
+            self.start_replicating(mem, out);
+        }
+        Ok(())
+    }
+
+    /// `peer`'s permission manager granted us write access to its log (or refused: `granted`).
+    pub fn on_permission(
+        &mut self,
+        peer: NodeId,
+        granted: bool,
+        now_ns: u64,
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pos) = self.replicas.position(peer) else { return };
+        if self.phase != Phase::Permissions || !granted {
+            return;
+        }
+        self.granted[pos] = true;
+        let count = self.granted.iter().filter(|&&g| g).count();
+        if count >= self.replicas.majority() && self.majority_granted_at_ns.is_none() {
+            self.majority_granted_at_ns = Some(now_ns);
+        }
+        self.maybe_confirm(now_ns, mem, out);
+    }
+
+    /// Time passes: ends the grace period of the permission phase.
+    pub fn tick(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        if self.phase == Phase::Permissions {
+            self.maybe_confirm(now_ns, mem, out);
+        }
+    }
+
+    /// A work request posted to `peer` completed.
+    pub fn on_completion(
+        &mut self,
+        peer: NodeId,
+        c: Completion,
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) {
+        let (attempt, step) = ((c.wr_id >> 32) as u32, (c.wr_id >> 16) as u16);
+        let Some(pos) = self.replicas.position(peer) else { return };
+        if attempt != self.attempt || self.phase == Phase::Follower {
+            return; // from an attempt that was aborted: its failures are moot
+        }
+        if !c.status.is_success() {
+            self.fail(pos, c.status, mem, out);
+            return;
+        }
+        if step != self.step || self.waits[pos] != Wait::Pending {
+            return; // a straggler of a step we already left, or an unsignaled success
+        }
+        self.waits[pos] = Wait::Done;
+        self.maybe_finish_step(mem, out);
+    }
+
+    // ---- the steps -----------------------------------------------------------------------------
+
+    fn restart(&mut self, out: &mut Vec<Action>) {
+        self.attempt = self.attempt.wrapping_add(1);
+        self.phase = Phase::Permissions;
+        self.prepared = false;
+        self.granted.fill(false);
+        self.confirmed.fill(false);
+        self.waits.fill(Wait::Idle);
+        self.majority_granted_at_ns = None;
+        for &peer in self.replicas.ids() {
+            out.push(Action::RequestPermission { peer });
+        }
+    }
+
+    fn maybe_confirm(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let Some(since) = self.majority_granted_at_ns else { return };
+        let everyone = self.granted.iter().all(|&g| g);
+        let grace_over = now_ns.saturating_sub(since) >= self.permission_grace_ns;
+        // We must own our own log before touching it.
+        if !self.granted[self.me_pos] || !(everyone || grace_over) {
+            return;
+        }
+        self.confirmed.copy_from_slice(&self.granted);
+        self.begin_read_fuos(mem, out);
+    }
+
+    fn next_step(&mut self, phase: Phase) -> u64 {
+        self.phase = phase;
+        self.step = self.step.wrapping_add(1);
+        for (pos, w) in self.waits.iter_mut().enumerate() {
+            *w = if self.confirmed[pos] && pos != self.me_pos { Wait::Pending } else { Wait::Idle };
+        }
+        (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16)
+    }
+
+    fn scratch(&self, pos: usize, field: u64) -> u64 {
+        pos as u64 * self.scratch_block + field
+    }
+
+    fn post(out: &mut Vec<Action>, peer: NodeId, wr_id: u64, op: RemoteOp, signaled: bool) {
+        out.push(Action::Post { peer, wr_id, op, signaled });
+    }
+
+    /// Listing 3, lines 1–3: read every confirmed follower's FUO.
+    fn begin_read_fuos(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let wr = self.next_step(Phase::ReadFuos);
+        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_FUO), self.fuo);
+        for pos in self.followers() {
+            let op = RemoteOp::ReadIntoScratch {
+                offset: FUO_OFFSET,
+                scratch_offset: self.scratch(pos, SCRATCH_FUO),
+                len: 8,
+            };
+            Leader::post(out, self.replicas.ids()[pos], wr, op, true);
+        }
+        self.maybe_finish_step(mem, out);
+    }
+
+    /// Listing 3, lines 4–8: copy the most advanced follower's log into ours.
+    fn begin_catch_up(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let (source, fuo) = self
+            .confirmed_positions()
+            .map(|pos| (pos, mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_FUO))))
+            .max_by_key(|&(pos, fuo)| (fuo, pos == self.me_pos))
+            .expect("we are confirmed");
+        if fuo <= self.fuo || source == self.me_pos {
+            return self.begin_update_followers(mem, out);
+        }
+        if fuo - self.fuo > self.layout.slots_count() {
+            out.push(Action::Aborted {
+                reason: AbortReason::NeedsStateTransfer { behind: fuo - self.fuo },
+            });
+            self.step_down();
+            return;
+        }
+        self.source = source;
+        self.target = fuo;
+        let wr = self.next_step(Phase::CatchUp);
+        // Only the source is waited for in this step.
+        for (pos, w) in self.waits.iter_mut().enumerate() {
+            if pos != source {
+                *w = Wait::Idle;
+            }
+        }
+        let slot_bytes = self.layout.slot_bytes();
+        let peer = self.replicas.ids()[source];
+        for index in self.fuo..fuo {
+            let op =
+                RemoteOp::ReadIntoLog { offset: self.layout.slot_offset(index), len: slot_bytes };
+            Leader::post(out, peer, wr, op, index + 1 == fuo);
+        }
+    }
+
+    /// Listing 4: bring every lagging confirmed follower up to our FUO.
+    fn begin_update_followers(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let wr = self.next_step(Phase::UpdateFollowers);
+        let slot_bytes = self.layout.slot_bytes();
+        for pos in self.followers() {
+            let peer = self.replicas.ids()[pos];
+            let first = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_FUO)).min(self.fuo);
+            if self.fuo - first > self.layout.slots_count() {
+                // Our log no longer holds what it misses: it needs a state transfer, and cannot
+                // be a confirmed follower until it had one.
+                self.confirmed[pos] = false;
+                self.waits[pos] = Wait::Idle;
+                continue;
+            }
+            for index in first..self.fuo {
+                let op = RemoteOp::WriteFromLog {
+                    offset: self.layout.slot_offset(index),
+                    len: slot_bytes,
+                };
+                Leader::post(out, peer, wr, op, false);
+            }
+            Leader::post(
+                out,
+                peer,
+                wr,
+                RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo },
+                true,
+            );
+        }
+        if self.confirmed_count() < self.replicas.majority() {
+            return self.abort(AbortReason::LostMajority, out);
+        }
+        self.maybe_finish_step(mem, out);
+    }
+
+    /// Up to date: replicate the pending value, if any.
+    fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        if self.proposal.is_none() {
+            self.phase = Phase::Ready;
+            return;
+        }
+        if self.prepared {
+            let (kind, len) = {
+                let p = self.proposal.as_ref().expect("checked above");
+                (p.kind, p.len)
+            };
+            self.entry[..len].copy_from_slice(&self.proposal_value[..len]);
+            self.begin_accept(kind, len, true, mem, out);
+        } else {
+            self.begin_prepare_read(mem, out);
+        }
+    }
+
+    /// Listing 2, line 19: read the confirmed followers' minProposals.
+    fn begin_prepare_read(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let wr = self.next_step(Phase::PrepareRead);
+        let own = mem.load_u64(Area::Log, MIN_PROPOSAL_OFFSET);
+        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_MIN_PROPOSAL), own);
+        for pos in self.followers() {
+            let op = RemoteOp::ReadIntoScratch {
+                offset: MIN_PROPOSAL_OFFSET,
+                scratch_offset: self.scratch(pos, SCRATCH_MIN_PROPOSAL),
+                len: 8,
+            };
+            Leader::post(out, self.replicas.ids()[pos], wr, op, true);
+        }
+        self.maybe_finish_step(mem, out);
+    }
+
+    /// Listing 2, lines 20–23: pick a higher proposal number, write it, read the slot at FUO.
+    fn begin_prepare_write(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let highest = self
+            .answered()
+            .map(|pos| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL)))
+            .max()
+            .unwrap_or(0)
+            .max(self.proposal_number);
+        // Rounds in the high bits, our position in the low ones: numbers of different leaders
+        // never collide, and every number we pick is above every one seen.
+        let round = (highest >> 16) + 1;
+        assert!(round < (1 << 47), "proposal numbers exhausted");
+        self.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
+        assert!(self.proposal_number > highest);
+
+        let wr = self.next_step(Phase::PrepareWrite);
+        let slot_offset = self.layout.slot_offset(self.fuo);
+        let slot_bytes = self.layout.slot_bytes();
+        mem.store_u64(Area::Log, MIN_PROPOSAL_OFFSET, self.proposal_number);
+        mem.read(Area::Log, slot_offset, &mut self.slot_buf);
+        mem.write(Area::Scratch, self.scratch(self.me_pos, SCRATCH_SLOT), &self.slot_buf);
+        for pos in self.followers() {
+            let peer = self.replicas.ids()[pos];
+            let write =
+                RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, value: self.proposal_number };
+            // FIFO: the read lands after the write, so its completion vouches for both.
+            Leader::post(out, peer, wr, write, false);
+            let read = RemoteOp::ReadIntoScratch {
+                offset: slot_offset,
+                scratch_offset: self.scratch(pos, SCRATCH_SLOT),
+                len: slot_bytes,
+            };
+            Leader::post(out, peer, wr, read, true);
+        }
+        self.maybe_finish_step(mem, out);
+    }
+
+    /// Listing 2, lines 24–28: adopt the highest-numbered value found, or ours.
+    fn end_prepare(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let mut best: Option<(u64, EntryKind, usize)> = None;
+        let mut all_empty = true;
+        let mut slot = std::mem::take(&mut self.slot_buf);
+        for pos in 0..self.replicas.len() {
+            if !self.has_answered(pos) {
+                continue; // a majority answered; the others are not consulted
+            }
+            mem.read(Area::Scratch, self.scratch(pos, SCRATCH_SLOT), &mut slot);
+            match self.layout.decode(self.fuo, &slot) {
+                Slot::Empty => {}
+                // A torn entry was never accepted there; any value that could have been decided
+                // is complete at some replica of every majority, ours included.
+                Slot::Incomplete => all_empty = false,
+                Slot::Entry(e) => {
+                    all_empty = false;
+                    if best.is_none_or(|(p, _, _)| e.proposal > p) {
+                        self.entry[..e.value.len()].copy_from_slice(e.value);
+                        best = Some((e.proposal, e.kind, e.value.len()));
+                    }
+                }
+            }
+        }
+        self.slot_buf = slot;
+        match best {
+            Some((_, kind, len)) => {
+                // Listing 2, line 34, "If value == myValue": the value found may be our own,
+                // accepted by some replicas before an abort; it must not be proposed twice.
+                let mine = self.proposal.as_ref().is_some_and(|p| {
+                    p.kind == kind
+                        && p.len == len
+                        && self.proposal_value[..len] == self.entry[..len]
+                });
+                self.begin_accept(kind, len, mine, mem, out)
+            }
+            None => {
+                // §4.2 "Omitting the prepare phase": nothing accepted here or above.
+                self.prepared = all_empty;
+                let p = self.proposal.as_ref().expect("prepare runs for a proposal");
+                let (kind, len) = (p.kind, p.len);
+                self.entry[..len].copy_from_slice(&self.proposal_value[..len]);
+                self.begin_accept(kind, len, true, mem, out);
+            }
+        }
+    }
+
+    /// Listing 2, lines 29–36: write the entry (whose value is in `self.entry[..len]`) at FUO.
+    fn begin_accept(
+        &mut self,
+        kind: EntryKind,
+        len: usize,
+        mine: bool,
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) {
+        let bytes = self
+            .layout
+            .encode(self.fuo, self.proposal_number, kind, &self.entry[..len], &mut self.slot_buf)
+            .expect("value size checked at propose");
+        let offset = self.layout.slot_offset(self.fuo);
+        mem.write(Area::Log, offset, &self.slot_buf[..bytes]);
+        self.target = self.fuo;
+        self.accepting_mine = mine;
+        let wr = self.next_step(Phase::Accept);
+        for pos in 0..self.replicas.len() {
+            if self.is_follower(pos) {
+                let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
+                Leader::post(out, self.replicas.ids()[pos], wr, op, true);
+            }
+        }
+        self.maybe_finish_step(mem, out);
+    }
+
+    fn end_accept(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let index = self.target;
+        self.fuo = index + 1;
+        mem.store_u64(Area::Log, FUO_OFFSET, self.fuo);
+        out.push(Action::Committed { index, mine: self.accepting_mine });
+        if self.accepting_mine {
+            self.proposal = None;
+            self.phase = Phase::Ready;
+        } else {
+            // We committed someone else's value: go on with ours at the next index.
+            self.start_replicating(mem, out);
+        }
+    }
+
+    /// Finishes the current step once enough peers answered: every confirmed follower for the
+    /// update steps, a majority (ourselves included) for prepare and accept (§4.2, "the leader
+    /// waits for just a majority").
+    fn maybe_finish_step(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let done = self.waits.iter().filter(|&&w| w == Wait::Done).count() + 1; // + ourselves
+        let pending = self.waits.iter().any(|&w| w == Wait::Pending);
+        let enough = match self.phase {
+            Phase::PrepareRead | Phase::PrepareWrite | Phase::Accept => {
+                done >= self.replicas.majority()
+            }
+            Phase::CatchUp => self.waits[self.source] == Wait::Done,
+            Phase::ReadFuos | Phase::UpdateFollowers => !pending,
+            Phase::Follower | Phase::Permissions | Phase::Ready => return,
+        };
+        if !enough {
+            return;
+        }
+        match self.phase {
+            Phase::ReadFuos => self.begin_catch_up(mem, out),
+            Phase::CatchUp => {
+                self.fuo = self.target;
+                mem.store_u64(Area::Log, FUO_OFFSET, self.fuo);
+                self.begin_update_followers(mem, out);
+            }
+            Phase::UpdateFollowers => self.start_replicating(mem, out),
+            Phase::PrepareRead => self.begin_prepare_write(mem, out),
+            Phase::PrepareWrite => self.end_prepare(mem, out),
+            Phase::Accept => self.end_accept(mem, out),
+            Phase::Follower | Phase::Permissions | Phase::Ready => {}
+        }
+    }
+
+    /// A confirmed follower's operation failed.
+    fn fail(&mut self, pos: usize, status: Status, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let peer = self.replicas.ids()[pos];
+        match status {
+            Status::PeerUnreachable if !self.confirmed[pos] => {} // dropped already
+            Status::PeerUnreachable => {
+                // A dead follower: drop it, and go on while a majority remains.
+                self.confirmed[pos] = false;
+                self.waits[pos] = Wait::Idle;
+                if self.confirmed_count() < self.replicas.majority() {
+                    self.abort(AbortReason::LostMajority, out);
+                } else if self.phase == Phase::CatchUp && pos == self.source {
+                    self.abort(AbortReason::CatchUpSourceLost { peer }, out);
+                } else {
+                    self.maybe_finish_step(mem, out);
+                }
+            }
+            Status::RemoteAccessDenied | Status::Flushed => {
+                self.abort(AbortReason::PermissionLost { peer }, out)
+            }
+            _ => self.abort(AbortReason::Fabric { peer, status }, out),
+        }
+    }
+
+    fn abort(&mut self, reason: AbortReason, out: &mut Vec<Action>) {
+        out.push(Action::Aborted { reason });
+        // "If it still thinks it is the leader, it calls propose again": start over from
+        // permissions; the proposal stays pending.
+        self.restart(out);
+    }
+
+    fn confirmed_positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.confirmed.iter().enumerate().filter(|(_, &c)| c).map(|(i, _)| i)
+    }
+
+    /// Confirmed followers other than ourselves (the update steps only: it allocates).
+    fn followers(&self) -> Vec<usize> {
+        (0..self.replicas.len()).filter(|&p| self.is_follower(p)).collect()
+    }
+
+    fn is_follower(&self, pos: usize) -> bool {
+        self.confirmed[pos] && pos != self.me_pos
+    }
+
+    /// Whether `pos` answered the current step (we always have).
+    fn has_answered(&self, pos: usize) -> bool {
+        pos == self.me_pos || (self.confirmed[pos] && self.waits[pos] == Wait::Done)
+    }
+
+    fn answered(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.replicas.len()).filter(|&pos| self.has_answered(pos))
+    }
+}

@@ -1,0 +1,245 @@
+//! Engine tests of the leader, with no fabric. Each names the part of the Mu paper it checks.
+
+mod common;
+
+use common::{Cluster, Fault};
+use mu_fabric::NodeId;
+use mu_log::{FUO_OFFSET, MIN_PROPOSAL_OFFSET};
+use mu_replication::{
+    AbortReason, Action, Area, Memory, Phase, ProposeError, RemoteOp, ReplicaSet,
+};
+
+/// "a majority of the replicas" — right for even sizes too (the original code's (n+1)/2 gave
+/// 2 of 4).
+#[test]
+fn t10_majority_is_more_than_half() {
+    for (n, m) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)] {
+        let set = ReplicaSet::new((0..n).map(NodeId).collect()).unwrap();
+        assert_eq!(set.majority(), m, "n = {n}");
+        // Any two majorities intersect.
+        assert!(2 * m > n as usize);
+    }
+    assert!(ReplicaSet::new(vec![NodeId(1), NodeId(1)]).is_err());
+}
+
+/// Listing 2, lines 9–12: a new leader asks every replica for permission and goes on once a
+/// majority granted it; §4.2 "Growing confirmed followers": it briefly waits for the rest.
+#[test]
+fn t20_permissions_from_a_majority_then_the_grace_period() {
+    let mut c = Cluster::new(5, 0);
+    c.become_leader();
+    let asked: Vec<_> = c
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestPermission { peer } => Some(peer.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked, [0, 1, 2, 3, 4]);
+    let me = c.me();
+    let mut out = Vec::new();
+    for p in [0, 1, 2] {
+        c.leader.on_permission(NodeId(p), true, 0, &mut c.mems[me], &mut out);
+    }
+    assert_eq!(c.leader.phase(), Phase::Permissions, "a majority, but the grace period is running");
+    c.leader.tick(500, &mut c.mems[me], &mut out);
+    assert_eq!(c.leader.phase(), Phase::Permissions);
+    c.leader.on_permission(NodeId(3), true, 600, &mut c.mems[me], &mut out);
+    c.leader.tick(1_000, &mut c.mems[me], &mut out);
+    assert_eq!(c.leader.phase(), Phase::ReadFuos, "grace period over");
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1), NodeId(2), NodeId(3)]);
+}
+
+/// Listing 2: prepare (read minProposals, write a higher proposal number, read the slot at FUO)
+/// then accept (write the value); the value is then at a majority and FUO moves on.
+#[test]
+fn t30_first_proposal_prepares_then_accepts() {
+    let mut c = Cluster::ready(3, 0);
+    assert_eq!(c.leader.phase(), Phase::Ready);
+    let since = c.actions.len();
+    c.propose(b"first").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(0, true)]);
+    assert_eq!(c.leader.fuo(), 1);
+    let p = c.leader.proposal_number();
+    assert!(p > 0);
+    for pos in 0..3 {
+        assert_eq!(c.entry(pos, 0), Some((p, b"first".to_vec())), "replica {pos}");
+        assert_eq!(
+            c.mems[pos].load_u64(Area::Log, MIN_PROPOSAL_OFFSET),
+            p,
+            "prepare wrote minProposal"
+        );
+    }
+    let ops = c.posts_since(since);
+    assert!(ops.iter().any(|(_, op)| matches!(
+        op,
+        RemoteOp::ReadIntoScratch { offset: MIN_PROPOSAL_OFFSET, .. }
+    )));
+    assert!(ops
+        .iter()
+        .any(|(_, op)| matches!(op, RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, .. })));
+    assert!(ops.iter().any(|(_, op)| matches!(op, RemoteOp::WriteFromLog { .. })));
+}
+
+/// §4.2 "Omitting the prepare phase": after finding only empty slots, the next proposals are a
+/// single write to each follower.
+#[test]
+fn t31_prepare_is_omitted_after_empty_slots() {
+    let mut c = Cluster::ready(3, 0);
+    c.propose(b"one").unwrap();
+    c.run();
+    assert!(c.leader.prepared());
+    let since = c.actions.len();
+    c.propose(b"two").unwrap();
+    c.run();
+    let ops = c.posts_since(since);
+    assert_eq!(ops.len(), 2, "one write per follower: {ops:?}");
+    assert!(ops.iter().all(|(_, op)| matches!(op, RemoteOp::WriteFromLog { .. })));
+    assert_eq!(c.committed(), [(0, true), (1, true)]);
+}
+
+/// Listing 2, lines 24–28: a value found in a slot during prepare is adopted (the highest
+/// proposal number among the replicas that answered wins) and committed before the leader's own,
+/// which goes to the next index. (A majority answers: here ourselves and replica 1, the first to.)
+#[test]
+fn t40_prepare_adopts_the_highest_accepted_value() {
+    let mut c = Cluster::new(3, 0);
+    c.plant(0, 0, (1 << 16) | 2, b"older leader, low");
+    c.plant(1, 0, (2 << 16) | 3, b"older leader, high");
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    c.propose(b"mine").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(0, false), (1, true)]);
+    let p = c.leader.proposal_number();
+    assert!(p > (2 << 16) | 3, "above every minProposal seen");
+    for pos in 0..3 {
+        assert_eq!(c.entry(pos, 0).unwrap().1, b"older leader, high", "replica {pos}");
+        assert_eq!(c.entry(pos, 1).unwrap().1, b"mine");
+    }
+}
+
+/// Listing 3: a new leader first catches up from its most advanced confirmed follower.
+#[test]
+fn t50_leader_catches_up_from_the_most_advanced_follower() {
+    let mut c = Cluster::new(3, 0);
+    for i in 0..4 {
+        c.plant(2, i, 1 << 16 | 3, format!("decided {i}").as_bytes());
+    }
+    c.mems[2].store_u64(Area::Log, FUO_OFFSET, 4);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    assert_eq!(c.leader.fuo(), 4);
+    let me = c.me();
+    assert_eq!(c.mems[me].load_u64(Area::Log, FUO_OFFSET), 4);
+    for i in 0..4 {
+        assert_eq!(
+            c.entry(0, i).unwrap().1,
+            format!("decided {i}").as_bytes(),
+            "leader, index {i}"
+        );
+    }
+    c.propose(b"next").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(4, true)]);
+}
+
+/// Listing 4: the leader brings lagging followers up to its FUO: the missing slots, then FUO.
+#[test]
+fn t60_lagging_followers_are_brought_up_to_date() {
+    let mut c = Cluster::new(3, 0);
+    for i in 0..3 {
+        c.plant(0, i, 1 << 16 | 1, format!("v{i}").as_bytes());
+    }
+    c.mems[0].store_u64(Area::Log, FUO_OFFSET, 3);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    for pos in [1, 2] {
+        assert_eq!(c.mems[pos].load_u64(Area::Log, FUO_OFFSET), 3, "follower {pos}'s FUO");
+        for i in 0..3 {
+            assert_eq!(c.entry(pos, i).unwrap().1, format!("v{i}").as_bytes());
+        }
+    }
+}
+
+/// Listing 2, "Abort if any write fails" and §4.1: a follower that gave write access to another
+/// leader makes the write fail; the leader aborts, asks for permission again, and proposes again.
+#[test]
+fn t70_a_denied_write_aborts_and_the_proposal_is_retried() {
+    let mut c = Cluster::ready(3, 0);
+    c.propose(b"one").unwrap();
+    c.run();
+    c.faults[1] = Fault::Denied;
+    c.propose(b"two").unwrap();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(1) }]);
+    assert_eq!(c.leader.phase(), Phase::Permissions);
+    assert!(!c.leader.prepared(), "after an abort, prepare is needed again");
+    assert_eq!(c.propose(b"three"), Err(ProposeError::Busy), "the first value is still pending");
+    c.faults[1] = Fault::None;
+    c.grant_all();
+    c.run();
+    assert_eq!(
+        c.committed(),
+        [(0, true), (1, true)],
+        "the value accepted before the abort is not proposed twice"
+    );
+    assert_eq!(c.entry(2, 1).unwrap().1, b"two");
+    assert!(c.entry(0, 2).is_none());
+}
+
+/// §4.2 "Growing confirmed followers": the leader waits for a majority only; a slow follower
+/// gets the same entries, in order, later.
+#[test]
+fn t80_accept_waits_for_a_majority_only() {
+    let mut c = Cluster::ready(5, 0);
+    c.faults[3] = Fault::Held;
+    c.faults[4] = Fault::Held;
+    for v in [&b"a"[..], b"b", b"c"] {
+        c.propose(v).unwrap();
+        c.run();
+    }
+    assert_eq!(c.committed(), [(0, true), (1, true), (2, true)]);
+    assert!(c.entry(3, 0).is_none(), "the slow follower has nothing yet");
+    c.release(3);
+    c.release(4);
+    c.run();
+    for i in 0..3 {
+        assert_eq!(c.entry(3, i), c.entry(0, i));
+        assert_eq!(c.entry(4, i), c.entry(0, i));
+    }
+}
+
+/// An unreachable follower is dropped from the confirmed set; the leader goes on while a
+/// majority remains and aborts when it does not.
+#[test]
+fn t81_unreachable_followers_are_dropped_until_the_majority_is_lost() {
+    let mut c = Cluster::ready(5, 0);
+    c.propose(b"a").unwrap();
+    c.run();
+    c.faults[4] = Fault::Unreachable;
+    c.propose(b"b").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(0, true), (1, true)]);
+    assert!(!c.leader.confirmed().contains(&NodeId(4)));
+    c.faults[3] = Fault::Unreachable;
+    c.faults[2] = Fault::Unreachable;
+    c.propose(b"c").unwrap();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::LostMajority]);
+}
+
+/// Not leading: propose is refused with a typed error, as is a value larger than a slot.
+#[test]
+fn t90_propose_errors() {
+    let mut c = Cluster::new(3, 0);
+    assert_eq!(c.propose(b"x"), Err(ProposeError::NotLeader));
+    let mut c = Cluster::ready(3, 0);
+    let big = vec![0u8; c.layout.max_value_bytes() + 1];
+    assert!(matches!(c.propose(&big), Err(ProposeError::TooLarge { .. })));
+}
