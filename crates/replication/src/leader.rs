@@ -595,7 +595,7 @@ impl Leader {
     /// waits for just a majority").
     fn maybe_finish_step(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let done = self.waits.iter().filter(|&&w| w == Wait::Done).count() + 1; // + ourselves
-        let pending = self.waits.iter().any(|&w| w == Wait::Pending);
+        let pending = self.waits.contains(&Wait::Pending);
         let enough = match self.phase {
             Phase::PrepareRead | Phase::PrepareWrite | Phase::Accept => {
                 done >= self.replicas.majority()
