@@ -1,0 +1,93 @@
+//! Engine tests of the replayer, with no fabric. Each names the part of the Mu paper it checks.
+
+mod common;
+
+use common::{layout, Cluster};
+use mu_log::{EntryKind, FUO_OFFSET, HEAD_OFFSET};
+use mu_replication::{Area, Memory, Replayer, VecMemory};
+
+fn applied(r: &mut Replayer, mem: &mut VecMemory) -> Vec<(u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    r.poll(mem, |i, kind, v| {
+        assert_eq!(kind, EntryKind::Request);
+        got.push((i, v.to_vec()));
+    });
+    got
+}
+
+/// §4.2 "Followers commit in background": entry i is applied only once entry i + 1 is there
+/// (commit piggybacking), and then in order.
+#[test]
+fn t10_commit_piggybacking() {
+    let mut c = Cluster::new(3, 0);
+    let mut r = Replayer::new(layout(), 0);
+    c.plant(1, 0, 1 << 16 | 1, b"a");
+    assert!(applied(&mut r, &mut c.mems[1]).is_empty(), "the last entry is not known decided");
+    c.plant(1, 1, 1 << 16 | 1, b"b");
+    assert_eq!(applied(&mut r, &mut c.mems[1]), [(0, b"a".to_vec())]);
+    c.plant(1, 2, 1 << 16 | 1, b"c");
+    c.plant(1, 3, 1 << 16 | 1, b"d");
+    assert_eq!(applied(&mut r, &mut c.mems[1]), [(1, b"b".to_vec()), (2, b"c".to_vec())]);
+    assert_eq!(r.head(), 3);
+    assert_eq!(
+        c.mems[1].load_u64(Area::Log, HEAD_OFFSET),
+        3,
+        "the head is published for recycling (§5.3)"
+    );
+}
+
+/// Listing 4 writes the follower's FUO after its slots: an FUO past i also decides i.
+#[test]
+fn t20_fuo_decides_too() {
+    let mut c = Cluster::new(3, 0);
+    let mut r = Replayer::new(layout(), 0);
+    c.plant(1, 0, 1 << 16 | 1, b"a");
+    c.plant(1, 1, 1 << 16 | 1, b"b");
+    c.mems[1].store_u64(Area::Log, FUO_OFFSET, 2);
+    assert_eq!(applied(&mut r, &mut c.mems[1]).len(), 2);
+}
+
+/// §4.2 "Replayer": a follower never applies a half-written entry; the entry after it does not
+/// make it decided until it is whole.
+#[test]
+fn t30_torn_entries_are_not_applied() {
+    let l = layout();
+    let mut mem = VecMemory::new(l.region_bytes(), 0);
+    let mut r = Replayer::new(l, 0);
+    let mut entry = vec![0u8; l.slot_bytes() as usize];
+    let n = l.encode(0, 7, EntryKind::Request, b"half", &mut entry).unwrap();
+    mem.write(Area::Log, l.slot_offset(0), &entry[..n]);
+    let n1 = l.encode(1, 7, EntryKind::Request, b"next, torn", &mut entry).unwrap();
+    mem.write(Area::Log, l.slot_offset(1), &entry[..n1 - 8]); // trailer missing
+    assert!(applied(&mut r, &mut mem).is_empty());
+    mem.write(Area::Log, l.slot_offset(1), &entry[..n1]);
+    assert_eq!(applied(&mut r, &mut mem), [(0, b"half".to_vec())]);
+}
+
+/// The leader's engine and the followers' replayers agree: whatever the leader commits, every
+/// replica applies, in the same order (here with a slow follower that catches up).
+#[test]
+fn t40_replicas_apply_what_the_leader_commits() {
+    let mut c = Cluster::ready(3, 0);
+    c.faults[2] = common::Fault::Held;
+    let values: Vec<Vec<u8>> = (0..10).map(|i| format!("value {i}").into_bytes()).collect();
+    for v in &values {
+        c.propose(v).unwrap();
+        c.run();
+    }
+    c.release(2);
+    c.run();
+    let committed: Vec<u64> = c.committed().iter().map(|&(i, _)| i).collect();
+    assert_eq!(committed, (0..10).collect::<Vec<_>>());
+    for pos in 0..3 {
+        let mut r = Replayer::new(layout(), 0);
+        let got = applied(&mut r, &mut c.mems[pos]);
+        // The last entry waits for the next one (piggybacking) on followers; the leader's own
+        // FUO decides it at the leader.
+        let expect = if pos == 0 { 10 } else { 9 };
+        assert_eq!(got.len(), expect, "replica {pos}");
+        for (i, v) in got {
+            assert_eq!(v, values[i as usize], "replica {pos}, index {i}");
+        }
+    }
+}
