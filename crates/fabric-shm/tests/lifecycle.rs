@@ -112,15 +112,7 @@ fn run_one(ep: &mut ShmEndpoint, c: ConnId, wr: &WorkRequest<'_>) -> Completion 
 }
 
 fn wait_completion(ep: &mut ShmEndpoint) -> Completion {
-    let mut out = [Completion::EMPTY; 1];
-    let start = Instant::now();
-    loop {
-        if ep.poll(&mut out) == 1 {
-            return out[0];
-        }
-        assert!(start.elapsed() < WAIT, "no completion within {WAIT:?}");
-        std::thread::yield_now();
-    }
+    mu_fabric::conformance::wait_completion_with(ep, std::thread::yield_now)
 }
 
 /// Asserts that an error's message names the problem.
