@@ -483,7 +483,9 @@ impl Leader {
         let wr = self.next_step(Phase::PrepareWrite);
         let slot_offset = self.layout.slot_offset(self.fuo);
         let slot_bytes = self.layout.slot_bytes();
-        mem.store_u64(Area::Log, MIN_PROPOSAL_OFFSET, self.proposal_number);
+        if !self.write_own_log(mem, MIN_PROPOSAL_OFFSET, &self.proposal_number.to_le_bytes(), out) {
+            return;
+        }
         mem.read(Area::Log, slot_offset, &mut self.slot_buf);
         mem.write(Area::Scratch, self.scratch(self.me_pos, SCRATCH_SLOT), &self.slot_buf);
         for pos in self.followers() {
@@ -563,7 +565,12 @@ impl Leader {
             .encode(self.fuo, self.proposal_number, kind, &self.entry[..len], &mut self.slot_buf)
             .expect("value size checked at propose");
         let offset = self.layout.slot_offset(self.fuo);
-        mem.write(Area::Log, offset, &self.slot_buf[..bytes]);
+        let slot_buf = std::mem::take(&mut self.slot_buf);
+        let written = self.write_own_log(mem, offset, &slot_buf[..bytes], out);
+        self.slot_buf = slot_buf;
+        if !written {
+            return;
+        }
         self.target = self.fuo;
         self.accepting_mine = mine;
         let wr = self.next_step(Phase::Accept);
@@ -578,8 +585,10 @@ impl Leader {
 
     fn end_accept(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let index = self.target;
+        if !self.write_own_log(mem, FUO_OFFSET, &(index + 1).to_le_bytes(), out) {
+            return;
+        }
         self.fuo = index + 1;
-        mem.store_u64(Area::Log, FUO_OFFSET, self.fuo);
         out.push(Action::Committed { index, mine: self.accepting_mine });
         if self.accepting_mine {
             self.proposal = None;
@@ -610,9 +619,10 @@ impl Leader {
         match self.phase {
             Phase::ReadFuos => self.begin_catch_up(mem, out),
             Phase::CatchUp => {
-                self.fuo = self.target;
-                mem.store_u64(Area::Log, FUO_OFFSET, self.fuo);
-                self.begin_update_followers(mem, out);
+                if self.write_own_log(mem, FUO_OFFSET, &self.target.to_le_bytes(), out) {
+                    self.fuo = self.target;
+                    self.begin_update_followers(mem, out);
+                }
             }
             Phase::UpdateFollowers => self.start_replicating(mem, out),
             Phase::PrepareRead => self.begin_prepare_write(mem, out),
@@ -644,6 +654,22 @@ impl Leader {
             }
             _ => self.abort(AbortReason::Fabric { peer, status }, out),
         }
+    }
+
+    /// Writes our own log as its leader; if our permission manager gave the log to another
+    /// leader meanwhile, aborts instead and returns false.
+    fn write_own_log(
+        &mut self,
+        mem: &mut impl Memory,
+        offset: u64,
+        data: &[u8],
+        out: &mut Vec<Action>,
+    ) -> bool {
+        if mem.write_guarded(offset, data).is_ok() {
+            return true;
+        }
+        self.abort(AbortReason::PermissionLost { peer: self.me }, out);
+        false
     }
 
     fn abort(&mut self, reason: AbortReason, out: &mut Vec<Action>) {

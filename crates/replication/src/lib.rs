@@ -79,11 +79,25 @@ pub enum Area {
     Scratch,
 }
 
+/// A write to this replica's own log was refused: its permission manager has given write access
+/// to the log to another leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Revoked;
+
 /// The replica's own memory as an engine sees it: its log and its scratch area. A runtime backs
 /// it with fabric regions; tests with byte vectors ([`VecMemory`]).
 pub trait Memory {
     fn read(&self, area: Area, offset: u64, out: &mut [u8]);
+
+    /// Writes memory the replica owns whatever the permissions: its scratch area, and the words
+    /// of its log that only it writes (the log head).
     fn write(&mut self, area: Area, offset: u64, data: &[u8]);
+
+    /// Writes the consensus part of the replica's own log (slots, minProposal, FUO) as its
+    /// leader. Like a remote leader's writes, this must stop as a barrier once the replica's
+    /// permission manager grants another leader write access to the log: then it fails, and the
+    /// engine aborts.
+    fn write_guarded(&mut self, offset: u64, data: &[u8]) -> Result<(), Revoked>;
 
     fn load_u64(&self, area: Area, offset: u64) -> u64 {
         let mut b = [0u8; 8];
@@ -101,11 +115,13 @@ pub trait Memory {
 pub struct VecMemory {
     pub log: Vec<u8>,
     pub scratch: Vec<u8>,
+    /// Whether guarded writes are refused (another leader holds this log).
+    pub revoked: bool,
 }
 
 impl VecMemory {
     pub fn new(log_bytes: usize, scratch_bytes: usize) -> VecMemory {
-        VecMemory { log: vec![0; log_bytes], scratch: vec![0; scratch_bytes] }
+        VecMemory { log: vec![0; log_bytes], scratch: vec![0; scratch_bytes], revoked: false }
     }
 
     fn area(&self, area: Area) -> &Vec<u8> {
@@ -129,6 +145,14 @@ impl Memory for VecMemory {
             Area::Scratch => &mut self.scratch,
         };
         bytes[at..at + data.len()].copy_from_slice(data);
+    }
+
+    fn write_guarded(&mut self, offset: u64, data: &[u8]) -> Result<(), Revoked> {
+        if self.revoked {
+            return Err(Revoked);
+        }
+        self.write(Area::Log, offset, data);
+        Ok(())
     }
 }
 

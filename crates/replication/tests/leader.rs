@@ -243,3 +243,21 @@ fn t90_propose_errors() {
     let big = vec![0u8; c.layout.max_value_bytes() + 1];
     assert!(matches!(c.propose(&big), Err(ProposeError::TooLarge { .. })));
 }
+
+/// §5.2: a replica's permission manager grants write access to its log to one leader at a time
+/// — that includes the replica itself. Once another leader holds our own log, our local writes
+/// are refused like remote ones, and we abort instead of writing under it.
+#[test]
+fn t72_our_own_log_given_away_aborts_us() {
+    let mut c = Cluster::ready(3, 0);
+    c.propose(b"one").unwrap();
+    c.run();
+    let me = c.me();
+    c.mems[me].revoked = true;
+    let before = c.entry(me, 1);
+    c.propose(b"two").unwrap();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(0) }]);
+    assert_eq!(c.entry(me, 1), before, "nothing was written into our log under another leader");
+    assert_eq!(c.committed(), [(0, true)]);
+}
