@@ -348,12 +348,26 @@ impl Leader {
 
     /// Listing 3, lines 1–3: read every confirmed follower's FUO.
     fn begin_read_fuos(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        let wr = self.next_step(Phase::ReadFuos);
-        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_FUO), self.fuo);
+        self.begin_word_read(Phase::ReadFuos, FUO_OFFSET, SCRATCH_FUO, self.fuo, mem, out);
+    }
+
+    /// A step that gathers one word of every confirmed log into the scratch area: ours (`own`)
+    /// at once, the followers' by one-sided reads.
+    fn begin_word_read(
+        &mut self,
+        phase: Phase,
+        offset: u64,
+        field: u64,
+        own: u64,
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) {
+        let wr = self.next_step(phase);
+        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, field), own);
         for pos in self.followers() {
             let op = RemoteOp::ReadIntoScratch {
-                offset: FUO_OFFSET,
-                scratch_offset: self.scratch(pos, SCRATCH_FUO),
+                offset,
+                scratch_offset: self.scratch(pos, field),
                 len: 8,
             };
             Leader::post(out, self.replicas.ids()[pos], wr, op, true);
@@ -451,18 +465,15 @@ impl Leader {
 
     /// Listing 2, line 19: read the confirmed followers' minProposals.
     fn begin_prepare_read(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        let wr = self.next_step(Phase::PrepareRead);
         let own = mem.load_u64(Area::Log, MIN_PROPOSAL_OFFSET);
-        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_MIN_PROPOSAL), own);
-        for pos in self.followers() {
-            let op = RemoteOp::ReadIntoScratch {
-                offset: MIN_PROPOSAL_OFFSET,
-                scratch_offset: self.scratch(pos, SCRATCH_MIN_PROPOSAL),
-                len: 8,
-            };
-            Leader::post(out, self.replicas.ids()[pos], wr, op, true);
-        }
-        self.maybe_finish_step(mem, out);
+        self.begin_word_read(
+            Phase::PrepareRead,
+            MIN_PROPOSAL_OFFSET,
+            SCRATCH_MIN_PROPOSAL,
+            own,
+            mem,
+            out,
+        );
     }
 
     /// Listing 2, lines 20–23: pick a higher proposal number, write it, read the slot at FUO.
