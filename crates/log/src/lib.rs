@@ -117,6 +117,11 @@ pub enum Slot<'a> {
     Empty,
     /// Written in part, or holding something that is not an entry for this index: not to be used.
     Incomplete,
+    /// A complete entry of the index one lap earlier (`slots_count` less): the slot has not been
+    /// reused yet. Nothing was accepted here for this index, so for consensus it is as good as
+    /// empty. Telling it apart from [`Slot::Incomplete`] is what lets a leader keep omitting
+    /// prepare (§4.2) once the circular log has wrapped, with no zeroing of reused slots.
+    Stale,
     /// A complete entry for this index.
     Entry(Entry<'a>),
 }
@@ -234,7 +239,12 @@ impl LogLayout {
         let Some(kind) = EntryKind::from_u8(kind_byte) else { return Slot::Incomplete };
         let trailer_at = LogLayout::entry_bytes(len) - TRAILER_BYTES;
         let value = &slot[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + len];
-        if word(trailer_at) != self.trailer(index, proposal, kind_byte, value) {
+        let trailer = word(trailer_at);
+        if trailer != self.trailer(index, proposal, kind_byte, value) {
+            let lap_before = index.checked_sub(self.slots_count);
+            if lap_before.is_some_and(|i| trailer == self.trailer(i, proposal, kind_byte, value)) {
+                return Slot::Stale;
+            }
             return Slot::Incomplete;
         }
         Slot::Entry(Entry { proposal, kind, value })

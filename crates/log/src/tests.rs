@@ -79,13 +79,21 @@ fn bad_entries_are_refused() {
 }
 
 /// §5.3: slots are reused every `slots_count` indexes. An entry of an earlier lap that was not
-/// zeroed must not read as an entry of the new index.
+/// zeroed must not read as an entry of the new index: one lap back it reads as stale (as good as
+/// empty for prepare), further back as incomplete.
 #[test]
 fn an_earlier_lap_never_reads_as_this_one() {
     for integrity in [Integrity::Canary, Integrity::Checksum] {
         let l = layout(integrity);
+        let n = l.slots_count();
         let slot = encoded(&l, 2, 7, b"old lap");
-        assert_eq!(l.decode(2 + l.slots_count(), &slot), Slot::Incomplete, "{integrity:?}");
+        assert_eq!(l.decode(2 + n, &slot), Slot::Stale, "{integrity:?}");
+        assert_eq!(l.decode(2 + 2 * n, &slot), Slot::Incomplete, "{integrity:?}");
+        if integrity == Integrity::Checksum {
+            let mut torn = slot.clone();
+            torn[16] ^= 1;
+            assert_eq!(l.decode(2 + n, &torn), Slot::Incomplete, "checksum covers the value");
+        }
     }
 }
 
@@ -107,7 +115,7 @@ fn every_left_to_right_prefix_is_safe() {
                     let mut slot = base.clone();
                     slot[..prefix].copy_from_slice(&new[..prefix]);
                     match l.decode(4, &slot) {
-                        Slot::Empty | Slot::Incomplete => {}
+                        Slot::Empty | Slot::Incomplete | Slot::Stale => {}
                         Slot::Entry(e) => assert!(
                             slot == base && e.proposal == 3,
                             "{integrity:?}: prefix {prefix} read as {e:?}"

@@ -2,7 +2,7 @@
 
 use crate::{Action, Area, Memory, RemoteOp, ReplicaSet};
 use mu_fabric::{Completion, NodeId, Status};
-use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, MIN_PROPOSAL_OFFSET};
+use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, HEAD_OFFSET, MIN_PROPOSAL_OFFSET};
 
 /// How a leader is set up.
 #[derive(Clone, Debug)]
@@ -105,6 +105,13 @@ pub struct Leader {
     prepared: bool,
     /// The index being caught up to (catch-up) or being accepted (accept).
     target: u64,
+    /// Catch-up: the first index of the batch being read.
+    catch_up_next: u64,
+    /// Catch-up: how many slots the batch being read holds.
+    catch_up_count: u64,
+    /// The leader accepts only at indexes below this: the slot an index reuses must hold an
+    /// entry every live replica has applied (log recycling, §5.3). Never goes back.
+    log_limit: u64,
     /// Which confirmed follower is the most advanced (catch-up source).
     source: usize,
     /// The value being proposed by the application, if any.
@@ -120,8 +127,15 @@ pub struct Leader {
 }
 
 const SCRATCH_MIN_PROPOSAL: u64 = 0;
-const SCRATCH_FUO: u64 = 8;
-const SCRATCH_SLOT: u64 = 64;
+/// A follower's log words from FUO to the log head land here (one read of both).
+const SCRATCH_FUO: u64 = 64;
+const SCRATCH_HEAD: u64 = SCRATCH_FUO + (HEAD_OFFSET - FUO_OFFSET);
+const SCRATCH_SLOT: u64 = (SCRATCH_HEAD + 8).next_multiple_of(64);
+/// Catch-up reads this many slots at a time into the scratch area, then copies them into our log
+/// with guarded writes. Reading straight into the log would bypass the guard: a read posted
+/// before our permission manager gave our log to another leader could land after it, over that
+/// leader's entries.
+pub const CATCH_UP_BATCH_SLOTS: u64 = 16;
 
 impl Leader {
     pub fn new(config: LeaderConfig) -> Result<Leader, String> {
@@ -149,6 +163,11 @@ impl Leader {
             proposal_number: 0,
             prepared: false,
             target: 0,
+            catch_up_next: 0,
+            catch_up_count: 0,
+            // Until the runtime reads the log heads, only the first lap is free; one slot stays
+            // unused so that the log is never completely full (§5.3).
+            log_limit: config.layout.slots_count() - 1,
             source: me_pos,
             proposal: None,
             proposal_value: Vec::with_capacity(slot_bytes),
@@ -162,9 +181,31 @@ impl Leader {
         (SCRATCH_SLOT + u64::from(layout.slot_bytes())).next_multiple_of(64)
     }
 
-    /// Bytes of scratch memory a leader of `replicas` with `layout` needs.
+    /// Bytes of scratch memory a leader of `replicas` with `layout` needs: one block per replica
+    /// for what prepare reads, then the catch-up staging slots.
     pub fn scratch_bytes(replicas: &ReplicaSet, layout: &LogLayout) -> usize {
-        (Leader::scratch_block(layout) * replicas.len() as u64) as usize
+        (Leader::staging_offset(replicas, layout)
+            + CATCH_UP_BATCH_SLOTS * u64::from(layout.slot_bytes())) as usize
+    }
+
+    fn staging_offset(replicas: &ReplicaSet, layout: &LogLayout) -> u64 {
+        Leader::scratch_block(layout) * replicas.len() as u64
+    }
+
+    fn staging_slot(&self, k: u64) -> u64 {
+        Leader::staging_offset(&self.replicas, &self.layout)
+            + k * u64::from(self.layout.slot_bytes())
+    }
+
+    /// The first index the leader may not accept at yet (log recycling, §5.3).
+    pub fn log_limit(&self) -> u64 {
+        self.log_limit
+    }
+
+    /// Whether a proposal is waiting for room in the log: every replica that is alive must
+    /// apply more entries before the slot the next index reuses is free.
+    pub fn waiting_for_room(&self) -> bool {
+        self.phase == Phase::Ready && self.proposal.is_some()
     }
 
     /// This replica's id.
@@ -210,7 +251,10 @@ impl Leader {
         if self.phase != Phase::Follower {
             return;
         }
-        self.fuo = self.fuo.max(mem.load_u64(Area::Log, FUO_OFFSET));
+        self.fuo = self.fuo.max(Leader::decided_below(
+            mem.load_u64(Area::Log, FUO_OFFSET),
+            mem.load_u64(Area::Log, HEAD_OFFSET),
+        ));
         self.restart(out);
     }
 
@@ -269,6 +313,30 @@ impl Leader {
             self.majority_granted_at_ns = Some(now_ns);
         }
         self.maybe_confirm(now_ns, mem, out);
+    }
+
+    /// The log heads were read (§5.3): every live replica has applied the entries below
+    /// `min_head`, so indexes below `min_head + slots_count - 1` may reuse their slots (one slot
+    /// always stays free). A proposal waiting for room goes on.
+    pub fn set_min_head(&mut self, min_head: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let limit = min_head.saturating_add(self.layout.slots_count() - 1);
+        if limit > self.log_limit {
+            self.log_limit = limit;
+            if self.waiting_for_room() {
+                self.start_replicating(mem, out);
+            }
+        }
+    }
+
+    /// Drops a proposal that is still waiting for room in the log (the runtime gave up on it:
+    /// "log full"). Returns false if the proposal is already being replicated: then its outcome
+    /// must be awaited.
+    pub fn cancel_waiting_proposal(&mut self) -> bool {
+        if self.waiting_for_room() {
+            self.proposal = None;
+            return true;
+        }
+        false
     }
 
     /// Time passes: ends the grace period of the permission phase.
@@ -346,17 +414,39 @@ impl Leader {
         out.push(Action::Post { peer, wr_id, op, signaled });
     }
 
-    /// Listing 3, lines 1–3: read every confirmed follower's FUO.
+    /// Listing 3, lines 1–3: read every confirmed follower's FUO (and its log head, see
+    /// [`Leader::decided_below`]).
     fn begin_read_fuos(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        self.begin_word_read(Phase::ReadFuos, FUO_OFFSET, SCRATCH_FUO, self.fuo, mem, out);
+        mem.store_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_HEAD), 0);
+        let len = (HEAD_OFFSET + 8 - FUO_OFFSET) as u32;
+        self.begin_word_read(Phase::ReadFuos, FUO_OFFSET, len, SCRATCH_FUO, self.fuo, mem, out);
+    }
+
+    /// Where a log's decided prefix ends, as far as its own words tell: its FUO, or its head if
+    /// that is further. Followers learn commits by piggybacking (§4.2) and a stable leader never
+    /// writes their FUO, so after many entries a follower's FUO lags far behind what it has
+    /// applied; but its replayer applies only decided entries, and the slots below its head hold
+    /// them. Without this, a new leader would think itself (or a follower) more than a log behind
+    /// and ask for a state transfer it does not need.
+    fn decided_below(fuo: u64, head: u64) -> u64 {
+        fuo.max(head)
+    }
+
+    fn read_fuo(&self, mem: &impl Memory, pos: usize) -> u64 {
+        Leader::decided_below(
+            mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_FUO)),
+            mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD)),
+        )
     }
 
     /// A step that gathers one word of every confirmed log into the scratch area: ours (`own`)
     /// at once, the followers' by one-sided reads.
+    #[allow(clippy::too_many_arguments)]
     fn begin_word_read(
         &mut self,
         phase: Phase,
         offset: u64,
+        len: u32,
         field: u64,
         own: u64,
         mem: &mut impl Memory,
@@ -365,11 +455,8 @@ impl Leader {
         let wr = self.next_step(phase);
         mem.store_u64(Area::Scratch, self.scratch(self.me_pos, field), own);
         for pos in self.followers() {
-            let op = RemoteOp::ReadIntoScratch {
-                offset,
-                scratch_offset: self.scratch(pos, field),
-                len: 8,
-            };
+            let op =
+                RemoteOp::ReadIntoScratch { offset, scratch_offset: self.scratch(pos, field), len };
             Leader::post(out, self.replicas.ids()[pos], wr, op, true);
         }
         self.maybe_finish_step(mem, out);
@@ -379,7 +466,7 @@ impl Leader {
     fn begin_catch_up(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let (source, fuo) = self
             .confirmed_positions()
-            .map(|pos| (pos, mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_FUO))))
+            .map(|pos| (pos, self.read_fuo(mem, pos)))
             .max_by_key(|&(pos, fuo)| (fuo, pos == self.me_pos))
             .expect("we are confirmed");
         if fuo <= self.fuo || source == self.me_pos {
@@ -394,19 +481,52 @@ impl Leader {
         }
         self.source = source;
         self.target = fuo;
+        self.catch_up_next = self.fuo;
+        self.read_catch_up_batch(out);
+    }
+
+    /// Reads the next batch of the source's slots into the staging area.
+    fn read_catch_up_batch(&mut self, out: &mut Vec<Action>) {
         let wr = self.next_step(Phase::CatchUp);
         // Only the source is waited for in this step.
         for (pos, w) in self.waits.iter_mut().enumerate() {
-            if pos != source {
+            if pos != self.source {
                 *w = Wait::Idle;
             }
         }
+        self.catch_up_count = (self.target - self.catch_up_next).min(CATCH_UP_BATCH_SLOTS);
         let slot_bytes = self.layout.slot_bytes();
-        let peer = self.replicas.ids()[source];
-        for index in self.fuo..fuo {
-            let op =
-                RemoteOp::ReadIntoLog { offset: self.layout.slot_offset(index), len: slot_bytes };
-            Leader::post(out, peer, wr, op, index + 1 == fuo);
+        let peer = self.replicas.ids()[self.source];
+        for k in 0..self.catch_up_count {
+            let op = RemoteOp::ReadIntoScratch {
+                offset: self.layout.slot_offset(self.catch_up_next + k),
+                scratch_offset: self.staging_slot(k),
+                len: slot_bytes,
+            };
+            Leader::post(out, peer, wr, op, k + 1 == self.catch_up_count);
+        }
+    }
+
+    /// A catch-up batch arrived: copy it into our log (guarded), then read the next one or, at
+    /// the end, adopt the source's FUO.
+    fn end_catch_up_batch(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let mut slot = std::mem::take(&mut self.slot_buf);
+        for k in 0..self.catch_up_count {
+            let index = self.catch_up_next + k;
+            mem.read(Area::Scratch, self.staging_slot(k), &mut slot);
+            if !self.write_own_log(mem, self.layout.slot_offset(index), &slot, out) {
+                self.slot_buf = slot;
+                return;
+            }
+        }
+        self.slot_buf = slot;
+        self.catch_up_next += self.catch_up_count;
+        if self.catch_up_next < self.target {
+            return self.read_catch_up_batch(out);
+        }
+        if self.write_own_log(mem, FUO_OFFSET, &self.target.to_le_bytes(), out) {
+            self.fuo = self.target;
+            self.begin_update_followers(mem, out);
         }
     }
 
@@ -416,7 +536,7 @@ impl Leader {
         let slot_bytes = self.layout.slot_bytes();
         for pos in self.followers() {
             let peer = self.replicas.ids()[pos];
-            let first = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_FUO)).min(self.fuo);
+            let first = self.read_fuo(mem, pos).min(self.fuo);
             if self.fuo - first > self.layout.slots_count() {
                 // Our log no longer holds what it misses: it needs a state transfer, and cannot
                 // be a confirmed follower until it had one.
@@ -447,7 +567,9 @@ impl Leader {
 
     /// Up to date: replicate the pending value, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        if self.proposal.is_none() {
+        if self.proposal.is_none() || self.fuo >= self.log_limit {
+            // Nothing to do, or no room until the log heads move on (§5.3): never overwrite an
+            // entry a live replica has not applied.
             self.phase = Phase::Ready;
             return;
         }
@@ -469,6 +591,7 @@ impl Leader {
         self.begin_word_read(
             Phase::PrepareRead,
             MIN_PROPOSAL_OFFSET,
+            8,
             SCRATCH_MIN_PROPOSAL,
             own,
             mem,
@@ -526,7 +649,8 @@ impl Leader {
             }
             mem.read(Area::Scratch, self.scratch(pos, SCRATCH_SLOT), &mut slot);
             match self.layout.decode(self.fuo, &slot) {
-                Slot::Empty => {}
+                // Nothing accepted for this index here (a stale slot holds the previous lap).
+                Slot::Empty | Slot::Stale => {}
                 // A torn entry was never accepted there; any value that could have been decided
                 // is complete at some replica of every majority, ours included.
                 Slot::Incomplete => all_empty = false,
@@ -629,12 +753,7 @@ impl Leader {
         }
         match self.phase {
             Phase::ReadFuos => self.begin_catch_up(mem, out),
-            Phase::CatchUp => {
-                if self.write_own_log(mem, FUO_OFFSET, &self.target.to_le_bytes(), out) {
-                    self.fuo = self.target;
-                    self.begin_update_followers(mem, out);
-                }
-            }
+            Phase::CatchUp => self.end_catch_up_batch(mem, out),
             Phase::UpdateFollowers => self.start_replicating(mem, out),
             Phase::PrepareRead => self.begin_prepare_write(mem, out),
             Phase::PrepareWrite => self.end_prepare(mem, out),

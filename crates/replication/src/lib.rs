@@ -17,7 +17,7 @@
 mod leader;
 mod replayer;
 
-pub use leader::{AbortReason, Leader, LeaderConfig, Phase, ProposeError};
+pub use leader::{AbortReason, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS};
 pub use replayer::Replayer;
 
 use mu_fabric::NodeId;
@@ -164,8 +164,6 @@ pub enum RemoteOp {
     WriteFromLog { offset: u64, len: u32 },
     /// Write one 8-byte word into the peer's log (minProposal, FUO), inline.
     WriteWord { offset: u64, value: u64 },
-    /// Read `len` bytes of the peer's log at `offset` into our log at `offset`.
-    ReadIntoLog { offset: u64, len: u32 },
     /// Read `len` bytes of the peer's log at `offset` into our scratch area at `scratch_offset`.
     ReadIntoScratch { offset: u64, scratch_offset: u64, len: u32 },
 }

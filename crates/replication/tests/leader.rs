@@ -4,9 +4,10 @@ mod common;
 
 use common::{Cluster, Fault};
 use mu_fabric::NodeId;
-use mu_log::{FUO_OFFSET, MIN_PROPOSAL_OFFSET};
+use mu_log::{Integrity, LogLayout, FUO_OFFSET, MIN_PROPOSAL_OFFSET};
 use mu_replication::{
     AbortReason, Action, Area, Memory, Phase, ProposeError, RemoteOp, ReplicaSet,
+    CATCH_UP_BATCH_SLOTS,
 };
 
 /// "a majority of the replicas" — right for even sizes too (the original code's (n+1)/2 gave
@@ -260,4 +261,144 @@ fn t72_our_own_log_given_away_aborts_us() {
     assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(0) }]);
     assert_eq!(c.entry(me, 1), before, "nothing was written into our log under another leader");
     assert_eq!(c.committed(), [(0, true)]);
+}
+
+/// Listing 3 with a gap larger than one catch-up batch: the leader copies the source's slots in
+/// batches through its scratch area and ends with the source's FUO.
+#[test]
+fn t51_catch_up_larger_than_one_batch() {
+    let layout = LogLayout::new(64, 128, Integrity::Checksum).unwrap();
+    let mut c = Cluster::with_layout(3, 0, layout);
+    let gap = CATCH_UP_BATCH_SLOTS * 2 + 3;
+    for i in 0..gap {
+        c.plant(1, i, 1 << 16 | 2, format!("decided {i}").as_bytes());
+    }
+    c.mems[1].store_u64(Area::Log, FUO_OFFSET, gap);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    assert_eq!(c.leader.fuo(), gap);
+    for pos in 0..3 {
+        for i in 0..gap {
+            let (_, v) = c.entry(pos, i).unwrap_or_else(|| panic!("replica {pos} index {i}"));
+            assert_eq!(v, format!("decided {i}").as_bytes());
+        }
+    }
+    let reads = c
+        .posts_since(0)
+        .iter()
+        .filter(|(pos, op)| {
+            *pos == 1 && matches!(op, RemoteOp::ReadIntoScratch { len, .. } if *len == 128)
+        })
+        .count() as u64;
+    assert_eq!(reads, gap, "each slot read once, into scratch");
+}
+
+/// Listing 3 and §5.2: catch-up copies into our log only through the guard. If our log is given
+/// to another leader while a batch is being read, the batch is not copied and we abort.
+#[test]
+fn t52_catch_up_stops_when_our_log_is_given_away() {
+    let mut c = Cluster::new(3, 0);
+    for i in 0..4 {
+        c.plant(2, i, 1 << 16 | 3, format!("decided {i}").as_bytes());
+    }
+    c.mems[2].store_u64(Area::Log, FUO_OFFSET, 4);
+    c.become_leader();
+    c.grant_all();
+    while c.leader.phase() != Phase::CatchUp {
+        assert!(c.deliver_one(), "the leader reached catch-up");
+    }
+    c.faults[2] = Fault::Held;
+    c.run();
+    assert_eq!(c.leader.phase(), Phase::CatchUp);
+    c.mems[0].revoked = true;
+    c.release(2);
+    c.run();
+    assert!(c.aborts().contains(&AbortReason::PermissionLost { peer: NodeId(0) }));
+    for i in 0..4 {
+        assert_eq!(c.entry(0, i), None, "index {i} was not copied under another leader");
+    }
+}
+
+/// §5.3: the log is never full and never overwritten. With no log heads read yet, the leader
+/// fills all slots but one, then waits; once every replica applied the first entries, it goes on.
+#[test]
+fn t95_recycling_waits_for_log_heads() {
+    let mut c = Cluster::ready(3, 0);
+    let slots = c.layout.slots_count();
+    for i in 0..slots - 1 {
+        c.propose(format!("v{i}").as_bytes()).unwrap();
+        c.run();
+    }
+    assert_eq!(c.committed().len() as u64, slots - 1);
+    c.propose(b"one too many").unwrap();
+    c.run();
+    assert!(c.leader.waiting_for_room());
+    assert_eq!(c.committed().len() as u64, slots - 1, "nothing overwrote index 0");
+    assert_eq!(c.entry(1, 0).unwrap().1, b"v0");
+    c.set_min_head(0);
+    assert!(c.leader.waiting_for_room(), "a head of 0 frees nothing");
+    c.set_min_head(1);
+    c.run();
+    assert!(!c.leader.waiting_for_room());
+    assert_eq!(c.committed().last(), Some(&(slots - 1, true)));
+    assert_eq!(c.entry(1, slots - 1).unwrap().1, b"one too many");
+    // A proposal waiting for room can be given up; one being replicated cannot.
+    c.propose(b"waits").unwrap();
+    c.run();
+    assert!(c.leader.cancel_waiting_proposal());
+    assert!(!c.leader.waiting_for_room());
+    c.set_min_head(2);
+    c.run();
+    assert_eq!(c.committed().len() as u64, slots, "the cancelled value was not proposed");
+}
+
+/// §4.2 "Omitting the prepare phase" after the circular log wrapped (§5.3): slots holding the
+/// previous lap read as stale, not as accepted values, so a new leader still omits prepare after
+/// its first proposal, with no zeroing of reused slots.
+#[test]
+fn t96_prepare_is_omitted_after_the_log_wrapped() {
+    let mut c = Cluster::ready(3, 0);
+    let slots = c.layout.slots_count();
+    let mut replayers: Vec<_> =
+        (0..3).map(|_| mu_replication::Replayer::new(c.layout, 0)).collect();
+    for i in 0..slots + 4 {
+        c.set_min_head(i);
+        c.propose(format!("v{i}").as_bytes()).unwrap();
+        c.run();
+        for (pos, r) in replayers.iter_mut().enumerate() {
+            r.poll(&mut c.mems[pos], |_, _, _| {});
+        }
+    }
+    assert_eq!(c.committed().len() as u64, slots + 4);
+    // Followers learn commits by piggybacking: their FUO words were never moved past the
+    // first entries, but their heads were.
+    assert!(c.mems[1].load_u64(Area::Log, FUO_OFFSET) < slots);
+    assert_eq!(replayers[1].head(), slots + 3);
+    // Replica 1 takes over.
+    c.leader = mu_replication::Leader::new(mu_replication::LeaderConfig {
+        me: NodeId(1),
+        replicas: ReplicaSet::new(c.ids.clone()).unwrap(),
+        layout: c.layout,
+        permission_grace_ns: 1_000,
+    })
+    .unwrap();
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    c.set_min_head(slots + 4);
+    let since = c.actions.len();
+    for i in 0..3 {
+        c.propose(format!("new {i}").as_bytes()).unwrap();
+        c.run();
+    }
+    let prepares = c
+        .posts_since(since)
+        .iter()
+        .filter(|(_, op)| matches!(op, RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, .. }))
+        .count();
+    assert_eq!(prepares, 2, "one prepare (to each of two followers), then omitted");
+    for pos in 0..3 {
+        assert_eq!(c.entry(pos, slots + 6).unwrap().1, b"new 2", "replica {pos}");
+    }
 }

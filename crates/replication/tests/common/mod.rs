@@ -46,7 +46,11 @@ pub fn layout() -> LogLayout {
 impl Cluster {
     /// `n` replicas, ids 0..n; replica `leader` leads.
     pub fn new(n: u16, leader: u16) -> Cluster {
-        let layout = layout();
+        Cluster::with_layout(n, leader, layout())
+    }
+
+    /// `n` replicas with logs of `layout`.
+    pub fn with_layout(n: u16, leader: u16, layout: LogLayout) -> Cluster {
         let ids: Vec<NodeId> = (0..n).map(NodeId).collect();
         let replicas = ReplicaSet::new(ids.clone()).unwrap();
         let scratch = Leader::scratch_bytes(&replicas, &layout);
@@ -162,11 +166,6 @@ impl Cluster {
             RemoteOp::WriteWord { offset, value } => {
                 self.mems[pos].store_u64(Area::Log, offset, value)
             }
-            RemoteOp::ReadIntoLog { offset, len } => {
-                let mut b = vec![0; len as usize];
-                self.mems[pos].read(Area::Log, offset, &mut b);
-                self.mems[me].write(Area::Log, offset, &b);
-            }
             RemoteOp::ReadIntoScratch { offset, scratch_offset, len } => {
                 let mut b = vec![0; len as usize];
                 self.mems[pos].read(Area::Log, offset, &mut b);
@@ -187,6 +186,14 @@ impl Cluster {
         for p in held.into_iter().rev() {
             self.queue.push_front(p);
         }
+    }
+
+    /// Tells the leader every replica applied the entries below `min_head` (log recycling).
+    pub fn set_min_head(&mut self, min_head: u64) {
+        let me = self.me();
+        let mut out = Vec::new();
+        self.leader.set_min_head(min_head, &mut self.mems[me], &mut out);
+        self.take(out);
     }
 
     /// A leader brought up and ready: permissions granted and everything delivered.
