@@ -267,6 +267,20 @@ impl Leader {
         self.prepared = false;
     }
 
+    /// Asks every replica for permission again, keeping a pending proposal: the runtime calls
+    /// this when a majority has not answered in time (requests or answers lost with a
+    /// connection). Does nothing outside the permission phase.
+    pub fn retry_permissions(&mut self, out: &mut Vec<Action>) {
+        if self.phase == Phase::Permissions {
+            self.restart(out);
+        }
+    }
+
+    /// Whether a proposal is pending in the engine.
+    pub fn has_proposal(&self) -> bool {
+        self.proposal.is_some()
+    }
+
     /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`.
     pub fn propose(
         &mut self,

@@ -14,10 +14,14 @@
 
 #![forbid(unsafe_code)]
 
+mod detector;
 mod leader;
+mod permissions;
 mod replayer;
 
+pub use detector::{Detector, DetectorConfig, FateSharing};
 pub use leader::{AbortReason, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS};
+pub use permissions::{request_word, split_request, PermStep, PermissionManager};
 pub use replayer::Replayer;
 
 use mu_fabric::NodeId;

@@ -1,0 +1,419 @@
+//! The background plane's driver (Mu paper §5): heartbeat, pull-score failure detector, leader
+//! election, fate sharing, permission management, and reading the log heads for recycling. Its
+//! own connections (the background channel) and its own region; no threads and no clock of its
+//! own, like the replication driver.
+
+use crate::layout::{
+    ack_offset, replication_channel, request_offset, view_offset, BACKGROUND_CHANNEL,
+    BACKGROUND_REGION, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
+    STATUS_BYTES,
+};
+use crate::shared::Shared;
+use mu_fabric::{
+    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PermError,
+    QpState, RemoteAddr, Source, WorkRequest,
+};
+use mu_log::{LogLayout, HEAD_OFFSET};
+use mu_replication::{
+    Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What a background work request was, in the bits above the peer's position.
+const KIND_HEARTBEAT: u64 = 1 << 16;
+const KIND_REQUEST: u64 = 2 << 16;
+const KIND_ACK: u64 = 3 << 16;
+const POS_BITS: u64 = 0xffff;
+
+/// One peer as the background plane sees it.
+#[derive(Clone, Copy, Debug, Default)]
+struct PeerView {
+    /// Our side of the background connection is up (bound to the peer's current incarnation).
+    connected: bool,
+    /// A heartbeat read is in flight.
+    reading: bool,
+    /// The last heartbeat counter read (reported again when a read is late: a slow peer loses
+    /// score like a stopped one).
+    last_counter: Option<u64>,
+    /// The peer's log head, from its last successful read.
+    head: Option<u64>,
+    /// The request word last posted to the peer.
+    request_sent: u64,
+}
+
+/// See the module docs.
+pub struct BackgroundDriver<F: Fabric> {
+    fabric: F,
+    me: NodeId,
+    me_pos: usize,
+    replicas: ReplicaSet,
+    layout: LogLayout,
+    config: DetectorConfig,
+    log: F::Region,
+    background: F::Region,
+    ep: F::Endpoint,
+    shared: Arc<Shared>,
+    detector: Detector,
+    fate: FateSharing,
+    permissions: PermissionManager,
+    peers: Vec<PeerView>,
+    heartbeat: u64,
+    next_read_ns: u64,
+    next_fate_check_ns: u64,
+    requests: Vec<u64>,
+    steps: Vec<PermStep>,
+    completions: Vec<Completion>,
+}
+
+impl<F: Fabric> BackgroundDriver<F> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        fabric: F,
+        replicas: ReplicaSet,
+        layout: LogLayout,
+        config: DetectorConfig,
+        log: F::Region,
+        background: F::Region,
+        ep: F::Endpoint,
+        shared: Arc<Shared>,
+    ) -> Result<BackgroundDriver<F>, String> {
+        let me = fabric.node();
+        let me_pos = replicas.position(me).ok_or("this replica is not in the set")?;
+        let detector = Detector::new(config.clone(), &replicas, me)?;
+        let permissions = PermissionManager::new(me, &replicas)?;
+        let n = replicas.len();
+        Ok(BackgroundDriver {
+            fabric,
+            me,
+            me_pos,
+            layout,
+            config,
+            log,
+            background,
+            ep,
+            shared,
+            detector,
+            fate: FateSharing::new(),
+            permissions,
+            peers: vec![PeerView::default(); n],
+            heartbeat: 0,
+            next_read_ns: 0,
+            next_fate_check_ns: 0,
+            requests: vec![0; n],
+            steps: Vec::with_capacity(8),
+            completions: vec![Completion::EMPTY; 64],
+            replicas,
+        })
+    }
+
+    /// The failure detector, for status.
+    pub fn detector(&self) -> &Detector {
+        &self.detector
+    }
+
+    /// Who holds write access to our log, for status.
+    pub fn permission_holder(&self) -> Option<NodeId> {
+        self.permissions.holder()
+    }
+
+    /// When the next poll has something to do at the latest (the next heartbeat read).
+    pub fn next_deadline_ns(&self) -> u64 {
+        self.next_read_ns.min(self.next_fate_check_ns)
+    }
+
+    /// Does whatever is due. Returns whether anything happened besides the heartbeat.
+    pub fn poll(&mut self, now_ns: u64) -> bool {
+        self.beat(now_ns);
+        let mut busy = self.poll_completions();
+        if now_ns >= self.next_read_ns {
+            self.next_read_ns = now_ns + self.config.read_period_ns;
+            self.read_heartbeats();
+            busy = true;
+        }
+        self.detector.set_self_eligible(self.shared.eligible.load(Ordering::Acquire));
+        let leader = self.detector.leader();
+        busy |= self.shared.set_leader(leader);
+        busy |= self.send_requests();
+        busy |= self.handle_one_request();
+        if leader == Some(self.me) {
+            self.publish_min_head();
+        }
+        busy
+    }
+
+    /// Heartbeat, head and flags, where peers read them; fate sharing (§5.1).
+    fn beat(&mut self, now_ns: u64) {
+        if now_ns >= self.next_fate_check_ns {
+            self.next_fate_check_ns = now_ns + self.config.fate_check_period_ns;
+            let on = self.fate.check(
+                self.shared.loop_count.load(Ordering::Relaxed),
+                self.shared.in_propose.load(Ordering::Acquire),
+            );
+            self.shared.heartbeat_on.store(on, Ordering::Release);
+        }
+        if self.shared.heartbeat_on.load(Ordering::Acquire) {
+            self.heartbeat += 1;
+            self.store(HEARTBEAT_OFFSET, self.heartbeat);
+        }
+        let head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        self.store(HEAD_COPY_OFFSET, head);
+        let eligible = self.shared.eligible.load(Ordering::Acquire);
+        self.store(FLAGS_OFFSET, if eligible { FLAG_ELIGIBLE } else { 0 });
+    }
+
+    fn store(&self, offset: u64, value: u64) {
+        self.background.store_u64(offset as usize, value).expect("background region layout");
+    }
+
+    fn load(&self, offset: u64) -> u64 {
+        self.background.load_u64(offset as usize).expect("background region layout")
+    }
+
+    /// Pull-score: read every peer's heartbeat once per read period (§5.1).
+    fn read_heartbeats(&mut self) {
+        for pos in 0..self.replicas.len() {
+            if pos == self.me_pos {
+                continue;
+            }
+            let peer = self.replicas.ids()[pos];
+            if !self.peers[pos].connected {
+                let conn = ConnId::new(peer, BACKGROUND_CHANNEL);
+                if self.fabric.connect(conn, Access::READ_WRITE).is_err() {
+                    // Not there (yet): the connection-level failure of §5.1.
+                    self.detector.on_unreachable(peer);
+                    continue;
+                }
+                self.peers[pos] =
+                    PeerView { connected: true, last_counter: None, ..PeerView::default() };
+            }
+            if self.peers[pos].reading {
+                // Late: the peer did not answer within a period; its counter did not move.
+                if let Some(counter) = self.peers[pos].last_counter {
+                    self.detector.on_heartbeat(peer, counter, true);
+                }
+                continue;
+            }
+            let wr = WorkRequest {
+                wr_id: KIND_HEARTBEAT | pos as u64,
+                op: Op::Read {
+                    local: LocalSlice {
+                        region: BACKGROUND_REGION,
+                        offset: view_offset(pos),
+                        len: STATUS_BYTES,
+                    },
+                    remote: RemoteAddr { region: BACKGROUND_REGION, offset: HEARTBEAT_OFFSET },
+                },
+                signaled: true,
+            };
+            if self.ep.post(ConnId::new(peer, BACKGROUND_CHANNEL), &wr).is_ok() {
+                self.peers[pos].reading = true;
+            } else {
+                self.lost(pos);
+            }
+        }
+    }
+
+    /// The background connection to `pos` failed: the peer is unreachable until reconnected.
+    fn lost(&mut self, pos: usize) {
+        self.peers[pos].connected = false;
+        self.peers[pos].reading = false;
+        self.peers[pos].head = None;
+        self.peers[pos].request_sent = 0;
+        self.detector.on_unreachable(self.replicas.ids()[pos]);
+    }
+
+    fn poll_completions(&mut self) -> bool {
+        let mut busy = false;
+        loop {
+            let n = self.ep.poll(&mut self.completions);
+            for i in 0..n {
+                let c = self.completions[i];
+                self.on_completion(c);
+            }
+            busy |= n > 0;
+            if n < self.completions.len() {
+                return busy;
+            }
+        }
+    }
+
+    fn on_completion(&mut self, c: Completion) {
+        let pos = (c.wr_id & POS_BITS) as usize;
+        if pos >= self.replicas.len() || pos == self.me_pos {
+            panic!("background completion with wr_id {:#x} names no peer", c.wr_id);
+        }
+        if !c.status.is_success() {
+            self.lost(pos);
+            return;
+        }
+        if c.wr_id & !POS_BITS == KIND_HEARTBEAT {
+            self.peers[pos].reading = false;
+            let view = view_offset(pos);
+            let counter = self.load(view + HEARTBEAT_OFFSET);
+            let head = self.load(view + HEAD_COPY_OFFSET);
+            let eligible = self.load(view + FLAGS_OFFSET) & FLAG_ELIGIBLE != 0;
+            self.peers[pos].last_counter = Some(counter);
+            self.peers[pos].head = Some(head);
+            self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
+        }
+        // Requests and acknowledgements are posted unsignaled: only their failures arrive.
+        debug_assert!(matches!(c.wr_id & !POS_BITS, KIND_HEARTBEAT | KIND_REQUEST | KIND_ACK));
+    }
+
+    /// Delivers our replication plane's permission request to every permission manager,
+    /// ours included (§5.2: "a simple RDMA Write to a permission request array").
+    fn send_requests(&mut self) -> bool {
+        let word = self.shared.request_word.load(Ordering::Acquire);
+        if word == 0 {
+            return false;
+        }
+        let mut busy = false;
+        for pos in 0..self.replicas.len() {
+            if self.peers[pos].request_sent == word {
+                continue;
+            }
+            if pos == self.me_pos {
+                self.store(request_offset(pos), word);
+                self.peers[pos].request_sent = word;
+                busy = true;
+                continue;
+            }
+            if !self.peers[pos].connected {
+                continue; // sent once the connection is back
+            }
+            if self.write_word(pos, KIND_REQUEST, request_offset(self.me_pos), word) {
+                self.peers[pos].request_sent = word;
+                busy = true;
+            }
+        }
+        busy
+    }
+
+    /// Posts an unsignaled inline write of `word` at `offset` of peer `pos`'s background region.
+    fn write_word(&mut self, pos: usize, kind: u64, offset: u64, word: u64) -> bool {
+        let peer = self.replicas.ids()[pos];
+        let bytes = word.to_le_bytes();
+        let wr = WorkRequest {
+            wr_id: kind | pos as u64,
+            op: Op::Write {
+                source: Source::Inline(&bytes),
+                remote: RemoteAddr { region: BACKGROUND_REGION, offset },
+            },
+            signaled: false,
+        };
+        if self.ep.post(ConnId::new(peer, BACKGROUND_CHANNEL), &wr).is_ok() {
+            return true;
+        }
+        self.lost(pos);
+        false
+    }
+
+    /// Handles the lowest-id pending permission request, if any (§5.2): revoke the holder,
+    /// grant the requester, acknowledge.
+    fn handle_one_request(&mut self) -> bool {
+        for pos in 0..self.replicas.len() {
+            self.requests[pos] = self.load(request_offset(pos));
+        }
+        let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {
+            return false;
+        };
+        let mut ok = true;
+        for i in 0..self.steps.len() {
+            let step = self.steps[i];
+            if !self.execute(step) {
+                ok = false;
+                break;
+            }
+        }
+        self.permissions.done(requester, ok);
+        if ok {
+            self.shared.permission_switches.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Carries out one step of a permission plan; false if it could not be done.
+    fn execute(&mut self, step: PermStep) -> bool {
+        match step {
+            PermStep::RevokeOwn => {
+                self.shared.guard.revoke();
+                true
+            }
+            PermStep::GrantOwn => {
+                self.shared.guard.grant();
+                true
+            }
+            PermStep::Revoke { peer } => {
+                let conn = ConnId::new(peer, replication_channel(peer, self.me));
+                match self.fabric.qp_state(conn) {
+                    // Never brought up: nothing was ever granted through it.
+                    Ok(QpState::Reset | QpState::Init) => true,
+                    Ok(QpState::ReadyToReceive | QpState::ReadyToSend) => {
+                        self.change_access(conn, Access::READ)
+                    }
+                    Ok(QpState::Error) => self.slow_change(conn, Access::READ),
+                    Err(_) => false,
+                }
+            }
+            PermStep::Grant { peer, rebind, .. } => {
+                let conn = ConnId::new(peer, replication_channel(peer, self.me));
+                let ready = matches!(self.fabric.qp_state(conn), Ok(QpState::ReadyToSend));
+                if rebind || !ready {
+                    // A full cycle binds the side to the peer's current incarnation.
+                    self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
+                    self.fabric.connect(conn, Access::READ_WRITE).is_ok()
+                } else {
+                    self.change_access(conn, Access::READ_WRITE)
+                }
+            }
+            PermStep::Ack { peer, word } => {
+                let pos = self.replicas.position(peer).expect("acks go to replicas");
+                if pos == self.me_pos {
+                    self.store(ack_offset(pos), word);
+                } else if self.peers[pos].connected {
+                    // Lost with the connection if it breaks: the requester asks again.
+                    self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word);
+                }
+                true
+            }
+        }
+    }
+
+    /// Mu's fast-slow path (§5.2): change the access flags; if that breaks the connection
+    /// (operations in flight), cycle it through reset with the new flags.
+    fn change_access(&mut self, conn: ConnId, access: Access) -> bool {
+        match self.fabric.set_access_fast(conn, access) {
+            Ok(()) => true,
+            Err(PermError::Busy(_)) => self.slow_change(conn, access),
+            Err(PermError::Fabric(_)) => self.slow_change(conn, access),
+        }
+    }
+
+    fn slow_change(&mut self, conn: ConnId, access: Access) -> bool {
+        self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
+        self.fabric.set_access_slow(conn, access).is_ok()
+    }
+
+    /// Log recycling (§5.3): the smallest log head among live replicas, ourselves included.
+    /// A live replica whose head is a whole log behind our FUO has lost entries to recycling
+    /// already and needs a state transfer: it no longer holds the log back.
+    fn publish_min_head(&mut self) {
+        let fuo = self.shared.fuo.load(Ordering::Acquire);
+        let slots = self.layout.slots_count();
+        let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        let mut min_head = own;
+        for pos in 0..self.replicas.len() {
+            if pos == self.me_pos || !self.detector.is_alive(self.replicas.ids()[pos]) {
+                continue;
+            }
+            match self.peers[pos].head {
+                Some(head) if head + slots > fuo => min_head = min_head.min(head),
+                Some(_) => {}
+                // Alive but not read yet: its head is unknown, so nothing may be recycled.
+                None => min_head = 0,
+            }
+        }
+        self.shared.min_head.fetch_max(min_head, Ordering::AcqRel);
+    }
+}

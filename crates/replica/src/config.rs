@@ -1,0 +1,113 @@
+//! How a replica is set up, and the checks that turn a bad setup into a clear message.
+
+use crate::layout::MAX_REPLICAS;
+use mu_fabric::NodeId;
+use mu_log::{Integrity, LogLayout};
+use mu_replication::{DetectorConfig, ReplicaSet};
+
+/// Everything a replica needs to start, besides its fabric.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This replica's id.
+    pub me: NodeId,
+    /// Every replica of the cluster, this one included.
+    pub replicas: Vec<NodeId>,
+    /// Slots in the circular log.
+    pub slots_count: u64,
+    /// Bytes per slot: an entry's 24 bytes of framing plus its value.
+    pub slot_bytes: u32,
+    /// How followers tell a complete entry (canary where writes land left to right, checksum
+    /// everywhere).
+    pub integrity: Integrity,
+    /// Failure detector and fate sharing (§5.1).
+    pub detector: DetectorConfig,
+    /// After a majority granted write permission, how long a new leader waits for the others
+    /// (§4.2: "briefly waiting for responses from all replicas").
+    pub permission_grace_ns: u64,
+    /// A would-be leader that has not heard from a majority of permission managers in this long
+    /// asks again (requests or acknowledgements may have been lost with a connection).
+    pub permission_timeout_ns: u64,
+    /// A proposal that finds the log full (a live replica has not applied the entry its slot
+    /// holds) waits this long for room, then fails with "log full". Never overwrites.
+    pub log_full_timeout_ns: u64,
+    /// Whether this replica may lead: true for a member of a cluster started together (every
+    /// log starts empty at index 0); false for one that joins later with an empty log, until a
+    /// state transfer gives it the others' state.
+    pub eligible: bool,
+}
+
+impl ReplicaConfig {
+    /// A configuration with the defaults below for everything but the ids.
+    ///
+    /// | setting | default | why |
+    /// |---|---|---|
+    /// | `slots_count` | 4096 | a few milliseconds of entries at full speed between log-head reads |
+    /// | `slot_bytes` | 4096 + 24 | the largest payload of the paper's figures |
+    /// | `integrity` | checksum | correct on every fabric; canary only where writes land in order |
+    /// | `permission_grace_ns` | 20 µs | a few permission round trips on shm |
+    /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
+    /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
+    pub fn new(me: NodeId, replicas: Vec<NodeId>) -> ReplicaConfig {
+        ReplicaConfig {
+            me,
+            replicas,
+            slots_count: 4096,
+            slot_bytes: 4096 + 24,
+            integrity: Integrity::Checksum,
+            detector: DetectorConfig::default(),
+            permission_grace_ns: 20_000,
+            permission_timeout_ns: 50_000_000,
+            log_full_timeout_ns: 100_000_000,
+            eligible: true,
+        }
+    }
+
+    /// Checks the configuration and derives the replica set and the log layout.
+    pub fn validate(&self) -> Result<(ReplicaSet, LogLayout), ConfigError> {
+        let replicas = ReplicaSet::new(self.replicas.clone()).map_err(ConfigError::Replicas)?;
+        if replicas.len() > MAX_REPLICAS {
+            return Err(ConfigError::Replicas(format!(
+                "{} replicas, at most {MAX_REPLICAS} are supported",
+                replicas.len()
+            )));
+        }
+        if replicas.position(self.me).is_none() {
+            return Err(ConfigError::Replicas(format!(
+                "this replica's id {} is not among the replicas {:?}",
+                self.me,
+                replicas.ids()
+            )));
+        }
+        let layout = LogLayout::new(self.slots_count, self.slot_bytes, self.integrity)
+            .map_err(|e| ConfigError::Log(e.to_string()))?;
+        self.detector.validate().map_err(ConfigError::Detector)?;
+        for (name, value) in [
+            ("permission_timeout_ns", self.permission_timeout_ns),
+            ("log_full_timeout_ns", self.log_full_timeout_ns),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Timing(format!("{name} must be above 0")));
+            }
+        }
+        if self.permission_grace_ns >= self.permission_timeout_ns {
+            return Err(ConfigError::Timing(format!(
+                "permission_grace_ns ({}) must be below permission_timeout_ns ({})",
+                self.permission_grace_ns, self.permission_timeout_ns
+            )));
+        }
+        Ok((replicas, layout))
+    }
+}
+
+/// A configuration that cannot work, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("replicas: {0}")]
+    Replicas(String),
+    #[error("log: {0}")]
+    Log(String),
+    #[error("failure detector: {0}")]
+    Detector(String),
+    #[error("timing: {0}")]
+    Timing(String),
+}

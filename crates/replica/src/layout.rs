@@ -1,0 +1,64 @@
+//! Regions, channels and the background region's bytes: what every replica agrees on.
+
+use mu_fabric::{NodeId, RegionId};
+
+pub use mu_replication::{LOG_REGION, SCRATCH_REGION};
+
+/// The background plane's region: heartbeat, permission requests and acknowledgements (§5).
+pub const BACKGROUND_REGION: RegionId = RegionId(2);
+
+/// The background plane's connection between every two replicas.
+pub const BACKGROUND_CHANNEL: u8 = 1;
+
+/// The replication-plane connection on which `from` writes into `to`'s log.
+///
+/// Each direction has its own connection (channel 0 when the lower id writes, 2 otherwise), so
+/// that what a replica does to its own side as a would-be leader (reconnecting after an error)
+/// never touches the side through which it grants a peer access to its log, which belongs to its
+/// permission manager. One bidirectional connection would make the two planes' threads change the
+/// same side.
+pub fn replication_channel(from: NodeId, to: NodeId) -> u8 {
+    if from < to {
+        0
+    } else {
+        2
+    }
+}
+
+/// The most replicas a cluster may have: the background region holds one request and one
+/// acknowledgement word per replica.
+pub const MAX_REPLICAS: usize = 64;
+
+/// Heartbeat counter, incremented by the background thread while the replica is healthy.
+pub const HEARTBEAT_OFFSET: u64 = 0;
+/// A copy of the log head (first index not applied here), read by the leader for recycling.
+pub const HEAD_COPY_OFFSET: u64 = 8;
+/// Flags: [`FLAG_ELIGIBLE`].
+pub const FLAGS_OFFSET: u64 = 16;
+/// Bytes a peer reads in one go: heartbeat, head and flags.
+pub const STATUS_BYTES: u32 = 24;
+/// The replica may lead: it holds the whole log (it did not restart into an empty one).
+pub const FLAG_ELIGIBLE: u64 = 1;
+
+/// Permission requests, one word per requester position (written by would-be leaders).
+pub const REQUEST_OFFSET: u64 = 64;
+/// Permission acknowledgements, one word per granter position (written by permission managers).
+pub const ACK_OFFSET: u64 = REQUEST_OFFSET + 8 * MAX_REPLICAS as u64;
+/// Where heartbeat reads of each peer land, 64 bytes per position (local only).
+pub const VIEW_OFFSET: u64 = ACK_OFFSET + 8 * MAX_REPLICAS as u64;
+/// Bytes of the background region.
+pub const BACKGROUND_BYTES: usize = (VIEW_OFFSET + 64 * MAX_REPLICAS as u64) as usize;
+
+pub fn request_offset(pos: usize) -> u64 {
+    REQUEST_OFFSET + 8 * pos as u64
+}
+
+pub fn ack_offset(pos: usize) -> u64 {
+    ACK_OFFSET + 8 * pos as u64
+}
+
+pub fn view_offset(pos: usize) -> u64 {
+    VIEW_OFFSET + 64 * pos as u64
+}
+
+const _: () = assert!(VIEW_OFFSET % 64 == 0 && STATUS_BYTES <= 64);

@@ -1,0 +1,38 @@
+//! The Mu replica: the pure engines of `mu-replication` bound to a fabric, in two planes (Mu
+//! paper §3.2, Fig. 1).
+//!
+//! * The **replication plane** ([`ReplicationDriver`]) runs the leader engine when this replica
+//!   leads and the replayer always: it turns the engine's actions into one-sided work requests on
+//!   the replication connections and feeds their completions back.
+//! * The **background plane** ([`BackgroundDriver`]) keeps the heartbeat, reads the peers'
+//!   heartbeats (pull-score failure detector), elects the leader (lowest live id), stops the
+//!   heartbeat when the replication plane is stuck (fate sharing), serves permission requests
+//!   (revoke, grant, acknowledge; fast path then slow path) and, on the leader, reads the log
+//!   heads that recycling needs. It has its own connections and its own region.
+//!
+//! Neither driver owns a thread or reads a clock: [`ReplicaCore`] holds both and is driven by
+//! [`Replica`] (a thread per plane, real time) on real fabrics and by a simulation loop (virtual
+//! time) on the simulated one, so the same code runs in both.
+//!
+//! Regions (same ids on every replica): the log ([`LOG_REGION`]), the leader's scratch area
+//! ([`SCRATCH_REGION`]) and the background region ([`BACKGROUND_REGION`], laid out in
+//! [`layout`]). Connections: one per direction of the replication plane
+//! ([`layout::replication_channel`]) and one background connection per pair.
+
+#![forbid(unsafe_code)]
+
+mod background;
+mod config;
+mod core;
+pub mod layout;
+mod memory;
+mod replica;
+mod replication;
+mod shared;
+
+pub use background::BackgroundDriver;
+pub use config::{ConfigError, ReplicaConfig};
+pub use core::{ReplicaCore, StartError};
+pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
+pub use replica::{Mode, Replica, ReplicaStatus};
+pub use replication::{ProposeError, ReplicationDriver};

@@ -1,0 +1,414 @@
+//! A replica on real time: the two planes on their own threads, and the application's API.
+
+use crate::config::ReplicaConfig;
+use crate::core::{ReplicaCore, StartError};
+use crate::replication::{ProposeError, ReplicationDriver};
+use crate::shared::Shared;
+use mu_fabric::wait::Backoff;
+use mu_fabric::{Fabric, NodeId};
+use mu_log::EntryKind;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where proposals run (Mu paper §3.1, §7.2 "direct" and "handover" modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A dedicated replication thread runs the replication plane; `propose` hands the value to it
+    /// and waits. The thread busy-polls, so the handover costs a cache-line transfer each way.
+    Handover,
+    /// `propose` runs the replication plane on the calling thread until the value commits; a
+    /// helper thread runs it (replayer, leader changes) between proposals.
+    Direct,
+}
+
+/// What a replica reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    pub me: NodeId,
+    /// The leader this replica's failure detector elected.
+    pub leader: Option<NodeId>,
+    /// This replica's first undecided offset, as its leader engine last knew it.
+    pub fuo: u64,
+    /// Entries committed by this replica as leader.
+    pub commits: u64,
+    pub aborts: u64,
+    pub leader_changes: u64,
+    /// Permission requests this replica's permission manager served, and how many needed the
+    /// slow path (a connection cycled through reset).
+    pub permission_switches: u64,
+    pub slow_permission_switches: u64,
+    /// Whether the heartbeat is going (fate sharing stops it while the replication plane is
+    /// stuck inside propose).
+    pub heartbeat_on: bool,
+    /// Whether this replica may lead.
+    pub eligible: bool,
+}
+
+type CommitHandler = Box<dyn FnMut(u64, &[u8]) + Send>;
+
+/// The replication plane and the application's commit handler, which it calls.
+struct Plane<F: Fabric> {
+    driver: ReplicationDriver<F>,
+    on_commit: CommitHandler,
+}
+
+impl<F: Fabric> Plane<F> {
+    fn poll(&mut self, now_ns: u64) -> bool {
+        let on_commit = &mut self.on_commit;
+        self.driver.poll(now_ns, &mut |index, kind, value| {
+            if kind == EntryKind::Request {
+                on_commit(index, value)
+            }
+        })
+    }
+}
+
+const EMPTY: u8 = 0;
+const SUBMITTED: u8 = 1;
+const DONE: u8 = 2;
+
+/// Handover mode's mailbox: one proposal at a time from the application to the replication
+/// thread and its outcome back. The state word is what both sides spin on; the mutexes around
+/// the value and the outcome are only ever taken by one side at a time (the state says whose
+/// turn it is), so they never wait.
+struct Mailbox {
+    state: AtomicU8,
+    value: Mutex<Vec<u8>>,
+    outcome: Mutex<Option<Result<u64, ProposeError>>>,
+    /// Serializes application threads calling `propose` at once.
+    callers: Mutex<()>,
+}
+
+/// The planes' state, shared by the replica's threads and the application.
+struct Inner<F: Fabric> {
+    me: NodeId,
+    mode: Mode,
+    shared: Arc<Shared>,
+    stop: AtomicBool,
+    mailbox: Mailbox,
+    /// In direct mode, the replication plane (the application and the helper thread take turns).
+    plane: Mutex<Option<Plane<F>>>,
+    start: Instant,
+    leader_watchers: Mutex<Vec<Sender<Option<NodeId>>>>,
+}
+
+impl<F: Fabric> Inner<F> {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+}
+
+/// A running replica. See the crate docs; dropping it shuts it down.
+pub struct Replica {
+    me: NodeId,
+    shared: Arc<Shared>,
+    propose: Box<dyn Fn(&[u8]) -> Result<u64, ProposeError> + Send + Sync>,
+    watch: Box<dyn Fn() -> Receiver<Option<NodeId>> + Send + Sync>,
+    stop: Box<dyn Fn() + Send + Sync>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A boot id for this run: differs between runs of a replica with high probability.
+fn boot_id() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = (nanos ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((mixed >> 32) as u32).max(1)
+}
+
+impl Replica {
+    /// Starts a replica on `fabric` (already created for `config.me`): registers its regions,
+    /// starts the background thread and, in handover mode, the replication thread. Peers need
+    /// not be up yet: the background plane connects to them as they come.
+    ///
+    /// `on_commit(index, request)` is called for every committed request, in log order, on every
+    /// replica (the leader included), from the thread running the replication plane.
+    pub fn start<F: Fabric>(
+        config: ReplicaConfig,
+        fabric: F,
+        mode: Mode,
+        on_commit: impl FnMut(u64, &[u8]) + Send + 'static,
+    ) -> Result<Replica, StartError> {
+        let core = ReplicaCore::new(&config, fabric, boot_id())?;
+        let ReplicaCore { replication, mut background } = core;
+        let shared = replication.shared().clone();
+        let plane = Plane { driver: replication, on_commit: Box::new(on_commit) };
+        let inner = Arc::new(Inner {
+            me: config.me,
+            mode,
+            shared: shared.clone(),
+            stop: AtomicBool::new(false),
+            mailbox: Mailbox {
+                state: AtomicU8::new(EMPTY),
+                value: Mutex::new(Vec::new()),
+                outcome: Mutex::new(None),
+                callers: Mutex::new(()),
+            },
+            plane: Mutex::new(None),
+            start: Instant::now(),
+            leader_watchers: Mutex::new(Vec::new()),
+        });
+        let mut threads = Vec::new();
+        let bg = inner.clone();
+        let read_period_ns = config.detector.read_period_ns;
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("mu-bg-{}", config.me))
+                .spawn(move || background_loop(&bg, &mut background, read_period_ns))
+                .map_err(|e| StartError::Other(format!("starting the background thread: {e}")))?,
+        );
+        let repl = inner.clone();
+        let spawned = match mode {
+            Mode::Handover => std::thread::Builder::new()
+                .name(format!("mu-repl-{}", config.me))
+                .spawn(move || handover_loop(&repl, plane)),
+            Mode::Direct => {
+                *lock(&inner.plane) = Some(plane);
+                std::thread::Builder::new()
+                    .name(format!("mu-repl-{}", config.me))
+                    .spawn(move || direct_helper_loop(&repl))
+            }
+        };
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                inner.stop.store(true, Ordering::Release);
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(StartError::Other(format!("starting the replication thread: {e}")));
+            }
+        }
+        let (p, w, s) = (inner.clone(), inner.clone(), inner);
+        Ok(Replica {
+            me: config.me,
+            shared,
+            propose: Box::new(move |value| propose(&p, value)),
+            watch: Box::new(move || {
+                let (tx, rx) = channel();
+                lock(&w.leader_watchers).push(tx);
+                rx
+            }),
+            stop: Box::new(move || s.stop.store(true, Ordering::Release)),
+            threads,
+        })
+    }
+
+    /// Replicates `value`: returns its log index once it is committed (and applied here), or
+    /// why not. Only the leader proposes; others answer with a hint.
+    pub fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
+        (self.propose)(value)
+    }
+
+    /// The leader this replica's failure detector elected.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.shared.leader()
+    }
+
+    /// Leader changes as this replica sees them, from now on.
+    pub fn watch_leader(&self) -> Receiver<Option<NodeId>> {
+        (self.watch)()
+    }
+
+    pub fn status(&self) -> ReplicaStatus {
+        let s = &self.shared;
+        ReplicaStatus {
+            me: self.me,
+            leader: s.leader(),
+            fuo: s.fuo.load(Ordering::Acquire),
+            commits: s.commits.load(Ordering::Relaxed),
+            aborts: s.aborts.load(Ordering::Relaxed),
+            leader_changes: s.leader_changes.load(Ordering::Relaxed),
+            permission_switches: s.permission_switches.load(Ordering::Relaxed),
+            slow_permission_switches: s.slow_permission_switches.load(Ordering::Relaxed),
+            heartbeat_on: s.heartbeat_on.load(Ordering::Acquire),
+            eligible: s.eligible.load(Ordering::Acquire),
+        }
+    }
+
+    /// Stops the replica's threads; a proposal in progress fails with
+    /// [`ProposeError::ShuttingDown`].
+    pub fn shutdown(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        (self.stop)();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn propose<F: Fabric>(inner: &Inner<F>, value: &[u8]) -> Result<u64, ProposeError> {
+    if inner.stop.load(Ordering::Acquire) {
+        return Err(ProposeError::ShuttingDown);
+    }
+    match inner.mode {
+        Mode::Handover => {
+            let mailbox = &inner.mailbox;
+            let _caller = lock(&mailbox.callers);
+            {
+                let mut v = lock(&mailbox.value);
+                v.clear();
+                v.extend_from_slice(value);
+            }
+            mailbox.state.store(SUBMITTED, Ordering::Release);
+            loop {
+                let done = Backoff::FAST_PATH.wait_for(Duration::from_millis(100), || {
+                    (mailbox.state.load(Ordering::Acquire) == DONE).then_some(())
+                });
+                if done.is_some() {
+                    break;
+                }
+                if inner.stop.load(Ordering::Acquire)
+                    && mailbox.state.load(Ordering::Acquire) != DONE
+                {
+                    // The replication thread has gone; nothing will answer.
+                    std::thread::sleep(Duration::from_millis(10));
+                    if mailbox.state.load(Ordering::Acquire) != DONE {
+                        mailbox.state.store(EMPTY, Ordering::Release);
+                        return Err(ProposeError::ShuttingDown);
+                    }
+                }
+            }
+            let outcome = lock(&mailbox.outcome).take();
+            mailbox.state.store(EMPTY, Ordering::Release);
+            outcome.unwrap_or(Err(ProposeError::ShuttingDown))
+        }
+        Mode::Direct => {
+            let mut guard = lock(&inner.plane);
+            let Some(plane) = guard.as_mut() else { return Err(ProposeError::ShuttingDown) };
+            plane.driver.submit(value, inner.now_ns())?;
+            loop {
+                plane.poll(inner.now_ns());
+                if let Some(outcome) = plane.driver.take_outcome() {
+                    return outcome;
+                }
+                if inner.stop.load(Ordering::Acquire) {
+                    plane.driver.shut_down();
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// Handover mode: the replication thread owns the plane and serves the mailbox.
+fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
+    let mailbox = &inner.mailbox;
+    let mut idle_since: Option<Instant> = None;
+    let mut proposing = false;
+    while !inner.stop.load(Ordering::Acquire) {
+        let now_ns = inner.now_ns();
+        let mut busy = false;
+        if !proposing && mailbox.state.load(Ordering::Acquire) == SUBMITTED {
+            busy = true;
+            let submitted = {
+                let v = lock(&mailbox.value);
+                plane.driver.submit(&v, now_ns)
+            };
+            match submitted {
+                Ok(()) => proposing = true,
+                Err(e) => answer(mailbox, Err(e)),
+            }
+        }
+        busy |= plane.poll(now_ns);
+        if let Some(outcome) = plane.driver.take_outcome() {
+            proposing = false;
+            answer(mailbox, outcome);
+        }
+        pace(&mut idle_since, busy || proposing);
+    }
+    plane.driver.shut_down();
+    if let Some(outcome) = plane.driver.take_outcome() {
+        answer(mailbox, outcome);
+    } else if mailbox.state.load(Ordering::Acquire) == SUBMITTED {
+        answer(mailbox, Err(ProposeError::ShuttingDown));
+    }
+}
+
+fn answer(mailbox: &Mailbox, outcome: Result<u64, ProposeError>) {
+    *lock(&mailbox.outcome) = Some(outcome);
+    mailbox.state.store(DONE, Ordering::Release);
+}
+
+/// Direct mode: between the application's proposals, keep the plane going (replayer, leader
+/// changes, a new leader's permission round).
+fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
+    let mut idle_since: Option<Instant> = None;
+    while !inner.stop.load(Ordering::Acquire) {
+        let busy = match inner.plane.try_lock() {
+            Ok(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
+            Err(_) => false, // the application is proposing
+        };
+        pace(&mut idle_since, busy);
+    }
+    if let Some(plane) = lock(&inner.plane).as_mut() {
+        plane.driver.shut_down();
+    }
+}
+
+/// The replication loop's polling plan: spin while there is work, then back off as
+/// [`Backoff::FAST_PATH`] says.
+fn pace(idle_since: &mut Option<Instant>, busy: bool) {
+    if busy {
+        *idle_since = None;
+        return;
+    }
+    let since = *idle_since.get_or_insert_with(Instant::now);
+    let idle_ns = since.elapsed().as_nanos() as u64;
+    let plan = Backoff::FAST_PATH;
+    if idle_ns < plan.spin_ns {
+        std::hint::spin_loop();
+    } else if idle_ns < plan.yield_ns {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(plan.park_us));
+    }
+}
+
+/// The background thread: poll, and between polls wait no longer than a quarter of the read
+/// period, so that the heartbeat moves several times between two reads of any peer.
+fn background_loop<F: Fabric>(
+    inner: &Inner<F>,
+    driver: &mut crate::background::BackgroundDriver<F>,
+    read_period_ns: u64,
+) {
+    let mut last_leader = inner.shared.leader();
+    let max_wait_ns = (read_period_ns / 4).max(1_000);
+    while !inner.stop.load(Ordering::Acquire) {
+        let now_ns = inner.now_ns();
+        let busy = driver.poll(now_ns);
+        let leader = inner.shared.leader();
+        if leader != last_leader {
+            last_leader = leader;
+            lock(&inner.leader_watchers).retain(|tx| tx.send(leader).is_ok());
+        }
+        if busy {
+            std::thread::yield_now();
+            continue;
+        }
+        let wait_ns = driver.next_deadline_ns().saturating_sub(inner.now_ns()).min(max_wait_ns);
+        if wait_ns > 20_000 {
+            std::thread::sleep(Duration::from_nanos(wait_ns));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let _ = inner.me;
+}

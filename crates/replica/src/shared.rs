@@ -1,0 +1,123 @@
+//! What the replication plane and the background plane of one replica share: a few words, each
+//! written by one side only, and the guard of the replica's own log.
+
+use mu_fabric::NodeId;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+const NO_LEADER: u32 = u32::MAX;
+
+/// Words shared by the two planes of one replica. Who writes each is in its comment.
+pub(crate) struct Shared {
+    /// The leader the failure detector elected (background).
+    leader: AtomicU32,
+    /// The current permission request word, 0 for none (replication).
+    pub request_word: AtomicU64,
+    /// The smallest log head among live replicas (background, on the leader).
+    pub min_head: AtomicU64,
+    /// This replica's FUO as its leader engine knows it (replication).
+    pub fuo: AtomicU64,
+    /// Bumped by every iteration of the replication loop (replication; fate sharing).
+    pub loop_count: AtomicU64,
+    /// A proposal is inside the engine (replication; fate sharing).
+    pub in_propose: AtomicBool,
+    /// This replica may lead (replication clears it when it finds it needs a state transfer).
+    pub eligible: AtomicBool,
+    /// The heartbeat is going (background; for status).
+    pub heartbeat_on: AtomicBool,
+    /// Counters for status and metrics.
+    pub commits: AtomicU64,
+    pub aborts: AtomicU64,
+    pub leader_changes: AtomicU64,
+    pub permission_switches: AtomicU64,
+    pub slow_permission_switches: AtomicU64,
+    /// Write access to our own log (background grants and revokes; replication writes).
+    pub guard: OwnLogGuard,
+}
+
+impl Shared {
+    pub fn new(eligible: bool) -> Shared {
+        Shared {
+            leader: AtomicU32::new(NO_LEADER),
+            request_word: AtomicU64::new(0),
+            min_head: AtomicU64::new(0),
+            fuo: AtomicU64::new(0),
+            loop_count: AtomicU64::new(0),
+            in_propose: AtomicBool::new(false),
+            eligible: AtomicBool::new(eligible),
+            heartbeat_on: AtomicBool::new(true),
+            commits: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
+            leader_changes: AtomicU64::new(0),
+            permission_switches: AtomicU64::new(0),
+            slow_permission_switches: AtomicU64::new(0),
+            guard: OwnLogGuard::new(),
+        }
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        match self.leader.load(Ordering::Acquire) {
+            NO_LEADER => None,
+            id => Some(NodeId(id as u16)),
+        }
+    }
+
+    /// Returns whether the leader changed.
+    pub fn set_leader(&self, leader: Option<NodeId>) -> bool {
+        let word = leader.map_or(NO_LEADER, |l| u32::from(l.0));
+        let before = self.leader.swap(word, Ordering::AcqRel);
+        if before != word {
+            self.leader_changes.fetch_add(1, Ordering::Relaxed);
+        }
+        before != word
+    }
+}
+
+/// The guard of the replica's own log: the leader engine writes the consensus part of its own
+/// log only while its permission manager grants it access, exactly as a remote leader writes only
+/// while its connection allows it. Revoking is a barrier: once [`OwnLogGuard::revoke`] returns,
+/// no guarded write of ours lands.
+///
+/// Both sides use sequentially consistent accesses (Dekker's pattern): the writer stores
+/// `in_flight` then loads `granted`; the revoker stores `granted` then loads `in_flight`. In the
+/// single total order of these four accesses, either the writer sees the revoke and does not
+/// write, or the revoker sees the writer in flight and waits for it. The two threads are in one
+/// process, so a stopped writer stops its revoker too; a copy is at most one slot.
+pub(crate) struct OwnLogGuard {
+    granted: AtomicBool,
+    in_flight: AtomicBool,
+}
+
+impl OwnLogGuard {
+    fn new() -> OwnLogGuard {
+        OwnLogGuard { granted: AtomicBool::new(false), in_flight: AtomicBool::new(false) }
+    }
+
+    /// Runs `write` if access is granted; returns whether it ran.
+    pub fn write(&self, write: impl FnOnce()) -> bool {
+        self.in_flight.store(true, Ordering::SeqCst);
+        let granted = self.granted.load(Ordering::SeqCst);
+        if granted {
+            write();
+        }
+        self.in_flight.store(false, Ordering::Release);
+        granted
+    }
+
+    pub fn grant(&self) {
+        self.granted.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes access away and waits until no write of ours is in flight.
+    pub fn revoke(&self) {
+        self.granted.store(false, Ordering::SeqCst);
+        let mut spins: u32 = 0;
+        while self.in_flight.load(Ordering::SeqCst) {
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}

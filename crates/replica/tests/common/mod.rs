@@ -1,0 +1,213 @@
+//! A cluster of replica cores on the simulated fabric, driven in virtual time from one thread.
+#![allow(dead_code)]
+
+use mu_fabric::NodeId;
+use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
+use mu_log::EntryKind;
+use mu_replica::{ProposeError, ReplicaConfig, ReplicaCore};
+
+/// Virtual time between two rounds of polling every replica.
+pub const QUANTUM_NS: u64 = 250;
+
+pub struct SimCluster {
+    pub world: SimWorld,
+    pub configs: Vec<ReplicaConfig>,
+    pub cores: Vec<Option<ReplicaCore<SimFabric>>>,
+    /// What each replica applied, in order: (index, value).
+    pub applied: Vec<Vec<(u64, Vec<u8>)>>,
+    /// Paused replicas are not polled (their threads are descheduled).
+    pub paused: Vec<bool>,
+    /// Every acknowledged proposal: (index, value).
+    pub acked: Vec<(u64, Vec<u8>)>,
+    boots: u32,
+}
+
+pub fn config(n: u16, me: u16) -> ReplicaConfig {
+    let mut c = ReplicaConfig::new(NodeId(me), (0..n).map(NodeId).collect());
+    c.slots_count = 64;
+    c.slot_bytes = 128;
+    c.detector.read_period_ns = 20_000;
+    c.permission_timeout_ns = 2_000_000;
+    c.log_full_timeout_ns = 5_000_000;
+    c
+}
+
+impl SimCluster {
+    pub fn new(n: u16, seed: u64) -> SimCluster {
+        SimCluster::with(n, seed, |_| {})
+    }
+
+    pub fn with(n: u16, seed: u64, tweak: impl Fn(&mut ReplicaConfig)) -> SimCluster {
+        let world = SimWorld::new(SimConfig::default(), seed);
+        let configs: Vec<ReplicaConfig> = (0..n)
+            .map(|me| {
+                let mut c = config(n, me);
+                tweak(&mut c);
+                c
+            })
+            .collect();
+        let mut cluster = SimCluster {
+            world,
+            configs,
+            cores: Vec::new(),
+            applied: vec![Vec::new(); n as usize],
+            paused: vec![false; n as usize],
+            acked: Vec::new(),
+            boots: 0,
+        };
+        for me in 0..n {
+            let core = cluster.boot(me);
+            cluster.cores.push(Some(core));
+        }
+        cluster
+    }
+
+    fn boot(&mut self, me: u16) -> ReplicaCore<SimFabric> {
+        self.boots += 1;
+        let fabric = self.world.node(NodeId(me));
+        ReplicaCore::new(&self.configs[me as usize], fabric, self.boots).expect("replica starts")
+    }
+
+    /// One round: every live, running replica polls both planes; then time moves on.
+    pub fn round(&mut self) {
+        let now = self.world.now_ns();
+        for (pos, core) in self.cores.iter_mut().enumerate() {
+            let Some(core) = core else { continue };
+            if self.paused[pos] {
+                continue;
+            }
+            core.background.poll(now);
+            let applied = &mut self.applied[pos];
+            core.replication.poll(now, &mut |index, kind, value| {
+                if kind == EntryKind::Request {
+                    applied.push((index, value.to_vec()));
+                }
+            });
+        }
+        self.world.run_until(now + QUANTUM_NS);
+    }
+
+    pub fn run_for(&mut self, ns: u64) {
+        let end = self.world.now_ns() + ns;
+        while self.world.now_ns() < end {
+            self.round();
+        }
+    }
+
+    /// The leader every live, running replica agrees on, if they do.
+    pub fn agreed_leader(&self) -> Option<NodeId> {
+        let mut leaders = self
+            .cores
+            .iter()
+            .enumerate()
+            .filter(|(pos, c)| c.is_some() && !self.paused[*pos])
+            .map(|(_, c)| c.as_ref().unwrap().leader());
+        let first = leaders.next()??;
+        leaders.all(|l| l == Some(first)).then_some(first)
+    }
+
+    /// Runs until the live replicas agree on a leader, for at most `limit_ns`.
+    pub fn await_leader(&mut self, limit_ns: u64) -> NodeId {
+        let end = self.world.now_ns() + limit_ns;
+        while self.world.now_ns() < end {
+            if let Some(l) = self.agreed_leader() {
+                return l;
+            }
+            self.round();
+        }
+        panic!("no agreed leader after {limit_ns} ns (t = {} ns)", self.world.now_ns());
+    }
+
+    /// Proposes at replica `pos` and runs until it has an outcome, for at most `limit_ns`.
+    pub fn propose(
+        &mut self,
+        pos: usize,
+        value: &[u8],
+        limit_ns: u64,
+    ) -> Option<Result<u64, ProposeError>> {
+        let now = self.world.now_ns();
+        let core = self.cores[pos].as_mut().expect("a live replica");
+        if let Err(e) = core.replication.submit(value, now) {
+            return Some(Err(e));
+        }
+        let end = now + limit_ns;
+        while self.world.now_ns() < end {
+            self.round();
+            let core = self.cores[pos].as_mut()?;
+            if let Some(outcome) = core.replication.take_outcome() {
+                if let Ok(index) = outcome {
+                    self.acked.push((index, value.to_vec()));
+                }
+                return Some(outcome);
+            }
+        }
+        None
+    }
+
+    /// Proposes at whoever leads until it commits, for at most `limit_ns` in all.
+    pub fn propose_anywhere(&mut self, value: &[u8], limit_ns: u64) -> u64 {
+        let end = self.world.now_ns() + limit_ns;
+        while self.world.now_ns() < end {
+            let leader = self.await_leader(end - self.world.now_ns());
+            match self.propose(leader.0 as usize, value, end - self.world.now_ns()) {
+                Some(Ok(index)) => return index,
+                Some(Err(_)) | None => self.run_for(10_000),
+            }
+        }
+        panic!("{:?} not committed within {limit_ns} ns", String::from_utf8_lossy(value));
+    }
+
+    pub fn crash(&mut self, pos: usize) {
+        self.world.crash(NodeId(pos as u16)).unwrap();
+        self.cores[pos] = None;
+    }
+
+    pub fn pause(&mut self, pos: usize) {
+        self.world.pause(NodeId(pos as u16)).unwrap();
+        self.paused[pos] = true;
+    }
+
+    pub fn resume(&mut self, pos: usize) {
+        self.world.resume(NodeId(pos as u16)).unwrap();
+        self.paused[pos] = false;
+    }
+
+    /// Agreement: every two replicas applied the same value at every index both applied, and
+    /// each applied indexes in order with no gaps.
+    pub fn check_agreement(&self) {
+        for (pos, seq) in self.applied.iter().enumerate() {
+            for (k, (index, _)) in seq.iter().enumerate() {
+                assert_eq!(*index, k as u64, "replica {pos} applied index {index} at place {k}");
+            }
+        }
+        for a in 0..self.applied.len() {
+            for b in a + 1..self.applied.len() {
+                let (x, y) = (&self.applied[a], &self.applied[b]);
+                let common = x.len().min(y.len());
+                for i in 0..common {
+                    assert_eq!(
+                        x[i],
+                        y[i],
+                        "replicas {a} and {b} disagree at index {i}: {:?} vs {:?}",
+                        String::from_utf8_lossy(&x[i].1),
+                        String::from_utf8_lossy(&y[i].1)
+                    );
+                }
+            }
+        }
+    }
+
+    /// No acknowledged proposal was lost: replica `pos` applied each at its index.
+    pub fn check_acked_applied(&self, pos: usize) {
+        let seq = &self.applied[pos];
+        for (index, value) in &self.acked {
+            let got = seq.get(*index as usize);
+            assert_eq!(
+                got.map(|(_, v)| v),
+                Some(value),
+                "acknowledged {:?} at {index} is not what replica {pos} applied there",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+}
