@@ -4,7 +4,7 @@
 //! own, like the replication driver.
 
 use crate::layout::{
-    ack_offset, replication_channel, request_offset, view_offset, BACKGROUND_CHANNEL,
+    ack_offset, background_channel, replication_channel, request_offset, view_offset,
     BACKGROUND_REGION, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
     STATUS_BYTES,
 };
@@ -29,8 +29,11 @@ const POS_BITS: u64 = 0xffff;
 /// One peer as the background plane sees it.
 #[derive(Clone, Copy, Debug, Default)]
 struct PeerView {
-    /// Our side of the background connection is up (bound to the peer's current incarnation).
+    /// Our side of the connection we initiate on is up (bound to the peer's current
+    /// incarnation).
     connected: bool,
+    /// Our side of the connection the peer initiates on is up.
+    target_connected: bool,
     /// A heartbeat read is in flight.
     reading: bool,
     /// The last heartbeat counter read (reported again when a read is late: a slow peer loses
@@ -177,15 +180,25 @@ impl<F: Fabric> BackgroundDriver<F> {
                 continue;
             }
             let peer = self.replicas.ids()[pos];
+            if !self.peers[pos].target_connected {
+                // The side the peer reads and writes us through: (re)bound to its current
+                // incarnation, so a restarted peer can reach us again.
+                let conn = ConnId::new(peer, background_channel(peer, self.me));
+                self.peers[pos].target_connected =
+                    self.fabric.connect(conn, Access::READ_WRITE).is_ok();
+            }
             if !self.peers[pos].connected {
-                let conn = ConnId::new(peer, BACKGROUND_CHANNEL);
-                if self.fabric.connect(conn, Access::READ_WRITE).is_err() {
+                let conn = ConnId::new(peer, background_channel(self.me, peer));
+                if self.fabric.connect(conn, Access::NONE).is_err() {
                     // Not there (yet): the connection-level failure of §5.1.
                     self.detector.on_unreachable(peer);
                     continue;
                 }
-                self.peers[pos] =
-                    PeerView { connected: true, last_counter: None, ..PeerView::default() };
+                self.peers[pos] = PeerView {
+                    connected: true,
+                    target_connected: self.peers[pos].target_connected,
+                    ..PeerView::default()
+                };
             }
             if self.peers[pos].reading {
                 // Late: the peer did not answer within a period; its counter did not move.
@@ -206,7 +219,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 },
                 signaled: true,
             };
-            if self.ep.post(ConnId::new(peer, BACKGROUND_CHANNEL), &wr).is_ok() {
+            if self.ep.post(ConnId::new(peer, background_channel(self.me, peer)), &wr).is_ok() {
                 self.peers[pos].reading = true;
             } else {
                 self.lost(pos);
@@ -215,8 +228,11 @@ impl<F: Fabric> BackgroundDriver<F> {
     }
 
     /// The background connection to `pos` failed: the peer is unreachable until reconnected.
+    /// Both our sides are reconnected: the peer may have restarted, and then the side it
+    /// initiates on is bound to its old incarnation.
     fn lost(&mut self, pos: usize) {
         self.peers[pos].connected = false;
+        self.peers[pos].target_connected = false;
         self.peers[pos].reading = false;
         self.peers[pos].head = None;
         self.peers[pos].request_sent = 0;
@@ -302,7 +318,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             },
             signaled: false,
         };
-        if self.ep.post(ConnId::new(peer, BACKGROUND_CHANNEL), &wr).is_ok() {
+        if self.ep.post(ConnId::new(peer, background_channel(self.me, peer)), &wr).is_ok() {
             return true;
         }
         self.lost(pos);

@@ -3,7 +3,7 @@
 
 use crate::background::BackgroundDriver;
 use crate::config::{ConfigError, ReplicaConfig};
-use crate::layout::{BACKGROUND_BYTES, BACKGROUND_CHANNEL};
+use crate::layout::{background_channel, BACKGROUND_BYTES};
 use crate::memory::FabricMemory;
 use crate::replication::{ReplicationDriver, Timeouts};
 use crate::shared::Shared;
@@ -77,7 +77,7 @@ impl<F: Fabric> ReplicaCore<F> {
         for &peer in replicas.ids().iter().filter(|&&p| p != config.me) {
             replication_ep
                 .attach(ConnId::new(peer, crate::layout::replication_channel(config.me, peer)))?;
-            background_ep.attach(ConnId::new(peer, BACKGROUND_CHANNEL))?;
+            background_ep.attach(ConnId::new(peer, background_channel(config.me, peer)))?;
         }
         let mem = FabricMemory { log: log.clone(), scratch, shared: shared.clone() };
         let replication = ReplicationDriver::new(
@@ -111,5 +111,13 @@ impl<F: Fabric> ReplicaCore<F> {
     /// The leader this replica's failure detector elected.
     pub fn leader(&self) -> Option<NodeId> {
         self.replication.shared().leader()
+    }
+
+    pub fn status(&self) -> crate::ReplicaStatus {
+        self.replication.shared().status(self.background_me())
+    }
+
+    fn background_me(&self) -> NodeId {
+        self.replication.engine().me()
     }
 }

@@ -7,8 +7,21 @@ pub use mu_replication::{LOG_REGION, SCRATCH_REGION};
 /// The background plane's region: heartbeat, permission requests and acknowledgements (§5).
 pub const BACKGROUND_REGION: RegionId = RegionId(2);
 
-/// The background plane's connection between every two replicas.
-pub const BACKGROUND_CHANNEL: u8 = 1;
+/// The background-plane connection on which `from` reads `to`'s heartbeat and writes into its
+/// request and acknowledgement arrays (channel 1 when the lower id initiates, 3 otherwise).
+///
+/// One connection per direction here too: a failed operation moves the *initiator's* side to
+/// the error state, and the initiator repairs only its own side. With one connection for both
+/// directions, each replica's repair broke the operations the other had in flight, which broke
+/// the other's side in turn: after a partition healed, two replicas could keep breaking each
+/// other's reads for ever (found by the randomized simulation test).
+pub fn background_channel(from: NodeId, to: NodeId) -> u8 {
+    if from < to {
+        1
+    } else {
+        3
+    }
+}
 
 /// The replication-plane connection on which `from` writes into `to`'s log.
 ///

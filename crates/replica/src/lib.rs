@@ -16,8 +16,8 @@
 //!
 //! Regions (same ids on every replica): the log ([`LOG_REGION`]), the leader's scratch area
 //! ([`SCRATCH_REGION`]) and the background region ([`BACKGROUND_REGION`], laid out in
-//! [`layout`]). Connections: one per direction of the replication plane
-//! ([`layout::replication_channel`]) and one background connection per pair.
+//! [`layout`]). Connections: one per direction and plane between every two replicas
+//! ([`layout::replication_channel`], [`layout::background_channel`]).
 
 #![forbid(unsafe_code)]
 

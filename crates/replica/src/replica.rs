@@ -105,10 +105,32 @@ impl<F: Fabric> Inner<F> {
 pub struct Replica {
     me: NodeId,
     shared: Arc<Shared>,
-    propose: Box<dyn Fn(&[u8]) -> Result<u64, ProposeError> + Send + Sync>,
-    watch: Box<dyn Fn() -> Receiver<Option<NodeId>> + Send + Sync>,
-    stop: Box<dyn Fn() + Send + Sync>,
+    /// The planes, with the fabric type erased: `Replica` is one type whatever the fabric.
+    inner: Arc<dyn Handle>,
     threads: Vec<JoinHandle<()>>,
+}
+
+/// What the application does with a replica, whatever its fabric.
+trait Handle: Send + Sync {
+    fn propose(&self, value: &[u8]) -> Result<u64, ProposeError>;
+    fn watch(&self) -> Receiver<Option<NodeId>>;
+    fn stop(&self);
+}
+
+impl<F: Fabric> Handle for Inner<F> {
+    fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
+        propose(self, value)
+    }
+
+    fn watch(&self) -> Receiver<Option<NodeId>> {
+        let (tx, rx) = channel();
+        lock(&self.leader_watchers).push(tx);
+        rx
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -187,25 +209,13 @@ impl Replica {
                 return Err(StartError::Other(format!("starting the replication thread: {e}")));
             }
         }
-        let (p, w, s) = (inner.clone(), inner.clone(), inner);
-        Ok(Replica {
-            me: config.me,
-            shared,
-            propose: Box::new(move |value| propose(&p, value)),
-            watch: Box::new(move || {
-                let (tx, rx) = channel();
-                lock(&w.leader_watchers).push(tx);
-                rx
-            }),
-            stop: Box::new(move || s.stop.store(true, Ordering::Release)),
-            threads,
-        })
+        Ok(Replica { me: config.me, shared, inner, threads })
     }
 
     /// Replicates `value`: returns its log index once it is committed (and applied here), or
     /// why not. Only the leader proposes; others answer with a hint.
     pub fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
-        (self.propose)(value)
+        self.inner.propose(value)
     }
 
     /// The leader this replica's failure detector elected.
@@ -215,23 +225,11 @@ impl Replica {
 
     /// Leader changes as this replica sees them, from now on.
     pub fn watch_leader(&self) -> Receiver<Option<NodeId>> {
-        (self.watch)()
+        self.inner.watch()
     }
 
     pub fn status(&self) -> ReplicaStatus {
-        let s = &self.shared;
-        ReplicaStatus {
-            me: self.me,
-            leader: s.leader(),
-            fuo: s.fuo.load(Ordering::Acquire),
-            commits: s.commits.load(Ordering::Relaxed),
-            aborts: s.aborts.load(Ordering::Relaxed),
-            leader_changes: s.leader_changes.load(Ordering::Relaxed),
-            permission_switches: s.permission_switches.load(Ordering::Relaxed),
-            slow_permission_switches: s.slow_permission_switches.load(Ordering::Relaxed),
-            heartbeat_on: s.heartbeat_on.load(Ordering::Acquire),
-            eligible: s.eligible.load(Ordering::Acquire),
-        }
+        self.shared.status(self.me)
     }
 
     /// Stops the replica's threads; a proposal in progress fails with
@@ -241,7 +239,7 @@ impl Replica {
     }
 
     fn stop_threads(&mut self) {
-        (self.stop)();
+        self.inner.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

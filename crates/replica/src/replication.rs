@@ -162,7 +162,9 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// Hands `value` to the leader engine. Its outcome comes out of
     /// [`ReplicationDriver::take_outcome`] after later polls.
     pub fn submit(&mut self, value: &[u8], now_ns: u64) -> Result<(), ProposeError> {
-        if self.pending.is_some() {
+        if self.pending.is_some() || self.outcome.is_some() {
+            // One at a time, and the last outcome must be taken first: it belongs to the
+            // caller of the last proposal.
             return Err(ProposeError::Busy);
         }
         let result =

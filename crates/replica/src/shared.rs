@@ -54,6 +54,21 @@ impl Shared {
         }
     }
 
+    pub fn status(&self, me: NodeId) -> crate::ReplicaStatus {
+        crate::ReplicaStatus {
+            me,
+            leader: self.leader(),
+            fuo: self.fuo.load(Ordering::Acquire),
+            commits: self.commits.load(Ordering::Relaxed),
+            aborts: self.aborts.load(Ordering::Relaxed),
+            leader_changes: self.leader_changes.load(Ordering::Relaxed),
+            permission_switches: self.permission_switches.load(Ordering::Relaxed),
+            slow_permission_switches: self.slow_permission_switches.load(Ordering::Relaxed),
+            heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
+            eligible: self.eligible.load(Ordering::Acquire),
+        }
+    }
+
     pub fn leader(&self) -> Option<NodeId> {
         match self.leader.load(Ordering::Acquire) {
             NO_LEADER => None,

@@ -19,6 +19,10 @@ pub struct SimCluster {
     pub paused: Vec<bool>,
     /// Every acknowledged proposal: (index, value).
     pub acked: Vec<(u64, Vec<u8>)>,
+    /// The value each replica is proposing, until its outcome arrives.
+    pub outstanding: Vec<Option<Vec<u8>>>,
+    /// The last outcome of each replica's proposals.
+    pub outcomes: Vec<Option<Result<u64, ProposeError>>>,
     boots: u32,
 }
 
@@ -53,6 +57,8 @@ impl SimCluster {
             applied: vec![Vec::new(); n as usize],
             paused: vec![false; n as usize],
             acked: Vec::new(),
+            outstanding: vec![None; n as usize],
+            outcomes: vec![None; n as usize],
             boots: 0,
         };
         for me in 0..n {
@@ -83,6 +89,13 @@ impl SimCluster {
                     applied.push((index, value.to_vec()));
                 }
             });
+            if let Some(outcome) = core.replication.take_outcome() {
+                let value = self.outstanding[pos].take().expect("an outcome of a proposal");
+                if let Ok(index) = outcome {
+                    self.acked.push((index, value));
+                }
+                self.outcomes[pos] = Some(outcome);
+            }
         }
         self.world.run_until(now + QUANTUM_NS);
     }
@@ -94,7 +107,7 @@ impl SimCluster {
         }
     }
 
-    /// The leader every live, running replica agrees on, if they do.
+    /// The leader every live, running replica agrees on, if they do and it is one of them.
     pub fn agreed_leader(&self) -> Option<NodeId> {
         let mut leaders = self
             .cores
@@ -103,7 +116,8 @@ impl SimCluster {
             .filter(|(pos, c)| c.is_some() && !self.paused[*pos])
             .map(|(_, c)| c.as_ref().unwrap().leader());
         let first = leaders.next()??;
-        leaders.all(|l| l == Some(first)).then_some(first)
+        let live = self.cores[first.0 as usize].is_some() && !self.paused[first.0 as usize];
+        (live && leaders.all(|l| l == Some(first))).then_some(first)
     }
 
     /// Runs until the live replicas agree on a leader, for at most `limit_ns`.
@@ -115,7 +129,24 @@ impl SimCluster {
             }
             self.round();
         }
-        panic!("no agreed leader after {limit_ns} ns (t = {} ns)", self.world.now_ns());
+        let views: Vec<_> = self
+            .cores
+            .iter()
+            .enumerate()
+            .map(|(pos, c)| {
+                let scores: Vec<_> = c.as_ref().map_or(Vec::new(), |c| {
+                    (0..self.cores.len())
+                        .map(|p| c.background.detector().score(NodeId(p as u16)))
+                        .collect()
+                });
+                (pos, self.paused[pos], c.as_ref().map(|c| (c.leader(), c.status().fuo)), scores)
+            })
+            .collect();
+        panic!(
+            "no agreed leader after {limit_ns} ns (t = {} ns, seed {}): {views:?}",
+            self.world.now_ns(),
+            self.world.seed()
+        );
     }
 
     /// Proposes at replica `pos` and runs until it has an outcome, for at most `limit_ns`.
@@ -126,22 +157,29 @@ impl SimCluster {
         limit_ns: u64,
     ) -> Option<Result<u64, ProposeError>> {
         let now = self.world.now_ns();
-        let core = self.cores[pos].as_mut().expect("a live replica");
-        if let Err(e) = core.replication.submit(value, now) {
+        if let Err(e) = self.submit(pos, value) {
             return Some(Err(e));
         }
         let end = now + limit_ns;
         while self.world.now_ns() < end {
             self.round();
-            let core = self.cores[pos].as_mut()?;
-            if let Some(outcome) = core.replication.take_outcome() {
-                if let Ok(index) = outcome {
-                    self.acked.push((index, value.to_vec()));
-                }
+            self.cores[pos].as_ref()?;
+            if let Some(outcome) = self.outcomes[pos].take() {
                 return Some(outcome);
             }
         }
         None
+    }
+
+    /// Hands `value` to replica `pos` without waiting. Its outcome lands in `outcomes[pos]`
+    /// (and `acked`) during later rounds.
+    pub fn submit(&mut self, pos: usize, value: &[u8]) -> Result<(), ProposeError> {
+        let now = self.world.now_ns();
+        let core = self.cores[pos].as_mut().expect("a live replica");
+        core.replication.submit(value, now)?;
+        self.outstanding[pos] = Some(value.to_vec());
+        self.outcomes[pos] = None;
+        Ok(())
     }
 
     /// Proposes at whoever leads until it commits, for at most `limit_ns` in all.
@@ -149,7 +187,12 @@ impl SimCluster {
         let end = self.world.now_ns() + limit_ns;
         while self.world.now_ns() < end {
             let leader = self.await_leader(end - self.world.now_ns());
-            match self.propose(leader.0 as usize, value, end - self.world.now_ns()) {
+            let pos = leader.0 as usize;
+            if self.outstanding[pos].is_some() {
+                self.round(); // an earlier proposal there has not finished yet
+                continue;
+            }
+            match self.propose(pos, value, end - self.world.now_ns()) {
                 Some(Ok(index)) => return index,
                 Some(Err(_)) | None => self.run_for(10_000),
             }
