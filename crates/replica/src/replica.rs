@@ -45,6 +45,8 @@ pub struct ReplicaStatus {
     pub heartbeat_on: bool,
     /// Whether this replica may lead.
     pub eligible: bool,
+    /// Why the leader engine last aborted an attempt, if it ever did.
+    pub last_abort: Option<mu_replication::AbortReason>,
 }
 
 type CommitHandler = Box<dyn FnMut(u64, &[u8]) + Send>;

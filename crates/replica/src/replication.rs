@@ -336,6 +336,8 @@ impl<F: Fabric> ReplicationDriver<F> {
                 }
                 Action::Aborted { reason } => {
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
+                    *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(reason);
                     if let AbortReason::NeedsStateTransfer { .. } = reason {
                         // The engine stepped down; stay out of elections until a state
                         // transfer brings this replica up to date.

@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub leader_changes: AtomicU64,
     pub permission_switches: AtomicU64,
     pub slow_permission_switches: AtomicU64,
+    /// Why the leader engine last aborted (rare: a mutex is fine).
+    pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes).
     pub guard: OwnLogGuard,
 }
@@ -50,6 +52,7 @@ impl Shared {
             leader_changes: AtomicU64::new(0),
             permission_switches: AtomicU64::new(0),
             slow_permission_switches: AtomicU64::new(0),
+            last_abort: std::sync::Mutex::new(None),
             guard: OwnLogGuard::new(),
         }
     }
@@ -66,6 +69,7 @@ impl Shared {
             slow_permission_switches: self.slow_permission_switches.load(Ordering::Relaxed),
             heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
             eligible: self.eligible.load(Ordering::Acquire),
+            last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
 

@@ -73,11 +73,9 @@ pub struct PermissionManager {
     may_write: Vec<bool>,
     /// The incarnation our side of each peer's connection is bound to, when we know it.
     bound: Vec<Option<u32>>,
-    /// The last request word handled, per requester position (0: none yet).
+    /// The last request word handled (served or dropped), per requester position (0: none
+    /// yet).
     handled: Vec<u64>,
-    /// The request word whose plan failed, per requester position (0: none): it waits until
-    /// every other pending request had its turn.
-    failed: Vec<u64>,
     plan: Option<Plan>,
 }
 
@@ -94,7 +92,6 @@ impl PermissionManager {
             may_write: vec![false; n],
             bound: vec![None; n],
             handled: vec![0; n],
-            failed: vec![0; n],
             plan: None,
         })
     }
@@ -112,9 +109,7 @@ impl PermissionManager {
     ///
     /// A request is pending when its word is not 0 and differs from the last word handled for
     /// that requester; a requester that asks again writes a new word (a higher seq). Pending
-    /// requests are taken in id order, except that a request whose plan failed waits until every
-    /// other pending request had a turn: a requester whose grant cannot succeed (it died) must
-    /// not keep the others from their permissions.
+    /// requests are taken in id order.
     ///
     /// # Panics
     ///
@@ -135,17 +130,7 @@ impl PermissionManager {
         );
         out.clear();
         let n = self.ids.len();
-        let pending = |pos: &usize| requests[*pos] != 0 && requests[*pos] != self.handled[*pos];
-        let fresh = (0..n).filter(pending).find(|&pos| requests[pos] != self.failed[pos]);
-        let pos = match fresh {
-            Some(pos) => pos,
-            None => {
-                // Every pending request failed its last turn: give them all another, in order.
-                let pos = (0..n).find(pending)?;
-                self.failed.fill(0);
-                pos
-            }
-        };
+        let pos = (0..n).find(|&pos| requests[pos] != 0 && requests[pos] != self.handled[pos])?;
         let word = requests[pos];
         let (incarnation, _) = split_request(word);
         let rebind = pos != self.me_pos && self.bound[pos] != Some(incarnation);
@@ -175,7 +160,10 @@ impl PermissionManager {
     ///   be done) and the engine does not know which. The holder stays as it was, since its revoke
     ///   may have failed and it may still write; the requester is counted as a possible writer too,
     ///   since its grant may have taken effect, so every later plan for someone else revokes it.
-    ///   The request stays pending, behind the other pending requests.
+    ///   The request is dropped: a requester that is alive asks again (with a new word) when it
+    ///   has not heard back in time. Retrying it here instead would let a dead requester, whose
+    ///   grant can never succeed, take our own write access away again and again (a plan revokes
+    ///   the holder before it finds that the grant fails): the live leader would abort for ever.
     ///
     /// # Panics
     ///
@@ -196,12 +184,10 @@ impl PermissionManager {
             if plan.pos != self.me_pos {
                 self.bound[plan.pos] = Some(plan.incarnation);
             }
-            self.handled[plan.pos] = plan.word;
-            self.failed[plan.pos] = 0;
         } else {
             self.may_write[plan.pos] = true;
-            self.failed[plan.pos] = plan.word;
         }
+        self.handled[plan.pos] = plan.word;
         assert!(self.holder.is_none_or(|pos| self.may_write[pos]), "the holder may write");
         assert!(!ok || self.may_write.iter().filter(|&&w| w).count() == 1, "one writer");
     }

@@ -129,6 +129,11 @@ impl SimCluster {
             }
             self.round();
         }
+        panic!("no agreed leader after {limit_ns} ns: {}", self.describe());
+    }
+
+    /// What every replica thinks, for failure messages.
+    pub fn describe(&self) -> String {
         let views: Vec<_> = self
             .cores
             .iter()
@@ -139,14 +144,22 @@ impl SimCluster {
                         .map(|p| c.background.detector().score(NodeId(p as u16)))
                         .collect()
                 });
-                (pos, self.paused[pos], c.as_ref().map(|c| (c.leader(), c.status().fuo)), scores)
+                let view = c.as_ref().map(|c| {
+                    (
+                        c.leader(),
+                        c.replication.engine().phase(),
+                        c.status(),
+                        c.background.permission_holder(),
+                    )
+                });
+                format!(
+                    "\n  replica {pos} paused {} applied {}: {view:?} scores {scores:?}",
+                    self.paused[pos],
+                    self.applied[pos].len()
+                )
             })
             .collect();
-        panic!(
-            "no agreed leader after {limit_ns} ns (t = {} ns, seed {}): {views:?}",
-            self.world.now_ns(),
-            self.world.seed()
-        );
+        format!("t = {} ns, seed {}:{}", self.world.now_ns(), self.world.seed(), views.concat())
     }
 
     /// Proposes at replica `pos` and runs until it has an outcome, for at most `limit_ns`.
@@ -197,7 +210,11 @@ impl SimCluster {
                 Some(Err(_)) | None => self.run_for(10_000),
             }
         }
-        panic!("{:?} not committed within {limit_ns} ns", String::from_utf8_lossy(value));
+        panic!(
+            "{:?} not committed within {limit_ns} ns: {}",
+            String::from_utf8_lossy(value),
+            self.describe()
+        );
     }
 
     pub fn crash(&mut self, pos: usize) {
