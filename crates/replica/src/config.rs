@@ -47,6 +47,16 @@ impl ReplicaConfig {
     /// | `permission_grace_ns` | 20 µs | a few permission round trips on shm |
     /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
+    /// | `detector.read_period_ns` | 1 ms | see below |
+    ///
+    /// The failure detector's read period is the one setting that depends on the machine. A
+    /// replica is declared failed after about 13 reads see its heartbeat stand still, so the
+    /// period must be well above the longest time a healthy replica's background thread can go
+    /// unscheduled. On a two-core machine running three replicas (six threads, some spinning)
+    /// that is several milliseconds, hence 1 ms (pause detection in about 15 ms). With a core
+    /// per thread, as in the Mu paper, periods of a few microseconds work (pause detection in
+    /// tens of microseconds). A killed replica is detected at once whatever the period: reading
+    /// a dead process's memory fails at the connection level.
     pub fn new(me: NodeId, replicas: Vec<NodeId>) -> ReplicaConfig {
         ReplicaConfig {
             me,
@@ -54,7 +64,7 @@ impl ReplicaConfig {
             slots_count: 4096,
             slot_bytes: 4096 + 24,
             integrity: Integrity::Checksum,
-            detector: DetectorConfig::default(),
+            detector: DetectorConfig { read_period_ns: 1_000_000, ..DetectorConfig::default() },
             permission_grace_ns: 20_000,
             permission_timeout_ns: 50_000_000,
             log_full_timeout_ns: 100_000_000,

@@ -101,6 +101,10 @@ pub struct ReplicationDriver<F: Fabric> {
     pending: Option<Pending>,
     outcome: Option<Result<u64, ProposeError>>,
     min_head_seen: u64,
+    /// After finding itself too far behind to lead (it needs a state transfer), this replica
+    /// is eligible again once its replayer has applied up to here: following a leader brought
+    /// it up to date.
+    eligible_again_at: Option<u64>,
 }
 
 impl<F: Fabric> ReplicationDriver<F> {
@@ -142,6 +146,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             pending: None,
             outcome: None,
             min_head_seen: 0,
+            eligible_again_at: None,
         }
     }
 
@@ -205,7 +210,8 @@ impl<F: Fabric> ReplicationDriver<F> {
     pub fn poll(&mut self, now_ns: u64, apply: &mut dyn FnMut(u64, EntryKind, &[u8])) -> bool {
         self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
         let mut busy = self.follow_election();
-        if self.leader.phase() == Phase::Permissions {
+        if self.leader.phase() != Phase::Follower {
+            // Acknowledgements that arrive after the confirmed set was formed grow it.
             busy |= self.collect_acks(now_ns);
         }
         let min_head = self.shared.min_head.load(Ordering::Acquire);
@@ -223,6 +229,10 @@ impl<F: Fabric> ReplicationDriver<F> {
             apply(index, kind, value)
         });
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
+        if self.eligible_again_at.is_some_and(|at| self.replayer.head() >= at) {
+            self.eligible_again_at = None;
+            self.shared.eligible.store(true, Ordering::Release);
+        }
         busy || applied > 0
     }
 
@@ -269,15 +279,22 @@ impl<F: Fabric> ReplicationDriver<F> {
                 self.leader.on_permission(peer, true, now_ns, &mut self.mem, &mut self.actions);
             }
         }
-        if !busy
-            && self.leader.phase() == Phase::Permissions
-            && now_ns.saturating_sub(self.permissions_since_ns)
-                > self.timeouts.permission_timeout_ns
-        {
-            self.leader.retry_permissions(&mut self.actions);
-            busy = true;
+        let waited_ns = now_ns.saturating_sub(self.permissions_since_ns);
+        if busy || waited_ns <= self.timeouts.permission_timeout_ns {
+            return busy;
         }
-        busy
+        if self.leader.phase() == Phase::Permissions {
+            self.leader.retry_permissions(&mut self.actions);
+        } else if self.acked.contains(&false) {
+            // Leading without some replica: ask it again now and then (its request or our
+            // connection to it may have been lost, or it was dropped as unreachable and is
+            // back). A grant that arrives grows the confirmed set; the others' permission
+            // managers just acknowledge again (no revoke: we hold their logs).
+            self.request_permissions(now_ns);
+        } else {
+            return false;
+        }
+        true
     }
 
     fn poll_completions(&mut self) -> bool {
@@ -338,10 +355,11 @@ impl<F: Fabric> ReplicationDriver<F> {
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
                     *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(reason);
-                    if let AbortReason::NeedsStateTransfer { .. } = reason {
-                        // The engine stepped down; stay out of elections until a state
-                        // transfer brings this replica up to date.
+                    if let AbortReason::NeedsStateTransfer { behind } = reason {
+                        // The engine stepped down; stay out of elections until this replica
+                        // has the entries it lacked (as a follower of another leader).
                         self.shared.eligible.store(false, Ordering::Release);
+                        self.eligible_again_at = Some(self.leader.fuo() + behind);
                         self.fail_pending(None);
                     }
                 }

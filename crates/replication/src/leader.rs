@@ -96,6 +96,9 @@ pub struct Leader {
     step: u16,
     granted: Vec<bool>,
     confirmed: Vec<bool>,
+    /// Replicas that granted permission after the confirmed set was formed: they join it once
+    /// brought up to date ("growing the confirmed set later", §4.2).
+    late: Vec<bool>,
     waits: Vec<Wait>,
     majority_granted_at_ns: Option<u64>,
 
@@ -157,6 +160,7 @@ impl Leader {
             step: 0,
             granted: vec![false; n],
             confirmed: vec![false; n],
+            late: vec![false; n],
             waits: vec![Wait::Idle; n],
             majority_granted_at_ns: None,
             fuo: 0,
@@ -318,7 +322,17 @@ impl Leader {
         out: &mut Vec<Action>,
     ) {
         let Some(pos) = self.replicas.position(peer) else { return };
-        if self.phase != Phase::Permissions || !granted {
+        if self.phase == Phase::Follower || !granted {
+            return;
+        }
+        if self.phase != Phase::Permissions {
+            // Too late for the confirmed set being used: it joins at the next quiet moment.
+            if !self.confirmed[pos] {
+                self.late[pos] = true;
+                if self.phase == Phase::Ready && self.proposal.is_none() {
+                    self.admit_late(mem, out);
+                }
+            }
             return;
         }
         self.granted[pos] = true;
@@ -392,6 +406,7 @@ impl Leader {
         self.prepared = false;
         self.granted.fill(false);
         self.confirmed.fill(false);
+        self.late.fill(false);
         self.waits.fill(Wait::Idle);
         self.majority_granted_at_ns = None;
         for &peer in self.replicas.ids() {
@@ -579,8 +594,26 @@ impl Leader {
         self.maybe_finish_step(mem, out);
     }
 
+    /// Grows the confirmed set with the replicas that granted permission late (§4.2): they
+    /// join it, and the leader-change steps run again for the new set (read FUOs, catch up if
+    /// a newcomer knows more decided entries, bring every lagging follower up to date), after
+    /// which replication goes on. Prepare omission stays: the newcomers hold no decided value the
+    /// old majority did not.
+    fn admit_late(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        for pos in 0..self.replicas.len() {
+            if self.late[pos] {
+                self.confirmed[pos] = true;
+            }
+        }
+        self.late.fill(false);
+        self.begin_read_fuos(mem, out);
+    }
+
     /// Up to date: replicate the pending value, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        if self.late.contains(&true) {
+            return self.admit_late(mem, out);
+        }
         if self.proposal.is_none() || self.fuo >= self.log_limit {
             // Nothing to do, or no room until the log heads move on (§5.3): never overwrite an
             // entry a live replica has not applied.

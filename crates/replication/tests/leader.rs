@@ -402,3 +402,33 @@ fn t96_prepare_is_omitted_after_the_log_wrapped() {
         assert_eq!(c.entry(pos, slots + 6).unwrap().1, b"new 2", "replica {pos}");
     }
 }
+
+/// §4.2 "growing the confirmed set later": a replica that grants permission after the confirmed
+/// set was formed is brought up to date (Listing 4) and then replicated to like the others.
+#[test]
+fn t85_a_late_grant_grows_the_confirmed_set() {
+    let mut c = Cluster::new(3, 0);
+    c.faults[2] = Fault::Unreachable; // does not answer the permission request in time
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    c.faults[2] = Fault::None;
+    for i in 0..3 {
+        c.propose(format!("v{i}").as_bytes()).unwrap();
+        c.run();
+    }
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1)]);
+    assert_eq!(c.entry(2, 0), None, "replica 2 is not written to yet");
+    // Its grant arrives now.
+    c.grant(2);
+    c.run();
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1), NodeId(2)]);
+    assert_eq!(c.mems[2].load_u64(Area::Log, FUO_OFFSET), 3, "brought up to our FUO");
+    for i in 0..3 {
+        assert_eq!(c.entry(2, i).unwrap().1, format!("v{i}").as_bytes());
+    }
+    c.propose(b"after").unwrap();
+    c.run();
+    assert_eq!(c.entry(2, 3).unwrap().1, b"after", "replicated to like the others");
+    assert!(c.aborts().is_empty());
+}

@@ -95,6 +95,14 @@ impl Cluster {
         self.take(out);
     }
 
+    /// Replica `pos` grants permission now.
+    pub fn grant(&mut self, pos: usize) {
+        let me = self.me();
+        let mut out = Vec::new();
+        self.leader.on_permission(self.ids[pos], true, self.now_ns, &mut self.mems[me], &mut out);
+        self.take(out);
+    }
+
     /// Grants permission from every replica whose fault allows an answer, then lets the grace
     /// period pass.
     pub fn grant_all(&mut self) {

@@ -1,0 +1,353 @@
+//! Whole replicas as separate processes on the shared-memory fabric, with real failures: the
+//! leader killed (SIGKILL), the leader stopped and continued (SIGSTOP, SIGCONT), a follower
+//! killed, a follower stopped long enough to lag, and the log recycled many times over. After
+//! each, every live replica holds the same applied sequence, and every proposal a leader
+//! acknowledged is in it at its index.
+//!
+//! Each replica is this test binary run again as `child_main`, told what to be by environment
+//! variables. It proposes `n<id>-<k>` whenever it leads, appends every acknowledged proposal to
+//! `acked-<id>.log` as soon as it is acknowledged (so that a killed leader's acknowledgements
+//! survive it), keeps what it applies in memory, and writes it to `applied-<id>.log` when the
+//! test asks it to stop (the `stop` file).
+
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_replica::{Mode, Replica, ReplicaConfig};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CLUSTER_ID: u64 = 0x6d75_7274;
+
+/// The replica configuration every child uses: `slots` slots of 128 bytes, and the defaults of
+/// `ReplicaConfig::new` otherwise (a failure-detector period this two-core machine keeps up
+/// with).
+fn config(n: u16, me: u16, slots: u64) -> ReplicaConfig {
+    let mut c = ReplicaConfig::new(NodeId(me), (0..n).map(NodeId).collect());
+    c.slots_count = slots;
+    c.slot_bytes = 128;
+    c
+}
+
+/// Log slots unless a test asks for others: enough that a replica stopped for a few tens of
+/// milliseconds at full speed can still be caught up from the log (no state transfer).
+const SLOTS: u64 = 1 << 14;
+
+/// One replica process: see the module docs.
+#[test]
+#[ignore = "run by the tests below as a replica process"]
+fn child_main() {
+    let dir = PathBuf::from(std::env::var("MU_RT_DIR").expect("MU_RT_DIR"));
+    let me: u16 = std::env::var("MU_RT_NODE").expect("MU_RT_NODE").parse().unwrap();
+    let n: u16 = std::env::var("MU_RT_N").expect("MU_RT_N").parse().unwrap();
+    let slots: u64 = std::env::var("MU_RT_SLOTS").expect("MU_RT_SLOTS").parse().unwrap();
+    let mode = match std::env::var("MU_RT_MODE").as_deref() {
+        Ok("direct") => Mode::Direct,
+        _ => Mode::Handover,
+    };
+    let fabric = ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(me))).expect("fabric");
+    let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, String)>::new()));
+    let sink = applied.clone();
+    let replica = Replica::start(config(n, me, slots), fabric, mode, move |index, value| {
+        sink.lock().unwrap().push((index, String::from_utf8_lossy(value).into_owned()));
+    })
+    .expect("replica starts");
+    let mut acked = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("acked-{me}.log")))
+        .expect("acked log");
+    std::fs::write(dir.join(format!("ready-{me}")), b"").unwrap();
+    let mut k = 0u64;
+    let mut last_status = Instant::now();
+    while !dir.join("stop").exists() {
+        if last_status.elapsed() > Duration::from_millis(100) {
+            last_status = Instant::now();
+            let status =
+                format!("{:?} applied {}", replica.status(), applied.lock().unwrap().len());
+            std::fs::write(dir.join(format!("status-{me}")), status).unwrap();
+        }
+        if replica.leader() != Some(NodeId(me)) {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let value = format!("n{me}-{k}");
+        k += 1;
+        match replica.propose(value.as_bytes()) {
+            Ok(index) => {
+                // One write per acknowledgement: it must outlive a SIGKILL right after.
+                acked.write_all(format!("{index} {value}\n").as_bytes()).unwrap();
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    // Let the replayer catch up with what the leader committed last.
+    std::thread::sleep(Duration::from_millis(200));
+    let status = replica.status();
+    replica.shutdown();
+    let mut out = String::new();
+    for (index, value) in applied.lock().unwrap().iter() {
+        out.push_str(&format!("{index} {value}\n"));
+    }
+    std::fs::write(dir.join(format!("applied-{me}.log")), out).unwrap();
+    std::fs::write(dir.join(format!("status-{me}")), format!("{status:?}")).unwrap();
+}
+
+/// A cluster of replica processes in a private run directory, removed (and the processes
+/// killed) on drop.
+struct Cluster {
+    dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    fn start(tag: &str, n: u16, mode: &str) -> Cluster {
+        Cluster::start_with(tag, n, mode, SLOTS)
+    }
+
+    fn start_with(tag: &str, n: u16, mode: &str, slots: u64) -> Cluster {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("mu-replica-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
+        let children = (0..n)
+            .map(|me| {
+                Some(
+                    Command::new(std::env::current_exe().unwrap())
+                        .args(["--ignored", "--exact", "child_main", "--nocapture"])
+                        .env("MU_RT_DIR", &dir)
+                        .env("MU_RT_NODE", me.to_string())
+                        .env("MU_RT_N", n.to_string())
+                        .env("MU_RT_MODE", mode)
+                        .env("MU_RT_SLOTS", slots.to_string())
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("spawn replica"),
+                )
+            })
+            .collect();
+        let cluster = Cluster { dir, children };
+        for me in 0..n {
+            cluster.wait_for(&format!("replica {me} ready"), Duration::from_secs(30), |c| {
+                c.dir.join(format!("ready-{me}")).exists()
+            });
+        }
+        cluster
+    }
+
+    fn wait_for(&self, what: &str, within: Duration, mut done: impl FnMut(&Cluster) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            if start.elapsed() > within {
+                panic!("{what}: not within {within:?}{}", self.statuses());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The replicas' last status reports, for failure messages.
+    fn statuses(&self) -> String {
+        let mut out = String::new();
+        for me in 0..self.children.len() {
+            let status = std::fs::read_to_string(self.dir.join(format!("status-{me}")));
+            let acked = self.acked(me);
+            let range = (acked.keys().next().copied(), acked.keys().last().copied());
+            out.push_str(&format!(
+                "\n  replica {me}: {} acked {} {range:?}",
+                status.unwrap_or_default(),
+                acked.len()
+            ));
+        }
+        out
+    }
+
+    /// The proposals replica `me` acknowledged, index → value.
+    fn acked(&self, me: usize) -> BTreeMap<u64, String> {
+        read_log(&self.dir.join(format!("acked-{me}.log")))
+    }
+
+    fn acked_count(&self, me: usize) -> usize {
+        self.acked(me).len()
+    }
+
+    /// Acknowledgements by every replica but `except`.
+    fn acked_by_others(&self, except: usize) -> usize {
+        (0..self.children.len()).filter(|&r| r != except).map(|r| self.acked_count(r)).sum()
+    }
+
+    fn pid(&self, me: usize) -> i32 {
+        self.children[me].as_ref().expect("a live replica").id() as i32
+    }
+
+    fn kill(&mut self, me: usize) {
+        let mut child = self.children[me].take().expect("a live replica");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    fn signal(&self, me: usize, sig: i32) {
+        // SAFETY: kill takes a pid and a signal number, no memory; the pid is a child of ours
+        // that was not reaped, so it cannot have been reused.
+        let rc = unsafe { libc::kill(self.pid(me), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig})", self.pid(me));
+    }
+
+    /// Asks every live replica to stop, waits for them, and checks what they applied: one
+    /// sequence (each a prefix of the longest), with every acknowledged proposal at its index.
+    /// Returns the longest applied sequence's length.
+    fn stop_and_check(mut self) -> usize {
+        eprintln!("before stopping:{}", self.statuses());
+        std::fs::write(self.dir.join("stop"), b"").unwrap();
+        let mut live = Vec::new();
+        for (me, child) in self.children.iter_mut().enumerate() {
+            if let Some(child) = child {
+                let status = child.wait().expect("replica exits");
+                assert!(status.success(), "replica {me} exited with {status}");
+                live.push(me);
+            }
+        }
+        self.children.clear();
+        let applied: Vec<(usize, BTreeMap<u64, String>)> = live
+            .iter()
+            .map(|&me| (me, read_log(&self.dir.join(format!("applied-{me}.log")))))
+            .collect();
+        let longest = applied.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
+        for (me, a) in &applied {
+            for (k, index) in a.keys().enumerate() {
+                assert_eq!(*index, k as u64, "replica {me} applied with a gap before {index}");
+            }
+        }
+        for (a, x) in &applied {
+            for (b, y) in &applied {
+                for (index, value) in x {
+                    if let Some(other) = y.get(index) {
+                        assert_eq!(value, other, "replicas {a} and {b} disagree at {index}");
+                    }
+                }
+            }
+        }
+        // Every acknowledged proposal, by any leader, dead or alive, was applied at its index
+        // by the replica that applied the most (the others may lag by the last entries).
+        let (best, most) = applied.iter().max_by_key(|(_, a)| a.len()).expect("a live replica");
+        for me in 0..8 {
+            for (index, value) in self.acked(me) {
+                assert_eq!(
+                    most.get(&index),
+                    Some(&value),
+                    "acknowledged {value} at {index} (by {me}) is not what replica {best} applied"
+                );
+            }
+        }
+        longest
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn read_log(path: &Path) -> BTreeMap<u64, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(i, v)| (i.parse().expect("index"), v.to_string()))
+        .collect()
+}
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The clusters of these tests run one at a time: each is three to five processes with busy
+/// threads, on a machine that may have two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// §5.1 crash detection through the connection (the dead process's death flag) and §4 leader
+/// change: the leader is killed; another replica (the lowest live id that holds the log) takes
+/// over and goes on; nothing acknowledged is lost.
+#[test]
+fn t10_leader_sigkill_three_replicas() {
+    let _serial = one_at_a_time();
+    let mut c = Cluster::start("kill3", 3, "handover");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 200);
+    let before = c.acked_by_others(0);
+    c.kill(0);
+    c.wait_for("another replica takes over", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    let len = c.stop_and_check();
+    assert!(len >= 400, "applied {len}");
+}
+
+/// The same with five replicas, in direct mode, and two failures: a follower, then the leader.
+#[test]
+fn t11_follower_then_leader_sigkill_five_replicas() {
+    let _serial = one_at_a_time();
+    let mut c = Cluster::start("kill5", 5, "direct");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    c.kill(3);
+    let before = c.acked_count(0);
+    c.wait_for("replica 0 goes on without 3", WITHIN, |c| c.acked_count(0) >= before + 100);
+    let before = c.acked_by_others(0);
+    c.kill(0);
+    c.wait_for("another replica takes over", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    c.stop_and_check();
+}
+
+/// §5.1 pull-score and §4.1: the leader is stopped (SIGSTOP), so its heartbeat stops; replica
+/// 1 is elected and revokes the old leader's access to the followers' logs. When the old leader
+/// continues (SIGCONT), its writes fail and it must ask for permission again; it leads again only
+/// once the others see its heartbeat (the lowest live id leads), after catching up from them.
+#[test]
+fn t20_leader_sigstop_then_sigcont() {
+    let _serial = one_at_a_time();
+    let c = Cluster::start("stop3", 3, "handover");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 300);
+    let before = c.acked_by_others(0);
+    c.signal(0, libc::SIGSTOP);
+    c.wait_for("another replica takes over", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    c.signal(0, libc::SIGCONT);
+    let before = c.acked_count(0);
+    c.wait_for("replica 0 leads again", WITHIN, |c| c.acked_count(0) >= before + 300);
+    c.stop_and_check();
+}
+
+/// §5.3: a small log (64 slots) recycled many times over under load, with the leader reading
+/// the log heads and never overwriting an entry a live replica has not applied.
+#[test]
+fn t40_recycling_under_load() {
+    let _serial = one_at_a_time();
+    let c = Cluster::start_with("recycle3", 3, "handover", 64);
+    c.wait_for("the log goes round 50 times", WITHIN, |c| c.acked_count(0) >= 50 * 64);
+    let len = c.stop_and_check();
+    assert!(len >= 50 * 64, "applied {len}");
+}
+
+/// A follower stopped for a while lags; when it continues, the leader's update of followers
+/// (Listing 4) or the replayer brings it up to date, and the cluster goes on.
+#[test]
+fn t30_a_lagging_follower_is_caught_up() {
+    let _serial = one_at_a_time();
+    let c = Cluster::start("lag3", 3, "handover");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    c.signal(2, libc::SIGSTOP);
+    let before = c.acked_count(0);
+    c.wait_for("replica 0 goes on without 2", WITHIN, |c| c.acked_count(0) >= before + 100);
+    c.signal(2, libc::SIGCONT);
+    let before = c.acked_count(0);
+    c.wait_for("replica 0 goes on with 2 back", WITHIN, |c| c.acked_count(0) >= before + 300);
+    c.stop_and_check();
+}
