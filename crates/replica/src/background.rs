@@ -13,7 +13,7 @@ use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PermError,
     QpState, RemoteAddr, Source, WorkRequest,
 };
-use mu_log::{LogLayout, HEAD_OFFSET};
+use mu_log::HEAD_OFFSET;
 use mu_replication::{
     Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
 };
@@ -39,8 +39,6 @@ struct PeerView {
     /// The last heartbeat counter read (reported again when a read is late: a slow peer loses
     /// score like a stopped one).
     last_counter: Option<u64>,
-    /// The peer's log head, from its last successful read.
-    head: Option<u64>,
     /// The request word last posted to the peer.
     request_sent: u64,
 }
@@ -51,7 +49,6 @@ pub struct BackgroundDriver<F: Fabric> {
     me: NodeId,
     me_pos: usize,
     replicas: ReplicaSet,
-    layout: LogLayout,
     config: DetectorConfig,
     log: F::Region,
     background: F::Region,
@@ -74,7 +71,6 @@ impl<F: Fabric> BackgroundDriver<F> {
     pub(crate) fn new(
         fabric: F,
         replicas: ReplicaSet,
-        layout: LogLayout,
         config: DetectorConfig,
         log: F::Region,
         background: F::Region,
@@ -90,7 +86,6 @@ impl<F: Fabric> BackgroundDriver<F> {
             fabric,
             me,
             me_pos,
-            layout,
             config,
             log,
             background,
@@ -139,9 +134,6 @@ impl<F: Fabric> BackgroundDriver<F> {
         busy |= self.shared.set_leader(leader);
         busy |= self.send_requests();
         busy |= self.handle_one_request();
-        if leader == Some(self.me) {
-            self.publish_min_head();
-        }
         busy
     }
 
@@ -234,7 +226,6 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.peers[pos].connected = false;
         self.peers[pos].target_connected = false;
         self.peers[pos].reading = false;
-        self.peers[pos].head = None;
         self.peers[pos].request_sent = 0;
         self.detector.on_unreachable(self.replicas.ids()[pos]);
     }
@@ -270,7 +261,9 @@ impl<F: Fabric> BackgroundDriver<F> {
             let head = self.load(view + HEAD_COPY_OFFSET);
             let eligible = self.load(view + FLAGS_OFFSET) & FLAG_ELIGIBLE != 0;
             self.peers[pos].last_counter = Some(counter);
-            self.peers[pos].head = Some(head);
+            // For log recycling (§5.3): the leader engine limits itself by its confirmed
+            // followers' heads.
+            self.shared.heads[pos].fetch_max(head, Ordering::AcqRel);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
@@ -409,27 +402,5 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn slow_change(&mut self, conn: ConnId, access: Access) -> bool {
         self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
         self.fabric.set_access_slow(conn, access).is_ok()
-    }
-
-    /// Log recycling (§5.3): the smallest log head among live replicas, ourselves included.
-    /// A live replica whose head is a whole log behind our FUO has lost entries to recycling
-    /// already and needs a state transfer: it no longer holds the log back.
-    fn publish_min_head(&mut self) {
-        let fuo = self.shared.fuo.load(Ordering::Acquire);
-        let slots = self.layout.slots_count();
-        let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-        let mut min_head = own;
-        for pos in 0..self.replicas.len() {
-            if pos == self.me_pos || !self.detector.is_alive(self.replicas.ids()[pos]) {
-                continue;
-            }
-            match self.peers[pos].head {
-                Some(head) if head + slots > fuo => min_head = min_head.min(head),
-                Some(_) => {}
-                // Alive but not read yet: its head is unknown, so nothing may be recycled.
-                None => min_head = 0,
-            }
-        }
-        self.shared.min_head.fetch_max(min_head, Ordering::AcqRel);
     }
 }

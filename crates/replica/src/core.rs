@@ -62,7 +62,7 @@ impl<F: Fabric> ReplicaCore<F> {
         )?;
         let background =
             fabric.register_region(crate::layout::BACKGROUND_REGION, BACKGROUND_BYTES, rw)?;
-        let shared = Arc::new(Shared::new(config.eligible));
+        let shared = Arc::new(Shared::new(config.eligible, replicas.len()));
 
         let leader = Leader::new(LeaderConfig {
             me: config.me,
@@ -97,7 +97,6 @@ impl<F: Fabric> ReplicaCore<F> {
         let background = BackgroundDriver::new(
             fabric,
             replicas,
-            layout,
             config.detector.clone(),
             log,
             background,

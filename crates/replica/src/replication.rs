@@ -100,7 +100,8 @@ pub struct ReplicationDriver<F: Fabric> {
     permissions_since_ns: u64,
     pending: Option<Pending>,
     outcome: Option<Result<u64, ProposeError>>,
-    min_head_seen: u64,
+    /// The log heads last given to the engine, by position.
+    heads_seen: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
     /// is eligible again once its replayer has applied up to here: following a leader brought
     /// it up to date.
@@ -145,7 +146,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             permissions_since_ns: 0,
             pending: None,
             outcome: None,
-            min_head_seen: 0,
+            heads_seen: vec![0; n],
             eligible_again_at: None,
         }
     }
@@ -214,10 +215,13 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Acknowledgements that arrive after the confirmed set was formed grow it.
             busy |= self.collect_acks(now_ns);
         }
-        let min_head = self.shared.min_head.load(Ordering::Acquire);
-        if min_head > self.min_head_seen {
-            self.min_head_seen = min_head;
-            self.leader.set_min_head(min_head, &mut self.mem, &mut self.actions);
+        for pos in 0..self.replicas.len() {
+            let head = self.shared.heads[pos].load(Ordering::Acquire);
+            if head > self.heads_seen[pos] {
+                self.heads_seen[pos] = head;
+                let peer = self.replicas.ids()[pos];
+                self.leader.set_head(peer, head, &mut self.mem, &mut self.actions);
+            }
         }
         busy |= self.poll_completions();
         self.leader.tick(now_ns, &mut self.mem, &mut self.actions);

@@ -12,8 +12,8 @@ pub(crate) struct Shared {
     leader: AtomicU32,
     /// The current permission request word, 0 for none (replication).
     pub request_word: AtomicU64,
-    /// The smallest log head among live replicas (background, on the leader).
-    pub min_head: AtomicU64,
+    /// Each replica's log head as last read, by position (background).
+    pub heads: Vec<AtomicU64>,
     /// This replica's FUO as its leader engine knows it (replication).
     pub fuo: AtomicU64,
     /// Bumped by every iteration of the replication loop (replication; fate sharing).
@@ -37,11 +37,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(eligible: bool) -> Shared {
+    pub fn new(eligible: bool, replicas_count: usize) -> Shared {
         Shared {
             leader: AtomicU32::new(NO_LEADER),
             request_word: AtomicU64::new(0),
-            min_head: AtomicU64::new(0),
+            heads: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             fuo: AtomicU64::new(0),
             loop_count: AtomicU64::new(0),
             in_propose: AtomicBool::new(false),

@@ -112,9 +112,10 @@ pub struct Leader {
     catch_up_next: u64,
     /// Catch-up: how many slots the batch being read holds.
     catch_up_count: u64,
-    /// The leader accepts only at indexes below this: the slot an index reuses must hold an
-    /// entry every live replica has applied (log recycling, §5.3). Never goes back.
-    log_limit: u64,
+    /// The log head of each replica as last read (first index not applied there; only grows).
+    /// The leader writes index `i` into a confirmed log only once that replica applied
+    /// `i - slots_count`, the entry whose slot `i` reuses (log recycling, §5.3).
+    heads: Vec<u64>,
     /// Which confirmed follower is the most advanced (catch-up source).
     source: usize,
     /// The value being proposed by the application, if any.
@@ -169,9 +170,7 @@ impl Leader {
             target: 0,
             catch_up_next: 0,
             catch_up_count: 0,
-            // Until the runtime reads the log heads, only the first lap is free; one slot stays
-            // unused so that the log is never completely full (§5.3).
-            log_limit: config.layout.slots_count() - 1,
+            heads: vec![0; n],
             source: me_pos,
             proposal: None,
             proposal_value: Vec::with_capacity(slot_bytes),
@@ -201,9 +200,21 @@ impl Leader {
             + k * u64::from(self.layout.slot_bytes())
     }
 
-    /// The first index the leader may not accept at yet (log recycling, §5.3).
+    /// The first index the leader may not accept at yet (log recycling, §5.3): every confirmed
+    /// replica, ourselves included, must have applied the entry whose slot it reuses, and one
+    /// slot always stays free so that the log is never completely full.
+    ///
+    /// Only confirmed replicas count because only their logs are written. Leaving one out while
+    /// still writing to it would be unsafe, not just wasteful: its log would lose entries it has
+    /// not applied while its FUO and head still claim it holds everything above them, and a
+    /// later leader catching up from it, or preparing with it, could take an overwritten slot for
+    /// an empty one and decide a different value at a decided index.
     pub fn log_limit(&self) -> u64 {
-        self.log_limit
+        self.confirmed_positions()
+            .map(|pos| self.heads[pos])
+            .min()
+            .unwrap_or(0)
+            .saturating_add(self.layout.slots_count() - 1)
     }
 
     /// Whether a proposal is waiting for room in the log: every replica that is alive must
@@ -343,16 +354,31 @@ impl Leader {
         self.maybe_confirm(now_ns, mem, out);
     }
 
-    /// The log heads were read (§5.3): every live replica has applied the entries below
-    /// `min_head`, so indexes below `min_head + slots_count - 1` may reuse their slots (one slot
-    /// always stays free). A proposal waiting for room goes on.
-    pub fn set_min_head(&mut self, min_head: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        let limit = min_head.saturating_add(self.layout.slots_count() - 1);
-        if limit > self.log_limit {
-            self.log_limit = limit;
+    /// `peer`'s log head was read (§5.3): it has applied every entry below `head`. A proposal
+    /// waiting for room may go on.
+    pub fn set_head(
+        &mut self,
+        peer: NodeId,
+        head: u64,
+        mem: &mut impl Memory,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pos) = self.replicas.position(peer) else { return };
+        if head > self.heads[pos] {
+            self.heads[pos] = head;
             if self.waiting_for_room() {
                 self.start_replicating(mem, out);
             }
+        }
+    }
+
+    /// Every replica has applied the entries below `min_head` ([`Leader::set_head`] for all).
+    pub fn set_min_head(&mut self, min_head: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        for pos in 0..self.replicas.len() {
+            self.heads[pos] = self.heads[pos].max(min_head);
+        }
+        if self.waiting_for_room() {
+            self.start_replicating(mem, out);
         }
     }
 
@@ -468,6 +494,17 @@ impl Leader {
         )
     }
 
+    /// Takes the log heads the FUO step read (a newly confirmed follower's head counts for
+    /// recycling from now on).
+    fn note_heads_read(&mut self, mem: &impl Memory) {
+        for pos in 0..self.replicas.len() {
+            if self.is_follower(pos) {
+                let head = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
+                self.heads[pos] = self.heads[pos].max(head);
+            }
+        }
+    }
+
     /// A step that gathers one word of every confirmed log into the scratch area: ours (`own`)
     /// at once, the followers' by one-sided reads.
     #[allow(clippy::too_many_arguments)]
@@ -493,6 +530,7 @@ impl Leader {
 
     /// Listing 3, lines 4–8: copy the most advanced follower's log into ours.
     fn begin_catch_up(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        self.note_heads_read(mem);
         let (source, fuo) = self
             .confirmed_positions()
             .map(|pos| (pos, self.read_fuo(mem, pos)))
@@ -594,6 +632,31 @@ impl Leader {
         self.maybe_finish_step(mem, out);
     }
 
+    /// Whether index `fuo` may be written (§5.3). If the slowest confirmed follower is what
+    /// holds the log back and a majority remains without it, it stops being written to (it is
+    /// dropped from the confirmed set, with its log intact) rather than stalling everyone: it
+    /// joins again when it asks, if it is still within a log of us.
+    fn make_room(&mut self, mem: &impl Memory) -> bool {
+        self.heads[self.me_pos] = self.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
+        while self.fuo >= self.log_limit() {
+            let slowest = self
+                .confirmed_positions()
+                .filter(|&pos| pos != self.me_pos)
+                .min_by_key(|&pos| self.heads[pos]);
+            match slowest {
+                Some(pos)
+                    if self.heads[pos] < self.heads[self.me_pos]
+                        && self.confirmed_count() > self.replicas.majority() =>
+                {
+                    self.confirmed[pos] = false;
+                    self.waits[pos] = Wait::Idle;
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
     /// Grows the confirmed set with the replicas that granted permission late (§4.2): they
     /// join it, and the leader-change steps run again for the new set (read FUOs, catch up if
     /// a newcomer knows more decided entries, bring every lagging follower up to date), after
@@ -614,9 +677,13 @@ impl Leader {
         if self.late.contains(&true) {
             return self.admit_late(mem, out);
         }
-        if self.proposal.is_none() || self.fuo >= self.log_limit {
-            // Nothing to do, or no room until the log heads move on (§5.3): never overwrite an
-            // entry a live replica has not applied.
+        if self.proposal.is_none() {
+            self.phase = Phase::Ready;
+            return;
+        }
+        if !self.make_room(mem) {
+            // No room until the log heads move on (§5.3): never overwrite an entry a confirmed
+            // replica has not applied.
             self.phase = Phase::Ready;
             return;
         }
