@@ -52,14 +52,19 @@ impl Backoff {
             if waited >= timeout {
                 return None;
             }
-            let waited_ns = waited.as_nanos() as u64;
-            if waited_ns < self.spin_ns {
-                std::hint::spin_loop();
-            } else if waited_ns < self.yield_ns {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(self.park_us));
-            }
+            self.pause(waited.as_nanos() as u64);
+        }
+    }
+
+    /// One pause of a loop that has found nothing to do for `idle_ns`: a spin hint, a yield or
+    /// a short sleep, as the phases say.
+    pub fn pause(&self, idle_ns: u64) {
+        if idle_ns < self.spin_ns {
+            std::hint::spin_loop();
+        } else if idle_ns < self.yield_ns {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(self.park_us));
         }
     }
 }

@@ -371,15 +371,7 @@ fn pace(idle_since: &mut Option<Instant>, busy: bool) {
         return;
     }
     let since = *idle_since.get_or_insert_with(Instant::now);
-    let idle_ns = since.elapsed().as_nanos() as u64;
-    let plan = Backoff::FAST_PATH;
-    if idle_ns < plan.spin_ns {
-        std::hint::spin_loop();
-    } else if idle_ns < plan.yield_ns {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(plan.park_us));
-    }
+    Backoff::FAST_PATH.pause(since.elapsed().as_nanos() as u64);
 }
 
 /// The background thread: poll, and between polls wait no longer than a quarter of the read
