@@ -113,10 +113,6 @@ impl<F: Fabric> ReplicaCore<F> {
     }
 
     pub fn status(&self) -> crate::ReplicaStatus {
-        self.replication.shared().status(self.background_me())
-    }
-
-    fn background_me(&self) -> NodeId {
-        self.replication.engine().me()
+        self.replication.shared().status(self.replication.engine().me())
     }
 }

@@ -86,7 +86,6 @@ struct Mailbox {
 
 /// The planes' state, shared by the replica's threads and the application.
 struct Inner<F: Fabric> {
-    me: NodeId,
     mode: Mode,
     shared: Arc<Shared>,
     stop: AtomicBool,
@@ -166,7 +165,6 @@ impl Replica {
         let shared = replication.shared().clone();
         let plane = Plane { driver: replication, on_commit: Box::new(on_commit) };
         let inner = Arc::new(Inner {
-            me: config.me,
             mode,
             shared: shared.clone(),
             stop: AtomicBool::new(false),
@@ -402,5 +400,4 @@ fn background_loop<F: Fabric>(
             std::thread::yield_now();
         }
     }
-    let _ = inner.me;
 }

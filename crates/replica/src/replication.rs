@@ -160,11 +160,6 @@ impl<F: Fabric> ReplicationDriver<F> {
         &self.leader
     }
 
-    /// The next log index this replica's replayer will apply.
-    pub fn applied_up_to(&self) -> u64 {
-        self.replayer.head()
-    }
-
     /// Hands `value` to the leader engine. Its outcome comes out of
     /// [`ReplicationDriver::take_outcome`] after later polls.
     pub fn submit(&mut self, value: &[u8], now_ns: u64) -> Result<(), ProposeError> {
@@ -470,5 +465,5 @@ impl<F: Fabric> ReplicationDriver<F> {
     }
 }
 
-// Regions are sized from the same layout the engine uses.
+// The three regions of a replica have distinct ids.
 const _: () = assert!(LOG_REGION.0 != SCRATCH_REGION.0 && SCRATCH_REGION.0 != BACKGROUND_REGION.0);

@@ -291,11 +291,6 @@ impl Leader {
         }
     }
 
-    /// Whether a proposal is pending in the engine.
-    pub fn has_proposal(&self) -> bool {
-        self.proposal.is_some()
-    }
-
     /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`.
     pub fn propose(
         &mut self,
