@@ -131,7 +131,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
         self.detector.set_self_eligible(self.shared.eligible.load(Ordering::Acquire));
         let leader = self.detector.leader();
-        busy |= self.shared.set_leader(leader);
+        busy |= self.shared.set_leader(leader, self.me, now_ns);
         busy |= self.send_requests();
         busy |= self.handle_one_request();
         busy

@@ -45,6 +45,13 @@ pub struct ReplicaStatus {
     pub heartbeat_on: bool,
     /// Whether this replica may lead.
     pub eligible: bool,
+    /// When this replica's failure detector elected it, in nanoseconds since the replica
+    /// started ([`Replica::started_at`]); `None` while another replica leads.
+    pub elected_at_ns: Option<u64>,
+    /// When, on the same clock, this replica was ready to replicate as leader: write permission
+    /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
+    /// `None` while it is not leading or not ready yet.
+    pub ready_at_ns: Option<u64>,
     /// Why the leader engine last aborted an attempt, if it ever did.
     pub last_abort: Option<mu_replication::AbortReason>,
 }
@@ -109,6 +116,7 @@ pub struct Replica {
     /// The planes, with the fabric type erased: `Replica` is one type whatever the fabric.
     inner: Arc<dyn Handle>,
     threads: Vec<JoinHandle<()>>,
+    started_at: Instant,
 }
 
 /// What the application does with a replica, whatever its fabric.
@@ -164,6 +172,7 @@ impl Replica {
         let ReplicaCore { replication, mut background } = core;
         let shared = replication.shared().clone();
         let plane = Plane { driver: replication, on_commit: Box::new(on_commit) };
+        let started_at = Instant::now();
         let inner = Arc::new(Inner {
             mode,
             shared: shared.clone(),
@@ -175,7 +184,7 @@ impl Replica {
                 callers: Mutex::new(()),
             },
             plane: Mutex::new(None),
-            start: Instant::now(),
+            start: started_at,
             leader_watchers: Mutex::new(Vec::new()),
         });
         let mut threads = Vec::new();
@@ -209,7 +218,7 @@ impl Replica {
                 return Err(StartError::Other(format!("starting the replication thread: {e}")));
             }
         }
-        Ok(Replica { me: config.me, shared, inner, threads })
+        Ok(Replica { me: config.me, shared, inner, threads, started_at })
     }
 
     /// Replicates `value`: returns its log index once it is committed (and applied here), or
@@ -230,6 +239,11 @@ impl Replica {
 
     pub fn status(&self) -> ReplicaStatus {
         self.shared.status(self.me)
+    }
+
+    /// The origin of the replica's clock, which status timestamps count from.
+    pub fn started_at(&self) -> Instant {
+        self.started_at
     }
 
     /// Stops the replica's threads; a proposal in progress fails with

@@ -228,11 +228,32 @@ impl<F: Fabric> ReplicationDriver<F> {
             apply(index, kind, value)
         });
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
+        self.note_ready(now_ns);
         if self.eligible_again_at.is_some_and(|at| self.replayer.head() >= at) {
             self.eligible_again_at = None;
             self.shared.eligible.store(true, Ordering::Release);
         }
         busy || applied > 0
+    }
+
+    /// Dates the moment the engine is set up as leader, for status (failover timing).
+    fn note_ready(&self, now_ns: u64) {
+        let setting_up = matches!(
+            self.leader.phase(),
+            Phase::Follower
+                | Phase::Permissions
+                | Phase::ReadFuos
+                | Phase::CatchUp
+                | Phase::UpdateFollowers
+        );
+        let ready_at = &self.shared.ready_at_ns;
+        if setting_up {
+            if ready_at.load(Ordering::Relaxed) != 0 {
+                ready_at.store(0, Ordering::Release);
+            }
+        } else if ready_at.load(Ordering::Relaxed) == 0 {
+            ready_at.store(now_ns + 1, Ordering::Release);
+        }
     }
 
     /// Becomes leader or steps down as the background plane's election says (§5.1).

@@ -30,6 +30,13 @@ pub(crate) struct Shared {
     pub leader_changes: AtomicU64,
     pub permission_switches: AtomicU64,
     pub slow_permission_switches: AtomicU64,
+    /// When (ns on the replica's clock, plus one so that 0 means never) the failure detector
+    /// last elected this replica, 0 while another leads (background).
+    pub elected_at_ns: AtomicU64,
+    /// When (same clock, plus one) the leader engine last finished setting up as leader:
+    /// permissions held, its log and its followers' up to date; 0 while not leading
+    /// (replication).
+    pub ready_at_ns: AtomicU64,
     /// Why the leader engine last aborted (rare: a mutex is fine).
     pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes).
@@ -52,6 +59,8 @@ impl Shared {
             leader_changes: AtomicU64::new(0),
             permission_switches: AtomicU64::new(0),
             slow_permission_switches: AtomicU64::new(0),
+            elected_at_ns: AtomicU64::new(0),
+            ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLogGuard::new(),
         }
@@ -69,6 +78,8 @@ impl Shared {
             slow_permission_switches: self.slow_permission_switches.load(Ordering::Relaxed),
             heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
             eligible: self.eligible.load(Ordering::Acquire),
+            elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
+            ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
@@ -80,12 +91,14 @@ impl Shared {
         }
     }
 
-    /// Returns whether the leader changed.
-    pub fn set_leader(&self, leader: Option<NodeId>) -> bool {
+    /// Returns whether the leader changed. `me` and `now_ns` date this replica's election.
+    pub fn set_leader(&self, leader: Option<NodeId>, me: NodeId, now_ns: u64) -> bool {
         let word = leader.map_or(NO_LEADER, |l| u32::from(l.0));
         let before = self.leader.swap(word, Ordering::AcqRel);
         if before != word {
             self.leader_changes.fetch_add(1, Ordering::Relaxed);
+            let elected = if leader == Some(me) { now_ns + 1 } else { 0 };
+            self.elected_at_ns.store(elected, Ordering::Release);
         }
         before != word
     }

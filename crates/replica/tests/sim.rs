@@ -39,7 +39,15 @@ fn t20_leader_crash_fails_over() {
     assert_eq!(c.await_leader(20_000_000), NodeId(1));
     let index = c.propose_anywhere(b"after", 20_000_000);
     assert_eq!(index, 10, "the new leader goes on right after the old one's last commit");
-    eprintln!("failover and first commit took {} ns (virtual)", c.world.now_ns() - crashed_at);
+    let committed_at = c.world.now_ns();
+    eprintln!("failover and first commit took {} ns (virtual)", committed_at - crashed_at);
+    // Status dates the takeover: elected after the crash, ready after that, before the commit.
+    let status = c.cores[1].as_ref().unwrap().status();
+    let elected = status.elected_at_ns.expect("replica 1 dates its election");
+    let ready = status.ready_at_ns.expect("replica 1 dates its readiness");
+    assert!(crashed_at <= elected && elected <= ready && ready <= committed_at, "{status:?}");
+    let follower = c.cores[2].as_ref().unwrap().status();
+    assert_eq!((follower.elected_at_ns, follower.ready_at_ns), (None, None), "{follower:?}");
     for i in 0..10 {
         c.propose_anywhere(format!("after {i}").as_bytes(), 5_000_000);
     }
