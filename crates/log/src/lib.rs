@@ -14,13 +14,20 @@
 //! The three header words sit on separate cache lines because different parties write them
 //! (prepare writes minProposal, update-followers writes FUO, the replayer writes the head).
 //!
+//! **Commit piggybacking.** A leader writes index `i` only once every index below
+//! `i - in_flight_before` is decided, so a follower that sees a complete entry learns that much
+//! about the entries before it. A leader with one entry in flight writes 0: seeing entry `i + 1`
+//! tells that `i` is decided (§4.2). One with several accepts outstanding (§7.4) writes how many
+//! of its own entries below this one were still in flight.
+//!
 //! An entry in a slot:
 //!
 //! ```text
 //! +0   proposal number   u64   never 0 for an entry
 //! +8   value length      u32
 //! +12  kind              u8    [`EntryKind`]
-//! +13  reserved          3 bytes, zero
+//! +13  reserved          u8, zero
+//! +14  in flight before  u16   entries just below this one not yet known decided by its writer
 //! +16  value             length bytes
 //! +16+length rounded up to 8: trailer u64
 //! ```
@@ -35,6 +42,8 @@
 //! circular log reads as complete.
 
 #![forbid(unsafe_code)]
+
+pub mod batch;
 
 /// Offset of the minProposal word.
 pub const MIN_PROPOSAL_OFFSET: u64 = 0;
@@ -132,6 +141,15 @@ pub struct Entry<'a> {
     pub proposal: u64,
     pub kind: EntryKind,
     pub value: &'a [u8],
+    /// Its writer knew every index below `index - in_flight_before` to be decided.
+    pub in_flight_before: u16,
+}
+
+impl Entry<'_> {
+    /// Every index below the returned one is decided: what this entry, at `index`, tells.
+    pub fn decided_below(&self, index: u64) -> u64 {
+        index.saturating_sub(u64::from(self.in_flight_before))
+    }
 }
 
 impl LogLayout {
@@ -190,13 +208,28 @@ impl LogLayout {
     }
 
     /// Encodes an entry for log index `index` into the front of `out` and returns its length.
-    /// `out` must hold at least [`LogLayout::entry_bytes`] bytes; padding is zeroed.
+    /// `out` must hold at least [`LogLayout::entry_bytes`] bytes; padding is zeroed. Its writer
+    /// knows every index below it decided (one entry in flight at a time).
     pub fn encode(
         &self,
         index: u64,
         proposal: u64,
         kind: EntryKind,
         value: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, LogError> {
+        self.encode_pipelined(index, proposal, kind, value, 0, out)
+    }
+
+    /// [`LogLayout::encode`] for a writer with `in_flight_before` entries just below `index`
+    /// not yet known decided (several accepts outstanding, §7.4).
+    pub fn encode_pipelined(
+        &self,
+        index: u64,
+        proposal: u64,
+        kind: EntryKind,
+        value: &[u8],
+        in_flight_before: u16,
         out: &mut [u8],
     ) -> Result<usize, LogError> {
         if proposal == 0 {
@@ -214,11 +247,12 @@ impl LogLayout {
         out[0..8].copy_from_slice(&proposal.to_le_bytes());
         out[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
         out[12] = kind as u8;
-        out[13..16].fill(0);
+        out[13] = 0;
+        out[14..16].copy_from_slice(&in_flight_before.to_le_bytes());
         out[16..16 + value.len()].copy_from_slice(value);
         let trailer_at = total - TRAILER_BYTES;
         out[16 + value.len()..trailer_at].fill(0);
-        let trailer = self.trailer(index, proposal, kind as u8, value);
+        let trailer = self.trailer(index, proposal, kind as u8, in_flight_before, value);
         out[trailer_at..total].copy_from_slice(&trailer.to_le_bytes());
         Ok(total)
     }
@@ -230,30 +264,44 @@ impl LogLayout {
         let proposal = word(0);
         let len = u32::from_le_bytes(slot[8..12].try_into().expect("4 bytes")) as usize;
         let kind_byte = slot[12];
-        if proposal == 0 && len == 0 && kind_byte == 0 && word(ENTRY_HEADER_BYTES) == 0 {
+        let in_flight_before = u16::from_le_bytes([slot[14], slot[15]]);
+        if proposal == 0
+            && len == 0
+            && kind_byte == 0
+            && in_flight_before == 0
+            && word(ENTRY_HEADER_BYTES) == 0
+        {
             return Slot::Empty;
         }
-        if proposal == 0 || len > self.max_value_bytes() {
+        if proposal == 0 || len > self.max_value_bytes() || slot[13] != 0 {
             return Slot::Incomplete;
         }
         let Some(kind) = EntryKind::from_u8(kind_byte) else { return Slot::Incomplete };
         let trailer_at = LogLayout::entry_bytes(len) - TRAILER_BYTES;
         let value = &slot[ENTRY_HEADER_BYTES..ENTRY_HEADER_BYTES + len];
         let trailer = word(trailer_at);
-        if trailer != self.trailer(index, proposal, kind_byte, value) {
+        let trailer_of = |index| self.trailer(index, proposal, kind_byte, in_flight_before, value);
+        if trailer != trailer_of(index) {
             let lap_before = index.checked_sub(self.slots_count);
-            if lap_before.is_some_and(|i| trailer == self.trailer(i, proposal, kind_byte, value)) {
+            if lap_before.is_some_and(|i| trailer == trailer_of(i)) {
                 return Slot::Stale;
             }
             return Slot::Incomplete;
         }
-        Slot::Entry(Entry { proposal, kind, value })
+        Slot::Entry(Entry { proposal, kind, value, in_flight_before })
     }
 
-    fn trailer(&self, index: u64, proposal: u64, kind: u8, value: &[u8]) -> u64 {
+    fn trailer(
+        &self,
+        index: u64,
+        proposal: u64,
+        kind: u8,
+        in_flight_before: u16,
+        value: &[u8],
+    ) -> u64 {
         let t = match self.integrity {
             Integrity::Canary => mix(mix(index ^ 0x6d75_6361_6e61_7279) ^ proposal),
-            Integrity::Checksum => checksum(index, proposal, kind, value),
+            Integrity::Checksum => checksum(index, proposal, kind, in_flight_before, value),
         };
         t | 1 // never zero: a zeroed slot never looks complete
     }
@@ -268,10 +316,13 @@ fn mix(mut z: u64) -> u64 {
 
 /// A checksum over an entry, eight bytes at a time. Not cryptographic: it guards against torn
 /// and reordered writes, not against a malicious writer (which could not get write access).
-fn checksum(index: u64, proposal: u64, kind: u8, value: &[u8]) -> u64 {
+fn checksum(index: u64, proposal: u64, kind: u8, in_flight_before: u16, value: &[u8]) -> u64 {
     let mut h = mix(index ^ 0x6d75_6368_6563_6b73);
     h = mix(h ^ proposal);
-    h = mix(h ^ ((value.len() as u64) << 8) ^ u64::from(kind));
+    h = mix(h
+        ^ ((value.len() as u64) << 8)
+        ^ u64::from(kind)
+        ^ (u64::from(in_flight_before) << 40));
     let mut chunks = value.chunks_exact(8);
     for c in &mut chunks {
         h = mix(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));

@@ -59,7 +59,12 @@ fn entries_round_trip_at_every_length() {
             let slot = encoded(&l, 5, 42, &value);
             assert_eq!(
                 l.decode(5, &slot),
-                Slot::Entry(Entry { proposal: 42, kind: EntryKind::Request, value: &value }),
+                Slot::Entry(Entry {
+                    proposal: 42,
+                    kind: EntryKind::Request,
+                    value: &value,
+                    in_flight_before: 0
+                }),
                 "{integrity:?}, {len} bytes"
             );
         }
@@ -191,4 +196,27 @@ fn trailers_depend_on_index_and_proposal() {
         other[0..8].copy_from_slice(&12u64.to_le_bytes());
         assert_eq!(l.decode(6, &other), Slot::Incomplete, "{integrity:?}: proposal changed");
     }
+}
+
+/// §4.2 commit piggybacking with several accepts outstanding (§7.4): an entry says how many
+/// entries below it were still in flight, so a follower learns which indexes are decided; in
+/// checksum mode a torn count never reads as complete.
+#[test]
+fn entries_carry_what_their_writer_knew_decided() {
+    for integrity in [Integrity::Canary, Integrity::Checksum] {
+        let l = layout(integrity);
+        let mut slot = vec![0u8; 256];
+        l.encode_pipelined(20, 9, EntryKind::Batch, b"four", 3, &mut slot).unwrap();
+        let Slot::Entry(e) = l.decode(20, &slot) else { panic!("{integrity:?}: not an entry") };
+        assert_eq!((e.in_flight_before, e.kind, e.value), (3, EntryKind::Batch, &b"four"[..]));
+        assert_eq!(e.decided_below(20), 17, "indexes 17, 18, 19 were in flight");
+        let plain = encoded(&l, 20, 9, b"four");
+        let Slot::Entry(p) = l.decode(20, &plain) else { panic!("not an entry") };
+        assert_eq!(p.decided_below(20), 20, "one at a time: everything below is decided");
+    }
+    let l = layout(Integrity::Checksum);
+    let mut slot = vec![0u8; 256];
+    l.encode_pipelined(20, 9, EntryKind::Request, b"four", 3, &mut slot).unwrap();
+    slot[14] = 0; // the count torn: claims more than its writer knew
+    assert_eq!(l.decode(20, &slot), Slot::Incomplete);
 }

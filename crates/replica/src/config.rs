@@ -3,7 +3,7 @@
 use crate::layout::MAX_REPLICAS;
 use mu_fabric::NodeId;
 use mu_log::{Integrity, LogLayout};
-use mu_replication::{DetectorConfig, ReplicaSet};
+use mu_replication::{DetectorConfig, ReplicaSet, OUTSTANDING_MAX};
 
 /// Everything a replica needs to start, besides its fabric.
 #[derive(Clone, Debug)]
@@ -30,6 +30,11 @@ pub struct ReplicaConfig {
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
+    /// Most requests packed into one log entry when several are proposed at once (§7.4).
+    pub batch_requests_max: usize,
+    /// Most entries in the accept phase at once (§7.4): a leader writes the next entry before
+    /// the previous one is committed, up to this many.
+    pub outstanding_max: usize,
     /// Whether this replica may lead: true for a member of a cluster started together (every
     /// log starts empty at index 0); false for one that joins later with an empty log, until a
     /// state transfer gives it the others' state.
@@ -47,7 +52,12 @@ impl ReplicaConfig {
     /// | `permission_grace_ns` | 20 µs | a few permission round trips on shm |
     /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
+    /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
+    /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `detector.read_period_ns` | 1 ms | see below |
+    ///
+    /// Batching and outstanding entries only matter when several requests are proposed at once
+    /// ([`crate::Replica::propose_many`]); a lone request travels alone.
     ///
     /// The failure detector's read period is the one setting that depends on the machine. A
     /// replica is declared failed after about 13 reads see its heartbeat stand still, so the
@@ -68,6 +78,8 @@ impl ReplicaConfig {
             permission_grace_ns: 20_000,
             permission_timeout_ns: 50_000_000,
             log_full_timeout_ns: 100_000_000,
+            batch_requests_max: 32,
+            outstanding_max: 2,
             eligible: true,
         }
     }
@@ -99,6 +111,21 @@ impl ReplicaConfig {
                 return Err(ConfigError::Timing(format!("{name} must be above 0")));
             }
         }
+        if !(1..=OUTSTANDING_MAX).contains(&self.outstanding_max) {
+            return Err(ConfigError::Batching(format!(
+                "outstanding_max is {}, must be 1 to {OUTSTANDING_MAX}",
+                self.outstanding_max
+            )));
+        }
+        if self.outstanding_max as u64 >= self.slots_count {
+            return Err(ConfigError::Batching(format!(
+                "outstanding_max ({}) must be below slots_count ({})",
+                self.outstanding_max, self.slots_count
+            )));
+        }
+        if self.batch_requests_max == 0 {
+            return Err(ConfigError::Batching("batch_requests_max must be at least 1".into()));
+        }
         if self.permission_grace_ns >= self.permission_timeout_ns {
             return Err(ConfigError::Timing(format!(
                 "permission_grace_ns ({}) must be below permission_timeout_ns ({})",
@@ -120,4 +147,6 @@ pub enum ConfigError {
     Detector(String),
     #[error("timing: {0}")]
     Timing(String),
+    #[error("batching: {0}")]
+    Batching(String),
 }

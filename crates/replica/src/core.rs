@@ -69,6 +69,7 @@ impl<F: Fabric> ReplicaCore<F> {
             replicas: replicas.clone(),
             layout,
             permission_grace_ns: config.permission_grace_ns,
+            outstanding_max: config.outstanding_max,
         })
         .map_err(StartError::Other)?;
         let depth = queue_depth(config);
@@ -92,6 +93,7 @@ impl<F: Fabric> ReplicaCore<F> {
             Timeouts {
                 permission_timeout_ns: config.permission_timeout_ns,
                 log_full_timeout_ns: config.log_full_timeout_ns,
+                batch_requests_max: config.batch_requests_max,
             },
         );
         let background = BackgroundDriver::new(

@@ -58,6 +58,29 @@ pub struct ReplicaStatus {
 
 type CommitHandler = Box<dyn FnMut(u64, &[u8]) + Send>;
 
+/// Requests back to back, and where each ends.
+#[derive(Default)]
+struct Requests {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Requests {
+    fn fill(&mut self, requests: &[&[u8]]) {
+        self.data.clear();
+        self.ends.clear();
+        for r in requests {
+            self.data.extend_from_slice(r);
+            self.ends.push(self.data.len());
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter().copied()).map(|(start, end)| &self.data[start..end])
+    }
+}
+
 /// The replication plane and the application's commit handler, which it calls.
 struct Plane<F: Fabric> {
     driver: ReplicationDriver<F>,
@@ -67,10 +90,19 @@ struct Plane<F: Fabric> {
 impl<F: Fabric> Plane<F> {
     fn poll(&mut self, now_ns: u64) -> bool {
         let on_commit = &mut self.on_commit;
-        self.driver.poll(now_ns, &mut |index, kind, value| {
-            if kind == EntryKind::Request {
-                on_commit(index, value)
+        self.driver.poll(now_ns, &mut |index, kind, value| match kind {
+            EntryKind::Request => on_commit(index, value),
+            EntryKind::Batch => {
+                // Entries are checked whole before they are applied: only a bug in the leader
+                // that built this one could break its framing, and no replica must apply part
+                // of it.
+                let requests = mu_log::batch::requests(value)
+                    .unwrap_or_else(|e| panic!("committed entry {index}: {e}"));
+                for request in requests {
+                    on_commit(index, request);
+                }
             }
+            EntryKind::Membership | EntryKind::Noop => {}
         })
     }
 }
@@ -79,14 +111,14 @@ const EMPTY: u8 = 0;
 const SUBMITTED: u8 = 1;
 const DONE: u8 = 2;
 
-/// Handover mode's mailbox: one proposal at a time from the application to the replication
-/// thread and its outcome back. The state word is what both sides spin on; the mutexes around
-/// the value and the outcome are only ever taken by one side at a time (the state says whose
-/// turn it is), so they never wait.
+/// Handover mode's mailbox: one call's requests at a time from the application to the
+/// replication thread and their outcomes back. The state word is what both sides spin on; the
+/// mutexes around the requests and the outcomes are only ever taken by one side at a time (the
+/// state says whose turn it is), so they never wait.
 struct Mailbox {
     state: AtomicU8,
-    value: Mutex<Vec<u8>>,
-    outcome: Mutex<Option<Result<u64, ProposeError>>>,
+    requests: Mutex<Requests>,
+    outcomes: Mutex<Vec<Result<u64, ProposeError>>>,
     /// Serializes application threads calling `propose` at once.
     callers: Mutex<()>,
 }
@@ -121,14 +153,14 @@ pub struct Replica {
 
 /// What the application does with a replica, whatever its fabric.
 trait Handle: Send + Sync {
-    fn propose(&self, value: &[u8]) -> Result<u64, ProposeError>;
+    fn propose(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>);
     fn watch(&self) -> Receiver<Option<NodeId>>;
     fn stop(&self);
 }
 
 impl<F: Fabric> Handle for Inner<F> {
-    fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
-        propose(self, value)
+    fn propose(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>) {
+        propose(self, requests, outcomes)
     }
 
     fn watch(&self) -> Receiver<Option<NodeId>> {
@@ -179,8 +211,8 @@ impl Replica {
             stop: AtomicBool::new(false),
             mailbox: Mailbox {
                 state: AtomicU8::new(EMPTY),
-                value: Mutex::new(Vec::new()),
-                outcome: Mutex::new(None),
+                requests: Mutex::new(Requests::default()),
+                outcomes: Mutex::new(Vec::new()),
                 callers: Mutex::new(()),
             },
             plane: Mutex::new(None),
@@ -224,7 +256,19 @@ impl Replica {
     /// Replicates `value`: returns its log index once it is committed (and applied here), or
     /// why not. Only the leader proposes; others answer with a hint.
     pub fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
-        self.inner.propose(value)
+        let mut outcomes = Vec::with_capacity(1);
+        self.inner.propose(&[value], &mut outcomes);
+        outcomes.pop().unwrap_or(Err(ProposeError::ShuttingDown))
+    }
+
+    /// Replicates several requests at once (§7.4): they are packed into entries of up to
+    /// `batch_requests_max` requests, and up to `outstanding_max` entries are replicated at a
+    /// time. Returns once every request has an outcome: into `outcomes` (cleared first), one per
+    /// request in order, the log index it was committed at (requests packed into one entry
+    /// share its index, and are applied in the order given) or why not. Requests are committed
+    /// in the order given; if one fails, the ones after it fail too.
+    pub fn propose_many(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>) {
+        self.inner.propose(requests, outcomes);
     }
 
     /// The leader this replica's failure detector elected.
@@ -266,19 +310,27 @@ impl Drop for Replica {
     }
 }
 
-fn propose<F: Fabric>(inner: &Inner<F>, value: &[u8]) -> Result<u64, ProposeError> {
+fn propose<F: Fabric>(
+    inner: &Inner<F>,
+    requests: &[&[u8]],
+    outcomes: &mut Vec<Result<u64, ProposeError>>,
+) {
+    outcomes.clear();
+    let fail = |outcomes: &mut Vec<_>, e: ProposeError| {
+        outcomes.clear();
+        outcomes.extend(requests.iter().map(|_| Err(e.clone())));
+    };
+    if requests.is_empty() {
+        return;
+    }
     if inner.stop.load(Ordering::Acquire) {
-        return Err(ProposeError::ShuttingDown);
+        return fail(outcomes, ProposeError::ShuttingDown);
     }
     match inner.mode {
         Mode::Handover => {
             let mailbox = &inner.mailbox;
             let _caller = lock(&mailbox.callers);
-            {
-                let mut v = lock(&mailbox.value);
-                v.clear();
-                v.extend_from_slice(value);
-            }
+            lock(&mailbox.requests).fill(requests);
             mailbox.state.store(SUBMITTED, Ordering::Release);
             loop {
                 let done = Backoff::FAST_PATH.wait_for(Duration::from_millis(100), || {
@@ -294,22 +346,28 @@ fn propose<F: Fabric>(inner: &Inner<F>, value: &[u8]) -> Result<u64, ProposeErro
                     std::thread::sleep(Duration::from_millis(10));
                     if mailbox.state.load(Ordering::Acquire) != DONE {
                         mailbox.state.store(EMPTY, Ordering::Release);
-                        return Err(ProposeError::ShuttingDown);
+                        return fail(outcomes, ProposeError::ShuttingDown);
                     }
                 }
             }
-            let outcome = lock(&mailbox.outcome).take();
+            std::mem::swap(outcomes, &mut *lock(&mailbox.outcomes));
             mailbox.state.store(EMPTY, Ordering::Release);
-            outcome.unwrap_or(Err(ProposeError::ShuttingDown))
+            if outcomes.len() != requests.len() {
+                fail(outcomes, ProposeError::ShuttingDown);
+            }
         }
         Mode::Direct => {
             let mut guard = lock(&inner.plane);
-            let Some(plane) = guard.as_mut() else { return Err(ProposeError::ShuttingDown) };
-            plane.driver.submit(value, inner.now_ns())?;
+            let Some(plane) = guard.as_mut() else {
+                return fail(outcomes, ProposeError::ShuttingDown);
+            };
+            if let Err(e) = plane.driver.submit(requests.iter().copied(), inner.now_ns()) {
+                return fail(outcomes, e);
+            }
             loop {
                 plane.poll(inner.now_ns());
-                if let Some(outcome) = plane.driver.take_outcome() {
-                    return outcome;
+                if plane.driver.take_outcomes(outcomes) {
+                    return;
                 }
                 if inner.stop.load(Ordering::Acquire) {
                     plane.driver.shut_down();
@@ -330,32 +388,50 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
         let mut busy = false;
         if !proposing && mailbox.state.load(Ordering::Acquire) == SUBMITTED {
             busy = true;
-            let submitted = {
-                let v = lock(&mailbox.value);
-                plane.driver.submit(&v, now_ns)
-            };
+            let submitted = plane.driver.submit(lock(&mailbox.requests).iter(), now_ns);
             match submitted {
                 Ok(()) => proposing = true,
-                Err(e) => answer(mailbox, Err(e)),
+                Err(e) => answer(mailbox, |outcomes| {
+                    let count = lock(&mailbox.requests).ends.len();
+                    outcomes.extend((0..count).map(|_| Err(e.clone())));
+                }),
             }
         }
         busy |= plane.poll(now_ns);
-        if let Some(outcome) = plane.driver.take_outcome() {
-            proposing = false;
-            answer(mailbox, outcome);
+        if proposing {
+            answer_if_done(mailbox, &mut plane.driver, &mut proposing);
         }
         pace(&mut idle_since, busy || proposing);
     }
     plane.driver.shut_down();
-    if let Some(outcome) = plane.driver.take_outcome() {
-        answer(mailbox, outcome);
-    } else if mailbox.state.load(Ordering::Acquire) == SUBMITTED {
-        answer(mailbox, Err(ProposeError::ShuttingDown));
+    answer_if_done(mailbox, &mut plane.driver, &mut proposing);
+    if mailbox.state.load(Ordering::Acquire) == SUBMITTED {
+        answer(mailbox, |outcomes| {
+            let count = lock(&mailbox.requests).ends.len();
+            outcomes.extend((0..count).map(|_| Err(ProposeError::ShuttingDown)));
+        });
     }
 }
 
-fn answer(mailbox: &Mailbox, outcome: Result<u64, ProposeError>) {
-    *lock(&mailbox.outcome) = Some(outcome);
+fn answer_if_done<F: Fabric>(
+    mailbox: &Mailbox,
+    driver: &mut ReplicationDriver<F>,
+    proposing: &mut bool,
+) {
+    if driver.outcomes_ready() {
+        driver.take_outcomes(&mut lock(&mailbox.outcomes));
+        *proposing = false;
+        mailbox.state.store(DONE, Ordering::Release);
+    }
+}
+
+/// Writes the outcomes with `fill` (into an empty list) and hands them to the caller.
+fn answer(mailbox: &Mailbox, fill: impl FnOnce(&mut Vec<Result<u64, ProposeError>>)) {
+    {
+        let mut outcomes = lock(&mailbox.outcomes);
+        outcomes.clear();
+        fill(&mut outcomes);
+    }
     mailbox.state.store(DONE, Ordering::Release);
 }
 

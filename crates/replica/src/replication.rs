@@ -42,6 +42,9 @@ pub enum ProposeError {
     /// Another proposal is in progress on this replica.
     #[error("another proposal is in progress")]
     Busy,
+    /// A call with no requests.
+    #[error("nothing to propose: no requests were given")]
+    Empty,
     #[error("the replica is shutting down")]
     ShuttingDown,
 }
@@ -53,13 +56,58 @@ fn leader_hint(leader: &Option<NodeId>) -> String {
     }
 }
 
-/// The proposal being replicated.
-struct Pending {
-    /// The engine reached the accept phase while this proposal was pending: it may have been
-    /// accepted somewhere.
+/// One log entry of a group: `count` requests from `first` on (a batch when more than one).
+#[derive(Clone, Copy)]
+struct Planned {
+    first: usize,
+    count: usize,
+    /// The engine reached the accept phase while it was handed over: it may have been accepted
+    /// somewhere.
     maybe_accepted: bool,
-    /// Since when it waits for room in the log.
+}
+
+/// The requests being replicated: one call of the application's, packed into entries of up to
+/// `batch_requests_max` requests (§7.4), of which up to `outstanding_max` are in the engine.
+/// Reused from call to call, so that proposing does not allocate.
+#[derive(Default)]
+struct Group {
+    /// The requests' bytes, back to back, and where each ends.
+    data: Vec<u8>,
+    ends: Vec<usize>,
+    /// Entries not committed yet, in log order; the first `handed` are in the engine.
+    entries: VecDeque<Planned>,
+    handed: usize,
+    /// One per request, in order; `None` until known.
+    outcomes: Vec<Option<Result<u64, ProposeError>>>,
+    /// Requests without an outcome yet.
+    unanswered: usize,
+    /// Since when the engine waits for room in the log.
     room_wait_since_ns: Option<u64>,
+    /// Room to encode one entry.
+    entry: Vec<u8>,
+}
+
+impl Group {
+    fn request(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    fn answer(&mut self, entry: Planned, outcome: Result<u64, ProposeError>) {
+        for o in &mut self.outcomes[entry.first..entry.first + entry.count] {
+            debug_assert!(o.is_none());
+            *o = Some(outcome.clone());
+        }
+        self.unanswered -= entry.count;
+    }
+
+    /// Answers every entry not committed with `outcome(maybe_accepted)`.
+    fn answer_rest(&mut self, outcome: impl Fn(bool) -> ProposeError) {
+        while let Some(e) = self.entries.pop_front() {
+            self.answer(e, Err(outcome(e.maybe_accepted)));
+        }
+        self.handed = 0;
+    }
 }
 
 /// Timeouts the driver enforces.
@@ -67,6 +115,8 @@ struct Pending {
 pub(crate) struct Timeouts {
     pub permission_timeout_ns: u64,
     pub log_full_timeout_ns: u64,
+    /// Not a timeout: the most requests packed into one entry.
+    pub batch_requests_max: usize,
 }
 
 /// What was read from a completion's `wr_id`: the engine's id in the high bits, the peer's
@@ -98,8 +148,12 @@ pub struct ReplicationDriver<F: Fabric> {
     request_word: u64,
     acked: Vec<bool>,
     permissions_since_ns: u64,
-    pending: Option<Pending>,
-    outcome: Option<Result<u64, ProposeError>>,
+    /// The application's requests in progress, if `pending`; their outcomes once all are known
+    /// (`pending` cleared, `answered` set).
+    group: Group,
+    pending: bool,
+    answered: bool,
+    batch_requests_max: usize,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
@@ -144,8 +198,10 @@ impl<F: Fabric> ReplicationDriver<F> {
             request_word: 0,
             acked: vec![false; n],
             permissions_since_ns: 0,
-            pending: None,
-            outcome: None,
+            group: Group::default(),
+            pending: false,
+            answered: false,
+            batch_requests_max: timeouts.batch_requests_max,
             heads_seen: vec![0; n],
             eligible_again_at: None,
         }
@@ -160,43 +216,116 @@ impl<F: Fabric> ReplicationDriver<F> {
         &self.leader
     }
 
-    /// Hands `value` to the leader engine. Its outcome comes out of
-    /// [`ReplicationDriver::take_outcome`] after later polls.
-    pub fn submit(&mut self, value: &[u8], now_ns: u64) -> Result<(), ProposeError> {
-        if self.pending.is_some() || self.outcome.is_some() {
-            // One at a time, and the last outcome must be taken first: it belongs to the
-            // caller of the last proposal.
+    /// Hands `requests` to the leader engine, packed into entries (§7.4). Their outcomes come
+    /// out of [`ReplicationDriver::take_outcomes`] after later polls, one per request, in order:
+    /// the log index each was committed at (requests packed together share one), or why not.
+    /// Fails as a whole, with nothing handed over, if another call's requests are in progress
+    /// or not taken yet, if there are none, or if one is too large for an entry.
+    pub fn submit<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        now_ns: u64,
+    ) -> Result<(), ProposeError> {
+        if self.pending || self.answered {
+            // The last outcomes must be taken first: they belong to the caller of the last call.
             return Err(ProposeError::Busy);
         }
-        let result =
-            self.leader.propose(EntryKind::Request, value, &mut self.mem, &mut self.actions);
-        match result {
-            Ok(()) => {
-                self.pending = Some(Pending { maybe_accepted: false, room_wait_since_ns: None });
-                self.shared.in_propose.store(true, Ordering::Release);
-                self.run_actions(now_ns);
-                Ok(())
+        if self.leader.phase() == Phase::Follower {
+            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+        }
+        let max = self.layout.max_value_bytes();
+        let g = &mut self.group;
+        g.data.clear();
+        g.ends.clear();
+        g.entries.clear();
+        g.handed = 0;
+        g.outcomes.clear();
+        g.room_wait_since_ns = None;
+        let mut batch_bytes = 0;
+        for request in requests {
+            if request.len() > max {
+                return Err(ProposeError::TooLarge { len: request.len(), max });
             }
-            Err(mu_replication::ProposeError::NotLeader) => {
-                Err(ProposeError::NotLeader { leader: self.shared.leader() })
+            let i = g.ends.len();
+            g.data.extend_from_slice(request);
+            g.ends.push(g.data.len());
+            g.outcomes.push(None);
+            // Greedy packing: join the last entry while it has room for one more request.
+            let item = mu_log::batch::item_bytes(request.len());
+            match g.entries.back_mut() {
+                Some(last) if last.count < self.batch_requests_max && batch_bytes + item <= max => {
+                    last.count += 1;
+                    batch_bytes += item;
+                }
+                _ => {
+                    g.entries.push_back(Planned { first: i, count: 1, maybe_accepted: false });
+                    batch_bytes = item;
+                }
             }
-            Err(mu_replication::ProposeError::Busy) => Err(ProposeError::Busy),
-            Err(mu_replication::ProposeError::TooLarge { len, max }) => {
-                Err(ProposeError::TooLarge { len, max })
+        }
+        if g.ends.is_empty() {
+            return Err(ProposeError::Empty);
+        }
+        g.unanswered = g.ends.len();
+        self.pending = true;
+        self.shared.in_propose.store(true, Ordering::Release);
+        self.hand_over();
+        self.run_actions(now_ns);
+        Ok(())
+    }
+
+    /// Hands the engine the next planned entries while it takes them.
+    fn hand_over(&mut self) {
+        let g = &mut self.group;
+        while g.handed < g.entries.len() {
+            let e = g.entries[g.handed];
+            let (kind, value) = if e.count == 1 {
+                (EntryKind::Request, g.request(e.first))
+            } else {
+                let mut entry = std::mem::take(&mut g.entry);
+                entry.clear();
+                for i in e.first..e.first + e.count {
+                    mu_log::batch::push(&mut entry, g.request(i));
+                }
+                g.entry = entry;
+                (EntryKind::Batch, &g.entry[..])
+            };
+            match self.leader.propose(kind, value, &mut self.mem, &mut self.actions) {
+                Ok(()) => g.handed += 1,
+                Err(mu_replication::ProposeError::Busy) => return, // as many as allowed
+                Err(e) => unreachable!("checked before handing over: {e}"),
             }
         }
     }
 
-    /// The outcome of the submitted proposal, once there is one.
-    pub fn take_outcome(&mut self) -> Option<Result<u64, ProposeError>> {
-        self.outcome.take()
+    /// Whether the submitted requests all have outcomes, to be taken.
+    pub fn outcomes_ready(&self) -> bool {
+        self.answered
     }
 
-    /// Fails the pending proposal, if any, because the replica stops.
+    /// The outcomes of the submitted requests, once all are known, into `into` (cleared first).
+    pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
+        if !self.answered {
+            return false;
+        }
+        self.answered = false;
+        into.clear();
+        into.extend(self.group.outcomes.drain(..).map(|o| o.expect("every request answered")));
+        true
+    }
+
+    /// Fails the requests in progress, if any, because the replica stops.
     pub fn shut_down(&mut self) {
-        if self.pending.take().is_some() {
-            self.outcome = Some(Err(ProposeError::ShuttingDown));
+        if self.pending {
+            self.group.answer_rest(|_| ProposeError::ShuttingDown);
+            self.finish_group();
         }
+    }
+
+    fn finish_group(&mut self) {
+        debug_assert_eq!(self.group.unanswered, 0);
+        self.pending = false;
+        self.answered = true;
         self.shared.in_propose.store(false, Ordering::Release);
     }
 
@@ -272,16 +401,18 @@ impl<F: Fabric> ReplicationDriver<F> {
         false
     }
 
-    /// The engine dropped the pending proposal (it stopped leading).
+    /// The engine dropped the pending requests (it stopped leading).
     fn fail_pending(&mut self, leader: Option<NodeId>) {
-        if let Some(p) = self.pending.take() {
-            self.outcome = Some(Err(if p.maybe_accepted {
-                ProposeError::Aborted
-            } else {
-                ProposeError::NotLeader { leader }
-            }));
+        if self.pending {
+            self.group.answer_rest(|maybe_accepted| {
+                if maybe_accepted {
+                    ProposeError::Aborted
+                } else {
+                    ProposeError::NotLeader { leader }
+                }
+            });
+            self.finish_group();
         }
-        self.shared.in_propose.store(false, Ordering::Release);
     }
 
     /// Reads the acknowledgements permission managers wrote into our background region.
@@ -366,9 +497,8 @@ impl<F: Fabric> ReplicationDriver<F> {
                 Action::Post { peer, wr_id, op, signaled } => self.post(peer, wr_id, op, signaled),
                 Action::Committed { index, mine } => {
                     self.shared.commits.fetch_add(1, Ordering::Relaxed);
-                    if mine && self.pending.take().is_some() {
-                        self.outcome = Some(Ok(index));
-                        self.shared.in_propose.store(false, Ordering::Release);
+                    if mine {
+                        self.committed(index);
                     }
                 }
                 Action::Aborted { reason } => {
@@ -387,12 +517,29 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         let any = !self.actions.is_empty();
         self.actions.clear();
-        if self.leader.phase() == Phase::Accept {
-            if let Some(p) = &mut self.pending {
-                p.maybe_accepted = true;
+        if self.pending && self.leader.phase() == Phase::Accept {
+            let g = &mut self.group;
+            for e in g.entries.iter_mut().take(g.handed) {
+                e.maybe_accepted = true;
             }
         }
         any
+    }
+
+    /// The engine committed the oldest entry it was handed (they commit in order).
+    fn committed(&mut self, index: u64) {
+        assert!(self.pending && self.group.handed > 0, "a commit of ours with nothing handed over");
+        let g = &mut self.group;
+        let e = g.entries.pop_front().expect("handed over");
+        g.handed -= 1;
+        g.answer(e, Ok(index));
+        if g.unanswered == 0 {
+            self.finish_group();
+        } else {
+            // Room in the engine for the next entry; what it asks for is carried out by the
+            // loop running the actions.
+            self.hand_over();
+        }
     }
 
     /// A new round of permission requests (§5.2): reconnect our own sides that broke, then
@@ -466,22 +613,23 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
-    /// A proposal that waited for room longer than the timeout fails with "log full".
+    /// Requests that waited for room longer than the timeout fail with "log full".
     fn check_log_full(&mut self, now_ns: u64) {
-        let Some(p) = &mut self.pending else { return };
-        if !self.leader.waiting_for_room() {
-            p.room_wait_since_ns = None;
+        if !self.pending {
             return;
         }
-        let since = *p.room_wait_since_ns.get_or_insert(now_ns);
+        if !self.leader.waiting_for_room() {
+            self.group.room_wait_since_ns = None;
+            return;
+        }
+        let since = *self.group.room_wait_since_ns.get_or_insert(now_ns);
         if now_ns.saturating_sub(since) > self.timeouts.log_full_timeout_ns
-            && self.leader.cancel_waiting_proposal()
+            && self.leader.cancel_waiting_proposals() > 0
         {
-            self.pending = None;
-            self.shared.in_propose.store(false, Ordering::Release);
             let slots_count = self.layout.slots_count();
             let oldest = self.leader.fuo().saturating_sub(slots_count - 1);
-            self.outcome = Some(Err(ProposeError::LogFull { oldest, slots_count }));
+            self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
+            self.finish_group();
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The leader's replicator (Mu paper §4.1 Listing 2, §4.2 Listings 3 and 4).
 
-use crate::{Action, Area, Memory, RemoteOp, ReplicaSet};
+use crate::{Action, Area, Memory, RemoteOp, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
 use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, HEAD_OFFSET, MIN_PROPOSAL_OFFSET};
+use std::collections::VecDeque;
 
 /// How a leader is set up.
 #[derive(Clone, Debug)]
@@ -13,6 +14,9 @@ pub struct LeaderConfig {
     /// After a majority granted permission, how long to wait for the others before going on
     /// ("briefly waiting for responses from all replicas", §4.2).
     pub permission_grace_ns: u64,
+    /// How many entries may be in the accept phase at once (§7.4, "multiple outstanding
+    /// requests"), 1 to [`OUTSTANDING_MAX`]; also how many proposals may wait at once.
+    pub outstanding_max: usize,
 }
 
 /// Where the leader is in its work.
@@ -34,7 +38,8 @@ pub enum Phase {
     PrepareRead,
     /// Prepare: writing the proposal number and reading the slot at FUO (lines 21–23).
     PrepareWrite,
-    /// Accept: writing the value to the confirmed followers (lines 30–32).
+    /// Accept: writing values to the confirmed followers (lines 30–32), up to
+    /// `outstanding_max` entries in flight once prepare is omitted.
     Accept,
 }
 
@@ -59,7 +64,7 @@ pub enum AbortReason {
 pub enum ProposeError {
     #[error("this replica is not the leader")]
     NotLeader,
-    #[error("a proposal is already in progress")]
+    #[error("as many proposals as allowed are already in progress")]
     Busy,
     #[error("value of {len} bytes is larger than a log slot holds ({max})")]
     TooLarge { len: usize, max: usize },
@@ -73,11 +78,26 @@ enum Wait {
     Done,
 }
 
-/// The value the leader is trying to get decided.
+/// A value the leader is trying to get decided.
 struct Proposal {
     kind: EntryKind,
-    len: usize,
+    value: Vec<u8>,
 }
+
+/// An entry in the accept phase.
+struct InFlight {
+    index: u64,
+    /// It holds a proposal of ours (the oldest not yet committed), not a value adopted in prepare.
+    mine: bool,
+    /// Followers whose write of it completed, by position.
+    acks: u64,
+}
+
+/// Accept writes carry this bit in the step field of their work-request id, and the index's low
+/// bits below it; other steps count within the bits below it.
+const ACCEPT_STEP: u16 = 0x8000;
+const STEP_MASK: u16 = 0x7fff;
+const _: () = assert!(OUTSTANDING_MAX < STEP_MASK as usize);
 
 /// The leader engine. See the crate docs.
 pub struct Leader {
@@ -106,7 +126,7 @@ pub struct Leader {
     proposal_number: u64,
     /// Prepare found only empty slots: later indexes may skip it until the next abort (§4.2).
     prepared: bool,
-    /// The index being caught up to (catch-up) or being accepted (accept).
+    /// The index being caught up to.
     target: u64,
     /// Catch-up: the first index of the batch being read.
     catch_up_next: u64,
@@ -118,12 +138,16 @@ pub struct Leader {
     heads: Vec<u64>,
     /// Which confirmed follower is the most advanced (catch-up source).
     source: usize,
-    /// The value being proposed by the application, if any.
-    proposal: Option<Proposal>,
-    proposal_value: Vec<u8>,
-    /// Whether the entry being accepted is the application's value.
-    accepting_mine: bool,
-    /// The value of the entry being accepted.
+    outstanding_max: usize,
+    /// The application's values not yet committed, oldest first; the first `mine_in_flight` are
+    /// in the accept phase.
+    queue: VecDeque<Proposal>,
+    mine_in_flight: usize,
+    /// Value buffers of committed proposals, for reuse: the accept path does not allocate.
+    spare: Vec<Vec<u8>>,
+    /// Entries in the accept phase, by index from `fuo` on.
+    in_flight: VecDeque<InFlight>,
+    /// A value prepare adopted.
     entry: Vec<u8>,
     /// Room for one slot: encoded entries and slot copies. Preallocated: the accept path does
     /// not allocate.
@@ -148,6 +172,15 @@ impl Leader {
             .position(config.me)
             .ok_or_else(|| format!("replica {} is not in the replica set", config.me))?;
         let n = config.replicas.len();
+        if n > 64 {
+            return Err(format!("{n} replicas: a leader tracks at most 64"));
+        }
+        if !(1..=OUTSTANDING_MAX).contains(&config.outstanding_max) {
+            return Err(format!(
+                "outstanding_max {} is out of range (1 to {OUTSTANDING_MAX})",
+                config.outstanding_max
+            ));
+        }
         let slot_bytes = config.layout.slot_bytes() as usize;
         Ok(Leader {
             me: config.me,
@@ -172,9 +205,11 @@ impl Leader {
             catch_up_count: 0,
             heads: vec![0; n],
             source: me_pos,
-            proposal: None,
-            proposal_value: Vec::with_capacity(slot_bytes),
-            accepting_mine: false,
+            outstanding_max: config.outstanding_max,
+            queue: VecDeque::with_capacity(config.outstanding_max),
+            mine_in_flight: 0,
+            spare: (0..config.outstanding_max).map(|_| Vec::with_capacity(slot_bytes)).collect(),
+            in_flight: VecDeque::with_capacity(config.outstanding_max),
             entry: vec![0; slot_bytes],
             slot_buf: vec![0; slot_bytes],
         })
@@ -217,10 +252,20 @@ impl Leader {
             .saturating_add(self.layout.slots_count() - 1)
     }
 
-    /// Whether a proposal is waiting for room in the log: every replica that is alive must
-    /// apply more entries before the slot the next index reuses is free.
+    /// Whether proposals wait for room in the log, none in flight: replicas must apply more
+    /// entries before the slot the next index reuses is free.
     pub fn waiting_for_room(&self) -> bool {
-        self.phase == Phase::Ready && self.proposal.is_some()
+        self.phase == Phase::Ready && !self.queue.is_empty()
+    }
+
+    /// Proposals not committed yet (in flight or waiting).
+    pub fn proposals_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Entries in the accept phase.
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// This replica's id.
@@ -273,13 +318,21 @@ impl Leader {
         self.restart(out);
     }
 
-    /// This replica no longer believes it leads. A proposal in progress is dropped: the caller
+    /// This replica no longer believes it leads. Proposals in progress are dropped: the caller
     /// tells the application ([`ProposeError::NotLeader`]).
     pub fn step_down(&mut self) {
         self.phase = Phase::Follower;
         self.attempt = self.attempt.wrapping_add(1);
-        self.proposal = None;
+        self.drop_proposals();
         self.prepared = false;
+    }
+
+    fn drop_proposals(&mut self) {
+        for p in self.queue.drain(..) {
+            self.spare.push(p.value);
+        }
+        self.in_flight.clear();
+        self.mine_in_flight = 0;
     }
 
     /// Asks every replica for permission again, keeping a pending proposal: the runtime calls
@@ -291,7 +344,8 @@ impl Leader {
         }
     }
 
-    /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`.
+    /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`; the
+    /// values of one leadership are decided in the order they were proposed.
     pub fn propose(
         &mut self,
         kind: EntryKind,
@@ -302,18 +356,21 @@ impl Leader {
         if self.phase == Phase::Follower {
             return Err(ProposeError::NotLeader);
         }
-        if self.proposal.is_some() {
+        if self.queue.len() >= self.outstanding_max {
             return Err(ProposeError::Busy);
         }
         let max = self.layout.max_value_bytes();
         if value.len() > max {
             return Err(ProposeError::TooLarge { len: value.len(), max });
         }
-        self.proposal_value.clear();
-        self.proposal_value.extend_from_slice(value);
-        self.proposal = Some(Proposal { kind, len: value.len() });
-        if self.phase == Phase::Ready {
-            self.start_replicating(mem, out);
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(value);
+        self.queue.push_back(Proposal { kind, value: buf });
+        match self.phase {
+            Phase::Ready => self.start_replicating(mem, out),
+            Phase::Accept => self.pump(mem, out),
+            _ => {}
         }
         Ok(())
     }
@@ -335,7 +392,7 @@ impl Leader {
             // Too late for the confirmed set being used: it joins at the next quiet moment.
             if !self.confirmed[pos] {
                 self.late[pos] = true;
-                if self.phase == Phase::Ready && self.proposal.is_none() {
+                if self.phase == Phase::Ready && self.queue.is_empty() {
                     self.admit_late(mem, out);
                 }
             }
@@ -361,9 +418,7 @@ impl Leader {
         let Some(pos) = self.replicas.position(peer) else { return };
         if head > self.heads[pos] {
             self.heads[pos] = head;
-            if self.waiting_for_room() {
-                self.start_replicating(mem, out);
-            }
+            self.room_changed(mem, out);
         }
     }
 
@@ -372,20 +427,28 @@ impl Leader {
         for pos in 0..self.replicas.len() {
             self.heads[pos] = self.heads[pos].max(min_head);
         }
+        self.room_changed(mem, out);
+    }
+
+    /// Log heads moved: proposals waiting for room may go on.
+    fn room_changed(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         if self.waiting_for_room() {
             self.start_replicating(mem, out);
+        } else if self.phase == Phase::Accept && self.prepared {
+            self.pump(mem, out);
         }
     }
 
-    /// Drops a proposal that is still waiting for room in the log (the runtime gave up on it:
-    /// "log full"). Returns false if the proposal is already being replicated: then its outcome
-    /// must be awaited.
-    pub fn cancel_waiting_proposal(&mut self) -> bool {
-        if self.waiting_for_room() {
-            self.proposal = None;
-            return true;
+    /// Drops the proposals waiting for room in the log (the runtime gave up on them: "log
+    /// full") and returns how many. Drops nothing while some are being replicated: then their
+    /// outcome must be awaited.
+    pub fn cancel_waiting_proposals(&mut self) -> usize {
+        if !self.waiting_for_room() {
+            return 0;
         }
-        false
+        let count = self.queue.len();
+        self.drop_proposals();
+        count
     }
 
     /// Time passes: ends the grace period of the permission phase.
@@ -412,6 +475,15 @@ impl Leader {
             self.fail(pos, c.status, mem, out);
             return;
         }
+        if step & ACCEPT_STEP != 0 {
+            let low = u64::from(step & STEP_MASK);
+            let entry = self.in_flight.iter_mut().find(|e| e.index & u64::from(STEP_MASK) == low);
+            if let Some(entry) = entry {
+                entry.acks |= 1 << pos;
+                self.try_commit(mem, out);
+            }
+            return; // or a straggler of an entry committed already
+        }
         if step != self.step || self.waits[pos] != Wait::Pending {
             return; // a straggler of a step we already left, or an unsignaled success
         }
@@ -425,6 +497,10 @@ impl Leader {
         self.attempt = self.attempt.wrapping_add(1);
         self.phase = Phase::Permissions;
         self.prepared = false;
+        // Proposals stay queued, to be proposed again from the oldest: an entry that was in
+        // flight may have been accepted somewhere, and prepare finds it if it matters.
+        self.in_flight.clear();
+        self.mine_in_flight = 0;
         self.granted.fill(false);
         self.confirmed.fill(false);
         self.late.fill(false);
@@ -449,7 +525,7 @@ impl Leader {
 
     fn next_step(&mut self, phase: Phase) -> u64 {
         self.phase = phase;
-        self.step = self.step.wrapping_add(1);
+        self.step = self.step.wrapping_add(1) & STEP_MASK;
         for (pos, w) in self.waits.iter_mut().enumerate() {
             *w = if self.confirmed[pos] && pos != self.me_pos { Wait::Pending } else { Wait::Idle };
         }
@@ -627,13 +703,13 @@ impl Leader {
         self.maybe_finish_step(mem, out);
     }
 
-    /// Whether index `fuo` may be written (§5.3). If the slowest confirmed follower is what
-    /// holds the log back and a majority remains without it, it stops being written to (it is
-    /// dropped from the confirmed set, with its log intact) rather than stalling everyone: it
-    /// joins again when it asks, if it is still within a log of us.
-    fn make_room(&mut self, mem: &impl Memory) -> bool {
+    /// Whether `index` may be written (§5.3). If the slowest confirmed follower is what holds
+    /// the log back and a majority remains without it, it stops being written to (it is dropped
+    /// from the confirmed set, with its log intact) rather than stalling everyone: it joins
+    /// again when it asks, if it is still within a log of us.
+    fn make_room(&mut self, index: u64, mem: &impl Memory) -> bool {
         self.heads[self.me_pos] = self.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
-        while self.fuo >= self.log_limit() {
+        while index >= self.log_limit() {
             let slowest = self
                 .confirmed_positions()
                 .filter(|&pos| pos != self.me_pos)
@@ -667,31 +743,48 @@ impl Leader {
         self.begin_read_fuos(mem, out);
     }
 
-    /// Up to date: replicate the pending value, if any.
+    /// Up to date, nothing in flight: replicate the pending values, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        debug_assert!(self.in_flight.is_empty());
         if self.late.contains(&true) {
             return self.admit_late(mem, out);
         }
-        if self.proposal.is_none() {
+        if self.queue.is_empty() {
             self.phase = Phase::Ready;
             return;
         }
-        if !self.make_room(mem) {
+        if !self.make_room(self.fuo, mem) {
             // No room until the log heads move on (§5.3): never overwrite an entry a confirmed
             // replica has not applied.
             self.phase = Phase::Ready;
             return;
         }
         if self.prepared {
-            let (kind, len) = {
-                let p = self.proposal.as_ref().expect("checked above");
-                (p.kind, p.len)
-            };
-            self.entry[..len].copy_from_slice(&self.proposal_value[..len]);
-            self.begin_accept(kind, len, true, mem, out);
+            self.next_step(Phase::Accept);
+            self.pump(mem, out);
         } else {
             self.begin_prepare_read(mem, out);
         }
+    }
+
+    /// With prepare omitted (§4.2), puts queued proposals in flight, one index after the other,
+    /// while fewer than `outstanding_max` are (§7.4) and the log has room. Replicas joining
+    /// late wait until nothing is in flight.
+    fn pump(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        debug_assert!(self.phase == Phase::Accept && self.prepared);
+        while self.mine_in_flight < self.queue.len()
+            && self.in_flight.len() < self.outstanding_max
+            && !self.late.contains(&true)
+        {
+            let index = self.fuo + self.in_flight.len() as u64;
+            if !self.make_room(index, mem) {
+                break;
+            }
+            if !self.accept(index, None, mem, out) {
+                return; // aborted
+            }
+        }
+        self.try_commit(mem, out);
     }
 
     /// Listing 2, line 19: read the confirmed followers' minProposals.
@@ -777,69 +870,116 @@ impl Leader {
             Some((_, kind, len)) => {
                 // Listing 2, line 34, "If value == myValue": the value found may be our own,
                 // accepted by some replicas before an abort; it must not be proposed twice.
-                let mine = self.proposal.as_ref().is_some_and(|p| {
-                    p.kind == kind
-                        && p.len == len
-                        && self.proposal_value[..len] == self.entry[..len]
-                });
-                self.begin_accept(kind, len, mine, mem, out)
+                let mine = self
+                    .queue
+                    .front()
+                    .is_some_and(|p| p.kind == kind && p.value[..] == self.entry[..len]);
+                self.next_step(Phase::Accept);
+                let adopted = if mine { None } else { Some((kind, len)) };
+                if self.accept(self.fuo, adopted, mem, out) {
+                    self.try_commit(mem, out);
+                }
             }
             None => {
                 // §4.2 "Omitting the prepare phase": nothing accepted here or above.
                 self.prepared = all_empty;
-                let p = self.proposal.as_ref().expect("prepare runs for a proposal");
-                let (kind, len) = (p.kind, p.len);
-                self.entry[..len].copy_from_slice(&self.proposal_value[..len]);
-                self.begin_accept(kind, len, true, mem, out);
+                self.next_step(Phase::Accept);
+                if self.accept(self.fuo, None, mem, out) {
+                    if self.prepared {
+                        self.pump(mem, out); // more of ours, right behind it
+                    } else {
+                        self.try_commit(mem, out);
+                    }
+                }
             }
         }
     }
 
-    /// Listing 2, lines 29–36: write the entry (whose value is in `self.entry[..len]`) at FUO.
-    fn begin_accept(
+    /// Listing 2, lines 29–36: write an entry at `index` (our log first, then the confirmed
+    /// followers') and put it in flight: the oldest proposal not in flight yet, or the value
+    /// prepare `adopted` (in `self.entry`). Returns false if it aborted instead (our log was
+    /// given to another leader).
+    fn accept(
         &mut self,
-        kind: EntryKind,
-        len: usize,
-        mine: bool,
+        index: u64,
+        adopted: Option<(EntryKind, usize)>,
         mem: &mut impl Memory,
         out: &mut Vec<Action>,
-    ) {
+    ) -> bool {
+        debug_assert_eq!(index, self.fuo + self.in_flight.len() as u64);
+        // Commit piggybacking (§4.2): the entries below `index` not yet decided as far as we know.
+        let in_flight_before = (index - self.fuo) as u16;
+        let (kind, value) = match adopted {
+            Some((kind, len)) => (kind, &self.entry[..len]),
+            None => {
+                let p = &self.queue[self.mine_in_flight];
+                (p.kind, &p.value[..])
+            }
+        };
         let bytes = self
             .layout
-            .encode(self.fuo, self.proposal_number, kind, &self.entry[..len], &mut self.slot_buf)
+            .encode_pipelined(
+                index,
+                self.proposal_number,
+                kind,
+                value,
+                in_flight_before,
+                &mut self.slot_buf,
+            )
             .expect("value size checked at propose");
-        let offset = self.layout.slot_offset(self.fuo);
+        let offset = self.layout.slot_offset(index);
         let slot_buf = std::mem::take(&mut self.slot_buf);
         let written = self.write_own_log(mem, offset, &slot_buf[..bytes], out);
         self.slot_buf = slot_buf;
         if !written {
-            return;
+            return false;
         }
-        self.target = self.fuo;
-        self.accepting_mine = mine;
-        let wr = self.next_step(Phase::Accept);
+        let mine = adopted.is_none();
+        if mine {
+            self.mine_in_flight += 1;
+        }
+        self.in_flight.push_back(InFlight { index, mine, acks: 0 });
+        let step = ACCEPT_STEP | (index as u16 & STEP_MASK);
+        let wr = (u64::from(self.attempt) << 32) | (u64::from(step) << 16);
         for pos in 0..self.replicas.len() {
             if self.is_follower(pos) {
                 let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
                 Leader::post(out, self.replicas.ids()[pos], wr, op, true);
             }
         }
-        self.maybe_finish_step(mem, out);
+        true
     }
 
-    fn end_accept(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        let index = self.target;
-        if !self.write_own_log(mem, FUO_OFFSET, &(index + 1).to_le_bytes(), out) {
-            return;
+    /// Commits the entries in flight that a majority (ourselves included) holds, in index order
+    /// (§4.2, "the leader waits for just a majority"), then puts more in flight or, with none
+    /// left, goes on with what is queued.
+    fn try_commit(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let mut committed = false;
+        while let Some(front) = self.in_flight.front() {
+            if front.acks.count_ones() as usize + 1 < self.replicas.majority() {
+                break;
+            }
+            let (index, mine) = (front.index, front.mine);
+            debug_assert_eq!(index, self.fuo);
+            if !self.write_own_log(mem, FUO_OFFSET, &(index + 1).to_le_bytes(), out) {
+                return;
+            }
+            self.in_flight.pop_front();
+            self.fuo = index + 1;
+            out.push(Action::Committed { index, mine });
+            if mine {
+                let p = self.queue.pop_front().expect("a proposal of ours was in flight");
+                self.spare.push(p.value);
+                self.mine_in_flight -= 1;
+            }
+            committed = true;
         }
-        self.fuo = index + 1;
-        out.push(Action::Committed { index, mine: self.accepting_mine });
-        if self.accepting_mine {
-            self.proposal = None;
-            self.phase = Phase::Ready;
-        } else {
-            // We committed someone else's value: go on with ours at the next index.
+        if self.in_flight.is_empty() {
+            // Go on with what is queued. We may have committed someone else's value, found in
+            // prepare: ours goes to the next index.
             self.start_replicating(mem, out);
+        } else if committed && self.prepared {
+            self.pump(mem, out);
         }
     }
 
@@ -847,12 +987,14 @@ impl Leader {
     /// update steps, a majority (ourselves included) for prepare and accept (§4.2, "the leader
     /// waits for just a majority").
     fn maybe_finish_step(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        if self.phase == Phase::Accept {
+            return self.try_commit(mem, out); // counted per entry
+        }
         let done = self.waits.iter().filter(|&&w| w == Wait::Done).count() + 1; // + ourselves
         let pending = self.waits.contains(&Wait::Pending);
         let enough = match self.phase {
-            Phase::PrepareRead | Phase::PrepareWrite | Phase::Accept => {
-                done >= self.replicas.majority()
-            }
+            Phase::PrepareRead | Phase::PrepareWrite => done >= self.replicas.majority(),
+            Phase::Accept => unreachable!("handled above"),
             Phase::CatchUp => self.waits[self.source] == Wait::Done,
             Phase::ReadFuos | Phase::UpdateFollowers => !pending,
             Phase::Follower | Phase::Permissions | Phase::Ready => return,
@@ -866,8 +1008,7 @@ impl Leader {
             Phase::UpdateFollowers => self.start_replicating(mem, out),
             Phase::PrepareRead => self.begin_prepare_write(mem, out),
             Phase::PrepareWrite => self.end_prepare(mem, out),
-            Phase::Accept => self.end_accept(mem, out),
-            Phase::Follower | Phase::Permissions | Phase::Ready => {}
+            Phase::Follower | Phase::Accept | Phase::Permissions | Phase::Ready => {}
         }
     }
 

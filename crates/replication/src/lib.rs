@@ -26,6 +26,9 @@ pub use replayer::Replayer;
 
 use mu_fabric::NodeId;
 
+/// The most entries a leader may have in the accept phase at once (§7.4).
+pub const OUTSTANDING_MAX: usize = 64;
+
 /// The region holding a replica's consensus log (same id on every replica).
 pub const LOG_REGION: mu_fabric::RegionId = mu_fabric::RegionId(0);
 /// The region where a leader receives what it reads from its followers.

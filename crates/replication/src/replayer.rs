@@ -6,24 +6,40 @@ use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, HEAD_OFFSET};
 /// Applies the decided entries of the local log, in order.
 ///
 /// Entry `i` is decided once the FUO is past it (a leader brought this replica up to date), or
-/// once entry `i + 1` is complete: "a leader will not start replicating in an index i before it
-/// knows index i − 1 to be committed" (commit piggybacking). Order matters: the replayer first
-/// establishes that `i` is decided and only then reads slot `i`. Read the other way round, it
-/// could take an undecided value that the deciding leader overwrote in between (a leader writes
-/// `i` before `i + 1` on the same FIFO connection, so once `i + 1` is seen, slot `i` holds the
-/// decided value).
+/// once a complete entry `j > i` says so (commit piggybacking): "a leader will not start
+/// replicating in an index i before it knows index i − 1 to be committed", and a leader with
+/// several accepts outstanding (§7.4) writes into each entry how many below it were still in
+/// flight ([`mu_log::Entry::decided_below`]). Order matters: the replayer first establishes that
+/// `i` is decided and only then reads slot `i`. Read the other way round, it could take an
+/// undecided value that the deciding leader overwrote in between (a leader writes `i` before
+/// `j` on the same FIFO connection, so once `j` is seen, slot `i` holds the decided value).
 pub struct Replayer {
     layout: LogLayout,
     head: u64,
+    /// Every index below this is known decided.
+    decided_below: u64,
+    /// Entries between the head and this index were seen complete: later looks start here.
+    scanned_to: u64,
     slot: Vec<u8>,
     next: Vec<u8>,
 }
+
+/// How far past the head the replayer looks for an entry that tells it the head is decided: as
+/// many entries as a leader may have in flight, plus one.
+pub const SCAN_SLOTS_MAX: u64 = crate::OUTSTANDING_MAX as u64 + 1;
 
 impl Replayer {
     /// A replayer whose next entry to apply is `head`.
     pub fn new(layout: LogLayout, head: u64) -> Replayer {
         let bytes = layout.slot_bytes() as usize;
-        Replayer { layout, head, slot: vec![0; bytes], next: vec![0; bytes] }
+        Replayer {
+            layout,
+            head,
+            decided_below: head,
+            scanned_to: head + 1,
+            slot: vec![0; bytes],
+            next: vec![0; bytes],
+        }
     }
 
     /// The next index to apply.
@@ -41,11 +57,7 @@ impl Replayer {
         let mut applied = 0;
         loop {
             let index = self.head;
-            let decided = mem.load_u64(Area::Log, FUO_OFFSET) > index || {
-                mem.read(Area::Log, self.layout.slot_offset(index + 1), &mut self.next);
-                matches!(self.layout.decode(index + 1, &self.next), Slot::Entry(_))
-            };
-            if !decided {
+            if self.decided_below <= index && !self.learn(mem) {
                 break;
             }
             mem.read(Area::Log, self.layout.slot_offset(index), &mut self.slot);
@@ -61,5 +73,22 @@ impl Replayer {
             mem.store_u64(Area::Log, HEAD_OFFSET, self.head);
         }
         applied
+    }
+
+    /// Looks for news that the head is decided: the FUO word, then the complete entries after
+    /// the head. Returns whether it found some.
+    fn learn(&mut self, mem: &mut impl Memory) -> bool {
+        let head = self.head;
+        self.decided_below = self.decided_below.max(mem.load_u64(Area::Log, FUO_OFFSET));
+        let limit = head + SCAN_SLOTS_MAX.min(self.layout.slots_count() - 1);
+        let mut j = self.scanned_to.max(head + 1);
+        while self.decided_below <= head && j <= limit {
+            mem.read(Area::Log, self.layout.slot_offset(j), &mut self.next);
+            let Slot::Entry(e) = self.layout.decode(j, &self.next) else { break };
+            self.decided_below = self.decided_below.max(e.decided_below(j));
+            j += 1;
+        }
+        self.scanned_to = j;
+        self.decided_below > head
     }
 }

@@ -346,7 +346,7 @@ fn t95_recycling_waits_for_log_heads() {
     // A proposal waiting for room can be given up; one being replicated cannot.
     c.propose(b"waits").unwrap();
     c.run();
-    assert!(c.leader.cancel_waiting_proposal());
+    assert_eq!(c.leader.cancel_waiting_proposals(), 1);
     assert!(!c.leader.waiting_for_room());
     c.set_min_head(2);
     c.run();
@@ -381,6 +381,7 @@ fn t96_prepare_is_omitted_after_the_log_wrapped() {
         replicas: ReplicaSet::new(c.ids.clone()).unwrap(),
         layout: c.layout,
         permission_grace_ns: 1_000,
+        outstanding_max: 1,
     })
     .unwrap();
     c.become_leader();

@@ -13,16 +13,16 @@ pub struct SimCluster {
     pub world: SimWorld,
     pub configs: Vec<ReplicaConfig>,
     pub cores: Vec<Option<ReplicaCore<SimFabric>>>,
-    /// What each replica applied, in order: (index, value).
-    pub applied: Vec<Vec<(u64, Vec<u8>)>>,
+    /// What each replica applied, entry by entry in order: (index, its requests).
+    pub applied: Vec<Vec<(u64, Vec<Vec<u8>>)>>,
     /// Paused replicas are not polled (their threads are descheduled).
     pub paused: Vec<bool>,
     /// Every acknowledged proposal: (index, value).
     pub acked: Vec<(u64, Vec<u8>)>,
-    /// The value each replica is proposing, until its outcome arrives.
-    pub outstanding: Vec<Option<Vec<u8>>>,
-    /// The last outcome of each replica's proposals.
-    pub outcomes: Vec<Option<Result<u64, ProposeError>>>,
+    /// The requests each replica is proposing, until their outcomes arrive.
+    pub outstanding: Vec<Option<Vec<Vec<u8>>>>,
+    /// The last outcomes of each replica's proposals, one per request.
+    pub outcomes: Vec<Option<Vec<Result<u64, ProposeError>>>>,
     boots: u32,
 }
 
@@ -84,17 +84,24 @@ impl SimCluster {
             }
             core.background.poll(now);
             let applied = &mut self.applied[pos];
-            core.replication.poll(now, &mut |index, kind, value| {
-                if kind == EntryKind::Request {
-                    applied.push((index, value.to_vec()));
+            core.replication.poll(now, &mut |index, kind, value| match kind {
+                EntryKind::Request => applied.push((index, vec![value.to_vec()])),
+                EntryKind::Batch => {
+                    let requests = mu_log::batch::requests(value).expect("a well-formed batch");
+                    applied.push((index, requests.map(<[u8]>::to_vec).collect()));
                 }
+                _ => {}
             });
-            if let Some(outcome) = core.replication.take_outcome() {
-                let value = self.outstanding[pos].take().expect("an outcome of a proposal");
-                if let Ok(index) = outcome {
-                    self.acked.push((index, value));
+            let mut outcomes = Vec::new();
+            if core.replication.take_outcomes(&mut outcomes) {
+                let values = self.outstanding[pos].take().expect("outcomes of a proposal");
+                assert_eq!(values.len(), outcomes.len(), "one outcome per request");
+                for (value, outcome) in values.into_iter().zip(&outcomes) {
+                    if let Ok(index) = outcome {
+                        self.acked.push((*index, value));
+                    }
                 }
-                self.outcomes[pos] = Some(outcome);
+                self.outcomes[pos] = Some(outcomes);
             }
         }
         self.world.run_until(now + QUANTUM_NS);
@@ -177,8 +184,8 @@ impl SimCluster {
         while self.world.now_ns() < end {
             self.round();
             self.cores[pos].as_ref()?;
-            if let Some(outcome) = self.outcomes[pos].take() {
-                return Some(outcome);
+            if let Some(mut outcomes) = self.outcomes[pos].take() {
+                return outcomes.pop();
             }
         }
         None
@@ -187,10 +194,15 @@ impl SimCluster {
     /// Hands `value` to replica `pos` without waiting. Its outcome lands in `outcomes[pos]`
     /// (and `acked`) during later rounds.
     pub fn submit(&mut self, pos: usize, value: &[u8]) -> Result<(), ProposeError> {
+        self.submit_many(pos, &[value])
+    }
+
+    /// Hands several requests to replica `pos` at once (batched, several entries outstanding).
+    pub fn submit_many(&mut self, pos: usize, values: &[&[u8]]) -> Result<(), ProposeError> {
         let now = self.world.now_ns();
         let core = self.cores[pos].as_mut().expect("a live replica");
-        core.replication.submit(value, now)?;
-        self.outstanding[pos] = Some(value.to_vec());
+        core.replication.submit(values.iter().copied(), now)?;
+        self.outstanding[pos] = Some(values.iter().map(|v| v.to_vec()).collect());
         self.outcomes[pos] = None;
         Ok(())
     }
@@ -232,7 +244,7 @@ impl SimCluster {
         self.paused[pos] = false;
     }
 
-    /// Agreement: every two replicas applied the same value at every index both applied, and
+    /// Agreement: every two replicas applied the same entry at every index both applied, and
     /// each applied indexes in order with no gaps.
     pub fn check_agreement(&self) {
         for (pos, seq) in self.applied.iter().enumerate() {
@@ -249,8 +261,8 @@ impl SimCluster {
                         x[i],
                         y[i],
                         "replicas {a} and {b} disagree at index {i}: {:?} vs {:?}",
-                        String::from_utf8_lossy(&x[i].1),
-                        String::from_utf8_lossy(&y[i].1)
+                        readable(&x[i].1),
+                        readable(&y[i].1)
                     );
                 }
             }
@@ -261,13 +273,17 @@ impl SimCluster {
     pub fn check_acked_applied(&self, pos: usize) {
         let seq = &self.applied[pos];
         for (index, value) in &self.acked {
-            let got = seq.get(*index as usize);
-            assert_eq!(
-                got.map(|(_, v)| v),
-                Some(value),
-                "acknowledged {:?} at {index} is not what replica {pos} applied there",
-                String::from_utf8_lossy(value)
+            let got = seq.get(*index as usize).map(|(_, requests)| requests);
+            assert!(
+                got.is_some_and(|requests| requests.contains(value)),
+                "acknowledged {:?} at {index} is not in what replica {pos} applied there: {:?}",
+                String::from_utf8_lossy(value),
+                got.map(|r| readable(r))
             );
         }
     }
+}
+
+fn readable(requests: &[Vec<u8>]) -> Vec<std::borrow::Cow<'_, str>> {
+    requests.iter().map(|r| String::from_utf8_lossy(r)).collect()
 }

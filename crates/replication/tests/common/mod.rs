@@ -60,6 +60,7 @@ impl Cluster {
             replicas,
             layout,
             permission_grace_ns: 1_000,
+            outstanding_max: 1,
         })
         .unwrap();
         Cluster {
@@ -72,6 +73,30 @@ impl Cluster {
             held: VecDeque::new(),
             actions: Vec::new(),
             now_ns: 0,
+        }
+    }
+
+    /// Replaces the leader with one that keeps up to `outstanding_max` entries in flight
+    /// (§7.4); before it leads.
+    pub fn set_outstanding(&mut self, outstanding_max: usize) {
+        self.leader = Leader::new(LeaderConfig {
+            me: self.leader.me(),
+            replicas: ReplicaSet::new(self.ids.clone()).unwrap(),
+            layout: self.layout,
+            permission_grace_ns: 1_000,
+            outstanding_max,
+        })
+        .unwrap();
+    }
+
+    /// The entry at `index` in replica `pos`'s log, whole, if complete: (in flight before it,
+    /// value).
+    pub fn entry_counts(&self, pos: usize, index: u64) -> Option<(u16, Vec<u8>)> {
+        let mut slot = vec![0; self.layout.slot_bytes() as usize];
+        self.mems[pos].read(Area::Log, self.layout.slot_offset(index), &mut slot);
+        match self.layout.decode(index, &slot) {
+            mu_log::Slot::Entry(e) => Some((e.in_flight_before, e.value.to_vec())),
+            _ => None,
         }
     }
 
