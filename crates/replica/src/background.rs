@@ -273,13 +273,10 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Delivers our replication plane's permission request to every permission manager,
     /// ours included (§5.2: "a simple RDMA Write to a permission request array").
     fn send_requests(&mut self) -> bool {
-        let word = self.shared.request_word.load(Ordering::Acquire);
-        if word == 0 {
-            return false;
-        }
         let mut busy = false;
         for pos in 0..self.replicas.len() {
-            if self.peers[pos].request_sent == word {
+            let word = self.shared.requests[pos].load(Ordering::Acquire);
+            if word == 0 || self.peers[pos].request_sent == word {
                 continue;
             }
             if pos == self.me_pos {

@@ -436,12 +436,12 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         if self.leader.phase() == Phase::Permissions {
             self.leader.retry_permissions(&mut self.actions);
-        } else if self.acked.contains(&false) {
+        } else if self.leader.confirmed().len() < self.replicas.len() {
             // Leading without some replica: ask it again now and then (its request or our
             // connection to it may have been lost, or it was dropped as unreachable and is
-            // back). A grant that arrives grows the confirmed set; the others' permission
-            // managers just acknowledge again (no revoke: we hold their logs).
-            self.request_permissions(now_ns);
+            // back). A grant that arrives grows the confirmed set. Only those are asked: see
+            // `Shared::requests`.
+            self.request_permissions(now_ns, true);
         } else {
             return false;
         }
@@ -491,7 +491,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                     // The engine asks every replica at once; one request word serves them all.
                     if !requested {
                         requested = true;
-                        self.request_permissions(now_ns);
+                        self.request_permissions(now_ns, false);
                     }
                 }
                 Action::Post { peer, wr_id, op, signaled } => self.post(peer, wr_id, op, signaled),
@@ -543,8 +543,9 @@ impl<F: Fabric> ReplicationDriver<F> {
     }
 
     /// A new round of permission requests (§5.2): reconnect our own sides that broke, then
-    /// publish a new request word for the background plane to deliver.
-    fn request_permissions(&mut self, now_ns: u64) {
+    /// publish a new request word for the background plane to deliver, to every replica or,
+    /// with `missing_only`, to those the engine leads without.
+    fn request_permissions(&mut self, now_ns: u64, missing_only: bool) {
         for pos in 0..self.replicas.len() {
             let peer = self.replicas.ids()[pos];
             if peer == self.me || self.connected[pos] {
@@ -559,9 +560,15 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         self.request_seq = self.request_seq.wrapping_add(1).max(1);
         self.request_word = request_word(self.boot_id, self.request_seq);
-        self.acked.fill(false);
         self.permissions_since_ns = now_ns;
-        self.shared.request_word.store(self.request_word, Ordering::Release);
+        let confirmed = self.leader.confirmed();
+        for pos in 0..self.replicas.len() {
+            if missing_only && confirmed.contains(&self.replicas.ids()[pos]) {
+                continue;
+            }
+            self.acked[pos] = false;
+            self.shared.requests[pos].store(self.request_word, Ordering::Release);
+        }
     }
 
     fn post(&mut self, peer: NodeId, wr_id: u64, op: RemoteOp, signaled: bool) {

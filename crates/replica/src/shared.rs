@@ -10,8 +10,12 @@ const NO_LEADER: u32 = u32::MAX;
 pub(crate) struct Shared {
     /// The leader the failure detector elected (background).
     leader: AtomicU32,
-    /// The current permission request word, 0 for none (replication).
-    pub request_word: AtomicU64,
+    /// By position, the permission request word to deliver to that replica's permission
+    /// manager, 0 for none (replication). Per replica, because a leader asking again for the
+    /// replicas it lacks must not ask the others: a manager that gave our log access to another
+    /// leader meanwhile would give it back silently, and we would go on without noticing that
+    /// their log changed hands in between.
+    pub requests: Vec<AtomicU64>,
     /// Each replica's log head as last read, by position (background).
     pub heads: Vec<AtomicU64>,
     /// This replica's FUO as its leader engine knows it (replication).
@@ -47,7 +51,7 @@ impl Shared {
     pub fn new(eligible: bool, replicas_count: usize) -> Shared {
         Shared {
             leader: AtomicU32::new(NO_LEADER),
-            request_word: AtomicU64::new(0),
+            requests: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             heads: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             fuo: AtomicU64::new(0),
             loop_count: AtomicU64::new(0),

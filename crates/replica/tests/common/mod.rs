@@ -176,16 +176,27 @@ impl SimCluster {
         value: &[u8],
         limit_ns: u64,
     ) -> Option<Result<u64, ProposeError>> {
+        self.propose_many(pos, &[value], limit_ns)?.pop()
+    }
+
+    /// Proposes several requests at once at replica `pos` and runs until they have outcomes,
+    /// for at most `limit_ns`.
+    pub fn propose_many(
+        &mut self,
+        pos: usize,
+        values: &[&[u8]],
+        limit_ns: u64,
+    ) -> Option<Vec<Result<u64, ProposeError>>> {
         let now = self.world.now_ns();
-        if let Err(e) = self.submit(pos, value) {
-            return Some(Err(e));
+        if let Err(e) = self.submit_many(pos, values) {
+            return Some(values.iter().map(|_| Err(e.clone())).collect());
         }
         let end = now + limit_ns;
         while self.world.now_ns() < end {
             self.round();
             self.cores[pos].as_ref()?;
-            if let Some(mut outcomes) = self.outcomes[pos].take() {
-                return outcomes.pop();
+            if let Some(outcomes) = self.outcomes[pos].take() {
+                return Some(outcomes);
             }
         }
         None
