@@ -5,7 +5,8 @@
 //! acknowledged is in it at its index.
 //!
 //! Each replica is this test binary run again as `child_main`, told what to be by environment
-//! variables. It proposes `n<id>-<k>` whenever it leads, appends every acknowledged proposal to
+//! variables. It proposes `n<id>-<k>` whenever it leads (alone, or in groups of up to
+//! `MU_RT_GROUP` requests, batched two per entry with three entries in flight, §7.4), appends every acknowledged proposal to
 //! `acked-<id>.log` as soon as it is acknowledged (so that a killed leader's acknowledgements
 //! survive it), keeps what it applies in memory, and writes it to `applied-<id>.log` when the
 //! test asks it to stop (the `stop` file).
@@ -44,6 +45,7 @@ fn child_main() {
     let me: u16 = std::env::var("MU_RT_NODE").expect("MU_RT_NODE").parse().unwrap();
     let n: u16 = std::env::var("MU_RT_N").expect("MU_RT_N").parse().unwrap();
     let slots: u64 = std::env::var("MU_RT_SLOTS").expect("MU_RT_SLOTS").parse().unwrap();
+    let group: u64 = std::env::var("MU_RT_GROUP").map_or(1, |g| g.parse().unwrap());
     let mode = match std::env::var("MU_RT_MODE").as_deref() {
         Ok("direct") => Mode::Direct,
         _ => Mode::Handover,
@@ -51,7 +53,10 @@ fn child_main() {
     let fabric = ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(me))).expect("fabric");
     let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, String)>::new()));
     let sink = applied.clone();
-    let replica = Replica::start(config(n, me, slots), fabric, mode, move |index, value| {
+    let mut config = config(n, me, slots);
+    config.batch_requests_max = 2;
+    config.outstanding_max = 3;
+    let replica = Replica::start(config, fabric, mode, move |index, value| {
         sink.lock().unwrap().push((index, String::from_utf8_lossy(value).into_owned()));
     })
     .expect("replica starts");
@@ -62,6 +67,7 @@ fn child_main() {
         .expect("acked log");
     std::fs::write(dir.join(format!("ready-{me}")), b"").unwrap();
     let mut k = 0u64;
+    let mut outcomes = Vec::new();
     let mut last_status = Instant::now();
     while !dir.join("stop").exists() {
         if last_status.elapsed() > Duration::from_millis(100) {
@@ -74,14 +80,22 @@ fn child_main() {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        let value = format!("n{me}-{k}");
-        k += 1;
-        match replica.propose(value.as_bytes()) {
-            Ok(index) => {
-                // One write per acknowledgement: it must outlive a SIGKILL right after.
-                acked.write_all(format!("{index} {value}\n").as_bytes()).unwrap();
+        let size = 1 + k % group;
+        let values: Vec<String> = (k..k + size).map(|j| format!("n{me}-{j}")).collect();
+        k += size;
+        let requests: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+        replica.propose_many(&requests, &mut outcomes);
+        let mut lines = String::new();
+        for (value, outcome) in values.iter().zip(&outcomes) {
+            if let Ok(index) = outcome {
+                lines.push_str(&format!("{index} {value}\n"));
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        if lines.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            // One write per call: the acknowledgements must outlive a SIGKILL right after.
+            acked.write_all(lines.as_bytes()).unwrap();
         }
     }
     // Let the replayer catch up with what the leader committed last.
@@ -105,10 +119,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(tag: &str, n: u16, mode: &str) -> Cluster {
-        Cluster::start_with(tag, n, mode, SLOTS)
+        Cluster::start_with(tag, n, mode, SLOTS, 1)
     }
 
-    fn start_with(tag: &str, n: u16, mode: &str, slots: u64) -> Cluster {
+    /// `group`: each call proposes up to this many requests at once.
+    fn start_with(tag: &str, n: u16, mode: &str, slots: u64, group: u64) -> Cluster {
         let base = if Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
         } else {
@@ -127,6 +142,7 @@ impl Cluster {
                         .env("MU_RT_N", n.to_string())
                         .env("MU_RT_MODE", mode)
                         .env("MU_RT_SLOTS", slots.to_string())
+                        .env("MU_RT_GROUP", group.to_string())
                         .stdout(Stdio::null())
                         .spawn()
                         .expect("spawn replica"),
@@ -162,19 +178,19 @@ impl Cluster {
             out.push_str(&format!(
                 "\n  replica {me}: {} acked {} {range:?}",
                 status.unwrap_or_default(),
-                acked.len()
+                acked.values().map(Vec::len).sum::<usize>()
             ));
         }
         out
     }
 
-    /// The proposals replica `me` acknowledged, index → value.
-    fn acked(&self, me: usize) -> BTreeMap<u64, String> {
+    /// The proposals replica `me` acknowledged, index → values.
+    fn acked(&self, me: usize) -> BTreeMap<u64, Vec<String>> {
         read_log(&self.dir.join(format!("acked-{me}.log")))
     }
 
     fn acked_count(&self, me: usize) -> usize {
-        self.acked(me).len()
+        self.acked(me).values().map(Vec::len).sum()
     }
 
     /// Acknowledgements by every replica but `except`.
@@ -214,11 +230,12 @@ impl Cluster {
             }
         }
         self.children.clear();
-        let applied: Vec<(usize, BTreeMap<u64, String>)> = live
+        let applied: Vec<(usize, BTreeMap<u64, Vec<String>>)> = live
             .iter()
             .map(|&me| (me, read_log(&self.dir.join(format!("applied-{me}.log")))))
             .collect();
-        let longest = applied.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
+        let longest =
+            applied.iter().map(|(_, a)| a.values().map(Vec::len).sum()).max().unwrap_or(0);
         for (me, a) in &applied {
             for (k, index) in a.keys().enumerate() {
                 assert_eq!(*index, k as u64, "replica {me} applied with a gap before {index}");
@@ -237,12 +254,15 @@ impl Cluster {
         // by the replica that applied the most (the others may lag by the last entries).
         let (best, most) = applied.iter().max_by_key(|(_, a)| a.len()).expect("a live replica");
         for me in 0..8 {
-            for (index, value) in self.acked(me) {
-                assert_eq!(
-                    most.get(&index),
-                    Some(&value),
-                    "acknowledged {value} at {index} (by {me}) is not what replica {best} applied"
-                );
+            for (index, values) in self.acked(me) {
+                for value in values {
+                    assert!(
+                        most.get(&index).is_some_and(|applied| applied.contains(&value)),
+                        "acknowledged {value} at {index} (by {me}) is not in what replica {best} \
+                         applied there: {:?}",
+                        most.get(&index)
+                    );
+                }
             }
         }
         longest
@@ -259,12 +279,15 @@ impl Drop for Cluster {
     }
 }
 
-fn read_log(path: &Path) -> BTreeMap<u64, String> {
+/// Lines of "index value", as index → values in the order of the lines (requests batched
+/// into one entry share its index).
+fn read_log(path: &Path) -> BTreeMap<u64, Vec<String>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(i, v)| (i.parse().expect("index"), v.to_string()))
-        .collect()
+    let mut log: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for (i, v) in text.lines().filter_map(|l| l.split_once(' ')) {
+        log.entry(i.parse().expect("index")).or_default().push(v.to_string());
+    }
+    log
 }
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -292,11 +315,12 @@ fn t10_leader_sigkill_three_replicas() {
     assert!(len >= 400, "applied {len}");
 }
 
-/// The same with five replicas, in direct mode, and two failures: a follower, then the leader.
+/// The same with five replicas, in direct mode, proposing groups of requests (batched, several
+/// entries in flight), and two failures: a follower, then the leader.
 #[test]
 fn t11_follower_then_leader_sigkill_five_replicas() {
     let _serial = one_at_a_time();
-    let mut c = Cluster::start("kill5", 5, "direct");
+    let mut c = Cluster::start_with("kill5", 5, "direct", SLOTS, 6);
     c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
     c.kill(3);
     let before = c.acked_count(0);
@@ -311,10 +335,11 @@ fn t11_follower_then_leader_sigkill_five_replicas() {
 /// 1 is elected and revokes the old leader's access to the followers' logs. When the old leader
 /// continues (SIGCONT), its writes fail and it must ask for permission again; it leads again only
 /// once the others see its heartbeat (the lowest live id leads), after catching up from them.
+/// Requests go in groups (batched, several entries in flight).
 #[test]
 fn t20_leader_sigstop_then_sigcont() {
     let _serial = one_at_a_time();
-    let c = Cluster::start("stop3", 3, "handover");
+    let c = Cluster::start_with("stop3", 3, "handover", SLOTS, 6);
     c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 300);
     let before = c.acked_by_others(0);
     c.signal(0, libc::SIGSTOP);
@@ -330,7 +355,7 @@ fn t20_leader_sigstop_then_sigcont() {
 #[test]
 fn t40_recycling_under_load() {
     let _serial = one_at_a_time();
-    let c = Cluster::start_with("recycle3", 3, "handover", 64);
+    let c = Cluster::start_with("recycle3", 3, "handover", 64, 1);
     c.wait_for("the log goes round 50 times", WITHIN, |c| c.acked_count(0) >= 50 * 64);
     let len = c.stop_and_check();
     assert!(len >= 50 * 64, "applied {len}");
