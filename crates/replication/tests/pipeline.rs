@@ -25,6 +25,19 @@ fn prepared(k: usize) -> Cluster {
     c
 }
 
+/// `prepared(4)`, with both followers under `fault`, then "b" to "e" proposed and everything
+/// that can be delivered delivered.
+fn four_proposed_with(fault: Fault) -> Cluster {
+    let mut c = prepared(4);
+    c.faults[1] = fault;
+    c.faults[2] = fault;
+    for v in [b"b", b"c", b"d", b"e"] {
+        c.propose(v).unwrap();
+    }
+    c.run();
+    c
+}
+
 fn accepts_posted_since(c: &Cluster, since: usize) -> Vec<(usize, u64)> {
     c.posts_since(since)
         .into_iter()
@@ -94,13 +107,7 @@ fn t20_commits_in_index_order_whatever_order_acks_arrive() {
 /// entry after it says it is decided, so it never applies one its leader may not commit.
 #[test]
 fn t30_followers_learn_decisions_from_the_counts() {
-    let mut c = prepared(4);
-    c.faults[1] = Fault::Held;
-    c.faults[2] = Fault::Held;
-    for v in [b"b", b"c", b"d", b"e"] {
-        c.propose(v).unwrap();
-    }
-    c.run();
+    let mut c = four_proposed_with(Fault::Held);
     // Follower 1's log receives the four writes; the leader hears nothing back yet.
     for p in c.held.iter().filter(|p| p.peer == NodeId(1)) {
         if let RemoteOp::WriteFromLog { offset, len } = p.op {
@@ -120,7 +127,7 @@ fn t30_followers_learn_decisions_from_the_counts() {
         [(0, b"a".to_vec())],
         "1 to 4 were in flight: the entries after 1 say it was not known decided"
     );
-    // The leader commits them and goes on with the next value, which says so.
+    // The leader commits them; the next value's entry says so.
     c.release(1);
     c.release(2);
     c.run();
@@ -129,7 +136,11 @@ fn t30_followers_learn_decisions_from_the_counts() {
     c.run();
     replayer.poll(&mut c.mems[1], |i, _, v| applied.push((i, v.to_vec())));
     let values: Vec<&[u8]> = applied.iter().map(|(_, v)| &v[..]).collect();
-    assert_eq!(values, [&b"a"[..], b"b", b"c", b"d", b"e"], "f is the last: not known decided");
+    assert_eq!(
+        values,
+        [&b"a"[..], b"b", b"c", b"d", b"e", b"f"],
+        "f too: the leader, idle again, wrote its FUO"
+    );
 }
 
 /// Listing 2 "If it still thinks it is the leader, it calls propose again", with several
@@ -137,13 +148,7 @@ fn t30_followers_learn_decisions_from_the_counts() {
 /// through prepare, and each is committed once, in the order proposed.
 #[test]
 fn t40_an_abort_with_entries_in_flight_proposes_them_again_in_order() {
-    let mut c = prepared(4);
-    c.faults[1] = Fault::Denied;
-    c.faults[2] = Fault::Denied;
-    for v in [b"b", b"c", b"d", b"e"] {
-        c.propose(v).unwrap();
-    }
-    c.run();
+    let mut c = four_proposed_with(Fault::Denied);
     assert!(!c.aborts().is_empty(), "the refused writes abort the attempt");
     assert_eq!(c.leader.phase(), Phase::Permissions);
     assert_eq!(c.leader.proposals_count(), 4, "the values stay queued");
