@@ -8,6 +8,7 @@
 //! offset 0     minProposal  u64   the smallest proposal number a leader may accept with here
 //! offset 64    FUO          u64   first undecided offset: lower indexes are decided
 //! offset 128   log head     u64   first index not yet applied here (read by the leader, §5.3)
+//! offset 192   admitted     u64   1 + a leader's FUO when it last brought this log up to date
 //! offset 256   slots_count slots of slot_bytes each; log index i lives in slot i mod slots_count
 //! ```
 //!
@@ -51,6 +52,10 @@ pub const MIN_PROPOSAL_OFFSET: u64 = 0;
 pub const FUO_OFFSET: u64 = 64;
 /// Offset of the log-head word.
 pub const HEAD_OFFSET: u64 = 128;
+/// Offset of the word a leader writes after bringing this log up to date (Listing 4): 1 + its
+/// FUO then. A recovering replica (restarted, its log lost) learns from it that a leader took it
+/// back, and up to where it must apply before it may lead.
+pub const ADMITTED_OFFSET: u64 = 192;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: u64 = 256;
 /// Bytes of an entry before its value.

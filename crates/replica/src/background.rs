@@ -15,7 +15,7 @@ use mu_fabric::{
 };
 use mu_log::HEAD_OFFSET;
 use mu_replication::{
-    Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
+    Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet, ACK_RECOVERING,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -375,6 +375,13 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             PermStep::Ack { peer, word } => {
                 let pos = self.replicas.position(peer).expect("acks go to replicas");
+                // A recovering replica says so with its grant: the leader must not count it in
+                // the majority it prepares with.
+                let word = if self.shared.eligible.load(Ordering::Acquire) {
+                    word
+                } else {
+                    word | ACK_RECOVERING
+                };
                 if pos == self.me_pos {
                     self.store(ack_offset(pos), word);
                 } else if self.peers[pos].connected {

@@ -35,9 +35,12 @@ pub struct ReplicaConfig {
     /// Most entries in the accept phase at once (§7.4): a leader writes the next entry before
     /// the previous one is committed, up to this many.
     pub outstanding_max: usize,
-    /// Whether this replica may lead: true for a member of a cluster started together (every
-    /// log starts empty at index 0); false for one that joins later with an empty log, until a
-    /// state transfer gives it the others' state.
+    /// Whether this replica is a member in good standing: true for a member of a cluster
+    /// started together (every log starts empty at index 0). **False for a replica that
+    /// restarts** (its log and what it accepted are lost): it rejoins recovering, is not counted
+    /// in a new leader's majority until that leader prepared without it, and may lead once it
+    /// applied the log a leader gave it back. Restarting with `true` could decide a second
+    /// value where the lost log had helped choose one.
     pub eligible: bool,
 }
 

@@ -10,10 +10,10 @@ use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PostError,
     RemoteAddr, Source, Status, WorkRequest,
 };
-use mu_log::{EntryKind, LogLayout};
+use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET};
 use mu_replication::{
-    request_word, AbortReason, Action, Leader, Phase, RemoteOp, Replayer, ReplicaSet, LOG_REGION,
-    SCRATCH_REGION,
+    request_word, AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer,
+    ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -358,6 +358,14 @@ impl<F: Fabric> ReplicationDriver<F> {
         });
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
         self.note_ready(now_ns);
+        if self.eligible_again_at.is_none() && !self.shared.eligible.load(Ordering::Acquire) {
+            // Recovering (restarted with its log lost): eligible once a leader took it back and
+            // it applied what that leader had decided then.
+            let admitted = self.mem.load_u64(Area::Log, ADMITTED_OFFSET);
+            if admitted != 0 {
+                self.eligible_again_at = Some(admitted - 1);
+            }
+        }
         if self.eligible_again_at.is_some_and(|at| self.replayer.head() >= at) {
             self.eligible_again_at = None;
             self.shared.eligible.store(true, Ordering::Release);
@@ -423,11 +431,13 @@ impl<F: Fabric> ReplicationDriver<F> {
                 continue;
             }
             let word = self.background.load_u64(ack_offset(pos) as usize).unwrap_or(0);
-            if word == self.request_word {
+            if word & !ACK_RECOVERING == self.request_word {
                 self.acked[pos] = true;
                 busy = true;
                 let peer = self.replicas.ids()[pos];
-                self.leader.on_permission(peer, true, now_ns, &mut self.mem, &mut self.actions);
+                let grant =
+                    if word & ACK_RECOVERING == 0 { Grant::Member } else { Grant::Recovering };
+                self.leader.on_permission(peer, grant, now_ns, &mut self.mem, &mut self.actions);
             }
         }
         let waited_ns = now_ns.saturating_sub(self.permissions_since_ns);
@@ -558,7 +568,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             let conn = ConnId::new(peer, replication_channel(self.me, peer));
             self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();
         }
-        self.request_seq = self.request_seq.wrapping_add(1).max(1);
+        self.request_seq = (self.request_seq % REQUEST_SEQ_MAX) + 1;
         self.request_word = request_word(self.boot_id, self.request_seq);
         self.permissions_since_ns = now_ns;
         let confirmed = self.leader.confirmed();

@@ -213,7 +213,46 @@ fn t60_batches_and_entries_in_flight() {
     c.check_acked_applied(1);
 }
 
-/// Randomized: pauses, crashes and partitions at random (never more than a minority crashed),
+/// A follower crashes and restarts with its log lost: it comes back recovering (not counted in
+/// a new leader's prepare majority, not eligible to lead), is taken back once the leader has
+/// prepared without it, applies the whole log again, becomes eligible, and can then lead.
+#[test]
+fn t70_a_restarted_replica_rejoins_and_can_lead() {
+    let mut c = SimCluster::new(3, 70);
+    c.await_leader(5_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    c.crash(1);
+    for i in 0..10 {
+        c.propose_anywhere(format!("without 1: {i}").as_bytes(), 5_000_000);
+    }
+    c.restart(1);
+    let status = c.cores[1].as_ref().unwrap().status();
+    assert!(!status.eligible, "a restarted replica starts recovering: {status:?}");
+    // The leader re-asks the replicas it lacks now and then; the next proposal prepares.
+    let mut k = 0;
+    while !c.cores[1].as_ref().unwrap().status().eligible {
+        assert!(k < 200, "replica 1 not eligible again: {}", c.describe());
+        c.propose_anywhere(format!("with 1 back: {k}").as_bytes(), 5_000_000);
+        c.run_for(100_000);
+        k += 1;
+    }
+    c.check_agreement();
+    assert!(c.applied[1].len() >= 20, "applied the whole log again: {}", c.applied[1].len());
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1), "eligible again, lowest id: it leads");
+    for i in 0..5 {
+        c.propose_anywhere(format!("led by 1: {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(2);
+}
+
+/// Randomized: pauses, crashes, restarts with the log lost, and partitions at random (never more
+/// than a minority crashed or recovering),
 /// proposals throughout, alone or in groups (batched, several entries in flight, §7.4); then every fault is healed and the cluster must commit again. Checks
 /// agreement and that nothing acknowledged was lost. A failure names its seed.
 #[test]
@@ -226,13 +265,14 @@ fn t90_random_faults() {
     }
 }
 
-/// Found by seed 168 of the random sweep: an idle leader that re-asked for permission every
-/// replica, the ones it already held included, got back silently the logs another leader had
-/// taken and written meanwhile, and overwrote a decided entry with prepare omitted. A leader now
-/// re-asks only the replicas it leads without.
+/// Found by the random sweep (seed 168 then; seed 480 of the sweep as it is now reproduces it
+/// with the bug put back): an idle leader that re-asked for permission every replica, the ones
+/// it already held included, got back silently the logs another leader had taken and written
+/// meanwhile, and overwrote a decided entry with prepare omitted. A leader now re-asks only the
+/// replicas it leads without.
 #[test]
 fn t91_rerequests_never_silently_regain_a_log() {
-    random_run(168);
+    random_run(480);
 }
 
 fn first_seed() -> u64 {
@@ -248,16 +288,25 @@ fn random_run(seed: u64) {
         config.outstanding_max = 3;
     });
     let max_crashed = (n as usize - 1) / 2;
-    let mut crashed = 0;
+    // Crashed, or restarted and still recovering: not a full member.
+    let out_count = |c: &SimCluster| {
+        c.cores.iter().filter(|core| core.as_ref().is_none_or(|k| !k.status().eligible)).count()
+    };
     c.await_leader(10_000_000);
     let mut partitions = Vec::new();
     for step in 0..60 {
         match rng.below(10) {
-            0 if crashed < max_crashed => {
+            0 if out_count(&c) < max_crashed => {
                 let pos = rng.below(n as u64) as usize;
                 if c.cores[pos].is_some() {
                     c.crash(pos);
-                    crashed += 1;
+                }
+            }
+            9 if rng.below(2) == 0 => {
+                // A crashed replica restarts, its log lost.
+                let pos = rng.below(n as u64) as usize;
+                if c.cores[pos].is_none() {
+                    c.restart(pos);
                 }
             }
             1 => {

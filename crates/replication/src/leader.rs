@@ -2,7 +2,9 @@
 
 use crate::{Action, Area, Memory, RemoteOp, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
-use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, HEAD_OFFSET, MIN_PROPOSAL_OFFSET};
+use mu_log::{
+    EntryKind, LogLayout, Slot, ADMITTED_OFFSET, FUO_OFFSET, HEAD_OFFSET, MIN_PROPOSAL_OFFSET,
+};
 use std::collections::VecDeque;
 
 /// How a leader is set up.
@@ -41,6 +43,18 @@ pub enum Phase {
     /// Accept: writing values to the confirmed followers (lines 30–32), up to
     /// `outstanding_max` entries in flight once prepare is omitted.
     Accept,
+}
+
+/// What a permission manager granted along with write access to its log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A member in good standing: its log holds everything it ever accepted.
+    Member,
+    /// A replica that restarted with an empty log, or fell too far behind: it may have forgotten
+    /// values it accepted, so it must not count in the majority a leader prepares with (that
+    /// could decide a different value where the forgotten one was chosen). It is written to as
+    /// a follower only once this leader has prepared without it.
+    Recovering,
 }
 
 /// Why an attempt was aborted.
@@ -116,9 +130,12 @@ pub struct Leader {
     step: u16,
     granted: Vec<bool>,
     confirmed: Vec<bool>,
-    /// Replicas that granted permission after the confirmed set was formed: they join it once
-    /// brought up to date ("growing the confirmed set later", §4.2).
+    /// Replicas that granted permission after the confirmed set was formed, or while
+    /// recovering: they join it once brought up to date ("growing the confirmed set later",
+    /// §4.2).
     late: Vec<bool>,
+    /// Replicas whose last grant said they are recovering ([`Grant::Recovering`]).
+    recovering: Vec<bool>,
     waits: Vec<Wait>,
     majority_granted_at_ns: Option<u64>,
 
@@ -197,6 +214,7 @@ impl Leader {
             granted: vec![false; n],
             confirmed: vec![false; n],
             late: vec![false; n],
+            recovering: vec![false; n],
             waits: vec![Wait::Idle; n],
             majority_granted_at_ns: None,
             fuo: 0,
@@ -378,24 +396,26 @@ impl Leader {
         Ok(())
     }
 
-    /// `peer`'s permission manager granted us write access to its log (or refused: `granted`).
+    /// `peer`'s permission manager granted us write access to its log.
     pub fn on_permission(
         &mut self,
         peer: NodeId,
-        granted: bool,
+        grant: Grant,
         now_ns: u64,
         mem: &mut impl Memory,
         out: &mut Vec<Action>,
     ) {
         let Some(pos) = self.replicas.position(peer) else { return };
-        if self.phase == Phase::Follower || !granted {
+        if self.phase == Phase::Follower {
             return;
         }
-        if self.phase != Phase::Permissions {
-            // Too late for the confirmed set being used: it joins at the next quiet moment.
+        self.recovering[pos] = grant == Grant::Recovering;
+        if self.phase != Phase::Permissions || self.recovering[pos] {
+            // Too late for the confirmed set being used, or not to be counted in it: it joins
+            // at the next quiet moment it may.
             if !self.confirmed[pos] {
                 self.late[pos] = true;
-                if self.phase == Phase::Ready && self.queue.is_empty() {
+                if self.phase == Phase::Ready && self.queue.is_empty() && self.any_admissible() {
                     self.admit_late(mem, out);
                 }
             }
@@ -699,6 +719,9 @@ impl Leader {
                 RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo },
                 true,
             );
+            // Then, after everything else on the same connection: taken back up to here.
+            let admitted = RemoteOp::WriteWord { offset: ADMITTED_OFFSET, value: self.fuo + 1 };
+            Leader::post(out, peer, wr, admitted, false);
         }
         if self.confirmed_count() < self.replicas.majority() {
             return self.abort(AbortReason::LostMajority, out);
@@ -738,18 +761,30 @@ impl Leader {
     /// old majority did not.
     fn admit_late(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         for pos in 0..self.replicas.len() {
-            if self.late[pos] {
+            if self.admissible(pos) {
                 self.confirmed[pos] = true;
+                self.late[pos] = false;
             }
         }
-        self.late.fill(false);
         self.begin_read_fuos(mem, out);
+    }
+
+    /// Whether the late replica at `pos` may join now. A recovering one waits until we have
+    /// prepared without it: prepare found nothing accepted at our FUO or after it in a majority
+    /// that did not include it, so every value ever chosen is below our FUO, in our log, and
+    /// update-followers gives it to the newcomer; what it forgot no longer matters.
+    fn admissible(&self, pos: usize) -> bool {
+        self.late[pos] && (!self.recovering[pos] || self.prepared)
+    }
+
+    fn any_admissible(&self) -> bool {
+        (0..self.replicas.len()).any(|pos| self.admissible(pos))
     }
 
     /// Up to date, nothing in flight: replicate the pending values, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         debug_assert!(self.in_flight.is_empty());
-        if self.late.contains(&true) {
+        if self.any_admissible() {
             return self.admit_late(mem, out);
         }
         if self.queue.is_empty() {
@@ -797,7 +832,7 @@ impl Leader {
         debug_assert!(self.phase == Phase::Accept && self.prepared);
         while self.mine_in_flight < self.queue.len()
             && self.in_flight.len() < self.outstanding_max
-            && !self.late.contains(&true)
+            && !self.any_admissible()
         {
             let index = self.fuo + self.in_flight.len() as u64;
             if !self.make_room(index, mem) {

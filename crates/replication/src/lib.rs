@@ -20,8 +20,12 @@ mod permissions;
 mod replayer;
 
 pub use detector::{Detector, DetectorConfig, FateSharing};
-pub use leader::{AbortReason, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS};
-pub use permissions::{request_word, split_request, PermStep, PermissionManager};
+pub use leader::{
+    AbortReason, Grant, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS,
+};
+pub use permissions::{
+    request_word, split_request, PermStep, PermissionManager, ACK_RECOVERING, REQUEST_SEQ_MAX,
+};
 pub use replayer::Replayer;
 
 use mu_fabric::NodeId;

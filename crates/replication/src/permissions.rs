@@ -11,14 +11,22 @@
 use crate::ReplicaSet;
 use mu_fabric::NodeId;
 
+/// Set in an acknowledgement (which otherwise repeats the request word) by a permission manager
+/// whose replica is recovering: see [`crate::Grant::Recovering`]. Sequence numbers stay below it.
+pub const ACK_RECOVERING: u64 = 1 << 31;
+
+/// The largest sequence number of a request word.
+pub const REQUEST_SEQ_MAX: u32 = (ACK_RECOVERING - 1) as u32;
+
 /// A request word: the requester's incarnation in the high half, a sequence number it bumps for
-/// every new request in the low half. 0 means "no request", so the pair (0, 0) is not a request:
-/// requesters number their requests from 1.
+/// every new request in the low half (at most [`REQUEST_SEQ_MAX`]). 0 means "no request", so the
+/// pair (0, 0) is not a request: requesters number their requests from 1.
 pub fn request_word(incarnation: u32, seq: u32) -> u64 {
     assert!(
         incarnation != 0 || seq != 0,
         "request (incarnation 0, seq 0) would read as no request"
     );
+    assert!(seq <= REQUEST_SEQ_MAX, "request sequence number {seq} has the recovering bit");
     (u64::from(incarnation) << 32) | u64::from(seq)
 }
 

@@ -4,7 +4,7 @@
 use mu_fabric::NodeId;
 use mu_replication::{
     request_word, split_request, Detector, DetectorConfig, FateSharing, PermStep,
-    PermissionManager, ReplicaSet,
+    PermissionManager, ReplicaSet, ACK_RECOVERING, REQUEST_SEQ_MAX,
 };
 use std::collections::BTreeSet;
 
@@ -323,9 +323,12 @@ fn t50_request_words() {
     let w = request_word(7, 3);
     assert_eq!(w, (7 << 32) | 3);
     assert_eq!(split_request(w), (7, 3));
-    assert_eq!(split_request(request_word(u32::MAX, u32::MAX)), (u32::MAX, u32::MAX));
+    let highest = REQUEST_SEQ_MAX;
+    assert_eq!(split_request(request_word(u32::MAX, highest)), (u32::MAX, highest));
+    assert_eq!(request_word(u32::MAX, highest) & ACK_RECOVERING, 0, "the recovering bit is free");
     assert_ne!(request_word(0, 1), 0);
     assert!(std::panic::catch_unwind(|| request_word(0, 0)).is_err());
+    assert!(std::panic::catch_unwind(|| request_word(1, highest + 1)).is_err());
 }
 
 /// §5.2: "r revokes write access from the current holder, grants write access to ℓ, and sends

@@ -6,7 +6,7 @@ use common::{Cluster, Fault};
 use mu_fabric::NodeId;
 use mu_log::{Integrity, LogLayout, FUO_OFFSET, MIN_PROPOSAL_OFFSET};
 use mu_replication::{
-    AbortReason, Action, Area, Memory, Phase, ProposeError, RemoteOp, ReplicaSet,
+    AbortReason, Action, Area, Grant, Memory, Phase, ProposeError, RemoteOp, ReplicaSet,
     CATCH_UP_BATCH_SLOTS,
 };
 
@@ -41,12 +41,12 @@ fn t20_permissions_from_a_majority_then_the_grace_period() {
     let me = c.me();
     let mut out = Vec::new();
     for p in [0, 1, 2] {
-        c.leader.on_permission(NodeId(p), true, 0, &mut c.mems[me], &mut out);
+        c.leader.on_permission(NodeId(p), Grant::Member, 0, &mut c.mems[me], &mut out);
     }
     assert_eq!(c.leader.phase(), Phase::Permissions, "a majority, but the grace period is running");
     c.leader.tick(500, &mut c.mems[me], &mut out);
     assert_eq!(c.leader.phase(), Phase::Permissions);
-    c.leader.on_permission(NodeId(3), true, 600, &mut c.mems[me], &mut out);
+    c.leader.on_permission(NodeId(3), Grant::Member, 600, &mut c.mems[me], &mut out);
     c.leader.tick(1_000, &mut c.mems[me], &mut out);
     assert_eq!(c.leader.phase(), Phase::ReadFuos, "grace period over");
     assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1), NodeId(2), NodeId(3)]);
@@ -408,6 +408,41 @@ fn t96_prepare_is_omitted_after_the_log_wrapped() {
     for pos in 0..3 {
         assert_eq!(c.entry(pos, slots + 6).unwrap().1, b"new 2", "replica {pos}");
     }
+}
+
+/// A replica that restarted has lost what it accepted: counted in the majority a new leader
+/// prepares with, its empty slots could hide a chosen value. Its grant says it is recovering; it
+/// does not count, and it joins only once the leader prepared without it; then update-followers
+/// gives it the log and marks it taken back (the admitted word).
+#[test]
+fn t86_a_recovering_replica_counts_only_after_prepare() {
+    let mut c = Cluster::new(3, 0);
+    // A value chosen before replica 1 restarted, at replicas 1 and 2; replica 1 forgot it.
+    c.plant(2, 0, (1 << 16) | 3, b"chosen earlier");
+    c.become_leader();
+    let me = c.me();
+    let mut out = Vec::new();
+    c.leader.on_permission(NodeId(0), Grant::Member, 0, &mut c.mems[me], &mut out);
+    c.leader.on_permission(NodeId(1), Grant::Recovering, 0, &mut c.mems[me], &mut out);
+    c.leader.tick(1_000_000, &mut c.mems[me], &mut out);
+    assert_eq!(
+        c.leader.phase(),
+        Phase::Permissions,
+        "ourselves and a recovering replica: no majority"
+    );
+    c.faults[1] = Fault::Unreachable; // no member grant from it: only the recovering one
+    c.grant_all();
+    c.faults[1] = Fault::None;
+    c.run();
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(2)]);
+    c.propose(b"mine").unwrap();
+    c.run();
+    // Prepare ran with replica 2, found the chosen value, and committed it first.
+    assert_eq!(c.committed(), [(0, false), (1, true)]);
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1), NodeId(2)], "taken back once prepared");
+    assert_eq!(c.entry(1, 0).unwrap().1, b"chosen earlier");
+    assert_eq!(c.entry(1, 1).unwrap().1, b"mine");
+    assert_eq!(c.mems[1].load_u64(Area::Log, mu_log::ADMITTED_OFFSET), 3, "1 + our FUO then");
 }
 
 /// §4.2 "growing the confirmed set later": a replica that grants permission after the confirmed

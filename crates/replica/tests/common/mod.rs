@@ -245,6 +245,20 @@ impl SimCluster {
         self.cores[pos] = None;
     }
 
+    /// Restarts crashed replica `pos` as a new process: its log and its state machine are
+    /// gone, so it starts recovering (not eligible) and applies everything again from index 0.
+    pub fn restart(&mut self, pos: usize) {
+        assert!(self.cores[pos].is_none(), "restart a crashed replica");
+        self.world.restart(NodeId(pos as u16)).unwrap();
+        self.configs[pos].eligible = false;
+        self.applied[pos].clear();
+        self.outstanding[pos] = None;
+        self.outcomes[pos] = None;
+        self.paused[pos] = false;
+        let core = self.boot(pos as u16);
+        self.cores[pos] = Some(core);
+    }
+
     pub fn pause(&mut self, pos: usize) {
         self.world.pause(NodeId(pos as u16)).unwrap();
         self.paused[pos] = true;

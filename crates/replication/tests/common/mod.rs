@@ -4,7 +4,9 @@
 
 use mu_fabric::{Completion, NodeId, OpKind, Status};
 use mu_log::{EntryKind, Integrity, LogLayout};
-use mu_replication::{Action, Area, Leader, LeaderConfig, Memory, RemoteOp, ReplicaSet, VecMemory};
+use mu_replication::{
+    Action, Area, Grant, Leader, LeaderConfig, Memory, RemoteOp, ReplicaSet, VecMemory,
+};
 use std::collections::VecDeque;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +126,13 @@ impl Cluster {
     pub fn grant(&mut self, pos: usize) {
         let me = self.me();
         let mut out = Vec::new();
-        self.leader.on_permission(self.ids[pos], true, self.now_ns, &mut self.mems[me], &mut out);
+        self.leader.on_permission(
+            self.ids[pos],
+            Grant::Member,
+            self.now_ns,
+            &mut self.mems[me],
+            &mut out,
+        );
         self.take(out);
     }
 
@@ -137,7 +145,7 @@ impl Cluster {
                 let mut out = Vec::new();
                 self.leader.on_permission(
                     self.ids[pos],
-                    true,
+                    Grant::Member,
                     self.now_ns,
                     &mut self.mems[me],
                     &mut out,
