@@ -328,7 +328,14 @@ fn checksum(index: u64, proposal: u64, kind: u8, in_flight_before: u16, value: &
         ^ ((value.len() as u64) << 8)
         ^ u64::from(kind)
         ^ (u64::from(in_flight_before) << 40));
-    let mut chunks = value.chunks_exact(8);
+    digest(h, value)
+}
+
+/// Folds `bytes` into `seed`, eight bytes at a time: the checksum of entries and of snapshots in
+/// transfer. Not cryptographic: it guards against torn and reordered writes.
+pub fn digest(seed: u64, bytes: &[u8]) -> u64 {
+    let mut h = seed;
+    let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         h = mix(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
     }

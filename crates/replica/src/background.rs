@@ -4,8 +4,11 @@
 //! own, like the replication driver.
 
 use crate::layout::{
-    ack_offset, background_channel, replication_channel, request_offset, view_offset,
-    BACKGROUND_REGION, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
+    ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
+    snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
+    FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
+    SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN,
+    SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
     STATUS_BYTES,
 };
 use crate::shared::Shared;
@@ -24,6 +27,28 @@ use std::sync::Arc;
 const KIND_HEARTBEAT: u64 = 1 << 16;
 const KIND_REQUEST: u64 = 2 << 16;
 const KIND_ACK: u64 = 3 << 16;
+const KIND_SNAPSHOT_REQUEST: u64 = 4 << 16;
+const KIND_SNAPSHOT_HEADER: u64 = 5 << 16;
+const KIND_SNAPSHOT_BODY: u64 = 6 << 16;
+
+/// A state transfer in progress, receiving side: asked `donor` with `ticket`; reading its
+/// snapshot header until it answers the ticket, then the snapshot itself.
+#[derive(Clone, Copy, Debug)]
+struct Fetch {
+    donor: usize,
+    ticket: u64,
+    body: Option<(u64, u64, u64)>, // (index, len, digest) once the header answered
+    reading: bool,
+    since_ns: u64,
+}
+
+/// How a replica that lost its log, or fell too far behind, gets the others' state.
+pub(crate) struct TransferSettings {
+    pub slots_count: u64,
+    pub snapshot_bytes_max: usize,
+    /// A fetch that takes longer is given up (the donor may have died) and tried again.
+    pub timeout_ns: u64,
+}
 const POS_BITS: u64 = 0xffff;
 
 /// One peer as the background plane sees it.
@@ -64,6 +89,14 @@ pub struct BackgroundDriver<F: Fabric> {
     requests: Vec<u64>,
     steps: Vec<PermStep>,
     completions: Vec<Completion>,
+    snapshot: F::Region,
+    transfer: TransferSettings,
+    /// Donor side: the last state-transfer ticket taken from each requester.
+    tickets_taken: Vec<u64>,
+    /// Receiving side.
+    fetch: Option<Fetch>,
+    fetch_seq: u32,
+    next_fetch_ns: u64,
 }
 
 impl<F: Fabric> BackgroundDriver<F> {
@@ -74,6 +107,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         config: DetectorConfig,
         log: F::Region,
         background: F::Region,
+        snapshot: F::Region,
+        transfer: TransferSettings,
         ep: F::Endpoint,
         shared: Arc<Shared>,
     ) -> Result<BackgroundDriver<F>, String> {
@@ -101,6 +136,12 @@ impl<F: Fabric> BackgroundDriver<F> {
             requests: vec![0; n],
             steps: Vec::with_capacity(8),
             completions: vec![Completion::EMPTY; 64],
+            snapshot,
+            transfer,
+            tickets_taken: vec![0; n],
+            fetch: None,
+            fetch_seq: 0,
+            next_fetch_ns: 0,
             replicas,
         })
     }
@@ -134,7 +175,143 @@ impl<F: Fabric> BackgroundDriver<F> {
         busy |= self.shared.set_leader(leader, self.me, now_ns);
         busy |= self.send_requests();
         busy |= self.handle_one_request();
+        self.take_snapshot_request();
+        busy |= self.fetch_state(now_ns);
         busy
+    }
+
+    /// State transfer, donor side: hands the next peer's request to our replication plane,
+    /// which takes the snapshot between two entries. One at a time, lowest position first.
+    fn take_snapshot_request(&mut self) {
+        if self.shared.snapshot_wanted.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        for pos in 0..self.replicas.len() {
+            let ticket = self.load(snapshot_request_offset(pos));
+            if pos != self.me_pos && ticket != 0 && ticket != self.tickets_taken[pos] {
+                self.tickets_taken[pos] = ticket;
+                self.shared.snapshot_wanted.store(ticket, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// State transfer, receiving side. A replica whose log head is a whole log behind a peer's
+    /// cannot be brought up to date from the logs (the entries it lacks were overwritten), so
+    /// it asks the most advanced peer for a snapshot, reads it with one-sided reads, checks it,
+    /// and leaves it to the replication plane to install. Returns whether it did anything.
+    fn fetch_state(&mut self, now_ns: u64) -> bool {
+        if self.shared.snapshot_fetched.load(Ordering::Acquire) {
+            return false; // the last one is not installed yet
+        }
+        let Some(mut fetch) = self.fetch else {
+            if now_ns < self.next_fetch_ns {
+                return false;
+            }
+            let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+            let donor = (0..self.replicas.len())
+                .filter(|&pos| pos != self.me_pos && self.peers[pos].connected)
+                .max_by_key(|&pos| self.shared.heads[pos].load(Ordering::Acquire));
+            let Some(donor) = donor else { return false };
+            if self.shared.heads[donor].load(Ordering::Acquire) < own + self.transfer.slots_count {
+                return false;
+            }
+            self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);
+            let ticket = snapshot_ticket(self.me_pos, self.fetch_seq);
+            let at = snapshot_request_offset(self.me_pos);
+            if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
+                return false;
+            }
+            self.fetch =
+                Some(Fetch { donor, ticket, body: None, reading: false, since_ns: now_ns });
+            return true;
+        };
+        if now_ns.saturating_sub(fetch.since_ns) > self.transfer.timeout_ns {
+            self.give_up_fetch(now_ns);
+            return false;
+        }
+        if fetch.reading {
+            return false;
+        }
+        let (kind, local, remote) = match fetch.body {
+            None => (
+                KIND_SNAPSHOT_HEADER,
+                LocalSlice {
+                    region: BACKGROUND_REGION,
+                    offset: FETCHED_HEADER_OFFSET,
+                    len: SNAPSHOT_HEADER_BYTES as u32,
+                },
+                RemoteAddr { region: SNAPSHOT_REGION, offset: 0 },
+            ),
+            Some((_, len, _)) => (
+                KIND_SNAPSHOT_BODY,
+                LocalSlice {
+                    region: SNAPSHOT_REGION,
+                    offset: fetched_body_offset(self.transfer.snapshot_bytes_max),
+                    len: len as u32,
+                },
+                RemoteAddr { region: SNAPSHOT_REGION, offset: SNAPSHOT_HEADER_BYTES },
+            ),
+        };
+        let peer = self.replicas.ids()[fetch.donor];
+        let wr = WorkRequest {
+            wr_id: kind | fetch.donor as u64,
+            op: Op::Read { local, remote },
+            signaled: true,
+        };
+        if self.ep.post(ConnId::new(peer, background_channel(self.me, peer)), &wr).is_err() {
+            self.give_up_fetch(now_ns);
+            return false;
+        }
+        fetch.reading = true;
+        self.fetch = Some(fetch);
+        true
+    }
+
+    /// Drops the fetch in progress; a new one may start after a read period.
+    fn give_up_fetch(&mut self, now_ns: u64) {
+        self.fetch = None;
+        self.next_fetch_ns = now_ns + self.config.read_period_ns;
+    }
+
+    /// A state-transfer read completed (successfully).
+    fn on_fetch_read(&mut self, kind: u64) {
+        let Some(mut fetch) = self.fetch else { return };
+        fetch.reading = false;
+        let header = |field: u64| self.load(FETCHED_HEADER_OFFSET + field);
+        if kind == KIND_SNAPSHOT_HEADER {
+            if header(SNAPSHOT_TICKET) != fetch.ticket {
+                self.fetch = Some(fetch); // not served yet: read the header again
+                return;
+            }
+            let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
+            let error = header(SNAPSHOT_ERROR);
+            if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
+                let why = match error {
+                    SNAPSHOT_TOO_LARGE => "larger than snapshot_bytes_max".to_string(),
+                    SNAPSHOT_UNSUPPORTED => "the application does not take snapshots".to_string(),
+                    _ => format!("error {error}, {len} bytes"),
+                };
+                let donor = self.replicas.ids()[fetch.donor];
+                self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
+                self.fetch = None;
+                self.next_fetch_ns = u64::MAX; // until restarted: retrying cannot help
+                return;
+            }
+            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST)));
+            self.fetch = Some(fetch);
+            return;
+        }
+        let (index, len, digest) = fetch.body.expect("the body is read after the header");
+        let mut bytes = vec![0; len as usize];
+        let at = fetched_body_offset(self.transfer.snapshot_bytes_max) as usize;
+        self.snapshot.read(at, &mut bytes).expect("fetched snapshot in the region");
+        self.fetch = None;
+        if snapshot_digest(index, &bytes) != digest {
+            return; // the donor served someone else meanwhile: ask again
+        }
+        // The header we read stays where the replication plane looks for it.
+        self.shared.snapshot_fetched.store(true, Ordering::Release);
     }
 
     /// Heartbeat, head and flags, where peers read them; fate sharing (§5.1).
@@ -252,6 +429,14 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
         if !c.status.is_success() {
             self.lost(pos);
+            if self.fetch.is_some_and(|f| f.donor == pos) {
+                self.fetch = None; // asked again of whoever is most advanced then
+            }
+            return;
+        }
+        let kind = c.wr_id & !POS_BITS;
+        if matches!(kind, KIND_SNAPSHOT_HEADER | KIND_SNAPSHOT_BODY) {
+            self.on_fetch_read(kind);
             return;
         }
         if c.wr_id & !POS_BITS == KIND_HEARTBEAT {
@@ -263,11 +448,15 @@ impl<F: Fabric> BackgroundDriver<F> {
             self.peers[pos].last_counter = Some(counter);
             // For log recycling (§5.3): the leader engine limits itself by its confirmed
             // followers' heads.
-            self.shared.heads[pos].fetch_max(head, Ordering::AcqRel);
+            // A restarted peer's head starts again from its snapshot or from 0.
+            self.shared.heads[pos].store(head, Ordering::Release);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
-        debug_assert!(matches!(c.wr_id & !POS_BITS, KIND_HEARTBEAT | KIND_REQUEST | KIND_ACK));
+        debug_assert!(matches!(
+            c.wr_id & !POS_BITS,
+            KIND_HEARTBEAT | KIND_REQUEST | KIND_ACK | KIND_SNAPSHOT_REQUEST
+        ));
     }
 
     /// Delivers our replication plane's permission request to every permission manager,

@@ -35,6 +35,9 @@ pub struct ReplicaConfig {
     /// Most entries in the accept phase at once (§7.4): a leader writes the next entry before
     /// the previous one is committed, up to this many.
     pub outstanding_max: usize,
+    /// The largest application snapshot a state transfer carries (a region of twice this
+    /// size is registered for it).
+    pub snapshot_bytes_max: usize,
     /// Whether this replica is a member in good standing: true for a member of a cluster
     /// started together (every log starts empty at index 0). **False for a replica that
     /// restarts** (its log and what it accepted are lost): it rejoins recovering, is not counted
@@ -57,6 +60,7 @@ impl ReplicaConfig {
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
+    /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
     /// | `detector.read_period_ns` | 1 ms | see below |
     ///
     /// Batching and outstanding entries only matter when several requests are proposed at once
@@ -83,6 +87,7 @@ impl ReplicaConfig {
             log_full_timeout_ns: 100_000_000,
             batch_requests_max: 32,
             outstanding_max: 2,
+            snapshot_bytes_max: 1 << 20,
             eligible: true,
         }
     }
@@ -124,6 +129,13 @@ impl ReplicaConfig {
             return Err(ConfigError::Batching(format!(
                 "outstanding_max ({}) must be below slots_count ({})",
                 self.outstanding_max, self.slots_count
+            )));
+        }
+        if self.snapshot_bytes_max == 0 || self.snapshot_bytes_max > u32::MAX as usize {
+            return Err(ConfigError::Log(format!(
+                "snapshot_bytes_max is {}, must be 1 to {} (one read carries it)",
+                self.snapshot_bytes_max,
+                u32::MAX
             )));
         }
         if self.batch_requests_max == 0 {

@@ -1,11 +1,11 @@
 //! One replica's two planes, built on one fabric node, with nothing that owns a thread or reads a
 //! clock: what the threaded [`crate::Replica`] and the simulator both drive.
 
-use crate::background::BackgroundDriver;
+use crate::background::{BackgroundDriver, TransferSettings};
 use crate::config::{ConfigError, ReplicaConfig};
 use crate::layout::{background_channel, BACKGROUND_BYTES};
 use crate::memory::FabricMemory;
-use crate::replication::{ReplicationDriver, Timeouts};
+use crate::replication::{ReplicationDriver, Settings};
 use crate::shared::Shared;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
@@ -62,6 +62,12 @@ impl<F: Fabric> ReplicaCore<F> {
         )?;
         let background =
             fabric.register_region(crate::layout::BACKGROUND_REGION, BACKGROUND_BYTES, rw)?;
+        // Peers read snapshots from it; nobody else writes it.
+        let snapshot = fabric.register_region(
+            crate::layout::SNAPSHOT_REGION,
+            crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
+            Access::READ,
+        )?;
         let shared = Arc::new(Shared::new(config.eligible, replicas.len()));
 
         let leader = Leader::new(LeaderConfig {
@@ -88,12 +94,14 @@ impl<F: Fabric> ReplicaCore<F> {
             leader,
             mem,
             background.clone(),
+            snapshot.clone(),
             replication_ep,
             boot_id,
-            Timeouts {
+            Settings {
                 permission_timeout_ns: config.permission_timeout_ns,
                 log_full_timeout_ns: config.log_full_timeout_ns,
                 batch_requests_max: config.batch_requests_max,
+                snapshot_bytes_max: config.snapshot_bytes_max,
             },
         );
         let background = BackgroundDriver::new(
@@ -102,6 +110,12 @@ impl<F: Fabric> ReplicaCore<F> {
             config.detector.clone(),
             log,
             background,
+            snapshot,
+            TransferSettings {
+                slots_count: config.slots_count,
+                snapshot_bytes_max: config.snapshot_bytes_max,
+                timeout_ns: config.permission_timeout_ns,
+            },
             background_ep,
             shared,
         )

@@ -4,7 +4,8 @@ use mu_fabric::{NodeId, RegionId};
 
 pub use mu_replication::{LOG_REGION, SCRATCH_REGION};
 
-/// The background plane's region: heartbeat, permission requests and acknowledgements (§5).
+/// The background plane's region: heartbeat, permission requests and acknowledgements (§5),
+/// state-transfer requests.
 pub const BACKGROUND_REGION: RegionId = RegionId(2);
 
 /// The background-plane connection on which `from` reads `to`'s heartbeat and writes into its
@@ -59,8 +60,52 @@ pub const REQUEST_OFFSET: u64 = 64;
 pub const ACK_OFFSET: u64 = REQUEST_OFFSET + 8 * MAX_REPLICAS as u64;
 /// Where heartbeat reads of each peer land, 64 bytes per position (local only).
 pub const VIEW_OFFSET: u64 = ACK_OFFSET + 8 * MAX_REPLICAS as u64;
+/// State-transfer requests, one word per requester position ([`snapshot_ticket`]).
+pub const SNAPSHOT_REQUEST_OFFSET: u64 = VIEW_OFFSET + 64 * MAX_REPLICAS as u64;
+/// Where a requester reads the donor's snapshot header (local only).
+pub const FETCHED_HEADER_OFFSET: u64 = SNAPSHOT_REQUEST_OFFSET + 8 * MAX_REPLICAS as u64;
 /// Bytes of the background region.
-pub const BACKGROUND_BYTES: usize = (VIEW_OFFSET + 64 * MAX_REPLICAS as u64) as usize;
+pub const BACKGROUND_BYTES: usize = (FETCHED_HEADER_OFFSET + SNAPSHOT_HEADER_BYTES) as usize;
+
+/// The state-transfer region: the snapshot this replica last served (a header, then the
+/// application's bytes), then room for one it fetches from a donor.
+pub const SNAPSHOT_REGION: RegionId = RegionId(3);
+/// Bytes of a snapshot header: the ticket it answers (written last), the log index it was taken
+/// at (everything below applied), the length of the bytes, their digest, and an error code.
+pub const SNAPSHOT_HEADER_BYTES: u64 = 64;
+pub const SNAPSHOT_TICKET: u64 = 0;
+pub const SNAPSHOT_INDEX: u64 = 8;
+pub const SNAPSHOT_LEN: u64 = 16;
+pub const SNAPSHOT_DIGEST: u64 = 24;
+pub const SNAPSHOT_ERROR: u64 = 32;
+/// Error codes of a served snapshot.
+pub const SNAPSHOT_OK: u64 = 0;
+pub const SNAPSHOT_TOO_LARGE: u64 = 1;
+pub const SNAPSHOT_UNSUPPORTED: u64 = 2;
+
+/// Bytes of the state-transfer region for snapshots of at most `snapshot_bytes_max` bytes.
+pub fn snapshot_region_bytes(snapshot_bytes_max: usize) -> usize {
+    2 * (SNAPSHOT_HEADER_BYTES as usize + snapshot_bytes_max)
+}
+
+/// Where fetched snapshot bytes land in the state-transfer region.
+pub fn fetched_body_offset(snapshot_bytes_max: usize) -> u64 {
+    2 * SNAPSHOT_HEADER_BYTES + snapshot_bytes_max as u64
+}
+
+/// A state-transfer request of the replica at `pos`, its `seq`-th: never 0.
+pub fn snapshot_ticket(pos: usize, seq: u32) -> u64 {
+    ((pos as u64 + 1) << 32) | u64::from(seq)
+}
+
+pub fn snapshot_request_offset(pos: usize) -> u64 {
+    SNAPSHOT_REQUEST_OFFSET + 8 * pos as u64
+}
+
+/// The digest a snapshot header carries: over the index and the bytes.
+pub fn snapshot_digest(index: u64, bytes: &[u8]) -> u64 {
+    mu_log::digest(index ^ 0x6d75_736e_6170, bytes)
+}
 
 pub fn request_offset(pos: usize) -> u64 {
     REQUEST_OFFSET + 8 * pos as u64

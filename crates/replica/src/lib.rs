@@ -14,9 +14,15 @@
 //! [`Replica`] (a thread per plane, real time) on real fabrics and by a simulation loop (virtual
 //! time) on the simulated one, so the same code runs in both.
 //!
+//! State transfer: a replica whose log is a whole log behind a peer's (it restarted, or was
+//! stopped long) asks the most advanced peer for a snapshot of its [`StateMachine`]; the peer's
+//! replication plane takes it between two entries into its state-transfer region, the requester
+//! reads it with one-sided reads, checks its digest and restores it, and a leader's update of
+//! followers brings its log on from there.
+//!
 //! Regions (same ids on every replica): the log ([`LOG_REGION`]), the leader's scratch area
-//! ([`SCRATCH_REGION`]) and the background region ([`BACKGROUND_REGION`], laid out in
-//! [`layout`]). Connections: one per direction and plane between every two replicas
+//! ([`SCRATCH_REGION`]), the background region ([`BACKGROUND_REGION`], laid out in
+//! [`layout`]) and the state-transfer region ([`layout::SNAPSHOT_REGION`]). Connections: one per direction and plane between every two replicas
 //! ([`layout::replication_channel`], [`layout::background_channel`]).
 
 #![forbid(unsafe_code)]
@@ -34,5 +40,5 @@ pub use background::BackgroundDriver;
 pub use config::{ConfigError, ReplicaConfig};
 pub use core::{ReplicaCore, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
-pub use replica::{Mode, Replica, ReplicaStatus};
-pub use replication::{ProposeError, ReplicationDriver};
+pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};
+pub use replication::{Applier, ProposeError, ReplicationDriver};

@@ -2,7 +2,7 @@
 
 use crate::config::ReplicaConfig;
 use crate::core::{ReplicaCore, StartError};
-use crate::replication::{ProposeError, ReplicationDriver};
+use crate::replication::{Applier, ProposeError, ReplicationDriver};
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
@@ -54,9 +54,44 @@ pub struct ReplicaStatus {
     pub ready_at_ns: Option<u64>,
     /// Why the leader engine last aborted an attempt, if it ever did.
     pub last_abort: Option<mu_replication::AbortReason>,
+    /// State transfer: snapshots this replica took for others, and installed from others.
+    pub snapshots_served: u64,
+    pub snapshots_installed: u64,
+    /// What last went wrong in a state transfer, if anything did.
+    pub state_transfer_error: Option<String>,
 }
 
-type CommitHandler = Box<dyn FnMut(u64, &[u8]) + Send>;
+/// The application's replicated state: what the commit handler applies to, and what state
+/// transfer copies to a replica that lost its log or fell more than a log behind.
+pub trait StateMachine: Send + 'static {
+    /// Applies one committed request. Called on every replica, in log order, from the thread
+    /// running the replication plane. Requests batched into one entry share its index.
+    fn apply(&mut self, index: u64, request: &[u8]);
+
+    /// Writes into `out` (empty) the state after every request applied so far, for another
+    /// replica. The default refuses: a replica that needs a state transfer then stays out of
+    /// the cluster, and its status says why.
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        let _ = out;
+        Err("this application does not take snapshots".into())
+    }
+
+    /// Replaces the state with one [`StateMachine::snapshot`] wrote at another replica; the
+    /// next request applied follows it.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let _ = snapshot;
+        Err("this application does not restore snapshots".into())
+    }
+}
+
+/// A commit handler alone: a state machine without snapshots.
+struct CommitHandler<F>(F);
+
+impl<F: FnMut(u64, &[u8]) + Send + 'static> StateMachine for CommitHandler<F> {
+    fn apply(&mut self, index: u64, request: &[u8]) {
+        (self.0)(index, request)
+    }
+}
 
 /// Requests back to back, and where each ends.
 #[derive(Default)]
@@ -81,17 +116,19 @@ impl Requests {
     }
 }
 
-/// The replication plane and the application's commit handler, which it calls.
+/// The replication plane and the application's state machine, which it drives.
 struct Plane<F: Fabric> {
     driver: ReplicationDriver<F>,
-    on_commit: CommitHandler,
+    app: Application,
 }
 
-impl<F: Fabric> Plane<F> {
-    fn poll(&mut self, now_ns: u64) -> bool {
-        let on_commit = &mut self.on_commit;
-        self.driver.poll(now_ns, &mut |index, kind, value| match kind {
-            EntryKind::Request => on_commit(index, value),
+/// The application as the replication plane sees it: entries unpacked into requests.
+struct Application(Box<dyn StateMachine>);
+
+impl Applier for Application {
+    fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
+        match kind {
+            EntryKind::Request => self.0.apply(index, value),
             EntryKind::Batch => {
                 // Entries are checked whole before they are applied: only a bug in the leader
                 // that built this one could break its framing, and no replica must apply part
@@ -99,11 +136,25 @@ impl<F: Fabric> Plane<F> {
                 let requests = mu_log::batch::requests(value)
                     .unwrap_or_else(|e| panic!("committed entry {index}: {e}"));
                 for request in requests {
-                    on_commit(index, request);
+                    self.0.apply(index, request);
                 }
             }
             EntryKind::Membership | EntryKind::Noop => {}
-        })
+        }
+    }
+
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        self.0.snapshot(out)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.0.restore(snapshot)
+    }
+}
+
+impl<F: Fabric> Plane<F> {
+    fn poll(&mut self, now_ns: u64) -> bool {
+        self.driver.poll(now_ns, &mut self.app)
     }
 }
 
@@ -193,17 +244,29 @@ impl Replica {
     /// not be up yet: the background plane connects to them as they come.
     ///
     /// `on_commit(index, request)` is called for every committed request, in log order, on every
-    /// replica (the leader included), from the thread running the replication plane.
+    /// replica (the leader included), from the thread running the replication plane. With a
+    /// commit handler alone there is no state transfer: see [`Replica::start_with_state`].
     pub fn start<F: Fabric>(
         config: ReplicaConfig,
         fabric: F,
         mode: Mode,
         on_commit: impl FnMut(u64, &[u8]) + Send + 'static,
     ) -> Result<Replica, StartError> {
+        Replica::start_with_state(config, fabric, mode, CommitHandler(on_commit))
+    }
+
+    /// [`Replica::start`] with a [`StateMachine`] that takes and restores snapshots, so that a
+    /// replica that restarts, or falls more than a log behind, gets the others' state.
+    pub fn start_with_state<F: Fabric>(
+        config: ReplicaConfig,
+        fabric: F,
+        mode: Mode,
+        app: impl StateMachine,
+    ) -> Result<Replica, StartError> {
         let core = ReplicaCore::new(&config, fabric, boot_id())?;
         let ReplicaCore { replication, mut background } = core;
         let shared = replication.shared().clone();
-        let plane = Plane { driver: replication, on_commit: Box::new(on_commit) };
+        let plane = Plane { driver: replication, app: Application(Box::new(app)) };
         let started_at = Instant::now();
         let inner = Arc::new(Inner {
             mode,

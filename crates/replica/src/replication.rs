@@ -3,14 +3,18 @@
 //! [`ReplicationDriver::poll`] with the time, a thread on real fabrics, the simulator's loop on the
 //! simulated one.
 
-use crate::layout::{ack_offset, replication_channel, BACKGROUND_REGION};
+use crate::layout::{
+    ack_offset, fetched_body_offset, replication_channel, snapshot_digest, BACKGROUND_REGION,
+    FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
+    SNAPSHOT_LEN, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+};
 use crate::memory::FabricMemory;
 use crate::shared::Shared;
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PostError,
     RemoteAddr, Source, Status, WorkRequest,
 };
-use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET};
+use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET, HEAD_OFFSET};
 use mu_replication::{
     request_word, AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer,
     ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
@@ -110,13 +114,26 @@ impl Group {
     }
 }
 
-/// Timeouts the driver enforces.
+/// Settings the driver enforces.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Timeouts {
+pub(crate) struct Settings {
     pub permission_timeout_ns: u64,
     pub log_full_timeout_ns: u64,
-    /// Not a timeout: the most requests packed into one entry.
+    /// The most requests packed into one entry.
     pub batch_requests_max: usize,
+    /// The largest snapshot the state-transfer region holds.
+    pub snapshot_bytes_max: usize,
+}
+
+/// What the replication plane needs from the application: the decided entries, in log order,
+/// and for state transfer (a replica that lost its log, or fell more than a log behind, gets
+/// another's state) snapshots taken and restored.
+pub trait Applier {
+    fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]);
+    /// Writes into `out` (empty) the state after every entry applied so far.
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String>;
+    /// Replaces the state with one `snapshot` wrote, at another replica.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
 }
 
 /// What was read from a completion's `wr_id`: the engine's id in the high bits, the peer's
@@ -130,11 +147,14 @@ pub struct ReplicationDriver<F: Fabric> {
     replicas: ReplicaSet,
     layout: LogLayout,
     boot_id: u32,
-    timeouts: Timeouts,
+    settings: Settings,
     leader: Leader,
     replayer: Replayer,
     mem: FabricMemory<F::Region>,
     background: F::Region,
+    /// The state-transfer region: the snapshot we serve, and one fetched for us.
+    snapshot: F::Region,
+    snapshot_buf: Vec<u8>,
     ep: F::Endpoint,
     shared: Arc<Shared>,
     actions: Vec<Action>,
@@ -171,9 +191,10 @@ impl<F: Fabric> ReplicationDriver<F> {
         leader: Leader,
         mem: FabricMemory<F::Region>,
         background: F::Region,
+        snapshot: F::Region,
         ep: F::Endpoint,
         boot_id: u32,
-        timeouts: Timeouts,
+        settings: Settings,
     ) -> ReplicationDriver<F> {
         let n = replicas.len();
         let shared = mem.shared.clone();
@@ -184,10 +205,12 @@ impl<F: Fabric> ReplicationDriver<F> {
             replicas,
             layout,
             boot_id,
-            timeouts,
+            settings,
             leader,
             mem,
             background,
+            snapshot,
+            snapshot_buf: Vec::new(),
             ep,
             shared,
             actions: Vec::with_capacity(64),
@@ -201,7 +224,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             group: Group::default(),
             pending: false,
             answered: false,
-            batch_requests_max: timeouts.batch_requests_max,
+            batch_requests_max: settings.batch_requests_max,
             heads_seen: vec![0; n],
             eligible_again_at: None,
         }
@@ -331,8 +354,9 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// Does whatever is due: follows the elected leader, collects permission acknowledgements,
     /// feeds completions to the engine, posts what it asks for, and applies decided entries with
-    /// `apply(index, kind, value)`. Returns whether anything happened.
-    pub fn poll(&mut self, now_ns: u64, apply: &mut dyn FnMut(u64, EntryKind, &[u8])) -> bool {
+    /// `app`; takes and installs snapshots for state transfer. Returns whether anything
+    /// happened.
+    pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
         let mut busy = self.follow_election();
         if self.leader.phase() != Phase::Follower {
@@ -341,7 +365,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         for pos in 0..self.replicas.len() {
             let head = self.shared.heads[pos].load(Ordering::Acquire);
-            if head > self.heads_seen[pos] {
+            if head != self.heads_seen[pos] {
                 self.heads_seen[pos] = head;
                 let peer = self.replicas.ids()[pos];
                 self.leader.set_head(peer, head, &mut self.mem, &mut self.actions);
@@ -354,8 +378,10 @@ impl<F: Fabric> ReplicationDriver<F> {
         let mut applied = 0;
         self.replayer.poll(&mut self.mem, |index, kind, value| {
             applied += 1;
-            apply(index, kind, value)
+            app.apply(index, kind, value)
         });
+        self.serve_snapshot(app);
+        applied += usize::from(self.install_snapshot(app));
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
         self.note_ready(now_ns);
         if self.eligible_again_at.is_none() && !self.shared.eligible.load(Ordering::Acquire) {
@@ -371,6 +397,91 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.shared.eligible.store(true, Ordering::Release);
         }
         busy || applied > 0
+    }
+
+    /// State transfer, donor side: a peer asked (through our background plane) for our state.
+    /// Taken here, between two entries applied, so that it is exactly the state after every
+    /// entry below the replayer's head; written into our state-transfer region, the ticket
+    /// last, where the peer reads it.
+    fn serve_snapshot(&mut self, app: &mut dyn Applier) {
+        let ticket = self.shared.snapshot_wanted.load(Ordering::Acquire);
+        if ticket == 0 {
+            return;
+        }
+        let index = self.replayer.head();
+        self.snapshot_buf.clear();
+        let max = self.settings.snapshot_bytes_max;
+        let error = match app.snapshot(&mut self.snapshot_buf) {
+            Err(e) => {
+                self.shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
+                SNAPSHOT_UNSUPPORTED
+            }
+            Ok(()) if self.snapshot_buf.len() > max => {
+                self.shared.transfer_failed(format!(
+                    "a snapshot of {} bytes is larger than snapshot_bytes_max ({max})",
+                    self.snapshot_buf.len()
+                ));
+                SNAPSHOT_TOO_LARGE
+            }
+            Ok(()) => SNAPSHOT_OK,
+        };
+        let region = &self.snapshot;
+        let put = |offset: u64, value: u64| {
+            region.store_u64(offset as usize, value).expect("snapshot header in the region")
+        };
+        put(SNAPSHOT_TICKET, 0); // being rewritten
+        let len = if error == SNAPSHOT_OK { self.snapshot_buf.len() } else { 0 };
+        region
+            .write(SNAPSHOT_HEADER_BYTES as usize, &self.snapshot_buf[..len])
+            .expect("snapshot fits the region: checked above");
+        put(SNAPSHOT_INDEX, index);
+        put(SNAPSHOT_LEN, len as u64);
+        put(SNAPSHOT_DIGEST, snapshot_digest(index, &self.snapshot_buf[..len]));
+        put(SNAPSHOT_ERROR, error);
+        put(SNAPSHOT_TICKET, ticket);
+        self.shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
+        // A newer request may have replaced this one meanwhile: leave it for the next poll.
+        let _ = self.shared.snapshot_wanted.compare_exchange(
+            ticket,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// State transfer, receiving side: the background plane fetched and checked a snapshot
+    /// ahead of our replayer. Restores it and goes on applying from its index; a leader's update
+    /// of followers (Listing 4) then brings the log from there. Returns whether it installed one.
+    fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
+        if !self.shared.snapshot_fetched.load(Ordering::Acquire) {
+            return false;
+        }
+        let header = |field: u64| {
+            self.background
+                .load_u64((FETCHED_HEADER_OFFSET + field) as usize)
+                .expect("fetched header in the background region")
+        };
+        let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN) as usize);
+        let mut installed = false;
+        // Only forward, and never while leading: a leader's log is what others follow.
+        if index > self.replayer.head() && self.leader.phase() == Phase::Follower {
+            self.snapshot_buf.resize(len, 0);
+            let at = fetched_body_offset(self.settings.snapshot_bytes_max) as usize;
+            self.snapshot
+                .read(at, &mut self.snapshot_buf)
+                .expect("fetched snapshot in the region: length checked when fetched");
+            match app.restore(&self.snapshot_buf) {
+                Ok(()) => {
+                    self.replayer = Replayer::new(self.layout, index);
+                    self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
+                    self.shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+                    installed = true;
+                }
+                Err(e) => self.shared.transfer_failed(format!("restoring a snapshot: {e}")),
+            }
+        }
+        self.shared.snapshot_fetched.store(false, Ordering::Release);
+        installed
     }
 
     /// Dates the moment the engine is set up as leader, for status (failover timing).
@@ -441,7 +552,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         }
         let waited_ns = now_ns.saturating_sub(self.permissions_since_ns);
-        if busy || waited_ns <= self.timeouts.permission_timeout_ns {
+        if busy || waited_ns <= self.settings.permission_timeout_ns {
             return busy;
         }
         if self.leader.phase() == Phase::Permissions {
@@ -640,7 +751,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             return;
         }
         let since = *self.group.room_wait_since_ns.get_or_insert(now_ns);
-        if now_ns.saturating_sub(since) > self.timeouts.log_full_timeout_ns
+        if now_ns.saturating_sub(since) > self.settings.log_full_timeout_ns
             && self.leader.cancel_waiting_proposals() > 0
         {
             let slots_count = self.layout.slots_count();

@@ -41,6 +41,16 @@ pub(crate) struct Shared {
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
     pub ready_at_ns: AtomicU64,
+    /// State transfer: the ticket of the snapshot request to serve next, 0 for none
+    /// (background sets it, replication clears it once served).
+    pub snapshot_wanted: AtomicU64,
+    /// A snapshot fetched from a donor and checked waits in the state-transfer region
+    /// (background sets it, replication clears it once installed or refused).
+    pub snapshot_fetched: AtomicBool,
+    pub snapshots_served: AtomicU64,
+    pub snapshots_installed: AtomicU64,
+    /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
+    pub state_transfer_error: std::sync::Mutex<Option<String>>,
     /// Why the leader engine last aborted (rare: a mutex is fine).
     pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes).
@@ -63,6 +73,11 @@ impl Shared {
             leader_changes: AtomicU64::new(0),
             permission_switches: AtomicU64::new(0),
             slow_permission_switches: AtomicU64::new(0),
+            snapshot_wanted: AtomicU64::new(0),
+            snapshot_fetched: AtomicBool::new(false),
+            snapshots_served: AtomicU64::new(0),
+            snapshots_installed: AtomicU64::new(0),
+            state_transfer_error: std::sync::Mutex::new(None),
             elected_at_ns: AtomicU64::new(0),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
@@ -85,7 +100,19 @@ impl Shared {
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
+            snapshots_served: self.snapshots_served.load(Ordering::Relaxed),
+            snapshots_installed: self.snapshots_installed.load(Ordering::Relaxed),
+            state_transfer_error: self
+                .state_transfer_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
+    }
+
+    /// Records what went wrong in a state transfer, for status.
+    pub fn transfer_failed(&self, why: String) {
+        *self.state_transfer_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     pub fn leader(&self) -> Option<NodeId> {

@@ -13,7 +13,7 @@
 
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{Mode, Replica, ReplicaConfig};
+use mu_replica::{Mode, Replica, ReplicaConfig, StateMachine};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -46,20 +46,21 @@ fn child_main() {
     let n: u16 = std::env::var("MU_RT_N").expect("MU_RT_N").parse().unwrap();
     let slots: u64 = std::env::var("MU_RT_SLOTS").expect("MU_RT_SLOTS").parse().unwrap();
     let group: u64 = std::env::var("MU_RT_GROUP").map_or(1, |g| g.parse().unwrap());
+    // A restarted replica: its log is gone; it rejoins recovering, by state transfer.
+    let boot: u64 = std::env::var("MU_RT_BOOT").map_or(0, |b| b.parse().unwrap());
     let mode = match std::env::var("MU_RT_MODE").as_deref() {
         Ok("direct") => Mode::Direct,
         _ => Mode::Handover,
     };
     let fabric = ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(me))).expect("fabric");
-    let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, String)>::new()));
-    let sink = applied.clone();
+    let applied = Applied::default();
     let mut config = config(n, me, slots);
     config.batch_requests_max = 2;
     config.outstanding_max = 3;
-    let replica = Replica::start(config, fabric, mode, move |index, value| {
-        sink.lock().unwrap().push((index, String::from_utf8_lossy(value).into_owned()));
-    })
-    .expect("replica starts");
+    config.eligible = boot == 0;
+    let replica =
+        Replica::start_with_state(config, fabric, mode, applied.clone()).expect("replica starts");
+    let applied = applied.0;
     let mut acked = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -81,7 +82,7 @@ fn child_main() {
             continue;
         }
         let size = 1 + k % group;
-        let values: Vec<String> = (k..k + size).map(|j| format!("n{me}-{j}")).collect();
+        let values: Vec<String> = (k..k + size).map(|j| format!("n{me}b{boot}-{j}")).collect();
         k += size;
         let requests: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
         replica.propose_many(&requests, &mut outcomes);
@@ -110,11 +111,46 @@ fn child_main() {
     std::fs::write(dir.join(format!("status-{me}")), format!("{status:?}")).unwrap();
 }
 
+/// A child's state machine: what it applied, (index, request) in order. Its snapshot is that
+/// list, so a replica restored from one holds its donor's sequence up to there, and the checks
+/// below hold for it too.
+#[derive(Clone, Default)]
+struct Applied(std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>);
+
+impl StateMachine for Applied {
+    fn apply(&mut self, index: u64, request: &[u8]) {
+        self.0.lock().unwrap().push((index, String::from_utf8_lossy(request).into_owned()));
+    }
+
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        for (index, value) in self.0.lock().unwrap().iter() {
+            out.extend_from_slice(format!("{index} {value}\n").as_bytes());
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let text = std::str::from_utf8(snapshot).map_err(|e| e.to_string())?;
+        let mut entries = Vec::new();
+        for line in text.lines() {
+            let (index, value) = line.split_once(' ').ok_or("a line without a space")?;
+            entries.push((index.parse().map_err(|_| "a bad index")?, value.to_string()));
+        }
+        *self.0.lock().unwrap() = entries;
+        Ok(())
+    }
+}
+
 /// A cluster of replica processes in a private run directory, removed (and the processes
 /// killed) on drop.
 struct Cluster {
     dir: PathBuf,
     children: Vec<Option<Child>>,
+    /// How the children were started: replicas, mode, slots, group size.
+    n: u16,
+    mode: String,
+    slots: u64,
+    group: u64,
 }
 
 impl Cluster {
@@ -132,30 +168,47 @@ impl Cluster {
         let dir = base.join(format!("mu-replica-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
-        let children = (0..n)
-            .map(|me| {
-                Some(
-                    Command::new(std::env::current_exe().unwrap())
-                        .args(["--ignored", "--exact", "child_main", "--nocapture"])
-                        .env("MU_RT_DIR", &dir)
-                        .env("MU_RT_NODE", me.to_string())
-                        .env("MU_RT_N", n.to_string())
-                        .env("MU_RT_MODE", mode)
-                        .env("MU_RT_SLOTS", slots.to_string())
-                        .env("MU_RT_GROUP", group.to_string())
-                        .stdout(Stdio::null())
-                        .spawn()
-                        .expect("spawn replica"),
-                )
-            })
-            .collect();
-        let cluster = Cluster { dir, children };
+        let mut cluster =
+            Cluster { dir, children: Vec::new(), n, mode: mode.to_string(), slots, group };
+        for me in 0..n {
+            let child = cluster.spawn(me, 0);
+            cluster.children.push(Some(child));
+        }
         for me in 0..n {
             cluster.wait_for(&format!("replica {me} ready"), Duration::from_secs(30), |c| {
                 c.dir.join(format!("ready-{me}")).exists()
             });
         }
         cluster
+    }
+
+    /// Starts replica `me`'s process; `boot` 0 for a member of the cluster started together,
+    /// more for a restart (its log is gone: it rejoins recovering).
+    fn spawn(&self, me: u16, boot: u64) -> Child {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child_main", "--nocapture"])
+            .env("MU_RT_DIR", &self.dir)
+            .env("MU_RT_NODE", me.to_string())
+            .env("MU_RT_N", self.n.to_string())
+            .env("MU_RT_MODE", &self.mode)
+            .env("MU_RT_SLOTS", self.slots.to_string())
+            .env("MU_RT_GROUP", self.group.to_string())
+            .env("MU_RT_BOOT", boot.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn replica")
+    }
+
+    /// Starts killed replica `me` again, as its `boot`-th run.
+    fn restart(&mut self, me: usize, boot: u64) {
+        assert!(self.children[me].is_none(), "restart a killed replica");
+        let child = self.spawn(me as u16, boot);
+        self.children[me] = Some(child);
+    }
+
+    /// Replica `me`'s last status report.
+    fn status(&self, me: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("status-{me}"))).unwrap_or_default()
     }
 
     fn wait_for(&self, what: &str, within: Duration, mut done: impl FnMut(&Cluster) -> bool) {
@@ -374,5 +427,30 @@ fn t30_a_lagging_follower_is_caught_up() {
     c.signal(2, libc::SIGCONT);
     let before = c.acked_count(0);
     c.wait_for("replica 0 goes on with 2 back", WITHIN, |c| c.acked_count(0) >= before + 300);
+    c.stop_and_check();
+}
+
+/// State transfer across processes: a follower is killed, the others go round their 64-slot
+/// logs several times, and the follower restarts with an empty log. It rejoins recovering, gets
+/// a snapshot from a peer (one-sided reads of its state-transfer region), is brought on from
+/// there, becomes eligible, and then carries the cluster with replica 1 when the leader is
+/// killed. Every replica ends with one sequence from index 0.
+#[test]
+fn t50_a_restarted_replica_rejoins_by_state_transfer() {
+    let _serial = one_at_a_time();
+    let mut c = Cluster::start_with("transfer3", 3, "handover", 64, 1);
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    c.kill(2);
+    let before = c.acked_count(0);
+    c.wait_for("the log goes round 5 times", WITHIN, |c| c.acked_count(0) >= before + 5 * 64);
+    let _ = std::fs::remove_file(c.dir.join("status-2"));
+    c.restart(2, 1);
+    c.wait_for("replica 2 rejoins", WITHIN, |c| {
+        let status = c.status(2);
+        status.contains("eligible: true") && status.contains("snapshots_installed: 1")
+    });
+    let before = c.acked_by_others(0);
+    c.kill(0);
+    c.wait_for("replica 1 leads with 2", WITHIN, |c| c.acked_by_others(0) >= before + 200);
     c.stop_and_check();
 }

@@ -251,6 +251,45 @@ fn t70_a_restarted_replica_rejoins_and_can_lead() {
     c.check_acked_applied(2);
 }
 
+/// State transfer: a follower restarts after the others went round the log three times, so no
+/// log holds what it lacks. It asks the most advanced peer for a snapshot, restores it, is
+/// brought on from there by the leader, and becomes a full member that a later leader counts on.
+#[test]
+fn t71_a_replica_a_log_behind_gets_a_snapshot() {
+    let mut c = SimCluster::new(3, 71);
+    c.await_leader(5_000_000);
+    c.crash(2);
+    let slots = c.configs[0].slots_count;
+    for i in 0..3 * slots + 10 {
+        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
+    }
+    c.restart(2);
+    let mut k = 0;
+    while !c.cores[2].as_ref().unwrap().status().eligible {
+        assert!(k < 400, "replica 2 not eligible again: {}", c.describe());
+        c.propose_anywhere(format!("with 2 back: {k}").as_bytes(), 5_000_000);
+        c.run_for(50_000);
+        k += 1;
+    }
+    let status = c.cores[2].as_ref().unwrap().status();
+    assert_eq!(status.snapshots_installed, 1, "{status:?}");
+    assert_eq!(status.state_transfer_error, None);
+    let served: u64 = (0..2).map(|p| c.cores[p].as_ref().unwrap().status().snapshots_served).sum();
+    assert!(served >= 1);
+    c.check_agreement();
+    assert_eq!(c.applied[2][0].0, 0, "the snapshot holds the state from the first entry on");
+    // Replica 2 now counts: with 0 gone, 1 leads with 2 as its majority.
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1));
+    for i in 0..5 {
+        c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(2);
+}
+
 /// Randomized: pauses, crashes, restarts with the log lost, and partitions at random (never more
 /// than a minority crashed or recovering),
 /// proposals throughout, alone or in groups (batched, several entries in flight, §7.4); then every fault is healed and the cluster must commit again. Checks

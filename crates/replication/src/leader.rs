@@ -593,8 +593,9 @@ impl Leader {
     fn note_heads_read(&mut self, mem: &impl Memory) {
         for pos in 0..self.replicas.len() {
             if self.is_follower(pos) {
-                let head = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
-                self.heads[pos] = self.heads[pos].max(head);
+                // As read now, not the largest ever seen: a replica that restarted applies
+                // again from its snapshot or from 0.
+                self.heads[pos] = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
             }
         }
     }
