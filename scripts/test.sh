@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every gate: formatting, lints, all tests (conformance suite on shm and sim, the guard model,
-# unit tests), and a smoke run of the fabric benchmark. Works on a fresh machine: it installs what
-# it needs and says what it does.
+# unit tests), and smoke runs of the fabric, replication and failover benchmarks. Works on a fresh
+# machine: it installs what it needs and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +37,34 @@ for key in ["write_rtt_ns", "read_rtt_ns", "cas_rtt_ns", "write2_rtt_ns", "bare_
 for key in ["perm_fast_ns", "perm_slow_ns"]:
     assert d[key]["p50"] > 0, key
 print("bench fabric JSON has every figure")
+PY
+
+step "benchmark smoke run: mu bench replication and mu bench failover (quick; nothing asserted about speed)"
+out=$(./target/release/mu bench replication --quick --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["protocol"] == "mu" and d["mode"] == "direct", d
+assert [r["payload_bytes"] for r in d["results"]] == [32, 64, 128, 256, 512, 1024, 2048, 4096]
+for r in d["results"]:
+    assert r["samples"] > 0, r
+    for q in ["p1", "p50", "p99"]:
+        assert r["latency_ns"][q] > 0, (r["payload_bytes"], q)
+for q in ["p50", "p99"]:
+    assert d["fabric_write2_ns"][q] > 0, q
+print("bench replication JSON has every figure")
+PY
+out=$(./target/release/mu bench failover --quick --count 3 --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["failovers"] == 3 and d["mode"] == "kill" and d["read_period_us"] > 0, d
+for key in ["total_us", "detect_us", "switch_us"]:
+    for q in ["p50", "p99", "max"]:
+        assert d[key][q] > 0, (key, q)
+print("bench failover JSON has every figure")
 PY
 
 step "all gates passed"

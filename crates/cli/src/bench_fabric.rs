@@ -172,6 +172,9 @@ pub struct PeerArgs {
     /// Where to answer in A's region.
     #[arg(long, default_value_t = ANSWER_B)]
     answer_at: u64,
+    /// The benchmark's pid: the peer dies with it instead of spinning for ever.
+    #[arg(long)]
+    parent: Option<u32>,
 }
 
 /// How the processes are placed on CPUs.
@@ -194,12 +197,12 @@ impl Placement {
     }
 }
 
-struct Summary {
-    p50: u64,
-    p99: u64,
-    p999: u64,
-    mean: f64,
-    samples: u64,
+pub struct Summary {
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub mean: f64,
+    pub samples: u64,
 }
 
 impl Summary {
@@ -213,7 +216,7 @@ impl Summary {
         }
     }
 
-    fn json(&self) -> serde_json::Value {
+    pub fn json(&self) -> serde_json::Value {
         json!({"p50": self.p50, "p99": self.p99, "p999": self.p999, "mean": (self.mean * 10.0).round() / 10.0, "samples": self.samples})
     }
 }
@@ -283,7 +286,8 @@ fn spawn_peer(
         .arg("--run-dir")
         .arg(run_dir)
         .args(["--node", &node.to_string(), "--role", role, "--samples", &samples.to_string()])
-        .args(["--answer-at", &answer_at.to_string()]);
+        .args(["--answer-at", &answer_at.to_string()])
+        .args(["--parent", &std::process::id().to_string()]);
     if let Some(cpu) = cpu {
         cmd.args(["--cpu", &cpu.to_string()]);
     }
@@ -314,6 +318,15 @@ struct Local {
 }
 
 impl Local {
+    fn create(run_dir: &Path) -> Result<Local, String> {
+        let fabric = ShmFabric::create(ShmConfig::new(run_dir, CLUSTER_ID, NodeId(0)))
+            .map_err(|e| e.to_string())?;
+        let region =
+            fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
+        let ep = fabric.endpoint(64).map_err(|e| e.to_string())?;
+        Ok(Local { fabric, region, ep })
+    }
+
     fn connect(&mut self, peer: u16) -> Result<ConnId, String> {
         let conn = ConnId::new(NodeId(peer), CHANNEL);
         self.fabric
@@ -401,6 +414,36 @@ fn remote(offset: u64) -> RemoteAddr {
     RemoteAddr { region: REGION, offset }
 }
 
+/// As [`wait_until`], but fails after `timeout` or on an interrupt (`crate::interrupt`): a peer
+/// that died never answers. The clock is read only every 1024 checks, so a fast answer costs no
+/// clock read.
+fn wait_within(
+    spin_only: bool,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let mut spins: u32 = 0;
+    let mut since: Option<Instant> = None;
+    while !ready() {
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 {
+            crate::interrupt::check()?;
+            if since.get_or_insert_with(Instant::now).elapsed() > timeout {
+                return Err(format!("a benchmark peer did not answer within {timeout:?}"));
+            }
+        }
+        if spin_only || spins < 200 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+/// How long node A waits for a peer's answer before it gives up.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Runs `samples` timed iterations of `iteration` (after a warm-up), with progress on stderr.
 fn measure(
     name: &str,
@@ -449,6 +492,62 @@ pub fn run(args: Args) -> Result<(), String> {
     result
 }
 
+/// `write2`: A writes 64 bytes to B and to C, and each answers with a write to A once it sees
+/// its own; timed at A until both answers are in. A leader replicating to two followers has this
+/// shape, so `mu bench replication` measures it too, through [`write2_rtt`].
+fn measure_write2(
+    a: &mut Local,
+    run_dir: &Path,
+    placement: &Placement,
+    samples: u64,
+) -> Result<Summary, String> {
+    let trio_spin = placement.dedicated(3);
+    for at in [ANSWER_B, ANSWER_C] {
+        a.region.store_u64(at as usize, 0).map_err(|e| e.to_string())?;
+    }
+    let peer_iterations = samples + WARMUP_ITERATIONS;
+    let mut pb =
+        spawn_peer(run_dir, 1, "write", peer_iterations, placement.cpu(1), trio_spin, ANSWER_B)?;
+    let mut pc =
+        spawn_peer(run_dir, 2, "write", peer_iterations, placement.cpu(2), trio_spin, ANSWER_C)?;
+    let b = a.connect(1)?;
+    let c = a.connect(2)?;
+    pb.start()?;
+    pc.start()?;
+    let s = measure("write2_rtt", samples, |i| {
+        let p = payload(i);
+        a.ep.post(b, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
+            .map_err(|e| e.to_string())?;
+        a.ep.post(c, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
+            .map_err(|e| e.to_string())?;
+        a.complete(2)?;
+        wait_within(trio_spin, PEER_TIMEOUT, || a.word(ANSWER_B) == i && a.word(ANSWER_C) == i)
+    })?;
+    pb.finish()?;
+    pc.finish()?;
+    Ok(s)
+}
+
+/// The `write2` round trip alone, `samples` samples after the same warm-up and with the same
+/// placement as in `mu bench fabric`, on a fresh node 0 in `run_dir` (a directory of its own:
+/// its nodes are 0, 1 and 2). It runs on a thread of its own because pinning applies to the
+/// calling thread and to the threads it starts later: the caller's threads keep their CPUs.
+pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let placement = Placement { cpus: pin::allowed_cpus() };
+                if let Some(cpu) = placement.cpu(0) {
+                    pin::pin_to(cpu)?;
+                }
+                let mut a = Local::create(run_dir)?;
+                measure_write2(&mut a, run_dir, &placement, samples)
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the write2 measurement failed unexpectedly".into()))
+    })
+}
+
 fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
     let placement = Placement { cpus: pin::allowed_cpus() };
     if let Some(cpu) = placement.cpu(0) {
@@ -464,12 +563,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         if trio_spin { "pinned and spinning" } else { "sharing CPUs (spin, then yield)" },
     );
 
-    let fabric = ShmFabric::create(ShmConfig::new(run_dir, CLUSTER_ID, NodeId(0)))
-        .map_err(|e| e.to_string())?;
-    let region =
-        fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
-    let ep = fabric.endpoint(64).map_err(|e| e.to_string())?;
-    let mut a = Local { fabric, region, ep };
+    let mut a = Local::create(run_dir)?;
     let samples = args.samples;
 
     // The pair figures, interleaved in chunks so that each samples the same conditions.
@@ -505,46 +599,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         hs.map(|h| Summary::of(&h))
     };
 
-    let write2 = {
-        for at in [ANSWER_B, ANSWER_C] {
-            a.region.store_u64(at as usize, 0).map_err(|e| e.to_string())?;
-        }
-        let mut pb = spawn_peer(
-            run_dir,
-            1,
-            "write",
-            samples + WARMUP_ITERATIONS,
-            placement.cpu(1),
-            trio_spin,
-            ANSWER_B,
-        )?;
-        let mut pc = spawn_peer(
-            run_dir,
-            2,
-            "write",
-            samples + WARMUP_ITERATIONS,
-            placement.cpu(2),
-            trio_spin,
-            ANSWER_C,
-        )?;
-        let b = a.connect(1)?;
-        let c = a.connect(2)?;
-        pb.start()?;
-        pc.start()?;
-        let s = measure("write2_rtt", samples, |i| {
-            let p = payload(i);
-            a.ep.post(b, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
-                .map_err(|e| e.to_string())?;
-            a.ep.post(c, &WorkRequest::write(i, Source::Inline(&p), remote(INBOX)))
-                .map_err(|e| e.to_string())?;
-            a.complete(2)?;
-            wait_until(trio_spin, || a.word(ANSWER_B) == i && a.word(ANSWER_C) == i);
-            Ok(())
-        })?;
-        pb.finish()?;
-        pc.finish()?;
-        s
-    };
+    let write2 = measure_write2(&mut a, run_dir, &placement, samples)?;
 
     // Permission changes on A's side of a connection to an idle peer: revoke write, grant it back.
     let (perm_fast, perm_slow) = {
@@ -608,6 +663,9 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
 
 /// A benchmark peer: node `--node`, answering node 0.
 pub fn peer(args: PeerArgs) -> Result<(), String> {
+    if let Some(parent) = args.parent {
+        crate::cluster::die_with_parent(parent)?;
+    }
     if let Some(cpu) = args.cpu {
         pin::pin_to(cpu)?;
     }

@@ -1,0 +1,589 @@
+//! `mu bench failover`: the leader fails again and again under load, and each failover is timed
+//! from the replicas' own clocks (Mu paper §7.3, Figure 6).
+//!
+//! Three `mu bench-replica` processes run on the shared-memory fabric; whichever leads proposes
+//! 64-byte values in a loop, and each publishes its commit times, its election and readiness
+//! times and its commit count in a small shared file (`cluster::word`), on `CLOCK_MONOTONIC`,
+//! which all processes of the host share. This process only injects failures and reads those
+//! words, sleeping in between, so it takes no CPU from the replicas when it matters.
+//!
+//! For each failover of replica 0 (the leader: the lowest live id) to replica 1 or 2:
+//! * **total** = the new leader's first commit − the old leader's last commit;
+//! * **detect** = when the new leader's failure detector elected it − when the failure was
+//!   injected (just before the signal is sent);
+//! * **switch** = when the new leader was ready to replicate (write permission from a majority,
+//!   its log caught up and its followers updated) − when it was elected.
+//!
+//! Failures: `kill` sends SIGKILL. A killed replica could come back only by restarting and
+//! getting the others' state by a state transfer, and these replicas run a commit handler, not a
+//! state machine that takes snapshots (a replica that needs a state transfer then stays out of
+//! the cluster), so every failover runs on a fresh cluster. `pause` sends SIGSTOP, and SIGCONT
+//! once the new leader has committed: the old leader's writes then fail, it steps down, and as
+//! the lowest id it leads again once the others see its heartbeat (a fail-back, timed apart and
+//! not counted as a failover). One cluster serves all the
+//! pause failovers, unless the fabric fenced (killed) the stopped leader because it was stopped in
+//! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
+
+use crate::cluster::{self, word, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::{interrupt, pin};
+use mu_fabric::NodeId;
+use mu_replica::ReplicaConfig;
+use serde_json::json;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+const DEFAULT_COUNT: u32 = 100;
+const QUICK_COUNT: u32 = 10;
+const REPLICAS: u16 = 3;
+const OLD_LEADER: u16 = 0;
+const PROPOSE_BYTES: usize = 64;
+/// 64 bytes of value and 24 of framing, rounded up as the log wants (a multiple of 8) and to
+/// two cache lines.
+const SLOT_BYTES: u32 = 128;
+/// Log slots in kill mode (2 MiB of log per replica), where a cluster lives for one failover.
+/// Kept small on purpose: revoking a killed writer's access completes once its process is gone,
+/// and tearing down a process takes longer the more shared memory it maps. On a two-core
+/// machine, SIGKILL to reaped took about 1 ms with this log and 2 to 13 ms with 16 MiB logs,
+/// whose failovers took 9 ms (median) instead of 4 to 6. The price: a follower starved for a
+/// few tens of milliseconds falls a log behind more often, and the cluster is given up before
+/// its failure (see [`wait_steady`]).
+const KILL_MODE_SLOTS: u64 = 1 << 14;
+/// A stopped leader must come back less than a log behind (these replicas take no snapshots, so
+/// one further behind would need a state transfer it cannot have and stay out of the cluster), so
+/// in pause mode the log holds what the interim leader commits before the old one leads again:
+/// at most one entry per this many nanoseconds, for as long as [`interim_ns`] says. (On a
+/// two-core machine a 64-byte proposal took about 1 µs at the median with two followers, and a
+/// leader left with one follower committed one every 0.7 µs.)
+const FASTEST_PROPOSAL_NS: u64 = 250;
+/// The largest log in pause mode: 256 MiB of 128-byte slots per replica.
+const PAUSE_MODE_SLOTS_MAX: u64 = 1 << 21;
+/// The targets, reported and not asserted: median total failover time per mode.
+const TARGET_PAUSE_P50_US: f64 = 150.0;
+const TARGET_KILL_P50_US: f64 = 50.0;
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Replica 0 leads steadily once, over this window, every replica saw it lead, it stayed in one
+/// term, it committed at least [`STEADY_COMMITS`] values, and no follower lags it by more than
+/// a quarter of the log. The leader drops a follower that falls further behind than the log
+/// holds; that follower then needs a state transfer, which these replicas cannot serve (they
+/// take no snapshots), and with the leader gone no majority could go on.
+const STEADY_WINDOW: Duration = Duration::from_millis(20);
+const STEADY_COMMITS: u64 = 100;
+/// Leader changes that the injected failure did not cause, and clusters given up before their
+/// failure, tolerated beyond the count asked for.
+const GIVE_UPS_ALLOWED: u32 = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureMode {
+    /// SIGKILL the leader; a fresh three-replica cluster for every failover.
+    Kill,
+    /// SIGSTOP the leader, SIGCONT it after the new leader's first commit; one cluster.
+    Pause,
+}
+
+impl FailureMode {
+    fn name(self) -> &'static str {
+        match self {
+            FailureMode::Kill => "kill",
+            FailureMode::Pause => "pause",
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Failovers to measure [default: 100; 10 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    count: Option<u32>,
+    /// How the leader fails: kill (SIGKILL; a fresh cluster per failover, since a killed replica
+    /// could rejoin only by a state transfer, which these replicas cannot serve) or pause
+    /// (SIGSTOP, then SIGCONT; one cluster).
+    #[arg(long, value_enum, default_value_t = FailureMode::Kill)]
+    mode: FailureMode,
+    /// A short run: 10 failovers unless --count is given.
+    #[arg(long)]
+    quick: bool,
+    /// The failure detector's read period for every replica, in microseconds [default:
+    /// ReplicaConfig's, 1000, tuned for a two-core machine]. Pause detection takes about 15
+    /// periods; a period shorter than a replica can go unscheduled makes false suspicions.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    read_period_us: Option<u64>,
+}
+
+/// One failover, in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+struct Failover {
+    total_ns: u64,
+    detect_ns: u64,
+    switch_ns: u64,
+}
+
+/// What a replica published about its current term as leader.
+#[derive(Clone, Copy, Debug)]
+struct Term {
+    first_commit_ns: u64,
+    elected_ns: u64,
+    ready_ns: u64,
+}
+
+/// Reads a term's words consistently: the replica writes them before bumping its term count.
+fn read_term(words: &Words) -> Term {
+    loop {
+        let terms = words.get(word::TERMS);
+        let term = Term {
+            first_commit_ns: words.get(word::FIRST_COMMIT_NS),
+            elected_ns: words.get(word::ELECTED_NS),
+            ready_ns: words.get(word::READY_NS),
+        };
+        if words.get(word::TERMS) == terms {
+            return term;
+        }
+    }
+}
+
+/// How long the interim leader commits in pause mode before the old leader leads again: the
+/// benchmark noticing its first commit (1 ms polls), the others' detectors finding the continued
+/// leader alive again (its score must climb from below 2 to above 6: 7 fresh reads), a few
+/// periods of slack, and 50 ms for a loaded machine.
+fn interim_ns(read_period_ns: u64) -> u64 {
+    read_period_ns.saturating_mul(12).saturating_add(50_000_000)
+}
+
+/// Everything measured in one run.
+#[derive(Default)]
+struct Measured {
+    failovers: Vec<Failover>,
+    /// Pause mode: the old leader's first commit after SIGCONT − the interim leader's last.
+    failbacks_ns: Vec<u64>,
+    /// Leader changes the injected failure did not cause (the new leader was elected before it).
+    discarded: u32,
+    /// Pause mode: stopped leaders the fabric fenced (killed) to revoke a write they were in.
+    fenced: u32,
+    /// Clusters given up before their failure: a follower fell more than a log behind, or
+    /// replica 0 did not lead steadily.
+    abandoned: u32,
+    clusters_started: u32,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    interrupt::catch();
+    let count = args.count.unwrap_or(if args.quick { QUICK_COUNT } else { DEFAULT_COUNT });
+    let default_period_ns = ReplicaConfig::new(NodeId(0), Vec::new()).detector.read_period_ns;
+    let read_period_ns = args.read_period_us.map_or(default_period_ns, |us| us * 1000);
+    let slots_count = match args.mode {
+        FailureMode::Kill => KILL_MODE_SLOTS,
+        FailureMode::Pause => (interim_ns(read_period_ns) / FASTEST_PROPOSAL_NS)
+            .next_power_of_two()
+            .clamp(KILL_MODE_SLOTS, PAUSE_MODE_SLOTS_MAX),
+    };
+    let spec = Spec {
+        replicas: REPLICAS,
+        mode: ReplicaMode::Direct,
+        read_period_us: args.read_period_us,
+        slots_count,
+        slot_bytes: SLOT_BYTES,
+        propose_bytes: PROPOSE_BYTES,
+    };
+    // Every wait for the cluster allows for a slow detector and a loaded machine.
+    let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
+    eprintln!(
+        "mu bench failover: {REPLICAS} replicas on shm, {} mode, {count} failovers, read period \
+         {} us, {} CPUs allowed",
+        args.mode.name(),
+        read_period_ns / 1000,
+        pin::allowed_cpus().len()
+    );
+    let top = RunDir::create("failover")?;
+    let mut m = Measured::default();
+    let mut cluster: Option<Cluster> = None;
+    while m.failovers.len() < count as usize {
+        interrupt::check()?;
+        if m.discarded + m.abandoned > count + GIVE_UPS_ALLOWED {
+            return Err(format!(
+                "{} leader changes were not caused by the injected failure and {} clusters were \
+                 given up before it (see the messages above): the replicas suspect each other \
+                 without a failure; is a read period of {} us too short for this machine's \
+                 load?",
+                m.discarded,
+                m.abandoned,
+                read_period_ns / 1000
+            ));
+        }
+        let c = match &mut cluster {
+            Some(c) => c,
+            None => {
+                let dir = top.subdirectory(&format!("cluster-{}", m.clusters_started))?;
+                m.clusters_started += 1;
+                cluster.insert(start_cluster(dir, &spec)?)
+            }
+        };
+        if let Some(why) = wait_steady(c, spec.slots_count, timeout)? {
+            m.abandoned += 1;
+            eprintln!("  giving up a cluster before its failure: {why}");
+            cluster = None; // kills and reaps the processes, removes their directory
+            continue;
+        }
+        let attempt = m.failovers.len() + 1;
+        let (new_leader, failover) = inject(c, args.mode, timeout)?;
+        match failover {
+            Ok(f) => {
+                eprintln!(
+                    "failover {attempt}/{count}: replica {new_leader} took over; total {} us, \
+                     detect {} us, switch {} us",
+                    micros(f.total_ns),
+                    micros(f.detect_ns),
+                    micros(f.switch_ns)
+                );
+                m.failovers.push(f);
+            }
+            Err(why) => {
+                m.discarded += 1;
+                eprintln!("failover {attempt}/{count}: not counted: {why}");
+            }
+        }
+        let fresh_cluster = match args.mode {
+            FailureMode::Kill => true,
+            FailureMode::Pause => match fail_back(c, new_leader, timeout)? {
+                Some(failback_ns) => {
+                    m.failbacks_ns.push(failback_ns);
+                    false
+                }
+                None => {
+                    m.fenced += 1;
+                    eprintln!(
+                        "  the stopped leader was fenced (killed by the fabric to revoke a write \
+                         it was in): starting a fresh cluster"
+                    );
+                    true
+                }
+            },
+        };
+        if fresh_cluster {
+            cluster = None;
+        }
+    }
+    drop(cluster);
+    report(&args, read_period_ns, &m);
+    Ok(())
+}
+
+/// Starts three replica processes and lets replica 0 lead them at full speed.
+fn start_cluster(dir: RunDir, spec: &Spec) -> Result<Cluster, String> {
+    let mut c = Cluster::new(dir);
+    // The followers first: when replica 0 starts and is elected, its first round of permission
+    // requests finds both running.
+    c.spawn(spec, 1..REPLICAS)?;
+    c.wait_started(START_TIMEOUT)?;
+    c.spawn(spec, 0..1)?;
+    c.wait_started(START_TIMEOUT)?;
+    c.wait_leader(OLD_LEADER, START_TIMEOUT)?;
+    // Slowly until both followers apply: a follower whose grant came after the leader's
+    // permission round is admitted at a later one, which at full speed would find it more than
+    // a log behind.
+    c.set_go(word::GO_SLOW);
+    cluster::poll_until("both followers to apply replica 0's first values", START_TIMEOUT, || {
+        c.check_alive(&[])?;
+        Ok((1..REPLICAS).all(|r| c.words(r).get(word::APPLIED) >= 2).then_some(()))
+    })
+    .map_err(|e| format!("{e}:{}", describe(&c)))?;
+    c.set_go(word::GO_FULL_SPEED);
+    Ok(c)
+}
+
+/// Waits until replica 0 leads steadily (see [`STEADY_WINDOW`]). Returns why the cluster must be
+/// given up instead, if it must: a follower fell more than a log behind (it would need a state
+/// transfer), or replica 0 did not lead steadily within `timeout`.
+fn wait_steady(
+    c: &mut Cluster,
+    slots_count: u64,
+    timeout: Duration,
+) -> Result<Option<String>, String> {
+    let start = Instant::now();
+    loop {
+        c.check_alive(&[])?;
+        let leader = c.words(OLD_LEADER);
+        let (terms, commits) = (leader.get(word::TERMS), leader.get(word::COMMITS));
+        let window = Instant::now();
+        while window.elapsed() < STEADY_WINDOW {
+            interrupt::check()?;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let all_see_0 =
+            (0..REPLICAS).all(|r| c.words(r).get(word::LEADER_SEEN) == u64::from(OLD_LEADER) + 1);
+        let leader = c.words(OLD_LEADER);
+        let applied = leader.get(word::APPLIED);
+        let (lag_max, laggard) = (1..REPLICAS)
+            .map(|r| (applied.saturating_sub(c.words(r).get(word::APPLIED)), r))
+            .max()
+            .unwrap_or((0, 0));
+        if lag_max > slots_count {
+            return Ok(Some(format!(
+                "replica {laggard} fell {lag_max} entries behind the leader, more than the log \
+                 holds ({slots_count})"
+            )));
+        }
+        if all_see_0
+            && lag_max <= slots_count / 4
+            && terms >= 1
+            && leader.get(word::TERMS) == terms
+            && leader.get(word::COMMITS) >= commits + STEADY_COMMITS
+        {
+            return Ok(None);
+        }
+        if start.elapsed() > timeout {
+            return Ok(Some(format!(
+                "replica 0 did not lead steadily within {timeout:?}:{}",
+                describe(c)
+            )));
+        }
+    }
+}
+
+/// What each replica published, and its last status, for error messages.
+fn describe(c: &Cluster) -> String {
+    (0..REPLICAS)
+        .map(|r| {
+            let w = c.words(r);
+            let status = std::fs::read_to_string(c.dir().join(format!("status-{r}.txt")))
+                .unwrap_or_else(|_| "none".into());
+            format!(
+                "\n  replica {r}: sees leader {}, {} terms, {} commits, {} lost proposals, {} \
+                 applied; last status: {status}",
+                match w.get(word::LEADER_SEEN) {
+                    0 => "none".to_string(),
+                    l => (l - 1).to_string(),
+                },
+                w.get(word::TERMS),
+                w.get(word::COMMITS),
+                w.get(word::LOST_PROPOSALS),
+                w.get(word::APPLIED)
+            )
+        })
+        .collect()
+}
+
+/// Fails replica 0 and waits for another replica's first commit. Returns the new leader and the
+/// failover, or why it does not count (a leader change that began before the failure).
+fn inject(
+    c: &mut Cluster,
+    mode: FailureMode,
+    timeout: Duration,
+) -> Result<(u16, Result<Failover, String>), String> {
+    let terms_before: Vec<u64> = (0..REPLICAS).map(|r| c.words(r).get(word::TERMS)).collect();
+    let injected_ns = cluster::monotonic_ns();
+    match mode {
+        FailureMode::Kill => {
+            c.signal(OLD_LEADER, libc::SIGKILL)?;
+            c.reap(OLD_LEADER)?;
+        }
+        FailureMode::Pause => c.signal(OLD_LEADER, libc::SIGSTOP)?,
+    }
+    let new_leader = cluster::poll_until("a new leader's first commit", timeout, || {
+        // Replica 0 is dead, or stopped (and maybe fenced); the others must live.
+        c.check_alive(&[OLD_LEADER]).map_err(|e| format!("{e} after replica 0 failed"))?;
+        Ok((1..REPLICAS).find(|&r| c.words(r).get(word::TERMS) > terms_before[usize::from(r)]))
+    })
+    .map_err(|e| format!("{e}:{}", describe(c)))?;
+    let term = read_term(c.words(new_leader));
+    let old_last_commit_ns = c.words(OLD_LEADER).get(word::LAST_COMMIT_NS);
+    let counted = if term.elected_ns == 0 || term.ready_ns == 0 {
+        Err(format!("replica {new_leader} did not report its election and readiness times"))
+    } else if term.elected_ns < injected_ns {
+        Err(format!(
+            "replica {new_leader} was elected {} us before the failure was injected",
+            micros(injected_ns - term.elected_ns)
+        ))
+    } else {
+        Ok(Failover {
+            total_ns: term.first_commit_ns.saturating_sub(old_last_commit_ns),
+            detect_ns: term.elected_ns - injected_ns,
+            // Saturating: the detector publishes the new leader a moment before it dates the
+            // election, so a replication thread that wins that race can be ready "first".
+            switch_ns: term.ready_ns.saturating_sub(term.elected_ns),
+        })
+    };
+    Ok((new_leader, counted))
+}
+
+/// Pause mode: continues the stopped replica 0 and waits until it leads again. Returns the
+/// fail-back time, or `None` if the fabric had fenced it (the cluster must be replaced).
+fn fail_back(c: &mut Cluster, interim: u16, timeout: Duration) -> Result<Option<u64>, String> {
+    let fenced = |status: std::process::ExitStatus| -> Result<Option<u64>, String> {
+        if status.signal() == Some(libc::SIGKILL) {
+            Ok(None)
+        } else {
+            Err(format!("replica 0 exited unexpectedly while stopped or after ({status})"))
+        }
+    };
+    if let Some(status) = c.exit_status(OLD_LEADER)? {
+        return fenced(status);
+    }
+    let terms_before = c.words(OLD_LEADER).get(word::TERMS);
+    c.signal(OLD_LEADER, libc::SIGCONT)?;
+    let what = "replica 0 to lead again after SIGCONT (if it fell more than a log behind, it \
+                needs a state transfer, which these replicas cannot serve)";
+    let led = cluster::poll_until(what, timeout, || {
+        if let Some(status) = c.exit_status(OLD_LEADER)? {
+            return Ok(Some(Err(status)));
+        }
+        c.check_alive(&[OLD_LEADER])?;
+        Ok((c.words(OLD_LEADER).get(word::TERMS) > terms_before).then_some(Ok(())))
+    })
+    .map_err(|e| format!("{e}:{}", describe(c)))?;
+    if let Err(status) = led {
+        return fenced(status);
+    }
+    let back = read_term(c.words(OLD_LEADER));
+    let interim_last_ns = c.words(interim).get(word::LAST_COMMIT_NS);
+    Ok(Some(back.first_commit_ns.saturating_sub(interim_last_ns)))
+}
+
+fn micros(ns: u64) -> f64 {
+    (ns as f64 / 1000.0 * 1000.0).round() / 1000.0
+}
+
+/// p50, p99 and max (nearest rank), with min and mean, in microseconds.
+fn summary_us(values_ns: &[u64]) -> serde_json::Value {
+    let mut sorted = values_ns.to_vec();
+    sorted.sort_unstable();
+    let rank = |q: f64| {
+        let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+        micros(sorted[i])
+    };
+    let mean_ns = sorted.iter().map(|&v| v as f64).sum::<f64>() / sorted.len() as f64;
+    json!({
+        "p50": rank(0.5),
+        "p99": rank(0.99),
+        "max": micros(*sorted.last().expect("at least one value")),
+        "min": micros(sorted[0]),
+        "mean": (mean_ns / 1000.0 * 1000.0).round() / 1000.0,
+    })
+}
+
+fn report(args: &Args, read_period_ns: u64, m: &Measured) {
+    let figures: [(&str, Vec<u64>); 3] = [
+        ("total", m.failovers.iter().map(|f| f.total_ns).collect()),
+        ("detect", m.failovers.iter().map(|f| f.detect_ns).collect()),
+        ("switch", m.failovers.iter().map(|f| f.switch_ns).collect()),
+    ];
+    let target_us = match args.mode {
+        FailureMode::Kill => TARGET_KILL_P50_US,
+        FailureMode::Pause => TARGET_PAUSE_P50_US,
+    };
+    let total = summary_us(&figures[0].1);
+    let total_p50_us = total["p50"].as_f64().unwrap_or(f64::NAN);
+    if args.json {
+        let mut out = json!({
+            "failovers": m.failovers.len(),
+            "mode": args.mode.name(),
+            "read_period_us": read_period_ns / 1000,
+            "total_us": total,
+            "detect_us": summary_us(&figures[1].1),
+            "switch_us": summary_us(&figures[2].1),
+            "backend": "shm",
+            "replicas": REPLICAS,
+            "cpus_allowed": pin::allowed_cpus().len(),
+            "payload_bytes": PROPOSE_BYTES,
+            "clusters_started": m.clusters_started,
+            "discarded": m.discarded,
+            "clusters_abandoned": m.abandoned,
+            "target_total_p50_us": target_us,
+        });
+        if args.mode == FailureMode::Pause {
+            out["fenced"] = json!(m.fenced);
+            out["failbacks"] = json!(m.failbacks_ns.len());
+            if !m.failbacks_ns.is_empty() {
+                out["failback_total_us"] = summary_us(&m.failbacks_ns);
+            }
+        }
+        println!("{out}");
+        return;
+    }
+    let how = match args.mode {
+        FailureMode::Kill => "leader killed (SIGKILL), a fresh cluster per failover",
+        FailureMode::Pause => "leader stopped (SIGSTOP), continued after the new leader's commit",
+    };
+    println!(
+        "mu failover: {REPLICAS} replicas on shm, {how}; {} failovers, read period {} us",
+        m.failovers.len(),
+        read_period_ns as f64 / 1000.0
+    );
+    println!("{:<8} {:>11} {:>11} {:>11} {:>11}   (us)", "figure", "p50", "p99", "max", "min");
+    let mut rows: Vec<(&str, serde_json::Value)> =
+        figures.iter().map(|(name, v)| (*name, summary_us(v))).collect();
+    if !m.failbacks_ns.is_empty() {
+        rows.push(("failback", summary_us(&m.failbacks_ns)));
+    }
+    for (name, s) in rows {
+        let us = |q: &str| s[q].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{name:<8} {:>11.1} {:>11.1} {:>11.1} {:>11.1}",
+            us("p50"),
+            us("p99"),
+            us("max"),
+            us("min")
+        );
+    }
+    println!(
+        "total = new leader's first commit - old leader's last; detect = election - failure; \
+         switch = ready - election"
+    );
+    if m.discarded > 0 {
+        println!(
+            "leader changes not caused by the injected failure (not counted): {}",
+            m.discarded
+        );
+    }
+    if m.abandoned > 0 {
+        println!(
+            "clusters given up before their failure (a follower a log behind, or no steady \
+             leader): {}",
+            m.abandoned
+        );
+    }
+    if args.mode == FailureMode::Pause {
+        println!(
+            "fail-backs (old leader leads again; not counted): {}; stopped leaders fenced: {}",
+            m.failbacks_ns.len(),
+            m.fenced
+        );
+    }
+    println!(
+        "target ({} mode): median total <= {target_us} us: {total_p50_us:.1} us ({})",
+        args.mode.name(),
+        if total_p50_us <= target_us { "met" } else { "not met" }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_takes_nearest_rank_percentiles_in_microseconds() {
+        let values_ns: Vec<u64> = (1..=100).rev().map(|us| us * 1000).collect();
+        let s = summary_us(&values_ns);
+        assert_eq!(s["p50"], 50.0);
+        assert_eq!(s["p99"], 99.0);
+        assert_eq!(s["max"], 100.0);
+        assert_eq!(s["min"], 1.0);
+        // Three failovers (the smoke run): p99 is the largest.
+        let s = summary_us(&[3_000, 1_500, 2_250]);
+        assert_eq!(s["p50"], 2.25);
+        assert_eq!(s["p99"], 3.0);
+    }
+
+    #[test]
+    fn pause_mode_log_holds_the_interim_leaders_entries() {
+        let slots = |period_ns: u64| {
+            (interim_ns(period_ns) / FASTEST_PROPOSAL_NS)
+                .next_power_of_two()
+                .clamp(KILL_MODE_SLOTS, PAUSE_MODE_SLOTS_MAX)
+        };
+        let default_period_ns = ReplicaConfig::new(NodeId(0), Vec::new()).detector.read_period_ns;
+        assert!(slots(default_period_ns) * FASTEST_PROPOSAL_NS >= interim_ns(default_period_ns));
+        assert_eq!(slots(u64::MAX / 1000), PAUSE_MODE_SLOTS_MAX);
+    }
+}

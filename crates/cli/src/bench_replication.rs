@@ -1,0 +1,500 @@
+//! `mu bench replication`: how long `Replica::propose` takes on the leader of three replicas on
+//! the shared-memory fabric, standalone (the commit handler does nothing, as in the Mu paper
+//! §7.1), for payloads of 32 to 4096 bytes; beside the fabric's `write2` round trip measured in
+//! the same run, the floor of a leader that writes to two followers.
+//!
+//! Placement: this process runs replica 0 (the lowest id, hence the leader once elected) and
+//! times its proposals on a thread of its own; replicas 1 and 2 are `mu bench-replica` child
+//! processes on the same run directory. Each payload size gets a fresh cluster whose log slots
+//! fit it ([`log_shape`]). Replicas are not pinned: three processes with two threads each share
+//! whatever CPUs the system gives them. `write2` is measured first, before any replica starts,
+//! exactly as `mu bench fabric` measures it (same placement, same warm-up).
+//!
+//! On shared memory a one-sided write is a copy by the writer's CPU, so a proposal needs no
+//! follower CPU at all, while `write2` needs both peers to answer: the ratio says how much of
+//! the floor the protocol's own work (prepare omitted, accept on two followers and the own log,
+//! commit) costs, not how fast a network is.
+
+use crate::bench_fabric::{self, Summary};
+use crate::cluster::{self, word, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::{interrupt, pin, replica_child};
+use hdrhistogram::Histogram;
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_replica::{ProposeError, Replica};
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The payload sweep of the Mu paper's Figure 3, from 32 bytes to a page.
+const SWEEP_BYTES: [usize; 8] = [32, 64, 128, 256, 512, 1024, 2048, 4096];
+const MAX_PAYLOAD_BYTES: usize = 4096;
+/// The payload the targets are stated for.
+const TARGET_PAYLOAD_BYTES: usize = 64;
+const TARGET_P50_OVER_WRITE2: f64 = 1.2;
+const TARGET_P99_OVER_WRITE2: f64 = 2.0;
+const DEFAULT_SAMPLES: u64 = 100_000;
+const QUICK_SAMPLES: u64 = 3_000;
+const REPLICAS: u16 = 3;
+/// At most about this much log per replica (see [`log_shape`]).
+const LOG_BYTES: u64 = 64 << 20;
+const LOG_SLOTS_MIN: u64 = 1 << 14;
+const LOG_SLOTS_MAX: u64 = 1 << 16;
+/// Untimed proposals before the timed ones, after a whole lap of the log: as many as the
+/// samples, within these bounds.
+const WARMUP_MIN: u64 = 1_000;
+const WARMUP_MAX: u64 = 10_000;
+/// How long replica 0 may take to be elected and to commit its first proposal.
+const ELECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the leader may go without finishing a proposal before the benchmark gives up.
+const STALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// One payload size (bytes) instead of the sweep 32, 64, ..., 4096.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_PAYLOAD_BYTES as i64))]
+    payload: Option<u16>,
+    /// Timed proposals per payload size [default: 100000; 3000 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    samples: Option<u64>,
+    /// A short run: 3000 samples per payload size (and for write2) unless --samples is given.
+    #[arg(long)]
+    quick: bool,
+    /// Where proposals run: on the caller's thread (direct) or on a replication thread
+    /// (handover).
+    #[arg(long, value_enum, default_value_t = ReplicaMode::Direct)]
+    mode: ReplicaMode,
+}
+
+/// Propose latencies for one payload size, and how its cluster fared.
+struct PayloadResult {
+    payload_bytes: usize,
+    slot_bytes: u32,
+    slots_count: u64,
+    latency: Histogram<u64>,
+    /// Proposals that failed because leadership moved (not timed; the run goes on once replica 0
+    /// leads again).
+    lost_proposals: u64,
+    /// Followers that ended more than a log behind: the leader went on without them.
+    followers_dropped: usize,
+}
+
+/// What the leader's thread shares with the thread watching it.
+#[derive(Default)]
+struct Progress {
+    proposals: AtomicU64,
+    phase: Mutex<String>,
+    stop: AtomicBool,
+}
+
+impl Progress {
+    fn set_phase(&self, phase: impl Into<String>) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase.into();
+    }
+
+    fn phase(&self) -> String {
+        self.phase.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn check_stop(&self) -> Result<(), String> {
+        if self.stop.load(Ordering::Relaxed) {
+            Err("stopped".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The log for `payload_bytes`: slots of the payload plus 24 bytes of framing (rounded up to 8),
+/// [`LOG_SLOTS_MAX`] of them if that fits in [`LOG_BYTES`], and never fewer than
+/// [`LOG_SLOTS_MIN`]. Many slots, because a follower more than a log behind is dropped for good
+/// (these replicas take no snapshots for a state transfer) and on two cores a follower can go
+/// unscheduled for milliseconds; a
+/// bounded number, because the warm-up goes once round the log: the leader maps its followers'
+/// logs without touching them first, so the first lap takes page faults that a running
+/// replica no longer takes.
+fn log_shape(payload_bytes: usize) -> (u64, u32) {
+    let slot_bytes = (payload_bytes + 24).next_multiple_of(8);
+    let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN, LOG_SLOTS_MAX);
+    (slots_count, slot_bytes as u32)
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    interrupt::catch();
+    let samples = args.samples.unwrap_or(if args.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
+    let payloads: Vec<usize> = match args.payload {
+        Some(bytes) => vec![usize::from(bytes)],
+        None => SWEEP_BYTES.to_vec(),
+    };
+    let run_dir = RunDir::create("replication")?;
+    eprintln!(
+        "mu bench replication: {REPLICAS} replicas on shm, {} mode, {samples} samples per payload \
+         size, {} CPUs allowed",
+        args.mode.name(),
+        pin::allowed_cpus().len()
+    );
+
+    // The floor, first and on its own: the replicas' threads would take CPU time from it.
+    let write2 = {
+        let dir = run_dir.subdirectory("fabric")?;
+        bench_fabric::write2_rtt(dir.path(), samples)?
+    };
+
+    let mut results = Vec::new();
+    for payload_bytes in payloads {
+        let (slots_count, slot_bytes) = log_shape(payload_bytes);
+        let spec = Spec {
+            replicas: REPLICAS,
+            mode: args.mode,
+            read_period_us: None,
+            slots_count,
+            slot_bytes,
+            propose_bytes: 0,
+        };
+        let mut cluster = Cluster::new(run_dir.subdirectory(&format!("payload-{payload_bytes}"))?);
+        cluster.spawn(&spec, 1..REPLICAS)?;
+        cluster.wait_started(ELECTION_TIMEOUT)?;
+        results.push(lead_and_watch(&mut cluster, &spec, payload_bytes, samples)?);
+    }
+    report(&args, samples, &results, &write2);
+    Ok(())
+}
+
+/// Runs replica 0 on a thread of its own and watches it from this one: the followers must stay
+/// alive, proposals must keep finishing, and an interrupt stops the run. On an error the leader's
+/// thread is told to stop but not waited for (it may be stuck inside `propose`); the process
+/// exits after the caller's guards have cleaned up.
+fn lead_and_watch(
+    cluster: &mut Cluster,
+    spec: &Spec,
+    payload_bytes: usize,
+    samples: u64,
+) -> Result<PayloadResult, String> {
+    let progress = Arc::new(Progress::default());
+    let (tx, rx) = mpsc::channel();
+    let dir: PathBuf = cluster.dir().to_path_buf();
+    let shared = progress.clone();
+    let leader_spec = spec.clone();
+    let leader = std::thread::Builder::new()
+        .name("mu-bench-leader".into())
+        .spawn(move || {
+            let _ = tx.send(lead(&dir, &leader_spec, payload_bytes, samples, &shared));
+        })
+        .map_err(|e| format!("starting the leader's thread: {e}"))?;
+    let mut last_progress = (0, Instant::now());
+    let result = loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(outcome) => break outcome,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                break Err("the leader's thread ended without a result".into())
+            }
+        }
+        if let Err(e) = cluster.check_alive(&[]).and_then(|()| interrupt::check()) {
+            break Err(e);
+        }
+        let done = progress.proposals.load(Ordering::Relaxed);
+        if done != last_progress.0 {
+            last_progress = (done, Instant::now());
+        } else if last_progress.1.elapsed() > STALL_TIMEOUT {
+            break Err(format!(
+                "replica 0 finished no proposal for {STALL_TIMEOUT:?} ({})",
+                progress.phase()
+            ));
+        }
+    };
+    match result {
+        Ok(outcome) => {
+            let _ = leader.join();
+            Ok(outcome)
+        }
+        Err(e) => {
+            progress.stop.store(true, Ordering::Relaxed);
+            Err(e)
+        }
+    }
+}
+
+/// Replica 0: waits to lead and for both followers to follow, warms up, then times
+/// `payload_bytes` proposals.
+fn lead(
+    run_dir: &std::path::Path,
+    spec: &Spec,
+    payload_bytes: usize,
+    samples: u64,
+    progress: &Progress,
+) -> Result<PayloadResult, String> {
+    let fabric = ShmFabric::create(ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0)))
+        .map_err(|e| format!("replica 0: fabric: {e}"))?;
+    let config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
+    let replica = Replica::start(config, fabric, spec.mode.mode(), |_, _| {})
+        .map_err(|e| format!("replica 0: {e}"))?;
+    let mut value = vec![0u8; payload_bytes];
+    let mut lost_proposals = 0;
+    let followers: Vec<Words> = (1..REPLICAS)
+        .map(|r| Words::open(&run_dir.join(format!("words-{r}.mem"))))
+        .collect::<Result<_, _>>()?;
+    let lags = |leader_applied: u64| -> Vec<u64> {
+        followers.iter().map(|w| leader_applied.saturating_sub(w.get(word::APPLIED))).collect()
+    };
+
+    // Elected, then a first value committed, then slowly until both followers apply: a
+    // follower whose grant came after the leader's permission round is admitted at a later
+    // one, which at full speed would find it more than a log behind (and the benchmark would
+    // measure a leader with one follower).
+    progress.set_phase("waiting for replica 0 to be elected and both followers to apply");
+    let start = Instant::now();
+    let mut index = 0;
+    loop {
+        progress.check_stop()?;
+        if start.elapsed() > ELECTION_TIMEOUT {
+            return Err(format!(
+                "replica 0 did not commit values that both followers applied within \
+                 {ELECTION_TIMEOUT:?} (followers behind by {:?} entries; status: {:?})",
+                lags(index + 1),
+                replica.status()
+            ));
+        }
+        // A follower applies an entry once it knows it decided, which for the last one can
+        // wait for the next: one behind is following.
+        if index > 0 && lags(index + 1).iter().all(|&lag| lag <= 1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        if replica.leader() != Some(NodeId(0)) {
+            continue;
+        }
+        match replica.propose(&value) {
+            Ok(i) => index = i,
+            Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {}
+            Err(e) => return Err(format!("replica 0: first proposals: {e}")),
+        }
+    }
+
+    // One proposal, timed; `None` if leadership moved (then wait until replica 0 leads again).
+    let propose = |value: &[u8], lost: &mut u64| -> Result<Option<u64>, String> {
+        let t = Instant::now();
+        let outcome = replica.propose(value);
+        let ns = t.elapsed().as_nanos() as u64;
+        progress.proposals.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(_) => Ok(Some(ns.max(1))),
+            Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {
+                *lost += 1;
+                let since = Instant::now();
+                while replica.leader() != Some(NodeId(0)) {
+                    progress.check_stop()?;
+                    if since.elapsed() > ELECTION_TIMEOUT {
+                        return Err(format!(
+                            "replica 0 lost leadership and did not regain it within \
+                             {ELECTION_TIMEOUT:?} (status: {:?})",
+                            replica.status()
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(None)
+            }
+            Err(e) => Err(format!("replica 0: propose failed: {e}")),
+        }
+    };
+
+    // Once round the log (see `log_shape`), then caches, branch predictors and the followers'
+    // replayers warm up.
+    progress.set_phase(format!("warming up with {payload_bytes}-byte proposals"));
+    for i in 0..spec.slots_count + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
+        progress.check_stop()?;
+        stamp(&mut value, i);
+        propose(&value, &mut lost_proposals)?;
+    }
+
+    progress.set_phase(format!("measuring {payload_bytes}-byte proposals"));
+    let mut latency = histogram();
+    let step = (samples / 10).max(1);
+    eprint!("  payload {payload_bytes:>4} B   ");
+    let mut i: u64 = 0;
+    while latency.len() < samples {
+        progress.check_stop()?;
+        i += 1;
+        stamp(&mut value, i);
+        if let Some(ns) = propose(&value, &mut lost_proposals)? {
+            latency.record(ns).expect("within the histogram's bounds");
+            if latency.len() % step == 0 {
+                eprint!(".");
+                let _ = std::io::stderr().flush();
+            }
+        }
+    }
+    eprintln!(" p50 {} ns", latency.value_at_quantile(0.5));
+    // A follower more than a log behind was dropped on the way (the leader does not wait for a
+    // follower that slow): later proposals went to one follower only, and the report says so.
+    let committed = replica.status().fuo;
+    let followers_dropped = lags(committed).iter().filter(|&&lag| lag > spec.slots_count).count();
+    replica.shutdown();
+    Ok(PayloadResult {
+        payload_bytes,
+        slot_bytes: spec.slot_bytes,
+        slots_count: spec.slots_count,
+        latency,
+        lost_proposals,
+        followers_dropped,
+    })
+}
+
+/// Makes each value differ from the last (its first bytes count).
+fn stamp(value: &mut [u8], i: u64) {
+    let bytes = i.to_le_bytes();
+    let n = bytes.len().min(value.len());
+    value[..n].copy_from_slice(&bytes[..n]);
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    (a as f64 / b.max(1) as f64 * 1000.0).round() / 1000.0
+}
+
+fn report(args: &Args, samples: u64, results: &[PayloadResult], write2: &Summary) {
+    let at_target = results.iter().find(|r| r.payload_bytes == TARGET_PAYLOAD_BYTES);
+    let quantiles = |h: &Histogram<u64>| {
+        (h.value_at_quantile(0.01), h.value_at_quantile(0.5), h.value_at_quantile(0.99))
+    };
+    let lost_proposals: u64 = results.iter().map(|r| r.lost_proposals).sum();
+    let dropped: Vec<usize> =
+        results.iter().filter(|r| r.followers_dropped > 0).map(|r| r.payload_bytes).collect();
+    if args.json {
+        let results: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| {
+                let (p1, p50, p99) = quantiles(&r.latency);
+                json!({
+                    "payload_bytes": r.payload_bytes,
+                    "samples": r.latency.len(),
+                    "latency_ns": {
+                        "p1": p1,
+                        "p50": p50,
+                        "p99": p99,
+                        "p999": r.latency.value_at_quantile(0.999),
+                        "max": r.latency.max(),
+                        "mean": (r.latency.mean() * 10.0).round() / 10.0,
+                    },
+                    "slot_bytes": r.slot_bytes,
+                    "slots_count": r.slots_count,
+                    "lost_proposals": r.lost_proposals,
+                    "followers_dropped": r.followers_dropped,
+                })
+            })
+            .collect();
+        let mut out = json!({
+            "protocol": "mu",
+            "mode": args.mode.name(),
+            "backend": "shm",
+            "replicas": REPLICAS,
+            "cpus_allowed": pin::allowed_cpus().len(),
+            "samples_per_payload": samples,
+            "results": results,
+            "fabric_write2_ns": write2.json(),
+        });
+        if let Some(r) = at_target {
+            let (_, p50, p99) = quantiles(&r.latency);
+            out["target_64_bytes"] = json!({
+                "p50_over_write2_p50": ratio(p50, write2.p50),
+                "p50_target": TARGET_P50_OVER_WRITE2,
+                "p99_over_write2_p50": ratio(p99, write2.p50),
+                "p99_over_write2_p99": ratio(p99, write2.p99),
+                "p99_target": TARGET_P99_OVER_WRITE2,
+            });
+        }
+        println!("{out}");
+        return;
+    }
+    println!(
+        "mu replication: {REPLICAS} replicas on shm, {} mode, standalone (the commit handler does \
+         nothing)",
+        args.mode.name()
+    );
+    println!("propose latency on the leader (ns); ratios are to the write2 round trip's p50");
+    println!(
+        "{:>13} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "payload_bytes", "p1", "p50", "p99", "samples", "p50/write2", "p99/write2"
+    );
+    for r in results {
+        let (p1, p50, p99) = quantiles(&r.latency);
+        println!(
+            "{:>13} {p1:>9} {p50:>9} {p99:>9} {:>9} {:>10.2} {:>10.2}",
+            r.payload_bytes,
+            r.latency.len(),
+            ratio(p50, write2.p50),
+            ratio(p99, write2.p50)
+        );
+    }
+    println!(
+        "fabric write2 round trip (ns): p50 {}, p99 {} ({} samples, measured before the replicas \
+         started)",
+        write2.p50, write2.p99, write2.samples
+    );
+    if !dropped.is_empty() {
+        println!(
+            "warning: a follower fell more than a log behind and was dropped while measuring \
+             payloads of {dropped:?} bytes: later proposals went to one follower"
+        );
+    }
+    if lost_proposals > 0 {
+        println!("proposals lost to a leader change and not timed: {lost_proposals}");
+    }
+    match at_target {
+        Some(r) => {
+            let (_, p50, p99) = quantiles(&r.latency);
+            let verdict = |ratio: f64, target: f64| if ratio <= target { "met" } else { "not met" };
+            let p50_ratio = ratio(p50, write2.p50);
+            let p99_ratio = ratio(p99, write2.p50);
+            println!(
+                "target at 64 B: p50 <= {TARGET_P50_OVER_WRITE2} x write2 p50: {p50_ratio:.2} \
+                 ({}); p99 <= {TARGET_P99_OVER_WRITE2} x write2 p50: {p99_ratio:.2} ({}); p99 / \
+                 write2 p99: {:.2}",
+                verdict(p50_ratio, TARGET_P50_OVER_WRITE2),
+                verdict(p99_ratio, TARGET_P99_OVER_WRITE2),
+                ratio(p99, write2.p99)
+            );
+        }
+        None => println!("target at 64 B: not measured in this run (--payload)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every payload the command accepts fits its log's slots, and the configuration is valid.
+    #[test]
+    fn every_payload_fits_its_log() {
+        for payload_bytes in 1..=MAX_PAYLOAD_BYTES {
+            let (slots_count, slot_bytes) = log_shape(payload_bytes);
+            let config = replica_child::config(0, REPLICAS, slots_count, slot_bytes, None);
+            let (_, layout) = config.validate().expect("a valid configuration");
+            assert!(layout.max_value_bytes() >= payload_bytes, "{payload_bytes}");
+            assert!((LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&slots_count));
+        }
+        assert_eq!(log_shape(4096), (LOG_SLOTS_MIN, 4096 + 24));
+        assert_eq!(log_shape(64), (LOG_SLOTS_MAX, 88));
+    }
+
+    #[test]
+    fn stamp_fits_any_value() {
+        let mut short = [0u8; 3];
+        stamp(&mut short, 0x0102_0304);
+        assert_eq!(short, [4, 3, 2]);
+        let mut long = [0u8; 16];
+        stamp(&mut long, 7);
+        assert_eq!(long[0], 7);
+    }
+}

@@ -1,0 +1,440 @@
+//! Replica processes for `mu bench replication` and `mu bench failover`: a private run directory,
+//! the `mu bench-replica` children on it, the words each child publishes for the benchmark, and
+//! the clock the benchmark and its children share.
+//!
+//! Nothing is left behind: [`Cluster`] kills (SIGKILL works on stopped processes too) and reaps
+//! its children when dropped, on success and on every error path, and [`RunDir`] then removes the
+//! directory with the fabric's files. A child also dies with its parent (`PR_SET_PDEATHSIG`), so
+//! even a benchmark that is itself killed leaves no replica running.
+
+use crate::interrupt;
+use mu_fabric_shm::mapping::Mapping;
+use std::ops::Range;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The cluster id of the benchmarks' replicas (distinct from `mu bench fabric`'s nodes).
+pub const CLUSTER_ID: u64 = 0x6d75_6265_6e72;
+
+/// Which of the replica's modes runs the replication plane (Mu paper §7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicaMode {
+    /// `propose` runs the replication plane on the caller's thread.
+    Direct,
+    /// `propose` hands the value to a dedicated, busy-polling replication thread.
+    Handover,
+}
+
+impl ReplicaMode {
+    pub fn mode(self) -> mu_replica::Mode {
+        match self {
+            ReplicaMode::Direct => mu_replica::Mode::Direct,
+            ReplicaMode::Handover => mu_replica::Mode::Handover,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaMode::Direct => "direct",
+            ReplicaMode::Handover => "handover",
+        }
+    }
+}
+
+/// What a replica process publishes in its words file, one `u64` each. Times are
+/// `CLOCK_MONOTONIC` nanoseconds, which every process of the host shares.
+pub mod word {
+    /// 1 once the replica runs.
+    pub const STARTED: usize = 0;
+    /// Proposals this replica committed as leader (its `propose` returned `Ok`).
+    pub const COMMITS: usize = 1;
+    /// When its last proposal was committed.
+    pub const LAST_COMMIT_NS: usize = 2;
+    /// Terms as leader with at least one commit. Bumped after the three words below are written
+    /// for the new term, so a reader that sees it move reads that term's values.
+    pub const TERMS: usize = 3;
+    /// The current term's first commit.
+    pub const FIRST_COMMIT_NS: usize = 4;
+    /// When the failure detector elected this replica for the current term (0: unknown).
+    pub const ELECTED_NS: usize = 5;
+    /// When this replica was ready to replicate as leader in the current term (0: unknown).
+    pub const READY_NS: usize = 6;
+    /// The leader this replica's detector elected, plus one (0: none).
+    pub const LEADER_SEEN: usize = 7;
+    /// Proposals that failed because leadership changed (expected around a failover).
+    pub const LOST_PROPOSALS: usize = 8;
+    /// Entries this replica applied (the index after the last one its commit handler saw).
+    pub const APPLIED: usize = 9;
+    /// Set by the benchmark: whether a proposing replica may propose when it leads. A leader at
+    /// full speed leaves a replica that is not yet its follower more than a log behind within
+    /// milliseconds, for good (these replicas take no snapshots for a state transfer), so the
+    /// benchmark starts slow.
+    pub const GO: usize = 10;
+    /// [`GO`] values.
+    pub const GO_WAIT: u64 = 0;
+    /// One proposal per millisecond, until every follower applies.
+    pub const GO_SLOW: u64 = 1;
+    pub const GO_FULL_SPEED: u64 = 2;
+}
+
+const WORDS_BYTES: usize = 4096;
+
+/// A replica process's words (see [`word`]), mapped by the process and by the benchmark. The
+/// mapping outlives the process, so the benchmark reads a killed leader's last commit.
+pub struct Words {
+    map: Mapping,
+}
+
+impl Words {
+    pub fn create(path: &Path) -> Result<Words, String> {
+        Ok(Words { map: Mapping::create(path, WORDS_BYTES).map_err(|e| e.to_string())? })
+    }
+
+    pub fn open(path: &Path) -> Result<Words, String> {
+        Ok(Words { map: Mapping::open(path, WORDS_BYTES).map_err(|e| e.to_string())? })
+    }
+
+    pub fn get(&self, word: usize) -> u64 {
+        self.map.u64_at(word * 8).load(Ordering::Acquire)
+    }
+
+    pub fn set(&self, word: usize, value: u64) {
+        self.map.u64_at(word * 8).store(value, Ordering::Release);
+    }
+
+    pub fn add(&self, word: usize, value: u64) {
+        self.map.u64_at(word * 8).fetch_add(value, Ordering::AcqRel);
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: one clock for every process of the host.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Converts this process's `Instant`s to `CLOCK_MONOTONIC` nanoseconds. `Instant` is that clock
+/// on Linux but opaque, so the two are read together once and the offset kept.
+pub struct ClockMap {
+    instant: Instant,
+    monotonic_ns: u64,
+}
+
+impl ClockMap {
+    pub fn sample() -> ClockMap {
+        let before = Instant::now();
+        let monotonic_ns = monotonic_ns();
+        let after = Instant::now();
+        ClockMap { instant: before + (after - before) / 2, monotonic_ns }
+    }
+
+    pub fn monotonic_ns(&self, t: Instant) -> u64 {
+        if t >= self.instant {
+            self.monotonic_ns + (t - self.instant).as_nanos() as u64
+        } else {
+            self.monotonic_ns.saturating_sub((self.instant - t).as_nanos() as u64)
+        }
+    }
+}
+
+/// A private run directory, removed with everything in it when dropped.
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// A fresh directory for this process under `/dev/shm` (tmpfs), or the temp directory.
+    pub fn create(tag: &str) -> Result<RunDir, String> {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        RunDir::create_at(base.join(format!("mu-bench-{tag}-{}", std::process::id())))
+    }
+
+    /// A subdirectory, removed on its own when dropped.
+    pub fn subdirectory(&self, name: &str) -> Result<RunDir, String> {
+        RunDir::create_at(self.path.join(name))
+    }
+
+    fn create_at(path: PathBuf) -> Result<RunDir, String> {
+        // Left by an earlier run that had this pid and was killed before it could clean up.
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| format!("creating run directory {}: {e}", path.display()))?;
+        Ok(RunDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// How the replica processes are set up.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub replicas: u16,
+    pub mode: ReplicaMode,
+    /// The failure detector's read period; `None` for `ReplicaConfig`'s default.
+    pub read_period_us: Option<u64>,
+    pub slots_count: u64,
+    pub slot_bytes: u32,
+    /// Bytes of the values a process proposes whenever it leads; 0: it never proposes.
+    pub propose_bytes: usize,
+}
+
+struct Process {
+    node: u16,
+    /// `None` once reaped.
+    child: Option<Child>,
+    words: Words,
+}
+
+/// Replica processes on one run directory. Dropping it kills and reaps them all, then removes
+/// the directory.
+pub struct Cluster {
+    processes: Vec<Process>,
+    dir: RunDir,
+}
+
+impl Cluster {
+    /// A cluster of no process yet on `dir`.
+    pub fn new(dir: RunDir) -> Cluster {
+        Cluster { processes: Vec::new(), dir }
+    }
+
+    /// Starts `mu bench-replica` processes for `nodes`; each publishes its words in
+    /// `words-<node>.mem` in the run directory. Call it from a thread that outlives the cluster:
+    /// the children die with the thread that started them (`PR_SET_PDEATHSIG` follows the
+    /// thread).
+    pub fn spawn(&mut self, spec: &Spec, nodes: Range<u16>) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
+        for node in nodes {
+            let words_path = self.dir.path().join(format!("words-{node}.mem"));
+            let words = Words::create(&words_path)?;
+            let mut cmd = Command::new(&exe);
+            cmd.arg("bench-replica")
+                .arg("--run-dir")
+                .arg(self.dir.path())
+                .arg("--words")
+                .arg(&words_path)
+                .args(["--node", &node.to_string(), "--replicas", &spec.replicas.to_string()])
+                .args(["--mode", spec.mode.name(), "--slots", &spec.slots_count.to_string()])
+                .args(["--slot-bytes", &spec.slot_bytes.to_string()])
+                .args(["--propose-bytes", &spec.propose_bytes.to_string()])
+                .args(["--parent", &std::process::id().to_string()]);
+            if let Some(us) = spec.read_period_us {
+                cmd.args(["--read-period-us", &us.to_string()]);
+            }
+            // Their own process group: the terminal's Ctrl-C reaches the benchmark only, which
+            // then stops them and cleans up (a child killed under it would read as a failure).
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| format!("starting replica {node}: {e}"))?;
+            self.processes.push(Process { node, child: Some(child), words });
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn process(&self, node: u16) -> &Process {
+        self.processes.iter().find(|p| p.node == node).expect("a node of this cluster")
+    }
+
+    fn process_mut(&mut self, node: u16) -> &mut Process {
+        self.processes.iter_mut().find(|p| p.node == node).expect("a node of this cluster")
+    }
+
+    pub fn words(&self, node: u16) -> &Words {
+        &self.process(node).words
+    }
+
+    /// Waits until every process runs its replica.
+    pub fn wait_started(&mut self, timeout: Duration) -> Result<(), String> {
+        poll_until("the replica processes to start", timeout, || {
+            self.check_alive(&[])?;
+            Ok(self.processes.iter().all(|p| p.words.get(word::STARTED) == 1).then_some(()))
+        })
+    }
+
+    /// Waits until every process's detector elects `leader`.
+    pub fn wait_leader(&mut self, leader: u16, timeout: Duration) -> Result<(), String> {
+        poll_until(&format!("every replica to see replica {leader} lead"), timeout, || {
+            self.check_alive(&[])?;
+            let agreed = self
+                .processes
+                .iter()
+                .all(|p| p.words.get(word::LEADER_SEEN) == u64::from(leader) + 1);
+            Ok(agreed.then_some(()))
+        })
+    }
+
+    /// Sets [`word::GO`] of every process to `go`.
+    pub fn set_go(&self, go: u64) {
+        for p in &self.processes {
+            p.words.set(word::GO, go);
+        }
+    }
+
+    /// Fails if a process other than those in `except` has exited (or was reaped).
+    pub fn check_alive(&mut self, except: &[u16]) -> Result<(), String> {
+        for p in &mut self.processes {
+            if except.contains(&p.node) {
+                continue;
+            }
+            let Some(child) = p.child.as_mut() else {
+                return Err(format!("replica {} is not running", p.node));
+            };
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                p.child = None;
+                return Err(format!(
+                    "replica {} exited unexpectedly ({status}; its own message, if any, is above)",
+                    p.node
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How `node` ended, once it has (reaping it); `None` while it runs.
+    pub fn exit_status(&mut self, node: u16) -> Result<Option<ExitStatus>, String> {
+        let p = self.process_mut(node);
+        match p.child.as_mut() {
+            None => Err(format!("replica {node} was already reaped")),
+            Some(child) => {
+                let status = child.try_wait().map_err(|e| e.to_string())?;
+                if status.is_some() {
+                    p.child = None;
+                }
+                Ok(status)
+            }
+        }
+    }
+
+    /// Sends `signal` to `node`.
+    pub fn signal(&self, node: u16, signal: libc::c_int) -> Result<(), String> {
+        let Some(child) = self.process(node).child.as_ref() else {
+            return Err(format!("replica {node} is not running"));
+        };
+        // SAFETY: kill takes a pid and a signal number, no memory. The pid is a child of ours
+        // that has not been reaped, so it cannot have been reused by another process.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(format!("signal {signal} to replica {node}: {}", std::io::Error::last_os_error()))
+        }
+    }
+
+    /// Waits for `node`, which was sent SIGKILL, to be gone, and reaps it.
+    pub fn reap(&mut self, node: u16) -> Result<ExitStatus, String> {
+        let p = self.process_mut(node);
+        let Some(mut child) = p.child.take() else {
+            return Err(format!("replica {node} was already reaped"));
+        };
+        child.wait().map_err(|e| format!("waiting for replica {node}: {e}"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.processes {
+            if let Some(child) = p.child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // The fields drop next: the mappings, then the run directory.
+    }
+}
+
+/// Calls `ready` every millisecond until it gives a value or fails; fails after `timeout` (with
+/// `what` in the message) and on an interrupt.
+pub fn poll_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> Result<Option<T>, String>,
+) -> Result<T, String> {
+    let start = Instant::now();
+    loop {
+        interrupt::check()?;
+        if let Some(value) = ready()? {
+            return Ok(value);
+        }
+        if start.elapsed() > timeout {
+            return Err(format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Makes the kernel kill this process when its parent (`parent_pid`) exits, so that a benchmark
+/// killed without a chance to clean up leaves no process behind.
+pub fn die_with_parent(parent_pid: u32) -> Result<(), String> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    if rc != 0 {
+        return Err(format!("PR_SET_PDEATHSIG: {}", std::io::Error::last_os_error()));
+    }
+    // The parent may have exited before the prctl: we were then handed to another process.
+    // SAFETY: getppid has no preconditions and cannot fail.
+    if unsafe { libc::getppid() } as u32 != parent_pid {
+        return Err("the benchmark that started this process has exited".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_convert_to_the_monotonic_clock() {
+        let clock = ClockMap::sample();
+        let before = monotonic_ns();
+        let converted = clock.monotonic_ns(Instant::now());
+        let after = monotonic_ns();
+        // Within the sampling error (the two clocks are one on Linux), plus scheduling slack.
+        assert!(converted + 1_000_000 >= before && converted <= after + 1_000_000);
+        let earlier = clock.monotonic_ns(Instant::now() - Duration::from_millis(5));
+        assert!(earlier < converted);
+    }
+
+    #[test]
+    fn a_run_directory_is_private_and_removed() {
+        let dir = RunDir::create("unit-test").expect("a run directory");
+        let path = dir.path().to_path_buf();
+        let sub = dir.subdirectory("cluster-0").expect("a subdirectory");
+        let words = Words::create(&sub.path().join("words.mem")).expect("words");
+        words.set(word::COMMITS, 41);
+        words.add(word::COMMITS, 1);
+        assert_eq!(Words::open(&sub.path().join("words.mem")).unwrap().get(word::COMMITS), 42);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+        drop(words);
+        drop(sub);
+        drop(dir);
+        assert!(!path.exists());
+    }
+}

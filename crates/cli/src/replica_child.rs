@@ -1,0 +1,149 @@
+//! `mu bench-replica`: one replica process of `mu bench replication` or `mu bench failover`,
+//! started by the benchmark itself.
+//!
+//! It runs a [`Replica`] on the shared-memory fabric with a commit handler that only publishes
+//! how far it has applied (standalone, as in the Mu paper §7.1) and, if asked to, proposes values
+//! of a given size in a loop whenever it leads. It publishes what the benchmark needs in its
+//! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
+//! with it).
+
+use crate::cluster::{self, word, ClockMap, ReplicaMode, Words};
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_replica::{ProposeError, Replica, ReplicaConfig, ReplicaStatus};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How often the replica's status is written to `status-<node>.txt` in the run directory.
+const STATUS_PERIOD: Duration = Duration::from_millis(50);
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    run_dir: PathBuf,
+    /// The words file the benchmark created for this process.
+    #[arg(long)]
+    words: PathBuf,
+    #[arg(long)]
+    node: u16,
+    #[arg(long)]
+    replicas: u16,
+    #[arg(long, value_enum)]
+    mode: ReplicaMode,
+    #[arg(long)]
+    slots: u64,
+    #[arg(long)]
+    slot_bytes: u32,
+    /// Bytes of the values proposed whenever this replica leads; 0: never propose.
+    #[arg(long)]
+    propose_bytes: usize,
+    /// The failure detector's read period (default: `ReplicaConfig`'s).
+    #[arg(long)]
+    read_period_us: Option<u64>,
+    /// The benchmark's pid: this process dies with it.
+    #[arg(long)]
+    parent: u32,
+}
+
+/// The replica configuration of the benchmarks: `ReplicaConfig::new`'s defaults but for the log's
+/// shape and, where given, the read period.
+pub fn config(
+    me: u16,
+    replicas: u16,
+    slots_count: u64,
+    slot_bytes: u32,
+    read_period_us: Option<u64>,
+) -> ReplicaConfig {
+    let mut c = ReplicaConfig::new(NodeId(me), (0..replicas).map(NodeId).collect());
+    c.slots_count = slots_count;
+    c.slot_bytes = slot_bytes;
+    if let Some(us) = read_period_us {
+        c.detector.read_period_ns = us.saturating_mul(1000);
+    }
+    c
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    cluster::die_with_parent(args.parent)?;
+    let me = args.node;
+    let words = std::sync::Arc::new(Words::open(&args.words)?);
+    let fabric = ShmFabric::create(ShmConfig::new(&args.run_dir, cluster::CLUSTER_ID, NodeId(me)))
+        .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+    let config = config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us);
+    // The commit handler only says how far this replica has applied (a follower more than a log
+    // behind needs a state transfer, which a replica without snapshots cannot have).
+    let applied = words.clone();
+    let on_commit = move |index: u64, _: &[u8]| applied.set(word::APPLIED, index + 1);
+    let replica = Replica::start(config, fabric, args.mode.mode(), on_commit)
+        .map_err(|e| format!("replica {me}: {e}"))?;
+    let clock = ClockMap::sample();
+    let started_at = replica.started_at();
+    // Status times count from the replica's start; the benchmark compares them across processes.
+    let to_monotonic =
+        |ns_since_start: u64| clock.monotonic_ns(started_at + Duration::from_nanos(ns_since_start));
+    words.set(word::STARTED, 1);
+    let leader_changes = replica.watch_leader();
+    let mut value = vec![0u8; args.propose_bytes];
+    // The readiness time of the term whose first commit was published; `None` outside a term.
+    let mut term: Option<Option<u64>> = None;
+    let mut proposals: u64 = 0;
+    let status_path = args.run_dir.join(format!("status-{me}.txt"));
+    let mut status_written = Instant::now();
+    loop {
+        // The replica's own status, for the benchmark's error messages.
+        if status_written.elapsed() >= STATUS_PERIOD {
+            status_written = Instant::now();
+            let _ = std::fs::write(&status_path, format!("{:?}", replica.status()));
+        }
+        let leader = replica.leader();
+        words.set(word::LEADER_SEEN, leader.map_or(0, |l| u64::from(l.0) + 1));
+        let go = words.get(word::GO);
+        if args.propose_bytes == 0 || leader != Some(NodeId(me)) || go == word::GO_WAIT {
+            term = None;
+            // Woken at once by a leader change; the timeout only refreshes LEADER_SEEN.
+            let _ = leader_changes.recv_timeout(Duration::from_millis(5));
+            while leader_changes.try_recv().is_ok() {}
+            continue;
+        }
+        proposals += 1;
+        let stamp = proposals.to_le_bytes();
+        let n = stamp.len().min(value.len());
+        value[..n].copy_from_slice(&stamp[..n]);
+        match replica.propose(&value) {
+            Ok(_) => {
+                let now_ns = cluster::monotonic_ns();
+                let status = replica.status();
+                // A new term: the first commit since this replica became (or became again)
+                // leader. The engine dates its readiness anew after every set-up, also when the
+                // detector's choice did not change (a leader stopped and continued).
+                if term != Some(status.ready_at_ns) {
+                    publish_term(&words, &status, now_ns, &to_monotonic);
+                    term = Some(status.ready_at_ns);
+                }
+                words.set(word::LAST_COMMIT_NS, now_ns);
+                words.add(word::COMMITS, 1);
+                if go == word::GO_SLOW {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {
+                // Leadership moved while proposing: expected around a failover.
+                term = None;
+                words.add(word::LOST_PROPOSALS, 1);
+            }
+            Err(e) => return Err(format!("replica {me}: propose failed: {e}")),
+        }
+    }
+}
+
+fn publish_term(
+    words: &Words,
+    status: &ReplicaStatus,
+    first_commit_ns: u64,
+    to_monotonic: &impl Fn(u64) -> u64,
+) {
+    words.set(word::FIRST_COMMIT_NS, first_commit_ns);
+    words.set(word::ELECTED_NS, status.elected_at_ns.map_or(0, to_monotonic));
+    words.set(word::READY_NS, status.ready_at_ns.map_or(0, to_monotonic));
+    words.add(word::TERMS, 1);
+}

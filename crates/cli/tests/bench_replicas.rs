@@ -1,0 +1,107 @@
+//! `mu bench replication` and `mu bench failover`: the JSON object has every figure the docs
+//! promise, nothing is left behind (replica processes, run directory), and bad input is a clear
+//! error with a non-zero exit.
+
+use std::process::{Command, Output, Stdio};
+
+/// The runs of this file go one at a time: each is three replica processes with busy threads,
+/// on a machine that may have two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `mu` with `args`; returns its output and its pid.
+fn mu(args: &[&str]) -> (Output, u32) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let child = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+/// No replica process of the benchmark `pid` runs, and its run directory is gone.
+fn nothing_left_behind(pid: u32, tag: &str) {
+    let parent = format!("--parent\0{pid}\0");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(
+            !(cmdline.contains("bench-replica") && cmdline.contains(&parent)),
+            "a replica process of benchmark {pid} is still running: {cmdline:?}"
+        );
+    }
+    for base in [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        let dir = base.join(format!("mu-bench-{tag}-{pid}"));
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+    }
+}
+
+#[test]
+fn replication_json_has_every_figure() {
+    let (out, pid) = mu(&["bench", "replication", "--payload", "64", "--samples", "300", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["protocol"], "mu");
+    assert_eq!(v["mode"], "direct");
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["payload_bytes"], 64);
+    assert_eq!(results[0]["samples"], 300);
+    for q in ["p1", "p50", "p99"] {
+        assert!(results[0]["latency_ns"][q].as_u64().unwrap() > 0, "{q} in {v}");
+    }
+    for q in ["p50", "p99"] {
+        assert!(v["fabric_write2_ns"][q].as_u64().unwrap() > 0, "write2 {q} in {v}");
+    }
+    assert!(v["target_64_bytes"]["p50_over_write2_p50"].as_f64().unwrap() > 0.0);
+    nothing_left_behind(pid, "replication");
+}
+
+#[test]
+fn failover_kill_json_has_every_figure() {
+    let (out, pid) = mu(&["bench", "failover", "--count", "2", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["failovers"], 2);
+    assert_eq!(v["mode"], "kill");
+    assert_eq!(v["read_period_us"], 1000);
+    for key in ["total_us", "detect_us", "switch_us"] {
+        for q in ["p50", "p99", "max"] {
+            assert!(v[key][q].as_f64().unwrap() > 0.0, "{key}.{q} in {v}");
+        }
+    }
+    nothing_left_behind(pid, "failover");
+}
+
+#[test]
+fn failover_pause_json_has_every_figure() {
+    let (out, pid) = mu(&["bench", "failover", "--mode", "pause", "--count", "1", "--json"]);
+    let v = json(&out);
+    assert_eq!(v["failovers"], 1);
+    assert_eq!(v["mode"], "pause");
+    for key in ["total_us", "detect_us"] {
+        assert!(v[key]["p50"].as_f64().unwrap() > 0.0, "{key} in {v}");
+    }
+    // The stopped leader either led again or was fenced.
+    let failbacks = v["failbacks"].as_u64().unwrap();
+    assert_eq!(failbacks + v["fenced"].as_u64().unwrap(), 1, "{v}");
+    nothing_left_behind(pid, "failover");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    for (args, flag) in [
+        (&["bench", "failover", "--count", "0"][..], "--count"),
+        (&["bench", "replication", "--payload", "5000"], "--payload"),
+    ] {
+        let (out, _) = mu(args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "{err}");
+    }
+}
