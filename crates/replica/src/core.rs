@@ -68,7 +68,7 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        let shared = Arc::new(Shared::new(config.eligible, replicas.len()));
+        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec()));
 
         let leader = Leader::new(LeaderConfig {
             me: config.me,

@@ -54,6 +54,11 @@ pub struct ReplicaStatus {
     pub ready_at_ns: Option<u64>,
     /// Why the leader engine last aborted an attempt, if it ever did.
     pub last_abort: Option<mu_replication::AbortReason>,
+    /// While this replica leads, the replicas it writes to (itself included): its confirmed
+    /// followers (§4.2). Empty otherwise.
+    pub confirmed: Vec<NodeId>,
+    /// How many times this replica started leading.
+    pub leaderships: u64,
     /// State transfer: snapshots this replica took for others, and installed from others.
     pub snapshots_served: u64,
     pub snapshots_installed: u64,

@@ -176,6 +176,8 @@ pub struct ReplicationDriver<F: Fabric> {
     batch_requests_max: usize,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
+    /// The log heads when we last asked for permission, by position.
+    heads_at_request: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
     /// is eligible again once its replayer has applied up to here: following a leader brought
     /// it up to date.
@@ -226,6 +228,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             answered: false,
             batch_requests_max: settings.batch_requests_max,
             heads_seen: vec![0; n],
+            heads_at_request: vec![0; n],
             eligible_again_at: None,
         }
     }
@@ -384,6 +387,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         applied += usize::from(self.install_snapshot(app));
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
         self.note_ready(now_ns);
+        self.publish_confirmed();
         if self.eligible_again_at.is_none() && !self.shared.eligible.load(Ordering::Acquire) {
             // Recovering (restarted with its log lost): eligible once a leader took it back and
             // it applied what that leader had decided then.
@@ -484,6 +488,15 @@ impl<F: Fabric> ReplicationDriver<F> {
         installed
     }
 
+    /// The confirmed set, for status.
+    fn publish_confirmed(&self) {
+        let leading = self.leader.phase() != Phase::Follower;
+        let mask = if leading { self.leader.confirmed_mask() } else { 0 };
+        if self.shared.confirmed_mask.load(Ordering::Relaxed) != mask {
+            self.shared.confirmed_mask.store(mask, Ordering::Release);
+        }
+    }
+
     /// Dates the moment the engine is set up as leader, for status (failover timing).
     fn note_ready(&self, now_ns: u64) {
         let setting_up = matches!(
@@ -510,6 +523,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         let leading = self.leader.phase() != Phase::Follower;
         if elected == Some(self.me) && !leading && self.shared.eligible.load(Ordering::Acquire) {
             self.leader.become_leader(&self.mem, &mut self.actions);
+            self.shared.leaderships.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         if elected != Some(self.me) && leading {
@@ -552,12 +566,13 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         }
         let waited_ns = now_ns.saturating_sub(self.permissions_since_ns);
-        if busy || waited_ns <= self.settings.permission_timeout_ns {
+        let early = self.leader.phase() != Phase::Permissions && self.missing_may_join();
+        if busy || (waited_ns <= self.settings.permission_timeout_ns && !early) {
             return busy;
         }
         if self.leader.phase() == Phase::Permissions {
             self.leader.retry_permissions(&mut self.actions);
-        } else if self.leader.confirmed().len() < self.replicas.len() {
+        } else if self.leader.confirmed_mask().count_ones() < self.replicas.len() as u32 {
             // Leading without some replica: ask it again now and then (its request or our
             // connection to it may have been lost, or it was dropped as unreachable and is
             // back). A grant that arrives grows the confirmed set. Only those are asked: see
@@ -663,6 +678,20 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
+    /// Whether a replica we lead without has moved on since we last asked it, and is now within
+    /// a log of us: it restored a snapshot, or caught up on its own after being dropped. Asked
+    /// again at once rather than at the next timeout: a leader at full speed would be more than
+    /// a log ahead of it again by then.
+    fn missing_may_join(&self) -> bool {
+        let confirmed = self.leader.confirmed_mask();
+        (0..self.replicas.len()).any(|pos| {
+            let head = self.shared.heads[pos].load(Ordering::Acquire);
+            confirmed & (1 << pos) == 0
+                && head != self.heads_at_request[pos]
+                && self.leader.fuo().saturating_sub(head) < self.layout.slots_count()
+        })
+    }
+
     /// A new round of permission requests (§5.2): reconnect our own sides that broke, then
     /// publish a new request word for the background plane to deliver, to every replica or,
     /// with `missing_only`, to those the engine leads without.
@@ -682,9 +711,12 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.request_seq = (self.request_seq % REQUEST_SEQ_MAX) + 1;
         self.request_word = request_word(self.boot_id, self.request_seq);
         self.permissions_since_ns = now_ns;
-        let confirmed = self.leader.confirmed();
+        for (seen, head) in self.heads_at_request.iter_mut().zip(&self.shared.heads) {
+            *seen = head.load(Ordering::Acquire);
+        }
+        let confirmed = self.leader.confirmed_mask();
         for pos in 0..self.replicas.len() {
-            if missing_only && confirmed.contains(&self.replicas.ids()[pos]) {
+            if missing_only && confirmed & (1 << pos) != 0 {
                 continue;
             }
             self.acked[pos] = false;

@@ -8,6 +8,8 @@ const NO_LEADER: u32 = u32::MAX;
 
 /// Words shared by the two planes of one replica. Who writes each is in its comment.
 pub(crate) struct Shared {
+    /// The replicas by position (fixed).
+    ids: Vec<NodeId>,
     /// The leader the failure detector elected (background).
     leader: AtomicU32,
     /// By position, the permission request word to deliver to that replica's permission
@@ -51,6 +53,11 @@ pub(crate) struct Shared {
     pub snapshots_installed: AtomicU64,
     /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
     pub state_transfer_error: std::sync::Mutex<Option<String>>,
+    /// While leading, the confirmed followers (ourselves included) by position, as a bit mask
+    /// (replication).
+    pub confirmed_mask: AtomicU64,
+    /// How many times this replica's engine started leading (replication).
+    pub leaderships: AtomicU64,
     /// Why the leader engine last aborted (rare: a mutex is fine).
     pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes).
@@ -58,8 +65,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(eligible: bool, replicas_count: usize) -> Shared {
+    /// Words for a replica of `ids` (by position).
+    pub fn new(eligible: bool, ids: Vec<NodeId>) -> Shared {
+        let replicas_count = ids.len();
         Shared {
+            ids,
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             heads: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
@@ -73,6 +83,8 @@ impl Shared {
             leader_changes: AtomicU64::new(0),
             permission_switches: AtomicU64::new(0),
             slow_permission_switches: AtomicU64::new(0),
+            confirmed_mask: AtomicU64::new(0),
+            leaderships: AtomicU64::new(0),
             snapshot_wanted: AtomicU64::new(0),
             snapshot_fetched: AtomicBool::new(false),
             snapshots_served: AtomicU64::new(0),
@@ -86,6 +98,7 @@ impl Shared {
     }
 
     pub fn status(&self, me: NodeId) -> crate::ReplicaStatus {
+        let ids = &self.ids;
         crate::ReplicaStatus {
             me,
             leader: self.leader(),
@@ -100,6 +113,11 @@ impl Shared {
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
+            confirmed: {
+                let mask = self.confirmed_mask.load(Ordering::Acquire);
+                (0..64).filter(|p| mask & (1 << p) != 0).map(|p| ids[p]).collect()
+            },
+            leaderships: self.leaderships.load(Ordering::Relaxed),
             snapshots_served: self.snapshots_served.load(Ordering::Relaxed),
             snapshots_installed: self.snapshots_installed.load(Ordering::Relaxed),
             state_transfer_error: self
@@ -123,15 +141,18 @@ impl Shared {
     }
 
     /// Returns whether the leader changed. `me` and `now_ns` date this replica's election.
+    /// Only the background thread calls it.
     pub fn set_leader(&self, leader: Option<NodeId>, me: NodeId, now_ns: u64) -> bool {
         let word = leader.map_or(NO_LEADER, |l| u32::from(l.0));
-        let before = self.leader.swap(word, Ordering::AcqRel);
-        if before != word {
-            self.leader_changes.fetch_add(1, Ordering::Relaxed);
-            let elected = if leader == Some(me) { now_ns + 1 } else { 0 };
-            self.elected_at_ns.store(elected, Ordering::Release);
+        if self.leader.load(Ordering::Acquire) == word {
+            return false;
         }
-        before != word
+        // Dated before it is published: whoever sees us elected sees when.
+        let elected = if leader == Some(me) { now_ns + 1 } else { 0 };
+        self.elected_at_ns.store(elected, Ordering::Release);
+        self.leader.store(word, Ordering::Release);
+        self.leader_changes.fetch_add(1, Ordering::Relaxed);
+        true
     }
 }
 

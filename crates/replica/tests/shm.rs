@@ -430,24 +430,28 @@ fn t30_a_lagging_follower_is_caught_up() {
     c.stop_and_check();
 }
 
-/// State transfer across processes: a follower is killed, the others go round their 64-slot
-/// logs several times, and the follower restarts with an empty log. It rejoins recovering, gets
+/// State transfer across processes: a follower is killed, the others go round their logs
+/// several times, and the follower restarts with an empty log. It rejoins recovering, gets
 /// a snapshot from a peer (one-sided reads of its state-transfer region), is brought on from
 /// there, becomes eligible, and then carries the cluster with replica 1 when the leader is
 /// killed. Every replica ends with one sequence from index 0.
 #[test]
 fn t50_a_restarted_replica_rejoins_by_state_transfer() {
     let _serial = one_at_a_time();
-    let mut c = Cluster::start_with("transfer3", 3, "handover", 64, 1);
+    let slots = 1024;
+    let mut c = Cluster::start_with("transfer3", 3, "handover", slots, 1);
     c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
     c.kill(2);
     let before = c.acked_count(0);
-    c.wait_for("the log goes round 5 times", WITHIN, |c| c.acked_count(0) >= before + 5 * 64);
+    let laps = 5 * slots as usize;
+    c.wait_for("the log goes round 5 times", WITHIN, |c| c.acked_count(0) >= before + laps);
     let _ = std::fs::remove_file(c.dir.join("status-2"));
     c.restart(2, 1);
+    // At full speed the leader may be a log ahead again by the time a snapshot is installed:
+    // then the replica fetches another.
     c.wait_for("replica 2 rejoins", WITHIN, |c| {
         let status = c.status(2);
-        status.contains("eligible: true") && status.contains("snapshots_installed: 1")
+        status.contains("eligible: true") && !status.contains("snapshots_installed: 0")
     });
     let before = c.acked_by_others(0);
     c.kill(0);

@@ -46,8 +46,11 @@ fn t20_leader_crash_fails_over() {
     let elected = status.elected_at_ns.expect("replica 1 dates its election");
     let ready = status.ready_at_ns.expect("replica 1 dates its readiness");
     assert!(crashed_at <= elected && elected <= ready && ready <= committed_at, "{status:?}");
+    assert_eq!(status.leaderships, 1);
+    assert_eq!(status.confirmed, [NodeId(1), NodeId(2)], "it writes to itself and replica 2");
     let follower = c.cores[2].as_ref().unwrap().status();
     assert_eq!((follower.elected_at_ns, follower.ready_at_ns), (None, None), "{follower:?}");
+    assert!(follower.confirmed.is_empty() && follower.leaderships == 0);
     for i in 0..10 {
         c.propose_anywhere(format!("after {i}").as_bytes(), 5_000_000);
     }

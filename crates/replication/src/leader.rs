@@ -317,6 +317,11 @@ impl Leader {
         self.positions(&self.confirmed)
     }
 
+    /// The confirmed followers, ourselves included, as a bit mask of positions (no allocation).
+    pub fn confirmed_mask(&self) -> u64 {
+        self.confirmed_positions().fold(0, |mask, pos| mask | (1 << pos))
+    }
+
     fn positions(&self, set: &[bool]) -> Vec<NodeId> {
         set.iter().enumerate().filter(|(_, &c)| c).map(|(i, _)| self.replicas.ids()[i]).collect()
     }
