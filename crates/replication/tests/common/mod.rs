@@ -94,10 +94,16 @@ impl Cluster {
     /// The entry at `index` in replica `pos`'s log, whole, if complete: (in flight before it,
     /// value).
     pub fn entry_counts(&self, pos: usize, index: u64) -> Option<(u16, Vec<u8>)> {
+        self.decoded(pos, index).map(|(_, in_flight_before, value)| (in_flight_before, value))
+    }
+
+    /// The entry at `index` in replica `pos`'s log, if complete: (proposal, in flight before
+    /// it, value).
+    fn decoded(&self, pos: usize, index: u64) -> Option<(u64, u16, Vec<u8>)> {
         let mut slot = vec![0; self.layout.slot_bytes() as usize];
         self.mems[pos].read(Area::Log, self.layout.slot_offset(index), &mut slot);
         match self.layout.decode(index, &slot) {
-            mu_log::Slot::Entry(e) => Some((e.in_flight_before, e.value.to_vec())),
+            mu_log::Slot::Entry(e) => Some((e.proposal, e.in_flight_before, e.value.to_vec())),
             _ => None,
         }
     }
@@ -268,12 +274,7 @@ impl Cluster {
 
     /// The entry at `index` in replica `pos`'s log, if complete.
     pub fn entry(&self, pos: usize, index: u64) -> Option<(u64, Vec<u8>)> {
-        let mut slot = vec![0; self.layout.slot_bytes() as usize];
-        self.mems[pos].read(Area::Log, self.layout.slot_offset(index), &mut slot);
-        match self.layout.decode(index, &slot) {
-            mu_log::Slot::Entry(e) => Some((e.proposal, e.value.to_vec())),
-            _ => None,
-        }
+        self.decoded(pos, index).map(|(proposal, _, value)| (proposal, value))
     }
 
     /// Writes a complete entry into replica `pos`'s log, as an earlier leader would have, with
