@@ -172,6 +172,30 @@ fn t51_four_replicas_need_three() {
     c.check_agreement();
 }
 
+/// Seven replicas: the majority is four. Three crashes, the leader among them, leave a cluster
+/// that elects the lowest live id and goes on; a fourth crash stops progress without breaking
+/// agreement.
+#[test]
+fn t52_seven_replicas_need_four() {
+    let mut c = SimCluster::new(7, 52);
+    c.await_leader(5_000_000);
+    for i in 0..5 {
+        c.propose_anywhere(format!("a{i}").as_bytes(), 5_000_000);
+    }
+    for pos in [6, 0, 3] {
+        c.crash(pos);
+        c.propose_anywhere(format!("without {pos}").as_bytes(), 20_000_000);
+    }
+    assert_eq!(c.await_leader(20_000_000), NodeId(1), "the lowest live id leads");
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.crash(5);
+    let outcome = c.propose(1, b"no majority", 5_000_000);
+    assert!(!matches!(outcome, Some(Ok(_))), "three of seven cannot commit: {outcome:?}");
+    c.check_agreement();
+}
+
 /// §7.4: a group of requests is packed into batch entries of at most `batch_requests_max`,
 /// several in flight at once; requests of one entry share its index, entries commit in order,
 /// and every replica applies every request in the order given. Then the leader crashes while
