@@ -308,6 +308,14 @@ impl Node {
         Ok(self.ctl.atomics_at::<Slot>(layout::slot_offset(conn.peer, conn.channel)))
     }
 
+    /// Whether the latest incarnation of `peer` we reached has died: its death flag, kept by the
+    /// kernel, is one word in a mapping we hold already.
+    fn crash_notified(&self, peer: NodeId) -> bool {
+        let peers = lock(&self.peers);
+        let latest = peers.values().filter(|p| p.node == peer).max_by_key(|p| p.incarnation);
+        latest.is_some_and(|p| !liveness::is_alive(&p.ctl))
+    }
+
     /// Opens the peer's current control segment, checks that it is ours to talk to and alive, and
     /// pins its process. Incarnations of the peer that no side of ours is bound to any more are
     /// forgotten, so that their memory goes back to the system once no endpoint uses it.
@@ -521,6 +529,10 @@ impl Fabric for ShmFabric {
 
     fn qp_state(&self, conn: ConnId) -> Result<QpState, FabricError> {
         Ok(self.node.my_slot(conn)?.acl().state)
+    }
+
+    fn crash_notified(&self, peer: NodeId) -> bool {
+        self.node.crash_notified(peer)
     }
 
     fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError> {

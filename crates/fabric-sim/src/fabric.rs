@@ -73,6 +73,12 @@ impl Fabric for SimFabric {
         lock(&self.shared).qp_side(self.node, conn).map(|(_, access)| access)
     }
 
+    /// A crashed node is notified at once (like the shared-memory fabric's death flag); a
+    /// paused or partitioned one is not: those are what timeouts are for.
+    fn crash_notified(&self, peer: NodeId) -> bool {
+        lock(&self.shared).nodes.get(&peer).is_some_and(|n| n.crashed)
+    }
+
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
         lock(&self.shared).modify_qp(self.node, conn, to, access)
     }

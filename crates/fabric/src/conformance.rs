@@ -594,6 +594,35 @@ pub fn dead_target_cannot_ack<H: Harness>(h: &mut H) {
     assert_eq!(h.join(task), None, "a crashed task reports nothing");
 }
 
+/// A crash is notified without a timeout: never for a live peer, and soon after it dies. (A
+/// backend that cannot tell says `false` for ever: it fails here, and must say so in its docs
+/// and keep timeouts.)
+pub fn crash_is_notified<H: Harness>(h: &mut H) {
+    let (a, t) = (NodeId(0), NodeId(2));
+    let fa = h.fabric(a);
+    fa.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
+    assert!(!fa.crash_notified(t), "a peer never reached is not known to have crashed");
+    let task = h.spawn(TaskSpec {
+        node: t,
+        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
+        connect: vec![(conn(a), Access::ALL)],
+        program: Program::Host,
+    });
+    fa.connect(conn(t), Access::ALL).unwrap();
+    h.start(&task);
+    for _ in 0..10 {
+        h.tick();
+        assert!(!fa.crash_notified(t), "a live peer is never notified as crashed");
+    }
+    h.crash(t);
+    let start = Instant::now();
+    while !fa.crash_notified(t) {
+        assert!(start.elapsed() < WAIT, "no crash notification");
+        h.tick();
+    }
+    assert_eq!(h.join(task), None);
+}
+
 /// Revocation is a barrier: a writer stopped in the middle of a copy while the target revokes its
 /// write access lands nothing after the revoke returns, even once it is let go.
 pub fn revoke_is_a_barrier_for_a_stopped_writer<H: Harness>(h: &mut H) {
@@ -717,7 +746,7 @@ macro_rules! conformance_tests {
             one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
             read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
             missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
-            dead_target_cannot_ack, revoke_is_a_barrier_for_a_stopped_writer,
+            dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_for_a_stopped_writer,
             revoke_is_a_barrier_under_load, cas_is_atomic_under_contention);
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

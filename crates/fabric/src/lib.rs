@@ -69,6 +69,16 @@ pub trait Fabric: Clone + Send + Sync + 'static {
     /// The remote access flags of this node's side of `conn`: what the peer may do here.
     fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError>;
 
+    /// Whether the fabric knows, without waiting for a timeout, that `peer`'s incarnation this
+    /// node last reached has crashed: a crash notification (on shared memory the kernel-kept
+    /// death flag; on RDMA an asynchronous error event). `false` when it cannot tell (a peer
+    /// never reached, or a fabric without notifications): callers keep their timeouts. Cheap
+    /// enough to ask on every poll.
+    fn crash_notified(&self, peer: NodeId) -> bool {
+        let _ = peer;
+        false
+    }
+
     /// Moves this node's side of `conn` to `to`, setting its remote access flags to `access`.
     ///
     /// Legal transitions are those of RDMA RC queue pairs: reset→init, init→ready-to-receive,

@@ -165,6 +165,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     pub fn poll(&mut self, now_ns: u64) -> bool {
         self.beat(now_ns);
         let mut busy = self.poll_completions();
+        busy |= self.notice_crashes();
         if now_ns >= self.next_read_ns {
             self.next_read_ns = now_ns + self.config.read_period_ns;
             self.read_heartbeats();
@@ -178,6 +179,21 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.take_snapshot_request();
         busy |= self.fetch_state(now_ns);
         busy
+    }
+
+    /// Crash notifications from the fabric (the connection-level failure of §5.1, known without
+    /// waiting for the next heartbeat read to fail): the peer's score drops at once.
+    fn notice_crashes(&mut self) -> bool {
+        let mut any = false;
+        for pos in 0..self.replicas.len() {
+            let peer = self.replicas.ids()[pos];
+            if pos != self.me_pos && self.peers[pos].connected && self.fabric.crash_notified(peer)
+            {
+                self.lost(pos);
+                any = true;
+            }
+        }
+        any
     }
 
     /// State transfer, donor side: hands the next peer's request to our replication plane,

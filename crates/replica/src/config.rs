@@ -27,6 +27,10 @@ pub struct ReplicaConfig {
     /// A would-be leader that has not heard from a majority of permission managers in this long
     /// asks again (requests or acknowledgements may have been lost with a connection).
     pub permission_timeout_ns: u64,
+    /// How often the background thread looks for crash notifications from the fabric (a
+    /// killed peer's death flag on shm) between heartbeat reads: the time a crash takes to be
+    /// detected, at most.
+    pub crash_check_period_ns: u64,
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
@@ -58,6 +62,7 @@ impl ReplicaConfig {
     /// | `permission_grace_ns` | 20 µs | a few permission round trips on shm |
     /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
+    /// | `crash_check_period_ns` | 100 µs | a killed replica is known dead within this; a wake-up this often costs little |
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
@@ -72,8 +77,8 @@ impl ReplicaConfig {
     /// unscheduled. On a two-core machine running three replicas (six threads, some spinning)
     /// that is several milliseconds, hence 1 ms (pause detection in about 15 ms). With a core
     /// per thread, as in the Mu paper, periods of a few microseconds work (pause detection in
-    /// tens of microseconds). A killed replica is detected at once whatever the period: reading
-    /// a dead process's memory fails at the connection level.
+    /// tens of microseconds). A killed replica is detected within `crash_check_period_ns`
+    /// whatever the period: the fabric notifies the crash (on shm, the kernel-kept death flag).
     pub fn new(me: NodeId, replicas: Vec<NodeId>) -> ReplicaConfig {
         ReplicaConfig {
             me,
@@ -85,6 +90,7 @@ impl ReplicaConfig {
             permission_grace_ns: 20_000,
             permission_timeout_ns: 50_000_000,
             log_full_timeout_ns: 100_000_000,
+            crash_check_period_ns: 100_000,
             batch_requests_max: 32,
             outstanding_max: 2,
             snapshot_bytes_max: 1 << 20,
@@ -114,6 +120,7 @@ impl ReplicaConfig {
         for (name, value) in [
             ("permission_timeout_ns", self.permission_timeout_ns),
             ("log_full_timeout_ns", self.log_full_timeout_ns),
+            ("crash_check_period_ns", self.crash_check_period_ns),
         ] {
             if value == 0 {
                 return Err(ConfigError::Timing(format!("{name} must be above 0")));

@@ -289,11 +289,16 @@ impl Replica {
         });
         let mut threads = Vec::new();
         let bg = inner.clone();
-        let read_period_ns = config.detector.read_period_ns;
+        // Between heartbeat reads the background thread sleeps no longer than this: a quarter
+        // of a read period, so that the heartbeat moves several times between two reads of any
+        // peer, and the crash-notification period.
+        let max_wait_ns = (config.detector.read_period_ns / 4)
+            .min(config.crash_check_period_ns)
+            .max(1_000);
         threads.push(
             std::thread::Builder::new()
                 .name(format!("mu-bg-{}", config.me))
-                .spawn(move || background_loop(&bg, &mut background, read_period_ns))
+                .spawn(move || background_loop(&bg, &mut background, max_wait_ns))
                 .map_err(|e| StartError::Other(format!("starting the background thread: {e}")))?,
         );
         let repl = inner.clone();
@@ -530,15 +535,13 @@ fn pace(idle_since: &mut Option<Instant>, busy: bool) {
     Backoff::FAST_PATH.pause(since.elapsed().as_nanos() as u64);
 }
 
-/// The background thread: poll, and between polls wait no longer than a quarter of the read
-/// period, so that the heartbeat moves several times between two reads of any peer.
+/// The background thread: poll, and between polls wait no longer than `max_wait_ns`.
 fn background_loop<F: Fabric>(
     inner: &Inner<F>,
     driver: &mut crate::background::BackgroundDriver<F>,
-    read_period_ns: u64,
+    max_wait_ns: u64,
 ) {
     let mut last_leader = inner.shared.leader();
-    let max_wait_ns = (read_period_ns / 4).max(1_000);
     while !inner.stop.load(Ordering::Acquire) {
         let now_ns = inner.now_ns();
         let busy = driver.poll(now_ns);
