@@ -187,8 +187,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         let mut any = false;
         for pos in 0..self.replicas.len() {
             let peer = self.replicas.ids()[pos];
-            if pos != self.me_pos && self.peers[pos].connected && self.fabric.crash_notified(peer)
-            {
+            if pos != self.me_pos && self.peers[pos].connected && self.fabric.crash_notified(peer) {
                 self.lost(pos);
                 any = true;
             }

@@ -292,9 +292,8 @@ impl Replica {
         // Between heartbeat reads the background thread sleeps no longer than this: a quarter
         // of a read period, so that the heartbeat moves several times between two reads of any
         // peer, and the crash-notification period.
-        let max_wait_ns = (config.detector.read_period_ns / 4)
-            .min(config.crash_check_period_ns)
-            .max(1_000);
+        let max_wait_ns =
+            (config.detector.read_period_ns / 4).min(config.crash_check_period_ns).max(1_000);
         threads.push(
             std::thread::Builder::new()
                 .name(format!("mu-bg-{}", config.me))
