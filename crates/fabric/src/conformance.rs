@@ -564,19 +564,26 @@ pub fn fifo_write_then_cas<H: Harness>(h: &mut H) {
     }
 }
 
+/// Starts node `t` hosting a `DATA` region, connected both ways with `fa` (node 0) with full
+/// access.
+fn start_host<H: Harness>(h: &mut H, fa: &H::F, t: NodeId) -> H::Task {
+    let task = h.spawn(TaskSpec {
+        node: t,
+        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
+        connect: vec![(conn(fa.node()), Access::ALL)],
+        program: Program::Host,
+    });
+    fa.connect(conn(t), Access::ALL).unwrap();
+    h.start(&task);
+    task
+}
+
 /// A write into a crashed target completes with an error: a dead peer cannot acknowledge.
 pub fn dead_target_cannot_ack<H: Harness>(h: &mut H) {
     let (a, t) = (NodeId(0), NodeId(2));
     let fa = h.fabric(a);
     fa.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
-    let task = h.spawn(TaskSpec {
-        node: t,
-        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
-        connect: vec![(conn(a), Access::ALL)],
-        program: Program::Host,
-    });
-    fa.connect(conn(t), Access::ALL).unwrap();
-    h.start(&task);
+    let task = start_host(h, &fa, t);
     let mut ep = fa.endpoint(16).unwrap();
     ep.attach(conn(t)).unwrap();
     let wr = |id| WorkRequest::write(id, Source::Inline(b"alive?"), remote(0));
@@ -602,14 +609,7 @@ pub fn crash_is_notified<H: Harness>(h: &mut H) {
     let fa = h.fabric(a);
     fa.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
     assert!(!fa.crash_notified(t), "a peer never reached is not known to have crashed");
-    let task = h.spawn(TaskSpec {
-        node: t,
-        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
-        connect: vec![(conn(a), Access::ALL)],
-        program: Program::Host,
-    });
-    fa.connect(conn(t), Access::ALL).unwrap();
-    h.start(&task);
+    let task = start_host(h, &fa, t);
     for _ in 0..10 {
         h.tick();
         assert!(!fa.crash_notified(t), "a live peer is never notified as crashed");

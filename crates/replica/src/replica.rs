@@ -2,7 +2,7 @@
 
 use crate::config::ReplicaConfig;
 use crate::core::{ReplicaCore, StartError};
-use crate::replication::{Applier, ProposeError, ReplicationDriver};
+use crate::replication::{Applier, ProposeError, ReplicationDriver, Requests};
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
@@ -95,29 +95,6 @@ struct CommitHandler<F>(F);
 impl<F: FnMut(u64, &[u8]) + Send + 'static> StateMachine for CommitHandler<F> {
     fn apply(&mut self, index: u64, request: &[u8]) {
         (self.0)(index, request)
-    }
-}
-
-/// Requests back to back, and where each ends.
-#[derive(Default)]
-struct Requests {
-    data: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl Requests {
-    fn fill(&mut self, requests: &[&[u8]]) {
-        self.data.clear();
-        self.ends.clear();
-        for r in requests {
-            self.data.extend_from_slice(r);
-            self.ends.push(self.data.len());
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts.zip(self.ends.iter().copied()).map(|(start, end)| &self.data[start..end])
     }
 }
 
@@ -402,7 +379,11 @@ fn propose<F: Fabric>(
         Mode::Handover => {
             let mailbox = &inner.mailbox;
             let _caller = lock(&mailbox.callers);
-            lock(&mailbox.requests).fill(requests);
+            {
+                let mut mailed = lock(&mailbox.requests);
+                mailed.clear();
+                requests.iter().for_each(|r| mailed.push(r));
+            }
             mailbox.state.store(SUBMITTED, Ordering::Release);
             loop {
                 let done = Backoff::FAST_PATH.wait_for(Duration::from_millis(100), || {
@@ -463,10 +444,7 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
             let submitted = plane.driver.submit(lock(&mailbox.requests).iter(), now_ns);
             match submitted {
                 Ok(()) => proposing = true,
-                Err(e) => answer(mailbox, |outcomes| {
-                    let count = lock(&mailbox.requests).ends.len();
-                    outcomes.extend((0..count).map(|_| Err(e.clone())));
-                }),
+                Err(e) => fail_all(mailbox, e),
             }
         }
         busy |= plane.poll(now_ns);
@@ -478,10 +456,7 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
     plane.driver.shut_down();
     answer_if_done(mailbox, &mut plane.driver, &mut proposing);
     if mailbox.state.load(Ordering::Acquire) == SUBMITTED {
-        answer(mailbox, |outcomes| {
-            let count = lock(&mailbox.requests).ends.len();
-            outcomes.extend((0..count).map(|_| Err(ProposeError::ShuttingDown)));
-        });
+        fail_all(mailbox, ProposeError::ShuttingDown);
     }
 }
 
@@ -497,12 +472,13 @@ fn answer_if_done<F: Fabric>(
     }
 }
 
-/// Writes the outcomes with `fill` (into an empty list) and hands them to the caller.
-fn answer(mailbox: &Mailbox, fill: impl FnOnce(&mut Vec<Result<u64, ProposeError>>)) {
+/// Answers every request in the mailbox with `e` and hands the outcomes to the caller.
+fn fail_all(mailbox: &Mailbox, e: ProposeError) {
+    let count = lock(&mailbox.requests).len();
     {
         let mut outcomes = lock(&mailbox.outcomes);
         outcomes.clear();
-        fill(&mut outcomes);
+        outcomes.extend((0..count).map(|_| Err(e.clone())));
     }
     mailbox.state.store(DONE, Ordering::Release);
 }

@@ -60,6 +60,39 @@ fn leader_hint(leader: &Option<NodeId>) -> String {
     }
 }
 
+/// Requests back to back, and where each ends: one call's requests, kept in buffers reused from
+/// call to call.
+#[derive(Default)]
+pub(crate) struct Requests {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Requests {
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    pub fn push(&mut self, request: &[u8]) {
+        self.data.extend_from_slice(request);
+        self.ends.push(self.data.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// One log entry of a group: `count` requests from `first` on (a batch when more than one).
 #[derive(Clone, Copy)]
 struct Planned {
@@ -75,9 +108,7 @@ struct Planned {
 /// Reused from call to call, so that proposing does not allocate.
 #[derive(Default)]
 struct Group {
-    /// The requests' bytes, back to back, and where each ends.
-    data: Vec<u8>,
-    ends: Vec<usize>,
+    requests: Requests,
     /// Entries not committed yet, in log order; the first `handed` are in the engine.
     entries: VecDeque<Planned>,
     handed: usize,
@@ -92,11 +123,6 @@ struct Group {
 }
 
 impl Group {
-    fn request(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.data[start..self.ends[i]]
-    }
-
     fn answer(&mut self, entry: Planned, outcome: Result<u64, ProposeError>) {
         for o in &mut self.outcomes[entry.first..entry.first + entry.count] {
             debug_assert!(o.is_none());
@@ -261,8 +287,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         let max = self.layout.max_value_bytes();
         let g = &mut self.group;
-        g.data.clear();
-        g.ends.clear();
+        g.requests.clear();
         g.entries.clear();
         g.handed = 0;
         g.outcomes.clear();
@@ -272,9 +297,8 @@ impl<F: Fabric> ReplicationDriver<F> {
             if request.len() > max {
                 return Err(ProposeError::TooLarge { len: request.len(), max });
             }
-            let i = g.ends.len();
-            g.data.extend_from_slice(request);
-            g.ends.push(g.data.len());
+            let i = g.requests.len();
+            g.requests.push(request);
             g.outcomes.push(None);
             // Greedy packing: join the last entry while it has room for one more request.
             let item = mu_log::batch::item_bytes(request.len());
@@ -289,10 +313,10 @@ impl<F: Fabric> ReplicationDriver<F> {
                 }
             }
         }
-        if g.ends.is_empty() {
+        if g.requests.len() == 0 {
             return Err(ProposeError::Empty);
         }
-        g.unanswered = g.ends.len();
+        g.unanswered = g.requests.len();
         self.pending = true;
         self.shared.in_propose.store(true, Ordering::Release);
         self.hand_over();
@@ -306,12 +330,12 @@ impl<F: Fabric> ReplicationDriver<F> {
         while g.handed < g.entries.len() {
             let e = g.entries[g.handed];
             let (kind, value) = if e.count == 1 {
-                (EntryKind::Request, g.request(e.first))
+                (EntryKind::Request, g.requests.get(e.first))
             } else {
                 let mut entry = std::mem::take(&mut g.entry);
                 entry.clear();
                 for i in e.first..e.first + e.count {
-                    mu_log::batch::push(&mut entry, g.request(i));
+                    mu_log::batch::push(&mut entry, g.requests.get(i));
                 }
                 g.entry = entry;
                 (EntryKind::Batch, &g.entry[..])

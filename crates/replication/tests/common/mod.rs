@@ -148,15 +148,7 @@ impl Cluster {
         let me = self.me();
         for pos in 0..self.ids.len() {
             if matches!(self.faults[pos], Fault::None | Fault::Held) {
-                let mut out = Vec::new();
-                self.leader.on_permission(
-                    self.ids[pos],
-                    Grant::Member,
-                    self.now_ns,
-                    &mut self.mems[me],
-                    &mut out,
-                );
-                self.take(out);
+                self.grant(pos);
             }
         }
         self.now_ns += 10_000;
