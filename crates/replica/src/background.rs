@@ -8,8 +8,8 @@ use crate::layout::{
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
     SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN,
-    SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
-    STATUS_BYTES,
+    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
+    SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -37,7 +37,7 @@ const KIND_SNAPSHOT_BODY: u64 = 6 << 16;
 struct Fetch {
     donor: usize,
     ticket: u64,
-    body: Option<(u64, u64, u64)>, // (index, len, digest) once the header answered
+    body: Option<(u64, u64, u64, u64)>, // (index, len, digest, members) once the header answered
     reading: bool,
     since_ns: u64,
 }
@@ -163,6 +163,10 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Does whatever is due. Returns whether anything happened besides the heartbeat.
     pub fn poll(&mut self, now_ns: u64) -> bool {
+        if self.shared.removed.load(Ordering::Acquire) {
+            // Removed from the cluster (§5.4): "it stops executing". No heartbeat, no grants.
+            return false;
+        }
         self.beat(now_ns);
         let mut busy = self.poll_completions();
         busy |= self.notice_crashes();
@@ -171,7 +175,21 @@ impl<F: Fabric> BackgroundDriver<F> {
             self.read_heartbeats();
             busy = true;
         }
-        self.detector.set_self_eligible(self.shared.eligible.load(Ordering::Acquire));
+        // Only members lead (§5.4): to the election, a non-member is not eligible. Nor is a
+        // replica that does not consider a majority of the members alive: it could not lead
+        // them, and asking for their logs would only take them from the leader they follow (a
+        // replica that has just started, whose reads of the others have not succeeded yet,
+        // would otherwise elect itself).
+        let members = self.shared.members.load(Ordering::Acquire);
+        let alive = (0..self.replicas.len())
+            .filter(|&pos| {
+                members >> pos & 1 != 0 && self.detector.is_alive(self.replicas.ids()[pos])
+            })
+            .count();
+        let eligible = self.shared.eligible.load(Ordering::Acquire)
+            && members >> self.me_pos & 1 != 0
+            && alive >= mu_replication::membership::majority(members);
+        self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
         busy |= self.shared.set_leader(leader, self.me, now_ns);
         busy |= self.send_requests();
@@ -258,7 +276,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 },
                 RemoteAddr { region: SNAPSHOT_REGION, offset: 0 },
             ),
-            Some((_, len, _)) => (
+            Some((_, len, _, _)) => (
                 KIND_SNAPSHOT_BODY,
                 LocalSlice {
                     region: SNAPSHOT_REGION,
@@ -313,16 +331,16 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.next_fetch_ns = u64::MAX; // until restarted: retrying cannot help
                 return;
             }
-            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST)));
+            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), header(SNAPSHOT_MEMBERS)));
             self.fetch = Some(fetch);
             return;
         }
-        let (index, len, digest) = fetch.body.expect("the body is read after the header");
+        let (index, len, digest, members) = fetch.body.expect("the body is read after the header");
         let mut bytes = vec![0; len as usize];
         let at = fetched_body_offset(self.transfer.snapshot_bytes_max) as usize;
         self.snapshot.read(at, &mut bytes).expect("fetched snapshot in the region");
         self.fetch = None;
-        if snapshot_digest(index, &bytes) != digest {
+        if snapshot_digest(index, members, &bytes) != digest {
             return; // the donor served someone else meanwhile: ask again
         }
         // The header we read stays where the replication plane looks for it.
@@ -465,6 +483,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             // followers' heads.
             // A restarted peer's head starts again from its snapshot or from 0.
             self.shared.heads[pos].store(head, Ordering::Release);
+            let eligible = eligible && self.shared.is_member(pos);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
@@ -523,7 +542,12 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// grant the requester, acknowledge.
     fn handle_one_request(&mut self) -> bool {
         for pos in 0..self.replicas.len() {
-            self.requests[pos] = self.load(request_offset(pos));
+            // Requests of removed replicas are ignored (§5.4): one that missed its removal must
+            // not take logs away from the leader. (A replica this one does not know as a member
+            // yet is served: it may have been added by entries this one has not applied, and
+            // refusing it could leave a leader without the majority that would tell us.)
+            self.requests[pos] =
+                if self.shared.is_removed(pos) { 0 } else { self.load(request_offset(pos)) };
         }
         let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {
             return false;

@@ -10,8 +10,17 @@ use mu_replication::{DetectorConfig, ReplicaSet, OUTSTANDING_MAX};
 pub struct ReplicaConfig {
     /// This replica's id.
     pub me: NodeId,
-    /// Every replica of the cluster, this one included.
+    /// Every replica that may ever be a member of the cluster, this one included (at most
+    /// 64): connections to each are set up in advance, and a replica outside this list can
+    /// never join.
     pub replicas: Vec<NodeId>,
+    /// The members the cluster was created with, the configuration of log index 0 (§5.4);
+    /// `None` means all of `replicas`. Every replica of a cluster, whenever started, is given
+    /// the same list: later configurations come from the membership entries in the log
+    /// ([`crate::Replica::add_replica`], [`crate::Replica::remove_replica`]), or from the
+    /// snapshot a replica restores. A replica outside this list joins once a membership entry
+    /// adds it; it must start with `eligible: false`.
+    pub members: Option<Vec<NodeId>>,
     /// Slots in the circular log.
     pub slots_count: u64,
     /// Bytes per slot: an entry's 24 bytes of framing plus its value.
@@ -83,6 +92,7 @@ impl ReplicaConfig {
         ReplicaConfig {
             me,
             replicas,
+            members: None,
             slots_count: 4096,
             slot_bytes: 4096 + 24,
             integrity: Integrity::Checksum,
@@ -96,6 +106,29 @@ impl ReplicaConfig {
             snapshot_bytes_max: 1 << 20,
             eligible: true,
         }
+    }
+
+    /// The initial configuration as a mask of positions in `replicas` (validated).
+    pub(crate) fn initial_members(&self, replicas: &ReplicaSet) -> Result<u64, ConfigError> {
+        let Some(members) = &self.members else {
+            return Ok(u64::MAX >> (64 - replicas.len()));
+        };
+        let mask = mu_replication::membership::mask_of(replicas, members)
+            .map_err(|e| ConfigError::Replicas(format!("members: {e}")))?;
+        if mask == 0 {
+            return Err(ConfigError::Replicas("members: a cluster needs at least one".into()));
+        }
+        if mask.count_ones() as usize != members.len() {
+            return Err(ConfigError::Replicas(format!("members must be distinct: {members:?}")));
+        }
+        if !members.contains(&self.me) && self.eligible {
+            return Err(ConfigError::Replicas(format!(
+                "replica {} is not among the initial members {members:?}: it joins when a \
+                 membership entry adds it, and must start with eligible: false",
+                self.me
+            )));
+        }
+        Ok(mask)
     }
 
     /// Checks the configuration and derives the replica set and the log layout.
@@ -114,6 +147,7 @@ impl ReplicaConfig {
                 replicas.ids()
             )));
         }
+        self.initial_members(&replicas)?;
         let layout = LogLayout::new(self.slots_count, self.slot_bytes, self.integrity)
             .map_err(|e| ConfigError::Log(e.to_string()))?;
         self.detector.validate().map_err(ConfigError::Detector)?;

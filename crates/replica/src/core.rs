@@ -47,6 +47,7 @@ impl<F: Fabric> ReplicaCore<F> {
         boot_id: u32,
     ) -> Result<ReplicaCore<F>, StartError> {
         let (replicas, layout) = config.validate()?;
+        let members = config.initial_members(&replicas)?;
         if fabric.node() != config.me {
             return Err(StartError::WrongNode { fabric: fabric.node(), config: config.me });
         }
@@ -68,9 +69,9 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec()));
+        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
 
-        let leader = Leader::new(LeaderConfig {
+        let mut leader = Leader::new(LeaderConfig {
             me: config.me,
             replicas: replicas.clone(),
             layout,
@@ -78,6 +79,7 @@ impl<F: Fabric> ReplicaCore<F> {
             outstanding_max: config.outstanding_max,
         })
         .map_err(StartError::Other)?;
+        leader.set_applied_members(members);
         let depth = queue_depth(config);
         let mut replication_ep = fabric.endpoint(depth)?;
         let mut background_ep = fabric.endpoint(depth)?;

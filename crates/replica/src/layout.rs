@@ -71,13 +71,15 @@ pub const BACKGROUND_BYTES: usize = (FETCHED_HEADER_OFFSET + SNAPSHOT_HEADER_BYT
 /// application's bytes), then room for one it fetches from a donor.
 pub const SNAPSHOT_REGION: RegionId = RegionId(3);
 /// Bytes of a snapshot header: the ticket it answers (written last), the log index it was taken
-/// at (everything below applied), the length of the bytes, their digest, and an error code.
+/// at (everything below applied), the length of the bytes, their digest, an error code, and the
+/// configuration at the index (the members, by position, §5.4).
 pub const SNAPSHOT_HEADER_BYTES: u64 = 64;
 pub const SNAPSHOT_TICKET: u64 = 0;
 pub const SNAPSHOT_INDEX: u64 = 8;
 pub const SNAPSHOT_LEN: u64 = 16;
 pub const SNAPSHOT_DIGEST: u64 = 24;
 pub const SNAPSHOT_ERROR: u64 = 32;
+pub const SNAPSHOT_MEMBERS: u64 = 40;
 /// Error codes of a served snapshot.
 pub const SNAPSHOT_OK: u64 = 0;
 pub const SNAPSHOT_TOO_LARGE: u64 = 1;
@@ -102,9 +104,9 @@ pub fn snapshot_request_offset(pos: usize) -> u64 {
     SNAPSHOT_REQUEST_OFFSET + 8 * pos as u64
 }
 
-/// The digest a snapshot header carries: over the index and the bytes.
-pub fn snapshot_digest(index: u64, bytes: &[u8]) -> u64 {
-    mu_log::digest(index ^ 0x6d75_736e_6170, bytes)
+/// The digest a snapshot header carries: over the index, the configuration and the bytes.
+pub fn snapshot_digest(index: u64, members: u64, bytes: &[u8]) -> u64 {
+    mu_log::digest(index ^ 0x6d75_736e_6170 ^ members.rotate_left(29), bytes)
 }
 
 pub fn request_offset(pos: usize) -> u64 {

@@ -40,5 +40,6 @@ pub use background::BackgroundDriver;
 pub use config::{ConfigError, ReplicaConfig};
 pub use core::{ReplicaCore, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
+pub use mu_replication::membership::Change;
 pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};
 pub use replication::{Applier, ProposeError, ReplicationDriver};

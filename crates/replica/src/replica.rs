@@ -7,6 +7,7 @@ use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
 use mu_log::EntryKind;
+use mu_replication::membership::Change;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -64,6 +65,11 @@ pub struct ReplicaStatus {
     pub snapshots_installed: u64,
     /// What last went wrong in a state transfer, if anything did.
     pub state_transfer_error: Option<String>,
+    /// The members of the configuration after the entries this replica applied (§5.4).
+    pub members: Vec<NodeId>,
+    /// A decided membership entry removed this replica: it no longer takes part (no heartbeat,
+    /// no grants, never leads) and can be shut down.
+    pub removed: bool,
 }
 
 /// The application's replicated state: what the commit handler applies to, and what state
@@ -151,6 +157,8 @@ const DONE: u8 = 2;
 struct Mailbox {
     state: AtomicU8,
     requests: Mutex<Requests>,
+    /// Set instead of requests for a membership change.
+    change: Mutex<Option<Change>>,
     outcomes: Mutex<Vec<Result<u64, ProposeError>>>,
     /// Serializes application threads calling `propose` at once.
     callers: Mutex<()>,
@@ -186,14 +194,24 @@ pub struct Replica {
 
 /// What the application does with a replica, whatever its fabric.
 trait Handle: Send + Sync {
-    fn propose(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>);
+    fn propose(
+        &self,
+        requests: &[&[u8]],
+        change: Option<Change>,
+        outcomes: &mut Vec<Result<u64, ProposeError>>,
+    );
     fn watch(&self) -> Receiver<Option<NodeId>>;
     fn stop(&self);
 }
 
 impl<F: Fabric> Handle for Inner<F> {
-    fn propose(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>) {
-        propose(self, requests, outcomes)
+    fn propose(
+        &self,
+        requests: &[&[u8]],
+        change: Option<Change>,
+        outcomes: &mut Vec<Result<u64, ProposeError>>,
+    ) {
+        propose(self, requests, change, outcomes)
     }
 
     fn watch(&self) -> Receiver<Option<NodeId>> {
@@ -257,6 +275,7 @@ impl Replica {
             mailbox: Mailbox {
                 state: AtomicU8::new(EMPTY),
                 requests: Mutex::new(Requests::default()),
+                change: Mutex::new(None),
                 outcomes: Mutex::new(Vec::new()),
                 callers: Mutex::new(()),
             },
@@ -306,7 +325,31 @@ impl Replica {
     /// why not. Only the leader proposes; others answer with a hint.
     pub fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
         let mut outcomes = Vec::with_capacity(1);
-        self.inner.propose(&[value], &mut outcomes);
+        self.inner.propose(&[value], None, &mut outcomes);
+        outcomes.pop().unwrap_or(Err(ProposeError::ShuttingDown))
+    }
+
+    /// Adds replica `id` (one of the configured `replicas`) to the cluster's members, through a
+    /// membership entry (§5.4); on the leader only. Returns the entry's log index once it is
+    /// decided: from the next index on, majorities are of the new configuration. Start the new
+    /// replica (with `eligible: false`) before or after: it is brought up to date by the log,
+    /// or by a state transfer if the log has moved on more than its length.
+    pub fn add_replica(&self, id: NodeId) -> Result<u64, ProposeError> {
+        self.change_membership(Change::Add(id))
+    }
+
+    /// Removes replica `id` from the cluster's members, through a membership entry (§5.4); on
+    /// the leader only (the leader may remove itself: it stops leading and another is elected).
+    /// Returns the entry's log index once it is decided. The removed replica stops taking
+    /// part once it applies the entry (its status then says `removed`); the others ignore its
+    /// permission requests from then on.
+    pub fn remove_replica(&self, id: NodeId) -> Result<u64, ProposeError> {
+        self.change_membership(Change::Remove(id))
+    }
+
+    fn change_membership(&self, change: Change) -> Result<u64, ProposeError> {
+        let mut outcomes = Vec::with_capacity(1);
+        self.inner.propose(&[&[]], Some(change), &mut outcomes);
         outcomes.pop().unwrap_or(Err(ProposeError::ShuttingDown))
     }
 
@@ -317,7 +360,7 @@ impl Replica {
     /// share its index, and are applied in the order given) or why not. Requests are committed
     /// in the order given; if one fails, the ones after it fail too.
     pub fn propose_many(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>) {
-        self.inner.propose(requests, outcomes);
+        self.inner.propose(requests, None, outcomes);
     }
 
     /// The leader this replica's failure detector elected.
@@ -359,9 +402,12 @@ impl Drop for Replica {
     }
 }
 
+/// Proposes `requests`, or with `change` a membership change (and one placeholder request, for
+/// its outcome).
 fn propose<F: Fabric>(
     inner: &Inner<F>,
     requests: &[&[u8]],
+    change: Option<Change>,
     outcomes: &mut Vec<Result<u64, ProposeError>>,
 ) {
     outcomes.clear();
@@ -383,6 +429,7 @@ fn propose<F: Fabric>(
                 let mut mailed = lock(&mailbox.requests);
                 mailed.clear();
                 requests.iter().for_each(|r| mailed.push(r));
+                *lock(&mailbox.change) = change;
             }
             mailbox.state.store(SUBMITTED, Ordering::Release);
             loop {
@@ -414,7 +461,12 @@ fn propose<F: Fabric>(
             let Some(plane) = guard.as_mut() else {
                 return fail(outcomes, ProposeError::ShuttingDown);
             };
-            if let Err(e) = plane.driver.submit(requests.iter().copied(), inner.now_ns()) {
+            let now_ns = inner.now_ns();
+            let submitted = match change {
+                Some(change) => plane.driver.submit_change(change, now_ns),
+                None => plane.driver.submit(requests.iter().copied(), now_ns),
+            };
+            if let Err(e) = submitted {
                 return fail(outcomes, e);
             }
             loop {
@@ -441,7 +493,10 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
         let mut busy = false;
         if !proposing && mailbox.state.load(Ordering::Acquire) == SUBMITTED {
             busy = true;
-            let submitted = plane.driver.submit(lock(&mailbox.requests).iter(), now_ns);
+            let submitted = match lock(&mailbox.change).take() {
+                Some(change) => plane.driver.submit_change(change, now_ns),
+                None => plane.driver.submit(lock(&mailbox.requests).iter(), now_ns),
+            };
             match submitted {
                 Ok(()) => proposing = true,
                 Err(e) => fail_all(mailbox, e),

@@ -6,7 +6,8 @@
 use crate::layout::{
     ack_offset, fetched_body_offset, replication_channel, snapshot_digest, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
-    SNAPSHOT_LEN, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
+    SNAPSHOT_UNSUPPORTED,
 };
 use crate::memory::FabricMemory;
 use crate::shared::Shared;
@@ -15,6 +16,7 @@ use mu_fabric::{
     RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET, HEAD_OFFSET};
+use mu_replication::membership::{self, Change};
 use mu_replication::{
     request_word, AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer,
     ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
@@ -51,6 +53,11 @@ pub enum ProposeError {
     Empty,
     #[error("the replica is shutting down")]
     ShuttingDown,
+    /// A membership change that cannot be made: the replica is not one of the cluster's, is
+    /// already (or is not) a member, would be the last one removed, or another change is in
+    /// progress.
+    #[error("membership change refused: {0}")]
+    Membership(String),
 }
 
 fn leader_hint(leader: &Option<NodeId>) -> String {
@@ -120,6 +127,8 @@ struct Group {
     room_wait_since_ns: Option<u64>,
     /// Room to encode one entry.
     entry: Vec<u8>,
+    /// The call is a membership change (§5.4): one entry of that kind.
+    change: bool,
 }
 
 impl Group {
@@ -208,6 +217,10 @@ pub struct ReplicationDriver<F: Fabric> {
     /// is eligible again once its replayer has applied up to here: following a leader brought
     /// it up to date.
     eligible_again_at: Option<u64>,
+    /// The configuration after the entries the replayer applied (§5.4), by position.
+    members_applied: u64,
+    /// Whether this replica has been a member: one that stops being one was removed.
+    was_member: bool,
 }
 
 impl<F: Fabric> ReplicationDriver<F> {
@@ -226,7 +239,11 @@ impl<F: Fabric> ReplicationDriver<F> {
     ) -> ReplicationDriver<F> {
         let n = replicas.len();
         let shared = mem.shared.clone();
+        let members_applied = shared.members.load(Ordering::Acquire);
+        let me_pos = replicas.position(fabric.node()).expect("validated: we are a replica");
         ReplicationDriver {
+            members_applied,
+            was_member: members_applied >> me_pos & 1 != 0,
             me: fabric.node(),
             fabric,
             replayer: Replayer::new(layout, 0),
@@ -268,6 +285,26 @@ impl<F: Fabric> ReplicationDriver<F> {
         &self.leader
     }
 
+    /// Hands the leader engine a membership change (§5.4): one entry, alone in flight. Its
+    /// outcome comes out of [`ReplicationDriver::take_outcomes`] like a request's: the index of
+    /// the entry once it is decided. Refused at once if it is not a change of the current
+    /// configuration, or while another change is in progress.
+    pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
+        if self.pending || self.answered {
+            return Err(ProposeError::Busy);
+        }
+        if self.leader.phase() == Phase::Follower {
+            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+        }
+        let value = change.encode();
+        self.leader.check_change(&value).map_err(|e| match e {
+            mu_replication::ProposeError::Membership(why) => ProposeError::Membership(why),
+            other => ProposeError::Membership(other.to_string()),
+        })?;
+        self.group.change = true;
+        self.stage(std::iter::once(&value[..]), now_ns)
+    }
+
     /// Hands `requests` to the leader engine, packed into entries (§7.4). Their outcomes come
     /// out of [`ReplicationDriver::take_outcomes`] after later polls, one per request, in order:
     /// the log index each was committed at (requests packed together share one), or why not.
@@ -285,7 +322,18 @@ impl<F: Fabric> ReplicationDriver<F> {
         if self.leader.phase() == Phase::Follower {
             return Err(ProposeError::NotLeader { leader: self.shared.leader() });
         }
+        self.group.change = false;
+        self.stage(requests, now_ns)
+    }
+
+    /// Plans the entries of a call and hands the first ones over.
+    fn stage<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        now_ns: u64,
+    ) -> Result<(), ProposeError> {
         let max = self.layout.max_value_bytes();
+        let single = self.group.change;
         let g = &mut self.group;
         g.requests.clear();
         g.entries.clear();
@@ -303,7 +351,11 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Greedy packing: join the last entry while it has room for one more request.
             let item = mu_log::batch::item_bytes(request.len());
             match g.entries.back_mut() {
-                Some(last) if last.count < self.batch_requests_max && batch_bytes + item <= max => {
+                Some(last)
+                    if !single
+                        && last.count < self.batch_requests_max
+                        && batch_bytes + item <= max =>
+                {
                     last.count += 1;
                     batch_bytes += item;
                 }
@@ -330,7 +382,8 @@ impl<F: Fabric> ReplicationDriver<F> {
         while g.handed < g.entries.len() {
             let e = g.entries[g.handed];
             let (kind, value) = if e.count == 1 {
-                (EntryKind::Request, g.requests.get(e.first))
+                let kind = if g.change { EntryKind::Membership } else { EntryKind::Request };
+                (kind, g.requests.get(e.first))
             } else {
                 let mut entry = std::mem::take(&mut g.entry);
                 entry.clear();
@@ -343,6 +396,16 @@ impl<F: Fabric> ReplicationDriver<F> {
             match self.leader.propose(kind, value, &mut self.mem, &mut self.actions) {
                 Ok(()) => g.handed += 1,
                 Err(mu_replication::ProposeError::Busy) => return, // as many as allowed
+                Err(mu_replication::ProposeError::Membership(why)) => {
+                    // The configuration changed between the check and now (a new leadership
+                    // adopted another change): nothing was proposed.
+                    let e = g.entries.pop_front().expect("the entry being handed over");
+                    g.answer(e, Err(ProposeError::Membership(why)));
+                    if g.unanswered == 0 {
+                        self.finish_group();
+                    }
+                    return;
+                }
                 Err(e) => unreachable!("checked before handing over: {e}"),
             }
         }
@@ -403,10 +466,15 @@ impl<F: Fabric> ReplicationDriver<F> {
         busy |= self.run_actions(now_ns);
         self.check_log_full(now_ns);
         let mut applied = 0;
+        let (replicas, mut members) = (&self.replicas, self.members_applied);
         self.replayer.poll(&mut self.mem, |index, kind, value| {
             applied += 1;
+            if kind == EntryKind::Membership {
+                members = membership::apply(replicas, members, value);
+            }
             app.apply(index, kind, value)
         });
+        self.note_members(members);
         self.serve_snapshot(app);
         applied += usize::from(self.install_snapshot(app));
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
@@ -425,6 +493,29 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.shared.eligible.store(true, Ordering::Release);
         }
         busy || applied > 0
+    }
+
+    /// The replayer applied up to a configuration (§5.4): the engine works out later ones from
+    /// it, and the background plane elects and grants by it. A replica it leaves out that was
+    /// a member has been removed, and stops taking part.
+    fn note_members(&mut self, members: u64) {
+        if members == self.members_applied {
+            return;
+        }
+        self.members_applied = members;
+        self.leader.set_applied_members(members);
+        self.shared.set_members(members);
+        let me_pos = self.replicas.position(self.me).expect("we are a replica");
+        let member = members >> me_pos & 1 != 0;
+        if member {
+            self.was_member = true;
+        } else if self.was_member {
+            self.shared.removed.store(true, Ordering::Release);
+            if self.leader.phase() != Phase::Follower {
+                self.leader.step_down();
+            }
+            self.fail_pending(None);
+        }
     }
 
     /// State transfer, donor side: a peer asked (through our background plane) for our state.
@@ -464,7 +555,11 @@ impl<F: Fabric> ReplicationDriver<F> {
             .expect("snapshot fits the region: checked above");
         put(SNAPSHOT_INDEX, index);
         put(SNAPSHOT_LEN, len as u64);
-        put(SNAPSHOT_DIGEST, snapshot_digest(index, &self.snapshot_buf[..len]));
+        put(SNAPSHOT_MEMBERS, self.members_applied);
+        put(
+            SNAPSHOT_DIGEST,
+            snapshot_digest(index, self.members_applied, &self.snapshot_buf[..len]),
+        );
         put(SNAPSHOT_ERROR, error);
         put(SNAPSHOT_TICKET, ticket);
         self.shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
@@ -502,6 +597,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 Ok(()) => {
                     self.replayer = Replayer::new(self.layout, index);
                     self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
+                    self.note_members(header(SNAPSHOT_MEMBERS));
                     self.shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
                     installed = true;
                 }
@@ -545,10 +641,15 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn follow_election(&mut self) -> bool {
         let elected = self.shared.leader();
         let leading = self.leader.phase() != Phase::Follower;
-        if elected == Some(self.me) && !leading && self.shared.eligible.load(Ordering::Acquire) {
-            self.leader.become_leader(&self.mem, &mut self.actions);
-            self.shared.leaderships.fetch_add(1, Ordering::Relaxed);
-            return true;
+        let may_lead = self.shared.eligible.load(Ordering::Acquire)
+            && !self.shared.removed.load(Ordering::Acquire);
+        if elected == Some(self.me) && !leading && may_lead {
+            // Refused if the configuration at our FUO leaves us out (§5.4).
+            if self.leader.become_leader(&self.mem, &mut self.actions) {
+                self.shared.leaderships.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            return false;
         }
         if elected != Some(self.me) && leading {
             self.leader.step_down();
@@ -596,7 +697,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         if self.leader.phase() == Phase::Permissions {
             self.leader.retry_permissions(&mut self.actions);
-        } else if self.leader.confirmed_mask().count_ones() < self.replicas.len() as u32 {
+        } else if self.leader.members_mask() & !self.leader.confirmed_mask() != 0 {
             // Leading without some replica: ask it again now and then (its request or our
             // connection to it may have been lost, or it was dropped as unreachable and is
             // back). A grant that arrives grows the confirmed set. Only those are asked: see
@@ -665,6 +766,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
                     *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(reason);
+                    if reason == AbortReason::Removed {
+                        self.fail_pending(None);
+                    }
                     if let AbortReason::NeedsStateTransfer { behind } = reason {
                         // The engine stepped down; stay out of elections until this replica
                         // has the entries it lacked (as a follower of another leader).
@@ -707,10 +811,10 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// again at once rather than at the next timeout: a leader at full speed would be more than
     /// a log ahead of it again by then.
     fn missing_may_join(&self) -> bool {
-        let confirmed = self.leader.confirmed_mask();
+        let missing = self.leader.members_mask() & !self.leader.confirmed_mask();
         (0..self.replicas.len()).any(|pos| {
             let head = self.shared.heads[pos].load(Ordering::Acquire);
-            confirmed & (1 << pos) == 0
+            missing >> pos & 1 != 0
                 && head != self.heads_at_request[pos]
                 && self.leader.fuo().saturating_sub(head) < self.layout.slots_count()
         })
@@ -738,9 +842,10 @@ impl<F: Fabric> ReplicationDriver<F> {
         for (seen, head) in self.heads_at_request.iter_mut().zip(&self.shared.heads) {
             *seen = head.load(Ordering::Acquire);
         }
-        let confirmed = self.leader.confirmed_mask();
+        let (confirmed, members) = (self.leader.confirmed_mask(), self.leader.members_mask());
         for pos in 0..self.replicas.len() {
-            if missing_only && confirmed & (1 << pos) != 0 {
+            // Only the members of the configuration the engine leads by are asked (§5.4).
+            if members >> pos & 1 == 0 || (missing_only && confirmed >> pos & 1 != 0) {
                 continue;
             }
             self.acked[pos] = false;

@@ -62,11 +62,17 @@ pub(crate) struct Shared {
     pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes).
     pub guard: OwnLogGuard,
+    /// The configuration after the entries this replica applied (§5.4), by position.
+    pub members: AtomicU64,
+    /// Every replica that was a member in a configuration this replica applied.
+    pub ever_members: AtomicU64,
+    /// A decided membership entry removed this replica: it stopped taking part.
+    pub removed: AtomicBool,
 }
 
 impl Shared {
     /// Words for a replica of `ids` (by position).
-    pub fn new(eligible: bool, ids: Vec<NodeId>) -> Shared {
+    pub fn new(eligible: bool, ids: Vec<NodeId>, members: u64) -> Shared {
         let replicas_count = ids.len();
         Shared {
             ids,
@@ -94,6 +100,9 @@ impl Shared {
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLogGuard::new(),
+            members: AtomicU64::new(members),
+            ever_members: AtomicU64::new(members),
+            removed: AtomicBool::new(false),
         }
     }
 
@@ -113,10 +122,9 @@ impl Shared {
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
-            confirmed: {
-                let mask = self.confirmed_mask.load(Ordering::Acquire);
-                (0..64).filter(|p| mask & (1 << p) != 0).map(|p| ids[p]).collect()
-            },
+            confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),
+            members: ids_of(ids, self.members.load(Ordering::Acquire)),
+            removed: self.removed.load(Ordering::Acquire),
             leaderships: self.leaderships.load(Ordering::Relaxed),
             snapshots_served: self.snapshots_served.load(Ordering::Relaxed),
             snapshots_installed: self.snapshots_installed.load(Ordering::Relaxed),
@@ -126,6 +134,24 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
         }
+    }
+
+    /// Whether the replica at `pos` is a member, as far as this replica applied.
+    pub fn is_member(&self, pos: usize) -> bool {
+        self.members.load(Ordering::Acquire) >> pos & 1 != 0
+    }
+
+    /// Whether the replica at `pos` was a member and has been removed, as far as this replica
+    /// applied.
+    pub fn is_removed(&self, pos: usize) -> bool {
+        let ever = self.ever_members.load(Ordering::Acquire);
+        (ever & !self.members.load(Ordering::Acquire)) >> pos & 1 != 0
+    }
+
+    /// The replayer applied up to configuration `members`.
+    pub fn set_members(&self, members: u64) {
+        self.ever_members.fetch_or(members, Ordering::AcqRel);
+        self.members.store(members, Ordering::Release);
     }
 
     /// Records what went wrong in a state transfer, for status.
@@ -204,4 +230,9 @@ impl OwnLogGuard {
             }
         }
     }
+}
+
+/// The ids at the positions set in `mask`.
+fn ids_of(ids: &[NodeId], mask: u64) -> Vec<NodeId> {
+    ids.iter().enumerate().filter(|(p, _)| mask >> p & 1 != 0).map(|(_, &id)| id).collect()
 }

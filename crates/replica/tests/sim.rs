@@ -5,6 +5,7 @@ mod common;
 
 use common::SimCluster;
 use mu_fabric::NodeId;
+use mu_replica::Change;
 
 /// §5.1 and §4: three replicas elect the lowest id, which replicates; every replica applies the
 /// same sequence.
@@ -315,6 +316,125 @@ fn t71_a_replica_a_log_behind_gets_a_snapshot() {
     c.check_agreement();
     c.check_acked_applied(1);
     c.check_acked_applied(2);
+}
+
+/// §5.4, adding a replica: a cluster created with replicas 0–2 adds replica 3, which starts
+/// outside the configuration and is brought up to date by the log. With four members a majority
+/// is three, so once the leader crashes the others can only go on with replica 3 counted: it
+/// must be a full member. Removing the dead replica brings the majority back to two of three.
+#[test]
+fn t80_a_replica_is_added_and_counts() {
+    let mut c = SimCluster::with_members(4, &[0, 1, 2], 80, |_| {});
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose_anywhere(format!("three: {i}").as_bytes(), 5_000_000);
+    }
+    c.start(3);
+    // Up and connected before it is added (an ack lost with a connection not up yet would
+    // leave it out until the leader asks again, a permission timeout later).
+    c.run_for(500_000);
+    let status = c.cores[3].as_ref().unwrap().status();
+    assert_eq!(status.members, vec![NodeId(0), NodeId(1), NodeId(2)]);
+    assert!(!status.eligible);
+    let added = c.change_anywhere(Change::Add(NodeId(3)), 10_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("four: {i}").as_bytes(), 5_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    for pos in 0..4 {
+        let status = c.cores[pos].as_ref().unwrap().status();
+        assert_eq!(status.members.len(), 4, "replica {pos}: {}", c.describe());
+    }
+    assert!(c.applied[3].len() as u64 > added, "replica 3 applied past its addition");
+    assert_eq!(c.applied[3][0].0, 0, "replica 3 applied the log from the start");
+    assert!(c.cores[3].as_ref().unwrap().status().eligible, "{}", c.describe());
+    // Leader 0 crashes: 1, 2 and 3 are the three of four that must agree.
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1));
+    for i in 0..5 {
+        c.propose_anywhere(format!("without 0: {i}").as_bytes(), 20_000_000);
+    }
+    // One more crash would stop a cluster of four; remove the dead replica first.
+    c.change_anywhere(Change::Remove(NodeId(0)), 20_000_000);
+    c.crash(2);
+    for i in 0..5 {
+        c.propose_anywhere(format!("two of three: {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(3);
+    let status = c.cores[3].as_ref().unwrap().status();
+    assert_eq!(status.members, vec![NodeId(1), NodeId(2), NodeId(3)], "{status:?}");
+}
+
+/// §5.4, removing the leader: it proposes its own removal, stops leading once that is decided
+/// ("once a replica sees it has been removed, it stops executing"), and the next replica leads
+/// the two that remain, whose majority is both. The removed replica's requests are ignored.
+#[test]
+fn t81_the_leader_removes_itself() {
+    let mut c = SimCluster::new(3, 81);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..5 {
+        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
+    }
+    let removed_at = c.change_anywhere(Change::Remove(NodeId(0)), 10_000_000);
+    c.run_for(500_000);
+    let status = c.cores[0].as_ref().unwrap().status();
+    assert!(status.removed, "{status:?}");
+    assert_eq!(c.agreed_leader(), Some(NodeId(1)), "{}", c.describe());
+    for i in 0..10 {
+        let index = c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
+        assert!(index > removed_at);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(2);
+    assert_eq!(c.applied[0].last().unwrap().0, removed_at, "replica 0 stopped at its removal");
+    // Two members: both are needed; with one crashed nothing commits.
+    c.crash(2);
+    let pos = 1;
+    let outcome = c.propose(pos, b"needs both", 5_000_000);
+    assert!(!matches!(outcome, Some(Ok(_))), "committed without a majority: {}", c.describe());
+}
+
+/// §5.4 with state transfer: a replica added after the log went round three times gets a
+/// snapshot, which carries the configuration, then the log from there.
+#[test]
+fn t82_a_replica_added_late_gets_a_snapshot() {
+    let mut c = SimCluster::with_members(4, &[0, 1, 2], 82, |_| {});
+    c.await_leader(5_000_000);
+    c.change_anywhere(Change::Remove(NodeId(2)), 10_000_000);
+    c.crash(2);
+    let slots = c.configs[0].slots_count;
+    for i in 0..3 * slots {
+        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
+    }
+    c.start(3);
+    c.run_for(500_000);
+    c.change_anywhere(Change::Add(NodeId(3)), 10_000_000);
+    let mut k = 0;
+    while !c.cores[3].as_ref().unwrap().status().eligible {
+        assert!(k < 400, "replica 3 not eligible: {}", c.describe());
+        c.propose_anywhere(format!("with 3: {k}").as_bytes(), 5_000_000);
+        c.run_for(50_000);
+        k += 1;
+    }
+    let status = c.cores[3].as_ref().unwrap().status();
+    assert_eq!(status.snapshots_installed, 1, "{status:?}");
+    assert_eq!(status.members, vec![NodeId(0), NodeId(1), NodeId(3)], "{status:?}");
+    // Replica 3 counts: with 0 gone, 1 and 3 are the majority of three.
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1));
+    for i in 0..5 {
+        c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(3);
 }
 
 /// Randomized: pauses, crashes, restarts with the log lost, and partitions at random (never more

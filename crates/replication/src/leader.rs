@@ -1,5 +1,6 @@
 //! The leader's replicator (Mu paper §4.1 Listing 2, §4.2 Listings 3 and 4).
 
+use crate::membership::{self, Change};
 use crate::{Action, Area, Memory, RemoteOp, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
 use mu_log::{
@@ -71,6 +72,8 @@ pub enum AbortReason {
     /// We lag the most advanced follower by more than the log holds: catching up needs a state
     /// transfer (a snapshot), not a log copy. The leader steps down.
     NeedsStateTransfer { behind: u64 },
+    /// A decided membership entry removed this replica (§5.4): it stops leading for good.
+    Removed,
 }
 
 /// Why a value could not be proposed.
@@ -82,6 +85,10 @@ pub enum ProposeError {
     Busy,
     #[error("value of {len} bytes is larger than a log slot holds ({max})")]
     TooLarge { len: usize, max: usize },
+    /// A membership change that cannot be proposed (see [`Change::check`]), or one while another
+    /// is waiting: one at a time.
+    #[error("membership change refused: {0}")]
+    Membership(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +110,8 @@ struct InFlight {
     index: u64,
     /// It holds a proposal of ours (the oldest not yet committed), not a value adopted in prepare.
     mine: bool,
+    /// A membership entry: the configuration once it is decided.
+    members_after: Option<u64>,
     /// Followers whose write of it completed, by position.
     acks: u64,
 }
@@ -117,7 +126,14 @@ const _: () = assert!(OUTSTANDING_MAX < STEP_MASK as usize);
 pub struct Leader {
     me: NodeId,
     me_pos: usize,
+    /// Every replica that may be a member (§5.4): positions index the per-replica vectors.
     replicas: ReplicaSet,
+    /// The configuration that decides our FUO, as a mask of positions: only members are asked
+    /// for permission and counted.
+    members: u64,
+    /// The configuration after the entries our replayer applied (below our log head), as the
+    /// runtime tells it: where working out `members` starts.
+    applied_members: u64,
     layout: LogLayout,
     permission_grace_ns: u64,
     scratch_block: u64,
@@ -207,6 +223,8 @@ impl Leader {
             scratch_block: Leader::scratch_block(&config.layout),
             layout: config.layout,
             permission_grace_ns: config.permission_grace_ns,
+            members: (u64::MAX >> (64 - n)),
+            applied_members: (u64::MAX >> (64 - n)),
             replicas: config.replicas,
             phase: Phase::Follower,
             attempt: 0,
@@ -330,18 +348,70 @@ impl Leader {
         self.confirmed.iter().filter(|&&c| c).count()
     }
 
+    /// The configuration that decides our FUO (§5.4), as a mask of positions in the replica set.
+    pub fn members_mask(&self) -> u64 {
+        self.members
+    }
+
+    fn is_member(&self, pos: usize) -> bool {
+        self.members >> pos & 1 != 0
+    }
+
+    /// More than half of the current configuration's members.
+    fn majority(&self) -> usize {
+        membership::majority(self.members)
+    }
+
+    /// The runtime's replayer applied entries up to our log head, and the configuration after
+    /// them is `members` (the initial one at first; after a snapshot is installed, the one it
+    /// carries).
+    pub fn set_applied_members(&mut self, members: u64) {
+        self.applied_members = members;
+    }
+
+    /// The configuration that decides our FUO: the applied one, changed by the membership
+    /// entries between our log head and our FUO (decided entries, still in our log: a slot is
+    /// reused only once we applied its entry). Only headers are read, and whole slots where a
+    /// header says membership.
+    fn members_at_fuo(&mut self, mem: &impl Memory) -> u64 {
+        let head = mem.load_u64(Area::Log, HEAD_OFFSET);
+        let mut members = self.applied_members;
+        let mut slot = std::mem::take(&mut self.slot_buf);
+        for index in head..self.fuo {
+            let offset = self.layout.slot_offset(index);
+            mem.read(Area::Log, offset, &mut slot[..16]);
+            if EntryKind::from_u8(slot[12]) != Some(EntryKind::Membership) {
+                continue;
+            }
+            mem.read(Area::Log, offset, &mut slot);
+            if let Slot::Entry(e) = self.layout.decode(index, &slot) {
+                if e.kind == EntryKind::Membership {
+                    members = membership::apply(&self.replicas, members, e.value);
+                }
+            }
+        }
+        self.slot_buf = slot;
+        members
+    }
+
     // ---- events --------------------------------------------------------------------------------
 
     /// This replica now believes it leads (leader election, §5.1): start from permissions.
-    pub fn become_leader(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
+    /// Returns whether it leads now: not if the configuration at its FUO leaves it out (§5.4).
+    pub fn become_leader(&mut self, mem: &impl Memory, out: &mut Vec<Action>) -> bool {
         if self.phase != Phase::Follower {
-            return;
+            return true;
         }
         self.fuo = self.fuo.max(Leader::decided_below(
             mem.load_u64(Area::Log, FUO_OFFSET),
             mem.load_u64(Area::Log, HEAD_OFFSET),
         ));
+        self.members = self.members_at_fuo(mem);
+        if !self.is_member(self.me_pos) {
+            return false;
+        }
         self.restart(out);
+        true
     }
 
     /// This replica no longer believes it leads. Proposals in progress are dropped: the caller
@@ -389,6 +459,9 @@ impl Leader {
         if value.len() > max {
             return Err(ProposeError::TooLarge { len: value.len(), max });
         }
+        if kind == EntryKind::Membership {
+            self.check_change(value)?;
+        }
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(value);
@@ -401,6 +474,19 @@ impl Leader {
         Ok(())
     }
 
+    /// Whether a membership change with `value` may be proposed now: well formed, a change of the
+    /// current configuration, and no other one waiting (one at a time, so that each is checked
+    /// against the configuration it will change). It is applied relative to the configuration
+    /// at its index, whatever was decided in between (see [`membership`]).
+    pub fn check_change(&self, value: &[u8]) -> Result<(), ProposeError> {
+        let change = Change::decode(value)
+            .ok_or_else(|| ProposeError::Membership("malformed membership entry".into()))?;
+        if self.queue.iter().any(|p| p.kind == EntryKind::Membership) {
+            return Err(ProposeError::Membership("another change is in progress".into()));
+        }
+        change.check(&self.replicas, self.members).map(|_| ()).map_err(ProposeError::Membership)
+    }
+
     /// `peer`'s permission manager granted us write access to its log.
     pub fn on_permission(
         &mut self,
@@ -411,8 +497,8 @@ impl Leader {
         out: &mut Vec<Action>,
     ) {
         let Some(pos) = self.replicas.position(peer) else { return };
-        if self.phase == Phase::Follower {
-            return;
+        if self.phase == Phase::Follower || !self.is_member(pos) {
+            return; // not leading, or not a replica of the configuration we lead
         }
         self.recovering[pos] = grant == Grant::Recovering;
         if self.phase != Phase::Permissions || self.recovering[pos] {
@@ -428,7 +514,7 @@ impl Leader {
         }
         self.granted[pos] = true;
         let count = self.granted.iter().filter(|&&g| g).count();
-        if count >= self.replicas.majority() && self.majority_granted_at_ns.is_none() {
+        if count >= self.majority() && self.majority_granted_at_ns.is_none() {
             self.majority_granted_at_ns = Some(now_ns);
         }
         self.maybe_confirm(now_ns, mem, out);
@@ -534,14 +620,17 @@ impl Leader {
         self.late.fill(false);
         self.waits.fill(Wait::Idle);
         self.majority_granted_at_ns = None;
-        for &peer in self.replicas.ids() {
-            out.push(Action::RequestPermission { peer });
+        for (pos, &peer) in self.replicas.ids().iter().enumerate() {
+            if self.is_member(pos) {
+                out.push(Action::RequestPermission { peer });
+            }
         }
     }
 
     fn maybe_confirm(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let Some(since) = self.majority_granted_at_ns else { return };
-        let everyone = self.granted.iter().all(|&g| g);
+        let everyone =
+            (0..self.replicas.len()).all(|pos| self.granted[pos] || !self.is_member(pos));
         let grace_over = now_ns.saturating_sub(since) >= self.permission_grace_ns;
         // We must own our own log before touching it.
         if !self.granted[self.me_pos] || !(everyone || grace_over) {
@@ -693,6 +782,12 @@ impl Leader {
         }
         if self.write_own_log(mem, FUO_OFFSET, &self.target.to_le_bytes(), out) {
             self.fuo = self.target;
+            let members = self.members_at_fuo(mem);
+            if members != self.members {
+                // The entries we caught up on changed the configuration (§5.4): our permissions
+                // and confirmed set belong to the old one.
+                return self.reconfigure(members, out);
+            }
             self.begin_update_followers(mem, out);
         }
     }
@@ -729,7 +824,7 @@ impl Leader {
             let admitted = RemoteOp::WriteWord { offset: ADMITTED_OFFSET, value: self.fuo + 1 };
             Leader::post(out, peer, wr, admitted, false);
         }
-        if self.confirmed_count() < self.replicas.majority() {
+        if self.confirmed_count() < self.majority() {
             return self.abort(AbortReason::LostMajority, out);
         }
         self.maybe_finish_step(mem, out);
@@ -749,7 +844,7 @@ impl Leader {
             match slowest {
                 Some(pos)
                     if self.heads[pos] < self.heads[self.me_pos]
-                        && self.confirmed_count() > self.replicas.majority() =>
+                        && self.confirmed_count() > self.majority() =>
                 {
                     self.confirmed[pos] = false;
                     self.waits[pos] = Wait::Idle;
@@ -840,6 +935,13 @@ impl Leader {
             && self.in_flight.len() < self.outstanding_max
             && !self.any_admissible()
         {
+            // A membership entry travels alone (§5.4): the entries after it are decided by the
+            // configuration it makes, which this leader has not prepared with yet.
+            let change_next = self.queue[self.mine_in_flight].kind == EntryKind::Membership;
+            let change_in_flight = self.in_flight.back().is_some_and(|e| e.members_after.is_some());
+            if change_in_flight || (change_next && !self.in_flight.is_empty()) {
+                break;
+            }
             let index = self.fuo + self.in_flight.len() as u64;
             if !self.make_room(index, mem) {
                 break;
@@ -980,6 +1082,8 @@ impl Leader {
                 (p.kind, &p.value[..])
             }
         };
+        let members_after = (kind == EntryKind::Membership)
+            .then(|| membership::apply(&self.replicas, self.members, value));
         let bytes = self
             .layout
             .encode_pipelined(
@@ -1002,7 +1106,7 @@ impl Leader {
         if mine {
             self.mine_in_flight += 1;
         }
-        self.in_flight.push_back(InFlight { index, mine, acks: 0 });
+        self.in_flight.push_back(InFlight { index, mine, members_after, acks: 0 });
         let step = ACCEPT_STEP | (index as u16 & STEP_MASK);
         let wr = (u64::from(self.attempt) << 32) | (u64::from(step) << 16);
         for pos in 0..self.replicas.len() {
@@ -1020,10 +1124,10 @@ impl Leader {
     fn try_commit(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let mut committed = false;
         while let Some(front) = self.in_flight.front() {
-            if front.acks.count_ones() as usize + 1 < self.replicas.majority() {
+            if front.acks.count_ones() as usize + 1 < self.majority() {
                 break;
             }
-            let (index, mine) = (front.index, front.mine);
+            let (index, mine, members_after) = (front.index, front.mine, front.members_after);
             debug_assert_eq!(index, self.fuo);
             if !self.write_own_log(mem, FUO_OFFSET, &(index + 1).to_le_bytes(), out) {
                 return;
@@ -1037,6 +1141,13 @@ impl Leader {
                 self.mine_in_flight -= 1;
             }
             committed = true;
+            if let Some(members) = members_after.filter(|&m| m != self.members) {
+                assert!(self.in_flight.is_empty(), "a membership entry is alone in flight");
+                // Tell the followers at once that it is decided: a replica it removes gets no
+                // later entry to learn it from.
+                self.publish_fuo(out);
+                return self.reconfigure(members, out);
+            }
         }
         if self.in_flight.is_empty() {
             // Go on with what is queued. We may have committed someone else's value, found in
@@ -1057,7 +1168,7 @@ impl Leader {
         let done = self.waits.iter().filter(|&&w| w == Wait::Done).count() + 1; // + ourselves
         let pending = self.waits.contains(&Wait::Pending);
         let enough = match self.phase {
-            Phase::PrepareRead | Phase::PrepareWrite => done >= self.replicas.majority(),
+            Phase::PrepareRead | Phase::PrepareWrite => done >= self.majority(),
             Phase::Accept => unreachable!("handled above"),
             Phase::CatchUp => self.waits[self.source] == Wait::Done,
             Phase::ReadFuos | Phase::UpdateFollowers => !pending,
@@ -1085,7 +1196,7 @@ impl Leader {
                 // A dead follower: drop it, and go on while a majority remains.
                 self.confirmed[pos] = false;
                 self.waits[pos] = Wait::Idle;
-                if self.confirmed_count() < self.replicas.majority() {
+                if self.confirmed_count() < self.majority() {
                     self.abort(AbortReason::LostMajority, out);
                 } else if self.phase == Phase::CatchUp && pos == self.source {
                     self.abort(AbortReason::CatchUpSourceLost { peer }, out);
@@ -1114,6 +1225,18 @@ impl Leader {
         }
         self.abort(AbortReason::PermissionLost { peer: self.me }, out);
         false
+    }
+
+    /// The configuration changed (§5.4) to `members`: start over from permissions under it, or
+    /// stop leading if it leaves us out.
+    fn reconfigure(&mut self, members: u64, out: &mut Vec<Action>) {
+        self.members = members;
+        if self.is_member(self.me_pos) {
+            self.restart(out);
+        } else {
+            out.push(Action::Aborted { reason: AbortReason::Removed });
+            self.step_down();
+        }
     }
 
     fn abort(&mut self, reason: AbortReason, out: &mut Vec<Action>) {

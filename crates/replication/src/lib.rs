@@ -16,6 +16,7 @@
 
 mod detector;
 mod leader;
+pub mod membership;
 mod permissions;
 mod replayer;
 

@@ -4,6 +4,7 @@
 use mu_fabric::NodeId;
 use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
 use mu_log::EntryKind;
+use mu_replica::Change;
 use mu_replica::{Applier, ProposeError, ReplicaConfig, ReplicaCore};
 
 /// Virtual time between two rounds of polling every replica.
@@ -42,10 +43,23 @@ impl SimCluster {
     }
 
     pub fn with(n: u16, seed: u64, tweak: impl Fn(&mut ReplicaConfig)) -> SimCluster {
+        SimCluster::with_members(n, &(0..n).collect::<Vec<_>>(), seed, tweak)
+    }
+
+    /// A cluster of `n` possible replicas whose initial configuration is `members` (§5.4). The
+    /// others are not started: [`SimCluster::start`] starts one, to be added.
+    pub fn with_members(
+        n: u16,
+        members: &[u16],
+        seed: u64,
+        tweak: impl Fn(&mut ReplicaConfig),
+    ) -> SimCluster {
         let world = SimWorld::new(SimConfig::default(), seed);
         let configs: Vec<ReplicaConfig> = (0..n)
             .map(|me| {
                 let mut c = config(n, me);
+                c.members = Some(members.iter().copied().map(NodeId).collect());
+                c.eligible = members.contains(&me);
                 tweak(&mut c);
                 c
             })
@@ -62,10 +76,22 @@ impl SimCluster {
             boots: 0,
         };
         for me in 0..n {
-            let core = cluster.boot(me);
-            cluster.cores.push(Some(core));
+            let core = members.contains(&me).then(|| cluster.boot(me));
+            cluster.cores.push(core);
         }
         cluster
+    }
+
+    /// Starts replica `pos`, which never ran, outside the configuration: it joins once added.
+    pub fn start(&mut self, pos: usize) {
+        assert!(self.cores[pos].is_none(), "start a replica that is not running");
+        let core = self.boot(pos as u16);
+        self.cores[pos] = Some(core);
+    }
+
+    /// Whether replica `pos` runs and has not been removed.
+    pub fn in_cluster(&self, pos: usize) -> bool {
+        self.cores[pos].as_ref().is_some_and(|c| !c.status().removed)
     }
 
     fn boot(&mut self, me: u16) -> ReplicaCore<SimFabric> {
@@ -112,10 +138,10 @@ impl SimCluster {
             .cores
             .iter()
             .enumerate()
-            .filter(|(pos, c)| c.is_some() && !self.paused[*pos])
+            .filter(|(pos, _)| self.in_cluster(*pos) && !self.paused[*pos])
             .map(|(_, c)| c.as_ref().unwrap().leader());
         let first = leaders.next()??;
-        let live = self.cores[first.0 as usize].is_some() && !self.paused[first.0 as usize];
+        let live = self.in_cluster(first.0 as usize) && !self.paused[first.0 as usize];
         (live && leaders.all(|l| l == Some(first))).then_some(first)
     }
 
@@ -208,6 +234,40 @@ impl SimCluster {
         self.outstanding[pos] = Some(values.iter().map(|v| v.to_vec()).collect());
         self.outcomes[pos] = None;
         Ok(())
+    }
+
+    /// Hands replica `pos` a membership change (§5.4). Its outcome lands in `outcomes[pos]`,
+    /// and in `acked` as the label [`Recorder`] applies it with.
+    pub fn submit_change(&mut self, pos: usize, change: Change) -> Result<(), ProposeError> {
+        let now = self.world.now_ns();
+        let core = self.cores[pos].as_mut().expect("a live replica");
+        core.replication.submit_change(change, now)?;
+        self.outstanding[pos] = Some(vec![change_label(&change.encode())]);
+        self.outcomes[pos] = None;
+        Ok(())
+    }
+
+    /// Makes a membership change at whoever leads, for at most `limit_ns`; returns its index.
+    pub fn change_anywhere(&mut self, change: Change, limit_ns: u64) -> u64 {
+        let end = self.world.now_ns() + limit_ns;
+        while self.world.now_ns() < end {
+            let pos = self.await_leader(end - self.world.now_ns()).0 as usize;
+            if self.outstanding[pos].is_some() {
+                self.round();
+                continue;
+            }
+            self.submit_change(pos, change).unwrap_or_else(|e| panic!("{change:?}: {e}"));
+            while self.world.now_ns() < end && self.cores[pos].is_some() {
+                self.round();
+                if let Some(mut outcomes) = self.outcomes[pos].take() {
+                    match outcomes.pop().expect("one outcome") {
+                        Ok(index) => return index,
+                        Err(e) => panic!("{change:?} failed: {e}: {}", self.describe()),
+                    }
+                }
+            }
+        }
+        panic!("{change:?} not decided within {limit_ns} ns: {}", self.describe());
     }
 
     /// Proposes at whoever leads until it commits, for at most `limit_ns` in all.
@@ -318,7 +378,8 @@ impl Applier for Recorder<'_> {
                 let requests = mu_log::batch::requests(value).expect("a well-formed batch");
                 self.0.push((index, requests.map(<[u8]>::to_vec).collect()));
             }
-            _ => {}
+            EntryKind::Membership => self.0.push((index, vec![change_label(value)])),
+            EntryKind::Noop => {}
         }
     }
 
@@ -350,4 +411,9 @@ impl Applier for Recorder<'_> {
         *self.0 = entries;
         Ok(())
     }
+}
+
+/// How a membership entry reads in the applied sequence.
+pub fn change_label(value: &[u8]) -> Vec<u8> {
+    format!("membership {:?}", Change::decode(value)).into_bytes()
 }
