@@ -559,3 +559,154 @@ fn random_run(seed: u64) {
     let leader = c.await_leader(10_000_000).0 as usize;
     c.check_acked_applied(leader);
 }
+
+/// Randomized membership (§5.4): a universe of five replicas, three members at first; replicas
+/// are added (started fresh, or restarted if they ran before) and removed (the leader too) at
+/// random, among crashes, restarts, pauses, partitions and proposals. Never more than a minority
+/// of the current members is out (crashed or recovering). Checks agreement all along; at the end
+/// everything is healed and the members must commit again, with nothing acknowledged lost.
+#[test]
+fn t92_random_membership_changes() {
+    const SEEDS_DEFAULT: u64 = 30;
+    let seeds: u64 =
+        std::env::var("MU_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS_DEFAULT);
+    for seed in first_seed()..first_seed() + seeds {
+        random_membership_run(seed);
+    }
+}
+
+fn random_membership_run(seed: u64) {
+    let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
+    const N: u16 = 5;
+    let mut c = SimCluster::with_members(N, &[0, 1, 2], seed, |config| {
+        config.batch_requests_max = 3;
+        config.outstanding_max = 2;
+    });
+    c.await_leader(10_000_000);
+    // The configuration as the most advanced live replica applied it.
+    let members = |c: &SimCluster| -> Vec<usize> {
+        let best = (0..N as usize)
+            .filter(|&p| c.in_cluster(p))
+            .max_by_key(|&p| c.applied[p].len())
+            .expect("a replica runs");
+        let status = c.cores[best].as_ref().unwrap().status();
+        status.members.iter().map(|id| id.0 as usize).collect()
+    };
+    let out = |c: &SimCluster, members: &[usize]| {
+        members
+            .iter()
+            .filter(|&&p| c.cores[p].as_ref().is_none_or(|k| !k.status().eligible))
+            .count()
+    };
+    let mut partitions = Vec::new();
+    for step in 0..60 {
+        let m = members(&c);
+        match rng.below(12) {
+            0 if out(&c, &m) < (m.len() - 1) / 2 => {
+                let pos = m[rng.below(m.len() as u64) as usize];
+                if c.cores[pos].is_some() {
+                    c.crash(pos);
+                }
+            }
+            1 => {
+                // A crashed member restarts, its log lost.
+                let pos = m[rng.below(m.len() as u64) as usize];
+                if c.cores[pos].is_none() {
+                    c.restart(pos);
+                }
+            }
+            2 => {
+                let pos = rng.below(N as u64) as usize;
+                if c.cores[pos].is_some() && !c.paused[pos] {
+                    c.pause(pos);
+                }
+            }
+            3 => {
+                for p in 0..N as usize {
+                    if c.paused[p] {
+                        c.resume(p);
+                    }
+                }
+            }
+            4 => {
+                let a = NodeId(rng.below(N as u64) as u16);
+                let b = NodeId(rng.below(N as u64) as u16);
+                if a != b {
+                    c.world.partition(a, b);
+                    partitions.push((a, b));
+                }
+            }
+            5 => partitions.drain(..).for_each(|(a, b)| c.world.heal(a, b)),
+            6 | 7 => {
+                // A change at whoever some member believes leads; it may fail.
+                let Some(l) = c.agreed_leader() else { continue };
+                let l = l.0 as usize;
+                if c.paused[l] || c.outstanding[l].is_some() {
+                    continue;
+                }
+                let outside: Vec<usize> = (0..N as usize).filter(|p| !m.contains(p)).collect();
+                let add = !outside.is_empty() && (m.len() <= 2 || rng.below(2) == 0);
+                let change = if add {
+                    // The newcomer is out until it is brought up to date.
+                    if out(&c, &m) + 1 > m.len() / 2 {
+                        continue;
+                    }
+                    let pos = outside[rng.below(outside.len() as u64) as usize];
+                    match &c.cores[pos] {
+                        None if !c.ran[pos] => c.start(pos),
+                        None => c.restart(pos),
+                        Some(_) => {
+                            // Removed earlier: a new process takes its place.
+                            c.crash(pos);
+                            c.restart(pos);
+                        }
+                    }
+                    Change::Add(NodeId(pos as u16))
+                } else {
+                    // Removing a member that is out keeps the others' majority; removing one
+                    // that is in may leave too few.
+                    let pos = m[rng.below(m.len() as u64) as usize];
+                    let is_out = c.cores[pos].as_ref().is_none_or(|k| !k.status().eligible);
+                    let out_after = out(&c, &m) - usize::from(is_out);
+                    if m.len() <= 2 || out_after > (m.len() - 2) / 2 {
+                        continue;
+                    }
+                    Change::Remove(NodeId(pos as u16))
+                };
+                let _ = c.submit_change(l, change);
+            }
+            _ => {
+                let Some(l) = c.agreed_leader() else { continue };
+                let l = l.0 as usize;
+                if !c.paused[l] && c.outstanding[l].is_none() {
+                    let values: Vec<Vec<u8>> = (0..1 + rng.below(2) * rng.below(6))
+                        .map(|k| format!("m{seed} #{step}.{k}").into_bytes())
+                        .collect();
+                    let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
+                    let _ = c.submit_many(l, &values);
+                }
+            }
+        }
+        c.run_for(rng.below(200_000));
+        c.check_agreement();
+    }
+    // Liveness: heal everything, restart the members that crashed; they must commit again.
+    for p in 0..N as usize {
+        if c.paused[p] {
+            c.resume(p);
+        }
+    }
+    partitions.drain(..).for_each(|(a, b)| c.world.heal(a, b));
+    c.run_for(2_000_000);
+    for i in 0..3 {
+        c.propose_anywhere(format!("m{seed} final {i}").as_bytes(), 100_000_000);
+    }
+    c.run_for(1_000_000);
+    c.check_agreement();
+    let leader = c.await_leader(10_000_000).0 as usize;
+    c.check_acked_applied(leader);
+    if std::env::var("MU_SIM_VERBOSE").is_ok() {
+        let changes = c.acked.iter().filter(|(_, v)| v.starts_with(b"membership")).count();
+        eprintln!("seed {seed}: {changes} changes acknowledged, members {:?}", members(&c));
+    }
+}

@@ -25,6 +25,8 @@ pub struct SimCluster {
     /// The last outcomes of each replica's proposals, one per request.
     pub outcomes: Vec<Option<Vec<Result<u64, ProposeError>>>>,
     boots: u32,
+    /// Whether each replica was ever started.
+    pub ran: Vec<bool>,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -74,6 +76,7 @@ impl SimCluster {
             outstanding: vec![None; n as usize],
             outcomes: vec![None; n as usize],
             boots: 0,
+            ran: vec![false; n as usize],
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -96,6 +99,7 @@ impl SimCluster {
 
     fn boot(&mut self, me: u16) -> ReplicaCore<SimFabric> {
         self.boots += 1;
+        self.ran[me as usize] = true;
         let fabric = self.world.node(NodeId(me));
         ReplicaCore::new(&self.configs[me as usize], fabric, self.boots).expect("replica starts")
     }
