@@ -164,7 +164,9 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Does whatever is due. Returns whether anything happened besides the heartbeat.
     pub fn poll(&mut self, now_ns: u64) -> bool {
         if self.shared.removed.load(Ordering::Acquire) {
-            // Removed from the cluster (§5.4): "it stops executing". No heartbeat, no grants.
+            // Removed from the cluster (§5.4): "it stops executing". No heartbeat, no grants,
+            // and it follows no leader.
+            self.shared.set_leader(None, self.me, now_ns);
             return false;
         }
         self.beat(now_ns);

@@ -87,6 +87,14 @@ pub trait StateMachine: Send + 'static {
         Err("this application does not take snapshots".into())
     }
 
+    /// A membership entry (§5.4) was decided at `index`: called in log order with the requests,
+    /// on every replica that applies it. The default ignores it. A change that changes nothing
+    /// (adding a member, removing a non-member) is reported too; [`ReplicaStatus::members`]
+    /// says what the configuration is.
+    fn membership_changed(&mut self, index: u64, change: Change) {
+        let _ = (index, change);
+    }
+
     /// Replaces the state with one [`StateMachine::snapshot`] wrote at another replica; the
     /// next request applied follows it.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
@@ -127,7 +135,12 @@ impl Applier for Application {
                     self.0.apply(index, request);
                 }
             }
-            EntryKind::Membership | EntryKind::Noop => {}
+            EntryKind::Membership => {
+                if let Some(change) = Change::decode(value) {
+                    self.0.membership_changed(index, change);
+                }
+            }
+            EntryKind::Noop => {}
         }
     }
 

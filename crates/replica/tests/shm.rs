@@ -9,11 +9,13 @@
 //! `MU_RT_GROUP` requests, batched two per entry with three entries in flight, §7.4), appends every acknowledged proposal to
 //! `acked-<id>.log` as soon as it is acknowledged (so that a killed leader's acknowledgements
 //! survive it), keeps what it applies in memory, and writes it to `applied-<id>.log` when the
-//! test asks it to stop (the `stop` file).
+//! test asks it to stop (the `stop` file). A membership change the test writes into the
+//! `command` file ("add 3", "remove 0") is made by whichever replica leads, which answers in
+//! `command-done`.
 
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{Mode, Replica, ReplicaConfig, StateMachine};
+use mu_replica::{Change, Mode, Replica, ReplicaConfig, StateMachine};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -46,6 +48,10 @@ fn child_main() {
     let n: u16 = std::env::var("MU_RT_N").expect("MU_RT_N").parse().unwrap();
     let slots: u64 = std::env::var("MU_RT_SLOTS").expect("MU_RT_SLOTS").parse().unwrap();
     let group: u64 = std::env::var("MU_RT_GROUP").map_or(1, |g| g.parse().unwrap());
+    // The initial configuration (§5.4), if not every replica.
+    let members: Option<Vec<NodeId>> = std::env::var("MU_RT_MEMBERS")
+        .ok()
+        .map(|m| m.split(',').map(|id| NodeId(id.parse().unwrap())).collect());
     // A restarted replica: its log is gone; it rejoins recovering, by state transfer.
     let boot: u64 = std::env::var("MU_RT_BOOT").map_or(0, |b| b.parse().unwrap());
     let mode = match std::env::var("MU_RT_MODE").as_deref() {
@@ -57,7 +63,8 @@ fn child_main() {
     let mut config = config(n, me, slots);
     config.batch_requests_max = 2;
     config.outstanding_max = 3;
-    config.eligible = boot == 0;
+    config.eligible = boot == 0 && members.as_ref().is_none_or(|m| m.contains(&NodeId(me)));
+    config.members = members;
     let replica =
         Replica::start_with_state(config, fabric, mode, applied.clone()).expect("replica starts");
     let applied = applied.0;
@@ -79,6 +86,23 @@ fn child_main() {
         }
         if replica.leader() != Some(NodeId(me)) {
             std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        if let Ok(command) = std::fs::read_to_string(dir.join("command")) {
+            let change = match command.trim().split_once(' ') {
+                Some(("add", id)) => Change::Add(NodeId(id.parse().unwrap())),
+                Some(("remove", id)) => Change::Remove(NodeId(id.parse().unwrap())),
+                _ => panic!("bad command {command:?}"),
+            };
+            let outcome = match change {
+                Change::Add(id) => replica.add_replica(id),
+                Change::Remove(id) => replica.remove_replica(id),
+            };
+            if let Ok(index) = outcome {
+                acked.write_all(format!("{index} {change:?}\n").as_bytes()).unwrap();
+                std::fs::remove_file(dir.join("command")).unwrap();
+                std::fs::write(dir.join("command-done"), format!("{change:?} at {index}")).unwrap();
+            }
             continue;
         }
         let size = 1 + k % group;
@@ -122,6 +146,10 @@ impl StateMachine for Applied {
         self.0.lock().unwrap().push((index, String::from_utf8_lossy(request).into_owned()));
     }
 
+    fn membership_changed(&mut self, index: u64, change: Change) {
+        self.0.lock().unwrap().push((index, format!("{change:?}")));
+    }
+
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
         for (index, value) in self.0.lock().unwrap().iter() {
             out.extend_from_slice(format!("{index} {value}\n").as_bytes());
@@ -146,8 +174,9 @@ impl StateMachine for Applied {
 struct Cluster {
     dir: PathBuf,
     children: Vec<Option<Child>>,
-    /// How the children were started: replicas, mode, slots, group size.
+    /// How the children were started: replicas, mode, slots, group size, initial members.
     n: u16,
+    members: Option<String>,
     mode: String,
     slots: u64,
     group: u64,
@@ -168,24 +197,61 @@ impl Cluster {
         let dir = base.join(format!("mu-replica-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
-        let mut cluster =
-            Cluster { dir, children: Vec::new(), n, mode: mode.to_string(), slots, group };
+        let mut cluster = Cluster {
+            dir,
+            children: Vec::new(),
+            n,
+            members: None,
+            mode: mode.to_string(),
+            slots,
+            group,
+        };
+        cluster.children = (0..n).map(|_| None).collect();
         for me in 0..n {
-            let child = cluster.spawn(me, 0);
-            cluster.children.push(Some(child));
+            cluster.restart(me as usize, 0);
         }
-        for me in 0..n {
-            cluster.wait_for(&format!("replica {me} ready"), Duration::from_secs(30), |c| {
+        cluster.await_ready(0..n);
+        cluster
+    }
+
+    /// A cluster of `n` possible replicas of which `members` are started, the initial
+    /// configuration (§5.4).
+    fn start_members(tag: &str, n: u16, members: &[u16]) -> Cluster {
+        let mut cluster = Cluster::start_with(tag, 0, "handover", SLOTS, 1);
+        cluster.n = n;
+        cluster.children = (0..n).map(|_| None).collect();
+        let list: Vec<String> = members.iter().map(u16::to_string).collect();
+        cluster.members = Some(list.join(","));
+        for &me in members {
+            cluster.restart(me as usize, 0);
+        }
+        cluster.await_ready(members.iter().copied());
+        cluster
+    }
+
+    fn await_ready(&self, replicas: impl IntoIterator<Item = u16>) {
+        for me in replicas {
+            self.wait_for(&format!("replica {me} ready"), Duration::from_secs(30), |c| {
                 c.dir.join(format!("ready-{me}")).exists()
             });
         }
-        cluster
+    }
+
+    /// Has whichever replica leads make a membership change, and waits until it is decided.
+    fn change(&self, command: &str) {
+        let _ = std::fs::remove_file(self.dir.join("command-done"));
+        std::fs::write(self.dir.join("command"), command).unwrap();
+        self.wait_for(command, WITHIN, |c| c.dir.join("command-done").exists());
     }
 
     /// Starts replica `me`'s process; `boot` 0 for a member of the cluster started together,
     /// more for a restart (its log is gone: it rejoins recovering).
     fn spawn(&self, me: u16, boot: u64) -> Child {
-        Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        if let Some(members) = &self.members {
+            command.env("MU_RT_MEMBERS", members);
+        }
+        command
             .args(["--ignored", "--exact", "child_main", "--nocapture"])
             .env("MU_RT_DIR", &self.dir)
             .env("MU_RT_NODE", me.to_string())
@@ -456,5 +522,34 @@ fn t50_a_restarted_replica_rejoins_by_state_transfer() {
     let before = c.acked_by_others(0);
     c.kill(0);
     c.wait_for("replica 1 leads with 2", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    c.stop_and_check();
+}
+
+/// §5.4 on processes: a cluster created with replicas 0–2 adds replica 3 (started outside the
+/// configuration, brought up to date by the log), then loses its leader: with four members
+/// three must agree, so 1, 2 and 3 go on only with 3 a full member. The dead replica is
+/// removed, then the new leader removes itself: it stops, and 2 and 3 go on as a cluster of
+/// two.
+#[test]
+fn t60_adding_and_removing_replicas() {
+    let _serial = one_at_a_time();
+    let mut c = Cluster::start_members("members", 4, &[0, 1, 2]);
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    c.restart(3, 0);
+    c.await_ready([3]);
+    c.change("add 3");
+    c.wait_for("replica 3 is a full member", WITHIN, |c| {
+        let status = c.status(3);
+        status.contains("eligible: true") && status.contains("NodeId(3)], removed: false")
+    });
+    let before = c.acked_by_others(0);
+    c.kill(0);
+    c.wait_for("1 leads 2 and 3", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    c.change("remove 0");
+    c.change("remove 1");
+    c.wait_for("replica 1 stops", WITHIN, |c| c.status(1).contains("removed: true"));
+    let before = c.acked_count(2);
+    c.wait_for("2 leads 3", WITHIN, |c| c.acked_count(2) >= before + 200);
+    assert!(c.status(3).contains("members: [NodeId(2), NodeId(3)]"), "{}", c.statuses());
     c.stop_and_check();
 }
