@@ -696,7 +696,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             return busy;
         }
         if self.leader.phase() == Phase::Permissions {
-            self.leader.retry_permissions(&mut self.actions);
+            self.leader.retry_permissions(&self.mem, &mut self.actions);
         } else if self.leader.members_mask() & !self.leader.confirmed_mask() != 0 {
             // Leading without some replica: ask it again now and then (its request or our
             // connection to it may have been lost, or it was dropped as unreachable and is

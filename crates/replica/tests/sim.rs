@@ -575,6 +575,16 @@ fn t92_random_membership_changes() {
     }
 }
 
+/// Found by the membership sweep (seed 69): a replica that believed it led, but could not get
+/// a majority, retried its permission round for ever under the configuration it started with,
+/// while another leader had decided a removal in its log (its majority counted the removed,
+/// stopped replica). A leader now starts every round from what its log says: its decided prefix
+/// and the configuration that decides its FUO.
+#[test]
+fn t93_each_permission_round_uses_the_configuration_the_log_says() {
+    random_membership_run(69);
+}
+
 fn random_membership_run(seed: u64) {
     let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
     const N: u16 = 5;

@@ -187,6 +187,9 @@ pub struct Leader {
     /// Room for one slot: encoded entries and slot copies. Preallocated: the accept path does
     /// not allocate.
     slot_buf: Vec<u8>,
+    /// Room for one slot, for looking for membership entries (which may happen while
+    /// `slot_buf` is in use, in an abort).
+    scan_buf: Vec<u8>,
 }
 
 const SCRATCH_MIN_PROPOSAL: u64 = 0;
@@ -251,6 +254,7 @@ impl Leader {
             in_flight: VecDeque::with_capacity(config.outstanding_max),
             entry: vec![0; slot_bytes],
             slot_buf: vec![0; slot_bytes],
+            scan_buf: vec![0; slot_bytes],
         })
     }
 
@@ -376,7 +380,7 @@ impl Leader {
     fn members_at_fuo(&mut self, mem: &impl Memory) -> u64 {
         let head = mem.load_u64(Area::Log, HEAD_OFFSET);
         let mut members = self.applied_members;
-        let mut slot = std::mem::take(&mut self.slot_buf);
+        let mut slot = std::mem::take(&mut self.scan_buf);
         for index in head..self.fuo {
             let offset = self.layout.slot_offset(index);
             mem.read(Area::Log, offset, &mut slot[..16]);
@@ -390,7 +394,7 @@ impl Leader {
                 }
             }
         }
-        self.slot_buf = slot;
+        self.scan_buf = slot;
         members
     }
 
@@ -402,15 +406,10 @@ impl Leader {
         if self.phase != Phase::Follower {
             return true;
         }
-        self.fuo = self.fuo.max(Leader::decided_below(
-            mem.load_u64(Area::Log, FUO_OFFSET),
-            mem.load_u64(Area::Log, HEAD_OFFSET),
-        ));
-        self.members = self.members_at_fuo(mem);
-        if !self.is_member(self.me_pos) {
+        if !self.refresh(mem) {
             return false;
         }
-        self.restart(out);
+        self.restart(mem, out);
         true
     }
 
@@ -434,9 +433,9 @@ impl Leader {
     /// Asks every replica for permission again, keeping a pending proposal: the runtime calls
     /// this when a majority has not answered in time (requests or answers lost with a
     /// connection). Does nothing outside the permission phase.
-    pub fn retry_permissions(&mut self, out: &mut Vec<Action>) {
+    pub fn retry_permissions(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
         if self.phase == Phase::Permissions {
-            self.restart(out);
+            self.restart(mem, out);
         }
     }
 
@@ -607,8 +606,28 @@ impl Leader {
 
     // ---- the steps -----------------------------------------------------------------------------
 
-    fn restart(&mut self, out: &mut Vec<Action>) {
+    /// Where our log says we are: the decided prefix it holds (another leader may have written
+    /// it while we were not leading, or while we tried), and the configuration that decides
+    /// our FUO (§5.4). Returns whether that configuration includes us.
+    fn refresh(&mut self, mem: &impl Memory) -> bool {
+        self.fuo = self.fuo.max(Leader::decided_below(
+            mem.load_u64(Area::Log, FUO_OFFSET),
+            mem.load_u64(Area::Log, HEAD_OFFSET),
+        ));
+        self.members = self.members_at_fuo(mem);
+        self.is_member(self.me_pos)
+    }
+
+    /// Starts over from permissions, under the configuration of our FUO as the log now says
+    /// (after an abort, a retry, or a membership change); if that configuration leaves us out,
+    /// stops leading instead.
+    fn restart(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
         self.attempt = self.attempt.wrapping_add(1);
+        if !self.refresh(mem) {
+            out.push(Action::Aborted { reason: AbortReason::Removed });
+            self.step_down();
+            return;
+        }
         self.phase = Phase::Permissions;
         self.prepared = false;
         // Proposals stay queued, to be proposed again from the oldest: an entry that was in
@@ -786,7 +805,7 @@ impl Leader {
             if members != self.members {
                 // The entries we caught up on changed the configuration (§5.4): our permissions
                 // and confirmed set belong to the old one.
-                return self.reconfigure(members, out);
+                return self.restart(mem, out);
             }
             self.begin_update_followers(mem, out);
         }
@@ -825,7 +844,7 @@ impl Leader {
             Leader::post(out, peer, wr, admitted, false);
         }
         if self.confirmed_count() < self.majority() {
-            return self.abort(AbortReason::LostMajority, out);
+            return self.abort(AbortReason::LostMajority, mem, out);
         }
         self.maybe_finish_step(mem, out);
     }
@@ -1141,12 +1160,13 @@ impl Leader {
                 self.mine_in_flight -= 1;
             }
             committed = true;
-            if let Some(members) = members_after.filter(|&m| m != self.members) {
+            if members_after.is_some_and(|m| m != self.members) {
                 assert!(self.in_flight.is_empty(), "a membership entry is alone in flight");
                 // Tell the followers at once that it is decided: a replica it removes gets no
-                // later entry to learn it from.
+                // later entry to learn it from. Then start over under the new configuration
+                // (our log now holds the entry below our FUO).
                 self.publish_fuo(out);
-                return self.reconfigure(members, out);
+                return self.restart(mem, out);
             }
         }
         if self.in_flight.is_empty() {
@@ -1197,17 +1217,17 @@ impl Leader {
                 self.confirmed[pos] = false;
                 self.waits[pos] = Wait::Idle;
                 if self.confirmed_count() < self.majority() {
-                    self.abort(AbortReason::LostMajority, out);
+                    self.abort(AbortReason::LostMajority, mem, out);
                 } else if self.phase == Phase::CatchUp && pos == self.source {
-                    self.abort(AbortReason::CatchUpSourceLost { peer }, out);
+                    self.abort(AbortReason::CatchUpSourceLost { peer }, mem, out);
                 } else {
                     self.maybe_finish_step(mem, out);
                 }
             }
             Status::RemoteAccessDenied | Status::Flushed => {
-                self.abort(AbortReason::PermissionLost { peer }, out)
+                self.abort(AbortReason::PermissionLost { peer }, mem, out)
             }
-            _ => self.abort(AbortReason::Fabric { peer, status }, out),
+            _ => self.abort(AbortReason::Fabric { peer, status }, mem, out),
         }
     }
 
@@ -1223,27 +1243,15 @@ impl Leader {
         if mem.write_guarded(offset, data).is_ok() {
             return true;
         }
-        self.abort(AbortReason::PermissionLost { peer: self.me }, out);
+        self.abort(AbortReason::PermissionLost { peer: self.me }, mem, out);
         false
     }
 
-    /// The configuration changed (§5.4) to `members`: start over from permissions under it, or
-    /// stop leading if it leaves us out.
-    fn reconfigure(&mut self, members: u64, out: &mut Vec<Action>) {
-        self.members = members;
-        if self.is_member(self.me_pos) {
-            self.restart(out);
-        } else {
-            out.push(Action::Aborted { reason: AbortReason::Removed });
-            self.step_down();
-        }
-    }
-
-    fn abort(&mut self, reason: AbortReason, out: &mut Vec<Action>) {
+    fn abort(&mut self, reason: AbortReason, mem: &impl Memory, out: &mut Vec<Action>) {
         out.push(Action::Aborted { reason });
         // "If it still thinks it is the leader, it calls propose again": start over from
         // permissions; the proposal stays pending.
-        self.restart(out);
+        self.restart(mem, out);
     }
 
     fn confirmed_positions(&self) -> impl Iterator<Item = usize> + '_ {
