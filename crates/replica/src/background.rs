@@ -7,9 +7,9 @@ use crate::layout::{
     ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
-    SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN,
-    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
-    SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
+    MEMBERS_COPY_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
+    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
+    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -349,6 +349,24 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.shared.snapshot_fetched.store(true, Ordering::Release);
     }
 
+    /// A peer that applied further than us (up to `head`) has a configuration without us: we
+    /// were removed by an entry we have not applied (§5.4), and the leader that decided it may
+    /// never tell us (it writes only to members). We stop as if we had applied it. Only a full
+    /// member in this run concludes so: a replica that restarted or joined replays history
+    /// until it is taken back, and what history says of an earlier run of it does not count.
+    fn notice_removal(&self, head: u64, members: u64) {
+        let me = 1u64 << self.me_pos;
+        let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        if members != 0
+            && members & me == 0
+            && head > own_head
+            && self.shared.eligible.load(Ordering::Acquire)
+            && self.shared.is_member(self.me_pos)
+        {
+            self.shared.removed.store(true, Ordering::Release);
+        }
+    }
+
     /// Heartbeat, head and flags, where peers read them; fate sharing (§5.1).
     fn beat(&mut self, now_ns: u64) {
         if now_ns >= self.next_fate_check_ns {
@@ -367,6 +385,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.store(HEAD_COPY_OFFSET, head);
         let eligible = self.shared.eligible.load(Ordering::Acquire);
         self.store(FLAGS_OFFSET, if eligible { FLAG_ELIGIBLE } else { 0 });
+        self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -480,6 +499,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             let counter = self.load(view + HEARTBEAT_OFFSET);
             let head = self.load(view + HEAD_COPY_OFFSET);
             let eligible = self.load(view + FLAGS_OFFSET) & FLAG_ELIGIBLE != 0;
+            self.notice_removal(head, self.load(view + MEMBERS_COPY_OFFSET));
             self.peers[pos].last_counter = Some(counter);
             // For log recycling (§5.3): the leader engine limits itself by its confirmed
             // followers' heads.

@@ -49,8 +49,10 @@ pub const HEARTBEAT_OFFSET: u64 = 0;
 pub const HEAD_COPY_OFFSET: u64 = 8;
 /// Flags: [`FLAG_ELIGIBLE`].
 pub const FLAGS_OFFSET: u64 = 16;
-/// Bytes a peer reads in one go: heartbeat, head and flags.
-pub const STATUS_BYTES: u32 = 24;
+/// The configuration after the entries applied here (§5.4), by position.
+pub const MEMBERS_COPY_OFFSET: u64 = 24;
+/// Bytes a peer reads in one go: heartbeat, head, flags and configuration.
+pub const STATUS_BYTES: u32 = 32;
 /// The replica may lead: it holds the whole log (it did not restart into an empty one).
 pub const FLAG_ELIGIBLE: u64 = 1;
 

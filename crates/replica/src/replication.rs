@@ -219,8 +219,6 @@ pub struct ReplicationDriver<F: Fabric> {
     eligible_again_at: Option<u64>,
     /// The configuration after the entries the replayer applied (§5.4), by position.
     members_applied: u64,
-    /// Whether this replica has been a member: one that stops being one was removed.
-    was_member: bool,
 }
 
 impl<F: Fabric> ReplicationDriver<F> {
@@ -240,10 +238,8 @@ impl<F: Fabric> ReplicationDriver<F> {
         let n = replicas.len();
         let shared = mem.shared.clone();
         let members_applied = shared.members.load(Ordering::Acquire);
-        let me_pos = replicas.position(fabric.node()).expect("validated: we are a replica");
         ReplicationDriver {
             members_applied,
-            was_member: members_applied >> me_pos & 1 != 0,
             me: fabric.node(),
             fabric,
             replayer: Replayer::new(layout, 0),
@@ -496,20 +492,20 @@ impl<F: Fabric> ReplicationDriver<F> {
     }
 
     /// The replayer applied up to a configuration (§5.4): the engine works out later ones from
-    /// it, and the background plane elects and grants by it. A replica it leaves out that was
-    /// a member has been removed, and stops taking part.
+    /// it, and the background plane elects and grants by it. A full member it leaves out has
+    /// been removed, and stops taking part. (A replica that restarted or joined replays history
+    /// until it is eligible: a removal there was of an earlier run of it.)
     fn note_members(&mut self, members: u64) {
         if members == self.members_applied {
             return;
         }
+        let me_pos = self.replicas.position(self.me).expect("we are a replica");
+        let was_member = self.members_applied >> me_pos & 1 != 0;
         self.members_applied = members;
         self.leader.set_applied_members(members);
         self.shared.set_members(members);
-        let me_pos = self.replicas.position(self.me).expect("we are a replica");
         let member = members >> me_pos & 1 != 0;
-        if member {
-            self.was_member = true;
-        } else if self.was_member {
+        if was_member && !member && self.shared.eligible.load(Ordering::Acquire) {
             self.shared.removed.store(true, Ordering::Release);
             if self.leader.phase() != Phase::Follower {
                 self.leader.step_down();

@@ -585,6 +585,15 @@ fn t93_each_permission_round_uses_the_configuration_the_log_says() {
     random_membership_run(69);
 }
 
+/// Found by the membership sweep (seed 91): a replica removed while it was cut off never
+/// applied its removal (the leader that decided it writes only to members), and went on
+/// believing it led. A replica now also learns its removal from a peer that applied further
+/// and whose configuration leaves it out (the configuration is published with the heartbeat).
+#[test]
+fn t94_a_replica_that_missed_its_removal_learns_it_from_a_peer() {
+    random_membership_run(91);
+}
+
 fn random_membership_run(seed: u64) {
     let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
     const N: u16 = 5;
