@@ -479,7 +479,6 @@ fn random_run(seed: u64) {
         c.cores.iter().filter(|core| core.as_ref().is_none_or(|k| !k.status().eligible)).count()
     };
     c.await_leader(10_000_000);
-    let mut partitions = Vec::new();
     for step in 0..60 {
         match rng.below(10) {
             0 if out_count(&c) < max_crashed => {
@@ -495,32 +494,10 @@ fn random_run(seed: u64) {
                     c.restart(pos);
                 }
             }
-            1 => {
-                let pos = rng.below(n as u64) as usize;
-                if c.cores[pos].is_some() && !c.paused[pos] {
-                    c.pause(pos);
-                }
-            }
-            2 => {
-                for pos in 0..n as usize {
-                    if c.paused[pos] {
-                        c.resume(pos);
-                    }
-                }
-            }
-            3 => {
-                let a = NodeId(rng.below(n as u64) as u16);
-                let b = NodeId(rng.below(n as u64) as u16);
-                if a != b {
-                    c.world.partition(a, b);
-                    partitions.push((a, b));
-                }
-            }
-            4 => {
-                for (a, b) in partitions.drain(..) {
-                    c.world.heal(a, b);
-                }
-            }
+            1 => c.pause_random(&mut rng),
+            2 => c.resume_all(),
+            3 => c.partition_random(&mut rng),
+            4 => c.heal_all(),
             _ => {
                 // A proposal at whoever some replica believes leads; it may fail.
                 let pos = rng.below(n as u64) as usize;
@@ -543,14 +520,8 @@ fn random_run(seed: u64) {
         c.check_agreement();
     }
     // Liveness: heal everything; the live replicas must converge and commit.
-    for pos in 0..n as usize {
-        if c.paused[pos] {
-            c.resume(pos);
-        }
-    }
-    for (a, b) in partitions.drain(..) {
-        c.world.heal(a, b);
-    }
+    c.resume_all();
+    c.heal_all();
     for i in 0..3 {
         c.propose_anywhere(format!("s{seed} final {i}").as_bytes(), 100_000_000);
     }
@@ -617,7 +588,6 @@ fn random_membership_run(seed: u64) {
             .filter(|&&p| c.cores[p].as_ref().is_none_or(|k| !k.status().eligible))
             .count()
     };
-    let mut partitions = Vec::new();
     for step in 0..60 {
         let m = members(&c);
         match rng.below(12) {
@@ -634,28 +604,10 @@ fn random_membership_run(seed: u64) {
                     c.restart(pos);
                 }
             }
-            2 => {
-                let pos = rng.below(N as u64) as usize;
-                if c.cores[pos].is_some() && !c.paused[pos] {
-                    c.pause(pos);
-                }
-            }
-            3 => {
-                for p in 0..N as usize {
-                    if c.paused[p] {
-                        c.resume(p);
-                    }
-                }
-            }
-            4 => {
-                let a = NodeId(rng.below(N as u64) as u16);
-                let b = NodeId(rng.below(N as u64) as u16);
-                if a != b {
-                    c.world.partition(a, b);
-                    partitions.push((a, b));
-                }
-            }
-            5 => partitions.drain(..).for_each(|(a, b)| c.world.heal(a, b)),
+            2 => c.pause_random(&mut rng),
+            3 => c.resume_all(),
+            4 => c.partition_random(&mut rng),
+            5 => c.heal_all(),
             6 | 7 => {
                 // A change at whoever some member believes leads; it may fail.
                 let Some(l) = c.agreed_leader() else { continue };
@@ -710,12 +662,8 @@ fn random_membership_run(seed: u64) {
         c.check_agreement();
     }
     // Liveness: heal everything, restart the members that crashed; they must commit again.
-    for p in 0..N as usize {
-        if c.paused[p] {
-            c.resume(p);
-        }
-    }
-    partitions.drain(..).for_each(|(a, b)| c.world.heal(a, b));
+    c.resume_all();
+    c.heal_all();
     c.run_for(2_000_000);
     for i in 0..3 {
         c.propose_anywhere(format!("m{seed} final {i}").as_bytes(), 100_000_000);

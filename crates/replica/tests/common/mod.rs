@@ -27,6 +27,8 @@ pub struct SimCluster {
     boots: u32,
     /// Whether each replica was ever started.
     pub ran: Vec<bool>,
+    /// Links cut by [`SimCluster::partition_random`], until [`SimCluster::heal_all`].
+    pub partitions: Vec<(NodeId, NodeId)>,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -77,6 +79,7 @@ impl SimCluster {
             outcomes: vec![None; n as usize],
             boots: 0,
             ran: vec![false; n as usize],
+            partitions: Vec::new(),
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -313,6 +316,39 @@ impl SimCluster {
         self.paused[pos] = false;
         let core = self.boot(pos as u16);
         self.cores[pos] = Some(core);
+    }
+
+    /// Pauses a running replica picked by `rng`, if the one picked runs.
+    pub fn pause_random(&mut self, rng: &mut mu_fabric_sim::SimRng) {
+        let pos = rng.below(self.cores.len() as u64) as usize;
+        if self.cores[pos].is_some() && !self.paused[pos] {
+            self.pause(pos);
+        }
+    }
+
+    pub fn resume_all(&mut self) {
+        for pos in 0..self.cores.len() {
+            if self.paused[pos] {
+                self.resume(pos);
+            }
+        }
+    }
+
+    /// Cuts the link between two replicas picked by `rng`, if they differ.
+    pub fn partition_random(&mut self, rng: &mut mu_fabric_sim::SimRng) {
+        let n = self.cores.len() as u64;
+        let a = NodeId(rng.below(n) as u16);
+        let b = NodeId(rng.below(n) as u16);
+        if a != b {
+            self.world.partition(a, b);
+            self.partitions.push((a, b));
+        }
+    }
+
+    pub fn heal_all(&mut self) {
+        for (a, b) in std::mem::take(&mut self.partitions) {
+            self.world.heal(a, b);
+        }
     }
 
     pub fn pause(&mut self, pos: usize) {
