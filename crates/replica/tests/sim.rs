@@ -588,10 +588,28 @@ fn random_membership_run(seed: u64) {
             .filter(|&&p| c.cores[p].as_ref().is_none_or(|k| !k.status().eligible))
             .count()
     };
+    // A change submitted and not yet seen decided: it may still be (a new leader adopts it), so
+    // the fault budget must hold in the configuration it makes too. One at a time.
+    let mut in_doubt: Option<Change> = None;
     for step in 0..60 {
         let m = members(&c);
+        let with = |change: Change| -> Vec<usize> {
+            let mut after = m.clone();
+            match change {
+                Change::Add(id) if !after.contains(&(id.0 as usize)) => after.push(id.0 as usize),
+                Change::Remove(id) => after.retain(|&p| p != id.0 as usize),
+                Change::Add(_) => {}
+            }
+            after
+        };
+        if in_doubt.is_some_and(|change| with(change).len() == m.len()) {
+            in_doubt = None; // decided (as far as the most advanced replica applied)
+        }
+        let configs: Vec<Vec<usize>> =
+            std::iter::once(m.clone()).chain(in_doubt.map(with)).collect();
+        let may_crash = configs.iter().all(|cfg| out(&c, cfg) < (cfg.len() - 1) / 2);
         match rng.below(12) {
-            0 if out(&c, &m) < (m.len() - 1) / 2 => {
+            0 if may_crash => {
                 let pos = m[rng.below(m.len() as u64) as usize];
                 if c.cores[pos].is_some() {
                     c.crash(pos);
@@ -612,7 +630,7 @@ fn random_membership_run(seed: u64) {
                 // A change at whoever some member believes leads; it may fail.
                 let Some(l) = c.agreed_leader() else { continue };
                 let l = l.0 as usize;
-                if c.paused[l] || c.outstanding[l].is_some() {
+                if c.paused[l] || c.outstanding[l].is_some() || in_doubt.is_some() {
                     continue;
                 }
                 let outside: Vec<usize> = (0..N as usize).filter(|p| !m.contains(p)).collect();
@@ -644,7 +662,9 @@ fn random_membership_run(seed: u64) {
                     }
                     Change::Remove(NodeId(pos as u16))
                 };
-                let _ = c.submit_change(l, change);
+                if c.submit_change(l, change).is_ok() {
+                    in_doubt = Some(change);
+                }
             }
             _ => {
                 let Some(l) = c.agreed_leader() else { continue };
