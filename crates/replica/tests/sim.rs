@@ -573,15 +573,8 @@ fn random_membership_run(seed: u64) {
         config.outstanding_max = 2;
     });
     c.await_leader(10_000_000);
-    // The configuration as the most advanced live replica applied it.
-    let members = |c: &SimCluster| -> Vec<usize> {
-        let best = (0..N as usize)
-            .filter(|&p| c.in_cluster(p))
-            .max_by_key(|&p| c.applied[p].len())
-            .expect("a replica runs");
-        let status = c.cores[best].as_ref().unwrap().status();
-        status.members.iter().map(|id| id.0 as usize).collect()
-    };
+    let members =
+        |c: &SimCluster| -> Vec<usize> { c.members_now().iter().map(|id| id.0 as usize).collect() };
     let out = |c: &SimCluster, members: &[usize]| {
         members
             .iter()

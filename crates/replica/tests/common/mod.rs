@@ -140,16 +140,28 @@ impl SimCluster {
     }
 
     /// The leader every live, running replica agrees on, if they do and it is one of them.
+    /// Only the members of the configuration the most advanced replica applied need agree (a
+    /// replica started to join, whose addition was never decided, knows nothing better).
     pub fn agreed_leader(&self) -> Option<NodeId> {
+        let members = self.members_now();
         let mut leaders = self
             .cores
             .iter()
             .enumerate()
             .filter(|(pos, _)| self.in_cluster(*pos) && !self.paused[*pos])
+            .filter(|(pos, _)| members.contains(&NodeId(*pos as u16)))
             .map(|(_, c)| c.as_ref().unwrap().leader());
         let first = leaders.next()??;
         let live = self.in_cluster(first.0 as usize) && !self.paused[first.0 as usize];
         (live && leaders.all(|l| l == Some(first))).then_some(first)
+    }
+
+    /// The configuration as the running replica that applied the most applied it.
+    pub fn members_now(&self) -> Vec<NodeId> {
+        (0..self.cores.len())
+            .filter(|&p| self.in_cluster(p))
+            .max_by_key(|&p| self.applied[p].len())
+            .map_or(Vec::new(), |p| self.cores[p].as_ref().unwrap().status().members)
     }
 
     /// Runs until the live replicas agree on a leader, for at most `limit_ns`.
