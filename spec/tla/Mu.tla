@@ -6,8 +6,9 @@
 (*                                                                         *)
 (* Replicas are 1..N.  Each has a log in its memory (minProposal, FUO,     *)
 (* slots of (proposal, value)) and a permission manager that decides who   *)
-(* may write that log.  Any replica may start a leader attempt at any      *)
-(* moment: leader election is left out, so safety cannot depend on it.     *)
+(* may write that log.  Any replica in Leaders may start a leader attempt  *)
+(* at any moment: leader election is left out, so safety cannot depend on  *)
+(* it.                                                                     *)
 (* An attempt asks every permission manager for write access, confirms a   *)
 (* majority (itself included), reads their FUOs, catches up from the most  *)
 (* advanced one, brings the lagging ones up to date, then runs prepare and *)
@@ -25,7 +26,9 @@
 (*                                                                         *)
 (* GrantBeforeRevoke = TRUE is the mutated permission manager: it grants   *)
 (* the requester and acknowledges first, and revokes the old holder in a   *)
-(* later step.                                                             *)
+(* later step.  GrantFences = FALSE drops the assumption that a grant      *)
+(* fails the grantee's writes in flight: a write posted while its writer   *)
+(* had no access may then land after the writer is granted access again.  *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
@@ -34,11 +37,12 @@ CONSTANTS
     Leaders,            \* the replicas that may lead (a subset, to keep the model small)
     S,                  \* number of log slots
     MaxAttempts,        \* leader attempts in all: starts, and restarts after an abort
-    GrantBeforeRevoke   \* TRUE: the mutated permission manager
+    GrantBeforeRevoke,  \* TRUE: the mutated permission manager
+    GrantFences         \* FALSE: a write posted without access may land after a later grant
 
 ASSUME N \in Nat \ {0} /\ S \in Nat \ {0} /\ MaxAttempts \in Nat
 ASSUME Leaders \subseteq 1..N
-ASSUME GrantBeforeRevoke \in BOOLEAN
+ASSUME GrantBeforeRevoke \in BOOLEAN /\ GrantFences \in BOOLEAN
 
 R        == 1..N
 Slots    == 1..S
@@ -145,12 +149,14 @@ Pending(r, l) == l \in reqs[r]
 \* Nobody); the acknowledgement counts if ack is still collecting grants.  A request word holds
 \* a requester's latest request: a new attempt's request replaces the previous one.
 \*  - The writes in flight to r of every replica whose access changed fail: a write lands only
-\*    if its writer held access from post to landing (revocation is a barrier).
+\*    if its writer held access from post to landing (revocation is a barrier, and so is a
+\*    grant).  Without GrantFences, only the revoked replicas' writes fail.
 \*  - A leader r that loses its own log while it needs it for its next step can do nothing
 \*    more in this attempt (its next write to its own log fails): it is set idle at once,
 \*    which only merges states.
 Serve(r, W, ack) ==
-    LET changed == (writers[r] \ W) \cup (W \ writers[r])
+    LET changed == IF GrantFences THEN (writers[r] \ W) \cup (W \ writers[r])
+                   ELSE writers[r] \ W
         stop    == /\ r \in writers[r] /\ r \notin W
                    /\ phase[r] \in {"update", "pread", "pwrite", "accept"}
     IN
@@ -231,11 +237,14 @@ Land(l, r) ==
             /\ UNCHANGED <<minProp, fuo>>
     /\ UNCHANGED <<permVars, attempts, att, phase, conf, bal, prepared>>
 
-\* l posts op to every replica in T.  A write to a log l may not write now is left out: it
-\* would fail when it lands, since l can get access back only through a grant, and a grant
-\* fails the grantee's writes in flight.
+\* l may post to r now a write that can take effect.  With GrantFences, a write to a log l may
+\* not write now is left out: it would fail when it lands, since l can get access back only
+\* through a grant, and a grant fails the grantee's writes in flight.
+Useful(l, r) == l \in writers[r] \/ ~GrantFences
+
+\* l posts op to every replica in T.
 Post(l, T, op) ==
-    net' = [net EXCEPT ![l] = [r \in R |-> IF r \in T /\ l \in writers[r]
+    net' = [net EXCEPT ![l] = [r \in R |-> IF r \in T /\ Useful(l, r)
                                            THEN Append(@[r], op) ELSE @[r]]]
 
 \* A write: kind, whether it belongs to the current attempt of its writer, slot (first slot
@@ -292,7 +301,7 @@ Confirm(l) ==
                  /\ log' = [log EXCEPT ![l] = newLog]
                  /\ fuo' = [fuo EXCEPT ![l] = top]
        /\ net' = [net EXCEPT ![l] =
-                    [r \in R |-> IF r \in lagging /\ l \in writers[r]
+                    [r \in R |-> IF r \in lagging /\ Useful(l, r)
                                  THEN Append(@[r],
                                         MkOp("upd", fuo[r], top, 0, 0,
                                              [s \in fuo[r]..(top - 1) |-> newLog[s]]))
@@ -399,9 +408,4 @@ PiggybackSafe == \A r \in R : \A s \in 1..(S - 1) :
 \* are checked when they land, every write that takes effect is then the holder's.
 SingleWriter == \A r \in R : Cardinality(writers[r]) <= 1
 
-\* The chosen sets are what the history of acceptances says (checks the bookkeeping).
-ChosenIsHistory ==
-    \A s \in Slots : \A v \in Values :
-        v \in chosen[s] <=>
-            \E b \in {a[2] : a \in acc} : IsQuorum({r \in R : <<s, b, v, r>> \in acc})
 =============================================================================
