@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every gate: formatting, lints, all tests (conformance suite on shm and sim, the guard model,
-# unit tests, the linearizability checker's own tests), and smoke runs of the fabric, replication and failover benchmarks. Works on a fresh
+# unit tests, the linearizability checker's own tests, the TLA+ model), and smoke runs of the fabric, replication and failover benchmarks. Works on a fresh
 # machine: it installs what it needs and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,9 @@ cargo test --workspace
 
 step "linearizability checker (Go, porcupine): vet, tests, build target/lincheck/lincheck"
 scripts/lincheck.sh
+
+step "TLA+ model of Mu (TLC: the model passes, the mutated models are caught; about 4 minutes)"
+bash scripts/tlc.sh
 
 step "benchmark smoke run: mu bench fabric (small sample count; nothing asserted about speed)"
 cargo build --release --quiet --bin mu
