@@ -249,9 +249,29 @@ pub fn proc_state(pid: u32) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
-/// Whether process `pid` has ended: gone, or a zombie.
+/// Whether process `pid` has ended: gone, or a zombie whose threads have all exited. (A zombie
+/// main thread alone is not enough: after SIGKILL the main thread can be a zombie while other
+/// threads, the one that keeps the death flag among them, are still exiting.)
 pub fn proc_ended(pid: u32) -> bool {
-    matches!(proc_state(pid), None | Some('Z') | Some('X'))
+    match proc_state(pid) {
+        None | Some('X') => true,
+        Some('Z') => std::fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |tasks| {
+            tasks.flatten().all(|t| {
+                let tid = t.file_name();
+                let stat = std::fs::read_to_string(format!(
+                    "/proc/{pid}/task/{}/stat",
+                    tid.to_string_lossy()
+                ));
+                // The state follows the command name, which is in parentheses.
+                stat.map_or(true, |s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                        .is_none_or(|state| matches!(state, 'Z' | 'X'))
+                })
+            })
+        }),
+        Some(_) => false,
+    }
 }
 
 /// Waits until process `pid` is stopped; panics after `within`.
