@@ -359,8 +359,15 @@ fn stamp(value: &mut [u8], i: u64) {
     value[..n].copy_from_slice(&bytes[..n]);
 }
 
+/// `a / b` to four significant digits (a fixed number of decimals turned a small ratio, with
+/// write2 slowed by a loaded machine, into 0).
 fn ratio(a: u64, b: u64) -> f64 {
-    (a as f64 / b.max(1) as f64 * 1000.0).round() / 1000.0
+    let r = a as f64 / b.max(1) as f64;
+    if r == 0.0 {
+        return 0.0;
+    }
+    let scale = 10f64.powi(3 - r.log10().floor() as i32);
+    (r * scale).round() / scale
 }
 
 fn report(args: &Args, samples: u64, results: &[PayloadResult], write2: &Summary) {
