@@ -240,7 +240,9 @@ impl Cluster {
     /// Has whichever replica leads make a membership change, and waits until it is decided.
     fn change(&self, command: &str) {
         let _ = std::fs::remove_file(self.dir.join("command-done"));
-        std::fs::write(self.dir.join("command"), command).unwrap();
+        // Written whole, then renamed: a child must never read it half written.
+        std::fs::write(self.dir.join("command.tmp"), command).unwrap();
+        std::fs::rename(self.dir.join("command.tmp"), self.dir.join("command")).unwrap();
         self.wait_for(command, WITHIN, |c| c.dir.join("command-done").exists());
     }
 
@@ -550,6 +552,9 @@ fn t60_adding_and_removing_replicas() {
     c.wait_for("replica 1 stops", WITHIN, |c| c.status(1).contains("removed: true"));
     let before = c.acked_count(2);
     c.wait_for("2 leads 3", WITHIN, |c| c.acked_count(2) >= before + 200);
-    assert!(c.status(3).contains("members: [NodeId(2), NodeId(3)]"), "{}", c.statuses());
+    // Status files are rewritten every 100 ms: 200 commits can take less.
+    c.wait_for("replica 3 applied both removals", WITHIN, |c| {
+        c.status(3).contains("members: [NodeId(2), NodeId(3)]")
+    });
     c.stop_and_check();
 }
