@@ -111,7 +111,7 @@ impl ReplicaConfig {
     /// The initial configuration as a mask of positions in `replicas` (validated).
     pub(crate) fn initial_members(&self, replicas: &ReplicaSet) -> Result<u64, ConfigError> {
         let Some(members) = &self.members else {
-            return Ok(u64::MAX >> (64 - replicas.len()));
+            return Ok(mu_replication::membership::all(replicas));
         };
         let mask = mu_replication::membership::mask_of(replicas, members)
             .map_err(|e| ConfigError::Replicas(format!("members: {e}")))?;

@@ -2,6 +2,7 @@
 //! written by one side only, and the guard of the replica's own log.
 
 use mu_fabric::NodeId;
+use mu_replication::membership::ids_of;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const NO_LEADER: u32 = u32::MAX;
@@ -230,9 +231,4 @@ impl OwnLogGuard {
             }
         }
     }
-}
-
-/// The ids at the positions set in `mask`.
-fn ids_of(ids: &[NodeId], mask: u64) -> Vec<NodeId> {
-    ids.iter().enumerate().filter(|(p, _)| mask >> p & 1 != 0).map(|(_, &id)| id).collect()
 }

@@ -226,8 +226,8 @@ impl Leader {
             scratch_block: Leader::scratch_block(&config.layout),
             layout: config.layout,
             permission_grace_ns: config.permission_grace_ns,
-            members: (u64::MAX >> (64 - n)),
-            applied_members: (u64::MAX >> (64 - n)),
+            members: membership::all(&config.replicas),
+            applied_members: membership::all(&config.replicas),
             replicas: config.replicas,
             phase: Phase::Follower,
             attempt: 0,
@@ -409,7 +409,7 @@ impl Leader {
         if !self.refresh(mem) {
             return false;
         }
-        self.restart(mem, out);
+        self.ask_permissions(out);
         true
     }
 
@@ -622,12 +622,17 @@ impl Leader {
     /// (after an abort, a retry, or a membership change); if that configuration leaves us out,
     /// stops leading instead.
     fn restart(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
-        self.attempt = self.attempt.wrapping_add(1);
-        if !self.refresh(mem) {
+        if self.refresh(mem) {
+            self.ask_permissions(out);
+        } else {
             out.push(Action::Aborted { reason: AbortReason::Removed });
             self.step_down();
-            return;
         }
+    }
+
+    /// A new attempt under the configuration `refresh` found: asks its members for permission.
+    fn ask_permissions(&mut self, out: &mut Vec<Action>) {
+        self.attempt = self.attempt.wrapping_add(1);
         self.phase = Phase::Permissions;
         self.prepared = false;
         // Proposals stay queued, to be proposed again from the oldest: an entry that was in

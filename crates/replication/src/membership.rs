@@ -110,15 +110,15 @@ pub fn mask_of(universe: &ReplicaSet, ids: &[NodeId]) -> Result<u64, String> {
     })
 }
 
-/// The ids in `members`, in order.
-pub fn ids_of(universe: &ReplicaSet, members: u64) -> Vec<NodeId> {
-    universe
-        .ids()
-        .iter()
-        .enumerate()
-        .filter(|(pos, _)| members >> pos & 1 != 0)
-        .map(|(_, &id)| id)
-        .collect()
+/// Every replica of the universe as members.
+pub fn all(universe: &ReplicaSet) -> u64 {
+    u64::MAX >> (64 - universe.len())
+}
+
+/// The ids at the positions set in `members`, in order (`ids` by position, as
+/// [`ReplicaSet::ids`] gives them).
+pub fn ids_of(ids: &[NodeId], members: u64) -> Vec<NodeId> {
+    ids.iter().enumerate().filter(|(pos, _)| members >> pos & 1 != 0).map(|(_, &id)| id).collect()
 }
 
 #[cfg(test)]
@@ -165,6 +165,7 @@ mod tests {
         assert!(Change::Remove(NodeId(0)).check(&u, 0b1).unwrap_err().contains("last member"));
         assert!(Change::Add(NodeId(7)).check(&u, 0b1).unwrap_err().contains("not one of"));
         assert_eq!(mask_of(&u, &[NodeId(0), NodeId(4)]), Ok(0b10001));
-        assert_eq!(ids_of(&u, 0b10001), vec![NodeId(0), NodeId(4)]);
+        assert_eq!(ids_of(u.ids(), 0b10001), vec![NodeId(0), NodeId(4)]);
+        assert_eq!(all(&u), 0b11111);
     }
 }

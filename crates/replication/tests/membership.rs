@@ -32,29 +32,7 @@ fn asked_since(c: &Cluster, since: usize) -> Vec<u16> {
 }
 
 fn propose_change(c: &mut Cluster, change: Change) -> Result<(), ProposeError> {
-    let me = c.me();
-    let mut out = Vec::new();
-    let r = c.leader.propose(EntryKind::Membership, &change.encode(), &mut c.mems[me], &mut out);
-    for a in out {
-        if let Action::Post { peer, wr_id, op, signaled } = a {
-            c.queue.push_back(common::Posted { peer, wr_id, op, signaled });
-        }
-        c.actions.push(a);
-    }
-    r
-}
-
-fn tick(c: &mut Cluster) {
-    c.now_ns += 10_000;
-    let me = c.me();
-    let mut out = Vec::new();
-    c.leader.tick(c.now_ns, &mut c.mems[me], &mut out);
-    for a in out {
-        if let Action::Post { peer, wr_id, op, signaled } = a {
-            c.queue.push_back(common::Posted { peer, wr_id, op, signaled });
-        }
-        c.actions.push(a);
-    }
+    c.propose_kind(EntryKind::Membership, &change.encode())
 }
 
 /// §5.4: a grant from a replica outside the configuration is not counted; once the entry adding
@@ -80,10 +58,10 @@ fn t10_an_added_replica_is_asked_and_counted_after_the_entry() {
     // Two of four grants plus time: not a majority any more.
     c.grant(0);
     c.grant(1);
-    tick(&mut c);
+    c.tick();
     assert_eq!(c.leader.phase(), Phase::Permissions);
     c.grant(3);
-    tick(&mut c);
+    c.tick();
     assert_ne!(c.leader.phase(), Phase::Permissions);
     c.run();
     c.propose(b"after").unwrap();

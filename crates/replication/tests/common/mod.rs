@@ -112,7 +112,8 @@ impl Cluster {
         self.leader.me().0 as usize
     }
 
-    fn take(&mut self, out: Vec<Action>) {
+    /// Queues the operations among `out` for delivery and records every action.
+    pub fn take(&mut self, out: Vec<Action>) {
         for a in out {
             if let Action::Post { peer, wr_id, op, signaled } = a {
                 self.queue.push_back(Posted { peer, wr_id, op, signaled });
@@ -145,12 +146,17 @@ impl Cluster {
     /// Grants permission from every replica whose fault allows an answer, then lets the grace
     /// period pass.
     pub fn grant_all(&mut self) {
-        let me = self.me();
         for pos in 0..self.ids.len() {
             if matches!(self.faults[pos], Fault::None | Fault::Held) {
                 self.grant(pos);
             }
         }
+        self.tick();
+    }
+
+    /// Lets the permission grace period pass.
+    pub fn tick(&mut self) {
+        let me = self.me();
         self.now_ns += 10_000;
         let mut out = Vec::new();
         self.leader.tick(self.now_ns, &mut self.mems[me], &mut out);
@@ -158,9 +164,17 @@ impl Cluster {
     }
 
     pub fn propose(&mut self, value: &[u8]) -> Result<(), mu_replication::ProposeError> {
+        self.propose_kind(EntryKind::Request, value)
+    }
+
+    pub fn propose_kind(
+        &mut self,
+        kind: EntryKind,
+        value: &[u8],
+    ) -> Result<(), mu_replication::ProposeError> {
         let me = self.me();
         let mut out = Vec::new();
-        let r = self.leader.propose(EntryKind::Request, value, &mut self.mems[me], &mut out);
+        let r = self.leader.propose(kind, value, &mut self.mems[me], &mut out);
         self.take(out);
         r
     }
