@@ -156,6 +156,30 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.permissions.holder()
     }
 
+    /// Who may write our log at this moment, as the fabric and the own-log guard say (not as the
+    /// permission manager believes): the replicas whose replication connection to us is up and
+    /// grants remote write, and ourselves if our own leader's access is granted. Mu's permissions
+    /// keep this to at most one (§5.2, revoke before grant); the simulator's single-writer
+    /// checker reads it between polls. A connection that is up with write access counts even if
+    /// its peer crashed: the flags alone say what a write arriving now would be allowed to do.
+    pub fn log_writers(&self) -> Vec<NodeId> {
+        let mut writers = Vec::new();
+        if self.shared.guard.is_granted() {
+            writers.push(self.me);
+        }
+        for &peer in self.replicas.ids().iter().filter(|&&p| p != self.me) {
+            let conn = ConnId::new(peer, replication_channel(peer, self.me));
+            let up = matches!(
+                self.fabric.qp_state(conn),
+                Ok(QpState::ReadyToReceive | QpState::ReadyToSend)
+            );
+            if up && self.fabric.qp_access(conn).is_ok_and(|a| a.contains(Access::WRITE)) {
+                writers.push(peer);
+            }
+        }
+        writers
+    }
+
     /// When the next poll has something to do at the latest (the next heartbeat read).
     pub fn next_deadline_ns(&self) -> u64 {
         self.next_read_ns.min(self.next_fate_check_ns)

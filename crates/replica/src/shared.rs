@@ -214,6 +214,11 @@ impl OwnLogGuard {
         granted
     }
 
+    /// Whether our own leader may write our log now.
+    pub fn is_granted(&self) -> bool {
+        self.granted.load(Ordering::SeqCst)
+    }
+
     pub fn grant(&self) {
         self.granted.store(true, Ordering::SeqCst);
     }

@@ -1,6 +1,7 @@
 //! The leader's replicator (Mu paper §4.1 Listing 2, §4.2 Listings 3 and 4).
 
 use crate::membership::{self, Change};
+use crate::mutation::Mutation;
 use crate::{Action, Area, Memory, RemoteOp, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
 use mu_log::{
@@ -1046,6 +1047,9 @@ impl Leader {
                 // A torn entry was never accepted there; any value that could have been decided
                 // is complete at some replica of every majority, ours included.
                 Slot::Incomplete => all_empty = false,
+                Slot::Entry(_) if crate::mutation::active(Mutation::SkipPrepareAdopt) => {
+                    all_empty = false;
+                }
                 Slot::Entry(e) => {
                     all_empty = false;
                     if best.is_none_or(|(p, _, _)| e.proposal > p) {

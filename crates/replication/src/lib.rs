@@ -17,6 +17,7 @@
 mod detector;
 mod leader;
 pub mod membership;
+pub mod mutation;
 mod permissions;
 mod replayer;
 

@@ -144,7 +144,8 @@ impl PermissionManager {
         let rebind = pos != self.me_pos && self.bound[pos] != Some(incarnation);
         for other in 0..n {
             // A requester keeps its access across a re-request; an old incarnation of it does not.
-            if self.may_write[other] && (other != pos || rebind) {
+            let mutated = crate::mutation::active(crate::mutation::Mutation::SkipRevoke);
+            if self.may_write[other] && (other != pos || rebind) && !mutated {
                 out.push(self.revoke(other));
             }
         }

@@ -1,11 +1,21 @@
 //! A cluster of replica cores on the simulated fabric, driven in virtual time from one thread.
-#![allow(dead_code)]
+//!
+//! Every replica is the production runtime ([`ReplicaCore`]: both planes, the real engines) on
+//! its own node of one [`SimWorld`]. A round polls every running, unpaused replica once and then
+//! lets virtual time move on by [`QUANTUM_NS`]; nothing else runs, so a run is a function of the
+//! seed and the calls made.
+//!
+//! The state machine of each replica records the entries it applied (what the checkers compare)
+//! and applies their requests to a key-value [`Store`] (what clients read their replies from).
 
+use crate::check;
 use mu_fabric::NodeId;
 use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
+use mu_kv::Store;
 use mu_log::EntryKind;
 use mu_replica::Change;
 use mu_replica::{Applier, ProposeError, ReplicaConfig, ReplicaCore};
+use std::collections::BTreeSet;
 
 /// Virtual time between two rounds of polling every replica.
 pub const QUANTUM_NS: u64 = 250;
@@ -29,6 +39,14 @@ pub struct SimCluster {
     pub ran: Vec<bool>,
     /// Links cut by [`SimCluster::partition_random`], until [`SimCluster::heal_all`].
     pub partitions: Vec<(NodeId, NodeId)>,
+    /// Each replica's key-value store: its requests applied in log order.
+    pub stores: Vec<Store>,
+    /// Every request handed to a replica to propose (membership changes as their label): what
+    /// the validity checker accepts.
+    pub proposed: BTreeSet<Vec<u8>>,
+    /// The boot number of each replica's current process (0: never started): tells a restarted
+    /// replica from the process a client handed its request to.
+    pub boot_of: Vec<u32>,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -80,6 +98,9 @@ impl SimCluster {
             boots: 0,
             ran: vec![false; n as usize],
             partitions: Vec::new(),
+            stores: vec![Store::new(); n as usize],
+            proposed: BTreeSet::new(),
+            boot_of: vec![0; n as usize],
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -103,6 +124,7 @@ impl SimCluster {
     fn boot(&mut self, me: u16) -> ReplicaCore<SimFabric> {
         self.boots += 1;
         self.ran[me as usize] = true;
+        self.boot_of[me as usize] = self.boots;
         let fabric = self.world.node(NodeId(me));
         ReplicaCore::new(&self.configs[me as usize], fabric, self.boots).expect("replica starts")
     }
@@ -116,7 +138,9 @@ impl SimCluster {
                 continue;
             }
             core.background.poll(now);
-            core.replication.poll(now, &mut Recorder(&mut self.applied[pos]));
+            let mut recorder =
+                Recorder { applied: &mut self.applied[pos], store: &mut self.stores[pos] };
+            core.replication.poll(now, &mut recorder);
             let mut outcomes = Vec::new();
             if core.replication.take_outcomes(&mut outcomes) {
                 let values = self.outstanding[pos].take().expect("outcomes of a proposal");
@@ -250,6 +274,7 @@ impl SimCluster {
         let now = self.world.now_ns();
         let core = self.cores[pos].as_mut().expect("a live replica");
         core.replication.submit(values.iter().copied(), now)?;
+        self.proposed.extend(values.iter().map(|v| v.to_vec()));
         self.outstanding[pos] = Some(values.iter().map(|v| v.to_vec()).collect());
         self.outcomes[pos] = None;
         Ok(())
@@ -261,7 +286,9 @@ impl SimCluster {
         let now = self.world.now_ns();
         let core = self.cores[pos].as_mut().expect("a live replica");
         core.replication.submit_change(change, now)?;
-        self.outstanding[pos] = Some(vec![change_label(&change.encode())]);
+        let label = change_label(&change.encode());
+        self.proposed.insert(label.clone());
+        self.outstanding[pos] = Some(vec![label]);
         self.outcomes[pos] = None;
         Ok(())
     }
@@ -323,6 +350,7 @@ impl SimCluster {
         self.world.restart(NodeId(pos as u16)).unwrap();
         self.configs[pos].eligible = false;
         self.applied[pos].clear();
+        self.stores[pos] = Store::new();
         self.outstanding[pos] = None;
         self.outcomes[pos] = None;
         self.paused[pos] = false;
@@ -373,70 +401,66 @@ impl SimCluster {
         self.paused[pos] = false;
     }
 
+    /// Who may write each running replica's log now, as the fabric says (None: not running).
+    pub fn log_writers(&self) -> Vec<Option<Vec<NodeId>>> {
+        self.cores.iter().map(|c| c.as_ref().map(|c| c.background.log_writers())).collect()
+    }
+
     /// Agreement: every two replicas applied the same entry at every index both applied, and
-    /// each applied indexes in order with no gaps.
+    /// each applied indexes in order with no gaps. Panics with what disagrees.
     pub fn check_agreement(&self) {
-        for (pos, seq) in self.applied.iter().enumerate() {
-            for (k, (index, _)) in seq.iter().enumerate() {
-                assert_eq!(*index, k as u64, "replica {pos} applied index {index} at place {k}");
-            }
+        if let Err(e) = check::agreement::check(&self.applied) {
+            panic!("{e}: {}", self.describe());
         }
-        for a in 0..self.applied.len() {
-            for b in a + 1..self.applied.len() {
-                let (x, y) = (&self.applied[a], &self.applied[b]);
-                let common = x.len().min(y.len());
-                for i in 0..common {
-                    assert_eq!(
-                        x[i],
-                        y[i],
-                        "replicas {a} and {b} disagree at index {i}: {:?} vs {:?}",
-                        readable(&x[i].1),
-                        readable(&y[i].1)
-                    );
-                }
-            }
+        if let Err(e) = check::validity::check(&self.applied, &self.proposed) {
+            panic!("{e}: {}", self.describe());
+        }
+        if let Err(e) = check::single_writer::check(&self.log_writers()) {
+            panic!("{e}: {}", self.describe());
         }
     }
 
     /// No acknowledged proposal was lost: replica `pos` applied each at its index.
     pub fn check_acked_applied(&self, pos: usize) {
-        let seq = &self.applied[pos];
-        for (index, value) in &self.acked {
-            let got = seq.get(*index as usize).map(|(_, requests)| requests);
-            assert!(
-                got.is_some_and(|requests| requests.contains(value)),
-                "acknowledged {:?} at {index} is not in what replica {pos} applied there: {:?}",
-                String::from_utf8_lossy(value),
-                got.map(|r| readable(r))
-            );
+        if let Err(e) = check::durability::check(&self.applied, pos, &self.acked) {
+            panic!("{e}: {}", self.describe());
         }
     }
 }
 
-fn readable(requests: &[Vec<u8>]) -> Vec<std::borrow::Cow<'_, str>> {
-    requests.iter().map(|r| String::from_utf8_lossy(r)).collect()
+/// A replica's state machine in the simulator: the entries it applied, each with its requests,
+/// and the key-value store those requests built. Its snapshot is the list of entries, so a
+/// replica restored from one has the same applied sequence as its donor up to there (and the
+/// checks hold for it too); the store is rebuilt by applying their requests again.
+pub struct Recorder<'a> {
+    pub applied: &'a mut Vec<(u64, Vec<Vec<u8>>)>,
+    pub store: &'a mut Store,
 }
-
-/// A replica's state machine in these tests: the entries it applied, each with its requests.
-/// Its snapshot is that whole list, so a replica restored from one has the same applied
-/// sequence as its donor up to there, and the checks above hold for it too.
-pub struct Recorder<'a>(pub &'a mut Vec<(u64, Vec<Vec<u8>>)>);
 
 impl Applier for Recorder<'_> {
     fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
-        match kind {
-            EntryKind::Request => self.0.push((index, vec![value.to_vec()])),
+        let requests = match kind {
+            EntryKind::Request => vec![value.to_vec()],
             EntryKind::Batch => {
                 let requests = mu_log::batch::requests(value).expect("a well-formed batch");
-                self.0.push((index, requests.map(<[u8]>::to_vec).collect()));
+                requests.map(<[u8]>::to_vec).collect()
             }
-            EntryKind::Membership => self.0.push((index, vec![change_label(value)])),
-            EntryKind::Noop => {}
+            EntryKind::Membership => {
+                self.applied.push((index, vec![change_label(value)]));
+                return;
+            }
+            EntryKind::Noop => return,
+        };
+        for r in &requests {
+            // Requests that are not key-value requests (the scenario tests propose plain text)
+            // change nothing in the store.
+            self.store.apply_bytes(r);
         }
+        self.applied.push((index, requests));
     }
 
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
-        for (index, requests) in self.0.iter() {
+        for (index, requests) in self.applied.iter() {
             out.extend_from_slice(&index.to_le_bytes());
             out.extend_from_slice(&(requests.len() as u32).to_le_bytes());
             for r in requests {
@@ -460,7 +484,14 @@ impl Applier for Recorder<'_> {
             }
             entries.push((index, requests));
         }
-        *self.0 = entries;
+        let mut store = Store::new();
+        for (_, requests) in &entries {
+            for r in requests {
+                store.apply_bytes(r);
+            }
+        }
+        *self.applied = entries;
+        *self.store = store;
         Ok(())
     }
 }

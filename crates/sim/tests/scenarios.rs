@@ -1,11 +1,9 @@
 //! Whole replicas (both planes, the real runtime) on the simulated fabric. Each test names the
 //! part of the Mu paper it exercises.
 
-mod common;
-
-use common::SimCluster;
 use mu_fabric::NodeId;
 use mu_replica::Change;
+use mu_sim::SimCluster;
 
 /// §5.1 and §4: three replicas elect the lowest id, which replicates; every replica applies the
 /// same sequence.

@@ -1,0 +1,42 @@
+//! Linearizability of the client history: the key-value store looked like one copy of it to
+//! its clients. The check itself is porcupine's, through the `lincheck` helper
+//! (tools/lincheck, docs/verification/linearizability.md); this file finds that helper, hands
+//! it the history and reads its verdict.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where `lincheck` is: `$MU_LINCHECK` if set, else `target/lincheck/lincheck` under the
+/// workspace (where `scripts/lincheck.sh` builds it), else under the current directory.
+pub fn find_lincheck() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MU_LINCHECK") {
+        return Some(PathBuf::from(p));
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/lincheck/lincheck");
+    let here = Path::new("target/lincheck/lincheck").to_path_buf();
+    [workspace, here].into_iter().find(|p| p.is_file())
+}
+
+/// Checks the history in `history_json` (a file) with the `lincheck` binary at `lincheck`.
+/// `Ok` only for "linearizable"; a violation, a history the checker refuses, a timeout and a
+/// checker that cannot run are all errors, each saying which.
+pub fn check(lincheck: &Path, history_json: &Path) -> Result<(), String> {
+    let out = Command::new(lincheck)
+        .arg("--timeout")
+        .arg("60s")
+        .arg(history_json)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", lincheck.display()))?;
+    let text = || {
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.push_str(&String::from_utf8_lossy(&out.stderr));
+        s.trim_end().to_owned()
+    };
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(1) => Err(format!("the client history is not linearizable:\n{}", text())),
+        Some(2) => Err(format!("lincheck refused the history (a recorder bug):\n{}", text())),
+        Some(3) => Err(format!("lincheck timed out without a verdict:\n{}", text())),
+        _ => Err(format!("lincheck failed ({}):\n{}", out.status, text())),
+    }
+}

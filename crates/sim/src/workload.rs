@@ -1,0 +1,232 @@
+//! Clients of the replicated key-value store: each issues one operation at a time (get, put,
+//! delete, compare-and-set on a few keys, so that they contend) to the replica some replica
+//! believes leads, and the history records what each was told and when.
+//!
+//! A client's request is proposed at a replica; once the proposal is acknowledged at index `i`,
+//! the client's reply is what that replica's store answered when it applied the request. A
+//! proposal that fails after it was handed over (aborted, or the replica crashed) has an unknown
+//! outcome — the next leader may still commit it — and the client goes on under a new id.
+//! A request refused on the spot ("not leader", "busy") cannot take effect and is left out.
+
+use crate::cluster::SimCluster;
+use crate::history::{History, Operation, Outcome};
+use mu_fabric_sim::SimRng;
+use mu_kv::{Op, Request};
+
+/// The client population and the history it has made so far.
+pub struct Workload {
+    clients: Vec<Client>,
+    next_client_id: u64,
+    keys_count: u64,
+    /// The values written so far, per key (what compare-and-sets expect).
+    written: Vec<Vec<Vec<u8>>>,
+    /// The operations handed to each replica (by position) and not yet answered: which client
+    /// slots, and the boot of the replica's process they were handed to.
+    groups: Vec<Option<Group>>,
+    pub history: History,
+}
+
+struct Group {
+    boot: u32,
+    slots: Vec<usize>,
+}
+
+struct Client {
+    id: u64,
+    seq: u64,
+    waiting: Option<Waiting>,
+}
+
+struct Waiting {
+    /// The operation's place in the history.
+    op: usize,
+    pos: usize,
+    boot: u32,
+    /// Acknowledged: the reply is read once the replica applied it.
+    acked: bool,
+}
+
+impl Workload {
+    pub fn new(clients_count: usize, keys_count: u64, replicas_count: usize) -> Workload {
+        Workload {
+            clients: (0..clients_count)
+                .map(|i| Client { id: i as u64, seq: 0, waiting: None })
+                .collect(),
+            next_client_id: clients_count as u64,
+            keys_count: keys_count.max(1),
+            written: vec![Vec::new(); keys_count.max(1) as usize],
+            groups: (0..replicas_count).map(|_| None).collect(),
+            history: History::default(),
+        }
+    }
+
+    /// Clients waiting for an answer.
+    pub fn waiting_count(&self) -> usize {
+        self.clients.iter().filter(|c| c.waiting.is_some()).count()
+    }
+
+    /// Idle clients may each start an operation; those that do are handed, as one group, to the
+    /// replica a randomly chosen running replica believes leads. Returns a line for the trace
+    /// when a group was handed over.
+    pub fn start_some(&mut self, c: &mut SimCluster, rng: &mut SimRng) -> Option<String> {
+        let n = c.cores.len() as u64;
+        let asked = rng.below(n) as usize;
+        let leader = c.cores[asked].as_ref()?.leader()?.0 as usize;
+        let busy = c.cores[leader].is_none()
+            || c.paused[leader]
+            || c.outstanding[leader].is_some()
+            || self.groups[leader].is_some();
+        if busy {
+            return None;
+        }
+        let mut slots = Vec::new();
+        let mut requests = Vec::new();
+        for slot in 0..self.clients.len() {
+            if self.clients[slot].waiting.is_some() || rng.below(2) == 0 {
+                continue;
+            }
+            let client = &mut self.clients[slot];
+            client.seq += 1;
+            let key_number = rng.below(self.keys_count) as usize;
+            let key = format!("k{key_number}").into_bytes();
+            let value = format!("c{}s{}", client.id, client.seq).into_bytes();
+            let written = &self.written[key_number];
+            let op = match rng.below(20) {
+                0..=6 => Op::Get { key },
+                7..=12 => Op::Put { key, value },
+                13..=15 => Op::Delete { key },
+                _ => {
+                    let expected = if written.is_empty() || rng.below(3) == 0 {
+                        None
+                    } else {
+                        Some(
+                            written[written.len()
+                                - 1
+                                - rng.below(written.len().min(2) as u64) as usize]
+                                .clone(),
+                        )
+                    };
+                    Op::Cas { key, expected, value }
+                }
+            };
+            if let Op::Put { value, .. } | Op::Cas { value, .. } = &op {
+                self.written[key_number].push(value.clone());
+            }
+            let request = Request { client: client.id, seq: client.seq, op };
+            requests.push(request.encode().expect("workload requests are within the limits"));
+            slots.push(slot);
+            let invoke_ns = c.world.now_ns();
+            self.history.operations.push(Operation {
+                client: client.id,
+                op: request.op,
+                invoke_ns,
+                outcome: Outcome::Unknown,
+            });
+            let boot = c.boot_of[leader];
+            let op = self.history.operations.len() - 1;
+            client.waiting = Some(Waiting { op, pos: leader, boot, acked: false });
+        }
+        if slots.is_empty() {
+            return None;
+        }
+        let values: Vec<&[u8]> = requests.iter().map(Vec::as_slice).collect();
+        match c.submit_many(leader, &values) {
+            Ok(()) => {
+                let line = format!("clients {slots:?} hand {} requests to {leader}", slots.len());
+                self.groups[leader] = Some(Group { boot: c.boot_of[leader], slots });
+                Some(line)
+            }
+            Err(_) => {
+                // Refused on the spot: none of them can take effect. Out of the history.
+                for &slot in slots.iter().rev() {
+                    let w = self.clients[slot].waiting.take().expect("just started");
+                    assert_eq!(w.op + 1, self.history.operations.len(), "the last operation");
+                    self.history.operations.pop();
+                }
+                None
+            }
+        }
+    }
+
+    /// After a round: takes the outcomes of groups that finished, and reads the replies of
+    /// acknowledged requests from the store of the replica that acknowledged them.
+    pub fn poll(&mut self, c: &mut SimCluster) {
+        let now = c.world.now_ns();
+        for pos in 0..self.groups.len() {
+            let Some(group) = &self.groups[pos] else { continue };
+            if c.cores[pos].is_none() || c.boot_of[pos] != group.boot {
+                // The process died with the group: outcomes unknown (handled below).
+                self.groups[pos] = None;
+                continue;
+            }
+            let Some(outcomes) = c.outcomes[pos].take() else { continue };
+            let group = self.groups[pos].take().expect("a group");
+            assert_eq!(outcomes.len(), group.slots.len(), "one outcome per request");
+            for (slot, outcome) in group.slots.into_iter().zip(outcomes) {
+                match outcome {
+                    Ok(_) => self.clients[slot].waiting.as_mut().expect("waiting").acked = true,
+                    Err(_) => self.unknown(slot),
+                }
+            }
+        }
+        for slot in 0..self.clients.len() {
+            let Some(w) = &self.clients[slot].waiting else { continue };
+            if c.cores[w.pos].is_none() || c.boot_of[w.pos] != w.boot {
+                self.unknown(slot);
+                continue;
+            }
+            if !w.acked {
+                continue;
+            }
+            let client = &self.clients[slot];
+            if let Some(reply) = c.stores[w.pos].reply(client.id, client.seq) {
+                let op = w.op;
+                self.history.operations[op].outcome =
+                    Outcome::Returned { at_ns: now, reply: reply.clone() };
+                self.clients[slot].waiting = None;
+            }
+        }
+    }
+
+    /// The operations still waiting stay unknown; their clients are done.
+    pub fn finish(&mut self) {
+        for slot in 0..self.clients.len() {
+            if self.clients[slot].waiting.is_some() {
+                self.unknown(slot);
+            }
+        }
+    }
+
+    /// The client's operation has an unknown outcome (already recorded so): it continues under
+    /// a new client id, as the history format asks.
+    fn unknown(&mut self, slot: usize) {
+        let client = &mut self.clients[slot];
+        client.waiting = None;
+        client.id = self.next_client_id;
+        client.seq = 0;
+        self.next_client_id += 1;
+    }
+}
+
+/// A request as text for traces and reports: key-value requests decoded, other bytes as
+/// (lossy) text.
+pub fn describe_request(bytes: &[u8]) -> String {
+    match Request::decode(bytes) {
+        Ok(r) => {
+            let t = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            let what = match &r.op {
+                Op::Get { key } => format!("get {}", t(key)),
+                Op::Put { key, value } => format!("put {}={}", t(key), t(value)),
+                Op::Delete { key } => format!("delete {}", t(key)),
+                Op::Cas { key, expected, value } => format!(
+                    "cas {} {}->{}",
+                    t(key),
+                    expected.as_deref().map_or("absent".into(), t),
+                    t(value)
+                ),
+            };
+            format!("c{}#{} {what}", r.client, r.seq)
+        }
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
