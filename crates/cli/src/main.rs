@@ -10,6 +10,7 @@ mod cluster;
 mod interrupt;
 mod pin;
 mod replica_child;
+mod sim;
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,9 @@ enum Command {
         #[command(subcommand)]
         which: Bench,
     },
+    /// Whole clusters in the deterministic simulator: replay one seed, or sweep many, with
+    /// key-value clients, faults drawn from the seed, and every checker on.
+    Sim(sim::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
     #[command(hide = true)]
     BenchPeer(bench_fabric::PeerArgs),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Fabric(args) } => bench_fabric::run(args),
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
+        Command::Sim(args) => sim::run(args),
         Command::BenchPeer(args) => bench_fabric::peer(args),
         Command::BenchReplica(args) => replica_child::run(args),
     };
@@ -94,6 +99,12 @@ mod tests {
             &["mu", "bench", "failover", "--count", "0"],
             &["mu", "bench", "failover", "--mode", "crash"],
             &["mu", "bench", "failover", "--read-period-us", "0"],
+            &["mu", "sim", "--seeds", "0"],
+            &["mu", "sim", "--seed", "1", "--seeds", "3"],
+            &["mu", "sim", "--replicas", "10"],
+            &["mu", "sim", "--faults", "crash,meteor"],
+            &["mu", "sim", "--protocol", "raft"],
+            &["mu", "sim", "--no-lincheck", "--lincheck", "x"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -102,6 +113,8 @@ mod tests {
             &["mu", "bench", "replication", "--mode", "handover", "--samples", "10"],
             &["mu", "bench", "failover", "--mode", "pause", "--count", "1"],
             &["mu", "bench", "failover", "--quick", "--read-period-us", "250"],
+            &["mu", "sim", "--seeds", "200", "--protocol", "mu", "--json"],
+            &["mu", "sim", "--seed", "7", "--replicas", "5", "--faults", "crash,restart"],
         ] {
             assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
         }

@@ -280,7 +280,7 @@ impl<'a> Runner<'a> {
                     ),
                 ));
             }
-            if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng) {
+            if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, true) {
                 self.note(line);
             }
             self.run_for(20_000)?;
@@ -289,14 +289,32 @@ impl<'a> Runner<'a> {
         // commits (they learn an entry is decided only from the next one or the FUO).
         let drain_end = self.c.world.now_ns() + 10_000_000;
         while self.workload.waiting_count() > 0 && self.c.world.now_ns() < drain_end {
+            if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, false) {
+                self.note(line);
+            }
             self.run_for(20_000)?;
         }
         self.run_for(1_000_000)?;
+        // Converged: every running replica follows one leader (a replica restarted by the
+        // healing may still be learning who leads).
+        let leader = loop {
+            if let Some(l) = self.c.agreed_leader() {
+                break l;
+            }
+            if self.c.world.now_ns() >= end {
+                return Err(violation(
+                    "liveness",
+                    format!(
+                        "the healed replicas agreed on no leader within {} ms: {}",
+                        self.config.liveness_bound_ns / 1_000_000,
+                        self.c.describe()
+                    ),
+                ));
+            }
+            self.run_for(20_000)?;
+        };
         self.check_step()?;
         self.note(format!("liveness reached: {wanted} requests answered after healing"));
-        let leader = self.c.agreed_leader().ok_or_else(|| {
-            violation("liveness", format!("no agreed leader at the end: {}", self.c.describe()))
-        })?;
         check::durability::check(&self.c.applied, leader.0 as usize, &self.c.acked)
             .map_err(|e| violation("durability", e))
     }
@@ -367,7 +385,7 @@ impl<'a> Runner<'a> {
                 }
             }
             _ => {
-                if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng) {
+                if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, true) {
                     self.note(line);
                 }
             }
@@ -404,7 +422,7 @@ impl<'a> Runner<'a> {
             // Clients keep coming while time passes, so that faults strike with proposals in
             // every phase of their replication.
             if self.rng.below(CLIENT_START_ONE_IN) == 0 {
-                if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng) {
+                if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, true) {
                     self.note(line);
                 }
             }

@@ -4,9 +4,12 @@
 //!
 //! A client's request is proposed at a replica; once the proposal is acknowledged at index `i`,
 //! the client's reply is what that replica's store answered when it applied the request. A
-//! proposal that fails after it was handed over (aborted, or the replica crashed) has an unknown
-//! outcome — the next leader may still commit it — and the client goes on under a new id.
-//! A request refused on the spot ("not leader", "busy") cannot take effect and is left out.
+//! proposal that fails after it was handed over (aborted, or the replica crashed) may still be
+//! committed by the next leader, so the client retries the same request — same client id, same
+//! sequence number — until a leader acknowledges it; the store applies it once, and the retry's
+//! reply is the first application's. An operation still unanswered when the run ends has an
+//! unknown outcome. A new request refused on the spot ("not leader", "busy") cannot take effect
+//! and is left out of the history.
 
 use crate::cluster::SimCluster;
 use crate::history::{History, Operation, Outcome};
@@ -40,8 +43,10 @@ struct Client {
 struct Waiting {
     /// The operation's place in the history.
     op: usize,
-    pos: usize,
-    boot: u32,
+    /// The request as proposed, for retries.
+    request: Vec<u8>,
+    /// Where it was last handed (None: it must be handed again, its last attempt failed).
+    at: Option<(usize, u32)>,
     /// Acknowledged: the reply is read once the replica applied it.
     acked: bool,
 }
@@ -65,10 +70,15 @@ impl Workload {
         self.clients.iter().filter(|c| c.waiting.is_some()).count()
     }
 
-    /// Idle clients may each start an operation; those that do are handed, as one group, to the
-    /// replica a randomly chosen running replica believes leads. Returns a line for the trace
-    /// when a group was handed over.
-    pub fn start_some(&mut self, c: &mut SimCluster, rng: &mut SimRng) -> Option<String> {
+    /// Idle clients may each start an operation (if `start_new`), and clients whose last
+    /// attempt failed retry it; they are handed, as one group, to the replica a randomly chosen
+    /// running replica believes leads. Returns a line for the trace when a group was handed over.
+    pub fn start_some(
+        &mut self,
+        c: &mut SimCluster,
+        rng: &mut SimRng,
+        start_new: bool,
+    ) -> Option<String> {
         let n = c.cores.len() as u64;
         let asked = rng.below(n) as usize;
         let leader = c.cores[asked].as_ref()?.leader()?.0 as usize;
@@ -79,52 +89,38 @@ impl Workload {
         if busy {
             return None;
         }
+        let boot = c.boot_of[leader];
         let mut slots = Vec::new();
         let mut requests = Vec::new();
+        let mut fresh_slots = Vec::new();
         for slot in 0..self.clients.len() {
-            if self.clients[slot].waiting.is_some() || rng.below(2) == 0 {
-                continue;
-            }
-            let client = &mut self.clients[slot];
-            client.seq += 1;
-            let key_number = rng.below(self.keys_count) as usize;
-            let key = format!("k{key_number}").into_bytes();
-            let value = format!("c{}s{}", client.id, client.seq).into_bytes();
-            let written = &self.written[key_number];
-            let op = match rng.below(20) {
-                0..=6 => Op::Get { key },
-                7..=12 => Op::Put { key, value },
-                13..=15 => Op::Delete { key },
-                _ => {
-                    let expected = if written.is_empty() || rng.below(3) == 0 {
-                        None
-                    } else {
-                        Some(
-                            written[written.len()
-                                - 1
-                                - rng.below(written.len().min(2) as u64) as usize]
-                                .clone(),
-                        )
-                    };
-                    Op::Cas { key, expected, value }
+            match &self.clients[slot].waiting {
+                // A retry goes out with the next group, whatever the dice say.
+                Some(w) if w.at.is_none() => {
+                    requests.push(w.request.clone());
+                    slots.push(slot);
+                    continue;
                 }
-            };
-            if let Op::Put { value, .. } | Op::Cas { value, .. } = &op {
-                self.written[key_number].push(value.clone());
+                Some(_) => continue,
+                None if !start_new || rng.below(2) == 0 => continue,
+                None => {}
             }
+            let op = self.next_op(slot, rng);
+            let client = &self.clients[slot];
             let request = Request { client: client.id, seq: client.seq, op };
-            requests.push(request.encode().expect("workload requests are within the limits"));
+            let bytes = request.encode().expect("workload requests are within the limits");
+            requests.push(bytes.clone());
             slots.push(slot);
-            let invoke_ns = c.world.now_ns();
+            fresh_slots.push(slot);
             self.history.operations.push(Operation {
                 client: client.id,
                 op: request.op,
-                invoke_ns,
+                invoke_ns: c.world.now_ns(),
                 outcome: Outcome::Unknown,
             });
-            let boot = c.boot_of[leader];
             let op = self.history.operations.len() - 1;
-            client.waiting = Some(Waiting { op, pos: leader, boot, acked: false });
+            self.clients[slot].waiting =
+                Some(Waiting { op, request: bytes, at: None, acked: false });
         }
         if slots.is_empty() {
             return None;
@@ -132,30 +128,70 @@ impl Workload {
         let values: Vec<&[u8]> = requests.iter().map(Vec::as_slice).collect();
         match c.submit_many(leader, &values) {
             Ok(()) => {
-                let line = format!("clients {slots:?} hand {} requests to {leader}", slots.len());
-                self.groups[leader] = Some(Group { boot: c.boot_of[leader], slots });
+                for &slot in &slots {
+                    self.clients[slot].waiting.as_mut().expect("waiting").at = Some((leader, boot));
+                }
+                let retries = slots.len() - fresh_slots.len();
+                let line = format!(
+                    "clients {slots:?} hand {} requests to {leader}{}",
+                    slots.len(),
+                    if retries > 0 { format!(" ({retries} retried)") } else { String::new() }
+                );
+                self.groups[leader] = Some(Group { boot, slots });
                 Some(line)
             }
             Err(_) => {
-                // Refused on the spot: none of them can take effect. Out of the history.
-                for &slot in slots.iter().rev() {
-                    let w = self.clients[slot].waiting.take().expect("just started");
+                // Refused on the spot: the new requests cannot take effect, so they leave the
+                // history (they are its last operations); retries stay due (an earlier attempt
+                // may still take effect).
+                for &slot in fresh_slots.iter().rev() {
+                    let w = self.clients[slot].waiting.take().expect("waiting");
                     assert_eq!(w.op + 1, self.history.operations.len(), "the last operation");
                     self.history.operations.pop();
+                    self.clients[slot].seq -= 1;
                 }
                 None
             }
         }
     }
 
+    /// The next operation of the client in `slot` (its sequence number moves on).
+    fn next_op(&mut self, slot: usize, rng: &mut SimRng) -> Op {
+        let client = &mut self.clients[slot];
+        client.seq += 1;
+        let key_number = rng.below(self.keys_count) as usize;
+        let key = format!("k{key_number}").into_bytes();
+        let value = format!("c{}s{}", client.id, client.seq).into_bytes();
+        let written = &self.written[key_number];
+        let op = match rng.below(20) {
+            0..=6 => Op::Get { key },
+            7..=12 => Op::Put { key, value },
+            13..=15 => Op::Delete { key },
+            _ => {
+                let expected = if written.is_empty() || rng.below(3) == 0 {
+                    None
+                } else {
+                    let back = rng.below(written.len().min(2) as u64) as usize;
+                    Some(written[written.len() - 1 - back].clone())
+                };
+                Op::Cas { key, expected, value }
+            }
+        };
+        if let Op::Put { value, .. } | Op::Cas { value, .. } = &op {
+            self.written[key_number].push(value.clone());
+        }
+        op
+    }
+
     /// After a round: takes the outcomes of groups that finished, and reads the replies of
-    /// acknowledged requests from the store of the replica that acknowledged them.
+    /// acknowledged requests from the store of the replica that acknowledged them. A request
+    /// whose attempt failed, or whose replica died, is due for a retry.
     pub fn poll(&mut self, c: &mut SimCluster) {
         let now = c.world.now_ns();
         for pos in 0..self.groups.len() {
             let Some(group) = &self.groups[pos] else { continue };
             if c.cores[pos].is_none() || c.boot_of[pos] != group.boot {
-                // The process died with the group: outcomes unknown (handled below).
+                // The process died with the group: each request is retried (below).
                 self.groups[pos] = None;
                 continue;
             }
@@ -163,27 +199,29 @@ impl Workload {
             let group = self.groups[pos].take().expect("a group");
             assert_eq!(outcomes.len(), group.slots.len(), "one outcome per request");
             for (slot, outcome) in group.slots.into_iter().zip(outcomes) {
+                let w = self.clients[slot].waiting.as_mut().expect("waiting");
                 match outcome {
-                    Ok(_) => self.clients[slot].waiting.as_mut().expect("waiting").acked = true,
-                    Err(_) => self.unknown(slot),
+                    Ok(_) => w.acked = true,
+                    Err(_) => w.at = None,
                 }
             }
         }
         for slot in 0..self.clients.len() {
-            let Some(w) = &self.clients[slot].waiting else { continue };
-            if c.cores[w.pos].is_none() || c.boot_of[w.pos] != w.boot {
-                self.unknown(slot);
+            let client = &mut self.clients[slot];
+            let Some(w) = &mut client.waiting else { continue };
+            let Some((pos, boot)) = w.at else { continue };
+            if c.cores[pos].is_none() || c.boot_of[pos] != boot {
+                w.at = None;
+                w.acked = false;
                 continue;
             }
             if !w.acked {
                 continue;
             }
-            let client = &self.clients[slot];
-            if let Some(reply) = c.stores[w.pos].reply(client.id, client.seq) {
-                let op = w.op;
-                self.history.operations[op].outcome =
+            if let Some(reply) = c.stores[pos].reply(client.id, client.seq) {
+                self.history.operations[w.op].outcome =
                     Outcome::Returned { at_ns: now, reply: reply.clone() };
-                self.clients[slot].waiting = None;
+                client.waiting = None;
             }
         }
     }
