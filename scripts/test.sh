@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every gate: formatting, lints, all tests (conformance suite on shm and sim, the guard model,
-# unit tests, the linearizability checker's own tests, the TLA+ model), and smoke runs of the fabric, replication and failover benchmarks. Works on a fresh
-# machine: it installs what it needs and says what it does.
+# Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
+# (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), a sweep of
+# 200 simulator seeds, the TLA+ model, and smoke runs of the fabric, replication and failover
+# benchmarks. Works on a fresh machine: it installs what it needs and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,17 +22,30 @@ cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+step "linearizability checker (Go, porcupine): vet, tests, build target/lincheck/lincheck"
+scripts/lincheck.sh
+
 step "tests"
 cargo test --workspace
 
-step "linearizability checker (Go, porcupine): vet, tests, build target/lincheck/lincheck"
-scripts/lincheck.sh
+step "simulator sweep: mu sim --seeds 200 (every fault on, 3 and 5 replicas, histories checked by lincheck)"
+cargo build --release --quiet --bin mu
+out=$(./target/release/mu sim --seeds 200 --protocol mu --lincheck target/lincheck/lincheck --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["protocol"] == "mu" and d["seeds"] == 200 and d["faults"] == "all", d
+assert d["linearizability_checked"] is True, d
+assert d["failures"] == [], d["failures"]
+assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
+print("mu sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
+PY
 
 step "TLA+ model of Mu (TLC: the model passes, the mutated models are caught; about 4 minutes)"
 bash scripts/tlc.sh
 
 step "benchmark smoke run: mu bench fabric (small sample count; nothing asserted about speed)"
-cargo build --release --quiet --bin mu
 out=$(./target/release/mu bench fabric --samples 20000 --perm-samples 2000 --json)
 echo "$out"
 python3 - "$out" <<'PY'

@@ -62,6 +62,10 @@ pub struct Args {
     /// Print a summary as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// With --seed: also trace every change of each replica's engine (phase, FUO, confirmed
+    /// followers, prepare omitted), applied count, leader and log writers.
+    #[arg(long, requires = "seed")]
+    watch: bool,
 }
 
 fn parse_protocol(name: &str) -> Result<Protocol, String> {
@@ -110,6 +114,7 @@ pub fn run(args: Args) -> Result<(), String> {
         c.lincheck = lincheck.clone();
         c.history_dir = args.history_dir.clone();
         c.mutation = mutation;
+        c.watch = args.watch;
         c
     };
     config_of(args.first_seed).check()?;

@@ -272,7 +272,12 @@ impl<F: Fabric> BackgroundDriver<F> {
                 .filter(|&pos| pos != self.me_pos && self.peers[pos].connected)
                 .max_by_key(|&pos| self.shared.heads[pos].load(Ordering::Acquire));
             let Some(donor) = donor else { return false };
-            if self.shared.heads[donor].load(Ordering::Acquire) < own + self.transfer.slots_count {
+            let donor_head = self.shared.heads[donor].load(Ordering::Acquire);
+            // A whole log behind: the entries we lack were overwritten. Or our replayer waits
+            // for a decided entry our log will never get (it was skipped): any peer further on
+            // has what we need.
+            let stuck = self.shared.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
+            if donor_head < own + self.transfer.slots_count && !stuck {
                 return false;
             }
             self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);

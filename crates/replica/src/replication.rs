@@ -219,6 +219,8 @@ pub struct ReplicationDriver<F: Fabric> {
     eligible_again_at: Option<u64>,
     /// The configuration after the entries the replayer applied (§5.4), by position.
     members_applied: u64,
+    /// Since when the replayer has been blocked at which head: (head, since).
+    blocked_since: Option<(u64, u64)>,
 }
 
 impl<F: Fabric> ReplicationDriver<F> {
@@ -269,6 +271,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             heads_seen: vec![0; n],
             heads_at_request: vec![0; n],
             eligible_again_at: None,
+            blocked_since: None,
         }
     }
 
@@ -471,6 +474,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             app.apply(index, kind, value)
         });
         self.note_members(members);
+        self.note_blocked(now_ns);
         self.serve_snapshot(app);
         applied += usize::from(self.install_snapshot(app));
         self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
@@ -489,6 +493,23 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.shared.eligible.store(true, Ordering::Release);
         }
         busy || applied > 0
+    }
+
+    /// Tells the background plane when the replayer has waited too long for a decided entry
+    /// (see [`mu_replication::Replayer::blocked`]): only a state transfer gets past it.
+    fn note_blocked(&mut self, now_ns: u64) {
+        let head = self.replayer.head();
+        if !self.replayer.blocked() {
+            self.blocked_since = None;
+        } else if self.blocked_since.is_none_or(|(at, _)| at != head) {
+            self.blocked_since = Some((head, now_ns));
+        }
+        let stuck = self.blocked_since.is_some_and(|(_, since)| {
+            now_ns.saturating_sub(since) > self.settings.permission_timeout_ns
+        });
+        if self.shared.replayer_stuck.load(Ordering::Relaxed) != stuck {
+            self.shared.replayer_stuck.store(stuck, Ordering::Release);
+        }
     }
 
     /// The replayer applied up to a configuration (§5.4): the engine works out later ones from

@@ -50,6 +50,10 @@ pub(crate) struct Shared {
     /// A snapshot fetched from a donor and checked waits in the state-transfer region
     /// (background sets it, replication clears it once installed or refused).
     pub snapshot_fetched: AtomicBool,
+    /// Set by the replication plane when its replayer has been blocked for longer than the
+    /// transfer timeout (a decided entry that is not coming): the background plane then fetches a
+    /// snapshot from any peer further on, not only from one a whole log ahead.
+    pub replayer_stuck: AtomicBool,
     pub snapshots_served: AtomicU64,
     pub snapshots_installed: AtomicU64,
     /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
@@ -94,6 +98,7 @@ impl Shared {
             leaderships: AtomicU64::new(0),
             snapshot_wanted: AtomicU64::new(0),
             snapshot_fetched: AtomicBool::new(false),
+            replayer_stuck: AtomicBool::new(false),
             snapshots_served: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),
             state_transfer_error: std::sync::Mutex::new(None),

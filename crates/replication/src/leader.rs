@@ -694,8 +694,9 @@ impl Leader {
     /// that is further. Followers learn commits by piggybacking (§4.2) and a stable leader never
     /// writes their FUO, so after many entries a follower's FUO lags far behind what it has
     /// applied; but its replayer applies only decided entries, and the slots below its head hold
-    /// them. Without this, a new leader would think itself (or a follower) more than a log behind
-    /// and ask for a state transfer it does not need.
+    /// them — unless it installed a snapshot, whose entries its log never received: catch-up
+    /// checks every slot it copies for that. Without this, a new leader would think itself (or a
+    /// follower) more than a log behind and ask for a state transfer it does not need.
     fn decided_below(fuo: u64, head: u64) -> u64 {
         fuo.max(head)
     }
@@ -790,18 +791,31 @@ impl Leader {
 
     /// A catch-up batch arrived: copy it into our log (guarded), then read the next one or, at
     /// the end, adopt the source's FUO.
+    ///
+    /// A slot of the source that does not hold a complete entry for its index ends the catch-up
+    /// there: the source skipped that entry by installing a snapshot (its head, which counts as
+    /// decided, moved past entries its log never received). We take what it had up to there;
+    /// the entries after it are decided again, one by one, by prepare, which finds each in a
+    /// majority of logs. (Found by the simulator, seed 1685: a new leader copied a hole from a
+    /// follower that had installed a snapshot, and its replayer waited on it for ever.)
     fn end_catch_up_batch(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let mut slot = std::mem::take(&mut self.slot_buf);
+        let mut copied = 0;
         for k in 0..self.catch_up_count {
             let index = self.catch_up_next + k;
             mem.read(Area::Scratch, self.staging_slot(k), &mut slot);
+            if !matches!(self.layout.decode(index, &slot), Slot::Entry(_)) {
+                self.target = index;
+                break;
+            }
             if !self.write_own_log(mem, self.layout.slot_offset(index), &slot, out) {
                 self.slot_buf = slot;
                 return;
             }
+            copied += 1;
         }
         self.slot_buf = slot;
-        self.catch_up_next += self.catch_up_count;
+        self.catch_up_next += copied;
         if self.catch_up_next < self.target {
             return self.read_catch_up_batch(out);
         }
@@ -832,6 +846,14 @@ impl Leader {
                 continue;
             }
             for index in first..self.fuo {
+                // Only complete entries: our log may lack some decided ones (we installed a
+                // snapshot over them), and copying such a slot would overwrite whatever the
+                // follower holds there, maybe the entry itself. A follower left without an entry
+                // it needs gets it by state transfer.
+                mem.read(Area::Log, self.layout.slot_offset(index), &mut self.slot_buf);
+                if !matches!(self.layout.decode(index, &self.slot_buf), Slot::Entry(_)) {
+                    continue;
+                }
                 let op = RemoteOp::WriteFromLog {
                     offset: self.layout.slot_offset(index),
                     len: slot_bytes,

@@ -75,6 +75,15 @@ impl Replayer {
         applied
     }
 
+    /// Whether the head is known decided but its slot does not hold a complete entry for it
+    /// (as of the last poll). Normal for a moment while the entry's bytes land; for long, the
+    /// entry is not coming: this log skipped it (a snapshot was installed over a hole, or a
+    /// leader's update copied a slot its own log never received), and only a state transfer
+    /// moves the head on.
+    pub fn blocked(&self) -> bool {
+        self.decided_below > self.head
+    }
+
     /// Looks for news that the head is decided: the FUO word, then the complete entries after
     /// the head. Returns whether it found some.
     fn learn(&mut self, mem: &mut impl Memory) -> bool {

@@ -53,6 +53,9 @@ pub struct RunConfig {
     pub history_dir: Option<PathBuf>,
     /// A deliberately broken engine variant (builds with the `mutations` feature only).
     pub mutation: Option<Mutation>,
+    /// Trace every change of each replica's engine (phase, FUO, confirmed followers, prepare
+    /// omitted) and applied count, round by round: long, for reading one seed closely.
+    pub watch: bool,
 }
 
 impl RunConfig {
@@ -69,6 +72,7 @@ impl RunConfig {
             lincheck: None,
             history_dir: None,
             mutation: None,
+            watch: false,
         }
     }
 
@@ -189,6 +193,8 @@ struct Runner<'a> {
     trace: &'a mut Vec<String>,
     leader: Option<NodeId>,
     leader_changes: usize,
+    /// What `watch` last traced of each replica.
+    watched: Vec<String>,
 }
 
 fn violation(checker: &'static str, message: String) -> Violation {
@@ -225,7 +231,8 @@ impl<'a> Runner<'a> {
             faults.describe()
         ));
         let workload = Workload::new(config.clients, config.keys, config.replicas as usize);
-        Runner { config, rng, c, workload, trace, leader: None, leader_changes: 0 }
+        let watched = vec![String::new(); config.replicas as usize];
+        Runner { config, rng, c, workload, trace, leader: None, leader_changes: 0, watched }
     }
 
     fn note(&mut self, what: impl std::fmt::Display) {
@@ -296,27 +303,35 @@ impl<'a> Runner<'a> {
         }
         self.run_for(1_000_000)?;
         // Converged: every running replica follows one leader (a replica restarted by the
-        // healing may still be learning who leads).
-        let leader = loop {
-            if let Some(l) = self.c.agreed_leader() {
-                break l;
-            }
+        // healing may still be learning who leads), and that leader answers a client: it holds
+        // every decided entry then (an idle leader may not have noticed yet that another took its
+        // followers and decided more; its next write tells it).
+        let since = self.c.world.now_ns();
+        while !self.workload.last_answer.is_some_and(|(pos, at)| {
+            at >= since && Some(NodeId(pos as u16)) == self.c.agreed_leader()
+        }) {
             if self.c.world.now_ns() >= end {
                 return Err(violation(
                     "liveness",
                     format!(
-                        "the healed replicas agreed on no leader within {} ms: {}",
+                        "the healed replicas agreed on no leader that answers clients within {} ms: {}",
                         self.config.liveness_bound_ns / 1_000_000,
                         self.c.describe()
                     ),
                 ));
             }
+            if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, true) {
+                self.note(line);
+            }
             self.run_for(20_000)?;
-        };
+        }
+        let leader = self.c.agreed_leader().expect("checked in the loop");
         self.check_step()?;
-        self.note(format!("liveness reached: {wanted} requests answered after healing"));
+        self.note(format!(
+            "liveness reached: {wanted} requests answered after healing, leader {leader} answers"
+        ));
         check::durability::check(&self.c.applied, leader.0 as usize, &self.c.acked)
-            .map_err(|e| violation("durability", e))
+            .map_err(|e| violation("durability", format!("{e}: {}", self.c.describe())))
     }
 
     /// One step of the safety phase: a fault, or clients starting operations.
@@ -419,6 +434,9 @@ impl<'a> Runner<'a> {
         while self.c.world.now_ns() < end {
             self.c.round();
             self.workload.poll(&mut self.c);
+            if self.config.watch {
+                self.watch();
+            }
             // Clients keep coming while time passes, so that faults strike with proposals in
             // every phase of their replication.
             if self.rng.below(CLIENT_START_ONE_IN) == 0 {
@@ -436,6 +454,34 @@ impl<'a> Runner<'a> {
             self.note(format!("leader {l}"));
         }
         Ok(())
+    }
+
+    fn watch(&mut self) {
+        for pos in 0..self.watched.len() {
+            let now = match &self.c.cores[pos] {
+                None => "down".to_string(),
+                Some(core) => {
+                    let e = core.replication.engine();
+                    let confirmed: Vec<u16> =
+                        (0..64).filter(|b| e.confirmed_mask() >> b & 1 != 0).collect();
+                    format!(
+                        "{:?} fuo {} confirmed {confirmed:?} prepared {} applied {} leader {:?} \
+                         writers {:?}{}",
+                        e.phase(),
+                        e.fuo(),
+                        e.prepared(),
+                        self.c.applied[pos].len(),
+                        core.leader().map(|l| l.0),
+                        core.background.log_writers().iter().map(|w| w.0).collect::<Vec<_>>(),
+                        if self.c.paused[pos] { " PAUSED" } else { "" }
+                    )
+                }
+            };
+            if now != self.watched[pos] {
+                self.note(format!("  replica {pos}: {now}"));
+                self.watched[pos] = now;
+            }
+        }
     }
 
     fn check_step(&self) -> Result<(), Violation> {

@@ -27,6 +27,8 @@ pub struct Workload {
     /// slots, and the boot of the replica's process they were handed to.
     groups: Vec<Option<Group>>,
     pub history: History,
+    /// The replica (position) that answered the latest answer, and when.
+    pub last_answer: Option<(usize, u64)>,
 }
 
 struct Group {
@@ -62,6 +64,7 @@ impl Workload {
             written: vec![Vec::new(); keys_count.max(1) as usize],
             groups: (0..replicas_count).map(|_| None).collect(),
             history: History::default(),
+            last_answer: None,
         }
     }
 
@@ -222,6 +225,7 @@ impl Workload {
                 self.history.operations[w.op].outcome =
                     Outcome::Returned { at_ns: now, reply: reply.clone() };
                 client.waiting = None;
+                self.last_answer = Some((pos, now));
             }
         }
     }
