@@ -13,12 +13,13 @@
 //! `command` file ("add 3", "remove 0") is made by whichever replica leads, which answers in
 //! `command-done`.
 
+mod common;
+
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_replica::{Change, Mode, Replica, ReplicaConfig, StateMachine};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -189,14 +190,7 @@ impl Cluster {
 
     /// `group`: each call proposes up to this many requests at once.
     fn start_with(tag: &str, n: u16, mode: &str, slots: u64, group: u64) -> Cluster {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-replica-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
+        let dir = common::fresh_run_dir(tag);
         let mut cluster = Cluster {
             dir,
             children: Vec::new(),

@@ -28,6 +28,8 @@
 //! reporting how many requests it applied and its store's digest (`state-<id>`) until the test
 //! has seen the survivors agree and writes the `exit` file.
 
+mod common;
+
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, Store};
@@ -35,7 +37,6 @@ use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig, StateMachine};
 use mu_sim::history::{History, Operation, Outcome};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -450,15 +451,7 @@ struct Cluster {
 
 impl Cluster {
     fn start(tag: &str) -> Cluster {
-        // The fabric's files are shared memory: in /dev/shm when there is one.
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-replica-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
+        let dir = common::fresh_run_dir(tag);
         let mut cluster = Cluster { dir, children: Vec::new() };
         for me in 0..REPLICAS {
             let child = Command::new(std::env::current_exe().unwrap())

@@ -406,17 +406,28 @@ impl SimCluster {
         self.cores.iter().map(|c| c.as_ref().map(|c| c.background.log_writers())).collect()
     }
 
-    /// Agreement: every two replicas applied the same entry at every index both applied, and
-    /// each applied indexes in order with no gaps. Panics with what disagrees.
+    /// At most one writer per log now (the single-writer checker), as `Err((checker, what))`
+    /// with every replica's view appended.
+    pub fn single_writer(&self) -> Result<(), (&'static str, String)> {
+        check::single_writer::check(&self.log_writers())
+            .map_err(|e| ("single-writer", format!("{e}: {}", self.describe())))
+    }
+
+    /// The safety checkers that hold at any moment: agreement (every two replicas applied the
+    /// same entry at every index both applied, each in order with no gaps), validity and single
+    /// writer, as `Err((checker, what))` with every replica's view appended.
+    pub fn safety(&self) -> Result<(), (&'static str, String)> {
+        check::agreement::check(&self.applied)
+            .map_err(|e| ("agreement", format!("{e}: {}", self.describe())))?;
+        check::validity::check(&self.applied, &self.proposed)
+            .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
+        self.single_writer()
+    }
+
+    /// [`SimCluster::safety`], panicking with what broke (for scenario tests).
     pub fn check_agreement(&self) {
-        if let Err(e) = check::agreement::check(&self.applied) {
-            panic!("{e}: {}", self.describe());
-        }
-        if let Err(e) = check::validity::check(&self.applied, &self.proposed) {
-            panic!("{e}: {}", self.describe());
-        }
-        if let Err(e) = check::single_writer::check(&self.log_writers()) {
-            panic!("{e}: {}", self.describe());
+        if let Err((checker, e)) = self.safety() {
+            panic!("{checker} violated: {e}");
         }
     }
 

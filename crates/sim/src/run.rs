@@ -444,8 +444,7 @@ impl<'a> Runner<'a> {
                     self.note(line);
                 }
             }
-            check::single_writer::check(&self.c.log_writers())
-                .map_err(|e| violation("single-writer", format!("{e}: {}", self.c.describe())))?;
+            self.c.single_writer().map_err(|(checker, e)| violation(checker, e))?;
         }
         let leader = self.c.agreed_leader();
         if let Some(l) = leader.filter(|_| leader != self.leader) {
@@ -485,10 +484,7 @@ impl<'a> Runner<'a> {
     }
 
     fn check_step(&self) -> Result<(), Violation> {
-        check::agreement::check(&self.c.applied)
-            .map_err(|e| violation("agreement", format!("{e}: {}", self.c.describe())))?;
-        check::validity::check(&self.c.applied, &self.c.proposed)
-            .map_err(|e| violation("validity", format!("{e}: {}", self.c.describe())))
+        self.c.safety().map_err(|(checker, e)| violation(checker, e))
     }
 
     fn check_history(&self, report: &SeedReport) -> Result<(), Violation> {
