@@ -201,6 +201,8 @@ pub struct ReplicationDriver<F: Fabric> {
     connected: Vec<bool>,
     request_seq: u32,
     request_word: u64,
+    /// The engine's round of permission requests that `request_word` serves.
+    request_round: Option<u32>,
     acked: Vec<bool>,
     permissions_since_ns: u64,
     /// The application's requests in progress, if `pending`; their outcomes once all are known
@@ -262,6 +264,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             connected: vec![false; n],
             request_seq: 0,
             request_word: 0,
+            request_round: None,
             acked: vec![false; n],
             permissions_since_ns: 0,
             group: Group::default(),
@@ -715,14 +718,14 @@ impl<F: Fabric> ReplicationDriver<F> {
         if self.leader.phase() == Phase::Permissions {
             self.leader.retry_permissions(&self.mem, &mut self.actions);
         } else if self.leader.members_mask() & !self.leader.confirmed_mask() != 0 {
-            // Leading without some replica: ask it again now and then (its request or our
-            // connection to it may have been lost, or it was dropped as unreachable and is
-            // back). A grant that arrives grows the confirmed set. Only those are asked: see
-            // `Shared::requests`.
-            self.request_permissions(now_ns, true);
+            // Leading without some replica: ask it again now and then (see
+            // `Leader::ask_missing`).
+            self.leader.ask_missing(&mut self.actions);
         } else {
             return false;
         }
+        // Timed from now, whether the requests go out at once or after their fences.
+        self.note_asked(now_ns);
         true
     }
 
@@ -760,17 +763,12 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// Carries out what the engine asked for, including what it asks for while doing so.
     fn run_actions(&mut self, now_ns: u64) -> bool {
         let mut i = 0;
-        let mut requested = false;
         while i < self.actions.len() {
             let action = self.actions[i];
             i += 1;
             match action {
-                Action::RequestPermission { .. } => {
-                    // The engine asks every replica at once; one request word serves them all.
-                    if !requested {
-                        requested = true;
-                        self.request_permissions(now_ns, false);
-                    }
+                Action::RequestPermission { peer, round } => {
+                    self.request_permission(now_ns, peer, round)
                 }
                 Action::Post { peer, wr_id, op, signaled } => self.post(peer, wr_id, op, signaled),
                 Action::Committed { index, mine } => {
@@ -837,36 +835,35 @@ impl<F: Fabric> ReplicationDriver<F> {
         })
     }
 
-    /// A new round of permission requests (§5.2): reconnect our own sides that broke, then
-    /// publish a new request word for the background plane to deliver, to every replica or,
-    /// with `missing_only`, to those the engine leads without.
-    fn request_permissions(&mut self, now_ns: u64, missing_only: bool) {
-        for pos in 0..self.replicas.len() {
-            let peer = self.replicas.ids()[pos];
-            if peer == self.me || self.connected[pos] {
-                continue;
-            }
-            // Our side of the connection we write the peer's log through: the peer never
-            // initiates on it, so it grants nothing. Connecting binds it to the peer's current
-            // incarnation. A peer that is not there yet stays unconnected: posts to it fail as
-            // unreachable and the engine goes on without it.
+    /// Delivers the engine's permission request to `peer` (§5.2): publishes the request word of
+    /// `round` (a new one for a new round) for the background plane to deliver, after
+    /// reconnecting our side of the connection we write the peer's log through if it broke.
+    fn request_permission(&mut self, now_ns: u64, peer: NodeId, round: u32) {
+        if self.request_round != Some(round) {
+            self.request_round = Some(round);
+            self.request_seq = (self.request_seq % REQUEST_SEQ_MAX) + 1;
+            self.request_word = request_word(self.boot_id, self.request_seq);
+            self.note_asked(now_ns);
+        }
+        let pos = self.replicas.position(peer).expect("the engine asks replicas only");
+        if peer != self.me && !self.connected[pos] {
+            // The peer never initiates on this connection, so our side grants nothing.
+            // Connecting binds it to the peer's current incarnation. A peer that is not there
+            // yet stays unconnected: posts to it fail as unreachable and the engine goes on
+            // without it.
             let conn = ConnId::new(peer, replication_channel(self.me, peer));
             self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();
         }
-        self.request_seq = (self.request_seq % REQUEST_SEQ_MAX) + 1;
-        self.request_word = request_word(self.boot_id, self.request_seq);
+        self.acked[pos] = false;
+        self.shared.requests[pos].store(self.request_word, Ordering::Release);
+    }
+
+    /// Permission requests went out (or will, after their fences) now: the timeout runs from
+    /// here, and a missing replica whose head moves from here may be asked again early.
+    fn note_asked(&mut self, now_ns: u64) {
         self.permissions_since_ns = now_ns;
         for (seen, head) in self.heads_at_request.iter_mut().zip(&self.shared.heads) {
             *seen = head.load(Ordering::Acquire);
-        }
-        let (confirmed, members) = (self.leader.confirmed_mask(), self.leader.members_mask());
-        for pos in 0..self.replicas.len() {
-            // Only the members of the configuration the engine leads by are asked (§5.4).
-            if members >> pos & 1 == 0 || (missing_only && confirmed >> pos & 1 != 0) {
-                continue;
-            }
-            self.acked[pos] = false;
-            self.shared.requests[pos].store(self.request_word, Ordering::Release);
         }
     }
 

@@ -121,6 +121,8 @@ struct InFlight {
 /// bits below it; other steps count within the bits below it.
 const ACCEPT_STEP: u16 = 0x8000;
 const STEP_MASK: u16 = 0x7fff;
+/// The step field of fences (see [`Leader::fence_pending`]); ordinary steps skip it.
+const FENCE_STEP: u16 = STEP_MASK;
 const _: () = assert!(OUTSTANDING_MAX < STEP_MASK as usize);
 
 /// The leader engine. See the crate docs.
@@ -155,6 +157,18 @@ pub struct Leader {
     recovering: Vec<bool>,
     waits: Vec<Wait>,
     majority_granted_at_ns: Option<u64>,
+
+    /// Bumped on every round of permission requests (a new attempt, or asking the replicas we
+    /// lead without again).
+    round: u32,
+    /// Positions asked for permission in this round: grants from others are not counted.
+    asked: u64,
+    /// Positions we posted to since the last fence: our operations may still be on the way.
+    unfenced: u64,
+    /// Positions with a fence in flight.
+    fencing: u64,
+    /// Positions to ask for permission once their fence completes.
+    ask_after_fence: u64,
 
     fuo: u64,
     proposal_number: u64,
@@ -194,6 +208,8 @@ pub struct Leader {
 }
 
 const SCRATCH_MIN_PROPOSAL: u64 = 0;
+/// Where a fence's read lands (nobody looks at it).
+const SCRATCH_FENCE: u64 = 8;
 /// A follower's log words from FUO to the log head land here (one read of both).
 const SCRATCH_FUO: u64 = 64;
 const SCRATCH_HEAD: u64 = SCRATCH_FUO + (HEAD_OFFSET - FUO_OFFSET);
@@ -239,6 +255,11 @@ impl Leader {
             recovering: vec![false; n],
             waits: vec![Wait::Idle; n],
             majority_granted_at_ns: None,
+            round: 0,
+            asked: 0,
+            unfenced: 0,
+            fencing: 0,
+            ask_after_fence: 0,
             fuo: 0,
             proposal_number: 0,
             prepared: false,
@@ -500,6 +521,9 @@ impl Leader {
         if self.phase == Phase::Follower || !self.is_member(pos) {
             return; // not leading, or not a replica of the configuration we lead
         }
+        if self.asked & (1 << pos) == 0 {
+            return; // not asked in this round (maybe waiting for a fence): not a grant to use
+        }
         self.recovering[pos] = grant == Grant::Recovering;
         if self.phase != Phase::Permissions || self.recovering[pos] {
             // Too late for the confirmed set being used, or not to be counted in it: it joins
@@ -582,6 +606,10 @@ impl Leader {
     ) {
         let (attempt, step) = ((c.wr_id >> 32) as u32, (c.wr_id >> 16) as u16);
         let Some(pos) = self.replicas.position(peer) else { return };
+        if step == FENCE_STEP {
+            // Whatever the attempt, and whether or not we lead: the fence only orders.
+            return self.on_fence(pos, out);
+        }
         if attempt != self.attempt || self.phase == Phase::Follower {
             return; // from an attempt that was aborted: its failures are moot
         }
@@ -645,11 +673,89 @@ impl Leader {
         self.late.fill(false);
         self.waits.fill(Wait::Idle);
         self.majority_granted_at_ns = None;
-        for (pos, &peer) in self.replicas.ids().iter().enumerate() {
+        self.round = self.round.wrapping_add(1);
+        self.asked = 0;
+        self.ask_after_fence = 0;
+        for pos in 0..self.replicas.len() {
             if self.is_member(pos) {
-                out.push(Action::RequestPermission { peer });
+                self.ask(pos, out);
             }
         }
+    }
+
+    /// Asks the members we lead without (not confirmed) for permission again, in a new round:
+    /// the runtime calls this now and then while leading (a request or its answer may have been
+    /// lost with a connection, or the replica was dropped as unreachable and is back). A grant
+    /// that arrives grows the confirmed set (§4.2). The confirmed ones are not asked: a
+    /// permission manager that gave its log to another leader in the meantime would give it back
+    /// without a sign, under a leader that omits prepare.
+    pub fn ask_missing(&mut self, out: &mut Vec<Action>) {
+        if matches!(self.phase, Phase::Follower | Phase::Permissions) {
+            return;
+        }
+        self.round = self.round.wrapping_add(1);
+        for pos in 0..self.replicas.len() {
+            if self.is_member(pos) && !self.confirmed[pos] {
+                self.asked &= !(1 << pos);
+                self.ask(pos, out);
+            }
+        }
+    }
+
+    /// Asks `pos` for permission in the current round, or, while operations we posted to it may
+    /// still be on the way, once a fence says they are not.
+    ///
+    /// Why: a write of an aborted attempt can still be on the wire when we ask again. If the
+    /// replica revoked us for another leader in between (which then decided entries in its
+    /// log), and now grants us again, that late write lands over a decided entry — with a lower
+    /// proposal number, as an acceptor would never accept it — and a later catch-up copies it as
+    /// decided. Revocation stops writes while it holds; only we know what we left in flight.
+    /// (Found by the simulator, seed 6985: the old leader's accept to a slow follower landed
+    /// after that follower granted it permission again, and the old leader caught up from that
+    /// follower's log, taking back its own never-chosen value as decided.)
+    fn ask(&mut self, pos: usize, out: &mut Vec<Action>) {
+        let bit = 1u64 << pos;
+        if pos != self.me_pos && (self.unfenced | self.fencing) & bit != 0 {
+            self.ask_after_fence |= bit;
+            if self.fencing & bit == 0 {
+                self.post_fence(pos, out);
+            }
+            return;
+        }
+        self.ask_after_fence &= !bit;
+        self.asked |= bit;
+        out.push(Action::RequestPermission { peer: self.replicas.ids()[pos], round: self.round });
+    }
+
+    /// A signaled read behind everything we posted to `pos`: operations on one connection land
+    /// in order (RC queue pairs are FIFO), so its completion, success or failure, means every
+    /// earlier operation has landed or never will (after a failure the connection flushes what
+    /// follows).
+    fn post_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
+        let wr = (u64::from(self.round) << 32) | (u64::from(FENCE_STEP) << 16);
+        let op = RemoteOp::ReadIntoScratch {
+            offset: FUO_OFFSET,
+            scratch_offset: self.scratch(pos, SCRATCH_FENCE),
+            len: 8,
+        };
+        out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id: wr, op, signaled: true });
+        self.unfenced &= !(1 << pos);
+        self.fencing |= 1 << pos;
+    }
+
+    /// A fence to `pos` completed: ask it now if that was waiting.
+    fn on_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
+        let bit = 1u64 << pos;
+        self.fencing &= !bit;
+        if self.ask_after_fence & bit != 0 {
+            self.ask(pos, out);
+        }
+    }
+
+    /// Whether a request for permission waits for a fence (operations we posted to that replica
+    /// may still land); for status and tests.
+    pub fn fence_pending(&self) -> bool {
+        self.ask_after_fence != 0
     }
 
     fn maybe_confirm(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
@@ -668,6 +774,9 @@ impl Leader {
     fn next_step(&mut self, phase: Phase) -> u64 {
         self.phase = phase;
         self.step = self.step.wrapping_add(1) & STEP_MASK;
+        if self.step == FENCE_STEP {
+            self.step = 0;
+        }
         for (pos, w) in self.waits.iter_mut().enumerate() {
             *w = if self.confirmed[pos] && pos != self.me_pos { Wait::Pending } else { Wait::Idle };
         }
@@ -678,8 +787,17 @@ impl Leader {
         pos as u64 * self.scratch_block + field
     }
 
-    fn post(out: &mut Vec<Action>, peer: NodeId, wr_id: u64, op: RemoteOp, signaled: bool) {
-        out.push(Action::Post { peer, wr_id, op, signaled });
+    /// Posts `op` to the replica at `pos`; it may be on the way until a fence says otherwise.
+    fn post(
+        &mut self,
+        out: &mut Vec<Action>,
+        pos: usize,
+        wr_id: u64,
+        op: RemoteOp,
+        signaled: bool,
+    ) {
+        self.unfenced |= 1 << pos;
+        out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id, op, signaled });
     }
 
     /// Listing 3, lines 1–3: read every confirmed follower's FUO (and its log head, see
@@ -738,7 +856,7 @@ impl Leader {
         for pos in self.followers() {
             let op =
                 RemoteOp::ReadIntoScratch { offset, scratch_offset: self.scratch(pos, field), len };
-            Leader::post(out, self.replicas.ids()[pos], wr, op, true);
+            self.post(out, pos, wr, op, true);
         }
         self.maybe_finish_step(mem, out);
     }
@@ -778,14 +896,15 @@ impl Leader {
         }
         self.catch_up_count = (self.target - self.catch_up_next).min(CATCH_UP_BATCH_SLOTS);
         let slot_bytes = self.layout.slot_bytes();
-        let peer = self.replicas.ids()[self.source];
+        let source = self.source;
         for k in 0..self.catch_up_count {
             let op = RemoteOp::ReadIntoScratch {
                 offset: self.layout.slot_offset(self.catch_up_next + k),
                 scratch_offset: self.staging_slot(k),
                 len: slot_bytes,
             };
-            Leader::post(out, peer, wr, op, k + 1 == self.catch_up_count);
+            let last = k + 1 == self.catch_up_count;
+            self.post(out, source, wr, op, last);
         }
     }
 
@@ -836,7 +955,6 @@ impl Leader {
         let wr = self.next_step(Phase::UpdateFollowers);
         let slot_bytes = self.layout.slot_bytes();
         for pos in self.followers() {
-            let peer = self.replicas.ids()[pos];
             let first = self.read_fuo(mem, pos).min(self.fuo);
             if self.fuo - first > self.layout.slots_count() {
                 // Our log no longer holds what it misses: it needs a state transfer, and cannot
@@ -858,18 +976,13 @@ impl Leader {
                     offset: self.layout.slot_offset(index),
                     len: slot_bytes,
                 };
-                Leader::post(out, peer, wr, op, false);
+                self.post(out, pos, wr, op, false);
             }
-            Leader::post(
-                out,
-                peer,
-                wr,
-                RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo },
-                true,
-            );
+            let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
+            self.post(out, pos, wr, fuo, true);
             // Then, after everything else on the same connection: taken back up to here.
             let admitted = RemoteOp::WriteWord { offset: ADMITTED_OFFSET, value: self.fuo + 1 };
-            Leader::post(out, peer, wr, admitted, false);
+            self.post(out, pos, wr, admitted, false);
         }
         if self.confirmed_count() < self.majority() {
             return self.abort(AbortReason::LostMajority, mem, out);
@@ -968,7 +1081,7 @@ impl Leader {
         for pos in 0..self.replicas.len() {
             if self.is_follower(pos) {
                 let op = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
-                Leader::post(out, self.replicas.ids()[pos], wr, op, false);
+                self.post(out, pos, wr, op, false);
             }
         }
     }
@@ -1038,17 +1151,16 @@ impl Leader {
         mem.read(Area::Log, slot_offset, &mut self.slot_buf);
         mem.write(Area::Scratch, self.scratch(self.me_pos, SCRATCH_SLOT), &self.slot_buf);
         for pos in self.followers() {
-            let peer = self.replicas.ids()[pos];
             let write =
                 RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, value: self.proposal_number };
             // FIFO: the read lands after the write, so its completion vouches for both.
-            Leader::post(out, peer, wr, write, false);
+            self.post(out, pos, wr, write, false);
             let read = RemoteOp::ReadIntoScratch {
                 offset: slot_offset,
                 scratch_offset: self.scratch(pos, SCRATCH_SLOT),
                 len: slot_bytes,
             };
-            Leader::post(out, peer, wr, read, true);
+            self.post(out, pos, wr, read, true);
         }
         self.maybe_finish_step(mem, out);
     }
@@ -1162,7 +1274,7 @@ impl Leader {
         for pos in 0..self.replicas.len() {
             if self.is_follower(pos) {
                 let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
-                Leader::post(out, self.replicas.ids()[pos], wr, op, true);
+                self.post(out, pos, wr, op, true);
             }
         }
         true

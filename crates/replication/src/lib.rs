@@ -185,8 +185,11 @@ pub enum RemoteOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Ask `peer`'s permission manager for write access to its log (§5.2); the answer comes back
-    /// through [`Leader::on_permission`].
-    RequestPermission { peer: NodeId },
+    /// through [`Leader::on_permission`]. Requests of one `round` share one request word; a new
+    /// round needs a new word (the managers answered the old one already). The requests of a
+    /// round may come at different times: one to a replica we may still have writes in flight
+    /// to waits until they have landed or failed (see [`Leader::fence_pending`]).
+    RequestPermission { peer: NodeId, round: u32 },
     /// Post a work request to `peer` on the replication plane.
     Post { peer: NodeId, wr_id: u64, op: RemoteOp, signaled: bool },
     /// Log index `index` is decided; `mine` if it holds the value being proposed.

@@ -33,7 +33,7 @@ fn t20_permissions_from_a_majority_then_the_grace_period() {
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::RequestPermission { peer } => Some(peer.0),
+            Action::RequestPermission { peer, .. } => Some(peer.0),
             _ => None,
         })
         .collect();
@@ -196,6 +196,59 @@ fn t70_a_denied_write_aborts_and_the_proposal_is_retried() {
     );
     assert_eq!(c.entry(2, 1).unwrap().1, b"two");
     assert!(c.entry(0, 2).is_none());
+}
+
+/// §4.1 and §5.2, permissions as the guard of a log: after an abort, a replica the leader may
+/// still have writes on the way to is asked for permission again only once a fence (a signaled
+/// read behind them on the same FIFO connection) has completed. Otherwise a write of the aborted
+/// attempt could land after the replica granted us again, over entries another leader decided
+/// there in between (simulator seed 6985).
+#[test]
+fn t73_a_replica_is_asked_again_only_once_our_writes_to_it_have_landed() {
+    let mut c = Cluster::ready(5, 0);
+    c.propose(b"a").unwrap();
+    c.run();
+    c.faults[4] = Fault::Held; // its writes stay on the wire
+    c.faults[1] = Fault::Denied; // another leader has replica 1's log
+    c.propose(b"b").unwrap();
+    let since = c.actions.len();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(1) }]);
+    let asked = |c: &Cluster| -> Vec<u16> {
+        let mut v: Vec<u16> = c.actions[since..]
+            .iter()
+            .filter_map(|a| match a {
+                Action::RequestPermission { peer, .. } => Some(peer.0),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(asked(&c), [0, 1, 2, 3], "replica 4 waits: our accept to it is still on the wire");
+    assert!(c.leader.fence_pending());
+    let fences: Vec<usize> = c
+        .posts_since(since)
+        .into_iter()
+        .filter(|(_, op)| {
+            matches!(op, RemoteOp::ReadIntoScratch { offset: FUO_OFFSET, len: 8, .. })
+        })
+        .map(|(pos, _)| pos)
+        .collect();
+    assert_eq!(fences, [1, 2, 3, 4], "a fence to every replica written to, none to ourselves");
+    // A grant from replica 4 now (an answer to an older request) is not counted.
+    c.faults[1] = Fault::None;
+    c.grant(4);
+    c.grant_all();
+    c.run();
+    assert!(!c.leader.confirmed().contains(&NodeId(4)));
+    assert!(c.entry(4, 1).is_none(), "the held write has not landed");
+    // The held write lands, then the fence completes: only then is replica 4 asked.
+    c.release(4);
+    c.run();
+    assert_eq!(c.entry(4, 1).unwrap().1, b"b");
+    assert_eq!(asked(&c), [0, 1, 2, 3, 4]);
+    assert!(!c.leader.fence_pending());
 }
 
 /// §4.2 "Growing confirmed followers": the leader waits for a majority only; a slow follower

@@ -21,14 +21,18 @@ fn three_of_four(outstanding_max: usize) -> Cluster {
     c
 }
 
+/// Who was asked for permission since action `since`, in id order (a replica we wrote to is
+/// asked only after a fence, so later than the others).
 fn asked_since(c: &Cluster, since: usize) -> Vec<u16> {
-    c.actions[since..]
+    let mut asked: Vec<u16> = c.actions[since..]
         .iter()
         .filter_map(|a| match a {
-            Action::RequestPermission { peer } => Some(peer.0),
+            Action::RequestPermission { peer, .. } => Some(peer.0),
             _ => None,
         })
-        .collect()
+        .collect();
+    asked.sort_unstable();
+    asked
 }
 
 fn propose_change(c: &mut Cluster, change: Change) -> Result<(), ProposeError> {

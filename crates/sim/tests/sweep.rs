@@ -40,10 +40,12 @@ fn t20_a_sweep_finds_nothing_wrong() {
 }
 
 /// Each broken engine is caught within a bounded number of seeds, by the checker its bug
-/// breaks: the simulator finds bugs, it does not only pass.
+/// breaks: the simulator finds bugs, it does not only pass. (Skipping prepare's adoption only
+/// matters where a leader change leaves a value accepted at a minority; since the fence before
+/// re-asking, that is rarer: 2 seeds of 0–99 catch it, the first at 60.)
 #[test]
 fn t30_broken_engines_are_caught() {
-    for (mutation, seeds_max) in [(Mutation::SkipRevoke, 5), (Mutation::SkipPrepareAdopt, 40)] {
+    for (mutation, seeds_max) in [(Mutation::SkipRevoke, 5), (Mutation::SkipPrepareAdopt, 100)] {
         let mut caught = None;
         for seed in 0..seeds_max {
             let mut config = RunConfig::new(seed);
@@ -159,5 +161,17 @@ fn t60_catch_up_stops_at_a_hole_a_snapshot_left() {
 #[test]
 fn t61_a_replayer_blocked_on_a_skipped_entry_fetches_a_snapshot() {
     let report = run(&RunConfig::new(2313));
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
+
+/// Found by the sweep (seed 6985), the one safety bug it found: after an abort, a leader asked a
+/// slow follower for permission again while its accept to that follower was still on the wire.
+/// The follower had meanwhile served another leader, which decided the entry at that index; it
+/// granted the old leader again, the late write landed over the decided entry, and the old
+/// leader caught up from that follower and applied its own never-chosen value: agreement broken.
+/// A replica we may still have writes on the way to is now asked only after a fence.
+#[test]
+fn t62_no_write_of_an_aborted_attempt_lands_after_a_new_grant() {
+    let report = run(&RunConfig::new(6985));
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
 }
