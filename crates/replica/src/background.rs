@@ -656,10 +656,10 @@ impl<F: Fabric> BackgroundDriver<F> {
                 let pos = self.replicas.position(peer).expect("acks go to replicas");
                 // A recovering replica says so with its grant: the leader must not count it in
                 // the majority it prepares with.
-                let word = if self.shared.eligible.load(Ordering::Acquire) {
-                    word
-                } else {
+                let word = if self.shared.recovering.load(Ordering::Acquire) {
                     word | ACK_RECOVERING
+                } else {
+                    word
                 };
                 if pos == self.me_pos {
                     self.store(ack_offset(pos), word);

@@ -493,6 +493,9 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         if self.eligible_again_at.is_some_and(|at| self.replayer.head() >= at) {
             self.eligible_again_at = None;
+            // A leader prepared without us and gave us what it had decided: whatever we
+            // forgot no longer matters.
+            self.shared.recovering.store(false, Ordering::Release);
             self.shared.eligible.store(true, Ordering::Release);
         }
         busy || applied > 0

@@ -29,6 +29,12 @@ pub(crate) struct Shared {
     pub in_propose: AtomicBool,
     /// This replica may lead (replication clears it when it finds it needs a state transfer).
     pub eligible: AtomicBool,
+    /// This replica restarted with its log lost (or joined new): it may have forgotten values it
+    /// accepted, so its grants say so and a leader does not count it until it has prepared
+    /// without it. Distinct from `eligible`: a replica that stepped down because it needs a
+    /// state transfer has its log intact and counts in majorities as before (with both in one
+    /// flag, two such replicas of five stopped every leader).
+    pub recovering: AtomicBool,
     /// The heartbeat is going (background; for status).
     pub heartbeat_on: AtomicBool,
     /// Counters for status and metrics.
@@ -88,6 +94,7 @@ impl Shared {
             loop_count: AtomicU64::new(0),
             in_propose: AtomicBool::new(false),
             eligible: AtomicBool::new(eligible),
+            recovering: AtomicBool::new(!eligible),
             heartbeat_on: AtomicBool::new(true),
             commits: AtomicU64::new(0),
             aborts: AtomicU64::new(0),

@@ -912,19 +912,26 @@ impl Leader {
     /// the end, adopt the source's FUO.
     ///
     /// A slot of the source that does not hold a complete entry for its index ends the catch-up
-    /// there: the source skipped that entry by installing a snapshot (its head, which counts as
-    /// decided, moved past entries its log never received). We take what it had up to there;
-    /// the entries after it are decided again, one by one, by prepare, which finds each in a
-    /// majority of logs. (Found by the simulator, seed 1685: a new leader copied a hole from a
-    /// follower that had installed a snapshot, and its replayer waited on it for ever.)
+    /// and our leadership: the entry is decided (below the source's FUO or head) but this log
+    /// cannot give it, and no step of ours can find it again. The source skipped it by
+    /// installing a snapshot (its head, which counts as decided, moved past entries its log
+    /// never received), or the slot already holds an entry of a later lap (the source applied
+    /// this one long ago). Preparing at that index instead would be unsafe: prepare reads a
+    /// majority's slots, and where every copy of a decided entry was recycled, it finds none
+    /// and decides another value (simulator seed 5302: a leader a log behind prepared at a
+    /// decided index whose only copy had been overwritten by the next lap). So we step down
+    /// as a leader that needs a state transfer; a replica further on leads and brings us up to
+    /// date, by the log or by a snapshot. (Seed 1685 found the hole case first: copying the hole
+    /// left our replayer waiting for ever.)
     fn end_catch_up_batch(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let mut slot = std::mem::take(&mut self.slot_buf);
         let mut copied = 0;
+        let mut missing = None;
         for k in 0..self.catch_up_count {
             let index = self.catch_up_next + k;
             mem.read(Area::Scratch, self.staging_slot(k), &mut slot);
             if !matches!(self.layout.decode(index, &slot), Slot::Entry(_)) {
-                self.target = index;
+                missing = Some(index);
                 break;
             }
             if !self.write_own_log(mem, self.layout.slot_offset(index), &slot, out) {
@@ -934,6 +941,13 @@ impl Leader {
             copied += 1;
         }
         self.slot_buf = slot;
+        if let Some(index) = missing {
+            out.push(Action::Aborted {
+                reason: AbortReason::NeedsStateTransfer { behind: self.target - index },
+            });
+            self.step_down();
+            return;
+        }
         self.catch_up_next += copied;
         if self.catch_up_next < self.target {
             return self.read_catch_up_batch(out);
@@ -1115,6 +1129,18 @@ impl Leader {
 
     /// Listing 2, line 19: read the confirmed followers' minProposals.
     fn begin_prepare_read(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        // Prepare runs at or above every confirmed replica's decided prefix, as catch-up made
+        // sure (Listing 3): below it a slot may hold an entry of a later lap, which prepare
+        // would take for a free slot at an index long decided.
+        for pos in self.confirmed_positions() {
+            let decided = self.read_fuo(mem, pos);
+            assert!(
+                decided <= self.fuo,
+                "prepare at {} below replica {}'s decided prefix {decided}",
+                self.fuo,
+                self.replicas.ids()[pos]
+            );
+        }
         let own = mem.load_u64(Area::Log, MIN_PROPOSAL_OFFSET);
         self.begin_word_read(
             Phase::PrepareRead,

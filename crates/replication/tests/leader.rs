@@ -251,6 +251,37 @@ fn t73_a_replica_is_asked_again_only_once_our_writes_to_it_have_landed() {
     assert!(!c.leader.fence_pending());
 }
 
+/// Listing 3 with log recycling (§5.3): the most advanced follower's decided prefix is copied
+/// only while its slots hold it. Here its slot for our FUO already holds the next lap's entry
+/// (it applied the one we lack long ago): the leader must not prepare at that decided index (it
+/// would find the slot "taken by another index" and decide a value of its own), so it steps down
+/// as a replica that needs a state transfer (simulator seed 5302).
+#[test]
+fn t53_catch_up_steps_down_where_the_source_recycled_the_slot() {
+    let layout = LogLayout::new(16, 128, Integrity::Checksum).unwrap();
+    let mut c = Cluster::with_layout(3, 0, layout);
+    // Replica 1 decided 0..16 and accepted 16..19, which reuse slots 0..3. Our log and
+    // replica 2's are empty: we are one log behind, which the size check lets through.
+    for i in 0..20 {
+        c.plant(1, i, 1 << 16 | 2, format!("decided {i}").as_bytes());
+    }
+    c.mems[1].store_u64(Area::Log, FUO_OFFSET, 16);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    let _ = c.propose(b"new");
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::NeedsStateTransfer { behind: 16 }]);
+    assert_eq!(c.leader.phase(), Phase::Follower);
+    assert!(
+        !c.posts_since(0)
+            .iter()
+            .any(|(_, op)| matches!(op, RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, .. })),
+        "no prepare at a decided index"
+    );
+    assert!(c.entry(2, 0).is_none(), "nothing decided anew at index 0");
+}
+
 /// §4.2 "Growing confirmed followers": the leader waits for a majority only; a slow follower
 /// gets the same entries, in order, later.
 #[test]

@@ -144,8 +144,9 @@ fn t50_histories_are_linearizable_and_a_corrupted_one_is_not() {
 /// Found by the sweep (seed 1685): a follower that installed a snapshot counts its head as
 /// decided, but its log never received the entries the snapshot covered. A new leader caught
 /// up from it, copied such a slot (a hole) into its own log, and its replayer waited on it for
-/// ever. Catch-up now stops at the first slot that is not a complete entry; prepare decides the
-/// rest again.
+/// ever. Catch-up now stops at the first slot that is not a complete entry, and the leader
+/// steps down to get a state transfer (first it prepared the rest again, which seed 5302, t63,
+/// showed unsafe).
 #[test]
 fn t60_catch_up_stops_at_a_hole_a_snapshot_left() {
     let report = run(&RunConfig::new(1685));
@@ -173,5 +174,27 @@ fn t61_a_replayer_blocked_on_a_skipped_entry_fetches_a_snapshot() {
 #[test]
 fn t62_no_write_of_an_aborted_attempt_lands_after_a_new_grant() {
     let report = run(&RunConfig::new(6985));
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
+
+/// Found by the sweep (seed 5302), a safety bug of the catch-up rule t60 brought in: a new
+/// leader a log behind stopped its catch-up at a slot its source had already reused for the
+/// next lap, then prepared at that decided index; the only surviving copy was the recycled
+/// slot, so prepare found "nothing" and decided another value. Catch-up that meets a slot it
+/// cannot copy now makes the leader step down and get a state transfer.
+#[test]
+fn t63_a_leader_never_prepares_below_a_confirmed_decided_prefix() {
+    let report = run(&RunConfig::new(5302));
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
+
+/// Found by the sweep (seed 624) once t63's fix made leaders step down for a state transfer
+/// more often: a replica that stepped down that way was marked not eligible, and the same flag
+/// made its grants say "recovering", so a leader did not count it although its log was intact;
+/// with the other follower really recovering, no leader could get a majority. "May lead" and
+/// "counts in a majority" are now two flags (`Shared::eligible`, `Shared::recovering`).
+#[test]
+fn t64_a_replica_waiting_for_a_state_transfer_still_counts_in_majorities() {
+    let report = run(&RunConfig::new(624));
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
 }
