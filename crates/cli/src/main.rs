@@ -7,9 +7,11 @@ mod bench_fabric;
 mod bench_failover;
 mod bench_replication;
 mod cluster;
+mod demo;
 mod interrupt;
 mod pin;
 mod replica_child;
+mod serve;
 mod sim;
 
 #[derive(Parser)]
@@ -33,6 +35,12 @@ enum Command {
     /// Whole clusters in the deterministic simulator: replay one seed, or sweep many, with
     /// key-value clients, faults drawn from the seed, and every checker on.
     Sim(sim::Args),
+    /// One replica of a key-value cluster, serving clients on its Unix socket until SIGINT or
+    /// SIGTERM.
+    Replica(serve::Args),
+    /// A replicated key-value cluster in one command: three replica processes, a workload with
+    /// a live progress line, the leader killed, failover time, no acknowledged write lost.
+    Demo(demo::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
     #[command(hide = true)]
     BenchPeer(bench_fabric::PeerArgs),
@@ -67,6 +75,8 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Replica(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::BenchPeer(args) => bench_fabric::peer(args),
         Command::BenchReplica(args) => replica_child::run(args),
     };

@@ -151,6 +151,23 @@ impl Store {
     }
 }
 
+impl Reply {
+    /// Appends the reply as bytes (the key-value service sends replies this way).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_reply(out, self);
+    }
+
+    /// The reply `bytes` hold, whole; never panics, whatever the bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Reply, RestoreError> {
+        let mut r = Reader(bytes);
+        let reply = r.reply()?;
+        if !r.0.is_empty() {
+            return Err(RestoreError("bytes after the end"));
+        }
+        Ok(reply)
+    }
+}
+
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u64).to_le_bytes());
     out.extend_from_slice(b);
@@ -239,6 +256,30 @@ mod tests {
     }
     fn k() -> Vec<u8> {
         b"k".to_vec()
+    }
+
+    #[test]
+    fn replies_round_trip_as_bytes() {
+        let replies = [
+            Reply::Value(None),
+            Reply::Value(Some(b"v".to_vec())),
+            Reply::Stored,
+            Reply::Deleted(true),
+            Reply::Swapped(false),
+            Reply::Malformed("why".into()),
+            Reply::Stale { applied_seq: 7 },
+        ];
+        for reply in replies {
+            let mut b = Vec::new();
+            reply.encode(&mut b);
+            assert_eq!(Reply::decode(&b), Ok(reply.clone()));
+            for cut in 0..b.len() {
+                assert!(Reply::decode(&b[..cut]).is_err(), "{reply:?} cut at {cut}");
+            }
+            b.push(0);
+            assert!(Reply::decode(&b).is_err(), "trailing byte");
+        }
+        assert!(Reply::decode(&[9]).is_err());
     }
 
     #[test]

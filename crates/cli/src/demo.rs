@@ -1,0 +1,418 @@
+//! `mu demo`: a replicated key-value cluster in one command.
+//!
+//! Three `mu replica` processes on the shared-memory fabric, in a private run directory; client
+//! threads put and get keys through the client library for a few seconds with a live progress
+//! line; the leader is killed (SIGKILL); the clients carry on with the new leader; then every
+//! acknowledged write is read back, the live replicas' state digests are compared, and a
+//! summary with latency percentiles is printed. Nothing is left behind: the processes die with
+//! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
+//! and the run directory and its shared memory are removed.
+
+use crate::cluster::RunDir;
+use crate::interrupt;
+use hdrhistogram::Histogram;
+use mu_service::{Client, ClientError, ClusterConfig};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds of workload before the leader is killed, and again after.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Client threads.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Keys each client writes.
+    #[arg(long, default_value_t = 16)]
+    keys: usize,
+    /// Print the summary as JSON (the progress line still goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+const REPLICAS: u16 = 3;
+
+/// The replica processes; killed and reaped when dropped.
+struct Processes {
+    children: Vec<Option<Child>>,
+    logs: Vec<PathBuf>,
+}
+
+impl Processes {
+    fn spawn(config_path: &Path, config: &ClusterConfig) -> Result<Processes, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
+        let mut p = Processes { children: Vec::new(), logs: Vec::new() };
+        for id in 0..REPLICAS {
+            let log_path = config.log_path(id);
+            let log = std::fs::File::create(&log_path)
+                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+            let err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
+            let mut cmd = Command::new(&exe);
+            cmd.arg("replica")
+                .arg("--config")
+                .arg(config_path)
+                .arg("--id")
+                .arg(id.to_string())
+                .arg("--parent")
+                .arg(std::process::id().to_string())
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(err);
+            // Own process group: the terminal's Ctrl-C reaches only the demo, which stops them.
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+            let child = cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))?;
+            p.children.push(Some(child));
+            p.logs.push(log_path);
+        }
+        Ok(p)
+    }
+
+    fn kill(&mut self, id: u16) -> Result<(), String> {
+        let child = self.children[id as usize].as_mut().ok_or("already gone")?;
+        child.kill().map_err(|e| format!("killing replica {id}: {e}"))?;
+        let _ = child.wait();
+        self.children[id as usize] = None;
+        Ok(())
+    }
+
+    /// Fails if a replica we did not kill has exited, with the end of its log.
+    fn check_alive(&mut self) -> Result<(), String> {
+        for (id, slot) in self.children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(&self.logs[id]).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                *slot = None;
+                return Err(format!(
+                    "replica {id} exited unexpectedly ({status}); its last output:\n  {}",
+                    tail.join("\n  ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What the client threads share.
+struct Shared {
+    stop: AtomicBool,
+    ops: AtomicU64,
+    errors: AtomicU64,
+    /// Each key's last acknowledged value, and values written with an unknown outcome since.
+    truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
+    /// Latencies in nanoseconds, merged from the threads now and then.
+    latency: Mutex<Histogram<u64>>,
+    /// Completion times of every operation after the kill, as ns since the demo started.
+    first_after_kill_ns: AtomicU64,
+    kill_at_ns: AtomicU64,
+}
+
+#[derive(Default, Clone)]
+struct KeyTruth {
+    acked: Option<Vec<u8>>,
+    unknown: Vec<Vec<u8>>,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    interrupt::catch();
+    if args.clients == 0 || args.keys == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
+        return Err("--clients, --keys and --seconds must be above 0".into());
+    }
+    let dir = RunDir::create("demo")?;
+    let config_path = dir.path().join("cluster.toml");
+    let cluster_id = u64::from(std::process::id()) << 16 | 0xde;
+    let text = format!(
+        "# written by mu demo\ncluster_id = {cluster_id}\nprotocol = \"mu\"\nfabric = \"shm\"\n\
+         run_dir = \"{}\"\nreplicas = [0, 1, 2]\nmode = \"direct\"\n\n[log]\nslots = 4096\n\
+         slot_bytes = 1024\nintegrity = \"checksum\"\n",
+        dir.path().display()
+    );
+    std::fs::write(&config_path, text).map_err(|e| format!("writing the configuration: {e}"))?;
+    let config = ClusterConfig::load(&config_path)?;
+    eprintln!(
+        "mu demo: 3 replica processes on the shared-memory fabric, run directory {}",
+        dir.path().display()
+    );
+    let mut processes = Processes::spawn(&config_path, &config)?;
+    let start = Instant::now();
+    let leader = wait_for_leader(&config, &mut processes, Duration::from_secs(10))?;
+    eprintln!("mu demo: replica {leader} leads ({} ms after start)", start.elapsed().as_millis());
+
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        ops: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        truth: Mutex::new(BTreeMap::new()),
+        latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
+        first_after_kill_ns: AtomicU64::new(0),
+        kill_at_ns: AtomicU64::new(0),
+    });
+    let workers: Vec<_> = (0..args.clients)
+        .map(|t| {
+            let (shared, endpoints, keys) = (shared.clone(), config.endpoints(), args.keys);
+            std::thread::spawn(move || client_loop(t, keys, endpoints, &shared, start))
+        })
+        .collect();
+    let phase = Duration::from_secs_f64(args.seconds);
+    let result = (|| -> Result<u16, String> {
+        watch(&shared, &mut processes, start, phase, "before the kill")?;
+        let leader = current_leader(&config)?;
+        let kill_at = start.elapsed();
+        shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
+        processes.kill(leader)?;
+        eprintln!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
+        watch(&shared, &mut processes, start, phase, "after the kill")?;
+        Ok(leader)
+    })();
+    shared.stop.store(true, Ordering::Release);
+    for w in workers {
+        let _ = w.join();
+    }
+    eprintln!();
+    let killed = result?;
+    let kill_at_ns = shared.kill_at_ns.load(Ordering::Acquire);
+    let resumed_ns = shared.first_after_kill_ns.load(Ordering::Acquire);
+    if resumed_ns == 0 {
+        return Err("no operation completed after the leader was killed".into());
+    }
+    let failover_us = resumed_ns.saturating_sub(kill_at_ns) / 1000;
+
+    // Every acknowledged write is there: read each key back through the log.
+    let truth = shared.truth.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut reader = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut checked = 0;
+    for (key, t) in &truth {
+        let got = reader.get(key).map_err(|e| format!("reading back {:?}: {e}", lossy(key)))?;
+        let ok = got == t.acked || got.as_ref().is_some_and(|g| t.unknown.contains(g));
+        if !ok {
+            return Err(format!(
+                "LOST WRITE: key {:?} holds {:?}, its last acknowledged value is {:?}",
+                lossy(key),
+                got.as_deref().map(lossy),
+                t.acked.as_deref().map(lossy)
+            ));
+        }
+        checked += 1;
+    }
+    // The live replicas end in the same state.
+    let digests = wait_for_same_state(&config, killed, Duration::from_secs(10))?;
+    let h = shared.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let ops = shared.ops.load(Ordering::Relaxed);
+    let elapsed = 2.0 * args.seconds;
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    if args.json {
+        let json = serde_json::json!({
+            "replicas": REPLICAS,
+            "clients": args.clients,
+            "operations": ops,
+            "errors": shared.errors.load(Ordering::Relaxed),
+            "ops_per_s": ops as f64 / elapsed,
+            "latency_us": {"p50": us(0.5), "p90": us(0.9), "p99": us(0.99), "p999": us(0.999),
+                            "max": h.max() as f64 / 1000.0},
+            "killed_leader": killed,
+            "failover_us": failover_us,
+            "acknowledged_keys_checked": checked,
+            "lost_writes": 0,
+            "digests": digests,
+        });
+        println!("{json}");
+    } else {
+        println!("mu demo summary");
+        println!(
+            "  operations     {ops} in {elapsed:.1} s ({:.0} ops/s) from {} clients, {} errors",
+            ops as f64 / elapsed,
+            args.clients,
+            shared.errors.load(Ordering::Relaxed)
+        );
+        println!(
+            "  latency        p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs",
+            us(0.5),
+            us(0.9),
+            us(0.99),
+            us(0.999),
+            h.max() as f64 / 1000.0
+        );
+        println!(
+            "  failover       leader {killed} killed; clients served again after {:.3} ms",
+            failover_us as f64 / 1000.0
+        );
+        println!("  durability     {checked} keys read back: no acknowledged write lost");
+        println!("  state          live replicas' digests equal: {}", digests.join(" = "));
+    }
+    Ok(())
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// One client thread: puts and gets on its own keys until told to stop.
+fn client_loop(
+    t: usize,
+    keys: usize,
+    endpoints: Vec<(u16, PathBuf)>,
+    shared: &Shared,
+    start: Instant,
+) {
+    let Ok(mut client) = Client::new(endpoints) else { return };
+    client.set_timeout(Duration::from_secs(5));
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
+    let mut n: u64 = 0;
+    while !shared.stop.load(Ordering::Acquire) {
+        n += 1;
+        let key = format!("c{t}-k{}", n as usize % keys).into_bytes();
+        let put = n % 2 == 1;
+        let value = format!("c{t}-v{n}").into_bytes();
+        let began = Instant::now();
+        let outcome = if put { client.put(&key, &value).map(|()| None) } else { client.get(&key) };
+        let done = start.elapsed().as_nanos() as u64;
+        match outcome {
+            Ok(_) => {
+                h.saturating_record(began.elapsed().as_nanos() as u64);
+                shared.ops.fetch_add(1, Ordering::Relaxed);
+                let kill_at = shared.kill_at_ns.load(Ordering::Acquire);
+                if kill_at != 0 && done > kill_at {
+                    let _ = shared.first_after_kill_ns.compare_exchange(
+                        0,
+                        done,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+                if put {
+                    let mut truth = shared.truth.lock().unwrap_or_else(|p| p.into_inner());
+                    let k = truth.entry(key).or_default();
+                    k.acked = Some(value);
+                    k.unknown.clear();
+                }
+            }
+            Err(e) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                if put && matches!(e, ClientError::Timeout { .. }) {
+                    let mut truth = shared.truth.lock().unwrap_or_else(|p| p.into_inner());
+                    truth.entry(key).or_default().unknown.push(value);
+                }
+            }
+        }
+        if n % 64 == 0 {
+            shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
+            h.reset();
+        }
+    }
+    shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
+}
+
+/// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
+fn watch(
+    shared: &Shared,
+    processes: &mut Processes,
+    start: Instant,
+    phase: Duration,
+    what: &str,
+) -> Result<(), String> {
+    let until = Instant::now() + phase;
+    let (mut last_ops, mut last_t) = (shared.ops.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(250));
+        interrupt::check()?;
+        processes.check_alive()?;
+        let ops = shared.ops.load(Ordering::Relaxed);
+        let rate = (ops - last_ops) as f64 / last_t.elapsed().as_secs_f64();
+        (last_ops, last_t) = (ops, Instant::now());
+        let p50 = shared.latency.lock().unwrap_or_else(|p| p.into_inner()).value_at_quantile(0.5);
+        eprint!(
+            "\r[{:5.1} s] {what}: {ops} operations, {rate:8.0} ops/s, p50 {:7.1} µs, {} errors   ",
+            start.elapsed().as_secs_f64(),
+            p50 as f64 / 1000.0,
+            shared.errors.load(Ordering::Relaxed)
+        );
+        let _ = std::io::stderr().flush();
+    }
+    Ok(())
+}
+
+fn wait_for_leader(
+    config: &ClusterConfig,
+    processes: &mut Processes,
+    timeout: Duration,
+) -> Result<u16, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        interrupt::check()?;
+        processes.check_alive()?;
+        if let Ok(leader) = current_leader(config) {
+            return Ok(leader);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no leader within {} s", timeout.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The leader a majority of the replicas' detectors agree on.
+fn current_leader(config: &ClusterConfig) -> Result<u16, String> {
+    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut votes: BTreeMap<u16, usize> = BTreeMap::new();
+    for &id in &config.replicas {
+        if let Ok(report) = client.status(id) {
+            if let Some(l) = report.leader {
+                *votes.entry(l).or_default() += 1;
+            }
+        }
+    }
+    votes
+        .into_iter()
+        .find(|&(_, n)| 2 * n > config.replicas.len())
+        .map(|(l, _)| l)
+        .ok_or_else(|| "no leader agreed on yet".into())
+}
+
+/// Waits until the live replicas have applied the same entries and returns their digests.
+fn wait_for_same_state(
+    config: &ClusterConfig,
+    killed: u16,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let reports: Vec<_> = config
+            .replicas
+            .iter()
+            .filter(|&&id| id != killed)
+            .map(|&id| client.status(id))
+            .collect::<Result<_, _>>()?;
+        let same_index = reports.windows(2).all(|w| w[0].applied == w[1].applied);
+        if same_index {
+            let digests: Vec<String> = reports.iter().map(|r| r.digest.clone()).collect();
+            if digests.windows(2).all(|w| w[0] == w[1]) {
+                return Ok(digests);
+            }
+            return Err(format!(
+                "replicas applied the same entries but their states differ: {digests:?}"
+            ));
+        }
+        if Instant::now() > deadline {
+            let applied: Vec<u64> = reports.iter().map(|r| r.applied).collect();
+            return Err(format!("live replicas did not converge: applied {applied:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,249 @@
+//! The client library: key-value operations against a cluster, following the leader.
+//!
+//! A [`Client`] knows every replica's socket. It sends each request to the replica it believes
+//! leads; a "not leader" answer names the leader to try next (or, with none known, it tries the
+//! replicas in turn), a connection that fails moves it to the next replica, and an answer that
+//! leaves the outcome unknown makes it send the request again — always with the same client id
+//! and sequence number, so the state machine applies it once, however many times it arrives.
+
+use crate::report::ReplicaReport;
+use crate::wire::{read_frame, write_frame, ClientMessage, FrameError, ServerMessage};
+use mu_kv::{Op, Reply, Request};
+use std::io::{BufReader, BufWriter};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Why an operation did not get a reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The cluster refused it: it was not applied, and sending it again would not help.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// No reply within the timeout (no leader, or none reachable). The operation may or may
+    /// not have been applied.
+    #[error("no reply within {timeout_ms} ms (last problem: {last})")]
+    Timeout { timeout_ms: u64, last: String },
+    /// The request could not be built (a key or value over the limits).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// A client of the key-value service. Operations are sequential: one at a time.
+pub struct Client {
+    /// Each replica's id and socket path.
+    replicas: Vec<(u16, PathBuf)>,
+    /// Position in `replicas` of the one we send to.
+    target: usize,
+    conn: Option<(BufReader<UnixStream>, BufWriter<UnixStream>)>,
+    id: u64,
+    seq: u64,
+    timeout: Duration,
+    body: Vec<u8>,
+    /// How many times operations were sent again (redirects, retries, reconnections).
+    pub resends: u64,
+}
+
+/// A client id unlikely to be anyone else's: time, process and a counter mixed.
+fn fresh_client_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut z = nanos
+        ^ (u64::from(std::process::id()) << 40)
+        ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
+}
+
+impl Client {
+    /// A client of the replicas `(id, socket path)`, with a fresh client id.
+    pub fn new(replicas: Vec<(u16, PathBuf)>) -> Result<Client, ClientError> {
+        if replicas.is_empty() {
+            return Err(ClientError::Invalid("no replicas to talk to".into()));
+        }
+        Ok(Client {
+            replicas,
+            target: 0,
+            conn: None,
+            id: fresh_client_id(),
+            seq: 0,
+            timeout: Duration::from_secs(5),
+            body: Vec::new(),
+            resends: 0,
+        })
+    }
+
+    /// How long an operation may take before [`ClientError::Timeout`] (default 5 s).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The replica the next operation goes to first.
+    pub fn target(&self) -> u16 {
+        self.replicas[self.target].0
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
+        match self.call(Op::Get { key: key.to_vec() })? {
+            Reply::Value(v) => Ok(v),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
+        match self.call(Op::Put { key: key.to_vec(), value: value.to_vec() })? {
+            Reply::Stored => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Returns whether the key existed.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, ClientError> {
+        match self.call(Op::Delete { key: key.to_vec() })? {
+            Reply::Deleted(existed) => Ok(existed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sets `key` to `value` if it holds `expected` (`None`: if absent); returns whether it did.
+    pub fn cas(
+        &mut self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, ClientError> {
+        let op = Op::Cas {
+            key: key.to_vec(),
+            expected: expected.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        };
+        match self.call(op)? {
+            Reply::Swapped(done) => Ok(done),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends `op` as this client's next request until a replica answers it.
+    pub fn call(&mut self, op: Op) -> Result<Reply, ClientError> {
+        self.seq += 1;
+        let request = Request { client: self.id, seq: self.seq, op };
+        let bytes = request.encode().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let mut message = Vec::new();
+        ClientMessage::Kv(bytes).encode(&mut message);
+        let deadline = Instant::now() + self.timeout;
+        let mut last = String::from("none");
+        let mut first = true;
+        loop {
+            if !first {
+                self.resends += 1;
+            }
+            first = false;
+            if Instant::now() >= deadline {
+                return Err(ClientError::Timeout {
+                    timeout_ms: self.timeout.as_millis() as u64,
+                    last,
+                });
+            }
+            match self.exchange(&message) {
+                Ok(ServerMessage::Reply(reply)) => return Ok(reply),
+                Ok(ServerMessage::Refused(why)) => return Err(ClientError::Refused(why)),
+                Ok(ServerMessage::NotLeader { leader }) => {
+                    last = format!("replica {} does not lead", self.target());
+                    match leader.and_then(|l| self.replicas.iter().position(|r| r.0 == l)) {
+                        Some(pos) if pos != self.target => self.switch(pos),
+                        // It names itself, or nobody: an election is going on.
+                        _ => {
+                            self.next_replica();
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                }
+                Ok(ServerMessage::Retry(why)) => {
+                    last = why;
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Ok(ServerMessage::Status(_)) => {
+                    last = "a status answer to a request".into();
+                    self.conn = None;
+                }
+                Err(e) => {
+                    last = format!("replica {}: {e}", self.target());
+                    self.next_replica();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+
+    /// The status report of replica `id`.
+    pub fn status(&mut self, id: u16) -> Result<ReplicaReport, String> {
+        let pos = self
+            .replicas
+            .iter()
+            .position(|r| r.0 == id)
+            .ok_or_else(|| format!("no replica {id}"))?;
+        self.switch(pos);
+        let mut message = Vec::new();
+        ClientMessage::Status.encode(&mut message);
+        match self.exchange(&message) {
+            Ok(ServerMessage::Status(json)) => ReplicaReport::from_json(&json),
+            Ok(other) => Err(format!("replica {id} answered {other:?} to a status request")),
+            Err(e) => Err(format!("replica {id}: {e}")),
+        }
+    }
+
+    fn switch(&mut self, pos: usize) {
+        if pos != self.target {
+            self.target = pos;
+            self.conn = None;
+        }
+    }
+
+    fn next_replica(&mut self) {
+        self.conn = None;
+        self.target = (self.target + 1) % self.replicas.len();
+    }
+
+    /// Sends one message to the target replica and reads its answer.
+    fn exchange(&mut self, message: &[u8]) -> Result<ServerMessage, FrameError> {
+        if self.conn.is_none() {
+            let stream = UnixStream::connect(&self.replicas[self.target].1)?;
+            // A replica that stops answering (stopped, or its leader stuck) must not hold the
+            // client for ever: give up on it and try the next.
+            stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+            let reader = BufReader::new(stream.try_clone()?);
+            self.conn = Some((reader, BufWriter::new(stream)));
+        }
+        let (reader, writer) = self.conn.as_mut().expect("connected above");
+        let result =
+            write_frame(writer, message).map_err(FrameError::from).and_then(|()| match read_frame(
+                reader,
+                &mut self.body,
+            )? {
+                true => ServerMessage::decode(&self.body),
+                false => Err(FrameError::Malformed("the replica closed the connection".into())),
+            });
+        if result.is_err() {
+            self.conn = None;
+        }
+        result
+    }
+}
+
+fn unexpected(reply: Reply) -> ClientError {
+    match reply {
+        Reply::Malformed(why) => ClientError::Refused(format!("malformed: {why}")),
+        Reply::Stale { applied_seq } => ClientError::Refused(format!(
+            "stale: this client's request {applied_seq} was applied after this one"
+        )),
+        other => ClientError::Refused(format!("unexpected reply {other:?}")),
+    }
+}

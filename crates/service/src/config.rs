@@ -1,0 +1,249 @@
+//! A cluster's configuration file (TOML), shared by every replica of the cluster and by its
+//! clients, and the checks that turn a bad one into a message naming the problem.
+//!
+//! ```toml
+//! cluster_id = 7              # replicas and clients of another cluster cannot attach
+//! protocol = "mu"             # the replication engine
+//! fabric = "shm"              # processes on one host, over shared memory
+//! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
+//! replicas = [0, 1, 2]
+//! mode = "direct"             # or "handover" (a pinned, busy-polling replication thread)
+//!
+//! [log]
+//! slots = 4096
+//! slot_bytes = 4120           # 24 bytes of framing plus the largest request
+//! integrity = "checksum"      # or "canary" (only where writes land left to right)
+//!
+//! [detector]
+//! read_period_us = 1000
+//! failure_threshold = 2
+//! recovery_threshold = 6
+//!
+//! [metrics]
+//! port_base = 9400            # optional: replica N serves Prometheus text on 127.0.0.1:port_base+N
+//! ```
+//!
+//! Unknown keys are errors (a misspelt setting must not be silently ignored).
+
+use mu_fabric::NodeId;
+use mu_log::Integrity;
+use mu_replica::ReplicaConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The largest log a replica may ask for: its region is shared memory (tmpfs), and a log that
+/// does not fit there fails later with a bus error rather than a message.
+pub const LOG_BYTES_MAX: u64 = 4 << 30;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub cluster_id: u64,
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    #[serde(default = "default_fabric")]
+    pub fabric: String,
+    pub run_dir: PathBuf,
+    pub replicas: Vec<u16>,
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub detector: DetectorSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    pub slots: u64,
+    pub slot_bytes: u32,
+    pub integrity: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectorSection {
+    pub read_period_us: u64,
+    pub failure_threshold: u8,
+    pub recovery_threshold: u8,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    pub port_base: Option<u16>,
+}
+
+fn default_protocol() -> String {
+    "mu".into()
+}
+fn default_fabric() -> String {
+    "shm".into()
+}
+fn default_mode() -> String {
+    "direct".into()
+}
+
+impl Default for LogSection {
+    fn default() -> LogSection {
+        LogSection { slots: 4096, slot_bytes: 4096 + 24, integrity: "checksum".into() }
+    }
+}
+
+impl Default for DetectorSection {
+    fn default() -> DetectorSection {
+        DetectorSection { read_period_us: 1000, failure_threshold: 2, recovery_threshold: 6 }
+    }
+}
+
+impl ClusterConfig {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<ClusterConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the configuration {}: {e}", path.display()))?;
+        ClusterConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and checks a configuration.
+    pub fn parse(text: &str) -> Result<ClusterConfig, String> {
+        let config: ClusterConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Everything that can be checked without touching the machine.
+    fn check(&self) -> Result<(), String> {
+        if self.protocol != "mu" {
+            return Err(format!(
+                "protocol \"{}\" is not available (this build has: \"mu\")",
+                self.protocol
+            ));
+        }
+        if self.fabric != "shm" {
+            return Err(format!(
+                "fabric \"{}\" is not available (this build has: \"shm\")",
+                self.fabric
+            ));
+        }
+        if !matches!(self.mode.as_str(), "direct" | "handover") {
+            return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
+        }
+        if self.replicas.is_empty() {
+            return Err("replicas: the cluster needs at least one".into());
+        }
+        let mut seen = self.replicas.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("replicas: id {} appears twice", w[0]));
+        }
+        if let Some(&id) = self.replicas.iter().find(|&&id| id >= 64) {
+            return Err(format!("replicas: id {id} is too large (ids are 0 to 63)"));
+        }
+        if !self.run_dir.is_absolute() {
+            return Err(format!("run_dir {} must be an absolute path", self.run_dir.display()));
+        }
+        let log_bytes = self.log.slots.saturating_mul(u64::from(self.log.slot_bytes));
+        if log_bytes > LOG_BYTES_MAX {
+            return Err(format!(
+                "log: {} slots of {} bytes is {log_bytes} bytes, more than a replica may map \
+                 ({LOG_BYTES_MAX})",
+                self.log.slots, self.log.slot_bytes
+            ));
+        }
+        self.replica_config(self.replicas[0])?
+            .validate()
+            .map_err(|e| format!("configuration: {e}"))?;
+        Ok(())
+    }
+
+    /// The replica configuration of replica `id`.
+    pub fn replica_config(&self, id: u16) -> Result<ReplicaConfig, String> {
+        if !self.replicas.contains(&id) {
+            return Err(format!(
+                "replica {id} is not in this cluster (replicas: {:?})",
+                self.replicas
+            ));
+        }
+        let ids = self.replicas.iter().map(|&r| NodeId(r)).collect();
+        let mut c = ReplicaConfig::new(NodeId(id), ids);
+        c.slots_count = self.log.slots;
+        c.slot_bytes = self.log.slot_bytes;
+        c.integrity = match self.log.integrity.as_str() {
+            "checksum" => Integrity::Checksum,
+            "canary" => Integrity::Canary,
+            other => {
+                return Err(format!("log.integrity \"{other}\": use \"checksum\" or \"canary\""))
+            }
+        };
+        c.detector.read_period_ns = self.detector.read_period_us.saturating_mul(1000);
+        c.detector.failure_threshold = self.detector.failure_threshold;
+        c.detector.recovery_threshold = self.detector.recovery_threshold;
+        Ok(c)
+    }
+
+    pub fn mode(&self) -> mu_replica::Mode {
+        match self.mode.as_str() {
+            "handover" => mu_replica::Mode::Handover,
+            _ => mu_replica::Mode::Direct,
+        }
+    }
+
+    /// Where replica `id` serves clients.
+    pub fn socket_path(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("kv-{id}.sock"))
+    }
+
+    /// Where replica `id` writes its process id while it runs.
+    pub fn pid_path(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("replica-{id}.pid"))
+    }
+
+    /// Where `mu cluster up` sends replica `id`'s output.
+    pub fn log_path(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("replica-{id}.log"))
+    }
+
+    /// Every replica's id and socket, for a client.
+    pub fn endpoints(&self) -> Vec<(u16, PathBuf)> {
+        self.replicas.iter().map(|&id| (id, self.socket_path(id))).collect()
+    }
+
+    /// Creates the run directory (owner-only) if needed and checks that it is a writable
+    /// directory of this user that others cannot enter.
+    pub fn prepare_run_dir(&self) -> Result<(), String> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let dir = &self.run_dir;
+        match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) => return Err(format!("run_dir {}: cannot create it: {e}", dir.display())),
+        }
+        let meta = std::fs::metadata(dir).map_err(|e| format!("run_dir {}: {e}", dir.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("run_dir {} is not a directory", dir.display()));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "run_dir {} is open to other users (mode {:o}): it must be owner-only (chmod 700)",
+                dir.display(),
+                meta.mode() & 0o777
+            ));
+        }
+        // A file we create is ours: its owner is who we are (no unsafe call needed for it).
+        let probe = dir.join(".mu-write-probe");
+        std::fs::write(&probe, b"")
+            .map_err(|e| format!("run_dir {} is not writable: {e}", dir.display()))?;
+        let me = std::fs::metadata(&probe).map(|m| m.uid());
+        let _ = std::fs::remove_file(&probe);
+        if me.map_err(|e| format!("run_dir {}: {e}", dir.display()))? != meta.uid() {
+            return Err(format!(
+                "run_dir {} belongs to another user (uid {}): refusing to use it",
+                dir.display(),
+                meta.uid()
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,25 @@
+//! The replicated key-value service on Mu (HERD-like: get, put, delete, compare-and-set).
+//!
+//! * [`wire`]: the client protocol, length-prefixed frames on a Unix stream socket.
+//! * [`Server`]: a replica serving clients; it proposes their requests (batched) through
+//!   [`mu_replica::Replica`] and answers once they are committed and applied. Replicas that do
+//!   not lead answer with a hint naming the leader.
+//! * [`Client`]: the library clients use: follows the hints, retries with the same client id
+//!   and sequence number (applied once, [`mu_kv::Store`]), times out with a clear error.
+//! * [`SharedMachine`]: the [`mu_kv::Store`] as the replica's state machine, with snapshots
+//!   for state transfer.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod machine;
+pub mod report;
+pub mod server;
+pub mod wire;
+
+pub use client::{Client, ClientError};
+pub use config::ClusterConfig;
+pub use machine::SharedMachine;
+pub use report::ReplicaReport;
+pub use server::Server;

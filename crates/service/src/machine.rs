@@ -1,0 +1,77 @@
+//! The key-value store as the replica's state machine, shared with the server that answers
+//! clients.
+
+use mu_kv::{Reply, Request, Store};
+use mu_replica::StateMachine;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The store and what the server needs from it, behind one lock: the replication thread applies
+/// committed requests, the server takes the replies of the ones it proposed.
+#[derive(Default)]
+pub struct Machine {
+    pub store: Store,
+    /// The index after the last entry applied.
+    pub applied: u64,
+    /// Requests this replica proposed and waits for, by (client, sequence number): their
+    /// replies once applied.
+    waiting: HashMap<(u64, u64), Option<Reply>>,
+}
+
+impl Machine {
+    /// Expects the request `(client, seq)`: its reply is kept when it is applied.
+    pub fn expect(&mut self, client: u64, seq: u64) {
+        self.waiting.insert((client, seq), None);
+    }
+
+    /// The reply of an expected request, once applied; stops expecting it.
+    pub fn take(&mut self, client: u64, seq: u64) -> Option<Reply> {
+        self.waiting.remove(&(client, seq)).flatten()
+    }
+}
+
+/// A [`Machine`] shared between the replica (which applies) and the server (which reads).
+#[derive(Clone, Default)]
+pub struct SharedMachine(Arc<Mutex<Machine>>);
+
+impl SharedMachine {
+    pub fn new() -> SharedMachine {
+        SharedMachine::default()
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Machine> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl StateMachine for SharedMachine {
+    fn apply(&mut self, index: u64, request: &[u8]) {
+        let mut m = self.lock();
+        // Malformed bytes are malformed at every replica: nothing changes anywhere.
+        if let Ok(r) = Request::decode(request) {
+            let reply = m.store.apply(&r);
+            if let Some(slot) = m.waiting.get_mut(&(r.client, r.seq)) {
+                *slot = Some(reply);
+            }
+        }
+        m.applied = index + 1;
+    }
+
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        let m = self.lock();
+        out.extend_from_slice(&m.applied.to_le_bytes());
+        m.store.snapshot(out);
+        Ok(())
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let (applied, rest) = snapshot
+            .split_first_chunk::<8>()
+            .ok_or_else(|| "key-value snapshot: truncated".to_string())?;
+        let store = Store::restore(rest).map_err(|e| format!("key-value snapshot: {e}"))?;
+        let mut m = self.lock();
+        m.store = store;
+        m.applied = u64::from_le_bytes(*applied);
+        Ok(())
+    }
+}

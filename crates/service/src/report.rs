@@ -1,0 +1,73 @@
+//! What a replica of the service reports about itself (`mu cluster status`, the status
+//! request of the client protocol).
+
+use crate::machine::SharedMachine;
+use mu_replica::Replica;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// One replica's view of itself and of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaReport {
+    pub id: u16,
+    /// The leader this replica's failure detector elected.
+    pub leader: Option<u16>,
+    /// Its first undecided offset as its leader engine last knew it (moves while it leads).
+    pub fuo: u64,
+    /// The index after the last entry its state machine applied (its log head).
+    pub applied: u64,
+    /// A digest of its key-value state: equal on replicas that applied the same entries.
+    pub digest: String,
+    pub keys: u64,
+    /// Entries it committed as leader, attempts it aborted, leader changes it saw.
+    pub commits: u64,
+    pub aborts: u64,
+    pub leader_changes: u64,
+    /// Permission requests its permission manager served (and how many by the slow path).
+    pub permission_switches: u64,
+    pub slow_permission_switches: u64,
+    pub heartbeat_on: bool,
+    pub eligible: bool,
+    /// While it leads: the replicas it writes to, itself included.
+    pub confirmed: Vec<u16>,
+    pub members: Vec<u16>,
+    pub uptime_ms: u64,
+    pub pid: u32,
+}
+
+impl ReplicaReport {
+    pub fn new(replica: &Replica, machine: &SharedMachine, started: Instant) -> ReplicaReport {
+        let s = replica.status();
+        let (applied, digest, keys) = {
+            let m = machine.lock();
+            (m.applied, m.store.digest(), m.store.keys_count() as u64)
+        };
+        ReplicaReport {
+            id: s.me.0,
+            leader: s.leader.map(|l| l.0),
+            fuo: s.fuo,
+            applied,
+            digest: format!("{digest:016x}"),
+            keys,
+            commits: s.commits,
+            aborts: s.aborts,
+            leader_changes: s.leader_changes,
+            permission_switches: s.permission_switches,
+            slow_permission_switches: s.slow_permission_switches,
+            heartbeat_on: s.heartbeat_on,
+            eligible: s.eligible,
+            confirmed: s.confirmed.iter().map(|n| n.0).collect(),
+            members: s.members.iter().map(|n| n.0).collect(),
+            uptime_ms: started.elapsed().as_millis() as u64,
+            pid: std::process::id(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report serializes")
+    }
+
+    pub fn from_json(text: &str) -> Result<ReplicaReport, String> {
+        serde_json::from_str(text).map_err(|e| format!("status report: {e}"))
+    }
+}

@@ -1,0 +1,296 @@
+//! A replica serving the key-value service on a Unix stream socket.
+//!
+//! One thread accepts connections and one thread per connection reads requests (clients are
+//! sequential: one request, then its answer). A single proposer thread takes the requests of
+//! every connection, proposes what has gathered as one call ([`Replica::propose_many`]: several
+//! requests per entry, several entries in flight, Mu paper §7.4), and hands each its answer.
+//! Bad input is answered, never fatal: a malformed request or one over the limits gets
+//! [`ServerMessage::Refused`] and the connection goes on; a frame that cannot be read closes
+//! that connection only.
+
+use crate::machine::SharedMachine;
+use crate::report::ReplicaReport;
+use crate::wire::{read_frame, write_frame, ClientMessage, FrameError, ServerMessage};
+use mu_kv::Request;
+use mu_replica::{ProposeError, Replica};
+use std::io::{BufReader, BufWriter};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How many requests one proposal carries at most.
+pub const BATCH_REQUESTS_MAX: usize = 64;
+
+/// The longest path a Unix socket may have (`sun_path`, with its terminating zero).
+const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+/// A request on its way to the proposer, and where its answer goes.
+struct Job {
+    bytes: Vec<u8>,
+    client: u64,
+    seq: u64,
+    answer: Sender<ServerMessage>,
+}
+
+/// Counters the server keeps, for status and metrics.
+#[derive(Default)]
+pub struct ServerCounters {
+    pub requests: AtomicU64,
+    pub committed: AtomicU64,
+    pub refused: AtomicU64,
+    pub not_leader: AtomicU64,
+    pub retries: AtomicU64,
+    pub connections: AtomicU64,
+}
+
+/// A running server. Dropping it stops accepting, closes the socket file and joins its threads;
+/// connections still open end when their clients close them or the process exits.
+pub struct Server {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    pub counters: Arc<ServerCounters>,
+}
+
+impl Server {
+    /// Serves `replica` (whose state machine is `machine`) on a new socket at `path`, readable
+    /// and writable by this user only. A stale socket file at `path` is replaced.
+    pub fn start(
+        replica: Arc<Replica>,
+        machine: SharedMachine,
+        path: &Path,
+        started: Instant,
+    ) -> Result<Server, String> {
+        if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+            return Err(format!(
+                "socket path {} is {} bytes long; Unix sockets allow {SOCKET_PATH_BYTES_MAX}: \
+                 use a shorter run directory",
+                path.display(),
+                path.as_os_str().len()
+            ));
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("removing the old socket {}: {e}", path.display())),
+        }
+        let listener = UnixListener::bind(path)
+            .map_err(|e| format!("listening on {}: {e}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("making {} private: {e}", path.display()))?;
+        listener.set_nonblocking(true).map_err(|e| format!("socket: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(ServerCounters::default());
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let mut threads = Vec::new();
+        {
+            let (replica, machine, counters) = (replica.clone(), machine.clone(), counters.clone());
+            threads.push(spawn("mu-kv-propose", move || {
+                proposer(&replica, &machine, &counters, jobs_rx)
+            })?);
+        }
+        {
+            let stop = stop.clone();
+            let counters = counters.clone();
+            threads.push(spawn("mu-kv-accept", move || {
+                accept_loop(listener, &stop, &jobs_tx, &replica, &machine, &counters, started)
+            })?);
+        }
+        Ok(Server { path: path.to_path_buf(), stop, threads, counters })
+    }
+
+    /// Where it listens.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("starting thread {name}: {e}"))
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    stop: &AtomicBool,
+    jobs: &Sender<Job>,
+    replica: &Arc<Replica>,
+    machine: &SharedMachine,
+    counters: &Arc<ServerCounters>,
+    started: Instant,
+) {
+    // The proposer thread ends when the last sender is gone: this one, and the connections'.
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                counters.connections.fetch_add(1, Ordering::Relaxed);
+                let conn = Connection {
+                    jobs: jobs.clone(),
+                    replica: replica.clone(),
+                    machine: machine.clone(),
+                    counters: counters.clone(),
+                    started,
+                };
+                // A connection that cannot get a thread is closed: the client tries again.
+                let _ = spawn("mu-kv-conn", move || conn.serve(stream));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+struct Connection {
+    jobs: Sender<Job>,
+    replica: Arc<Replica>,
+    machine: SharedMachine,
+    counters: Arc<ServerCounters>,
+    started: Instant,
+}
+
+impl Connection {
+    fn serve(self, stream: UnixStream) {
+        if stream.set_nonblocking(false).is_err() {
+            return;
+        }
+        let Ok(write_half) = stream.try_clone() else { return };
+        let mut reader = BufReader::new(stream);
+        let mut writer = BufWriter::new(write_half);
+        let (mut body, mut out) = (Vec::new(), Vec::new());
+        loop {
+            let answer = match read_frame(&mut reader, &mut body) {
+                Ok(false) => return,
+                Ok(true) => match ClientMessage::decode(&body) {
+                    Ok(m) => self.handle(m),
+                    Err(e) => self.refuse(e.to_string()),
+                },
+                // A frame over the limit: answer, then close (its body is still on the wire).
+                Err(e @ FrameError::TooLarge(_)) => {
+                    let answer = self.refuse(e.to_string());
+                    answer.encode(&mut out);
+                    let _ = write_frame(&mut writer, &out);
+                    return;
+                }
+                Err(_) => return,
+            };
+            answer.encode(&mut out);
+            if write_frame(&mut writer, &out).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn refuse(&self, why: String) -> ServerMessage {
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        ServerMessage::Refused(why)
+    }
+
+    fn handle(&self, message: ClientMessage) -> ServerMessage {
+        let bytes = match message {
+            ClientMessage::Status => {
+                let report = ReplicaReport::new(&self.replica, &self.machine, self.started);
+                return ServerMessage::Status(report.to_json());
+            }
+            ClientMessage::Kv(bytes) => bytes,
+        };
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        // Checked here so that nothing malformed reaches the log (every replica would refuse
+        // it the same way, but it would take a slot).
+        let request = match Request::decode(&bytes) {
+            Ok(r) => r,
+            Err(e) => return self.refuse(format!("malformed request: {e}")),
+        };
+        let (tx, rx) = mpsc::channel();
+        let job = Job { bytes, client: request.client, seq: request.seq, answer: tx };
+        if self.jobs.send(job).is_err() {
+            return ServerMessage::Retry("the replica is shutting down".into());
+        }
+        rx.recv().unwrap_or_else(|_| ServerMessage::Retry("the replica is shutting down".into()))
+    }
+}
+
+/// Proposes what the connections bring, in batches, until every connection and the acceptor are
+/// gone.
+fn proposer(
+    replica: &Replica,
+    machine: &SharedMachine,
+    counters: &ServerCounters,
+    jobs: Receiver<Job>,
+) {
+    let mut batch: Vec<Job> = Vec::with_capacity(BATCH_REQUESTS_MAX);
+    let mut outcomes = Vec::with_capacity(BATCH_REQUESTS_MAX);
+    while let Ok(first) = jobs.recv() {
+        batch.push(first);
+        while batch.len() < BATCH_REQUESTS_MAX {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        {
+            let mut m = machine.lock();
+            for job in &batch {
+                m.expect(job.client, job.seq);
+            }
+        }
+        let requests: Vec<&[u8]> = batch.iter().map(|j| j.bytes.as_slice()).collect();
+        replica.propose_many(&requests, &mut outcomes);
+        let mut m = machine.lock();
+        for (job, outcome) in batch.drain(..).zip(outcomes.drain(..)) {
+            let reply = m.take(job.client, job.seq);
+            let answer = match (outcome, reply) {
+                (Ok(_), Some(reply)) => {
+                    counters.committed.fetch_add(1, Ordering::Relaxed);
+                    ServerMessage::Reply(reply)
+                }
+                // Committed, but applied as a duplicate of a request with the same client and
+                // sequence number that another replica had taken: its reply is the session's.
+                (Ok(_), None) => match m.store.reply(job.client, job.seq) {
+                    Some(reply) => ServerMessage::Reply(reply.clone()),
+                    None => ServerMessage::Retry("applied out of order; send it again".into()),
+                },
+                (Err(e), _) => answer_error(e, counters),
+            };
+            let _ = job.answer.send(answer);
+        }
+    }
+}
+
+fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
+    match e {
+        ProposeError::NotLeader { leader } => {
+            counters.not_leader.fetch_add(1, Ordering::Relaxed);
+            ServerMessage::NotLeader { leader: leader.map(|l| l.0) }
+        }
+        ProposeError::TooLarge { .. } | ProposeError::Empty | ProposeError::Membership(_) => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            ServerMessage::Refused(e.to_string())
+        }
+        ProposeError::Aborted
+        | ProposeError::LogFull { .. }
+        | ProposeError::Busy
+        | ProposeError::ShuttingDown => {
+            counters.retries.fetch_add(1, Ordering::Relaxed);
+            ServerMessage::Retry(e.to_string())
+        }
+    }
+}

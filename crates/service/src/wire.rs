@@ -1,0 +1,220 @@
+//! The client protocol: length-prefixed frames on a stream socket, one request then one answer.
+//!
+//! A frame is a little-endian `u32` body length, then the body; the body's first byte says what
+//! it is. Clients send [`ClientMessage`]s, replicas answer with [`ServerMessage`]s. A key-value
+//! request travels as the bytes [`mu_kv::Request::encode`] makes: the same bytes the leader
+//! proposes and every replica applies.
+
+use mu_kv::{Reply, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use std::io::{self, Read, Write};
+
+/// The largest frame body either side accepts: a compare-and-set with the largest key and two
+/// of the largest values, and room for the headers.
+pub const FRAME_BYTES_MAX: usize = KEY_BYTES_MAX + 2 * VALUE_BYTES_MAX + 256;
+
+const KV: u8 = 1;
+const STATUS: u8 = 2;
+const REPLY: u8 = 1;
+const NOT_LEADER: u8 = 2;
+const RETRY: u8 = 3;
+const REFUSED: u8 = 4;
+const STATUS_REPLY: u8 = 5;
+
+/// What a client asks a replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientMessage {
+    /// A key-value request, encoded ([`mu_kv::Request::encode`]).
+    Kv(Vec<u8>),
+    /// The replica's status, as JSON ([`crate::ReplicaReport`]).
+    Status,
+}
+
+/// What a replica answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerMessage {
+    /// The request was committed and applied: its reply.
+    Reply(Reply),
+    /// This replica does not lead; `leader` is the one it believes does, if any.
+    NotLeader { leader: Option<u16> },
+    /// The outcome is unknown or the request was not taken now (leadership lost while
+    /// replicating, log full, shutting down): send it again with the same sequence number,
+    /// which the state machine applies once.
+    Retry(String),
+    /// The request is refused and was not applied (malformed, too large, unknown message):
+    /// sending it again gives the same answer.
+    Refused(String),
+    /// The replica's status, as JSON.
+    Status(String),
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("connection: {0}")]
+    Io(#[from] io::Error),
+    #[error("frame of {0} bytes is larger than allowed ({FRAME_BYTES_MAX})")]
+    TooLarge(usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// Writes one frame holding `body`.
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&l| l as usize <= FRAME_BYTES_MAX)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    let mut head = [0u8; 4];
+    head.copy_from_slice(&len.to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(body)?;
+    w.flush()
+}
+
+/// Reads one frame into `body` (replacing what it held). `Ok(false)` at a clean end of stream
+/// (the peer closed between frames).
+pub fn read_frame(r: &mut impl Read, body: &mut Vec<u8>) -> Result<bool, FrameError> {
+    let mut head = [0u8; 4];
+    match r.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_le_bytes(head) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge(len));
+    }
+    body.clear();
+    body.resize(len, 0);
+    r.read_exact(body)?;
+    Ok(true)
+}
+
+impl ClientMessage {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            ClientMessage::Kv(request) => {
+                out.push(KV);
+                out.extend_from_slice(request);
+            }
+            ClientMessage::Status => out.push(STATUS),
+        }
+    }
+
+    pub fn decode(body: &[u8]) -> Result<ClientMessage, FrameError> {
+        match body.split_first() {
+            Some((&KV, rest)) => Ok(ClientMessage::Kv(rest.to_vec())),
+            Some((&STATUS, [])) => Ok(ClientMessage::Status),
+            Some((&STATUS, _)) => Err(FrameError::Malformed("bytes after a status request".into())),
+            Some((tag, _)) => Err(FrameError::Malformed(format!("unknown message type {tag}"))),
+            None => Err(FrameError::Malformed("empty message".into())),
+        }
+    }
+}
+
+impl ServerMessage {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            ServerMessage::Reply(reply) => {
+                out.push(REPLY);
+                reply.encode(out);
+            }
+            ServerMessage::NotLeader { leader } => {
+                out.push(NOT_LEADER);
+                match leader {
+                    Some(id) => {
+                        out.push(1);
+                        out.extend_from_slice(&id.to_le_bytes());
+                    }
+                    None => out.push(0),
+                }
+            }
+            ServerMessage::Retry(why) => {
+                out.push(RETRY);
+                out.extend_from_slice(why.as_bytes());
+            }
+            ServerMessage::Refused(why) => {
+                out.push(REFUSED);
+                out.extend_from_slice(why.as_bytes());
+            }
+            ServerMessage::Status(json) => {
+                out.push(STATUS_REPLY);
+                out.extend_from_slice(json.as_bytes());
+            }
+        }
+    }
+
+    pub fn decode(body: &[u8]) -> Result<ServerMessage, FrameError> {
+        let text = |b: &[u8]| {
+            String::from_utf8(b.to_vec())
+                .map_err(|_| FrameError::Malformed("text not UTF-8".into()))
+        };
+        match body.split_first() {
+            Some((&REPLY, rest)) => Reply::decode(rest)
+                .map(ServerMessage::Reply)
+                .map_err(|e| FrameError::Malformed(format!("reply: {e}"))),
+            Some((&NOT_LEADER, [0])) => Ok(ServerMessage::NotLeader { leader: None }),
+            Some((&NOT_LEADER, [1, a, b])) => {
+                Ok(ServerMessage::NotLeader { leader: Some(u16::from_le_bytes([*a, *b])) })
+            }
+            Some((&NOT_LEADER, _)) => Err(FrameError::Malformed("bad leader hint".into())),
+            Some((&RETRY, rest)) => text(rest).map(ServerMessage::Retry),
+            Some((&REFUSED, rest)) => text(rest).map(ServerMessage::Refused),
+            Some((&STATUS_REPLY, rest)) => text(rest).map(ServerMessage::Status),
+            Some((tag, _)) => Err(FrameError::Malformed(format!("unknown answer type {tag}"))),
+            None => Err(FrameError::Malformed("empty answer".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let mut b = Vec::new();
+        for m in [ClientMessage::Kv(vec![1, 2, 3]), ClientMessage::Status] {
+            m.encode(&mut b);
+            assert_eq!(ClientMessage::decode(&b).unwrap(), m);
+        }
+        for m in [
+            ServerMessage::Reply(Reply::Stored),
+            ServerMessage::NotLeader { leader: None },
+            ServerMessage::NotLeader { leader: Some(2) },
+            ServerMessage::Retry("aborted".into()),
+            ServerMessage::Refused("too large".into()),
+            ServerMessage::Status("{}".into()),
+        ] {
+            m.encode(&mut b);
+            assert_eq!(ServerMessage::decode(&b).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn bad_messages_are_errors_not_panics() {
+        assert!(ClientMessage::decode(&[]).is_err());
+        assert!(ClientMessage::decode(&[9]).is_err());
+        assert!(ClientMessage::decode(&[STATUS, 0]).is_err());
+        assert!(ServerMessage::decode(&[NOT_LEADER, 1, 0]).is_err());
+        assert!(ServerMessage::decode(&[REPLY, 77]).is_err());
+        assert!(ServerMessage::decode(&[RETRY, 0xff]).is_err());
+    }
+
+    #[test]
+    fn frames_are_bounded() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, b"hello").unwrap();
+        let mut body = Vec::new();
+        let mut r = &wire[..];
+        assert!(read_frame(&mut r, &mut body).unwrap());
+        assert_eq!(body, b"hello");
+        assert!(!read_frame(&mut r, &mut body).unwrap(), "clean end");
+        let huge = ((FRAME_BYTES_MAX + 1) as u32).to_le_bytes();
+        assert!(matches!(read_frame(&mut &huge[..], &mut body), Err(FrameError::TooLarge(_))));
+        let cut = [5u8, 0, 0, 0, b'h'];
+        assert!(matches!(read_frame(&mut &cut[..], &mut body), Err(FrameError::Io(_))));
+    }
+}
