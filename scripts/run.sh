@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: builds `mu` and runs it on the embedded shared-memory fabric.
-# Today that is the fabric benchmark across processes; the replicated cluster demo (`mu demo`)
-# takes its place when the Mu engine lands (see README.md, "Status").
+# The main job on a fresh machine: builds `mu` and runs `mu demo`, a replicated key-value cluster
+# of three processes on the embedded shared-memory fabric (its leader is killed halfway).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
@@ -9,4 +8,4 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 cargo build --release --bin mu
-exec ./target/release/mu bench fabric "$@"
+exec ./target/release/mu demo "$@"

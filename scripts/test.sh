@@ -87,4 +87,22 @@ for key in ["total_us", "detect_us", "switch_us"]:
 print("bench failover JSON has every figure")
 PY
 
+step "the main job: mu demo (three replica processes, leader killed; JSON checked)"
+out=$(./target/release/mu demo --seconds 1 --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["operations"] > 0 and d["lost_writes"] == 0, d
+assert d["acknowledged_keys_checked"] > 0, d
+assert len(d["digests"]) == 2 and d["digests"][0] == d["digests"][1], d
+assert d["failover_us"] > 0, d
+print("mu demo: %d operations, failover %.2f ms, no acknowledged write lost, digests equal"
+      % (d["operations"], d["failover_us"] / 1000))
+PY
+if ls /dev/shm 2>/dev/null | grep -q '^mu-bench-demo-'; then
+  echo "mu demo left its run directory behind" >&2
+  exit 1
+fi
+
 step "all gates passed"
