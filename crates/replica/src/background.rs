@@ -156,6 +156,17 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.permissions.holder()
     }
 
+    /// Scores and the log's holder, for status.
+    fn publish_status(&self) {
+        for (pos, &peer) in self.replicas.ids().iter().enumerate() {
+            if let Some(score) = self.detector.score(peer) {
+                self.shared.scores[pos].store(score, Ordering::Relaxed);
+            }
+        }
+        let holder = self.permissions.holder().map_or(0, |h| u64::from(h.0) + 1);
+        self.shared.log_holder.store(holder, Ordering::Release);
+    }
+
     /// Who may write our log at this moment, as the fabric and the own-log guard say (not as the
     /// permission manager believes): the replicas whose replication connection to us is up and
     /// grants remote write, and ourselves if our own leader's access is granted. Mu's permissions
@@ -220,6 +231,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         busy |= self.shared.set_leader(leader, self.me, now_ns);
         busy |= self.send_requests();
         busy |= self.handle_one_request();
+        self.publish_status();
         self.take_snapshot_request();
         busy |= self.fetch_state(now_ns);
         busy

@@ -70,6 +70,10 @@ pub struct ReplicaStatus {
     /// A decided membership entry removed this replica: it no longer takes part (no heartbeat,
     /// no grants, never leads) and can be shut down.
     pub removed: bool,
+    /// The failure detector's score (0–15, §5.1) of each other replica it has read.
+    pub scores: Vec<(NodeId, u8)>,
+    /// Who this replica's permission manager lets write its log (§5.2), if anyone.
+    pub log_holder: Option<NodeId>,
 }
 
 /// The application's replicated state: what the commit handler applies to, and what state

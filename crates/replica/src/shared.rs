@@ -3,9 +3,12 @@
 
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const NO_LEADER: u32 = u32::MAX;
+
+/// [`Shared::scores`] of this replica itself, or of a peer not scored yet.
+pub(crate) const SCORE_NONE: u8 = u8::MAX;
 
 /// Words shared by the two planes of one replica. Who writes each is in its comment.
 pub(crate) struct Shared {
@@ -35,6 +38,12 @@ pub(crate) struct Shared {
     /// state transfer has its log intact and counts in majorities as before (with both in one
     /// flag, two such replicas of five stopped every leader).
     pub recovering: AtomicBool,
+    /// The failure detector's score of each replica, by position (background; for status).
+    /// `SCORE_NONE` for this replica itself.
+    pub scores: Vec<AtomicU8>,
+    /// Who the permission manager lets write this replica's log, as an id plus one; 0: nobody
+    /// (background; for status).
+    pub log_holder: AtomicU64,
     /// The heartbeat is going (background; for status).
     pub heartbeat_on: AtomicBool,
     /// Counters for status and metrics.
@@ -84,6 +93,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Words for a replica of `ids` (by position).
     pub fn new(eligible: bool, ids: Vec<NodeId>, members: u64) -> Shared {
+        let n = ids.len();
         let replicas_count = ids.len();
         Shared {
             ids,
@@ -95,6 +105,8 @@ impl Shared {
             in_propose: AtomicBool::new(false),
             eligible: AtomicBool::new(eligible),
             recovering: AtomicBool::new(!eligible),
+            scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
+            log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),
             commits: AtomicU64::new(0),
             aborts: AtomicU64::new(0),
@@ -138,6 +150,19 @@ impl Shared {
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),
             members: ids_of(ids, self.members.load(Ordering::Acquire)),
             removed: self.removed.load(Ordering::Acquire),
+            scores: ids
+                .iter()
+                .zip(&self.scores)
+                .filter_map(|(&id, s)| {
+                    let score = s.load(Ordering::Relaxed);
+                    (score != SCORE_NONE).then_some((id, score))
+                })
+                .collect(),
+            log_holder: self
+                .log_holder
+                .load(Ordering::Acquire)
+                .checked_sub(1)
+                .map(|id| NodeId(id as u16)),
             leaderships: self.leaderships.load(Ordering::Relaxed),
             snapshots_served: self.snapshots_served.load(Ordering::Relaxed),
             snapshots_installed: self.snapshots_installed.load(Ordering::Relaxed),

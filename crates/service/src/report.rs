@@ -31,6 +31,10 @@ pub struct ReplicaReport {
     /// While it leads: the replicas it writes to, itself included.
     pub confirmed: Vec<u16>,
     pub members: Vec<u16>,
+    /// Its failure detector's score (0–15) of each other replica.
+    pub scores: Vec<(u16, u8)>,
+    /// Who its permission manager lets write its log.
+    pub log_holder: Option<u16>,
     pub uptime_ms: u64,
     pub pid: u32,
 }
@@ -58,6 +62,8 @@ impl ReplicaReport {
             eligible: s.eligible,
             confirmed: s.confirmed.iter().map(|n| n.0).collect(),
             members: s.members.iter().map(|n| n.0).collect(),
+            scores: s.scores.iter().map(|&(n, score)| (n.0, score)).collect(),
+            log_holder: s.log_holder.map(|n| n.0),
             uptime_ms: started.elapsed().as_millis() as u64,
             pid: std::process::id(),
         }
