@@ -58,7 +58,19 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("replica {}: {e}", args.id))?;
     let replica = Arc::new(replica);
     let socket = config.socket_path(args.id);
-    let server = Server::start(replica.clone(), machine, &socket, started)?;
+    let server = Server::start(replica.clone(), machine.clone(), &socket, started)?;
+    if let Some(base) = config.metrics.port_base {
+        let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
+        let sources = mu_service::metrics::Sources {
+            replica: replica.clone(),
+            machine,
+            counters: server.counters.clone(),
+            started,
+            slots_count: config.log.slots,
+        };
+        let addr = mu_service::metrics::serve(port, sources)?;
+        eprintln!("mu replica {}: metrics on http://{addr}/metrics", args.id);
+    }
     std::fs::write(&pid_path, format!("{}\n", std::process::id()))
         .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;
     eprintln!(

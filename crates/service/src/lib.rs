@@ -14,6 +14,7 @@
 pub mod client;
 pub mod config;
 pub mod machine;
+pub mod metrics;
 pub mod report;
 pub mod server;
 pub mod wire;

@@ -37,6 +37,10 @@ struct Job {
     answer: Sender<ServerMessage>,
 }
 
+/// Upper bounds of the request latency histogram's buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: [u64; 12] =
+    [10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000, 100_000];
+
 /// Counters the server keeps, for status and metrics.
 #[derive(Default)]
 pub struct ServerCounters {
@@ -46,6 +50,39 @@ pub struct ServerCounters {
     pub not_leader: AtomicU64,
     pub retries: AtomicU64,
     pub connections: AtomicU64,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
+    latency_overflow: AtomicU64,
+    latency_sum_ns: AtomicU64,
+}
+
+/// A copy of the latency histogram: per-bucket counts (not cumulative).
+pub struct LatencySnapshot {
+    pub buckets: Vec<(u64, u64)>,
+    pub overflow: u64,
+    pub sum_ns: u64,
+}
+
+impl ServerCounters {
+    /// Counts one request answered `ns` after it arrived.
+    pub fn record_latency(&self, ns: u64) {
+        self.latency_sum_ns.fetch_add(ns, Ordering::Relaxed);
+        match LATENCY_BUCKETS_US.iter().position(|&b| ns <= b * 1000) {
+            Some(i) => self.latency_buckets[i].fetch_add(1, Ordering::Relaxed),
+            None => self.latency_overflow.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    pub fn latency_snapshot(&self) -> LatencySnapshot {
+        LatencySnapshot {
+            buckets: LATENCY_BUCKETS_US
+                .iter()
+                .zip(&self.latency_buckets)
+                .map(|(&b, c)| (b, c.load(Ordering::Relaxed)))
+                .collect(),
+            overflow: self.latency_overflow.load(Ordering::Relaxed),
+            sum_ns: self.latency_sum_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A running server. Dropping it stops accepting, closes the socket file and joins its threads;
@@ -219,12 +256,19 @@ impl Connection {
             Ok(r) => r,
             Err(e) => return self.refuse(format!("malformed request: {e}")),
         };
+        let arrived = Instant::now();
         let (tx, rx) = mpsc::channel();
         let job = Job { bytes, client: request.client, seq: request.seq, answer: tx };
         if self.jobs.send(job).is_err() {
             return ServerMessage::Retry("the replica is shutting down".into());
         }
-        rx.recv().unwrap_or_else(|_| ServerMessage::Retry("the replica is shutting down".into()))
+        let answer = rx
+            .recv()
+            .unwrap_or_else(|_| ServerMessage::Retry("the replica is shutting down".into()));
+        if matches!(answer, ServerMessage::Reply(_)) {
+            self.counters.record_latency(arrived.elapsed().as_nanos() as u64);
+        }
+        answer
     }
 }
 

@@ -1,0 +1,152 @@
+//! A Prometheus text endpoint per replica: `GET /metrics` on a loopback TCP port.
+//!
+//! Served by one thread with a plain HTTP/1.0 answer per connection: enough for Prometheus and
+//! `curl`, and nothing to configure.
+
+use crate::machine::SharedMachine;
+use crate::report::ReplicaReport;
+use crate::server::ServerCounters;
+use mu_replica::Replica;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What one scrape reads.
+pub struct Sources {
+    pub replica: Arc<Replica>,
+    pub machine: SharedMachine,
+    pub counters: Arc<ServerCounters>,
+    pub started: Instant,
+    /// The log's slots, for the usage gauge.
+    pub slots_count: u64,
+}
+
+/// Serves the metrics on `127.0.0.1:port` from a thread of its own, for the life of the
+/// process. Returns the address bound.
+pub fn serve(port: u16, sources: Sources) -> Result<SocketAddr, String> {
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("metrics endpoint on 127.0.0.1:{port}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("metrics endpoint: {e}"))?;
+    std::thread::Builder::new()
+        .name("mu-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(&stream);
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let (status, body) = if line.starts_with("GET /metrics") {
+                    ("200 OK", render(&sources))
+                } else {
+                    ("404 Not Found", "only GET /metrics is served\n".to_string())
+                };
+                let mut s = &stream;
+                let _ = write!(
+                    s,
+                    "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })
+        .map_err(|e| format!("metrics thread: {e}"))?;
+    Ok(addr)
+}
+
+/// The metrics in Prometheus' text format.
+pub fn render(s: &Sources) -> String {
+    let r = ReplicaReport::new(&s.replica, &s.machine, s.started);
+    let c = &s.counters;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    };
+    metric(
+        "mu_requests_total",
+        "counter",
+        "Client requests received.",
+        c.requests.load(Ordering::Relaxed),
+    );
+    metric(
+        "mu_requests_committed_total",
+        "counter",
+        "Client requests committed and answered.",
+        c.committed.load(Ordering::Relaxed),
+    );
+    metric(
+        "mu_requests_refused_total",
+        "counter",
+        "Requests refused (malformed, too large).",
+        c.refused.load(Ordering::Relaxed),
+    );
+    metric(
+        "mu_requests_not_leader_total",
+        "counter",
+        "Requests answered with a leader hint.",
+        c.not_leader.load(Ordering::Relaxed),
+    );
+    metric(
+        "mu_requests_retry_total",
+        "counter",
+        "Requests answered with retry.",
+        c.retries.load(Ordering::Relaxed),
+    );
+    metric("mu_commits_total", "counter", "Entries committed as leader.", r.commits);
+    metric("mu_aborts_total", "counter", "Leader attempts aborted.", r.aborts);
+    metric("mu_leader_changes_total", "counter", "Leader changes seen.", r.leader_changes);
+    metric(
+        "mu_permission_switches_total",
+        "counter",
+        "Permission requests served.",
+        r.permission_switches,
+    );
+    metric(
+        "mu_slow_permission_switches_total",
+        "counter",
+        "Permission requests served by the slow path.",
+        r.slow_permission_switches,
+    );
+    metric("mu_fuo", "gauge", "First undecided offset as the leader engine knows it.", r.fuo);
+    metric("mu_applied", "gauge", "Index after the last entry applied (log head).", r.applied);
+    metric("mu_log_slots", "gauge", "Slots in the circular log.", s.slots_count);
+    metric(
+        "mu_log_used_slots",
+        "gauge",
+        "Slots between the log head and the FUO.",
+        r.fuo.saturating_sub(r.applied).min(s.slots_count),
+    );
+    metric(
+        "mu_is_leader",
+        "gauge",
+        "1 while this replica's detector elects itself.",
+        u64::from(r.leader == Some(r.id)),
+    );
+    metric("mu_keys", "gauge", "Keys in the store.", r.keys);
+    metric("mu_uptime_seconds", "gauge", "Seconds since the replica started.", r.uptime_ms / 1000);
+    let _ = writeln!(out, "# HELP mu_detector_score Failure-detector score of a peer (0-15).");
+    let _ = writeln!(out, "# TYPE mu_detector_score gauge");
+    for (peer, score) in &r.scores {
+        let _ = writeln!(out, "mu_detector_score{{peer=\"{peer}\"}} {score}");
+    }
+    let lat = c.latency_snapshot();
+    let _ = writeln!(out, "# HELP mu_request_latency_seconds Time from a request's arrival to its answer, on this replica.");
+    let _ = writeln!(out, "# TYPE mu_request_latency_seconds histogram");
+    let mut cumulative = 0;
+    for (bound_us, count) in lat.buckets {
+        cumulative += count;
+        let _ = writeln!(
+            out,
+            "mu_request_latency_seconds_bucket{{le=\"{}\"}} {cumulative}",
+            bound_us as f64 / 1e6
+        );
+    }
+    cumulative += lat.overflow;
+    let _ = writeln!(out, "mu_request_latency_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+    let _ = writeln!(out, "mu_request_latency_seconds_sum {}", lat.sum_ns as f64 / 1e9);
+    let _ = writeln!(out, "mu_request_latency_seconds_count {cumulative}");
+    out
+}
