@@ -7,8 +7,10 @@ mod bench_fabric;
 mod bench_failover;
 mod bench_replication;
 mod cluster;
+mod cluster_cmd;
 mod demo;
 mod interrupt;
+mod kv_cmd;
 mod pin;
 mod replica_child;
 mod serve;
@@ -41,6 +43,11 @@ enum Command {
     /// A replicated key-value cluster in one command: three replica processes, a workload with
     /// a live progress line, the leader killed, failover time, no acknowledged write lost.
     Demo(demo::Args),
+    /// A key-value cluster's replicas as background processes on this host: start them, show
+    /// their status, stop them.
+    Cluster(cluster_cmd::Args),
+    /// One key-value operation on a running cluster: get, put, del, cas.
+    Kv(kv_cmd::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
     #[command(hide = true)]
     BenchPeer(bench_fabric::PeerArgs),
@@ -77,6 +84,12 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Cluster(args) => cluster_cmd::run(args),
+        Command::Kv(args) => match kv_cmd::run(args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(kv_cmd::EXIT_NO),
+            Err(e) => Err(e),
+        },
         Command::BenchPeer(args) => bench_fabric::peer(args),
         Command::BenchReplica(args) => replica_child::run(args),
     };
@@ -115,6 +128,14 @@ mod tests {
             &["mu", "sim", "--faults", "crash,meteor"],
             &["mu", "sim", "--protocol", "raft"],
             &["mu", "sim", "--no-lincheck", "--lincheck", "x"],
+            &["mu", "cluster", "up"],
+            &["mu", "cluster", "up", "--config", "c.toml", "--timeout-s", "0"],
+            &["mu", "cluster", "restart", "--config", "c.toml"],
+            &["mu", "kv", "get", "a"],
+            &["mu", "kv", "put", "a", "--config", "c.toml"],
+            &["mu", "kv", "get", "a", "--config", "c.toml", "--timeout-ms", "0"],
+            &["mu", "kv", "cas", "--config", "c.toml"],
+            &["mu", "kv", "cas", "a", "b", "c", "d", "--config", "c.toml"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -125,6 +146,16 @@ mod tests {
             &["mu", "bench", "failover", "--quick", "--read-period-us", "250"],
             &["mu", "sim", "--seeds", "200", "--protocol", "mu", "--json"],
             &["mu", "sim", "--seed", "7", "--replicas", "5", "--faults", "crash,restart"],
+            &["mu", "cluster", "up", "--config", "c.toml", "--timeout-s", "30"],
+            &["mu", "cluster", "status", "--config", "c.toml", "--json"],
+            &["mu", "cluster", "down", "--config", "c.toml", "--purge"],
+            &["mu", "kv", "get", "a", "--config", "c.toml", "--timeout-ms", "100"],
+            &["mu", "kv", "put", "a", "1", "--config", "c.toml"],
+            &["mu", "kv", "del", "a", "--config", "c.toml"],
+            &["mu", "kv", "cas", "a", "1", "2", "--config", "c.toml"],
+            &["mu", "kv", "cas", "--absent", "a", "2", "--config", "c.toml"],
+            &["mu", "demo", "--seconds", "1", "--json"],
+            &["mu", "replica", "--config", "c.toml", "--id", "0", "--rejoin"],
         ] {
             assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
         }

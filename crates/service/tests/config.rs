@@ -1,0 +1,364 @@
+//! The cluster configuration file: every bad configuration is refused with a message that names
+//! the problem, and a good one comes back with its defaults filled in.
+
+use mu_fabric::NodeId;
+use mu_log::Integrity;
+use mu_service::ClusterConfig;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A configuration that is good but for `extra` (TOML appended after the required keys, so
+/// it may add sections) and the keys it replaces.
+fn config_with(cluster_id: &str, run_dir: &str, replicas: &str, extra: &str) -> String {
+    format!("cluster_id = {cluster_id}\nrun_dir = \"{run_dir}\"\nreplicas = {replicas}\n{extra}\n")
+}
+
+fn good(extra: &str) -> String {
+    config_with("7", "/tmp/mu-config-test", "[0, 1, 2]", extra)
+}
+
+/// Parses `text`, which must be refused, and checks that the message holds every one of
+/// `words`.
+fn refused(text: &str, words: &[&str]) -> String {
+    let e = match ClusterConfig::parse(text) {
+        Ok(c) => panic!("accepted a bad configuration: {c:?}\n{text}"),
+        Err(e) => e,
+    };
+    for w in words {
+        assert!(e.contains(w), "the message {e:?} does not name {w:?}\n{text}");
+    }
+    e
+}
+
+#[test]
+fn duplicate_replica_ids_are_refused() {
+    refused(&config_with("7", "/tmp/x", "[0, 1, 1]", ""), &["replicas", "id 1 appears twice"]);
+}
+
+#[test]
+fn replica_ids_of_64_and_above_are_refused() {
+    refused(&config_with("7", "/tmp/x", "[0, 64]", ""), &["replicas", "64", "too large"]);
+    refused(&config_with("7", "/tmp/x", "[1000]", ""), &["1000", "0 to 63"]);
+}
+
+#[test]
+fn a_cluster_without_replicas_is_refused() {
+    refused(&config_with("7", "/tmp/x", "[]", ""), &["replicas", "at least one"]);
+}
+
+#[test]
+fn an_unknown_protocol_is_refused() {
+    refused(&good("protocol = \"raft\""), &["protocol", "\"raft\"", "\"mu\""]);
+}
+
+#[test]
+fn an_unknown_fabric_is_refused() {
+    refused(&good("fabric = \"rdma\""), &["fabric", "\"rdma\"", "\"shm\""]);
+}
+
+#[test]
+fn an_unknown_mode_is_refused() {
+    refused(&good("mode = \"sideways\""), &["mode", "\"sideways\"", "direct", "handover"]);
+}
+
+#[test]
+fn a_misspelt_key_is_refused() {
+    refused(&good("protocl = \"mu\""), &["unknown field", "protocl"]);
+    refused(
+        &good("[log]\nslots = 64\nslot_byte = 128\nintegrity = \"checksum\""),
+        &["unknown field", "slot_byte"],
+    );
+    refused(&good("[detector]\nread_period = 5"), &["unknown field", "read_period"]);
+    refused(&good("[metrics]\nport = 9400"), &["unknown field", "port"]);
+}
+
+#[test]
+fn a_missing_key_is_refused() {
+    refused("run_dir = \"/tmp/x\"\nreplicas = [0]\n", &["missing field", "cluster_id"]);
+    refused("cluster_id = 1\nreplicas = [0]\n", &["missing field", "run_dir"]);
+    refused("cluster_id = 1\nrun_dir = \"/tmp/x\"\n", &["missing field", "replicas"]);
+    refused(&good("[log]\nslots = 64\n"), &["missing field", "slot_bytes"]);
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_refused() {
+    refused(&config_with("\"seven\"", "/tmp/x", "[0]", ""), &["cluster_id"]);
+    refused(&config_with("7", "/tmp/x", "[-1]", ""), &["replicas"]);
+}
+
+#[test]
+fn a_relative_run_dir_is_refused() {
+    refused(&config_with("7", "run/mu", "[0]", ""), &["run_dir", "run/mu", "absolute"]);
+}
+
+#[test]
+fn a_log_too_large_to_map_is_refused() {
+    // 2^20 slots of 8 KiB: 8 GiB, above what a replica may map.
+    let e = refused(
+        &good("[log]\nslots = 1048576\nslot_bytes = 8192\nintegrity = \"checksum\""),
+        &["log", "1048576 slots", "8192 bytes"],
+    );
+    assert!(e.contains("more than a replica may map"), "{e}");
+    // So large that slots times bytes overflows (TOML integers are 64-bit signed).
+    refused(
+        &good("[log]\nslots = 9223372036854775807\nslot_bytes = 4120\nintegrity = \"checksum\""),
+        &["log", "more than a replica may map"],
+    );
+}
+
+#[test]
+fn slots_too_small_for_an_entry_are_refused() {
+    // An entry's framing alone takes 24 bytes.
+    refused(
+        &good("[log]\nslots = 64\nslot_bytes = 16\nintegrity = \"checksum\""),
+        &["log", "slot", "16"],
+    );
+    // Slots are whole 8-byte words.
+    refused(
+        &good("[log]\nslots = 64\nslot_bytes = 1001\nintegrity = \"checksum\""),
+        &["log", "multiple of 8", "1001"],
+    );
+    // A log of one slot cannot hold an entry while the next is written.
+    refused(
+        &good("[log]\nslots = 1\nslot_bytes = 128\nintegrity = \"checksum\""),
+        &["log", "2 slots"],
+    );
+}
+
+#[test]
+fn an_unknown_integrity_check_is_refused() {
+    refused(
+        &good("[log]\nslots = 64\nslot_bytes = 128\nintegrity = \"crc\""),
+        &["log.integrity", "\"crc\"", "checksum", "canary"],
+    );
+}
+
+#[test]
+fn detector_settings_out_of_range_are_refused() {
+    let detector = |period: u64, failure: u8, recovery: u8| {
+        good(&format!(
+            "[detector]\nread_period_us = {period}\nfailure_threshold = {failure}\n\
+             recovery_threshold = {recovery}"
+        ))
+    };
+    // No gap between failed and alive again: a replica on the edge would flap.
+    refused(
+        &detector(1000, 6, 6),
+        &["failure detector", "failure_threshold (6)", "recovery_threshold (6)"],
+    );
+    refused(&detector(1000, 7, 3), &["failure_threshold (7)", "below recovery_threshold (3)"]);
+    // Scores never drop below 0: no replica would ever be found failed.
+    refused(&detector(1000, 0, 6), &["failure detector", "failure_threshold is 0"]);
+    // Scores top out at 15: a failed replica could never recover.
+    refused(&detector(1000, 2, 15), &["failure detector", "recovery_threshold (15)", "score_max"]);
+    // Heartbeats must be read at some period.
+    refused(&detector(0, 2, 6), &["failure detector", "read_period", "is 0"]);
+    // Thresholds are 8-bit scores.
+    refused(
+        &good("[detector]\nread_period_us = 1000\nfailure_threshold = 2\nrecovery_threshold = 300"),
+        &["recovery_threshold"],
+    );
+}
+
+#[test]
+fn a_good_configuration_gets_its_defaults() {
+    let c = ClusterConfig::parse(&config_with("7", "/tmp/mu-good", "[2, 0, 1]", ""))
+        .expect("a good configuration");
+    assert_eq!(c.cluster_id, 7);
+    assert_eq!(c.protocol, "mu");
+    assert_eq!(c.fabric, "shm");
+    assert_eq!(c.mode, "direct");
+    assert_eq!(c.mode(), mu_replica::Mode::Direct);
+    assert_eq!(c.run_dir, PathBuf::from("/tmp/mu-good"));
+    assert_eq!(c.replicas, vec![2, 0, 1]);
+    assert_eq!((c.log.slots, c.log.slot_bytes, c.log.integrity.as_str()), (4096, 4120, "checksum"));
+    assert_eq!(
+        (c.detector.read_period_us, c.detector.failure_threshold, c.detector.recovery_threshold),
+        (1000, 2, 6)
+    );
+    assert_eq!(c.metrics.port_base, None);
+
+    let r = c.replica_config(1).expect("replica 1 is in the cluster");
+    assert_eq!(r.me, NodeId(1));
+    assert_eq!(r.replicas, vec![NodeId(2), NodeId(0), NodeId(1)]);
+    assert_eq!((r.slots_count, r.slot_bytes, r.integrity), (4096, 4120, Integrity::Checksum));
+    assert_eq!(r.detector.read_period_ns, 1_000_000);
+    assert_eq!((r.detector.failure_threshold, r.detector.recovery_threshold), (2, 6));
+    r.validate().expect("the replica configuration is valid");
+    let e = c.replica_config(3).expect_err("replica 3 is not in the cluster");
+    assert!(e.contains("replica 3 is not in this cluster"), "{e}");
+
+    assert_eq!(c.socket_path(0), Path::new("/tmp/mu-good/kv-0.sock"));
+    assert_eq!(c.pid_path(2), Path::new("/tmp/mu-good/replica-2.pid"));
+    assert_eq!(c.log_path(1), Path::new("/tmp/mu-good/replica-1.log"));
+    let endpoints = c.endpoints();
+    assert_eq!(endpoints.len(), 3);
+    assert_eq!(endpoints[0], (2, PathBuf::from("/tmp/mu-good/kv-2.sock")));
+}
+
+#[test]
+fn every_setting_is_read() {
+    let text = r#"
+        cluster_id = 9
+        protocol = "mu"
+        fabric = "shm"
+        run_dir = "/tmp/mu-full"
+        replicas = [0, 1, 2, 3, 4]
+        mode = "handover"
+
+        [log]
+        slots = 256
+        slot_bytes = 1024
+        integrity = "canary"
+
+        [detector]
+        read_period_us = 250
+        failure_threshold = 3
+        recovery_threshold = 9
+
+        [metrics]
+        port_base = 9400
+    "#;
+    let c = ClusterConfig::parse(text).expect("a full configuration");
+    assert_eq!(c.mode(), mu_replica::Mode::Handover);
+    assert_eq!(c.replicas.len(), 5);
+    assert_eq!(c.metrics.port_base, Some(9400));
+    let r = c.replica_config(4).unwrap();
+    assert_eq!((r.slots_count, r.slot_bytes, r.integrity), (256, 1024, Integrity::Canary));
+    assert_eq!(r.detector.read_period_ns, 250_000);
+    assert_eq!((r.detector.failure_threshold, r.detector.recovery_threshold), (3, 9));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files and run directories
+// ---------------------------------------------------------------------------------------------
+
+/// A scratch directory for one test, removed (whatever modes the test left) when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let path = std::env::temp_dir().join(format!("mu-config-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("scratch directory");
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Give back write permission wherever a test took it away, so that it can be removed.
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten() {
+                if e.path().is_dir() {
+                    let _ =
+                        std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o700));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn with_run_dir(run_dir: &Path) -> ClusterConfig {
+    ClusterConfig::parse(&config_with("7", &run_dir.display().to_string(), "[0, 1, 2]", ""))
+        .expect("a good configuration")
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+#[test]
+fn load_reads_a_file_and_names_it_in_errors() {
+    let s = Scratch::new("load");
+    let path = s.0.join("cluster.toml");
+    std::fs::write(&path, config_with("7", "/tmp/mu-load", "[0, 1, 2]", "")).unwrap();
+    let c = ClusterConfig::load(&path).expect("loads");
+    assert_eq!(c.cluster_id, 7);
+
+    std::fs::write(&path, config_with("7", "/tmp/mu-load", "[0, 0]", "")).unwrap();
+    let e = ClusterConfig::load(&path).expect_err("a bad file");
+    assert!(e.contains(&path.display().to_string()) && e.contains("appears twice"), "{e}");
+
+    let missing = s.0.join("absent.toml");
+    let e = ClusterConfig::load(&missing).expect_err("no such file");
+    assert!(e.contains("reading the configuration") && e.contains("absent.toml"), "{e}");
+
+    std::fs::write(&path, "this is not toml [").unwrap();
+    let e = ClusterConfig::load(&path).expect_err("not TOML");
+    assert!(e.contains(&path.display().to_string()), "{e}");
+}
+
+#[test]
+fn prepare_run_dir_creates_a_private_directory() {
+    let s = Scratch::new("create");
+    let run = s.0.join("a").join("b");
+    let c = with_run_dir(&run);
+    c.prepare_run_dir().expect("creates it");
+    assert!(run.is_dir());
+    assert_eq!(mode_of(&run), 0o700, "the run directory is not owner-only");
+    // A second time: it is there already, and fine.
+    c.prepare_run_dir().expect("an existing private directory");
+    assert!(!run.join(".mu-write-probe").exists(), "the write probe was left behind");
+}
+
+#[test]
+fn a_run_dir_under_a_regular_file_is_refused() {
+    let s = Scratch::new("under-file");
+    let file = s.0.join("plain");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let run = file.join("run");
+    let e = with_run_dir(&run).prepare_run_dir().expect_err("cannot be created");
+    assert!(e.contains("run_dir") && e.contains(&run.display().to_string()), "{e}");
+    assert!(e.contains("cannot create it"), "{e}");
+}
+
+#[test]
+fn a_run_dir_that_is_a_file_is_refused() {
+    let s = Scratch::new("is-file");
+    let file = s.0.join("plain");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let e = with_run_dir(&file).prepare_run_dir().expect_err("a file is no run directory");
+    assert!(e.contains("run_dir") && e.contains(&file.display().to_string()), "{e}");
+}
+
+#[test]
+fn an_unwritable_run_dir_is_refused() {
+    let s = Scratch::new("unwritable");
+    let run = s.0.join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o500)).unwrap();
+    // Whoever may write where its mode says no (root, or a process with CAP_DAC_OVERRIDE) cannot
+    // see that refused: it gets a directory that cannot exist instead, one under /proc, where
+    // nobody may create anything.
+    let privileged = std::fs::write(run.join("probe"), b"").is_ok();
+    let run = if privileged {
+        let _ = std::fs::remove_file(run.join("probe"));
+        PathBuf::from(format!("/proc/mu-config-test-{}", std::process::id()))
+    } else {
+        run
+    };
+    let e = with_run_dir(&run).prepare_run_dir().expect_err("cannot be written to");
+    assert!(e.contains("run_dir") && e.contains(&run.display().to_string()), "{e}");
+    if privileged {
+        assert!(e.contains("cannot create it"), "{e}");
+    } else {
+        assert!(e.contains("not writable"), "{e}");
+    }
+}
+
+#[test]
+fn a_run_dir_open_to_other_users_is_refused() {
+    let s = Scratch::new("open");
+    for mode in [0o755, 0o770, 0o701] {
+        let run = s.0.join(format!("run-{mode:o}"));
+        std::fs::create_dir(&run).unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = with_run_dir(&run).prepare_run_dir().expect_err("open to others");
+        assert!(e.contains("open to other users"), "{e}");
+        assert!(e.contains(&format!("mode {mode:o}")) && e.contains("chmod 700"), "{e}");
+        // It was left as it was: fixing modes is the owner's call.
+        assert_eq!(mode_of(&run), mode);
+    }
+}

@@ -1,0 +1,392 @@
+//! The key-value service end to end in one process: three replicas on the shared-memory fabric,
+//! each serving its Unix socket, talked to through the client library and through raw
+//! connections that send what the library never would.
+//!
+//! Each test starts its own cluster in a fresh private run directory and stops it at the end,
+//! even if the test fails. Clusters run one at a time: on a small machine two clusters' polling
+//! threads at once could starve a failure detector into a leader change a test did not ask for.
+//! Waits are polls with generous deadlines, never fixed sleeps.
+
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
+use mu_replica::{Mode, Replica, ReplicaConfig};
+use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX};
+use mu_service::{Client, ClientError, ReplicaReport, Server, SharedMachine};
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const REPLICAS: u16 = 3;
+/// Log slots and their size: small (a test writes little), and room for the values below.
+const SLOTS: u64 = 1024;
+const SLOT_BYTES: u32 = 1024;
+/// The failure detector's read period: four times the default, so that a replica whose threads
+/// a loaded machine leaves unscheduled for a few tens of milliseconds is not taken for failed
+/// (these tests are not about failover, and a leader change would only blur what they check).
+const READ_PERIOD_NS: u64 = 4_000_000;
+/// How long any wait of these tests may take before it is a failure: far above what anything
+/// takes on an idle machine, so that a loaded one does not fail them.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Three replicas, each with its server, in a private run directory; stopped and removed when
+/// dropped.
+struct Cluster {
+    dir: PathBuf,
+    servers: Vec<Server>,
+    replicas: Vec<Arc<Replica>>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    fn start(tag: &str, cluster_id: u64) -> Cluster {
+        // A test that failed while holding the turn poisons it; the next one still runs.
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("mu-svc-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run directory");
+        let mut cluster = Cluster { dir, servers: Vec::new(), replicas: Vec::new(), _turn: turn };
+        let ids: Vec<NodeId> = (0..REPLICAS).map(NodeId).collect();
+        for id in 0..REPLICAS {
+            let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
+            config.slots_count = SLOTS;
+            config.slot_bytes = SLOT_BYTES;
+            config.detector.read_period_ns = READ_PERIOD_NS;
+            let fabric = ShmFabric::create(ShmConfig::new(&cluster.dir, cluster_id, NodeId(id)))
+                .expect("fabric");
+            let machine = SharedMachine::new();
+            let replica = Arc::new(
+                Replica::start_with_state(config, fabric, Mode::Direct, machine.clone())
+                    .expect("replica starts"),
+            );
+            let server =
+                Server::start(replica.clone(), machine, &cluster.socket(id), Instant::now())
+                    .expect("server starts");
+            cluster.replicas.push(replica);
+            cluster.servers.push(server);
+        }
+        cluster
+    }
+
+    fn socket(&self, id: u16) -> PathBuf {
+        self.dir.join(format!("kv-{id}.sock"))
+    }
+
+    fn endpoints(&self) -> Vec<(u16, PathBuf)> {
+        (0..REPLICAS).map(|id| (id, self.socket(id))).collect()
+    }
+
+    fn client(&self) -> Client {
+        let mut client = Client::new(self.endpoints()).expect("a client");
+        client.set_timeout(PATIENCE);
+        client
+    }
+
+    /// Every replica's status report.
+    fn reports(&self) -> Result<Vec<ReplicaReport>, String> {
+        let mut client = self.client();
+        (0..REPLICAS).map(|id| client.status(id)).collect()
+    }
+
+    /// Waits until every replica answers and names the same leader; returns it.
+    fn wait_leader(&self) -> u16 {
+        poll("every replica to name the same leader", || {
+            let reports = self.reports().ok()?;
+            let leader = reports[0].leader?;
+            reports.iter().all(|r| r.leader == Some(leader)).then_some(leader)
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The servers first: they stop accepting and their threads end once their clients
+        // have gone (the tests' clients are dropped before the cluster).
+        self.servers.clear();
+        // A connection thread that is just ending may still hold a replica for a moment: wait
+        // for it, so that every replica stops here, before its run directory goes.
+        for replica in self.replicas.drain(..) {
+            let deadline = Instant::now() + PATIENCE;
+            while Arc::strong_count(&replica) > 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(replica);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Calls `ready` every few milliseconds until it gives a value; panics after [`PATIENCE`].
+fn poll<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = ready() {
+            return value;
+        }
+        assert!(start.elapsed() < PATIENCE, "timed out after {PATIENCE:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A connection that speaks the wire protocol by hand.
+struct Raw {
+    stream: UnixStream,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn connect(path: &Path) -> Raw {
+        let stream = UnixStream::connect(path).expect("connect");
+        // A server that never answers fails the test instead of hanging it.
+        stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
+        Raw { stream, body: Vec::new() }
+    }
+
+    /// Sends one frame holding `body` and reads the answer.
+    fn ask(&mut self, body: &[u8]) -> ServerMessage {
+        write_frame(&mut self.stream, body).expect("send");
+        self.answer().expect("an answer")
+    }
+
+    fn ask_message(&mut self, message: &ClientMessage) -> ServerMessage {
+        let mut body = Vec::new();
+        message.encode(&mut body);
+        self.ask(&body)
+    }
+
+    /// The next answer; `None` if the server closed the connection.
+    fn answer(&mut self) -> Option<ServerMessage> {
+        match read_frame(&mut self.stream, &mut self.body) {
+            Ok(true) => Some(ServerMessage::decode(&self.body).expect("a well-formed answer")),
+            Ok(false) | Err(_) => None,
+        }
+    }
+}
+
+fn kv(client: u64, seq: u64, op: Op) -> ClientMessage {
+    ClientMessage::Kv(Request { client, seq, op }.encode().expect("a valid request"))
+}
+
+fn put(key: &str, value: &str) -> Op {
+    Op::Put { key: key.into(), value: value.into() }
+}
+
+/// A client's write and read still work: the cluster serves.
+fn still_serves(cluster: &Cluster, key: &str) {
+    let mut client = cluster.client();
+    client.put(key.as_bytes(), b"fine").expect("put after bad input");
+    assert_eq!(client.get(key.as_bytes()).expect("get after bad input"), Some(b"fine".to_vec()));
+}
+
+fn refused_because(answer: ServerMessage, why: &str) {
+    match answer {
+        ServerMessage::Refused(text) => assert!(text.contains(why), "refused with {text:?}"),
+        other => panic!("expected a refusal ({why}), got {other:?}"),
+    }
+}
+
+#[test]
+fn operations_give_the_right_answers_and_clients_follow_the_leader() {
+    let cluster = Cluster::start("ops", 0x7376_6301);
+    let leader = cluster.wait_leader();
+    let followers: Vec<u16> = (0..REPLICAS).filter(|&id| id != leader).collect();
+
+    // A follower answers with a hint naming the leader.
+    let mut raw = Raw::connect(&cluster.socket(followers[0]));
+    assert_eq!(
+        raw.ask_message(&kv(77, 1, put("hint", "x"))),
+        ServerMessage::NotLeader { leader: Some(leader) }
+    );
+
+    // A client that tries a follower first ends at the leader.
+    let mut endpoints = cluster.endpoints();
+    endpoints.sort_by_key(|&(id, _)| if id == followers[0] { 0 } else { 1 + u32::from(id) });
+    assert_eq!(endpoints[0].0, followers[0]);
+    let mut client = Client::new(endpoints).expect("a client");
+    client.set_timeout(PATIENCE);
+    client.put(b"a", b"1").expect("put");
+    assert!(client.resends >= 1, "the client never followed a hint");
+    assert_eq!(client.target(), cluster.wait_leader(), "the client did not move to the leader");
+
+    assert_eq!(client.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(client.get(b"missing").unwrap(), None);
+    client.put(b"a", b"2").expect("overwrite");
+    assert_eq!(client.get(b"a").unwrap(), Some(b"2".to_vec()));
+    client.put(b"empty", b"").expect("an empty value");
+    assert_eq!(client.get(b"empty").unwrap(), Some(Vec::new()));
+
+    assert!(client.cas(b"a", Some(b"2"), b"3").unwrap(), "cas with the right value");
+    assert!(!client.cas(b"a", Some(b"2"), b"4").unwrap(), "cas with a stale value");
+    assert_eq!(client.get(b"a").unwrap(), Some(b"3".to_vec()));
+    assert!(client.cas(b"new", None, b"x").unwrap(), "cas of an absent key");
+    assert!(!client.cas(b"new", None, b"y").unwrap(), "cas expecting absent, key present");
+    assert!(!client.cas(b"nothing", Some(b"x"), b"y").unwrap(), "cas of an absent key");
+    assert_eq!(client.get(b"new").unwrap(), Some(b"x".to_vec()));
+    assert_eq!(client.get(b"nothing").unwrap(), None);
+
+    assert!(client.delete(b"a").unwrap(), "delete of a present key");
+    assert!(!client.delete(b"a").unwrap(), "delete of an absent key");
+    assert_eq!(client.get(b"a").unwrap(), None);
+
+    // A second client sees what the first wrote.
+    let mut other = cluster.client();
+    assert_eq!(other.get(b"new").unwrap(), Some(b"x".to_vec()));
+}
+
+#[test]
+fn bad_input_is_refused_and_the_cluster_keeps_serving() {
+    let cluster = Cluster::start("bad", 0x7376_6302);
+    let leader = cluster.wait_leader();
+    let mut raw = Raw::connect(&cluster.socket(leader));
+
+    // Bytes that are no request: refused, and the connection goes on.
+    refused_because(raw.ask_message(&ClientMessage::Kv(vec![1, 2, 3])), "malformed");
+    still_serves(&cluster, "after-malformed");
+    // A request with a byte too many: one request has one encoding.
+    let mut request = Request { client: 5, seq: 1, op: put("k", "v") }.encode().unwrap();
+    request.push(0);
+    refused_because(raw.ask_message(&ClientMessage::Kv(request)), "malformed");
+    // A message type nobody knows, and an empty message.
+    refused_because(raw.ask(&[9, 1, 2]), "unknown message type");
+    refused_because(raw.ask(&[]), "empty message");
+    still_serves(&cluster, "after-unknown");
+    // The same connection still answers a good request.
+    match raw.ask_message(&ClientMessage::Status) {
+        ServerMessage::Status(json) => {
+            let report = ReplicaReport::from_json(&json).expect("a report");
+            assert_eq!(report.id, leader);
+        }
+        other => panic!("expected a status report, got {other:?}"),
+    }
+
+    // A key over the limit never leaves the client.
+    let mut client = cluster.client();
+    let long_key = vec![b'k'; KEY_BYTES_MAX + 1];
+    match client.put(&long_key, b"v") {
+        Err(ClientError::Invalid(why)) => assert!(why.contains("key"), "{why}"),
+        other => panic!("expected an invalid request, got {other:?}"),
+    }
+    // A value that does not fit in a log slot is refused by the replica, before the log.
+    match client.put(b"big", &vec![b'v'; SLOT_BYTES as usize * 2]) {
+        Err(ClientError::Refused(_)) => {}
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    still_serves(&cluster, "after-too-large");
+
+    // A frame longer than any message: refused, then the connection is closed (its body would
+    // still be on the way).
+    let mut huge = Raw::connect(&cluster.socket(leader));
+    huge.stream.write_all(&((FRAME_BYTES_MAX + 1) as u32).to_le_bytes()).expect("send a length");
+    refused_because(huge.answer().expect("an answer"), "larger than allowed");
+    assert_eq!(huge.answer(), None, "the connection stayed open after an oversized frame");
+    still_serves(&cluster, "after-oversized");
+
+    // A connection cut in the middle of a frame harms nobody else.
+    let mut cut = UnixStream::connect(cluster.socket(leader)).expect("connect");
+    cut.write_all(&[100, 0, 0, 0, 1, 2]).expect("half a frame");
+    drop(cut);
+    still_serves(&cluster, "after-cut");
+
+    // Followers refuse bad input the same way.
+    let follower = (0..REPLICAS).find(|&id| id != leader).unwrap();
+    let mut raw_follower = Raw::connect(&cluster.socket(follower));
+    refused_because(raw_follower.ask_message(&ClientMessage::Kv(vec![0xff])), "malformed");
+}
+
+#[test]
+fn a_request_sent_twice_is_applied_once() {
+    let cluster = Cluster::start("once", 0x7376_6303);
+    let leader = cluster.wait_leader();
+    let mut raw = Raw::connect(&cluster.socket(leader));
+    let mut client = cluster.client();
+    const ME: u64 = 0x00c0_ffee;
+
+    // A compare-and-set on an absent key, twice: applied twice, the second would fail.
+    let cas = kv(ME, 1, Op::Cas { key: "once".into(), expected: None, value: "first".into() });
+    let first = raw.ask_message(&cas);
+    assert_eq!(first, ServerMessage::Reply(Reply::Swapped(true)));
+    let again = raw.ask_message(&cas);
+    assert_eq!(again, first, "a retry got another answer than the original");
+    assert_eq!(client.get(b"once").unwrap(), Some(b"first".to_vec()));
+
+    // A put, then someone else's write, then the put again: applied twice, it would undo the
+    // other write.
+    let write = kv(ME, 2, put("twice", "old"));
+    assert_eq!(raw.ask_message(&write), ServerMessage::Reply(Reply::Stored));
+    client.put(b"twice", b"new").expect("another client's write");
+    assert_eq!(raw.ask_message(&write), ServerMessage::Reply(Reply::Stored));
+    assert_eq!(client.get(b"twice").unwrap(), Some(b"new".to_vec()), "the retry was applied again");
+
+    // A retry on another connection is the same request.
+    let mut raw2 = Raw::connect(&cluster.socket(leader));
+    assert_eq!(raw2.ask_message(&write), ServerMessage::Reply(Reply::Stored));
+    assert_eq!(client.get(b"twice").unwrap(), Some(b"new".to_vec()));
+
+    // An older request of the same client, after a newer one was applied: stale, no effect.
+    match raw.ask_message(&cas) {
+        ServerMessage::Reply(Reply::Stale { applied_seq: 2 }) => {}
+        other => panic!("expected a stale answer, got {other:?}"),
+    }
+    assert_eq!(client.get(b"once").unwrap(), Some(b"first".to_vec()));
+}
+
+#[test]
+fn every_replica_reports_and_they_converge() {
+    let cluster = Cluster::start("status", 0x7376_6304);
+    cluster.wait_leader();
+    let mut client = cluster.client();
+    const WRITES: u64 = 20;
+    for i in 0..WRITES {
+        client.put(format!("key-{i}").as_bytes(), format!("value-{i}").as_bytes()).expect("put");
+    }
+    let reports = poll("every replica to apply the same entries under one leader", || {
+        let reports = cluster.reports().ok()?;
+        let (applied, leader) = (reports[0].applied, reports[0].leader);
+        let converged = applied > 0
+            && leader.is_some()
+            && reports
+                .iter()
+                .all(|r| r.applied == applied && r.keys == WRITES && r.leader == leader);
+        converged.then_some(reports)
+    });
+    // Normally the leader of the start; another one if the machine was slow enough that a
+    // replica was taken for failed.
+    let leader = reports[0].leader.expect("a leader");
+    let digest = &reports[0].digest;
+    for (id, r) in reports.iter().enumerate() {
+        assert_eq!(r.id, id as u16);
+        assert_eq!(&r.digest, digest, "replica {id} applied the same entries into another state");
+        assert_eq!(r.members, vec![0, 1, 2]);
+        assert_eq!(r.pid, std::process::id());
+        assert!(r.heartbeat_on && r.eligible, "replica {id}: {r:?}");
+        assert_eq!(ReplicaReport::from_json(&r.to_json()).as_ref(), Ok(r), "JSON round trip");
+        if r.id == leader {
+            assert!(r.confirmed.contains(&leader), "confirmed {:?}", r.confirmed);
+            assert!(r.confirmed.len() >= 2, "the leader writes to a majority: {:?}", r.confirmed);
+            assert!(r.fuo >= r.applied, "fuo {} below applied {}", r.fuo, r.applied);
+        } else {
+            assert!(r.confirmed.is_empty(), "follower {id} has confirmed followers");
+        }
+    }
+    // Each put was committed by whichever replica led then: one entry each, at least (a
+    // client's requests go one at a time, so none share an entry).
+    let commits: u64 = reports.iter().map(|r| r.commits).sum();
+    assert!(commits >= WRITES, "{commits} entries committed for {WRITES} writes");
+    // Every replica holds the writes: read through the leader, as a client does.
+    for i in 0..WRITES {
+        assert_eq!(
+            client.get(format!("key-{i}").as_bytes()).unwrap(),
+            Some(format!("value-{i}").into_bytes())
+        );
+    }
+}
