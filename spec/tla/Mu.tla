@@ -17,18 +17,23 @@
 (*                                                                         *)
 (* Remote writes are posted by the leader and land later, in FIFO order    *)
 (* per (leader, replica) connection.  A write takes effect only if its     *)
-(* writer may write the target log when it lands; a permission change at   *)
-(* the target fails the writes in flight of every replica whose access it  *)
-(* changed (revocation is a barrier).  Remote reads land behind the writes *)
-(* in flight on their connection; the reads of one step are taken when    *)
-(* the leader acts on them (see docs/verification/tla.md for why that is   *)
-(* enough).                                                                *)
+(* writer may write the target log when it lands; a revocation fails the  *)
+(* revoked replica's writes in flight (revocation is a barrier).  A grant  *)
+(* only changes access: a write posted while its writer had no access     *)
+(* lands if the writer has been granted access again by then.  So a       *)
+(* leader asks a replica for access only when none of its writes to that  *)
+(* replica is in flight; otherwise it asks once they have all landed or    *)
+(* failed (the implementation learns that from a fence, a signaled read    *)
+(* behind them).  Remote reads land behind the writes in flight on their   *)
+(* connection; the reads of one step are taken when the leader acts on     *)
+(* them (see docs/verification/tla.md for why that is enough).             *)
 (*                                                                         *)
-(* GrantBeforeRevoke = TRUE is the mutated permission manager: it grants   *)
-(* the requester and acknowledges first, and revokes the old holder in a   *)
-(* later step.  GrantFences = FALSE drops the assumption that a grant      *)
-(* fails the grantee's writes in flight: a write posted while its writer   *)
-(* had no access may then land after the writer is granted access again.  *)
+(* Variants: GrantBeforeRevoke = TRUE is the mutated permission manager:   *)
+(* it grants the requester and acknowledges first, and revokes the old     *)
+(* holder in a later step.  AskFences = FALSE drops the leader's fence: a  *)
+(* new attempt asks every replica at once.  GrantFences = TRUE is the      *)
+(* other way out, which the implementation does not take: a grant fails   *)
+(* the grantee's writes in flight, as a revocation does.                   *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences
 
@@ -38,11 +43,16 @@ CONSTANTS
     S,                  \* number of log slots
     MaxAttempts,        \* leader attempts in all: starts, and restarts after an abort
     GrantBeforeRevoke,  \* TRUE: the mutated permission manager
-    GrantFences         \* FALSE: a write posted without access may land after a later grant
+    GrantFences,        \* TRUE: a grant fails the grantee's writes in flight (not implemented)
+    AskFences,          \* TRUE: a leader asks a replica only with no write to it in flight
+    SkipDoomedWrites    \* TRUE: writes that must fail are not posted (a reduction, see Useful)
 
 ASSUME N \in Nat \ {0} /\ S \in Nat \ {0} /\ MaxAttempts \in Nat
 ASSUME Leaders \subseteq 1..N
-ASSUME GrantBeforeRevoke \in BOOLEAN /\ GrantFences \in BOOLEAN
+ASSUME GrantBeforeRevoke \in BOOLEAN /\ GrantFences \in BOOLEAN /\ AskFences \in BOOLEAN
+ASSUME SkipDoomedWrites \in BOOLEAN
+\* The reduction is sound only where a write posted without access cannot land (see Useful).
+ASSUME SkipDoomedWrites => GrantFences \/ AskFences
 
 R        == 1..N
 Slots    == 1..S
@@ -85,6 +95,7 @@ VARIABLES
     done,       \* done[l]: who answered l's current step (grants, update, prepare, accept)
     bal,        \* bal[l]: l's proposal number, the last one it picked
     prepared,   \* prepared[l]: l omits prepare (it found only empty slots)
+    deferred,   \* deferred[l]: replicas l asks for access once its writes to them are done
     \* ---- the network ----
     net,        \* net[l][r]: l's writes to r's log in flight, oldest first
     \* ---- history, for the properties only ----
@@ -93,7 +104,7 @@ VARIABLES
 
 replicaVars == <<log, minProp, fuo>>
 permVars    == <<writers, reqs, pmReq>>
-leaderVars  == <<attempts, att, phase, conf, done, bal, prepared>>
+leaderVars  == <<attempts, att, phase, conf, done, bal, prepared, deferred>>
 hist        == <<acc, chosen>>
 vars        == <<replicaVars, permVars, leaderVars, net, hist>>
 
@@ -118,6 +129,7 @@ TypeOK ==
     /\ done \in [R -> SUBSET R]
     /\ bal \in [R -> Ballots]
     /\ prepared \in [R -> BOOLEAN]
+    /\ deferred \in [R -> SUBSET R]
     /\ \A l, r \in R : \A i \in 1..Len(net[l][r]) : OpOK(net[l][r][i])
     /\ acc \subseteq (Slots \X Ballots \X Values \X R)
     /\ chosen \in [Slots -> SUBSET Values]
@@ -136,6 +148,7 @@ Init ==
     /\ done = [l \in R |-> {}]
     /\ bal = [l \in R |-> 0]
     /\ prepared = [l \in R |-> FALSE]
+    /\ deferred = [l \in R |-> {}]
     /\ net = [l \in R |-> [r \in R |-> <<>>]]
     /\ acc = {}
     /\ chosen = [s \in Slots |-> {}]
@@ -146,11 +159,12 @@ Init ==
 Pending(r, l) == l \in reqs[r]
 
 \* Write access to r's log becomes W, and r's manager acknowledges to ack (a replica, or
-\* Nobody); the acknowledgement counts if ack is still collecting grants.  A request word holds
-\* a requester's latest request: a new attempt's request replaces the previous one.
-\*  - The writes in flight to r of every replica whose access changed fail: a write lands only
-\*    if its writer held access from post to landing (revocation is a barrier, and so is a
-\*    grant).  Without GrantFences, only the revoked replicas' writes fail.
+\* Nobody); the acknowledgement counts if ack is still collecting grants and has asked r in
+\* its current attempt (not still deferred: the leader counts only the grants it asked for in
+\* its current round).  A request word holds a requester's latest request: a new attempt's
+\* request replaces the previous one.
+\*  - The writes in flight to r of every replica whose access was revoked fail (revocation is
+\*    a barrier).  With GrantFences, so do those of every replica granted access.
 \*  - A leader r that loses its own log while it needs it for its next step can do nothing
 \*    more in this attempt (its next write to its own log fails): it is set idle at once,
 \*    which only merges states.
@@ -164,7 +178,8 @@ Serve(r, W, ack) ==
     /\ net' = [l \in R |-> [t \in R |->
                   IF t = r /\ l \in changed THEN <<>> ELSE net[l][t]]]
     /\ reqs' = IF ack = Nobody THEN reqs ELSE [reqs EXCEPT ![r] = @ \ {ack}]
-    /\ done' = [x \in R |-> IF x = ack /\ phase[x] = "perm" THEN done[x] \cup {r}
+    /\ done' = [x \in R |-> IF x = ack /\ phase[x] = "perm" /\ r \notin deferred[x]
+                            THEN done[x] \cup {r}
                             ELSE IF x = r /\ stop THEN {}
                             ELSE done[x]]
     /\ phase' = IF stop THEN [phase EXCEPT ![r] = "idle"] ELSE phase
@@ -178,7 +193,7 @@ PmServe(r, l) ==
     /\ ~GrantBeforeRevoke
     /\ Pending(r, l)
     /\ Serve(r, {l}, l)
-    /\ UNCHANGED <<replicaVars, pmReq, attempts, att, bal, hist>>
+    /\ UNCHANGED <<replicaVars, pmReq, attempts, att, bal, deferred, hist>>
 
 \* The mutated permission manager grants the requester and acknowledges first ...
 PmGrantFirst(r, l) ==
@@ -187,7 +202,7 @@ PmGrantFirst(r, l) ==
     /\ Pending(r, l)
     /\ pmReq' = [pmReq EXCEPT ![r] = l]
     /\ Serve(r, writers[r] \cup {l}, l)
-    /\ UNCHANGED <<replicaVars, attempts, att, bal, hist>>
+    /\ UNCHANGED <<replicaVars, attempts, att, bal, deferred, hist>>
 
 \* ... and revokes the old holder in a later step.
 PmRevokeLater(r) ==
@@ -195,7 +210,7 @@ PmRevokeLater(r) ==
     /\ pmReq[r] # Nobody
     /\ pmReq' = [pmReq EXCEPT ![r] = Nobody]
     /\ Serve(r, {pmReq[r]}, Nobody)
-    /\ UNCHANGED <<replicaVars, attempts, att, bal, hist>>
+    /\ UNCHANGED <<replicaVars, attempts, att, bal, deferred, hist>>
 
 -----------------------------------------------------------------------------
 (* The network.                                                             *)
@@ -235,12 +250,24 @@ Land(l, r) ==
             /\ done' = IF cur /\ phase[l] = "accept" /\ op.s = fuo[l] /\ op.b = bal[l]
                        THEN [done EXCEPT ![l] = @ \cup {r}] ELSE done
             /\ UNCHANGED <<minProp, fuo>>
-    /\ UNCHANGED <<permVars, attempts, att, phase, conf, bal, prepared>>
+    /\ UNCHANGED <<permVars, attempts, att, phase, conf, bal, prepared, deferred>>
 
-\* l may post to r now a write that can take effect.  With GrantFences, a write to a log l may
-\* not write now is left out: it would fail when it lands, since l can get access back only
-\* through a grant, and a grant fails the grantee's writes in flight.
-Useful(l, r) == l \in writers[r] \/ ~GrantFences
+\* l may post to r now a write that can take effect.  With SkipDoomedWrites, a write to a log
+\* l may not write now is left out: it would fail when it lands.  l can get access to r back
+\* only through a grant, and
+\*  - with GrantFences, a grant fails the grantee's writes in flight;
+\*  - with AskFences, l's request is pending at r only while none of l's writes to r is in
+\*    flight (FencedAsks, an invariant), so r cannot grant l access before the write has landed.
+\* Why leaving such writes out is sound: the revocation that took r's log from l emptied
+\* net[l][r] (revocation is a barrier), and l posts to r only once r granted it.  So while l
+\* may not write r's log, every write in net[l][r] was posted without access and fails.  The
+\* reduced model is the full one where each of them fails as soon as it is posted; and every
+\* behaviour of the full one is a behaviour of the reduced one but for net[l][r], which only
+\* holds back reads and requests on that connection (CanRead, AskAfterFence).  The properties
+\* do not mention net.  MuAllWrites.cfg checks the full model (SkipDoomedWrites = FALSE) at a
+\* smaller bound; FencedAsks is checked with the reduction too, as the reduction would hide a
+\* missing fence from Agreement.
+Useful(l, r) == l \in writers[r] \/ ~SkipDoomedWrites
 
 \* l posts op to every replica in T.
 Post(l, T, op) ==
@@ -265,19 +292,39 @@ ReadQuorums(l, from) ==
 
 \* l decides it leads, or aborts and starts over (section 4.1): a new attempt asks every
 \* permission manager, its own included, for write access.  Writes posted by earlier
-\* attempts may still be in flight.
+\* attempts may still be in flight.  With AskFences, l asks at once only its own manager (its
+\* own log is written locally) and those of the replicas it has no write in flight to; it asks
+\* the others once those writes have landed or failed (AskAfterFence).  A request of an
+\* earlier attempt still pending at a replica stays (its request word is still published);
+\* by FencedAsks, l then has no write in flight to that replica and asks it at once anyway.
 Start(l) ==
+    LET later == IF AskFences THEN {r \in R \ {l} : net[l][r] # <<>>} ELSE {}
+    IN
     /\ attempts < MaxAttempts
     /\ attempts' = attempts + 1
     /\ att' = [att EXCEPT ![l] = attempts + 1]
     /\ phase' = [phase EXCEPT ![l] = "perm"]
-    /\ reqs' = [r \in R |-> reqs[r] \cup {l}]
+    /\ reqs' = [r \in R |-> IF r \in later THEN reqs[r] ELSE reqs[r] \cup {l}]
+    /\ deferred' = [deferred EXCEPT ![l] = later]
     \* l's writes in flight from earlier attempts are no answer to this one
     /\ net' = [net EXCEPT ![l] = [r \in R |-> [i \in 1..Len(@[r]) |-> [@[r][i] EXCEPT !.a = FALSE]]]]
     /\ conf' = [conf EXCEPT ![l] = {}]
     /\ done' = [done EXCEPT ![l] = {}]
     /\ prepared' = [prepared EXCEPT ![l] = FALSE]
     /\ UNCHANGED <<replicaVars, writers, pmReq, bal, hist>>
+
+\* With AskFences: everything l posted to r has landed or failed (in the implementation, a
+\* fence posted behind those writes on the FIFO connection has completed), so l asks r now.
+\* Whatever l's phase, as the implementation does: if l has confirmed its followers meanwhile,
+\* the grant is a late one (not counted, but it still takes the log from its holder); if l has
+\* stopped leading, it is a request like any other.  A new Start recomputes the set.
+AskAfterFence(l, r) ==
+    /\ r \in deferred[l]
+    /\ net[l][r] = <<>>
+    /\ reqs' = [reqs EXCEPT ![r] = @ \cup {l}]
+    /\ deferred' = [deferred EXCEPT ![l] = @ \ {r}]
+    /\ UNCHANGED <<replicaVars, writers, pmReq, attempts, att, phase, conf, done, bal,
+                   prepared, net, hist>>
 
 \* Listing 2 lines 9-12: a majority granted, l itself among them (it must own its own log
 \* before touching it): they are the confirmed followers.  Then Listing 3: read their FUOs,
@@ -309,7 +356,7 @@ Confirm(l) ==
        /\ conf' = [conf EXCEPT ![l] = cf]
        /\ done' = [done EXCEPT ![l] = cf \ lagging]
     /\ phase' = [phase EXCEPT ![l] = "update"]
-    /\ UNCHANGED <<minProp, permVars, attempts, att, bal, prepared, hist>>
+    /\ UNCHANGED <<minProp, permVars, attempts, att, bal, prepared, deferred, hist>>
 
 \* Listing 2 lines 19-22, once every follower is up to date, or after a commit: read the
 \* minProposals of a majority, pick a proposal number above all of them and above every
@@ -328,7 +375,7 @@ PrepareWrite(l) ==
           /\ Post(l, conf[l] \ {l}, MkOp("mp", fuo[l], fuo[l], b, 0, NoData))
     /\ phase' = [phase EXCEPT ![l] = "pwrite"]
     /\ done' = [done EXCEPT ![l] = {l}]
-    /\ UNCHANGED <<log, fuo, permVars, attempts, att, conf, prepared, hist>>
+    /\ UNCHANGED <<log, fuo, permVars, attempts, att, conf, prepared, deferred, hist>>
 
 \* Listing 2 lines 29-31: write (l's proposal number, v) into slot s of l's own log and post
 \* it to the confirmed followers.
@@ -351,7 +398,7 @@ EndPrepare(l) ==
           IN
           /\ Accept(l, fuo[l], IF top.b = 0 THEN att[l] ELSE top.v)
           /\ prepared' = [prepared EXCEPT ![l] = top.b = 0]
-    /\ UNCHANGED <<minProp, fuo, permVars, attempts, att, conf, bal>>
+    /\ UNCHANGED <<minProp, fuo, permVars, attempts, att, conf, bal, deferred>>
 
 \* Listing 2 lines 32-36: a majority (l included) holds the entry: commit it by advancing l's
 \* FUO.  Then, with prepare omitted, accept l's next value at once; otherwise prepare next.
@@ -370,13 +417,14 @@ Commit(l) ==
           ELSE   /\ phase' = [phase EXCEPT ![l] = "end"]
                  /\ done' = [done EXCEPT ![l] = {}]
                  /\ UNCHANGED <<log, net, acc, chosen>>
-    /\ UNCHANGED <<minProp, permVars, attempts, att, conf, bal, prepared>>
+    /\ UNCHANGED <<minProp, permVars, attempts, att, conf, bal, prepared, deferred>>
 
 -----------------------------------------------------------------------------
 
 Next ==
     \/ \E l \in Leaders :
           \/ Start(l)
+          \/ \E r \in R : AskAfterFence(l, r)
           \/ Confirm(l)
           \/ PrepareWrite(l)
           \/ EndPrepare(l)
@@ -407,5 +455,10 @@ PiggybackSafe == \A r \in R : \A s \in 1..(S - 1) :
 \* Single writer (section 5.2): at most one replica may write a log at any time.  As writes
 \* are checked when they land, every write that takes effect is then the holder's.
 SingleWriter == \A r \in R : Cardinality(writers[r]) <= 1
+
+\* With AskFences, a leader's request is pending at another replica only while none of its
+\* writes to that replica is in flight: no write can land after a grant that came after it
+\* was posted.  This is what the fence is for, and what makes SkipDoomedWrites sound.
+FencedAsks == AskFences => \A l \in R : \A r \in R \ {l} : l \in reqs[r] => net[l][r] = <<>>
 
 =============================================================================

@@ -440,6 +440,10 @@ impl Leader {
     pub fn step_down(&mut self) {
         self.phase = Phase::Follower;
         self.attempt = self.attempt.wrapping_add(1);
+        // A fence completing later must not send a request: a follower asking for a log would
+        // take it from the leader that has it. (What we posted stays marked: if we lead again,
+        // those replicas are fenced before they are asked.)
+        self.ask_after_fence = 0;
         self.drop_proposals();
         self.prepared = false;
     }
