@@ -214,17 +214,7 @@ fn t73_a_replica_is_asked_again_only_once_our_writes_to_it_have_landed() {
     let since = c.actions.len();
     c.run();
     assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(1) }]);
-    let asked = |c: &Cluster| -> Vec<u16> {
-        let mut v: Vec<u16> = c.actions[since..]
-            .iter()
-            .filter_map(|a| match a {
-                Action::RequestPermission { peer, .. } => Some(peer.0),
-                _ => None,
-            })
-            .collect();
-        v.sort_unstable();
-        v
-    };
+    let asked = |c: &Cluster| c.asked_since(since);
     assert_eq!(asked(&c), [0, 1, 2, 3], "replica 4 waits: our accept to it is still on the wire");
     assert!(c.leader.fence_pending());
     let fences: Vec<usize> = c

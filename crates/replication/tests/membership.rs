@@ -9,7 +9,7 @@ use common::Cluster;
 use mu_fabric::NodeId;
 use mu_log::{EntryKind, FUO_OFFSET};
 use mu_replication::membership::Change;
-use mu_replication::{AbortReason, Action, Area, Memory, Phase, ProposeError, RemoteOp};
+use mu_replication::{AbortReason, Area, Memory, Phase, ProposeError, RemoteOp};
 
 /// Universe of four, members 0–2: the leader (0) asks only the members.
 fn three_of_four(outstanding_max: usize) -> Cluster {
@@ -21,18 +21,8 @@ fn three_of_four(outstanding_max: usize) -> Cluster {
     c
 }
 
-/// Who was asked for permission since action `since`, in id order (a replica we wrote to is
-/// asked only after a fence, so later than the others).
 fn asked_since(c: &Cluster, since: usize) -> Vec<u16> {
-    let mut asked: Vec<u16> = c.actions[since..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::RequestPermission { peer, .. } => Some(peer.0),
-            _ => None,
-        })
-        .collect();
-    asked.sort_unstable();
-    asked
+    c.asked_since(since)
 }
 
 fn propose_change(c: &mut Cluster, change: Change) -> Result<(), ProposeError> {

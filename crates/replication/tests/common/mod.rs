@@ -293,6 +293,20 @@ impl Cluster {
         self.mems[pos].store_u64(Area::Log, mu_log::MIN_PROPOSAL_OFFSET, min);
     }
 
+    /// Who was asked for permission since action number `since`, in id order (a replica we
+    /// wrote to is asked only after a fence, so later than the others).
+    pub fn asked_since(&self, since: usize) -> Vec<u16> {
+        let mut asked: Vec<u16> = self.actions[since..]
+            .iter()
+            .filter_map(|a| match a {
+                Action::RequestPermission { peer, .. } => Some(peer.0),
+                _ => None,
+            })
+            .collect();
+        asked.sort_unstable();
+        asked
+    }
+
     /// The operations posted since action number `since`, as (peer position, op).
     pub fn posts_since(&self, since: usize) -> Vec<(usize, RemoteOp)> {
         self.actions[since..]
