@@ -271,7 +271,7 @@ fn wait_until_up(
                 silent.push(format!("replica {}: no pid file yet", s.id));
             }
         }
-        let leader = majority_leader(config, reports.values());
+        let leader = ReplicaReport::agreed_leader(reports.values(), config.replicas.len());
         if silent.is_empty() {
             if let Some(leader) = leader {
                 return Ok((leader, reports));
@@ -299,20 +299,6 @@ fn wait_until_up(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The leader named by more than half of the cluster's replicas, if any.
-fn majority_leader<'a>(
-    config: &ClusterConfig,
-    reports: impl Iterator<Item = &'a ReplicaReport>,
-) -> Option<u16> {
-    let mut votes: BTreeMap<u16, usize> = BTreeMap::new();
-    for r in reports {
-        if let Some(l) = r.leader {
-            *votes.entry(l).or_default() += 1;
-        }
-    }
-    votes.into_iter().find(|&(_, n)| 2 * n > config.replicas.len()).map(|(l, _)| l)
 }
 
 /// Stops the replicas this `up` started (SIGTERM, then SIGKILL) and reaps them.
@@ -480,7 +466,7 @@ fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, St
     }
     let reports: Vec<&ReplicaReport> =
         answers.iter().filter_map(|(_, a)| a.as_ref().ok()).collect();
-    match majority_leader(config, reports.iter().copied()) {
+    match ReplicaReport::agreed_leader(reports.iter().copied(), config.replicas.len()) {
         Some(l) => {
             let votes = reports.iter().filter(|r| r.leader == Some(l)).count();
             println!(
@@ -766,7 +752,7 @@ impl NodeLock {
 // ---------------------------------------------------------------------------------------------
 
 /// What a replica's pid file says.
-enum PidFile {
+pub(crate) enum PidFile {
     Missing,
     /// It names no running replica (why).
     Stale(String),
@@ -794,7 +780,7 @@ fn pid_in(path: &Path) -> Option<u32> {
     read_pid(path).ok().flatten().and_then(Result::ok)
 }
 
-fn inspect_pid_file(config: &ClusterConfig, id: u16) -> Result<PidFile, String> {
+pub(crate) fn inspect_pid_file(config: &ClusterConfig, id: u16) -> Result<PidFile, String> {
     let pid = match read_pid(&config.pid_path(id))? {
         None => return Ok(PidFile::Missing),
         Some(Err(why)) => return Ok(PidFile::Stale(why)),
@@ -832,8 +818,8 @@ fn is_replica(pid: u32, id: u16) -> Option<bool> {
 
 /// A process to signal: by pidfd where the kernel has them, so that a signal cannot reach
 /// another process that got the pid after this one exited; by pid otherwise.
-struct Target {
-    pid: u32,
+pub(crate) struct Target {
+    pub(crate) pid: u32,
     pidfd: Option<OwnedFd>,
 }
 

@@ -11,7 +11,7 @@
 use crate::cluster::RunDir;
 use crate::interrupt;
 use hdrhistogram::Histogram;
-use mu_service::{Client, ClientError, ClusterConfig};
+use mu_service::{Client, ClientError, ClusterConfig, ReplicaReport};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -118,7 +118,8 @@ struct Shared {
     truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
     /// Latencies in nanoseconds, merged from the threads now and then.
     latency: Mutex<Histogram<u64>>,
-    /// Completion times of every operation after the kill, as ns since the demo started.
+    /// When the first operation after the kill completed, in ns since the demo started (0:
+    /// none yet).
     first_after_kill_ns: AtomicU64,
     kill_at_ns: AtomicU64,
 }
@@ -369,18 +370,9 @@ fn wait_for_leader(
 /// The leader a majority of the replicas' detectors agree on.
 fn current_leader(config: &ClusterConfig) -> Result<u16, String> {
     let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
-    let mut votes: BTreeMap<u16, usize> = BTreeMap::new();
-    for &id in &config.replicas {
-        if let Ok(report) = client.status(id) {
-            if let Some(l) = report.leader {
-                *votes.entry(l).or_default() += 1;
-            }
-        }
-    }
-    votes
-        .into_iter()
-        .find(|&(_, n)| 2 * n > config.replicas.len())
-        .map(|(l, _)| l)
+    let reports: Vec<ReplicaReport> =
+        config.replicas.iter().filter_map(|&id| client.status(id).ok()).collect();
+    ReplicaReport::agreed_leader(&reports, config.replicas.len())
         .ok_or_else(|| "no leader agreed on yet".into())
 }
 

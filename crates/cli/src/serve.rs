@@ -1,6 +1,7 @@
 //! `mu replica --config FILE --id N`: one replica of a key-value cluster, serving clients on
 //! its Unix socket until SIGINT or SIGTERM.
 
+use crate::cluster_cmd::{inspect_pid_file, PidFile};
 use crate::interrupt;
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
@@ -39,16 +40,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
     let pid_path = config.pid_path(args.id);
-    if let Ok(pid) = std::fs::read_to_string(&pid_path) {
-        let alive = std::path::Path::new(&format!("/proc/{}", pid.trim())).exists();
-        if alive {
-            return Err(format!(
-                "replica {} already runs (pid {} in {})",
-                args.id,
-                pid.trim(),
-                pid_path.display()
-            ));
-        }
+    // The same check `mu cluster` makes: a pid reused by another program is not "running".
+    if let PidFile::Running(target) = inspect_pid_file(&config, args.id)? {
+        return Err(format!(
+            "replica {} already runs (pid {} in {})",
+            args.id,
+            target.pid,
+            pid_path.display()
+        ));
     }
     let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(args.id));
     let fabric = ShmFabric::create(shm).map_err(|e| format!("replica {}: fabric: {e}", args.id))?;

@@ -62,71 +62,69 @@ pub fn render(s: &Sources) -> String {
     let r = ReplicaReport::new(&s.replica, &s.machine, s.started);
     let c = &s.counters;
     let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+    let counter = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let scalars: [(&str, &str, &str, u64); 17] = [
+        ("mu_requests_total", "counter", "Client requests received.", counter(&c.requests)),
+        (
+            "mu_requests_committed_total",
+            "counter",
+            "Client requests committed and answered.",
+            counter(&c.committed),
+        ),
+        (
+            "mu_requests_refused_total",
+            "counter",
+            "Requests refused (malformed, too large).",
+            counter(&c.refused),
+        ),
+        (
+            "mu_requests_not_leader_total",
+            "counter",
+            "Requests answered with a leader hint.",
+            counter(&c.not_leader),
+        ),
+        (
+            "mu_requests_retry_total",
+            "counter",
+            "Requests answered with retry.",
+            counter(&c.retries),
+        ),
+        ("mu_commits_total", "counter", "Entries committed as leader.", r.commits),
+        ("mu_aborts_total", "counter", "Leader attempts aborted.", r.aborts),
+        ("mu_leader_changes_total", "counter", "Leader changes seen.", r.leader_changes),
+        (
+            "mu_permission_switches_total",
+            "counter",
+            "Permission requests served.",
+            r.permission_switches,
+        ),
+        (
+            "mu_slow_permission_switches_total",
+            "counter",
+            "Permission requests served by the slow path.",
+            r.slow_permission_switches,
+        ),
+        ("mu_fuo", "gauge", "First undecided offset as the leader engine knows it.", r.fuo),
+        ("mu_applied", "gauge", "Index after the last entry applied (log head).", r.applied),
+        ("mu_log_slots", "gauge", "Slots in the circular log.", s.slots_count),
+        (
+            "mu_log_used_slots",
+            "gauge",
+            "Slots between the log head and the FUO.",
+            r.fuo.saturating_sub(r.applied).min(s.slots_count),
+        ),
+        (
+            "mu_is_leader",
+            "gauge",
+            "1 while this replica's detector elects itself.",
+            u64::from(r.leader == Some(r.id)),
+        ),
+        ("mu_keys", "gauge", "Keys in the store.", r.keys),
+        ("mu_uptime_seconds", "gauge", "Seconds since the replica started.", r.uptime_ms / 1000),
+    ];
+    for (name, kind, help, value) in scalars {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
-    };
-    metric(
-        "mu_requests_total",
-        "counter",
-        "Client requests received.",
-        c.requests.load(Ordering::Relaxed),
-    );
-    metric(
-        "mu_requests_committed_total",
-        "counter",
-        "Client requests committed and answered.",
-        c.committed.load(Ordering::Relaxed),
-    );
-    metric(
-        "mu_requests_refused_total",
-        "counter",
-        "Requests refused (malformed, too large).",
-        c.refused.load(Ordering::Relaxed),
-    );
-    metric(
-        "mu_requests_not_leader_total",
-        "counter",
-        "Requests answered with a leader hint.",
-        c.not_leader.load(Ordering::Relaxed),
-    );
-    metric(
-        "mu_requests_retry_total",
-        "counter",
-        "Requests answered with retry.",
-        c.retries.load(Ordering::Relaxed),
-    );
-    metric("mu_commits_total", "counter", "Entries committed as leader.", r.commits);
-    metric("mu_aborts_total", "counter", "Leader attempts aborted.", r.aborts);
-    metric("mu_leader_changes_total", "counter", "Leader changes seen.", r.leader_changes);
-    metric(
-        "mu_permission_switches_total",
-        "counter",
-        "Permission requests served.",
-        r.permission_switches,
-    );
-    metric(
-        "mu_slow_permission_switches_total",
-        "counter",
-        "Permission requests served by the slow path.",
-        r.slow_permission_switches,
-    );
-    metric("mu_fuo", "gauge", "First undecided offset as the leader engine knows it.", r.fuo);
-    metric("mu_applied", "gauge", "Index after the last entry applied (log head).", r.applied);
-    metric("mu_log_slots", "gauge", "Slots in the circular log.", s.slots_count);
-    metric(
-        "mu_log_used_slots",
-        "gauge",
-        "Slots between the log head and the FUO.",
-        r.fuo.saturating_sub(r.applied).min(s.slots_count),
-    );
-    metric(
-        "mu_is_leader",
-        "gauge",
-        "1 while this replica's detector elects itself.",
-        u64::from(r.leader == Some(r.id)),
-    );
-    metric("mu_keys", "gauge", "Keys in the store.", r.keys);
-    metric("mu_uptime_seconds", "gauge", "Seconds since the replica started.", r.uptime_ms / 1000);
+    }
     let _ = writeln!(out, "# HELP mu_detector_score Failure-detector score of a peer (0-15).");
     let _ = writeln!(out, "# TYPE mu_detector_score gauge");
     for (peer, score) in &r.scores {

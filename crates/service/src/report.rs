@@ -69,6 +69,19 @@ impl ReplicaReport {
         }
     }
 
+    /// The leader more than half of a cluster of `replicas_count` names in `reports`, if any:
+    /// the one clients and operators can take as the leader.
+    pub fn agreed_leader<'a>(
+        reports: impl IntoIterator<Item = &'a ReplicaReport>,
+        replicas_count: usize,
+    ) -> Option<u16> {
+        let mut votes = std::collections::BTreeMap::<u16, usize>::new();
+        for leader in reports.into_iter().filter_map(|r| r.leader) {
+            *votes.entry(leader).or_default() += 1;
+        }
+        votes.into_iter().find(|&(_, n)| 2 * n > replicas_count).map(|(l, _)| l)
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a report serializes")
     }
