@@ -235,8 +235,11 @@ fn lead(
     samples: u64,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
-    let fabric = ShmFabric::create(ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0)))
-        .map_err(|e| format!("replica 0: fabric: {e}"))?;
+    let fabric = ShmFabric::create(
+        ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0))
+            .with_protocol(mu_replica::protocol_tag()),
+    )
+    .map_err(|e| format!("replica 0: fabric: {e}"))?;
     let config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
     let replica = Replica::start(config, fabric, spec.mode.mode(), |_, _| {})
         .map_err(|e| format!("replica 0: {e}"))?;

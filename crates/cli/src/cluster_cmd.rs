@@ -171,7 +171,8 @@ fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
     }
     if running.is_empty() {
         // A replica started by hand may not have written its pid file yet, or lost it.
-        let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+        let mut client =
+            Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
         for &id in &config.replicas {
             if let Ok(report) = client.status(id) {
                 running.push(format!("replica {id} (pid {}, answering)", report.pid));
@@ -241,7 +242,8 @@ fn wait_until_up(
     timeout: Duration,
 ) -> Result<(u16, BTreeMap<u16, ReplicaReport>), String> {
     let deadline = Instant::now() + timeout;
-    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     loop {
         interrupt::check()?;
         for s in started.iter_mut() {
@@ -353,7 +355,8 @@ fn log_tail(path: &Path) -> String {
 
 fn status(args: &StatusArgs) -> Result<(), String> {
     let config = ClusterConfig::load(&args.config)?;
-    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let answers: Vec<(u16, Result<ReplicaReport, String>)> =
         config.replicas.iter().map(|&id| (id, client.status(id))).collect();
     let up = answers.iter().filter(|(_, a)| a.is_ok()).count();
@@ -381,9 +384,14 @@ fn status(args: &StatusArgs) -> Result<(), String> {
         print_table(&config, &answers);
     }
     if up == 0 {
+        // Say why: "nobody listens" and "the replicas refuse this client" need other fixes.
+        let mut reasons: Vec<&str> =
+            answers.iter().filter_map(|(_, a)| a.as_ref().err().map(String::as_str)).collect();
+        reasons.dedup();
         return Err(format!(
-            "no replica answers (is the cluster up? start it with `mu cluster up --config {}`)",
-            args.config.display()
+            "no replica answers (is the cluster up? start it with `mu cluster up --config {}`): {}",
+            args.config.display(),
+            reasons.join("; ")
         ));
     }
     Ok(())

@@ -167,7 +167,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let workers: Vec<_> = (0..args.clients)
         .map(|t| {
             let (shared, endpoints, keys) = (shared.clone(), config.endpoints(), args.keys);
-            std::thread::spawn(move || client_loop(t, keys, endpoints, &shared, start))
+            let cluster_id = config.cluster_id;
+            std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared, start))
         })
         .collect();
     let phase = Duration::from_secs_f64(args.seconds);
@@ -196,7 +197,8 @@ pub fn run(args: Args) -> Result<(), String> {
 
     // Every acknowledged write is there: read each key back through the log.
     let truth = shared.truth.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut reader = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut reader =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let mut checked = 0;
     for (key, t) in &truth {
         let got = reader.get(key).map_err(|e| format!("reading back {:?}: {e}", lossy(key)))?;
@@ -267,11 +269,12 @@ fn lossy(b: &[u8]) -> String {
 fn client_loop(
     t: usize,
     keys: usize,
+    cluster_id: u64,
     endpoints: Vec<(u16, PathBuf)>,
     shared: &Shared,
     start: Instant,
 ) {
-    let Ok(mut client) = Client::new(endpoints) else { return };
+    let Ok(mut client) = Client::new(cluster_id, endpoints) else { return };
     client.set_timeout(Duration::from_secs(5));
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     let mut n: u64 = 0;
@@ -369,7 +372,8 @@ fn wait_for_leader(
 
 /// The leader a majority of the replicas' detectors agree on.
 fn current_leader(config: &ClusterConfig) -> Result<u16, String> {
-    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let reports: Vec<ReplicaReport> =
         config.replicas.iter().filter_map(|&id| client.status(id).ok()).collect();
     ReplicaReport::agreed_leader(&reports, config.replicas.len())
@@ -382,7 +386,8 @@ fn wait_for_same_state(
     killed: u16,
     timeout: Duration,
 ) -> Result<Vec<String>, String> {
-    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
     loop {
         let reports: Vec<_> = config

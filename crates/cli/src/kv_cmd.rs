@@ -157,7 +157,8 @@ fn connect(target: &Target) -> Result<Client, String> {
             target.config.display()
         ));
     }
-    let mut client = Client::new(config.endpoints()).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     client.set_timeout(Duration::from_millis(target.timeout_ms));
     Ok(client)
 }

@@ -67,8 +67,11 @@ pub fn run(args: Args) -> Result<(), String> {
     cluster::die_with_parent(args.parent)?;
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
-    let fabric = ShmFabric::create(ShmConfig::new(&args.run_dir, cluster::CLUSTER_ID, NodeId(me)))
-        .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+    let fabric = ShmFabric::create(
+        ShmConfig::new(&args.run_dir, cluster::CLUSTER_ID, NodeId(me))
+            .with_protocol(mu_replica::protocol_tag()),
+    )
+    .map_err(|e| format!("replica {me}: fabric: {e}"))?;
     let config = config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us);
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).

@@ -49,7 +49,8 @@ pub fn run(args: Args) -> Result<(), String> {
             pid_path.display()
         ));
     }
-    let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(args.id));
+    let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(args.id))
+        .with_protocol(mu_replica::protocol_tag());
     let fabric = ShmFabric::create(shm).map_err(|e| format!("replica {}: fabric: {e}", args.id))?;
     let machine = SharedMachine::new();
     let started = Instant::now();
@@ -57,7 +58,8 @@ pub fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("replica {}: {e}", args.id))?;
     let replica = Arc::new(replica);
     let socket = config.socket_path(args.id);
-    let server = Server::start(replica.clone(), machine.clone(), &socket, started)?;
+    let server =
+        Server::start(config.cluster_id, replica.clone(), machine.clone(), &socket, started)?;
     if let Some(base) = config.metrics.port_base {
         let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
         let sources = mu_service::metrics::Sources {

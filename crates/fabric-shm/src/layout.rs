@@ -241,16 +241,27 @@ fn check_identity(
     Ok(())
 }
 
-/// Creates the run directory's cluster file, or checks that the directory belongs to `cluster_id`.
+/// The run directory's cluster file: which cluster, layout and protocol the directory serves.
+fn cluster_text(cluster_id: u64, protocol: &str) -> String {
+    format!("mu-shm cluster {cluster_id:#x} layout {LAYOUT_VERSION} protocol {protocol}\n")
+}
+
+/// Creates the run directory's cluster file, or checks that the directory belongs to
+/// `cluster_id` and runs `protocol` on this build's layout.
 ///
 /// The file appears whole or not at all: it is written under a private temporary name and then
 /// hard-linked into place (which fails if another node got there first), so a node starting at
 /// the same moment never reads a half-written file.
-pub fn claim_cluster(dir: &Path, cluster_id: u64) -> Result<(), FabricError> {
+pub fn claim_cluster(dir: &Path, cluster_id: u64, protocol: &str) -> Result<(), FabricError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    if protocol.is_empty() || protocol.contains(char::is_whitespace) {
+        return Err(FabricError::Config(format!(
+            "protocol name {protocol:?} must be one word (e.g. \"mu/1\")"
+        )));
+    }
     let path = cluster_file(dir);
-    let text = format!("mu-shm cluster {cluster_id:#x} layout {LAYOUT_VERSION}\n");
+    let text = cluster_text(cluster_id, protocol);
     if !path.exists() {
         let tmp = dir.join(format!(
             "cluster.new.{}.{:?}",
@@ -275,13 +286,32 @@ pub fn claim_cluster(dir: &Path, cluster_id: u64) -> Result<(), FabricError> {
     let found = std::fs::read_to_string(&path)
         .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
     if found == text {
-        Ok(())
-    } else {
-        Err(FabricError::Incompatible(format!(
-            "run directory {} belongs to another cluster or build: it says {:?}, this node is {:?}",
-            dir.display(),
+        return Ok(());
+    }
+    // Name the one thing that differs, most fundamental first: a user who pointed two clusters
+    // at one directory needs a different fix from one who upgraded half a cluster.
+    let words: Vec<&str> = found.split_whitespace().collect();
+    let field =
+        |name: &str| words.iter().position(|w| *w == name).and_then(|i| words.get(i + 1)).copied();
+    let dir = dir.display();
+    let why = match (words.first(), field("cluster"), field("layout"), field("protocol")) {
+        (Some(&"mu-shm"), Some(c), _, _) if c != format!("{cluster_id:#x}") => {
+            format!("run directory {dir} belongs to cluster {c}, not to cluster {cluster_id:#x}")
+        }
+        (Some(&"mu-shm"), _, Some(l), _) if l != LAYOUT_VERSION.to_string() => format!(
+            "run directory {dir} was made by a build with shared-memory layout {l}; this build \
+             speaks layout {LAYOUT_VERSION}"
+        ),
+        (Some(&"mu-shm"), _, _, p) if p != Some(protocol) => format!(
+            "run directory {dir} runs protocol {}; this node speaks {protocol}",
+            p.unwrap_or("(unnamed, an older build)")
+        ),
+        _ => format!(
+            "run directory {dir} belongs to another cluster or build: its cluster file says \
+             {:?}, this node is {:?}",
             found.trim_end(),
             text.trim_end()
-        )))
-    }
+        ),
+    };
+    Err(FabricError::Incompatible(why))
 }

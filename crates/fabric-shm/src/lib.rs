@@ -31,6 +31,7 @@ mod region;
 
 pub use endpoint::ShmEndpoint;
 pub use node::{
-    ShmConfig, ShmFabric, COPY_CHUNK_BYTES, MAX_CQ_DEPTH, MAX_INLINE_BYTES, MAX_REGION_BYTES,
+    ShmConfig, ShmFabric, COPY_CHUNK_BYTES, DEFAULT_PROTOCOL, MAX_CQ_DEPTH, MAX_INLINE_BYTES,
+    MAX_REGION_BYTES,
 };
 pub use region::ShmRegion;

@@ -34,6 +34,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// is refused at once, without waiting for the lock.
 static RUNNING_HERE: Mutex<Vec<(PathBuf, NodeId)>> = Mutex::new(Vec::new());
 
+/// The protocol a node records when its user names none: plain use of the fabric, as in its
+/// own tests and benchmarks.
+pub const DEFAULT_PROTOCOL: &str = "fabric";
+
 /// How to start a node.
 #[derive(Clone, Debug)]
 pub struct ShmConfig {
@@ -41,6 +45,11 @@ pub struct ShmConfig {
     pub run_dir: PathBuf,
     /// The cluster's id: a node refuses a run directory or a peer of another cluster.
     pub cluster_id: u64,
+    /// What runs on this fabric and at which version, e.g. `mu/1`: recorded in the run
+    /// directory by the first node, and a node that speaks anything else refuses the directory.
+    /// Nodes of one cluster must agree on the protocol as well as on the cluster id, or a
+    /// replica of an older build would read logs and permission words it does not understand.
+    pub protocol: String,
     /// This node's id, below 64.
     pub node: NodeId,
     /// How long a fast permission change waits for an in-flight operation before giving up with
@@ -54,10 +63,17 @@ pub struct ShmConfig {
 }
 
 impl ShmConfig {
+    /// Names what runs on the fabric (see [`ShmConfig::protocol`]).
+    pub fn with_protocol(mut self, protocol: impl Into<String>) -> ShmConfig {
+        self.protocol = protocol.into();
+        self
+    }
+
     pub fn new(run_dir: impl Into<PathBuf>, cluster_id: u64, node: NodeId) -> ShmConfig {
         ShmConfig {
             run_dir: run_dir.into(),
             cluster_id,
+            protocol: DEFAULT_PROTOCOL.to_string(),
             node,
             fast_wait_ns: 20_000,
             fence_after_ms: 20,
@@ -135,7 +151,7 @@ impl ShmFabric {
         }
         let dir = &config.run_dir;
         ensure_private_dir(dir)?;
-        layout::claim_cluster(dir, config.cluster_id)?;
+        layout::claim_cluster(dir, config.cluster_id, &config.protocol)?;
         let key = (std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()), node);
         {
             let mut running = lock(&RUNNING_HERE);

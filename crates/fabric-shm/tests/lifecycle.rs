@@ -23,7 +23,7 @@ use mu_fabric::{
     PermError, PostError, QpState, RegionId, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_fabric_shm::layout::{self, CTL_BYTES, HEADER_BYTES, LAYOUT_VERSION};
-use mu_fabric_shm::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion};
+use mu_fabric_shm::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion, DEFAULT_PROTOCOL};
 use std::fmt::Display;
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -257,8 +257,8 @@ fn spec_encoding_round_trips() {
 // t1x: bad input and configuration.
 // ---------------------------------------------------------------------------------------------
 
-/// A run directory claimed by another cluster (or another build) is refused with a message, and
-/// the refused node leaves no files behind.
+/// A run directory claimed by another cluster, another protocol or another build is refused
+/// with a message naming what differs, and the refused node leaves no files behind.
 #[test]
 fn t10_run_dir_of_another_cluster_is_incompatible() {
     let dir = run_dir("t10");
@@ -267,17 +267,41 @@ fn t10_run_dir_of_another_cluster_is_incompatible() {
         .err()
         .expect("a node of another cluster must be refused");
     assert!(matches!(err, FabricError::Incompatible(_)), "{err:?}");
-    assert_mentions(&err, "another cluster");
+    assert_mentions(&err, &format!("belongs to cluster {CLUSTER:#x}, not to cluster"));
     let cluster = std::fs::read_to_string(dir.path().join("cluster")).expect("cluster file");
     assert!(cluster.contains(&format!("{CLUSTER:#x}")), "cluster file was rewritten: {cluster:?}");
     assert!(!layout::ctl_file(dir.path(), NodeId(1)).exists(), "the refused node published itself");
 
-    // A cluster file that is not ours at all (another build, garbage) is refused the same way.
+    // The same cluster id with another protocol (or another version of it).
+    let err =
+        ShmFabric::create(ShmConfig::new(dir.path(), CLUSTER, NodeId(1)).with_protocol("mu/9"))
+            .err()
+            .expect("a node of another protocol must be refused");
+    assert!(matches!(err, FabricError::Incompatible(_)), "{err:?}");
+    assert_mentions(&err, &format!("runs protocol {DEFAULT_PROTOCOL}; this node speaks mu/9"));
+    assert!(!layout::ctl_file(dir.path(), NodeId(1)).exists(), "the refused node published itself");
+
+    // A build with another layout.
+    let older = run_dir("t10c");
+    let text =
+        format!("mu-shm cluster {CLUSTER:#x} layout {} protocol fabric\n", LAYOUT_VERSION + 1);
+    std::fs::write(older.path().join("cluster"), text).unwrap();
+    let err = older.create(0).err().expect("another layout must be refused");
+    assert_mentions(&err, &format!("layout {}", LAYOUT_VERSION + 1));
+
+    // A cluster file that is not ours at all (garbage) is refused too.
     let other = run_dir("t10b");
     std::fs::write(other.path().join("cluster"), "something else entirely\n").unwrap();
     let err = other.create(0).err().expect("a foreign run directory must be refused");
     assert!(matches!(err, FabricError::Incompatible(_)), "{err:?}");
-    assert_mentions(&err, "another cluster");
+    assert_mentions(&err, "another cluster or build");
+
+    // A protocol name that could not be read back is a configuration error.
+    let err =
+        ShmFabric::create(ShmConfig::new(dir.path(), CLUSTER, NodeId(2)).with_protocol("mu 1"))
+            .err()
+            .expect("a protocol name with a space must be refused");
+    assert!(matches!(err, FabricError::Config(_)), "{err:?}");
 }
 
 /// A run directory that other users can reach is a configuration error, found before anything

@@ -41,5 +41,6 @@ pub use config::{ConfigError, ReplicaConfig};
 pub use core::{ReplicaCore, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
 pub use mu_replication::membership::Change;
+pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};
 pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};
 pub use replication::{Applier, ProposeError, ReplicationDriver};

@@ -394,6 +394,11 @@ impl Replica {
         self.shared.status(self.me)
     }
 
+    /// This replica's id.
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
     /// The origin of the replica's clock, which status timestamps count from.
     pub fn started_at(&self) -> Instant {
         self.started_at

@@ -32,6 +32,18 @@ pub use replayer::Replayer;
 
 use mu_fabric::NodeId;
 
+/// The version of everything replicas of one cluster share: the log's layout, the request and
+/// grant words, the heartbeat and membership records. Raised whenever one of them changes, so
+/// that a replica of another build is refused at start ([`protocol_tag`]) rather than reading
+/// memory it does not understand.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The name and version a replica records on its fabric, e.g. `mu/1`: a fabric refuses nodes
+/// that speak anything else in the same cluster.
+pub fn protocol_tag() -> String {
+    format!("mu/{PROTOCOL_VERSION}")
+}
+
 /// The most entries a leader may have in the accept phase at once (§7.4).
 pub const OUTSTANDING_MAX: usize = 64;
 

@@ -7,7 +7,9 @@
 //! and sequence number, so the state machine applies it once, however many times it arrives.
 
 use crate::report::ReplicaReport;
-use crate::wire::{read_frame, write_frame, ClientMessage, FrameError, ServerMessage};
+use crate::wire::{
+    read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
+};
 use mu_kv::{Op, Reply, Request};
 use std::io::{BufReader, BufWriter};
 use std::os::unix::net::UnixStream;
@@ -31,6 +33,8 @@ pub enum ClientError {
 
 /// A client of the key-value service. Operations are sequential: one at a time.
 pub struct Client {
+    /// The cluster the client belongs to: replicas of another refuse it.
+    cluster_id: u64,
     /// Each replica's id and socket path.
     replicas: Vec<(u16, PathBuf)>,
     /// Position in `replicas` of the one we send to.
@@ -60,12 +64,13 @@ fn fresh_client_id() -> u64 {
 }
 
 impl Client {
-    /// A client of the replicas `(id, socket path)`, with a fresh client id.
-    pub fn new(replicas: Vec<(u16, PathBuf)>) -> Result<Client, ClientError> {
+    /// A client of cluster `cluster_id`'s replicas `(id, socket path)`, with a fresh client id.
+    pub fn new(cluster_id: u64, replicas: Vec<(u16, PathBuf)>) -> Result<Client, ClientError> {
         if replicas.is_empty() {
             return Err(ClientError::Invalid("no replicas to talk to".into()));
         }
         Ok(Client {
+            cluster_id,
             replicas,
             target: 0,
             conn: None,
@@ -170,8 +175,8 @@ impl Client {
                     last = why;
                     std::thread::sleep(Duration::from_micros(100));
                 }
-                Ok(ServerMessage::Status(_)) => {
-                    last = "a status answer to a request".into();
+                Ok(ServerMessage::Status(_) | ServerMessage::Welcome) => {
+                    last = "an answer of the wrong kind".into();
                     self.conn = None;
                 }
                 Err(e) => {
@@ -212,7 +217,9 @@ impl Client {
         self.target = (self.target + 1) % self.replicas.len();
     }
 
-    /// Sends one message to the target replica and reads its answer.
+    /// Sends one message to the target replica and reads its answer. A new connection opens
+    /// with a hello; a replica that refuses it (another cluster, another version) gives its
+    /// refusal as the answer.
     fn exchange(&mut self, message: &[u8]) -> Result<ServerMessage, FrameError> {
         if self.conn.is_none() {
             let stream = UnixStream::connect(&self.replicas[self.target].1)?;
@@ -221,8 +228,22 @@ impl Client {
             stream.set_read_timeout(Some(Duration::from_millis(500)))?;
             let reader = BufReader::new(stream.try_clone()?);
             self.conn = Some((reader, BufWriter::new(stream)));
+            let mut hello = Vec::new();
+            ClientMessage::Hello { cluster_id: self.cluster_id, wire_version: WIRE_VERSION }
+                .encode(&mut hello);
+            match self.send_and_read(&hello)? {
+                ServerMessage::Welcome => {}
+                other => {
+                    self.conn = None;
+                    return Ok(other);
+                }
+            }
         }
-        let (reader, writer) = self.conn.as_mut().expect("connected above");
+        self.send_and_read(message)
+    }
+
+    fn send_and_read(&mut self, message: &[u8]) -> Result<ServerMessage, FrameError> {
+        let (reader, writer) = self.conn.as_mut().expect("connected by the caller");
         let result =
             write_frame(writer, message).map_err(FrameError::from).and_then(|()| match read_frame(
                 reader,

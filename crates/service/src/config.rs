@@ -55,8 +55,9 @@ pub struct ClusterConfig {
     pub metrics: MetricsSection,
 }
 
+/// A section may name only some settings: the others keep their defaults.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct LogSection {
     pub slots: u64,
     pub slot_bytes: u32,
@@ -64,7 +65,7 @@ pub struct LogSection {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct DetectorSection {
     pub read_period_us: u64,
     pub failure_threshold: u8,

@@ -6,11 +6,14 @@
 //! requests per entry, several entries in flight, Mu paper §7.4), and hands each its answer.
 //! Bad input is answered, never fatal: a malformed request or one over the limits gets
 //! [`ServerMessage::Refused`] and the connection goes on; a frame that cannot be read closes
-//! that connection only.
+//! that connection only. A connection must open with a hello naming this cluster and this wire
+//! version; anything else is refused and the connection closed.
 
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
-use crate::wire::{read_frame, write_frame, ClientMessage, FrameError, ServerMessage};
+use crate::wire::{
+    read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
+};
 use mu_kv::Request;
 use mu_replica::{ProposeError, Replica};
 use std::io::{BufReader, BufWriter};
@@ -95,9 +98,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serves `replica` (whose state machine is `machine`) on a new socket at `path`, readable
-    /// and writable by this user only. A stale socket file at `path` is replaced.
+    /// Serves `replica` of cluster `cluster_id` (whose state machine is `machine`) on a new
+    /// socket at `path`, readable and writable by this user only. A stale socket file at `path`
+    /// is replaced.
     pub fn start(
+        cluster_id: u64,
         replica: Arc<Replica>,
         machine: SharedMachine,
         path: &Path,
@@ -135,7 +140,9 @@ impl Server {
             let stop = stop.clone();
             let counters = counters.clone();
             threads.push(spawn("mu-kv-accept", move || {
-                accept_loop(listener, &stop, &jobs_tx, &replica, &machine, &counters, started)
+                let base =
+                    Connection { cluster_id, jobs: jobs_tx, replica, machine, counters, started };
+                accept_loop(listener, &stop, &base)
             })?);
         }
         Ok(Server { path: path.to_path_buf(), stop, threads, counters })
@@ -164,27 +171,14 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| format!("starting thread {name}: {e}"))
 }
 
-fn accept_loop(
-    listener: UnixListener,
-    stop: &AtomicBool,
-    jobs: &Sender<Job>,
-    replica: &Arc<Replica>,
-    machine: &SharedMachine,
-    counters: &Arc<ServerCounters>,
-    started: Instant,
-) {
-    // The proposer thread ends when the last sender is gone: this one, and the connections'.
+/// Accepts connections until `stop`, serving each on a thread of its own with a copy of `base`.
+fn accept_loop(listener: UnixListener, stop: &AtomicBool, base: &Connection) {
+    // The proposer thread ends when the last sender is gone: `base`'s, and the connections'.
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
-                counters.connections.fetch_add(1, Ordering::Relaxed);
-                let conn = Connection {
-                    jobs: jobs.clone(),
-                    replica: replica.clone(),
-                    machine: machine.clone(),
-                    counters: counters.clone(),
-                    started,
-                };
+                base.counters.connections.fetch_add(1, Ordering::Relaxed);
+                let conn = base.clone();
                 // A connection that cannot get a thread is closed: the client tries again.
                 let _ = spawn("mu-kv-conn", move || conn.serve(stream));
             }
@@ -196,7 +190,9 @@ fn accept_loop(
     }
 }
 
+#[derive(Clone)]
 struct Connection {
+    cluster_id: u64,
     jobs: Sender<Job>,
     replica: Arc<Replica>,
     machine: SharedMachine,
@@ -213,10 +209,22 @@ impl Connection {
         let mut reader = BufReader::new(stream);
         let mut writer = BufWriter::new(write_half);
         let (mut body, mut out) = (Vec::new(), Vec::new());
+        let mut greeted = false;
         loop {
             let answer = match read_frame(&mut reader, &mut body) {
                 Ok(false) => return,
                 Ok(true) => match ClientMessage::decode(&body) {
+                    Ok(m) if !greeted => match self.greet(&m) {
+                        Ok(welcome) => {
+                            greeted = true;
+                            welcome
+                        }
+                        Err(why) => {
+                            self.refuse(why.clone()).encode(&mut out);
+                            let _ = write_frame(&mut writer, &out);
+                            return;
+                        }
+                    },
                     Ok(m) => self.handle(m),
                     Err(e) => self.refuse(e.to_string()),
                 },
@@ -236,6 +244,30 @@ impl Connection {
         }
     }
 
+    /// The answer to a connection's first message: welcome a client of this cluster that speaks
+    /// this wire version, refuse anything else.
+    fn greet(&self, first: &ClientMessage) -> Result<ServerMessage, String> {
+        let me = self.replica.id().0;
+        match *first {
+            ClientMessage::Hello { cluster_id, .. } if cluster_id != self.cluster_id => {
+                Err(format!(
+                    "replica {me} belongs to cluster {}, not to cluster {cluster_id}",
+                    self.cluster_id
+                ))
+            }
+            ClientMessage::Hello { wire_version, .. } if wire_version != WIRE_VERSION => {
+                Err(format!(
+                    "replica {me} speaks client protocol version {WIRE_VERSION}, this client \
+                     speaks version {wire_version}"
+                ))
+            }
+            ClientMessage::Hello { .. } => Ok(ServerMessage::Welcome),
+            _ => {
+                Err(format!("replica {me}: a connection must open with a hello naming the cluster"))
+            }
+        }
+    }
+
     fn refuse(&self, why: String) -> ServerMessage {
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
         ServerMessage::Refused(why)
@@ -248,6 +280,7 @@ impl Connection {
                 return ServerMessage::Status(report.to_json());
             }
             ClientMessage::Kv(bytes) => bytes,
+            ClientMessage::Hello { .. } => return self.refuse("a second hello".into()),
         };
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         // Checked here so that nothing malformed reaches the log (every replica would refuse

@@ -1,7 +1,11 @@
 //! The client protocol: length-prefixed frames on a stream socket, one request then one answer.
 //!
 //! A frame is a little-endian `u32` body length, then the body; the body's first byte says what
-//! it is. Clients send [`ClientMessage`]s, replicas answer with [`ServerMessage`]s. A key-value
+//! it is. Clients send [`ClientMessage`]s, replicas answer with [`ServerMessage`]s. Every
+//! connection opens with [`ClientMessage::Hello`], naming the cluster and this format's version:
+//! a replica answers [`ServerMessage::Welcome`], or refuses a client of another cluster or
+//! version and closes the connection, so a client pointed at the wrong cluster's sockets fails
+//! with a message rather than reading or writing that cluster's data. A key-value
 //! request travels as the bytes [`mu_kv::Request::encode`] makes: the same bytes the leader
 //! proposes and every replica applies.
 
@@ -12,13 +16,18 @@ use std::io::{self, Read, Write};
 /// of the largest values, and room for the headers.
 pub const FRAME_BYTES_MAX: usize = KEY_BYTES_MAX + 2 * VALUE_BYTES_MAX + 256;
 
+/// The version of this format; a replica refuses a client that speaks another.
+pub const WIRE_VERSION: u32 = 1;
+
 const KV: u8 = 1;
 const STATUS: u8 = 2;
+const HELLO: u8 = 3;
 const REPLY: u8 = 1;
 const NOT_LEADER: u8 = 2;
 const RETRY: u8 = 3;
 const REFUSED: u8 = 4;
 const STATUS_REPLY: u8 = 5;
+const WELCOME: u8 = 6;
 
 /// What a client asks a replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +36,8 @@ pub enum ClientMessage {
     Kv(Vec<u8>),
     /// The replica's status, as JSON ([`crate::ReplicaReport`]).
     Status,
+    /// The first message on a connection: the client's cluster and format version.
+    Hello { cluster_id: u64, wire_version: u32 },
 }
 
 /// What a replica answers.
@@ -45,6 +56,8 @@ pub enum ServerMessage {
     Refused(String),
     /// The replica's status, as JSON.
     Status(String),
+    /// The answer to a hello from a client of this cluster.
+    Welcome,
 }
 
 /// Why a frame could not be read.
@@ -99,6 +112,11 @@ impl ClientMessage {
                 out.extend_from_slice(request);
             }
             ClientMessage::Status => out.push(STATUS),
+            ClientMessage::Hello { cluster_id, wire_version } => {
+                out.push(HELLO);
+                out.extend_from_slice(&cluster_id.to_le_bytes());
+                out.extend_from_slice(&wire_version.to_le_bytes());
+            }
         }
     }
 
@@ -107,6 +125,14 @@ impl ClientMessage {
             Some((&KV, rest)) => Ok(ClientMessage::Kv(rest.to_vec())),
             Some((&STATUS, [])) => Ok(ClientMessage::Status),
             Some((&STATUS, _)) => Err(FrameError::Malformed("bytes after a status request".into())),
+            Some((&HELLO, rest)) if rest.len() == 12 => {
+                let (id, version) = rest.split_at(8);
+                Ok(ClientMessage::Hello {
+                    cluster_id: u64::from_le_bytes(id.try_into().expect("8 bytes")),
+                    wire_version: u32::from_le_bytes(version.try_into().expect("4 bytes")),
+                })
+            }
+            Some((&HELLO, _)) => Err(FrameError::Malformed("a hello of the wrong length".into())),
             Some((tag, _)) => Err(FrameError::Malformed(format!("unknown message type {tag}"))),
             None => Err(FrameError::Malformed("empty message".into())),
         }
@@ -143,6 +169,7 @@ impl ServerMessage {
                 out.push(STATUS_REPLY);
                 out.extend_from_slice(json.as_bytes());
             }
+            ServerMessage::Welcome => out.push(WELCOME),
         }
     }
 
@@ -163,6 +190,8 @@ impl ServerMessage {
             Some((&RETRY, rest)) => text(rest).map(ServerMessage::Retry),
             Some((&REFUSED, rest)) => text(rest).map(ServerMessage::Refused),
             Some((&STATUS_REPLY, rest)) => text(rest).map(ServerMessage::Status),
+            Some((&WELCOME, [])) => Ok(ServerMessage::Welcome),
+            Some((&WELCOME, _)) => Err(FrameError::Malformed("bytes after a welcome".into())),
             Some((tag, _)) => Err(FrameError::Malformed(format!("unknown answer type {tag}"))),
             None => Err(FrameError::Malformed("empty answer".into())),
         }
@@ -176,7 +205,11 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let mut b = Vec::new();
-        for m in [ClientMessage::Kv(vec![1, 2, 3]), ClientMessage::Status] {
+        for m in [
+            ClientMessage::Kv(vec![1, 2, 3]),
+            ClientMessage::Status,
+            ClientMessage::Hello { cluster_id: u64::MAX - 3, wire_version: WIRE_VERSION },
+        ] {
             m.encode(&mut b);
             assert_eq!(ClientMessage::decode(&b).unwrap(), m);
         }
@@ -187,6 +220,7 @@ mod tests {
             ServerMessage::Retry("aborted".into()),
             ServerMessage::Refused("too large".into()),
             ServerMessage::Status("{}".into()),
+            ServerMessage::Welcome,
         ] {
             m.encode(&mut b);
             assert_eq!(ServerMessage::decode(&b).unwrap(), m);
@@ -198,6 +232,9 @@ mod tests {
         assert!(ClientMessage::decode(&[]).is_err());
         assert!(ClientMessage::decode(&[9]).is_err());
         assert!(ClientMessage::decode(&[STATUS, 0]).is_err());
+        assert!(ClientMessage::decode(&[HELLO, 1, 2, 3]).is_err());
+        assert!(ClientMessage::decode(&[HELLO; 14]).is_err());
+        assert!(ServerMessage::decode(&[WELCOME, 0]).is_err());
         assert!(ServerMessage::decode(&[NOT_LEADER, 1, 0]).is_err());
         assert!(ServerMessage::decode(&[REPLY, 77]).is_err());
         assert!(ServerMessage::decode(&[RETRY, 0xff]).is_err());

@@ -77,7 +77,17 @@ fn a_missing_key_is_refused() {
     refused("run_dir = \"/tmp/x\"\nreplicas = [0]\n", &["missing field", "cluster_id"]);
     refused("cluster_id = 1\nreplicas = [0]\n", &["missing field", "run_dir"]);
     refused("cluster_id = 1\nrun_dir = \"/tmp/x\"\n", &["missing field", "replicas"]);
-    refused(&good("[log]\nslots = 64\n"), &["missing field", "slot_bytes"]);
+}
+
+#[test]
+fn a_section_may_name_only_some_settings() {
+    let c = ClusterConfig::parse(&good("[log]\nslots = 64\n[detector]\nread_period_us = 250\n"))
+        .expect("a partial section");
+    assert_eq!(c.log.slots, 64);
+    assert_eq!(c.log.slot_bytes, 4096 + 24, "the default slot size");
+    assert_eq!(c.log.integrity, "checksum");
+    assert_eq!(c.detector.read_period_us, 250);
+    assert_eq!((c.detector.failure_threshold, c.detector.recovery_threshold), (2, 6));
 }
 
 #[test]

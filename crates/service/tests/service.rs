@@ -11,7 +11,9 @@ use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
 use mu_replica::{Mode, Replica, ReplicaConfig};
-use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX};
+use mu_service::wire::{
+    read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION,
+};
 use mu_service::{Client, ClientError, ReplicaReport, Server, SharedMachine};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -37,6 +39,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// Three replicas, each with its server, in a private run directory; stopped and removed when
 /// dropped.
 struct Cluster {
+    cluster_id: u64,
     dir: PathBuf,
     servers: Vec<Server>,
     replicas: Vec<Arc<Replica>>,
@@ -55,22 +58,25 @@ impl Cluster {
         let dir = base.join(format!("mu-svc-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run directory");
-        let mut cluster = Cluster { dir, servers: Vec::new(), replicas: Vec::new(), _turn: turn };
+        let mut cluster =
+            Cluster { cluster_id, dir, servers: Vec::new(), replicas: Vec::new(), _turn: turn };
         let ids: Vec<NodeId> = (0..REPLICAS).map(NodeId).collect();
         for id in 0..REPLICAS {
             let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
             config.slots_count = SLOTS;
             config.slot_bytes = SLOT_BYTES;
             config.detector.read_period_ns = READ_PERIOD_NS;
-            let fabric = ShmFabric::create(ShmConfig::new(&cluster.dir, cluster_id, NodeId(id)))
-                .expect("fabric");
+            let shm = ShmConfig::new(&cluster.dir, cluster_id, NodeId(id))
+                .with_protocol(mu_replica::protocol_tag());
+            let fabric = ShmFabric::create(shm).expect("fabric");
             let machine = SharedMachine::new();
             let replica = Arc::new(
                 Replica::start_with_state(config, fabric, Mode::Direct, machine.clone())
                     .expect("replica starts"),
             );
+            let socket = cluster.socket(id);
             let server =
-                Server::start(replica.clone(), machine, &cluster.socket(id), Instant::now())
+                Server::start(cluster_id, replica.clone(), machine, &socket, Instant::now())
                     .expect("server starts");
             cluster.replicas.push(replica);
             cluster.servers.push(server);
@@ -87,7 +93,7 @@ impl Cluster {
     }
 
     fn client(&self) -> Client {
-        let mut client = Client::new(self.endpoints()).expect("a client");
+        let mut client = Client::new(self.cluster_id, self.endpoints()).expect("a client");
         client.set_timeout(PATIENCE);
         client
     }
@@ -145,7 +151,17 @@ struct Raw {
 }
 
 impl Raw {
-    fn connect(path: &Path) -> Raw {
+    /// A connection to replica `id` of `cluster`, greeted as a client of that cluster.
+    fn connect(cluster: &Cluster, id: u16) -> Raw {
+        let mut raw = Raw::connect_bare(&cluster.socket(id));
+        let hello =
+            ClientMessage::Hello { cluster_id: cluster.cluster_id, wire_version: WIRE_VERSION };
+        assert_eq!(raw.ask_message(&hello), ServerMessage::Welcome);
+        raw
+    }
+
+    /// A connection that has said nothing yet.
+    fn connect_bare(path: &Path) -> Raw {
         let stream = UnixStream::connect(path).expect("connect");
         // A server that never answers fails the test instead of hanging it.
         stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
@@ -202,7 +218,7 @@ fn operations_give_the_right_answers_and_clients_follow_the_leader() {
     let followers: Vec<u16> = (0..REPLICAS).filter(|&id| id != leader).collect();
 
     // A follower answers with a hint naming the leader.
-    let mut raw = Raw::connect(&cluster.socket(followers[0]));
+    let mut raw = Raw::connect(&cluster, followers[0]);
     assert_eq!(
         raw.ask_message(&kv(77, 1, put("hint", "x"))),
         ServerMessage::NotLeader { leader: Some(leader) }
@@ -212,7 +228,7 @@ fn operations_give_the_right_answers_and_clients_follow_the_leader() {
     let mut endpoints = cluster.endpoints();
     endpoints.sort_by_key(|&(id, _)| if id == followers[0] { 0 } else { 1 + u32::from(id) });
     assert_eq!(endpoints[0].0, followers[0]);
-    let mut client = Client::new(endpoints).expect("a client");
+    let mut client = Client::new(cluster.cluster_id, endpoints).expect("a client");
     client.set_timeout(PATIENCE);
     client.put(b"a", b"1").expect("put");
     assert!(client.resends >= 1, "the client never followed a hint");
@@ -247,7 +263,7 @@ fn operations_give_the_right_answers_and_clients_follow_the_leader() {
 fn bad_input_is_refused_and_the_cluster_keeps_serving() {
     let cluster = Cluster::start("bad", 0x7376_6302);
     let leader = cluster.wait_leader();
-    let mut raw = Raw::connect(&cluster.socket(leader));
+    let mut raw = Raw::connect(&cluster, leader);
 
     // Bytes that are no request: refused, and the connection goes on.
     refused_because(raw.ask_message(&ClientMessage::Kv(vec![1, 2, 3])), "malformed");
@@ -285,7 +301,7 @@ fn bad_input_is_refused_and_the_cluster_keeps_serving() {
 
     // A frame longer than any message: refused, then the connection is closed (its body would
     // still be on the way).
-    let mut huge = Raw::connect(&cluster.socket(leader));
+    let mut huge = Raw::connect(&cluster, leader);
     huge.stream.write_all(&((FRAME_BYTES_MAX + 1) as u32).to_le_bytes()).expect("send a length");
     refused_because(huge.answer().expect("an answer"), "larger than allowed");
     assert_eq!(huge.answer(), None, "the connection stayed open after an oversized frame");
@@ -299,15 +315,70 @@ fn bad_input_is_refused_and_the_cluster_keeps_serving() {
 
     // Followers refuse bad input the same way.
     let follower = (0..REPLICAS).find(|&id| id != leader).unwrap();
-    let mut raw_follower = Raw::connect(&cluster.socket(follower));
+    let mut raw_follower = Raw::connect(&cluster, follower);
     refused_because(raw_follower.ask_message(&ClientMessage::Kv(vec![0xff])), "malformed");
+}
+
+/// A client of another cluster, or of another version of the client protocol, or one that does
+/// not introduce itself, is refused at once with a message naming the problem, and its
+/// connection closed: it can neither read nor write this cluster's data.
+#[test]
+fn clients_of_another_cluster_cannot_attach() {
+    let cluster = Cluster::start("alien", 0x7376_6305);
+    let leader = cluster.wait_leader();
+    let other_cluster = cluster.cluster_id + 1;
+
+    let mut alien = Raw::connect_bare(&cluster.socket(leader));
+    let hello = ClientMessage::Hello { cluster_id: other_cluster, wire_version: WIRE_VERSION };
+    refused_because(
+        alien.ask_message(&hello),
+        &format!("belongs to cluster {}, not to cluster {other_cluster}", cluster.cluster_id),
+    );
+    assert_eq!(alien.answer(), None, "the connection of another cluster's client stayed open");
+
+    let mut newer = Raw::connect_bare(&cluster.socket(leader));
+    let hello =
+        ClientMessage::Hello { cluster_id: cluster.cluster_id, wire_version: WIRE_VERSION + 1 };
+    refused_because(newer.ask_message(&hello), "client protocol version");
+    assert_eq!(newer.answer(), None, "the connection of a client of another version stayed open");
+
+    // A request before any hello: refused and closed, and nothing was applied.
+    let mut rude = Raw::connect_bare(&cluster.socket(leader));
+    refused_because(rude.ask_message(&kv(9, 1, put("rude", "x"))), "must open with a hello");
+    assert_eq!(rude.answer(), None, "a connection without a hello stayed open");
+    let mut status = Raw::connect_bare(&cluster.socket(leader));
+    refused_because(status.ask_message(&ClientMessage::Status), "must open with a hello");
+
+    // A second hello on a greeted connection is refused; the connection goes on.
+    let mut twice = Raw::connect(&cluster, leader);
+    let hello = ClientMessage::Hello { cluster_id: cluster.cluster_id, wire_version: WIRE_VERSION };
+    refused_because(twice.ask_message(&hello), "a second hello");
+    assert!(matches!(twice.ask_message(&ClientMessage::Status), ServerMessage::Status(_)));
+
+    // The client library of another cluster gets the refusal as an error, not a timeout.
+    let mut client = Client::new(other_cluster, cluster.endpoints()).expect("a client");
+    client.set_timeout(PATIENCE);
+    let started = Instant::now();
+    match client.put(b"rude", b"y") {
+        Err(ClientError::Refused(why)) => assert!(why.contains("belongs to cluster"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(started.elapsed() < PATIENCE / 2, "the refusal took {:?}", started.elapsed());
+    assert!(client.status(leader).is_err(), "another cluster's client read a status report");
+
+    assert_eq!(
+        cluster.client().get(b"rude").unwrap(),
+        None,
+        "a refused client's write was applied"
+    );
+    still_serves(&cluster, "after-aliens");
 }
 
 #[test]
 fn a_request_sent_twice_is_applied_once() {
     let cluster = Cluster::start("once", 0x7376_6303);
     let leader = cluster.wait_leader();
-    let mut raw = Raw::connect(&cluster.socket(leader));
+    let mut raw = Raw::connect(&cluster, leader);
     let mut client = cluster.client();
     const ME: u64 = 0x00c0_ffee;
 
@@ -328,7 +399,7 @@ fn a_request_sent_twice_is_applied_once() {
     assert_eq!(client.get(b"twice").unwrap(), Some(b"new".to_vec()), "the retry was applied again");
 
     // A retry on another connection is the same request.
-    let mut raw2 = Raw::connect(&cluster.socket(leader));
+    let mut raw2 = Raw::connect(&cluster, leader);
     assert_eq!(raw2.ask_message(&write), ServerMessage::Reply(Reply::Stored));
     assert_eq!(client.get(b"twice").unwrap(), Some(b"new".to_vec()));
 
