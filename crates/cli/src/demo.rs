@@ -8,14 +8,13 @@
 //! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
 //! and the run directory and its shared memory are removed.
 
-use crate::cluster::RunDir;
 use crate::interrupt;
+use crate::kv_cluster::{KvCluster, LogShape, REPLICAS};
 use hdrhistogram::Histogram;
-use mu_service::{Client, ClientError, ClusterConfig, ReplicaReport};
+use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,79 +33,6 @@ pub struct Args {
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
-}
-
-const REPLICAS: u16 = 3;
-
-/// The replica processes; killed and reaped when dropped.
-struct Processes {
-    children: Vec<Option<Child>>,
-    logs: Vec<PathBuf>,
-}
-
-impl Processes {
-    fn spawn(config_path: &Path, config: &ClusterConfig) -> Result<Processes, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
-        let mut p = Processes { children: Vec::new(), logs: Vec::new() };
-        for id in 0..REPLICAS {
-            let log_path = config.log_path(id);
-            let log = std::fs::File::create(&log_path)
-                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-            let err = log.try_clone().map_err(|e| format!("log file: {e}"))?;
-            let mut cmd = Command::new(&exe);
-            cmd.arg("replica")
-                .arg("--config")
-                .arg(config_path)
-                .arg("--id")
-                .arg(id.to_string())
-                .arg("--parent")
-                .arg(std::process::id().to_string())
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(err);
-            // Own process group: the terminal's Ctrl-C reaches only the demo, which stops them.
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-            let child = cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))?;
-            p.children.push(Some(child));
-            p.logs.push(log_path);
-        }
-        Ok(p)
-    }
-
-    fn kill(&mut self, id: u16) -> Result<(), String> {
-        let child = self.children[id as usize].as_mut().ok_or("already gone")?;
-        child.kill().map_err(|e| format!("killing replica {id}: {e}"))?;
-        let _ = child.wait();
-        self.children[id as usize] = None;
-        Ok(())
-    }
-
-    /// Fails if a replica we did not kill has exited, with the end of its log.
-    fn check_alive(&mut self) -> Result<(), String> {
-        for (id, slot) in self.children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(&self.logs[id]).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                *slot = None;
-                return Err(format!(
-                    "replica {id} exited unexpectedly ({status}); its last output:\n  {}",
-                    tail.join("\n  ")
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// What the client threads share.
@@ -135,25 +61,15 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.clients == 0 || args.keys == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
         return Err("--clients, --keys and --seconds must be above 0".into());
     }
-    let dir = RunDir::create("demo")?;
-    let config_path = dir.path().join("cluster.toml");
-    let cluster_id = u64::from(std::process::id()) << 16 | 0xde;
-    let text = format!(
-        "# written by mu demo\ncluster_id = {cluster_id}\nprotocol = \"mu\"\nfabric = \"shm\"\n\
-         run_dir = \"{}\"\nreplicas = [0, 1, 2]\nmode = \"direct\"\n\n[log]\nslots = 4096\n\
-         slot_bytes = 1024\nintegrity = \"checksum\"\n",
-        dir.path().display()
-    );
-    std::fs::write(&config_path, text).map_err(|e| format!("writing the configuration: {e}"))?;
-    let config = ClusterConfig::load(&config_path)?;
+    let mut cluster = KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 })?;
     eprintln!(
         "mu demo: 3 replica processes on the shared-memory fabric, run directory {}",
-        dir.path().display()
+        cluster.run_dir().display()
     );
-    let mut processes = Processes::spawn(&config_path, &config)?;
     let start = Instant::now();
-    let leader = wait_for_leader(&config, &mut processes, Duration::from_secs(10))?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10))?;
     eprintln!("mu demo: replica {leader} leads ({} ms after start)", start.elapsed().as_millis());
+    let config = cluster.config.clone();
 
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -173,13 +89,13 @@ pub fn run(args: Args) -> Result<(), String> {
         .collect();
     let phase = Duration::from_secs_f64(args.seconds);
     let result = (|| -> Result<u16, String> {
-        watch(&shared, &mut processes, start, phase, "before the kill")?;
-        let leader = current_leader(&config)?;
+        watch(&shared, &mut cluster, start, phase, "before the kill")?;
+        let leader = cluster.current_leader()?;
         let kill_at = start.elapsed();
         shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
-        processes.kill(leader)?;
+        cluster.kill(leader)?;
         eprintln!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
-        watch(&shared, &mut processes, start, phase, "after the kill")?;
+        watch(&shared, &mut cluster, start, phase, "after the kill")?;
         Ok(leader)
     })();
     shared.stop.store(true, Ordering::Release);
@@ -325,7 +241,7 @@ fn client_loop(
 /// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
 fn watch(
     shared: &Shared,
-    processes: &mut Processes,
+    cluster: &mut KvCluster,
     start: Instant,
     phase: Duration,
     what: &str,
@@ -335,7 +251,7 @@ fn watch(
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(250));
         interrupt::check()?;
-        processes.check_alive()?;
+        cluster.check_alive()?;
         let ops = shared.ops.load(Ordering::Relaxed);
         let rate = (ops - last_ops) as f64 / last_t.elapsed().as_secs_f64();
         (last_ops, last_t) = (ops, Instant::now());
@@ -349,35 +265,6 @@ fn watch(
         let _ = std::io::stderr().flush();
     }
     Ok(())
-}
-
-fn wait_for_leader(
-    config: &ClusterConfig,
-    processes: &mut Processes,
-    timeout: Duration,
-) -> Result<u16, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        interrupt::check()?;
-        processes.check_alive()?;
-        if let Ok(leader) = current_leader(config) {
-            return Ok(leader);
-        }
-        if Instant::now() > deadline {
-            return Err(format!("no leader within {} s", timeout.as_secs()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The leader a majority of the replicas' detectors agree on.
-fn current_leader(config: &ClusterConfig) -> Result<u16, String> {
-    let mut client =
-        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
-    let reports: Vec<ReplicaReport> =
-        config.replicas.iter().filter_map(|&id| client.status(id).ok()).collect();
-    ReplicaReport::agreed_leader(&reports, config.replicas.len())
-        .ok_or_else(|| "no leader agreed on yet".into())
 }
 
 /// Waits until the live replicas have applied the same entries and returns their digests.

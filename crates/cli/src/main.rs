@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_cmd;
 mod demo;
 mod interrupt;
+mod kv_cluster;
 mod kv_cmd;
 mod pin;
 mod replica_child;
