@@ -3,9 +3,11 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench_e2e;
 mod bench_fabric;
 mod bench_failover;
 mod bench_replication;
+mod bench_suite;
 mod cluster;
 mod cluster_cmd;
 mod demo;
@@ -74,6 +76,9 @@ enum Bench {
     /// failovers: the stopped leader is continued after the new leader's first commit and, as
     /// the lowest id, leads again (a fail-back, reported apart).
     Failover(bench_failover::Args),
+    /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
+    /// client transport alone, an unreplicated server, and the replicated service.
+    E2e(bench_e2e::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Fabric(args) } => bench_fabric::run(args),
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
+        Command::Bench { which: Bench::E2e(args) } => bench_e2e::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
