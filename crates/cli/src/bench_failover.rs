@@ -24,7 +24,7 @@
 //! pause failovers, unless the fabric fenced (killed) the stopped leader because it was stopped in
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
-use crate::cluster::{self, word, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{self, word, App, Cluster, ReplicaMode, RunDir, Spec, Words};
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
 use mu_replica::ReplicaConfig;
@@ -185,6 +185,7 @@ pub fn run(args: Args) -> Result<(), String> {
         slots_count,
         slot_bytes: SLOT_BYTES,
         propose_bytes: PROPOSE_BYTES,
+        app: App::Standalone,
     };
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));

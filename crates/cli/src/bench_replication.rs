@@ -1,6 +1,6 @@
 //! `mu bench replication`: how long `Replica::propose` takes on the leader of three replicas on
 //! the shared-memory fabric, standalone (the commit handler does nothing, as in the Mu paper
-//! §7.1), for payloads of 32 to 4096 bytes; beside the fabric's `write2` round trip measured in
+//! §7.1) or attached to the key-value store (`--app kv`), for payloads of 32 to 4096 bytes; beside the fabric's `write2` round trip measured in
 //! the same run, the floor of a leader that writes to two followers.
 //!
 //! Placement: this process runs replica 0 (the lowest id, hence the leader once elected) and
@@ -16,7 +16,7 @@
 //! commit) costs, not how fast a network is.
 
 use crate::bench_fabric::{self, Summary};
-use crate::cluster::{self, word, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{self, word, App, Cluster, ReplicaMode, RunDir, Spec, Words};
 use crate::{interrupt, pin, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
@@ -71,19 +71,23 @@ pub struct Args {
     /// (handover).
     #[arg(long, value_enum, default_value_t = ReplicaMode::Direct)]
     mode: ReplicaMode,
+    /// What every replica's commit handler does: nothing (standalone) or apply the entry to a
+    /// key-value store (kv: the values are then key-value puts of the payload's size).
+    #[arg(long, value_enum, default_value_t = App::Standalone)]
+    app: App,
 }
 
 /// Propose latencies for one payload size, and how its cluster fared.
-struct PayloadResult {
-    payload_bytes: usize,
+pub struct PayloadResult {
+    pub payload_bytes: usize,
     slot_bytes: u32,
     slots_count: u64,
-    latency: Histogram<u64>,
+    pub latency: Histogram<u64>,
     /// Proposals that failed because leadership moved (not timed; the run goes on once replica 0
     /// leads again).
-    lost_proposals: u64,
+    pub lost_proposals: u64,
     /// Followers that ended more than a log behind: the leader went on without them.
-    followers_dropped: usize,
+    pub followers_dropped: usize,
 }
 
 /// What the leader's thread shares with the thread watching it.
@@ -151,24 +155,38 @@ pub fn run(args: Args) -> Result<(), String> {
         bench_fabric::write2_rtt(dir.path(), samples)?
     };
 
+    let results = sweep(&run_dir, args.mode, args.app, &payloads, samples)?;
+    report(&args, samples, &results, &write2);
+    Ok(())
+}
+
+/// Measures propose latency on a fresh three-replica cluster for each payload size.
+pub fn sweep(
+    run_dir: &RunDir,
+    mode: ReplicaMode,
+    app: App,
+    payloads: &[usize],
+    samples: u64,
+) -> Result<Vec<PayloadResult>, String> {
     let mut results = Vec::new();
-    for payload_bytes in payloads {
+    for &payload_bytes in payloads {
         let (slots_count, slot_bytes) = log_shape(payload_bytes);
         let spec = Spec {
             replicas: REPLICAS,
-            mode: args.mode,
+            mode,
             read_period_us: None,
             slots_count,
             slot_bytes,
             propose_bytes: 0,
+            app,
         };
-        let mut cluster = Cluster::new(run_dir.subdirectory(&format!("payload-{payload_bytes}"))?);
+        let name = format!("{}-{}-{payload_bytes}", app.name(), mode.name());
+        let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
         cluster.spawn(&spec, 1..REPLICAS)?;
         cluster.wait_started(ELECTION_TIMEOUT)?;
         results.push(lead_and_watch(&mut cluster, &spec, payload_bytes, samples)?);
     }
-    report(&args, samples, &results, &write2);
-    Ok(())
+    Ok(results)
 }
 
 /// Runs replica 0 on a thread of its own and watches it from this one: the followers must stay
@@ -241,9 +259,10 @@ fn lead(
     )
     .map_err(|e| format!("replica 0: fabric: {e}"))?;
     let config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
-    let replica = Replica::start(config, fabric, spec.mode.mode(), |_, _| {})
+    let replica = Replica::start(config, fabric, spec.mode.mode(), spec.app.commit_handler(|_| {}))
         .map_err(|e| format!("replica 0: {e}"))?;
-    let mut value = vec![0u8; payload_bytes];
+    let mut value = Vec::new();
+    spec.app.value(payload_bytes, 0, &mut value);
     let mut lost_proposals = 0;
     let followers: Vec<Words> = (1..REPLICAS)
         .map(|r| Words::open(&run_dir.join(format!("words-{r}.mem"))))
@@ -318,7 +337,7 @@ fn lead(
     progress.set_phase(format!("warming up with {payload_bytes}-byte proposals"));
     for i in 0..spec.slots_count + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
         progress.check_stop()?;
-        stamp(&mut value, i);
+        spec.app.value(payload_bytes, i, &mut value);
         propose(&value, &mut lost_proposals)?;
     }
 
@@ -330,7 +349,7 @@ fn lead(
     while latency.len() < samples {
         progress.check_stop()?;
         i += 1;
-        stamp(&mut value, i);
+        spec.app.value(payload_bytes, i, &mut value);
         if let Some(ns) = propose(&value, &mut lost_proposals)? {
             latency.record(ns).expect("within the histogram's bounds");
             if latency.len() % step == 0 {
@@ -353,13 +372,6 @@ fn lead(
         lost_proposals,
         followers_dropped,
     })
-}
-
-/// Makes each value differ from the last (its first bytes count).
-fn stamp(value: &mut [u8], i: u64) {
-    let bytes = i.to_le_bytes();
-    let n = bytes.len().min(value.len());
-    value[..n].copy_from_slice(&bytes[..n]);
 }
 
 /// `a / b` to four significant digits (a fixed number of decimals turned a small ratio, with
@@ -407,6 +419,7 @@ fn report(args: &Args, samples: u64, results: &[PayloadResult], write2: &Summary
         let mut out = json!({
             "protocol": "mu",
             "mode": args.mode.name(),
+            "app": args.app.name(),
             "backend": "shm",
             "replicas": REPLICAS,
             "cpus_allowed": pin::allowed_cpus().len(),
@@ -428,9 +441,12 @@ fn report(args: &Args, samples: u64, results: &[PayloadResult], write2: &Summary
         return;
     }
     println!(
-        "mu replication: {REPLICAS} replicas on shm, {} mode, standalone (the commit handler does \
-         nothing)",
-        args.mode.name()
+        "mu replication: {REPLICAS} replicas on shm, {} mode, {}",
+        args.mode.name(),
+        match args.app {
+            App::Standalone => "standalone (the commit handler does nothing)",
+            App::Kv => "attached (every replica applies each entry to a key-value store)",
+        }
     );
     println!("propose latency on the leader (ns); ratios are to the write2 round trip's p50");
     println!(
@@ -499,12 +515,18 @@ mod tests {
     }
 
     #[test]
-    fn stamp_fits_any_value() {
-        let mut short = [0u8; 3];
-        stamp(&mut short, 0x0102_0304);
-        assert_eq!(short, [4, 3, 2]);
-        let mut long = [0u8; 16];
-        stamp(&mut long, 7);
-        assert_eq!(long[0], 7);
+    fn values_have_the_payload_size() {
+        let mut v = Vec::new();
+        for payload_bytes in [1, 7, 28, 32, 64, 4096] {
+            App::Standalone.value(payload_bytes, 7, &mut v);
+            assert_eq!(v.len(), payload_bytes);
+            App::Kv.value(payload_bytes, 7, &mut v);
+            assert_eq!(v.len(), payload_bytes.max(28), "{payload_bytes}");
+            assert!(mu_kv::Request::decode(&v).is_ok());
+        }
+        let mut other = Vec::new();
+        App::Standalone.value(64, 8, &mut other);
+        App::Standalone.value(64, 7, &mut v);
+        assert_ne!(v, other, "consecutive values must differ");
     }
 }

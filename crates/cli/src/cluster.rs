@@ -20,6 +20,68 @@ use std::time::{Duration, Instant};
 /// The cluster id of the benchmarks' replicas (distinct from `mu bench fabric`'s nodes).
 pub const CLUSTER_ID: u64 = 0x6d75_6265_6e72;
 
+/// What a benchmark replica's commit handler does with each entry (Mu paper §7.1: Mu
+/// "standalone" and attached to an application).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum App {
+    /// Nothing but note how far it has applied.
+    Standalone,
+    /// Decodes the entry as a key-value request and applies it to a store, as the key-value
+    /// service does; the leader's values are puts of the payload's size.
+    Kv,
+}
+
+impl App {
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Standalone => "standalone",
+            App::Kv => "kv",
+        }
+    }
+
+    /// A commit handler for this application, calling `applied(index)` after each entry.
+    pub fn commit_handler(
+        self,
+        applied: impl Fn(u64) + Send + 'static,
+    ) -> impl FnMut(u64, &[u8]) + Send + 'static {
+        let mut store = (self == App::Kv).then(mu_kv::Store::new);
+        move |index, entry| {
+            if let Some(store) = store.as_mut() {
+                // A malformed entry is answered (in the store's session table), never fatal.
+                let _ = store.apply_bytes(entry);
+            }
+            applied(index);
+        }
+    }
+
+    /// The `i`-th value a leader proposes, `payload_bytes` long where the application allows:
+    /// for the key-value store a put over 1,000 keys whose encoding is `payload_bytes` long, or
+    /// as short as a put can be (28 bytes) for smaller payloads.
+    pub fn value(self, payload_bytes: usize, i: u64, out: &mut Vec<u8>) {
+        match self {
+            App::Standalone => {
+                out.resize(payload_bytes, 0);
+                let stamp = i.to_le_bytes();
+                let n = stamp.len().min(out.len());
+                out[..n].copy_from_slice(&stamp[..n]);
+            }
+            App::Kv => {
+                let key = format!("k{:03}", i % 1000).into_bytes();
+                let mut request = mu_kv::Request {
+                    client: 1,
+                    seq: i + 1,
+                    op: mu_kv::Op::Put { key, value: Vec::new() },
+                };
+                let overhead = request.encode().map_or(0, |e| e.len());
+                if let mu_kv::Op::Put { value, .. } = &mut request.op {
+                    value.resize(payload_bytes.saturating_sub(overhead), b'v');
+                }
+                *out = request.encode().expect("a put within the store's limits");
+            }
+        }
+    }
+}
+
 /// Which of the replica's modes runs the replication plane (Mu paper §7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplicaMode {
@@ -196,6 +258,7 @@ pub struct Spec {
     pub slot_bytes: u32,
     /// Bytes of the values a process proposes whenever it leads; 0: it never proposes.
     pub propose_bytes: usize,
+    pub app: App,
 }
 
 struct Process {
@@ -237,6 +300,7 @@ impl Cluster {
                 .args(["--mode", spec.mode.name(), "--slots", &spec.slots_count.to_string()])
                 .args(["--slot-bytes", &spec.slot_bytes.to_string()])
                 .args(["--propose-bytes", &spec.propose_bytes.to_string()])
+                .args(["--app", spec.app.name()])
                 .args(["--parent", &std::process::id().to_string()]);
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);

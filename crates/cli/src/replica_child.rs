@@ -1,13 +1,14 @@
 //! `mu bench-replica`: one replica process of `mu bench replication` or `mu bench failover`,
 //! started by the benchmark itself.
 //!
-//! It runs a [`Replica`] on the shared-memory fabric with a commit handler that only publishes
-//! how far it has applied (standalone, as in the Mu paper §7.1) and, if asked to, proposes values
+//! It runs a [`Replica`] on the shared-memory fabric with a commit handler that publishes how far
+//! it has applied, and does nothing else (standalone, as in the Mu paper §7.1) or first applies
+//! the entry to a key-value store (`--app kv`, attached); and, if asked to, proposes values
 //! of a given size in a loop whenever it leads. It publishes what the benchmark needs in its
 //! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
 //! with it).
 
-use crate::cluster::{self, word, ClockMap, ReplicaMode, Words};
+use crate::cluster::{self, word, App, ClockMap, ReplicaMode, Words};
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_replica::{ProposeError, Replica, ReplicaConfig, ReplicaStatus};
@@ -40,6 +41,9 @@ pub struct Args {
     /// The failure detector's read period (default: `ReplicaConfig`'s).
     #[arg(long)]
     read_period_us: Option<u64>,
+    /// What the commit handler does with each entry.
+    #[arg(long, value_enum, default_value_t = App::Standalone)]
+    app: App,
     /// The benchmark's pid: this process dies with it.
     #[arg(long)]
     parent: u32,
@@ -76,7 +80,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
-    let on_commit = move |index: u64, _: &[u8]| applied.set(word::APPLIED, index + 1);
+    let on_commit = args.app.commit_handler(move |index| applied.set(word::APPLIED, index + 1));
     let replica = Replica::start(config, fabric, args.mode.mode(), on_commit)
         .map_err(|e| format!("replica {me}: {e}"))?;
     let clock = ClockMap::sample();
@@ -86,7 +90,7 @@ pub fn run(args: Args) -> Result<(), String> {
         |ns_since_start: u64| clock.monotonic_ns(started_at + Duration::from_nanos(ns_since_start));
     words.set(word::STARTED, 1);
     let leader_changes = replica.watch_leader();
-    let mut value = vec![0u8; args.propose_bytes];
+    let mut value = Vec::new();
     // The readiness time of the term whose first commit was published; `None` outside a term.
     let mut term: Option<Option<u64>> = None;
     let mut proposals: u64 = 0;
@@ -109,9 +113,7 @@ pub fn run(args: Args) -> Result<(), String> {
             continue;
         }
         proposals += 1;
-        let stamp = proposals.to_le_bytes();
-        let n = stamp.len().min(value.len());
-        value[..n].copy_from_slice(&stamp[..n]);
+        args.app.value(args.propose_bytes, proposals, &mut value);
         match replica.propose(&value) {
             Ok(_) => {
                 let now_ns = cluster::monotonic_ns();
