@@ -16,6 +16,9 @@ fi
 cargo --version
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+step "peer systems for the comparison benchmark and its tests (Redis, etcd: Debian packages)"
+bash scripts/install-peers.sh
+
 step "format"
 cargo fmt --all -- --check
 

@@ -1,0 +1,66 @@
+//! Each peer system measured for real with a small run. The servers must be installed
+//! (`scripts/install-peers.sh`): a missing one fails its test rather than skipping it, so that a
+//! machine without them cannot pass for one that measured them.
+//!
+//! `measure` itself checks, at the end of every run, that the last write reads back with the
+//! right value on every node (both Redis replicas, every etcd member through a local read, every
+//! openraft state machine), and fails otherwise: a passing run proves replication happened.
+
+use mu_peers::{measure, Options, PeerError, System};
+
+const SAMPLES: u64 = 200;
+
+fn small_run(system: System) {
+    let opts = Options { payload_bytes: 64, samples: SAMPLES, warmup: 20 };
+    let mut reported = Vec::new();
+    let samples = match measure(system, &opts, &mut |done| reported.push(done)) {
+        Ok(samples) => samples,
+        Err(error @ PeerError::NotInstalled { .. }) => {
+            panic!("{system} is not installed: run scripts/install-peers.sh first ({error})")
+        }
+        Err(error) => panic!("{system}: {error}"),
+    };
+    assert_eq!(samples.system, system);
+    assert_eq!(samples.latencies_ns.len() as u64, SAMPLES);
+    assert!(samples.latencies_ns.iter().all(|&latency_ns| latency_ns > 0));
+    // Every operation replicated to other nodes: none can be faster than a microsecond.
+    assert!(samples.latencies_ns.iter().all(|&latency_ns| latency_ns >= 1_000));
+    assert!(!samples.version.is_empty());
+    assert!(samples.notes.contains("checked"), "{}", samples.notes);
+    assert_eq!(reported.last(), Some(&SAMPLES));
+    assert!(reported.windows(2).all(|pair| pair[0] < pair[1]));
+    let mut sorted = samples.latencies_ns.clone();
+    sorted.sort_unstable();
+    eprintln!(
+        "{system} ({}): p50 {} us, max {} us over {SAMPLES} samples; {}",
+        samples.version,
+        sorted[sorted.len() / 2] / 1_000,
+        sorted[sorted.len() - 1] / 1_000,
+        samples.notes
+    );
+}
+
+#[test]
+fn redis_wait_replicates_to_both_replicas() {
+    small_run(System::RedisWait);
+}
+
+#[test]
+fn etcd_replicates_to_every_member() {
+    small_run(System::Etcd);
+}
+
+#[test]
+fn openraft_replicates_to_every_state_machine() {
+    small_run(System::Openraft);
+}
+
+/// The version is what the running server reports, not a constant.
+#[test]
+fn version_strings_name_the_system() {
+    let opts = Options { payload_bytes: 8, samples: 1, warmup: 0 };
+    let redis = measure(System::RedisWait, &opts, &mut |_| {}).unwrap();
+    assert!(redis.version.starts_with("Redis 7."), "{}", redis.version);
+    let etcd = measure(System::Etcd, &opts, &mut |_| {}).unwrap();
+    assert!(etcd.version.starts_with("etcd 3."), "{}", etcd.version);
+}

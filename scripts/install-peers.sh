@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs the peer systems that `mu bench peers` and the mu-peers tests measure against:
+# Redis (Debian package redis-server) and etcd (Debian package etcd-server). Idempotent: it does
+# nothing when both binaries are present. The benchmark starts its own server processes on
+# loopback with private directories, so the packages' own services, if the package manager
+# started any, are neither needed nor used; they are stopped here so that they hold no ports.
+set -euo pipefail
+
+redis_binary=/usr/bin/redis-server
+etcd_binary=/usr/bin/etcd
+
+missing=()
+[ -x "$redis_binary" ] || missing+=(redis-server)
+[ -x "$etcd_binary" ] || missing+=(etcd-server)
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-peers: redis-server and etcd already installed, nothing to do"
+else
+  sudo_prefix=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo_prefix=(sudo)
+    else
+      echo "install-peers: not root and no sudo: install ${missing[*]} by hand" >&2
+      exit 1
+    fi
+  fi
+  echo "install-peers: missing ${missing[*]}: running apt-get update and apt-get install"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_prefix[@]}" apt-get update -q
+  "${sudo_prefix[@]}" apt-get install -y -q --no-install-recommends redis-server etcd-server
+  # On a machine with an init system the packages start their own services (on the default
+  # ports, as users redis and etcd). The benchmark starts its own servers on other ports and does
+  # not use them: stop them so that they cost nothing while measuring.
+  if pgrep -u redis -x redis-server >/dev/null 2>&1 || pgrep -u etcd -x etcd >/dev/null 2>&1; then
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+      "${sudo_prefix[@]}" systemctl disable --now redis-server etcd >/dev/null 2>&1 || true
+    elif command -v service >/dev/null 2>&1; then
+      "${sudo_prefix[@]}" service redis-server stop >/dev/null 2>&1 || true
+      "${sudo_prefix[@]}" service etcd stop >/dev/null 2>&1 || true
+    fi
+    echo "install-peers: stopped the packages' own redis-server and etcd services"
+  fi
+  echo "install-peers: installed ${missing[*]}"
+fi
+
+for binary in "$redis_binary" "$etcd_binary"; do
+  if [ ! -x "$binary" ]; then
+    echo "install-peers: $binary is still missing after install" >&2
+    exit 1
+  fi
+done
+echo "install-peers: $("$redis_binary" --version)"
+echo "install-peers: $("$etcd_binary" --version | head -n 1)"
