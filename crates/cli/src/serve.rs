@@ -1,5 +1,8 @@
 //! `mu replica --config FILE --id N`: one replica of a key-value cluster, serving clients on
 //! its Unix socket until SIGINT or SIGTERM.
+//!
+//! Logs: `tracing` events on stderr, as text or JSON lines (`--log-format`), filtered by the
+//! `MU_LOG` environment variable (default `info`). See docs/service.md, "Logs".
 
 use crate::cluster_cmd::{inspect_pid_file, PidFile};
 use crate::interrupt;
@@ -10,6 +13,22 @@ use mu_service::{ClusterConfig, Server, SharedMachine};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::info;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+
+/// The environment variable that says what is logged.
+pub const LOG_ENV: &str = "MU_LOG";
+
+/// How log events are written on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event: time, level, target, message, then the fields as `name=value`.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target` and `fields` (`message` among
+    /// them).
+    Json,
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,12 +44,17 @@ pub struct Args {
     /// value where its lost log had helped choose one.
     #[arg(long)]
     rejoin: bool,
+    /// How log events are written on stderr (what is logged: the `MU_LOG` environment
+    /// variable, e.g. `MU_LOG=debug` or `MU_LOG=mu_replica=debug,info`; default `info`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Die with this process (used by `mu demo`).
     #[arg(long, hide = true)]
     parent: Option<u32>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    start_logs(args.log_format)?;
     interrupt::catch();
     if let Some(parent) = args.parent {
         crate::cluster::die_with_parent(parent)?;
@@ -70,31 +94,127 @@ pub fn run(args: Args) -> Result<(), String> {
             slots_count: config.log.slots,
         };
         let addr = mu_service::metrics::serve(port, sources)?;
-        eprintln!("mu replica {}: metrics on http://{addr}/metrics", args.id);
+        info!(replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
     }
     std::fs::write(&pid_path, format!("{}\n", std::process::id()))
         .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;
-    eprintln!(
-        "mu replica {} of cluster {}: serving on {} (pid {})",
-        args.id,
-        config.cluster_id,
-        socket.display(),
-        std::process::id()
+    info!(
+        replica = args.id,
+        cluster_id = config.cluster_id,
+        socket = %socket.display(),
+        pid = std::process::id(),
+        rejoin = args.rejoin,
+        mode = ?config.mode(),
+        "serving"
     );
-    let mut leader = None;
+    // Leader changes are logged by the replica's background plane as its election sees them.
     while interrupt::check().is_ok() {
         std::thread::sleep(Duration::from_millis(20));
-        let now = replica.leader();
-        if now != leader {
-            leader = now;
-            match now {
-                Some(l) => eprintln!("mu replica {}: leader is {l}", args.id),
-                None => eprintln!("mu replica {}: no leader", args.id),
-            }
-        }
     }
-    eprintln!("mu replica {}: stopping", args.id);
+    info!(
+        replica = args.id,
+        leader = replica.leader().map(|l| l.0),
+        commits = replica.status().commits,
+        "stopping"
+    );
     drop(server);
     let _ = std::fs::remove_file(&pid_path);
     Ok(())
+}
+
+/// Installs the process's log subscriber: events at or above the levels `MU_LOG` picks, on
+/// stderr, in `format`. A `MU_LOG` that does not parse is an error naming it.
+fn start_logs(format: LogFormat) -> Result<(), String> {
+    let spec = match std::env::var(LOG_ENV) {
+        Ok(spec) => spec,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(format!("{LOG_ENV} is not valid UTF-8"));
+        }
+    };
+    let filter = parse_log_filter(&spec).map_err(|why| {
+        format!(
+            "{LOG_ENV}={spec:?}: {why} (expected comma-separated LEVEL or TARGET=LEVEL, with \
+             levels off, error, warn, info, debug, trace; e.g. {LOG_ENV}=mu_replica=debug,info)"
+        )
+    })?;
+    let registry = tracing_subscriber::registry().with(filter);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => tracing::subscriber::set_global_default(registry.with(layer)),
+        LogFormat::Json => tracing::subscriber::set_global_default(registry.with(layer.json())),
+    };
+    installed.map_err(|e| format!("installing the log subscriber: {e}"))
+}
+
+/// `MU_LOG`'s directives: `LEVEL` (the default for every target) or `TARGET=LEVEL` (a crate or
+/// module path: `mu_replica`, `mu_replica::background`), comma-separated. Stricter than
+/// `Targets`'s own parser, which takes a misspelt level for a target name: a typo here should
+/// not silently log nothing, or everything.
+fn parse_log_filter(spec: &str) -> Result<Targets, String> {
+    let mut targets = Targets::new().with_default(LevelFilter::INFO);
+    if spec.trim().is_empty() {
+        return Ok(targets);
+    }
+    for directive in spec.split(',').map(str::trim) {
+        match directive.split_once('=') {
+            None => targets = targets.with_default(parse_level(directive)?),
+            Some((target, level)) => {
+                let well_formed = !target.is_empty()
+                    && target.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+                if !well_formed {
+                    return Err(format!("{target:?} in {directive:?} is not a target"));
+                }
+                targets = targets.with_target(target, parse_level(level)?);
+            }
+        }
+    }
+    Ok(targets)
+}
+
+fn parse_level(text: &str) -> Result<LevelFilter, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "off" => Ok(LevelFilter::OFF),
+        "error" => Ok(LevelFilter::ERROR),
+        "warn" => Ok(LevelFilter::WARN),
+        "info" => Ok(LevelFilter::INFO),
+        "debug" => Ok(LevelFilter::DEBUG),
+        "trace" => Ok(LevelFilter::TRACE),
+        "" => Err("a level is missing".into()),
+        _ => Err(format!("{text:?} is not a level")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn the_default_is_info_for_every_target() {
+        for spec in ["", "  "] {
+            let t = parse_log_filter(spec).unwrap();
+            assert!(t.would_enable("mu_replica::background", &Level::INFO));
+            assert!(!t.would_enable("mu_replica::background", &Level::DEBUG));
+        }
+    }
+
+    #[test]
+    fn levels_per_target_and_a_default() {
+        let t = parse_log_filter("mu_replica=debug,warn").unwrap();
+        assert!(t.would_enable("mu_replica::background", &Level::DEBUG));
+        assert!(!t.would_enable("mu_service::server", &Level::INFO));
+        assert!(t.would_enable("mu_service::server", &Level::WARN));
+        let t = parse_log_filter("DEBUG").unwrap();
+        assert!(t.would_enable("mu_cli::serve", &Level::DEBUG));
+        let t = parse_log_filter("off").unwrap();
+        assert!(!t.would_enable("mu_cli::serve", &Level::ERROR));
+    }
+
+    #[test]
+    fn malformed_directives_are_refused() {
+        for spec in ["nonsense=", "nonsense", "=info", "mu_replica=loud", "info,", "a b=info"] {
+            assert!(parse_log_filter(spec).is_err(), "{spec:?} was taken");
+        }
+    }
 }

@@ -49,5 +49,5 @@ fn run_directory_of_another_cluster_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("another cluster"), "{err}");
+    assert!(err.contains("belongs to cluster 0x1, not to cluster"), "{err}");
 }

@@ -22,6 +22,7 @@ use mu_replication::{
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tracing::{debug, info, warn};
 
 /// What a background work request was, in the bits above the peer's position.
 const KIND_HEARTBEAT: u64 = 1 << 16;
@@ -97,6 +98,9 @@ pub struct BackgroundDriver<F: Fabric> {
     fetch: Option<Fetch>,
     fetch_seq: u32,
     next_fetch_ns: u64,
+    /// By position, whether the failure detector judged the peer alive when last looked at:
+    /// its changes are logged. Peers start alive, as in the detector.
+    alive_seen: Vec<bool>,
 }
 
 impl<F: Fabric> BackgroundDriver<F> {
@@ -142,6 +146,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             fetch: None,
             fetch_seq: 0,
             next_fetch_ns: 0,
+            alive_seen: vec![true; n],
             replicas,
         })
     }
@@ -217,6 +222,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         // them, and asking for their logs would only take them from the leader they follow (a
         // replica that has just started, whose reads of the others have not succeeded yet,
         // would otherwise elect itself).
+        self.note_liveness();
         let members = self.shared.members.load(Ordering::Acquire);
         let alive = (0..self.replicas.len())
             .filter(|&pos| {
@@ -228,6 +234,11 @@ impl<F: Fabric> BackgroundDriver<F> {
             && alive >= mu_replication::membership::majority(members);
         self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
+        if self.shared.leader() != leader {
+            // Logged before it is published, so that the replication plane's events of
+            // taking up (or giving up) leadership come after it.
+            self.note_leader_change(leader, alive, eligible);
+        }
         busy |= self.shared.set_leader(leader, self.me, now_ns);
         busy |= self.send_requests();
         busy |= self.handle_one_request();
@@ -235,6 +246,54 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.take_snapshot_request();
         busy |= self.fetch_state(now_ns);
         busy
+    }
+
+    /// Logs the failure detector's verdicts as they change (§5.1). Only the changes: a
+    /// comparison per peer and poll, on the background plane.
+    fn note_liveness(&mut self) {
+        for pos in 0..self.replicas.len() {
+            let peer = self.replicas.ids()[pos];
+            let alive = self.detector.is_alive(peer);
+            if pos == self.me_pos || alive == self.alive_seen[pos] {
+                continue;
+            }
+            self.alive_seen[pos] = alive;
+            let (replica, score) = (self.me.0, self.detector.score(peer).unwrap_or(0));
+            if alive {
+                info!(replica, peer = peer.0, score, "peer recovered: its heartbeat moves again");
+            } else {
+                let why = if self.peers[pos].connected {
+                    "its heartbeat stopped moving"
+                } else {
+                    "it is unreachable"
+                };
+                info!(replica, peer = peer.0, score, why, "peer judged failed");
+            }
+        }
+    }
+
+    /// Logs a change of the leader this replica's election picked (§5.1), about to be
+    /// published: `leader_changes` counts it.
+    fn note_leader_change(&self, leader: Option<NodeId>, alive: usize, eligible: bool) {
+        let replica = self.me.0;
+        let leader_changes = self.shared.leader_changes.load(Ordering::Relaxed) + 1;
+        match leader {
+            Some(l) if l == self.me => info!(
+                replica,
+                leader = l.0,
+                leader_changes,
+                alive,
+                "elected: this replica is the lowest live eligible id"
+            ),
+            Some(l) => info!(replica, leader = l.0, leader_changes, alive, "leader changed"),
+            None => info!(
+                replica,
+                leader_changes,
+                alive,
+                eligible,
+                "no leader: no eligible replica is alive to this one"
+            ),
+        }
     }
 
     /// Crash notifications from the fabric (the connection-level failure of §5.1, known without
@@ -300,10 +359,18 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             self.fetch =
                 Some(Fetch { donor, ticket, body: None, reading: false, since_ns: now_ns });
+            info!(
+                replica = self.me.0,
+                donor = self.replicas.ids()[donor].0,
+                own_head = own,
+                donor_head,
+                stuck,
+                "state transfer: asking for a snapshot"
+            );
             return true;
         };
         if now_ns.saturating_sub(fetch.since_ns) > self.transfer.timeout_ns {
-            self.give_up_fetch(now_ns);
+            self.give_up_fetch(now_ns, "timed out");
             return false;
         }
         if fetch.reading {
@@ -336,7 +403,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             signaled: true,
         };
         if self.ep.post(ConnId::new(peer, background_channel(self.me, peer)), &wr).is_err() {
-            self.give_up_fetch(now_ns);
+            self.give_up_fetch(now_ns, "a read could not be posted");
             return false;
         }
         fetch.reading = true;
@@ -345,7 +412,16 @@ impl<F: Fabric> BackgroundDriver<F> {
     }
 
     /// Drops the fetch in progress; a new one may start after a read period.
-    fn give_up_fetch(&mut self, now_ns: u64) {
+    fn give_up_fetch(&mut self, now_ns: u64, why: &'static str) {
+        if let Some(fetch) = self.fetch {
+            warn!(
+                replica = self.me.0,
+                donor = self.replicas.ids()[fetch.donor].0,
+                waited_ms = now_ns.saturating_sub(fetch.since_ns) / 1_000_000,
+                why,
+                "state transfer: giving up on this donor; asking again"
+            );
+        }
         self.fetch = None;
         self.next_fetch_ns = now_ns + self.config.read_period_ns;
     }
@@ -369,6 +445,12 @@ impl<F: Fabric> BackgroundDriver<F> {
                     _ => format!("error {error}, {len} bytes"),
                 };
                 let donor = self.replicas.ids()[fetch.donor];
+                warn!(
+                    replica = self.me.0,
+                    donor = donor.0,
+                    why = why.as_str(),
+                    "state transfer failed: the donor cannot serve; not retried until restarted"
+                );
                 self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
                 self.fetch = None;
                 self.next_fetch_ns = u64::MAX; // until restarted: retrying cannot help
@@ -383,9 +465,18 @@ impl<F: Fabric> BackgroundDriver<F> {
         let at = fetched_body_offset(self.transfer.snapshot_bytes_max) as usize;
         self.snapshot.read(at, &mut bytes).expect("fetched snapshot in the region");
         self.fetch = None;
+        let donor = self.replicas.ids()[fetch.donor].0;
         if snapshot_digest(index, members, &bytes) != digest {
+            debug!(replica = self.me.0, donor, "state transfer: the snapshot changed while read");
             return; // the donor served someone else meanwhile: ask again
         }
+        info!(
+            replica = self.me.0,
+            donor,
+            index,
+            bytes = len,
+            "state transfer: snapshot fetched and checked"
+        );
         // The header we read stays where the replication plane looks for it.
         self.shared.snapshot_fetched.store(true, Ordering::Release);
     }
@@ -404,6 +495,15 @@ impl<F: Fabric> BackgroundDriver<F> {
             && self.shared.eligible.load(Ordering::Acquire)
             && self.shared.is_member(self.me_pos)
         {
+            if !self.shared.removed.load(Ordering::Acquire) {
+                warn!(
+                    replica = self.me.0,
+                    own_head,
+                    peer_head = head,
+                    "removed: a peer applied a configuration without this replica; it stops \
+                     taking part"
+                );
+            }
             self.shared.removed.store(true, Ordering::Release);
         }
     }
@@ -416,6 +516,15 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.shared.loop_count.load(Ordering::Relaxed),
                 self.shared.in_propose.load(Ordering::Acquire),
             );
+            let was_on = self.shared.heartbeat_on.load(Ordering::Acquire);
+            if was_on && !on {
+                warn!(
+                    replica = self.me.0,
+                    "fate sharing: heartbeat stopped, the replication plane is stuck inside propose"
+                );
+            } else if on && !was_on {
+                info!(replica = self.me.0, "fate sharing: heartbeat resumed");
+            }
             self.shared.heartbeat_on.store(on, Ordering::Release);
         }
         if self.shared.heartbeat_on.load(Ordering::Acquire) {
@@ -525,6 +634,11 @@ impl<F: Fabric> BackgroundDriver<F> {
         if !c.status.is_success() {
             self.lost(pos);
             if self.fetch.is_some_and(|f| f.donor == pos) {
+                warn!(
+                    replica = self.me.0,
+                    donor = self.replicas.ids()[pos].0,
+                    "state transfer: the donor became unreachable; asking again"
+                );
                 self.fetch = None; // asked again of whoever is most advanced then
             }
             return;
@@ -615,6 +729,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {
             return false;
         };
+        let holder_before = self.permissions.holder();
+        let slow_before = self.shared.slow_permission_switches.load(Ordering::Relaxed);
         let mut ok = true;
         for i in 0..self.steps.len() {
             let step = self.steps[i];
@@ -627,7 +743,31 @@ impl<F: Fabric> BackgroundDriver<F> {
         if ok {
             self.shared.permission_switches.fetch_add(1, Ordering::Relaxed);
         }
+        let slow = self.shared.slow_permission_switches.load(Ordering::Relaxed) != slow_before;
+        self.note_permission_switch(requester, holder_before, ok, slow);
         true
+    }
+
+    /// Logs a permission request served (§5.2): granted at debug level, granted on the slow
+    /// path (a connection cycled through reset) and failed at info.
+    fn note_permission_switch(
+        &self,
+        requester: NodeId,
+        holder_before: Option<NodeId>,
+        ok: bool,
+        slow: bool,
+    ) {
+        let (replica, to, from) = (self.me.0, requester.0, holder_before.map(|h| h.0));
+        match (ok, slow) {
+            (true, false) => debug!(replica, to, from, "write access to this log switched"),
+            (true, true) => info!(
+                replica,
+                to, from, "write access to this log switched on the slow path (connection cycled)"
+            ),
+            (false, _) => {
+                info!(replica, to, from, "permission switch failed; a live requester asks again")
+            }
+        }
     }
 
     /// Carries out one step of a permission plan; false if it could not be done.

@@ -335,6 +335,12 @@ impl Replica {
                 return Err(StartError::Other(format!("starting the replication thread: {e}")));
             }
         }
+        tracing::debug!(
+            replica = config.me.0,
+            mode = ?mode,
+            replicas = config.replicas.len(),
+            "replica threads started"
+        );
         Ok(Replica { me: config.me, shared, inner, threads, started_at })
     }
 
@@ -411,9 +417,13 @@ impl Replica {
     }
 
     fn stop_threads(&mut self) {
+        let running = !self.threads.is_empty();
         self.inner.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if running {
+            tracing::debug!(replica = self.me.0, "replica threads stopped");
         }
     }
 }

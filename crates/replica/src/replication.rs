@@ -10,7 +10,7 @@ use crate::layout::{
     SNAPSHOT_UNSUPPORTED,
 };
 use crate::memory::FabricMemory;
-use crate::shared::Shared;
+use crate::shared::{ids_text, Shared};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PostError,
     RemoteAddr, Source, Status, WorkRequest,
@@ -24,6 +24,7 @@ use mu_replication::{
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tracing::{debug, info, warn};
 
 /// Why a proposal failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -497,6 +498,11 @@ impl<F: Fabric> ReplicationDriver<F> {
             // forgot no longer matters.
             self.shared.recovering.store(false, Ordering::Release);
             self.shared.eligible.store(true, Ordering::Release);
+            info!(
+                replica = self.me.0,
+                head = self.replayer.head(),
+                "eligible to lead again: this replica has applied what a leader decided"
+            );
         }
         busy || applied > 0
     }
@@ -514,6 +520,16 @@ impl<F: Fabric> ReplicationDriver<F> {
             now_ns.saturating_sub(since) > self.settings.permission_timeout_ns
         });
         if self.shared.replayer_stuck.load(Ordering::Relaxed) != stuck {
+            if stuck {
+                warn!(
+                    replica = self.me.0,
+                    head,
+                    "the replayer waits for a decided entry this log does not get; a state \
+                     transfer will get past it"
+                );
+            } else {
+                info!(replica = self.me.0, head, "the replayer moves again");
+            }
             self.shared.replayer_stuck.store(stuck, Ordering::Release);
         }
     }
@@ -531,8 +547,21 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.members_applied = members;
         self.leader.set_applied_members(members);
         self.shared.set_members(members);
+        info!(
+            replica = self.me.0,
+            members = ids_text(self.replicas.ids(), members).as_str(),
+            head = self.replayer.head(),
+            "membership changed"
+        );
         let member = members >> me_pos & 1 != 0;
         if was_member && !member && self.shared.eligible.load(Ordering::Acquire) {
+            if !self.shared.removed.load(Ordering::Acquire) {
+                warn!(
+                    replica = self.me.0,
+                    "removed: this replica applied a configuration without it; it stops taking \
+                     part"
+                );
+            }
             self.shared.removed.store(true, Ordering::Release);
             if self.leader.phase() != Phase::Follower {
                 self.leader.step_down();
@@ -553,19 +582,42 @@ impl<F: Fabric> ReplicationDriver<F> {
         let index = self.replayer.head();
         self.snapshot_buf.clear();
         let max = self.settings.snapshot_bytes_max;
+        // The requester's position is in the ticket's high word (`layout::snapshot_ticket`).
+        let requester = ((ticket >> 32) as usize)
+            .checked_sub(1)
+            .and_then(|pos| self.replicas.ids().get(pos))
+            .map(|id| id.0);
+        let replica = self.me.0;
         let error = match app.snapshot(&mut self.snapshot_buf) {
             Err(e) => {
+                warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
                 self.shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
                 SNAPSHOT_UNSUPPORTED
             }
             Ok(()) if self.snapshot_buf.len() > max => {
+                warn!(
+                    replica,
+                    requester,
+                    bytes = self.snapshot_buf.len(),
+                    bytes_max = max,
+                    "state transfer: the snapshot is larger than snapshot_bytes_max"
+                );
                 self.shared.transfer_failed(format!(
                     "a snapshot of {} bytes is larger than snapshot_bytes_max ({max})",
                     self.snapshot_buf.len()
                 ));
                 SNAPSHOT_TOO_LARGE
             }
-            Ok(()) => SNAPSHOT_OK,
+            Ok(()) => {
+                info!(
+                    replica,
+                    requester,
+                    index,
+                    bytes = self.snapshot_buf.len(),
+                    "state transfer: snapshot taken for a peer"
+                );
+                SNAPSHOT_OK
+            }
         };
         let region = &self.snapshot;
         let put = |offset: u64, value: u64| {
@@ -618,14 +670,31 @@ impl<F: Fabric> ReplicationDriver<F> {
                 .expect("fetched snapshot in the region: length checked when fetched");
             match app.restore(&self.snapshot_buf) {
                 Ok(()) => {
+                    info!(
+                        replica = self.me.0,
+                        index,
+                        bytes = len,
+                        from_head = self.replayer.head(),
+                        "state transfer: snapshot installed"
+                    );
                     self.replayer = Replayer::new(self.layout, index);
                     self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
                     self.note_members(header(SNAPSHOT_MEMBERS));
                     self.shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
                     installed = true;
                 }
-                Err(e) => self.shared.transfer_failed(format!("restoring a snapshot: {e}")),
+                Err(e) => {
+                    warn!(replica = self.me.0, index, error = %e, "state transfer: restore failed");
+                    self.shared.transfer_failed(format!("restoring a snapshot: {e}"))
+                }
             }
+        } else {
+            debug!(
+                replica = self.me.0,
+                index,
+                head = self.replayer.head(),
+                "state transfer: fetched snapshot not installed (not ahead, or leading)"
+            );
         }
         self.shared.snapshot_fetched.store(false, Ordering::Release);
         installed
@@ -657,6 +726,15 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         } else if ready_at.load(Ordering::Relaxed) == 0 {
             ready_at.store(now_ns + 1, Ordering::Release);
+            let elected_at = self.shared.elected_at_ns.load(Ordering::Acquire);
+            info!(
+                replica = self.me.0,
+                fuo = self.leader.fuo(),
+                confirmed = ids_text(self.replicas.ids(), self.leader.confirmed_mask()).as_str(),
+                setup_us =
+                    (elected_at != 0).then(|| (now_ns + 1).saturating_sub(elected_at) / 1000),
+                "ready: leading with write access to a majority's logs"
+            );
         }
     }
 
@@ -669,12 +747,24 @@ impl<F: Fabric> ReplicationDriver<F> {
         if elected == Some(self.me) && !leading && may_lead {
             // Refused if the configuration at our FUO leaves us out (§5.4).
             if self.leader.become_leader(&self.mem, &mut self.actions) {
-                self.shared.leaderships.fetch_add(1, Ordering::Relaxed);
+                let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+                info!(
+                    replica = self.me.0,
+                    fuo = self.leader.fuo(),
+                    leaderships,
+                    "leading: asking the replicas for write permission"
+                );
                 return true;
             }
             return false;
         }
         if elected != Some(self.me) && leading {
+            info!(
+                replica = self.me.0,
+                leader = elected.map(|l| l.0),
+                fuo = self.leader.fuo(),
+                "stepping down: this replica is no longer elected"
+            );
             self.leader.step_down();
             self.fail_pending(elected);
             return true;
@@ -781,6 +871,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                     }
                 }
                 Action::Aborted { reason } => {
+                    self.note_abort(reason);
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
                     *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(reason);
@@ -806,6 +897,33 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         }
         any
+    }
+
+    /// Logs why the leader engine aborted (rare; kept out of the loop running the actions).
+    #[cold]
+    fn note_abort(&self, reason: AbortReason) {
+        let (replica, fuo) = (self.me.0, self.leader.fuo());
+        match reason {
+            AbortReason::NeedsStateTransfer { behind } => warn!(
+                replica,
+                fuo,
+                behind,
+                "stepping down: this replica's log is more than a log behind; it needs a state \
+                 transfer"
+            ),
+            AbortReason::Removed => {
+                warn!(
+                    replica,
+                    fuo, "stepping down: a decided membership entry removed this replica"
+                )
+            }
+            reason => info!(
+                replica,
+                fuo,
+                reason = ?reason,
+                "leader attempt aborted; asking for write permission again"
+            ),
+        }
     }
 
     /// The engine committed the oldest entry it was handed (they commit in order).
@@ -934,6 +1052,14 @@ impl<F: Fabric> ReplicationDriver<F> {
         {
             let slots_count = self.layout.slots_count();
             let oldest = self.leader.fuo().saturating_sub(slots_count - 1);
+            warn!(
+                replica = self.me.0,
+                oldest,
+                slots_count,
+                waited_ms = now_ns.saturating_sub(since) / 1_000_000,
+                "log full: a live replica has not applied the entry the next slot reuses; \
+                 proposals fail"
+            );
             self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
             self.finish_group();
         }

@@ -220,6 +220,12 @@ impl Shared {
     }
 }
 
+/// The replicas of `mask` (by position in `ids`) as a list for a log event: "0,1,2".
+pub(crate) fn ids_text(ids: &[NodeId], mask: u64) -> String {
+    let ids: Vec<String> = ids_of(ids, mask).iter().map(|id| id.0.to_string()).collect();
+    ids.join(",")
+}
+
 /// The guard of the replica's own log: the leader engine writes the consensus part of its own
 /// log only while its permission manager grants it access, exactly as a remote leader writes only
 /// while its connection allows it. Revoking is a barrier: once [`OwnLogGuard::revoke`] returns,

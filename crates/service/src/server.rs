@@ -8,6 +8,9 @@
 //! [`ServerMessage::Refused`] and the connection goes on; a frame that cannot be read closes
 //! that connection only. A connection must open with a hello naming this cluster and this wire
 //! version; anything else is refused and the connection closed.
+//!
+//! Logs (`tracing`): the server's start and stop, and each connection refused for its hello
+//! (warn, with the reason). Nothing per request.
 
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
@@ -92,6 +95,8 @@ impl ServerCounters {
 /// connections still open end when their clients close them or the process exits.
 pub struct Server {
     path: PathBuf,
+    /// The replica served, for the stop event.
+    replica_id: u16,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     pub counters: Arc<ServerCounters>,
@@ -130,6 +135,7 @@ impl Server {
         let counters = Arc::new(ServerCounters::default());
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let mut threads = Vec::new();
+        let replica_id = replica.id().0;
         {
             let (replica, machine, counters) = (replica.clone(), machine.clone(), counters.clone());
             threads.push(spawn("mu-kv-propose", move || {
@@ -145,7 +151,13 @@ impl Server {
                 accept_loop(listener, &stop, &base)
             })?);
         }
-        Ok(Server { path: path.to_path_buf(), stop, threads, counters })
+        tracing::info!(
+            replica = replica_id,
+            cluster_id,
+            socket = %path.display(),
+            "server started: accepting clients"
+        );
+        Ok(Server { path: path.to_path_buf(), replica_id, stop, threads, counters })
     }
 
     /// Where it listens.
@@ -161,6 +173,11 @@ impl Drop for Server {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
+        tracing::info!(
+            replica = self.replica_id,
+            socket = %self.path.display(),
+            "server stopped: socket removed"
+        );
     }
 }
 
@@ -220,6 +237,11 @@ impl Connection {
                             welcome
                         }
                         Err(why) => {
+                            tracing::warn!(
+                                replica = self.replica.id().0,
+                                reason = why.as_str(),
+                                "connection refused: its hello does not match this replica"
+                            );
                             self.refuse(why.clone()).encode(&mut out);
                             let _ = write_frame(&mut writer, &out);
                             return;

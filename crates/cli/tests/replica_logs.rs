@@ -1,0 +1,269 @@
+//! The replica's structured logs as an operator meets them: `mu cluster up` leaves each
+//! replica's events in its log file after the start marker (the start, the leader it follows,
+//! the stop); `mu replica --log-format json` writes one JSON object per line; and a `MU_LOG`
+//! that does not parse stops the replica at once with a message naming it.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The clusters of this file go one at a time: each is up to three replica processes with busy
+/// threads, on a machine that may have two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How long a replica may take to say it serves.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn mu(args: &[&str]) -> Output {
+    mu_with_log(args, None)
+}
+
+/// `mu ARGS` with `MU_LOG` set to `log`, or removed.
+fn mu_with_log(args: &[&str], log: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mu"));
+    cmd.args(args);
+    match log {
+        Some(log) => cmd.env("MU_LOG", log),
+        None => cmd.env_remove("MU_LOG"),
+    };
+    cmd.output().expect("mu runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "exit {:?}: {}", out.status, stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A private run directory and a configuration of three replicas on it; the cluster is stopped
+/// and everything removed when dropped.
+struct Setup {
+    dir: PathBuf,
+    run_dir: PathBuf,
+    config: PathBuf,
+}
+
+impl Setup {
+    fn new(tag: &str, cluster_id: u64) -> Setup {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("mu-logs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
+        let run_dir = dir.join("run");
+        let config = dir.join("cluster.toml");
+        let text = format!(
+            "cluster_id = {cluster_id}\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+             [log]\nslots = 1024\nslot_bytes = 1024\n\n[detector]\nread_period_us = 4000\n",
+            run_dir.display()
+        );
+        std::fs::write(&config, text).expect("config file");
+        Setup { dir, run_dir, config }
+    }
+
+    fn config(&self) -> &str {
+        self.config.to_str().expect("a UTF-8 path")
+    }
+
+    fn log(&self, id: u16) -> String {
+        let path = self.run_dir.join(format!("replica-{id}.log"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = mu(&["cluster", "down", "--config", self.config(), "--purge"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a text log line has the field `name` with value `value` (fields are written as
+/// `name=value` after the message).
+fn has_field(line: &str, name: &str, value: &str) -> bool {
+    line.split_whitespace().any(|word| word == format!("{name}={value}"))
+}
+
+#[test]
+fn cluster_up_leaves_start_leader_and_stop_events_in_each_replica_log() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("up", 0x10a1);
+    let up = ok(mu_with_log(&["cluster", "up", "--config", setup.config()], None));
+    let leader: u16 = up
+        .lines()
+        .find_map(|l| l.strip_prefix("leader: replica "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no leader line in: {up}"));
+    // A committed write: the leader was ready (and said so) before it answered.
+    ok(mu(&["kv", "put", "color", "blue", "--config", setup.config()]));
+    // Without --purge: the logs stay.
+    ok(mu(&["cluster", "down", "--config", setup.config()]));
+
+    let mut following = 0;
+    for id in 0..3u16 {
+        let log = setup.log(id);
+        let id_text = id.to_string();
+        // Everything is this start's: after the marker `up` wrote.
+        let (before, events) = log
+            .split_once(&format!("--- mu cluster up: starting replica {id} "))
+            .unwrap_or_else(|| panic!("replica {id}: no start marker in:\n{log}"));
+        assert!(before.trim().is_empty(), "replica {id}: a log of an earlier run:\n{before}");
+        let lines: Vec<&str> = events.lines().skip(1).collect();
+        let serving = lines
+            .iter()
+            .position(|l| {
+                l.contains(" INFO ")
+                    && l.contains(": serving ")
+                    && has_field(l, "replica", &id_text)
+            })
+            .unwrap_or_else(|| panic!("replica {id}: no start event in:\n{log}"));
+        assert!(
+            lines[serving].split_whitespace().any(|w| w.starts_with("pid=")),
+            "replica {id}: the start event names no pid: {}",
+            lines[serving]
+        );
+        let stopping = lines
+            .iter()
+            .rposition(|l| l.contains(": stopping ") && has_field(l, "replica", &id_text))
+            .unwrap_or_else(|| panic!("replica {id}: no stop event in:\n{log}"));
+        assert!(serving < stopping, "replica {id}: stopped before it served:\n{log}");
+        let leader_text = leader.to_string();
+        let follows = lines.iter().any(|l| {
+            (l.contains("leader changed") || l.contains("elected:"))
+                && has_field(l, "leader", &leader_text)
+        });
+        following += usize::from(follows);
+        if id == leader {
+            assert!(follows, "the leader {id} logged no election of itself:\n{log}");
+            assert!(
+                lines.iter().any(|l| l.contains("ready: leading")),
+                "the leader {id} logged no readiness:\n{log}"
+            );
+        }
+        // Nothing per request: one put, and no event says so.
+        assert!(!log.contains("color"), "replica {id} logged a request:\n{log}");
+    }
+    // `up` returned once a majority agreed on the leader: each of them logged it.
+    assert!(following >= 2, "fewer than a majority logged leader {leader}");
+}
+
+/// Lines from a child's stderr, read on a thread of their own so that waiting has a deadline.
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// One JSON log line: an object with the time, the level, the target and the event's fields
+/// (its message among them), as tracing-subscriber's JSON format writes them.
+fn parse_event(line: &str) -> serde_json::Value {
+    let event: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    for key in ["timestamp", "level", "target", "fields"] {
+        assert!(event.get(key).is_some(), "no {key:?} in {line}");
+    }
+    assert!(event["fields"]["message"].is_string(), "no message in {line}");
+    event
+}
+
+#[test]
+fn a_replica_logs_json_lines_with_fields() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("json", 0x10a2);
+    // Replica 1 alone: it serves (and says so) without peers.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["replica", "--config", setup.config(), "--id", "1", "--log-format", "json"])
+        .env("MU_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mu replica starts");
+    let lines = stderr_lines(&mut child);
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut events = Vec::new();
+    let serving = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no \"serving\" event within {START_TIMEOUT:?}; got {events:#?}");
+        };
+        let event = parse_event(&line);
+        events.push(event.clone());
+        if event["fields"]["message"] == "serving" {
+            break event;
+        }
+    };
+    let fields = &serving["fields"];
+    assert_eq!(serving["level"], "INFO", "{serving}");
+    assert_eq!(fields["replica"], 1, "{serving}");
+    assert_eq!(fields["cluster_id"], 0x10a2, "{serving}");
+    assert_eq!(fields["pid"], child.id(), "{serving}");
+    let socket = setup.run_dir.join("kv-1.sock");
+    assert_eq!(fields["socket"], socket.to_str().unwrap(), "{serving}");
+
+    // SIGTERM: the replica stops cleanly and says so, still in JSON.
+    // SAFETY: kill takes a pid and a signal number, no memory; the child is not reaped yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => events.push(parse_event(&line)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break, // stderr closed: it exited
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the replica did not stop within {START_TIMEOUT:?}");
+            }
+        }
+    }
+    let status = child.wait().expect("the replica is reaped");
+    assert!(status.success(), "exit {status:?}");
+    assert!(
+        events.iter().any(|e| e["fields"]["message"] == "stopping" && e["fields"]["replica"] == 1),
+        "no stop event in {events:#?}"
+    );
+    // MU_LOG=info: nothing below it.
+    assert!(events.iter().all(|e| e["level"] != "DEBUG" && e["level"] != "TRACE"), "{events:#?}");
+}
+
+#[test]
+fn a_bad_mu_log_is_an_error_naming_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("bad", 0x10a3);
+    for bad in ["nonsense=", "mu_replica=loud", "=info", "info,"] {
+        let out = mu_with_log(&["replica", "--config", setup.config(), "--id", "0"], Some(bad));
+        assert!(!out.status.success(), "MU_LOG={bad:?} was taken");
+        let err = stderr(&out);
+        assert!(err.contains("MU_LOG"), "MU_LOG={bad:?}: {err}");
+        assert!(!err.contains("panicked"), "MU_LOG={bad:?}: {err}");
+    }
+    assert!(!setup.run_dir.join("kv-0.sock").exists(), "a replica with a bad MU_LOG served");
+
+    // Through `mu cluster up`: its replicas inherit the variable, fail at once, and `up` shows
+    // the error from the end of the log, after this start's marker.
+    let out = mu_with_log(&["cluster", "up", "--config", setup.config()], Some("nonsense="));
+    assert!(!out.status.success(), "cluster up with a bad MU_LOG succeeded");
+    let err = stderr(&out);
+    assert!(err.contains("exited during start-up") && err.contains("MU_LOG"), "{err}");
+}
