@@ -88,6 +88,27 @@ pub struct PayloadResult {
     pub lost_proposals: u64,
     /// Followers that ended more than a log behind: the leader went on without them.
     pub followers_dropped: usize,
+    /// Requests committed while timing, and how long that took: the throughput.
+    pub requests: u64,
+    pub timed_ns: u64,
+}
+
+/// How the leader proposes: one value per `propose` call, or (Mu paper §7.4) `batch` requests
+/// per entry and `outstanding` entries in flight, as `propose_many` calls of `batch ×
+/// outstanding` requests, each call timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    pub batch: usize,
+    pub outstanding: usize,
+}
+
+impl Load {
+    /// One value per `propose` call.
+    pub const SINGLE: Load = Load { batch: 1, outstanding: 1 };
+
+    fn requests_per_call(self) -> usize {
+        self.batch * self.outstanding
+    }
 }
 
 /// What the leader's thread shares with the thread watching it.
@@ -184,9 +205,37 @@ pub fn sweep(
         let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
         cluster.spawn(&spec, 1..REPLICAS)?;
         cluster.wait_started(ELECTION_TIMEOUT)?;
-        results.push(lead_and_watch(&mut cluster, &spec, payload_bytes, samples)?);
+        results.push(lead_and_watch(&mut cluster, &spec, payload_bytes, samples, Load::SINGLE)?);
     }
     Ok(results)
+}
+
+/// Throughput and call latency of `propose_many` on a fresh three-replica cluster under `load`,
+/// `payload_bytes` per request; `calls` timed calls.
+pub fn throughput(
+    run_dir: &RunDir,
+    app: App,
+    payload_bytes: usize,
+    load: Load,
+    calls: u64,
+) -> Result<PayloadResult, String> {
+    let entry_bytes = mu_log::batch::item_bytes(payload_bytes.max(28)) * load.batch + 64;
+    let slot_bytes = (entry_bytes + 24).next_multiple_of(8);
+    let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN / 4, LOG_SLOTS_MAX);
+    let spec = Spec {
+        replicas: REPLICAS,
+        mode: ReplicaMode::Direct,
+        read_period_us: None,
+        slots_count,
+        slot_bytes: slot_bytes as u32,
+        propose_bytes: 0,
+        app,
+    };
+    let name = format!("throughput-{}-{}", load.batch, load.outstanding);
+    let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
+    cluster.spawn(&spec, 1..REPLICAS)?;
+    cluster.wait_started(ELECTION_TIMEOUT)?;
+    lead_and_watch(&mut cluster, &spec, payload_bytes, calls, load)
 }
 
 /// Runs replica 0 on a thread of its own and watches it from this one: the followers must stay
@@ -198,6 +247,7 @@ fn lead_and_watch(
     spec: &Spec,
     payload_bytes: usize,
     samples: u64,
+    load: Load,
 ) -> Result<PayloadResult, String> {
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::channel();
@@ -207,7 +257,7 @@ fn lead_and_watch(
     let leader = std::thread::Builder::new()
         .name("mu-bench-leader".into())
         .spawn(move || {
-            let _ = tx.send(lead(&dir, &leader_spec, payload_bytes, samples, &shared));
+            let _ = tx.send(lead(&dir, &leader_spec, payload_bytes, samples, load, &shared));
         })
         .map_err(|e| format!("starting the leader's thread: {e}"))?;
     let mut last_progress = (0, Instant::now());
@@ -245,12 +295,13 @@ fn lead_and_watch(
 }
 
 /// Replica 0: waits to lead and for both followers to follow, warms up, then times
-/// `payload_bytes` proposals.
+/// `samples` proposals (calls of `load`) of `payload_bytes` each.
 fn lead(
     run_dir: &std::path::Path,
     spec: &Spec,
     payload_bytes: usize,
     samples: u64,
+    load: Load,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
     let fabric = ShmFabric::create(
@@ -258,7 +309,11 @@ fn lead(
             .with_protocol(mu_replica::protocol_tag()),
     )
     .map_err(|e| format!("replica 0: fabric: {e}"))?;
-    let config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
+    let mut config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
+    if load != Load::SINGLE {
+        config.batch_requests_max = load.batch;
+        config.outstanding_max = load.outstanding;
+    }
     let replica = Replica::start(config, fabric, spec.mode.mode(), spec.app.commit_handler(|_| {}))
         .map_err(|e| format!("replica 0: {e}"))?;
     let mut value = Vec::new();
@@ -304,14 +359,22 @@ fn lead(
         }
     }
 
-    // One proposal, timed; `None` if leadership moved (then wait until replica 0 leads again).
-    let propose = |value: &[u8], lost: &mut u64| -> Result<Option<u64>, String> {
+    // One proposal (one call of `load`), timed; `None` if leadership moved (then wait until
+    // replica 0 leads again).
+    let mut outcomes = Vec::with_capacity(load.requests_per_call());
+    let mut propose = |values: &[Vec<u8>], lost: &mut u64| -> Result<Option<u64>, String> {
         let t = Instant::now();
-        let outcome = replica.propose(value);
+        let outcome = if load == Load::SINGLE {
+            replica.propose(&values[0]).map(|_| ())
+        } else {
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            replica.propose_many(&refs, &mut outcomes);
+            outcomes.drain(..).find_map(Result::err).map_or(Ok(()), Err)
+        };
         let ns = t.elapsed().as_nanos() as u64;
         progress.proposals.fetch_add(1, Ordering::Relaxed);
         match outcome {
-            Ok(_) => Ok(Some(ns.max(1))),
+            Ok(()) => Ok(Some(ns.max(1))),
             Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {
                 *lost += 1;
                 let since = Instant::now();
@@ -335,22 +398,30 @@ fn lead(
     // Once round the log (see `log_shape`), then caches, branch predictors and the followers'
     // replayers warm up.
     progress.set_phase(format!("warming up with {payload_bytes}-byte proposals"));
-    for i in 0..spec.slots_count + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
+    let mut values = vec![value; load.requests_per_call()];
+    let fill = |values: &mut [Vec<u8>], call: u64| {
+        for (j, v) in values.iter_mut().enumerate() {
+            spec.app.value(payload_bytes, call * load.requests_per_call() as u64 + j as u64, v);
+        }
+    };
+    let laps_calls = spec.slots_count / load.outstanding as u64;
+    for i in 0..laps_calls + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
         progress.check_stop()?;
-        spec.app.value(payload_bytes, i, &mut value);
-        propose(&value, &mut lost_proposals)?;
+        fill(&mut values, i);
+        propose(&values, &mut lost_proposals)?;
     }
 
     progress.set_phase(format!("measuring {payload_bytes}-byte proposals"));
     let mut latency = histogram();
     let step = (samples / 10).max(1);
     eprint!("  payload {payload_bytes:>4} B   ");
-    let mut i: u64 = 0;
+    let mut i: u64 = laps_calls + WARMUP_MAX;
+    let timed = Instant::now();
     while latency.len() < samples {
         progress.check_stop()?;
         i += 1;
-        spec.app.value(payload_bytes, i, &mut value);
-        if let Some(ns) = propose(&value, &mut lost_proposals)? {
+        fill(&mut values, i);
+        if let Some(ns) = propose(&values, &mut lost_proposals)? {
             latency.record(ns).expect("within the histogram's bounds");
             if latency.len() % step == 0 {
                 eprint!(".");
@@ -358,6 +429,7 @@ fn lead(
             }
         }
     }
+    let timed_ns = timed.elapsed().as_nanos() as u64;
     eprintln!(" p50 {} ns", latency.value_at_quantile(0.5));
     // A follower more than a log behind was dropped on the way (the leader does not wait for a
     // follower that slow): later proposals went to one follower only, and the report says so.
@@ -368,9 +440,11 @@ fn lead(
         payload_bytes,
         slot_bytes: spec.slot_bytes,
         slots_count: spec.slots_count,
-        latency,
         lost_proposals,
         followers_dropped,
+        requests: latency.len() * load.requests_per_call() as u64,
+        timed_ns,
+        latency,
     })
 }
 

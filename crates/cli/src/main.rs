@@ -6,8 +6,11 @@ use std::process::ExitCode;
 mod bench_e2e;
 mod bench_fabric;
 mod bench_failover;
+mod bench_payload;
+mod bench_peers;
 mod bench_replication;
 mod bench_suite;
+mod bench_throughput;
 mod cluster;
 mod cluster_cmd;
 mod demo;
@@ -76,6 +79,15 @@ enum Bench {
     /// failovers: the stopped leader is continued after the new leader's first commit and, as
     /// the lowest id, leads again (a fail-back, reported apart).
     Failover(bench_failover::Args),
+    /// Replication latency against payload size, standalone and attached to the key-value
+    /// store, direct and handover mode (Mu paper Fig. 3).
+    Payload(bench_payload::Args),
+    /// Mu's replication latency beside Redis (WAIT), etcd and openraft, measured in the same
+    /// run on this machine (Mu paper Fig. 4). Installs nothing: run scripts/install-peers.sh.
+    Peers(bench_peers::Args),
+    /// Throughput against latency for 1 to 8 outstanding entries and 1 to 128 requests per
+    /// entry, 64-byte requests (Mu paper Fig. 7).
+    Throughput(bench_throughput::Args),
     /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
     /// client transport alone, an unreplicated server, and the replicated service.
     E2e(bench_e2e::Args),
@@ -88,6 +100,9 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
         Command::Bench { which: Bench::E2e(args) } => bench_e2e::run(args),
+        Command::Bench { which: Bench::Throughput(args) } => bench_throughput::run(args),
+        Command::Bench { which: Bench::Payload(args) } => bench_payload::run(args),
+        Command::Bench { which: Bench::Peers(args) } => bench_peers::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),

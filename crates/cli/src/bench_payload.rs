@@ -1,0 +1,146 @@
+//! `mu bench payload` (Mu paper §7.1, Figure 3): replication latency against payload size, 32 to
+//! 4096 bytes, for Mu standalone and attached to the key-value store, each in direct and
+//! handover mode: four sweeps of `mu bench replication` in one run, beside the fabric's write2
+//! round trip measured first.
+
+use crate::bench_fabric;
+use crate::bench_replication::{self, PayloadResult};
+use crate::bench_suite::{us, Report, SuiteArgs};
+use crate::cluster::{App, ReplicaMode, RunDir};
+use crate::interrupt;
+use mu_figures::{Bar, BarChart, BarSeries, Table};
+use serde_json::json;
+
+const SWEEP_BYTES: [usize; 8] = [32, 64, 128, 256, 512, 1024, 2048, 4096];
+const DEFAULT_SAMPLES: u64 = 100_000;
+const QUICK_SAMPLES: u64 = 3_000;
+const CONFIGS: [(App, ReplicaMode); 4] = [
+    (App::Standalone, ReplicaMode::Direct),
+    (App::Standalone, ReplicaMode::Handover),
+    (App::Kv, ReplicaMode::Direct),
+    (App::Kv, ReplicaMode::Handover),
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    suite: SuiteArgs,
+    /// Timed proposals per payload size and configuration [default: 100000; 3000 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    samples: Option<u64>,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    interrupt::catch();
+    let mut report = Report::new(&args.suite, "payload")?;
+    let samples =
+        args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
+    let run_dir = RunDir::create("payload")?;
+    eprintln!(
+        "mu bench payload: 3 replicas on shm; {} payload sizes x {} configurations, {samples} \
+         samples each",
+        SWEEP_BYTES.len(),
+        CONFIGS.len()
+    );
+    let write2 = {
+        let dir = run_dir.subdirectory("fabric")?;
+        bench_fabric::write2_rtt(dir.path(), samples)?
+    };
+    let mut sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
+    for config in CONFIGS {
+        eprintln!("{} {}:", config.0.name(), config.1.name());
+        let results =
+            bench_replication::sweep(&run_dir, config.1, config.0, &SWEEP_BYTES, samples)?;
+        sweeps.push((config, results));
+    }
+
+    let mut table = Table::new(
+        "Propose latency on the leader of 3 replicas on shm (µs); ratio to the write2 round trip",
+        &["app", "mode", "payload", "samples", "p1", "p50", "p99", "p50 / write2"],
+    );
+    let q = |r: &PayloadResult| {
+        [0.01, 0.5, 0.99].map(|q| r.latency.value_at_quantile(q) as f64 / 1000.0)
+    };
+    for ((app, mode), results) in &sweeps {
+        for r in results {
+            let [p1, p50, p99] = q(r);
+            table.row(vec![
+                app.name().into(),
+                mode.name().into(),
+                format!("{} B", r.payload_bytes),
+                r.latency.len().to_string(),
+                us(p1),
+                us(p50),
+                us(p99),
+                format!("{:.3}", p50 * 1000.0 / write2.p50.max(1) as f64),
+            ]);
+        }
+    }
+    report.table(&table, "")?;
+    if !args.suite.json {
+        println!(
+            "fabric write2 round trip: p50 {} µs, p99 {} µs ({} samples, before any replica \
+             started)",
+            us(write2.p50 as f64 / 1000.0),
+            us(write2.p99 as f64 / 1000.0),
+            write2.samples
+        );
+        let warnings: Vec<String> = sweeps
+            .iter()
+            .flat_map(|((app, mode), rs)| {
+                rs.iter()
+                    .filter(|r| r.followers_dropped > 0)
+                    .map(move |r| format!("{} {} {} B", app.name(), mode.name(), r.payload_bytes))
+            })
+            .collect();
+        if !warnings.is_empty() {
+            println!(
+                "warning: a follower fell more than a log behind (later proposals went to one \
+                 follower) in: {}",
+                warnings.join(", ")
+            );
+        }
+    }
+    let chart = BarChart {
+        title: "Replication latency vs payload (median, p1-p99)".into(),
+        x_label: "payload".into(),
+        y_label: "propose latency (µs)".into(),
+        categories: SWEEP_BYTES.iter().map(|b| format!("{b} B")).collect(),
+        series: sweeps
+            .iter()
+            .map(|((app, mode), results)| BarSeries {
+                name: format!("{} {}", app.name(), mode.name()),
+                points: results
+                    .iter()
+                    .map(|r| {
+                        let [p1, p50, p99] = q(r);
+                        Some(Bar::new(p50, p1, p99))
+                    })
+                    .collect(),
+            })
+            .collect(),
+        log_y: true,
+    };
+    let svg = report.path(".svg");
+    chart.write_svg(&svg).map_err(|e| e.to_string())?;
+    let results: Vec<serde_json::Value> = sweeps
+        .iter()
+        .flat_map(|((app, mode), results)| {
+            results.iter().map(move |r| {
+                let [p1, p50, p99] = [0.01, 0.5, 0.99].map(|x| r.latency.value_at_quantile(x));
+                json!({
+                    "app": app.name(), "mode": mode.name(), "payload_bytes": r.payload_bytes,
+                    "samples": r.latency.len(),
+                    "latency_ns": {"p1": p1, "p50": p50, "p99": p99},
+                    "lost_proposals": r.lost_proposals, "followers_dropped": r.followers_dropped,
+                })
+            })
+        })
+        .collect();
+    report.finish(json!({
+        "protocol": "mu",
+        "results": results,
+        "fabric_write2_ns": {"p50": write2.p50, "p99": write2.p99},
+    }));
+    Ok(())
+}
