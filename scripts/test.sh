@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
 # (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), a sweep of
-# 200 simulator seeds, the TLA+ model, and smoke runs of the fabric, replication and failover
-# benchmarks. Works on a fresh machine: it installs what it needs and says what it does.
+# 200 simulator seeds, the TLA+ model, a smoke run of the fabric benchmark and of the whole
+# benchmark suite (mu bench all --quick), and the main job (mu demo). Works on a fresh machine: it
+# installs what it needs (Go, Java for TLC, Redis and etcd) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,32 +63,39 @@ for key in ["perm_fast_ns", "perm_slow_ns"]:
 print("bench fabric JSON has every figure")
 PY
 
-step "benchmark smoke run: mu bench replication and mu bench failover (quick; nothing asserted about speed)"
-out=$(./target/release/mu bench replication --quick --json)
+step "benchmark suite smoke run: mu bench all --quick (every figure produced; nothing asserted about speed)"
+rm -rf target/bench-smoke
+out=$(./target/release/mu bench all --quick --json --out target/bench-smoke)
 echo "$out"
 python3 - "$out" <<'PY'
-import json, sys
+import json, os, sys
 d = json.loads(sys.argv[1])
-assert d["protocol"] == "mu" and d["mode"] == "direct", d
-assert [r["payload_bytes"] for r in d["results"]] == [32, 64, 128, 256, 512, 1024, 2048, 4096]
-for r in d["results"]:
-    assert r["samples"] > 0, r
-    for q in ["p1", "p50", "p99"]:
-        assert r["latency_ns"][q] > 0, (r["payload_bytes"], q)
-for q in ["p50", "p99"]:
-    assert d["fabric_write2_ns"][q] > 0, q
-print("bench replication JSON has every figure")
-PY
-out=$(./target/release/mu bench failover --quick --count 3 --json)
-echo "$out"
-python3 - "$out" <<'PY'
-import json, sys
-d = json.loads(sys.argv[1])
-assert d["failovers"] == 3 and d["mode"] == "kill" and d["read_period_us"] > 0, d
-for key in ["total_us", "detect_us", "switch_us"]:
-    for q in ["p50", "p99", "max"]:
-        assert d[key][q] > 0, (key, q)
-print("bench failover JSON has every figure")
+for name in ["payload", "peers", "e2e", "failover-kill", "failover-pause", "throughput"]:
+    for ext in ["csv", "svg"]:
+        path = os.path.join("target/bench-smoke", name + "." + ext)
+        assert os.path.getsize(path) > 0, path
+    assert open(os.path.join("target/bench-smoke", name + ".svg")).read().rstrip().endswith("</svg>"), name
+p = d["payload"]
+assert len(p["results"]) == 32 and p["fabric_write2_ns"]["p50"] > 0, p
+assert {(r["app"], r["mode"]) for r in p["results"]} == {
+    (a, m) for a in ["standalone", "kv"] for m in ["direct", "handover"]}, p
+for r in p["results"]:
+    assert r["samples"] > 0 and all(r["latency_ns"][q] > 0 for q in ["p1", "p50", "p99"]), r
+systems = [r["system"] for r in d["peers"]["results"]]
+assert systems == ["mu", "redis-wait", "etcd", "openraft"], systems
+assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["results"])
+assert {(r["system"], r["op"]) for r in d["e2e"]["results"]} == {
+    (s, o) for s in ["transport", "unreplicated", "replicated"] for o in ["put", "get"]}
+for mode in ["kill", "pause"]:
+    f = d["failover-" + mode]
+    assert f["failovers"] == 100 and f["mode"] == mode, f
+    for key in ["total_us", "detect_us", "switch_us"]:
+        assert f[key]["p50"] > 0, (mode, key)
+t = d["throughput"]["results"]
+assert {(r["outstanding"], r["batch"]) for r in t} == {
+    (o, b) for o in [1, 2, 4, 8] for b in [1, 2, 4, 8, 16, 32, 64, 128]}, t
+assert all(r["mops"] > 0 and r["p50_us"] > 0 for r in t)
+print("mu bench all --quick: every benchmark's JSON, CSV and SVG in %.0f s" % d["seconds"])
 PY
 
 step "the main job: mu demo (three replica processes, leader killed; JSON checked)"

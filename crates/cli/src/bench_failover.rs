@@ -32,8 +32,8 @@ use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-const DEFAULT_COUNT: u32 = 100;
-const QUICK_COUNT: u32 = 10;
+const DEFAULT_COUNT: u32 = 1000;
+const QUICK_COUNT: u32 = 100;
 const REPLICAS: u16 = 3;
 const OLD_LEADER: u16 = 0;
 const PROPOSE_BYTES: usize = 64;
@@ -94,7 +94,7 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Failovers to measure [default: 100; 10 with --quick].
+    /// Failovers to measure [default: 1000; 100 with --quick].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     count: Option<u32>,
     /// How the leader fails: kill (SIGKILL; a fresh cluster per failover, since a killed replica
@@ -102,9 +102,12 @@ pub struct Args {
     /// (SIGSTOP, then SIGCONT; one cluster).
     #[arg(long, value_enum, default_value_t = FailureMode::Kill)]
     mode: FailureMode,
-    /// A short run: 10 failovers unless --count is given.
+    /// A short run: 100 failovers unless --count is given.
     #[arg(long)]
     quick: bool,
+    /// The directory the CSV (one row per failover) and SVG (histograms) files go into.
+    #[arg(long, default_value = "bench-out")]
+    out: std::path::PathBuf,
     /// The failure detector's read period for every replica, in microseconds [default:
     /// ReplicaConfig's, 1000, tuned for a two-core machine]. Pause detection takes about 15
     /// periods; a period shorter than a replica can go unscheduled makes false suspicions.
@@ -196,7 +199,10 @@ pub fn run(args: Args) -> Result<(), String> {
         read_period_ns / 1000,
         pin::allowed_cpus().len()
     );
+    let name = format!("failover-{}", args.mode.name());
+    let out_dir = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
     let top = RunDir::create("failover")?;
+    let mut progress = mu_figures::Progress::new(&name, u64::from(count));
     let mut m = Measured::default();
     let mut cluster: Option<Cluster> = None;
     while m.failovers.len() < count as usize {
@@ -230,14 +236,8 @@ pub fn run(args: Args) -> Result<(), String> {
         let (new_leader, failover) = inject(c, args.mode, timeout)?;
         match failover {
             Ok(f) => {
-                eprintln!(
-                    "failover {attempt}/{count}: replica {new_leader} took over; total {} us, \
-                     detect {} us, switch {} us",
-                    micros(f.total_ns),
-                    micros(f.detect_ns),
-                    micros(f.switch_ns)
-                );
                 m.failovers.push(f);
+                progress.set(m.failovers.len() as u64);
             }
             Err(why) => {
                 m.discarded += 1;
@@ -266,7 +266,44 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     drop(cluster);
+    progress.finish();
+    write_files(&out_dir, &name, &m)?;
     report(&args, read_period_ns, &m);
+    Ok(())
+}
+
+/// One CSV row per failover and an SVG of the total and switch histograms (Mu paper Fig. 6).
+fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), String> {
+    let mut table = mu_figures::Table::new(
+        "failovers (µs)",
+        &["failover", "total_us", "detect_us", "switch_us"],
+    );
+    for (i, f) in m.failovers.iter().enumerate() {
+        table.row(vec![
+            (i + 1).to_string(),
+            format!("{:.1}", f.total_ns as f64 / 1000.0),
+            format!("{:.1}", f.detect_ns as f64 / 1000.0),
+            format!("{:.1}", f.switch_ns as f64 / 1000.0),
+        ]);
+    }
+    let csv = dir.join(format!("{name}.csv"));
+    table.write_csv(&csv).map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    let values = |pick: fn(&Failover) -> u64| -> Vec<f64> {
+        m.failovers.iter().map(|f| pick(f) as f64 / 1000.0).collect()
+    };
+    let histogram = mu_figures::Histogram {
+        title: format!("Failover times, {} failovers ({name})", m.failovers.len()),
+        x_label: "time (µs)".into(),
+        series: vec![
+            ("total".into(), values(|f| f.total_ns)),
+            ("detect".into(), values(|f| f.detect_ns)),
+            ("switch".into(), values(|f| f.switch_ns)),
+        ],
+        bins: 40,
+    };
+    let svg = dir.join(format!("{name}.svg"));
+    histogram.write_svg(&svg).map_err(|e| e.to_string())?;
+    eprintln!("wrote {}, {}", csv.display(), svg.display());
     Ok(())
 }
 

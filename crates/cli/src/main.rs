@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench_all;
 mod bench_e2e;
 mod bench_fabric;
 mod bench_failover;
@@ -88,6 +89,9 @@ enum Bench {
     /// Throughput against latency for 1 to 8 outstanding entries and 1 to 128 requests per
     /// entry, 64-byte requests (Mu paper Fig. 7).
     Throughput(bench_throughput::Args),
+    /// Every benchmark of the suite into one output directory (payload, peers, e2e, failover
+    /// in kill and pause mode, throughput); `--quick` for a smoke run of a few minutes.
+    All(bench_all::Args),
     /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
     /// client transport alone, an unreplicated server, and the replicated service.
     E2e(bench_e2e::Args),
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
         Command::Bench { which: Bench::E2e(args) } => bench_e2e::run(args),
+        Command::Bench { which: Bench::All(args) } => bench_all::run(args),
         Command::Bench { which: Bench::Throughput(args) } => bench_throughput::run(args),
         Command::Bench { which: Bench::Payload(args) } => bench_payload::run(args),
         Command::Bench { which: Bench::Peers(args) } => bench_peers::run(args),
