@@ -40,8 +40,13 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.suite.quick {
             cmd.arg("--quick");
         }
+        // Progress and messages go straight to this process's stderr; the table too, or the
+        // JSON object to us.
+        cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
         if args.suite.json {
             cmd.arg("--json").stdout(Stdio::piped());
+        } else {
+            cmd.stdout(Stdio::inherit());
         }
         let out = cmd.output().map_err(|e| format!("starting mu bench {name}: {e}"))?;
         if !out.status.success() {
