@@ -3,79 +3,14 @@
 //! client of another cluster, or of another protocol version, tries to join it: a message naming
 //! the problem and a non-zero exit, with the running cluster unharmed.
 
+mod common;
+
+use common::{mu, ok, refused, Setup};
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 /// The clusters of this file go one at a time: each is three replica processes with busy
 /// threads, on a machine that may have two cores.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn mu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mu")).args(args).output().expect("mu runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "exit {:?}: {}", out.status, stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A failure whose message says `why`.
-fn refused(out: Output, why: &str) {
-    assert!(!out.status.success(), "succeeded, expected a refusal ({why})");
-    assert!(stderr(&out).contains(why), "expected {why:?} in: {}", stderr(&out));
-}
-
-/// A private run directory and configuration files for it; the cluster is stopped and
-/// everything removed when dropped.
-struct Setup {
-    dir: PathBuf,
-    run_dir: PathBuf,
-    config: PathBuf,
-}
-
-impl Setup {
-    fn new(tag: &str, cluster_id: u64) -> Setup {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
-        let run_dir = dir.join("run");
-        let config = dir.join("cluster.toml");
-        let setup = Setup { dir, run_dir, config };
-        setup.write_config(&setup.config, cluster_id, "[0, 1, 2]");
-        setup
-    }
-
-    /// A configuration of cluster `cluster_id` on this setup's run directory.
-    fn write_config(&self, path: &Path, cluster_id: u64, replicas: &str) {
-        let text = format!(
-            "cluster_id = {cluster_id}\nrun_dir = \"{}\"\nreplicas = {replicas}\n\n\
-             [log]\nslots = 1024\nslot_bytes = 1024\n\n[detector]\nread_period_us = 4000\n",
-            self.run_dir.display()
-        );
-        std::fs::write(path, text).expect("config file");
-    }
-
-    fn config(&self) -> &str {
-        self.config.to_str().expect("a UTF-8 path")
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = mu(&["cluster", "down", "--config", self.config(), "--purge"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[test]
 fn replicas_and_clients_of_another_cluster_cannot_join() {

@@ -3,10 +3,12 @@
 //! the stop); `mu replica --log-format json` writes one JSON object per line; and a `MU_LOG`
 //! that does not parse stops the replica at once with a message naming it.
 
+mod common;
+
+use common::{mu, mu_with_log, ok, stderr, Setup};
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -16,76 +18,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// How long a replica may take to say it serves.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn mu(args: &[&str]) -> Output {
-    mu_with_log(args, None)
-}
-
-/// `mu ARGS` with `MU_LOG` set to `log`, or removed.
-fn mu_with_log(args: &[&str], log: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mu"));
-    cmd.args(args);
-    match log {
-        Some(log) => cmd.env("MU_LOG", log),
-        None => cmd.env_remove("MU_LOG"),
-    };
-    cmd.output().expect("mu runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "exit {:?}: {}", out.status, stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A private run directory and a configuration of three replicas on it; the cluster is stopped
-/// and everything removed when dropped.
-struct Setup {
-    dir: PathBuf,
-    run_dir: PathBuf,
-    config: PathBuf,
-}
-
-impl Setup {
-    fn new(tag: &str, cluster_id: u64) -> Setup {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-logs-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
-        let run_dir = dir.join("run");
-        let config = dir.join("cluster.toml");
-        let text = format!(
-            "cluster_id = {cluster_id}\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
-             [log]\nslots = 1024\nslot_bytes = 1024\n\n[detector]\nread_period_us = 4000\n",
-            run_dir.display()
-        );
-        std::fs::write(&config, text).expect("config file");
-        Setup { dir, run_dir, config }
-    }
-
-    fn config(&self) -> &str {
-        self.config.to_str().expect("a UTF-8 path")
-    }
-
-    fn log(&self, id: u16) -> String {
-        let path = self.run_dir.join(format!("replica-{id}.log"));
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = mu(&["cluster", "down", "--config", self.config(), "--purge"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Whether a text log line has the field `name` with value `value` (fields are written as
 /// `name=value` after the message).
