@@ -43,6 +43,35 @@ fn nothing_left_behind(pid: u32, tag: &str) {
     }
 }
 
+/// A private directory for a benchmark's CSV and SVG files, removed when dropped.
+struct OutDir(std::path::PathBuf);
+
+impl OutDir {
+    fn new(tag: &str) -> OutDir {
+        let dir = std::env::temp_dir().join(format!("mu-bench-out-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        OutDir(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 path")
+    }
+
+    /// `NAME.csv` has a header and one row per failover; `NAME.svg` is a whole SVG document.
+    fn has_figures(&self, name: &str, failovers: usize) {
+        let csv = std::fs::read_to_string(self.0.join(format!("{name}.csv"))).expect("the CSV");
+        assert_eq!(csv.lines().count(), 1 + failovers, "{csv}");
+        let svg = std::fs::read_to_string(self.0.join(format!("{name}.svg"))).expect("the SVG");
+        assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+    }
+}
+
+impl Drop for OutDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn replication_json_has_every_figure() {
     let (out, pid) = mu(&["bench", "replication", "--payload", "64", "--samples", "300", "--json"]);
@@ -65,8 +94,10 @@ fn replication_json_has_every_figure() {
 
 #[test]
 fn failover_kill_json_has_every_figure() {
-    let (out, pid) = mu(&["bench", "failover", "--count", "2", "--json"]);
+    let files = OutDir::new("kill");
+    let (out, pid) = mu(&["bench", "failover", "--count", "2", "--json", "--out", files.path()]);
     let v = json(&out);
+    files.has_figures("failover-kill", 2);
     assert_eq!(v["failovers"], 2);
     assert_eq!(v["mode"], "kill");
     assert_eq!(v["read_period_us"], 1000);
@@ -80,8 +111,11 @@ fn failover_kill_json_has_every_figure() {
 
 #[test]
 fn failover_pause_json_has_every_figure() {
-    let (out, pid) = mu(&["bench", "failover", "--mode", "pause", "--count", "1", "--json"]);
+    let files = OutDir::new("pause");
+    let args = ["bench", "failover", "--mode", "pause", "--count", "1", "--json", "--out"];
+    let (out, pid) = mu(&[&args[..], &[files.path()]].concat());
     let v = json(&out);
+    files.has_figures("failover-pause", 1);
     assert_eq!(v["failovers"], 1);
     assert_eq!(v["mode"], "pause");
     for key in ["total_us", "detect_us"] {
