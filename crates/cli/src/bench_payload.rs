@@ -5,7 +5,7 @@
 
 use crate::bench_fabric;
 use crate::bench_replication::{self, PayloadResult};
-use crate::bench_suite::{us, Report, SuiteArgs};
+use crate::bench_suite::{quantiles_us, us, Report, SuiteArgs};
 use crate::cluster::{App, ReplicaMode, RunDir};
 use crate::interrupt;
 use mu_figures::{Bar, BarChart, BarSeries, Table};
@@ -58,9 +58,7 @@ pub fn run(args: Args) -> Result<(), String> {
         "Propose latency on the leader of 3 replicas on shm (µs); ratio to the write2 round trip",
         &["app", "mode", "payload", "samples", "p1", "p50", "p99", "p50 / write2"],
     );
-    let q = |r: &PayloadResult| {
-        [0.01, 0.5, 0.99].map(|q| r.latency.value_at_quantile(q) as f64 / 1000.0)
-    };
+    let q = |r: &PayloadResult| quantiles_us(&r.latency);
     for ((app, mode), results) in &sweeps {
         for r in results {
             let [p1, p50, p99] = q(r);

@@ -2,11 +2,7 @@
 //! etcd's JSON gateway, with nothing between the benchmark and the socket but one buffer.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::time::Duration;
-
-/// How long a read or write may block before the connection is reported as stuck.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
+use std::net::TcpStream;
 
 /// Responses, header lines and header sections larger than these are treated as protocol errors
 /// rather than allocated.
@@ -40,16 +36,10 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn connect(port: u16) -> io::Result<Connection> {
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&address, IO_TIMEOUT)?;
-        // Requests are small and each waits for its response: Nagle's algorithm would only delay.
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let writer = stream.try_clone()?;
+        let (reader, writer) = crate::process::connect_loopback(port)?;
         Ok(Connection {
             port,
-            reader: BufReader::new(stream),
+            reader,
             writer,
             request: Vec::new(),
             line: Vec::new(),
@@ -201,6 +191,7 @@ fn protocol_error(message: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use std::net::TcpListener;
     use std::thread;
 

@@ -4,8 +4,8 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, TcpListener};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -281,6 +281,23 @@ where
     S: AsRef<OsStr>,
 {
     items.into_iter().map(|item| item.as_ref().to_string_lossy().into_owned()).collect()
+}
+
+/// How long a client's read or write on a peer's socket may block before the connection is
+/// reported as stuck.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client connection to `127.0.0.1:port` as the peers' clients use it: Nagle's algorithm off
+/// (each small request waits for its answer, so batching would only delay), reads and writes
+/// bounded by [`IO_TIMEOUT`]. Returns the buffered read half and the write half.
+pub(crate) fn connect_loopback(port: u16) -> io::Result<(BufReader<TcpStream>, TcpStream)> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let stream = TcpStream::connect_timeout(&address, IO_TIMEOUT)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let writer = stream.try_clone()?;
+    Ok((BufReader::new(stream), writer))
 }
 
 #[cfg(test)]

@@ -3,8 +3,7 @@
 //! the benchmark and the socket but one buffer.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::TcpStream;
 
 /// A reply longer than this is treated as a protocol error rather than allocated (Redis's own
 /// limit on a bulk string is 512 MiB).
@@ -13,9 +12,6 @@ const BULK_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Arrays nested deeper than this are treated as a protocol error (none of the commands used
 /// here answers with nested arrays at all).
 const NESTING_DEPTH_MAX: usize = 8;
-
-/// How long a read or write may block before the connection is reported as stuck.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One RESP reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,14 +34,8 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn connect(port: u16) -> io::Result<Connection> {
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&address, IO_TIMEOUT)?;
-        // Requests are small and each waits for its reply: Nagle's algorithm would only delay.
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let writer = stream.try_clone()?;
-        Ok(Connection { reader: BufReader::new(stream), writer, line: Vec::new() })
+        let (reader, writer) = crate::process::connect_loopback(port)?;
+        Ok(Connection { reader, writer, line: Vec::new() })
     }
 
     /// Writes already encoded commands in one system call.
@@ -156,6 +146,7 @@ pub(crate) fn encode_command(out: &mut Vec<u8>, args: &[&[u8]]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use std::net::TcpListener;
     use std::thread;
 
