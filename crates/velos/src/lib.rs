@@ -1,0 +1,38 @@
+//! Velos (one-sided compare-and-swap Paxos; the Velos paper, Algorithm 5 and §5) as pure state
+//! machines: no threads, no clock, no I/O.
+//!
+//! * [`word`]: an acceptor's Paxos state for one log index packed in the 8 bytes a remote
+//!   compare-and-swap changes at once (min proposal, accepted proposal, lap, piggybacked
+//!   decision), and proposal numbers that name their proposer.
+//! * [`layout`]: a replica's Velos region: head, slot words, one value log per proposer.
+//! * [`Proposer`]: prepare and accept as CAS to every acceptor with predicted states,
+//!   pre-preparation, value indirection, piggybacked decisions, leader change in one round,
+//!   and proposal numbers that never wrap.
+//! * [`learner`]: what a follower learns from its own words.
+//!
+//! `docs/protocols/velos.md` traces each mechanism to the paper.
+
+#![forbid(unsafe_code)]
+
+pub mod layout;
+pub mod learner;
+mod proposer;
+pub mod word;
+
+pub use layout::VelosLayout;
+pub use proposer::{
+    Action, Event, Memory, Phase, Proposer, ProposerConfig, StopReason, SubmitError,
+    PREPARE_AHEAD_MAX, REPUBLISHED_TAG,
+};
+pub use word::{SlotWord, View, PROPOSAL_MAX};
+
+/// The version of what Velos replicas share (the slot word, the region layout).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The name and version a replica records on its fabric, e.g. `velos/1`.
+pub fn protocol_tag() -> String {
+    format!("velos/{PROTOCOL_VERSION}")
+}
+
+/// The region holding a replica's slot words and value logs (same id on every replica).
+pub const VELOS_REGION: mu_fabric::RegionId = mu_fabric::RegionId(5);

@@ -1,0 +1,320 @@
+//! The proposer engine with no fabric: acceptors in plain memory, operations landing when the
+//! test says. Each test names the part of the Velos paper it checks.
+
+mod common;
+
+use common::*;
+use mu_log::EntryKind;
+use mu_velos::word::{Proposals, PROPOSAL_MAX};
+use mu_velos::{Event, Phase, Proposer, SlotWord, StopReason};
+
+/// Submits `value` and runs everything to its decision; returns the decided index.
+fn decide(net: &mut Net, me: usize, p: &mut Proposer, value: &[u8]) -> u64 {
+    p.submit(EntryKind::Request, value).unwrap();
+    for _ in 0..100 {
+        for e in step(net, me, p) {
+            if let Event::Decided { index, submitted: true } = e {
+                return index;
+            }
+        }
+        net.deliver_all();
+    }
+    panic!("{value:?} not decided");
+}
+
+fn cas_posted(actions: &[mu_velos::Action]) -> usize {
+    actions.iter().filter(|a| matches!(a, mu_velos::Action::Cas { .. })).count()
+}
+
+/// §5.1 pre-preparation: once the window is prepared, a stable leader decides each value with
+/// one accept round: a value write and a CAS per remote acceptor, and the decision as soon as
+/// one remote CAS (a majority with its own) succeeds.
+#[test]
+fn t01_stable_leader_decides_with_one_cas_round() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    let mut p = proposer(layout, 0, 4);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    p.poll(&mut mem);
+    // The window (index 0 and four ahead) is prepared with one CAS per index and remote acceptor.
+    let prepares: Vec<_> = p.drain_actions().collect();
+    assert_eq!(cas_posted(&prepares), 5 * 2);
+    for a in &prepares {
+        net.queues[0][match a {
+            mu_velos::Action::Cas { peer, .. } => *peer,
+            _ => unreachable!(),
+        }]
+        .push_back(InFlight { action: *a, data: Vec::new() });
+    }
+    net.deliver_all();
+    net.complete(0, &mut p);
+    assert_eq!(p.phase(), Some(Phase::Prepared));
+    for k in 0..10u64 {
+        p.submit(EntryKind::Request, format!("v{k}").as_bytes()).unwrap();
+        p.poll(&mut mem);
+        let actions: Vec<_> = p.drain_actions().collect();
+        // The accept of index k (write + CAS to each of two peers), and the prepare of the
+        // index entering the window (one CAS to each).
+        let writes = actions.iter().filter(|a| matches!(a, mu_velos::Action::Write { .. })).count();
+        assert_eq!(writes, 2, "index {k}: {actions:?}");
+        assert_eq!(cas_posted(&actions), if k == 0 { 2 } else { 4 }, "index {k}: {actions:?}");
+        let mut local = actions.clone();
+        local.retain(|a| {
+            matches!(
+                a,
+                mu_velos::Action::Write { peer: 1, .. } | mu_velos::Action::Cas { peer: 1, .. }
+            )
+        });
+        for a in actions {
+            let to = match a {
+                mu_velos::Action::Write { peer, .. } | mu_velos::Action::Cas { peer, .. } => peer,
+                _ => unreachable!(),
+            };
+            let data = match a {
+                mu_velos::Action::Write { offset, len, .. } => net.regions[0].borrow()
+                    [offset as usize..(offset + u64::from(len)) as usize]
+                    .to_vec(),
+                _ => Vec::new(),
+            };
+            net.queues[0][to].push_back(InFlight { action: a, data });
+        }
+        // Only acceptor 1 answers: with this replica's own acceptor, a majority.
+        while net.deliver(0, 1) {}
+        net.complete(0, &mut p);
+        let events: Vec<_> = p.drain_events().collect();
+        assert_eq!(events, vec![Event::Decided { index: k, submitted: true }]);
+        net.deliver_all();
+        net.complete(0, &mut p);
+    }
+    assert_eq!(net.cas_failed, 0, "a stable leader's predictions are right");
+}
+
+/// Algorithm 5, lines 27–31 and 47–51: a failed CAS returns the acceptor's word, which becomes
+/// the prediction; it aborts the phase, and the next attempt (with a higher proposal) succeeds.
+/// A failed CAS changes nothing at the acceptor.
+#[test]
+fn t02_wrong_predictions_abort_then_are_corrected() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    // Someone else (position 2) promised a high proposal for index 0 at acceptors 1 and 2.
+    let theirs = SlotWord { min: 3 * 50 + 3, accepted: 0, lap: 0, prev_decided: false }.pack();
+    for a in [1, 2] {
+        let o = layout.word_offset(0) as usize;
+        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&theirs.to_le_bytes());
+    }
+    let mut p = proposer(layout, 0, 0);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    let index = decide(&mut net, 0, &mut p, b"mine");
+    assert_eq!(index, 0);
+    assert!(net.cas_failed >= 2, "the first prepare failed at both remote acceptors");
+    // The proposal finally used is above the other proposer's promise, and is ours.
+    let w = SlotWord::unpack(net.word(1, 0));
+    assert!(w.accepted > 153 && Proposals::new(3).proposer(w.accepted) == 0, "{w:?}");
+    assert_eq!(decided_value(&net, 0, 0), b"mine");
+}
+
+/// §5.2 value indirection: every acceptor that accepted holds the value in the proposer's
+/// value log, written before the CAS on the same connection; a new leader that finds it
+/// accepted reads it from there and decides it again, under its own proposal.
+#[test]
+fn t03_value_indirection_survives_the_proposer() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    let mut old = proposer(layout, 0, 2);
+    let mut mem = net.mem(0);
+    old.start(0, None, &mut mem);
+    old.submit(EntryKind::Request, b"accepted-once").unwrap();
+    // Prepare everywhere, then the accept lands at acceptor 2 only; the proposer then dies.
+    step(&mut net, 0, &mut old);
+    net.deliver_all();
+    step(&mut net, 0, &mut old);
+    while net.deliver(0, 2) {}
+    net.queues[0][1].clear();
+    let (proposal, value) = net.entry(2, 0, 0).expect("the value landed before the CAS");
+    assert_eq!(value, b"accepted-once");
+    assert_eq!(u64::from(SlotWord::unpack(net.word(2, 0)).accepted), proposal);
+    // Replica 1 leads: its own word shows only a promise, so it prepares; acceptor 2 reports the
+    // accepted proposal, and replica 1 reads the value from replica 2's copy of 0's value log.
+    let mut new = proposer(layout, 1, 2);
+    let mut mem1 = net.mem(1);
+    new.start(0, None, &mut mem1);
+    new.submit(EntryKind::Request, b"new-value").unwrap();
+    let mut decided = Vec::new();
+    for _ in 0..50 {
+        decided.extend(step(&mut net, 1, &mut new));
+        net.deliver_all();
+    }
+    assert_eq!(
+        decided[..2],
+        [
+            Event::Decided { index: 0, submitted: false },
+            Event::Decided { index: 1, submitted: true }
+        ]
+    );
+    assert_eq!(decided_value(&net, 1, 0), b"accepted-once");
+    assert_eq!(decided_value(&net, 1, 1), b"new-value");
+}
+
+/// §5.4 piggybacked decisions: a follower learns index i from its own word i + 1, with no
+/// extra communication, one entry behind; an acceptor the leader could not write the value of
+/// i to does not get the bit.
+#[test]
+fn t04_followers_learn_from_the_next_word() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    let mut p = proposer(layout, 0, 2);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    for k in 0..5u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        net.deliver_all();
+        net.complete(0, &mut p);
+    }
+    for f in [1, 2] {
+        for k in 0..4u64 {
+            assert_eq!(net.learned(f, k), Some(format!("v{k}").into_bytes()), "follower {f}");
+        }
+        assert_eq!(net.learned(f, 4), None, "the last entry is learned with the next");
+    }
+    // Acceptor 2's connection fails while index 5 is accepted: its write of 5 is lost.
+    net.cut[0][2] = true;
+    assert_eq!(decide(&mut net, 0, &mut p, b"v5"), 5);
+    net.cut[0][2] = false;
+    net.reconnect(0, 2, &mut p);
+    assert_eq!(decide(&mut net, 0, &mut p, b"v6"), 6);
+    net.deliver_all();
+    assert_eq!(net.learned(1, 5), Some(b"v5".to_vec()));
+    assert_eq!(net.learned(2, 5), None, "no bit where the value of 5 never went");
+    assert!(SlotWord::unpack(net.word(2, 6)).accepted != 0, "yet 6 was accepted there");
+}
+
+/// §5.1, end: a new leader predicts every acceptor's word to be its own local one (the old
+/// leader CASed all alike), so re-preparing the old leader's window takes one round with no
+/// failed CAS.
+#[test]
+fn t05_leader_change_reprepares_in_one_round() {
+    let layout = layout(3, 64);
+    let mut net = Net::new(layout);
+    let mut old = proposer(layout, 0, 8);
+    let mut mem = net.mem(0);
+    old.start(0, None, &mut mem);
+    for k in 0..20u64 {
+        decide(&mut net, 0, &mut old, format!("v{k}").as_bytes());
+    }
+    net.deliver_all();
+    net.complete(0, &mut old);
+    drop(old); // crashed; its window (20..28) is prepared everywhere
+    let failed_before = net.cas_failed;
+    let mut new = proposer(layout, 1, 8);
+    let mut mem1 = net.mem(1);
+    // Replica 1 applied up to 18 (it learns 19 with 20).
+    new.start(19, Some((EntryKind::Request, b"v18")), &mut mem1);
+    new.submit(EntryKind::Request, b"after").unwrap();
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        events.extend(step(&mut net, 1, &mut new));
+        net.deliver_all();
+    }
+    assert_eq!(net.cas_failed, failed_before, "every prediction held");
+    assert_eq!(
+        events[..2],
+        [
+            Event::Decided { index: 19, submitted: false },
+            Event::Decided { index: 20, submitted: true }
+        ]
+    );
+    assert_eq!(decided_value(&net, 1, 19), b"v19");
+}
+
+/// Proposal numbers near their limit: a proposer that would need a number above PROPOSAL_MAX
+/// stops with ProposalsExhausted and leaves every word as it was: no wrap.
+#[test]
+fn t06_proposal_numbers_never_wrap() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    let near = SlotWord { min: PROPOSAL_MAX - 1, accepted: 0, lap: 0, prev_decided: false }.pack();
+    for a in 0..3 {
+        let o = layout.word_offset(0) as usize;
+        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&near.to_le_bytes());
+    }
+    let mut p = proposer(layout, 0, 0);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    p.submit(EntryKind::Request, b"x").unwrap();
+    let events = step(&mut net, 0, &mut p);
+    assert_eq!(events, vec![Event::Stopped(StopReason::ProposalsExhausted { index: 0 })]);
+    assert!(!p.is_leading());
+    assert_eq!(net.pending(), 0, "nothing posted");
+    for a in 0..3 {
+        assert_eq!(net.word(a, 0), near);
+    }
+    // Just below the limit the last numbers are used.
+    let mut net = Net::new(layout);
+    let below = SlotWord { min: PROPOSAL_MAX - 4, accepted: 0, lap: 0, prev_decided: false }.pack();
+    for a in 0..3 {
+        let o = layout.word_offset(0) as usize;
+        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&below.to_le_bytes());
+    }
+    let mut p = proposer(layout, 0, 0);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    assert_eq!(decide(&mut net, 0, &mut p, b"last"), 0);
+    assert!(SlotWord::unpack(net.word(0, 0)).accepted > PROPOSAL_MAX - 4);
+}
+
+/// The lap: a proposer that finds an acceptor's word already in a later lap knows the index
+/// was recycled without it and stops, rather than deciding an old index again.
+#[test]
+fn t07_a_stale_proposer_stops() {
+    let layout = layout(3, 4);
+    let mut net = Net::new(layout);
+    let newer = SlotWord { min: 7, accepted: 7, lap: 3, prev_decided: true }.pack();
+    for a in 0..3 {
+        let o = layout.word_offset(1) as usize;
+        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&newer.to_le_bytes());
+    }
+    let mut p = proposer(layout, 0, 0);
+    let mut mem = net.mem(0);
+    p.start(1, Some((EntryKind::Request, b"v0")), &mut mem);
+    let events = step(&mut net, 0, &mut p);
+    assert_eq!(events, vec![Event::Stopped(StopReason::Stale { index: 1 })]);
+}
+
+/// Recycling: the circular log is reused only for indices whose previous lap every live
+/// acceptor applied; the leader waits for the floor otherwise, and the reused words move to the
+/// new lap by CAS like any other state.
+#[test]
+fn t08_recycling_waits_for_the_applied_floor() {
+    let layout = layout(3, 4);
+    let mut net = Net::new(layout);
+    let mut p = proposer(layout, 0, 2);
+    let mut mem = net.mem(0);
+    p.start(0, None, &mut mem);
+    for k in 0..4u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+    }
+    p.submit(EntryKind::Request, b"v4").unwrap();
+    for _ in 0..5 {
+        assert!(step(&mut net, 0, &mut p).is_empty(), "index 4 reuses index 0's slot");
+        net.deliver_all();
+    }
+    assert!(p.waits_for_room());
+    p.set_applied_floor(3);
+    let mut events = Vec::new();
+    for _ in 0..5 {
+        events.extend(step(&mut net, 0, &mut p));
+        net.deliver_all();
+    }
+    assert_eq!(events, vec![Event::Decided { index: 4, submitted: true }]);
+    p.set_applied_floor(5);
+    for k in 5..30u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        p.set_applied_floor(k + 1);
+    }
+    let w = SlotWord::unpack(net.word(1, 29));
+    assert_eq!(w.lap, 7);
+    assert_eq!(net.cas_failed, 0);
+    assert_eq!(net.learned(1, 28), Some(b"v28".to_vec()));
+}
