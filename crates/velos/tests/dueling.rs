@@ -218,22 +218,19 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize) -> usize {
     r.decisions
 }
 
+/// Runs every seed and checks that they decided enough to mean something.
+fn sweep(seeds: std::ops::Range<u64>, n: usize, slots: u64, steps: usize, at_least: usize) {
+    let decisions: usize = seeds.map(|seed| run(seed, n, slots, steps)).sum();
+    eprintln!("{decisions} decisions");
+    assert!(decisions > at_least, "the runs decided too little to mean much: {decisions}");
+}
+
 #[test]
 fn t10_no_two_decisions_differ_three_replicas() {
-    let mut decisions = 0;
-    for seed in 0..2000 {
-        decisions += run(seed, 3, 8, 3000);
-    }
-    eprintln!("{decisions} decisions");
-    assert!(decisions > 20_000, "the runs decided too little to mean much: {decisions}");
+    sweep(0..2000, 3, 8, 3000, 20_000);
 }
 
 #[test]
 fn t11_no_two_decisions_differ_five_replicas() {
-    let mut decisions = 0;
-    for seed in 10_000..11_000 {
-        decisions += run(seed, 5, 16, 4000);
-    }
-    eprintln!("{decisions} decisions");
-    assert!(decisions > 2_000, "the runs decided too little to mean much: {decisions}");
+    sweep(10_000..11_000, 5, 16, 4000, 2_000);
 }

@@ -31,11 +31,8 @@ fn cas_posted(actions: &[mu_velos::Action]) -> usize {
 /// one remote CAS (a majority with its own) succeeds.
 #[test]
 fn t01_stable_leader_decides_with_one_cas_round() {
-    let layout = layout(3, 16);
-    let mut net = Net::new(layout);
-    let mut p = proposer(layout, 0, 4);
+    let (mut net, mut p) = leading(3, 16, 4);
     let mut mem = net.mem(0);
-    p.start(0, None, &mut mem);
     p.poll(&mut mem);
     // The window (index 0 and four ahead) is prepared with one CAS per index and remote acceptor.
     let prepares: Vec<_> = p.drain_actions().collect();
@@ -100,8 +97,7 @@ fn t02_wrong_predictions_abort_then_are_corrected() {
     // Someone else (position 2) promised a high proposal for index 0 at acceptors 1 and 2.
     let theirs = SlotWord { min: 3 * 50 + 3, accepted: 0, lap: 0, prev_decided: false }.pack();
     for a in [1, 2] {
-        let o = layout.word_offset(0) as usize;
-        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&theirs.to_le_bytes());
+        net.set_word(a, 0, theirs);
     }
     let mut p = proposer(layout, 0, 0);
     let mut mem = net.mem(0);
@@ -120,11 +116,8 @@ fn t02_wrong_predictions_abort_then_are_corrected() {
 /// accepted reads it from there and decides it again, under its own proposal.
 #[test]
 fn t03_value_indirection_survives_the_proposer() {
-    let layout = layout(3, 16);
-    let mut net = Net::new(layout);
-    let mut old = proposer(layout, 0, 2);
-    let mut mem = net.mem(0);
-    old.start(0, None, &mut mem);
+    let (mut net, mut old) = leading(3, 16, 2);
+    let layout = net.layout;
     old.submit(EntryKind::Request, b"accepted-once").unwrap();
     // Prepare everywhere, then the accept lands at acceptor 2 only; the proposer then dies.
     step(&mut net, 0, &mut old);
@@ -162,11 +155,7 @@ fn t03_value_indirection_survives_the_proposer() {
 /// i to does not get the bit.
 #[test]
 fn t04_followers_learn_from_the_next_word() {
-    let layout = layout(3, 16);
-    let mut net = Net::new(layout);
-    let mut p = proposer(layout, 0, 2);
-    let mut mem = net.mem(0);
-    p.start(0, None, &mut mem);
+    let (mut net, mut p) = leading(3, 16, 2);
     for k in 0..5u64 {
         assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
         net.deliver_all();
@@ -195,11 +184,7 @@ fn t04_followers_learn_from_the_next_word() {
 /// failed CAS.
 #[test]
 fn t05_leader_change_reprepares_in_one_round() {
-    let layout = layout(3, 64);
-    let mut net = Net::new(layout);
-    let mut old = proposer(layout, 0, 8);
-    let mut mem = net.mem(0);
-    old.start(0, None, &mut mem);
+    let (mut net, mut old) = leading(3, 64, 8);
     for k in 0..20u64 {
         decide(&mut net, 0, &mut old, format!("v{k}").as_bytes());
     }
@@ -207,7 +192,7 @@ fn t05_leader_change_reprepares_in_one_round() {
     net.complete(0, &mut old);
     drop(old); // crashed; its window (20..28) is prepared everywhere
     let failed_before = net.cas_failed;
-    let mut new = proposer(layout, 1, 8);
+    let mut new = proposer(net.layout, 1, 8);
     let mut mem1 = net.mem(1);
     // Replica 1 applied up to 18 (it learns 19 with 20).
     new.start(19, Some((EntryKind::Request, b"v18")), &mut mem1);
@@ -236,8 +221,7 @@ fn t06_proposal_numbers_never_wrap() {
     let mut net = Net::new(layout);
     let near = SlotWord { min: PROPOSAL_MAX - 1, accepted: 0, lap: 0, prev_decided: false }.pack();
     for a in 0..3 {
-        let o = layout.word_offset(0) as usize;
-        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&near.to_le_bytes());
+        net.set_word(a, 0, near);
     }
     let mut p = proposer(layout, 0, 0);
     let mut mem = net.mem(0);
@@ -254,8 +238,7 @@ fn t06_proposal_numbers_never_wrap() {
     let mut net = Net::new(layout);
     let below = SlotWord { min: PROPOSAL_MAX - 4, accepted: 0, lap: 0, prev_decided: false }.pack();
     for a in 0..3 {
-        let o = layout.word_offset(0) as usize;
-        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&below.to_le_bytes());
+        net.set_word(a, 0, below);
     }
     let mut p = proposer(layout, 0, 0);
     let mut mem = net.mem(0);
@@ -272,8 +255,7 @@ fn t07_a_stale_proposer_stops() {
     let mut net = Net::new(layout);
     let newer = SlotWord { min: 7, accepted: 7, lap: 3, prev_decided: true }.pack();
     for a in 0..3 {
-        let o = layout.word_offset(1) as usize;
-        net.regions[a].borrow_mut()[o..o + 8].copy_from_slice(&newer.to_le_bytes());
+        net.set_word(a, 1, newer);
     }
     let mut p = proposer(layout, 0, 0);
     let mut mem = net.mem(0);
@@ -287,11 +269,7 @@ fn t07_a_stale_proposer_stops() {
 /// new lap by CAS like any other state.
 #[test]
 fn t08_recycling_waits_for_the_applied_floor() {
-    let layout = layout(3, 4);
-    let mut net = Net::new(layout);
-    let mut p = proposer(layout, 0, 2);
-    let mut mem = net.mem(0);
-    p.start(0, None, &mut mem);
+    let (mut net, mut p) = leading(3, 4, 2);
     for k in 0..4u64 {
         assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
     }

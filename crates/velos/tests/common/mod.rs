@@ -203,6 +203,12 @@ impl Net {
         }
     }
 
+    /// Sets the word of `index` at acceptor `p`, as if another proposer had CASed it.
+    pub fn set_word(&mut self, p: usize, index: u64, word: u64) {
+        let o = self.layout.word_offset(index) as usize;
+        self.regions[p].borrow_mut()[o..o + 8].copy_from_slice(&word.to_le_bytes());
+    }
+
     /// The word of `index` at acceptor `p`.
     pub fn word(&self, p: usize, index: u64) -> u64 {
         word_at(&self.regions[p].borrow(), self.layout.word_offset(index))
@@ -249,6 +255,15 @@ impl Net {
 pub fn proposer(layout: VelosLayout, me: usize, ahead: usize) -> Proposer {
     let members = (1u64 << layout.positions()) - 1;
     Proposer::new(ProposerConfig { me, layout, members, prepare_ahead: ahead }).unwrap()
+}
+
+/// A cluster of `n` acceptors with `slots` slots and proposer 0 leading from index 0.
+pub fn leading(n: usize, slots: u64, ahead: usize) -> (Net, Proposer) {
+    let layout = layout(n, slots);
+    let net = Net::new(layout);
+    let mut p = proposer(layout, 0, ahead);
+    p.start(0, None, &mut net.mem(0));
+    (net, p)
 }
 
 /// Polls, posts, and returns the events.
