@@ -64,4 +64,18 @@ impl LocalRegion for ShmRegion {
         self.map.u64_at(self.check_word(offset)?).store(value, Ordering::Release);
         Ok(())
     }
+
+    fn compare_swap_u64(
+        &self,
+        offset: usize,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, FabricError> {
+        // Peers' compare-and-swaps on this word are the same atomic instruction on the same
+        // shared page (see the endpoint), so this one is atomic with them.
+        let word = self.map.u64_at(self.check_word(offset)?);
+        Ok(match word.compare_exchange(expected, desired, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(old) | Err(old) => old,
+        })
+    }
 }

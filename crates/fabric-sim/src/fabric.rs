@@ -140,6 +140,22 @@ impl LocalRegion for SimRegion {
         let bytes = value.to_le_bytes();
         lock(&self.shared).region_write(self.node, self.incarnation, self.id, offset, &bytes, true)
     }
+
+    fn compare_swap_u64(
+        &self,
+        offset: usize,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, FabricError> {
+        // Under the world's lock, as remote compare-and-swaps land: atomic with them.
+        let mut world = lock(&self.shared);
+        let old = world.region_load_u64(self.node, self.incarnation, self.id, offset)?;
+        if old == expected {
+            let bytes = desired.to_le_bytes();
+            world.region_write(self.node, self.incarnation, self.id, offset, &bytes, true)?;
+        }
+        Ok(old)
+    }
 }
 
 /// A completion queue of a simulated node and the connections attached to it. Dropping it frees

@@ -341,6 +341,15 @@ pub fn one_sided_operations<H: Harness>(h: &mut H) {
         "a failed compare returns the current value"
     );
     assert_eq!(p.b_region.load_u64(512).unwrap(), 42, "a failed compare changes nothing");
+
+    // The target's own compare-and-swap on the word sees the peers' and the peers see its.
+    assert_eq!(p.b_region.compare_swap_u64(512, 42, 43).unwrap(), 42);
+    assert_eq!(p.b_region.compare_swap_u64(512, 42, 77).unwrap(), 43, "fails, changes nothing");
+    let c = run_one(h, &mut p.ep, conn(b), &WorkRequest::compare_swap(6, remote(512), 43, 44));
+    assert_eq!((c.status, c.value), (Status::Success, 43));
+    assert_eq!(p.b_region.compare_swap_u64(512, 44, 45).unwrap(), 44);
+    assert_eq!(p.b_region.load_u64(512).unwrap(), 45);
+    assert!(p.b_region.compare_swap_u64(513, 0, 1).is_err(), "misaligned");
 }
 
 /// A successful unsignaled request produces no completion; a failed one always does.

@@ -153,6 +153,18 @@ pub trait LocalRegion: Clone + Send + Sync + 'static {
 
     /// Atomically stores the 8-byte word at `offset` (8-byte aligned), with release ordering.
     fn store_u64(&self, offset: usize, value: u64) -> Result<(), FabricError>;
+
+    /// Atomically replaces the 8-byte word at `offset` (8-byte aligned) with `desired` if it
+    /// equals `expected`, and returns its previous value: atomic with the compare-and-swaps
+    /// peers post on the same word ([`Op::CompareSwap`]). Velos's proposer uses it on its own
+    /// acceptor's slot words. (On RDMA NICs whose atomics are atomic only among the NIC's own
+    /// operations, a backend performs it through the NIC.)
+    fn compare_swap_u64(
+        &self,
+        offset: usize,
+        expected: u64,
+        desired: u64,
+    ) -> Result<u64, FabricError>;
 }
 
 /// Checks that `[offset, offset + len)` lies inside a region of `region_len` bytes.
