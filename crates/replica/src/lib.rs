@@ -30,6 +30,7 @@
 mod background;
 mod config;
 mod core;
+mod group;
 pub mod layout;
 mod memory;
 mod replica;

@@ -2,7 +2,8 @@
 
 use crate::config::ReplicaConfig;
 use crate::core::{ReplicaCore, StartError};
-use crate::replication::{Applier, ProposeError, ReplicationDriver, Requests};
+use crate::group::Requests;
+use crate::replication::{Applier, ProposeError, ReplicationDriver};
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};

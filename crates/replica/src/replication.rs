@@ -3,6 +3,7 @@
 //! [`ReplicationDriver::poll`] with the time, a thread on real fabrics, the simulator's loop on the
 //! simulated one.
 
+use crate::group::Group;
 use crate::layout::{
     ack_offset, fetched_body_offset, replication_channel, snapshot_digest, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
@@ -68,88 +69,6 @@ fn leader_hint(leader: &Option<NodeId>) -> String {
     }
 }
 
-/// Requests back to back, and where each ends: one call's requests, kept in buffers reused from
-/// call to call.
-#[derive(Default)]
-pub(crate) struct Requests {
-    data: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl Requests {
-    pub fn clear(&mut self) {
-        self.data.clear();
-        self.ends.clear();
-    }
-
-    pub fn push(&mut self, request: &[u8]) {
-        self.data.extend_from_slice(request);
-        self.ends.push(self.data.len());
-    }
-
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    pub fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.data[start..self.ends[i]]
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        (0..self.len()).map(|i| self.get(i))
-    }
-}
-
-/// One log entry of a group: `count` requests from `first` on (a batch when more than one).
-#[derive(Clone, Copy)]
-struct Planned {
-    first: usize,
-    count: usize,
-    /// The engine reached the accept phase while it was handed over: it may have been accepted
-    /// somewhere.
-    maybe_accepted: bool,
-}
-
-/// The requests being replicated: one call of the application's, packed into entries of up to
-/// `batch_requests_max` requests (§7.4), of which up to `outstanding_max` are in the engine.
-/// Reused from call to call, so that proposing does not allocate.
-#[derive(Default)]
-struct Group {
-    requests: Requests,
-    /// Entries not committed yet, in log order; the first `handed` are in the engine.
-    entries: VecDeque<Planned>,
-    handed: usize,
-    /// One per request, in order; `None` until known.
-    outcomes: Vec<Option<Result<u64, ProposeError>>>,
-    /// Requests without an outcome yet.
-    unanswered: usize,
-    /// Since when the engine waits for room in the log.
-    room_wait_since_ns: Option<u64>,
-    /// Room to encode one entry.
-    entry: Vec<u8>,
-    /// The call is a membership change (§5.4): one entry of that kind.
-    change: bool,
-}
-
-impl Group {
-    fn answer(&mut self, entry: Planned, outcome: Result<u64, ProposeError>) {
-        for o in &mut self.outcomes[entry.first..entry.first + entry.count] {
-            debug_assert!(o.is_none());
-            *o = Some(outcome.clone());
-        }
-        self.unanswered -= entry.count;
-    }
-
-    /// Answers every entry not committed with `outcome(maybe_accepted)`.
-    fn answer_rest(&mut self, outcome: impl Fn(bool) -> ProposeError) {
-        while let Some(e) = self.entries.pop_front() {
-            self.answer(e, Err(outcome(e.maybe_accepted)));
-        }
-        self.handed = 0;
-    }
-}
-
 /// Settings the driver enforces.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
@@ -211,7 +130,6 @@ pub struct ReplicationDriver<F: Fabric> {
     group: Group,
     pending: bool,
     answered: bool,
-    batch_requests_max: usize,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
     /// The log heads when we last asked for permission, by position.
@@ -271,7 +189,6 @@ impl<F: Fabric> ReplicationDriver<F> {
             group: Group::default(),
             pending: false,
             answered: false,
-            batch_requests_max: settings.batch_requests_max,
             heads_seen: vec![0; n],
             heads_at_request: vec![0; n],
             eligible_again_at: None,
@@ -336,42 +253,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         now_ns: u64,
     ) -> Result<(), ProposeError> {
         let max = self.layout.max_value_bytes();
-        let single = self.group.change;
-        let g = &mut self.group;
-        g.requests.clear();
-        g.entries.clear();
-        g.handed = 0;
-        g.outcomes.clear();
-        g.room_wait_since_ns = None;
-        let mut batch_bytes = 0;
-        for request in requests {
-            if request.len() > max {
-                return Err(ProposeError::TooLarge { len: request.len(), max });
-            }
-            let i = g.requests.len();
-            g.requests.push(request);
-            g.outcomes.push(None);
-            // Greedy packing: join the last entry while it has room for one more request.
-            let item = mu_log::batch::item_bytes(request.len());
-            match g.entries.back_mut() {
-                Some(last)
-                    if !single
-                        && last.count < self.batch_requests_max
-                        && batch_bytes + item <= max =>
-                {
-                    last.count += 1;
-                    batch_bytes += item;
-                }
-                _ => {
-                    g.entries.push_back(Planned { first: i, count: 1, maybe_accepted: false });
-                    batch_bytes = item;
-                }
-            }
-        }
-        if g.requests.len() == 0 {
-            return Err(ProposeError::Empty);
-        }
-        g.unanswered = g.requests.len();
+        self.group.plan(requests, max, self.settings.batch_requests_max)?;
         self.pending = true;
         self.shared.in_propose.store(true, Ordering::Release);
         self.hand_over();
@@ -383,19 +265,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn hand_over(&mut self) {
         let g = &mut self.group;
         while g.handed < g.entries.len() {
-            let e = g.entries[g.handed];
-            let (kind, value) = if e.count == 1 {
-                let kind = if g.change { EntryKind::Membership } else { EntryKind::Request };
-                (kind, g.requests.get(e.first))
-            } else {
-                let mut entry = std::mem::take(&mut g.entry);
-                entry.clear();
-                for i in e.first..e.first + e.count {
-                    mu_log::batch::push(&mut entry, g.requests.get(i));
-                }
-                g.entry = entry;
-                (EntryKind::Batch, &g.entry[..])
-            };
+            let (kind, value) = g.entry_value(g.handed);
             match self.leader.propose(kind, value, &mut self.mem, &mut self.actions) {
                 Ok(()) => g.handed += 1,
                 Err(mu_replication::ProposeError::Busy) => return, // as many as allowed

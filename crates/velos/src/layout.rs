@@ -6,6 +6,7 @@
 //! 256                    slot words, slots_count × 8 bytes
 //! values_offset(q)       proposer q's value log (mu-log format), one per position q < n
 //! scratch_offset()       one slot where this replica's proposer reads a value it adopts
+//! learner_scratch_offset() one slot and one word where a follower catching up reads
 //! ```
 
 use mu_log::LogLayout;
@@ -75,9 +76,19 @@ impl VelosLayout {
         self.values_offset(self.n - 1) + self.log.region_bytes() as u64
     }
 
+    /// Offset of the follower's scratch: a slot for an entry, then a word.
+    pub fn learner_scratch_offset(&self) -> u64 {
+        self.scratch_offset() + u64::from(self.log.slot_bytes())
+    }
+
+    /// Offset of the follower's scratch word.
+    pub fn learner_word_offset(&self) -> u64 {
+        self.learner_scratch_offset() + u64::from(self.log.slot_bytes())
+    }
+
     /// Bytes of the whole region.
     pub fn region_bytes(&self) -> usize {
-        (self.scratch_offset() + u64::from(self.log.slot_bytes())) as usize
+        (self.learner_word_offset() + 8) as usize
     }
 
     /// The largest value an entry carries.
@@ -110,7 +121,9 @@ mod tests {
         }
         assert_eq!(l.values_offset(1) - l.values_offset(0), log.region_bytes() as u64);
         assert_eq!(l.scratch_offset(), l.values_offset(2) + log.region_bytes() as u64);
-        assert_eq!(l.region_bytes() as u64, l.scratch_offset() + 64);
+        assert_eq!(l.learner_scratch_offset(), l.scratch_offset() + 64);
+        assert_eq!(l.learner_word_offset(), l.scratch_offset() + 128);
+        assert_eq!(l.region_bytes() as u64, l.scratch_offset() + 136);
         assert!(VelosLayout::new(log, 0).is_err());
         assert!(VelosLayout::new(log, 65).is_err());
     }

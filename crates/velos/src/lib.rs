@@ -22,7 +22,7 @@ pub mod word;
 pub use layout::VelosLayout;
 pub use proposer::{
     Action, Event, Memory, Phase, Proposer, ProposerConfig, StopReason, SubmitError,
-    PREPARE_AHEAD_MAX, REPUBLISHED_TAG,
+    OP_BITS, PREPARE_AHEAD_MAX, REPUBLISHED_TAG,
 };
 pub use word::{SlotWord, View, PROPOSAL_MAX};
 

@@ -109,18 +109,22 @@ pub const REPUBLISHED_TAG: u64 = 1 << 32;
 /// The most indices prepared ahead.
 pub const PREPARE_AHEAD_MAX: usize = 63;
 
+/// Bits of the operation ids the proposer hands out; the ones above are 0.
+pub const OP_BITS: u32 = 62;
+
 const NONE: u64 = u64::MAX;
 const KIND_PREPARE: u64 = 0;
 const KIND_ACCEPT: u64 = 1;
 const KIND_READ: u64 = 2;
 
-/// Serial numbers of operations count modulo 2^50 (years of operations at tens of millions a
-/// second): only their order among the few in flight matters, which [`not_before`] compares
-/// across the wrap.
-const SERIAL_BITS: u32 = 50;
+/// Serial numbers of operations count modulo 2^48 (days of operations at a billion a second):
+/// only their order among the few in flight matters, which [`not_before`] compares across the
+/// wrap.
+const SERIAL_BITS: u32 = 48;
 const SERIAL_MASK: u64 = (1 << SERIAL_BITS) - 1;
 
-/// Operation ids: serial (50 bits) | kind (2) | window position (6) | peer (6).
+/// Operation ids: serial (48 bits) | kind (2) | window position (6) | peer (6). The top two
+/// bits stay 0: a runtime may use them for operations of its own ([`OP_BITS`]).
 fn op_id(serial: u64, kind: u64, ring: usize, peer: usize) -> u64 {
     debug_assert!(serial <= SERIAL_MASK && kind < 4 && ring < 64 && peer < 64);
     (serial << 14) | (kind << 12) | ((ring as u64) << 6) | peer as u64
@@ -294,6 +298,19 @@ impl Proposer {
     /// The largest value an entry holds.
     pub fn max_value_bytes(&self) -> usize {
         self.layout.max_value_bytes()
+    }
+
+    /// Takes back the submitted value if it was never accepted anywhere (so it will never be
+    /// decided); false if it may have been.
+    pub fn withdraw(&mut self) -> bool {
+        match &self.pending {
+            Some(p) if p.at.is_none() => {
+                self.pending = None;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
     }
 
     /// Whether a submitted value waits to be decided.

@@ -1,0 +1,149 @@
+//! One call's requests on their way through a replication engine: packed into entries of up
+//! to `batch_requests_max` requests (§7.4), answered one outcome per request. Shared by the
+//! Mu and Velos drivers.
+
+use crate::replication::ProposeError;
+use mu_log::EntryKind;
+use std::collections::VecDeque;
+
+/// Requests back to back, and where each ends: one call's requests, kept in buffers reused from
+/// call to call.
+#[derive(Default)]
+pub(crate) struct Requests {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Requests {
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    pub fn push(&mut self, request: &[u8]) {
+        self.data.extend_from_slice(request);
+        self.ends.push(self.data.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
+/// One log entry of a group: `count` requests from `first` on (a batch when more than one).
+#[derive(Clone, Copy)]
+pub(crate) struct Planned {
+    pub first: usize,
+    pub count: usize,
+    /// The engine reached the accept phase while it was handed over: it may have been accepted
+    /// somewhere.
+    pub maybe_accepted: bool,
+}
+
+/// The requests being replicated: one call of the application's, packed into entries of up to
+/// `batch_requests_max` requests (§7.4), of which up to `outstanding_max` are in the engine.
+/// Reused from call to call, so that proposing does not allocate.
+#[derive(Default)]
+pub(crate) struct Group {
+    pub requests: Requests,
+    /// Entries not committed yet, in log order; the first `handed` are in the engine.
+    pub entries: VecDeque<Planned>,
+    pub handed: usize,
+    /// One per request, in order; `None` until known.
+    pub outcomes: Vec<Option<Result<u64, ProposeError>>>,
+    /// Requests without an outcome yet.
+    pub unanswered: usize,
+    /// Since when the engine waits for room in the log.
+    pub room_wait_since_ns: Option<u64>,
+    /// Room to encode one entry.
+    pub entry: Vec<u8>,
+    /// The call is a membership change (§5.4): one entry of that kind.
+    pub change: bool,
+}
+
+impl Group {
+    pub fn answer(&mut self, entry: Planned, outcome: Result<u64, ProposeError>) {
+        for o in &mut self.outcomes[entry.first..entry.first + entry.count] {
+            debug_assert!(o.is_none());
+            *o = Some(outcome.clone());
+        }
+        self.unanswered -= entry.count;
+    }
+
+    /// Plans the entries of a call: `requests` packed greedily into entries of at most
+    /// `batch_requests_max` requests and `max` bytes (one entry alone for a membership change,
+    /// [`Group::change`]), every outcome unknown. Fails if there are none or one is too large.
+    pub fn plan<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        max: usize,
+        batch_requests_max: usize,
+    ) -> Result<(), ProposeError> {
+        let single = self.change;
+        self.requests.clear();
+        self.entries.clear();
+        self.handed = 0;
+        self.outcomes.clear();
+        self.room_wait_since_ns = None;
+        let mut batch_bytes = 0;
+        for request in requests {
+            if request.len() > max {
+                return Err(ProposeError::TooLarge { len: request.len(), max });
+            }
+            let i = self.requests.len();
+            self.requests.push(request);
+            self.outcomes.push(None);
+            // Greedy packing: join the last entry while it has room for one more request.
+            let item = mu_log::batch::item_bytes(request.len());
+            match self.entries.back_mut() {
+                Some(last)
+                    if !single && last.count < batch_requests_max && batch_bytes + item <= max =>
+                {
+                    last.count += 1;
+                    batch_bytes += item;
+                }
+                _ => {
+                    self.entries.push_back(Planned { first: i, count: 1, maybe_accepted: false });
+                    batch_bytes = item;
+                }
+            }
+        }
+        if self.requests.len() == 0 {
+            return Err(ProposeError::Empty);
+        }
+        self.unanswered = self.requests.len();
+        Ok(())
+    }
+
+    /// The kind and value of planned entry `i`: its request alone, or its requests batched.
+    pub fn entry_value(&mut self, i: usize) -> (EntryKind, &[u8]) {
+        let e = self.entries[i];
+        if e.count == 1 {
+            let kind = if self.change { EntryKind::Membership } else { EntryKind::Request };
+            (kind, self.requests.get(e.first))
+        } else {
+            self.entry.clear();
+            for r in e.first..e.first + e.count {
+                mu_log::batch::push(&mut self.entry, self.requests.get(r));
+            }
+            (EntryKind::Batch, &self.entry[..])
+        }
+    }
+
+    /// Answers every entry not committed with `outcome(maybe_accepted)`.
+    pub fn answer_rest(&mut self, outcome: impl Fn(bool) -> ProposeError) {
+        while let Some(e) = self.entries.pop_front() {
+            self.answer(e, Err(outcome(e.maybe_accepted)));
+        }
+        self.handed = 0;
+    }
+}
