@@ -25,7 +25,7 @@ pub struct Args {
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]
     first_seed: u64,
-    /// The protocol to run (mu).
+    /// The protocol to run: mu or velos (velos: no restarts, as it has no state transfer yet).
     #[arg(long, default_value = "mu", value_parser = parse_protocol)]
     protocol: Protocol,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
@@ -172,7 +172,13 @@ fn summary_line(r: &SeedReport) -> String {
 
 fn replay_command(r: &SeedReport, config: &RunConfig) -> String {
     let mut cmd =
-        format!("mu sim --seed {} --replicas {} --faults {}", r.seed, r.replicas, r.faults);
+        format!(
+            "mu sim --protocol {} --seed {} --replicas {} --faults {}",
+            r.protocol.name(),
+            r.seed,
+            r.replicas,
+            r.faults
+        );
     if config.steps != 60 {
         cmd.push_str(&format!(" --steps {}", config.steps));
     }
@@ -256,7 +262,7 @@ fn sweep(
             })
             .collect();
         let doc = json!({
-            "protocol": "mu",
+            "protocol": config_of(first).protocol.name(),
             "first_seed": first,
             "seeds": count,
             "faults": config_of(first).faults.describe(),

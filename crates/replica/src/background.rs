@@ -196,6 +196,11 @@ impl<F: Fabric> BackgroundDriver<F> {
         writers
     }
 
+    /// This replica's id.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
     /// When the next poll has something to do at the latest (the next heartbeat read).
     pub fn next_deadline_ns(&self) -> u64 {
         self.next_read_ns.min(self.next_fate_check_ns)

@@ -5,11 +5,63 @@ use mu_fabric::NodeId;
 use mu_log::{Integrity, LogLayout};
 use mu_replication::{DetectorConfig, ReplicaSet, OUTSTANDING_MAX};
 
+/// Which replication engine a cluster runs. Every replica of a cluster runs the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// Mu (OSDI 2020): one-sided writes into followers' logs, made safe by write permissions.
+    #[default]
+    Mu,
+    /// Velos: one-sided compare-and-swap Paxos; no permission switch, faster leader change
+    /// (`docs/protocols/velos.md`).
+    Velos,
+}
+
+impl Protocol {
+    /// The name used in configuration files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Mu => "mu",
+            Protocol::Velos => "velos",
+        }
+    }
+
+    /// The name and version replicas record and compare, e.g. `mu/1`, `velos/1`.
+    pub fn tag(self) -> String {
+        match self {
+            Protocol::Mu => mu_replication::protocol_tag(),
+            Protocol::Velos => mu_velos::protocol_tag(),
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Protocol, String> {
+        match s {
+            "mu" => Ok(Protocol::Mu),
+            "velos" => Ok(Protocol::Velos),
+            other => Err(format!("unknown protocol {other:?}: expected \"mu\" or \"velos\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Everything a replica needs to start, besides its fabric.
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
     /// This replica's id.
     pub me: NodeId,
+    /// The replication engine (the same on every replica of a cluster).
+    pub protocol: Protocol,
+    /// Velos only: indices prepared ahead of the one being accepted (§5.1 of the Velos paper),
+    /// so that a stable leader decides with one CAS round. 0 to 63.
+    pub prepare_ahead: usize,
     /// Every replica that may ever be a member of the cluster, this one included (at most
     /// 64): connections to each are set up in advance, and a replica outside this list can
     /// never join.
@@ -75,6 +127,8 @@ impl ReplicaConfig {
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
+    /// | `protocol` | Mu | the protocol of the papers' first system |
+    /// | `prepare_ahead` | 4 | (Velos) room for a burst of entries without a prepare on their path |
     /// | `detector.read_period_ns` | 1 ms | see below |
     ///
     /// Batching and outstanding entries only matter when several requests are proposed at once
@@ -91,6 +145,8 @@ impl ReplicaConfig {
     pub fn new(me: NodeId, replicas: Vec<NodeId>) -> ReplicaConfig {
         ReplicaConfig {
             me,
+            protocol: Protocol::Mu,
+            prepare_ahead: 4,
             replicas,
             members: None,
             slots_count: 4096,
@@ -179,6 +235,9 @@ impl ReplicaConfig {
                 u32::MAX
             )));
         }
+        if self.protocol == Protocol::Velos {
+            self.validate_velos(&replicas)?;
+        }
         if self.batch_requests_max == 0 {
             return Err(ConfigError::Batching("batch_requests_max must be at least 1".into()));
         }
@@ -189,6 +248,38 @@ impl ReplicaConfig {
             )));
         }
         Ok((replicas, layout))
+    }
+}
+
+impl ReplicaConfig {
+    /// What Velos does not do yet, said plainly rather than run badly.
+    fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
+        let all = mu_replication::membership::all(replicas);
+        if self.initial_members(replicas)? != all {
+            return Err(ConfigError::Replicas(
+                "the velos protocol runs with every replica a member: membership changes are \
+                 Mu's only for now"
+                    .into(),
+            ));
+        }
+        if !self.eligible {
+            return Err(ConfigError::Replicas(
+                "the velos protocol cannot take back a restarted replica yet (no state \
+                 transfer): start every replica of a velos cluster together"
+                    .into(),
+            ));
+        }
+        if self.prepare_ahead > mu_velos::PREPARE_AHEAD_MAX
+            || self.prepare_ahead as u64 >= self.slots_count
+        {
+            return Err(ConfigError::Batching(format!(
+                "prepare_ahead is {}, must be at most {} and below slots_count ({})",
+                self.prepare_ahead,
+                mu_velos::PREPARE_AHEAD_MAX,
+                self.slots_count
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,10 @@ use crate::background::{BackgroundDriver, TransferSettings};
 use crate::config::{ConfigError, ReplicaConfig};
 use crate::layout::{background_channel, BACKGROUND_BYTES};
 use crate::memory::FabricMemory;
-use crate::replication::{ReplicationDriver, Settings};
+use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
+use crate::velos::VelosDriver;
+use crate::config::Protocol;
+use mu_replication::membership::Change;
 use crate::shared::Shared;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
@@ -26,8 +29,100 @@ pub enum StartError {
 
 /// The replication plane and the background plane of one replica, sharing its regions.
 pub struct ReplicaCore<F: Fabric> {
-    pub replication: ReplicationDriver<F>,
+    pub replication: ReplicationPlane<F>,
     pub background: BackgroundDriver<F>,
+}
+
+/// The replication plane of either engine, behind one set of calls.
+pub enum ReplicationPlane<F: Fabric> {
+    Mu(ReplicationDriver<F>),
+    Velos(VelosDriver<F>),
+}
+
+impl<F: Fabric> ReplicationPlane<F> {
+    /// See [`ReplicationDriver::poll`].
+    pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        match self {
+            ReplicationPlane::Mu(d) => d.poll(now_ns, app),
+            ReplicationPlane::Velos(d) => d.poll(now_ns, app),
+        }
+    }
+
+    /// See [`ReplicationDriver::submit`].
+    pub fn submit<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        now_ns: u64,
+    ) -> Result<(), ProposeError> {
+        match self {
+            ReplicationPlane::Mu(d) => d.submit(requests, now_ns),
+            ReplicationPlane::Velos(d) => d.submit(requests, now_ns),
+        }
+    }
+
+    /// See [`ReplicationDriver::submit_change`]; Velos refuses membership changes.
+    pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
+        match self {
+            ReplicationPlane::Mu(d) => d.submit_change(change, now_ns),
+            ReplicationPlane::Velos(d) => d.submit_change(),
+        }
+    }
+
+    pub fn outcomes_ready(&self) -> bool {
+        match self {
+            ReplicationPlane::Mu(d) => d.outcomes_ready(),
+            ReplicationPlane::Velos(d) => d.outcomes_ready(),
+        }
+    }
+
+    /// See [`ReplicationDriver::take_outcomes`].
+    pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
+        match self {
+            ReplicationPlane::Mu(d) => d.take_outcomes(into),
+            ReplicationPlane::Velos(d) => d.take_outcomes(into),
+        }
+    }
+
+    pub fn shut_down(&mut self) {
+        match self {
+            ReplicationPlane::Mu(d) => d.shut_down(),
+            ReplicationPlane::Velos(d) => d.shut_down(),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        match self {
+            ReplicationPlane::Mu(d) => d.shared(),
+            ReplicationPlane::Velos(d) => d.shared(),
+        }
+    }
+
+    /// Mu's driver, when this replica runs Mu.
+    pub fn mu(&self) -> Option<&ReplicationDriver<F>> {
+        match self {
+            ReplicationPlane::Mu(d) => Some(d),
+            ReplicationPlane::Velos(_) => None,
+        }
+    }
+
+    /// Velos's driver, when this replica runs Velos.
+    pub fn velos(&self) -> Option<&VelosDriver<F>> {
+        match self {
+            ReplicationPlane::Velos(d) => Some(d),
+            ReplicationPlane::Mu(_) => None,
+        }
+    }
+
+    /// A line about the engine's state, for traces.
+    pub fn phase_text(&self) -> String {
+        match self {
+            ReplicationPlane::Mu(d) => format!("{:?}", d.engine().phase()),
+            ReplicationPlane::Velos(d) => match d.proposer().phase() {
+                Some(p) => format!("velos {p:?} at {}", d.proposer().next_index()),
+                None => format!("velos follower at {}", d.applied()),
+            },
+        }
+    }
 }
 
 /// Completion queue depth: the most completions one step of the engine can produce (a write per
@@ -55,6 +150,9 @@ impl<F: Fabric> ReplicaCore<F> {
             return Err(StartError::Other("boot id 0 is reserved".into()));
         }
         let rw = Access::READ_WRITE;
+        if config.protocol == Protocol::Velos {
+            return ReplicaCore::new_velos(config, fabric, &replicas, layout, members);
+        }
         let log = fabric.register_region(LOG_REGION, layout.region_bytes(), rw)?;
         let scratch = fabric.register_region(
             SCRATCH_REGION,
@@ -122,7 +220,84 @@ impl<F: Fabric> ReplicaCore<F> {
             shared,
         )
         .map_err(StartError::Other)?;
-        Ok(ReplicaCore { replication, background })
+        Ok(ReplicaCore { replication: ReplicationPlane::Mu(replication), background })
+    }
+
+    /// Velos: the Velos region (slot words, value logs) instead of Mu's log, whose header
+    /// alone is kept for the head word the background plane publishes.
+    fn new_velos(
+        config: &ReplicaConfig,
+        fabric: F,
+        replicas: &mu_replication::ReplicaSet,
+        layout: mu_log::LogLayout,
+        members: u64,
+    ) -> Result<ReplicaCore<F>, StartError> {
+        let velos_layout = mu_velos::VelosLayout::new(layout, replicas.len()).map_err(StartError::Other)?;
+        let head_only = mu_log::LogLayout::new(2, mu_log::MIN_SLOT_BYTES, layout.integrity())
+            .expect("the smallest log layout");
+        let log = fabric.register_region(LOG_REGION, head_only.region_bytes(), Access::READ)?;
+        let region =
+            fabric.register_region(mu_velos::VELOS_REGION, velos_layout.region_bytes(), Access::ALL)?;
+        let background =
+            fabric.register_region(crate::layout::BACKGROUND_REGION, BACKGROUND_BYTES, Access::READ_WRITE)?;
+        let snapshot = fabric.register_region(
+            crate::layout::SNAPSHOT_REGION,
+            crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
+            Access::READ,
+        )?;
+        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
+        let me_pos = replicas.position(config.me).expect("validated");
+        let proposer = mu_velos::Proposer::new(mu_velos::ProposerConfig {
+            me: me_pos,
+            layout: velos_layout,
+            members,
+            prepare_ahead: config.prepare_ahead,
+        })
+        .map_err(StartError::Other)?;
+        // A write and a CAS per acceptor for the accept and for each prepare of the window.
+        let depth = (4 * (config.prepare_ahead + 2) * replicas.len()).clamp(256, 1 << 16);
+        let mut replication_ep = fabric.endpoint(depth)?;
+        let mut background_ep = fabric.endpoint(queue_depth(config))?;
+        for &peer in replicas.ids().iter().filter(|&&p| p != config.me) {
+            replication_ep
+                .attach(ConnId::new(peer, crate::layout::replication_channel(config.me, peer)))?;
+            background_ep.attach(ConnId::new(peer, background_channel(config.me, peer)))?;
+        }
+        let settings = Settings {
+            permission_timeout_ns: config.permission_timeout_ns,
+            log_full_timeout_ns: config.log_full_timeout_ns,
+            batch_requests_max: config.batch_requests_max,
+            snapshot_bytes_max: config.snapshot_bytes_max,
+        };
+        let replication = VelosDriver::new(
+            fabric.clone(),
+            replicas.clone(),
+            velos_layout,
+            proposer,
+            region,
+            log.clone(),
+            (background.clone(), snapshot.clone()),
+            replication_ep,
+            shared.clone(),
+            settings,
+        );
+        let background = BackgroundDriver::new(
+            fabric,
+            replicas.clone(),
+            config.detector.clone(),
+            log,
+            background,
+            snapshot,
+            TransferSettings {
+                slots_count: config.slots_count,
+                snapshot_bytes_max: config.snapshot_bytes_max,
+                timeout_ns: config.permission_timeout_ns,
+            },
+            background_ep,
+            shared,
+        )
+        .map_err(StartError::Other)?;
+        Ok(ReplicaCore { replication: ReplicationPlane::Velos(replication), background })
     }
 
     /// The leader this replica's failure detector elected.
@@ -131,6 +306,7 @@ impl<F: Fabric> ReplicaCore<F> {
     }
 
     pub fn status(&self) -> crate::ReplicaStatus {
-        self.replication.shared().status(self.replication.engine().me())
+        let me = self.background.me();
+        self.replication.shared().status(me)
     }
 }

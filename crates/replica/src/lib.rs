@@ -36,12 +36,15 @@ mod memory;
 mod replica;
 mod replication;
 mod shared;
+mod transfer;
+mod velos;
 
 pub use background::BackgroundDriver;
-pub use config::{ConfigError, ReplicaConfig};
-pub use core::{ReplicaCore, StartError};
+pub use config::{ConfigError, Protocol, ReplicaConfig};
+pub use core::{ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
 pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};
 pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};
 pub use replication::{Applier, ProposeError, ReplicationDriver};
+pub use velos::VelosDriver;

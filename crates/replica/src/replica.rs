@@ -3,7 +3,8 @@
 use crate::config::ReplicaConfig;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
-use crate::replication::{Applier, ProposeError, ReplicationDriver};
+use crate::core::ReplicationPlane;
+use crate::replication::{Applier, ProposeError};
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
@@ -119,7 +120,7 @@ impl<F: FnMut(u64, &[u8]) + Send + 'static> StateMachine for CommitHandler<F> {
 
 /// The replication plane and the application's state machine, which it drives.
 struct Plane<F: Fabric> {
-    driver: ReplicationDriver<F>,
+    driver: ReplicationPlane<F>,
     app: Application,
 }
 
@@ -550,7 +551,7 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
 
 fn answer_if_done<F: Fabric>(
     mailbox: &Mailbox,
-    driver: &mut ReplicationDriver<F>,
+    driver: &mut ReplicationPlane<F>,
     proposing: &mut bool,
 ) {
     if driver.outcomes_ready() {

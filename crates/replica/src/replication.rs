@@ -4,12 +4,7 @@
 //! simulated one.
 
 use crate::group::Group;
-use crate::layout::{
-    ack_offset, fetched_body_offset, replication_channel, snapshot_digest, BACKGROUND_REGION,
-    FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
-    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
-    SNAPSHOT_UNSUPPORTED,
-};
+use crate::layout::{ack_offset, replication_channel, BACKGROUND_REGION};
 use crate::memory::FabricMemory;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
@@ -25,7 +20,7 @@ use mu_replication::{
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// Why a proposal failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -440,80 +435,17 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
-    /// State transfer, donor side: a peer asked (through our background plane) for our state.
-    /// Taken here, between two entries applied, so that it is exactly the state after every
-    /// entry below the replayer's head; written into our state-transfer region, the ticket
-    /// last, where the peer reads it.
+    /// State transfer, serving side: see [`crate::transfer::serve`].
     fn serve_snapshot(&mut self, app: &mut dyn Applier) {
-        let ticket = self.shared.snapshot_wanted.load(Ordering::Acquire);
-        if ticket == 0 {
-            return;
-        }
         let index = self.replayer.head();
-        self.snapshot_buf.clear();
-        let max = self.settings.snapshot_bytes_max;
-        // The requester's position is in the ticket's high word (`layout::snapshot_ticket`).
-        let requester = ((ticket >> 32) as usize)
-            .checked_sub(1)
-            .and_then(|pos| self.replicas.ids().get(pos))
-            .map(|id| id.0);
-        let replica = self.me.0;
-        let error = match app.snapshot(&mut self.snapshot_buf) {
-            Err(e) => {
-                warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
-                self.shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
-                SNAPSHOT_UNSUPPORTED
-            }
-            Ok(()) if self.snapshot_buf.len() > max => {
-                warn!(
-                    replica,
-                    requester,
-                    bytes = self.snapshot_buf.len(),
-                    bytes_max = max,
-                    "state transfer: the snapshot is larger than snapshot_bytes_max"
-                );
-                self.shared.transfer_failed(format!(
-                    "a snapshot of {} bytes is larger than snapshot_bytes_max ({max})",
-                    self.snapshot_buf.len()
-                ));
-                SNAPSHOT_TOO_LARGE
-            }
-            Ok(()) => {
-                info!(
-                    replica,
-                    requester,
-                    index,
-                    bytes = self.snapshot_buf.len(),
-                    "state transfer: snapshot taken for a peer"
-                );
-                SNAPSHOT_OK
-            }
-        };
-        let region = &self.snapshot;
-        let put = |offset: u64, value: u64| {
-            region.store_u64(offset as usize, value).expect("snapshot header in the region")
-        };
-        put(SNAPSHOT_TICKET, 0); // being rewritten
-        let len = if error == SNAPSHOT_OK { self.snapshot_buf.len() } else { 0 };
-        region
-            .write(SNAPSHOT_HEADER_BYTES as usize, &self.snapshot_buf[..len])
-            .expect("snapshot fits the region: checked above");
-        put(SNAPSHOT_INDEX, index);
-        put(SNAPSHOT_LEN, len as u64);
-        put(SNAPSHOT_MEMBERS, self.members_applied);
-        put(
-            SNAPSHOT_DIGEST,
-            snapshot_digest(index, self.members_applied, &self.snapshot_buf[..len]),
-        );
-        put(SNAPSHOT_ERROR, error);
-        put(SNAPSHOT_TICKET, ticket);
-        self.shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
-        // A newer request may have replaced this one meanwhile: leave it for the next poll.
-        let _ = self.shared.snapshot_wanted.compare_exchange(
-            ticket,
-            0,
-            Ordering::AcqRel,
-            Ordering::Acquire,
+        crate::transfer::serve(
+            &self.shared,
+            &self.snapshot,
+            &mut self.snapshot_buf,
+            self.settings.snapshot_bytes_max,
+            (self.me, &self.replicas),
+            (index, self.members_applied),
+            app,
         );
     }
 
@@ -521,53 +453,24 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// ahead of our replayer. Restores it and goes on applying from its index; a leader's update
     /// of followers (Listing 4) then brings the log from there. Returns whether it installed one.
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
-        if !self.shared.snapshot_fetched.load(Ordering::Acquire) {
+        let head = self.replayer.head();
+        let leading = self.leader.phase() != Phase::Follower;
+        let Some((index, members)) = crate::transfer::install(
+            &self.shared,
+            (&self.background, &self.snapshot),
+            &mut self.snapshot_buf,
+            self.settings.snapshot_bytes_max,
+            self.me,
+            head,
+            leading,
+            app,
+        ) else {
             return false;
-        }
-        let header = |field: u64| {
-            self.background
-                .load_u64((FETCHED_HEADER_OFFSET + field) as usize)
-                .expect("fetched header in the background region")
         };
-        let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN) as usize);
-        let mut installed = false;
-        // Only forward, and never while leading: a leader's log is what others follow.
-        if index > self.replayer.head() && self.leader.phase() == Phase::Follower {
-            self.snapshot_buf.resize(len, 0);
-            let at = fetched_body_offset(self.settings.snapshot_bytes_max) as usize;
-            self.snapshot
-                .read(at, &mut self.snapshot_buf)
-                .expect("fetched snapshot in the region: length checked when fetched");
-            match app.restore(&self.snapshot_buf) {
-                Ok(()) => {
-                    info!(
-                        replica = self.me.0,
-                        index,
-                        bytes = len,
-                        from_head = self.replayer.head(),
-                        "state transfer: snapshot installed"
-                    );
-                    self.replayer = Replayer::new(self.layout, index);
-                    self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
-                    self.note_members(header(SNAPSHOT_MEMBERS));
-                    self.shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
-                    installed = true;
-                }
-                Err(e) => {
-                    warn!(replica = self.me.0, index, error = %e, "state transfer: restore failed");
-                    self.shared.transfer_failed(format!("restoring a snapshot: {e}"))
-                }
-            }
-        } else {
-            debug!(
-                replica = self.me.0,
-                index,
-                head = self.replayer.head(),
-                "state transfer: fetched snapshot not installed (not ahead, or leading)"
-            );
-        }
-        self.shared.snapshot_fetched.store(false, Ordering::Release);
-        installed
+        self.replayer = Replayer::new(self.layout, index);
+        self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
+        self.note_members(members);
+        true
     }
 
     /// The confirmed set, for status.

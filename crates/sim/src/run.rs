@@ -20,14 +20,33 @@ use std::path::PathBuf;
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Mu,
+    Velos,
 }
 
 impl Protocol {
     pub fn parse(name: &str) -> Result<Protocol, String> {
         match name {
             "mu" => Ok(Protocol::Mu),
-            other => Err(format!("unknown protocol {other:?}: the simulator runs mu")),
+            "velos" => Ok(Protocol::Velos),
+            other => Err(format!("unknown protocol {other:?}: the simulator runs mu and velos")),
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.replica().name()
+    }
+
+    /// The replica's setting.
+    pub fn replica(self) -> mu_replica::Protocol {
+        match self {
+            Protocol::Mu => mu_replica::Protocol::Mu,
+            Protocol::Velos => mu_replica::Protocol::Velos,
+        }
+    }
+
+    /// Whether a crashed replica may start again (Velos has no state transfer yet).
+    pub fn restarts(self) -> bool {
+        self == Protocol::Mu
     }
 }
 
@@ -213,6 +232,7 @@ impl<'a> Runner<'a> {
             Integrity::Canary
         };
         let c = SimCluster::with(config.replicas, config.seed, |rc| {
+            rc.protocol = config.protocol.replica();
             rc.integrity = integrity;
             rc.batch_requests_max = 3;
             rc.outstanding_max = 3;
@@ -225,10 +245,16 @@ impl<'a> Runner<'a> {
         }
         c.world.set_faults(world_faults);
         trace.push(format!(
-            "seed {} protocol mu replicas {} faults {} integrity {integrity:?}",
+            "seed {} protocol {} replicas {} faults {} integrity {integrity:?}{}",
             config.seed,
+            config.protocol.name(),
             config.replicas,
-            faults.describe()
+            faults.describe(),
+            if faults.restart && !config.protocol.restarts() {
+                " (no restarts: velos has no state transfer yet)"
+            } else {
+                ""
+            }
         ));
         let workload = Workload::new(config.clients, config.keys, config.replicas as usize);
         let watched = vec![String::new(); config.replicas as usize];
@@ -253,7 +279,8 @@ impl<'a> Runner<'a> {
         report.ops_unknown = self.workload.history.unknown_count();
         report.history = std::mem::take(&mut self.workload.history);
         report.history.source = format!(
-            "mu sim --seed {} --replicas {} --faults {}",
+            "mu sim --protocol {} --seed {} --replicas {} --faults {}",
+            self.config.protocol.name(),
             self.config.seed,
             self.config.replicas,
             self.config.faults.describe()
@@ -350,7 +377,7 @@ impl<'a> Runner<'a> {
                     self.note(format!("crash {pos}"));
                 }
             }
-            1 if f.restart => {
+            1 if f.restart && self.config.protocol.restarts() => {
                 let pos = self.rng.below(n) as usize;
                 if self.c.cores[pos].is_none() {
                     self.c.restart(pos);
@@ -421,7 +448,7 @@ impl<'a> Runner<'a> {
         faults.fast_perm_busy_in_flight_probability = 0.0;
         self.c.world.set_faults(faults);
         for pos in 0..n as usize {
-            if self.c.cores[pos].is_none() {
+            if self.c.cores[pos].is_none() && self.config.protocol.restarts() {
                 self.c.restart(pos);
             }
         }
@@ -460,7 +487,21 @@ impl<'a> Runner<'a> {
             let now = match &self.c.cores[pos] {
                 None => "down".to_string(),
                 Some(core) => {
-                    let e = core.replication.engine();
+                    let Some(e) = core.replication.mu() else {
+                        let now = format!(
+                            "{} applied {} leader {:?}{}",
+                            core.replication.phase_text(),
+                            self.c.applied[pos].len(),
+                            core.leader().map(|l| l.0),
+                            if self.c.paused[pos] { " PAUSED" } else { "" }
+                        );
+                        if now != self.watched[pos] {
+                            self.note(format!("  replica {pos}: {now}"));
+                            self.watched[pos] = now;
+                        }
+                        continue;
+                    };
+                    let e = e.engine();
                     let confirmed: Vec<u16> =
                         (0..64).filter(|b| e.confirmed_mask() >> b & 1 != 0).collect();
                     format!(

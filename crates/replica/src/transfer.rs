@@ -1,0 +1,147 @@
+//! State transfer on the replication plane (either engine): the donor takes a snapshot of its
+//! state machine between two entries applied and publishes it in its state-transfer region;
+//! the receiver restores one the background plane fetched and checked. The background plane
+//! does the asking and the one-sided reading (`background.rs`).
+
+use crate::layout::{
+    fetched_body_offset, snapshot_digest, FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
+    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
+    SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+};
+use crate::replication::Applier;
+use crate::shared::Shared;
+use mu_fabric::{LocalRegion, NodeId};
+use mu_replication::ReplicaSet;
+use std::sync::atomic::Ordering;
+use tracing::{debug, info, warn};
+
+/// Donor side: a peer asked (through our background plane) for our state. Called between two
+/// entries applied, so that the snapshot is exactly the state after every entry below `index`
+/// (with configuration `members`); written into our state-transfer region, the ticket last,
+/// where the peer reads it.
+pub(crate) fn serve<R: LocalRegion>(
+    shared: &Shared,
+    region: &R,
+    buf: &mut Vec<u8>,
+    bytes_max: usize,
+    (me, replicas): (NodeId, &ReplicaSet),
+    (index, members): (u64, u64),
+    app: &mut dyn Applier,
+) {
+    let ticket = shared.snapshot_wanted.load(Ordering::Acquire);
+    if ticket == 0 {
+        return;
+    }
+    buf.clear();
+    // The requester's position is in the ticket's high word (`layout::snapshot_ticket`).
+    let requester = ((ticket >> 32) as usize)
+        .checked_sub(1)
+        .and_then(|pos| replicas.ids().get(pos))
+        .map(|id| id.0);
+    let replica = me.0;
+    let error = match app.snapshot(buf) {
+        Err(e) => {
+            warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
+            shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
+            SNAPSHOT_UNSUPPORTED
+        }
+        Ok(()) if buf.len() > bytes_max => {
+            warn!(
+                replica,
+                requester,
+                bytes = buf.len(),
+                bytes_max,
+                "state transfer: the snapshot is larger than snapshot_bytes_max"
+            );
+            shared.transfer_failed(format!(
+                "a snapshot of {} bytes is larger than snapshot_bytes_max ({bytes_max})",
+                buf.len()
+            ));
+            SNAPSHOT_TOO_LARGE
+        }
+        Ok(()) => {
+            info!(
+                replica,
+                requester,
+                index,
+                bytes = buf.len(),
+                "state transfer: snapshot taken for a peer"
+            );
+            SNAPSHOT_OK
+        }
+    };
+    let put = |offset: u64, value: u64| {
+        region.store_u64(offset as usize, value).expect("snapshot header in the region")
+    };
+    put(SNAPSHOT_TICKET, 0); // being rewritten
+    let len = if error == SNAPSHOT_OK { buf.len() } else { 0 };
+    region
+        .write(SNAPSHOT_HEADER_BYTES as usize, &buf[..len])
+        .expect("snapshot fits the region: checked above");
+    put(SNAPSHOT_INDEX, index);
+    put(SNAPSHOT_LEN, len as u64);
+    put(SNAPSHOT_MEMBERS, members);
+    put(SNAPSHOT_DIGEST, snapshot_digest(index, members, &buf[..len]));
+    put(SNAPSHOT_ERROR, error);
+    put(SNAPSHOT_TICKET, ticket);
+    shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
+    // A newer request may have replaced this one meanwhile: leave it for the next poll.
+    let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
+/// ahead of `head` (the next index to apply) and this replica does not lead (a leader's state
+/// is what others follow); returns its index and configuration then.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn install<R: LocalRegion>(
+    shared: &Shared,
+    (background, snapshot): (&R, &R),
+    buf: &mut Vec<u8>,
+    bytes_max: usize,
+    me: NodeId,
+    head: u64,
+    leading: bool,
+    app: &mut dyn Applier,
+) -> Option<(u64, u64)> {
+    if !shared.snapshot_fetched.load(Ordering::Acquire) {
+        return None;
+    }
+    let header = |field: u64| {
+        background
+            .load_u64((FETCHED_HEADER_OFFSET + field) as usize)
+            .expect("fetched header in the background region")
+    };
+    let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN) as usize);
+    let mut installed = None;
+    if index > head && !leading {
+        buf.resize(len, 0);
+        let at = fetched_body_offset(bytes_max) as usize;
+        snapshot.read(at, buf).expect("fetched snapshot in the region: length checked when fetched");
+        match app.restore(buf) {
+            Ok(()) => {
+                info!(
+                    replica = me.0,
+                    index,
+                    bytes = len,
+                    from_head = head,
+                    "state transfer: snapshot installed"
+                );
+                shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+                installed = Some((index, header(SNAPSHOT_MEMBERS)));
+            }
+            Err(e) => {
+                warn!(replica = me.0, index, error = %e, "state transfer: restore failed");
+                shared.transfer_failed(format!("restoring a snapshot: {e}"))
+            }
+        }
+    } else {
+        debug!(
+            replica = me.0,
+            index,
+            head,
+            "state transfer: fetched snapshot not installed (not ahead, or leading)"
+        );
+    }
+    shared.snapshot_fetched.store(false, Ordering::Release);
+    installed
+}

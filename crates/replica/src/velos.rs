@@ -1,0 +1,687 @@
+//! The replication plane's driver for Velos (`docs/protocols/velos.md`): runs the
+//! `mu_velos::Proposer` when this replica is elected and learns decided entries from its own
+//! slot words otherwise, on the replication connections. Like [`crate::ReplicationDriver`] it
+//! owns no thread and reads no clock.
+//!
+//! Every replica is an acceptor: peers write values into its Velos region and compare-and-swap
+//! its slot words through the replication connections they initiate, whose side here allows
+//! everything. No permission is ever switched: safety comes from the CAS words alone.
+
+use crate::group::Group;
+use crate::layout::replication_channel;
+use crate::replication::{Applier, ProposeError, Settings};
+use crate::shared::Shared;
+use mu_fabric::{
+    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, OpKind,
+    PostError, RemoteAddr, Source, Status, WorkRequest,
+};
+use mu_log::{EntryKind, Slot, HEAD_OFFSET};
+use mu_replication::ReplicaSet;
+use mu_velos::{learner, Action, Event, Proposer, StopReason, VelosLayout, OP_BITS, VELOS_REGION};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tracing::{info, warn};
+
+/// Operation ids of the driver's own operations (the proposer's leave the top two bits 0).
+const DRIVER_OP: u64 = 1 << OP_BITS;
+const KIND_WRITE: u64 = DRIVER_OP;
+const KIND_LEARN_WORD: u64 = DRIVER_OP | 1 << 16;
+const KIND_LEARN_ENTRY: u64 = DRIVER_OP | 2 << 16;
+const POS_MASK: u64 = 0xffff;
+
+/// How often a broken connection is set up again, and how long a follower waits with no
+/// progress before it reads the leader's memory to catch up.
+const RECONNECT_PERIOD_NS: u64 = 1_000_000;
+const CATCH_UP_AFTER_NS: u64 = 2_000_000;
+
+/// This replica's own Velos region, for the proposer.
+struct RegionMemory<'a, R: LocalRegion>(&'a R);
+
+impl<R: LocalRegion> mu_velos::Memory for RegionMemory<'_, R> {
+    fn load_word(&self, offset: u64) -> u64 {
+        self.0.load_u64(offset as usize).expect("Velos region layout")
+    }
+
+    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> u64 {
+        self.0.compare_swap_u64(offset as usize, expected, desired).expect("Velos region layout")
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) {
+        self.0.read(offset as usize, out).expect("Velos region layout")
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.0.write(offset as usize, data).expect("Velos region layout")
+    }
+}
+
+/// A follower reading the leader's memory for an index it cannot learn from its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CatchUp {
+    Idle,
+    Word { from: usize, index: u64 },
+    Entry { from: usize, index: u64 },
+}
+
+/// See the module docs.
+pub struct VelosDriver<F: Fabric> {
+    fabric: F,
+    me: NodeId,
+    me_pos: usize,
+    replicas: ReplicaSet,
+    layout: VelosLayout,
+    settings: Settings,
+    proposer: Proposer,
+    region: F::Region,
+    /// The Mu log region's header: the head word the background plane publishes to peers.
+    log: F::Region,
+    /// The background region (where a fetched snapshot's header lands) and the state-transfer
+    /// region.
+    background: F::Region,
+    snapshot: F::Region,
+    snapshot_buf: Vec<u8>,
+    ep: F::Endpoint,
+    shared: Arc<Shared>,
+    group: Group,
+    /// `group` holds requests not all answered.
+    pending: bool,
+    /// `group` holds outcomes not taken yet.
+    answered: bool,
+    /// Entries of `group` handed to the proposer (0 or 1: one at a time).
+    handed: bool,
+    /// The next index to apply here.
+    applied: u64,
+    /// The entry applied last, as a new leader republishes it.
+    last: Option<(EntryKind, Vec<u8>)>,
+    /// Our side of the connection we initiate on, per position, is up.
+    connected: Vec<bool>,
+    /// Our side of the connection the peer initiates on is up, allowing everything.
+    target_connected: Vec<bool>,
+    next_connect_ns: Vec<u64>,
+    completions: Vec<Completion>,
+    /// Completions met while posting (the queue was full, or a post was refused), handled on
+    /// the next poll.
+    deferred: VecDeque<Completion>,
+    slot_buf: Vec<u8>,
+    catch_up: CatchUp,
+    last_progress_ns: u64,
+    /// The proposer stopped by itself: this replica does not lead again in this run.
+    stopped: Option<StopReason>,
+}
+
+impl<F: Fabric> VelosDriver<F> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        fabric: F,
+        replicas: ReplicaSet,
+        layout: VelosLayout,
+        proposer: Proposer,
+        region: F::Region,
+        log: F::Region,
+        (background, snapshot): (F::Region, F::Region),
+        ep: F::Endpoint,
+        shared: Arc<Shared>,
+        settings: Settings,
+    ) -> VelosDriver<F> {
+        let me = fabric.node();
+        let n = replicas.len();
+        let me_pos = replicas.position(me).expect("validated");
+        VelosDriver {
+            fabric,
+            me,
+            me_pos,
+            replicas,
+            layout,
+            settings,
+            proposer,
+            region,
+            log,
+            background,
+            snapshot,
+            snapshot_buf: Vec::new(),
+            ep,
+            shared,
+            group: Group::default(),
+            pending: false,
+            answered: false,
+            handed: false,
+            applied: 0,
+            last: None,
+            connected: vec![false; n],
+            target_connected: vec![false; n],
+            next_connect_ns: vec![0; n],
+            completions: vec![Completion::EMPTY; 256],
+            deferred: VecDeque::new(),
+            slot_buf: vec![0; layout.slot_bytes() as usize],
+            catch_up: CatchUp::Idle,
+            last_progress_ns: 0,
+            stopped: None,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The proposer, for status.
+    pub fn proposer(&self) -> &Proposer {
+        &self.proposer
+    }
+
+    /// The next index this replica applies.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Membership changes are Mu's only (§5.4 of the Mu paper).
+    pub fn submit_change(&mut self) -> Result<(), ProposeError> {
+        Err(ProposeError::Membership(
+            "membership changes are not supported by the velos protocol yet".into(),
+        ))
+    }
+
+    /// Hands `requests` to the proposer, packed into entries; their outcomes come out of
+    /// [`VelosDriver::take_outcomes`] after later polls, as with Mu.
+    pub fn submit<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        _now_ns: u64,
+    ) -> Result<(), ProposeError> {
+        if self.pending || self.answered {
+            return Err(ProposeError::Busy);
+        }
+        if !self.proposer.is_leading() {
+            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+        }
+        self.group.change = false;
+        self.group.plan(requests, self.layout.max_value_bytes(), self.settings.batch_requests_max)?;
+        self.pending = true;
+        self.shared.in_propose.store(true, Ordering::Release);
+        self.hand_over();
+        Ok(())
+    }
+
+    fn hand_over(&mut self) {
+        if self.handed || self.group.entries.is_empty() {
+            return;
+        }
+        let (kind, value) = self.group.entry_value(0);
+        match self.proposer.submit(kind, value) {
+            Ok(()) => self.handed = true,
+            Err(e) => unreachable!("checked before handing over: {e}"),
+        }
+    }
+
+    pub fn outcomes_ready(&self) -> bool {
+        self.answered
+    }
+
+    /// The outcomes of the submitted requests, once all are known, into `into`.
+    pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
+        if !self.answered {
+            return false;
+        }
+        self.answered = false;
+        into.clear();
+        into.extend(self.group.outcomes.drain(..).map(|o| o.expect("every request answered")));
+        true
+    }
+
+    /// Fails the requests in progress, if any, because the replica stops.
+    pub fn shut_down(&mut self) {
+        if self.pending {
+            self.group.answer_rest(|_| ProposeError::ShuttingDown);
+            self.finish_group();
+        }
+    }
+
+    fn finish_group(&mut self) {
+        self.pending = false;
+        self.answered = true;
+        self.handed = false;
+        self.shared.in_propose.store(false, Ordering::Release);
+    }
+
+    /// Does whatever is due: connections, leadership, completions, the proposer's actions,
+    /// applying decided entries with `app`. Returns whether anything happened.
+    pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
+        self.connect(now_ns);
+        let mut busy = self.follow_election(now_ns);
+        busy |= self.poll_completions(app);
+        if self.proposer.is_leading() {
+            self.proposer.set_applied_floor(self.floor());
+            self.proposer.poll(&mut RegionMemory(&self.region));
+            busy |= self.run_actions();
+            busy |= self.take_events(app);
+            self.check_log_full(now_ns);
+        } else {
+            let learned = self.learn(app) | self.install_snapshot(app);
+            if learned {
+                self.last_progress_ns = now_ns;
+                self.shared.replayer_stuck.store(false, Ordering::Release);
+            } else {
+                self.catch_up(now_ns);
+            }
+            busy |= learned;
+        }
+        let all = mu_replication::membership::all(&self.replicas);
+        crate::transfer::serve(
+            &self.shared,
+            &self.snapshot,
+            &mut self.snapshot_buf,
+            self.settings.snapshot_bytes_max,
+            (self.me, &self.replicas),
+            (self.applied, all),
+            app,
+        );
+        self.shared.fuo.store(self.applied, Ordering::Release);
+        busy
+    }
+
+    /// State transfer, receiving side (a follower a whole log behind, or one whose entries
+    /// are gone from every memory it can read): restores the snapshot the background plane
+    /// fetched and goes on from its index. Until it has applied an entry the usual way it does
+    /// not know the entry before its next index, which a new leader writes again (§5.4), so it
+    /// does not stand for election until then.
+    fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
+        let Some((index, _members)) = crate::transfer::install(
+            &self.shared,
+            (&self.background, &self.snapshot),
+            &mut self.snapshot_buf,
+            self.settings.snapshot_bytes_max,
+            self.me,
+            self.applied,
+            self.proposer.is_leading(),
+            app,
+        ) else {
+            return false;
+        };
+        self.applied = index;
+        self.last = None;
+        self.catch_up = CatchUp::Idle;
+        self.log.store_u64(HEAD_OFFSET as usize, index).expect("log header");
+        self.shared.eligible.store(false, Ordering::Release);
+        true
+    }
+
+    /// Brings our sides of the replication connections up: the one peers initiate on with
+    /// every right (they write values and CAS words here), the one we initiate on.
+    fn connect(&mut self, now_ns: u64) {
+        for pos in 0..self.replicas.len() {
+            if pos == self.me_pos
+                || (self.connected[pos] && self.target_connected[pos])
+                || now_ns < self.next_connect_ns[pos]
+            {
+                continue;
+            }
+            self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
+            let peer = self.replicas.ids()[pos];
+            if !self.target_connected[pos] {
+                let conn = ConnId::new(peer, replication_channel(peer, self.me));
+                self.target_connected[pos] = self.fabric.connect(conn, Access::ALL).is_ok();
+            }
+            if !self.connected[pos] {
+                let conn = ConnId::new(peer, replication_channel(self.me, peer));
+                if self.fabric.connect(conn, Access::NONE).is_ok() {
+                    self.connected[pos] = true;
+                    self.proposer.reconnected(pos);
+                }
+            }
+        }
+    }
+
+    /// Starts leading when elected, stops when not.
+    fn follow_election(&mut self, now_ns: u64) -> bool {
+        let elected = self.shared.leader();
+        let leading = self.proposer.is_leading();
+        let may_lead = self.stopped.is_none() && (self.applied == 0 || self.last.is_some());
+        if elected == Some(self.me) && !leading && may_lead {
+            let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
+            self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
+            let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+            self.shared.ready_at_ns.store(now_ns + 1, Ordering::Release);
+            info!(replica = self.me.0, first = self.applied, leaderships, "leading (velos)");
+            self.catch_up = CatchUp::Idle;
+            return true;
+        }
+        if elected != Some(self.me) && leading {
+            info!(
+                replica = self.me.0,
+                leader = elected.map(|l| l.0),
+                "stepping down: this replica is no longer elected"
+            );
+            self.step_down(elected);
+            return true;
+        }
+        false
+    }
+
+    fn step_down(&mut self, leader: Option<NodeId>) {
+        self.proposer.stop();
+        self.shared.ready_at_ns.store(0, Ordering::Release);
+        if self.pending {
+            // The entry in the proposer may have been accepted somewhere: its outcome is
+            // unknown. The ones behind it were never proposed.
+            if self.handed {
+                if let Some(e) = self.group.entries.front_mut() {
+                    e.maybe_accepted = true;
+                }
+            }
+            self.group.answer_rest(|maybe_accepted| {
+                if maybe_accepted {
+                    ProposeError::Aborted
+                } else {
+                    ProposeError::NotLeader { leader }
+                }
+            });
+            self.finish_group();
+        }
+    }
+
+    /// Every live acceptor has applied the indices below this one (heads as the background
+    /// plane last read them, for the peers we are connected to).
+    fn floor(&self) -> u64 {
+        (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos && self.connected[pos])
+            .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
+            .fold(self.applied, u64::min)
+    }
+
+    /// Posts what the proposer asks for.
+    fn run_actions(&mut self) -> bool {
+        let actions: Vec<Action> = self.proposer.drain_actions().collect();
+        let busy = !actions.is_empty();
+        for a in actions {
+            let (pos, wr) = match a {
+                Action::Write { peer, offset, len } => (
+                    peer,
+                    WorkRequest {
+                        wr_id: KIND_WRITE | peer as u64,
+                        op: Op::Write {
+                            source: Source::Local(LocalSlice { region: VELOS_REGION, offset, len }),
+                            remote: RemoteAddr { region: VELOS_REGION, offset },
+                        },
+                        signaled: false,
+                    },
+                ),
+                Action::Cas { peer, offset, expected, desired, op } => (
+                    peer,
+                    WorkRequest::compare_swap(
+                        op,
+                        RemoteAddr { region: VELOS_REGION, offset },
+                        expected,
+                        desired,
+                    ),
+                ),
+                Action::Read { peer, remote, local, len, op } => (
+                    peer,
+                    WorkRequest::read(
+                        op,
+                        LocalSlice { region: VELOS_REGION, offset: local, len },
+                        RemoteAddr { region: VELOS_REGION, offset: remote },
+                    ),
+                ),
+            };
+            self.post(pos, &wr);
+        }
+        busy
+    }
+
+    /// Posts on the connection to `pos`; a post the fabric refuses is a failed operation.
+    fn post(&mut self, pos: usize, wr: &WorkRequest<'_>) {
+        let peer = self.replicas.ids()[pos];
+        let conn = ConnId::new(peer, replication_channel(self.me, peer));
+        let mut result = self.ep.post(conn, wr);
+        if matches!(result, Err(PostError::QueueFull)) {
+            // Make room; what comes out is handled on the next poll, in order.
+            loop {
+                let n = self.ep.poll(&mut self.completions);
+                self.deferred.extend(self.completions[..n].iter().copied());
+                if n < self.completions.len() {
+                    break;
+                }
+            }
+            result = self.ep.post(conn, wr);
+        }
+        if result.is_err() {
+            self.connected[pos] = false;
+            let c = Completion {
+                wr_id: wr.wr_id,
+                kind: wr.op.kind(),
+                status: Status::PeerUnreachable,
+                value: 0,
+            };
+            self.deferred.push_back(c);
+        }
+    }
+
+    fn poll_completions(&mut self, app: &mut dyn Applier) -> bool {
+        let mut busy = false;
+        while let Some(c) = self.deferred.pop_front() {
+            self.handle(c, app);
+            busy = true;
+        }
+        loop {
+            let n = self.ep.poll(&mut self.completions);
+            for i in 0..n {
+                let c = self.completions[i];
+                self.handle(c, app);
+            }
+            busy |= n > 0;
+            if n < self.completions.len() {
+                break;
+            }
+        }
+        busy
+    }
+
+    fn handle(&mut self, c: Completion, app: &mut dyn Applier) {
+        if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
+            self.on_learn(c, app);
+        } else {
+            self.feed(c);
+        }
+    }
+
+    /// Hands a completion of the proposer's operations to it.
+    fn feed(&mut self, c: Completion) {
+        if c.wr_id & DRIVER_OP != 0 {
+            let pos = (c.wr_id & POS_MASK) as usize;
+            if c.wr_id & !POS_MASK == KIND_WRITE {
+                if !c.status.is_success() {
+                    self.connected[pos] = false;
+                    self.proposer.on_write_error(pos);
+                }
+            }
+            return;
+        }
+        let pos = (c.wr_id & 63) as usize;
+        if !c.status.is_success() {
+            self.connected[pos] = false;
+            self.proposer.on_error(c.wr_id);
+            return;
+        }
+        match c.kind {
+            OpKind::CompareSwap => self.proposer.on_cas(c.wr_id, c.value),
+            OpKind::Read => self.proposer.on_read(c.wr_id, &mut RegionMemory(&self.region)),
+            OpKind::Write => {}
+        }
+    }
+
+    /// Applies what the proposer decided; hands it the next entry.
+    fn take_events(&mut self, app: &mut dyn Applier) -> bool {
+        let events: Vec<Event> = self.proposer.drain_events().collect();
+        let busy = !events.is_empty();
+        for e in events {
+            match e {
+                Event::Decided { index, submitted } => {
+                    assert_eq!(index, self.applied, "the proposer decides in index order");
+                    let q = self.me_pos;
+                    self.apply_from(q, index, app).unwrap_or_else(|| {
+                        panic!("decided entry {index} is not in this replica's own value log")
+                    });
+                    self.shared.commits.fetch_add(1, Ordering::Relaxed);
+                    if submitted {
+                        let e = self.group.entries.pop_front().expect("a submitted entry");
+                        self.group.answer(e, Ok(index));
+                        self.handed = false;
+                        if self.group.unanswered == 0 {
+                            self.finish_group();
+                        } else {
+                            self.hand_over();
+                        }
+                    }
+                }
+                Event::Stopped(reason) => {
+                    warn!(replica = self.me.0, %reason, "the velos proposer stopped");
+                    self.stopped = Some(reason);
+                    let leader = self.shared.leader();
+                    self.step_down(leader);
+                }
+            }
+        }
+        busy
+    }
+
+    /// Applies the entry for `index` found in position `q`'s value log in our own region.
+    /// `None` if it is not a complete entry for that index.
+    fn apply_from(&mut self, q: usize, index: u64, app: &mut dyn Applier) -> Option<()> {
+        let offset = self.layout.value_slot_offset(q, index);
+        self.region.read(offset as usize, &mut self.slot_buf).expect("Velos region layout");
+        self.apply_slot(index, app)
+    }
+
+    /// Applies the entry for `index` in `slot_buf`, if it is one.
+    fn apply_slot(&mut self, index: u64, app: &mut dyn Applier) -> Option<()> {
+        let Slot::Entry(e) = self.layout.log().decode(index, &self.slot_buf) else { return None };
+        let (kind, value) = (e.kind, e.value.to_vec());
+        app.apply(index, kind, &value);
+        self.applied = index + 1;
+        self.last = Some((kind, value));
+        self.log.store_u64(HEAD_OFFSET as usize, self.applied).expect("log header");
+        if !self.shared.eligible.load(Ordering::Relaxed) {
+            self.shared.eligible.store(true, Ordering::Release);
+        }
+        Some(())
+    }
+
+    /// A follower applies what its own words say is decided (§5.4).
+    fn learn(&mut self, app: &mut dyn Applier) -> bool {
+        let mut applied = false;
+        loop {
+            let index = self.applied;
+            let word = self
+                .region
+                .load_u64(self.layout.word_offset(index + 1) as usize)
+                .expect("Velos region layout");
+            if learner::recycled(&self.layout, index + 1, word) {
+                // A whole log behind: only a state transfer gets past it.
+                self.shared.replayer_stuck.store(true, Ordering::Release);
+                break;
+            }
+            let Some(q) = learner::decided_by(&self.layout, index, word) else { break };
+            if self.apply_from(q, index, app).is_none() {
+                break; // not here (the leader could not write it to us): caught up below
+            }
+            applied = true;
+        }
+        applied
+    }
+
+    /// A follower that made no progress for a while reads the leader's word and entry.
+    fn catch_up(&mut self, now_ns: u64) {
+        if self.catch_up != CatchUp::Idle
+            || now_ns.saturating_sub(self.last_progress_ns) < CATCH_UP_AFTER_NS
+        {
+            return;
+        }
+        let Some(leader) = self.shared.leader().filter(|&l| l != self.me) else { return };
+        let Some(from) = self.replicas.position(leader) else { return };
+        if !self.connected[from] {
+            return;
+        }
+        self.last_progress_ns = now_ns;
+        let index = self.applied;
+        let wr = WorkRequest::read(
+            KIND_LEARN_WORD | from as u64,
+            LocalSlice { region: VELOS_REGION, offset: self.layout.learner_word_offset(), len: 8 },
+            RemoteAddr { region: VELOS_REGION, offset: self.layout.word_offset(index + 1) },
+        );
+        self.catch_up = CatchUp::Word { from, index };
+        self.post(from, &wr);
+    }
+
+    fn on_learn(&mut self, c: Completion, app: &mut dyn Applier) {
+        let pos = (c.wr_id & POS_MASK) as usize;
+        if !c.status.is_success() {
+            self.connected[pos] = false;
+            self.catch_up = CatchUp::Idle;
+            return;
+        }
+        match self.catch_up {
+            CatchUp::Word { from, index } if index == self.applied => {
+                let word = self
+                    .region
+                    .load_u64(self.layout.learner_word_offset() as usize)
+                    .expect("Velos region layout");
+                let Some(q) = learner::decided_by(&self.layout, index, word) else {
+                    // Not decided there either (then nothing to catch up), or recycled: the
+                    // entry is gone from the leader's memory, and a state transfer is needed.
+                    if learner::recycled(&self.layout, index + 1, word) {
+                        self.shared.replayer_stuck.store(true, Ordering::Release);
+                    }
+                    self.catch_up = CatchUp::Idle;
+                    return;
+                };
+                let wr = WorkRequest::read(
+                    KIND_LEARN_ENTRY | from as u64,
+                    LocalSlice {
+                        region: VELOS_REGION,
+                        offset: self.layout.learner_scratch_offset(),
+                        len: self.layout.slot_bytes(),
+                    },
+                    RemoteAddr {
+                        region: VELOS_REGION,
+                        offset: self.layout.value_slot_offset(q, index),
+                    },
+                );
+                self.catch_up = CatchUp::Entry { from, index };
+                self.post(from, &wr);
+            }
+            CatchUp::Entry { index, .. } if index == self.applied => {
+                self.catch_up = CatchUp::Idle;
+                self.region
+                    .read(self.layout.learner_scratch_offset() as usize, &mut self.slot_buf)
+                    .expect("Velos region layout");
+                if self.apply_slot(index, app).is_some() {
+                    // More may follow the same way at once.
+                    self.last_progress_ns = 0;
+                    self.shared.replayer_stuck.store(false, Ordering::Release);
+                } else {
+                    // The leader's entry was overwritten by a later lap.
+                    self.shared.replayer_stuck.store(true, Ordering::Release);
+                }
+            }
+            _ => self.catch_up = CatchUp::Idle,
+        }
+    }
+
+    /// Requests that waited for room longer than the timeout fail with "log full".
+    fn check_log_full(&mut self, now_ns: u64) {
+        if !self.pending || !self.proposer.waits_for_room() {
+            self.group.room_wait_since_ns = None;
+            return;
+        }
+        let since = *self.group.room_wait_since_ns.get_or_insert(now_ns);
+        if now_ns.saturating_sub(since) <= self.settings.log_full_timeout_ns
+            || !self.proposer.withdraw()
+        {
+            return;
+        }
+        let (oldest, slots_count) = (self.floor(), self.layout.slots_count());
+        self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
+        self.finish_group();
+    }
+}
