@@ -163,11 +163,16 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Scores and the log's holder, for status.
     fn publish_status(&self) {
+        let mut alive = 0u64;
         for (pos, &peer) in self.replicas.ids().iter().enumerate() {
             if let Some(score) = self.detector.score(peer) {
                 self.shared.scores[pos].store(score, Ordering::Relaxed);
             }
+            if self.detector.is_alive(peer) {
+                alive |= 1 << pos;
+            }
         }
+        self.shared.alive_mask.store(alive, Ordering::Release);
         let holder = self.permissions.holder().map_or(0, |h| u64::from(h.0) + 1);
         self.shared.log_holder.store(holder, Ordering::Release);
     }

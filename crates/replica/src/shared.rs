@@ -88,6 +88,9 @@ pub(crate) struct Shared {
     pub ever_members: AtomicU64,
     /// A decided membership entry removed this replica: it stopped taking part.
     pub removed: AtomicBool,
+    /// The replicas the failure detector considers alive, by position, this one included
+    /// (background).
+    pub alive_mask: AtomicU64,
 }
 
 impl Shared {
@@ -128,6 +131,7 @@ impl Shared {
             members: AtomicU64::new(members),
             ever_members: AtomicU64::new(members),
             removed: AtomicBool::new(false),
+            alive_mask: AtomicU64::new(0),
         }
     }
 

@@ -381,10 +381,12 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     /// Every live acceptor has applied the indices below this one (heads as the background
-    /// plane last read them, for the peers we are connected to).
+    /// plane last read them, of the peers its failure detector considers alive). A peer that
+    /// comes back after the log went round without it needs a state transfer.
     fn floor(&self) -> u64 {
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
         (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos && self.connected[pos])
+            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
             .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
             .fold(self.applied, u64::min)
     }
