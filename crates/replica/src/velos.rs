@@ -538,9 +538,19 @@ impl<F: Fabric> VelosDriver<F> {
                 }
                 Event::Stopped(reason) => {
                     warn!(replica = self.me.0, %reason, "the velos proposer stopped");
-                    self.stopped = Some(reason);
                     let leader = self.shared.leader();
                     self.step_down(leader);
+                    // Others lead meanwhile: this replica does not stand for election.
+                    self.shared.eligible.store(false, Ordering::Release);
+                    match reason {
+                        // Behind by a whole log: a state transfer brings it back, and it may
+                        // lead again once it applied an entry the usual way.
+                        StopReason::Stale { .. } => {
+                            self.last = None;
+                            self.shared.replayer_stuck.store(true, Ordering::Release);
+                        }
+                        StopReason::ProposalsExhausted { .. } => self.stopped = Some(reason),
+                    }
                 }
             }
         }
