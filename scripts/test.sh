@@ -46,6 +46,19 @@ assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
 print("mu sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
 PY
 
+step "simulator sweep: mu sim --seeds 200 --protocol velos (every fault but restarts, 3 and 5 replicas, lincheck)"
+out=$(./target/release/mu sim --seeds 200 --protocol velos --lincheck target/lincheck/lincheck --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["protocol"] == "velos" and d["seeds"] == 200, d
+assert d["linearizability_checked"] is True, d
+assert d["failures"] == [], d["failures"]
+assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
+print("velos sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
+PY
+
 step "TLA+ model of Mu (TLC: the model passes, the mutated models are caught; about 4 minutes)"
 bash scripts/tlc.sh
 

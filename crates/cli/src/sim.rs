@@ -171,14 +171,13 @@ fn summary_line(r: &SeedReport) -> String {
 }
 
 fn replay_command(r: &SeedReport, config: &RunConfig) -> String {
-    let mut cmd =
-        format!(
-            "mu sim --protocol {} --seed {} --replicas {} --faults {}",
-            r.protocol.name(),
-            r.seed,
-            r.replicas,
-            r.faults
-        );
+    let mut cmd = format!(
+        "mu sim --protocol {} --seed {} --replicas {} --faults {}",
+        r.protocol.name(),
+        r.seed,
+        r.replicas,
+        r.faults
+    );
     if config.steps != 60 {
         cmd.push_str(&format!(" --steps {}", config.steps));
     }

@@ -2,15 +2,15 @@
 //! clock: what the threaded [`crate::Replica`] and the simulator both drive.
 
 use crate::background::{BackgroundDriver, TransferSettings};
+use crate::config::Protocol;
 use crate::config::{ConfigError, ReplicaConfig};
 use crate::layout::{background_channel, BACKGROUND_BYTES};
 use crate::memory::FabricMemory;
 use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
-use crate::velos::VelosDriver;
-use crate::config::Protocol;
-use mu_replication::membership::Change;
 use crate::shared::Shared;
+use crate::velos::VelosDriver;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
+use mu_replication::membership::Change;
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
 use std::sync::Arc;
 
@@ -232,14 +232,21 @@ impl<F: Fabric> ReplicaCore<F> {
         layout: mu_log::LogLayout,
         members: u64,
     ) -> Result<ReplicaCore<F>, StartError> {
-        let velos_layout = mu_velos::VelosLayout::new(layout, replicas.len()).map_err(StartError::Other)?;
+        let velos_layout =
+            mu_velos::VelosLayout::new(layout, replicas.len()).map_err(StartError::Other)?;
         let head_only = mu_log::LogLayout::new(2, mu_log::MIN_SLOT_BYTES, layout.integrity())
             .expect("the smallest log layout");
         let log = fabric.register_region(LOG_REGION, head_only.region_bytes(), Access::READ)?;
-        let region =
-            fabric.register_region(mu_velos::VELOS_REGION, velos_layout.region_bytes(), Access::ALL)?;
-        let background =
-            fabric.register_region(crate::layout::BACKGROUND_REGION, BACKGROUND_BYTES, Access::READ_WRITE)?;
+        let region = fabric.register_region(
+            mu_velos::VELOS_REGION,
+            velos_layout.region_bytes(),
+            Access::ALL,
+        )?;
+        let background = fabric.register_region(
+            crate::layout::BACKGROUND_REGION,
+            BACKGROUND_BYTES,
+            Access::READ_WRITE,
+        )?;
         let snapshot = fabric.register_region(
             crate::layout::SNAPSHOT_REGION,
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),

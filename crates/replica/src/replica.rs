@@ -1,9 +1,9 @@
 //! A replica on real time: the two planes on their own threads, and the application's API.
 
 use crate::config::ReplicaConfig;
+use crate::core::ReplicationPlane;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
-use crate::core::ReplicationPlane;
 use crate::replication::{Applier, ProposeError};
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;

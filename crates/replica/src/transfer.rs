@@ -116,7 +116,9 @@ pub(crate) fn install<R: LocalRegion>(
     if index > head && !leading {
         buf.resize(len, 0);
         let at = fetched_body_offset(bytes_max) as usize;
-        snapshot.read(at, buf).expect("fetched snapshot in the region: length checked when fetched");
+        snapshot
+            .read(at, buf)
+            .expect("fetched snapshot in the region: length checked when fetched");
         match app.restore(buf) {
             Ok(()) => {
                 info!(
@@ -137,9 +139,7 @@ pub(crate) fn install<R: LocalRegion>(
     } else {
         debug!(
             replica = me.0,
-            index,
-            head,
-            "state transfer: fetched snapshot not installed (not ahead, or leading)"
+            index, head, "state transfer: fetched snapshot not installed (not ahead, or leading)"
         );
     }
     shared.snapshot_fetched.store(false, Ordering::Release);

@@ -195,7 +195,11 @@ impl<F: Fabric> VelosDriver<F> {
             return Err(ProposeError::NotLeader { leader: self.shared.leader() });
         }
         self.group.change = false;
-        self.group.plan(requests, self.layout.max_value_bytes(), self.settings.batch_requests_max)?;
+        self.group.plan(
+            requests,
+            self.layout.max_value_bytes(),
+            self.settings.batch_requests_max,
+        )?;
         self.pending = true;
         self.shared.in_propose.store(true, Ordering::Release);
         self.hand_over();

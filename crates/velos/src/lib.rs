@@ -21,8 +21,8 @@ pub mod word;
 
 pub use layout::VelosLayout;
 pub use proposer::{
-    Action, Event, Memory, Phase, Proposer, ProposerConfig, StopReason, SubmitError,
-    OP_BITS, PREPARE_AHEAD_MAX, REPUBLISHED_TAG,
+    Action, Event, Memory, Phase, Proposer, ProposerConfig, StopReason, SubmitError, OP_BITS,
+    PREPARE_AHEAD_MAX, REPUBLISHED_TAG,
 };
 pub use word::{SlotWord, View, PROPOSAL_MAX};
 

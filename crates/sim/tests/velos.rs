@@ -1,0 +1,124 @@
+//! Whole Velos replicas (both planes, the real runtime) on the simulated fabric. Each test
+//! names the part of the Velos paper it exercises (`docs/protocols/velos.md`).
+
+use mu_fabric::NodeId;
+use mu_replica::{Change, ProposeError, Protocol};
+use mu_sim::SimCluster;
+
+fn velos(n: u16, seed: u64) -> SimCluster {
+    SimCluster::with(n, seed, |c| c.protocol = Protocol::Velos)
+}
+
+/// Algorithm 5 with §5.1 and §5.4: the lowest id leads and decides entry after entry; followers
+/// learn each from their own slot words, one entry behind.
+#[test]
+fn t10_three_replicas_decide_and_learn() {
+    let mut c = velos(3, 1);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..40u64 {
+        let index = c.propose(0, format!("v{i}").as_bytes(), 5_000_000).unwrap().unwrap();
+        assert_eq!(index, i);
+    }
+    c.run_for(100_000);
+    c.check_agreement();
+    c.check_acked_applied(0);
+    for pos in 1..3 {
+        assert!(c.applied[pos].len() >= 39, "replica {pos} applied {}", c.applied[pos].len());
+    }
+}
+
+/// §5.1 end, §7.2: the leader crashes; replica 1 is elected, predicts the old leader's slots
+/// from its own words, re-decides what was accepted and goes on. Nothing acknowledged is lost,
+/// and the log wraps several times (recycling by lap, §5.2 in our layout).
+#[test]
+fn t20_leader_crash_fails_over() {
+    let mut c = velos(3, 2);
+    c.await_leader(5_000_000);
+    for i in 0..100 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    let crashed_at = c.world.now_ns();
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1));
+    let index = c.propose_anywhere(b"after", 20_000_000);
+    assert_eq!(index, 100, "the new leader goes on right after the old one's last decision");
+    eprintln!("failover and first decision took {} ns (virtual)", c.world.now_ns() - crashed_at);
+    for i in 0..200 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 5_000_000);
+    }
+    c.run_for(200_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    assert!(c.applied[2].len() >= 300, "replica 2 applied {}", c.applied[2].len());
+}
+
+/// A paused leader (SIGSTOP) is replaced; when it resumes, its CASes fail on words the new
+/// leader changed, so it decides nothing of its own, and it steps down.
+#[test]
+fn t30_paused_leader_is_replaced() {
+    let mut c = velos(3, 3);
+    c.await_leader(5_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    // Pause the leader with a proposal of its own in flight.
+    c.submit(0, b"in flight at the pause").unwrap();
+    c.pause(0);
+    let others_elect =
+        |c: &SimCluster| (1..3).all(|p| c.cores[p].as_ref().unwrap().leader() == Some(NodeId(1)));
+    let end = c.world.now_ns() + 20_000_000;
+    while !others_elect(&c) {
+        assert!(c.world.now_ns() < end, "the others did not elect replica 1");
+        c.round();
+    }
+    for i in 0..20 {
+        let index = c.propose(1, format!("during {i}").as_bytes(), 10_000_000);
+        assert!(matches!(index, Some(Ok(_))), "replica 1 decides while 0 is paused: {index:?}");
+    }
+    c.resume(0);
+    // The old leader's proposal either was decided or failed; it never forks the log.
+    c.run_for(5_000_000);
+    eprintln!("the paused leader's proposal: {:?}", c.outcomes[0]);
+    for i in 0..10 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    let leader = c.await_leader(1_000_000).0 as usize;
+    c.check_acked_applied(leader);
+}
+
+/// Five replicas survive two crashes (a majority of three decides).
+#[test]
+fn t50_five_replicas_survive_two_crashes() {
+    let mut c = velos(5, 4);
+    c.await_leader(5_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("a{i}").as_bytes(), 5_000_000);
+    }
+    c.crash(0);
+    c.crash(3);
+    assert_eq!(c.await_leader(30_000_000), NodeId(1));
+    for i in 0..10 {
+        c.propose_anywhere(format!("b{i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(200_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+}
+
+/// What Velos does not do yet is refused plainly: membership changes, and restarting a replica
+/// (no state transfer for a replica that lost its memory).
+#[test]
+fn t60_unsupported_is_refused() {
+    let mut c = velos(3, 5);
+    c.await_leader(5_000_000);
+    match c.submit_change(0, Change::Remove(NodeId(2))) {
+        Err(ProposeError::Membership(why)) => assert!(why.contains("velos"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let mut config = c.configs[1].clone();
+    config.eligible = false;
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("restarted replica"), "{err}");
+}
