@@ -34,6 +34,9 @@ pub struct ReplicaCore<F: Fabric> {
 }
 
 /// The replication plane of either engine, behind one set of calls.
+// One per replica, built once and never moved on the fast path: boxing would only add a
+// pointer hop to every call.
+#[allow(clippy::large_enum_variant)]
 pub enum ReplicationPlane<F: Fabric> {
     Mu(ReplicationDriver<F>),
     Velos(VelosDriver<F>),
