@@ -495,11 +495,9 @@ impl<F: Fabric> VelosDriver<F> {
     fn feed(&mut self, c: Completion) {
         if c.wr_id & DRIVER_OP != 0 {
             let pos = (c.wr_id & POS_MASK) as usize;
-            if c.wr_id & !POS_MASK == KIND_WRITE {
-                if !c.status.is_success() {
-                    self.connected[pos] = false;
-                    self.proposer.on_write_error(pos);
-                }
+            if c.wr_id & !POS_MASK == KIND_WRITE && !c.status.is_success() {
+                self.connected[pos] = false;
+                self.proposer.on_write_error(pos);
             }
             return;
         }
