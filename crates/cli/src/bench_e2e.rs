@@ -98,7 +98,11 @@ pub fn run(args: Args) -> Result<(), String> {
             }
             System::Replicated => {
                 let slot_bytes = (args.payload + 256).next_multiple_of(8);
-                let mut cluster = KvCluster::start("e2e", LogShape { slots: 16_384, slot_bytes })?;
+                let mut cluster = KvCluster::start(
+                    "e2e",
+                    LogShape { slots: 16_384, slot_bytes },
+                    mu_replica::Protocol::Mu,
+                )?;
                 cluster.wait_for_leader(Duration::from_secs(10))?;
                 let mut client = cluster.client()?;
                 let m = measure(&mut client, &value, samples, warmup, &mut progress);

@@ -33,6 +33,9 @@ pub struct Args {
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
+    /// The replication engine: mu or velos.
+    #[arg(long, default_value = "mu")]
+    protocol: mu_replica::Protocol,
 }
 
 /// What the client threads share.
@@ -61,9 +64,11 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.clients == 0 || args.keys == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
         return Err("--clients, --keys and --seconds must be above 0".into());
     }
-    let mut cluster = KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 })?;
+    let mut cluster =
+        KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, args.protocol)?;
     eprintln!(
-        "mu demo: 3 replica processes on the shared-memory fabric, run directory {}",
+        "mu demo: 3 replica processes ({}) on the shared-memory fabric, run directory {}",
+        args.protocol,
         cluster.run_dir().display()
     );
     let start = Instant::now();
@@ -137,6 +142,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     if args.json {
         let json = serde_json::json!({
+            "protocol": args.protocol.name(),
             "replicas": REPLICAS,
             "clients": args.clients,
             "operations": ops,
@@ -152,7 +158,7 @@ pub fn run(args: Args) -> Result<(), String> {
         });
         println!("{json}");
     } else {
-        println!("mu demo summary");
+        println!("mu demo summary ({})", args.protocol);
         println!(
             "  operations     {ops} in {elapsed:.1} s ({:.0} ops/s) from {} clients, {} errors",
             ops as f64 / elapsed,

@@ -28,12 +28,16 @@ pub struct KvCluster {
 impl KvCluster {
     /// Writes a configuration into a fresh run directory named after `tag` and starts the
     /// replicas; does not wait for them (see [`KvCluster::wait_for_leader`]).
-    pub fn start(tag: &str, log: LogShape) -> Result<KvCluster, String> {
+    pub fn start(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+    ) -> Result<KvCluster, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("cluster.toml");
         let cluster_id = u64::from(std::process::id()) << 16 | 0xde;
         let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"mu\"\nfabric = \"shm\"\n\
+            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"{protocol}\"\nfabric = \"shm\"\n\
              run_dir = \"{}\"\nreplicas = [0, 1, 2]\nmode = \"direct\"\n\n[log]\nslots = {}\n\
              slot_bytes = {}\nintegrity = \"checksum\"\n",
             dir.path().display(),

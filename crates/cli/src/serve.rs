@@ -74,7 +74,7 @@ pub fn run(args: Args) -> Result<(), String> {
         ));
     }
     let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(args.id))
-        .with_protocol(mu_replica::protocol_tag());
+        .with_protocol(replica_config.protocol.tag());
     let fabric = ShmFabric::create(shm).map_err(|e| format!("replica {}: fabric: {e}", args.id))?;
     let machine = SharedMachine::new();
     let started = Instant::now();

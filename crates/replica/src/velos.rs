@@ -34,6 +34,9 @@ const POS_MASK: u64 = 0xffff;
 /// progress before it reads the leader's memory to catch up.
 const RECONNECT_PERIOD_NS: u64 = 1_000_000;
 const CATCH_UP_AFTER_NS: u64 = 2_000_000;
+/// A leader with nothing to propose for this long after its last decision decides an empty
+/// entry, so that followers learn the last one (they learn an entry from the next, §5.4).
+const IDLE_NOOP_AFTER_NS: u64 = 200_000;
 
 /// This replica's own Velos region, for the proposer.
 struct RegionMemory<'a, R: LocalRegion>(&'a R);
@@ -108,6 +111,10 @@ pub struct VelosDriver<F: Fabric> {
     last_progress_ns: u64,
     /// The proposer stopped by itself: this replica does not lead again in this run.
     stopped: Option<StopReason>,
+    /// An empty entry of ours is in the proposer (not a request's).
+    noop_pending: bool,
+    /// When this leader last decided an entry, and whether it was an empty one.
+    last_decision: (u64, bool),
 }
 
 impl<F: Fabric> VelosDriver<F> {
@@ -157,6 +164,8 @@ impl<F: Fabric> VelosDriver<F> {
             catch_up: CatchUp::Idle,
             last_progress_ns: 0,
             stopped: None,
+            noop_pending: false,
+            last_decision: (0, true),
         }
     }
 
@@ -207,8 +216,8 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     fn hand_over(&mut self) {
-        if self.handed || self.group.entries.is_empty() {
-            return;
+        if self.handed || self.group.entries.is_empty() || self.proposer.has_pending() {
+            return; // an empty entry of ours goes first
         }
         let (kind, value) = self.group.entry_value(0);
         match self.proposer.submit(kind, value) {
@@ -254,11 +263,15 @@ impl<F: Fabric> VelosDriver<F> {
         self.connect(now_ns);
         let mut busy = self.follow_election(now_ns);
         busy |= self.poll_completions(app);
+        // Decisions first: what the proposer decided frees it for the next entry.
+        busy |= self.take_events(app, now_ns);
         if self.proposer.is_leading() {
+            self.hand_over();
+            self.propose_noop_if_idle(now_ns);
             self.proposer.set_applied_floor(self.floor());
             self.proposer.poll(&mut RegionMemory(&self.region));
             busy |= self.run_actions();
-            busy |= self.take_events(app);
+            busy |= self.take_events(app, now_ns);
             self.check_log_full(now_ns);
         } else {
             let learned = self.learn(app) | self.install_snapshot(app);
@@ -346,6 +359,8 @@ impl<F: Fabric> VelosDriver<F> {
             self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
             let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
             self.shared.ready_at_ns.store(now_ns + 1, Ordering::Release);
+            // Idle, it decides an empty entry soon: followers learn the last one from it.
+            self.last_decision = (now_ns, false);
             info!(replica = self.me.0, first = self.applied, leaderships, "leading (velos)");
             self.catch_up = CatchUp::Idle;
             return true;
@@ -364,6 +379,8 @@ impl<F: Fabric> VelosDriver<F> {
 
     fn step_down(&mut self, leader: Option<NodeId>) {
         self.proposer.stop();
+        self.noop_pending = false;
+        self.last_decision = (0, true);
         self.shared.ready_at_ns.store(0, Ordering::Release);
         if self.pending {
             // The entry in the proposer may have been accepted somewhere: its outcome is
@@ -515,7 +532,24 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     /// Applies what the proposer decided; hands it the next entry.
-    fn take_events(&mut self, app: &mut dyn Applier) -> bool {
+    /// Decides an empty entry when the leader went idle after deciding requests: followers
+    /// learn an entry only from the next one (§5.4), so without it they would stay one entry
+    /// behind for as long as no request comes.
+    fn propose_noop_if_idle(&mut self, now_ns: u64) {
+        let (at, was_noop) = self.last_decision;
+        if was_noop
+            || self.pending
+            || self.proposer.has_pending()
+            || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS
+        {
+            return;
+        }
+        if self.proposer.submit(EntryKind::Noop, &[]).is_ok() {
+            self.noop_pending = true;
+        }
+    }
+
+    fn take_events(&mut self, app: &mut dyn Applier, now_ns: u64) -> bool {
         let events: Vec<Event> = self.proposer.drain_events().collect();
         let busy = !events.is_empty();
         for e in events {
@@ -527,7 +561,12 @@ impl<F: Fabric> VelosDriver<F> {
                         panic!("decided entry {index} is not in this replica's own value log")
                     });
                     self.shared.commits.fetch_add(1, Ordering::Relaxed);
-                    if submitted {
+                    let noop = submitted && self.noop_pending;
+                    self.last_decision = (now_ns, noop);
+                    if noop {
+                        self.noop_pending = false;
+                        self.hand_over();
+                    } else if submitted {
                         let e = self.group.entries.pop_front().expect("a submitted entry");
                         self.group.answer(e, Ok(index));
                         self.handed = false;
@@ -694,6 +733,8 @@ impl<F: Fabric> VelosDriver<F> {
         {
             return;
         }
+        // What was withdrawn is our empty entry if the requests wait behind it.
+        self.noop_pending &= !self.handed;
         let (oldest, slots_count) = (self.floor(), self.layout.slots_count());
         self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
         self.finish_group();

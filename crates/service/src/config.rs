@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
-//! protocol = "mu"             # the replication engine
+//! protocol = "mu"             # the replication engine: "mu" or "velos"
 //! fabric = "shm"              # processes on one host, over shared memory
 //! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
 //! replicas = [0, 1, 2]
@@ -117,12 +117,7 @@ impl ClusterConfig {
 
     /// Everything that can be checked without touching the machine.
     fn check(&self) -> Result<(), String> {
-        if self.protocol != "mu" {
-            return Err(format!(
-                "protocol \"{}\" is not available (this build has: \"mu\")",
-                self.protocol
-            ));
-        }
+        self.protocol()?;
         if self.fabric != "shm" {
             return Err(format!(
                 "fabric \"{}\" is not available (this build has: \"shm\")",
@@ -170,6 +165,7 @@ impl ClusterConfig {
         }
         let ids = self.replicas.iter().map(|&r| NodeId(r)).collect();
         let mut c = ReplicaConfig::new(NodeId(id), ids);
+        c.protocol = self.protocol()?;
         c.slots_count = self.log.slots;
         c.slot_bytes = self.log.slot_bytes;
         c.integrity = match self.log.integrity.as_str() {
@@ -183,6 +179,11 @@ impl ClusterConfig {
         c.detector.failure_threshold = self.detector.failure_threshold;
         c.detector.recovery_threshold = self.detector.recovery_threshold;
         Ok(c)
+    }
+
+    /// The replication engine.
+    pub fn protocol(&self) -> Result<mu_replica::Protocol, String> {
+        self.protocol.parse::<mu_replica::Protocol>().map_err(|e| format!("protocol: {e}"))
     }
 
     pub fn mode(&self) -> mu_replica::Mode {

@@ -464,7 +464,8 @@ impl Applier for Recorder<'_> {
                 self.applied.push((index, vec![change_label(value)]));
                 return;
             }
-            EntryKind::Noop => return,
+            // Nothing for the store, but it takes its index like any entry.
+            EntryKind::Noop => Vec::new(),
         };
         for r in &requests {
             // Requests that are not key-value requests (the scenario tests propose plain text)
