@@ -102,6 +102,9 @@ pub struct Args {
     /// (SIGSTOP, then SIGCONT; one cluster).
     #[arg(long, value_enum, default_value_t = FailureMode::Kill)]
     mode: FailureMode,
+    /// The replication engine: mu or velos.
+    #[arg(long, default_value = "mu")]
+    protocol: mu_replica::Protocol,
     /// A short run: 100 failovers unless --count is given.
     #[arg(long)]
     quick: bool,
@@ -189,12 +192,14 @@ pub fn run(args: Args) -> Result<(), String> {
         slot_bytes: SLOT_BYTES,
         propose_bytes: PROPOSE_BYTES,
         app: App::Standalone,
+        protocol: args.protocol,
     };
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
     eprintln!(
-        "mu bench failover: {REPLICAS} replicas on shm, {} mode, {count} failovers, read period \
+        "mu bench failover: {REPLICAS} {} replicas on shm, {} mode, {count} failovers, read period \
          {} us, {} CPUs allowed",
+        args.protocol,
         args.mode.name(),
         read_period_ns / 1000,
         pin::allowed_cpus().len()

@@ -49,8 +49,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
     for config in CONFIGS {
         eprintln!("{} {}:", config.0.name(), config.1.name());
-        let results =
-            bench_replication::sweep(&run_dir, config.1, config.0, &SWEEP_BYTES, samples)?;
+        let results = bench_replication::sweep(
+            &run_dir,
+            (config.1, config.0, mu_replica::Protocol::Mu),
+            &SWEEP_BYTES,
+            samples,
+        )?;
         sweeps.push((config, results));
     }
 

@@ -55,8 +55,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let run_dir = RunDir::create("peers")?;
     let mu = bench_replication::sweep(
         &run_dir,
-        ReplicaMode::Direct,
-        App::Standalone,
+        (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
         &[payload],
         samples,
     )?;

@@ -75,7 +75,15 @@ pub struct Args {
     /// key-value store (kv: the values are then key-value puts of the payload's size).
     #[arg(long, value_enum, default_value_t = App::Standalone)]
     app: App,
+    /// The replication engines to measure, one after the other in this run: mu, velos, or
+    /// both (mu,velos: Velos Fig. 1, with velos's p50 over mu's per payload size).
+    #[arg(long, value_delimiter = ',', default_value = "mu")]
+    protocol: Vec<mu_replica::Protocol>,
 }
+
+/// Velos's median latency may be this many times Mu's, measured in the same run (its extra CAS
+/// round).
+const TARGET_VELOS_OVER_MU_P50: f64 = 1.6;
 
 /// Propose latencies for one payload size, and how its cluster fared.
 pub struct PayloadResult {
@@ -176,16 +184,89 @@ pub fn run(args: Args) -> Result<(), String> {
         bench_fabric::write2_rtt(dir.path(), samples)?
     };
 
-    let results = sweep(&run_dir, args.mode, args.app, &payloads, samples)?;
-    report(&args, samples, &results, &write2);
+    let mut protocols = args.protocol.clone();
+    protocols.dedup();
+    let mut runs = Vec::new();
+    for &protocol in &protocols {
+        eprintln!("mu bench replication: {protocol}");
+        let results = sweep(&run_dir, (args.mode, args.app, protocol), &payloads, samples)?;
+        runs.push((protocol, results));
+    }
+    if let [(protocol, results)] = &runs[..] {
+        report(&args, *protocol, samples, results, &write2);
+    } else {
+        compare(&args, samples, &runs, &write2);
+    }
     Ok(())
+}
+
+/// Several engines in one run (Velos Fig. 1): each one's results, then the medians side by
+/// side with the ratio to the first engine's.
+fn compare(
+    args: &Args,
+    samples: u64,
+    runs: &[(mu_replica::Protocol, Vec<PayloadResult>)],
+    write2: &Summary,
+) {
+    let (base, base_results) = &runs[0];
+    let p50 = |r: &PayloadResult| r.latency.value_at_quantile(0.5);
+    let rows: Vec<(usize, Vec<u64>)> = base_results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.payload_bytes, runs.iter().map(|(_, rs)| p50(&rs[i])).collect()))
+        .collect();
+    if args.json {
+        let docs: Vec<serde_json::Value> =
+            runs.iter().map(|(p, rs)| document(args, *p, samples, rs, write2)).collect();
+        let comparison: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(payload, p50s)| {
+                let mut row = json!({"payload_bytes": payload});
+                for ((p, _), &v) in runs.iter().zip(p50s) {
+                    row[format!("{p}_p50_ns")] = json!(v);
+                    row[format!("{p}_over_{base}_p50")] = json!(ratio(v, p50s[0]));
+                }
+                row
+            })
+            .collect();
+        let out = json!({
+            "runs": docs,
+            "comparison": comparison,
+            "target_velos_over_mu_p50": TARGET_VELOS_OVER_MU_P50,
+            "fabric_write2_ns": write2.json(),
+        });
+        println!("{out}");
+        return;
+    }
+    for (p, rs) in runs {
+        report(args, *p, samples, rs, write2);
+        println!();
+    }
+    print!("median propose latency (ns) {:>13}", "payload_bytes");
+    for (p, _) in runs {
+        print!(" {:>9}", p.name());
+    }
+    for (p, _) in &runs[1..] {
+        print!(" {:>14}", format!("{p}/{base}"));
+    }
+    println!();
+    for (payload, p50s) in &rows {
+        print!("{:>41}", payload);
+        for v in p50s {
+            print!(" {v:>9}");
+        }
+        for v in &p50s[1..] {
+            print!(" {:>14.2}", ratio(*v, p50s[0]));
+        }
+        println!();
+    }
+    println!("target: velos p50 at most {TARGET_VELOS_OVER_MU_P50}× mu's (Velos issue)");
 }
 
 /// Measures propose latency on a fresh three-replica cluster for each payload size.
 pub fn sweep(
     run_dir: &RunDir,
-    mode: ReplicaMode,
-    app: App,
+    (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
     payloads: &[usize],
     samples: u64,
 ) -> Result<Vec<PayloadResult>, String> {
@@ -200,8 +281,9 @@ pub fn sweep(
             slot_bytes,
             propose_bytes: 0,
             app,
+            protocol,
         };
-        let name = format!("{}-{}-{payload_bytes}", app.name(), mode.name());
+        let name = format!("{}-{}-{}-{payload_bytes}", protocol, app.name(), mode.name());
         let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
         cluster.spawn(&spec, 1..REPLICAS)?;
         cluster.wait_started(ELECTION_TIMEOUT)?;
@@ -230,6 +312,7 @@ pub fn throughput(
         slot_bytes: slot_bytes as u32,
         propose_bytes: 0,
         app,
+        protocol: mu_replica::Protocol::Mu,
     };
     let name = format!("throughput-{}-{}", load.batch, load.outstanding);
     let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
@@ -305,11 +388,11 @@ fn lead(
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
     let fabric = ShmFabric::create(
-        ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0))
-            .with_protocol(mu_replica::protocol_tag()),
+        ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0)).with_protocol(spec.protocol.tag()),
     )
     .map_err(|e| format!("replica 0: fabric: {e}"))?;
-    let mut config = replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None);
+    let mut config =
+        replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None, spec.protocol);
     if load != Load::SINGLE {
         config.batch_requests_max = load.batch;
         config.outstanding_max = load.outstanding;
@@ -343,12 +426,13 @@ fn lead(
                 replica.status()
             ));
         }
+        std::thread::sleep(Duration::from_millis(1));
         // A follower applies an entry once it knows it decided, which for the last one can
-        // wait for the next: one behind is following.
+        // wait for the next (with Velos, the empty entry an idle leader decides): one behind
+        // is following.
         if index > 0 && lags(index + 1).iter().all(|&lag| lag <= 1) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(1));
         if replica.leader() != Some(NodeId(0)) {
             continue;
         }
@@ -459,63 +543,82 @@ fn ratio(a: u64, b: u64) -> f64 {
     (r * scale).round() / scale
 }
 
-fn report(args: &Args, samples: u64, results: &[PayloadResult], write2: &Summary) {
+fn quantiles(h: &Histogram<u64>) -> (u64, u64, u64) {
+    (h.value_at_quantile(0.01), h.value_at_quantile(0.5), h.value_at_quantile(0.99))
+}
+
+/// One engine's results as JSON: `{"protocol": .., "results": [..], "fabric_write2_ns": ..}`.
+fn document(
+    args: &Args,
+    protocol: mu_replica::Protocol,
+    samples: u64,
+    results: &[PayloadResult],
+    write2: &Summary,
+) -> serde_json::Value {
     let at_target = results.iter().find(|r| r.payload_bytes == TARGET_PAYLOAD_BYTES);
-    let quantiles = |h: &Histogram<u64>| {
-        (h.value_at_quantile(0.01), h.value_at_quantile(0.5), h.value_at_quantile(0.99))
-    };
+    let results: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            let (p1, p50, p99) = quantiles(&r.latency);
+            json!({
+                "payload_bytes": r.payload_bytes,
+                "samples": r.latency.len(),
+                "latency_ns": {
+                    "p1": p1,
+                    "p50": p50,
+                    "p99": p99,
+                    "p999": r.latency.value_at_quantile(0.999),
+                    "max": r.latency.max(),
+                    "mean": (r.latency.mean() * 10.0).round() / 10.0,
+                },
+                "slot_bytes": r.slot_bytes,
+                "slots_count": r.slots_count,
+                "lost_proposals": r.lost_proposals,
+                "followers_dropped": r.followers_dropped,
+            })
+        })
+        .collect();
+    let mut out = json!({
+        "protocol": protocol.name(),
+        "mode": args.mode.name(),
+        "app": args.app.name(),
+        "backend": "shm",
+        "replicas": REPLICAS,
+        "cpus_allowed": pin::allowed_cpus().len(),
+        "samples_per_payload": samples,
+        "results": results,
+        "fabric_write2_ns": write2.json(),
+    });
+    if let Some(r) = at_target {
+        let (_, p50, p99) = quantiles(&r.latency);
+        out["target_64_bytes"] = json!({
+            "p50_over_write2_p50": ratio(p50, write2.p50),
+            "p50_target": TARGET_P50_OVER_WRITE2,
+            "p99_over_write2_p50": ratio(p99, write2.p50),
+            "p99_over_write2_p99": ratio(p99, write2.p99),
+            "p99_target": TARGET_P99_OVER_WRITE2,
+        });
+    }
+    out
+}
+
+fn report(
+    args: &Args,
+    protocol: mu_replica::Protocol,
+    samples: u64,
+    results: &[PayloadResult],
+    write2: &Summary,
+) {
     let lost_proposals: u64 = results.iter().map(|r| r.lost_proposals).sum();
     let dropped: Vec<usize> =
         results.iter().filter(|r| r.followers_dropped > 0).map(|r| r.payload_bytes).collect();
+    let at_target = results.iter().find(|r| r.payload_bytes == TARGET_PAYLOAD_BYTES);
     if args.json {
-        let results: Vec<serde_json::Value> = results
-            .iter()
-            .map(|r| {
-                let (p1, p50, p99) = quantiles(&r.latency);
-                json!({
-                    "payload_bytes": r.payload_bytes,
-                    "samples": r.latency.len(),
-                    "latency_ns": {
-                        "p1": p1,
-                        "p50": p50,
-                        "p99": p99,
-                        "p999": r.latency.value_at_quantile(0.999),
-                        "max": r.latency.max(),
-                        "mean": (r.latency.mean() * 10.0).round() / 10.0,
-                    },
-                    "slot_bytes": r.slot_bytes,
-                    "slots_count": r.slots_count,
-                    "lost_proposals": r.lost_proposals,
-                    "followers_dropped": r.followers_dropped,
-                })
-            })
-            .collect();
-        let mut out = json!({
-            "protocol": "mu",
-            "mode": args.mode.name(),
-            "app": args.app.name(),
-            "backend": "shm",
-            "replicas": REPLICAS,
-            "cpus_allowed": pin::allowed_cpus().len(),
-            "samples_per_payload": samples,
-            "results": results,
-            "fabric_write2_ns": write2.json(),
-        });
-        if let Some(r) = at_target {
-            let (_, p50, p99) = quantiles(&r.latency);
-            out["target_64_bytes"] = json!({
-                "p50_over_write2_p50": ratio(p50, write2.p50),
-                "p50_target": TARGET_P50_OVER_WRITE2,
-                "p99_over_write2_p50": ratio(p99, write2.p50),
-                "p99_over_write2_p99": ratio(p99, write2.p99),
-                "p99_target": TARGET_P99_OVER_WRITE2,
-            });
-        }
-        println!("{out}");
+        println!("{}", document(args, protocol, samples, results, write2));
         return;
     }
     println!(
-        "mu replication: {REPLICAS} replicas on shm, {} mode, {}",
+        "{protocol} replication: {REPLICAS} replicas on shm, {} mode, {}",
         args.mode.name(),
         match args.app {
             App::Standalone => "standalone (the commit handler does nothing)",
@@ -579,7 +682,14 @@ mod tests {
     fn every_payload_fits_its_log() {
         for payload_bytes in 1..=MAX_PAYLOAD_BYTES {
             let (slots_count, slot_bytes) = log_shape(payload_bytes);
-            let config = replica_child::config(0, REPLICAS, slots_count, slot_bytes, None);
+            let config = replica_child::config(
+                0,
+                REPLICAS,
+                slots_count,
+                slot_bytes,
+                None,
+                mu_replica::Protocol::Mu,
+            );
             let (_, layout) = config.validate().expect("a valid configuration");
             assert!(layout.max_value_bytes() >= payload_bytes, "{payload_bytes}");
             assert!((LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&slots_count));

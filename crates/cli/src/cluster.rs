@@ -259,6 +259,7 @@ pub struct Spec {
     /// Bytes of the values a process proposes whenever it leads; 0: it never proposes.
     pub propose_bytes: usize,
     pub app: App,
+    pub protocol: mu_replica::Protocol,
 }
 
 struct Process {
@@ -301,6 +302,7 @@ impl Cluster {
                 .args(["--slot-bytes", &spec.slot_bytes.to_string()])
                 .args(["--propose-bytes", &spec.propose_bytes.to_string()])
                 .args(["--app", spec.app.name()])
+                .args(["--protocol", spec.protocol.name()])
                 .args(["--parent", &std::process::id().to_string()]);
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);

@@ -47,6 +47,9 @@ pub struct Args {
     /// The benchmark's pid: this process dies with it.
     #[arg(long)]
     parent: u32,
+    /// The replication engine.
+    #[arg(long, default_value = "mu")]
+    protocol: mu_replica::Protocol,
 }
 
 /// The replica configuration of the benchmarks: `ReplicaConfig::new`'s defaults but for the log's
@@ -57,8 +60,10 @@ pub fn config(
     slots_count: u64,
     slot_bytes: u32,
     read_period_us: Option<u64>,
+    protocol: mu_replica::Protocol,
 ) -> ReplicaConfig {
     let mut c = ReplicaConfig::new(NodeId(me), (0..replicas).map(NodeId).collect());
+    c.protocol = protocol;
     c.slots_count = slots_count;
     c.slot_bytes = slot_bytes;
     if let Some(us) = read_period_us {
@@ -73,10 +78,11 @@ pub fn run(args: Args) -> Result<(), String> {
     let words = std::sync::Arc::new(Words::open(&args.words)?);
     let fabric = ShmFabric::create(
         ShmConfig::new(&args.run_dir, cluster::CLUSTER_ID, NodeId(me))
-            .with_protocol(mu_replica::protocol_tag()),
+            .with_protocol(args.protocol.tag()),
     )
     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
-    let config = config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us);
+    let config =
+        config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us, args.protocol);
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
