@@ -102,9 +102,10 @@ pub struct Args {
     /// (SIGSTOP, then SIGCONT; one cluster).
     #[arg(long, value_enum, default_value_t = FailureMode::Kill)]
     mode: FailureMode,
-    /// The replication engine: mu or velos.
-    #[arg(long, default_value = "mu")]
-    protocol: mu_replica::Protocol,
+    /// The replication engines, one after the other in this run: mu, velos, or mu,velos (the
+    /// failover histograms of both, and velos's median over mu's).
+    #[arg(long, value_delimiter = ',', default_value = "mu")]
+    protocol: Vec<mu_replica::Protocol>,
     /// A short run: 100 failovers unless --count is given.
     #[arg(long)]
     quick: bool,
@@ -192,22 +193,91 @@ pub fn run(args: Args) -> Result<(), String> {
         slot_bytes: SLOT_BYTES,
         propose_bytes: PROPOSE_BYTES,
         app: App::Standalone,
-        protocol: args.protocol,
+        protocol: mu_replica::Protocol::Mu,
     };
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
     eprintln!(
-        "mu bench failover: {REPLICAS} {} replicas on shm, {} mode, {count} failovers, read period \
-         {} us, {} CPUs allowed",
-        args.protocol,
+        "mu bench failover: {REPLICAS} replicas on shm ({}), {} mode, {count} failovers, read \
+         period {} us, {} CPUs allowed",
+        args.protocol.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
         args.mode.name(),
         read_period_ns / 1000,
         pin::allowed_cpus().len()
     );
-    let name = format!("failover-{}", args.mode.name());
     let out_dir = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
     let top = RunDir::create("failover")?;
-    let mut progress = mu_figures::Progress::new(&name, u64::from(count));
+    let mut protocols = args.protocol.clone();
+    protocols.dedup();
+    let mut runs = Vec::new();
+    for &protocol in &protocols {
+        // One engine keeps the files' plain names; several get one set each.
+        let name = match protocols.len() {
+            1 => format!("failover-{}", args.mode.name()),
+            _ => format!("failover-{}-{protocol}", args.mode.name()),
+        };
+        let spec = Spec { protocol, ..spec.clone() };
+        let dir = top.subdirectory(protocol.name())?;
+        let m = measure(&args, &spec, &dir, &name, count, (timeout, read_period_ns))?;
+        write_files(&out_dir, &name, &m)?;
+        runs.push((protocol, m));
+    }
+    if let [(protocol, m)] = &runs[..] {
+        report(&args, *protocol, read_period_ns, m);
+    } else {
+        compare(&args, read_period_ns, &runs);
+    }
+    Ok(())
+}
+
+/// Velos's median failover may be at most this fraction of Mu's, measured in the same run.
+const TARGET_VELOS_OVER_MU_TOTAL_P50: f64 = 0.2;
+
+/// Several engines in one run: each one's figures, then the median totals side by side.
+fn compare(args: &Args, read_period_ns: u64, runs: &[(mu_replica::Protocol, Measured)]) {
+    let p50_us = |m: &Measured| {
+        let totals: Vec<u64> = m.failovers.iter().map(|f| f.total_ns).collect();
+        summary_us(&totals)["p50"].as_f64().unwrap_or(f64::NAN)
+    };
+    let (base, base_m) = &runs[0];
+    let base_p50 = p50_us(base_m);
+    if args.json {
+        let docs: Vec<serde_json::Value> =
+            runs.iter().map(|(p, m)| document(args, *p, read_period_ns, m)).collect();
+        let mut comparison = json!({ format!("{base}_total_p50_us"): base_p50 });
+        for (p, m) in &runs[1..] {
+            comparison[format!("{p}_total_p50_us")] = json!(p50_us(m));
+            comparison[format!("{p}_over_{base}_total_p50")] = json!(p50_us(m) / base_p50);
+        }
+        comparison["target_velos_over_mu_total_p50"] = json!(TARGET_VELOS_OVER_MU_TOTAL_P50);
+        println!("{}", json!({"runs": docs, "comparison": comparison}));
+        return;
+    }
+    for (p, m) in runs {
+        report(args, *p, read_period_ns, m);
+        println!();
+    }
+    for (p, m) in &runs[1..] {
+        let r = p50_us(m) / base_p50;
+        println!(
+            "median total failover: {p} {:.1} us, {base} {base_p50:.1} us: {p}/{base} {r:.2} \
+             (target for velos/mu: at most {TARGET_VELOS_OVER_MU_TOTAL_P50}, {})",
+            p50_us(m),
+            if r <= TARGET_VELOS_OVER_MU_TOTAL_P50 { "met" } else { "not met" }
+        );
+    }
+}
+
+/// `count` failovers of one engine's clusters, in `top`.
+fn measure(
+    args: &Args,
+    spec: &Spec,
+    top: &RunDir,
+    name: &str,
+    count: u32,
+    (timeout, read_period_ns): (Duration, u64),
+) -> Result<Measured, String> {
+    let mut progress = mu_figures::Progress::new(name, u64::from(count));
     let mut m = Measured::default();
     let mut cluster: Option<Cluster> = None;
     while m.failovers.len() < count as usize {
@@ -228,7 +298,7 @@ pub fn run(args: Args) -> Result<(), String> {
             None => {
                 let dir = top.subdirectory(&format!("cluster-{}", m.clusters_started))?;
                 m.clusters_started += 1;
-                cluster.insert(start_cluster(dir, &spec)?)
+                cluster.insert(start_cluster(dir, spec)?)
             }
         };
         if let Some(why) = wait_steady(c, spec.slots_count, timeout)? {
@@ -272,9 +342,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     drop(cluster);
     progress.finish();
-    write_files(&out_dir, &name, &m)?;
-    report(&args, read_period_ns, &m);
-    Ok(())
+    Ok(m)
 }
 
 /// One CSV row per failover and an SVG of the total and switch histograms (Mu paper Fig. 6).
@@ -505,7 +573,48 @@ fn summary_us(values_ns: &[u64]) -> serde_json::Value {
     })
 }
 
-fn report(args: &Args, read_period_ns: u64, m: &Measured) {
+/// One engine's figures as JSON (`{"failovers": N, "total_us": {..}, ..}`).
+fn document(
+    args: &Args,
+    protocol: mu_replica::Protocol,
+    read_period_ns: u64,
+    m: &Measured,
+) -> serde_json::Value {
+    let totals: Vec<u64> = m.failovers.iter().map(|f| f.total_ns).collect();
+    let detects: Vec<u64> = m.failovers.iter().map(|f| f.detect_ns).collect();
+    let switches: Vec<u64> = m.failovers.iter().map(|f| f.switch_ns).collect();
+    let target_us = match args.mode {
+        FailureMode::Kill => TARGET_KILL_P50_US,
+        FailureMode::Pause => TARGET_PAUSE_P50_US,
+    };
+    let mut out = json!({
+        "protocol": protocol.name(),
+        "failovers": m.failovers.len(),
+        "mode": args.mode.name(),
+        "read_period_us": read_period_ns / 1000,
+        "total_us": summary_us(&totals),
+        "detect_us": summary_us(&detects),
+        "switch_us": summary_us(&switches),
+        "backend": "shm",
+        "replicas": REPLICAS,
+        "cpus_allowed": pin::allowed_cpus().len(),
+        "payload_bytes": PROPOSE_BYTES,
+        "clusters_started": m.clusters_started,
+        "discarded": m.discarded,
+        "clusters_abandoned": m.abandoned,
+        "target_total_p50_us": target_us,
+    });
+    if args.mode == FailureMode::Pause {
+        out["fenced"] = json!(m.fenced);
+        out["failbacks"] = json!(m.failbacks_ns.len());
+        if !m.failbacks_ns.is_empty() {
+            out["failback_total_us"] = summary_us(&m.failbacks_ns);
+        }
+    }
+    out
+}
+
+fn report(args: &Args, protocol: mu_replica::Protocol, read_period_ns: u64, m: &Measured) {
     let figures: [(&str, Vec<u64>); 3] = [
         ("total", m.failovers.iter().map(|f| f.total_ns).collect()),
         ("detect", m.failovers.iter().map(|f| f.detect_ns).collect()),
@@ -518,30 +627,7 @@ fn report(args: &Args, read_period_ns: u64, m: &Measured) {
     let total = summary_us(&figures[0].1);
     let total_p50_us = total["p50"].as_f64().unwrap_or(f64::NAN);
     if args.json {
-        let mut out = json!({
-            "failovers": m.failovers.len(),
-            "mode": args.mode.name(),
-            "read_period_us": read_period_ns / 1000,
-            "total_us": total,
-            "detect_us": summary_us(&figures[1].1),
-            "switch_us": summary_us(&figures[2].1),
-            "backend": "shm",
-            "replicas": REPLICAS,
-            "cpus_allowed": pin::allowed_cpus().len(),
-            "payload_bytes": PROPOSE_BYTES,
-            "clusters_started": m.clusters_started,
-            "discarded": m.discarded,
-            "clusters_abandoned": m.abandoned,
-            "target_total_p50_us": target_us,
-        });
-        if args.mode == FailureMode::Pause {
-            out["fenced"] = json!(m.fenced);
-            out["failbacks"] = json!(m.failbacks_ns.len());
-            if !m.failbacks_ns.is_empty() {
-                out["failback_total_us"] = summary_us(&m.failbacks_ns);
-            }
-        }
-        println!("{out}");
+        println!("{}", document(args, protocol, read_period_ns, m));
         return;
     }
     let how = match args.mode {
@@ -549,7 +635,7 @@ fn report(args: &Args, read_period_ns: u64, m: &Measured) {
         FailureMode::Pause => "leader stopped (SIGSTOP), continued after the new leader's commit",
     };
     println!(
-        "mu failover: {REPLICAS} replicas on shm, {how}; {} failovers, read period {} us",
+        "{protocol} failover: {REPLICAS} replicas on shm, {how}; {} failovers, read period {} us",
         m.failovers.len(),
         read_period_ns as f64 / 1000.0
     );
