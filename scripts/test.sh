@@ -2,7 +2,7 @@
 # Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
 # (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), a sweep of
 # 200 simulator seeds, the TLA+ model, a smoke run of the fabric benchmark and of the whole
-# benchmark suite (mu bench all --quick), and the main job (mu demo). Works on a fresh machine: it
+# benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on Velos). Works on a fresh machine: it
 # installs what it needs (Go, Java for TLC, Redis and etcd) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,22 +111,25 @@ assert all(r["mops"] > 0 and r["p50_us"] > 0 for r in t)
 print("mu bench all --quick: every benchmark's JSON, CSV and SVG in %.0f s" % d["seconds"])
 PY
 
-step "the main job: mu demo (three replica processes, leader killed; JSON checked)"
-out=$(./target/release/mu demo --seconds 1 --json)
+for protocol in mu velos; do
+step "the main job: mu demo --protocol $protocol (three replica processes, leader killed; JSON checked)"
+out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol")
 echo "$out"
-python3 - "$out" <<'PY'
+python3 - "$out" "$protocol" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
+assert d["protocol"] == sys.argv[2], d
 assert d["operations"] > 0 and d["lost_writes"] == 0, d
 assert d["acknowledged_keys_checked"] > 0, d
 assert len(d["digests"]) == 2 and d["digests"][0] == d["digests"][1], d
 assert d["failover_us"] > 0, d
-print("mu demo: %d operations, failover %.2f ms, no acknowledged write lost, digests equal"
-      % (d["operations"], d["failover_us"] / 1000))
+print("mu demo (%s): %d operations, failover %.2f ms, no acknowledged write lost, digests equal"
+      % (d["protocol"], d["operations"], d["failover_us"] / 1000))
 PY
 if ls /dev/shm 2>/dev/null | grep -q '^mu-bench-demo-'; then
   echo "mu demo left its run directory behind" >&2
   exit 1
 fi
+done
 
 step "all gates passed"
