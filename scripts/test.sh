@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
-# (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), a sweep of
-# 200 simulator seeds, the TLA+ model, a smoke run of the fabric benchmark and of the whole
-# benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on Velos). Works on a fresh machine: it
-# installs what it needs (Go, Java for TLC, Redis and etcd) and says what it does.
+# (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), sweeps of
+# 200 simulator seeds on Mu and on Velos, the TLA+ models, a smoke run of the fabric benchmark and
+# of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
+# Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC, Redis and etcd)
+# and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
