@@ -30,6 +30,8 @@ use mu_fabric::NodeId;
 use mu_replica::ReplicaConfig;
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const DEFAULT_COUNT: u32 = 1000;
@@ -106,6 +108,10 @@ pub struct Args {
     /// failover histograms of both, and velos's median over mu's).
     #[arg(long, value_delimiter = ',', default_value = "mu")]
     protocol: Vec<mu_replica::Protocol>,
+    /// Also record, across the first failover of each engine, the entries the surviving
+    /// follower (replica 2) applies per 100 µs (Velos Fig. 2): `failover-timeline` CSV and SVG.
+    #[arg(long)]
+    timeline: bool,
     /// A short run: 100 failovers unless --count is given.
     #[arg(long)]
     quick: bool,
@@ -162,6 +168,8 @@ fn interim_ns(read_period_ns: u64) -> u64 {
 #[derive(Default)]
 struct Measured {
     failovers: Vec<Failover>,
+    /// With --timeline: entries replica 2 applied per bucket, from before the first failure.
+    timeline: Vec<(f64, f64)>,
     /// Pause mode: the old leader's first commit after SIGCONT − the interim leader's last.
     failbacks_ns: Vec<u64>,
     /// Leader changes the injected failure did not cause (the new leader was elected before it).
@@ -222,11 +230,122 @@ pub fn run(args: Args) -> Result<(), String> {
         write_files(&out_dir, &name, &m)?;
         runs.push((protocol, m));
     }
+    if args.timeline {
+        write_timeline(&out_dir, args.mode, &runs)?;
+    }
     if let [(protocol, m)] = &runs[..] {
         report(&args, *protocol, read_period_ns, m);
     } else {
         compare(&args, read_period_ns, &runs);
     }
+    Ok(())
+}
+
+/// The replica whose applied entries the timeline counts: neither the old leader nor the next.
+const SURVIVOR: u16 = 2;
+/// The timeline starts this long before the failure and ends this long after the new leader's
+/// first commit; its buckets are this wide (the Velos paper's Fig. 2 counts per 100 µs).
+const TIMELINE_BEFORE: Duration = Duration::from_millis(2);
+const TIMELINE_AFTER: Duration = Duration::from_millis(10);
+const TIMELINE_BUCKET_NS: u64 = 100_000;
+
+/// Samples a replica's applied count on a thread of its own, as fast as it can, from before
+/// the failure until told to finish.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(u64, u64)>>,
+}
+
+impl Sampler {
+    fn start(words_path: &std::path::Path) -> Result<Sampler, String> {
+        let words = Words::open(words_path)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::with_capacity(1 << 16);
+            let mut last = u64::MAX;
+            while !flag.load(Ordering::Relaxed) {
+                let applied = words.get(word::APPLIED);
+                if applied != last {
+                    samples.push((cluster::monotonic_ns(), applied));
+                    last = applied;
+                }
+                std::hint::spin_loop();
+            }
+            samples.push((cluster::monotonic_ns(), last));
+            samples
+        });
+        std::thread::sleep(TIMELINE_BEFORE);
+        Ok(Sampler { stop, thread })
+    }
+
+    /// Entries applied per bucket, at each bucket's start in ms from the first sample.
+    fn finish(self) -> Vec<(f64, f64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self.thread.join().unwrap_or_default();
+        let (Some(&(t0, a0)), Some(&(t1, _))) = (samples.first(), samples.last()) else {
+            return Vec::new();
+        };
+        let buckets = ((t1 - t0) / TIMELINE_BUCKET_NS + 1) as usize;
+        let mut counts = vec![0u64; buckets];
+        let mut before = a0;
+        for &(t, applied) in &samples[1..] {
+            counts[((t - t0) / TIMELINE_BUCKET_NS) as usize] += applied.saturating_sub(before);
+            before = applied;
+        }
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| ((i as u64 * TIMELINE_BUCKET_NS) as f64 / 1e6, c as f64))
+            .collect()
+    }
+}
+
+/// The timelines of every engine measured: CSV (one row per bucket) and one line chart.
+fn write_timeline(
+    dir: &std::path::Path,
+    mode: FailureMode,
+    runs: &[(mu_replica::Protocol, Measured)],
+) -> Result<(), String> {
+    let name = format!("failover-{}-timeline", mode.name());
+    let mut columns = vec!["ms".to_string()];
+    columns.extend(runs.iter().map(|(p, _)| format!("{p}_entries_per_100us")));
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut table = mu_figures::Table::new("entries applied at replica 2 per 100 µs", &columns);
+    let rows = runs.iter().map(|(_, m)| m.timeline.len()).max().unwrap_or(0);
+    for i in 0..rows {
+        let mut row = vec![format!("{:.1}", i as f64 * TIMELINE_BUCKET_NS as f64 / 1e6)];
+        for (_, m) in runs {
+            row.push(m.timeline.get(i).map_or(String::new(), |&(_, c)| format!("{c}")));
+        }
+        table.row(row);
+    }
+    let csv = dir.join(format!("{name}.csv"));
+    table.write_csv(&csv).map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    let chart = mu_figures::LineChart {
+        title: format!(
+            "Entries applied at a surviving replica per 100 µs; leader {} at {} ms",
+            match mode {
+                FailureMode::Kill => "killed",
+                FailureMode::Pause => "stopped",
+            },
+            TIMELINE_BEFORE.as_millis()
+        ),
+        x_label: "time (ms)".into(),
+        y_label: "entries per 100 µs".into(),
+        series: runs
+            .iter()
+            .map(|(p, m)| mu_figures::LineSeries {
+                name: p.to_string(),
+                points: m.timeline.clone(),
+            })
+            .collect(),
+        log_x: false,
+        log_y: false,
+    };
+    let svg = dir.join(format!("{name}.svg"));
+    chart.write_svg(&svg).map_err(|e| e.to_string())?;
+    eprintln!("wrote {}, {}", csv.display(), svg.display());
     Ok(())
 }
 
@@ -308,7 +427,14 @@ fn measure(
             continue;
         }
         let attempt = m.failovers.len() + 1;
+        let sampler = (args.timeline && m.timeline.is_empty())
+            .then(|| Sampler::start(&c.dir().join(format!("words-{SURVIVOR}.mem"))))
+            .transpose()?;
         let (new_leader, failover) = inject(c, args.mode, timeout)?;
+        if let Some(sampler) = sampler {
+            std::thread::sleep(TIMELINE_AFTER);
+            m.timeline = sampler.finish();
+        }
         match failover {
             Ok(f) => {
                 m.failovers.push(f);
