@@ -48,7 +48,20 @@ fn a_cluster_without_replicas_is_refused() {
 
 #[test]
 fn an_unknown_protocol_is_refused() {
-    refused(&good("protocol = \"raft\""), &["protocol", "\"raft\"", "\"mu\""]);
+    refused(&good("protocol = \"raft\""), &["protocol", "\"raft\"", "\"mu\"", "\"velos\""]);
+}
+
+#[test]
+fn velos_is_a_protocol_and_its_replicas_run_it() {
+    let c = ClusterConfig::parse(&good("protocol = \"velos\"")).expect("a good configuration");
+    let r = c.replica_config(1).unwrap();
+    assert_eq!(r.protocol, mu_replica::Protocol::Velos);
+    assert_eq!(r.protocol.tag(), "velos/1");
+    // A velos replica cannot restart yet: refused with a reason, not run badly.
+    let mut rejoining = r.clone();
+    rejoining.eligible = false;
+    let e = rejoining.validate().unwrap_err().to_string();
+    assert!(e.contains("velos") && e.contains("restarted"), "{e}");
 }
 
 #[test]
