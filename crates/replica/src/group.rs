@@ -68,6 +68,10 @@ pub(crate) struct Group {
     pub entry: Vec<u8>,
     /// The call is a membership change (§5.4): one entry of that kind.
     pub change: bool,
+    /// Requests not all answered yet.
+    pub pending: bool,
+    /// Every request answered; the outcomes wait to be taken.
+    pub answered: bool,
 }
 
 impl Group {
@@ -77,6 +81,29 @@ impl Group {
             *o = Some(outcome.clone());
         }
         self.unanswered -= entry.count;
+    }
+
+    /// A call in progress, or its outcomes not taken yet: the next call must wait.
+    pub fn busy(&self) -> bool {
+        self.pending || self.answered
+    }
+
+    /// Every request has its outcome: they wait to be taken.
+    pub fn finish(&mut self) {
+        debug_assert_eq!(self.unanswered, 0);
+        self.pending = false;
+        self.answered = true;
+    }
+
+    /// The outcomes of the call, once all are known, into `into` (cleared first).
+    pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
+        if !self.answered {
+            return false;
+        }
+        self.answered = false;
+        into.clear();
+        into.extend(self.outcomes.drain(..).map(|o| o.expect("every request answered")));
+        true
     }
 
     /// Plans the entries of a call: `requests` packed greedily into entries of at most

@@ -120,11 +120,9 @@ pub struct ReplicationDriver<F: Fabric> {
     request_round: Option<u32>,
     acked: Vec<bool>,
     permissions_since_ns: u64,
-    /// The application's requests in progress, if `pending`; their outcomes once all are known
-    /// (`pending` cleared, `answered` set).
+    /// The application's requests in progress (`Group::pending`), then their outcomes until
+    /// taken (`Group::answered`).
     group: Group,
-    pending: bool,
-    answered: bool,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
     /// The log heads when we last asked for permission, by position.
@@ -182,8 +180,6 @@ impl<F: Fabric> ReplicationDriver<F> {
             acked: vec![false; n],
             permissions_since_ns: 0,
             group: Group::default(),
-            pending: false,
-            answered: false,
             heads_seen: vec![0; n],
             heads_at_request: vec![0; n],
             eligible_again_at: None,
@@ -205,7 +201,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// the entry once it is decided. Refused at once if it is not a change of the current
     /// configuration, or while another change is in progress.
     pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
-        if self.pending || self.answered {
+        if self.group.busy() {
             return Err(ProposeError::Busy);
         }
         if self.leader.phase() == Phase::Follower {
@@ -230,7 +226,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         requests: impl IntoIterator<Item = &'a [u8]>,
         now_ns: u64,
     ) -> Result<(), ProposeError> {
-        if self.pending || self.answered {
+        if self.group.busy() {
             // The last outcomes must be taken first: they belong to the caller of the last call.
             return Err(ProposeError::Busy);
         }
@@ -249,7 +245,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     ) -> Result<(), ProposeError> {
         let max = self.layout.max_value_bytes();
         self.group.plan(requests, max, self.settings.batch_requests_max)?;
-        self.pending = true;
+        self.group.pending = true;
         self.shared.in_propose.store(true, Ordering::Release);
         self.hand_over();
         self.run_actions(now_ns);
@@ -281,32 +277,24 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// Whether the submitted requests all have outcomes, to be taken.
     pub fn outcomes_ready(&self) -> bool {
-        self.answered
+        self.group.answered
     }
 
     /// The outcomes of the submitted requests, once all are known, into `into` (cleared first).
     pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
-        if !self.answered {
-            return false;
-        }
-        self.answered = false;
-        into.clear();
-        into.extend(self.group.outcomes.drain(..).map(|o| o.expect("every request answered")));
-        true
+        self.group.take_outcomes(into)
     }
 
     /// Fails the requests in progress, if any, because the replica stops.
     pub fn shut_down(&mut self) {
-        if self.pending {
+        if self.group.pending {
             self.group.answer_rest(|_| ProposeError::ShuttingDown);
             self.finish_group();
         }
     }
 
     fn finish_group(&mut self) {
-        debug_assert_eq!(self.group.unanswered, 0);
-        self.pending = false;
-        self.answered = true;
+        self.group.finish();
         self.shared.in_propose.store(false, Ordering::Release);
     }
 
@@ -547,7 +535,7 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// The engine dropped the pending requests (it stopped leading).
     fn fail_pending(&mut self, leader: Option<NodeId>) {
-        if self.pending {
+        if self.group.pending {
             self.group.answer_rest(|maybe_accepted| {
                 if maybe_accepted {
                     ProposeError::Aborted
@@ -663,7 +651,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         let any = !self.actions.is_empty();
         self.actions.clear();
-        if self.pending && self.leader.phase() == Phase::Accept {
+        if self.group.pending && self.leader.phase() == Phase::Accept {
             let g = &mut self.group;
             for e in g.entries.iter_mut().take(g.handed) {
                 e.maybe_accepted = true;
@@ -701,7 +689,10 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// The engine committed the oldest entry it was handed (they commit in order).
     fn committed(&mut self, index: u64) {
-        assert!(self.pending && self.group.handed > 0, "a commit of ours with nothing handed over");
+        assert!(
+            self.group.pending && self.group.handed > 0,
+            "a commit of ours with nothing handed over"
+        );
         let g = &mut self.group;
         let e = g.entries.pop_front().expect("handed over");
         g.handed -= 1;
@@ -812,7 +803,7 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// Requests that waited for room longer than the timeout fail with "log full".
     fn check_log_full(&mut self, now_ns: u64) {
-        if !self.pending {
+        if !self.group.pending {
             return;
         }
         if !self.leader.waiting_for_room() {

@@ -87,10 +87,6 @@ pub struct VelosDriver<F: Fabric> {
     ep: F::Endpoint,
     shared: Arc<Shared>,
     group: Group,
-    /// `group` holds requests not all answered.
-    pending: bool,
-    /// `group` holds outcomes not taken yet.
-    answered: bool,
     /// Entries of `group` handed to the proposer (0 or 1: one at a time).
     handed: bool,
     /// The next index to apply here.
@@ -150,8 +146,6 @@ impl<F: Fabric> VelosDriver<F> {
             ep,
             shared,
             group: Group::default(),
-            pending: false,
-            answered: false,
             handed: false,
             applied: 0,
             last: None,
@@ -197,7 +191,7 @@ impl<F: Fabric> VelosDriver<F> {
         requests: impl IntoIterator<Item = &'a [u8]>,
         _now_ns: u64,
     ) -> Result<(), ProposeError> {
-        if self.pending || self.answered {
+        if self.group.busy() {
             return Err(ProposeError::Busy);
         }
         if !self.proposer.is_leading() {
@@ -209,7 +203,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.layout.max_value_bytes(),
             self.settings.batch_requests_max,
         )?;
-        self.pending = true;
+        self.group.pending = true;
         self.shared.in_propose.store(true, Ordering::Release);
         self.hand_over();
         Ok(())
@@ -227,31 +221,24 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     pub fn outcomes_ready(&self) -> bool {
-        self.answered
+        self.group.answered
     }
 
     /// The outcomes of the submitted requests, once all are known, into `into`.
     pub fn take_outcomes(&mut self, into: &mut Vec<Result<u64, ProposeError>>) -> bool {
-        if !self.answered {
-            return false;
-        }
-        self.answered = false;
-        into.clear();
-        into.extend(self.group.outcomes.drain(..).map(|o| o.expect("every request answered")));
-        true
+        self.group.take_outcomes(into)
     }
 
     /// Fails the requests in progress, if any, because the replica stops.
     pub fn shut_down(&mut self) {
-        if self.pending {
+        if self.group.pending {
             self.group.answer_rest(|_| ProposeError::ShuttingDown);
             self.finish_group();
         }
     }
 
     fn finish_group(&mut self) {
-        self.pending = false;
-        self.answered = true;
+        self.group.finish();
         self.handed = false;
         self.shared.in_propose.store(false, Ordering::Release);
     }
@@ -382,7 +369,7 @@ impl<F: Fabric> VelosDriver<F> {
         self.noop_pending = false;
         self.last_decision = (0, true);
         self.shared.ready_at_ns.store(0, Ordering::Release);
-        if self.pending {
+        if self.group.pending {
             // The entry in the proposer may have been accepted somewhere: its outcome is
             // unknown. The ones behind it were never proposed.
             if self.handed {
@@ -538,7 +525,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn propose_noop_if_idle(&mut self, now_ns: u64) {
         let (at, was_noop) = self.last_decision;
         if was_noop
-            || self.pending
+            || self.group.pending
             || self.proposer.has_pending()
             || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS
         {
@@ -723,7 +710,7 @@ impl<F: Fabric> VelosDriver<F> {
 
     /// Requests that waited for room longer than the timeout fail with "log full".
     fn check_log_full(&mut self, now_ns: u64) {
-        if !self.pending || !self.proposer.waits_for_room() {
+        if !self.group.pending || !self.proposer.waits_for_room() {
             self.group.room_wait_since_ns = None;
             return;
         }
