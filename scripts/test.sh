@@ -21,6 +21,9 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 step "peer systems for the comparison benchmark and its tests (Redis, etcd: Debian packages)"
 bash scripts/install-peers.sh
 
+step "fabric libraries for the libfabric backend (Debian libfabric-dev)"
+bash scripts/install-fabric-deps.sh
+
 step "format"
 cargo fmt --all -- --check
 

@@ -87,6 +87,96 @@ pub struct TaskOutcome {
     pub last_status: Option<Status>,
 }
 
+// What crosses a process boundary: harnesses that run tasks as child processes send the spec
+// in an environment variable and read the outcome from a line of the child's output.
+
+// A spec travels as `node;region,len,access|...;peer,channel,access|...;program,args...`.
+pub fn encode_spec(spec: &TaskSpec) -> String {
+    let regions: Vec<String> =
+        spec.regions.iter().map(|(id, len, a)| format!("{},{},{}", id.0, len, a.bits())).collect();
+    let conns: Vec<String> = spec
+        .connect
+        .iter()
+        .map(|(c, a)| format!("{},{},{}", c.peer.0, c.channel, a.bits()))
+        .collect();
+    let program = match &spec.program {
+        Program::Host => "host".to_string(),
+        Program::WriteLoop { conn, remote, len } => format!(
+            "write,{},{},{},{},{}",
+            conn.peer.0, conn.channel, remote.region.0, remote.offset, len
+        ),
+        Program::CasIncrements { conn, remote, count } => format!(
+            "cas,{},{},{},{},{}",
+            conn.peer.0, conn.channel, remote.region.0, remote.offset, count
+        ),
+    };
+    format!("{};{};{};{}", spec.node.0, regions.join("|"), conns.join("|"), program)
+}
+
+pub fn decode_spec(s: &str) -> TaskSpec {
+    let fields: Vec<&str> = s.split(';').collect();
+    let nums = |x: &str| -> Vec<u64> { x.split(',').map(|n| n.parse().expect("number")).collect() };
+    let list =
+        |x: &str| -> Vec<Vec<u64>> { x.split('|').filter(|p| !p.is_empty()).map(nums).collect() };
+    let regions = list(fields[1])
+        .into_iter()
+        .map(|v| (RegionId(v[0] as u16), v[1] as usize, Access::from_bits_truncate(v[2] as u8)))
+        .collect();
+    let connect = list(fields[2])
+        .into_iter()
+        .map(|v| {
+            (ConnId::new(NodeId(v[0] as u16), v[1] as u8), Access::from_bits_truncate(v[2] as u8))
+        })
+        .collect();
+    let mut p = fields[3].splitn(2, ',');
+    let kind = p.next().expect("program");
+    let program = if kind == "host" {
+        Program::Host
+    } else {
+        let v = nums(p.next().expect("program arguments"));
+        let conn = ConnId::new(NodeId(v[0] as u16), v[1] as u8);
+        let remote = RemoteAddr { region: RegionId(v[2] as u16), offset: v[3] };
+        match kind {
+            "write" => Program::WriteLoop { conn, remote, len: v[4] as u32 },
+            "cas" => Program::CasIncrements { conn, remote, count: v[4] },
+            _ => panic!("unknown program {kind}"),
+        }
+    };
+    TaskSpec { node: NodeId(fields[0].parse().expect("node")), regions, connect, program }
+}
+
+/// Asserts that a spec with two regions, a connection and `program` survives [`encode_spec`]
+/// and [`decode_spec`].
+pub fn assert_spec_round_trips(program: Program) {
+    let spec = TaskSpec {
+        node: NodeId(3),
+        regions: vec![(RegionId(0), 4096, Access::ALL), (RegionId(2), 8, Access::READ)],
+        connect: vec![(ConnId::new(NodeId(0), 1), Access::READ_WRITE)],
+        program,
+    };
+    assert_eq!(decode_spec(&encode_spec(&spec)), spec);
+}
+
+/// What a child prints (after its marker) when its program ends:
+/// `OUTCOME <ops_ok> <status>`, the status as `Status` displays it or `none`.
+pub fn format_outcome(outcome: &TaskOutcome) -> String {
+    let status = outcome.last_status.map_or("none".to_string(), |s| s.to_string());
+    format!("OUTCOME {} {status}", outcome.ops_ok)
+}
+
+/// Reads a [`format_outcome`] line; `None` if a field is missing or `ops_ok` is not a number.
+/// Panics if the line is not an outcome or names no status.
+pub fn parse_outcome(line: &str) -> Option<TaskOutcome> {
+    let mut parts = line.split_whitespace();
+    assert_eq!(parts.next(), Some("OUTCOME"), "child said {line:?}");
+    let ops_ok = parts.next()?.parse().ok()?;
+    let last_status = match parts.next()? {
+        "none" => None,
+        s => Some(s.parse::<Status>().unwrap_or_else(|e| panic!("child said {line:?}: {e}"))),
+    };
+    Some(TaskOutcome { ops_ok, last_status })
+}
+
 /// Runs a [`Program`] one non-blocking step at a time, so that real backends can loop on it and
 /// the simulator can interleave it with its events.
 pub struct ProgramRunner<F: Fabric> {

@@ -1,0 +1,105 @@
+//! What a node needs to know: its provider, its cluster, and every node's address.
+
+use mu_fabric::{FabricError, NodeId};
+use std::collections::BTreeMap;
+
+/// The providers this backend is written and tested against.
+pub const PROVIDERS: [&str; 2] = ["sockets", "tcp;ofi_rxm"];
+
+/// Channels per node: channel `c` of a node listens on its `base_port + c`.
+pub const CHANNELS: u8 = 4;
+
+/// The port after the channels' (`base_port + CHANNELS`): where a node accepts the plain TCP
+/// connections its peers keep open to learn of its death (see `liveness`).
+pub const LIVENESS_PORT_OFFSET: u16 = CHANNELS as u16;
+
+/// Ports a node uses from its base port: the channels and the liveness port.
+pub const PORTS_PER_NODE: u16 = LIVENESS_PORT_OFFSET + 1;
+
+/// Region ids and node ids are packed into registration keys (see `keys`).
+pub const MAX_REGION_ID: u16 = 255;
+pub const MAX_NODE_ID: u16 = 1023;
+
+/// Where a node listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddr {
+    /// A host name or address of the node's interface (`"10.0.0.1"`, `"127.0.0.1"`).
+    pub host: String,
+    /// The first of its [`PORTS_PER_NODE`] consecutive ports.
+    pub base_port: u16,
+}
+
+/// A node's configuration.
+#[derive(Clone, Debug)]
+pub struct OfiConfig {
+    /// `"sockets"` or `"tcp;ofi_rxm"`.
+    pub provider: String,
+    /// Nodes of other clusters refuse this one's connections.
+    pub cluster_id: u64,
+    /// This node.
+    pub node: NodeId,
+    /// Every node's address, this one's included.
+    pub nodes: BTreeMap<NodeId, NodeAddr>,
+    /// How long binding a connection waits for the peer to answer (it reads the peer's identity).
+    pub connect_timeout_ms: u64,
+    /// How long a fast revocation waits for its fence (a round trip on the connection) before it
+    /// gives up with `Busy`.
+    pub fast_fence_us: u64,
+    /// How long a slow revocation waits for its fence before it cuts the channel's connections.
+    pub slow_fence_ms: u64,
+}
+
+impl OfiConfig {
+    /// A configuration with the default timeouts.
+    pub fn new(
+        provider: &str,
+        cluster_id: u64,
+        node: NodeId,
+        nodes: BTreeMap<NodeId, NodeAddr>,
+    ) -> OfiConfig {
+        OfiConfig {
+            provider: provider.to_string(),
+            cluster_id,
+            node,
+            nodes,
+            connect_timeout_ms: 2_000,
+            fast_fence_us: 2_000,
+            slow_fence_ms: 100,
+        }
+    }
+
+    /// Checks everything that can be checked before opening anything.
+    pub fn validate(&self) -> Result<(), FabricError> {
+        if !PROVIDERS.contains(&self.provider.as_str()) {
+            return Err(FabricError::Config(format!(
+                "ofi provider {:?} is not supported: use one of {}",
+                self.provider,
+                PROVIDERS.join(", ")
+            )));
+        }
+        if !self.nodes.contains_key(&self.node) {
+            return Err(FabricError::Config(format!("no address for this node {}", self.node)));
+        }
+        for (node, addr) in &self.nodes {
+            if node.0 > MAX_NODE_ID {
+                return Err(FabricError::Config(format!(
+                    "node id {} is above the ofi backend's limit {MAX_NODE_ID}",
+                    node.0
+                )));
+            }
+            if addr.host.is_empty() {
+                return Err(FabricError::Config(format!("node {node}: empty host")));
+            }
+            if addr.base_port == 0 || addr.base_port.checked_add(PORTS_PER_NODE - 1).is_none() {
+                return Err(FabricError::Config(format!(
+                    "node {node}: base port {} leaves no room for its {PORTS_PER_NODE} ports",
+                    addr.base_port
+                )));
+            }
+        }
+        if self.connect_timeout_ms == 0 || self.fast_fence_us == 0 || self.slow_fence_ms == 0 {
+            return Err(FabricError::Config("ofi timeouts must be above zero".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! Registration keys, and the identity every node publishes.
+//!
+//! A target registers a region once per (peer, channel, kind of access) it allows, under a key
+//! that the peer can compute by itself: the region, the kind, the initiator's node and channel,
+//! and the initiator's incarnation. So no keys are exchanged, revoking one peer's access closes
+//! only that peer's registrations, and a peer that restarts (a new incarnation) holds no valid
+//! key until the target binds the connection again — as a restarted RDMA peer has new queue
+//! pairs.
+
+use mu_fabric::{NodeId, RegionId};
+
+/// The key of every node's identity registration (read only, open to all).
+pub const IDENTITY_KEY: u64 = 1;
+
+/// The identity's bytes: magic, cluster, node, incarnation, region count, then one (id, length)
+/// pair per region.
+pub const IDENTITY_BYTES: usize = 4096;
+pub const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"mu-ofi/1");
+pub const IDENTITY_HEADER_BYTES: usize = 64;
+pub const MAX_REGIONS: usize = (IDENTITY_BYTES - IDENTITY_HEADER_BYTES) / 16;
+
+/// What a registration allows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Read = 0,
+    Write = 1,
+    Atomic = 2,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Read, Kind::Write, Kind::Atomic];
+}
+
+/// The key under which a target registers `region` for `initiator`'s `kind` operations on
+/// `channel`, while bound to the initiator's `incarnation`.
+pub fn data_key(
+    region: RegionId,
+    kind: Kind,
+    initiator: NodeId,
+    channel: u8,
+    incarnation: u32,
+) -> u64 {
+    debug_assert!(region.0 <= crate::config::MAX_REGION_ID);
+    debug_assert!(initiator.0 <= crate::config::MAX_NODE_ID);
+    1 << 63
+        | (region.0 as u64 & 0xff) << 47
+        | (kind as u64) << 45
+        | (initiator.0 as u64 & 0x3ff) << 35
+        | (channel as u64 & 0x7) << 32
+        | incarnation as u64
+}
+
+/// A node's identity as read from its registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub cluster_id: u64,
+    pub node: NodeId,
+    pub incarnation: u32,
+    pub regions: Vec<(RegionId, usize)>,
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Identity {
+    pub fn encode(&self, out: &mut [u8; IDENTITY_BYTES]) {
+        out.fill(0);
+        let put = |out: &mut [u8; IDENTITY_BYTES], at: usize, v: u64| {
+            out[at..at + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        put(out, 0, IDENTITY_MAGIC);
+        put(out, 8, self.cluster_id);
+        put(out, 16, self.node.0 as u64);
+        put(out, 24, self.incarnation as u64);
+        put(out, 32, self.regions.len() as u64);
+        for (i, &(id, len)) in self.regions.iter().enumerate() {
+            let at = IDENTITY_HEADER_BYTES + 16 * i;
+            put(out, at, id.0 as u64);
+            put(out, at + 8, len as u64);
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Identity, String> {
+        if bytes.len() < IDENTITY_BYTES || word(bytes, 0) != IDENTITY_MAGIC {
+            return Err("not a mu ofi node (bad identity)".into());
+        }
+        let count = word(bytes, 32) as usize;
+        if count > MAX_REGIONS {
+            return Err(format!("identity lists {count} regions"));
+        }
+        let regions = (0..count)
+            .map(|i| {
+                let at = IDENTITY_HEADER_BYTES + 16 * i;
+                (RegionId(word(bytes, at) as u16), word(bytes, at + 8) as usize)
+            })
+            .collect();
+        Ok(Identity {
+            cluster_id: word(bytes, 8),
+            node: NodeId(word(bytes, 16) as u16),
+            incarnation: word(bytes, 24) as u32,
+            regions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_in_every_field_and_never_collide_with_the_identity() {
+        let base = data_key(RegionId(3), Kind::Write, NodeId(2), 1, 77);
+        let others = [
+            data_key(RegionId(4), Kind::Write, NodeId(2), 1, 77),
+            data_key(RegionId(3), Kind::Read, NodeId(2), 1, 77),
+            data_key(RegionId(3), Kind::Write, NodeId(5), 1, 77),
+            data_key(RegionId(3), Kind::Write, NodeId(2), 2, 77),
+            data_key(RegionId(3), Kind::Write, NodeId(2), 1, 78),
+        ];
+        for k in others {
+            assert_ne!(k, base);
+            assert_ne!(k, IDENTITY_KEY);
+        }
+    }
+
+    #[test]
+    fn identity_round_trips() {
+        let id = Identity {
+            cluster_id: 9,
+            node: NodeId(4),
+            incarnation: 0xdead_beef,
+            regions: vec![(RegionId(0), 1 << 20), (RegionId(5), 4096)],
+        };
+        let mut bytes = [0u8; IDENTITY_BYTES];
+        id.encode(&mut bytes);
+        assert_eq!(Identity::decode(&bytes).unwrap(), id);
+        bytes[0] ^= 1;
+        assert!(Identity::decode(&bytes).is_err());
+    }
+}

@@ -1,0 +1,37 @@
+//! The libfabric fabric: Mu's one-sided operations over TCP, for clusters without RDMA NICs.
+//!
+//! Each node opens one libfabric domain of a configured provider (`sockets`, or `tcp;ofi_rxm`)
+//! and one reliable-datagram endpoint per channel, listening on `base_port + channel` of its
+//! configured host. A connection `(peer, channel)` is the pair of both nodes' endpoints of that
+//! channel: the provider keeps one byte stream between them, so operations on a connection land
+//! in order (FIFO), and a completion is requested as `FI_DELIVERY_COMPLETE`: it means the bytes
+//! are in the target's memory.
+//!
+//! * **Regions** are anonymous memory. The target registers each region once per (peer,
+//!   channel, kind of access) it allows, under a key the peer computes itself
+//!   ([`keys::data_key`]): granting registers, revoking closes that peer's registrations only.
+//!   Each key includes the initiator's incarnation, so a peer that restarted holds no valid key
+//!   until the target binds the connection again.
+//! * **Binding** a connection (moving to ready-to-receive) reads the peer's identity (cluster,
+//!   node, incarnation, regions and their lengths) through the connection: a peer that is not
+//!   there is a clear error, and the initiator then checks every remote range itself.
+//! * **Revocation is a barrier**: the registrations close, then a round trip on the connection
+//!   (a read of the peer's identity) comes back after anything the peer had sent before.
+//! * **Crash notification**: a plain TCP connection to the peer's liveness port, which the
+//!   peer's kernel closes when its process dies (`liveness.rs`).
+//!
+//! `docs/fabric.md` says what holds and how it is checked; the C shim (`csrc/shim.c`) is the
+//! only code that touches libfabric's structures.
+
+mod config;
+mod endpoint;
+mod ffi;
+pub mod keys;
+mod liveness;
+mod node;
+mod region;
+
+pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS};
+pub use endpoint::OfiEndpoint;
+pub use node::OfiFabric;
+pub use region::OfiRegion;

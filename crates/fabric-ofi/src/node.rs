@@ -1,0 +1,735 @@
+//! A node: its domain, its regions, its channels (one endpoint each) and the sides of its
+//! connections, with the control plane of the fabric API.
+
+use crate::config::{NodeAddr, OfiConfig, CHANNELS, LIVENESS_PORT_OFFSET, MAX_REGION_ID};
+use crate::endpoint::OfiEndpoint;
+use crate::ffi::{Domain, MemoryRegistration, PostFailure, RawCompletion, RawEndpoint};
+use crate::keys::{data_key, Identity, Kind, IDENTITY_BYTES, IDENTITY_KEY, MAX_REGIONS};
+use crate::liveness::Liveness;
+use crate::region::{Memory, OfiRegion};
+use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Completion-queue entries per channel endpoint.
+const CHANNEL_CQ_DEPTH: usize = 4096;
+
+/// The context of an operation: the token of whoever posted it (0: the control plane, else an
+/// endpoint) and a number of the poster's own.
+pub(crate) const TOKEN_SHIFT: u32 = 48;
+pub(crate) const CONTROL_TOKEN: u16 = 0;
+
+pub(crate) fn context(token: u16, number: u64) -> u64 {
+    (token as u64) << TOKEN_SHIFT | (number & ((1 << TOKEN_SHIFT) - 1))
+}
+
+/// One channel: the endpoint listening on `base_port + channel`, through which every connection
+/// of that channel goes (to each peer's endpoint of the same channel), and the mailboxes its
+/// completions are sorted into.
+pub(crate) struct Channel {
+    pub(crate) ep: RawEndpoint,
+    mail: Mutex<Mail>,
+    /// Peer address-table entries, by node.
+    addresses: Mutex<HashMap<NodeId, u64>>,
+}
+
+#[derive(Default)]
+struct Mail {
+    /// Completions of each live endpoint, by token.
+    boxes: HashMap<u16, VecDeque<RawCompletion>>,
+    /// Control-plane completions by number.
+    control: HashMap<u64, RawCompletion>,
+    /// Control operations given up on, with the buffer the provider may still write into.
+    abandoned: HashMap<u64, Box<[u8]>>,
+}
+
+impl Channel {
+    /// Reads what the completion queue holds (driving the provider's progress) and sorts it.
+    fn pump(&self, mail: &mut Mail) {
+        let mut raw = [RawCompletion::default(); 16];
+        loop {
+            let n = match self.ep.read_completions(&mut raw) {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+            for c in &raw[..n] {
+                let token = (c.context >> TOKEN_SHIFT) as u16;
+                if token == CONTROL_TOKEN {
+                    let number = c.context & ((1 << TOKEN_SHIFT) - 1);
+                    if mail.abandoned.remove(&number).is_none() {
+                        mail.control.insert(number, *c);
+                    }
+                } else if let Some(q) = mail.boxes.get_mut(&token) {
+                    q.push_back(*c);
+                }
+            }
+            if n < raw.len() {
+                return;
+            }
+        }
+    }
+
+    /// Drives progress and moves `token`'s completions into `out`.
+    pub(crate) fn take(&self, token: u16, out: &mut VecDeque<RawCompletion>) {
+        let mut mail = self.mail.lock().expect("channel mail");
+        self.pump(&mut mail);
+        if let Some(q) = mail.boxes.get_mut(&token) {
+            out.extend(q.drain(..));
+        }
+    }
+
+    /// Drives progress (the progress thread's call).
+    fn progress(&self) {
+        let mut mail = self.mail.lock().expect("channel mail");
+        self.pump(&mut mail);
+    }
+
+    pub(crate) fn open_box(&self, token: u16) {
+        self.mail.lock().expect("channel mail").boxes.entry(token).or_default();
+    }
+
+    pub(crate) fn close_box(&self, token: u16) {
+        self.mail.lock().expect("channel mail").boxes.remove(&token);
+    }
+}
+
+/// What binding a connection learned about the peer (moving to ready-to-receive).
+#[derive(Clone, Debug)]
+pub(crate) struct Binding {
+    /// The peer's endpoint of this channel, in the channel's address table.
+    pub(crate) dest: u64,
+    pub(crate) peer_incarnation: u32,
+    pub(crate) peer_regions: HashMap<RegionId, usize>,
+}
+
+/// One side of a connection: what the fabric API says about it, and the registrations that let
+/// the peer in.
+pub(crate) struct Side {
+    pub(crate) conn: ConnId,
+    pub(crate) st: Mutex<SideState>,
+}
+
+pub(crate) struct SideState {
+    pub(crate) state: QpState,
+    pub(crate) access: Access,
+    pub(crate) binding: Option<Binding>,
+    /// Bumped whenever the side leaves ready-to-send, so that an error completing late for an
+    /// operation posted before does not break the side as it is now.
+    pub(crate) epoch: u64,
+    pub(crate) attached: bool,
+    registrations: Vec<(u64, MemoryRegistration)>,
+}
+
+struct RegionEntry {
+    region: OfiRegion,
+    access: Access,
+}
+
+#[derive(Default)]
+struct Control {
+    regions: BTreeMap<RegionId, RegionEntry>,
+    sides: HashMap<ConnId, Arc<Side>>,
+}
+
+pub(crate) struct Node {
+    pub(crate) id: NodeId,
+    pub(crate) incarnation: u32,
+    config: OfiConfig,
+    pub(crate) inject_bytes: usize,
+    control: Mutex<Control>,
+    channels: Mutex<Vec<Option<Arc<Channel>>>>,
+    next_token: AtomicU16,
+    next_control: AtomicU64,
+    identity_bytes: Arc<Memory>,
+    liveness: Liveness,
+    stop: Arc<AtomicBool>,
+    progress: Mutex<Option<JoinHandle<()>>>,
+    identity_registration: Mutex<Option<MemoryRegistration>>,
+    // Dropped last: everything above belongs to it.
+    domain: Domain,
+}
+
+/// A node of the libfabric fabric. Cheap to clone; every clone is the same node.
+#[derive(Clone)]
+pub struct OfiFabric {
+    pub(crate) node: Arc<Node>,
+}
+
+fn unreachable(peer: NodeId, why: impl Into<String>) -> FabricError {
+    FabricError::PeerUnreachable(peer, why.into())
+}
+
+fn new_incarnation() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = nanos ^ (std::process::id() as u64).rotate_left(32);
+    // A multiplicative hash spreads the bits; 0 is avoided so that a zeroed identity never
+    // names a live incarnation.
+    ((mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32).max(1)
+}
+
+impl OfiFabric {
+    /// Opens the node `config.node`: its provider's domain, its identity (readable by every
+    /// peer) and its liveness port. Channels open when a connection first needs them.
+    pub fn open(config: OfiConfig) -> Result<OfiFabric, FabricError> {
+        config.validate()?;
+        let me = config.nodes[&config.node].clone();
+        let domain = Domain::open(&config.provider, &me.host, me.base_port).map_err(|e| {
+            FabricError::Config(format!(
+                "libfabric provider {:?} on {}: {e}",
+                config.provider, me.host
+            ))
+        })?;
+        let inject_bytes = domain.inject_bytes();
+        let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET)
+            .map_err(|e| FabricError::Config(e))?;
+        let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let node = Arc::new(Node {
+            id: config.node,
+            incarnation: new_incarnation(),
+            inject_bytes,
+            control: Mutex::new(Control::default()),
+            channels: Mutex::new(vec![None; CHANNELS as usize]),
+            next_token: AtomicU16::new(1),
+            next_control: AtomicU64::new(1),
+            identity_bytes,
+            liveness,
+            stop,
+            progress: Mutex::new(None),
+            identity_registration: Mutex::new(None),
+            config,
+            domain,
+        });
+        node.publish_identity(&node.control.lock().expect("control"));
+        // SAFETY: the identity's memory is kept by the node (`identity_bytes`) until after the
+        // registration is dropped (`Drop for OfiFabric`, and field order).
+        let registration = unsafe {
+            node.domain.register(
+                node.identity_bytes.ptr(),
+                IDENTITY_BYTES,
+                true,
+                false,
+                IDENTITY_KEY,
+            )
+        }
+        .map_err(|e| FabricError::Config(format!("identity registration: {e}")))?;
+        *node.identity_registration.lock().expect("identity") = Some(registration);
+        // Every channel listens from the start, so that a peer can bind a connection before
+        // this node has touched it.
+        for channel in 0..CHANNELS {
+            node.channel(channel)?;
+        }
+        if node.domain.manual_progress() {
+            // Providers with manual data progress apply incoming operations only while someone
+            // reads the endpoint's completion queue: a node with nothing posted must still be
+            // written into.
+            let weak = Arc::downgrade(&node);
+            let stop = node.stop.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("mu-ofi-progress-{}", node.id))
+                .spawn(move || progress_loop(weak, stop))
+                .map_err(|e| FabricError::io("progress thread", e))?;
+            *node.progress.lock().expect("progress") = Some(handle);
+        }
+        Ok(OfiFabric { node })
+    }
+
+    /// This node's incarnation: a new one each time a node is opened.
+    pub fn incarnation(&self) -> u32 {
+        self.node.incarnation
+    }
+
+    /// The provider in use.
+    pub fn provider(&self) -> &str {
+        &self.node.config.provider
+    }
+}
+
+fn progress_loop(node: std::sync::Weak<Node>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        let Some(node) = node.upgrade() else { return };
+        let channels: Vec<Arc<Channel>> =
+            node.channels.lock().expect("channels").iter().flatten().cloned().collect();
+        drop(node);
+        for c in &channels {
+            c.progress();
+        }
+        drop(channels);
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.progress.get_mut().expect("progress").take() {
+            let _ = t.join();
+        }
+        // Registrations before endpoints and the domain (field order does the rest).
+        self.identity_registration.get_mut().expect("identity").take();
+        let control = self.control.get_mut().expect("control");
+        for side in control.sides.values() {
+            side.st.lock().expect("side").registrations.clear();
+        }
+    }
+}
+
+impl Node {
+    fn addr(&self, peer: NodeId) -> Result<&NodeAddr, FabricError> {
+        self.config.nodes.get(&peer).ok_or_else(|| unreachable(peer, "no address configured"))
+    }
+
+    fn publish_identity(&self, control: &Control) {
+        let identity = Identity {
+            cluster_id: self.config.cluster_id,
+            node: self.id,
+            incarnation: self.incarnation,
+            regions: control.regions.values().map(|e| (e.region.id, e.region.len_bytes)).collect(),
+        };
+        let mut bytes = Box::new([0u8; IDENTITY_BYTES]);
+        identity.encode(&mut bytes);
+        // SAFETY: the identity memory is IDENTITY_BYTES long and owned by the node; peers only
+        // read it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.identity_bytes.ptr(), IDENTITY_BYTES)
+        };
+    }
+
+    /// The channel's endpoint, opened on first use.
+    pub(crate) fn channel(&self, channel: u8) -> Result<Arc<Channel>, FabricError> {
+        if channel >= CHANNELS {
+            return Err(FabricError::Config(format!(
+                "channel {channel}: the ofi backend has channels 0..{CHANNELS}"
+            )));
+        }
+        let mut channels = self.channels.lock().expect("channels");
+        if let Some(c) = &channels[channel as usize] {
+            return Ok(c.clone());
+        }
+        let me = &self.config.nodes[&self.id];
+        let ep = RawEndpoint::open(
+            &self.domain,
+            &me.host,
+            me.base_port + channel as u16,
+            CHANNEL_CQ_DEPTH,
+        )
+        .map_err(|e| FabricError::Config(format!("channel {channel} endpoint: {e}")))?;
+        let c = Arc::new(Channel {
+            ep,
+            mail: Mutex::new(Mail::default()),
+            addresses: Mutex::new(HashMap::new()),
+        });
+        channels[channel as usize] = Some(c.clone());
+        Ok(c)
+    }
+
+    fn peer_address(&self, channel: &Channel, conn: ConnId) -> Result<u64, FabricError> {
+        let mut addresses = channel.addresses.lock().expect("addresses");
+        if let Some(&a) = addresses.get(&conn.peer) {
+            return Ok(a);
+        }
+        let peer = self.addr(conn.peer)?;
+        let a = channel
+            .ep
+            .insert_address(&peer.host, peer.base_port + conn.channel as u16)
+            .map_err(|e| unreachable(conn.peer, e))?;
+        addresses.insert(conn.peer, a);
+        Ok(a)
+    }
+
+    /// Reads the peer's identity through `channel`: the binding handshake, and the fence of a
+    /// revocation (see `fence`). `Err(None)` when `timeout` passed first.
+    fn read_identity(
+        &self,
+        channel: &Channel,
+        dest: u64,
+        timeout: Duration,
+    ) -> Result<Box<[u8]>, Option<String>> {
+        let number = self.next_control.fetch_add(1, Ordering::Relaxed);
+        let mut buf: Box<[u8]> = vec![0u8; IDENTITY_BYTES].into_boxed_slice();
+        let ctx = context(CONTROL_TOKEN, number);
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: `buf` is a heap buffer that is either returned after the read completes or
+            // parked in `abandoned` until it does; it is never freed while the provider may
+            // write into it.
+            match unsafe {
+                channel.ep.read(buf.as_mut_ptr(), IDENTITY_BYTES, dest, 0, IDENTITY_KEY, ctx)
+            } {
+                Ok(()) => break,
+                Err(PostFailure::Again) if Instant::now() < deadline => {
+                    channel.progress();
+                    std::thread::yield_now();
+                }
+                Err(PostFailure::Again) => return Err(None),
+                Err(PostFailure::Error(e)) => {
+                    return Err(Some(crate::ffi::strerror(e as i64)));
+                }
+            }
+        }
+        loop {
+            {
+                let mut mail = channel.mail.lock().expect("channel mail");
+                channel.pump(&mut mail);
+                if let Some(c) = mail.control.remove(&number) {
+                    return if c.err == 0 {
+                        Ok(buf)
+                    } else {
+                        Err(Some(crate::ffi::strerror(c.err as i64)))
+                    };
+                }
+                if Instant::now() >= deadline {
+                    mail.abandoned.insert(number, buf);
+                    return Err(None);
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
+    fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
+        let channel = self.channel(conn.channel)?;
+        let dest = self.peer_address(&channel, conn)?;
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        let bytes = self.read_identity(&channel, dest, timeout).map_err(|e| {
+            unreachable(
+                conn.peer,
+                e.unwrap_or_else(|| format!("no answer within {} ms", timeout.as_millis())),
+            )
+        })?;
+        let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
+        if identity.cluster_id != self.config.cluster_id || identity.node != conn.peer {
+            return Err(FabricError::Incompatible(format!(
+                "the node at {}'s address is node {} of cluster {:#x}, not of cluster {:#x}",
+                conn.peer, identity.node, identity.cluster_id, self.config.cluster_id
+            )));
+        }
+        let addr = self.addr(conn.peer)?;
+        self.liveness.watch(conn.peer, &addr.host, addr.base_port + LIVENESS_PORT_OFFSET, timeout);
+        Ok(Binding {
+            dest,
+            peer_incarnation: identity.incarnation,
+            peer_regions: identity.regions.into_iter().collect(),
+        })
+    }
+
+    /// Makes the side's registrations match what it allows now: one per region and kind of
+    /// access that both the region and the side's flags allow, while the side accepts remote
+    /// operations. Returns whether a registration was closed (a right was taken away).
+    fn sync_registrations(&self, control: &Control, conn: ConnId, side: &mut SideState) -> bool {
+        let mut wanted: Vec<(u64, &RegionEntry, Kind)> = Vec::new();
+        if let (true, Some(b)) = (side.state.accepts_remote(), &side.binding) {
+            for entry in control.regions.values() {
+                for kind in Kind::ALL {
+                    let flag = match kind {
+                        Kind::Read => Access::READ,
+                        Kind::Write => Access::WRITE,
+                        Kind::Atomic => Access::ATOMIC,
+                    };
+                    if entry.access.contains(flag) && side.access.contains(flag) {
+                        let key = data_key(
+                            entry.region.id,
+                            kind,
+                            conn.peer,
+                            conn.channel,
+                            b.peer_incarnation,
+                        );
+                        wanted.push((key, entry, kind));
+                    }
+                }
+            }
+        }
+        let before = side.registrations.len();
+        side.registrations.retain(|(key, _)| wanted.iter().any(|(k, _, _)| k == key));
+        let revoked = side.registrations.len() < before;
+        for (key, entry, kind) in wanted {
+            if side.registrations.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            // SAFETY: the registration lives in the side, which the node drops (with every
+            // registration) before the region's memory can go: each region entry holds an
+            // `Arc` to its memory for as long as the node lives.
+            let registered = unsafe {
+                self.domain.register(
+                    entry.region.mem.ptr(),
+                    entry.region.len_bytes.max(1),
+                    matches!(kind, Kind::Read | Kind::Atomic),
+                    matches!(kind, Kind::Write | Kind::Atomic),
+                    key,
+                )
+            };
+            match registered {
+                Ok(r) => side.registrations.push((key, r)),
+                // Only a duplicate key or exhausted provider resources get here; the peer's
+                // operations are then refused, which is safe.
+                Err(_) => continue,
+            }
+        }
+        revoked
+    }
+
+    /// After a right was taken away: waits until nothing the peer sent before can still land.
+    /// The registrations are already closed, so anything the provider starts from now on is
+    /// refused; what remains is an operation it had started, whose bytes arrive on the same
+    /// connection. A round trip on that connection (reading the peer's identity) comes back
+    /// after all of them (the provider handles a connection's bytes in order). A peer that
+    /// cannot answer because it is dead sends nothing more either.
+    fn fence(&self, conn: ConnId, side: &SideState, timeout: Duration) -> Result<(), String> {
+        let Some(b) = &side.binding else { return Ok(()) };
+        let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
+        match self.read_identity(&channel, b.dest, timeout) {
+            Ok(_) => Ok(()),
+            Err(Some(_dead)) => Ok(()),
+            Err(None) => Err(format!("no fence answer within {} µs", timeout.as_micros())),
+        }
+    }
+
+    /// Makes a side's registrations match its state after the data path changed it (an error
+    /// completion moved it to the error state).
+    pub(crate) fn refresh_registrations(&self, conn: ConnId) {
+        let control = self.control.lock().expect("control");
+        if let Some(side) = control.sides.get(&conn).cloned() {
+            let mut st = side.st.lock().expect("side");
+            self.sync_registrations(&control, conn, &mut st);
+        }
+    }
+
+    pub(crate) fn side(&self, conn: ConnId) -> Arc<Side> {
+        let mut control = self.control.lock().expect("control");
+        control
+            .sides
+            .entry(conn)
+            .or_insert_with(|| {
+                Arc::new(Side {
+                    conn,
+                    st: Mutex::new(SideState {
+                        state: QpState::Reset,
+                        access: Access::NONE,
+                        binding: None,
+                        epoch: 0,
+                        attached: false,
+                        registrations: Vec::new(),
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    fn lock_side<'a>(control: &'a mut MutexGuard<'_, Control>, conn: ConnId) -> &'a Arc<Side> {
+        control.sides.entry(conn).or_insert_with(|| {
+            Arc::new(Side {
+                conn,
+                st: Mutex::new(SideState {
+                    state: QpState::Reset,
+                    access: Access::NONE,
+                    binding: None,
+                    epoch: 0,
+                    attached: false,
+                    registrations: Vec::new(),
+                }),
+            })
+        })
+    }
+}
+
+impl Fabric for OfiFabric {
+    type Region = OfiRegion;
+    type Endpoint = OfiEndpoint;
+
+    fn backend_name(&self) -> &'static str {
+        "ofi"
+    }
+
+    fn node(&self) -> NodeId {
+        self.node.id
+    }
+
+    fn max_inline_bytes(&self) -> usize {
+        self.node.inject_bytes
+    }
+
+    fn register_region(
+        &self,
+        id: RegionId,
+        len_bytes: usize,
+        access: Access,
+    ) -> Result<OfiRegion, FabricError> {
+        if id.0 > MAX_REGION_ID {
+            return Err(FabricError::Config(format!(
+                "region id {} is above the ofi backend's limit {MAX_REGION_ID}",
+                id.0
+            )));
+        }
+        let mut control = self.node.control.lock().expect("control");
+        if control.regions.contains_key(&id) {
+            return Err(FabricError::RegionExists(id));
+        }
+        if control.regions.len() >= MAX_REGIONS {
+            return Err(FabricError::Config(format!("more than {MAX_REGIONS} regions")));
+        }
+        let region = OfiRegion { id, len_bytes, mem: Arc::new(Memory::new(len_bytes)?) };
+        control.regions.insert(id, RegionEntry { region: region.clone(), access });
+        self.node.publish_identity(&control);
+        let sides: Vec<Arc<Side>> = control.sides.values().cloned().collect();
+        for side in sides {
+            let mut st = side.st.lock().expect("side");
+            self.node.sync_registrations(&control, side.conn, &mut st);
+        }
+        Ok(region)
+    }
+
+    fn endpoint(&self, depth: usize) -> Result<OfiEndpoint, FabricError> {
+        let token = loop {
+            let t = self.node.next_token.fetch_add(1, Ordering::Relaxed);
+            if t != CONTROL_TOKEN {
+                break t;
+            }
+        };
+        Ok(OfiEndpoint::new(self.clone(), token, depth))
+    }
+
+    fn qp_state(&self, conn: ConnId) -> Result<QpState, FabricError> {
+        Ok(self.node.side(conn).st.lock().expect("side").state)
+    }
+
+    fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError> {
+        Ok(self.node.side(conn).st.lock().expect("side").access)
+    }
+
+    fn crash_notified(&self, peer: NodeId) -> bool {
+        self.node.liveness.dead(peer)
+    }
+
+    fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
+        let node = &self.node;
+        let mut control = node.control.lock().expect("control");
+        let side = Node::lock_side(&mut control, conn).clone();
+        let mut st = side.st.lock().expect("side");
+        if !st.state.can_move_to(to) {
+            return Err(FabricError::InvalidTransition { conn, from: st.state, to });
+        }
+        match to {
+            QpState::Reset | QpState::Error => {
+                let was_open = st.state.accepts_remote();
+                st.state = to;
+                st.epoch += 1;
+                let revoked = node.sync_registrations(&control, conn, &mut st);
+                if was_open && revoked {
+                    node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
+                        .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+                }
+                if to == QpState::Reset {
+                    st.binding = None;
+                    st.access = Access::NONE;
+                }
+            }
+            QpState::Init => {
+                st.state = to;
+                st.access = access;
+            }
+            QpState::ReadyToReceive => {
+                let binding = node.bind(conn)?;
+                st.binding = Some(binding);
+                st.state = to;
+                st.access = access;
+                node.sync_registrations(&control, conn, &mut st);
+            }
+            QpState::ReadyToSend => {
+                let old = st.access;
+                st.state = to;
+                st.access = access;
+                let revoked = node.sync_registrations(&control, conn, &mut st);
+                if revoked && !access.contains(old) {
+                    node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
+                        .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn set_access_fast(&self, conn: ConnId, access: Access) -> Result<(), PermError> {
+        let node = &self.node;
+        let control = node.control.lock().expect("control");
+        let Some(side) = control.sides.get(&conn).cloned() else {
+            return Err(FabricError::UnknownConnection(conn, "never connected").into());
+        };
+        let mut st = side.st.lock().expect("side");
+        if st.state != QpState::ReadyToSend {
+            return Err(
+                FabricError::InvalidTransition { conn, from: st.state, to: st.state }.into()
+            );
+        }
+        st.access = access;
+        if node.sync_registrations(&control, conn, &mut st) {
+            if let Err(_why) =
+                node.fence(conn, &st, Duration::from_micros(node.config.fast_fence_us))
+            {
+                // As RDMA may when flags change under load: the side is now in error.
+                st.state = QpState::Error;
+                st.epoch += 1;
+                node.sync_registrations(&control, conn, &mut st);
+                return Err(PermError::Busy(conn));
+            }
+        }
+        Ok(())
+    }
+
+    fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError> {
+        let node = &self.node;
+        let control = node.control.lock().expect("control");
+        let Some(side) = control.sides.get(&conn).cloned() else {
+            return Err(FabricError::UnknownConnection(conn, "never connected"));
+        };
+        let mut st = side.st.lock().expect("side");
+        if st.binding.is_none() {
+            return Err(FabricError::UnknownConnection(conn, "never bound to a peer"));
+        }
+        // Reset: every registration of the side closes, then the fence.
+        let was_open = st.state.accepts_remote();
+        st.state = QpState::Reset;
+        st.epoch += 1;
+        let revoked = node.sync_registrations(&control, conn, &mut st);
+        if was_open && revoked {
+            node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
+                .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+        }
+        // Init, ready-to-receive (still bound to the same incarnation), ready-to-send.
+        st.state = QpState::ReadyToSend;
+        st.access = access;
+        node.sync_registrations(&control, conn, &mut st);
+        Ok(())
+    }
+}
+
+impl OfiFabric {
+    pub(crate) fn control_regions(&self) -> HashMap<RegionId, OfiRegion> {
+        let control = self.node.control.lock().expect("control");
+        control.regions.iter().map(|(id, e)| (*id, e.region.clone())).collect()
+    }
+
+    pub(crate) fn attach_side(&self, conn: ConnId) -> Result<Arc<Side>, FabricError> {
+        let side = self.node.side(conn);
+        let mut st = side.st.lock().expect("side");
+        if st.attached {
+            return Err(FabricError::AlreadyAttached { conn });
+        }
+        st.attached = true;
+        drop(st);
+        Ok(side)
+    }
+}
+
+impl OfiFabric {
+    /// The region registered here under `id`, if any.
+    pub fn registered(&self, id: RegionId) -> Option<OfiRegion> {
+        let control = self.node.control.lock().expect("control");
+        control.regions.get(&id).map(|e| e.region.clone())
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the libfabric backend (crates/fabric-ofi) needs to build and run: the Debian
+# package libfabric-dev (headers, and libfabric1 with its sockets and tcp;ofi_rxm providers).
+# Idempotent: it does nothing when the headers are present.
+set -euo pipefail
+
+if [ -f /usr/include/rdma/fabric.h ] && ldconfig -p 2>/dev/null | grep -q 'libfabric\.so\.1'; then
+  echo "install-fabric-deps: libfabric-dev already installed, nothing to do"
+  exit 0
+fi
+sudo_prefix=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_prefix=(sudo)
+  else
+    echo "install-fabric-deps: not root and no sudo: install libfabric-dev by hand" >&2
+    exit 1
+  fi
+fi
+echo "install-fabric-deps: libfabric-dev missing: running apt-get update and apt-get install"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_prefix[@]}" apt-get update -q
+"${sudo_prefix[@]}" apt-get install -y -q --no-install-recommends libfabric-dev
