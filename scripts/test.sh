@@ -30,6 +30,11 @@ cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+step "RDMA verbs backend: build with --features verbs (cmake, libclang), lints, conformance (skips only without a device)"
+bash scripts/install-verbs-deps.sh
+cargo clippy -p mu-fabric-verbs --all-targets --features verbs --quiet -- -D warnings
+cargo test -p mu-fabric-verbs --features verbs
+
 step "linearizability checker (Go, porcupine): vet, tests, build target/lincheck/lincheck"
 scripts/lincheck.sh
 

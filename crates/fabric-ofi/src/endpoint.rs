@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 struct Attached {
     side: Arc<Side>,
     channel: Arc<Channel>,
+    /// The peer's address in `channel`'s table, once looked up.
+    dest: Option<u64>,
 }
 
 /// An operation the provider holds: what its completion must say, and what must stay put
@@ -149,7 +151,7 @@ impl Endpoint for OfiEndpoint {
         let channel = self.fabric.node.channel(conn.channel)?;
         let side = self.fabric.attach_side(conn)?;
         channel.open_box(self.token);
-        self.conns.insert(conn, Attached { side, channel });
+        self.conns.insert(conn, Attached { side, channel, dest: None });
         Ok(())
     }
 
@@ -173,13 +175,20 @@ impl Endpoint for OfiEndpoint {
             state => return Err(PostError::NotReadyToSend { conn, state }),
         }
         let channel = a.channel.clone();
+        let dest = match a.dest {
+            Some(d) => Some(d),
+            None => channel.address(&self.fabric.node, conn.peer).ok(),
+        };
+        if let (Some(d), Some(a)) = (dest, self.conns.get_mut(&conn)) {
+            a.dest = Some(d);
+        }
         let max_inline = self.fabric.node.inject_bytes;
         if let Op::Write { source: Source::Inline(d), .. } = wr.op {
             if d.len() > max_inline {
                 return Err(PostError::InlineTooLarge { len: d.len(), max: max_inline });
             }
         }
-        let Some(binding) = binding else {
+        let (Some(binding), Some(dest)) = (binding, dest) else {
             self.fail_now(wr, conn, epoch, Status::PeerUnreachable);
             return Ok(());
         };
@@ -243,40 +252,27 @@ impl Endpoint for OfiEndpoint {
             // region memory is kept alive by the slot's region (and leaked with the slot if the
             // endpoint drops first), a compare-and-swap's words are the slot's box, and inline
             // data is copied by the provider before the call returns (FI_INJECT).
+            let ep = &channel.ep;
             let r = unsafe {
                 match (wr.op, &local) {
-                    (Op::Write { source: Source::Inline(d), .. }, _) => channel.ep.write(
-                        d.as_ptr(),
-                        d.len(),
-                        binding.dest,
-                        remote.offset,
-                        key,
-                        ctx,
-                        true,
-                        true,
-                    ),
-                    (Op::Write { source: Source::Local(s), .. }, Some((r, at))) => {
-                        channel.ep.write(
-                            r.mem.ptr().add(*at),
-                            s.len as usize,
-                            binding.dest,
-                            remote.offset,
-                            key,
-                            ctx,
-                            true,
-                            false,
-                        )
+                    (Op::Write { source: Source::Inline(d), .. }, _) => {
+                        ep.write(d.as_ptr(), d.len(), dest, remote.offset, key, ctx, true, true)
                     }
-                    (Op::Read { local: s, .. }, Some((r, at))) => channel.ep.read(
+                    (Op::Write { source: Source::Local(s), .. }, Some((r, at))) => ep.write(
                         r.mem.ptr().add(*at),
                         s.len as usize,
-                        binding.dest,
+                        dest,
                         remote.offset,
                         key,
                         ctx,
+                        true,
+                        false,
                     ),
+                    (Op::Read { local: s, .. }, Some((r, at))) => {
+                        ep.read(r.mem.ptr().add(*at), s.len as usize, dest, remote.offset, key, ctx)
+                    }
                     (Op::CompareSwap { .. }, _) => {
-                        channel.ep.compare_swap(words, binding.dest, remote.offset, key, ctx)
+                        ep.compare_swap(words, dest, remote.offset, key, ctx)
                     }
                     _ => unreachable!("local slices were resolved above"),
                 }

@@ -1,6 +1,7 @@
 //! The libfabric fabric: Mu's one-sided operations over TCP, for clusters without RDMA NICs.
 //!
-//! Each node opens one libfabric domain of a configured provider (`sockets`, or `tcp;ofi_rxm`)
+//! Each node opens one libfabric domain of a configured provider (`sockets`; `tcp;ofi_rxm` is
+//! refused with its reasons until it keeps the semantics, see [`PROVIDERS_NOT_YET`])
 //! and one reliable-datagram endpoint per channel, listening on `base_port + channel` of its
 //! configured host. A connection `(peer, channel)` is the pair of both nodes' endpoints of that
 //! channel: the provider keeps one byte stream between them, so operations on a connection land
@@ -16,7 +17,10 @@
 //!   node, incarnation, regions and their lengths) through the connection: a peer that is not
 //!   there is a clear error, and the initiator then checks every remote range itself.
 //! * **Revocation is a barrier**: the registrations close, then a round trip on the connection
-//!   (a read of the peer's identity) comes back after anything the peer had sent before.
+//!   (a read of the peer's identity) comes back after anything the peer had sent before. A peer
+//!   that cannot answer (stopped) fails the fast path with `Busy`, and the slow path with
+//!   `FenceFailed` — it does not claim a barrier it does not have — until the peer answers
+//!   (it went on) or its connection breaks (it died).
 //! * **Crash notification**: a plain TCP connection to the peer's liveness port, which the
 //!   peer's kernel closes when its process dies (`liveness.rs`).
 //!
@@ -31,7 +35,7 @@ mod liveness;
 mod node;
 mod region;
 
-pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS};
+pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS, PROVIDERS_NOT_YET};
 pub use endpoint::OfiEndpoint;
 pub use node::OfiFabric;
 pub use region::OfiRegion;

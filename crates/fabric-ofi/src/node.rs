@@ -31,6 +31,7 @@ pub(crate) fn context(token: u16, number: u64) -> u64 {
 /// completions are sorted into.
 pub(crate) struct Channel {
     pub(crate) ep: RawEndpoint,
+    number: u8,
     mail: Mutex<Mail>,
     /// Peer address-table entries, by node.
     addresses: Mutex<HashMap<NodeId, u64>>,
@@ -47,6 +48,28 @@ struct Mail {
 }
 
 impl Channel {
+    /// The peer's endpoint of this channel in the channel's address table.
+    pub(crate) fn address(&self, node: &Node, peer: NodeId) -> Result<u64, FabricError> {
+        let mut addresses = self.addresses.lock().expect("addresses");
+        if let Some(&a) = addresses.get(&peer) {
+            return Ok(a);
+        }
+        let addr = node.addr(peer)?;
+        let a = self
+            .ep
+            .insert_address(&addr.host, addr.base_port + self.number as u16)
+            .map_err(|e| unreachable(peer, e))?;
+        addresses.insert(peer, a);
+        Ok(a)
+    }
+
+    /// Forgets the peer's address, so that the next use connects anew.
+    fn forget(&self, peer: NodeId) {
+        if let Some(a) = self.addresses.lock().expect("addresses").remove(&peer) {
+            self.ep.remove_address(a);
+        }
+    }
+
     /// Reads what the completion queue holds (driving the provider's progress) and sorts it.
     fn pump(&self, mail: &mut Mail) {
         let mut raw = [RawCompletion::default(); 16];
@@ -99,8 +122,6 @@ impl Channel {
 /// What binding a connection learned about the peer (moving to ready-to-receive).
 #[derive(Clone, Debug)]
 pub(crate) struct Binding {
-    /// The peer's endpoint of this channel, in the channel's address table.
-    pub(crate) dest: u64,
     pub(crate) peer_incarnation: u32,
     pub(crate) peer_regions: HashMap<RegionId, usize>,
 }
@@ -120,6 +141,9 @@ pub(crate) struct SideState {
     /// operation posted before does not break the side as it is now.
     pub(crate) epoch: u64,
     pub(crate) attached: bool,
+    /// A right was taken away and no fence has completed since: until one does, bytes the
+    /// peer sent before may still land.
+    unfenced: bool,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -186,7 +210,7 @@ impl OfiFabric {
         })?;
         let inject_bytes = domain.inject_bytes();
         let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET)
-            .map_err(|e| FabricError::Config(e))?;
+            .map_err(FabricError::Config)?;
         let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
         let stop = Arc::new(AtomicBool::new(false));
         let node = Arc::new(Node {
@@ -320,26 +344,13 @@ impl Node {
         )
         .map_err(|e| FabricError::Config(format!("channel {channel} endpoint: {e}")))?;
         let c = Arc::new(Channel {
+            number: channel,
             ep,
             mail: Mutex::new(Mail::default()),
             addresses: Mutex::new(HashMap::new()),
         });
         channels[channel as usize] = Some(c.clone());
         Ok(c)
-    }
-
-    fn peer_address(&self, channel: &Channel, conn: ConnId) -> Result<u64, FabricError> {
-        let mut addresses = channel.addresses.lock().expect("addresses");
-        if let Some(&a) = addresses.get(&conn.peer) {
-            return Ok(a);
-        }
-        let peer = self.addr(conn.peer)?;
-        let a = channel
-            .ep
-            .insert_address(&peer.host, peer.base_port + conn.channel as u16)
-            .map_err(|e| unreachable(conn.peer, e))?;
-        addresses.insert(conn.peer, a);
-        Ok(a)
     }
 
     /// Reads the peer's identity through `channel`: the binding handshake, and the fence of a
@@ -395,7 +406,10 @@ impl Node {
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let channel = self.channel(conn.channel)?;
-        let dest = self.peer_address(&channel, conn)?;
+        // A new connection for a new binding: after an error some providers (ofi_rxm) keep the
+        // old one broken for good.
+        channel.forget(conn.peer);
+        let dest = channel.address(self, conn.peer)?;
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let bytes = self.read_identity(&channel, dest, timeout).map_err(|e| {
             unreachable(
@@ -413,7 +427,6 @@ impl Node {
         let addr = self.addr(conn.peer)?;
         self.liveness.watch(conn.peer, &addr.host, addr.base_port + LIVENESS_PORT_OFFSET, timeout);
         Ok(Binding {
-            dest,
             peer_incarnation: identity.incarnation,
             peer_regions: identity.regions.into_iter().collect(),
         })
@@ -481,13 +494,35 @@ impl Node {
     /// after all of them (the provider handles a connection's bytes in order). A peer that
     /// cannot answer because it is dead sends nothing more either.
     fn fence(&self, conn: ConnId, side: &SideState, timeout: Duration) -> Result<(), String> {
-        let Some(b) = &side.binding else { return Ok(()) };
+        if side.binding.is_none() {
+            return Ok(());
+        }
         let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
-        match self.read_identity(&channel, b.dest, timeout) {
+        let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
+        match self.read_identity(&channel, dest, timeout) {
             Ok(_) => Ok(()),
             Err(Some(_dead)) => Ok(()),
             Err(None) => Err(format!("no fence answer within {} µs", timeout.as_micros())),
         }
+    }
+
+    /// Brings the side's registrations in line with its state and flags and, if a right was
+    /// taken away now or earlier without a fence, fences, waiting at most `timeout`.
+    fn revoke(
+        &self,
+        control: &Control,
+        conn: ConnId,
+        st: &mut SideState,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        if self.sync_registrations(control, conn, st) && st.binding.is_some() {
+            st.unfenced = true;
+        }
+        if st.unfenced {
+            self.fence(conn, st, timeout)?;
+            st.unfenced = false;
+        }
+        Ok(())
     }
 
     /// Makes a side's registrations match its state after the data path changed it (an error
@@ -514,6 +549,7 @@ impl Node {
                         binding: None,
                         epoch: 0,
                         attached: false,
+                        unfenced: false,
                         registrations: Vec::new(),
                     }),
                 })
@@ -531,6 +567,7 @@ impl Node {
                     binding: None,
                     epoch: 0,
                     attached: false,
+                    unfenced: false,
                     registrations: Vec::new(),
                 }),
             })
@@ -616,14 +653,11 @@ impl Fabric for OfiFabric {
         }
         match to {
             QpState::Reset | QpState::Error => {
-                let was_open = st.state.accepts_remote();
                 st.state = to;
                 st.epoch += 1;
-                let revoked = node.sync_registrations(&control, conn, &mut st);
-                if was_open && revoked {
-                    node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
-                        .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
-                }
+                let slow = Duration::from_millis(node.config.slow_fence_ms);
+                node.revoke(&control, conn, &mut st, slow)
+                    .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
                 if to == QpState::Reset {
                     st.binding = None;
                     st.access = Access::NONE;
@@ -641,14 +675,11 @@ impl Fabric for OfiFabric {
                 node.sync_registrations(&control, conn, &mut st);
             }
             QpState::ReadyToSend => {
-                let old = st.access;
                 st.state = to;
                 st.access = access;
-                let revoked = node.sync_registrations(&control, conn, &mut st);
-                if revoked && !access.contains(old) {
-                    node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
-                        .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
-                }
+                let slow = Duration::from_millis(node.config.slow_fence_ms);
+                node.revoke(&control, conn, &mut st, slow)
+                    .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
             }
         }
         Ok(())
@@ -667,16 +698,14 @@ impl Fabric for OfiFabric {
             );
         }
         st.access = access;
-        if node.sync_registrations(&control, conn, &mut st) {
-            if let Err(_why) =
-                node.fence(conn, &st, Duration::from_micros(node.config.fast_fence_us))
-            {
-                // As RDMA may when flags change under load: the side is now in error.
-                st.state = QpState::Error;
-                st.epoch += 1;
-                node.sync_registrations(&control, conn, &mut st);
-                return Err(PermError::Busy(conn));
-            }
+        let fast = Duration::from_micros(node.config.fast_fence_us);
+        if node.revoke(&control, conn, &mut st, fast).is_err() {
+            // As RDMA may when flags change under load: the side is now in error, and stays
+            // unfenced until the slow path's fence is answered.
+            st.state = QpState::Error;
+            st.epoch += 1;
+            node.sync_registrations(&control, conn, &mut st);
+            return Err(PermError::Busy(conn));
         }
         Ok(())
     }
@@ -691,15 +720,17 @@ impl Fabric for OfiFabric {
         if st.binding.is_none() {
             return Err(FabricError::UnknownConnection(conn, "never bound to a peer"));
         }
-        // Reset: every registration of the side closes, then the fence.
-        let was_open = st.state.accepts_remote();
+        // Reset: every registration of the side closes, then the fence. A peer that cannot
+        // answer within `slow_fence_ms` (stopped, or cut off while its connection lives) may
+        // still have an operation half received, whose bytes would land when it goes on: no
+        // barrier can be claimed, and the side stays in reset, unfenced, until a later call's
+        // fence is answered — or fails because the peer's connection broke (it died), which
+        // ends every operation it had under way.
         st.state = QpState::Reset;
         st.epoch += 1;
-        let revoked = node.sync_registrations(&control, conn, &mut st);
-        if was_open && revoked {
-            node.fence(conn, &st, Duration::from_millis(node.config.slow_fence_ms))
-                .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
-        }
+        let slow = Duration::from_millis(node.config.slow_fence_ms);
+        node.revoke(&control, conn, &mut st, slow)
+            .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
         // Init, ready-to-receive (still bound to the same incarnation), ready-to-send.
         st.state = QpState::ReadyToSend;
         st.access = access;

@@ -13,8 +13,7 @@
 // all of it: without this, every binary would warn about the helpers only the others use.
 #![allow(dead_code)]
 
-use mu_fabric::conformance::{Program, TaskOutcome, TaskSpec};
-use mu_fabric::{Access, ConnId, FabricError, LocalRegion, NodeId, RegionId, RemoteAddr, Status};
+use mu_fabric::{ConnId, FabricError, LocalRegion, NodeId, Status};
 use mu_fabric_shm::{ShmConfig, ShmFabric, ShmRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -103,6 +102,7 @@ pub fn read_back(region: &ShmRegion, offset: usize, len: usize) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------
 
 // The wire forms live in the conformance module, shared with the other backends' harnesses.
+#[allow(unused_imports)]
 pub use mu_fabric::conformance::{
     assert_spec_round_trips, decode_spec, encode_spec, format_outcome, parse_outcome,
 };

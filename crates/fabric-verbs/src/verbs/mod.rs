@@ -1,0 +1,14 @@
+//! The RDMA backend proper (feature `verbs`).
+
+mod device;
+mod endpoint;
+mod loopback;
+mod memory;
+mod node;
+mod region;
+mod side;
+
+pub use device::device_names;
+pub use endpoint::VerbsEndpoint;
+pub use node::{VerbsFabric, MAX_ENDPOINT_DEPTH};
+pub use region::VerbsRegion;
