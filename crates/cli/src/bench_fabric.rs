@@ -142,6 +142,9 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// The fabric: `shm` (processes on this host) or `ofi` (libfabric over loopback TCP).
+    #[arg(long, default_value = "shm")]
+    fabric: String,
     /// Samples per round-trip figure (pair figures round it up to whole chunks of 10,000).
     #[arg(long, default_value_t = 1_000_000)]
     samples: u64,
@@ -445,7 +448,7 @@ fn wait_within(
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `samples` timed iterations of `iteration` (after a warm-up), with progress on stderr.
-fn measure(
+pub(crate) fn measure(
     name: &str,
     samples: u64,
     mut iteration: impl FnMut(u64) -> Result<(), String>,
@@ -473,6 +476,11 @@ fn measure(
 pub fn run(args: Args) -> Result<(), String> {
     if args.samples == 0 || args.perm_samples == 0 {
         return Err("--samples and --perm-samples must be at least 1".into());
+    }
+    match args.fabric.as_str() {
+        "shm" => {}
+        "ofi" => return crate::bench_ofi::run(args.json, args.samples),
+        other => return Err(format!("unknown fabric {other:?}: use shm or ofi")),
     }
     let (run_dir, remove_after) = match &args.run_dir {
         Some(d) => (d.clone(), false),

@@ -24,7 +24,7 @@
 //! pause failovers, unless the fabric fenced (killed) the stopped leader because it was stopped in
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
-use crate::cluster::{self, word, App, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, Words};
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
 use mu_replica::ReplicaConfig;
@@ -194,6 +194,7 @@ pub fn run(args: Args) -> Result<(), String> {
             .clamp(KILL_MODE_SLOTS, PAUSE_MODE_SLOTS_MAX),
     };
     let spec = Spec {
+        fabric: FabricChoice::Shm,
         replicas: REPLICAS,
         mode: ReplicaMode::Direct,
         read_period_us: args.read_period_us,

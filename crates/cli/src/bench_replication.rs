@@ -16,12 +16,11 @@
 //! commit) costs, not how fast a network is.
 
 use crate::bench_fabric::{self, Summary};
-use crate::cluster::{self, word, App, Cluster, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, Words};
 use crate::{interrupt, pin, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
-use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{ProposeError, Replica};
+use mu_replica::ProposeError;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,6 +78,10 @@ pub struct Args {
     /// both (mu,velos: Velos Fig. 1, with velos's p50 over mu's per payload size).
     #[arg(long, value_delimiter = ',', default_value = "mu")]
     protocol: Vec<mu_replica::Protocol>,
+    /// The fabric: shm (processes sharing memory) or ofi (libfabric over loopback TCP, provider
+    /// sockets); the floor is that fabric's own write2 round.
+    #[arg(long, default_value = "shm")]
+    fabric: String,
 }
 
 /// Velos's median latency may be this many times Mu's, measured in the same run (its extra CAS
@@ -171,15 +174,20 @@ pub fn run(args: Args) -> Result<(), String> {
         None => SWEEP_BYTES.to_vec(),
     };
     let run_dir = RunDir::create("replication")?;
+    // Checked before anything starts.
+    FabricChoice::parse(&args.fabric, REPLICAS)?;
     eprintln!(
-        "mu bench replication: {REPLICAS} replicas on shm, {} mode, {samples} samples per payload \
+        "mu bench replication: {REPLICAS} replicas on {}, {} mode, {samples} samples per payload \
          size, {} CPUs allowed",
+        args.fabric,
         args.mode.name(),
         pin::allowed_cpus().len()
     );
 
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
-    let write2 = {
+    let write2 = if args.fabric == "ofi" {
+        crate::bench_ofi::write2_rtt(samples)?
+    } else {
         let dir = run_dir.subdirectory("fabric")?;
         bench_fabric::write2_rtt(dir.path(), samples)?
     };
@@ -189,7 +197,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut runs = Vec::new();
     for &protocol in &protocols {
         eprintln!("mu bench replication: {protocol}");
-        let results = sweep(&run_dir, (args.mode, args.app, protocol), &payloads, samples)?;
+        let results =
+            sweep(&run_dir, (args.mode, args.app, protocol), &args.fabric, &payloads, samples)?;
         runs.push((protocol, results));
     }
     if let [(protocol, results)] = &runs[..] {
@@ -267,6 +276,7 @@ fn compare(
 pub fn sweep(
     run_dir: &RunDir,
     (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
+    fabric: &str,
     payloads: &[usize],
     samples: u64,
 ) -> Result<Vec<PayloadResult>, String> {
@@ -275,6 +285,8 @@ pub fn sweep(
         let (slots_count, slot_bytes) = log_shape(payload_bytes);
         let spec = Spec {
             replicas: REPLICAS,
+            // A fresh block of ports for each cluster.
+            fabric: FabricChoice::parse(fabric, REPLICAS)?,
             mode,
             read_period_us: None,
             slots_count,
@@ -306,6 +318,7 @@ pub fn throughput(
     let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN / 4, LOG_SLOTS_MAX);
     let spec = Spec {
         replicas: REPLICAS,
+        fabric: FabricChoice::Shm,
         mode: ReplicaMode::Direct,
         read_period_us: None,
         slots_count,
@@ -387,18 +400,18 @@ fn lead(
     load: Load,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
-    let fabric = ShmFabric::create(
-        ShmConfig::new(run_dir, cluster::CLUSTER_ID, NodeId(0)).with_protocol(spec.protocol.tag()),
-    )
-    .map_err(|e| format!("replica 0: fabric: {e}"))?;
     let mut config =
         replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None, spec.protocol);
     if load != Load::SINGLE {
         config.batch_requests_max = load.batch;
         config.outstanding_max = load.outstanding;
     }
-    let replica = Replica::start(config, fabric, spec.mode.mode(), spec.app.commit_handler(|_| {}))
-        .map_err(|e| format!("replica 0: {e}"))?;
+    let replica = spec.fabric.start_replica(
+        run_dir,
+        config,
+        spec.mode.mode(),
+        spec.app.commit_handler(|_| {}),
+    )?;
     let mut value = Vec::new();
     spec.app.value(payload_bytes, 0, &mut value);
     let mut lost_proposals = 0;
@@ -582,7 +595,7 @@ fn document(
         "protocol": protocol.name(),
         "mode": args.mode.name(),
         "app": args.app.name(),
-        "backend": "shm",
+        "backend": args.fabric,
         "replicas": REPLICAS,
         "cpus_allowed": pin::allowed_cpus().len(),
         "samples_per_payload": samples,
@@ -618,7 +631,8 @@ fn report(
         return;
     }
     println!(
-        "{protocol} replication: {REPLICAS} replicas on shm, {} mode, {}",
+        "{protocol} replication: {REPLICAS} replicas on {}, {} mode, {}",
+        args.fabric,
         args.mode.name(),
         match args.app {
             App::Standalone => "standalone (the commit handler does nothing)",

@@ -251,6 +251,8 @@ impl Drop for RunDir {
 #[derive(Clone, Debug)]
 pub struct Spec {
     pub replicas: u16,
+    /// The fabric every replica of the cluster runs on.
+    pub fabric: FabricChoice,
     pub mode: ReplicaMode,
     /// The failure detector's read period; `None` for `ReplicaConfig`'s default.
     pub read_period_us: Option<u64>,
@@ -260,6 +262,66 @@ pub struct Spec {
     pub propose_bytes: usize,
     pub app: App,
     pub protocol: mu_replica::Protocol,
+}
+
+/// The fabric of a benchmark's replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricChoice {
+    /// Shared memory in the run directory.
+    Shm,
+    /// libfabric (provider `sockets`) over loopback TCP, each node's ports from its block after
+    /// `base_port` (`bench_ofi::loopback_config`).
+    Ofi { base_port: u16 },
+}
+
+impl FabricChoice {
+    /// From a `--fabric` option: `shm`, or `ofi` with a block of free ports for `replicas`.
+    pub fn parse(name: &str, replicas: u16) -> Result<FabricChoice, String> {
+        match name {
+            "shm" => Ok(FabricChoice::Shm),
+            "ofi" => {
+                Ok(FabricChoice::Ofi { base_port: crate::bench_ofi::free_port_block(replicas)? })
+            }
+            other => Err(format!("unknown fabric {other:?}: use shm or ofi")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FabricChoice::Shm => "shm",
+            FabricChoice::Ofi { .. } => "ofi",
+        }
+    }
+
+    /// Starts replica `config.me` of a benchmark cluster on this fabric.
+    pub fn start_replica(
+        self,
+        run_dir: &Path,
+        config: mu_replica::ReplicaConfig,
+        mode: mu_replica::Mode,
+        on_commit: impl FnMut(u64, &[u8]) + Send + 'static,
+    ) -> Result<mu_replica::Replica, String> {
+        let me = config.me;
+        let replica = match self {
+            FabricChoice::Shm => {
+                let fabric = mu_fabric_shm::ShmFabric::create(
+                    mu_fabric_shm::ShmConfig::new(run_dir, CLUSTER_ID, me)
+                        .with_protocol(config.protocol.tag()),
+                )
+                .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                mu_replica::Replica::start(config, fabric, mode, on_commit)
+            }
+            FabricChoice::Ofi { base_port } => {
+                let replicas = config.replicas.len() as u16;
+                let fabric = mu_fabric_ofi::OfiFabric::open(crate::bench_ofi::loopback_config(
+                    base_port, replicas, me.0,
+                ))
+                .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                mu_replica::Replica::start(config, fabric, mode, on_commit)
+            }
+        };
+        replica.map_err(|e| format!("replica {me}: {e}"))
+    }
 }
 
 struct Process {
@@ -303,9 +365,13 @@ impl Cluster {
                 .args(["--propose-bytes", &spec.propose_bytes.to_string()])
                 .args(["--app", spec.app.name()])
                 .args(["--protocol", spec.protocol.name()])
+                .args(["--fabric", spec.fabric.name()])
                 .args(["--parent", &std::process::id().to_string()]);
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);
+            }
+            if let FabricChoice::Ofi { base_port } = spec.fabric {
+                cmd.args(["--ofi-base-port", &base_port.to_string()]);
             }
             // Their own process group: the terminal's Ctrl-C reaches the benchmark only, which
             // then stops them and cleans up (a child killed under it would read as a failure).

@@ -7,6 +7,7 @@ mod bench_all;
 mod bench_e2e;
 mod bench_fabric;
 mod bench_failover;
+mod bench_ofi;
 mod bench_payload;
 mod bench_peers;
 mod bench_replication;

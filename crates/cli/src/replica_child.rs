@@ -8,10 +8,9 @@
 //! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
 //! with it).
 
-use crate::cluster::{self, word, App, ClockMap, ReplicaMode, Words};
+use crate::cluster::{self, word, App, ClockMap, FabricChoice, ReplicaMode, Words};
 use mu_fabric::NodeId;
-use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{ProposeError, Replica, ReplicaConfig, ReplicaStatus};
+use mu_replica::{ProposeError, ReplicaConfig, ReplicaStatus};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -50,6 +49,11 @@ pub struct Args {
     /// The replication engine.
     #[arg(long, default_value = "mu")]
     protocol: mu_replica::Protocol,
+    /// The fabric: shm, or ofi (with --ofi-base-port, the benchmark's block of ports).
+    #[arg(long, default_value = "shm")]
+    fabric: String,
+    #[arg(long)]
+    ofi_base_port: Option<u16>,
 }
 
 /// The replica configuration of the benchmarks: `ReplicaConfig::new`'s defaults but for the log's
@@ -76,19 +80,18 @@ pub fn run(args: Args) -> Result<(), String> {
     cluster::die_with_parent(args.parent)?;
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
-    let fabric = ShmFabric::create(
-        ShmConfig::new(&args.run_dir, cluster::CLUSTER_ID, NodeId(me))
-            .with_protocol(args.protocol.tag()),
-    )
-    .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+    let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
+        ("shm", _) => FabricChoice::Shm,
+        ("ofi", Some(base_port)) => FabricChoice::Ofi { base_port },
+        (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
+    };
     let config =
         config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us, args.protocol);
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
     let on_commit = args.app.commit_handler(move |index| applied.set(word::APPLIED, index + 1));
-    let replica = Replica::start(config, fabric, args.mode.mode(), on_commit)
-        .map_err(|e| format!("replica {me}: {e}"))?;
+    let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
     let clock = ClockMap::sample();
     let started_at = replica.started_at();
     // Status times count from the replica's start; the benchmark compares them across processes.
