@@ -71,8 +71,11 @@ impl OfiConfig {
             node,
             nodes,
             connect_timeout_ms: 2_000,
-            fast_fence_us: 2_000,
-            slow_fence_ms: 100,
+            // A fence is a round trip through both sides' provider threads: about 100 µs here,
+            // but milliseconds at its p99.9 on a loaded machine. Too short a wait reports a
+            // peer with nothing in flight as busy.
+            fast_fence_us: 50_000,
+            slow_fence_ms: 500,
         }
     }
 

@@ -6,20 +6,19 @@
 //! waits for a `START` line, runs its program and prints `MU-CHILD OUTCOME <ops_ok> <status>`.
 
 use mu_fabric::conformance::{
-    decode_spec, encode_spec, format_outcome, parse_outcome, Harness, Program, ProgramRunner,
-    TaskOutcome, TaskSpec,
+    decode_spec, encode_spec, parse_outcome, read_marked, run_child, Harness, Program, TaskOutcome,
+    TaskSpec, CHILD_MARKER,
 };
 use mu_fabric::{LocalRegion, NodeId};
 use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiFabric, PORTS_PER_NODE};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 const CLUSTER_ID: u64 = 0x6d75_6f66_6974;
-const MARKER: &str = "MU-CHILD ";
 /// Nodes the suite uses: 0..=6 (node 9 is the missing one, with no address).
 const NODES: u16 = 7;
 /// Ports between two nodes' base ports.
@@ -91,19 +90,6 @@ fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
-fn read_marked(stdout: &mut impl BufRead) -> Option<String> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stdout.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if let Some(at) = line.find(MARKER) {
-            return Some(line[at + MARKER.len()..].trim_end().to_string());
-        }
-    }
-}
-
 impl Harness for OfiHarness {
     type F = OfiFabric;
     type Task = OfiTask;
@@ -141,7 +127,7 @@ impl Harness for OfiHarness {
             .expect("spawn child");
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let line = read_marked(&mut stdout).expect("child died before it was ready");
+        let line = read_marked(&mut stdout, CHILD_MARKER).expect("child died before it was ready");
         assert_eq!(line, "READY", "child said {line:?}");
         self.children.insert(spec.node, child.id());
         OfiTask { node: spec.node, child, stdin, stdout, spec }
@@ -180,7 +166,7 @@ impl Harness for OfiHarness {
     }
 
     fn join(&mut self, mut task: OfiTask) -> Option<TaskOutcome> {
-        let line = read_marked(&mut task.stdout);
+        let line = read_marked(&mut task.stdout, CHILD_MARKER);
         let _ = task.child.wait();
         self.children.remove(&task.node);
         parse_outcome(&line?)
@@ -212,24 +198,7 @@ fn child_main() {
     let spec = decode_spec(&spec);
     let base: u16 = base.parse().expect("base port");
     let fabric = OfiFabric::open(config(&provider, base, spec.node)).expect("child node");
-    let mut runner = ProgramRunner::new(fabric, &spec).expect("child setup");
-    println!("MU-CHILD READY");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("wait for START");
-    assert_eq!(line.trim(), "START");
-    loop {
-        if let Some(outcome) = runner.step() {
-            println!("MU-CHILD {}", format_outcome(&outcome));
-            return;
-        }
-        if spec.program == Program::Host {
-            std::thread::sleep(Duration::from_millis(1));
-        } else {
-            // The provider's own threads carry the operations: a task that spins without
-            // yielding starves them on a machine with few cores.
-            std::thread::yield_now();
-        }
-    }
+    run_child(fabric, &spec, true);
 }
 
 mod sockets {

@@ -8,10 +8,9 @@
 mod common;
 
 use common::{
-    decode_spec, encode_spec, format_outcome, hold_mid_write, parse_outcome, read_marked,
-    wait_dead, RunDir,
+    decode_spec, encode_spec, hold_mid_write, parse_outcome, read_marked, wait_dead, RunDir,
 };
-use mu_fabric::conformance::{Harness, Program, ProgramRunner, TaskOutcome, TaskSpec};
+use mu_fabric::conformance::{run_child, Harness, Program, TaskOutcome, TaskSpec};
 use mu_fabric::{ConnId, NodeId, RegionId, RemoteAddr};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use std::collections::HashMap;
@@ -145,20 +144,7 @@ fn child_main() {
     };
     let spec = decode_spec(&spec);
     let fabric = ShmFabric::create(ShmConfig::new(dir, CLUSTER_ID, spec.node)).expect("child node");
-    let mut runner = ProgramRunner::new(fabric, &spec).expect("child setup");
-    println!("MU-CHILD READY");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("wait for START");
-    assert_eq!(line.trim(), "START");
-    loop {
-        if let Some(outcome) = runner.step() {
-            println!("MU-CHILD {}", format_outcome(&outcome));
-            return;
-        }
-        if spec.program == Program::Host {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    run_child(fabric, &spec, false);
 }
 
 #[test]

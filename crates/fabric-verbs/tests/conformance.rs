@@ -14,21 +14,19 @@
 #![cfg(feature = "verbs")]
 
 use mu_fabric::conformance::{
-    decode_spec, encode_spec, format_outcome, parse_outcome, Harness, Program, ProgramRunner,
-    TaskOutcome, TaskSpec,
+    decode_spec, encode_spec, parse_outcome, read_marked, run_child, Harness, Program, TaskOutcome,
+    TaskSpec, CHILD_MARKER as MARKER,
 };
 use mu_fabric::{LocalRegion, NodeId};
 use mu_fabric_verbs::{VerbsConfig, VerbsError, VerbsFabric};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const CLUSTER_ID: u64 = 0x6d75_7665_7262;
-/// What the children print before the lines meant for the parent.
-const MARKER: &str = "MU-CHILD ";
 
 pub struct VerbsHarness {
     dir: PathBuf,
@@ -74,20 +72,6 @@ impl Drop for VerbsHarness {
         }
         self.nodes.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn read_marked(stdout: &mut impl BufRead) -> Option<String> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stdout.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        // libtest may print "test child_main ... " before the child's first line.
-        if let Some(at) = line.find(MARKER) {
-            return Some(line[at + MARKER.len()..].trim_end().to_string());
-        }
     }
 }
 
@@ -152,7 +136,7 @@ impl Harness for VerbsHarness {
             .expect("spawn child");
         let stdin = child.stdin.take().expect("child stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("child stdout"));
-        let line = read_marked(&mut stdout).expect("child died before it was ready");
+        let line = read_marked(&mut stdout, MARKER).expect("child died before it was ready");
         assert_eq!(line, "READY", "child said {line:?}");
         self.children.insert(spec.node, child.id());
         VerbsTask { node: spec.node, child, stdin, stdout, spec }
@@ -186,7 +170,7 @@ impl Harness for VerbsHarness {
     }
 
     fn join(&mut self, mut task: VerbsTask) -> Option<TaskOutcome> {
-        let line = read_marked(&mut task.stdout);
+        let line = read_marked(&mut task.stdout, MARKER);
         let _ = task.child.wait();
         self.children.remove(&task.node);
         parse_outcome(&line?)
@@ -205,20 +189,7 @@ fn child_main() {
     let spec = decode_spec(&spec);
     let fabric =
         VerbsFabric::open(VerbsConfig::new(dir, CLUSTER_ID, spec.node)).expect("child node");
-    let mut runner = ProgramRunner::new(fabric, &spec).expect("child setup");
-    println!("{MARKER}READY");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("wait for START");
-    assert_eq!(line.trim(), "START");
-    loop {
-        if let Some(outcome) = runner.step() {
-            println!("{MARKER}{}", format_outcome(&outcome));
-            return;
-        }
-        if spec.program == Program::Host {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    run_child(fabric, &spec, false);
 }
 
 /// Device discovery on this host: either a device, or exactly the "no RDMA device" error.

@@ -13,6 +13,7 @@ use crate::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId,
     OpKind, PermError, PostError, QpState, RegionId, RemoteAddr, Source, Status, WorkRequest,
 };
+use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 /// What a test needs from a backend.
@@ -175,6 +176,55 @@ pub fn parse_outcome(line: &str) -> Option<TaskOutcome> {
         s => Some(s.parse::<Status>().unwrap_or_else(|e| panic!("child said {line:?}: {e}"))),
     };
     Some(TaskOutcome { ops_ok, last_status })
+}
+
+/// What follows `marker` in a line of a child's stdout, if it holds the marker. libtest may have
+/// printed "test child_main ... " before the child's first line, on the same line, so the
+/// marker may be anywhere in a line.
+pub fn marked<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    line.find(marker).map(|at| line[at + marker.len()..].trim_end())
+}
+
+/// The next line of `stdout` that holds `marker`, what follows the marker; `None` once stdout
+/// closed (the child died) first.
+pub fn read_marked(stdout: &mut impl BufRead, marker: &str) -> Option<String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if stdout.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if let Some(said) = marked(&line, marker) {
+            return Some(said.to_string());
+        }
+    }
+}
+
+/// What a task's process prints before each line meant for its harness.
+pub const CHILD_MARKER: &str = "MU-CHILD ";
+
+/// A task's process, once its node is open: registers and connects as `spec` says, prints
+/// `MU-CHILD READY`, waits for a `START` line on stdin, runs the program and prints
+/// `MU-CHILD OUTCOME ...` ([`format_outcome`]). With `yield_between_steps` it yields its CPU
+/// between steps, for backends whose own threads carry the operations (a task that spins
+/// without yielding starves them on a machine with few cores).
+pub fn run_child<F: Fabric>(fabric: F, spec: &TaskSpec, yield_between_steps: bool) {
+    let mut runner = ProgramRunner::new(fabric, spec).expect("child setup");
+    println!("{CHILD_MARKER}READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("wait for START");
+    assert_eq!(line.trim(), "START");
+    loop {
+        if let Some(outcome) = runner.step() {
+            println!("{CHILD_MARKER}{}", format_outcome(&outcome));
+            return;
+        }
+        if spec.program == Program::Host {
+            std::thread::sleep(Duration::from_millis(1));
+        } else if yield_between_steps {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// Runs a [`Program`] one non-blocking step at a time, so that real backends can loop on it and

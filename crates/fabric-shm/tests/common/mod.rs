@@ -104,7 +104,8 @@ pub fn read_back(region: &ShmRegion, offset: usize, len: usize) -> Vec<u8> {
 // The wire forms live in the conformance module, shared with the other backends' harnesses.
 #[allow(unused_imports)]
 pub use mu_fabric::conformance::{
-    assert_spec_round_trips, decode_spec, encode_spec, format_outcome, parse_outcome,
+    assert_spec_round_trips, decode_spec, encode_spec, format_outcome, marked, parse_outcome,
+    read_marked,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -120,28 +121,6 @@ pub fn child_command() -> Command {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     command
-}
-
-/// What follows `marker` in a line of a child's stdout, if it holds the marker. libtest may have
-/// printed "test child_main ... " before the child's first line, on the same line, so the
-/// marker may be anywhere in a line.
-pub fn marked<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
-    line.find(marker).map(|at| line[at + marker.len()..].trim_end())
-}
-
-/// The next line of `stdout` that holds `marker`, what follows the marker; `None` once stdout
-/// closed (the child died) first.
-pub fn read_marked(stdout: &mut impl BufRead, marker: &str) -> Option<String> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if stdout.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if let Some(said) = marked(&line, marker) {
-            return Some(said.to_string());
-        }
-    }
 }
 
 /// A thread that reads `stdout` and sends on what follows `marker` in the lines that hold it;
