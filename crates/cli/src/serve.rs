@@ -7,6 +7,7 @@
 use crate::cluster_cmd::{inspect_pid_file, PidFile};
 use crate::interrupt;
 use mu_fabric::NodeId;
+use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiFabric};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_replica::Replica;
 use mu_service::{ClusterConfig, Server, SharedMachine};
@@ -73,13 +74,9 @@ pub fn run(args: Args) -> Result<(), String> {
             pid_path.display()
         ));
     }
-    let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(args.id))
-        .with_protocol(replica_config.protocol.tag());
-    let fabric = ShmFabric::create(shm).map_err(|e| format!("replica {}: fabric: {e}", args.id))?;
     let machine = SharedMachine::new();
     let started = Instant::now();
-    let replica = Replica::start_with_state(replica_config, fabric, config.mode(), machine.clone())
-        .map_err(|e| format!("replica {}: {e}", args.id))?;
+    let replica = start_replica(&config, args.id, replica_config, machine.clone())?;
     let replica = Arc::new(replica);
     let socket = config.socket_path(args.id);
     let server =
@@ -183,6 +180,35 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
         "" => Err("a level is missing".into()),
         _ => Err(format!("{text:?} is not a level")),
     }
+}
+
+/// Opens this replica's fabric as the configuration says and starts the replica on it.
+fn start_replica(
+    config: &ClusterConfig,
+    id: u16,
+    replica_config: mu_replica::ReplicaConfig,
+    machine: SharedMachine,
+) -> Result<Replica, String> {
+    let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
+    let started = match config.fabric.as_str() {
+        "ofi" => {
+            let nodes = config
+                .ofi_addresses()?
+                .into_iter()
+                .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
+                .collect();
+            let ofi = OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes);
+            let fabric = OfiFabric::open(ofi).map_err(fabric_error)?;
+            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
+        }
+        _ => {
+            let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(id))
+                .with_protocol(replica_config.protocol.tag());
+            let fabric = ShmFabric::create(shm).map_err(fabric_error)?;
+            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
+        }
+    };
+    started.map_err(|e| format!("replica {id}: {e}"))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! ```toml
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
-//! fabric = "shm"              # processes on one host, over shared memory
+//! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
 //! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
 //! replicas = [0, 1, 2]
 //! mode = "direct"             # or "handover" (a pinned, busy-polling replication thread)
@@ -21,6 +21,13 @@
 //!
 //! [metrics]
 //! port_base = 9400            # optional: replica N serves Prometheus text on 127.0.0.1:port_base+N
+//!
+//! [ofi]                       # with fabric = "ofi": libfabric over TCP, replicas on any hosts
+//! provider = "sockets"
+//! [ofi.addresses]             # every replica's host and first port (it uses 5 from there)
+//! 0 = "10.77.0.1:7100"
+//! 1 = "10.77.0.2:7100"
+//! 2 = "10.77.0.3:7100"
 //! ```
 //!
 //! Unknown keys are errors (a misspelt setting must not be silently ignored).
@@ -53,6 +60,25 @@ pub struct ClusterConfig {
     pub detector: DetectorSection,
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// The libfabric fabric's settings; required with `fabric = "ofi"`, refused otherwise.
+    pub ofi: Option<OfiSection>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfiSection {
+    #[serde(default = "default_provider")]
+    pub provider: String,
+    /// Replica id (as a key) to `"host:port"`, the first of the replica's ports.
+    pub addresses: std::collections::BTreeMap<String, String>,
+}
+
+/// Where a replica listens on the libfabric fabric.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfiAddress {
+    pub id: u16,
+    pub host: String,
+    pub base_port: u16,
 }
 
 /// A section may name only some settings: the others keep their defaults.
@@ -80,6 +106,9 @@ pub struct MetricsSection {
 
 fn default_protocol() -> String {
     "mu".into()
+}
+fn default_provider() -> String {
+    "sockets".into()
 }
 fn default_fabric() -> String {
     "shm".into()
@@ -118,11 +147,24 @@ impl ClusterConfig {
     /// Everything that can be checked without touching the machine.
     fn check(&self) -> Result<(), String> {
         self.protocol()?;
-        if self.fabric != "shm" {
-            return Err(format!(
-                "fabric \"{}\" is not available (this build has: \"shm\")",
-                self.fabric
-            ));
+        match (self.fabric.as_str(), &self.ofi) {
+            ("shm", None) => {}
+            ("shm", Some(_)) => {
+                return Err("[ofi] is set but fabric is \"shm\": set fabric = \"ofi\" or remove \
+                            the section"
+                    .into())
+            }
+            ("ofi", None) => {
+                return Err(
+                    "fabric \"ofi\" needs an [ofi] section with every replica's address".into()
+                )
+            }
+            ("ofi", Some(_)) => {
+                self.ofi_addresses()?;
+            }
+            (other, _) => {
+                return Err(format!("fabric \"{other}\": use \"shm\" or \"ofi\""));
+            }
         }
         if !matches!(self.mode.as_str(), "direct" | "handover") {
             return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
@@ -179,6 +221,42 @@ impl ClusterConfig {
         c.detector.failure_threshold = self.detector.failure_threshold;
         c.detector.recovery_threshold = self.detector.recovery_threshold;
         Ok(c)
+    }
+
+    /// Every replica's address on the libfabric fabric, in id order (`fabric = "ofi"`).
+    pub fn ofi_addresses(&self) -> Result<Vec<OfiAddress>, String> {
+        let Some(ofi) = &self.ofi else { return Err("no [ofi] section".into()) };
+        let mut out = Vec::new();
+        for (key, value) in &ofi.addresses {
+            let id: u16 = key
+                .parse()
+                .map_err(|_| format!("ofi.addresses: key {key:?} is not a replica id"))?;
+            if !self.replicas.contains(&id) {
+                return Err(format!("ofi.addresses: replica {id} is not in replicas"));
+            }
+            let (host, port) = value
+                .rsplit_once(':')
+                .ok_or_else(|| format!("ofi.addresses.{id} = {value:?}: write \"host:port\""))?;
+            let base_port: u16 = port
+                .parse()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| format!("ofi.addresses.{id} = {value:?}: bad port {port:?}"))?;
+            if host.is_empty() {
+                return Err(format!("ofi.addresses.{id} = {value:?}: empty host"));
+            }
+            out.push(OfiAddress { id, host: host.to_string(), base_port });
+        }
+        if let Some(missing) = self.replicas.iter().find(|r| !out.iter().any(|a| a.id == **r)) {
+            return Err(format!("ofi.addresses: no address for replica {missing}"));
+        }
+        out.sort_by_key(|a| a.id);
+        Ok(out)
+    }
+
+    /// The libfabric provider (`fabric = "ofi"`).
+    pub fn ofi_provider(&self) -> &str {
+        self.ofi.as_ref().map_or("sockets", |o| o.provider.as_str())
     }
 
     /// The replication engine.

@@ -385,3 +385,29 @@ fn a_run_dir_open_to_other_users_is_refused() {
         assert_eq!(mode_of(&run), mode);
     }
 }
+
+const OFI: &str = "fabric = \"ofi\"\n[ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n\
+                   0 = \"10.1.0.1:7100\"\n1 = \"10.1.0.2:7100\"\n2 = \"host-c:7200\"\n";
+
+#[test]
+fn an_ofi_cluster_lists_every_replica_address() {
+    let c = ClusterConfig::parse(&good(OFI)).expect("a good ofi configuration");
+    let addrs = c.ofi_addresses().unwrap();
+    let seen: Vec<(u16, &str, u16)> =
+        addrs.iter().map(|a| (a.id, a.host.as_str(), a.base_port)).collect();
+    assert_eq!(seen, [(0, "10.1.0.1", 7100), (1, "10.1.0.2", 7100), (2, "host-c", 7200)]);
+    assert_eq!(c.ofi_provider(), "sockets");
+}
+
+#[test]
+fn ofi_settings_are_checked() {
+    refused(&good("fabric = \"ofi\""), &["fabric \"ofi\" needs an [ofi] section"]);
+    refused(&good(&OFI.replace("fabric = \"ofi\"", "")), &["[ofi] is set but fabric is \"shm\""]);
+    refused(&good(&OFI.replace("2 = \"host-c:7200\"\n", "")), &["no address for replica 2"]);
+    refused(&good(&OFI.replace("2 = ", "5 = ")), &["replica 5 is not in replicas"]);
+    refused(&good(&OFI.replace("host-c:7200", "host-c")), &["write \"host:port\""]);
+    refused(&good(&OFI.replace("host-c:7200", "host-c:0")), &["bad port"]);
+    refused(&good(&OFI.replace("host-c:7200", "host-c:70000")), &["bad port"]);
+    refused(&good(&OFI.replace("host-c:7200", ":7200")), &["empty host"]);
+    refused(&good(&OFI.replace("2 = ", "two = ")), &["\"two\" is not a replica id"]);
+}

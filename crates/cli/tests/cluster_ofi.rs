@@ -1,0 +1,86 @@
+//! A key-value cluster on the libfabric fabric (`fabric = "ofi"`, provider `sockets`, over
+//! loopback TCP), as a user runs it: `mu cluster up`, writes, the leader killed, more writes,
+//! and every acknowledged write read back from the survivors, whose states are equal.
+
+mod common;
+
+use common::{mu, ok, Setup};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+/// Ports each replica uses from its base (its channels and its liveness port), rounded up.
+const PORTS_PER_REPLICA: u16 = 10;
+
+/// A base port with `3 * PORTS_PER_REPLICA` free ports after it.
+fn free_ports() -> u16 {
+    let spread = (std::process::id() % 1000) as u16;
+    (0..1000)
+        .map(|n| 30_000 + ((spread + n) % 1000) * 3 * PORTS_PER_REPLICA)
+        .find(|&base| {
+            (0..3 * PORTS_PER_REPLICA).all(|p| TcpListener::bind(("127.0.0.1", base + p)).is_ok())
+        })
+        .expect("a block of free ports on loopback")
+}
+
+fn status(setup: &Setup) -> Vec<serde_json::Value> {
+    let out = ok(mu(&["cluster", "status", "--config", setup.config(), "--json"]));
+    serde_json::from_str(&out).expect("status JSON")
+}
+
+#[test]
+fn a_kv_cluster_on_ofi_survives_its_leader() {
+    let setup = Setup::new("ofi", 0x0f1);
+    let base = free_ports();
+    let text = format!(
+        "cluster_id = {}\nfabric = \"ofi\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+         [log]\nslots = 1024\nslot_bytes = 1024\n\n\
+         # Round trips cost about 100 µs here, and milliseconds at their tail.\n\
+         [detector]\nread_period_us = 20000\n\n\
+         [ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n\
+         0 = \"127.0.0.1:{}\"\n1 = \"127.0.0.1:{}\"\n2 = \"127.0.0.1:{}\"\n",
+        0x0f1,
+        setup.run_dir.display(),
+        base,
+        base + PORTS_PER_REPLICA,
+        base + 2 * PORTS_PER_REPLICA
+    );
+    std::fs::write(&setup.config, text).expect("config file");
+    ok(mu(&["cluster", "up", "--config", setup.config()]));
+    let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        ok(mu(&["kv", "put", k, &format!("v-{k}"), "--config", setup.config()]));
+    }
+
+    // Kill the replica the others agree leads.
+    let before = status(&setup);
+    let leader = before[1]["leader"].as_u64().expect("a leader") as usize;
+    let pid = before[leader]["pid"].as_u64().expect("the leader's pid") as i32;
+    // SAFETY: kill takes a pid and a signal, no memory; the pid is the leader replica's, which
+    // `mu cluster status` just read from its live process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let killed = Instant::now();
+    ok(mu(&["kv", "put", "after", "the-kill", "--config", setup.config()]));
+    eprintln!("first write after the kill acknowledged {:?} after it", killed.elapsed());
+
+    for k in &keys {
+        assert_eq!(ok(mu(&["kv", "get", k, "--config", setup.config()])).trim(), format!("v-{k}"));
+    }
+    assert_eq!(ok(mu(&["kv", "get", "after", "--config", setup.config()])).trim(), "the-kill");
+
+    // The survivors apply the same entries: wait for them to agree, then compare digests.
+    let start = Instant::now();
+    loop {
+        let now = status(&setup);
+        let live: Vec<&serde_json::Value> =
+            now.iter().filter(|r| r["up"].as_bool() == Some(true)).collect();
+        assert_eq!(live.len(), 2, "{now:?}");
+        let same_applied = live[0]["applied"] == live[1]["applied"];
+        if same_applied && live[0]["digest"] == live[1]["digest"] {
+            assert_ne!(live[0]["leader"].as_u64(), Some(leader as u64));
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "survivors differ: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ok(mu(&["cluster", "down", "--config", setup.config()]));
+}
