@@ -247,12 +247,12 @@ impl Endpoint for OfiEndpoint {
         let ctx = context(self.token, index as u64);
         let words: *mut [u64; 3] = &mut *slot.words;
         let deadline = Instant::now() + Duration::from_secs(2);
+        let ep = &channel.ep;
         let posted = loop {
             // SAFETY: the bytes an operation reads or writes stay put until it completes: local
             // region memory is kept alive by the slot's region (and leaked with the slot if the
             // endpoint drops first), a compare-and-swap's words are the slot's box, and inline
             // data is copied by the provider before the call returns (FI_INJECT).
-            let ep = &channel.ep;
             let r = unsafe {
                 match (wr.op, &local) {
                     (Op::Write { source: Source::Inline(d), .. }, _) => {

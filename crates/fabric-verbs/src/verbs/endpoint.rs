@@ -394,7 +394,7 @@ impl VerbsEndpoint {
                 handle.setup_write(rkey, addr).setup_inline_data(data)
             }
             Prepared::Marker => handle.setup_write(0, 0).setup_inline_data(&[]),
-            // SAFETY (the three arms below): each scatter entry names memory registered under the
+            // SAFETY: each scatter entry names memory registered under the
             // key it carries — a local region (kept alive by the node's region table and this
             // endpoint's cache) or this endpoint's scratch words — for as long as the request can
             // run: the registrations are dropped only with their owners, after which the NIC
@@ -407,6 +407,8 @@ impl VerbsEndpoint {
                     h.setup_sge(lkey, local_addr, len)
                 }
             },
+            // SAFETY: as for the write above: the read's target memory is a registered local
+            // region kept alive as long as the request can run.
             Prepared::Read { rkey, addr, lkey, local_addr, len } => unsafe {
                 let h = handle.setup_read(rkey, addr);
                 if len == 0 {
@@ -415,6 +417,8 @@ impl VerbsEndpoint {
                     h.setup_sge(lkey, local_addr, len)
                 }
             },
+            // SAFETY: as above: the result lands in this endpoint's scratch words, which live as
+            // long as the endpoint.
             Prepared::CompareSwap { rkey, addr, expected, desired } => unsafe {
                 handle
                     .setup_atomic_compare_swap(rkey, addr, expected, desired)
