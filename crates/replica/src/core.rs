@@ -162,14 +162,7 @@ impl<F: Fabric> ReplicaCore<F> {
             Leader::scratch_bytes(&replicas, &layout),
             Access::NONE,
         )?;
-        let background =
-            fabric.register_region(crate::layout::BACKGROUND_REGION, BACKGROUND_BYTES, rw)?;
-        // Peers read snapshots from it; nobody else writes it.
-        let snapshot = fabric.register_region(
-            crate::layout::SNAPSHOT_REGION,
-            crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
-            Access::READ,
-        )?;
+        let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
         let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
 
         let mut leader = Leader::new(LeaderConfig {
@@ -181,14 +174,8 @@ impl<F: Fabric> ReplicaCore<F> {
         })
         .map_err(StartError::Other)?;
         leader.set_applied_members(members);
-        let depth = queue_depth(config);
-        let mut replication_ep = fabric.endpoint(depth)?;
-        let mut background_ep = fabric.endpoint(depth)?;
-        for &peer in replicas.ids().iter().filter(|&&p| p != config.me) {
-            replication_ep
-                .attach(ConnId::new(peer, crate::layout::replication_channel(config.me, peer)))?;
-            background_ep.attach(ConnId::new(peer, background_channel(config.me, peer)))?;
-        }
+        let (replication_ep, background_ep) =
+            ReplicaCore::endpoints(config, &fabric, &replicas, queue_depth(config))?;
         let mem = FabricMemory { log: log.clone(), scratch, shared: shared.clone() };
         let replication = ReplicationDriver::new(
             fabric.clone(),
@@ -200,29 +187,16 @@ impl<F: Fabric> ReplicaCore<F> {
             snapshot.clone(),
             replication_ep,
             boot_id,
-            Settings {
-                permission_timeout_ns: config.permission_timeout_ns,
-                log_full_timeout_ns: config.log_full_timeout_ns,
-                batch_requests_max: config.batch_requests_max,
-                snapshot_bytes_max: config.snapshot_bytes_max,
-            },
+            Settings::of(config),
         );
-        let background = BackgroundDriver::new(
+        let background = ReplicaCore::background_driver(
+            config,
             fabric,
             replicas,
-            config.detector.clone(),
-            log,
-            background,
-            snapshot,
-            TransferSettings {
-                slots_count: config.slots_count,
-                snapshot_bytes_max: config.snapshot_bytes_max,
-                timeout_ns: config.permission_timeout_ns,
-            },
+            (log, background, snapshot),
             background_ep,
             shared,
-        )
-        .map_err(StartError::Other)?;
+        )?;
         Ok(ReplicaCore { replication: ReplicationPlane::Mu(replication), background })
     }
 
@@ -245,16 +219,7 @@ impl<F: Fabric> ReplicaCore<F> {
             velos_layout.region_bytes(),
             Access::ALL,
         )?;
-        let background = fabric.register_region(
-            crate::layout::BACKGROUND_REGION,
-            BACKGROUND_BYTES,
-            Access::READ_WRITE,
-        )?;
-        let snapshot = fabric.register_region(
-            crate::layout::SNAPSHOT_REGION,
-            crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
-            Access::READ,
-        )?;
+        let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
         let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
         let me_pos = replicas.position(config.me).expect("validated");
         let proposer = mu_velos::Proposer::new(mu_velos::ProposerConfig {
@@ -266,19 +231,9 @@ impl<F: Fabric> ReplicaCore<F> {
         .map_err(StartError::Other)?;
         // A write and a CAS per acceptor for the accept and for each prepare of the window.
         let depth = (4 * (config.prepare_ahead + 2) * replicas.len()).clamp(256, 1 << 16);
-        let mut replication_ep = fabric.endpoint(depth)?;
-        let mut background_ep = fabric.endpoint(queue_depth(config))?;
-        for &peer in replicas.ids().iter().filter(|&&p| p != config.me) {
-            replication_ep
-                .attach(ConnId::new(peer, crate::layout::replication_channel(config.me, peer)))?;
-            background_ep.attach(ConnId::new(peer, background_channel(config.me, peer)))?;
-        }
-        let settings = Settings {
-            permission_timeout_ns: config.permission_timeout_ns,
-            log_full_timeout_ns: config.log_full_timeout_ns,
-            batch_requests_max: config.batch_requests_max,
-            snapshot_bytes_max: config.snapshot_bytes_max,
-        };
+        let (replication_ep, background_ep) =
+            ReplicaCore::endpoints(config, &fabric, replicas, depth)?;
+        let settings = Settings::of(config);
         let replication = VelosDriver::new(
             fabric.clone(),
             replicas.clone(),
@@ -291,9 +246,67 @@ impl<F: Fabric> ReplicaCore<F> {
             shared.clone(),
             settings,
         );
-        let background = BackgroundDriver::new(
+        let background = ReplicaCore::background_driver(
+            config,
             fabric,
             replicas.clone(),
+            (log, background, snapshot),
+            background_ep,
+            shared,
+        )?;
+        Ok(ReplicaCore { replication: ReplicationPlane::Velos(replication), background })
+    }
+
+    /// The background plane's region and the snapshot region, the same under both engines.
+    fn background_regions(
+        config: &ReplicaConfig,
+        fabric: &F,
+    ) -> Result<(F::Region, F::Region), StartError> {
+        let background = fabric.register_region(
+            crate::layout::BACKGROUND_REGION,
+            BACKGROUND_BYTES,
+            Access::READ_WRITE,
+        )?;
+        // Peers read snapshots from it; nobody else writes it.
+        let snapshot = fabric.register_region(
+            crate::layout::SNAPSHOT_REGION,
+            crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
+            Access::READ,
+        )?;
+        Ok((background, snapshot))
+    }
+
+    /// The replication plane's endpoint (of `replication_depth` entries) and the background
+    /// plane's, each with its connection to every peer attached.
+    fn endpoints(
+        config: &ReplicaConfig,
+        fabric: &F,
+        replicas: &mu_replication::ReplicaSet,
+        replication_depth: usize,
+    ) -> Result<(F::Endpoint, F::Endpoint), StartError> {
+        let mut replication_ep = fabric.endpoint(replication_depth)?;
+        let mut background_ep = fabric.endpoint(queue_depth(config))?;
+        for &peer in replicas.ids().iter().filter(|&&p| p != config.me) {
+            replication_ep
+                .attach(ConnId::new(peer, crate::layout::replication_channel(config.me, peer)))?;
+            background_ep.attach(ConnId::new(peer, background_channel(config.me, peer)))?;
+        }
+        Ok((replication_ep, background_ep))
+    }
+
+    /// The background plane's driver, the same under both engines: `regions` are the log (whose
+    /// head it publishes), the background region and the snapshot region.
+    fn background_driver(
+        config: &ReplicaConfig,
+        fabric: F,
+        replicas: mu_replication::ReplicaSet,
+        (log, background, snapshot): (F::Region, F::Region, F::Region),
+        background_ep: F::Endpoint,
+        shared: Arc<Shared>,
+    ) -> Result<BackgroundDriver<F>, StartError> {
+        BackgroundDriver::new(
+            fabric,
+            replicas,
             config.detector.clone(),
             log,
             background,
@@ -306,8 +319,7 @@ impl<F: Fabric> ReplicaCore<F> {
             background_ep,
             shared,
         )
-        .map_err(StartError::Other)?;
-        Ok(ReplicaCore { replication: ReplicationPlane::Velos(replication), background })
+        .map_err(StartError::Other)
     }
 
     /// The leader this replica's failure detector elected.

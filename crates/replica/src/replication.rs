@@ -75,6 +75,18 @@ pub(crate) struct Settings {
     pub snapshot_bytes_max: usize,
 }
 
+impl Settings {
+    /// The settings `config` gives (both engines' drivers take them).
+    pub(crate) fn of(config: &crate::config::ReplicaConfig) -> Settings {
+        Settings {
+            permission_timeout_ns: config.permission_timeout_ns,
+            log_full_timeout_ns: config.log_full_timeout_ns,
+            batch_requests_max: config.batch_requests_max,
+            snapshot_bytes_max: config.snapshot_bytes_max,
+        }
+    }
+}
+
 /// What the replication plane needs from the application: the decided entries, in log order,
 /// and for state transfer (a replica that lost its log, or fell more than a log behind, gets
 /// another's state) snapshots taken and restored.

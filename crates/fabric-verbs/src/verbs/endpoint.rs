@@ -394,11 +394,9 @@ impl VerbsEndpoint {
                 handle.setup_write(rkey, addr).setup_inline_data(data)
             }
             Prepared::Marker => handle.setup_write(0, 0).setup_inline_data(&[]),
-            // SAFETY: each scatter entry names memory registered under the
-            // key it carries — a local region (kept alive by the node's region table and this
-            // endpoint's cache) or this endpoint's scratch words — for as long as the request can
-            // run: the registrations are dropped only with their owners, after which the NIC
-            // cannot touch the memory (deregistration stops it).
+            // SAFETY: the scatter entry names memory registered under its key (a local region
+            // kept by the region table and this endpoint's cache) for as long as the request can
+            // run; registrations drop only with their owners, and deregistration stops the NIC.
             Prepared::Write { rkey, addr, lkey, local_addr, len } => unsafe {
                 let h = handle.setup_write(rkey, addr);
                 if len == 0 {

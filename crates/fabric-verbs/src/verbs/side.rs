@@ -98,13 +98,13 @@ impl Side {
         self.word.store(word.pack(), Ordering::Release);
     }
 
+    #[allow(clippy::mut_from_ref)]
     /// The queue pair for posting.
     ///
     /// # Safety
     ///
     /// Only the endpoint the connection is attached to may call this, and it must not hold two
     /// of the returned references at once.
-    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn qp_for_posting(&self) -> &mut ExtendedQueuePair {
         // SAFETY: exclusive by the caller's contract; the control plane never forms a reference
         // to the sideway object (it uses `raw`).
