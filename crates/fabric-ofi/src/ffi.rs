@@ -59,7 +59,6 @@ extern "C" {
         service: *const c_char,
         addr: *mut u64,
     ) -> c_int;
-    fn mu_ofi_av_remove(e: *mut RawEp, addr: u64) -> c_int;
     fn mu_ofi_mr_reg(
         d: *mut RawDomain,
         buf: *mut c_void,
@@ -302,12 +301,6 @@ impl RawEndpoint {
         } else {
             Err(format!("fi_av_insertsvc {host}:{port}: {}", strerror(rc as i64)))
         }
-    }
-
-    /// Forgets an address of this endpoint's table (the provider drops its connection to it).
-    pub fn remove_address(&self, addr: u64) {
-        // SAFETY: the endpoint is live; removing an unknown address is an error we ignore.
-        unsafe { mu_ofi_av_remove(self.raw.as_ptr(), addr) };
     }
 
     /// Posts a write of `len` bytes at `buf` to `offset` in the registration `key` of `dest`.

@@ -36,11 +36,18 @@ impl Liveness {
         let acceptor = std::thread::Builder::new()
             .name("mu-ofi-liveness".into())
             .spawn(move || {
-                let mut held = Vec::new();
+                let mut held: Vec<TcpStream> = Vec::new();
                 while !stopping.load(Ordering::Acquire) {
                     match listener.accept() {
-                        Ok((stream, _)) => held.push(stream),
+                        Ok((stream, _)) => {
+                            if stream.set_nonblocking(true).is_ok() {
+                                held.push(stream);
+                            }
+                        }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            // A watcher that closed its end (it bound again, or died) is let go,
+                            // so that connections do not pile up over many bindings.
+                            held.retain(|s| !closed_by_peer(s));
                             std::thread::sleep(Duration::from_millis(5))
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -75,24 +82,29 @@ impl Liveness {
         let mut watched = self.watched.lock().expect("liveness lock");
         let Some(w) = watched.get_mut(&peer) else { return false };
         if !w.dead {
-            let mut byte = 0u8;
-            // SAFETY: a non-blocking peek of at most one byte into a local; no memory is kept.
-            let n = unsafe {
-                libc::recv(
-                    w.stream.as_raw_fd(),
-                    (&mut byte as *mut u8).cast(),
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            w.dead = n == 0
-                || (n < 0 && {
-                    let e = std::io::Error::last_os_error();
-                    !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
-                });
+            w.dead = closed_by_peer(&w.stream);
         }
         w.dead
     }
+}
+
+/// Whether the other end closed `stream` (end of file) or it broke; the peer never sends.
+fn closed_by_peer(stream: &TcpStream) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking peek of at most one byte into a local; no memory is kept.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+        || (n < 0 && {
+            let e = std::io::Error::last_os_error();
+            !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
+        })
 }
 
 impl Drop for Liveness {

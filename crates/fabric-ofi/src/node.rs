@@ -41,10 +41,12 @@ pub(crate) struct Channel {
 struct Mail {
     /// Completions of each live endpoint, by token.
     boxes: HashMap<u16, VecDeque<RawCompletion>>,
-    /// Control-plane completions by number.
-    control: HashMap<u64, RawCompletion>,
-    /// Control operations given up on, with the buffer the provider may still write into.
-    abandoned: HashMap<u64, Box<[u8]>>,
+    /// Buffers of control reads under way, by number: kept until the provider is done.
+    pending: HashMap<u64, Box<[u8]>>,
+    /// Control-plane completions by number, with their buffers.
+    control: HashMap<u64, (RawCompletion, Box<[u8]>)>,
+    /// Control reads nobody will collect: dropped when they complete.
+    abandoned: std::collections::HashSet<u64>,
 }
 
 impl Channel {
@@ -63,13 +65,6 @@ impl Channel {
         Ok(a)
     }
 
-    /// Forgets the peer's address, so that the next use connects anew.
-    fn forget(&self, peer: NodeId) {
-        if let Some(a) = self.addresses.lock().expect("addresses").remove(&peer) {
-            self.ep.remove_address(a);
-        }
-    }
-
     /// Reads what the completion queue holds (driving the provider's progress) and sorts it.
     fn pump(&self, mail: &mut Mail) {
         let mut raw = [RawCompletion::default(); 16];
@@ -82,8 +77,11 @@ impl Channel {
                 let token = (c.context >> TOKEN_SHIFT) as u16;
                 if token == CONTROL_TOKEN {
                     let number = c.context & ((1 << TOKEN_SHIFT) - 1);
-                    if mail.abandoned.remove(&number).is_none() {
-                        mail.control.insert(number, *c);
+                    let buf = mail.pending.remove(&number);
+                    if !mail.abandoned.remove(&number) {
+                        if let Some(buf) = buf {
+                            mail.control.insert(number, (*c, buf));
+                        }
                     }
                 } else if let Some(q) = mail.boxes.get_mut(&token) {
                     q.push_back(*c);
@@ -144,6 +142,10 @@ pub(crate) struct SideState {
     /// A right was taken away and no fence has completed since: until one does, bytes the
     /// peer sent before may still land.
     unfenced: bool,
+    /// The fence read under way for the latest right taken away, if any: a revocation that
+    /// gave up waiting leaves it running, and the next one waits for the same read, so that a
+    /// peer that answers late (or whose connection breaks) ends the wait without a new post.
+    fence: Option<u64>,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -349,66 +351,109 @@ impl Node {
             mail: Mutex::new(Mail::default()),
             addresses: Mutex::new(HashMap::new()),
         });
+        // Every peer goes into the address table at once and stays: a connection a peer opens
+        // to this endpoint is then adopted for this side's own operations to it (when this
+        // side has none yet), instead of this side opening a second one (see `fence`).
+        for &peer in self.config.nodes.keys().filter(|&&n| n != self.id) {
+            let _ = c.address(self, peer);
+        }
         channels[channel as usize] = Some(c.clone());
         Ok(c)
     }
 
-    /// Reads the peer's identity through `channel`: the binding handshake, and the fence of a
-    /// revocation (see `fence`). `Err(None)` when `timeout` passed first.
-    fn read_identity(
+    /// Posts a read of the peer's identity through `channel` (the binding handshake, and the
+    /// fence of a revocation); returns its number, for `wait_control`. `Err(None)` when the
+    /// provider kept refusing it until `deadline`.
+    fn post_identity_read(
         &self,
         channel: &Channel,
         dest: u64,
-        timeout: Duration,
-    ) -> Result<Box<[u8]>, Option<String>> {
+        deadline: Instant,
+    ) -> Result<u64, Option<String>> {
         let number = self.next_control.fetch_add(1, Ordering::Relaxed);
         let mut buf: Box<[u8]> = vec![0u8; IDENTITY_BYTES].into_boxed_slice();
+        let ptr = buf.as_mut_ptr();
         let ctx = context(CONTROL_TOKEN, number);
-        let deadline = Instant::now() + timeout;
+        // Parked before posting: the completion may come before the post returns.
+        channel.mail.lock().expect("channel mail").pending.insert(number, buf);
         loop {
-            // SAFETY: `buf` is a heap buffer that is either returned after the read completes or
-            // parked in `abandoned` until it does; it is never freed while the provider may
-            // write into it.
-            match unsafe {
-                channel.ep.read(buf.as_mut_ptr(), IDENTITY_BYTES, dest, 0, IDENTITY_KEY, ctx)
-            } {
-                Ok(()) => break,
+            // SAFETY: `ptr` is the heap buffer parked in `pending` (moving its box does not move
+            // it), which is dropped only once the read completed or never went out.
+            match unsafe { channel.ep.read(ptr, IDENTITY_BYTES, dest, 0, IDENTITY_KEY, ctx) } {
+                Ok(()) => return Ok(number),
                 Err(PostFailure::Again) if Instant::now() < deadline => {
                     channel.progress();
                     std::thread::yield_now();
                 }
-                Err(PostFailure::Again) => return Err(None),
-                Err(PostFailure::Error(e)) => {
-                    return Err(Some(crate::ffi::strerror(e as i64)));
+                Err(failure) => {
+                    channel.mail.lock().expect("channel mail").pending.remove(&number);
+                    return Err(match failure {
+                        PostFailure::Again => None,
+                        PostFailure::Error(e) => Some(crate::ffi::strerror(e as i64)),
+                    });
                 }
             }
         }
+    }
+
+    /// Waits until control read `number` completes or `deadline` passes (`None`).
+    fn wait_control(
+        &self,
+        channel: &Channel,
+        number: u64,
+        deadline: Instant,
+    ) -> Option<Result<Box<[u8]>, String>> {
         loop {
             {
                 let mut mail = channel.mail.lock().expect("channel mail");
                 channel.pump(&mut mail);
-                if let Some(c) = mail.control.remove(&number) {
-                    return if c.err == 0 {
+                if let Some((c, buf)) = mail.control.remove(&number) {
+                    return Some(if c.err == 0 {
                         Ok(buf)
                     } else {
-                        Err(Some(crate::ffi::strerror(c.err as i64)))
-                    };
+                        Err(crate::ffi::strerror(c.err as i64))
+                    });
                 }
                 if Instant::now() >= deadline {
-                    mail.abandoned.insert(number, buf);
-                    return Err(None);
+                    return None;
                 }
             }
             std::thread::yield_now();
         }
     }
 
+    /// Nobody will collect control read `number`: its completion is dropped when it comes.
+    fn abandon_control(&self, channel: &Channel, number: u64) {
+        let mut mail = channel.mail.lock().expect("channel mail");
+        if mail.control.remove(&number).is_none() && mail.pending.contains_key(&number) {
+            mail.abandoned.insert(number);
+        }
+    }
+
+    /// Reads the peer's identity through `channel`, waiting at most `timeout` (`Err(None)`).
+    fn read_identity(
+        &self,
+        channel: &Channel,
+        dest: u64,
+        timeout: Duration,
+    ) -> Result<Box<[u8]>, Option<String>> {
+        let deadline = Instant::now() + timeout;
+        let number = self.post_identity_read(channel, dest, deadline)?;
+        match self.wait_control(channel, number, deadline) {
+            Some(result) => result.map_err(Some),
+            None => {
+                self.abandon_control(channel, number);
+                Err(None)
+            }
+        }
+    }
+
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let channel = self.channel(conn.channel)?;
-        // A new connection for a new binding: after an error some providers (ofi_rxm) keep the
-        // old one broken for good.
-        channel.forget(conn.peer);
+        // The address stays in the table: removing it would make the provider open another
+        // connection to the peer while the peer may go on writing on the first (see `fence`).
+        // The provider itself replaces a connection that broke (the peer restarted).
         let dest = channel.address(self, conn.peer)?;
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let bytes = self.read_identity(&channel, dest, timeout).map_err(|e| {
@@ -489,35 +534,69 @@ impl Node {
 
     /// After a right was taken away: waits until nothing the peer sent before can still land.
     /// The registrations are already closed, so anything the provider starts from now on is
-    /// refused; what remains is an operation it had started, whose bytes arrive on the same
-    /// connection. A round trip on that connection (reading the peer's identity) comes back
-    /// after all of them (the provider handles a connection's bytes in order). A peer that
-    /// cannot answer because it is dead sends nothing more either.
-    fn fence(&self, conn: ConnId, side: &SideState, timeout: Duration) -> Result<(), String> {
-        if side.binding.is_none() {
+    /// refused; what remains is an operation it had started, whose bytes arrive on the peer's
+    /// connection. A round trip (reading the peer's identity) on that connection comes back
+    /// after all of them, as the provider handles a connection's bytes in order; a read that
+    /// fails because the connection broke means nothing more comes on it either.
+    ///
+    /// Known limit: the provider may hold two connections between the same two endpoints (one
+    /// opened by each side, when both connect at once), and this round trip goes on this side's.
+    /// Keeping every peer in the address table from the start and never removing it makes the
+    /// provider adopt the peer's connection whenever it has none of its own, which leaves the
+    /// simultaneous first contact as the case not covered (docs/fabric.md).
+    ///
+    /// The read is posted once per right taken away and may outlive this call (`st.fence`).
+    fn fence(&self, conn: ConnId, st: &mut SideState, timeout: Duration) -> Result<(), String> {
+        if st.binding.is_none() {
             return Ok(());
         }
+        let deadline = Instant::now() + timeout;
         let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
-        let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
-        match self.read_identity(&channel, dest, timeout) {
-            Ok(_) => Ok(()),
-            Err(Some(_dead)) => Ok(()),
-            Err(None) => Err(format!("no fence answer within {} µs", timeout.as_micros())),
+        let number = match st.fence {
+            Some(number) => number,
+            None => {
+                let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
+                let number = match self.post_identity_read(&channel, dest, deadline) {
+                    Ok(number) => number,
+                    // The provider refused the read: the connection is gone, and with it
+                    // everything the peer sent on it.
+                    Err(Some(_broken)) => return Ok(()),
+                    Err(None) => return Err("the fence could not be posted".into()),
+                };
+                st.fence = Some(number);
+                number
+            }
+        };
+        match self.wait_control(&channel, number, deadline) {
+            Some(_answered_or_broken) => {
+                st.fence = None;
+                Ok(())
+            }
+            None => Err(format!("no fence answer within {} µs", timeout.as_micros())),
         }
     }
 
     /// Brings the side's registrations in line with its state and flags and, if a right was
-    /// taken away now or earlier without a fence, fences, waiting at most `timeout`.
+    /// taken away now or earlier without a fence, fences, waiting at most `timeout`. The
+    /// node's control lock is released before the wait: a peer slow to answer holds up only
+    /// this side.
     fn revoke(
         &self,
-        control: &Control,
+        control: MutexGuard<'_, Control>,
         conn: ConnId,
         st: &mut SideState,
         timeout: Duration,
     ) -> Result<(), String> {
-        if self.sync_registrations(control, conn, st) && st.binding.is_some() {
+        if self.sync_registrations(&control, conn, st) && st.binding.is_some() {
             st.unfenced = true;
+            // A read posted before this right was taken away does not cover it.
+            if let Some(old) = st.fence.take() {
+                if let Ok(channel) = self.channel(conn.channel) {
+                    self.abandon_control(&channel, old);
+                }
+            }
         }
+        drop(control);
         if st.unfenced {
             self.fence(conn, st, timeout)?;
             st.unfenced = false;
@@ -550,6 +629,7 @@ impl Node {
                         epoch: 0,
                         attached: false,
                         unfenced: false,
+                        fence: None,
                         registrations: Vec::new(),
                     }),
                 })
@@ -568,6 +648,7 @@ impl Node {
                     epoch: 0,
                     attached: false,
                     unfenced: false,
+                    fence: None,
                     registrations: Vec::new(),
                 }),
             })
@@ -645,18 +726,30 @@ impl Fabric for OfiFabric {
 
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
         let node = &self.node;
+        // Binding reads the peer's identity over the network: done before any lock is taken,
+        // so that a peer slow to answer (or cut off) holds up only this call, never the node's
+        // other connections or its data path.
+        let binding = if to == QpState::ReadyToReceive {
+            let from = node.side(conn).st.lock().expect("side").state;
+            if !from.can_move_to(to) {
+                return Err(FabricError::InvalidTransition { conn, from, to });
+            }
+            Some(node.bind(conn)?)
+        } else {
+            None
+        };
         let mut control = node.control.lock().expect("control");
         let side = Node::lock_side(&mut control, conn).clone();
         let mut st = side.st.lock().expect("side");
         if !st.state.can_move_to(to) {
             return Err(FabricError::InvalidTransition { conn, from: st.state, to });
         }
+        let slow = Duration::from_millis(node.config.slow_fence_ms);
         match to {
             QpState::Reset | QpState::Error => {
                 st.state = to;
                 st.epoch += 1;
-                let slow = Duration::from_millis(node.config.slow_fence_ms);
-                node.revoke(&control, conn, &mut st, slow)
+                node.revoke(control, conn, &mut st, slow)
                     .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
                 if to == QpState::Reset {
                     st.binding = None;
@@ -668,8 +761,7 @@ impl Fabric for OfiFabric {
                 st.access = access;
             }
             QpState::ReadyToReceive => {
-                let binding = node.bind(conn)?;
-                st.binding = Some(binding);
+                st.binding = binding;
                 st.state = to;
                 st.access = access;
                 node.sync_registrations(&control, conn, &mut st);
@@ -677,8 +769,7 @@ impl Fabric for OfiFabric {
             QpState::ReadyToSend => {
                 st.state = to;
                 st.access = access;
-                let slow = Duration::from_millis(node.config.slow_fence_ms);
-                node.revoke(&control, conn, &mut st, slow)
+                node.revoke(control, conn, &mut st, slow)
                     .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
             }
         }
@@ -699,11 +790,15 @@ impl Fabric for OfiFabric {
         }
         st.access = access;
         let fast = Duration::from_micros(node.config.fast_fence_us);
-        if node.revoke(&control, conn, &mut st, fast).is_err() {
+        if node.revoke(control, conn, &mut st, fast).is_err() {
             // As RDMA may when flags change under load: the side is now in error, and stays
-            // unfenced until the slow path's fence is answered.
+            // unfenced (its fence read still under way) until the slow path's wait ends.
             st.state = QpState::Error;
             st.epoch += 1;
+            // The control lock comes before a side's: let go of the side to take both.
+            drop(st);
+            let control = node.control.lock().expect("control");
+            let mut st = side.st.lock().expect("side");
             node.sync_registrations(&control, conn, &mut st);
             return Err(PermError::Busy(conn));
         }
@@ -724,16 +819,21 @@ impl Fabric for OfiFabric {
         // answer within `slow_fence_ms` (stopped, or cut off while its connection lives) may
         // still have an operation half received, whose bytes would land when it goes on: no
         // barrier can be claimed, and the side stays in reset, unfenced, until a later call's
-        // fence is answered — or fails because the peer's connection broke (it died), which
-        // ends every operation it had under way.
+        // wait sees the fence answered — or failed because the connection broke (the peer
+        // died, or the kernel gave up retransmitting to it), which ends every operation it
+        // had under way on it.
         st.state = QpState::Reset;
         st.epoch += 1;
         let slow = Duration::from_millis(node.config.slow_fence_ms);
-        node.revoke(&control, conn, &mut st, slow)
+        node.revoke(control, conn, &mut st, slow)
             .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
         // Init, ready-to-receive (still bound to the same incarnation), ready-to-send.
         st.state = QpState::ReadyToSend;
         st.access = access;
+        // The control lock comes before a side's: let go of the side to take both.
+        drop(st);
+        let control = node.control.lock().expect("control");
+        let mut st = side.st.lock().expect("side");
         node.sync_registrations(&control, conn, &mut st);
         Ok(())
     }
