@@ -107,6 +107,11 @@ static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 static void tune_providers(void)
 {
 	setenv("FI_SOCKETS_PE_WAITTIME", "0", 0);
+	/* Opening a connection happens inside the post that needs it, which blocks the posting
+	 * thread until the peer answers or this many milliseconds pass. A peer on a working
+	 * network answers within a millisecond; one that is cut off never does, and the default
+	 * let such a post hold a replica's background thread (its heartbeat) for seconds. */
+	setenv("FI_SOCKETS_CONN_TIMEOUT", "200", 0);
 }
 
 int mu_ofi_domain_open(const char *provider, const char *node, const char *service,

@@ -70,7 +70,7 @@ impl OfiConfig {
             cluster_id,
             node,
             nodes,
-            connect_timeout_ms: 2_000,
+            connect_timeout_ms: 500,
             // A fence is a round trip through both sides' provider threads: about 100 µs here,
             // but milliseconds at its p99.9 on a loaded machine. Too short a wait reports a
             // peer with nothing in flight as busy.

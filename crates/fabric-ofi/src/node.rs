@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How many connect timeouts a binding read stays out before it is given up and posted anew.
+const BIND_PATIENCE: u32 = 10;
+
 /// Completion-queue entries per channel endpoint.
 const CHANNEL_CQ_DEPTH: usize = 4096;
 
@@ -169,6 +172,10 @@ pub(crate) struct Node {
     channels: Mutex<Vec<Option<Arc<Channel>>>>,
     next_token: AtomicU16,
     next_control: AtomicU64,
+    /// Binding reads that outlived the call that posted them, by (channel, peer), with when
+    /// they were posted: a peer that did not answer in time (cut off, or gone with its
+    /// connection still open) is not waited for again by every later call.
+    binds_under_way: Mutex<HashMap<(u8, NodeId), (u64, Instant)>>,
     identity_bytes: Arc<Memory>,
     liveness: Liveness,
     stop: Arc<AtomicBool>,
@@ -223,6 +230,7 @@ impl OfiFabric {
             channels: Mutex::new(vec![None; CHANNELS as usize]),
             next_token: AtomicU16::new(1),
             next_control: AtomicU64::new(1),
+            binds_under_way: Mutex::new(HashMap::new()),
             identity_bytes,
             liveness,
             stop,
@@ -430,24 +438,6 @@ impl Node {
         }
     }
 
-    /// Reads the peer's identity through `channel`, waiting at most `timeout` (`Err(None)`).
-    fn read_identity(
-        &self,
-        channel: &Channel,
-        dest: u64,
-        timeout: Duration,
-    ) -> Result<Box<[u8]>, Option<String>> {
-        let deadline = Instant::now() + timeout;
-        let number = self.post_identity_read(channel, dest, deadline)?;
-        match self.wait_control(channel, number, deadline) {
-            Some(result) => result.map_err(Some),
-            None => {
-                self.abandon_control(channel, number);
-                Err(None)
-            }
-        }
-    }
-
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let channel = self.channel(conn.channel)?;
@@ -456,12 +446,36 @@ impl Node {
         // The provider itself replaces a connection that broke (the peer restarted).
         let dest = channel.address(self, conn.peer)?;
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
-        let bytes = self.read_identity(&channel, dest, timeout).map_err(|e| {
-            unreachable(
-                conn.peer,
-                e.unwrap_or_else(|| format!("no answer within {} ms", timeout.as_millis())),
-            )
-        })?;
+        let key = (conn.channel, conn.peer);
+        let earlier = self.binds_under_way.lock().expect("binds").remove(&key);
+        let (number, posted, wait_until) = match earlier {
+            // A read from an earlier call is still out: a short look, not a second full wait,
+            // so that a peer that stopped answering holds up its callers (the background
+            // plane's heartbeat among them) once, not on every retry.
+            Some((number, posted)) if posted.elapsed() < timeout * BIND_PATIENCE => {
+                (number, posted, Instant::now() + Duration::from_millis(1))
+            }
+            stale => {
+                if let Some((number, _)) = stale {
+                    self.abandon_control(&channel, number);
+                }
+                let deadline = Instant::now() + timeout;
+                let number = self.post_identity_read(&channel, dest, deadline).map_err(|e| {
+                    unreachable(conn.peer, e.unwrap_or_else(|| "the provider is full".into()))
+                })?;
+                (number, Instant::now(), deadline)
+            }
+        };
+        let bytes = match self.wait_control(&channel, number, wait_until) {
+            Some(result) => result.map_err(|e| unreachable(conn.peer, e))?,
+            None => {
+                self.binds_under_way.lock().expect("binds").insert(key, (number, posted));
+                return Err(unreachable(
+                    conn.peer,
+                    format!("no answer within {} ms", timeout.as_millis()),
+                ))
+            }
+        };
         let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
         if identity.cluster_id != self.config.cluster_id || identity.node != conn.peer {
             return Err(FabricError::Incompatible(format!(
