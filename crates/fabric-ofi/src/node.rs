@@ -763,8 +763,11 @@ impl Fabric for OfiFabric {
             QpState::Reset | QpState::Error => {
                 st.state = to;
                 st.epoch += 1;
-                node.revoke(control, conn, &mut st, slow)
-                    .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+                node.revoke(control, conn, &mut st, slow).map_err(|why| {
+                    // Not reset: a reset side reads as one that never let the peer in.
+                    st.state = QpState::Error;
+                    FabricError::FenceFailed { node: conn.peer, why }
+                })?;
                 if to == QpState::Reset {
                     st.binding = None;
                     st.access = Access::NONE;
@@ -832,15 +835,19 @@ impl Fabric for OfiFabric {
         // Reset: every registration of the side closes, then the fence. A peer that cannot
         // answer within `slow_fence_ms` (stopped, or cut off while its connection lives) may
         // still have an operation half received, whose bytes would land when it goes on: no
-        // barrier can be claimed, and the side stays in reset, unfenced, until a later call's
+        // barrier can be claimed, and the side stays in error, unfenced, until a later call's
         // wait sees the fence answered — or failed because the connection broke (the peer
         // died, or the kernel gave up retransmitting to it), which ends every operation it
         // had under way on it.
         st.state = QpState::Reset;
         st.epoch += 1;
         let slow = Duration::from_millis(node.config.slow_fence_ms);
-        node.revoke(control, conn, &mut st, slow)
-            .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+        node.revoke(control, conn, &mut st, slow).map_err(|why| {
+            // Left in error, not reset: a reset side reads as one that never let the peer in,
+            // and a caller could skip the revocation it still owes.
+            st.state = QpState::Error;
+            FabricError::FenceFailed { node: conn.peer, why }
+        })?;
         // Init, ready-to-receive (still bound to the same incarnation), ready-to-send.
         st.state = QpState::ReadyToSend;
         st.access = access;

@@ -250,7 +250,8 @@ fn sockets_stopped_writer_is_fenced_once_it_goes_on() {
         Err(FabricError::FenceFailed { node, .. }) => assert_eq!(node, w),
         other => panic!("a stopped writer cannot answer the slow path's fence: {other:?}"),
     }
-    assert_ne!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
+    // In error, not reset: a reset side reads as one that never let the peer in.
+    assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::Error);
 
     h.release(&task);
     ft.set_access_slow(conn(w), Access::READ).expect("the writer goes on and answers the fence");
