@@ -473,7 +473,7 @@ impl Node {
                 return Err(unreachable(
                     conn.peer,
                     format!("no answer within {} ms", timeout.as_millis()),
-                ))
+                ));
             }
         };
         let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
