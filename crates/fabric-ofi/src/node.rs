@@ -134,6 +134,25 @@ pub(crate) struct Side {
     pub(crate) st: Mutex<SideState>,
 }
 
+impl Side {
+    /// A side never connected: reset, no access, no binding.
+    fn new(conn: ConnId) -> Side {
+        Side {
+            conn,
+            st: Mutex::new(SideState {
+                state: QpState::Reset,
+                access: Access::NONE,
+                binding: None,
+                epoch: 0,
+                attached: false,
+                unfenced: false,
+                fence: None,
+                registrations: Vec::new(),
+            }),
+        }
+    }
+}
+
 pub(crate) struct SideState {
     pub(crate) state: QpState,
     pub(crate) access: Access,
@@ -630,43 +649,11 @@ impl Node {
 
     pub(crate) fn side(&self, conn: ConnId) -> Arc<Side> {
         let mut control = self.control.lock().expect("control");
-        control
-            .sides
-            .entry(conn)
-            .or_insert_with(|| {
-                Arc::new(Side {
-                    conn,
-                    st: Mutex::new(SideState {
-                        state: QpState::Reset,
-                        access: Access::NONE,
-                        binding: None,
-                        epoch: 0,
-                        attached: false,
-                        unfenced: false,
-                        fence: None,
-                        registrations: Vec::new(),
-                    }),
-                })
-            })
-            .clone()
+        control.sides.entry(conn).or_insert_with(|| Arc::new(Side::new(conn))).clone()
     }
 
     fn lock_side<'a>(control: &'a mut MutexGuard<'_, Control>, conn: ConnId) -> &'a Arc<Side> {
-        control.sides.entry(conn).or_insert_with(|| {
-            Arc::new(Side {
-                conn,
-                st: Mutex::new(SideState {
-                    state: QpState::Reset,
-                    access: Access::NONE,
-                    binding: None,
-                    epoch: 0,
-                    attached: false,
-                    unfenced: false,
-                    fence: None,
-                    registrations: Vec::new(),
-                }),
-            })
-        })
+        control.sides.entry(conn).or_insert_with(|| Arc::new(Side::new(conn)))
     }
 }
 
