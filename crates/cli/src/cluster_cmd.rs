@@ -698,7 +698,19 @@ fn purge(config: &ClusterConfig) -> Result<(), String> {
         remove_if_exists(&config.log_path(id))?;
         remove_if_exists(&config.pid_path(id))?;
     }
-    remove_if_exists(&dir.join(".mu-write-probe"))?;
+    // A probe is left behind only by a process killed while preparing the directory.
+    let probes: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(ClusterConfig::WRITE_PROBE))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    for probe in probes {
+        remove_if_exists(&probe)?;
+    }
     match std::fs::remove_dir(dir) {
         Ok(()) => println!("removed the run directory {}", dir.display()),
         Err(_) => {

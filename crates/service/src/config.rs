@@ -291,6 +291,10 @@ impl ClusterConfig {
         self.replicas.iter().map(|&id| (id, self.socket_path(id))).collect()
     }
 
+    /// The name (before a `-<pid>-<n>` suffix) of the file `prepare_run_dir` writes to learn
+    /// whether the run directory is writable and whose it is; removed at once.
+    pub const WRITE_PROBE: &'static str = ".mu-write-probe";
+
     /// Creates the run directory (owner-only) if needed and checks that it is a writable
     /// directory of this user that others cannot enter.
     pub fn prepare_run_dir(&self) -> Result<(), String> {
@@ -312,10 +316,17 @@ impl ClusterConfig {
             ));
         }
         // A file we create is ours: its owner is who we are (no unsafe call needed for it).
-        let probe = dir.join(".mu-write-probe");
-        std::fs::write(&probe, b"")
+        // Each caller has its own probe, and asks the open file (not the path) who owns it:
+        // the replicas of `mu cluster up` prepare the same directory at the same moment, and
+        // with one shared name one replica removed the probe between another's write and its
+        // look at it.
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let probe = dir.join(format!("{}-{}-{number}", Self::WRITE_PROBE, std::process::id()));
+        let file = std::fs::File::create(&probe)
             .map_err(|e| format!("run_dir {} is not writable: {e}", dir.display()))?;
-        let me = std::fs::metadata(&probe).map(|m| m.uid());
+        let me = file.metadata().map(|m| m.uid());
+        drop(file);
         let _ = std::fs::remove_file(&probe);
         if me.map_err(|e| format!("run_dir {}: {e}", dir.display()))? != meta.uid() {
             return Err(format!(

@@ -323,7 +323,34 @@ fn prepare_run_dir_creates_a_private_directory() {
     assert_eq!(mode_of(&run), 0o700, "the run directory is not owner-only");
     // A second time: it is there already, and fine.
     c.prepare_run_dir().expect("an existing private directory");
-    assert!(!run.join(".mu-write-probe").exists(), "the write probe was left behind");
+    let left: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "the write probe was left behind: {left:?}");
+}
+
+/// The replicas of `mu cluster up` prepare one run directory at the same moment: none may see
+/// another's probe vanish under it (a shared probe name once failed start-up that way).
+#[test]
+fn prepare_run_dir_at_the_same_moment_from_many_callers() {
+    let s = Scratch::new("concurrent");
+    let run = s.0.join("run");
+    let c = std::sync::Arc::new(with_run_dir(&run));
+    let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let (c, start) = (c.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                (0..300).map(|_| c.prepare_run_dir()).find(|r| r.is_err())
+            })
+        })
+        .collect();
+    for caller in callers {
+        if let Some(Err(e)) = caller.join().expect("a caller panicked") {
+            panic!("prepare_run_dir failed beside other callers: {e}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "write probes were left behind: {left:?}");
 }
 
 #[test]
