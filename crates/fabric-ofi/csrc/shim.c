@@ -108,10 +108,13 @@ static void tune_providers(void)
 {
 	setenv("FI_SOCKETS_PE_WAITTIME", "0", 0);
 	/* Opening a connection happens inside the post that needs it, which blocks the posting
-	 * thread until the peer answers or this many milliseconds pass. A peer on a working
-	 * network answers within a millisecond; one that is cut off never does, and the default
-	 * let such a post hold a replica's background thread (its heartbeat) for seconds. */
-	setenv("FI_SOCKETS_CONN_TIMEOUT", "200", 0);
+	 * thread until the peer answers or this many milliseconds pass, and by default tries 5
+	 * times. A peer on a working network answers within a millisecond; one that is cut off
+	 * never does, and the defaults let such a post hold a replica's background thread (its
+	 * heartbeat) or its replication thread for a second each time. One try of 100 ms: a
+	 * failed post is a failed operation, which the layers above already retry. */
+	setenv("FI_SOCKETS_CONN_TIMEOUT", "100", 0);
+	setenv("FI_SOCKETS_MAX_CONN_RETRY", "1", 0);
 }
 
 int mu_ofi_domain_open(const char *provider, const char *node, const char *service,

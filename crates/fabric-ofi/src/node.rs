@@ -14,8 +14,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How many connect timeouts a binding read stays out before it is given up and posted anew.
+/// How many connect timeouts a binding read stays out before it is given up and posted anew;
+/// also how many times longer than a failed binding held its caller the next one to the same
+/// peer waits before trying the network again. Either way a peer that does not answer holds
+/// up the callers (the background plane's heartbeat among them) for about a tenth of the time.
 const BIND_PATIENCE: u32 = 10;
+
+/// The last binding of a (channel, peer) that did not succeed.
+enum BindAttempt {
+    /// Its read is still out: later calls look at it briefly instead of posting another.
+    UnderWay { number: u64, posted: Instant },
+    /// It failed after holding its caller for `held`: later calls fail at once until
+    /// `BIND_PATIENCE` times that has passed.
+    Failed { at: Instant, held: Duration, why: String },
+}
 
 /// Completion-queue entries per channel endpoint.
 const CHANNEL_CQ_DEPTH: usize = 4096;
@@ -164,10 +176,11 @@ pub(crate) struct SideState {
     /// A right was taken away and no fence has completed since: until one does, bytes the
     /// peer sent before may still land.
     unfenced: bool,
-    /// The fence read under way for the latest right taken away, if any: a revocation that
-    /// gave up waiting leaves it running, and the next one waits for the same read, so that a
-    /// peer that answers late (or whose connection breaks) ends the wait without a new post.
-    fence: Option<u64>,
+    /// The fence read under way for the latest right taken away, if any, and when it was
+    /// posted: a revocation that gave up waiting leaves it running, and the next one waits for
+    /// the same read, so that a peer that answers late (or whose connection breaks) ends the
+    /// wait without a new post.
+    fence: Option<(u64, Instant)>,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -194,7 +207,7 @@ pub(crate) struct Node {
     /// Binding reads that outlived the call that posted them, by (channel, peer), with when
     /// they were posted: a peer that did not answer in time (cut off, or gone with its
     /// connection still open) is not waited for again by every later call.
-    binds_under_way: Mutex<HashMap<(u8, NodeId), (u64, Instant)>>,
+    binds_under_way: Mutex<HashMap<(u8, NodeId), BindAttempt>>,
     identity_bytes: Arc<Memory>,
     liveness: Liveness,
     stop: Arc<AtomicBool>,
@@ -459,6 +472,25 @@ impl Node {
 
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
+        let began = Instant::now();
+        let result = self.bind_once(conn);
+        let key = (conn.channel, conn.peer);
+        let mut binds = self.binds_under_way.lock().expect("binds");
+        match &result {
+            Err(FabricError::PeerUnreachable(_, why)) if !binds.contains_key(&key) => {
+                let failed = BindAttempt::Failed {
+                    at: Instant::now(),
+                    held: began.elapsed(),
+                    why: why.clone(),
+                };
+                binds.insert(key, failed);
+            }
+            _ => {}
+        }
+        result
+    }
+
+    fn bind_once(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let channel = self.channel(conn.channel)?;
         // The address stays in the table: removing it would make the provider open another
         // connection to the peer while the peer may go on writing on the first (see `fence`).
@@ -471,11 +503,25 @@ impl Node {
             // A read from an earlier call is still out: a short look, not a second full wait,
             // so that a peer that stopped answering holds up its callers (the background
             // plane's heartbeat among them) once, not on every retry.
-            Some((number, posted)) if posted.elapsed() < timeout * BIND_PATIENCE => {
+            Some(BindAttempt::UnderWay { number, posted })
+                if posted.elapsed() < timeout * BIND_PATIENCE =>
+            {
                 (number, posted, Instant::now() + Duration::from_millis(1))
             }
+            // The last one failed slowly (a post that waited for a connection the provider
+            // could not open, a read that went unanswered and then broke): not again yet. A
+            // peer that refuses at once (restarting) is tried again almost at once.
+            Some(BindAttempt::Failed { at, held, why }) if at.elapsed() < held * BIND_PATIENCE => {
+                let again = held * BIND_PATIENCE - at.elapsed();
+                let said = format!("{why} (tried again in {} ms)", again.as_millis());
+                self.binds_under_way
+                    .lock()
+                    .expect("binds")
+                    .insert(key, BindAttempt::Failed { at, held, why });
+                return Err(unreachable(conn.peer, said));
+            }
             stale => {
-                if let Some((number, _)) = stale {
+                if let Some(BindAttempt::UnderWay { number, .. }) = stale {
                     self.abandon_control(&channel, number);
                 }
                 let deadline = Instant::now() + timeout;
@@ -488,7 +534,10 @@ impl Node {
         let bytes = match self.wait_control(&channel, number, wait_until) {
             Some(result) => result.map_err(|e| unreachable(conn.peer, e))?,
             None => {
-                self.binds_under_way.lock().expect("binds").insert(key, (number, posted));
+                self.binds_under_way
+                    .lock()
+                    .expect("binds")
+                    .insert(key, BindAttempt::UnderWay { number, posted });
                 return Err(unreachable(
                     conn.peer,
                     format!("no answer within {} ms", timeout.as_millis()),
@@ -579,15 +628,25 @@ impl Node {
     /// simultaneous first contact as the case not covered (docs/fabric.md).
     ///
     /// The read is posted once per right taken away and may outlive this call (`st.fence`).
+    /// All the calls that wait for one read wait `slow_fence_ms` in all (or `timeout`, if
+    /// shorter, each): once that is spent, a call only looks (1 ms). A peer that never answers
+    /// (cut off while its connection lives) then holds up the revoker, whose heartbeat runs on
+    /// the same thread, once — not on every attempt of its permission manager — while a peer
+    /// slow to answer still gets the full wait across the fast path and the slow path.
     fn fence(&self, conn: ConnId, st: &mut SideState, timeout: Duration) -> Result<(), String> {
         if st.binding.is_none() {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let budget = Duration::from_millis(self.config.slow_fence_ms);
         let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
-        let number = match st.fence {
-            Some(number) => number,
+        let (number, deadline) = match st.fence {
+            Some((number, posted)) => {
+                let end_of_budget = (posted + budget).max(now + Duration::from_millis(1));
+                (number, end_of_budget.min(now + timeout))
+            }
             None => {
+                let deadline = now + timeout;
                 let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
                 let number = match self.post_identity_read(&channel, dest, deadline) {
                     Ok(number) => number,
@@ -596,8 +655,8 @@ impl Node {
                     Err(Some(_broken)) => return Ok(()),
                     Err(None) => return Err("the fence could not be posted".into()),
                 };
-                st.fence = Some(number);
-                number
+                st.fence = Some((number, now));
+                (number, deadline)
             }
         };
         match self.wait_control(&channel, number, deadline) {
@@ -605,7 +664,10 @@ impl Node {
                 st.fence = None;
                 Ok(())
             }
-            None => Err(format!("no fence answer within {} µs", timeout.as_micros())),
+            None => Err(format!(
+                "no fence answer within {} µs of posting it",
+                deadline.saturating_duration_since(st.fence.map_or(now, |(_, at)| at)).as_micros()
+            )),
         }
     }
 
@@ -623,7 +685,7 @@ impl Node {
         if self.sync_registrations(&control, conn, st) && st.binding.is_some() {
             st.unfenced = true;
             // A read posted before this right was taken away does not cover it.
-            if let Some(old) = st.fence.take() {
+            if let Some((old, _)) = st.fence.take() {
                 if let Ok(channel) = self.channel(conn.channel) {
                     self.abandon_control(&channel, old);
                 }

@@ -215,7 +215,8 @@ mod sockets {
 /// The suite's `revoke_is_a_barrier_for_a_stopped_writer`, as this backend keeps it. A writer
 /// stopped (SIGSTOP) while it writes cannot answer the fence, so neither path can claim a
 /// barrier: the fast path fails with `Busy`, the slow path with `FenceFailed`, and the side is
-/// left not ready to send. Once the writer goes on, the slow path's fence is answered and the
+/// left not ready to send; once the two have spent the fence's wait, later attempts only look.
+/// Once the writer goes on, the fence is answered, the next slow-path attempt succeeds and the
 /// revocation holds: nothing lands after it returns, and the writer's next write fails. (The
 /// suite's test expects the slow path to succeed while the writer is still stopped, which
 /// needs a fabric that can cut a half-received operation off.)
@@ -252,9 +253,24 @@ fn sockets_stopped_writer_is_fenced_once_it_goes_on() {
     }
     // In error, not reset: a reset side reads as one that never let the peer in.
     assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::Error);
+    // The two calls spent the fence's wait (`slow_fence_ms`): a third only looks, so that a
+    // peer that never answers holds its revoker up once, not on every attempt.
+    let again = std::time::Instant::now();
+    match ft.set_access_slow(conn(w), Access::READ) {
+        Err(FabricError::FenceFailed { node, .. }) => assert_eq!(node, w),
+        other => panic!("a stopped writer still cannot answer: {other:?}"),
+    }
+    let slow_fence = Duration::from_millis(config("sockets", 0, t).slow_fence_ms);
+    assert!(again.elapsed() < slow_fence, "waited {:?} again", again.elapsed());
 
+    // Once the writer goes on, the fence is answered, and the next attempt (as a permission
+    // manager makes them) finds it so.
     h.release(&task);
-    ft.set_access_slow(conn(w), Access::READ).expect("the writer goes on and answers the fence");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while let Err(e) = ft.set_access_slow(conn(w), Access::READ) {
+        assert!(std::time::Instant::now() < deadline, "the writer went on, the fence: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
     let mut after_revoke = vec![0u8; DATA_BYTES];
     region.read(0, &mut after_revoke).unwrap();
