@@ -323,8 +323,13 @@ fn prepare_run_dir_creates_a_private_directory() {
     assert_eq!(mode_of(&run), 0o700, "the run directory is not owner-only");
     // A second time: it is there already, and fine.
     c.prepare_run_dir().expect("an existing private directory");
-    let left: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).collect();
+    let left = entries(&run);
     assert!(left.is_empty(), "the write probe was left behind: {left:?}");
+}
+
+/// The names in `dir`.
+fn entries(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name()).collect()
 }
 
 /// The replicas of `mu cluster up` prepare one run directory at the same moment: none may see
@@ -349,7 +354,7 @@ fn prepare_run_dir_at_the_same_moment_from_many_callers() {
             panic!("prepare_run_dir failed beside other callers: {e}");
         }
     }
-    let left: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).collect();
+    let left = entries(&run);
     assert!(left.is_empty(), "write probes were left behind: {left:?}");
 }
 
