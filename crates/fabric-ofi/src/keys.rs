@@ -12,6 +12,20 @@ use mu_fabric::{NodeId, RegionId};
 /// The key of every node's identity registration (read only, open to all).
 pub const IDENTITY_KEY: u64 = 1;
 
+/// The key of every node's hello board (written by every peer, read by no one remote): where a
+/// lower node shows a higher one that the stream it opened is in use (see `Node::hello`).
+pub const HELLO_KEY: u64 = 2;
+
+/// The hello board: one word per (channel, node that may write there).
+pub const HELLO_BYTES: usize = crate::config::CHANNELS as usize * HELLO_SLOTS_PER_CHANNEL * 8;
+const HELLO_SLOTS_PER_CHANNEL: usize = crate::config::MAX_NODE_ID as usize + 1;
+
+/// Where `from`'s hello on `channel` goes on a board.
+pub fn hello_offset(channel: u8, from: NodeId) -> usize {
+    debug_assert!(channel < crate::config::CHANNELS);
+    (channel as usize * HELLO_SLOTS_PER_CHANNEL + from.0 as usize) * 8
+}
+
 /// The identity's bytes: magic, cluster, node, incarnation, region count, then one (id, length)
 /// pair per region.
 pub const IDENTITY_BYTES: usize = 4096;
@@ -121,7 +135,16 @@ mod tests {
         for k in others {
             assert_ne!(k, base);
             assert_ne!(k, IDENTITY_KEY);
+            assert_ne!(k, HELLO_KEY);
         }
+    }
+
+    #[test]
+    fn hello_slots_are_distinct_and_on_the_board() {
+        use crate::config::{CHANNELS, MAX_NODE_ID};
+        let last = hello_offset(CHANNELS - 1, NodeId(MAX_NODE_ID));
+        assert_eq!(last + 8, HELLO_BYTES);
+        assert_eq!(hello_offset(1, NodeId(0)), hello_offset(0, NodeId(MAX_NODE_ID)) + 8);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod keys;
 mod liveness;
 mod node;
 mod region;
+pub mod streams;
 
 pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS, PROVIDERS_NOT_YET};
 pub use endpoint::OfiEndpoint;

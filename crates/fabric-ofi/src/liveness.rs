@@ -3,10 +3,13 @@
 //! node's process dies, its kernel closes its sockets, and the peer reads end-of-file: a crash
 //! notification without a timeout, never given for a live node (a stopped or cut-off node keeps
 //! its sockets open, and is left to timeouts, as the fabric API says).
+//!
+//! The same port takes hello requests: a higher node that must not open a stream to a lower
+//! one asks it to (see `Node::hello`).
 
 use mu_fabric::NodeId;
 use std::collections::HashMap;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,10 +17,34 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// How long the acceptor sleeps in `poll` before it looks at `stop` again.
+const POLL_MS: i32 = 5;
+
 pub(crate) struct Liveness {
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
     watched: Mutex<HashMap<NodeId, Watch>>,
+    on_hello_request: Arc<Mutex<Option<HelloHandler>>>,
+}
+
+/// What the node does when a peer asks, over its liveness port, for a hello on a channel.
+pub(crate) type HelloHandler = Box<dyn Fn(u8, NodeId) + Send>;
+
+/// A hello request: magic, channel, a spare byte, the asking node (little-endian).
+const HELLO_REQUEST_MAGIC: [u8; 4] = *b"MUHI";
+const HELLO_REQUEST_BYTES: usize = 8;
+
+fn hello_request(channel: u8, from: NodeId) -> [u8; HELLO_REQUEST_BYTES] {
+    let mut m = [0u8; HELLO_REQUEST_BYTES];
+    m[..4].copy_from_slice(&HELLO_REQUEST_MAGIC);
+    m[4] = channel;
+    m[6..].copy_from_slice(&from.0.to_le_bytes());
+    m
+}
+
+fn parse_hello_request(m: &[u8]) -> Option<(u8, NodeId)> {
+    (m.len() == HELLO_REQUEST_BYTES && m[..4] == HELLO_REQUEST_MAGIC)
+        .then(|| (m[4], NodeId(u16::from_le_bytes([m[6], m[7]]))))
 }
 
 struct Watch {
@@ -25,37 +52,112 @@ struct Watch {
     dead: bool,
 }
 
+/// A connection the acceptor holds: a watcher's (it never sends) or an asker's.
+struct Held {
+    stream: TcpStream,
+    received: Vec<u8>,
+}
+
+impl Held {
+    /// Reads what came; handles whole requests. `false` once the other end closed or broke it.
+    fn serve(&mut self, on_request: &Mutex<Option<HelloHandler>>) -> bool {
+        let mut buf = [0u8; 64];
+        // An asker closes its end right after its request: what came before the end is served.
+        let open = loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => break false,
+                Ok(n) => self.received.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break false,
+            }
+        };
+        while self.received.len() >= HELLO_REQUEST_BYTES {
+            let message: Vec<u8> = self.received.drain(..HELLO_REQUEST_BYTES).collect();
+            match parse_hello_request(&message) {
+                Some((channel, from)) => {
+                    if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
+                        handler(channel, from);
+                    }
+                }
+                // Not one of ours: let it go.
+                None => return false,
+            }
+        }
+        open
+    }
+}
+
 impl Liveness {
-    /// Listens on `host:port` and holds every connection accepted there until dropped.
+    /// Listens on `host:port` and holds every connection accepted there until the other end
+    /// closes it, serving the hello requests that come on them.
     pub(crate) fn listen(host: &str, port: u16) -> Result<Liveness, String> {
         let listener = TcpListener::bind((host, port))
             .map_err(|e| format!("liveness port {host}:{port}: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| format!("liveness port: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+        let on_hello_request: Arc<Mutex<Option<HelloHandler>>> = Arc::new(Mutex::new(None));
+        let (stopping, on_request) = (stop.clone(), on_hello_request.clone());
         let acceptor = std::thread::Builder::new()
             .name("mu-ofi-liveness".into())
             .spawn(move || {
-                let mut held: Vec<TcpStream> = Vec::new();
+                let mut held: Vec<Held> = Vec::new();
                 while !stopping.load(Ordering::Acquire) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
+                    let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+                        .chain(held.iter().map(|h| h.stream.as_raw_fd()))
+                        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                        .collect();
+                    // SAFETY: `fds` is a live array of `fds.len()` pollfd structures.
+                    let ready =
+                        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+                    if ready <= 0 {
+                        continue;
+                    }
+                    let mut keep = fds[1..].iter().map(|p| p.revents == 0);
+                    held.retain_mut(|h| keep.next().unwrap_or(true) || h.serve(&on_request));
+                    if fds[0].revents != 0 {
+                        while let Ok((stream, _)) = listener.accept() {
                             if stream.set_nonblocking(true).is_ok() {
-                                held.push(stream);
+                                let _ = stream.set_nodelay(true);
+                                held.push(Held { stream, received: Vec::new() });
                             }
                         }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                            // A watcher that closed its end (it bound again, or died) is let go,
-                            // so that connections do not pile up over many bindings.
-                            held.retain(|s| !closed_by_peer(s));
-                            std::thread::sleep(Duration::from_millis(5))
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
                 }
             })
             .map_err(|e| format!("liveness thread: {e}"))?;
-        Ok(Liveness { stop, acceptor: Some(acceptor), watched: Mutex::new(HashMap::new()) })
+        Ok(Liveness {
+            stop,
+            acceptor: Some(acceptor),
+            watched: Mutex::new(HashMap::new()),
+            on_hello_request,
+        })
+    }
+
+    /// What to do when a peer asks for a hello (see `Node::hello`).
+    pub(crate) fn on_hello_request(&self, handler: HelloHandler) {
+        *self.on_hello_request.lock().expect("hello handler") = Some(handler);
+    }
+
+    /// Asks the node listening on `host:port` to say hello to `from` on `channel`.
+    pub(crate) fn ask_hello(
+        host: &str,
+        port: u16,
+        channel: u8,
+        from: NodeId,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let addr = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{host}:{port}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{host}:{port}: no address"))?;
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| format!("asking {host}:{port} for a hello: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .write_all(&hello_request(channel, from))
+            .map_err(|e| format!("asking {host}:{port} for a hello: {e}"))
     }
 
     /// Opens a connection to `peer`'s liveness port, replacing any earlier one (a connection
@@ -88,7 +190,7 @@ impl Liveness {
     }
 }
 
-/// Whether the other end closed `stream` (end of file) or it broke; the peer never sends.
+/// Whether the other end closed `stream` (end of file) or it broke; a watched node never sends.
 fn closed_by_peer(stream: &TcpStream) -> bool {
     let mut byte = 0u8;
     // SAFETY: a non-blocking peek of at most one byte into a local; no memory is kept.
@@ -111,7 +213,11 @@ impl Drop for Liveness {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
+            // The node may be dropped by its own hello handler, on the acceptor thread, when
+            // the handler held its last reference: that thread ends by itself (`stop`).
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

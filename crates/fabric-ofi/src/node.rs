@@ -4,12 +4,16 @@
 use crate::config::{NodeAddr, OfiConfig, CHANNELS, LIVENESS_PORT_OFFSET, MAX_REGION_ID};
 use crate::endpoint::OfiEndpoint;
 use crate::ffi::{Domain, MemoryRegistration, PostFailure, RawCompletion, RawEndpoint};
-use crate::keys::{data_key, Identity, Kind, IDENTITY_BYTES, IDENTITY_KEY, MAX_REGIONS};
+use crate::keys::{
+    data_key, hello_offset, Identity, Kind, HELLO_BYTES, HELLO_KEY, IDENTITY_BYTES, IDENTITY_KEY,
+    MAX_REGIONS,
+};
 use crate::liveness::Liveness;
 use crate::region::{Memory, OfiRegion};
 use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::net::ToSocketAddrs;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -209,10 +213,20 @@ pub(crate) struct Node {
     /// connection still open) is not waited for again by every later call.
     binds_under_way: Mutex<HashMap<(u8, NodeId), BindAttempt>>,
     identity_bytes: Arc<Memory>,
+    /// Where lower peers say hello (`hello`): one word per (channel, peer), written by them.
+    hello_board: Arc<Memory>,
+    /// The hello word each (channel, lower peer) had when this node last bound to it: a
+    /// binding needs a newer one.
+    hellos_taken: Mutex<HashMap<(u8, NodeId), u64>>,
+    /// One turn per (channel, peer) for control posts (`post_control`).
+    posting: Mutex<HashMap<(u8, NodeId), Arc<Mutex<()>>>>,
+    /// Numbers this node's hellos, so that each differs from the one before.
+    hello_count: AtomicU32,
     liveness: Liveness,
     stop: Arc<AtomicBool>,
     progress: Mutex<Option<JoinHandle<()>>>,
     identity_registration: Mutex<Option<MemoryRegistration>>,
+    hello_registration: Mutex<Option<MemoryRegistration>>,
     // Dropped last: everything above belongs to it.
     domain: Domain,
 }
@@ -253,6 +267,7 @@ impl OfiFabric {
         let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET)
             .map_err(FabricError::Config)?;
         let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
+        let hello_board = Arc::new(Memory::new(HELLO_BYTES)?);
         let stop = Arc::new(AtomicBool::new(false));
         let node = Arc::new(Node {
             id: config.node,
@@ -264,10 +279,15 @@ impl OfiFabric {
             next_control: AtomicU64::new(1),
             binds_under_way: Mutex::new(HashMap::new()),
             identity_bytes,
+            hello_board,
+            hellos_taken: Mutex::new(HashMap::new()),
+            hello_count: AtomicU32::new(0),
+            posting: Mutex::new(HashMap::new()),
             liveness,
             stop,
             progress: Mutex::new(None),
             identity_registration: Mutex::new(None),
+            hello_registration: Mutex::new(None),
             config,
             domain,
         });
@@ -285,6 +305,19 @@ impl OfiFabric {
         }
         .map_err(|e| FabricError::Config(format!("identity registration: {e}")))?;
         *node.identity_registration.lock().expect("identity") = Some(registration);
+        // SAFETY: as the identity's, the board's memory is kept by the node (`hello_board`)
+        // until after its registration is dropped.
+        let registration = unsafe {
+            node.domain.register(node.hello_board.ptr(), HELLO_BYTES, false, true, HELLO_KEY)
+        }
+        .map_err(|e| FabricError::Config(format!("hello board registration: {e}")))?;
+        *node.hello_registration.lock().expect("hello") = Some(registration);
+        let weak = Arc::downgrade(&node);
+        node.liveness.on_hello_request(Box::new(move |channel, to| {
+            if let Some(node) = weak.upgrade() {
+                node.hello(channel, to);
+            }
+        }));
         // Every channel listens from the start, so that a peer can bind a connection before
         // this node has touched it.
         for channel in 0..CHANNELS {
@@ -338,6 +371,7 @@ impl Drop for Node {
         }
         // Registrations before endpoints and the domain (field order does the rest).
         self.identity_registration.get_mut().expect("identity").take();
+        self.hello_registration.get_mut().expect("hello").take();
         let control = self.control.get_mut().expect("control");
         for side in control.sides.values() {
             side.st.lock().expect("side").registrations.clear();
@@ -407,19 +441,50 @@ impl Node {
     fn post_identity_read(
         &self,
         channel: &Channel,
+        peer: NodeId,
         dest: u64,
         deadline: Instant,
     ) -> Result<u64, Option<String>> {
+        let buf: Box<[u8]> = vec![0u8; IDENTITY_BYTES].into_boxed_slice();
+        self.post_control(channel, peer, buf, deadline, |ptr, ctx| {
+            // SAFETY: `ptr` is the control buffer, parked until the read completes (see
+            // `post_control`).
+            unsafe { channel.ep.read(ptr, IDENTITY_BYTES, dest, 0, IDENTITY_KEY, ctx) }
+        })
+    }
+
+    /// Posts a control operation to `peer` on `channel` with `buf` as its buffer, which is
+    /// parked (in `pending`) until the provider is done with it; returns its number.
+    /// `Err(None)` when the provider kept refusing it until `deadline`.
+    ///
+    /// Control posts to one peer on one channel go one at a time: the provider opens a stream
+    /// inside the post that finds none, and two posts that find none at the same moment (a
+    /// binding and a hello asked for, on two threads) would each open one.
+    fn post_control(
+        &self,
+        channel: &Channel,
+        peer: NodeId,
+        mut buf: Box<[u8]>,
+        deadline: Instant,
+        post: impl Fn(*mut u8, u64) -> Result<(), PostFailure>,
+    ) -> Result<u64, Option<String>> {
+        let one_at_a_time = self
+            .posting
+            .lock()
+            .expect("posting")
+            .entry((channel.number, peer))
+            .or_default()
+            .clone();
+        let _turn = one_at_a_time.lock().expect("posting turn");
         let number = self.next_control.fetch_add(1, Ordering::Relaxed);
-        let mut buf: Box<[u8]> = vec![0u8; IDENTITY_BYTES].into_boxed_slice();
         let ptr = buf.as_mut_ptr();
         let ctx = context(CONTROL_TOKEN, number);
-        // Parked before posting: the completion may come before the post returns.
+        // Parked before posting: the completion may come before the post returns. Moving the
+        // box does not move the heap buffer `ptr` points into, which is dropped only once the
+        // operation completed or never went out.
         channel.mail.lock().expect("channel mail").pending.insert(number, buf);
         loop {
-            // SAFETY: `ptr` is the heap buffer parked in `pending` (moving its box does not move
-            // it), which is dropped only once the read completed or never went out.
-            match unsafe { channel.ep.read(ptr, IDENTITY_BYTES, dest, 0, IDENTITY_KEY, ctx) } {
+            match post(ptr, ctx) {
                 Ok(()) => return Ok(number),
                 Err(PostFailure::Again) if Instant::now() < deadline => {
                     channel.progress();
@@ -434,6 +499,128 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Says hello to a higher peer on `channel`: writes a new word into its hello board, on
+    /// the stream this node opens to it (or has open). Nobody waits for it; the peer sees it
+    /// land. Only the lower node of a pair says hello (see `enforce_opener`).
+    fn hello(&self, channel: u8, to: NodeId) {
+        if to <= self.id || channel >= CHANNELS {
+            return;
+        }
+        let Ok(ch) = self.channel(channel) else { return };
+        let Ok(dest) = ch.address(self, to) else { return };
+        let count = loop {
+            let n = self.hello_count.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if n != 0 {
+                break n;
+            }
+        };
+        let word = (self.incarnation as u64) << 32 | count as u64;
+        let offset = hello_offset(channel, self.id) as u64;
+        let deadline = Instant::now() + Duration::from_millis(self.config.connect_timeout_ms);
+        let buf: Box<[u8]> = word.to_le_bytes().to_vec().into_boxed_slice();
+        let posted = self.post_control(&ch, to, buf, deadline, |ptr, ctx| {
+            // SAFETY: `ptr` is the control buffer, parked until the write completes.
+            unsafe { ch.ep.write(ptr, 8, dest, offset, HELLO_KEY, ctx, true, false) }
+        });
+        if let Ok(number) = posted {
+            self.abandon_control(&ch, number);
+        }
+    }
+
+    /// The hello word `from` last wrote here on `channel`.
+    fn hello_word(&self, channel: u8, from: NodeId) -> u64 {
+        let at = hello_offset(channel, from);
+        debug_assert!(at + 8 <= HELLO_BYTES);
+        // SAFETY: in bounds of the board (`hello_offset`) and 8-byte aligned (the board is
+        // page aligned); the provider writes the word with a raw copy, so a torn value can be
+        // read, which still shows that bytes came in on the peer's stream.
+        unsafe { std::ptr::read_volatile(self.hello_board.ptr().add(at).cast::<u64>()) }
+    }
+
+    /// Before this node (the higher of the pair) posts anything to a lower peer on a channel
+    /// it binds: waits until the peer said hello since the last binding, asking it to over its
+    /// liveness port if it has not. A hello landed here came on the stream the peer opened, and
+    /// the provider registered that stream before it handled any of its bytes, so this node's
+    /// posts to the peer now go on it instead of opening a second one.
+    fn await_hello(&self, conn: ConnId, deadline: Instant) -> Result<(), FabricError> {
+        let key = (conn.channel, conn.peer);
+        let taken = self.hellos_taken.lock().expect("hellos").get(&key).copied().unwrap_or(0);
+        let fresh = |w: u64| w != 0 && w != taken;
+        if !fresh(self.hello_word(conn.channel, conn.peer)) {
+            let addr = self.addr(conn.peer)?;
+            let wait = deadline.saturating_duration_since(Instant::now());
+            Liveness::ask_hello(
+                &addr.host,
+                addr.base_port + LIVENESS_PORT_OFFSET,
+                conn.channel,
+                self.id,
+                wait.max(Duration::from_millis(1)),
+            )
+            .map_err(|e| unreachable(conn.peer, e))?;
+        }
+        loop {
+            let word = self.hello_word(conn.channel, conn.peer);
+            if fresh(word) {
+                self.hellos_taken.lock().expect("hellos").insert(key, word);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(unreachable(conn.peer, "asked for a hello, none came in time"));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Only the lower node of a pair opens streams between them, so that both post on one
+    /// stream and a fence is ordered after everything the peer sent (see `fence`). The
+    /// provider opens a stream whenever a post finds none to use, so a higher node whose
+    /// stream to a lower peer broke can still open one; this finds such streams after a
+    /// binding or a fence to a lower peer, shuts them down (the provider reads end-of-file and
+    /// drops them), asks the peer for a hello so that it opens one, and fails: neither the
+    /// binding nor the fence is claimed.
+    fn enforce_opener(&self, conn: ConnId) -> Result<(), String> {
+        if conn.peer >= self.id {
+            return Ok(());
+        }
+        let addr = self.addr(conn.peer).map_err(|e| e.to_string())?.clone();
+        let port = addr.base_port + conn.channel as u16;
+        let listening = (addr.host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{}:{port}: {e}", addr.host))?
+            .find_map(|a| match a {
+                std::net::SocketAddr::V4(a) => Some(a),
+                std::net::SocketAddr::V6(_) => None,
+            })
+            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))?;
+        let opened = crate::streams::opened_to(listening)
+            .map_err(|e| format!("listing this process's streams to {listening}: {e}"))?;
+        if opened.is_empty() {
+            return Ok(());
+        }
+        for stream in &opened {
+            let _ = crate::streams::shut_down(stream);
+        }
+        let (me, channel) = (self.id, conn.channel);
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        // Off this thread: a cut-off peer would hold it for the whole connect timeout.
+        let _ = std::thread::Builder::new().name("mu-ofi-ask-hello".into()).spawn(move || {
+            let _ = Liveness::ask_hello(
+                &addr.host,
+                addr.base_port + LIVENESS_PORT_OFFSET,
+                channel,
+                me,
+                timeout,
+            );
+        });
+        Err(format!(
+            "this node had opened {} stream(s) to node {} on channel {} ({listening}), which              only the lower node opens: shut down, and node {} asked to open one",
+            opened.len(),
+            conn.peer,
+            conn.channel,
+            conn.peer
+        ))
     }
 
     /// Waits until control read `number` completes or `deadline` passes (`None`).
@@ -525,9 +712,18 @@ impl Node {
                     self.abandon_control(&channel, number);
                 }
                 let deadline = Instant::now() + timeout;
-                let number = self.post_identity_read(&channel, dest, deadline).map_err(|e| {
-                    unreachable(conn.peer, e.unwrap_or_else(|| "the provider is full".into()))
-                })?;
+                // Only the lower node of the pair opens their stream (`enforce_opener`): it
+                // says hello first, on the stream this read follows; the higher one posts
+                // nothing until that hello has landed.
+                if conn.peer < self.id {
+                    self.await_hello(conn, deadline)?;
+                } else {
+                    self.hello(conn.channel, conn.peer);
+                }
+                let number =
+                    self.post_identity_read(&channel, conn.peer, dest, deadline).map_err(|e| {
+                        unreachable(conn.peer, e.unwrap_or_else(|| "the provider is full".into()))
+                    })?;
                 (number, Instant::now(), deadline)
             }
         };
@@ -544,6 +740,7 @@ impl Node {
                 ));
             }
         };
+        self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
         let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
         if identity.cluster_id != self.config.cluster_id || identity.node != conn.peer {
             return Err(FabricError::Incompatible(format!(
@@ -648,11 +845,11 @@ impl Node {
             None => {
                 let deadline = now + timeout;
                 let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
-                let number = match self.post_identity_read(&channel, dest, deadline) {
+                let number = match self.post_identity_read(&channel, conn.peer, dest, deadline) {
                     Ok(number) => number,
                     // The provider refused the read: the connection is gone, and with it
                     // everything the peer sent on it.
-                    Err(Some(_broken)) => return Ok(()),
+                    Err(Some(_broken)) => return self.enforce_opener(conn),
                     Err(None) => return Err("the fence could not be posted".into()),
                 };
                 st.fence = Some((number, now));
@@ -662,7 +859,9 @@ impl Node {
         match self.wait_control(&channel, number, deadline) {
             Some(_answered_or_broken) => {
                 st.fence = None;
-                Ok(())
+                // The read went on a stream this node opened, if it had opened one: then it
+                // is no barrier for the peer's, and a new fence goes out next time.
+                self.enforce_opener(conn)
             }
             None => Err(format!(
                 "no fence answer within {} µs of posting it",

@@ -281,3 +281,113 @@ fn sockets_stopped_writer_is_fenced_once_it_goes_on() {
     assert!(now == after_revoke, "bytes landed after the revoke returned");
     assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
 }
+
+/// Established TCP streams whose accepting end listens on one of `ports` (each stream has one
+/// such end), from this network namespace's table.
+fn streams_accepted_on(ports: &[u16]) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f[1].rsplit_once(':').map(|(_, p)| u16::from_str_radix(p, 16));
+            f[3] == "01" && matches!(local_port, Some(Ok(p)) if ports.contains(&p))
+        })
+        .count()
+}
+
+/// Where node `n` of a harness listens on the suite's channel.
+fn channel_address(h: &OfiHarness, n: u16) -> std::net::SocketAddrV4 {
+    let port = h.base + n * NODE_STRIDE + mu_fabric::conformance::CHANNEL as u16;
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)
+}
+
+/// Two nodes that bind their connection at the same moment end up with one TCP stream between
+/// their endpoints, not one opened by each (which they did every time before the lower node
+/// became the only one to open): the fence of a revocation goes on the stream the peer writes
+/// on. Both orders of arrival are tried.
+#[test]
+fn simultaneous_first_contact_opens_one_stream() {
+    use mu_fabric::conformance::{CHANNEL, DATA, DATA_BYTES};
+    use mu_fabric::{Access, ConnId, Fabric};
+    for round in 0..12 {
+        let mut h = OfiHarness::new("sockets");
+        let (a, b) = (h.fabric(NodeId(0)), h.fabric(NodeId(1)));
+        a.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
+        b.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let higher = {
+            let (b, barrier) = (b.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                b.connect(ConnId::new(NodeId(0), CHANNEL), Access::ALL)
+            })
+        };
+        barrier.wait();
+        if round % 3 == 1 {
+            // The higher node asks first and waits for the lower one's hello.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        a.connect(ConnId::new(NodeId(1), CHANNEL), Access::ALL).unwrap();
+        higher.join().unwrap().unwrap();
+        let ports = [channel_address(&h, 0).port(), channel_address(&h, 1).port()];
+        assert_eq!(streams_accepted_on(&ports), 1, "round {round}: streams between the two");
+        assert!(mu_fabric_ofi::streams::opened_to(channel_address(&h, 0)).unwrap().is_empty());
+    }
+}
+
+/// A stream that breaks while both nodes live leaves the higher node's provider free to open
+/// one itself on its next post. The higher node finds it after its next fence, shuts it down
+/// and claims no barrier (the lower node may be writing on a stream of its own); the lower
+/// node is asked for a hello, opens a stream, and a later fence, on that stream, holds.
+#[test]
+fn a_stream_the_higher_node_opened_is_shut_and_fences_nothing() {
+    use mu_fabric::conformance::{pair, run_one, CHANNEL, DATA};
+    use mu_fabric::{
+        Access, ConnId, Fabric, FabricError, QpState, RemoteAddr, Source, Status, WorkRequest,
+    };
+    use mu_fabric_ofi::streams;
+    let mut h = OfiHarness::new("sockets");
+    let (high, low) = (NodeId(1), NodeId(0));
+    let mut p = pair(&mut h, high, low, Access::ALL, Access::ALL);
+    let (to_low, to_high) = (channel_address(&h, 0), channel_address(&h, 1));
+    let until_gone = |to: std::net::SocketAddrV4, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !streams::opened_to(to).unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "{what} is still held");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    assert!(streams::opened_to(to_low).unwrap().is_empty(), "the higher node opened none");
+    let lowers = streams::opened_to(to_high).unwrap();
+    assert_eq!(lowers.len(), 1, "the lower node opened the one stream");
+
+    // Broken under both (as a reset from the network would), both providers drop it.
+    streams::shut_down(&lowers[0]).unwrap();
+    until_gone(to_high, "the broken stream");
+    std::thread::sleep(Duration::from_millis(50));
+    let conn = ConnId::new(low, CHANNEL);
+    let write = WorkRequest::write(1, Source::Inline(b"x"), RemoteAddr { region: DATA, offset: 0 });
+    assert_eq!(run_one(&mut h, &mut p.ep, conn, &write).status, Status::Success);
+    assert_eq!(streams::opened_to(to_low).unwrap().len(), 1, "the write opened a stream");
+
+    match p.a.set_access_slow(conn, Access::READ) {
+        Err(FabricError::FenceFailed { node, why }) => {
+            assert_eq!(node, low);
+            assert!(why.contains("only the lower node opens"), "{why}");
+        }
+        other => panic!("a fence on the higher node's own stream is no barrier: {other:?}"),
+    }
+    assert_eq!(p.a.qp_state(conn).unwrap(), QpState::Error);
+    until_gone(to_low, "the stream the higher node opened");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = p.a.set_access_slow(conn, Access::READ) {
+        assert!(Instant::now() < deadline, "the lower node opened a stream, the fence: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(p.a.qp_state(conn).unwrap(), QpState::ReadyToSend);
+    assert!(streams::opened_to(to_low).unwrap().is_empty());
+    assert_eq!(streams::opened_to(to_high).unwrap().len(), 1, "the lower node's stream");
+}

@@ -1,0 +1,130 @@
+//! The TCP streams this process holds, as the kernel lists them: the provider opens and accepts
+//! its connections itself and says nothing of them, but each is a socket of this process, so
+//! `/proc` tells which exist and who opened them (an opened stream's remote end is the peer's
+//! listening port; an accepted one's local end is ours).
+//!
+//! The backend uses this to keep the rule that only the lower node of a pair opens streams
+//! between them (see `Node::enforce_opener`): the higher node finds any stream it opened to a
+//! lower one and shuts it down.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+
+/// A TCP socket of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream {
+    pub fd: RawFd,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+}
+
+/// TCP states, as the kernel numbers them in `/proc/net/tcp`, that never carry a peer's bytes
+/// again (or never did): listening, closed, and waiting out the end.
+const LISTEN: u8 = 0x0a;
+const CLOSE: u8 = 0x07;
+const TIME_WAIT: u8 = 0x06;
+
+/// One `/proc/net/tcp` address (`0100007F:4E20`): the IPv4 address as the kernel's native word
+/// of the network-order bytes, then the port.
+fn parse_addr(field: &str) -> Option<SocketAddrV4> {
+    let (ip, port) = field.split_once(':')?;
+    let ip = u32::from_str_radix(ip, 16).ok()?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    Some(SocketAddrV4::new(Ipv4Addr::from(ip.to_ne_bytes()), port))
+}
+
+/// Lines of `/proc/net/tcp` with a live stream: (local, remote, socket inode).
+fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64)> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let state = u8::from_str_radix(f.get(3)?, 16).ok()?;
+            if matches!(state, LISTEN | CLOSE | TIME_WAIT) {
+                return None;
+            }
+            Some((parse_addr(f.get(1)?)?, parse_addr(f.get(2)?)?, f.get(9)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The IPv4 TCP streams this process holds (connecting, established or closing).
+pub fn held() -> std::io::Result<Vec<Stream>> {
+    let mut inodes: HashMap<u64, RawFd> = HashMap::new();
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        let Ok(entry) = entry else { continue };
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        let target = target.to_string_lossy();
+        let Some(inode) = target.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) else {
+            continue;
+        };
+        if let (Ok(inode), Ok(fd)) =
+            (inode.parse::<u64>(), entry.file_name().to_string_lossy().parse::<RawFd>())
+        {
+            inodes.insert(inode, fd);
+        }
+    }
+    let table = std::fs::read_to_string("/proc/self/net/tcp")?;
+    Ok(parse_table(&table)
+        .into_iter()
+        .filter_map(|(local, remote, inode)| {
+            inodes.get(&inode).map(|&fd| Stream { fd, local, remote })
+        })
+        .collect())
+}
+
+/// The streams this process opened to `peer` (a peer's listening address).
+pub fn opened_to(peer: SocketAddrV4) -> std::io::Result<Vec<Stream>> {
+    Ok(held()?.into_iter().filter(|s| s.remote == peer).collect())
+}
+
+/// Shuts `stream` down in both directions, leaving the descriptor to its owner (the provider),
+/// which reads end-of-file and drops the connection as if the peer had closed it.
+pub fn shut_down(stream: &Stream) -> std::io::Result<()> {
+    // SAFETY: shutdown takes a descriptor and a flag, no memory; on a descriptor that was closed
+    // and reused meanwhile it would shut that socket instead, which `held` narrows to a window
+    // of microseconds and which only ever breaks a connection (an error, never a false success).
+    if unsafe { libc::shutdown(stream.fd, libc::SHUT_RDWR) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn parses_the_kernel_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:4E20 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0\n\
+   1: 0100007F:D431 0100007F:4E20 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1\n\
+   2: 0A63000A:4E20 0163000A:9C40 06 00000000:00000000 03:00000E33 00000000     0        0 0 3\n";
+        let rows = parse_table(table);
+        let localhost = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+        assert_eq!(rows, vec![(localhost(0xd431), localhost(0x4e20), 222)]);
+    }
+
+    #[test]
+    fn finds_and_shuts_down_a_stream_this_process_opened() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else { panic!() };
+        let mut client = TcpStream::connect(at).unwrap();
+        let (mut accepted, _) = listener.accept().unwrap();
+        let opened = opened_to(at).unwrap();
+        assert_eq!(opened.len(), 1, "{opened:?}");
+        use std::os::fd::AsRawFd;
+        assert_eq!(opened[0].fd, client.as_raw_fd());
+        // The accepted end is held too, but it was not opened to `at`.
+        assert!(held().unwrap().iter().any(|s| s.fd == accepted.as_raw_fd() && s.local == at));
+        shut_down(&opened[0]).unwrap();
+        use std::io::{Read, Write};
+        let mut byte = [0u8; 1];
+        assert_eq!(accepted.read(&mut byte).unwrap(), 0, "the other end reads end-of-file");
+        assert!(client.write_all(b"x").is_err(), "the shut end cannot send");
+    }
+}
