@@ -33,6 +33,9 @@ enum BindAttempt {
     Failed { at: Instant, held: Duration, why: String },
 }
 
+/// Held while posting control operations to one peer on one channel (`post_control`).
+type Turn = Arc<Mutex<()>>;
+
 /// Completion-queue entries per channel endpoint.
 const CHANNEL_CQ_DEPTH: usize = 4096;
 
@@ -219,7 +222,7 @@ pub(crate) struct Node {
     /// binding needs a newer one.
     hellos_taken: Mutex<HashMap<(u8, NodeId), u64>>,
     /// One turn per (channel, peer) for control posts (`post_control`).
-    posting: Mutex<HashMap<(u8, NodeId), Arc<Mutex<()>>>>,
+    posting: Mutex<HashMap<(u8, NodeId), Turn>>,
     /// Numbers this node's hellos, so that each differs from the one before.
     hello_count: AtomicU32,
     liveness: Liveness,
