@@ -21,8 +21,13 @@
 //!   that cannot answer (stopped) fails the fast path with `Busy`, and the slow path with
 //!   `FenceFailed` — it does not claim a barrier it does not have — until the peer answers
 //!   (it went on) or its connection breaks (it died).
+//! * **One stream per pair**: the provider opens a stream inside any post that finds none, from
+//!   either side; only the lower node of a pair opens theirs (the higher one waits for its
+//!   hello), so a fence goes on the stream the peer writes on, and the higher node shuts down any
+//!   stream it finds it opened ([`streams`]).
 //! * **Crash notification**: a plain TCP connection to the peer's liveness port, which the
-//!   peer's kernel closes when its process dies (`liveness.rs`).
+//!   peer's kernel closes when its process dies (`liveness.rs`); the same port takes the higher
+//!   node's requests for a hello.
 //!
 //! `docs/fabric.md` says what holds and how it is checked; the C shim (`csrc/shim.c`) is the
 //! only code that touches libfabric's structures.

@@ -821,11 +821,10 @@ impl Node {
     /// after all of them, as the provider handles a connection's bytes in order; a read that
     /// fails because the connection broke means nothing more comes on it either.
     ///
-    /// Known limit: the provider may hold two connections between the same two endpoints (one
-    /// opened by each side, when both connect at once), and this round trip goes on this side's.
-    /// Keeping every peer in the address table from the start and never removing it makes the
-    /// provider adopt the peer's connection whenever it has none of its own, which leaves the
-    /// simultaneous first contact as the case not covered (docs/fabric.md).
+    /// This holds while the two nodes share one stream. The provider opens a stream inside any
+    /// post that finds none, from either side, so two can appear: only the lower node of a pair
+    /// opens theirs (`await_hello`, `hello`), and the higher one shuts down any it finds it
+    /// opened and claims no fence made while it had one (`enforce_opener`).
     ///
     /// The read is posted once per right taken away and may outlive this call (`st.fence`).
     /// All the calls that wait for one read wait `slow_fence_ms` in all (or `timeout`, if
