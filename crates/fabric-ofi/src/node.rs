@@ -12,7 +12,7 @@ use crate::liveness::Liveness;
 use crate::region::{Memory, OfiRegion};
 use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -576,6 +576,41 @@ impl Node {
         }
     }
 
+    /// Where `node` listens on `channel`, as the kernel lists addresses.
+    fn listening(&self, node: NodeId, channel: u8) -> Result<SocketAddrV4, String> {
+        let addr = self.addr(node).map_err(|e| e.to_string())?;
+        let port = addr.base_port + channel as u16;
+        (addr.host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{}:{port}: {e}", addr.host))?
+            .find_map(|a| match a {
+                std::net::SocketAddr::V4(a) => Some(a),
+                std::net::SocketAddr::V6(_) => None,
+            })
+            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))
+    }
+
+    /// Limits how long data sent on the streams with `conn`'s peer may go unacknowledged before
+    /// the kernel gives them up (`TCP_USER_TIMEOUT`) to `2 × slow_fence_ms`, instead of the
+    /// kernel's `tcp_retries2` retransmissions (about 15 minutes by default). Set after each
+    /// binding (on the streams it used or opened) and each fence posted (a stream may have
+    /// been opened since). A peer cut off by the network acknowledges nothing: its streams
+    /// break, which ends a fence's wait (nothing more of the peer's can land on a broken
+    /// stream) and every operation posted to it, instead of filling the channel's queue. A
+    /// peer that lives acknowledges in its kernel even while its process is stopped, so this
+    /// never breaks the stream of a stopped writer.
+    fn limit_unacknowledged(&self, conn: ConnId) {
+        let limit_ms = self.config.slow_fence_ms.saturating_mul(2).min(u32::MAX as u64) as u32;
+        let (Ok(mine), Ok(theirs)) =
+            (self.listening(self.id, conn.channel), self.listening(conn.peer, conn.channel))
+        else {
+            return;
+        };
+        for stream in crate::streams::with_peer(mine.port(), theirs).unwrap_or_default() {
+            let _ = crate::streams::set_unacknowledged_limit(&stream, limit_ms);
+        }
+    }
+
     /// Only the lower node of a pair opens streams between them, so that both post on one
     /// stream and a fence is ordered after everything the peer sent (see `fence`). The
     /// provider opens a stream whenever a post finds none to use, so a higher node whose
@@ -588,17 +623,16 @@ impl Node {
             return Ok(());
         }
         let addr = self.addr(conn.peer).map_err(|e| e.to_string())?.clone();
-        let port = addr.base_port + conn.channel as u16;
-        let listening = (addr.host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{}:{port}: {e}", addr.host))?
-            .find_map(|a| match a {
-                std::net::SocketAddr::V4(a) => Some(a),
-                std::net::SocketAddr::V6(_) => None,
-            })
-            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))?;
-        let opened = crate::streams::opened_to(listening)
-            .map_err(|e| format!("listing this process's streams to {listening}: {e}"))?;
+        let listening = self.listening(conn.peer, conn.channel)?;
+        // One still connecting has carried nothing, so no fence or binding went on it: a post
+        // of this node's data path to a peer cut off by the network tries to open one each
+        // time (and gives up after `FI_SOCKETS_CONN_TIMEOUT`). Counting them would fail every
+        // fence to that peer, the one that ends the wait for a cut-off leader included.
+        let opened: Vec<_> = crate::streams::opened_to(listening)
+            .map_err(|e| format!("listing this process's streams to {listening}: {e}"))?
+            .into_iter()
+            .filter(|s| !s.connecting)
+            .collect();
         if opened.is_empty() {
             return Ok(());
         }
@@ -744,6 +778,7 @@ impl Node {
             }
         };
         self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
+        self.limit_unacknowledged(conn);
         let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
         if identity.cluster_id != self.config.cluster_id || identity.node != conn.peer {
             return Err(FabricError::Incompatible(format!(
@@ -855,6 +890,7 @@ impl Node {
                     Err(None) => return Err("the fence could not be posted".into()),
                 };
                 st.fence = Some((number, now));
+                self.limit_unacknowledged(conn);
                 (number, deadline)
             }
         };

@@ -17,6 +17,8 @@ pub struct Stream {
     pub fd: RawFd,
     pub local: SocketAddrV4,
     pub remote: SocketAddrV4,
+    /// Still connecting: no byte has gone either way on it.
+    pub connecting: bool,
 }
 
 /// TCP states, as the kernel numbers them in `/proc/net/tcp`, that never carry a peer's bytes
@@ -24,6 +26,8 @@ pub struct Stream {
 const LISTEN: u8 = 0x0a;
 const CLOSE: u8 = 0x07;
 const TIME_WAIT: u8 = 0x06;
+/// A connection asked for and not yet answered.
+const SYN_SENT: u8 = 0x02;
 
 /// One `/proc/net/tcp` address (`0100007F:4E20`): the IPv4 address as the kernel's native word
 /// of the network-order bytes, then the port.
@@ -34,8 +38,8 @@ fn parse_addr(field: &str) -> Option<SocketAddrV4> {
     Some(SocketAddrV4::new(Ipv4Addr::from(ip.to_ne_bytes()), port))
 }
 
-/// Lines of `/proc/net/tcp` with a live stream: (local, remote, socket inode).
-fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64)> {
+/// Lines of `/proc/net/tcp` with a live stream: (local, remote, socket inode, state).
+fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64, u8)> {
     table
         .lines()
         .skip(1)
@@ -45,7 +49,7 @@ fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64)> {
             if matches!(state, LISTEN | CLOSE | TIME_WAIT) {
                 return None;
             }
-            Some((parse_addr(f.get(1)?)?, parse_addr(f.get(2)?)?, f.get(9)?.parse().ok()?))
+            Some((parse_addr(f.get(1)?)?, parse_addr(f.get(2)?)?, f.get(9)?.parse().ok()?, state))
         })
         .collect()
 }
@@ -69,8 +73,9 @@ pub fn held() -> std::io::Result<Vec<Stream>> {
     let table = std::fs::read_to_string("/proc/self/net/tcp")?;
     Ok(parse_table(&table)
         .into_iter()
-        .filter_map(|(local, remote, inode)| {
-            inodes.get(&inode).map(|&fd| Stream { fd, local, remote })
+        .filter_map(|(local, remote, inode, state)| {
+            let connecting = state == SYN_SENT;
+            inodes.get(&inode).map(|&fd| Stream { fd, local, remote, connecting })
         })
         .collect())
 }
@@ -78,6 +83,39 @@ pub fn held() -> std::io::Result<Vec<Stream>> {
 /// The streams this process opened to `peer` (a peer's listening address).
 pub fn opened_to(peer: SocketAddrV4) -> std::io::Result<Vec<Stream>> {
     Ok(held()?.into_iter().filter(|s| s.remote == peer).collect())
+}
+
+/// The streams this process holds with the node listening at `peer`: those opened to it, and
+/// those accepted on `local_port` from its address (which may include another node's on the
+/// same address).
+pub fn with_peer(local_port: u16, peer: SocketAddrV4) -> std::io::Result<Vec<Stream>> {
+    Ok(held()?
+        .into_iter()
+        .filter(|s| {
+            s.remote == peer || (s.local.port() == local_port && s.remote.ip() == peer.ip())
+        })
+        .collect())
+}
+
+/// How long data sent on `stream` may go unacknowledged before the kernel gives the connection
+/// up (`TCP_USER_TIMEOUT`); 0 restores the default (`net.ipv4.tcp_retries2` retransmissions).
+pub fn set_unacknowledged_limit(stream: &Stream, ms: u32) -> std::io::Result<()> {
+    // SAFETY: setsockopt reads `size_of::<u32>()` bytes from a live local; the descriptor caveat
+    // is `shut_down`'s (a reused descriptor gets a timeout that only ever breaks a connection).
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Shuts `stream` down in both directions, leaving the descriptor to its owner (the provider),
@@ -106,7 +144,7 @@ mod tests {
    2: 0A63000A:4E20 0163000A:9C40 06 00000000:00000000 03:00000E33 00000000     0        0 0 3\n";
         let rows = parse_table(table);
         let localhost = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-        assert_eq!(rows, vec![(localhost(0xd431), localhost(0x4e20), 222)]);
+        assert_eq!(rows, vec![(localhost(0xd431), localhost(0x4e20), 222, 1)]);
     }
 
     #[test]
@@ -121,6 +159,24 @@ mod tests {
         assert_eq!(opened[0].fd, client.as_raw_fd());
         // The accepted end is held too, but it was not opened to `at`.
         assert!(held().unwrap().iter().any(|s| s.fd == accepted.as_raw_fd() && s.local == at));
+        let both = with_peer(0, at).unwrap();
+        assert_eq!(both.len(), 1, "opened to `at`; nothing accepted on port 0: {both:?}");
+        let accepted_here = with_peer(at.port(), at).unwrap();
+        assert_eq!(accepted_here.len(), 2, "and the accepted end, from the same address");
+        set_unacknowledged_limit(&opened[0], 1500).unwrap();
+        let mut ms = 0u32;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into a live local.
+        let rc = unsafe {
+            libc::getsockopt(
+                opened[0].fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_USER_TIMEOUT,
+                (&mut ms as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((rc, ms), (0, 1500));
         shut_down(&opened[0]).unwrap();
         use std::io::{Read, Write};
         let mut byte = [0u8; 1];

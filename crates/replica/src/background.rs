@@ -89,6 +89,8 @@ pub struct BackgroundDriver<F: Fabric> {
     next_fate_check_ns: u64,
     requests: Vec<u64>,
     steps: Vec<PermStep>,
+    /// Why the last permission step that failed did (for the log).
+    step_failure: Option<String>,
     completions: Vec<Completion>,
     snapshot: F::Region,
     transfer: TransferSettings,
@@ -139,6 +141,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             next_fate_check_ns: 0,
             requests: vec![0; n],
             steps: Vec::with_capacity(8),
+            step_failure: None,
             completions: vec![Completion::EMPTY; 64],
             snapshot,
             transfer,
@@ -775,7 +778,11 @@ impl<F: Fabric> BackgroundDriver<F> {
                 to, from, "write access to this log switched on the slow path (connection cycled)"
             ),
             (false, _) => {
-                info!(replica, to, from, "permission switch failed; a live requester asks again")
+                let why = self.step_failure.as_deref().unwrap_or("");
+                info!(
+                    replica,
+                    to, from, why, "permission switch failed; a live requester asks again"
+                )
             }
         }
     }
@@ -809,7 +816,9 @@ impl<F: Fabric> BackgroundDriver<F> {
                 if rebind || !ready {
                     // A full cycle binds the side to the peer's current incarnation.
                     self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
-                    self.fabric.connect(conn, Access::READ_WRITE).is_ok()
+                    let connected = self.fabric.connect(conn, Access::READ_WRITE);
+                    self.step_failure = connected.as_ref().err().map(|e| e.to_string());
+                    connected.is_ok()
                 } else {
                     self.change_access(conn, Access::READ_WRITE)
                 }
@@ -846,6 +855,8 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     fn slow_change(&mut self, conn: ConnId, access: Access) -> bool {
         self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
-        self.fabric.set_access_slow(conn, access).is_ok()
+        let changed = self.fabric.set_access_slow(conn, access);
+        self.step_failure = changed.as_ref().err().map(|e| e.to_string());
+        changed.is_ok()
     }
 }
