@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let results = bench_replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),
-            "shm",
+            ("shm", None),
             &SWEEP_BYTES,
             samples,
         )?;
