@@ -14,7 +14,6 @@ use hdrhistogram::Histogram;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -192,7 +191,7 @@ fn client_loop(
     t: usize,
     keys: usize,
     cluster_id: u64,
-    endpoints: Vec<(u16, PathBuf)>,
+    endpoints: Vec<(u16, mu_service::Endpoint)>,
     shared: &Shared,
     start: Instant,
 ) {

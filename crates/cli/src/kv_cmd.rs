@@ -148,8 +148,10 @@ pub fn run(args: Args) -> Result<bool, String> {
 
 fn connect(target: &Target) -> Result<Client, String> {
     let config = ClusterConfig::load(&target.config)?;
-    // With no socket at all, nothing runs: say so now rather than after the timeout.
-    if config.endpoints().iter().all(|(_, socket)| !socket.exists()) {
+    // With no socket at all, nothing runs on this host: say so now rather than after the
+    // timeout (clients of replicas on other hosts, `[clients]`, cannot tell).
+    let local_only = config.clients.is_none();
+    if local_only && config.socket_endpoints().iter().all(|(_, socket)| !socket.exists()) {
         return Err(format!(
             "the cluster is not running: no replica socket in {} (start it with `mu cluster up \
              --config {}`)",

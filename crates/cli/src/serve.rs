@@ -79,8 +79,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let replica = start_replica(&config, args.id, replica_config, machine.clone())?;
     let replica = Arc::new(replica);
     let socket = config.socket_path(args.id);
-    let server =
-        Server::start(config.cluster_id, replica.clone(), machine.clone(), &socket, started)?;
+    let tcp = config.client_address(args.id);
+    let server = Server::start(
+        config.cluster_id,
+        replica.clone(),
+        machine.clone(),
+        (&socket, tcp.as_deref()),
+        started,
+    )?;
     if let Some(base) = config.metrics.port_base {
         let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
         let sources = mu_service::metrics::Sources {

@@ -8,8 +8,8 @@
 //! itself limits how long its streams' data may go unacknowledged (docs/fabric.md).
 //!
 //! It needs root (network namespaces) and iproute2 (`scripts/install-fabric-deps.sh` installs
-//! it). Clients reach replicas through Unix sockets in the shared run directory, which works
-//! across network namespaces on one file system.
+//! it). The test's clients reach the replicas over TCP (`[clients]`) through a link of their own
+//! to the switch, so cutting the leader's link cuts it off from them too.
 
 mod common;
 
@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 /// The replicas' hosts: 10.99.0.1, .2, .3 on the switch's bridge.
 const REPLICAS: u16 = 3;
 const BASE_PORT: u16 = 31_000;
+/// Where each replica accepts clients over TCP (`[clients]`).
+const CLIENT_PORT: u16 = 31_100;
+/// The test's own address on the switch: its clients reach the replicas as another host's would.
+const CLIENT_HOST: &str = "10.99.0.254";
 
 /// `ip ARGS`, which must succeed.
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -43,6 +47,8 @@ struct Network {
     switch: String,
     /// The switch's end of each host's link: setting it down cuts the host off.
     ports: Vec<String>,
+    /// The test's own link to the switch, from this namespace.
+    client_nic: String,
 }
 
 impl Network {
@@ -52,11 +58,13 @@ impl Network {
             hosts: (0..REPLICAS).map(|i| format!("mu{tag}-{i}")).collect(),
             switch: format!("mu{tag}-sw"),
             ports: (0..REPLICAS).map(|i| format!("mu{tag}s{i}")).collect(),
+            client_nic: format!("mu{tag}c"),
         };
         // Left from an earlier run with the same process id: gone before anything is made.
         for ns in net.hosts.iter().chain([&net.switch]) {
             let _ = ip(&["netns", "del", ns]);
         }
+        let _ = ip(&["link", "del", &net.client_nic]);
         // An early return drops `net`, which removes whatever was made.
         ip(&["netns", "add", &net.switch])?;
         ip(&["-n", &net.switch, "link", "add", "br0", "type", "bridge"])?;
@@ -85,6 +93,24 @@ impl Network {
             ip(&["-n", &host, "link", "set", &nic, "up"])?;
             ip(&["-n", &host, "link", "set", "lo", "up"])?;
         }
+        // The test's clients, in this namespace, reach the replicas over TCP through a link of
+        // their own to the switch (clients never touch the replicas' run directory).
+        let switch_end = format!("{}s", net.client_nic);
+        ip(&[
+            "link",
+            "add",
+            &net.client_nic,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &switch_end,
+            "netns",
+            &net.switch,
+        ])?;
+        ip(&["-n", &net.switch, "link", "set", &switch_end, "master", "br0", "up"])?;
+        ip(&["addr", "add", &format!("{CLIENT_HOST}/24"), "dev", &net.client_nic])?;
+        ip(&["link", "set", &net.client_nic, "up"])?;
         Ok(net)
     }
 
@@ -110,6 +136,9 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
+        // Deleting the switch's namespace deletes the test's link too (one end of a pair
+        // takes the other); deleted here as well in case the namespace never existed.
+        let _ = ip(&["link", "del", &self.client_nic]);
         for ns in self.hosts.iter().chain([&self.switch]) {
             let _ = ip(&["netns", "del", ns]);
         }
@@ -180,7 +209,9 @@ fn run(net: Network) {
          [log]\nslots = 1024\nslot_bytes = 1024\n\n\
          [detector]\nread_period_us = 20000\n\n\
          [ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n\
-         0 = \"10.99.0.1:{BASE_PORT}\"\n1 = \"10.99.0.2:{BASE_PORT}\"\n2 = \"10.99.0.3:{BASE_PORT}\"\n",
+         0 = \"10.99.0.1:{BASE_PORT}\"\n1 = \"10.99.0.2:{BASE_PORT}\"\n2 = \"10.99.0.3:{BASE_PORT}\"\n\
+         [clients.addresses]\n\
+         0 = \"10.99.0.1:{CLIENT_PORT}\"\n1 = \"10.99.0.2:{CLIENT_PORT}\"\n2 = \"10.99.0.3:{CLIENT_PORT}\"\n",
         0x3d,
         setup.run_dir.display(),
     );

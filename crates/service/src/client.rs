@@ -1,20 +1,22 @@
 //! The client library: key-value operations against a cluster, following the leader.
 //!
-//! A [`Client`] knows every replica's socket. It sends each request to the replica it believes
+//! A [`Client`] knows every replica's endpoint (its Unix socket, or a TCP address). It sends each request to the replica it believes
 //! leads; a "not leader" answer names the leader to try next (or, with none known, it tries the
 //! replicas in turn), a connection that fails moves it to the next replica, and an answer that
 //! leaves the outcome unknown makes it send the request again — always with the same client id
 //! and sequence number, so the state machine applies it once, however many times it arrives.
 
 use crate::report::ReplicaReport;
+use crate::socket::{Endpoint, Stream};
 use crate::wire::{
     read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
 };
 use mu_kv::{Op, Reply, Request};
 use std::io::{BufReader, BufWriter};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// How long a client waits for a TCP connection to a replica to open before it tries the next.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Why an operation did not get a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,11 +37,11 @@ pub enum ClientError {
 pub struct Client {
     /// The cluster the client belongs to: replicas of another refuse it.
     cluster_id: u64,
-    /// Each replica's id and socket path.
-    replicas: Vec<(u16, PathBuf)>,
+    /// Each replica's id and endpoint.
+    replicas: Vec<(u16, Endpoint)>,
     /// Position in `replicas` of the one we send to.
     target: usize,
-    conn: Option<(BufReader<UnixStream>, BufWriter<UnixStream>)>,
+    conn: Option<(BufReader<Stream>, BufWriter<Stream>)>,
     id: u64,
     seq: u64,
     timeout: Duration,
@@ -64,14 +66,18 @@ fn fresh_client_id() -> u64 {
 }
 
 impl Client {
-    /// A client of cluster `cluster_id`'s replicas `(id, socket path)`, with a fresh client id.
-    pub fn new(cluster_id: u64, replicas: Vec<(u16, PathBuf)>) -> Result<Client, ClientError> {
+    /// A client of cluster `cluster_id`'s replicas `(id, endpoint)` (an endpoint: a Unix
+    /// socket's path or an [`Endpoint`]), with a fresh client id.
+    pub fn new<E: Into<Endpoint>>(
+        cluster_id: u64,
+        replicas: Vec<(u16, E)>,
+    ) -> Result<Client, ClientError> {
         if replicas.is_empty() {
             return Err(ClientError::Invalid("no replicas to talk to".into()));
         }
         Ok(Client {
             cluster_id,
-            replicas,
+            replicas: replicas.into_iter().map(|(id, e)| (id, e.into())).collect(),
             target: 0,
             conn: None,
             id: fresh_client_id(),
@@ -222,7 +228,7 @@ impl Client {
     /// refusal as the answer.
     fn exchange(&mut self, message: &[u8]) -> Result<ServerMessage, FrameError> {
         if self.conn.is_none() {
-            let stream = UnixStream::connect(&self.replicas[self.target].1)?;
+            let stream = Stream::connect(&self.replicas[self.target].1, CONNECT_TIMEOUT)?;
             // A replica that stops answering (stopped, or its leader stuck) must not hold the
             // client for ever: give up on it and try the next.
             stream.set_read_timeout(Some(Duration::from_millis(500)))?;

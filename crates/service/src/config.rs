@@ -22,6 +22,11 @@
 //! [metrics]
 //! port_base = 9400            # optional: replica N serves Prometheus text on 127.0.0.1:port_base+N
 //!
+//! [clients.addresses]         # optional: where each replica also accepts clients over TCP
+//! 0 = "10.77.0.1:7200"        # (clients on hosts that do not share the run directory; the
+//! 1 = "10.77.0.2:7200"        #  client protocol has no authentication: a trusted network)
+//! 2 = "10.77.0.3:7200"
+//!
 //! [ofi]                       # with fabric = "ofi": libfabric over TCP, replicas on any hosts
 //! provider = "sockets"
 //! [ofi.addresses]             # every replica's host and first port (it uses 5 from there)
@@ -32,6 +37,7 @@
 //!
 //! Unknown keys are errors (a misspelt setting must not be silently ignored).
 
+use crate::socket::Endpoint;
 use mu_fabric::NodeId;
 use mu_log::Integrity;
 use mu_replica::ReplicaConfig;
@@ -62,6 +68,15 @@ pub struct ClusterConfig {
     pub metrics: MetricsSection,
     /// The libfabric fabric's settings; required with `fabric = "ofi"`, refused otherwise.
     pub ofi: Option<OfiSection>,
+    /// Client access over TCP; without it, clients use the Unix sockets in `run_dir`.
+    pub clients: Option<ClientsSection>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientsSection {
+    /// Replica id (as a key) to `"host:port"`, where it accepts clients.
+    pub addresses: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -166,6 +181,7 @@ impl ClusterConfig {
                 return Err(format!("fabric \"{other}\": use \"shm\" or \"ofi\""));
             }
         }
+        self.client_addresses()?;
         if !matches!(self.mode.as_str(), "direct" | "handover") {
             return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
         }
@@ -226,31 +242,54 @@ impl ClusterConfig {
     /// Every replica's address on the libfabric fabric, in id order (`fabric = "ofi"`).
     pub fn ofi_addresses(&self) -> Result<Vec<OfiAddress>, String> {
         let Some(ofi) = &self.ofi else { return Err("no [ofi] section".into()) };
+        Ok(self
+            .addresses("ofi.addresses", &ofi.addresses)?
+            .into_iter()
+            .map(|(id, host, base_port)| OfiAddress { id, host, base_port })
+            .collect())
+    }
+
+    /// Every replica's TCP address for clients (`"host:port"`), in id order, if the
+    /// configuration has a `[clients]` section.
+    pub fn client_addresses(&self) -> Result<Option<Vec<(u16, String)>>, String> {
+        let Some(clients) = &self.clients else { return Ok(None) };
+        let addresses = self.addresses("clients.addresses", &clients.addresses)?;
+        Ok(Some(
+            addresses.into_iter().map(|(id, host, port)| (id, format!("{host}:{port}"))).collect(),
+        ))
+    }
+
+    /// A table of one `"host:port"` per replica (`name` in messages), in id order: every key a
+    /// replica of this cluster, every replica present, every port above zero.
+    fn addresses(
+        &self,
+        name: &str,
+        table: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<(u16, String, u16)>, String> {
         let mut out = Vec::new();
-        for (key, value) in &ofi.addresses {
-            let id: u16 = key
-                .parse()
-                .map_err(|_| format!("ofi.addresses: key {key:?} is not a replica id"))?;
+        for (key, value) in table {
+            let id: u16 =
+                key.parse().map_err(|_| format!("{name}: key {key:?} is not a replica id"))?;
             if !self.replicas.contains(&id) {
-                return Err(format!("ofi.addresses: replica {id} is not in replicas"));
+                return Err(format!("{name}: replica {id} is not in replicas"));
             }
             let (host, port) = value
                 .rsplit_once(':')
-                .ok_or_else(|| format!("ofi.addresses.{id} = {value:?}: write \"host:port\""))?;
-            let base_port: u16 = port
+                .ok_or_else(|| format!("{name}.{id} = {value:?}: write \"host:port\""))?;
+            let port: u16 = port
                 .parse()
                 .ok()
                 .filter(|&p| p > 0)
-                .ok_or_else(|| format!("ofi.addresses.{id} = {value:?}: bad port {port:?}"))?;
+                .ok_or_else(|| format!("{name}.{id} = {value:?}: bad port {port:?}"))?;
             if host.is_empty() {
-                return Err(format!("ofi.addresses.{id} = {value:?}: empty host"));
+                return Err(format!("{name}.{id} = {value:?}: empty host"));
             }
-            out.push(OfiAddress { id, host: host.to_string(), base_port });
+            out.push((id, host.to_string(), port));
         }
-        if let Some(missing) = self.replicas.iter().find(|r| !out.iter().any(|a| a.id == **r)) {
-            return Err(format!("ofi.addresses: no address for replica {missing}"));
+        if let Some(missing) = self.replicas.iter().find(|r| !out.iter().any(|a| a.0 == **r)) {
+            return Err(format!("{name}: no address for replica {missing}"));
         }
-        out.sort_by_key(|a| a.id);
+        out.sort_by_key(|a| a.0);
         Ok(out)
     }
 
@@ -286,9 +325,30 @@ impl ClusterConfig {
         self.run_dir.join(format!("replica-{id}.log"))
     }
 
-    /// Every replica's id and socket, for a client.
-    pub fn endpoints(&self) -> Vec<(u16, PathBuf)> {
+    /// Every replica's id and socket in the run directory.
+    pub fn socket_endpoints(&self) -> Vec<(u16, PathBuf)> {
         self.replicas.iter().map(|&id| (id, self.socket_path(id))).collect()
+    }
+
+    /// Every replica's id and endpoint, for a client: its TCP address if the configuration
+    /// has a `[clients]` section, else its socket in the run directory.
+    pub fn endpoints(&self) -> Vec<(u16, Endpoint)> {
+        match self.client_addresses() {
+            Ok(Some(addresses)) => {
+                addresses.into_iter().map(|(id, addr)| (id, Endpoint::Tcp(addr))).collect()
+            }
+            // `check` refused a bad section when the configuration was loaded.
+            _ => self
+                .socket_endpoints()
+                .into_iter()
+                .map(|(id, path)| (id, Endpoint::Unix(path)))
+                .collect(),
+        }
+    }
+
+    /// Where replica `id` accepts clients over TCP, if anywhere.
+    pub fn client_address(&self, id: u16) -> Option<String> {
+        self.client_addresses().ok().flatten()?.into_iter().find(|a| a.0 == id).map(|a| a.1)
     }
 
     /// The name (before a `-<pid>-<n>` suffix) of the file `prepare_run_dir` writes to learn

@@ -1,6 +1,7 @@
 //! The replicated key-value service on Mu (HERD-like: get, put, delete, compare-and-set).
 //!
-//! * [`wire`]: the client protocol, length-prefixed frames on a Unix stream socket.
+//! * [`wire`]: the client protocol, length-prefixed frames on a Unix stream socket or a TCP
+//!   connection ([`Endpoint`]).
 //! * [`Server`]: a replica serving clients; it proposes their requests (batched) through
 //!   [`mu_replica::Replica`] and answers once they are committed and applied. Replicas that do
 //!   not lead answer with a hint naming the leader.
@@ -17,6 +18,7 @@ pub mod machine;
 pub mod metrics;
 pub mod report;
 pub mod server;
+pub mod socket;
 pub mod wire;
 
 pub use client::{Client, ClientError};
@@ -24,3 +26,4 @@ pub use config::ClusterConfig;
 pub use machine::SharedMachine;
 pub use report::ReplicaReport;
 pub use server::Server;
+pub use socket::Endpoint;

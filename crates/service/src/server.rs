@@ -1,6 +1,7 @@
-//! A replica serving the key-value service on a Unix stream socket.
+//! A replica serving the key-value service on a Unix stream socket, and on a TCP address when
+//! the cluster's configuration gives one (clients on other hosts).
 //!
-//! One thread accepts connections and one thread per connection reads requests (clients are
+//! One thread per listener accepts connections and one thread per connection reads requests (clients are
 //! sequential: one request, then its answer). A single proposer thread takes the requests of
 //! every connection, proposes what has gathered as one call ([`Replica::propose_many`]: several
 //! requests per entry, several entries in flight, Mu paper §7.4), and hands each its answer.
@@ -14,14 +15,16 @@
 
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
+use crate::socket::Stream;
 use crate::wire::{
     read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
 };
 use mu_kv::Request;
 use mu_replica::{ProposeError, Replica};
 use std::io::{BufReader, BufWriter};
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -95,6 +98,7 @@ impl ServerCounters {
 /// connections still open end when their clients close them or the process exits.
 pub struct Server {
     path: PathBuf,
+    tcp: Option<SocketAddr>,
     /// The replica served, for the stop event.
     replica_id: u16,
     stop: Arc<AtomicBool>,
@@ -104,13 +108,17 @@ pub struct Server {
 
 impl Server {
     /// Serves `replica` of cluster `cluster_id` (whose state machine is `machine`) on a new
-    /// socket at `path`, readable and writable by this user only. A stale socket file at `path`
-    /// is replaced.
+    /// socket at `path`, readable and writable by this user only, and on the TCP address `tcp`
+    /// (`"host:port"`) if one is given. A stale socket file at `path` is replaced.
+    ///
+    /// TCP clients are not authenticated (the hello names the cluster, which keeps clients of
+    /// another cluster out by mistake, not by design): listen on a network only trusted hosts
+    /// reach.
     pub fn start(
         cluster_id: u64,
         replica: Arc<Replica>,
         machine: SharedMachine,
-        path: &Path,
+        (path, tcp): (&Path, Option<&str>),
         started: Instant,
     ) -> Result<Server, String> {
         if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
@@ -131,6 +139,19 @@ impl Server {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("making {} private: {e}", path.display()))?;
         listener.set_nonblocking(true).map_err(|e| format!("socket: {e}"))?;
+        let tcp_listener = match tcp {
+            Some(addr) => {
+                let l = TcpListener::bind(addr)
+                    .map_err(|e| format!("listening for clients on {addr}: {e}"))?;
+                l.set_nonblocking(true).map_err(|e| format!("{addr}: {e}"))?;
+                Some(l)
+            }
+            None => None,
+        };
+        let tcp = match &tcp_listener {
+            Some(l) => Some(l.local_addr().map_err(|e| format!("client address: {e}"))?),
+            None => None,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(ServerCounters::default());
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
@@ -142,27 +163,38 @@ impl Server {
                 proposer(&replica, &machine, &counters, jobs_rx)
             })?);
         }
+        let base = Connection { cluster_id, jobs: jobs_tx, replica, machine, counters, started };
+        if let Some(listener) = tcp_listener {
+            let (stop, base) = (stop.clone(), base.clone());
+            threads.push(spawn("mu-kv-accept-tcp", move || {
+                accept_loop(|| Stream::tcp(listener.accept()?.0), &stop, &base)
+            })?);
+        }
+        let counters = base.counters.clone();
         {
             let stop = stop.clone();
-            let counters = counters.clone();
             threads.push(spawn("mu-kv-accept", move || {
-                let base =
-                    Connection { cluster_id, jobs: jobs_tx, replica, machine, counters, started };
-                accept_loop(listener, &stop, &base)
+                accept_loop(|| Ok(Stream::Unix(listener.accept()?.0)), &stop, &base)
             })?);
         }
         tracing::info!(
             replica = replica_id,
             cluster_id,
             socket = %path.display(),
+            tcp = %tcp.map_or("none".to_string(), |a| a.to_string()),
             "server started: accepting clients"
         );
-        Ok(Server { path: path.to_path_buf(), replica_id, stop, threads, counters })
+        Ok(Server { path: path.to_path_buf(), tcp, replica_id, stop, threads, counters })
     }
 
     /// Where it listens.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The TCP address it listens on, if any (with the port the system chose for port 0).
+    pub fn tcp_address(&self) -> Option<SocketAddr> {
+        self.tcp
     }
 }
 
@@ -188,12 +220,17 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| format!("starting thread {name}: {e}"))
 }
 
-/// Accepts connections until `stop`, serving each on a thread of its own with a copy of `base`.
-fn accept_loop(listener: UnixListener, stop: &AtomicBool, base: &Connection) {
+/// Accepts connections (`accept`, on a non-blocking listener) until `stop`, serving each on a
+/// thread of its own with a copy of `base`.
+fn accept_loop(
+    mut accept: impl FnMut() -> std::io::Result<Stream>,
+    stop: &AtomicBool,
+    base: &Connection,
+) {
     // The proposer thread ends when the last sender is gone: `base`'s, and the connections'.
     while !stop.load(Ordering::Acquire) {
-        match listener.accept() {
-            Ok((stream, _)) => {
+        match accept() {
+            Ok(stream) => {
                 base.counters.connections.fetch_add(1, Ordering::Relaxed);
                 let conn = base.clone();
                 // A connection that cannot get a thread is closed: the client tries again.
@@ -218,7 +255,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn serve(self, stream: UnixStream) {
+    fn serve(self, stream: Stream) {
         if stream.set_nonblocking(false).is_err() {
             return;
         }

@@ -3,7 +3,7 @@
 
 use mu_fabric::NodeId;
 use mu_log::Integrity;
-use mu_service::ClusterConfig;
+use mu_service::{ClusterConfig, Endpoint};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -216,7 +216,10 @@ fn a_good_configuration_gets_its_defaults() {
     assert_eq!(c.log_path(1), Path::new("/tmp/mu-good/replica-1.log"));
     let endpoints = c.endpoints();
     assert_eq!(endpoints.len(), 3);
-    assert_eq!(endpoints[0], (2, PathBuf::from("/tmp/mu-good/kv-2.sock")));
+    let socket = PathBuf::from("/tmp/mu-good/kv-2.sock");
+    assert_eq!(endpoints[0], (2, Endpoint::Unix(socket.clone())));
+    assert_eq!(c.socket_endpoints()[0], (2, socket));
+    assert_eq!(c.client_address(2), None, "no [clients]: Unix sockets only");
 }
 
 #[test]
@@ -442,4 +445,37 @@ fn ofi_settings_are_checked() {
     refused(&good(&OFI.replace("host-c:7200", "host-c:70000")), &["bad port"]);
     refused(&good(&OFI.replace("host-c:7200", ":7200")), &["empty host"]);
     refused(&good(&OFI.replace("2 = ", "two = ")), &["\"two\" is not a replica id"]);
+}
+
+const CLIENTS: &str =
+    "[clients.addresses]\n0 = \"10.1.0.1:7200\"\n1 = \"10.1.0.2:7200\"\n2 = \"host-c:7300\"\n";
+
+#[test]
+fn clients_over_tcp_get_every_replica_address() {
+    let c = ClusterConfig::parse(&good(CLIENTS)).expect("a good configuration with [clients]");
+    let endpoints = c.endpoints();
+    assert_eq!(
+        endpoints,
+        [
+            (0, Endpoint::Tcp("10.1.0.1:7200".into())),
+            (1, Endpoint::Tcp("10.1.0.2:7200".into())),
+            (2, Endpoint::Tcp("host-c:7300".into())),
+        ]
+    );
+    assert_eq!(c.client_address(2).as_deref(), Some("host-c:7300"));
+    // The Unix sockets stay: the replicas serve both.
+    assert_eq!(c.socket_endpoints()[1], (1, PathBuf::from("/tmp/mu-config-test/kv-1.sock")));
+}
+
+#[test]
+fn client_addresses_are_checked_as_ofi_addresses_are() {
+    refused(
+        &good(&CLIENTS.replace("2 = \"host-c:7300\"\n", "")),
+        &["clients.addresses", "replica 2"],
+    );
+    refused(&good(&CLIENTS.replace("2 = ", "5 = ")), &["replica 5 is not in replicas"]);
+    refused(&good(&CLIENTS.replace("host-c:7300", "host-c")), &["write \"host:port\""]);
+    refused(&good(&CLIENTS.replace("host-c:7300", "host-c:0")), &["bad port"]);
+    refused(&good(&CLIENTS.replace("host-c:7300", ":7300")), &["empty host"]);
+    refused(&good("[clients]\nport = 7\n"), &["unknown field"]);
 }

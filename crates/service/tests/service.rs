@@ -14,7 +14,7 @@ use mu_replica::{Mode, Replica, ReplicaConfig};
 use mu_service::wire::{
     read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION,
 };
-use mu_service::{Client, ClientError, ReplicaReport, Server, SharedMachine};
+use mu_service::{Client, ClientError, Endpoint, ReplicaReport, Server, SharedMachine};
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
@@ -48,6 +48,12 @@ struct Cluster {
 
 impl Cluster {
     fn start(tag: &str, cluster_id: u64) -> Cluster {
+        Cluster::start_serving(tag, cluster_id, None)
+    }
+
+    /// A cluster whose replicas also listen for clients on `tcp` (`"127.0.0.1:0"`: a port of
+    /// the system's choice each).
+    fn start_serving(tag: &str, cluster_id: u64, tcp: Option<&str>) -> Cluster {
         // A test that failed while holding the turn poisons it; the next one still runs.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let base = if Path::new("/dev/shm").is_dir() {
@@ -76,7 +82,7 @@ impl Cluster {
             );
             let socket = cluster.socket(id);
             let server =
-                Server::start(cluster_id, replica.clone(), machine, &socket, Instant::now())
+                Server::start(cluster_id, replica.clone(), machine, (&socket, tcp), Instant::now())
                     .expect("server starts");
             cluster.replicas.push(replica);
             cluster.servers.push(server);
@@ -90,6 +96,12 @@ impl Cluster {
 
     fn endpoints(&self) -> Vec<(u16, PathBuf)> {
         (0..REPLICAS).map(|id| (id, self.socket(id))).collect()
+    }
+
+    /// Every replica's TCP address for clients (started with `start_serving`).
+    fn tcp_endpoints(&self) -> Vec<(u16, Endpoint)> {
+        let address = |s: &Server| s.tcp_address().expect("a TCP listener").to_string();
+        (0..REPLICAS).map(|id| (id, Endpoint::Tcp(address(&self.servers[id as usize])))).collect()
     }
 
     fn client(&self) -> Client {
@@ -459,5 +471,32 @@ fn every_replica_reports_and_they_converge() {
             client.get(format!("key-{i}").as_bytes()).unwrap(),
             Some(format!("value-{i}").into_bytes())
         );
+    }
+}
+
+/// Clients on other hosts reach the replicas over TCP (`[clients]`): the same protocol, the same
+/// hints to the leader, the same refusal of another cluster's client.
+#[test]
+fn clients_over_tcp_are_served_like_local_ones() {
+    let cluster = Cluster::start_serving("tcp", 0x7376_6310, Some("127.0.0.1:0"));
+    let leader = cluster.wait_leader();
+    let follower = (0..REPLICAS).find(|&id| id != leader).expect("a follower");
+    let mut endpoints = cluster.tcp_endpoints();
+    endpoints.sort_by_key(|&(id, _)| if id == follower { 0 } else { 1 + u32::from(id) });
+    let mut client = Client::new(cluster.cluster_id, endpoints.clone()).expect("a client");
+    client.set_timeout(PATIENCE);
+    client.put(b"over-tcp", b"1").expect("put over TCP");
+    assert!(client.resends >= 1, "the client started at a follower and followed its hint");
+    assert_eq!(client.get(b"over-tcp").expect("get over TCP"), Some(b"1".to_vec()));
+    // What a TCP client wrote, a local one reads.
+    assert_eq!(cluster.client().get(b"over-tcp").expect("local get"), Some(b"1".to_vec()));
+    let report = client.status(follower).expect("a status report over TCP");
+    assert_eq!(report.leader, Some(leader));
+
+    let mut stranger = Client::new(0x0bad, endpoints).expect("a client of another cluster");
+    stranger.set_timeout(PATIENCE);
+    match stranger.put(b"k", b"v") {
+        Err(ClientError::Refused(why)) => assert!(why.contains("belongs to cluster"), "{why}"),
+        other => panic!("a client of another cluster was not refused over TCP: {other:?}"),
     }
 }

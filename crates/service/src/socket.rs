@@ -1,0 +1,112 @@
+//! Where clients reach a replica: its Unix socket in the run directory (clients on the same
+//! host), or a TCP address (clients on other hosts, `[clients]` in the cluster's
+//! configuration). Both carry the same frames.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A replica's address for clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix stream socket's path.
+    Unix(PathBuf),
+    /// `"host:port"`.
+    Tcp(String),
+}
+
+impl From<PathBuf> for Endpoint {
+    fn from(path: PathBuf) -> Endpoint {
+        Endpoint::Unix(path)
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(path) => write!(f, "{}", path.display()),
+            Endpoint::Tcp(addr) => write!(f, "tcp://{addr}"),
+        }
+    }
+}
+
+/// A connection between a client and a replica.
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to open.
+    pub(crate) fn connect(endpoint: &Endpoint, timeout: Duration) -> std::io::Result<Stream> {
+        match endpoint {
+            Endpoint::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+            Endpoint::Tcp(addr) => {
+                let mut last = None;
+                for a in addr.to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&a, timeout) {
+                        Ok(s) => return Stream::tcp(s),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address"))
+                }))
+            }
+        }
+    }
+
+    /// A TCP connection, with Nagle's delay off: every frame is a whole request or answer.
+    pub(crate) fn tcp(stream: TcpStream) -> std::io::Result<Stream> {
+        stream.set_nodelay(true)?;
+        Ok(Stream::Tcp(stream))
+    }
+
+    pub(crate) fn try_clone(&self) -> std::io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.flush(),
+            Stream::Tcp(s) => s.flush(),
+        }
+    }
+}
