@@ -652,7 +652,8 @@ impl Node {
             );
         });
         Err(format!(
-            "this node had opened {} stream(s) to node {} on channel {} ({listening}), which              only the lower node opens: shut down, and node {} asked to open one",
+            "this node had opened {} stream(s) to node {} on channel {} ({listening}), which \
+             only the lower node opens: shut down, and node {} asked to open one",
             opened.len(),
             conn.peer,
             conn.channel,
