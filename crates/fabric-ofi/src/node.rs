@@ -614,50 +614,70 @@ impl Node {
     /// Only the lower node of a pair opens streams between them, so that both post on one
     /// stream and a fence is ordered after everything the peer sent (see `fence`). The
     /// provider opens a stream whenever a post finds none to use, so a higher node whose
-    /// stream to a lower peer broke can still open one; this finds such streams after a
-    /// binding or a fence to a lower peer, shuts them down (the provider reads end-of-file and
-    /// drops them), asks the peer for a hello so that it opens one, and fails: neither the
-    /// binding nor the fence is claimed.
+    /// stream to a lower peer broke can still open one. After each binding and each fence,
+    /// this looks for such streams and shuts them down (the provider reads end-of-file and
+    /// drops them), and fails: neither the binding nor the fence is claimed.
+    ///
+    /// * On the higher node: the streams its process opened to the peer's channel port, found
+    ///   exactly. It asks the peer for a hello, so that the peer opens one.
+    /// * On the lower node: the streams accepted on its own channel port from the peer's
+    ///   address. A lower node than this one on that address could have opened those too, so
+    ///   the check is made only when none is (one replica per host; the lowest node
+    ///   everywhere). The next post of this node opens its own stream.
     fn enforce_opener(&self, conn: ConnId) -> Result<(), String> {
-        if conn.peer >= self.id {
+        if conn.peer == self.id {
             return Ok(());
         }
-        let addr = self.addr(conn.peer).map_err(|e| e.to_string())?.clone();
-        let listening = self.listening(conn.peer, conn.channel)?;
+        let theirs = self.listening(conn.peer, conn.channel)?;
+        let higher = conn.peer < self.id;
+        let wrong: Vec<crate::streams::Stream> = if higher {
+            crate::streams::opened_to(theirs)
+                .map_err(|e| format!("listing this process's streams to {theirs}: {e}"))?
+        } else {
+            let shared = self.config.nodes.keys().any(|&n| {
+                n < self.id && self.listening(n, conn.channel).is_ok_and(|a| a.ip() == theirs.ip())
+            });
+            if shared {
+                return Ok(());
+            }
+            let mine = self.listening(self.id, conn.channel)?;
+            crate::streams::held()
+                .map_err(|e| format!("listing this process's streams: {e}"))?
+                .into_iter()
+                .filter(|s| s.local.port() == mine.port() && s.remote.ip() == theirs.ip())
+                .collect()
+        };
         // One still connecting has carried nothing, so no fence or binding went on it: a post
         // of this node's data path to a peer cut off by the network tries to open one each
         // time (and gives up after `FI_SOCKETS_CONN_TIMEOUT`). Counting them would fail every
         // fence to that peer, the one that ends the wait for a cut-off leader included.
-        let opened: Vec<_> = crate::streams::opened_to(listening)
-            .map_err(|e| format!("listing this process's streams to {listening}: {e}"))?
-            .into_iter()
-            .filter(|s| !s.connecting)
-            .collect();
-        if opened.is_empty() {
+        let wrong: Vec<_> = wrong.into_iter().filter(|s| !s.connecting).collect();
+        if wrong.is_empty() {
             return Ok(());
         }
-        for stream in &opened {
+        for stream in &wrong {
             let _ = crate::streams::shut_down(stream);
         }
         let (me, channel) = (self.id, conn.channel);
-        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
-        // Off this thread: a cut-off peer would hold it for the whole connect timeout.
-        let _ = std::thread::Builder::new().name("mu-ofi-ask-hello".into()).spawn(move || {
-            let _ = Liveness::ask_hello(
-                &addr.host,
-                addr.base_port + LIVENESS_PORT_OFFSET,
-                channel,
-                me,
-                timeout,
-            );
-        });
+        if higher {
+            let addr = self.addr(conn.peer).map_err(|e| e.to_string())?.clone();
+            let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+            // Off this thread: a cut-off peer would hold it for the whole connect timeout.
+            let _ = std::thread::Builder::new().name("mu-ofi-ask-hello".into()).spawn(move || {
+                let _ = Liveness::ask_hello(
+                    &addr.host,
+                    addr.base_port + LIVENESS_PORT_OFFSET,
+                    channel,
+                    me,
+                    timeout,
+                );
+            });
+        }
+        let (opener, from) = if higher { (me, conn.peer) } else { (conn.peer, me) };
         Err(format!(
-            "this node had opened {} stream(s) to node {} on channel {} ({listening}), which \
-             only the lower node opens: shut down, and node {} asked to open one",
-            opened.len(),
-            conn.peer,
-            conn.channel,
-            conn.peer
+            "node {opener} had opened {} stream(s) to node {from} on channel {channel}, which \
+             only the lower node opens: shut down, and node {from} opens one",
+            wrong.len(),
         ))
     }
 

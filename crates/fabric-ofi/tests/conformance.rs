@@ -337,57 +337,94 @@ fn simultaneous_first_contact_opens_one_stream() {
     }
 }
 
+/// Waits until this process holds no stream opened to `to`.
+fn until_none_opened_to(to: std::net::SocketAddrV4, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !mu_fabric_ofi::streams::opened_to(to).unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "{what} is still held");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Nodes 1 (higher, the pair's `a`, with the endpoint) and 0 (lower) bound; then their one
+/// stream breaks under both (as a reset from the network would break it) and the higher
+/// node's next write opens a stream itself.
+fn higher_node_opens_a_stream(
+    h: &mut OfiHarness,
+) -> mu_fabric::conformance::Pair<mu_fabric_ofi::OfiFabric> {
+    use mu_fabric::conformance::{pair, run_one, CHANNEL, DATA};
+    use mu_fabric::{Access, ConnId, RemoteAddr, Source, Status, WorkRequest};
+    use mu_fabric_ofi::streams;
+    let mut p = pair(h, NodeId(1), NodeId(0), Access::ALL, Access::ALL);
+    let (to_low, to_high) = (channel_address(h, 0), channel_address(h, 1));
+    assert!(streams::opened_to(to_low).unwrap().is_empty(), "the higher node opened none");
+    let lowers = streams::opened_to(to_high).unwrap();
+    assert_eq!(lowers.len(), 1, "the lower node opened the one stream");
+    streams::shut_down(&lowers[0]).unwrap();
+    until_none_opened_to(to_high, "the broken stream");
+    std::thread::sleep(Duration::from_millis(50));
+    let conn = ConnId::new(NodeId(0), CHANNEL);
+    let write = WorkRequest::write(1, Source::Inline(b"x"), RemoteAddr { region: DATA, offset: 0 });
+    assert_eq!(run_one(h, &mut p.ep, conn, &write).status, Status::Success);
+    assert_eq!(streams::opened_to(to_low).unwrap().len(), 1, "the write opened a stream");
+    p
+}
+
+/// Retries a slow revocation by `fabric` of `peer` until it holds (within 10 s), then checks
+/// that the only stream between nodes 0 and 1 is one node 0 opened.
+fn revoke_until_it_holds(h: &OfiHarness, fabric: &mu_fabric_ofi::OfiFabric, peer: NodeId) {
+    use mu_fabric::conformance::CHANNEL;
+    use mu_fabric::{Access, ConnId, Fabric, QpState};
+    use mu_fabric_ofi::streams;
+    let conn = ConnId::new(peer, CHANNEL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = fabric.set_access_slow(conn, Access::READ) {
+        assert!(Instant::now() < deadline, "the lower node opened a stream, the fence: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fabric.qp_state(conn).unwrap(), QpState::ReadyToSend);
+    assert!(streams::opened_to(channel_address(h, 0)).unwrap().is_empty());
+    assert_eq!(streams::opened_to(channel_address(h, 1)).unwrap().len(), 1, "node 0's stream");
+}
+
+fn assert_fence_refused(result: Result<(), mu_fabric::FabricError>, peer: NodeId) {
+    match result {
+        Err(mu_fabric::FabricError::FenceFailed { node, why }) => {
+            assert_eq!(node, peer);
+            assert!(why.contains("only the lower node opens"), "{why}");
+        }
+        other => panic!("a fence while the higher node has a stream of its own: {other:?}"),
+    }
+}
+
 /// A stream that breaks while both nodes live leaves the higher node's provider free to open
 /// one itself on its next post. The higher node finds it after its next fence, shuts it down
 /// and claims no barrier (the lower node may be writing on a stream of its own); the lower
 /// node is asked for a hello, opens a stream, and a later fence, on that stream, holds.
 #[test]
 fn a_stream_the_higher_node_opened_is_shut_and_fences_nothing() {
-    use mu_fabric::conformance::{pair, run_one, CHANNEL, DATA};
-    use mu_fabric::{
-        Access, ConnId, Fabric, FabricError, QpState, RemoteAddr, Source, Status, WorkRequest,
-    };
-    use mu_fabric_ofi::streams;
+    use mu_fabric::conformance::CHANNEL;
+    use mu_fabric::{Access, ConnId, Fabric, QpState};
     let mut h = OfiHarness::new("sockets");
-    let (high, low) = (NodeId(1), NodeId(0));
-    let mut p = pair(&mut h, high, low, Access::ALL, Access::ALL);
-    let (to_low, to_high) = (channel_address(&h, 0), channel_address(&h, 1));
-    let until_gone = |to: std::net::SocketAddrV4, what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !streams::opened_to(to).unwrap().is_empty() {
-            assert!(Instant::now() < deadline, "{what} is still held");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    assert!(streams::opened_to(to_low).unwrap().is_empty(), "the higher node opened none");
-    let lowers = streams::opened_to(to_high).unwrap();
-    assert_eq!(lowers.len(), 1, "the lower node opened the one stream");
-
-    // Broken under both (as a reset from the network would), both providers drop it.
-    streams::shut_down(&lowers[0]).unwrap();
-    until_gone(to_high, "the broken stream");
-    std::thread::sleep(Duration::from_millis(50));
-    let conn = ConnId::new(low, CHANNEL);
-    let write = WorkRequest::write(1, Source::Inline(b"x"), RemoteAddr { region: DATA, offset: 0 });
-    assert_eq!(run_one(&mut h, &mut p.ep, conn, &write).status, Status::Success);
-    assert_eq!(streams::opened_to(to_low).unwrap().len(), 1, "the write opened a stream");
-
-    match p.a.set_access_slow(conn, Access::READ) {
-        Err(FabricError::FenceFailed { node, why }) => {
-            assert_eq!(node, low);
-            assert!(why.contains("only the lower node opens"), "{why}");
-        }
-        other => panic!("a fence on the higher node's own stream is no barrier: {other:?}"),
-    }
+    let p = higher_node_opens_a_stream(&mut h);
+    let conn = ConnId::new(NodeId(0), CHANNEL);
+    assert_fence_refused(p.a.set_access_slow(conn, Access::READ), NodeId(0));
     assert_eq!(p.a.qp_state(conn).unwrap(), QpState::Error);
-    until_gone(to_low, "the stream the higher node opened");
+    until_none_opened_to(channel_address(&h, 0), "the stream the higher node opened");
+    revoke_until_it_holds(&h, &p.a, NodeId(0));
+}
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while let Err(e) = p.a.set_access_slow(conn, Access::READ) {
-        assert!(Instant::now() < deadline, "the lower node opened a stream, the fence: {e}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(p.a.qp_state(conn).unwrap(), QpState::ReadyToSend);
-    assert!(streams::opened_to(to_low).unwrap().is_empty());
-    assert_eq!(streams::opened_to(to_high).unwrap().len(), 1, "the lower node's stream");
+/// The same stream, met by the lower node's fence: it comes in on the lower node's channel port
+/// from the higher node's address, where no node lower than node 0 lives, so the lower node
+/// knows it for one the higher node opened, shuts it down and claims no barrier; its next post
+/// opens a stream of its own, and a later fence holds.
+#[test]
+fn a_stream_the_higher_node_opened_is_shut_by_the_lower_nodes_fence() {
+    let mut h = OfiHarness::new("sockets");
+    let p = higher_node_opens_a_stream(&mut h);
+    let conn = mu_fabric::ConnId::new(NodeId(1), mu_fabric::conformance::CHANNEL);
+    use mu_fabric::Fabric;
+    assert_fence_refused(p.b.set_access_slow(conn, mu_fabric::Access::READ), NodeId(1));
+    until_none_opened_to(channel_address(&h, 0), "the stream the higher node opened");
+    revoke_until_it_holds(&h, &p.b, NodeId(1));
 }
