@@ -221,6 +221,8 @@ pub(crate) struct Node {
     /// The hello word each (channel, lower peer) had when this node last bound to it: a
     /// binding needs a newer one.
     hellos_taken: Mutex<HashMap<(u8, NodeId), u64>>,
+    /// Every node's IPv4 address as `listening` resolved it.
+    listening_ips: Mutex<HashMap<NodeId, std::net::Ipv4Addr>>,
     /// One turn per (channel, peer) for control posts (`post_control`).
     posting: Mutex<HashMap<(u8, NodeId), Turn>>,
     /// Numbers this node's hellos, so that each differs from the one before.
@@ -286,6 +288,7 @@ impl OfiFabric {
             hellos_taken: Mutex::new(HashMap::new()),
             hello_count: AtomicU32::new(0),
             posting: Mutex::new(HashMap::new()),
+            listening_ips: Mutex::new(HashMap::new()),
             liveness,
             stop,
             progress: Mutex::new(None),
@@ -580,14 +583,22 @@ impl Node {
     fn listening(&self, node: NodeId, channel: u8) -> Result<SocketAddrV4, String> {
         let addr = self.addr(node).map_err(|e| e.to_string())?;
         let port = addr.base_port + channel as u16;
-        (addr.host.as_str(), port)
+        // Resolved once per node: fences and bindings ask for it on the permission-switch
+        // path, where a host name would otherwise cost a lookup each time.
+        let mut resolved = self.listening_ips.lock().expect("listening ips");
+        if let Some(&ip) = resolved.get(&node) {
+            return Ok(SocketAddrV4::new(ip, port));
+        }
+        let found = (addr.host.as_str(), port)
             .to_socket_addrs()
             .map_err(|e| format!("{}:{port}: {e}", addr.host))?
             .find_map(|a| match a {
                 std::net::SocketAddr::V4(a) => Some(a),
                 std::net::SocketAddr::V6(_) => None,
             })
-            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))
+            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))?;
+        resolved.insert(node, *found.ip());
+        Ok(found)
     }
 
     /// Limits how long data sent on the streams with `conn`'s peer may go unacknowledged before
