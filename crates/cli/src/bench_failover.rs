@@ -24,7 +24,9 @@
 //! pause failovers, unless the fabric fenced (killed) the stopped leader because it was stopped in
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
-use crate::cluster::{self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{
+    self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
+};
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
 use mu_replica::ReplicaConfig;
@@ -123,6 +125,11 @@ pub struct Args {
     /// periods; a period shorter than a replica can go unscheduled makes false suspicions.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     read_period_us: Option<u64>,
+    /// How every replica's threads wait when idle: back off (shared) or spin on cores of their
+    /// own (dedicated: about three cores per replica, as in the Mu paper; the proposer then
+    /// also waits for leadership by spinning).
+    #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
+    threads: ThreadsChoice,
 }
 
 /// One failover, in nanoseconds.
@@ -198,6 +205,7 @@ pub fn run(args: Args) -> Result<(), String> {
         replicas: REPLICAS,
         mode: ReplicaMode::Direct,
         read_period_us: args.read_period_us,
+        threads: args.threads,
         slots_count,
         slot_bytes: SLOT_BYTES,
         propose_bytes: PROPOSE_BYTES,
@@ -208,10 +216,11 @@ pub fn run(args: Args) -> Result<(), String> {
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
     eprintln!(
         "mu bench failover: {REPLICAS} replicas on shm ({}), {} mode, {count} failovers, read \
-         period {} us, {} CPUs allowed",
+         period {} us, {} threads, {} CPUs allowed",
         args.protocol.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
         args.mode.name(),
         read_period_ns / 1000,
+        args.threads.name(),
         pin::allowed_cpus().len()
     );
     let out_dir = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
@@ -448,7 +457,7 @@ fn measure(
         }
         let fresh_cluster = match args.mode {
             FailureMode::Kill => true,
-            FailureMode::Pause => match fail_back(c, new_leader, timeout)? {
+            FailureMode::Pause => match fail_back(c, spec.protocol, new_leader, timeout)? {
                 Some(failback_ns) => {
                     m.failbacks_ns.push(failback_ns);
                     false
@@ -647,7 +656,12 @@ fn inject(
 
 /// Pause mode: continues the stopped replica 0 and waits until it leads again. Returns the
 /// fail-back time, or `None` if the fabric had fenced it (the cluster must be replaced).
-fn fail_back(c: &mut Cluster, interim: u16, timeout: Duration) -> Result<Option<u64>, String> {
+fn fail_back(
+    c: &mut Cluster,
+    protocol: mu_replica::Protocol,
+    interim: u16,
+    timeout: Duration,
+) -> Result<Option<u64>, String> {
     let fenced = |status: std::process::ExitStatus| -> Result<Option<u64>, String> {
         if status.signal() == Some(libc::SIGKILL) {
             Ok(None)
@@ -659,6 +673,7 @@ fn fail_back(c: &mut Cluster, interim: u16, timeout: Duration) -> Result<Option<
         return fenced(status);
     }
     let terms_before = c.words(OLD_LEADER).get(word::TERMS);
+    let resumes_before = c.words(OLD_LEADER).get(word::RESUMES);
     c.signal(OLD_LEADER, libc::SIGCONT)?;
     let what = "replica 0 to lead again after SIGCONT (if it fell more than a log behind, it \
                 needs a state transfer, which these replicas cannot serve)";
@@ -667,15 +682,27 @@ fn fail_back(c: &mut Cluster, interim: u16, timeout: Duration) -> Result<Option<
             return Ok(Some(Err(status)));
         }
         c.check_alive(&[OLD_LEADER])?;
-        Ok((c.words(OLD_LEADER).get(word::TERMS) > terms_before).then_some(Ok(())))
+        // Mu: a new term (it stepped down, and took permission again). Velos: commits again,
+        // in its old term (it never saw the others lead; when its CAS fails it prepares again
+        // under a higher number without stepping down).
+        let words = c.words(OLD_LEADER);
+        let back = match protocol {
+            mu_replica::Protocol::Mu => words.get(word::TERMS) > terms_before,
+            mu_replica::Protocol::Velos => words.get(word::RESUMES) > resumes_before,
+        };
+        Ok(back.then_some(Ok(())))
     })
     .map_err(|e| format!("{e}:{}", describe(c)))?;
     if let Err(status) = led {
         return fenced(status);
     }
-    let back = read_term(c.words(OLD_LEADER));
+    let words = c.words(OLD_LEADER);
+    let back_ns = match protocol {
+        mu_replica::Protocol::Mu => read_term(words).first_commit_ns,
+        mu_replica::Protocol::Velos => words.get(word::RESUMED_NS),
+    };
     let interim_last_ns = c.words(interim).get(word::LAST_COMMIT_NS);
-    Ok(Some(back.first_commit_ns.saturating_sub(interim_last_ns)))
+    Ok(Some(back_ns.saturating_sub(interim_last_ns)))
 }
 
 fn micros(ns: u64) -> f64 {
@@ -719,6 +746,7 @@ fn document(
         "failovers": m.failovers.len(),
         "mode": args.mode.name(),
         "read_period_us": read_period_ns / 1000,
+        "threads": args.threads.name(),
         "total_us": summary_us(&totals),
         "detect_us": summary_us(&detects),
         "switch_us": summary_us(&switches),

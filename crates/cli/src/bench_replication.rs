@@ -16,7 +16,9 @@
 //! commit) costs, not how fast a network is.
 
 use crate::bench_fabric::{self, Summary};
-use crate::cluster::{word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, Words};
+use crate::cluster::{
+    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
+};
 use crate::{interrupt, pin, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
@@ -87,6 +89,10 @@ pub struct Args {
     /// whose p99.9 takes milliseconds on a small machine].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     read_period_us: Option<u64>,
+    /// How every replica's threads wait when idle: back off (shared) or spin on cores of their
+    /// own (dedicated: about three cores per replica, as in the Mu paper).
+    #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
+    threads: ThreadsChoice,
 }
 
 /// The detector's read period on the ofi fabric unless `--read-period-us` says otherwise. On
@@ -195,10 +201,11 @@ pub fn run(args: Args) -> Result<(), String> {
     // Checked before anything starts.
     FabricChoice::parse(&args.fabric, REPLICAS)?;
     eprintln!(
-        "mu bench replication: {REPLICAS} replicas on {}, {} mode, {samples} samples per payload \
-         size, {} CPUs allowed",
+        "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads, {samples} samples \
+         per payload size, {} CPUs allowed",
         args.fabric,
         args.mode.name(),
+        args.threads.name(),
         pin::allowed_cpus().len()
     );
 
@@ -214,7 +221,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(us) = read_period_us {
         eprintln!("mu bench replication: failure detector read period {us} µs");
     }
-    let fabric = (args.fabric.as_str(), read_period_us);
+    let fabric = (args.fabric.as_str(), read_period_us, args.threads);
     let mut protocols = args.protocol.clone();
     protocols.dedup();
     let mut runs = Vec::new();
@@ -298,7 +305,7 @@ fn compare(
 pub fn sweep(
     run_dir: &RunDir,
     (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
-    (fabric, read_period_us): (&str, Option<u64>),
+    (fabric, read_period_us, threads): (&str, Option<u64>, ThreadsChoice),
     payloads: &[usize],
     samples: u64,
 ) -> Result<Vec<PayloadResult>, String> {
@@ -311,6 +318,7 @@ pub fn sweep(
             fabric: FabricChoice::parse(fabric, REPLICAS)?,
             mode,
             read_period_us,
+            threads,
             slots_count,
             slot_bytes,
             propose_bytes: 0,
@@ -343,6 +351,7 @@ pub fn throughput(
         fabric: FabricChoice::Shm,
         mode: ReplicaMode::Direct,
         read_period_us: None,
+        threads: ThreadsChoice::Shared,
         slots_count,
         slot_bytes: slot_bytes as u32,
         propose_bytes: 0,
@@ -422,8 +431,14 @@ fn lead(
     load: Load,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
-    let mut config =
-        replica_child::config(0, REPLICAS, spec.slots_count, spec.slot_bytes, None, spec.protocol);
+    let mut config = replica_child::config(
+        0,
+        REPLICAS,
+        (spec.slots_count, spec.slot_bytes),
+        spec.read_period_us,
+        spec.threads,
+        spec.protocol,
+    );
     if load != Load::SINGLE {
         config.batch_requests_max = load.batch;
         config.outstanding_max = load.outstanding;
@@ -621,6 +636,7 @@ fn document(
         "replicas": REPLICAS,
         "cpus_allowed": pin::allowed_cpus().len(),
         "read_period_us": read_period_us(args),
+        "threads": args.threads.name(),
         "samples_per_payload": samples,
         "results": results,
         "fabric_write2_ns": write2.json(),
@@ -722,9 +738,9 @@ mod tests {
             let config = replica_child::config(
                 0,
                 REPLICAS,
-                slots_count,
-                slot_bytes,
+                (slots_count, slot_bytes),
                 None,
+                ThreadsChoice::Shared,
                 mu_replica::Protocol::Mu,
             );
             let (_, layout) = config.validate().expect("a valid configuration");

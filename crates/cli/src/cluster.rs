@@ -91,6 +91,33 @@ pub enum ReplicaMode {
     Handover,
 }
 
+/// How the replicas' threads wait when idle ([`mu_replica::Threads`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThreadsChoice {
+    /// Back off when idle (spin, yield, then sleep): right on any machine.
+    #[default]
+    Shared,
+    /// Spin and never sleep, a core per thread (the Mu paper's set-up); the benchmark's
+    /// proposer also waits for leadership by spinning. Needs about three cores per replica.
+    Dedicated,
+}
+
+impl ThreadsChoice {
+    pub fn threads(self) -> mu_replica::Threads {
+        match self {
+            ThreadsChoice::Shared => mu_replica::Threads::Shared,
+            ThreadsChoice::Dedicated => mu_replica::Threads::Dedicated,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadsChoice::Shared => "shared",
+            ThreadsChoice::Dedicated => "dedicated",
+        }
+    }
+}
+
 impl ReplicaMode {
     pub fn mode(self) -> mu_replica::Mode {
         match self {
@@ -141,6 +168,15 @@ pub mod word {
     /// One proposal per millisecond, until every follower applies.
     pub const GO_SLOW: u64 = 1;
     pub const GO_FULL_SPEED: u64 = 2;
+    /// Commits that came more than [`RESUME_GAP_NS`] after the one before (the process was
+    /// stopped and continued, say). Bumped after [`RESUMED_NS`] is written.
+    pub const RESUMES: usize = 11;
+    /// When the last such commit was.
+    pub const RESUMED_NS: usize = 12;
+    /// A pause between two commits that counts as a resume: far above a proposal at full speed
+    /// (microseconds), far below a failover's detection at any read period the benchmark takes
+    /// (about 15 read periods of at least 1 µs while stopped, plus the failover).
+    pub const RESUME_GAP_NS: u64 = 10_000;
 }
 
 const WORDS_BYTES: usize = 4096;
@@ -256,6 +292,7 @@ pub struct Spec {
     pub mode: ReplicaMode,
     /// The failure detector's read period; `None` for `ReplicaConfig`'s default.
     pub read_period_us: Option<u64>,
+    pub threads: ThreadsChoice,
     pub slots_count: u64,
     pub slot_bytes: u32,
     /// Bytes of the values a process proposes whenever it leads; 0: it never proposes.
@@ -366,6 +403,7 @@ impl Cluster {
                 .args(["--app", spec.app.name()])
                 .args(["--protocol", spec.protocol.name()])
                 .args(["--fabric", spec.fabric.name()])
+                .args(["--threads", spec.threads.name()])
                 .args(["--parent", &std::process::id().to_string()]);
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);

@@ -8,7 +8,7 @@
 //! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
 //! with it).
 
-use crate::cluster::{self, word, App, ClockMap, FabricChoice, ReplicaMode, Words};
+use crate::cluster::{self, word, App, ClockMap, FabricChoice, ReplicaMode, ThreadsChoice, Words};
 use mu_fabric::NodeId;
 use mu_replica::{ProposeError, ReplicaConfig, ReplicaStatus};
 use std::path::PathBuf;
@@ -54,20 +54,25 @@ pub struct Args {
     fabric: String,
     #[arg(long)]
     ofi_base_port: Option<u16>,
+    /// How the replica's threads wait when idle; with `dedicated`, this process also waits for
+    /// leadership by spinning.
+    #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
+    threads: ThreadsChoice,
 }
 
 /// The replica configuration of the benchmarks: `ReplicaConfig::new`'s defaults but for the log's
-/// shape and, where given, the read period.
+/// shape, the threads' waiting and, where given, the read period.
 pub fn config(
     me: u16,
     replicas: u16,
-    slots_count: u64,
-    slot_bytes: u32,
+    (slots_count, slot_bytes): (u64, u32),
     read_period_us: Option<u64>,
+    threads: ThreadsChoice,
     protocol: mu_replica::Protocol,
 ) -> ReplicaConfig {
     let mut c = ReplicaConfig::new(NodeId(me), (0..replicas).map(NodeId).collect());
     c.protocol = protocol;
+    c.threads = threads.threads();
     c.slots_count = slots_count;
     c.slot_bytes = slot_bytes;
     if let Some(us) = read_period_us {
@@ -85,8 +90,14 @@ pub fn run(args: Args) -> Result<(), String> {
         ("ofi", Some(base_port)) => FabricChoice::Ofi { base_port },
         (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
     };
-    let config =
-        config(me, args.replicas, args.slots, args.slot_bytes, args.read_period_us, args.protocol);
+    let config = config(
+        me,
+        args.replicas,
+        (args.slots, args.slot_bytes),
+        args.read_period_us,
+        args.threads,
+        args.protocol,
+    );
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
@@ -116,6 +127,12 @@ pub fn run(args: Args) -> Result<(), String> {
         let go = words.get(word::GO);
         if args.propose_bytes == 0 || leader != Some(NodeId(me)) || go == word::GO_WAIT {
             term = None;
+            if args.threads == ThreadsChoice::Dedicated && args.propose_bytes > 0 {
+                // A core of its own: a wake-up from sleep would be part of every failover.
+                while leader_changes.try_recv().is_ok() {}
+                std::hint::spin_loop();
+                continue;
+            }
             // Woken at once by a leader change; the timeout only refreshes LEADER_SEEN.
             let _ = leader_changes.recv_timeout(Duration::from_millis(5));
             while leader_changes.try_recv().is_ok() {}
@@ -133,6 +150,14 @@ pub fn run(args: Args) -> Result<(), String> {
                 if term != Some(status.ready_at_ns) {
                     publish_term(&words, &status, now_ns, &to_monotonic);
                     term = Some(status.ready_at_ns);
+                }
+                // A leader stopped and continued may go on in its term (Velos: its next CAS
+                // fails, and it prepares again without stepping down): the pause dates its
+                // return instead.
+                let last_ns = words.get(word::LAST_COMMIT_NS);
+                if last_ns != 0 && now_ns.saturating_sub(last_ns) > word::RESUME_GAP_NS {
+                    words.set(word::RESUMED_NS, now_ns);
+                    words.add(word::RESUMES, 1);
                 }
                 words.set(word::LAST_COMMIT_NS, now_ns);
                 words.add(word::COMMITS, 1);

@@ -27,6 +27,8 @@ pub struct Backoff {
 impl Backoff {
     /// For the fast path: spin 50 µs, yield until 2 ms, then park 50 µs at a time.
     pub const FAST_PATH: Backoff = Backoff { spin_ns: 50_000, yield_ns: 2_000_000, park_us: 50 };
+    /// For a thread with a core of its own: spin, never yield or sleep.
+    pub const POLL: Backoff = Backoff { spin_ns: u64::MAX, yield_ns: u64::MAX, park_us: 0 };
     /// For background threads: spin 2 µs, yield until 100 µs, then park 200 µs at a time.
     pub const BACKGROUND: Backoff = Backoff { spin_ns: 2_000, yield_ns: 100_000, park_us: 200 };
 

@@ -164,20 +164,31 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.permissions.holder()
     }
 
-    /// Scores and the log's holder, for status.
+    /// Scores, the detector's view and the log's holder, for status and the replication plane.
+    ///
+    /// Each word is stored only when it changed: this runs on every loop of the background
+    /// thread, and a store takes the cache line from every core that reads it — the replication
+    /// thread reads the detector's view on each of its polls.
     fn publish_status(&self) {
         let mut alive = 0u64;
         for (pos, &peer) in self.replicas.ids().iter().enumerate() {
             if let Some(score) = self.detector.score(peer) {
-                self.shared.scores[pos].store(score, Ordering::Relaxed);
+                let word = &self.shared.scores[pos];
+                if word.load(Ordering::Relaxed) != score {
+                    word.store(score, Ordering::Relaxed);
+                }
             }
             if self.detector.is_alive(peer) {
                 alive |= 1 << pos;
             }
         }
-        self.shared.alive_mask.store(alive, Ordering::Release);
+        if self.shared.alive_mask.load(Ordering::Relaxed) != alive {
+            self.shared.alive_mask.store(alive, Ordering::Release);
+        }
         let holder = self.permissions.holder().map_or(0, |h| u64::from(h.0) + 1);
-        self.shared.log_holder.store(holder, Ordering::Release);
+        if self.shared.log_holder.load(Ordering::Relaxed) != holder {
+            self.shared.log_holder.store(holder, Ordering::Release);
+        }
     }
 
     /// Who may write our log at this moment, as the fabric and the own-log guard say (not as the

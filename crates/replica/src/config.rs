@@ -92,6 +92,9 @@ pub struct ReplicaConfig {
     /// killed peer's death flag on shm) between heartbeat reads: the time a crash takes to be
     /// detected, at most.
     pub crash_check_period_ns: u64,
+    /// How the replica's threads wait when they have nothing to do: back off (the default), or
+    /// busy-poll on cores of their own, as in the Mu paper.
+    pub threads: Threads,
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
@@ -112,6 +115,28 @@ pub struct ReplicaConfig {
     pub eligible: bool,
 }
 
+/// How a replica's threads wait when they find nothing to do.
+///
+/// A replica runs a background thread (heartbeat, failure detector, permission manager) and a
+/// replication thread (the helper of direct mode, or the replication thread of handover mode),
+/// both polling. The Mu paper gives each its own core; a machine with fewer cores than polling
+/// threads cannot, and there a thread that never yields keeps the others from running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Threads {
+    /// Back off when idle: the replication thread spins for 50 µs, yields until 2 ms, then
+    /// sleeps 50 µs at a time; the background thread sleeps between heartbeat reads (at most a
+    /// quarter of a read period, and at most `crash_check_period_ns`). Right on any machine,
+    /// at the price of wake-ups: a request or a crash that comes while a thread sleeps waits
+    /// for it (tens of microseconds, more where an idle virtual CPU must be woken).
+    #[default]
+    Shared,
+    /// Never sleep nor yield: each thread spins on a core of its own (the Mu paper's set-up).
+    /// Permission requests, crash notifications and new entries are noticed within one loop
+    /// iteration. Give each replica two cores (plus the application's threads); with fewer, a
+    /// spinning thread can hold a core the others need for milliseconds at a time.
+    Dedicated,
+}
+
 impl ReplicaConfig {
     /// A configuration with the defaults below for everything but the ids.
     ///
@@ -124,6 +149,7 @@ impl ReplicaConfig {
     /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
     /// | `crash_check_period_ns` | 100 µs | a killed replica is known dead within this; a wake-up this often costs little |
+    /// | `threads` | shared | right on any machine; dedicated needs a core per polling thread |
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
@@ -157,6 +183,7 @@ impl ReplicaConfig {
             permission_timeout_ns: 50_000_000,
             log_full_timeout_ns: 100_000_000,
             crash_check_period_ns: 100_000,
+            threads: Threads::Shared,
             batch_requests_max: 32,
             outstanding_max: 2,
             snapshot_bytes_max: 1 << 20,

@@ -1,6 +1,6 @@
 //! A replica on real time: the two planes on their own threads, and the application's API.
 
-use crate::config::ReplicaConfig;
+use crate::config::{ReplicaConfig, Threads};
 use crate::core::ReplicationPlane;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
@@ -193,6 +193,8 @@ struct Inner<F: Fabric> {
     plane: Mutex<Option<Plane<F>>>,
     start: Instant,
     leader_watchers: Mutex<Vec<Sender<Option<NodeId>>>>,
+    /// How the replication thread waits when idle ([`crate::Threads`]).
+    idle: Backoff,
 }
 
 impl<F: Fabric> Inner<F> {
@@ -301,6 +303,10 @@ impl Replica {
             plane: Mutex::new(None),
             start: started_at,
             leader_watchers: Mutex::new(Vec::new()),
+            idle: match config.threads {
+                Threads::Shared => Backoff::FAST_PATH,
+                Threads::Dedicated => Backoff::POLL,
+            },
         });
         let mut threads = Vec::new();
         let bg = inner.clone();
@@ -309,10 +315,11 @@ impl Replica {
         // peer, and the crash-notification period.
         let max_wait_ns =
             (config.detector.read_period_ns / 4).min(config.crash_check_period_ns).max(1_000);
+        let dedicated = config.threads == Threads::Dedicated;
         threads.push(
             std::thread::Builder::new()
                 .name(format!("mu-bg-{}", config.me))
-                .spawn(move || background_loop(&bg, &mut background, max_wait_ns))
+                .spawn(move || background_loop(&bg, &mut background, max_wait_ns, dedicated))
                 .map_err(|e| StartError::Other(format!("starting the background thread: {e}")))?,
         );
         let repl = inner.clone();
@@ -540,7 +547,7 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
         if proposing {
             answer_if_done(mailbox, &mut plane.driver, &mut proposing);
         }
-        pace(&mut idle_since, busy || proposing);
+        pace(&inner.idle, &mut idle_since, busy || proposing);
     }
     plane.driver.shut_down();
     answer_if_done(mailbox, &mut plane.driver, &mut proposing);
@@ -576,34 +583,54 @@ fn fail_all(mailbox: &Mailbox, e: ProposeError) {
 /// changes, a new leader's permission round).
 fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
     let mut idle_since: Option<Instant> = None;
+    // When the application last held the plane (it was proposing).
+    let mut app_seen: Option<Instant> = None;
     while !inner.stop.load(Ordering::Acquire) {
         let busy = match inner.plane.try_lock() {
             Ok(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
-            Err(_) => false, // the application is proposing
+            Err(_) => {
+                app_seen = Some(Instant::now());
+                false
+            }
         };
-        pace(&mut idle_since, busy);
+        // While the application proposes, its thread drives the plane: a helper that kept
+        // trying the lock between its proposals would take the lock's cache line from it every
+        // time (and sometimes the lock). So it backs off then, even on a core of its own.
+        let idle = match app_seen {
+            Some(t) if t.elapsed().as_nanos() < u128::from(Backoff::FAST_PATH.yield_ns) => {
+                &Backoff::FAST_PATH
+            }
+            _ => &inner.idle,
+        };
+        pace(idle, &mut idle_since, busy);
     }
     if let Some(plane) = lock(&inner.plane).as_mut() {
         plane.driver.shut_down();
     }
 }
 
-/// The replication loop's polling plan: spin while there is work, then back off as
-/// [`Backoff::FAST_PATH`] says.
-fn pace(idle_since: &mut Option<Instant>, busy: bool) {
+/// The replication loop's polling plan: spin while there is work, then back off as `idle` says
+/// ([`Backoff::FAST_PATH`], or never with dedicated threads).
+fn pace(idle: &Backoff, idle_since: &mut Option<Instant>, busy: bool) {
     if busy {
         *idle_since = None;
         return;
     }
     let since = *idle_since.get_or_insert_with(Instant::now);
-    Backoff::FAST_PATH.pause(since.elapsed().as_nanos() as u64);
+    idle.pause(since.elapsed().as_nanos() as u64);
 }
 
-/// The background thread: poll, and between polls wait no longer than `max_wait_ns`.
+/// With dedicated threads, the background thread's shortest time between two idle polls: a
+/// crash notification or a permission request waits at most this much longer to be seen.
+const DEDICATED_POLL_GAP_NS: u64 = 1_000;
+
+/// The background thread: poll, and between polls wait no longer than `max_wait_ns`, or (with
+/// `dedicated` threads) spin for [`DEDICATED_POLL_GAP_NS`].
 fn background_loop<F: Fabric>(
     inner: &Inner<F>,
     driver: &mut crate::background::BackgroundDriver<F>,
     max_wait_ns: u64,
+    dedicated: bool,
 ) {
     let mut last_leader = inner.shared.leader();
     while !inner.stop.load(Ordering::Acquire) {
@@ -613,6 +640,15 @@ fn background_loop<F: Fabric>(
         if leader != last_leader {
             last_leader = leader;
             lock(&inner.leader_watchers).retain(|tx| tx.send(leader).is_ok());
+        }
+        if dedicated {
+            // Spin, but poll no more than once per DEDICATED_POLL_GAP_NS while idle: every poll
+            // reads words the replication thread writes (the log's head), and each read costs
+            // that thread a cache miss on its next write, on its proposing path.
+            while !busy && inner.now_ns() < now_ns + DEDICATED_POLL_GAP_NS {
+                std::hint::spin_loop();
+            }
+            continue;
         }
         if busy {
             std::thread::yield_now();

@@ -106,6 +106,8 @@ const PEER_BITS: u64 = 0xffff;
 pub struct ReplicationDriver<F: Fabric> {
     fabric: F,
     me: NodeId,
+    /// Our bit in masks of positions in `replicas`.
+    me_bit: u64,
     replicas: ReplicaSet,
     layout: LogLayout,
     boot_id: u32,
@@ -169,6 +171,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         ReplicationDriver {
             members_applied,
             me: fabric.node(),
+            me_bit: 1 << replicas.position(fabric.node()).expect("we are a replica"),
             fabric,
             replayer: Replayer::new(layout, 0),
             replicas,
@@ -330,6 +333,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         }
         busy |= self.poll_completions();
+        self.leader.set_suspected(self.shared.suspected(self.me_bit));
         self.leader.tick(now_ns, &mut self.mem, &mut self.actions);
         busy |= self.run_actions(now_ns);
         self.check_log_full(now_ns);
@@ -743,11 +747,15 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.note_asked(now_ns);
         }
         let pos = self.replicas.position(peer).expect("the engine asks replicas only");
-        if peer != self.me && !self.connected[pos] {
+        let suspected = self.shared.suspected(self.me_bit) >> pos & 1 != 0;
+        if peer != self.me && !self.connected[pos] && !suspected {
             // The peer never initiates on this connection, so our side grants nothing.
             // Connecting binds it to the peer's current incarnation. A peer that is not there
             // yet stays unconnected: posts to it fail as unreachable and the engine goes on
-            // without it.
+            // without it. Nor is a peer the detector considers failed tried: a failed attempt
+            // costs tens of microseconds (the fabric looks for the peer's files), right in a
+            // new leader's permission switch, and the peer is asked again once it is back
+            // (`Leader::ask_missing`).
             let conn = ConnId::new(peer, replication_channel(self.me, peer));
             self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();
         }

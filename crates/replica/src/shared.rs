@@ -201,6 +201,17 @@ impl Shared {
         *self.state_transfer_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
+    /// The replicas the failure detector considers failed, as a mask of positions; none until
+    /// the background plane has published its view (`me_bit`, ours, is always set in it).
+    pub fn suspected(&self, me_bit: u64) -> u64 {
+        let alive = self.alive_mask.load(Ordering::Acquire);
+        if alive & me_bit == 0 {
+            0
+        } else {
+            !alive
+        }
+    }
+
     pub fn leader(&self) -> Option<NodeId> {
         match self.leader.load(Ordering::Acquire) {
             NO_LEADER => None,

@@ -312,11 +312,18 @@ impl<F: Fabric> VelosDriver<F> {
 
     /// Brings our sides of the replication connections up: the one peers initiate on with
     /// every right (they write values and CAS words here), the one we initiate on.
+    ///
+    /// Not to a peer the failure detector considers failed: an attempt that fails costs tens of
+    /// microseconds (the fabric looks for the peer's files) on this thread, which is a leader's
+    /// proposing thread, once per period for as long as the peer stays down. It is tried again
+    /// once the detector sees it alive.
     fn connect(&mut self, now_ns: u64) {
+        let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
             if pos == self.me_pos
                 || (self.connected[pos] && self.target_connected[pos])
                 || now_ns < self.next_connect_ns[pos]
+                || suspected >> pos & 1 != 0
             {
                 continue;
             }

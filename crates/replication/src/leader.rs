@@ -139,6 +139,9 @@ pub struct Leader {
     applied_members: u64,
     layout: LogLayout,
     permission_grace_ns: u64,
+    /// Positions the runtime's failure detector considers failed ([`Leader::set_suspected`]):
+    /// the grace period of the permission phase does not wait for them.
+    suspected: u64,
     scratch_block: u64,
 
     phase: Phase,
@@ -243,6 +246,7 @@ impl Leader {
             scratch_block: Leader::scratch_block(&config.layout),
             layout: config.layout,
             permission_grace_ns: config.permission_grace_ns,
+            suspected: 0,
             members: membership::all(&config.replicas),
             applied_members: membership::all(&config.replicas),
             replicas: config.replicas,
@@ -593,6 +597,17 @@ impl Leader {
         count
     }
 
+    /// The replicas the failure detector considers failed now, as a mask of positions in the
+    /// replica set. §4.2 waits "briefly" for the replicas beyond a majority so that they join
+    /// the confirmed set; a replica thought failed would not answer within the grace period,
+    /// so waiting for it only delays the new leader (by the whole grace period, in every
+    /// failover: the old leader is always among the missing). Safety does not depend on this:
+    /// the confirmed set is still formed of replicas that granted, a majority at least, and a
+    /// suspected replica that grants later joins it as a late one.
+    pub fn set_suspected(&mut self, mask: u64) {
+        self.suspected = mask;
+    }
+
     /// Time passes: ends the grace period of the permission phase.
     pub fn tick(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
         if self.phase == Phase::Permissions {
@@ -764,8 +779,8 @@ impl Leader {
 
     fn maybe_confirm(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let Some(since) = self.majority_granted_at_ns else { return };
-        let everyone =
-            (0..self.replicas.len()).all(|pos| self.granted[pos] || !self.is_member(pos));
+        let everyone = (0..self.replicas.len())
+            .all(|pos| self.granted[pos] || !self.is_member(pos) || self.suspected >> pos & 1 != 0);
         let grace_over = now_ns.saturating_sub(since) >= self.permission_grace_ns;
         // We must own our own log before touching it.
         if !self.granted[self.me_pos] || !(everyone || grace_over) {

@@ -8,6 +8,7 @@
 //! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
 //! replicas = [0, 1, 2]
 //! mode = "direct"             # or "handover" (a pinned, busy-polling replication thread)
+//! threads = "shared"          # or "dedicated": the replica's threads never sleep (a core each)
 //!
 //! [log]
 //! slots = 4096
@@ -60,6 +61,9 @@ pub struct ClusterConfig {
     pub replicas: Vec<u16>,
     #[serde(default = "default_mode")]
     pub mode: String,
+    /// How the replicas' threads wait when idle: "shared" (back off) or "dedicated" (spin).
+    #[serde(default = "default_threads")]
+    pub threads: String,
     #[serde(default)]
     pub log: LogSection,
     #[serde(default)]
@@ -128,6 +132,9 @@ fn default_provider() -> String {
 fn default_fabric() -> String {
     "shm".into()
 }
+fn default_threads() -> String {
+    "shared".into()
+}
 fn default_mode() -> String {
     "direct".into()
 }
@@ -185,6 +192,7 @@ impl ClusterConfig {
         if !matches!(self.mode.as_str(), "direct" | "handover") {
             return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
         }
+        self.threads()?;
         if self.replicas.is_empty() {
             return Err("replicas: the cluster needs at least one".into());
         }
@@ -234,6 +242,7 @@ impl ClusterConfig {
             }
         };
         c.detector.read_period_ns = self.detector.read_period_us.saturating_mul(1000);
+        c.threads = self.threads()?;
         c.detector.failure_threshold = self.detector.failure_threshold;
         c.detector.recovery_threshold = self.detector.recovery_threshold;
         Ok(c)
@@ -301,6 +310,18 @@ impl ClusterConfig {
     /// The replication engine.
     pub fn protocol(&self) -> Result<mu_replica::Protocol, String> {
         self.protocol.parse::<mu_replica::Protocol>().map_err(|e| format!("protocol: {e}"))
+    }
+
+    /// How the replicas' threads wait when idle.
+    pub fn threads(&self) -> Result<mu_replica::Threads, String> {
+        match self.threads.as_str() {
+            "shared" => Ok(mu_replica::Threads::Shared),
+            "dedicated" => Ok(mu_replica::Threads::Dedicated),
+            other => Err(format!(
+                "threads \"{other}\": use \"shared\" (threads back off when idle) or \
+                 \"dedicated\" (they spin, each on a core of its own)"
+            )),
+        }
     }
 
     pub fn mode(&self) -> mu_replica::Mode {

@@ -75,6 +75,13 @@ fn an_unknown_mode_is_refused() {
 }
 
 #[test]
+fn an_unknown_threads_setting_is_refused() {
+    refused(&good("threads = \"many\""), &["threads", "\"many\"", "shared", "dedicated"]);
+    let c = ClusterConfig::parse(&good("")).unwrap();
+    assert_eq!(c.replica_config(0).unwrap().threads, mu_replica::Threads::Shared, "the default");
+}
+
+#[test]
 fn a_misspelt_key_is_refused() {
     refused(&good("protocl = \"mu\""), &["unknown field", "protocl"]);
     refused(
@@ -231,6 +238,7 @@ fn every_setting_is_read() {
         run_dir = "/tmp/mu-full"
         replicas = [0, 1, 2, 3, 4]
         mode = "handover"
+        threads = "dedicated"
 
         [log]
         slots = 256
@@ -253,6 +261,7 @@ fn every_setting_is_read() {
     assert_eq!((r.slots_count, r.slot_bytes, r.integrity), (256, 1024, Integrity::Canary));
     assert_eq!(r.detector.read_period_ns, 250_000);
     assert_eq!((r.detector.failure_threshold, r.detector.recovery_threshold), (3, 9));
+    assert_eq!(r.threads, mu_replica::Threads::Dedicated);
 }
 
 // ---------------------------------------------------------------------------------------------
