@@ -248,7 +248,15 @@ impl<F: Fabric> VelosDriver<F> {
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
         self.connect(now_ns);
-        let mut busy = self.follow_election(now_ns);
+        let mut busy = false;
+        if !self.proposer.is_leading() && self.shared.leader() == Some(self.me) {
+            // About to lead: first apply what our memory already shows decided. A follower's
+            // learning can trail the old leader by many entries, and the proposer would decide
+            // each of them again, with a round of CAS each (measured: dozens of entries after
+            // a leader was killed under load).
+            busy |= self.learn(app);
+        }
+        busy |= self.follow_election(now_ns);
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
         busy |= self.take_events(app, now_ns);
