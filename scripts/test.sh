@@ -62,6 +62,7 @@ python3 - "$out" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["protocol"] == "velos" and d["seeds"] == 200, d
+assert d["faults"] == "crash,pause,delay,partition,perm-failure,out-of-order", d
 assert d["linearizability_checked"] is True, d
 assert d["failures"] == [], d["failures"]
 assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d

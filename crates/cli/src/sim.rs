@@ -264,7 +264,7 @@ fn sweep(
             "protocol": config_of(first).protocol.name(),
             "first_seed": first,
             "seeds": count,
-            "faults": config_of(first).faults.describe(),
+            "faults": config_of(first).faults_injected().describe(),
             "jobs": jobs,
             "seconds": seconds,
             "seeds_per_second": rate,
