@@ -341,11 +341,11 @@ impl FabricChoice {
         let me = config.me;
         let replica = match self {
             FabricChoice::Shm => {
-                let fabric = mu_fabric_shm::ShmFabric::create(
-                    mu_fabric_shm::ShmConfig::new(run_dir, CLUSTER_ID, me)
-                        .with_protocol(config.protocol.tag()),
-                )
-                .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                let mut shm = mu_fabric_shm::ShmConfig::new(run_dir, CLUSTER_ID, me)
+                    .with_protocol(config.protocol.tag());
+                shm.liveness_spin = config.threads == mu_replica::Threads::Dedicated;
+                let fabric = mu_fabric_shm::ShmFabric::create(shm)
+                    .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
             FabricChoice::Ofi { base_port } => {

@@ -208,8 +208,9 @@ fn start_replica(
             Replica::start_with_state(replica_config, fabric, config.mode(), machine)
         }
         _ => {
-            let shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(id))
+            let mut shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(id))
                 .with_protocol(replica_config.protocol.tag());
+            shm.liveness_spin = replica_config.threads == mu_replica::Threads::Dedicated;
             let fabric = ShmFabric::create(shm).map_err(fabric_error)?;
             Replica::start_with_state(replica_config, fabric, config.mode(), machine)
         }

@@ -51,9 +51,18 @@ fn a_kv_cluster_on_ofi_survives_its_leader() {
         ok(mu(&["kv", "put", k, &format!("v-{k}"), "--config", setup.config()]));
     }
 
-    // Kill the replica the others agree leads.
-    let before = status(&setup);
-    let leader = before[1]["leader"].as_u64().expect("a leader") as usize;
+    // Kill the replica the others agree leads. Asked until they all name the same one: on a
+    // loaded machine a status answer can come during a leader change (or not in time).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (before, leader) = loop {
+        let s = status(&setup);
+        let named: Vec<Option<u64>> = s.iter().map(|r| r["leader"].as_u64()).collect();
+        if let Some(l) = named[0].filter(|&l| named.iter().all(|&n| n == Some(l))) {
+            break (s, l as usize);
+        }
+        assert!(Instant::now() < deadline, "the replicas never agreed on a leader: {s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let pid = before[leader]["pid"].as_u64().expect("the leader's pid") as i32;
     // SAFETY: kill takes a pid and a signal, no memory; the pid is the leader replica's, which
     // `mu cluster status` just read from its live process.

@@ -13,7 +13,7 @@
 use crate::layout::H_LIVENESS;
 use crate::mapping::Mapping;
 use mu_fabric::FabricError;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -37,16 +37,21 @@ pub fn owner_tid(ctl: &Mapping) -> Option<u32> {
 /// unlocking, so the node reads as dead from then on.
 pub struct Holder {
     stop: Option<mpsc::Sender<()>>,
+    /// Set to end a spinning holder.
+    stopping: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Holder {
     /// Initializes the mutex in `ctl` (a new, zeroed control segment) and locks it from a new
-    /// thread; returns once it is locked.
-    pub fn start(ctl: Arc<Mapping>) -> Result<Holder, FabricError> {
+    /// thread; returns once it is locked. With `spin`, that thread spins on a core instead of
+    /// sleeping (see [`crate::ShmConfig::liveness_spin`]).
+    pub fn start(ctl: Arc<Mapping>, spin: bool) -> Result<Holder, FabricError> {
         init_robust_mutex(&ctl)?;
         let (locked_tx, locked_rx) = mpsc::channel::<Result<(), String>>();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop_spinning = stopping.clone();
         let thread = std::thread::Builder::new()
             .name("mu-liveness".into())
             .spawn(move || {
@@ -60,11 +65,17 @@ impl Holder {
                     Err(format!("pthread_mutex_lock: {rc}"))
                 });
                 // Wait until told to stop (or the node is gone), then exit still holding the lock.
-                let _ = stop_rx.recv();
+                if spin {
+                    while !stop_spinning.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    let _ = stop_rx.recv();
+                }
             })
             .map_err(|e| FabricError::io("starting the liveness thread", e))?;
         match locked_rx.recv() {
-            Ok(Ok(())) => Ok(Holder { stop: Some(stop_tx), thread: Some(thread) }),
+            Ok(Ok(())) => Ok(Holder { stop: Some(stop_tx), stopping, thread: Some(thread) }),
             Ok(Err(e)) => {
                 Err(FabricError::Io { context: "locking the liveness mutex".into(), message: e })
             }
@@ -79,6 +90,7 @@ impl Holder {
 impl Drop for Holder {
     fn drop(&mut self) {
         drop(self.stop.take());
+        self.stopping.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

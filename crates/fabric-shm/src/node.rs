@@ -60,6 +60,11 @@ pub struct ShmConfig {
     pub fence_after_ms: u64,
     /// How long to wait for a fenced process to die.
     pub fence_death_timeout_ms: u64,
+    /// Whether the thread that holds the node's liveness mutex spins on a core of its own
+    /// instead of sleeping. A killed node reads as dead once the kernel has ended that thread,
+    /// and a sleeping thread must first be woken, which takes tens of microseconds where an
+    /// idle virtual CPU has to be woken for it. For hosts with a core per polling thread.
+    pub liveness_spin: bool,
 }
 
 impl ShmConfig {
@@ -78,6 +83,7 @@ impl ShmConfig {
             fast_wait_ns: 20_000,
             fence_after_ms: 20,
             fence_death_timeout_ms: 5_000,
+            liveness_spin: false,
         }
     }
 }
@@ -189,7 +195,7 @@ impl ShmFabric {
                 pid_namespace: own_pid_namespace(),
             },
         );
-        let holder = Holder::start(ctl.clone())?;
+        let holder = Holder::start(ctl.clone(), config.liveness_spin)?;
         std::fs::rename(&tmp_path, &ctl_path)
             .map_err(|e| FabricError::io(format!("publishing {}", ctl_path.display()), e))?;
         Ok(ShmFabric {

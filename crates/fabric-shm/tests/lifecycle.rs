@@ -736,6 +736,30 @@ fn t20_dropped_node_reads_dead_and_removes_its_files() {
     drop(p.a_region);
 }
 
+/// With `liveness_spin`, the liveness mutex is held by a spinning thread: the node reads alive
+/// while it lives, and dropping it ends that thread, so it reads dead (and the drop returns).
+#[test]
+fn t20b_a_spinning_liveness_holder_ends_with_its_node() {
+    let dir = run_dir("t20b");
+    let fa = dir.node(0);
+    let mut config = dir.config(1);
+    config.liveness_spin = true;
+    let fb = ShmFabric::create(config).expect("node 1 with a spinning liveness holder");
+    let a_region = fa.register_region(DATA, 4096, Access::ALL).expect("register a");
+    let b_region = fb.register_region(DATA, 4096, Access::ALL).expect("register b");
+    fa.connect(conn(1), Access::ALL).expect("connect a->b");
+    fb.connect(conn(0), Access::ALL).expect("connect b->a");
+    let mut ep = fa.endpoint(64).expect("endpoint");
+    ep.attach(conn(1)).expect("attach");
+    let c = run_one(&mut ep, conn(1), &write_inline(1, b"alive", remote(0)));
+    assert_eq!(c.status, Status::Success);
+    drop(fb);
+    let c = run_one(&mut ep, conn(1), &write_inline(2, b"dead?", remote(0)));
+    assert_eq!(c.status, Status::PeerUnreachable, "a dropped node acknowledged a write");
+    assert_eq!(read_back(&b_region, 0, 5), b"alive");
+    drop(a_region);
+}
+
 /// A node that is dropped and started again takes a higher incarnation number, as one that was
 /// killed does (t14).
 #[test]

@@ -132,8 +132,10 @@ pub enum Threads {
     Shared,
     /// Never sleep nor yield: each thread spins on a core of its own (the Mu paper's set-up).
     /// Permission requests, crash notifications and new entries are noticed within one loop
-    /// iteration. Give each replica two cores (plus the application's threads); with fewer, a
-    /// spinning thread can hold a core the others need for milliseconds at a time.
+    /// iteration. Give each replica two cores (plus the application's threads, and on shm a
+    /// third where the fabric's liveness thread spins too, `ShmConfig::liveness_spin`, which
+    /// `mu replica` and the benchmarks set with this); with fewer, a spinning thread can hold
+    /// a core the others need for milliseconds at a time.
     Dedicated,
 }
 
