@@ -528,10 +528,10 @@ fn propose<F: Fabric>(
 }
 
 /// Direct mode: the application's turn at the plane. Announced, so that the helper stops taking
-/// the lock, and waited for by spinning first rather than asleep in the kernel: a thread asleep
-/// on the lock is woken tens of microseconds after the helper lets go on a virtual machine
-/// (about 50 µs, measured as the delay of a new Velos leader's first proposal behind its
-/// helper's polls on a 16-core one).
+/// the lock, and waited for by spinning first rather than asleep in the kernel: a sleeping
+/// thread runs again only once its CPU is woken, which on a virtual machine whose idle CPUs
+/// halt takes tens of microseconds (the shm fabric's liveness thread, asleep, delayed the
+/// detection of a kill by about 40 µs on a 16-vCPU one: `BENCHMARKS.md`).
 fn app_lock_plane<F: Fabric>(inner: &Inner<F>) -> MutexGuard<'_, Option<Plane<F>>> {
     match inner.plane.try_lock() {
         Ok(guard) => return guard,
@@ -615,9 +615,10 @@ fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
     // When the application last held the plane (it was proposing).
     let mut app_seen: Option<Instant> = None;
     while !inner.stop.load(Ordering::Acquire) {
-        let plane = match inner.app_waiting.load(Ordering::Acquire) {
-            true => None,
-            false => inner.plane.try_lock().ok(),
+        let plane = if inner.app_waiting.load(Ordering::Acquire) {
+            None
+        } else {
+            inner.plane.try_lock().ok()
         };
         let busy = match plane {
             Some(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
