@@ -102,6 +102,10 @@ pub struct VelosDriver<F: Fabric> {
     /// Completions met while posting (the queue was full, or a post was refused), handled on
     /// the next poll.
     deferred: VecDeque<Completion>,
+    /// The proposer's actions and events being handled, kept between polls so that a poll
+    /// allocates nothing.
+    actions_buf: Vec<Action>,
+    events_buf: Vec<Event>,
     slot_buf: Vec<u8>,
     catch_up: CatchUp,
     last_progress_ns: u64,
@@ -154,6 +158,8 @@ impl<F: Fabric> VelosDriver<F> {
             next_connect_ns: vec![0; n],
             completions: vec![Completion::EMPTY; 256],
             deferred: VecDeque::new(),
+            actions_buf: Vec::new(),
+            events_buf: Vec::new(),
             slot_buf: vec![0; layout.slot_bytes() as usize],
             catch_up: CatchUp::Idle,
             last_progress_ns: 0,
@@ -416,9 +422,10 @@ impl<F: Fabric> VelosDriver<F> {
 
     /// Posts what the proposer asks for.
     fn run_actions(&mut self) -> bool {
-        let actions: Vec<Action> = self.proposer.drain_actions().collect();
+        let mut actions = std::mem::take(&mut self.actions_buf);
+        actions.extend(self.proposer.drain_actions());
         let busy = !actions.is_empty();
-        for a in actions {
+        for a in actions.drain(..) {
             let (pos, wr) = match a {
                 Action::Write { peer, offset, len } => (
                     peer,
@@ -451,6 +458,7 @@ impl<F: Fabric> VelosDriver<F> {
             };
             self.post(pos, &wr);
         }
+        self.actions_buf = actions;
         busy
     }
 
@@ -552,9 +560,10 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     fn take_events(&mut self, app: &mut dyn Applier, now_ns: u64) -> bool {
-        let events: Vec<Event> = self.proposer.drain_events().collect();
+        let mut events = std::mem::take(&mut self.events_buf);
+        events.extend(self.proposer.drain_events());
         let busy = !events.is_empty();
-        for e in events {
+        for e in events.drain(..) {
             match e {
                 Event::Decided { index, submitted } => {
                     assert_eq!(index, self.applied, "the proposer decides in index order");
@@ -597,6 +606,7 @@ impl<F: Fabric> VelosDriver<F> {
                 }
             }
         }
+        self.events_buf = events;
         busy
     }
 
