@@ -126,7 +126,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     read_period_us: Option<u64>,
     /// How every replica's threads wait when idle: back off (shared) or spin on cores of their
-    /// own (dedicated: about three cores per replica, as in the Mu paper; the proposer then
+    /// own (dedicated: about four cores per replica, as in the Mu paper; the proposer then
     /// also waits for leadership by spinning).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
@@ -682,24 +682,25 @@ fn fail_back(
             return Ok(Some(Err(status)));
         }
         c.check_alive(&[OLD_LEADER])?;
-        // Mu: a new term (it stepped down, and took permission again). Velos: commits again,
-        // in its old term (it never saw the others lead; when its CAS fails it prepares again
-        // under a higher number without stepping down).
+        // Mu: a new term (it stepped down, and took permission again), dated by its first
+        // commit. Velos: commits again in its old term (it never saw the others lead; when its
+        // CAS fails it prepares again under a higher number without stepping down), dated by
+        // the first commit after the pause.
         let words = c.words(OLD_LEADER);
-        let back = match protocol {
-            mu_replica::Protocol::Mu => words.get(word::TERMS) > terms_before,
-            mu_replica::Protocol::Velos => words.get(word::RESUMES) > resumes_before,
+        let back_ns = match protocol {
+            mu_replica::Protocol::Mu => {
+                (words.get(word::TERMS) > terms_before).then(|| read_term(words).first_commit_ns)
+            }
+            mu_replica::Protocol::Velos => {
+                (words.get(word::RESUMES) > resumes_before).then(|| words.get(word::RESUMED_NS))
+            }
         };
-        Ok(back.then_some(Ok(())))
+        Ok(back_ns.map(Ok))
     })
     .map_err(|e| format!("{e}:{}", describe(c)))?;
-    if let Err(status) = led {
-        return fenced(status);
-    }
-    let words = c.words(OLD_LEADER);
-    let back_ns = match protocol {
-        mu_replica::Protocol::Mu => read_term(words).first_commit_ns,
-        mu_replica::Protocol::Velos => words.get(word::RESUMED_NS),
+    let back_ns = match led {
+        Ok(ns) => ns,
+        Err(status) => return fenced(status),
     };
     let interim_last_ns = c.words(interim).get(word::LAST_COMMIT_NS);
     Ok(Some(back_ns.saturating_sub(interim_last_ns)))

@@ -90,7 +90,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     read_period_us: Option<u64>,
     /// How every replica's threads wait when idle: back off (shared) or spin on cores of their
-    /// own (dedicated: about three cores per replica, as in the Mu paper).
+    /// own (dedicated: about four cores per replica, as in the Mu paper).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
 }

@@ -98,7 +98,7 @@ pub enum ThreadsChoice {
     #[default]
     Shared,
     /// Spin and never sleep, a core per thread (the Mu paper's set-up); the benchmark's
-    /// proposer also waits for leadership by spinning. Needs about three cores per replica.
+    /// proposer also waits for leadership by spinning. Needs about four cores per replica.
     Dedicated,
 }
 

@@ -36,8 +36,7 @@ pub fn owner_tid(ctl: &Mapping) -> Option<u32> {
 /// The thread that holds a node's liveness mutex. Dropping the holder ends the thread without
 /// unlocking, so the node reads as dead from then on.
 pub struct Holder {
-    stop: Option<mpsc::Sender<()>>,
-    /// Set to end a spinning holder.
+    /// Set to end the thread.
     stopping: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -49,9 +48,8 @@ impl Holder {
     pub fn start(ctl: Arc<Mapping>, spin: bool) -> Result<Holder, FabricError> {
         init_robust_mutex(&ctl)?;
         let (locked_tx, locked_rx) = mpsc::channel::<Result<(), String>>();
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let stopping = Arc::new(AtomicBool::new(false));
-        let stop_spinning = stopping.clone();
+        let stop = stopping.clone();
         let thread = std::thread::Builder::new()
             .name("mu-liveness".into())
             .spawn(move || {
@@ -64,18 +62,21 @@ impl Holder {
                 } else {
                     Err(format!("pthread_mutex_lock: {rc}"))
                 });
-                // Wait until told to stop (or the node is gone), then exit still holding the lock.
-                if spin {
-                    while !stop_spinning.load(Ordering::Acquire) {
+                // Wait until told to stop, then exit still holding the lock. `park` may return
+                // early, and returns at once if the holder unparked us first.
+                while !stop.load(Ordering::Acquire) {
+                    if spin {
                         std::hint::spin_loop();
+                    } else {
+                        std::thread::park();
                     }
-                } else {
-                    let _ = stop_rx.recv();
                 }
             })
             .map_err(|e| FabricError::io("starting the liveness thread", e))?;
+        // Built first, so that on an error below dropping it ends the thread.
+        let holder = Holder { stopping, thread: Some(thread) };
         match locked_rx.recv() {
-            Ok(Ok(())) => Ok(Holder { stop: Some(stop_tx), stopping, thread: Some(thread) }),
+            Ok(Ok(())) => Ok(holder),
             Ok(Err(e)) => {
                 Err(FabricError::Io { context: "locking the liveness mutex".into(), message: e })
             }
@@ -89,9 +90,9 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        drop(self.stop.take());
         self.stopping.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
