@@ -4,15 +4,41 @@ use mu_fabric::{FabricError, NodeId};
 use std::collections::BTreeMap;
 
 /// The providers this backend passes the conformance suite with.
-pub const PROVIDERS: [&str; 1] = ["sockets"];
+pub const PROVIDERS: [&str; 2] = ["sockets", "tcp;ofi_rxm"];
 
-/// Providers that open but do not keep the fabric's semantics yet, and why.
-pub const PROVIDERS_NOT_YET: [(&str, &str); 1] = [(
-    "tcp;ofi_rxm",
-    "after a remote access error its connection to the peer stays broken (\"Transport endpoint \
-     is not connected\") and binding again does not repair it, and a write to a dead peer \
-     completes as \"canceled\", which cannot be told from an access error",
-)];
+/// What the backend must know of a provider's ways beyond what `fi_getinfo` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProviderWays {
+    /// An operation that fails because the target refused it and one that fails because the
+    /// target's process died both complete as "canceled": the target's provider closes the
+    /// connection on a refused key, so the initiator sees a closed connection either way. The
+    /// backend then asks the peer's liveness port whether the same incarnation still answers
+    /// (see `Node::classify_cancel`).
+    pub cancel_is_ambiguous: bool,
+    /// After a connection closed, the provider replaces it only once it has handled the
+    /// closing itself, a few milliseconds later; until then operations to the peer complete
+    /// as "not connected", and binding again waits that out (see `Node::bind_once`).
+    pub reconnects_lazily: bool,
+    /// The provider itself keeps at most one live connection per pair of endpoints, whichever
+    /// side opened it: rxm's connection manager holds one message endpoint per peer, rejects
+    /// a second request while one is up (or replaces the old one, closing it, when the
+    /// request comes from a new process) and settles simultaneous requests by address. A
+    /// fence then always goes on the one stream whose bytes this node still applies, and the
+    /// backend's own rule that only the lower node opens (`Node::enforce_opener`) is not
+    /// needed. `sockets` keeps a stream per opener, so it needs the rule.
+    pub one_stream_per_pair: bool,
+}
+
+impl ProviderWays {
+    /// The ways of `provider`, one of [`PROVIDERS`].
+    pub(crate) fn of(provider: &str) -> ProviderWays {
+        // `tcp;ofi_rxm`: the tcp provider disables a connection on a refused key (and on any
+        // other error on it), and rxm replaces a disabled connection when it reads the event
+        // that says so. `sockets` reports a refused key as such and keeps the connection.
+        let rxm = provider == "tcp;ofi_rxm";
+        ProviderWays { cancel_is_ambiguous: rxm, reconnects_lazily: rxm, one_stream_per_pair: rxm }
+    }
+}
 
 /// Channels per node: channel `c` of a node listens on its `base_port + c`.
 pub const CHANNELS: u8 = 4;
@@ -81,13 +107,6 @@ impl OfiConfig {
 
     /// Checks everything that can be checked before opening anything.
     pub fn validate(&self) -> Result<(), FabricError> {
-        if let Some((_, why)) = PROVIDERS_NOT_YET.iter().find(|(p, _)| *p == self.provider) {
-            return Err(FabricError::Config(format!(
-                "ofi provider {:?} is not supported yet: {why}; use {}",
-                self.provider,
-                PROVIDERS.join(", ")
-            )));
-        }
         if !PROVIDERS.contains(&self.provider.as_str()) {
             return Err(FabricError::Config(format!(
                 "ofi provider {:?} is not supported: use one of {}",
@@ -134,10 +153,11 @@ mod tests {
     #[test]
     fn providers_are_checked_with_reasons() {
         assert!(config("sockets").validate().is_ok());
-        let err = config("tcp;ofi_rxm").validate().unwrap_err().to_string();
-        assert!(err.contains("not supported yet") && err.contains("use sockets"), "{err}");
+        assert!(config("tcp;ofi_rxm").validate().is_ok());
         let err = config("verbs").validate().unwrap_err().to_string();
-        assert!(err.contains("not supported"), "{err}");
+        assert!(err.contains("not supported") && err.contains("sockets, tcp;ofi_rxm"), "{err}");
+        assert!(!ProviderWays::of("sockets").cancel_is_ambiguous);
+        assert!(ProviderWays::of("tcp;ofi_rxm").reconnects_lazily);
     }
 
     #[test]

@@ -29,6 +29,8 @@ struct Slot {
     signaled: bool,
     conn: ConnId,
     epoch: u64,
+    /// The peer's incarnation the operation went to (see `Node::classify_cancel`).
+    peer_incarnation: u32,
     /// `[desired, expected, previous]` of a compare-and-swap.
     words: Box<[u64; 3]>,
     /// The local region a write reads from or a read writes into.
@@ -49,6 +51,9 @@ pub struct OfiEndpoint {
     raw: VecDeque<RawCompletion>,
     ready: VecDeque<Completion>,
     regions: HashMap<RegionId, OfiRegion>,
+    /// What the first "canceled" operation of a connection's epoch turned out to mean: the
+    /// operations posted in the same epoch failed for the same reason (see `status`).
+    cancel_verdicts: HashMap<ConnId, (u64, Status)>,
 }
 
 /// How a provider's error number reads in the fabric API.
@@ -76,6 +81,7 @@ impl OfiEndpoint {
             raw: VecDeque::new(),
             ready: VecDeque::new(),
             regions: HashMap::new(),
+            cancel_verdicts: HashMap::new(),
         }
     }
 
@@ -112,7 +118,7 @@ impl OfiEndpoint {
                     });
                 }
             } else {
-                let status = status_of(c.err);
+                let status = self.status(&slot, c.err);
                 self.break_side(slot.conn, slot.epoch);
                 self.ready.push_back(Completion {
                     wr_id: slot.wr_id,
@@ -120,6 +126,22 @@ impl OfiEndpoint {
                     status,
                     value: 0,
                 });
+            }
+        }
+    }
+
+    /// What the failure of `slot`'s operation with the provider's error `err` says.
+    fn status(&mut self, slot: &Slot, err: i32) -> Status {
+        if err != libc::ECANCELED || !self.fabric.node.ways.cancel_is_ambiguous {
+            return status_of(err);
+        }
+        match self.cancel_verdicts.get(&slot.conn) {
+            Some(&(epoch, status)) if epoch == slot.epoch => status,
+            _ => {
+                let status =
+                    self.fabric.node.classify_cancel(slot.conn.peer, slot.peer_incarnation);
+                self.cancel_verdicts.insert(slot.conn, (slot.epoch, status));
+                status
             }
         }
     }
@@ -239,6 +261,7 @@ impl Endpoint for OfiEndpoint {
             signaled: wr.signaled,
             conn,
             epoch,
+            peer_incarnation: binding.peer_incarnation,
             words: Box::new([desired, expected, 0]),
             _region: local.as_ref().map(|(r, _)| r.clone()),
         };

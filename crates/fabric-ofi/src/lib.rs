@@ -41,7 +41,7 @@ mod node;
 mod region;
 pub mod streams;
 
-pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS, PROVIDERS_NOT_YET};
+pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS};
 pub use endpoint::OfiEndpoint;
 pub use node::OfiFabric;
 pub use region::OfiRegion;

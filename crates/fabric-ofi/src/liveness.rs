@@ -4,8 +4,11 @@
 //! notification without a timeout, never given for a live node (a stopped or cut-off node keeps
 //! its sockets open, and is left to timeouts, as the fabric API says).
 //!
-//! The same port takes hello requests: a higher node that must not open a stream to a lower
-//! one asks it to (see `Node::hello`).
+//! The same port takes two questions:
+//! * hello requests: a higher node that must not open a stream to a lower one asks it to (see
+//!   `Node::hello`);
+//! * "who are you": the node answers with its incarnation, so that a peer can tell a refusal
+//!   from a death where its provider cannot (see `Node::classify_cancel`).
 
 use mu_fabric::NodeId;
 use std::collections::HashMap;
@@ -47,6 +50,18 @@ fn parse_hello_request(m: &[u8]) -> Option<(u8, NodeId)> {
         .then(|| (m[4], NodeId(u16::from_le_bytes([m[6], m[7]]))))
 }
 
+/// "Who are you": magic and four spare bytes; the same length as a hello request.
+const WHO_MAGIC: [u8; 4] = *b"MUWH";
+/// The answer: magic, then the node's incarnation (little-endian).
+const IAM_MAGIC: [u8; 4] = *b"MUIA";
+
+fn iam(incarnation: u32) -> [u8; HELLO_REQUEST_BYTES] {
+    let mut m = [0u8; HELLO_REQUEST_BYTES];
+    m[..4].copy_from_slice(&IAM_MAGIC);
+    m[4..].copy_from_slice(&incarnation.to_le_bytes());
+    m
+}
+
 struct Watch {
     stream: TcpStream,
     dead: bool,
@@ -60,7 +75,7 @@ struct Held {
 
 impl Held {
     /// Reads what came; handles whole requests. `false` once the other end closed or broke it.
-    fn serve(&mut self, on_request: &Mutex<Option<HelloHandler>>) -> bool {
+    fn serve(&mut self, incarnation: u32, on_request: &Mutex<Option<HelloHandler>>) -> bool {
         let mut buf = [0u8; 64];
         // An asker closes its end right after its request: what came before the end is served.
         let open = loop {
@@ -74,6 +89,12 @@ impl Held {
         };
         while self.received.len() >= HELLO_REQUEST_BYTES {
             let message: Vec<u8> = self.received.drain(..HELLO_REQUEST_BYTES).collect();
+            if message[..4] == WHO_MAGIC {
+                // Eight bytes on a fresh connection fit its send buffer: a non-blocking write
+                // takes them whole, or the asker is gone.
+                let _ = self.stream.write_all(&iam(incarnation));
+                continue;
+            }
             match parse_hello_request(&message) {
                 Some((channel, from)) => {
                     if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
@@ -90,8 +111,8 @@ impl Held {
 
 impl Liveness {
     /// Listens on `host:port` and holds every connection accepted there until the other end
-    /// closes it, serving the hello requests that come on them.
-    pub(crate) fn listen(host: &str, port: u16) -> Result<Liveness, String> {
+    /// closes it, serving the requests that come on them for the node of `incarnation`.
+    pub(crate) fn listen(host: &str, port: u16, incarnation: u32) -> Result<Liveness, String> {
         let listener = TcpListener::bind((host, port))
             .map_err(|e| format!("liveness port {host}:{port}: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| format!("liveness port: {e}"))?;
@@ -114,7 +135,9 @@ impl Liveness {
                         continue;
                     }
                     let mut keep = fds[1..].iter().map(|p| p.revents == 0);
-                    held.retain_mut(|h| keep.next().unwrap_or(true) || h.serve(&on_request));
+                    held.retain_mut(|h| {
+                        keep.next().unwrap_or(true) || h.serve(incarnation, &on_request)
+                    });
                     if fds[0].revents != 0 {
                         while let Ok((stream, _)) = listener.accept() {
                             if stream.set_nonblocking(true).is_ok() {
@@ -158,6 +181,31 @@ impl Liveness {
         stream
             .write_all(&hello_request(channel, from))
             .map_err(|e| format!("asking {host}:{port} for a hello: {e}"))
+    }
+
+    /// Asks the node listening on `host:port` for its incarnation; an error if it does not
+    /// answer within `timeout` (its process is gone, stopped or cut off).
+    pub(crate) fn ask_incarnation(host: &str, port: u16, timeout: Duration) -> Result<u32, String> {
+        let began = std::time::Instant::now();
+        let failed = |e: std::io::Error| format!("asking {host}:{port} who it is: {e}");
+        let addr = (host, port)
+            .to_socket_addrs()
+            .map_err(failed)?
+            .next()
+            .ok_or_else(|| format!("{host}:{port}: no address"))?;
+        let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(failed)?;
+        let _ = stream.set_nodelay(true);
+        let left = timeout.saturating_sub(began.elapsed()).max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(left)).map_err(failed)?;
+        let mut question = [0u8; HELLO_REQUEST_BYTES];
+        question[..4].copy_from_slice(&WHO_MAGIC);
+        stream.write_all(&question).map_err(failed)?;
+        let mut answer = [0u8; HELLO_REQUEST_BYTES];
+        stream.read_exact(&mut answer).map_err(failed)?;
+        if answer[..4] != IAM_MAGIC {
+            return Err(format!("{host}:{port} answered something else than an incarnation"));
+        }
+        Ok(u32::from_le_bytes([answer[4], answer[5], answer[6], answer[7]]))
     }
 
     /// Opens a connection to `peer`'s liveness port, replacing any earlier one (a connection

@@ -1,7 +1,9 @@
 //! A node: its domain, its regions, its channels (one endpoint each) and the sides of its
 //! connections, with the control plane of the fabric API.
 
-use crate::config::{NodeAddr, OfiConfig, CHANNELS, LIVENESS_PORT_OFFSET, MAX_REGION_ID};
+use crate::config::{
+    NodeAddr, OfiConfig, ProviderWays, CHANNELS, LIVENESS_PORT_OFFSET, MAX_REGION_ID,
+};
 use crate::endpoint::OfiEndpoint;
 use crate::ffi::{Domain, MemoryRegistration, PostFailure, RawCompletion, RawEndpoint};
 use crate::keys::{
@@ -10,7 +12,9 @@ use crate::keys::{
 };
 use crate::liveness::Liveness;
 use crate::region::{Memory, OfiRegion};
-use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{
+    Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, Status,
+};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
@@ -205,6 +209,7 @@ struct Control {
 pub(crate) struct Node {
     pub(crate) id: NodeId,
     pub(crate) incarnation: u32,
+    pub(crate) ways: ProviderWays,
     config: OfiConfig,
     pub(crate) inject_bytes: usize,
     control: Mutex<Control>,
@@ -246,6 +251,11 @@ fn unreachable(peer: NodeId, why: impl Into<String>) -> FabricError {
     FabricError::PeerUnreachable(peer, why.into())
 }
 
+/// A binding's read that the provider would not take.
+fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
+    unreachable(peer, why.unwrap_or_else(|| "the provider is full".into()))
+}
+
 fn new_incarnation() -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -269,14 +279,16 @@ impl OfiFabric {
             ))
         })?;
         let inject_bytes = domain.inject_bytes();
-        let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET)
+        let incarnation = new_incarnation();
+        let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET, incarnation)
             .map_err(FabricError::Config)?;
         let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
         let hello_board = Arc::new(Memory::new(HELLO_BYTES)?);
         let stop = Arc::new(AtomicBool::new(false));
         let node = Arc::new(Node {
             id: config.node,
-            incarnation: new_incarnation(),
+            incarnation,
+            ways: ProviderWays::of(&config.provider),
             inject_bytes,
             control: Mutex::new(Control::default()),
             channels: Mutex::new(vec![None; CHANNELS as usize]),
@@ -635,8 +647,10 @@ impl Node {
     ///   address. A lower node than this one on that address could have opened those too, so
     ///   the check is made only when none is (one replica per host; the lowest node
     ///   everywhere). The next post of this node opens its own stream.
+    /// * With a provider that keeps one stream per pair itself
+    ///   (`ProviderWays::one_stream_per_pair`), there is nothing to enforce.
     fn enforce_opener(&self, conn: ConnId) -> Result<(), String> {
-        if conn.peer == self.id {
+        if conn.peer == self.id || self.ways.one_stream_per_pair {
             return Ok(());
         }
         let theirs = self.listening(conn.peer, conn.channel)?;
@@ -692,23 +706,20 @@ impl Node {
         ))
     }
 
-    /// Waits until control read `number` completes or `deadline` passes (`None`).
+    /// Waits until control read `number` completes or `deadline` passes (`None`); a failed
+    /// read gives the provider's error number.
     fn wait_control(
         &self,
         channel: &Channel,
         number: u64,
         deadline: Instant,
-    ) -> Option<Result<Box<[u8]>, String>> {
+    ) -> Option<Result<Box<[u8]>, i32>> {
         loop {
             {
                 let mut mail = channel.mail.lock().expect("channel mail");
                 channel.pump(&mut mail);
                 if let Some((c, buf)) = mail.control.remove(&number) {
-                    return Some(if c.err == 0 {
-                        Ok(buf)
-                    } else {
-                        Err(crate::ffi::strerror(c.err as i64))
-                    });
+                    return Some(if c.err == 0 { Ok(buf) } else { Err(c.err) });
                 }
                 if Instant::now() >= deadline {
                     return None;
@@ -755,7 +766,7 @@ impl Node {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let key = (conn.channel, conn.peer);
         let earlier = self.binds_under_way.lock().expect("binds").remove(&key);
-        let (number, posted, wait_until) = match earlier {
+        let (mut number, posted, wait_until) = match earlier {
             // A read from an earlier call is still out: a short look, not a second full wait,
             // so that a peer that stopped answering holds up its callers (the background
             // plane's heartbeat among them) once, not on every retry.
@@ -781,32 +792,50 @@ impl Node {
                     self.abandon_control(&channel, number);
                 }
                 let deadline = Instant::now() + timeout;
-                // Only the lower node of the pair opens their stream (`enforce_opener`): it
-                // says hello first, on the stream this read follows; the higher one posts
-                // nothing until that hello has landed.
-                if conn.peer < self.id {
+                // Unless the provider keeps one stream per pair itself, only the lower node of
+                // the pair opens their stream (`enforce_opener`): it says hello first, on the
+                // stream this read follows; the higher one posts nothing until that hello has
+                // landed.
+                if self.ways.one_stream_per_pair {
+                } else if conn.peer < self.id {
                     self.await_hello(conn, deadline)?;
                 } else {
                     self.hello(conn.channel, conn.peer);
                 }
-                let number =
-                    self.post_identity_read(&channel, conn.peer, dest, deadline).map_err(|e| {
-                        unreachable(conn.peer, e.unwrap_or_else(|| "the provider is full".into()))
-                    })?;
-                (number, Instant::now(), deadline)
+                let number = self.post_identity_read(&channel, conn.peer, dest, deadline);
+                (number.map_err(|e| post_refused(conn.peer, e))?, Instant::now(), deadline)
             }
         };
-        let bytes = match self.wait_control(&channel, number, wait_until) {
-            Some(result) => result.map_err(|e| unreachable(conn.peer, e))?,
-            None => {
-                self.binds_under_way
-                    .lock()
-                    .expect("binds")
-                    .insert(key, BindAttempt::UnderWay { number, posted });
-                return Err(unreachable(
-                    conn.peer,
-                    format!("no answer within {} ms", timeout.as_millis()),
-                ));
+        let bytes = loop {
+            match self.wait_control(&channel, number, wait_until) {
+                // A connection that closed (an operation was refused, the peer restarted) is
+                // not replaced yet: the read goes out again until the provider has (see
+                // `ProviderWays::reconnects_lazily`).
+                Some(Err(e))
+                    if e == libc::ENOTCONN
+                        && self.ways.reconnects_lazily
+                        && Instant::now() < wait_until =>
+                {
+                    channel.progress();
+                    std::thread::sleep(Duration::from_micros(100));
+                    number = self
+                        .post_identity_read(&channel, conn.peer, dest, wait_until)
+                        .map_err(|e| post_refused(conn.peer, e))?;
+                }
+                Some(result) => {
+                    break result
+                        .map_err(|e| unreachable(conn.peer, crate::ffi::strerror(e as i64)))?
+                }
+                None => {
+                    self.binds_under_way
+                        .lock()
+                        .expect("binds")
+                        .insert(key, BindAttempt::UnderWay { number, posted });
+                    return Err(unreachable(
+                        conn.peer,
+                        format!("no answer within {} ms", timeout.as_millis()),
+                    ));
+                }
             }
         };
         self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
@@ -970,6 +999,26 @@ impl Node {
 
     /// Makes a side's registrations match its state after the data path changed it (an error
     /// completion moved it to the error state).
+    /// What an operation to `peer` that completed as "canceled" means, on a provider that
+    /// reports a refused key and a dead target alike (`ProviderWays::cancel_is_ambiguous`):
+    /// a refusal if the incarnation it was posted to still answers on its liveness port, and
+    /// an unreachable peer otherwise (dead, restarted, stopped or cut off). A process that
+    /// answers after the operation failed was alive when it failed, so a death is never read
+    /// as a refusal; a live peer that cannot answer within the connect timeout is read as
+    /// unreachable, which the protocols take as the weaker claim.
+    pub(crate) fn classify_cancel(&self, peer: NodeId, incarnation: u32) -> Status {
+        if self.liveness.dead(peer) {
+            return Status::PeerUnreachable;
+        }
+        let Ok(addr) = self.addr(peer) else { return Status::PeerUnreachable };
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        let port = addr.base_port + LIVENESS_PORT_OFFSET;
+        match Liveness::ask_incarnation(&addr.host, port, timeout) {
+            Ok(answered) if answered == incarnation => Status::RemoteAccessDenied,
+            _ => Status::PeerUnreachable,
+        }
+    }
+
     pub(crate) fn refresh_registrations(&self, conn: ConnId) {
         let control = self.control.lock().expect("control");
         if let Some(side) = control.sides.get(&conn).cloned() {
