@@ -145,6 +145,10 @@ pub struct Args {
     /// The fabric: `shm` (processes on this host) or `ofi` (libfabric over loopback TCP).
     #[arg(long, default_value = "shm")]
     fabric: String,
+    /// With `--fabric ofi`: the libfabric provider, `sockets` or `tcp;ofi_rxm` [default:
+    /// sockets].
+    #[arg(long)]
+    provider: Option<String>,
     /// Samples per round-trip figure (pair figures round it up to whole chunks of 10,000).
     #[arg(long, default_value_t = 1_000_000)]
     samples: u64,
@@ -477,10 +481,15 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.samples == 0 || args.perm_samples == 0 {
         return Err("--samples and --perm-samples must be at least 1".into());
     }
-    match args.fabric.as_str() {
-        "shm" => {}
-        "ofi" => return crate::bench_ofi::run(args.json, args.samples),
-        other => return Err(format!("unknown fabric {other:?}: use shm or ofi")),
+    match (args.fabric.as_str(), args.provider.as_deref()) {
+        ("shm", None) => {}
+        ("shm", Some(p)) => {
+            return Err(format!("--provider {p:?} is for --fabric ofi; shm has none"))
+        }
+        ("ofi", p) => {
+            return crate::bench_ofi::run(args.json, args.samples, crate::bench_ofi::provider(p)?)
+        }
+        (other, _) => return Err(format!("unknown fabric {other:?}: use shm or ofi")),
     }
     let (run_dir, remove_after) = match &args.run_dir {
         Some(d) => (d.clone(), false),

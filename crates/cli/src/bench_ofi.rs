@@ -1,5 +1,5 @@
 //! `mu bench fabric --fabric ofi`: round trips of one-sided operations on the libfabric fabric
-//! (provider `sockets`, over loopback TCP), and the two-target write round that is the floor of
+//! (provider `sockets` or the one `--provider` names, over loopback TCP), and the two-target write round that is the floor of
 //! a leader replicating to two followers (`mu bench replication --fabric ofi` measures it too).
 //!
 //! All three nodes live in this process: on this fabric the provider's own threads apply a
@@ -11,7 +11,7 @@ use crate::bench_fabric::{measure, Summary};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, NodeId, RegionId, RemoteAddr, Source, WorkRequest,
 };
-use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiEndpoint, OfiFabric, PORTS_PER_NODE};
+use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiEndpoint, OfiFabric, PORTS_PER_NODE, PROVIDERS};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -44,15 +44,24 @@ pub fn free_port_block(nodes: u16) -> Result<u16, String> {
     Err(format!("no block of {block} free ports on {HOST}"))
 }
 
-/// Node `me`'s configuration in a loopback cluster of `nodes` nodes whose ports start at
-/// `base_port`.
-pub fn loopback_config(base_port: u16, nodes: u16, me: u16) -> OfiConfig {
+/// The provider a `--provider` option names (`sockets` when it names none), as the backend
+/// spells it.
+pub fn provider(name: Option<&str>) -> Result<&'static str, String> {
+    let name = name.unwrap_or("sockets");
+    PROVIDERS.iter().copied().find(|&p| p == name).ok_or_else(|| {
+        format!("ofi provider {name:?} is not supported: use one of {}", PROVIDERS.join(", "))
+    })
+}
+
+/// Node `me`'s configuration, with `provider`, in a loopback cluster of `nodes` nodes whose
+/// ports start at `base_port`.
+pub fn loopback_config(provider: &str, base_port: u16, nodes: u16, me: u16) -> OfiConfig {
     let addrs: BTreeMap<NodeId, NodeAddr> = (0..nodes)
         .map(|n| {
             (NodeId(n), NodeAddr { host: HOST.into(), base_port: base_port + n * PORTS_PER_NODE })
         })
         .collect();
-    OfiConfig::new("sockets", CLUSTER_ID, NodeId(me), addrs)
+    OfiConfig::new(provider, CLUSTER_ID, NodeId(me), addrs)
 }
 
 struct Trio {
@@ -63,8 +72,9 @@ struct Trio {
     c: ConnId,
 }
 
-fn trio(base_port: u16) -> Result<Trio, String> {
-    let open = |n| OfiFabric::open(loopback_config(base_port, 3, n)).map_err(|e| e.to_string());
+fn trio(provider: &str, base_port: u16) -> Result<Trio, String> {
+    let open =
+        |n| OfiFabric::open(loopback_config(provider, base_port, 3, n)).map_err(|e| e.to_string());
     let nodes = [open(0)?, open(1)?, open(2)?];
     for n in &nodes {
         n.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
@@ -129,15 +139,15 @@ fn measure_write2(t: &mut Trio, samples: u64) -> Result<Summary, String> {
     })
 }
 
-/// The two-target write round alone, on three fresh loopback nodes.
-pub fn write2_rtt(samples: u64) -> Result<Summary, String> {
-    let mut t = trio(free_port_block(3)?)?;
+/// The two-target write round alone, on three fresh loopback nodes of `provider`.
+pub fn write2_rtt(provider: &str, samples: u64) -> Result<Summary, String> {
+    let mut t = trio(provider, free_port_block(3)?)?;
     measure_write2(&mut t, samples)
 }
 
-pub fn run(json_out: bool, samples: u64) -> Result<(), String> {
+pub fn run(json_out: bool, samples: u64, provider: &str) -> Result<(), String> {
     let base = free_port_block(3)?;
-    let mut t = trio(base)?;
+    let mut t = trio(provider, base)?;
     eprintln!(
         "mu bench fabric: ofi (provider {}), {samples} samples per figure, 3 nodes in this \
          process on {HOST}",

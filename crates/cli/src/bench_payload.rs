@@ -6,7 +6,7 @@
 use crate::bench_fabric;
 use crate::bench_replication::{self, PayloadResult};
 use crate::bench_suite::{quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::{App, ReplicaMode, RunDir, ThreadsChoice};
+use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ThreadsChoice};
 use crate::interrupt;
 use mu_figures::{Bar, BarChart, BarSeries, Table};
 use serde_json::json;
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let results = bench_replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),
-            ("shm", None, ThreadsChoice::Shared),
+            (FabricChoice::Shm, None, ThreadsChoice::Shared),
             &SWEEP_BYTES,
             samples,
         )?;

@@ -7,7 +7,7 @@
 
 use crate::bench_replication;
 use crate::bench_suite::{latency_histogram, quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::{App, ReplicaMode, RunDir, ThreadsChoice};
+use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ThreadsChoice};
 use crate::interrupt;
 use hdrhistogram::Histogram;
 use mu_figures::{Bar, BarChart, BarSeries, Table};
@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mu = bench_replication::sweep(
         &run_dir,
         (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
-        ("shm", None, ThreadsChoice::Shared),
+        (FabricChoice::Shm, None, ThreadsChoice::Shared),
         &[payload],
         samples,
     )?;

@@ -80,10 +80,14 @@ pub struct Args {
     /// both (mu,velos: Velos Fig. 1, with velos's p50 over mu's per payload size).
     #[arg(long, value_delimiter = ',', default_value = "mu")]
     protocol: Vec<mu_replica::Protocol>,
-    /// The fabric: shm (processes sharing memory) or ofi (libfabric over loopback TCP, provider
-    /// sockets); the floor is that fabric's own write2 round.
+    /// The fabric: shm (processes sharing memory) or ofi (libfabric over loopback TCP); the floor
+    /// is that fabric's own write2 round.
     #[arg(long, default_value = "shm")]
     fabric: String,
+    /// With `--fabric ofi`: the libfabric provider, `sockets` or `tcp;ofi_rxm` [default:
+    /// sockets].
+    #[arg(long)]
+    provider: Option<String>,
     /// The failure detector's read period for every replica, in microseconds [default:
     /// ReplicaConfig's 1000 on shm; 100000 on ofi, whose round trips take about 100 µs and
     /// whose p99.9 takes milliseconds on a small machine].
@@ -199,29 +203,30 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let run_dir = RunDir::create("replication")?;
     // Checked before anything starts.
-    FabricChoice::parse(&args.fabric, REPLICAS)?;
+    let fabric_choice = FabricChoice::parse(&args.fabric, args.provider.as_deref(), REPLICAS)?;
     eprintln!(
         "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads, {samples} samples \
          per payload size, {} CPUs allowed",
-        args.fabric,
+        fabric_choice.label(),
         args.mode.name(),
         args.threads.name(),
         pin::allowed_cpus().len()
     );
 
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
-    let write2 = if args.fabric == "ofi" {
-        crate::bench_ofi::write2_rtt(samples)?
-    } else {
-        let dir = run_dir.subdirectory("fabric")?;
-        bench_fabric::write2_rtt(dir.path(), samples)?
+    let write2 = match fabric_choice {
+        FabricChoice::Ofi { provider, .. } => crate::bench_ofi::write2_rtt(provider, samples)?,
+        FabricChoice::Shm => {
+            let dir = run_dir.subdirectory("fabric")?;
+            bench_fabric::write2_rtt(dir.path(), samples)?
+        }
     };
 
     let read_period_us = read_period_us(&args);
     if let Some(us) = read_period_us {
         eprintln!("mu bench replication: failure detector read period {us} µs");
     }
-    let fabric = (args.fabric.as_str(), read_period_us, args.threads);
+    let fabric = (fabric_choice, read_period_us, args.threads);
     let mut protocols = args.protocol.clone();
     protocols.dedup();
     let mut runs = Vec::new();
@@ -305,7 +310,7 @@ fn compare(
 pub fn sweep(
     run_dir: &RunDir,
     (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
-    (fabric, read_period_us, threads): (&str, Option<u64>, ThreadsChoice),
+    (fabric, read_period_us, threads): (FabricChoice, Option<u64>, ThreadsChoice),
     payloads: &[usize],
     samples: u64,
 ) -> Result<Vec<PayloadResult>, String> {
@@ -315,7 +320,7 @@ pub fn sweep(
         let spec = Spec {
             replicas: REPLICAS,
             // A fresh block of ports for each cluster.
-            fabric: FabricChoice::parse(fabric, REPLICAS)?,
+            fabric: fabric.fresh(REPLICAS)?,
             mode,
             read_period_us,
             threads,
@@ -633,6 +638,7 @@ fn document(
         "mode": args.mode.name(),
         "app": args.app.name(),
         "backend": args.fabric,
+        "provider": provider_of(args),
         "replicas": REPLICAS,
         "cpus_allowed": pin::allowed_cpus().len(),
         "read_period_us": read_period_us(args),
@@ -654,6 +660,11 @@ fn document(
     out
 }
 
+/// The ofi provider the run used; none on shm.
+fn provider_of(args: &Args) -> Option<&str> {
+    (args.fabric == "ofi").then(|| args.provider.as_deref().unwrap_or("sockets"))
+}
+
 fn report(
     args: &Args,
     protocol: mu_replica::Protocol,
@@ -670,8 +681,9 @@ fn report(
         return;
     }
     println!(
-        "{protocol} replication: {REPLICAS} replicas on {}, {} mode, {}",
+        "{protocol} replication: {REPLICAS} replicas on {}{}, {} mode, {}",
         args.fabric,
+        provider_of(args).map(|p| format!(" ({p})")).unwrap_or_default(),
         args.mode.name(),
         match args.app {
             App::Standalone => "standalone (the commit handler does nothing)",

@@ -306,20 +306,38 @@ pub struct Spec {
 pub enum FabricChoice {
     /// Shared memory in the run directory.
     Shm,
-    /// libfabric (provider `sockets`) over loopback TCP, each node's ports from its block after
-    /// `base_port` (`bench_ofi::loopback_config`).
-    Ofi { base_port: u16 },
+    /// libfabric over loopback TCP with `provider` (one of `mu_fabric_ofi::PROVIDERS`), each
+    /// node's ports from its block after `base_port` (`bench_ofi::loopback_config`).
+    Ofi { base_port: u16, provider: &'static str },
 }
 
 impl FabricChoice {
-    /// From a `--fabric` option: `shm`, or `ofi` with a block of free ports for `replicas`.
-    pub fn parse(name: &str, replicas: u16) -> Result<FabricChoice, String> {
-        match name {
-            "shm" => Ok(FabricChoice::Shm),
-            "ofi" => {
-                Ok(FabricChoice::Ofi { base_port: crate::bench_ofi::free_port_block(replicas)? })
-            }
-            other => Err(format!("unknown fabric {other:?}: use shm or ofi")),
+    /// From the `--fabric` and `--provider` options: `shm`, or `ofi` (provider `sockets` unless
+    /// one is named) with a block of free ports for `replicas`.
+    pub fn parse(
+        name: &str,
+        provider: Option<&str>,
+        replicas: u16,
+    ) -> Result<FabricChoice, String> {
+        match (name, provider) {
+            ("shm", None) => Ok(FabricChoice::Shm),
+            ("shm", Some(p)) => Err(format!("--provider {p:?} is for --fabric ofi; shm has none")),
+            ("ofi", p) => Ok(FabricChoice::Ofi {
+                base_port: crate::bench_ofi::free_port_block(replicas)?,
+                provider: crate::bench_ofi::provider(p)?,
+            }),
+            (other, _) => Err(format!("unknown fabric {other:?}: use shm or ofi")),
+        }
+    }
+
+    /// The same fabric for a new cluster of `replicas`: on ofi, a fresh block of ports.
+    pub fn fresh(self, replicas: u16) -> Result<FabricChoice, String> {
+        match self {
+            FabricChoice::Shm => Ok(FabricChoice::Shm),
+            FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
+                base_port: crate::bench_ofi::free_port_block(replicas)?,
+                provider,
+            }),
         }
     }
 
@@ -327,6 +345,14 @@ impl FabricChoice {
         match self {
             FabricChoice::Shm => "shm",
             FabricChoice::Ofi { .. } => "ofi",
+        }
+    }
+
+    /// The fabric and, on ofi, its provider: `shm`, `ofi (sockets)`.
+    pub fn label(self) -> String {
+        match self {
+            FabricChoice::Shm => "shm".into(),
+            FabricChoice::Ofi { provider, .. } => format!("ofi ({provider})"),
         }
     }
 
@@ -348,10 +374,10 @@ impl FabricChoice {
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
-            FabricChoice::Ofi { base_port } => {
+            FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
                 let fabric = mu_fabric_ofi::OfiFabric::open(crate::bench_ofi::loopback_config(
-                    base_port, replicas, me.0,
+                    provider, base_port, replicas, me.0,
                 ))
                 .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
@@ -408,8 +434,8 @@ impl Cluster {
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);
             }
-            if let FabricChoice::Ofi { base_port } = spec.fabric {
-                cmd.args(["--ofi-base-port", &base_port.to_string()]);
+            if let FabricChoice::Ofi { base_port, provider } = spec.fabric {
+                cmd.args(["--ofi-base-port", &base_port.to_string(), "--ofi-provider", provider]);
             }
             // Their own process group: the terminal's Ctrl-C reaches the benchmark only, which
             // then stops them and cleans up (a child killed under it would read as a failure).

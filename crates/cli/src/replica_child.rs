@@ -54,6 +54,9 @@ pub struct Args {
     fabric: String,
     #[arg(long)]
     ofi_base_port: Option<u16>,
+    /// The ofi provider [default: sockets].
+    #[arg(long)]
+    ofi_provider: Option<String>,
     /// How the replica's threads wait when idle; with `dedicated`, this process also waits for
     /// leadership by spinning.
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
@@ -87,7 +90,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let words = std::sync::Arc::new(Words::open(&args.words)?);
     let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
         ("shm", _) => FabricChoice::Shm,
-        ("ofi", Some(base_port)) => FabricChoice::Ofi { base_port },
+        ("ofi", Some(base_port)) => FabricChoice::Ofi {
+            base_port,
+            provider: crate::bench_ofi::provider(args.ofi_provider.as_deref())?,
+        },
         (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
     };
     let config = config(
