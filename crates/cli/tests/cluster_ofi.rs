@@ -1,19 +1,22 @@
-//! A key-value cluster on the libfabric fabric (`fabric = "ofi"`, provider `sockets`, over
-//! loopback TCP), as a user runs it: `mu cluster up`, writes, the leader killed, more writes,
-//! and every acknowledged write read back from the survivors, whose states are equal.
+//! A key-value cluster on the libfabric fabric (`fabric = "ofi"`, over loopback TCP), once per
+//! provider, as a user runs it: `mu cluster up`, writes, the leader killed, more writes, and
+//! every acknowledged write read back from the survivors, whose states are equal.
 
 mod common;
 
 use common::{mu, ok, Setup};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// Ports each replica uses from its base (its channels and its liveness port), rounded up.
 const PORTS_PER_REPLICA: u16 = 10;
 
-/// A base port with `3 * PORTS_PER_REPLICA` free ports after it.
+/// A base port with `3 * PORTS_PER_REPLICA` free ports after it, a different block for each
+/// call of this process (the tests run at once, and a block is free until its cluster binds).
 fn free_ports() -> u16 {
-    let spread = (std::process::id() % 1000) as u16;
+    static CALLS: AtomicU16 = AtomicU16::new(0);
+    let spread = (std::process::id() % 1000) as u16 + CALLS.fetch_add(1, Ordering::Relaxed) * 7;
     (0..1000)
         .map(|n| 30_000 + ((spread + n) % 1000) * 3 * PORTS_PER_REPLICA)
         .find(|&base| {
@@ -28,20 +31,45 @@ fn status(setup: &Setup) -> Vec<serde_json::Value> {
 }
 
 #[test]
-fn a_kv_cluster_on_ofi_survives_its_leader() {
-    let setup = Setup::new("ofi", 0x0f1);
+fn a_kv_cluster_on_ofi_sockets_survives_its_leader() {
+    kv_cluster_survives_its_leader("sockets", "ofi-sockets", 0x0f1);
+}
+
+#[test]
+fn a_kv_cluster_on_ofi_rxm_survives_its_leader() {
+    kv_cluster_survives_its_leader("tcp;ofi_rxm", "ofi-rxm", 0x0f2);
+}
+
+/// `tag` names the test's directory. One cluster at a time: two would share the machine's
+/// CPUs with each other's provider threads, and on a small machine a replica's reads would
+/// then come late enough to look like failures.
+fn kv_cluster_survives_its_leader(provider: &str, tag: &str, cluster_id: u64) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let setup = Setup::new(tag, cluster_id);
+    // `sockets` replicas share 127.0.0.1; `tcp;ofi_rxm` needs an address per replica.
+    let host = |n: u8| {
+        if provider == "sockets" {
+            "127.0.0.1".to_string()
+        } else {
+            format!("127.0.0.{}", n + 1)
+        }
+    };
     let base = free_ports();
     let text = format!(
         "cluster_id = {}\nfabric = \"ofi\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
          [log]\nslots = 1024\nslot_bytes = 1024\n\n\
          # Round trips cost about 100 µs here, and milliseconds at their tail.\n\
          [detector]\nread_period_us = 20000\n\n\
-         [ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n\
-         0 = \"127.0.0.1:{}\"\n1 = \"127.0.0.1:{}\"\n2 = \"127.0.0.1:{}\"\n",
-        0x0f1,
+         [ofi]\nprovider = \"{provider}\"\n[ofi.addresses]\n\
+         0 = \"{}:{}\"\n1 = \"{}:{}\"\n2 = \"{}:{}\"\n",
+        cluster_id,
         setup.run_dir.display(),
+        host(0),
         base,
+        host(1),
         base + PORTS_PER_REPLICA,
+        host(2),
         base + 2 * PORTS_PER_REPLICA
     );
     std::fs::write(&setup.config, text).expect("config file");
@@ -69,7 +97,10 @@ fn a_kv_cluster_on_ofi_survives_its_leader() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let killed = Instant::now();
     ok(mu(&["kv", "put", "after", "the-kill", "--config", setup.config()]));
-    eprintln!("first write after the kill acknowledged {:?} after it", killed.elapsed());
+    eprintln!(
+        "{provider}: first write after the kill acknowledged {:?} after it",
+        killed.elapsed()
+    );
 
     for k in &keys {
         assert_eq!(ok(mu(&["kv", "get", k, "--config", setup.config()])).trim(), format!("v-{k}"));

@@ -260,8 +260,6 @@ int mu_ofi_av_insert(struct mu_ofi_ep *e, const char *node, const char *service,
 	return 0;
 }
 
-/* Forgets an address: the provider closes its connection to it, and a later insert of the same
- * peer makes a new one. */
 int mu_ofi_mr_reg(struct mu_ofi_domain *d, void *buf, size_t len, int remote_read,
 		  int remote_write, uint64_t key, struct fid_mr **out)
 {

@@ -2,6 +2,7 @@
 
 use mu_fabric::{FabricError, NodeId};
 use std::collections::BTreeMap;
+use std::net::ToSocketAddrs;
 
 /// The providers this backend passes the conformance suite with.
 pub const PROVIDERS: [&str; 2] = ["sockets", "tcp;ofi_rxm"];
@@ -27,6 +28,13 @@ pub(crate) struct ProviderWays {
     /// backend's own rule that only the lower node opens (`Node::enforce_opener`) is not
     /// needed. `sockets` keeps a stream per opener, so it needs the rule.
     pub one_stream_per_pair: bool,
+    /// Each node must have an address of its own. The provider opens its streams from
+    /// unnamed ports, so this node tells a peer's streams from another's only by address;
+    /// and a dead peer is fenced by finding that this process holds no stream with it any
+    /// more (`Node::gone_for_good`), since rxm keeps trying to reconnect and posts to it are
+    /// never refused outright. With a shared address another node's stream would hold that
+    /// up for ever.
+    pub needs_own_address: bool,
 }
 
 impl ProviderWays {
@@ -36,7 +44,12 @@ impl ProviderWays {
         // other error on it), and rxm replaces a disabled connection when it reads the event
         // that says so. `sockets` reports a refused key as such and keeps the connection.
         let rxm = provider == "tcp;ofi_rxm";
-        ProviderWays { cancel_is_ambiguous: rxm, reconnects_lazily: rxm, one_stream_per_pair: rxm }
+        ProviderWays {
+            cancel_is_ambiguous: rxm,
+            reconnects_lazily: rxm,
+            one_stream_per_pair: rxm,
+            needs_own_address: rxm,
+        }
     }
 }
 
@@ -134,8 +147,39 @@ impl OfiConfig {
                 )));
             }
         }
+        if ProviderWays::of(&self.provider).needs_own_address {
+            self.check_own_addresses()?;
+        }
         if self.connect_timeout_ms == 0 || self.fast_fence_us == 0 || self.slow_fence_ms == 0 {
             return Err(FabricError::Config("ofi timeouts must be above zero".into()));
+        }
+        Ok(())
+    }
+}
+
+impl OfiConfig {
+    /// Refuses two nodes on one IPv4 address (as the backend resolves them: the first IPv4
+    /// address of the host). A host that does not resolve is left for opening to report.
+    fn check_own_addresses(&self) -> Result<(), FabricError> {
+        let mut owners: BTreeMap<std::net::Ipv4Addr, NodeId> = BTreeMap::new();
+        for (&node, addr) in &self.nodes {
+            let Ok(resolved) = (addr.host.as_str(), addr.base_port).to_socket_addrs() else {
+                continue;
+            };
+            let ip = resolved.into_iter().find_map(|a| match a {
+                std::net::SocketAddr::V4(a) => Some(*a.ip()),
+                std::net::SocketAddr::V6(_) => None,
+            });
+            if let Some(ip) = ip {
+                if let Some(other) = owners.insert(ip, node) {
+                    return Err(FabricError::Config(format!(
+                        "ofi provider {:?}: nodes {other} and {node} share the address {ip}; \
+                         each node needs one of its own (on one machine, 127.0.0.1, 127.0.0.2 \
+                         and so on all reach it)",
+                        self.provider
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -154,6 +198,16 @@ mod tests {
     fn providers_are_checked_with_reasons() {
         assert!(config("sockets").validate().is_ok());
         assert!(config("tcp;ofi_rxm").validate().is_ok());
+        // Two nodes on one address: sockets tells their streams apart, rxm cannot.
+        let mut shared = config("sockets");
+        let second = NodeAddr { host: "127.0.0.1".into(), base_port: 7100 };
+        shared.nodes.insert(NodeId(1), second);
+        assert!(shared.validate().is_ok());
+        shared.provider = "tcp;ofi_rxm".into();
+        let err = shared.validate().unwrap_err().to_string();
+        assert!(err.contains("share the address 127.0.0.1") && err.contains("127.0.0.2"), "{err}");
+        shared.nodes.get_mut(&NodeId(1)).unwrap().host = "127.0.0.2".into();
+        assert!(shared.validate().is_ok());
         let err = config("verbs").validate().unwrap_err().to_string();
         assert!(err.contains("not supported") && err.contains("sockets, tcp;ofi_rxm"), "{err}");
         assert!(!ProviderWays::of("sockets").cancel_is_ambiguous);

@@ -253,7 +253,9 @@ fn unreachable(peer: NodeId, why: impl Into<String>) -> FabricError {
 
 /// A binding's read that the provider would not take.
 fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
-    unreachable(peer, why.unwrap_or_else(|| "the provider is full".into()))
+    let again = "the provider did not take the read in time (it could not open a connection, or \
+                 its queue stayed full)";
+    unreachable(peer, why.unwrap_or_else(|| again.into()))
 }
 
 fn new_incarnation() -> u32 {
@@ -792,6 +794,7 @@ impl Node {
                     self.abandon_control(&channel, number);
                 }
                 let deadline = Instant::now() + timeout;
+                self.check_not_dead(conn.peer, timeout)?;
                 // Unless the provider keeps one stream per pair itself, only the lower node of
                 // the pair opens their stream (`enforce_opener`): it says hello first, on the
                 // stream this read follows; the higher one posts nothing until that hello has
@@ -932,9 +935,15 @@ impl Node {
         if st.binding.is_none() {
             return Ok(());
         }
+        let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
+        if self.gone_for_good(conn) {
+            if let Some((number, _)) = st.fence.take() {
+                self.abandon_control(&channel, number);
+            }
+            return Ok(());
+        }
         let now = Instant::now();
         let budget = Duration::from_millis(self.config.slow_fence_ms);
-        let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
         let (number, deadline) = match st.fence {
             Some((number, posted)) => {
                 let end_of_budget = (posted + budget).max(now + Duration::from_millis(1));
@@ -967,6 +976,40 @@ impl Node {
                 deadline.saturating_duration_since(st.fence.map_or(now, |(_, at)| at)).as_micros()
             )),
         }
+    }
+
+    /// Before binding to a peer whose watched process died: fails at once unless something
+    /// answers on its liveness port (it restarted). Binding would otherwise wait the whole
+    /// connect timeout with a provider that keeps trying to reconnect (`tcp;ofi_rxm`), on the
+    /// thread that runs the background plane.
+    fn check_not_dead(&self, peer: NodeId, timeout: Duration) -> Result<(), FabricError> {
+        if !self.liveness.dead(peer) {
+            return Ok(());
+        }
+        let addr = self.addr(peer)?;
+        Liveness::ask_incarnation(&addr.host, addr.base_port + LIVENESS_PORT_OFFSET, timeout)
+            .map(|_| ())
+            .map_err(|e| unreachable(peer, format!("its process died, and since then: {e}")))
+    }
+
+    /// Whether `conn`'s peer died and this process holds no stream with it on the channel any
+    /// more (one still connecting has carried nothing): then nothing of the peer's can land
+    /// here again, since a provider handles a stream's bytes in order up to its end before it
+    /// closes it. A fence is needless then, and `tcp;ofi_rxm`, which keeps trying to reconnect
+    /// to a dead peer and answers "again" to every post meanwhile, could not post one. Exact
+    /// when every node has an address of its own (`ProviderWays::needs_own_address`); where
+    /// nodes share one, another node's stream makes this say no, and the fence goes out.
+    fn gone_for_good(&self, conn: ConnId) -> bool {
+        if !self.liveness.dead(conn.peer) {
+            return false;
+        }
+        let (Ok(mine), Ok(theirs)) =
+            (self.listening(self.id, conn.channel), self.listening(conn.peer, conn.channel))
+        else {
+            return false;
+        };
+        crate::streams::with_peer(mine.port(), theirs)
+            .is_ok_and(|streams| streams.iter().all(|s| s.connecting))
     }
 
     /// Brings the side's registrations in line with its state and flags and, if a right was

@@ -42,11 +42,21 @@ fn port_block() -> u16 {
     }
 }
 
+/// Where node `n` lives: `sockets` nodes share 127.0.0.1; `tcp;ofi_rxm` needs an address per
+/// node, and gets 127.0.0.1, 127.0.0.2 and so on.
+fn host(provider: &str, n: u16) -> std::net::Ipv4Addr {
+    if provider == "sockets" {
+        std::net::Ipv4Addr::LOCALHOST
+    } else {
+        std::net::Ipv4Addr::new(127, 0, 0, 1 + n as u8)
+    }
+}
+
 fn config(provider: &str, base: u16, node: NodeId) -> OfiConfig {
     let nodes: BTreeMap<NodeId, NodeAddr> = (0..NODES)
         .map(|n| {
-            let addr = NodeAddr { host: "127.0.0.1".into(), base_port: base + n * NODE_STRIDE };
-            (NodeId(n), addr)
+            let host = host(provider, n).to_string();
+            (NodeId(n), NodeAddr { host, base_port: base + n * NODE_STRIDE })
         })
         .collect();
     const { assert!(PORTS_PER_NODE <= NODE_STRIDE) };
@@ -212,6 +222,11 @@ mod sockets {
         cas_is_atomic_under_contention);
 
     #[test]
+    fn dead_writer_is_fenced() {
+        super::dead_writer_is_fenced("sockets");
+    }
+
+    #[test]
     fn stopped_writer_is_fenced_once_it_goes_on() {
         super::stopped_writer_is_fenced_once_it_goes_on("sockets");
     }
@@ -229,6 +244,11 @@ mod rxm {
         missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
         dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
         cas_is_atomic_under_contention);
+
+    #[test]
+    fn dead_writer_is_fenced() {
+        super::dead_writer_is_fenced("tcp;ofi_rxm");
+    }
 
     #[test]
     fn stopped_writer_is_fenced_once_it_goes_on() {
@@ -310,6 +330,47 @@ fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
     assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
 }
 
+/// A writer that died is fenced without an answer from it: once this node's provider has
+/// handled the ends of the dead writer's streams and closed them, nothing of the writer's can
+/// land, so the revocation holds with no round trip (`Node::gone_for_good`). With
+/// `tcp;ofi_rxm`, which keeps trying to reconnect to a dead peer and answers "again" to every
+/// post meanwhile, no fence could even be posted.
+fn dead_writer_is_fenced(provider: &'static str) {
+    use mu_fabric::conformance::{CHANNEL, DATA, DATA_BYTES};
+    use mu_fabric::{Access, ConnId, Fabric, QpState, RemoteAddr};
+    let mut h = OfiHarness::new(provider);
+    let (t, w) = (NodeId(0), NodeId(2));
+    let ft = h.fabric(t);
+    let region = ft.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
+    let conn = |peer| ConnId::new(peer, CHANNEL);
+    let task = h.spawn(TaskSpec {
+        node: w,
+        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
+        connect: vec![(conn(t), Access::NONE)],
+        program: Program::WriteLoop {
+            conn: conn(t),
+            remote: RemoteAddr { region: DATA, offset: 0 },
+            len: DATA_BYTES as u32,
+        },
+    });
+    ft.connect(conn(w), Access::READ_WRITE).unwrap();
+    h.start(&task);
+    let start = Instant::now();
+    while region.load_u64(0).unwrap() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the writer never wrote");
+        std::thread::yield_now();
+    }
+    h.crash(w);
+    let crashed = Instant::now();
+    while let Err(e) = ft.set_access_slow(conn(w), Access::READ) {
+        assert!(crashed.elapsed() < Duration::from_secs(10), "a dead writer's revocation: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
+    assert!(ft.crash_notified(w), "revoked without a fence only once the death is known");
+    assert_eq!(h.join(task), None, "a crashed task reports nothing");
+}
+
 /// Established TCP streams whose accepting end listens on one of `ports` (each stream has one
 /// such end), from this network namespace's table.
 fn streams_accepted_on(ports: &[u16]) -> usize {
@@ -328,7 +389,7 @@ fn streams_accepted_on(ports: &[u16]) -> usize {
 /// Where node `n` of a harness listens on the suite's channel.
 fn channel_address(h: &OfiHarness, n: u16) -> std::net::SocketAddrV4 {
     let port = h.base + n * NODE_STRIDE + mu_fabric::conformance::CHANNEL as u16;
-    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)
+    std::net::SocketAddrV4::new(host(h.provider, n), port)
 }
 
 /// Two nodes that bind their connection at the same moment end up with one TCP stream between
