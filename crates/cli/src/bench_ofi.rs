@@ -1,6 +1,7 @@
 //! `mu bench fabric --fabric ofi`: round trips of one-sided operations on the libfabric fabric
-//! (provider `sockets` or the one `--provider` names, over loopback TCP), and the two-target write round that is the floor of
-//! a leader replicating to two followers (`mu bench replication --fabric ofi` measures it too).
+//! (provider `sockets` or the one `--provider` names, over loopback TCP), and the two-target
+//! write round that is the floor of a leader replicating to two followers (`mu bench
+//! replication --fabric ofi` measures it too).
 //!
 //! All three nodes live in this process: on this fabric the provider's own threads apply a
 //! peer's operations, so the target needs no thread of the benchmark's. A completion means the
@@ -14,7 +15,7 @@ use mu_fabric::{
 use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiEndpoint, OfiFabric, PORTS_PER_NODE, PROVIDERS};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, TcpListener};
 use std::time::{Duration, Instant};
 
 const CLUSTER_ID: u64 = 0x6d75_6f66_6962;
@@ -24,24 +25,35 @@ const CHANNEL: u8 = 0;
 const PAYLOAD_BYTES: usize = 64;
 /// How long one operation may take before the benchmark gives up.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Where nodes listen: loopback, one block of ports per node.
-const HOST: &str = "127.0.0.1";
 const FIRST_PORT: u16 = 21_000;
 const LAST_PORT: u16 = 59_000;
 
-/// The first port of a block of `nodes * PORTS_PER_NODE` ports that are free now, chosen from
-/// the process id so that concurrent runs rarely try the same block first.
+/// Where node `n` listens: an address of its own on loopback (127.0.0.1, 127.0.0.2, ...), as
+/// `tcp;ofi_rxm` needs, with its block of ports from the cluster's base port on.
+fn host(n: u16) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 1 + n as u8)
+}
+
+/// The first port of a block of `nodes * PORTS_PER_NODE` ports that are free now (each node's
+/// part on its own address), chosen from the process id so that concurrent runs rarely try the
+/// same block first.
 pub fn free_port_block(nodes: u16) -> Result<u16, String> {
     let block = nodes * PORTS_PER_NODE;
     let blocks = (LAST_PORT - FIRST_PORT) / block;
     let first = (std::process::id() % blocks as u32) as u16;
+    let free = |base: u16| {
+        (0..nodes).all(|n| {
+            let from = base + n * PORTS_PER_NODE;
+            (from..from + PORTS_PER_NODE).all(|p| TcpListener::bind((host(n), p)).is_ok())
+        })
+    };
     for n in 0..blocks {
         let base = FIRST_PORT + ((first + n) % blocks) * block;
-        if (0..block).all(|p| TcpListener::bind((HOST, base + p)).is_ok()) {
+        if free(base) {
             return Ok(base);
         }
     }
-    Err(format!("no block of {block} free ports on {HOST}"))
+    Err(format!("no block of {block} free ports on loopback"))
 }
 
 /// The provider a `--provider` option names (`sockets` when it names none), as the backend
@@ -58,7 +70,8 @@ pub fn provider(name: Option<&str>) -> Result<&'static str, String> {
 pub fn loopback_config(provider: &str, base_port: u16, nodes: u16, me: u16) -> OfiConfig {
     let addrs: BTreeMap<NodeId, NodeAddr> = (0..nodes)
         .map(|n| {
-            (NodeId(n), NodeAddr { host: HOST.into(), base_port: base_port + n * PORTS_PER_NODE })
+            let host = host(n).to_string();
+            (NodeId(n), NodeAddr { host, base_port: base_port + n * PORTS_PER_NODE })
         })
         .collect();
     OfiConfig::new(provider, CLUSTER_ID, NodeId(me), addrs)
@@ -150,7 +163,7 @@ pub fn run(json_out: bool, samples: u64, provider: &str) -> Result<(), String> {
     let mut t = trio(provider, base)?;
     eprintln!(
         "mu bench fabric: ofi (provider {}), {samples} samples per figure, 3 nodes in this \
-         process on {HOST}",
+         process on 127.0.0.1-3",
         t.a.provider()
     );
     let b = t.b;

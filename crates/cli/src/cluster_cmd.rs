@@ -111,6 +111,12 @@ fn up(args: &UpArgs) -> Result<(), String> {
     let config_path = std::fs::canonicalize(&args.config)
         .map_err(|e| format!("reading the configuration {}: {e}", args.config.display()))?;
     let config = ClusterConfig::load(&config_path)?;
+    // The fabric's own checks (an ofi provider and its addresses), before any replica starts.
+    if let (true, Some(&first)) = (config.fabric == "ofi", config.replicas.first()) {
+        crate::serve::ofi_config(&config, first)?
+            .validate()
+            .map_err(|e| format!("{}: {e}", config_path.display()))?;
+    }
     config.prepare_run_dir()?;
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;

@@ -188,6 +188,16 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
     }
 }
 
+/// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).
+pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> {
+    let nodes = config
+        .ofi_addresses()?
+        .into_iter()
+        .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
+        .collect();
+    Ok(OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes))
+}
+
 /// Opens this replica's fabric as the configuration says and starts the replica on it.
 fn start_replica(
     config: &ClusterConfig,
@@ -198,13 +208,7 @@ fn start_replica(
     let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
     let started = match config.fabric.as_str() {
         "ofi" => {
-            let nodes = config
-                .ofi_addresses()?
-                .into_iter()
-                .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
-                .collect();
-            let ofi = OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes);
-            let fabric = OfiFabric::open(ofi).map_err(fabric_error)?;
+            let fabric = OfiFabric::open(ofi_config(config, id)?).map_err(fabric_error)?;
             Replica::start_with_state(replica_config, fabric, config.mode(), machine)
         }
         _ => {

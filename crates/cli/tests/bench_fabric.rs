@@ -51,3 +51,35 @@ fn run_directory_of_another_cluster_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("belongs to cluster 0x1, not to cluster"), "{err}");
 }
+
+/// `--fabric ofi` on each provider: the JSON names the provider and has every round trip.
+#[test]
+fn ofi_json_names_its_provider() {
+    for provider in ["sockets", "tcp;ofi_rxm"] {
+        let out = mu()
+            .args(["bench", "fabric", "--fabric", "ofi", "--provider", provider])
+            .args(["--samples", "300", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{provider}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+        assert_eq!(v["provider"].as_str(), Some(provider), "{v}");
+        for key in ["write_rtt_ns", "read_rtt_ns", "cas_rtt_ns", "write2_rtt_ns"] {
+            assert!(v[key]["p50"].as_u64().is_some_and(|x| x > 0), "{provider}: {key} in {v}");
+        }
+    }
+}
+
+#[test]
+fn a_provider_needs_the_ofi_fabric_and_a_known_name() {
+    let out = mu().args(["bench", "fabric", "--provider", "sockets"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is for --fabric ofi"), "{err}");
+    let out = mu().args(["bench", "fabric", "--fabric", "ofi", "--provider", "verbs"]).output();
+    let out = out.unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not supported") && err.contains("tcp;ofi_rxm"), "{err}");
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{mu, ok, Setup};
+use common::{mu, ok, refused, stderr, Setup};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -123,4 +123,29 @@ fn kv_cluster_survives_its_leader(provider: &str, tag: &str, cluster_id: u64) {
         std::thread::sleep(Duration::from_millis(50));
     }
     ok(mu(&["cluster", "down", "--config", setup.config()]));
+}
+
+/// The fabric's own checks run before any replica starts: `tcp;ofi_rxm` needs an address per
+/// replica, and an unknown provider is named with the known ones.
+#[test]
+fn bad_ofi_settings_are_refused_before_any_replica_starts() {
+    let setup = Setup::new("ofi-refused", 0x0f3);
+    let write = |provider: &str| {
+        let text = format!(
+            "cluster_id = 243\nfabric = \"ofi\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+             [ofi]\nprovider = \"{provider}\"\n[ofi.addresses]\n\
+             0 = \"127.0.0.1:41000\"\n1 = \"127.0.0.1:41010\"\n2 = \"127.0.0.1:41020\"\n",
+            setup.run_dir.display()
+        );
+        std::fs::write(&setup.config, text).expect("config file");
+    };
+    for (provider, says) in [
+        ("tcp;ofi_rxm", "nodes n0 and n1 share the address 127.0.0.1"),
+        ("verbs", "use one of sockets, tcp;ofi_rxm"),
+    ] {
+        write(provider);
+        let out = mu(&["cluster", "up", "--config", setup.config()]);
+        assert!(!stderr(&out).contains("exited during start-up"), "{}", stderr(&out));
+        refused(out, says);
+    }
 }
