@@ -170,6 +170,7 @@ impl Side {
                 attached: false,
                 unfenced: false,
                 fence: None,
+                fence_refused_until: None,
                 registrations: Vec::new(),
             }),
         }
@@ -192,6 +193,9 @@ pub(crate) struct SideState {
     /// the same read, so that a peer that answers late (or whose connection breaks) ends the
     /// wait without a new post.
     fence: Option<(u64, Instant)>,
+    /// Until when the provider is taken to keep refusing a fence read: it did so for a whole
+    /// wait, and the calls until then try only briefly (`fence`).
+    fence_refused_until: Option<Instant>,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -951,14 +955,27 @@ impl Node {
             }
             None => {
                 let deadline = now + timeout;
+                // A provider that said "again" to a fence read for a whole wait (`tcp;ofi_rxm`
+                // while it cannot open a connection) is given 1 ms a call for the rest of the
+                // budget: the calls come from the thread that runs the background plane.
+                let post_by = match st.fence_refused_until {
+                    Some(until) if now < until => now + Duration::from_millis(1),
+                    _ => deadline,
+                };
                 let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
-                let number = match self.post_identity_read(&channel, conn.peer, dest, deadline) {
+                let number = match self.post_identity_read(&channel, conn.peer, dest, post_by) {
                     Ok(number) => number,
                     // The provider refused the read: the connection is gone, and with it
                     // everything the peer sent on it.
                     Err(Some(_broken)) => return self.enforce_opener(conn),
-                    Err(None) => return Err("the fence could not be posted".into()),
+                    Err(None) => {
+                        if post_by == deadline {
+                            st.fence_refused_until = Some(Instant::now() + budget);
+                        }
+                        return Err("the fence could not be posted".into());
+                    }
                 };
+                st.fence_refused_until = None;
                 st.fence = Some((number, now));
                 self.limit_unacknowledged(conn);
                 (number, deadline)

@@ -1,0 +1,325 @@
+//! Three replicas on three hosts, shared by the multi-host tests of each ofi provider (each its
+//! own test binary, so its own process: two such clusters one after the other in one process
+//! came up unstable on a 2-vCPU machine). A key-value cluster on the libfabric fabric
+//! (`fabric = "ofi"`) whose replicas run in three network namespaces, each joined by a veth
+//! link to a bridge in a fourth namespace (the switch). The test creates all of it and removes
+//! it. Under a steady stream of writes, the leader's link is cut at the switch (its process
+//! lives on, unreachable), then the leader is killed behind the cut. No acknowledged write may
+//! be lost, the survivors must end equal, and the time from the cut to the first write the new
+//! leader acknowledges is printed. The hosts' kernel settings are left as they are: the backend
+//! itself limits how long its streams' data may go unacknowledged (docs/fabric.md).
+//!
+//! It needs root (network namespaces) and iproute2 (`scripts/install-fabric-deps.sh` installs
+//! it). The test's clients reach the replicas over TCP (`[clients]`) through a link of their own
+//! to the switch, so cutting the leader's link cuts it off from them too.
+
+use crate::common::Setup;
+use mu_service::{Client, ClientError, ClusterConfig};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The replicas' hosts: 10.99.0.1, .2, .3 on the switch's bridge.
+const REPLICAS: u16 = 3;
+const BASE_PORT: u16 = 31_000;
+/// Where each replica accepts clients over TCP (`[clients]`).
+const CLIENT_PORT: u16 = 31_100;
+/// The test's own address on the switch: its clients reach the replicas as another host's would.
+const CLIENT_HOST: &str = "10.99.0.254";
+
+/// `ip ARGS`, which must succeed.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e} (install iproute2)", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// The namespaces and links of one run; removed when dropped (deleting a namespace deletes
+/// the links and the bridge in it).
+struct Network {
+    hosts: Vec<String>,
+    switch: String,
+    /// The switch's end of each host's link: setting it down cuts the host off.
+    ports: Vec<String>,
+    /// The test's own link to the switch, from this namespace.
+    client_nic: String,
+}
+
+impl Network {
+    fn create() -> Result<Network, String> {
+        let tag = std::process::id() % 100_000;
+        let net = Network {
+            hosts: (0..REPLICAS).map(|i| format!("mu{tag}-{i}")).collect(),
+            switch: format!("mu{tag}-sw"),
+            ports: (0..REPLICAS).map(|i| format!("mu{tag}s{i}")).collect(),
+            client_nic: format!("mu{tag}c"),
+        };
+        // Left from an earlier run with the same process id: gone before anything is made.
+        for ns in net.hosts.iter().chain([&net.switch]) {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        let _ = ip(&["link", "del", &net.client_nic]);
+        // An early return drops `net`, which removes whatever was made.
+        ip(&["netns", "add", &net.switch])?;
+        ip(&["-n", &net.switch, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &net.switch, "link", "set", "br0", "up"])?;
+        for i in 0..REPLICAS as usize {
+            let host = net.hosts[i].clone();
+            let port = net.ports[i].clone();
+            let nic = format!("mu{tag}h{i}");
+            ip(&["netns", "add", &host])?;
+            ip(&[
+                "link",
+                "add",
+                &port,
+                "netns",
+                &net.switch,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &nic,
+                "netns",
+                &host,
+            ])?;
+            ip(&["-n", &net.switch, "link", "set", &port, "master", "br0", "up"])?;
+            ip(&["-n", &host, "addr", "add", &format!("10.99.0.{}/24", i + 1), "dev", &nic])?;
+            ip(&["-n", &host, "link", "set", &nic, "up"])?;
+            ip(&["-n", &host, "link", "set", "lo", "up"])?;
+        }
+        // The test's clients, in this namespace, reach the replicas over TCP through a link of
+        // their own to the switch (clients never touch the replicas' run directory).
+        let switch_end = format!("{}s", net.client_nic);
+        ip(&[
+            "link",
+            "add",
+            &net.client_nic,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &switch_end,
+            "netns",
+            &net.switch,
+        ])?;
+        ip(&["-n", &net.switch, "link", "set", &switch_end, "master", "br0", "up"])?;
+        ip(&["addr", "add", &format!("{CLIENT_HOST}/24"), "dev", &net.client_nic])?;
+        ip(&["link", "set", &net.client_nic, "up"])?;
+        Ok(net)
+    }
+
+    /// Cuts host `i` off: its link goes down at the switch, and nothing it sends arrives.
+    fn cut(&self, i: usize) -> Result<(), String> {
+        ip(&["-n", &self.switch, "link", "set", &self.ports[i], "down"])
+    }
+
+    /// Runs `mu replica` for replica `i` in its host's namespace, its output in `log`.
+    fn start_replica(&self, i: usize, config: &str, log: &Path) -> Child {
+        let out = std::fs::File::create(log).expect("replica log");
+        Command::new("ip")
+            .args(["netns", "exec", &self.hosts[i], env!("CARGO_BIN_EXE_mu"), "replica"])
+            .args(["--config", config, "--id", &i.to_string()])
+            .env_remove("MU_LOG")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log handle"))
+            .stderr(out)
+            .spawn()
+            .expect("ip netns exec runs")
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        // Deleting the switch's namespace deletes the test's link too (one end of a pair
+        // takes the other); deleted here as well in case the namespace never existed.
+        let _ = ip(&["link", "del", &self.client_nic]);
+        for ns in self.hosts.iter().chain([&self.switch]) {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+/// The replicas' processes: killed and reaped when dropped.
+struct Replicas(Vec<Option<Child>>);
+
+impl Replicas {
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.0[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for i in 0..self.0.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Every live replica's report, as `mu cluster status` reads them.
+fn reports(config: &ClusterConfig, ids: &[u16]) -> Vec<Result<mu_service::ReplicaReport, String>> {
+    let mut client = Client::new(config.cluster_id, config.endpoints()).expect("a client");
+    ids.iter().map(|&id| client.status(id)).collect()
+}
+
+/// The whole story on `provider`, for cluster `cluster_id`.
+pub fn three_hosts(provider: &str, cluster_id: u64) {
+    // Network namespaces cannot be made without root (and its right to make them, which a
+    // container may withhold): the only reason to skip.
+    if !is_root() {
+        eprintln!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let net = match Network::create() {
+        Ok(net) => net,
+        Err(e) if e.contains("Operation not permitted") || e.contains("Permission denied") => {
+            eprintln!("skipped: this root may not create network namespaces: {e}");
+            return;
+        }
+        Err(e) => panic!("the test network: {e}"),
+    };
+    run(net, provider, cluster_id);
+}
+
+/// Whether this process runs as root (its effective uid, from `/proc/self/status`).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| {
+                l.split_whitespace().nth(2) == Some("0") // the effective uid
+            })
+        })
+        .unwrap_or(false)
+}
+
+fn run(net: Network, provider: &str, cluster_id: u64) {
+    let setup = Setup::new(&format!("multihost-{cluster_id:x}"), cluster_id);
+    let text = format!(
+        "cluster_id = {}\nfabric = \"ofi\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+         [log]\nslots = 1024\nslot_bytes = 1024\n\n\
+         [detector]\nread_period_us = 20000\n\n\
+         [ofi]\nprovider = \"{provider}\"\n[ofi.addresses]\n\
+         0 = \"10.99.0.1:{BASE_PORT}\"\n1 = \"10.99.0.2:{BASE_PORT}\"\n2 = \"10.99.0.3:{BASE_PORT}\"\n\
+         [clients.addresses]\n\
+         0 = \"10.99.0.1:{CLIENT_PORT}\"\n1 = \"10.99.0.2:{CLIENT_PORT}\"\n2 = \"10.99.0.3:{CLIENT_PORT}\"\n",
+        cluster_id,
+        setup.run_dir.display(),
+    );
+    std::fs::write(&setup.config, text).expect("config file");
+    let config = ClusterConfig::load(&setup.config).expect("the configuration loads");
+    config.prepare_run_dir().expect("the run directory");
+    let ids: Vec<u16> = (0..REPLICAS).collect();
+    let mut replicas = Replicas(
+        (0..REPLICAS as usize)
+            .map(|i| Some(net.start_replica(i, setup.config(), &config.log_path(i as u16))))
+            .collect(),
+    );
+
+    // Up: every replica answers and all agree on a leader.
+    let start = Instant::now();
+    let leader = loop {
+        let now = reports(&config, &ids);
+        let leaders: Vec<Option<u16>> =
+            now.iter().map(|r| r.as_ref().ok().and_then(|r| r.leader)).collect();
+        if leaders.iter().all(|l| l.is_some() && *l == leaders[0]) {
+            break leaders[0].expect("a leader") as usize;
+        }
+        for (i, child) in replicas.0.iter_mut().enumerate() {
+            if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("replica {i} exited ({status}): {}", setup.log(i as u16));
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no agreed leader: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("three hosts up, replica {leader} leads, after {:?}", start.elapsed());
+
+    let mut client = Client::new(config.cluster_id, config.endpoints()).expect("a client");
+    client.set_timeout(Duration::from_secs(2));
+    let mut acked: Vec<(String, String)> = Vec::new();
+    let mut put = |client: &mut Client, key: String| -> Result<(), ClientError> {
+        let value = format!("v-{key}");
+        client.put(key.as_bytes(), value.as_bytes())?;
+        acked.push((key, value));
+        Ok(())
+    };
+    for n in 0..20 {
+        put(&mut client, format!("before-{n}")).expect("a write before the cut");
+    }
+
+    // Cut the leader off, and keep writing until a write is acknowledged again: the cut-off
+    // leader cannot reach a majority, so that write was committed by a new leader.
+    net.cut(leader).expect("cutting the leader's link");
+    let cut = Instant::now();
+    let mut unknown = 0;
+    let mut n = 0;
+    let failover = loop {
+        n += 1;
+        match put(&mut client, format!("during-{n}")) {
+            Ok(()) => break cut.elapsed(),
+            Err(ClientError::Timeout { .. }) => unknown += 1,
+            Err(e) => panic!("a write during the cut: {e}"),
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(90),
+            "no write acknowledged within 90 s of the cut; logs:\n{}\n{}\n{}",
+            setup.log(0),
+            setup.log(1),
+            setup.log(2)
+        );
+    };
+    eprintln!(
+        "{provider} failover: the first write after cutting leader {leader} off was \
+         acknowledged {failover:?} after the cut ({unknown} writes timed out before it)"
+    );
+    if failover > Duration::from_secs(20) {
+        for i in 0..REPLICAS {
+            eprintln!("--- replica {i}'s log (a slow failover) ---\n{}", setup.log(i));
+        }
+    }
+    for n in 0..20 {
+        put(&mut client, format!("cut-{n}")).expect("a write with the leader cut off");
+    }
+
+    // Kill it behind the cut: nothing of its death reaches the others.
+    replicas.kill(leader);
+    for n in 0..20 {
+        put(&mut client, format!("killed-{n}")).expect("a write after the kill");
+    }
+
+    // Every acknowledged write is there.
+    for (key, value) in &acked {
+        let got = client.get(key.as_bytes()).expect("a read");
+        assert_eq!(got.as_deref(), Some(value.as_bytes()), "acknowledged write {key} lost");
+    }
+
+    // The survivors apply the same entries.
+    let survivors: Vec<u16> = ids.iter().copied().filter(|&i| i as usize != leader).collect();
+    let start = Instant::now();
+    loop {
+        let now = reports(&config, &survivors);
+        let ok: Vec<&mu_service::ReplicaReport> = now.iter().flatten().collect();
+        if ok.len() == survivors.len()
+            && ok[0].applied == ok[1].applied
+            && ok[0].digest == ok[1].digest
+        {
+            assert!(ok.iter().all(|r| r.leader != Some(leader as u16)), "{now:?}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "survivors differ: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("{} acknowledged writes read back; survivors {survivors:?} equal", acked.len());
+    drop(replicas);
+    drop(net);
+}
