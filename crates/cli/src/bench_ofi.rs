@@ -28,15 +28,20 @@ const OP_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_PORT: u16 = 21_000;
 const LAST_PORT: u16 = 59_000;
 
-/// Where node `n` listens: an address of its own on loopback (127.0.0.1, 127.0.0.2, ...), as
-/// `tcp;ofi_rxm` needs, with its block of ports from the cluster's base port on.
-fn host(n: u16) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 1 + n as u8)
+/// Where node `n` listens with `provider`, its block of ports from the cluster's base port on:
+/// 127.0.0.1 for every `sockets` node, as the earlier figures were taken; an address of its
+/// own for each `tcp;ofi_rxm` node (127.0.0.1, 127.0.0.2, ...), which that provider needs.
+fn host(provider: &str, n: u16) -> Ipv4Addr {
+    if provider == "sockets" {
+        Ipv4Addr::LOCALHOST
+    } else {
+        Ipv4Addr::new(127, 0, 0, 1 + n as u8)
+    }
 }
 
-/// The first port of a block of `nodes * PORTS_PER_NODE` ports that are free now (each node's
-/// part on its own address), chosen from the process id so that concurrent runs rarely try the
-/// same block first.
+/// The first port of a block of `nodes * PORTS_PER_NODE` ports that are free now on every
+/// address a node of any provider may take, chosen from the process id so that concurrent runs
+/// rarely try the same block first.
 pub fn free_port_block(nodes: u16) -> Result<u16, String> {
     let block = nodes * PORTS_PER_NODE;
     let blocks = (LAST_PORT - FIRST_PORT) / block;
@@ -44,7 +49,11 @@ pub fn free_port_block(nodes: u16) -> Result<u16, String> {
     let free = |base: u16| {
         (0..nodes).all(|n| {
             let from = base + n * PORTS_PER_NODE;
-            (from..from + PORTS_PER_NODE).all(|p| TcpListener::bind((host(n), p)).is_ok())
+            (from..from + PORTS_PER_NODE).all(|p| {
+                ["sockets", "tcp;ofi_rxm"]
+                    .iter()
+                    .all(|provider| TcpListener::bind((host(provider, n), p)).is_ok())
+            })
         })
     };
     for n in 0..blocks {
@@ -70,7 +79,7 @@ pub fn provider(name: Option<&str>) -> Result<&'static str, String> {
 pub fn loopback_config(provider: &str, base_port: u16, nodes: u16, me: u16) -> OfiConfig {
     let addrs: BTreeMap<NodeId, NodeAddr> = (0..nodes)
         .map(|n| {
-            let host = host(n).to_string();
+            let host = host(provider, n).to_string();
             (NodeId(n), NodeAddr { host, base_port: base_port + n * PORTS_PER_NODE })
         })
         .collect();
@@ -163,7 +172,7 @@ pub fn run(json_out: bool, samples: u64, provider: &str) -> Result<(), String> {
     let mut t = trio(provider, base)?;
     eprintln!(
         "mu bench fabric: ofi (provider {}), {samples} samples per figure, 3 nodes in this \
-         process on 127.0.0.1-3",
+         process on loopback",
         t.a.provider()
     );
     let b = t.b;

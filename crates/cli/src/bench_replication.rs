@@ -36,8 +36,20 @@ const SWEEP_BYTES: [usize; 8] = [32, 64, 128, 256, 512, 1024, 2048, 4096];
 const MAX_PAYLOAD_BYTES: usize = 4096;
 /// The payload the targets are stated for.
 const TARGET_PAYLOAD_BYTES: usize = 64;
+/// Mu's median at 64 B may be this many times the fabric's own write2 round: on shm (the Mu
+/// issue), and on ofi (the real-fabrics issue); the p99 target is stated for shm only.
 const TARGET_P50_OVER_WRITE2: f64 = 1.2;
+const TARGET_P50_OVER_WRITE2_OFI: f64 = 1.3;
 const TARGET_P99_OVER_WRITE2: f64 = 2.0;
+
+/// The median target of `fabric` (`shm` or `ofi`).
+fn p50_target(fabric: &str) -> f64 {
+    if fabric == "ofi" {
+        TARGET_P50_OVER_WRITE2_OFI
+    } else {
+        TARGET_P50_OVER_WRITE2
+    }
+}
 const DEFAULT_SAMPLES: u64 = 100_000;
 const QUICK_SAMPLES: u64 = 3_000;
 const REPLICAS: u16 = 3;
@@ -651,7 +663,7 @@ fn document(
         let (_, p50, p99) = quantiles(&r.latency);
         out["target_64_bytes"] = json!({
             "p50_over_write2_p50": ratio(p50, write2.p50),
-            "p50_target": TARGET_P50_OVER_WRITE2,
+            "p50_target": p50_target(&args.fabric),
             "p99_over_write2_p50": ratio(p99, write2.p50),
             "p99_over_write2_p99": ratio(p99, write2.p99),
             "p99_target": TARGET_P99_OVER_WRITE2,
@@ -725,11 +737,12 @@ fn report(
             let verdict = |ratio: f64, target: f64| if ratio <= target { "met" } else { "not met" };
             let p50_ratio = ratio(p50, write2.p50);
             let p99_ratio = ratio(p99, write2.p50);
+            let p50_target = p50_target(&args.fabric);
             println!(
-                "target at 64 B: p50 <= {TARGET_P50_OVER_WRITE2} x write2 p50: {p50_ratio:.2} \
-                 ({}); p99 <= {TARGET_P99_OVER_WRITE2} x write2 p50: {p99_ratio:.2} ({}); p99 / \
-                 write2 p99: {:.2}",
-                verdict(p50_ratio, TARGET_P50_OVER_WRITE2),
+                "target at 64 B: p50 <= {p50_target} x write2 p50: {p50_ratio:.2} ({}); p99 <= \
+                 {TARGET_P99_OVER_WRITE2} x write2 p50: {p99_ratio:.2} ({}); p99 / write2 p99: \
+                 {:.2}",
+                verdict(p50_ratio, p50_target),
                 verdict(p99_ratio, TARGET_P99_OVER_WRITE2),
                 ratio(p99, write2.p99)
             );

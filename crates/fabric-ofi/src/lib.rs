@@ -1,8 +1,8 @@
 //! The libfabric fabric: Mu's one-sided operations over TCP, for clusters without RDMA NICs.
 //!
-//! Each node opens one libfabric domain of a configured provider (`sockets`; `tcp;ofi_rxm` is
-//! refused with its reasons until it keeps the semantics, see [`PROVIDERS_NOT_YET`])
-//! and one reliable-datagram endpoint per channel, listening on `base_port + channel` of its
+//! Each node opens one libfabric domain of a configured provider (`sockets` or `tcp;ofi_rxm`,
+//! [`PROVIDERS`]; what differs between them is `ProviderWays`) and one reliable-datagram
+//! endpoint per channel, listening on `base_port + channel` of its
 //! configured host. A connection `(peer, channel)` is the pair of both nodes' endpoints of that
 //! channel: the provider keeps one byte stream between them, so operations on a connection land
 //! in order (FIFO), and a completion is requested as `FI_DELIVERY_COMPLETE`: it means the bytes
@@ -20,14 +20,17 @@
 //!   (a read of the peer's identity) comes back after anything the peer had sent before. A peer
 //!   that cannot answer (stopped) fails the fast path with `Busy`, and the slow path with
 //!   `FenceFailed` — it does not claim a barrier it does not have — until the peer answers
-//!   (it went on) or its connection breaks (it died).
+//!   (it went on) or its connection breaks (it died). A peer that died, and with which this
+//!   process holds no stream any more, needs no fence.
 //! * **One stream per pair**: the provider opens a stream inside any post that finds none, from
-//!   either side; only the lower node of a pair opens theirs (the higher one waits for its
-//!   hello), so a fence goes on the stream the peer writes on, and the higher node shuts down any
-//!   stream it finds it opened ([`streams`]).
+//!   either side. With `sockets` only the lower node of a pair opens theirs (the higher one
+//!   waits for its hello), so a fence goes on the stream the peer writes on, and the higher node
+//!   shuts down any stream it finds it opened ([`streams`]); `tcp;ofi_rxm` keeps one per pair
+//!   itself.
 //! * **Crash notification**: a plain TCP connection to the peer's liveness port, which the
 //!   peer's kernel closes when its process dies (`liveness.rs`); the same port takes the higher
-//!   node's requests for a hello.
+//!   node's requests for a hello, and answers "who are you" with the node's incarnation (how a
+//!   `tcp;ofi_rxm` node tells a refused operation from a dead peer).
 //!
 //! `docs/fabric.md` says what holds and how it is checked; the C shim (`csrc/shim.c`) is the
 //! only code that touches libfabric's structures.

@@ -29,7 +29,7 @@
 //! 2 = "10.77.0.3:7200"
 //!
 //! [ofi]                       # with fabric = "ofi": libfabric over TCP, replicas on any hosts
-//! provider = "sockets"
+//! provider = "sockets"       # or "tcp;ofi_rxm" (then one replica per address)
 //! [ofi.addresses]             # every replica's host and first port (it uses 5 from there)
 //! 0 = "10.77.0.1:7100"
 //! 1 = "10.77.0.2:7100"
