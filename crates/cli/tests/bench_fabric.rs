@@ -7,6 +7,14 @@ fn mu() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mu"))
 }
 
+/// Runs `mu ARGS`, which must fail with `why` in its error output.
+fn refused(args: &[&str], why: &str) {
+    let out = mu().args(args).output().unwrap();
+    assert!(!out.status.success(), "mu {args:?} succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(why), "expected {why:?} in: {err}");
+}
+
 #[test]
 fn json_has_every_figure() {
     let out = mu()
@@ -31,10 +39,7 @@ fn json_has_every_figure() {
 
 #[test]
 fn zero_samples_is_a_clear_error() {
-    let out = mu().args(["bench", "fabric", "--samples", "0"]).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--samples"), "{err}");
+    refused(&["bench", "fabric", "--samples", "0"], "--samples");
 }
 
 #[test]
@@ -73,13 +78,7 @@ fn ofi_json_names_its_provider() {
 
 #[test]
 fn a_provider_needs_the_ofi_fabric_and_a_known_name() {
-    let out = mu().args(["bench", "fabric", "--provider", "sockets"]).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is for --fabric ofi"), "{err}");
-    let out = mu().args(["bench", "fabric", "--fabric", "ofi", "--provider", "verbs"]).output();
-    let out = out.unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not supported") && err.contains("tcp;ofi_rxm"), "{err}");
+    refused(&["bench", "fabric", "--provider", "sockets"], "is for --fabric ofi");
+    let unknown = ["bench", "fabric", "--fabric", "ofi", "--provider", "verbs"];
+    refused(&unknown, "not supported: use one of sockets, tcp;ofi_rxm");
 }

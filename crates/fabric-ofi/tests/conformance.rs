@@ -261,19 +261,15 @@ mod rxm {
     }
 }
 
-/// The suite's `revoke_is_a_barrier_for_a_stopped_writer`, as this backend keeps it. A writer
-/// stopped (SIGSTOP) while it writes cannot answer the fence, so neither path can claim a
-/// barrier: the fast path fails with `Busy`, the slow path with `FenceFailed`, and the side is
-/// left not ready to send; once the two have spent the fence's wait, later attempts only look.
-/// Once the writer goes on, the fence is answered, the next slow-path attempt succeeds and the
-/// revocation holds: nothing lands after it returns, and the writer's next write fails. (The
-/// suite's test expects the slow path to succeed while the writer is still stopped, which
-/// needs a fabric that can cut a half-received operation off.)
-fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
+/// Node `t` (here) lets node `w` (a child process) write its `DATA` region, and `w` starts
+/// writing the whole region again and again: `t`'s fabric, its region and the writer's task.
+fn writer_into(
+    h: &mut OfiHarness,
+    t: NodeId,
+    w: NodeId,
+) -> (OfiFabric, mu_fabric_ofi::OfiRegion, OfiTask) {
     use mu_fabric::conformance::{CHANNEL, DATA, DATA_BYTES};
-    use mu_fabric::{Access, ConnId, Fabric, FabricError, PermError, QpState, RemoteAddr};
-    let mut h = OfiHarness::new(provider);
-    let (t, w) = (NodeId(0), NodeId(2));
+    use mu_fabric::{Access, ConnId, Fabric, RemoteAddr};
     let ft = h.fabric(t);
     let region = ft.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
     let conn = |peer| ConnId::new(peer, CHANNEL);
@@ -289,6 +285,24 @@ fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
     });
     ft.connect(conn(w), Access::READ_WRITE).unwrap();
     h.start(&task);
+    (ft, region, task)
+}
+
+/// The suite's `revoke_is_a_barrier_for_a_stopped_writer`, as this backend keeps it. A writer
+/// stopped (SIGSTOP) while it writes cannot answer the fence, so neither path can claim a
+/// barrier: the fast path fails with `Busy`, the slow path with `FenceFailed`, and the side is
+/// left not ready to send; once the two have spent the fence's wait, later attempts only look.
+/// Once the writer goes on, the fence is answered, the next slow-path attempt succeeds and the
+/// revocation holds: nothing lands after it returns, and the writer's next write fails. (The
+/// suite's test expects the slow path to succeed while the writer is still stopped, which
+/// needs a fabric that can cut a half-received operation off.)
+fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
+    use mu_fabric::conformance::DATA_BYTES;
+    use mu_fabric::{Access, ConnId, Fabric, FabricError, PermError, QpState};
+    let mut h = OfiHarness::new(provider);
+    let (t, w) = (NodeId(0), NodeId(2));
+    let (ft, region, task) = writer_into(&mut h, t, w);
+    let conn = |peer| ConnId::new(peer, mu_fabric::conformance::CHANNEL);
     h.hold_mid_write(&task);
     match ft.set_access_fast(conn(w), Access::READ) {
         Err(PermError::Busy(c)) => assert_eq!(c, conn(w)),
@@ -336,25 +350,11 @@ fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
 /// `tcp;ofi_rxm`, which keeps trying to reconnect to a dead peer and answers "again" to every
 /// post meanwhile, no fence could even be posted.
 fn dead_writer_is_fenced(provider: &'static str) {
-    use mu_fabric::conformance::{CHANNEL, DATA, DATA_BYTES};
-    use mu_fabric::{Access, ConnId, Fabric, QpState, RemoteAddr};
+    use mu_fabric::{Access, ConnId, Fabric, QpState};
     let mut h = OfiHarness::new(provider);
     let (t, w) = (NodeId(0), NodeId(2));
-    let ft = h.fabric(t);
-    let region = ft.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
-    let conn = |peer| ConnId::new(peer, CHANNEL);
-    let task = h.spawn(TaskSpec {
-        node: w,
-        regions: vec![(DATA, DATA_BYTES, Access::ALL)],
-        connect: vec![(conn(t), Access::NONE)],
-        program: Program::WriteLoop {
-            conn: conn(t),
-            remote: RemoteAddr { region: DATA, offset: 0 },
-            len: DATA_BYTES as u32,
-        },
-    });
-    ft.connect(conn(w), Access::READ_WRITE).unwrap();
-    h.start(&task);
+    let (ft, region, task) = writer_into(&mut h, t, w);
+    let conn = |peer| ConnId::new(peer, mu_fabric::conformance::CHANNEL);
     let start = Instant::now();
     while region.load_u64(0).unwrap() == 0 {
         assert!(start.elapsed() < Duration::from_secs(20), "the writer never wrote");
