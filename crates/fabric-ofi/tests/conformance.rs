@@ -211,55 +211,38 @@ fn child_main() {
     run_child(fabric, &spec, true);
 }
 
-// Every test of the suite but `revoke_is_a_barrier_for_a_stopped_writer`, which is below
-// with what this backend does instead, once per provider.
-mod sockets {
-    mu_fabric::conformance_tests!(@each super::OfiHarness::new("sockets");
-        one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
-        read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
-        missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
-        dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
-        cas_is_atomic_under_contention);
+/// Every test of the suite but `revoke_is_a_barrier_for_a_stopped_writer` (below, with what
+/// this backend does instead), and this backend's own tests, for one provider.
+macro_rules! provider_tests {
+    ($module:ident, $provider:literal) => {
+        mod $module {
+            mu_fabric::conformance_tests!(@each super::OfiHarness::new($provider);
+                one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
+                read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
+                missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
+                dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
+                cas_is_atomic_under_contention);
 
-    #[test]
-    fn dead_writer_is_fenced() {
-        super::dead_writer_is_fenced("sockets");
-    }
+            #[test]
+            fn dead_writer_is_fenced() {
+                super::dead_writer_is_fenced($provider);
+            }
 
-    #[test]
-    fn stopped_writer_is_fenced_once_it_goes_on() {
-        super::stopped_writer_is_fenced_once_it_goes_on("sockets");
-    }
+            #[test]
+            fn stopped_writer_is_fenced_once_it_goes_on() {
+                super::stopped_writer_is_fenced_once_it_goes_on($provider);
+            }
 
-    #[test]
-    fn simultaneous_first_contact_opens_one_stream() {
-        super::simultaneous_first_contact_opens_one_stream("sockets");
-    }
+            #[test]
+            fn simultaneous_first_contact_opens_one_stream() {
+                super::simultaneous_first_contact_opens_one_stream($provider);
+            }
+        }
+    };
 }
 
-mod rxm {
-    mu_fabric::conformance_tests!(@each super::OfiHarness::new("tcp;ofi_rxm");
-        one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
-        read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
-        missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
-        dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
-        cas_is_atomic_under_contention);
-
-    #[test]
-    fn dead_writer_is_fenced() {
-        super::dead_writer_is_fenced("tcp;ofi_rxm");
-    }
-
-    #[test]
-    fn stopped_writer_is_fenced_once_it_goes_on() {
-        super::stopped_writer_is_fenced_once_it_goes_on("tcp;ofi_rxm");
-    }
-
-    #[test]
-    fn simultaneous_first_contact_opens_one_stream() {
-        super::simultaneous_first_contact_opens_one_stream("tcp;ofi_rxm");
-    }
-}
+provider_tests!(sockets, "sockets");
+provider_tests!(rxm, "tcp;ofi_rxm");
 
 /// Node `t` (here) lets node `w` (a child process) write its `DATA` region, and `w` starts
 /// writing the whole region again and again: `t`'s fabric, its region and the writer's task.
