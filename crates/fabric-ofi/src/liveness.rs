@@ -170,17 +170,9 @@ impl Liveness {
         from: NodeId,
         timeout: Duration,
     ) -> Result<(), String> {
-        let addr = (host, port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{host}:{port}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{host}:{port}: no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| format!("asking {host}:{port} for a hello: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        stream
-            .write_all(&hello_request(channel, from))
-            .map_err(|e| format!("asking {host}:{port} for a hello: {e}"))
+        let failed = |e: std::io::Error| format!("asking {host}:{port} for a hello: {e}");
+        let mut stream = connect(host, port, timeout).map_err(failed)?;
+        stream.write_all(&hello_request(channel, from)).map_err(failed)
     }
 
     /// Asks the node listening on `host:port` for its incarnation; an error if it does not
@@ -188,13 +180,7 @@ impl Liveness {
     pub(crate) fn ask_incarnation(host: &str, port: u16, timeout: Duration) -> Result<u32, String> {
         let began = std::time::Instant::now();
         let failed = |e: std::io::Error| format!("asking {host}:{port} who it is: {e}");
-        let addr = (host, port)
-            .to_socket_addrs()
-            .map_err(failed)?
-            .next()
-            .ok_or_else(|| format!("{host}:{port}: no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(failed)?;
-        let _ = stream.set_nodelay(true);
+        let mut stream = connect(host, port, timeout).map_err(failed)?;
         let left = timeout.saturating_sub(began.elapsed()).max(Duration::from_millis(1));
         stream.set_read_timeout(Some(left)).map_err(failed)?;
         let mut question = [0u8; HELLO_REQUEST_BYTES];
@@ -238,6 +224,17 @@ impl Liveness {
     }
 }
 
+/// A connection to `host:port` (its first address), without Nagle's delay: the questions on
+/// this port are single small messages.
+fn connect(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(ErrorKind::NotFound, format!("{host}:{port}: no address"))
+    })?;
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
 /// Whether the other end closed `stream` (end of file) or it broke; a watched node never sends.
 fn closed_by_peer(stream: &TcpStream) -> bool {
     let mut byte = 0u8;
@@ -267,5 +264,28 @@ impl Drop for Liveness {
                 let _ = t.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listening node answers "who are you" with its incarnation, as often as asked; a port
+    /// where nothing listens is an error, at once.
+    #[test]
+    fn a_node_says_who_it_is() {
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let timeout = Duration::from_secs(5);
+        assert!(Liveness::ask_incarnation("127.0.0.1", port, timeout).is_err());
+        let node = Liveness::listen("127.0.0.1", port, 0x5eed).unwrap();
+        for _ in 0..3 {
+            assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(0x5eed));
+        }
+        drop(node);
+        let err = Liveness::ask_incarnation("127.0.0.1", port, timeout).unwrap_err();
+        assert!(err.contains("who it is"), "{err}");
     }
 }

@@ -803,11 +803,12 @@ impl Node {
                 // the pair opens their stream (`enforce_opener`): it says hello first, on the
                 // stream this read follows; the higher one posts nothing until that hello has
                 // landed.
-                if self.ways.one_stream_per_pair {
-                } else if conn.peer < self.id {
-                    self.await_hello(conn, deadline)?;
-                } else {
-                    self.hello(conn.channel, conn.peer);
+                if !self.ways.one_stream_per_pair {
+                    if conn.peer < self.id {
+                        self.await_hello(conn, deadline)?;
+                    } else {
+                        self.hello(conn.channel, conn.peer);
+                    }
                 }
                 let number = self.post_identity_read(&channel, conn.peer, dest, deadline);
                 (number.map_err(|e| post_refused(conn.peer, e))?, Instant::now(), deadline)
