@@ -481,15 +481,10 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.samples == 0 || args.perm_samples == 0 {
         return Err("--samples and --perm-samples must be at least 1".into());
     }
-    match (args.fabric.as_str(), args.provider.as_deref()) {
-        ("shm", None) => {}
-        ("shm", Some(p)) => {
-            return Err(format!("--provider {p:?} is for --fabric ofi; shm has none"))
-        }
-        ("ofi", p) => {
-            return crate::bench_ofi::run(args.json, args.samples, crate::bench_ofi::provider(p)?)
-        }
-        (other, _) => return Err(format!("unknown fabric {other:?}: use shm or ofi")),
+    if let Some(provider) =
+        crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
+    {
+        return crate::bench_ofi::run(args.json, args.samples, provider);
     }
     let (run_dir, remove_after) = match &args.run_dir {
         Some(d) => (d.clone(), false),

@@ -673,8 +673,9 @@ fn document(
 }
 
 /// The ofi provider the run used; none on shm.
-fn provider_of(args: &Args) -> Option<&str> {
-    (args.fabric == "ofi").then(|| args.provider.as_deref().unwrap_or("sockets"))
+fn provider_of(args: &Args) -> Option<&'static str> {
+    // Checked when the run began (`FabricChoice::parse`).
+    crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
 }
 
 fn report(

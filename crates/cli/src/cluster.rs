@@ -319,15 +319,13 @@ impl FabricChoice {
         provider: Option<&str>,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        match (name, provider) {
-            ("shm", None) => Ok(FabricChoice::Shm),
-            ("shm", Some(p)) => Err(format!("--provider {p:?} is for --fabric ofi; shm has none")),
-            ("ofi", p) => Ok(FabricChoice::Ofi {
+        Ok(match crate::bench_ofi::fabric_provider(name, provider)? {
+            None => FabricChoice::Shm,
+            Some(provider) => FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,
-                provider: crate::bench_ofi::provider(p)?,
-            }),
-            (other, _) => Err(format!("unknown fabric {other:?}: use shm or ofi")),
-        }
+                provider,
+            },
+        })
     }
 
     /// The same fabric for a new cluster of `replicas`: on ofi, a fresh block of ports.
