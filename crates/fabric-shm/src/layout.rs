@@ -67,7 +67,20 @@ pub fn ctl_file(dir: &Path, node: NodeId) -> PathBuf {
     dir.join(format!("n{}.ctl", node.0))
 }
 pub fn region_file(dir: &Path, node: NodeId, incarnation: u32, region: RegionId) -> PathBuf {
-    dir.join(format!("n{}.i{}.r{}", node.0, incarnation, region.0))
+    dir.join(format!("{}{}", region_file_prefix(node, incarnation), region.0))
+}
+/// What the names of `node`'s region files of `incarnation` begin with (`region_file`).
+fn region_file_prefix(node: NodeId, incarnation: u32) -> String {
+    format!("n{}.i{}.r", node.0, incarnation)
+}
+/// The regions `node`'s `incarnation` has files for in `dir` (registered, not yet removed).
+pub fn region_files(dir: &Path, node: NodeId, incarnation: u32) -> Vec<RegionId> {
+    let prefix = region_file_prefix(node, incarnation);
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.parse().ok().map(RegionId))
+        .collect()
 }
 
 /// The index of the slot for (peer, channel), if both are in range: slots are laid out peer by

@@ -369,16 +369,32 @@ impl Node {
             })
             .collect();
         peers.retain(|&(node, incarnation), _| node != peer || bound.contains(&incarnation));
-        let entry = peers.entry((peer, header.incarnation)).or_insert_with(|| {
-            Arc::new(Peer {
-                node: peer,
-                incarnation: header.incarnation,
-                process: PeerProcess::pin(header.pid, header.pid_namespace, &ctl),
-                ctl,
-                regions: Mutex::new(HashMap::new()),
+        let mut new = false;
+        let entry = peers
+            .entry((peer, header.incarnation))
+            .or_insert_with(|| {
+                new = true;
+                Arc::new(Peer {
+                    node: peer,
+                    incarnation: header.incarnation,
+                    process: PeerProcess::pin(header.pid, header.pid_namespace, &ctl),
+                    ctl,
+                    regions: Mutex::new(HashMap::new()),
+                })
             })
-        });
-        Ok(entry.clone())
+            .clone();
+        drop(peers);
+        if new {
+            // Map what the peer registered now, while binding, rather than on the first
+            // operation into each region: opening and mapping a file costs tens of
+            // microseconds, and the first operation can be a new leader's first round (measured
+            // as most of a new Velos leader's first batch of compare-and-swaps). A region
+            // registered later is mapped by its first operation, as before.
+            for id in layout::region_files(&self.config.run_dir, peer, entry.incarnation) {
+                let _ = entry.region(&self.config.run_dir, self.config.cluster_id, id);
+            }
+        }
+        Ok(entry)
     }
 
     pub(crate) fn bound_peer(&self, peer: NodeId, incarnation: u32) -> Option<Arc<Peer>> {

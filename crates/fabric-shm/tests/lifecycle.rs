@@ -482,6 +482,37 @@ fn t15_corrupt_peer_region_files_fail_operations() {
     drop(corrupt);
 }
 
+/// The binding maps the regions a peer has registered by then, so that the first operation into
+/// each (a new leader's first round) does not open and map a file on the data path. Shown by
+/// taking the file away after the binding: the first write still lands. A region registered
+/// after the binding is mapped by its first operation.
+#[test]
+fn t15b_binding_maps_the_peers_registered_regions() {
+    let dir = run_dir("t15b");
+    let p = pair(&dir, 0, 1, 4096);
+    let mut ep = p.ep;
+    let b = NodeId(1);
+    let path = |id: u16| layout::region_file(dir.path(), b, p.b.incarnation(), RegionId(id));
+    std::fs::remove_file(path(DATA.0)).expect("remove the bound peer's region file");
+    assert_eq!(
+        run_one(&mut ep, conn(1), &write_inline(1, b"mapped", remote(0))).status,
+        Status::Success
+    );
+    assert_eq!(read_back(&p.b_region, 0, 6), b"mapped");
+
+    let later = p.b.register_region(RegionId(1), 4096, Access::ALL).expect("register later");
+    let at = RemoteAddr { region: RegionId(1), offset: 16 };
+    assert_eq!(run_one(&mut ep, conn(1), &write_inline(2, b"lazily", at)).status, Status::Success);
+    assert_eq!(read_back(&later, 16, 6), b"lazily");
+    // Its file was opened by that operation, not before: gone now, it would not have been.
+    let late = p.b.register_region(RegionId(2), 4096, Access::ALL).expect("register late");
+    std::fs::remove_file(path(2)).expect("remove the late region's file");
+    let at = RemoteAddr { region: RegionId(2), offset: 0 };
+    let c = run_one(&mut ep, conn(1), &write_inline(3, b"nowhere", at));
+    assert_eq!(c.status, Status::RemoteOutOfBounds, "a region never mapped, its file gone");
+    assert_eq!(read_back(&late, 0, 7), [0; 7]);
+}
+
 /// Connecting to a peer whose control file is corrupted is refused with a message that says
 /// what is wrong; with the file repaired, connecting works.
 #[test]
