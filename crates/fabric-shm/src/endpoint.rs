@@ -117,6 +117,11 @@ fn execute(
     let bound = ac.bound.as_mut().expect("bound above");
     let region_at = match bound.regions.iter().position(|(id, _)| *id == remote.region) {
         Some(i) => i,
+        // A dead peer's region is not worth opening: say so at once (a new leader's first
+        // round goes to the dead old leader too).
+        None if !liveness::is_alive(&bound.peer.ctl) => {
+            return Executed::fail(Status::PeerUnreachable)
+        }
         None => {
             match bound.peer.region(&node.config.run_dir, node.config.cluster_id, remote.region) {
                 Some(r) => {

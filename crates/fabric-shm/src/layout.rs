@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 /// Bumped whenever any layout below changes.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Largest node id + 1.
 pub const MAX_NODES: usize = 64;
 /// Connections per pair of nodes.
@@ -46,6 +46,11 @@ const H_PID_NAMESPACE: usize = 32;
 pub const H_LIVENESS: usize = 64;
 pub const LIVENESS_BYTES: usize = 64;
 const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LIVENESS_BYTES);
+/// How many regions the node has registered: a count it raises once each region's file is
+/// complete, so that a peer binding a connection knows whether there are regions it has not
+/// mapped yet without listing the run directory. On a cache line of its own, after the liveness
+/// mutex's (which peers read after every operation and which must stay unwritten).
+pub const H_REGIONS: usize = H_LIVENESS + LIVENESS_BYTES;
 
 // Region header fields.
 const R_MAGIC: usize = 0;

@@ -14,6 +14,7 @@ use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState,
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -123,6 +124,8 @@ pub(crate) struct Peer {
     process: PeerProcess,
     pub(crate) ctl: Mapping,
     regions: Mutex<HashMap<RegionId, Arc<RemoteRegion>>>,
+    /// The peer's count of registered regions (`layout::H_REGIONS`) when we last mapped them.
+    regions_seen: AtomicU64,
 }
 
 impl Peer {
@@ -369,31 +372,21 @@ impl Node {
             })
             .collect();
         peers.retain(|&(node, incarnation), _| node != peer || bound.contains(&incarnation));
-        let mut new = false;
         let entry = peers
             .entry((peer, header.incarnation))
             .or_insert_with(|| {
-                new = true;
                 Arc::new(Peer {
                     node: peer,
                     incarnation: header.incarnation,
                     process: PeerProcess::pin(header.pid, header.pid_namespace, &ctl),
                     ctl,
                     regions: Mutex::new(HashMap::new()),
+                    regions_seen: AtomicU64::new(0),
                 })
             })
             .clone();
         drop(peers);
-        if new {
-            // Map what the peer registered now, while binding, rather than on the first
-            // operation into each region: opening and mapping a file costs tens of
-            // microseconds, and the first operation can be a new leader's first round (measured
-            // as most of a new Velos leader's first batch of compare-and-swaps). A region
-            // registered later is mapped by its first operation, as before.
-            for id in layout::region_files(&self.config.run_dir, peer, entry.incarnation) {
-                let _ = entry.region(&self.config.run_dir, self.config.cluster_id, id);
-            }
-        }
+        entry.map_registered(&self.config.run_dir, self.config.cluster_id);
         Ok(entry)
     }
 
@@ -551,6 +544,7 @@ impl Fabric for ShmFabric {
                 access,
             },
         );
+        self.node.ctl.u64_at(layout::H_REGIONS).fetch_add(1, Ordering::Release);
         let region = ShmRegion { id, len_bytes, map: Arc::new(map) };
         regions.insert(id, region.clone());
         Ok(region)
@@ -672,6 +666,21 @@ impl Drop for Node {
 }
 
 impl Peer {
+    /// Maps the regions the peer registered since we last looked, while binding, rather than
+    /// on the first operation into each: opening and mapping a file costs tens of
+    /// microseconds, and the first operation can be a new leader's first round (it was most of
+    /// a new Velos leader's first batch of compare-and-swaps). One load when nothing is new. A
+    /// region registered after the last binding is mapped by its first operation.
+    fn map_registered(&self, run_dir: &std::path::Path, cluster_id: u64) {
+        let registered = self.ctl.u64_at(layout::H_REGIONS).load(Ordering::Acquire);
+        if self.regions_seen.swap(registered, Ordering::AcqRel) == registered {
+            return;
+        }
+        for id in layout::region_files(run_dir, self.node, self.incarnation) {
+            let _ = self.region(run_dir, cluster_id, id);
+        }
+    }
+
     pub(crate) fn region(
         &self,
         run_dir: &std::path::Path,

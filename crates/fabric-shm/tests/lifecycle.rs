@@ -482,10 +482,10 @@ fn t15_corrupt_peer_region_files_fail_operations() {
     drop(corrupt);
 }
 
-/// The binding maps the regions a peer has registered by then, so that the first operation into
-/// each (a new leader's first round) does not open and map a file on the data path. Shown by
-/// taking the file away after the binding: the first write still lands. A region registered
-/// after the binding is mapped by its first operation.
+/// Binding a connection maps the regions the peer has registered by then, so that the first
+/// operation into each (a new leader's first round) does not open and map a file on the data
+/// path. Shown by taking a region's file away after the binding: the first write still lands. A
+/// region registered after the binding is mapped by its first operation, or by the next binding.
 #[test]
 fn t15b_binding_maps_the_peers_registered_regions() {
     let dir = run_dir("t15b");
@@ -493,24 +493,31 @@ fn t15b_binding_maps_the_peers_registered_regions() {
     let mut ep = p.ep;
     let b = NodeId(1);
     let path = |id: u16| layout::region_file(dir.path(), b, p.b.incarnation(), RegionId(id));
+    let register = |id: u16| p.b.register_region(RegionId(id), 4096, Access::ALL).unwrap();
+    let write = |ep: &mut ShmEndpoint, wr_id: u64, data: &[u8], id: u16| {
+        let at = RemoteAddr { region: RegionId(id), offset: 16 };
+        run_one(ep, conn(1), &write_inline(wr_id, data, at)).status
+    };
     std::fs::remove_file(path(DATA.0)).expect("remove the bound peer's region file");
-    assert_eq!(
-        run_one(&mut ep, conn(1), &write_inline(1, b"mapped", remote(0))).status,
-        Status::Success
-    );
-    assert_eq!(read_back(&p.b_region, 0, 6), b"mapped");
+    assert_eq!(write(&mut ep, 1, b"bound", DATA.0), Status::Success);
+    assert_eq!(read_back(&p.b_region, 16, 5), b"bound");
 
-    let later = p.b.register_region(RegionId(1), 4096, Access::ALL).expect("register later");
-    let at = RemoteAddr { region: RegionId(1), offset: 16 };
-    assert_eq!(run_one(&mut ep, conn(1), &write_inline(2, b"lazily", at)).status, Status::Success);
-    assert_eq!(read_back(&later, 16, 6), b"lazily");
-    // Its file was opened by that operation, not before: gone now, it would not have been.
-    let late = p.b.register_region(RegionId(2), 4096, Access::ALL).expect("register late");
-    std::fs::remove_file(path(2)).expect("remove the late region's file");
-    let at = RemoteAddr { region: RegionId(2), offset: 0 };
-    let c = run_one(&mut ep, conn(1), &write_inline(3, b"nowhere", at));
-    assert_eq!(c.status, Status::RemoteOutOfBounds, "a region never mapped, its file gone");
-    assert_eq!(read_back(&late, 0, 7), [0; 7]);
+    // Registered after the binding: its first operation opens its file...
+    let later = register(1);
+    assert_eq!(write(&mut ep, 2, b"first", 1), Status::Success);
+    assert_eq!(read_back(&later, 16, 5), b"first");
+    // ... which must then still be there.
+    let gone = register(2);
+    std::fs::remove_file(path(2)).expect("remove a region file");
+    assert_eq!(write(&mut ep, 3, b"nowhere", 2), Status::RemoteOutOfBounds);
+    assert_eq!(read_back(&gone, 16, 7), [0; 7]);
+
+    // The next binding maps what was registered since.
+    let rebound = register(3);
+    p.a.connect(conn(1), Access::ALL).expect("bind again");
+    std::fs::remove_file(path(3)).expect("remove a region file");
+    assert_eq!(write(&mut ep, 4, b"rebound", 3), Status::Success);
+    assert_eq!(read_back(&rebound, 16, 7), b"rebound");
 }
 
 /// Connecting to a peer whose control file is corrupted is refused with a message that says
