@@ -134,6 +134,8 @@ impl<F: Fabric> VelosDriver<F> {
         let me = fabric.node();
         let n = replicas.len();
         let me_pos = replicas.position(me).expect("validated");
+        let round = proposer.actions_per_round();
+        let window = proposer.window();
         VelosDriver {
             fabric,
             me,
@@ -157,9 +159,11 @@ impl<F: Fabric> VelosDriver<F> {
             target_connected: vec![false; n],
             next_connect_ns: vec![0; n],
             completions: vec![Completion::EMPTY; 256],
-            deferred: VecDeque::new(),
-            actions_buf: Vec::new(),
-            events_buf: Vec::new(),
+            // Sized as the proposer's own buffers, so that a new leader's first rounds do not
+            // allocate.
+            deferred: VecDeque::with_capacity(round),
+            actions_buf: Vec::with_capacity(round),
+            events_buf: Vec::with_capacity(window + 1),
             slot_buf: vec![0; layout.slot_bytes() as usize],
             catch_up: CatchUp::Idle,
             last_progress_ns: 0,

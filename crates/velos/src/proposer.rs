@@ -236,6 +236,10 @@ pub struct Proposer {
     slot_buf: Vec<u8>,
 }
 
+fn actions_per_round(window: usize, positions: usize) -> usize {
+    window * positions * 2
+}
+
 impl Proposer {
     pub fn new(config: ProposerConfig) -> Result<Proposer, String> {
         let n = config.layout.positions();
@@ -259,6 +263,7 @@ impl Proposer {
             ));
         }
         let slot = config.layout.slot_bytes() as usize;
+        let window = config.prepare_ahead + 1;
         Ok(Proposer {
             me: config.me,
             layout: config.layout,
@@ -267,18 +272,32 @@ impl Proposer {
             majority: config.members.count_ones() / 2 + 1,
             leading: false,
             next: 0,
-            ring: (0..=config.prepare_ahead).map(|_| Track::new(n)).collect(),
+            ring: (0..window).map(|_| Track::new(n)).collect(),
             serial: 1,
             down: 0,
             epoch: vec![0; n],
             applied_floor: 0,
             last_decided: None,
             pending: None,
-            actions: Vec::new(),
-            events: Vec::new(),
+            // Sized for a round of the whole window, so that a new leader's first rounds do not
+            // allocate (a follower never fills them).
+            actions: Vec::with_capacity(actions_per_round(window, n)),
+            events: Vec::with_capacity(window + 1),
             entry: vec![0; slot],
             slot_buf: vec![0; slot],
         })
+    }
+
+    /// The indices the proposer works on at once: the one accepted next and those prepared
+    /// ahead.
+    pub fn window(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// Room for the actions of a round of the whole window: for each index, an operation to
+    /// every acceptor and the write of a value before it (a capacity, not a limit).
+    pub fn actions_per_round(&self) -> usize {
+        actions_per_round(self.window(), self.layout.positions())
     }
 
     pub fn is_leading(&self) -> bool {
