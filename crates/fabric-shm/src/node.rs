@@ -336,15 +336,35 @@ impl Node {
     /// Whether the latest incarnation of `peer` we reached has died: its death flag, kept by the
     /// kernel, is one word in a mapping we hold already.
     fn crash_notified(&self, peer: NodeId) -> bool {
+        self.latest_peer(peer).is_some_and(|p| !liveness::is_alive(&p.ctl))
+    }
+
+    /// The latest incarnation of `peer` we reached.
+    fn latest_peer(&self, peer: NodeId) -> Option<Arc<Peer>> {
         let peers = lock(&self.peers);
-        let latest = peers.values().filter(|p| p.node == peer).max_by_key(|p| p.incarnation);
-        latest.is_some_and(|p| !liveness::is_alive(&p.ctl))
+        peers.values().filter(|p| p.node == peer).max_by_key(|p| p.incarnation).cloned()
+    }
+
+    /// The peer's current incarnation, checked alive, with the regions it registered mapped.
+    ///
+    /// The latest incarnation we reached, if it is still alive, is the current one: a node runs
+    /// one incarnation at a time (its lock file), and the kernel marks an incarnation dead
+    /// before the process lets go of that lock. So only when it died (or none is known) does
+    /// this open the peer's control file, which costs tens of microseconds (most of a binding,
+    /// and bindings are part of permission switches).
+    fn lookup_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
+        let entry = match self.latest_peer(peer).filter(|p| liveness::is_alive(&p.ctl)) {
+            Some(known) => known,
+            None => self.open_peer(peer)?,
+        };
+        entry.map_registered(&self.config.run_dir, self.config.cluster_id);
+        Ok(entry)
     }
 
     /// Opens the peer's current control segment, checks that it is ours to talk to and alive, and
     /// pins its process. Incarnations of the peer that no side of ours is bound to any more are
     /// forgotten, so that their memory goes back to the system once no endpoint uses it.
-    fn lookup_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
+    fn open_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
         let (ctl, header) =
             match layout::open_ctl(&self.config.run_dir, peer, self.config.cluster_id) {
                 Ok(found) => found,
@@ -385,8 +405,6 @@ impl Node {
                 })
             })
             .clone();
-        drop(peers);
-        entry.map_registered(&self.config.run_dir, self.config.cluster_id);
         Ok(entry)
     }
 

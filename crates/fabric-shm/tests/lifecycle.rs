@@ -520,6 +520,29 @@ fn t15b_binding_maps_the_peers_registered_regions() {
     assert_eq!(read_back(&rebound, 16, 7), b"rebound");
 }
 
+/// Binding again to a peer whose incarnation we reached and which is still alive opens none of
+/// its files (a binding is part of a permission switch): shown by moving its control file
+/// away. Once that incarnation is dead, a binding looks for the current one in the files.
+#[test]
+fn t15c_binding_again_to_a_live_peer_reads_no_file() {
+    let dir = run_dir("t15c");
+    let p = pair(&dir, 0, 1, 4096);
+    let mut ep = p.ep;
+    let ctl = layout::ctl_file(dir.path(), NodeId(1));
+    let aside = dir.path().join("n1.ctl.aside");
+    std::fs::rename(&ctl, &aside).expect("move the control file away");
+    p.a.connect(conn(1), Access::ALL).expect("binding again to the live peer");
+    assert_eq!(
+        run_one(&mut ep, conn(1), &write_inline(1, b"again", remote(0))).status,
+        Status::Success
+    );
+    assert_eq!(read_back(&p.b_region, 0, 5), b"again");
+    std::fs::rename(&aside, &ctl).expect("put the control file back");
+    drop(p.b);
+    let err = p.a.connect(conn(1), Access::ALL).expect_err("the peer is gone");
+    assert!(matches!(err, FabricError::PeerUnreachable(..)), "{err}");
+}
+
 /// Connecting to a peer whose control file is corrupted is refused with a message that says
 /// what is wrong; with the file repaired, connecting works.
 #[test]
