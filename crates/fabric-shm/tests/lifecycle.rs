@@ -916,6 +916,10 @@ fn t23_restarted_child_peer_needs_reconnect() {
     // Keep the old region's file open: the new incarnation unlinks it.
     let old_file = File::open(layout::region_file(dir.path(), NodeId(1), old_inc, DATA)).unwrap();
     old.kill();
+    // Dead and not started again (its control file is still there): binding fails, saying so.
+    let err = a.connect(ConnId::new(NodeId(1), 2), Access::ALL).expect_err("a dead peer");
+    assert!(matches!(err, FabricError::PeerUnreachable(..)), "{err}");
+    assert_mentions(&err, &format!("incarnation {old_inc}) is dead"));
 
     let spec = TaskSpec {
         node: NodeId(1),
