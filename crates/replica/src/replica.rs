@@ -186,6 +186,7 @@ struct Mailbox {
 /// The planes' state, shared by the replica's threads and the application.
 struct Inner<F: Fabric> {
     mode: Mode,
+    me: NodeId,
     shared: Arc<Shared>,
     stop: AtomicBool,
     mailbox: Mailbox,
@@ -293,6 +294,7 @@ impl Replica {
         let started_at = Instant::now();
         let inner = Arc::new(Inner {
             mode,
+            me: config.me,
             shared: shared.clone(),
             stop: AtomicBool::new(false),
             mailbox: Mailbox {
@@ -505,11 +507,21 @@ fn propose<F: Fabric>(
             let Some(plane) = guard.as_mut() else {
                 return fail(outcomes, ProposeError::ShuttingDown);
             };
-            let now_ns = inner.now_ns();
-            let submitted = match change {
+            let submit = |plane: &mut Plane<F>, now_ns| match change {
                 Some(change) => plane.driver.submit_change(change, now_ns),
                 None => plane.driver.submit(requests.iter().copied(), now_ns),
             };
+            let now_ns = inner.now_ns();
+            let mut submitted = submit(plane, now_ns);
+            if matches!(submitted, Err(ProposeError::NotLeader { leader }) if leader == Some(inner.me))
+            {
+                // Elected, and the plane has not taken the election in yet: the helper thread
+                // does between proposals, and an application that asks again at once keeps it
+                // from the lock (on two vCPUs a new leader's engine started milliseconds late).
+                // Take it in on this thread.
+                plane.poll(now_ns);
+                submitted = submit(plane, inner.now_ns());
+            }
             if let Err(e) = submitted {
                 return fail(outcomes, e);
             }
