@@ -525,15 +525,20 @@ fn propose<F: Fabric>(
             if let Err(e) = submitted {
                 return fail(outcomes, e);
             }
+            // A proposal that waits on other threads (a new leader's permission round, which
+            // the background threads serve) gives the CPU up as the helper thread would, after
+            // spinning a while: on two vCPUs a spinning proposer kept a new leader's background
+            // thread from running for milliseconds. With dedicated threads it spins.
+            let mut idle_since = None;
             loop {
-                plane.poll(inner.now_ns());
+                let busy = plane.poll(inner.now_ns());
                 if plane.driver.take_outcomes(outcomes) {
                     return;
                 }
                 if inner.stop.load(Ordering::Acquire) {
                     plane.driver.shut_down();
                 }
-                std::hint::spin_loop();
+                pace(&inner.idle, &mut idle_since, busy);
             }
         }
     }
