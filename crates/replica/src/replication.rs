@@ -102,9 +102,6 @@ pub trait Applier {
 /// position in the low 16 (the engine leaves them zero).
 const PEER_BITS: u64 = 0xffff;
 
-/// How often a replication plane tries again to set up a connection that is down.
-pub(crate) const RECONNECT_PERIOD_NS: u64 = 1_000_000;
-
 /// See the module docs.
 pub struct ReplicationDriver<F: Fabric> {
     fabric: F,
@@ -131,10 +128,6 @@ pub struct ReplicationDriver<F: Fabric> {
     /// Whether our initiator side towards each position is connected to the peer's current
     /// incarnation, as far as we know (a failed operation clears it).
     connected: Vec<bool>,
-    /// When a follower may next try to connect to each position (`connect_ahead`).
-    next_connect_ns: Vec<u64>,
-    /// The positions the failure detector suspected at the last poll.
-    suspected_before: u64,
     request_seq: u32,
     request_word: u64,
     /// The engine's round of permission requests that `request_word` serves.
@@ -196,8 +189,6 @@ impl<F: Fabric> ReplicationDriver<F> {
             completions: vec![Completion::EMPTY; 64],
             deferred: VecDeque::new(),
             connected: vec![false; n],
-            next_connect_ns: vec![0; n],
-            suspected_before: 0,
             request_seq: 0,
             request_word: 0,
             request_round: None,
@@ -329,7 +320,6 @@ impl<F: Fabric> ReplicationDriver<F> {
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
         let mut busy = self.follow_election();
-        self.connect_ahead(now_ns);
         if self.leader.phase() != Phase::Follower {
             // Acknowledgements that arrive after the confirmed set was formed grow it.
             busy |= self.collect_acks(now_ns);
@@ -557,39 +547,6 @@ impl<F: Fabric> ReplicationDriver<F> {
             return true;
         }
         false
-    }
-
-    /// While following, connects our sides of the replication connections to the peers the
-    /// failure detector considers alive, so that becoming leader does not: connecting binds to
-    /// the peer's current incarnation, which on shared memory opens its files, and took 15 to
-    /// 280 µs (median about 34) of a new leader's permission switch on two vCPUs
-    /// (`mu bench failover --quick`, measured in an instrumented build). A peer that came back
-    /// after being suspected may have restarted, so it is connected again. A failed attempt
-    /// costs tens of microseconds, so a peer is tried once per `RECONNECT_PERIOD_NS`.
-    fn connect_ahead(&mut self, now_ns: u64) {
-        let suspected = self.shared.suspected(self.me_bit);
-        let back = self.suspected_before & !suspected;
-        self.suspected_before = suspected;
-        if self.leader.phase() != Phase::Follower {
-            return;
-        }
-        for pos in 0..self.replicas.len() {
-            if back >> pos & 1 != 0 {
-                self.connected[pos] = false;
-                self.next_connect_ns[pos] = 0;
-            }
-            let peer = self.replicas.ids()[pos];
-            if peer == self.me
-                || self.connected[pos]
-                || suspected >> pos & 1 != 0
-                || now_ns < self.next_connect_ns[pos]
-            {
-                continue;
-            }
-            self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
-            let conn = ConnId::new(peer, replication_channel(self.me, peer));
-            self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();
-        }
     }
 
     /// The engine dropped the pending requests (it stopped leading).

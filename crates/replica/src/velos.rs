@@ -9,7 +9,7 @@
 
 use crate::group::Group;
 use crate::layout::replication_channel;
-use crate::replication::{Applier, ProposeError, Settings, RECONNECT_PERIOD_NS};
+use crate::replication::{Applier, ProposeError, Settings};
 use crate::shared::Shared;
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, OpKind,
@@ -30,7 +30,9 @@ const KIND_LEARN_WORD: u64 = DRIVER_OP | 1 << 16;
 const KIND_LEARN_ENTRY: u64 = DRIVER_OP | 2 << 16;
 const POS_MASK: u64 = 0xffff;
 
-/// How long a follower waits with no progress before it reads the leader's memory to catch up.
+/// How often a broken connection is set up again, and how long a follower waits with no
+/// progress before it reads the leader's memory to catch up.
+const RECONNECT_PERIOD_NS: u64 = 1_000_000;
 const CATCH_UP_AFTER_NS: u64 = 2_000_000;
 /// A leader with nothing to propose for this long after its last decision decides an empty
 /// entry, so that followers learn the last one (they learn an entry from the next, §5.4).
