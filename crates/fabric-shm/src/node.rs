@@ -353,9 +353,21 @@ impl Node {
     /// this open the peer's control file, which costs tens of microseconds (most of a binding,
     /// and bindings are part of permission switches).
     fn lookup_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
-        let entry = match self.latest_peer(peer).filter(|p| liveness::is_alive(&p.ctl)) {
-            Some(known) => known,
-            None => self.open_peer(peer)?,
+        let entry = match self.latest_peer(peer) {
+            Some(known) if liveness::is_alive(&known.ctl) => known,
+            // Died and not started again: its old control file is still there. Said without
+            // mapping it, since the background plane asks about a dead peer once per read
+            // period, on the thread that also serves permission requests.
+            Some(dead)
+                if layout::ctl_incarnation(&self.config.run_dir, peer)
+                    == Some(dead.incarnation) =>
+            {
+                return Err(FabricError::PeerUnreachable(
+                    peer,
+                    format!("node {peer} (incarnation {}) is dead", dead.incarnation),
+                ));
+            }
+            _ => self.open_peer(peer)?,
         };
         entry.map_registered(&self.config.run_dir, self.config.cluster_id);
         Ok(entry)
@@ -365,17 +377,6 @@ impl Node {
     /// pins its process. Incarnations of the peer that no side of ours is bound to any more are
     /// forgotten, so that their memory goes back to the system once no endpoint uses it.
     fn open_peer(&self, peer: NodeId) -> Result<Arc<Peer>, FabricError> {
-        // A peer that died and has not started again: its old control file is still there. Said
-        // without mapping it, since the background plane asks about a dead peer once per read
-        // period, on the thread that also serves permission requests.
-        if let Some(dead) = self.latest_peer(peer).filter(|p| !liveness::is_alive(&p.ctl)) {
-            if layout::ctl_incarnation(&self.config.run_dir, peer) == Some(dead.incarnation) {
-                return Err(FabricError::PeerUnreachable(
-                    peer,
-                    format!("node {peer} (incarnation {}) is dead", dead.incarnation),
-                ));
-            }
-        }
         let (ctl, header) =
             match layout::open_ctl(&self.config.run_dir, peer, self.config.cluster_id) {
                 Ok(found) => found,

@@ -126,8 +126,8 @@ pub enum Threads {
     /// Back off when idle: the replication thread spins for 50 µs, yields until 2 ms, then
     /// sleeps 50 µs at a time, and so does a direct-mode `propose` that waits that long on
     /// other threads (a new leader's permission round); the background thread sleeps between
-    /// heartbeat reads (at most a
-    /// quarter of a read period, and at most `crash_check_period_ns`). Right on any machine,
+    /// heartbeat reads (at most a quarter of a read period, and at most
+    /// `crash_check_period_ns`). Right on any machine,
     /// at the price of wake-ups: a request or a crash that comes while a thread sleeps waits
     /// for it (tens of microseconds, more where an idle virtual CPU must be woken).
     #[default]

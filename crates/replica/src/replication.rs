@@ -753,8 +753,9 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Connecting binds it to the peer's current incarnation. A peer that is not there
             // yet stays unconnected: posts to it fail as unreachable and the engine goes on
             // without it. Nor is a peer the detector considers failed tried: a failed attempt
-            // costs tens of microseconds (the fabric looks for the peer's files), right in a
-            // new leader's permission switch, and the peer is asked again once it is back
+            // costs microseconds (on shm the fabric reads the peer's control file; on ofi it
+            // tries the network), right in a new leader's permission switch, and the peer is
+            // asked again once it is back
             // (`Leader::ask_missing`).
             let conn = ConnId::new(peer, replication_channel(self.me, peer));
             self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();

@@ -331,8 +331,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// Brings our sides of the replication connections up: the one peers initiate on with
     /// every right (they write values and CAS words here), the one we initiate on.
     ///
-    /// Not to a peer the failure detector considers failed: an attempt that fails costs tens of
-    /// microseconds (the fabric looks for the peer's files) on this thread, which is a leader's
+    /// Not to a peer the failure detector considers failed: an attempt that fails costs
+    /// microseconds (on shm the fabric reads the peer's control file; on ofi it tries the
+    /// network) on this thread, which is a leader's
     /// proposing thread, once per period for as long as the peer stays down. It is tried again
     /// once the detector sees it alive.
     fn connect(&mut self, now_ns: u64) {
