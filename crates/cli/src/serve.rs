@@ -195,7 +195,19 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
         .into_iter()
         .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
         .collect();
-    Ok(OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes))
+    let mut ofi = OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes);
+    ofi.call_wait_us = Some(call_wait_us(config.detector.read_period_us));
+    Ok(ofi)
+}
+
+/// How long one of a replica's fabric control calls may wait on the network: a quarter of the
+/// heartbeat read period, within [50 µs, 1 ms]. The background plane beats its heartbeat on
+/// the thread that binds connections and fences peers, and a poll may make a few such calls;
+/// together they must stay within about a read period, or the other replicas read the same
+/// counter twice and lower this one's score. A binding or fence not done by then goes on in
+/// the fabric and is taken up on the next poll.
+fn call_wait_us(read_period_us: u64) -> u64 {
+    (read_period_us / 4).clamp(50, 1000)
 }
 
 /// Opens this replica's fabric as the configuration says and starts the replica on it.
@@ -246,6 +258,13 @@ mod tests {
         assert!(t.would_enable("mu_cli::serve", &Level::DEBUG));
         let t = parse_log_filter("off").unwrap();
         assert!(!t.would_enable("mu_cli::serve", &Level::ERROR));
+    }
+
+    #[test]
+    fn a_replicas_fabric_calls_wait_a_quarter_of_its_read_period() {
+        assert_eq!(call_wait_us(1000), 250);
+        assert_eq!(call_wait_us(20_000), 1000, "at most 1 ms");
+        assert_eq!(call_wait_us(100), 50, "at least 50 µs");
     }
 
     #[test]

@@ -94,6 +94,13 @@ pub struct OfiConfig {
     pub fast_fence_us: u64,
     /// How long a slow revocation waits for its fence before it gives up with `FenceFailed`.
     pub slow_fence_ms: u64,
+    /// The longest one control call (binding, revoking) waits on the network, if set. A
+    /// binding or a fence not done by then goes on, and the call returns
+    /// `FabricError::InProgress`; a later call takes it up, until the operation's own time
+    /// above is spent. Unset, a call waits that whole time. A replica sets it: its background
+    /// plane beats its heartbeat on the thread that makes these calls, and a wait of the
+    /// connect timeout there would make the other replicas find it failed.
+    pub call_wait_us: Option<u64>,
 }
 
 impl OfiConfig {
@@ -115,6 +122,7 @@ impl OfiConfig {
             // peer with nothing in flight as busy.
             fast_fence_us: 50_000,
             slow_fence_ms: 500,
+            call_wait_us: None,
         }
     }
 
@@ -152,6 +160,13 @@ impl OfiConfig {
         }
         if self.connect_timeout_ms == 0 || self.fast_fence_us == 0 || self.slow_fence_ms == 0 {
             return Err(FabricError::Config("ofi timeouts must be above zero".into()));
+        }
+        if self.call_wait_us == Some(0) {
+            return Err(FabricError::Config(
+                "ofi call_wait_us is 0: no call could wait for even one answer; leave it unset \
+                 to wait each operation's whole time"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -212,6 +227,16 @@ mod tests {
         assert!(err.contains("not supported") && err.contains("sockets, tcp;ofi_rxm"), "{err}");
         assert!(!ProviderWays::of("sockets").cancel_is_ambiguous);
         assert!(ProviderWays::of("tcp;ofi_rxm").reconnects_lazily);
+    }
+
+    #[test]
+    fn a_call_wait_of_zero_is_refused() {
+        let mut c = config("sockets");
+        c.call_wait_us = Some(250);
+        assert!(c.validate().is_ok());
+        c.call_wait_us = Some(0);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("call_wait_us is 0") && err.contains("leave it unset"), "{err}");
     }
 
     #[test]

@@ -35,6 +35,10 @@ enum BindAttempt {
     /// It failed after holding its caller for `held`: later calls fail at once until
     /// `BIND_PATIENCE` times that has passed.
     Failed { at: Instant, held: Duration, why: String },
+    /// Calls kept short (`OfiConfig::call_wait_us`) have found the provider refusing its read
+    /// since `since` (it is opening a connection): later calls post again, until the connect
+    /// timeout has passed since then.
+    Posting { since: Instant },
 }
 
 /// Held while posting control operations to one peer on one channel (`post_control`).
@@ -170,7 +174,7 @@ impl Side {
                 attached: false,
                 unfenced: false,
                 fence: None,
-                fence_refused_until: None,
+                fence_refused_since: None,
                 registrations: Vec::new(),
             }),
         }
@@ -193,9 +197,9 @@ pub(crate) struct SideState {
     /// the same read, so that a peer that answers late (or whose connection breaks) ends the
     /// wait without a new post.
     fence: Option<(u64, Instant)>,
-    /// Until when the provider is taken to keep refusing a fence read: it did so for a whole
-    /// wait, and the calls until then try only briefly (`fence`).
-    fence_refused_until: Option<Instant>,
+    /// Since when the provider has refused to take a fence read (`tcp;ofi_rxm` while it
+    /// cannot open a connection): the calls that try to post one share one budget (`fence`).
+    fence_refused_since: Option<Instant>,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -253,6 +257,27 @@ pub struct OfiFabric {
 
 fn unreachable(peer: NodeId, why: impl Into<String>) -> FabricError {
     FabricError::PeerUnreachable(peer, why.into())
+}
+
+fn in_progress(peer: NodeId, why: impl Into<String>) -> FabricError {
+    FabricError::InProgress(peer, why.into())
+}
+
+/// Why a fence did not complete.
+enum FenceWait {
+    /// Its time is not spent: the call's own wait ran out (`OfiConfig::call_wait_us`).
+    UnderWay(String),
+    /// Its time is spent (or the call was not kept short): no barrier can be claimed.
+    Failed(String),
+}
+
+impl FenceWait {
+    fn into_error(self, peer: NodeId) -> FabricError {
+        match self {
+            FenceWait::UnderWay(why) => in_progress(peer, format!("fence: {why}")),
+            FenceWait::Failed(why) => FabricError::FenceFailed { node: peer, why },
+        }
+    }
 }
 
 /// A binding's read that the provider would not take.
@@ -339,7 +364,8 @@ impl OfiFabric {
         let weak = Arc::downgrade(&node);
         node.liveness.on_hello_request(Box::new(move |channel, to| {
             if let Some(node) = weak.upgrade() {
-                node.hello(channel, to);
+                let timeout = Duration::from_millis(node.config.connect_timeout_ms);
+                node.hello(channel, to, Instant::now() + timeout);
             }
         }));
         // Every channel listens from the start, so that a peer can bind a connection before
@@ -527,8 +553,9 @@ impl Node {
 
     /// Says hello to a higher peer on `channel`: writes a new word into its hello board, on
     /// the stream this node opens to it (or has open). Nobody waits for it; the peer sees it
-    /// land. Only the lower node of a pair says hello (see `enforce_opener`).
-    fn hello(&self, channel: u8, to: NodeId) {
+    /// land. Only the lower node of a pair says hello (see `enforce_opener`). Gives up if the
+    /// provider does not take the write by `until`.
+    fn hello(&self, channel: u8, to: NodeId, until: Instant) {
         if to <= self.id || channel >= CHANNELS {
             return;
         }
@@ -542,9 +569,8 @@ impl Node {
         };
         let word = (self.incarnation as u64) << 32 | count as u64;
         let offset = hello_offset(channel, self.id) as u64;
-        let deadline = Instant::now() + Duration::from_millis(self.config.connect_timeout_ms);
         let buf: Box<[u8]> = word.to_le_bytes().to_vec().into_boxed_slice();
-        let posted = self.post_control(&ch, to, buf, deadline, |ptr, ctx| {
+        let posted = self.post_control(&ch, to, buf, until, |ptr, ctx| {
             // SAFETY: `ptr` is the control buffer, parked until the write completes.
             unsafe { ch.ep.write(ptr, 8, dest, offset, HELLO_KEY, ctx, true, false) }
         });
@@ -568,13 +594,21 @@ impl Node {
     /// liveness port if it has not. A hello landed here came on the stream the peer opened, and
     /// the provider registered that stream before it handled any of its bytes, so this node's
     /// posts to the peer now go on it instead of opening a second one.
-    fn await_hello(&self, conn: ConnId, deadline: Instant) -> Result<(), FabricError> {
+    ///
+    /// Waits until `until`; then fails, as still under way if that is before `deadline` (the
+    /// binding's whole time), or as unreachable.
+    fn await_hello(
+        &self,
+        conn: ConnId,
+        until: Instant,
+        deadline: Instant,
+    ) -> Result<(), FabricError> {
         let key = (conn.channel, conn.peer);
         let taken = self.hellos_taken.lock().expect("hellos").get(&key).copied().unwrap_or(0);
         let fresh = |w: u64| w != 0 && w != taken;
         if !fresh(self.hello_word(conn.channel, conn.peer)) {
             let addr = self.addr(conn.peer)?;
-            let wait = deadline.saturating_duration_since(Instant::now());
+            let wait = until.saturating_duration_since(Instant::now());
             Liveness::ask_hello(
                 &addr.host,
                 addr.base_port + LIVENESS_PORT_OFFSET,
@@ -590,7 +624,10 @@ impl Node {
                 self.hellos_taken.lock().expect("hellos").insert(key, word);
                 return Ok(());
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= until {
+                if until < deadline {
+                    return Err(in_progress(conn.peer, "binding: asked for a hello, none yet"));
+                }
                 return Err(unreachable(conn.peer, "asked for a hello, none came in time"));
             }
             std::thread::sleep(Duration::from_micros(50));
@@ -743,6 +780,15 @@ impl Node {
         }
     }
 
+    /// When a call that would wait until `full` stops waiting: then, or sooner where calls
+    /// are kept short (`OfiConfig::call_wait_us`).
+    fn call_deadline(&self, now: Instant, full: Instant) -> Instant {
+        match self.config.call_wait_us {
+            Some(us) => full.min(now + Duration::from_micros(us)),
+            None => full,
+        }
+    }
+
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let began = Instant::now();
@@ -772,6 +818,7 @@ impl Node {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let key = (conn.channel, conn.peer);
         let earlier = self.binds_under_way.lock().expect("binds").remove(&key);
+        let now = Instant::now();
         let (mut number, posted, wait_until) = match earlier {
             // A read from an earlier call is still out: a short look, not a second full wait,
             // so that a peer that stopped answering holds up its callers (the background
@@ -779,7 +826,7 @@ impl Node {
             Some(BindAttempt::UnderWay { number, posted })
                 if posted.elapsed() < timeout * BIND_PATIENCE =>
             {
-                (number, posted, Instant::now() + Duration::from_millis(1))
+                (number, posted, self.call_deadline(now, now + Duration::from_millis(1)))
             }
             // The last one failed slowly (a post that waited for a connection the provider
             // could not open, a read that went unanswered and then broke): not again yet. A
@@ -794,24 +841,42 @@ impl Node {
                 return Err(unreachable(conn.peer, said));
             }
             stale => {
-                if let Some(BindAttempt::UnderWay { number, .. }) = stale {
-                    self.abandon_control(&channel, number);
-                }
-                let deadline = Instant::now() + timeout;
-                self.check_not_dead(conn.peer, timeout)?;
+                let since = match stale {
+                    Some(BindAttempt::UnderWay { number, .. }) => {
+                        self.abandon_control(&channel, number);
+                        now
+                    }
+                    Some(BindAttempt::Posting { since }) if since.elapsed() < timeout => since,
+                    _ => now,
+                };
+                let deadline = since + timeout;
+                let call_until = self.call_deadline(now, deadline);
+                self.check_not_dead(conn.peer, call_until)?;
                 // Unless the provider keeps one stream per pair itself, only the lower node of
                 // the pair opens their stream (`enforce_opener`): it says hello first, on the
                 // stream this read follows; the higher one posts nothing until that hello has
                 // landed.
                 if !self.ways.one_stream_per_pair {
                     if conn.peer < self.id {
-                        self.await_hello(conn, deadline)?;
+                        self.await_hello(conn, call_until, deadline)?;
                     } else {
-                        self.hello(conn.channel, conn.peer);
+                        self.hello(conn.channel, conn.peer, call_until);
                     }
                 }
-                let number = self.post_identity_read(&channel, conn.peer, dest, deadline);
-                (number.map_err(|e| post_refused(conn.peer, e))?, Instant::now(), deadline)
+                let number = match self.post_identity_read(&channel, conn.peer, dest, call_until) {
+                    Ok(number) => number,
+                    Err(None) if call_until < deadline => {
+                        let posting = BindAttempt::Posting { since };
+                        self.binds_under_way.lock().expect("binds").insert(key, posting);
+                        return Err(in_progress(
+                            conn.peer,
+                            "binding: the provider has not taken the read yet (it is opening a \
+                             connection)",
+                        ));
+                    }
+                    Err(why) => return Err(post_refused(conn.peer, why)),
+                };
+                (number, Instant::now(), call_until)
             }
         };
         let bytes = loop {
@@ -839,6 +904,9 @@ impl Node {
                         .lock()
                         .expect("binds")
                         .insert(key, BindAttempt::UnderWay { number, posted });
+                    if self.config.call_wait_us.is_some() && posted.elapsed() < timeout {
+                        return Err(in_progress(conn.peer, "binding: no answer yet"));
+                    }
                     return Err(unreachable(
                         conn.peer,
                         format!("no answer within {} ms", timeout.as_millis()),
@@ -935,12 +1003,15 @@ impl Node {
     /// shorter, each): once that is spent, a call only looks (1 ms). A peer that never answers
     /// (cut off while its connection lives) then holds up the revoker, whose heartbeat runs on
     /// the same thread, once — not on every attempt of its permission manager — while a peer
-    /// slow to answer still gets the full wait across the fast path and the slow path.
-    fn fence(&self, conn: ConnId, st: &mut SideState, timeout: Duration) -> Result<(), String> {
+    /// slow to answer still gets the full wait across the fast path and the slow path. The
+    /// calls that try to post a read the provider refuses share that budget the same way.
+    /// Where calls are kept short (`OfiConfig::call_wait_us`), each waits at most that long
+    /// and says the fence is under way until the budget is spent.
+    fn fence(&self, conn: ConnId, st: &mut SideState, timeout: Duration) -> Result<(), FenceWait> {
         if st.binding.is_none() {
             return Ok(());
         }
-        let channel = self.channel(conn.channel).map_err(|e| e.to_string())?;
+        let channel = self.channel(conn.channel).map_err(|e| FenceWait::Failed(e.to_string()))?;
         if self.gone_for_good(conn) {
             if let Some((number, _)) = st.fence.take() {
                 self.abandon_control(&channel, number);
@@ -949,50 +1020,67 @@ impl Node {
         }
         let now = Instant::now();
         let budget = Duration::from_millis(self.config.slow_fence_ms);
-        let (number, deadline) = match st.fence {
-            Some((number, posted)) => {
-                let end_of_budget = (posted + budget).max(now + Duration::from_millis(1));
-                (number, end_of_budget.min(now + timeout))
-            }
+        // The end of the budget of what began at `since`; once spent, calls only look.
+        let end_of_budget = |since: Instant| (since + budget).max(now + Duration::from_millis(1));
+        let short = self.config.call_wait_us.is_some();
+        let (number, posted) = match st.fence {
+            Some(fence) => fence,
             None => {
-                let deadline = now + timeout;
-                // A provider that said "again" to a fence read for a whole wait (`tcp;ofi_rxm`
-                // while it cannot open a connection) is given 1 ms a call for the rest of the
-                // budget: the calls come from the thread that runs the background plane.
-                let post_by = match st.fence_refused_until {
-                    Some(until) if now < until => now + Duration::from_millis(1),
-                    _ => deadline,
-                };
-                let dest = channel.address(self, conn.peer).map_err(|e| e.to_string())?;
+                let refused_since = st.fence_refused_since.unwrap_or(now);
+                let post_by = end_of_budget(refused_since).min(now + timeout);
+                let post_by = self.call_deadline(now, post_by);
+                let dest = channel
+                    .address(self, conn.peer)
+                    .map_err(|e| FenceWait::Failed(e.to_string()))?;
                 let number = match self.post_identity_read(&channel, conn.peer, dest, post_by) {
                     Ok(number) => number,
                     // The provider refused the read: the connection is gone, and with it
                     // everything the peer sent on it.
-                    Err(Some(_broken)) => return self.enforce_opener(conn),
+                    Err(Some(_broken)) => {
+                        st.fence_refused_since = None;
+                        return self.enforce_opener(conn).map_err(FenceWait::Failed);
+                    }
+                    // The provider has no stream to post on and is opening one (`tcp;ofi_rxm`
+                    // after the last one broke, to a peer cut off or dead): if none is left
+                    // that has carried anything, nothing of the peer's can land any more.
+                    Err(None) if self.holds_no_stream(conn) => {
+                        st.fence_refused_since = None;
+                        return Ok(());
+                    }
                     Err(None) => {
-                        if post_by == deadline {
-                            st.fence_refused_until = Some(Instant::now() + budget);
-                        }
-                        return Err("the fence could not be posted".into());
+                        st.fence_refused_since = Some(refused_since);
+                        let why = "the fence could not be posted";
+                        return Err(if short && Instant::now() < refused_since + budget {
+                            FenceWait::UnderWay(format!("{why} yet"))
+                        } else {
+                            FenceWait::Failed(why.into())
+                        });
                     }
                 };
-                st.fence_refused_until = None;
+                st.fence_refused_since = None;
                 st.fence = Some((number, now));
                 self.limit_unacknowledged(conn);
-                (number, deadline)
+                (number, now)
             }
         };
-        match self.wait_control(&channel, number, deadline) {
+        let deadline = end_of_budget(posted).min(now + timeout);
+        match self.wait_control(&channel, number, self.call_deadline(now, deadline)) {
             Some(_answered_or_broken) => {
                 st.fence = None;
                 // The read went on a stream this node opened, if it had opened one: then it
                 // is no barrier for the peer's, and a new fence goes out next time.
-                self.enforce_opener(conn)
+                self.enforce_opener(conn).map_err(FenceWait::Failed)
             }
-            None => Err(format!(
-                "no fence answer within {} µs of posting it",
-                deadline.saturating_duration_since(st.fence.map_or(now, |(_, at)| at)).as_micros()
-            )),
+            None => {
+                let waited = Instant::now().saturating_duration_since(posted).as_micros();
+                if short && Instant::now() < posted + budget {
+                    Err(FenceWait::UnderWay(format!("no answer yet, {waited} µs after posting it")))
+                } else {
+                    Err(FenceWait::Failed(format!(
+                        "no fence answer within {waited} µs of posting it"
+                    )))
+                }
+            }
         }
     }
 
@@ -1000,27 +1088,38 @@ impl Node {
     /// answers on its liveness port (it restarted). Binding would otherwise wait the whole
     /// connect timeout with a provider that keeps trying to reconnect (`tcp;ofi_rxm`), on the
     /// thread that runs the background plane.
-    fn check_not_dead(&self, peer: NodeId, timeout: Duration) -> Result<(), FabricError> {
+    ///
+    /// The question waits until `until` (at least 1 ms: a TCP exchange).
+    fn check_not_dead(&self, peer: NodeId, until: Instant) -> Result<(), FabricError> {
         if !self.liveness.dead(peer) {
             return Ok(());
         }
         let addr = self.addr(peer)?;
-        Liveness::ask_incarnation(&addr.host, addr.base_port + LIVENESS_PORT_OFFSET, timeout)
+        let wait = until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        Liveness::ask_incarnation(&addr.host, addr.base_port + LIVENESS_PORT_OFFSET, wait)
             .map(|_| ())
             .map_err(|e| unreachable(peer, format!("its process died, and since then: {e}")))
     }
 
     /// Whether `conn`'s peer died and this process holds no stream with it on the channel any
-    /// more (one still connecting has carried nothing): then nothing of the peer's can land
-    /// here again, since a provider handles a stream's bytes in order up to its end before it
-    /// closes it. A fence is needless then, and `tcp;ofi_rxm`, which keeps trying to reconnect
-    /// to a dead peer and answers "again" to every post meanwhile, could not post one. Exact
-    /// when every node has an address of its own (`ProviderWays::needs_own_address`); where
-    /// nodes share one, another node's stream makes this say no, and the fence goes out.
+    /// more (`holds_no_stream`): then nothing of the peer's can land here again, since a
+    /// provider handles a stream's bytes in order up to its end before it closes it. A fence is
+    /// needless then, and `tcp;ofi_rxm`, which keeps trying to reconnect to a dead peer and
+    /// answers "again" to every post meanwhile, could not post one.
     fn gone_for_good(&self, conn: ConnId) -> bool {
-        if !self.liveness.dead(conn.peer) {
-            return false;
-        }
+        self.liveness.dead(conn.peer) && self.holds_no_stream(conn)
+    }
+
+    /// Whether this process holds no stream with `conn`'s peer on the channel that can have
+    /// carried anything (one still connecting has not). Called once the rights are taken away
+    /// (the registrations closed): an operation of the peer can then still apply only if its
+    /// key was checked before, and it is being received on a stream this process holds; one
+    /// that comes on a stream opened later finds its key refused. A stream that ended was
+    /// handled up to its end (the peer closed it), or broke, and then the provider drops what
+    /// it had not handled. Exact when every node has an address of its own
+    /// (`ProviderWays::needs_own_address`); where nodes share one, another node's stream makes
+    /// this say no, and the fence goes out.
+    fn holds_no_stream(&self, conn: ConnId) -> bool {
         let (Ok(mine), Ok(theirs)) =
             (self.listening(self.id, conn.channel), self.listening(conn.peer, conn.channel))
         else {
@@ -1040,7 +1139,7 @@ impl Node {
         conn: ConnId,
         st: &mut SideState,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), FenceWait> {
         if self.sync_registrations(&control, conn, st) && st.binding.is_some() {
             st.unfenced = true;
             // A read posted before this right was taken away does not cover it.
@@ -1191,14 +1290,15 @@ impl Fabric for OfiFabric {
             QpState::Reset | QpState::Error => {
                 st.state = to;
                 st.epoch += 1;
-                node.revoke(control, conn, &mut st, slow).map_err(|why| {
+                node.revoke(control, conn, &mut st, slow).map_err(|wait| {
                     // Not reset: a reset side reads as one that never let the peer in.
                     st.state = QpState::Error;
-                    FabricError::FenceFailed { node: conn.peer, why }
+                    wait.into_error(conn.peer)
                 })?;
                 if to == QpState::Reset {
                     st.binding = None;
                     st.access = Access::NONE;
+                    st.fence_refused_since = None;
                 }
             }
             QpState::Init => {
@@ -1215,7 +1315,7 @@ impl Fabric for OfiFabric {
                 st.state = to;
                 st.access = access;
                 node.revoke(control, conn, &mut st, slow)
-                    .map_err(|why| FabricError::FenceFailed { node: conn.peer, why })?;
+                    .map_err(|wait| wait.into_error(conn.peer))?;
             }
         }
         Ok(())
@@ -1270,11 +1370,11 @@ impl Fabric for OfiFabric {
         st.state = QpState::Reset;
         st.epoch += 1;
         let slow = Duration::from_millis(node.config.slow_fence_ms);
-        node.revoke(control, conn, &mut st, slow).map_err(|why| {
+        node.revoke(control, conn, &mut st, slow).map_err(|wait| {
             // Left in error, not reset: a reset side reads as one that never let the peer in,
             // and a caller could skip the revocation it still owes.
             st.state = QpState::Error;
-            FabricError::FenceFailed { node: conn.peer, why }
+            wait.into_error(conn.peer)
         })?;
         // Init, ready-to-receive (still bound to the same incarnation), ready-to-send.
         st.state = QpState::ReadyToSend;

@@ -68,6 +68,8 @@ fn config(provider: &str, base: u16, node: NodeId) -> OfiConfig {
 pub struct OfiHarness {
     provider: &'static str,
     base: u16,
+    /// Changes to the default configuration of this process's nodes (not the children's).
+    tune: fn(&mut OfiConfig),
     nodes: HashMap<NodeId, OfiFabric>,
     children: HashMap<NodeId, u32>,
 }
@@ -82,7 +84,17 @@ pub struct OfiTask {
 
 impl OfiHarness {
     pub fn new(provider: &'static str) -> OfiHarness {
-        OfiHarness { provider, base: port_block(), nodes: HashMap::new(), children: HashMap::new() }
+        OfiHarness::tuned(provider, |_| {})
+    }
+
+    fn tuned(provider: &'static str, tune: fn(&mut OfiConfig)) -> OfiHarness {
+        OfiHarness {
+            provider,
+            base: port_block(),
+            tune,
+            nodes: HashMap::new(),
+            children: HashMap::new(),
+        }
     }
 }
 
@@ -105,10 +117,14 @@ impl Harness for OfiHarness {
     type Task = OfiTask;
 
     fn fabric(&mut self, node: NodeId) -> OfiFabric {
-        let (provider, base) = (self.provider, self.base);
+        let (provider, base, tune) = (self.provider, self.base, self.tune);
         self.nodes
             .entry(node)
-            .or_insert_with(|| OfiFabric::open(config(provider, base, node)).expect("open node"))
+            .or_insert_with(|| {
+                let mut config = config(provider, base, node);
+                tune(&mut config);
+                OfiFabric::open(config).expect("open node")
+            })
             .clone()
     }
 
@@ -234,6 +250,11 @@ macro_rules! provider_tests {
             }
 
             #[test]
+            fn short_calls_leave_a_stopped_peer_under_way() {
+                super::short_calls_leave_a_stopped_peer_under_way($provider);
+            }
+
+            #[test]
             fn simultaneous_first_contact_opens_one_stream() {
                 super::simultaneous_first_contact_opens_one_stream($provider);
             }
@@ -266,7 +287,14 @@ fn writer_into(
             len: DATA_BYTES as u32,
         },
     });
-    ft.connect(conn(w), Access::READ_WRITE).unwrap();
+    // With calls kept short (`short_calls_leave_a_stopped_peer_under_way`), a binding may take
+    // a few calls.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = ft.connect(conn(w), Access::READ_WRITE) {
+        let under_way = matches!(e, mu_fabric::FabricError::InProgress(..));
+        assert!(under_way && Instant::now() < deadline, "connecting to the writer: {e}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     h.start(&task);
     (ft, region, task)
 }
@@ -325,6 +353,108 @@ fn stopped_writer_is_fenced_once_it_goes_on(provider: &'static str) {
     region.read(0, &mut now).unwrap();
     assert!(now == after_revoke, "bytes landed after the revoke returned");
     assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
+}
+
+/// With calls kept short (`OfiConfig::call_wait_us`, as a replica sets it), nothing waits on
+/// a stopped peer for long: revoking its write access and binding to it each return `InProgress` within a small part of their own timeouts, again and again
+/// while it stays stopped, without claiming a barrier; the fence gives up (`FenceFailed`) only
+/// once its whole budget (`slow_fence_ms`) is spent. Once the peer goes on, later calls find
+/// both done, and the revocation holds.
+fn short_calls_leave_a_stopped_peer_under_way(provider: &'static str) {
+    use mu_fabric::conformance::{CHANNEL, DATA_BYTES};
+    use mu_fabric::{Access, ConnId, Fabric, FabricError, PermError, QpState};
+    const SLOW_FENCE_MS: u64 = 1_500;
+    // Far below the timeouts (a call that waited them would take 1.5 to 5 s), far above the
+    // call wait (2 ms), for a loaded machine.
+    const SHORT: Duration = Duration::from_millis(250);
+    let mut h = OfiHarness::tuned(provider, |c| {
+        c.call_wait_us = Some(2_000);
+        c.slow_fence_ms = SLOW_FENCE_MS;
+        c.fast_fence_us = 1_000_000;
+    });
+    let (t, w) = (NodeId(0), NodeId(2));
+    let (ft, region, task) = writer_into(&mut h, t, w);
+    let conn = |peer| ConnId::new(peer, CHANNEL);
+    h.hold_mid_write(&task);
+    let timed = |what: &str, call: &mut dyn FnMut() -> Result<(), FabricError>| {
+        let start = Instant::now();
+        let result = call();
+        assert!(start.elapsed() < SHORT, "{what} waited {:?}: {result:?}", start.elapsed());
+        result
+    };
+
+    let fenced_at = Instant::now();
+    let fast = {
+        let start = Instant::now();
+        let result = ft.set_access_fast(conn(w), Access::READ);
+        assert!(start.elapsed() < SHORT, "the fast path waited {:?}", start.elapsed());
+        result
+    };
+    assert!(matches!(fast, Err(PermError::Busy(_))), "{fast:?}");
+    let mut under_way = 0;
+    loop {
+        match timed("a slow path", &mut || ft.set_access_slow(conn(w), Access::READ)) {
+            Err(FabricError::InProgress(node, why)) => {
+                assert_eq!(node, w);
+                assert!(why.contains("fence"), "{why}");
+                under_way += 1;
+            }
+            Err(FabricError::FenceFailed { node, .. }) => {
+                assert_eq!(node, w);
+                break;
+            }
+            other => panic!("a stopped writer cannot answer the fence: {other:?}"),
+        }
+        // In error, not reset: a reset side reads as one that never let the peer in.
+        assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::Error);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let given_up = fenced_at.elapsed();
+    assert!(given_up >= Duration::from_millis(SLOW_FENCE_MS), "gave up after {given_up:?}");
+    assert!(under_way >= 10, "{under_way} calls said the fence was under way");
+
+    h.release(&task);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = timed("a slow path", &mut || ft.set_access_slow(conn(w), Access::READ)) {
+        assert!(Instant::now() < deadline, "the writer went on, the fence: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
+    let mut after_revoke = vec![0u8; DATA_BYTES];
+    region.read(0, &mut after_revoke).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let outcome = h.join(task).expect("the writer reports");
+    let mut now = vec![0u8; DATA_BYTES];
+    region.read(0, &mut now).unwrap();
+    assert!(now == after_revoke, "bytes landed after the revoke returned");
+    assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
+
+    // A binding to a stopped peer, then to the same peer gone on.
+    let p = NodeId(3);
+    let host =
+        h.spawn(TaskSpec { node: p, regions: vec![], connect: vec![], program: Program::Host });
+    signal(host.child.id(), libc::SIGSTOP);
+    let start = Instant::now();
+    while proc_state(host.child.id()) != Some('T') {
+        assert!(start.elapsed() < Duration::from_secs(10), "the peer did not stop");
+        std::thread::yield_now();
+    }
+    for _ in 0..5 {
+        match timed("a binding", &mut || ft.connect(conn(p), Access::NONE)) {
+            Err(FabricError::InProgress(node, _)) => assert_eq!(node, p),
+            other => panic!("a stopped peer cannot answer a binding: {other:?}"),
+        }
+        assert_ne!(ft.qp_state(conn(p)).unwrap(), QpState::ReadyToSend);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(host.child.id(), libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = timed("a binding", &mut || ft.connect(conn(p), Access::NONE)) {
+        assert!(Instant::now() < deadline, "the peer went on, the binding: {e}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ft.qp_state(conn(p)).unwrap(), QpState::ReadyToSend);
+    h.crash(p);
 }
 
 /// A writer that died is fenced without an answer from it: once this node's provider has

@@ -92,6 +92,12 @@ pub struct FaultConfig {
     /// operations in flight to this node on that connection, as the Mu paper saw on real NICs
     /// ("sometimes causes the QP to go into an error state"). 1.0 makes it fail every time.
     pub fast_perm_busy_in_flight_probability: f64,
+    /// Probability that a binding (a move to ready-to-receive) or a slow permission change
+    /// returns `FabricError::InProgress`, as a backend that keeps its calls short does while it
+    /// waits on the network: a binding leaves the side as it was; a slow change has taken the
+    /// rights away (the side went through reset) and leaves it in error. Exercises callers
+    /// that make such a call again later.
+    pub control_under_way_probability: f64,
 }
 
 /// Extra delay on the link between two nodes (both directions).

@@ -239,6 +239,11 @@ impl World {
         } else {
             None
         };
+        if to == QpState::ReadyToReceive
+            && self.rng.chance(self.config.faults.control_under_way_probability)
+        {
+            return Err(FabricError::InProgress(conn.peer, "binding (simulated)".into()));
+        }
         let side = self.side_mut(node, conn);
         match to {
             QpState::Reset | QpState::Error => {
@@ -326,6 +331,13 @@ impl World {
         // Moving to reset is itself the barrier: every landing checks the state it finds. No
         // fencing is needed here, as a held writer's operations are checked when they land.
         self.modify_qp(node, conn, QpState::Reset, Access::NONE)?;
+        if self.rng.chance(self.config.faults.control_under_way_probability) {
+            // As a fence not answered yet: the rights are gone, the side is not usable.
+            let side = self.side_mut(node, conn);
+            side.state = QpState::Error;
+            side.epoch += 1;
+            return Err(FabricError::InProgress(conn.peer, "fence (simulated)".into()));
+        }
         self.modify_qp(node, conn, QpState::Init, access)?;
         self.modify_qp(node, conn, QpState::ReadyToReceive, access)?;
         self.modify_qp(node, conn, QpState::ReadyToSend, access)

@@ -472,7 +472,8 @@ impl SimWorld {
         let mut w = lock(&self.shared);
         let detail = u64::from(faults.out_of_order_landing)
             ^ faults.fast_perm_failure_probability.to_bits().rotate_left(1)
-            ^ faults.fast_perm_busy_in_flight_probability.to_bits().rotate_left(2);
+            ^ faults.fast_perm_busy_in_flight_probability.to_bits().rotate_left(2)
+            ^ faults.control_under_way_probability.to_bits().rotate_left(3);
         w.config.faults = faults;
         w.note(TraceEvent::new(TraceKind::Faults, NodeId(0)).detail(detail));
     }

@@ -44,6 +44,7 @@ impl SimHarness {
                 out_of_order_landing: true,
                 fast_perm_failure_probability: 0.0,
                 fast_perm_busy_in_flight_probability: 1.0,
+                ..FaultConfig::default()
             },
             ..SimConfig::default()
         };

@@ -48,6 +48,7 @@ fn workload(seed: u64) -> (u64, BTreeMap<String, u64>) {
         out_of_order_landing: true,
         fast_perm_failure_probability: 0.05,
         fast_perm_busy_in_flight_probability: 0.5,
+        control_under_way_probability: 0.05,
     };
     let config =
         SimConfig { jitter_ns: 300, retry_timeout_ns: 50_000, faults, ..SimConfig::default() };

@@ -227,6 +227,32 @@ fn fast_permission_change_can_be_made_to_fail() {
 }
 
 #[test]
+fn control_calls_can_be_made_to_stay_under_way() {
+    let mut p = pair(SimConfig::default(), 8);
+    assert_eq!(wait_post(&p.world, &mut p.ep, write(1, b"x", 0)).status, Status::Success);
+    let faults = FaultConfig { control_under_way_probability: 1.0, ..FaultConfig::default() };
+    p.world.set_faults(faults);
+    // A slow change under way has taken the rights away: the side is in error, a barrier.
+    let err = p.b.set_access_slow(conn(A), Access::READ).unwrap_err();
+    assert!(matches!(err, FabricError::InProgress(peer, _) if peer == A), "{err}");
+    assert_eq!(p.b.qp_state(conn(A)).unwrap(), QpState::Error);
+    assert_eq!(
+        wait_post(&p.world, &mut p.ep, write(2, b"y", 0)).status,
+        Status::RemoteAccessDenied
+    );
+    // A binding under way leaves the side where it was.
+    let err = p.a.connect(conn(B), Access::ALL).unwrap_err();
+    assert!(matches!(err, FabricError::InProgress(peer, _) if peer == B), "{err}");
+    assert_eq!(p.a.qp_state(conn(B)).unwrap(), QpState::Init);
+    // Made again once the fault is off, both go through.
+    p.world.set_faults(FaultConfig::default());
+    p.b.set_access_slow(conn(A), Access::READ_WRITE).unwrap();
+    p.a.connect(conn(B), Access::ALL).unwrap();
+    assert_eq!(wait_post(&p.world, &mut p.ep, write(3, b"z", 0)).status, Status::Success);
+    assert_eq!(read_back(&p.b_region, 0, 1), b"z");
+}
+
+#[test]
 fn fast_permission_failure_probability_is_seeded() {
     let run = |seed| {
         let faults = FaultConfig { fast_perm_failure_probability: 0.5, ..FaultConfig::default() };

@@ -25,6 +25,12 @@ pub enum FabricError {
     Incompatible(String),
     #[error("fencing node {node} failed: {why}")]
     FenceFailed { node: NodeId, why: String },
+    /// A control call's own wait ran out while its operation goes on (a backend asked to keep
+    /// each call short, whose control operations wait on the network: see
+    /// [`crate::Fabric::modify_qp`]). Nothing the call promises holds yet; the same call made
+    /// again later takes the operation up where it is.
+    #[error("still under way with node {0}: {1}")]
+    InProgress(NodeId, String),
     #[error("bad configuration: {0}")]
     Config(String),
     #[error("{context}: {message}")]

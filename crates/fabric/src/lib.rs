@@ -87,6 +87,13 @@ pub trait Fabric: Clone + Send + Sync + 'static {
     /// incarnation: a peer that restarts later is unreachable through it until it is cycled.
     /// Moving to reset or error first waits for the peer's in-flight operations to finish, so
     /// it is a revocation barrier like [`Fabric::set_access_slow`] (fencing the peer if needed).
+    ///
+    /// A backend whose control operations wait on the network may be configured to keep each
+    /// call short (the ofi backend's `call_wait_us`): a binding or a fence that has not
+    /// finished when the call's wait runs out goes on, and the call fails with
+    /// [`FabricError::InProgress`]. A revocation that does so has taken the rights away but is
+    /// no barrier yet, as one whose fence failed. Callers that keep a thread's loop going (a
+    /// heartbeat) call again later; only a backend so configured returns it.
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError>;
 
     /// Fast permission change: changes the access flags of this node's side of `conn` in place.
@@ -101,7 +108,8 @@ pub trait Fabric: Clone + Send + Sync + 'static {
     /// ready-to-receive and ready-to-send with the new flags, staying bound to the same peer
     /// incarnation. A peer stuck in the middle of an operation is fenced for good (see the
     /// backend's docs). Fails only if the side was never bound to a peer (use
-    /// [`Fabric::connect`]) or a stuck peer could not be fenced.
+    /// [`Fabric::connect`]) or a stuck peer could not be fenced, or with
+    /// [`FabricError::InProgress`] as [`Fabric::modify_qp`] says.
     fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError>;
 
     /// Convenience: brings this node's side of `conn` from reset to ready-to-send with `access`.

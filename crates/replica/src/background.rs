@@ -13,8 +13,8 @@ use crate::layout::{
 };
 use crate::shared::Shared;
 use mu_fabric::{
-    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PermError,
-    QpState, RemoteAddr, Source, WorkRequest,
+    Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
+    PermError, QpState, RemoteAddr, Source, WorkRequest,
 };
 use mu_log::HEAD_OFFSET;
 use mu_replication::{
@@ -69,6 +69,37 @@ struct PeerView {
     request_sent: u64,
 }
 
+/// How a permission step went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepOutcome {
+    Done,
+    Failed,
+    /// The fabric's call returned while the operation goes on (`FabricError::InProgress`):
+    /// the step is made again on the next poll, so that the heartbeat, which this thread
+    /// beats, goes on meanwhile.
+    UnderWay,
+}
+
+impl StepOutcome {
+    fn of(result: &Result<(), FabricError>) -> StepOutcome {
+        match result {
+            Ok(()) => StepOutcome::Done,
+            Err(FabricError::InProgress(..)) => StepOutcome::UnderWay,
+            Err(_) => StepOutcome::Failed,
+        }
+    }
+}
+
+/// A permission plan taken up again on the next poll (`BackgroundDriver::handle_one_request`).
+#[derive(Clone, Copy, Debug)]
+struct PlanUnderWay {
+    requester: NodeId,
+    /// The step to make again.
+    step: usize,
+    holder_before: Option<NodeId>,
+    slow_before: u64,
+}
+
 /// See the module docs.
 pub struct BackgroundDriver<F: Fabric> {
     fabric: F,
@@ -91,6 +122,9 @@ pub struct BackgroundDriver<F: Fabric> {
     steps: Vec<PermStep>,
     /// Why the last permission step that failed did (for the log).
     step_failure: Option<String>,
+    /// The plan whose step was still under way on the fabric when last tried (a backend that
+    /// keeps its calls short): the next poll takes it up at that step.
+    plan_under_way: Option<PlanUnderWay>,
     completions: Vec<Completion>,
     snapshot: F::Region,
     transfer: TransferSettings,
@@ -142,6 +176,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             requests: vec![0; n],
             steps: Vec::with_capacity(8),
             step_failure: None,
+            plan_under_way: None,
             completions: vec![Completion::EMPTY; 64],
             snapshot,
             transfer,
@@ -586,10 +621,15 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             if !self.peers[pos].connected {
                 let conn = ConnId::new(peer, background_channel(self.me, peer));
-                if self.fabric.connect(conn, Access::NONE).is_err() {
-                    // Not there (yet): the connection-level failure of §5.1.
-                    self.detector.on_unreachable(peer);
-                    continue;
+                match self.fabric.connect(conn, Access::NONE) {
+                    Ok(()) => {}
+                    // Binding goes on in the fabric: no verdict yet, as while a read is out.
+                    Err(FabricError::InProgress(..)) => continue,
+                    Err(_) => {
+                        // Not there (yet): the connection-level failure of §5.1.
+                        self.detector.on_unreachable(peer);
+                        continue;
+                    }
                 }
                 self.peers[pos] = PeerView {
                     connected: true,
@@ -741,26 +781,49 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Handles the lowest-id pending permission request, if any (§5.2): revoke the holder,
     /// grant the requester, acknowledge.
+    ///
+    /// A step the fabric has under way ends the poll; the next one makes it again and goes on
+    /// from there, before any other request.
     fn handle_one_request(&mut self) -> bool {
-        for pos in 0..self.replicas.len() {
-            // Requests of removed replicas are ignored (§5.4): one that missed its removal must
-            // not take logs away from the leader. (A replica this one does not know as a member
-            // yet is served: it may have been added by entries this one has not applied, and
-            // refusing it could leave a leader without the majority that would tell us.)
-            self.requests[pos] =
-                if self.shared.is_removed(pos) { 0 } else { self.load(request_offset(pos)) };
-        }
-        let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {
-            return false;
+        let plan = match self.plan_under_way.take() {
+            Some(plan) => plan,
+            None => {
+                for pos in 0..self.replicas.len() {
+                    // Requests of removed replicas are ignored (§5.4): one that missed its
+                    // removal must not take logs away from the leader. (A replica this one does
+                    // not know as a member yet is served: it may have been added by entries this
+                    // one has not applied, and refusing it could leave a leader without the
+                    // majority that would tell us.)
+                    self.requests[pos] = if self.shared.is_removed(pos) {
+                        0
+                    } else {
+                        self.load(request_offset(pos))
+                    };
+                }
+                let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {
+                    return false;
+                };
+                PlanUnderWay {
+                    requester,
+                    step: 0,
+                    holder_before: self.permissions.holder(),
+                    slow_before: self.shared.slow_permission_switches.load(Ordering::Relaxed),
+                }
+            }
         };
-        let holder_before = self.permissions.holder();
-        let slow_before = self.shared.slow_permission_switches.load(Ordering::Relaxed);
+        let PlanUnderWay { requester, holder_before, slow_before, .. } = plan;
         let mut ok = true;
-        for i in 0..self.steps.len() {
-            let step = self.steps[i];
-            if !self.execute(step) {
-                ok = false;
-                break;
+        for i in plan.step..self.steps.len() {
+            match self.execute(self.steps[i]) {
+                StepOutcome::Done => {}
+                StepOutcome::Failed => {
+                    ok = false;
+                    break;
+                }
+                StepOutcome::UnderWay => {
+                    self.plan_under_way = Some(PlanUnderWay { step: i, ..plan });
+                    return true;
+                }
             }
         }
         self.permissions.done(requester, ok);
@@ -798,27 +861,27 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
     }
 
-    /// Carries out one step of a permission plan; false if it could not be done.
-    fn execute(&mut self, step: PermStep) -> bool {
+    /// Carries out one step of a permission plan.
+    fn execute(&mut self, step: PermStep) -> StepOutcome {
         match step {
             PermStep::RevokeOwn => {
                 self.shared.guard.revoke();
-                true
+                StepOutcome::Done
             }
             PermStep::GrantOwn => {
                 self.shared.guard.grant();
-                true
+                StepOutcome::Done
             }
             PermStep::Revoke { peer } => {
                 let conn = ConnId::new(peer, replication_channel(peer, self.me));
                 match self.fabric.qp_state(conn) {
                     // Never brought up: nothing was ever granted through it.
-                    Ok(QpState::Reset | QpState::Init) => true,
+                    Ok(QpState::Reset | QpState::Init) => StepOutcome::Done,
                     Ok(QpState::ReadyToReceive | QpState::ReadyToSend) => {
                         self.change_access(conn, Access::READ)
                     }
                     Ok(QpState::Error) => self.slow_change(conn, Access::READ),
-                    Err(_) => false,
+                    Err(_) => StepOutcome::Failed,
                 }
             }
             PermStep::Grant { peer, rebind, .. } => {
@@ -829,7 +892,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
                     let connected = self.fabric.connect(conn, Access::READ_WRITE);
                     self.step_failure = connected.as_ref().err().map(|e| e.to_string());
-                    connected.is_ok()
+                    StepOutcome::of(&connected)
                 } else {
                     self.change_access(conn, Access::READ_WRITE)
                 }
@@ -849,25 +912,25 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // Lost with the connection if it breaks: the requester asks again.
                     self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word);
                 }
-                true
+                StepOutcome::Done
             }
         }
     }
 
     /// Mu's fast-slow path (§5.2): change the access flags; if that breaks the connection
     /// (operations in flight), cycle it through reset with the new flags.
-    fn change_access(&mut self, conn: ConnId, access: Access) -> bool {
+    fn change_access(&mut self, conn: ConnId, access: Access) -> StepOutcome {
         match self.fabric.set_access_fast(conn, access) {
-            Ok(()) => true,
+            Ok(()) => StepOutcome::Done,
             Err(PermError::Busy(_)) => self.slow_change(conn, access),
             Err(PermError::Fabric(_)) => self.slow_change(conn, access),
         }
     }
 
-    fn slow_change(&mut self, conn: ConnId, access: Access) -> bool {
+    fn slow_change(&mut self, conn: ConnId, access: Access) -> StepOutcome {
         self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
         let changed = self.fabric.set_access_slow(conn, access);
         self.step_failure = changed.as_ref().err().map(|e| e.to_string());
-        changed.is_ok()
+        StepOutcome::of(&changed)
     }
 }

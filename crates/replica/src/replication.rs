@@ -8,8 +8,8 @@ use crate::layout::{ack_offset, replication_channel, BACKGROUND_REGION};
 use crate::memory::FabricMemory;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
-    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, PostError,
-    RemoteAddr, Source, Status, WorkRequest,
+    Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
+    PostError, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET, HEAD_OFFSET};
 use mu_replication::membership::{self, Change};
@@ -128,6 +128,10 @@ pub struct ReplicationDriver<F: Fabric> {
     /// Whether our initiator side towards each position is connected to the peer's current
     /// incarnation, as far as we know (a failed operation clears it).
     connected: Vec<bool>,
+    /// By position: our side's binding was still under way in the fabric when last tried
+    /// (`FabricError::InProgress`). A grant from that peer waits until it is bound: handed to
+    /// the engine unbound, it would fail the first write as unreachable and abort the attempt.
+    binding: Vec<bool>,
     request_seq: u32,
     request_word: u64,
     /// The engine's round of permission requests that `request_word` serves.
@@ -189,6 +193,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             completions: vec![Completion::EMPTY; 64],
             deferred: VecDeque::new(),
             connected: vec![false; n],
+            binding: vec![false; n],
             request_seq: 0,
             request_word: 0,
             request_round: None,
@@ -572,6 +577,14 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
             let word = self.background.load_u64(ack_offset(pos) as usize).unwrap_or(0);
             if word & !ACK_RECOVERING == self.request_word {
+                if self.binding[pos] {
+                    // Taken once our side is bound, or its binding failed (then the engine
+                    // finds the peer unreachable, as before).
+                    self.connect_initiator(pos);
+                    if self.binding[pos] {
+                        continue;
+                    }
+                }
                 self.acked[pos] = true;
                 busy = true;
                 let peer = self.replicas.ids()[pos];
@@ -757,11 +770,20 @@ impl<F: Fabric> ReplicationDriver<F> {
             // tries the network), right in a new leader's permission switch, and the peer is
             // asked again once it is back
             // (`Leader::ask_missing`).
-            let conn = ConnId::new(peer, replication_channel(self.me, peer));
-            self.connected[pos] = self.fabric.connect(conn, Access::NONE).is_ok();
+            self.connect_initiator(pos);
         }
         self.acked[pos] = false;
         self.shared.requests[pos].store(self.request_word, Ordering::Release);
+    }
+
+    /// Connects our side of the connection we write `pos`'s log through; whether it is up.
+    fn connect_initiator(&mut self, pos: usize) -> bool {
+        let peer = self.replicas.ids()[pos];
+        let conn = ConnId::new(peer, replication_channel(self.me, peer));
+        let result = self.fabric.connect(conn, Access::NONE);
+        self.binding[pos] = matches!(result, Err(FabricError::InProgress(..)));
+        self.connected[pos] = result.is_ok();
+        self.connected[pos]
     }
 
     /// Permission requests went out (or will, after their fences) now: the timeout runs from

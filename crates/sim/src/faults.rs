@@ -19,7 +19,9 @@ pub struct Faults {
     /// The link between two replicas is cut, both ways, until healed.
     pub partition: bool,
     /// Fast (access-flag) permission changes fail now and then, as the Mu paper saw on NICs with
-    /// operations in flight: the permission manager must fall back to the slow path.
+    /// operations in flight: the permission manager must fall back to the slow path. And
+    /// bindings and slow changes return "still under way" now and then, as a backend that keeps
+    /// its calls short does (ofi in a replica): the caller must make them again later.
     pub perm_failure: bool,
     /// Writes land in shuffled chunks, not left to right, as on hardware without left-to-right
     /// visibility. Runs then use checksum integrity (canary integrity cannot be correct there).

@@ -250,6 +250,7 @@ impl<'a> Runner<'a> {
         if faults.perm_failure {
             world_faults.fast_perm_failure_probability = 0.2;
             world_faults.fast_perm_busy_in_flight_probability = 1.0;
+            world_faults.control_under_way_probability = 0.1;
         }
         c.world.set_faults(world_faults);
         trace.push(format!(
@@ -454,6 +455,7 @@ impl<'a> Runner<'a> {
         let mut faults = self.c.world.faults();
         faults.fast_perm_failure_probability = 0.0;
         faults.fast_perm_busy_in_flight_probability = 0.0;
+        faults.control_under_way_probability = 0.0;
         self.c.world.set_faults(faults);
         for pos in 0..n as usize {
             if self.c.cores[pos].is_none() && self.config.protocol.restarts() {
