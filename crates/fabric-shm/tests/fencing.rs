@@ -299,7 +299,16 @@ fn stuck_bound_writer_is_fenced(tag: &str, revoke: impl FnOnce(&ShmFabric) -> Re
 
     revoke(&t).expect("a revoke of a stuck writer succeeds by fencing it");
     let after_revoke = read_back(&region, 0, MIB);
-    let status = w.try_reap().expect("the stuck writer is still alive after the revoke");
+    // The revoke returns once every thread of the writer has begun to exit (on x86-64): the
+    // process may still be tearing its memory down.
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = w.try_reap() {
+            break status;
+        }
+        assert!(start.elapsed() < WAIT, "the fenced writer never ended");
+        std::thread::sleep(Duration::from_millis(1));
+    };
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer ended with {status:?}");
     std::thread::sleep(Duration::from_millis(50));
     assert!(read_back(&region, 0, MIB) == after_revoke, "bytes landed after the revoke returned");
@@ -323,6 +332,41 @@ fn b2_reset_fences_a_stuck_bound_writer() {
     stuck_bound_writer_is_fenced("b2", |t| {
         t.modify_qp(conn(W), QpState::Reset, Access::NONE).map_err(|e| e.to_string())
     });
+}
+
+/// A writer of the bound incarnation killed in the middle of a copy (not reaped): the revoke
+/// needs no fence of its own and does not wait `fence_after_ms`, since the dead writer copies
+/// nothing more once its threads are exiting; nothing of it lands after the revoke returns.
+#[test]
+fn b3_a_writer_killed_in_flight_is_not_waited_for() {
+    let _serial = serial();
+    let dir = run_dir("b3");
+    let t = dir.node(T);
+    let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
+    let side = conn(W);
+    let mut w = ChildNode::spawn(&dir, "writer");
+    t.connect(side, Access::READ_WRITE).unwrap();
+    w.say("START");
+    let seen = w.hold_mid_write(&t, side);
+    assert_eq!(in_flight_incarnation(seen), w.incarnation());
+    w.signal(libc::SIGKILL);
+    let start = Instant::now();
+    t.set_access_slow(side, Access::READ).expect("a dead writer's revoke");
+    let took = start.elapsed();
+    assert!(took < QUICK, "the revoke took {took:?}: it fenced or waited out a dead writer");
+    let after_revoke = read_back(&region, 0, MIB);
+    assert_eq!(t.peer_inflight_seq(side).unwrap(), seen, "the dead writer's word stays odd");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = w.try_reap() {
+            break status;
+        }
+        assert!(start.elapsed() < WAIT, "the killed writer never ended");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(read_back(&region, 0, MIB) == after_revoke, "bytes landed after the revoke returned");
 }
 
 /// A control header naming a process that does not hold the node's liveness lock (corrupted, or
