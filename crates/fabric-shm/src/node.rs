@@ -129,15 +129,9 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Whether no thread of the peer's process copies any more: it has exited, or every one
-    /// of its threads has begun to exit (`PeerProcess::stopped_copying`). Asked of `/proc` only
-    /// once the peer's liveness lock reads dead, which happens early in a process's exit: a live
-    /// writer in the middle of a copy is waited for by looking at its slot alone.
-    fn stopped_copying(&self) -> bool {
-        if liveness::is_alive(&self.ctl) {
-            return self.process.exited() == Some(true);
-        }
-        self.process.stopped_copying()
+    /// Whether every thread of the peer's process is gone (so nothing of it still copies).
+    fn process_exited(&self) -> bool {
+        self.process.exited() == Some(true)
     }
 }
 
@@ -480,7 +474,7 @@ impl Node {
             node: conn.peer,
             why: format!("incarnation {writer} is in flight but was never mapped here"),
         })?;
-        let settled = || (!slot.still_in_flight(word) || peer.stopped_copying()).then_some(());
+        let settled = || (!slot.still_in_flight(word) || peer.process_exited()).then_some(());
         match wait {
             BarrierWait::Fast => {
                 let deadline = Instant::now() + Duration::from_nanos(self.config.fast_wait_ns);
