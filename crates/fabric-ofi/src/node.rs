@@ -44,6 +44,9 @@ enum BindAttempt {
 /// Held while posting control operations to one peer on one channel (`post_control`).
 type Turn = Arc<Mutex<()>>;
 
+/// How long a call waits for the provider to close the streams a fence shut down (`Node::cut`).
+const CUT_WAIT: Duration = Duration::from_millis(100);
+
 /// Completion-queue entries per channel endpoint.
 const CHANNEL_CQ_DEPTH: usize = 4096;
 
@@ -175,6 +178,7 @@ impl Side {
                 unfenced: false,
                 fence: None,
                 fence_refused_since: None,
+                cut: Vec::new(),
                 registrations: Vec::new(),
             }),
         }
@@ -200,6 +204,10 @@ pub(crate) struct SideState {
     /// Since when the provider has refused to take a fence read (`tcp;ofi_rxm` while it
     /// cannot open a connection): the calls that try to post one share one budget (`fence`).
     fence_refused_since: Option<Instant>,
+    /// The streams with the peer that this side shut down (by socket inode) because the fence
+    /// for the right taken away went unanswered for its whole budget: the revocation holds once
+    /// the provider has closed every one of them (`fence`).
+    cut: Vec<u64>,
     registrations: Vec<(u64, MemoryRegistration)>,
 }
 
@@ -1019,6 +1027,9 @@ impl Node {
             return Ok(());
         }
         let now = Instant::now();
+        if !st.cut.is_empty() {
+            return self.await_cut(conn, st, now);
+        }
         let budget = Duration::from_millis(self.config.slow_fence_ms);
         // The end of the budget of what began at `since`; once spent, calls only look.
         let end_of_budget = |since: Instant| (since + budget).max(now + Duration::from_millis(1));
@@ -1047,6 +1058,10 @@ impl Node {
                         st.fence_refused_since = None;
                         return Ok(());
                     }
+                    Err(None) if Instant::now() >= refused_since + budget => {
+                        st.fence_refused_since = Some(refused_since);
+                        return self.cut(conn, st, "the fence could not be posted");
+                    }
                     Err(None) => {
                         st.fence_refused_since = Some(refused_since);
                         let why = "the fence could not be posted";
@@ -1071,6 +1086,9 @@ impl Node {
                 // is no barrier for the peer's, and a new fence goes out next time.
                 self.enforce_opener(conn).map_err(FenceWait::Failed)
             }
+            None if Instant::now() >= posted + budget => {
+                self.cut(conn, st, "the fence went unanswered")
+            }
             None => {
                 let waited = Instant::now().saturating_duration_since(posted).as_micros();
                 if short && Instant::now() < posted + budget {
@@ -1081,6 +1099,77 @@ impl Node {
                     )))
                 }
             }
+        }
+    }
+
+    /// The fence for a right taken away went unanswered (or could not be posted) for its whole
+    /// budget: the peer is stopped, or cut off while its streams live, and may have an
+    /// operation half received. This side shuts down every stream this process holds with the
+    /// peer on the channel (`why` says what came first), and the revocation holds once the
+    /// provider has closed them all (`await_cut`).
+    ///
+    /// Why that is a barrier: the rights were taken away first (the registrations closed), so
+    /// an operation of the peer can still apply only if its key was checked before, and it is
+    /// being received on one of these streams. A stream shut down in both directions gives its
+    /// reader what had arrived before and then an end; what the peer sends after it never
+    /// reaches the reader (the kernel answers it with a reset). The provider handles a stream's
+    /// bytes in order up to that end and closes it then. A stream opened later carries only
+    /// operations whose keys are checked after the close, and refused. A stream still
+    /// connecting has carried nothing. Where nodes share an address, the streams another node
+    /// of that address opened to this one are shut down too: they cannot be told apart (their
+    /// operations fail, and they reconnect).
+    fn cut(&self, conn: ConnId, st: &mut SideState, why: &str) -> Result<(), FenceWait> {
+        let (Ok(mine), Ok(theirs)) =
+            (self.listening(self.id, conn.channel), self.listening(conn.peer, conn.channel))
+        else {
+            return Err(FenceWait::Failed(format!("{why}, and its streams cannot be found")));
+        };
+        let streams = crate::streams::with_peer(mine.port(), theirs)
+            .map_err(|e| FenceWait::Failed(format!("{why}, and listing its streams: {e}")))?;
+        let mut cut: Vec<u64> = Vec::new();
+        for stream in streams.iter().filter(|s| !s.connecting) {
+            crate::streams::shut_down(stream).map_err(|e| {
+                FenceWait::Failed(format!("{why}, and shutting its stream down: {e}"))
+            })?;
+            cut.push(stream.inode);
+        }
+        if cut.is_empty() {
+            // Nothing left that has carried anything (`holds_no_stream`).
+            return Ok(());
+        }
+        st.cut = cut;
+        self.await_cut(conn, st, Instant::now())
+    }
+
+    /// Waits (`CUT_WAIT`, or a short call's wait) until the provider has closed every stream
+    /// `cut` shut down; then the revocation holds.
+    fn await_cut(&self, conn: ConnId, st: &mut SideState, now: Instant) -> Result<(), FenceWait> {
+        let until = self.call_deadline(now, now + CUT_WAIT);
+        loop {
+            let held = crate::streams::held()
+                .map_err(|e| FenceWait::Failed(format!("listing this process's streams: {e}")))?;
+            if !held.iter().any(|s| st.cut.contains(&s.inode)) {
+                st.cut.clear();
+                if let Some((number, _)) = st.fence.take() {
+                    if let Ok(channel) = self.channel(conn.channel) {
+                        self.abandon_control(&channel, number);
+                    }
+                }
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                let why = format!(
+                    "the fence went unanswered; {} stream(s) with the peer shut down, not yet \
+                     closed by the provider",
+                    st.cut.len()
+                );
+                return Err(if self.config.call_wait_us.is_some() {
+                    FenceWait::UnderWay(why)
+                } else {
+                    FenceWait::Failed(why)
+                });
+            }
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
 
@@ -1142,6 +1231,8 @@ impl Node {
     ) -> Result<(), FenceWait> {
         if self.sync_registrations(&control, conn, st) && st.binding.is_some() {
             st.unfenced = true;
+            // Streams cut for an earlier right are no barrier for this one either.
+            st.cut.clear();
             // A read posted before this right was taken away does not cover it.
             if let Some((old, _)) = st.fence.take() {
                 if let Ok(channel) = self.channel(conn.channel) {
@@ -1299,6 +1390,7 @@ impl Fabric for OfiFabric {
                     st.binding = None;
                     st.access = Access::NONE;
                     st.fence_refused_since = None;
+                    st.cut.clear();
                 }
             }
             QpState::Init => {

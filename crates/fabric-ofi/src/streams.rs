@@ -15,6 +15,8 @@ use std::os::fd::RawFd;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stream {
     pub fd: RawFd,
+    /// The socket's inode: names it for as long as it exists, unlike its descriptor.
+    pub inode: u64,
     pub local: SocketAddrV4,
     pub remote: SocketAddrV4,
     /// Still connecting: no byte has gone either way on it.
@@ -75,7 +77,7 @@ pub fn held() -> std::io::Result<Vec<Stream>> {
         .into_iter()
         .filter_map(|(local, remote, inode, state)| {
             let connecting = state == SYN_SENT;
-            inodes.get(&inode).map(|&fd| Stream { fd, local, remote, connecting })
+            inodes.get(&inode).map(|&fd| Stream { fd, inode, local, remote, connecting })
         })
         .collect())
 }
