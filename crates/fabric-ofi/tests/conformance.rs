@@ -299,6 +299,25 @@ fn writer_into(
     (ft, region, task)
 }
 
+/// A stopped writer's revocation has returned: once the writer goes on, nothing of it lands,
+/// and its next write fails.
+fn nothing_lands_once_it_goes_on(
+    h: &mut OfiHarness,
+    task: OfiTask,
+    region: &mu_fabric_ofi::OfiRegion,
+) {
+    use mu_fabric::conformance::DATA_BYTES;
+    let mut after_revoke = vec![0u8; DATA_BYTES];
+    region.read(0, &mut after_revoke).unwrap();
+    h.release(&task);
+    std::thread::sleep(Duration::from_millis(200));
+    let outcome = h.join(task).expect("the writer reports");
+    let mut now = vec![0u8; DATA_BYTES];
+    region.read(0, &mut now).unwrap();
+    assert!(now == after_revoke, "bytes landed after the revoke returned");
+    assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
+}
+
 /// How this backend passes the suite's `revoke_is_a_barrier_for_a_stopped_writer` (run above
 /// too): a writer stopped (SIGSTOP) while it writes cannot answer the fence, so the fast path
 /// fails with `Busy`, and the slow path waits out the rest of the fence's budget
@@ -306,7 +325,6 @@ fn writer_into(
 /// has closed them (`Node::cut`), the writer still stopped. Nothing lands after it returns,
 /// once the writer goes on either, and the writer's next write fails.
 fn stopped_writer_is_cut_off_after_the_fence_budget(provider: &'static str) {
-    use mu_fabric::conformance::DATA_BYTES;
     use mu_fabric::{Access, ConnId, Fabric, PermError, QpState};
     let mut h = OfiHarness::new(provider);
     let (t, w) = (NodeId(0), NodeId(2));
@@ -325,16 +343,7 @@ fn stopped_writer_is_cut_off_after_the_fence_budget(provider: &'static str) {
     assert!(took >= slow_fence, "cut off after {took:?}, before the fence's budget");
     assert_eq!(proc_state(task.child.id()), Some('T'), "the writer is still stopped");
     assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
-    let mut after_revoke = vec![0u8; DATA_BYTES];
-    region.read(0, &mut after_revoke).unwrap();
-
-    h.release(&task);
-    std::thread::sleep(Duration::from_millis(200));
-    let outcome = h.join(task).expect("the writer reports");
-    let mut now = vec![0u8; DATA_BYTES];
-    region.read(0, &mut now).unwrap();
-    assert!(now == after_revoke, "bytes landed after the revoke returned");
-    assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
+    nothing_lands_once_it_goes_on(&mut h, task, &region);
 }
 
 /// With calls kept short (`OfiConfig::call_wait_us`, as a replica sets it), nothing waits on
@@ -345,7 +354,7 @@ fn stopped_writer_is_cut_off_after_the_fence_budget(provider: &'static str) {
 /// that, once it goes on either. A binding to a stopped peer says `InProgress` too, and
 /// completes once the peer goes on.
 fn short_calls_leave_a_stopped_peer_under_way(provider: &'static str) {
-    use mu_fabric::conformance::{CHANNEL, DATA_BYTES};
+    use mu_fabric::conformance::CHANNEL;
     use mu_fabric::{Access, ConnId, Fabric, FabricError, PermError, QpState};
     const SLOW_FENCE_MS: u64 = 1_500;
     // Far below the timeouts (a call that waited them would take 1.5 to 5 s), far above the
@@ -396,16 +405,7 @@ fn short_calls_leave_a_stopped_peer_under_way(provider: &'static str) {
     assert!(under_way >= 10, "{under_way} calls said the fence was under way");
     assert_eq!(proc_state(task.child.id()), Some('T'), "the writer is still stopped");
     assert_eq!(ft.qp_state(conn(w)).unwrap(), QpState::ReadyToSend);
-    let mut after_revoke = vec![0u8; DATA_BYTES];
-    region.read(0, &mut after_revoke).unwrap();
-
-    h.release(&task);
-    std::thread::sleep(Duration::from_millis(200));
-    let outcome = h.join(task).expect("the writer reports");
-    let mut now = vec![0u8; DATA_BYTES];
-    region.read(0, &mut now).unwrap();
-    assert!(now == after_revoke, "bytes landed after the revoke returned");
-    assert!(outcome.last_status.is_some_and(|s| !s.is_success()), "{outcome:?}");
+    nothing_lands_once_it_goes_on(&mut h, task, &region);
 
     // A binding to a stopped peer, then to the same peer gone on.
     let p = NodeId(3);

@@ -283,18 +283,24 @@ fn a4_every_revoke_in_turn_after_a_writer_died_in_flight() {
 // (b) A writer of the bound incarnation stuck in flight is still fenced.
 // ---------------------------------------------------------------------------------------------
 
-/// A writer stopped in the middle of a copy, and still bound, is killed by `revoke`; when it
-/// returns the writer is dead of SIGKILL and nothing of it lands afterwards.
-fn stuck_bound_writer_is_fenced(tag: &str, revoke: impl FnOnce(&ShmFabric) -> Result<(), String>) {
+/// Node `T` (here) lets a writer child (`W`) write its region, and the writer is stopped in
+/// the middle of a copy: the run directory, `T`, its region, the writer and its in-flight word.
+fn writer_stopped_in_flight(tag: &str) -> (RunDir, ShmFabric, ShmRegion, ChildNode, u64) {
     let dir = run_dir(tag);
     let t = dir.node(T);
     let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
-    let side = conn(W);
     let mut w = ChildNode::spawn(&dir, "writer");
-    t.connect(side, Access::READ_WRITE).unwrap();
+    t.connect(conn(W), Access::READ_WRITE).unwrap();
     w.say("START");
-    let seen = w.hold_mid_write(&t, side);
+    let seen = w.hold_mid_write(&t, conn(W));
     assert_eq!(in_flight_incarnation(seen), w.incarnation());
+    (dir, t, region, w, seen)
+}
+
+/// A writer stopped in the middle of a copy, and still bound, is killed by `revoke`; when it
+/// returns the writer is dead of SIGKILL and nothing of it lands afterwards.
+fn stuck_bound_writer_is_fenced(tag: &str, revoke: impl FnOnce(&ShmFabric) -> Result<(), String>) {
+    let (_dir, t, region, mut w, _) = writer_stopped_in_flight(tag);
     assert!(w.is_alive());
 
     revoke(&t).expect("a revoke of a stuck writer succeeds by fencing it");
@@ -331,15 +337,8 @@ fn b2_reset_fences_a_stuck_bound_writer() {
 #[test]
 fn b3_a_writer_killed_in_flight_is_not_waited_for() {
     let _serial = serial();
-    let dir = run_dir("b3");
-    let t = dir.node(T);
-    let region = t.register_region(DATA, MIB, Access::ALL).unwrap();
+    let (_dir, t, region, mut w, seen) = writer_stopped_in_flight("b3");
     let side = conn(W);
-    let mut w = ChildNode::spawn(&dir, "writer");
-    t.connect(side, Access::READ_WRITE).unwrap();
-    w.say("START");
-    let seen = w.hold_mid_write(&t, side);
-    assert_eq!(in_flight_incarnation(seen), w.incarnation());
     w.signal(libc::SIGKILL);
     let start = Instant::now();
     t.set_access_slow(side, Access::READ).expect("a dead writer's revoke");
