@@ -374,10 +374,13 @@ impl FabricChoice {
             }
             FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
-                let fabric = mu_fabric_ofi::OfiFabric::open(crate::bench_ofi::loopback_config(
-                    provider, base_port, replicas, me.0,
-                ))
-                .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                let mut ofi =
+                    crate::bench_ofi::loopback_config(provider, base_port, replicas, me.0);
+                // As `mu replica` does: the background plane's calls stay short.
+                let read_period_us = config.detector.read_period_ns / 1000;
+                ofi.call_wait_us = Some(crate::serve::call_wait_us(read_period_us));
+                let fabric = mu_fabric_ofi::OfiFabric::open(ofi)
+                    .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
         };

@@ -1008,11 +1008,12 @@ impl Node {
     ///
     /// The read is posted once per right taken away and may outlive this call (`st.fence`).
     /// All the calls that wait for one read wait `slow_fence_ms` in all (or `timeout`, if
-    /// shorter, each): once that is spent, a call only looks (1 ms). A peer that never answers
-    /// (cut off while its connection lives) then holds up the revoker, whose heartbeat runs on
-    /// the same thread, once — not on every attempt of its permission manager — while a peer
-    /// slow to answer still gets the full wait across the fast path and the slow path. The
-    /// calls that try to post a read the provider refuses share that budget the same way.
+    /// shorter, each): once that is spent, the peer is cut off (`cut`). A peer that never
+    /// answers (stopped, or cut off by the network while its connection lives) then holds up
+    /// the revoker, whose heartbeat runs on the same thread, once — not on every attempt of its
+    /// permission manager — while a peer slow to answer still gets the full wait across the
+    /// fast path and the slow path. The calls that try to post a read the provider refuses
+    /// share that budget the same way.
     /// Where calls are kept short (`OfiConfig::call_wait_us`), each waits at most that long
     /// and says the fence is under way until the budget is spent.
     fn fence(&self, conn: ConnId, st: &mut SideState, timeout: Duration) -> Result<(), FenceWait> {
@@ -1031,7 +1032,7 @@ impl Node {
             return self.await_cut(conn, st, now);
         }
         let budget = Duration::from_millis(self.config.slow_fence_ms);
-        // The end of the budget of what began at `since`; once spent, calls only look.
+        // The end of the budget of what began at `since` (at least a short look from now).
         let end_of_budget = |since: Instant| (since + budget).max(now + Duration::from_millis(1));
         let short = self.config.call_wait_us.is_some();
         let (number, posted) = match st.fence {
@@ -1128,9 +1129,9 @@ impl Node {
             .map_err(|e| FenceWait::Failed(format!("{why}, and listing its streams: {e}")))?;
         let mut cut: Vec<u64> = Vec::new();
         for stream in streams.iter().filter(|s| !s.connecting) {
-            crate::streams::shut_down(stream).map_err(|e| {
-                FenceWait::Failed(format!("{why}, and shutting its stream down: {e}"))
-            })?;
+            // A stream that cannot be shut down any more is no longer connected: it is waited
+            // for all the same.
+            let _ = crate::streams::shut_down(stream);
             cut.push(stream.inode);
         }
         if cut.is_empty() {
@@ -1150,6 +1151,7 @@ impl Node {
                 .map_err(|e| FenceWait::Failed(format!("listing this process's streams: {e}")))?;
             if !held.iter().any(|s| st.cut.contains(&s.inode)) {
                 st.cut.clear();
+                st.fence_refused_since = None;
                 if let Some((number, _)) = st.fence.take() {
                     if let Ok(channel) = self.channel(conn.channel) {
                         self.abandon_control(&channel, number);

@@ -889,10 +889,9 @@ impl<F: Fabric> BackgroundDriver<F> {
                 let ready = matches!(self.fabric.qp_state(conn), Ok(QpState::ReadyToSend));
                 if rebind || !ready {
                     // A full cycle binds the side to the peer's current incarnation.
-                    self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
                     let connected = self.fabric.connect(conn, Access::READ_WRITE);
                     self.step_failure = connected.as_ref().err().map(|e| e.to_string());
-                    StepOutcome::of(&connected)
+                    self.slow_step(StepOutcome::of(&connected))
                 } else {
                     self.change_access(conn, Access::READ_WRITE)
                 }
@@ -928,9 +927,16 @@ impl<F: Fabric> BackgroundDriver<F> {
     }
 
     fn slow_change(&mut self, conn: ConnId, access: Access) -> StepOutcome {
-        self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
         let changed = self.fabric.set_access_slow(conn, access);
         self.step_failure = changed.as_ref().err().map(|e| e.to_string());
-        StepOutcome::of(&changed)
+        self.slow_step(StepOutcome::of(&changed))
+    }
+
+    /// Counts a step that cycled a connection once it is over (a step under way is made again).
+    fn slow_step(&self, outcome: StepOutcome) -> StepOutcome {
+        if outcome != StepOutcome::UnderWay {
+            self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 }

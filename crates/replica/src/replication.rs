@@ -776,14 +776,14 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.shared.requests[pos].store(self.request_word, Ordering::Release);
     }
 
-    /// Connects our side of the connection we write `pos`'s log through; whether it is up.
-    fn connect_initiator(&mut self, pos: usize) -> bool {
+    /// Connects our side of the connection we write `pos`'s log through, and notes whether it
+    /// is up (`connected`) or its binding still under way (`binding`).
+    fn connect_initiator(&mut self, pos: usize) {
         let peer = self.replicas.ids()[pos];
         let conn = ConnId::new(peer, replication_channel(self.me, peer));
         let result = self.fabric.connect(conn, Access::NONE);
         self.binding[pos] = matches!(result, Err(FabricError::InProgress(..)));
         self.connected[pos] = result.is_ok();
-        self.connected[pos]
     }
 
     /// Permission requests went out (or will, after their fences) now: the timeout runs from
