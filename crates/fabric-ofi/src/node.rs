@@ -288,11 +288,13 @@ impl FenceWait {
     }
 }
 
+/// Why a binding failed whose read the provider kept refusing with "again".
+const REFUSED_AGAIN: &str = "the provider did not take the read in time (it could not open a \
+                             connection, or its queue stayed full)";
+
 /// A binding's read that the provider would not take.
 fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
-    let again = "the provider did not take the read in time (it could not open a connection, or \
-                 its queue stayed full)";
-    unreachable(peer, why.unwrap_or_else(|| again.into()))
+    unreachable(peer, why.unwrap_or_else(|| REFUSED_AGAIN.into()))
 }
 
 fn new_incarnation() -> u32 {
@@ -855,6 +857,18 @@ impl Node {
                         now
                     }
                     Some(BindAttempt::Posting { since }) if since.elapsed() < timeout => since,
+                    // Refused for the whole connect timeout: unreachable, as one call that
+                    // waited that long would have found it, and not tried again for as long.
+                    Some(BindAttempt::Posting { since }) => {
+                        let why = REFUSED_AGAIN.to_string();
+                        let failed = BindAttempt::Failed {
+                            at: now,
+                            held: since.elapsed(),
+                            why: why.clone(),
+                        };
+                        self.binds_under_way.lock().expect("binds").insert(key, failed);
+                        return Err(unreachable(conn.peer, why));
+                    }
                     _ => now,
                 };
                 let deadline = since + timeout;
