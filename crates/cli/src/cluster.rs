@@ -377,8 +377,8 @@ impl FabricChoice {
                 // Calls wait each operation's whole time here, unlike `mu replica`'s: with
                 // short calls, 3 of 5 runs of `mu bench replication --fabric ofi --provider
                 // tcp;ofi_rxm` left a follower out at start-up for seconds (its grant to the
-                // leader waited on a binding the provider did not take), and these replicas
-                // cannot catch up by state transfer. Not understood yet.
+                // leader came seconds late), and these replicas cannot catch up by state
+                // transfer. Not understood yet (docs/fabric.md).
                 let fabric = mu_fabric_ofi::OfiFabric::open(crate::bench_ofi::loopback_config(
                     provider, base_port, replicas, me.0,
                 ))
