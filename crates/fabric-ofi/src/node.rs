@@ -858,16 +858,12 @@ impl Node {
                     }
                     Some(BindAttempt::Posting { since }) if since.elapsed() < timeout => since,
                     // Refused for the whole connect timeout: unreachable, as one call that
-                    // waited that long would have found it, and not tried again for as long.
-                    Some(BindAttempt::Posting { since }) => {
-                        let why = REFUSED_AGAIN.to_string();
-                        let failed = BindAttempt::Failed {
-                            at: now,
-                            held: since.elapsed(),
-                            why: why.clone(),
-                        };
-                        self.binds_under_way.lock().expect("binds").insert(key, failed);
-                        return Err(unreachable(conn.peer, why));
+                    // waited that long would have found it. `bind` records the failure as
+                    // having held this call only, so the next call tries again soon: these
+                    // calls held nobody up, and a live peer whose connection is slow to open
+                    // must not be shut out for ten connect timeouts.
+                    Some(BindAttempt::Posting { .. }) => {
+                        return Err(unreachable(conn.peer, REFUSED_AGAIN));
                     }
                     _ => now,
                 };
