@@ -62,6 +62,8 @@ pub const HEADER_BYTES: u64 = 256;
 pub const ENTRY_HEADER_BYTES: usize = 16;
 /// Bytes of the trailer.
 pub const TRAILER_BYTES: usize = 8;
+/// Bytes [`LogLayout::read_slot`] copies first: an entry with a value of up to 232 bytes.
+pub const READ_PREFIX_BYTES: usize = 256;
 /// The smallest slot that holds an empty value.
 pub const MIN_SLOT_BYTES: u32 = (ENTRY_HEADER_BYTES + TRAILER_BYTES) as u32;
 
@@ -260,6 +262,41 @@ impl LogLayout {
         let trailer = self.trailer(index, proposal, kind as u8, in_flight_before, value);
         out[trailer_at..total].copy_from_slice(&trailer.to_le_bytes());
         Ok(total)
+    }
+
+    /// Copies the slot for log index `index` into `buf` (a slot's worth of bytes) through
+    /// `read`, which copies the slot's first `out.len()` bytes into `out`, and decodes it.
+    /// Only what the entry occupies is copied: [`READ_PREFIX_BYTES`] first, then, when the
+    /// entry's header says it is longer, the whole entry again from its start. Whatever lands
+    /// between the two copies, every byte the decoding looks at comes from one copy (an entry
+    /// that grew beyond the second reads as incomplete), so the outcome is one that copying
+    /// the whole slot at the time of that copy could have given. Polling a slot this way
+    /// costs a few cache lines instead of the whole slot (4 KiB by default).
+    pub fn read_slot<'a>(
+        &self,
+        index: u64,
+        buf: &'a mut [u8],
+        mut read: impl FnMut(&mut [u8]),
+    ) -> Slot<'a> {
+        assert_eq!(buf.len(), self.slot_bytes as usize, "a slot's worth of bytes");
+        let first = READ_PREFIX_BYTES.min(buf.len());
+        read(&mut buf[..first]);
+        if let Some(need) = self.entry_extent(buf) {
+            if need > first {
+                read(&mut buf[..need]);
+                if self.entry_extent(buf).is_some_and(|now| now > need) {
+                    return Slot::Incomplete;
+                }
+            }
+        }
+        self.decode(index, buf)
+    }
+
+    /// The bytes an entry occupies from the start of `slot`, per its header; none if the
+    /// header cannot be an entry's (decoding rejects it without looking further).
+    fn entry_extent(&self, slot: &[u8]) -> Option<usize> {
+        let len = u32::from_le_bytes(slot[8..12].try_into().expect("4 bytes")) as usize;
+        (len <= self.max_value_bytes()).then(|| LogLayout::entry_bytes(len))
     }
 
     /// Reads the slot for log index `index` from `slot` (the slot's bytes as they are now).

@@ -257,6 +257,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
+        let answered_before = self.group.answered;
         self.connect(now_ns);
         let mut busy = false;
         if !self.proposer.is_leading() && self.shared.leader() == Some(self.me) {
@@ -274,7 +275,11 @@ impl<F: Fabric> VelosDriver<F> {
             self.hand_over();
             self.propose_noop_if_idle(now_ns);
             self.proposer.set_applied_floor(self.floor());
-            self.proposer.poll(&mut RegionMemory(&self.region));
+            // Outcomes answered in this poll: their caller goes first, and the proposer's next
+            // moves (preparing the indices ahead, §5.1) wait for the next poll, off their path.
+            if !self.group.answered || answered_before {
+                self.proposer.poll(&mut RegionMemory(&self.region));
+            }
             busy |= self.run_actions();
             busy |= self.take_events(app, now_ns);
             self.check_log_full(now_ns);
@@ -618,23 +623,54 @@ impl<F: Fabric> VelosDriver<F> {
     /// Applies the entry for `index` found in position `q`'s value log in our own region.
     /// `None` if it is not a complete entry for that index.
     fn apply_from(&mut self, q: usize, index: u64, app: &mut dyn Applier) -> Option<()> {
-        let offset = self.layout.value_slot_offset(q, index);
-        self.region.read(offset as usize, &mut self.slot_buf).expect("Velos region layout");
-        self.apply_slot(index, app)
+        let offset = self.layout.value_slot_offset(q, index) as usize;
+        // Taken out for the call (not reallocated): the entry borrows it while `self` changes.
+        let mut buf = std::mem::take(&mut self.slot_buf);
+        let region = &self.region;
+        let slot = self.layout.log().read_slot(index, &mut buf, |out| {
+            region.read(offset, out).expect("Velos region layout");
+        });
+        let applied = match slot {
+            Slot::Entry(e) => {
+                self.apply_entry(index, e.kind, e.value, app);
+                Some(())
+            }
+            _ => None,
+        };
+        self.slot_buf = buf;
+        applied
     }
 
     /// Applies the entry for `index` in `slot_buf`, if it is one.
     fn apply_slot(&mut self, index: u64, app: &mut dyn Applier) -> Option<()> {
-        let Slot::Entry(e) = self.layout.log().decode(index, &self.slot_buf) else { return None };
-        let (kind, value) = (e.kind, e.value.to_vec());
-        app.apply(index, kind, &value);
+        let buf = std::mem::take(&mut self.slot_buf);
+        let applied = match self.layout.log().decode(index, &buf) {
+            Slot::Entry(e) => {
+                self.apply_entry(index, e.kind, e.value, app);
+                Some(())
+            }
+            _ => None,
+        };
+        self.slot_buf = buf;
+        applied
+    }
+
+    fn apply_entry(&mut self, index: u64, kind: EntryKind, value: &[u8], app: &mut dyn Applier) {
+        app.apply(index, kind, value);
         self.applied = index + 1;
-        self.last = Some((kind, value));
+        // Kept for a new leader to republish; its buffer is reused from entry to entry.
+        match &mut self.last {
+            Some((k, v)) => {
+                *k = kind;
+                v.clear();
+                v.extend_from_slice(value);
+            }
+            None => self.last = Some((kind, value.to_vec())),
+        }
         self.log.store_u64(HEAD_OFFSET as usize, self.applied).expect("log header");
         if !self.shared.eligible.load(Ordering::Relaxed) {
             self.shared.eligible.store(true, Ordering::Release);
         }
-        Some(())
     }
 
     /// A follower applies what its own words say is decided (§5.4).

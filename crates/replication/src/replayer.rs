@@ -60,8 +60,11 @@ impl Replayer {
             if self.decided_below <= index && !self.learn(mem) {
                 break;
             }
-            mem.read(Area::Log, self.layout.slot_offset(index), &mut self.slot);
-            let Slot::Entry(entry) = self.layout.decode(index, &self.slot) else {
+            let offset = self.layout.slot_offset(index);
+            let slot = self.layout.read_slot(index, &mut self.slot, |out| {
+                mem.read(Area::Log, offset, out);
+            });
+            let Slot::Entry(entry) = slot else {
                 // Decided but not (yet) complete here: the bytes are still landing.
                 break;
             };
@@ -92,8 +95,11 @@ impl Replayer {
         let limit = head + SCAN_SLOTS_MAX.min(self.layout.slots_count() - 1);
         let mut j = self.scanned_to.max(head + 1);
         while self.decided_below <= head && j <= limit {
-            mem.read(Area::Log, self.layout.slot_offset(j), &mut self.next);
-            let Slot::Entry(e) = self.layout.decode(j, &self.next) else { break };
+            let offset = self.layout.slot_offset(j);
+            let slot = self.layout.read_slot(j, &mut self.next, |out| {
+                mem.read(Area::Log, offset, out);
+            });
+            let Slot::Entry(e) = slot else { break };
             self.decided_below = self.decided_below.max(e.decided_below(j));
             j += 1;
         }

@@ -130,6 +130,17 @@ fn op_id(serial: u64, kind: u64, ring: usize, peer: usize) -> u64 {
     (serial << 14) | (kind << 12) | ((ring as u64) << 6) | peer as u64
 }
 
+/// The positions set in `mask`, lowest first.
+fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let p = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            p
+        })
+    })
+}
+
 fn op_parts(op: u64) -> (u64, u64, usize, usize) {
     (op >> 14, (op >> 12) & 3, ((op >> 6) & 63) as usize, (op & 63) as usize)
 }
@@ -198,10 +209,9 @@ impl Track {
     }
 }
 
-/// The value submitted and not decided yet.
+/// The value submitted and not decided yet (its bytes are in `Proposer::pending_value`).
 struct Pending {
     kind: EntryKind,
-    value: Vec<u8>,
     /// The index it was first accepted at in this leadership and the proposal then: an entry
     /// of this proposer's at that index with a proposal at least this one carries it.
     at: Option<(u64, u32)>,
@@ -226,10 +236,14 @@ pub struct Proposer {
     epoch: Vec<u64>,
     /// Every live acceptor has applied the indices below this one.
     applied_floor: u64,
-    /// The last index decided here and, per acceptor, the epoch its final value write went
-    /// out in (for the piggybacked bit).
-    last_decided: Option<(u64, Vec<u64>)>,
+    /// The last index decided here; per acceptor, the epoch its final value write went out
+    /// in is in `last_epochs` (for the piggybacked bit).
+    last_decided: Option<u64>,
+    last_epochs: Vec<u64>,
     pending: Option<Pending>,
+    /// The bytes of the pending value; kept between values, so that a submission does not
+    /// allocate.
+    pending_value: Vec<u8>,
     actions: Vec<Action>,
     events: Vec<Event>,
     entry: Vec<u8>,
@@ -278,7 +292,9 @@ impl Proposer {
             epoch: vec![0; n],
             applied_floor: 0,
             last_decided: None,
+            last_epochs: vec![NONE; n],
             pending: None,
+            pending_value: Vec::new(),
             // Sized for a round of the whole window, so that a new leader's first rounds do not
             // allocate (a follower never fills them).
             actions: Vec::with_capacity(actions_per_round(window, n)),
@@ -365,14 +381,14 @@ impl Proposer {
                 .expect("an applied entry fits a slot");
             let offset = self.layout.value_slot_offset(self.me, index);
             mem.write(offset, &self.entry[..len]);
-            let mut epochs = vec![NONE; self.layout.positions()];
-            for p in self.positions().collect::<Vec<_>>() {
+            self.last_epochs.fill(NONE);
+            for p in bits(self.members) {
                 if p != self.me && self.down & (1 << p) == 0 {
                     self.actions.push(Action::Write { peer: p, offset, len: len as u32 });
-                    epochs[p] = self.epoch[p];
+                    self.last_epochs[p] = self.epoch[p];
                 }
             }
-            self.last_decided = Some((index, epochs));
+            self.last_decided = Some(index);
         }
     }
 
@@ -420,9 +436,9 @@ impl Proposer {
         if value.len() > max {
             return Err(SubmitError::TooLarge { len: value.len(), max });
         }
-        let mut v = Vec::with_capacity(value.len());
-        v.extend_from_slice(value);
-        self.pending = Some(Pending { kind, value: v, at: None });
+        self.pending_value.clear();
+        self.pending_value.extend_from_slice(value);
+        self.pending = Some(Pending { kind, at: None });
         Ok(())
     }
 
@@ -454,8 +470,8 @@ impl Proposer {
         lap_of(index, self.layout.slots_count())
     }
 
-    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.layout.positions()).filter(|p| self.members & (1 << p) != 0)
+    fn positions(&self) -> impl Iterator<Item = usize> {
+        bits(self.members)
     }
 
     /// Gives the window position of `index` to it, predicting every acceptor's word as the
@@ -476,29 +492,48 @@ impl Proposer {
         t.new_attempt(serial, Phase::Idle);
     }
 
-    /// Moves the proposer on: prepares the window's idle indices, adopts and accepts the next.
+    /// Moves the proposer on: accepts (or adopts) at the next index once it is prepared, then
+    /// prepares the window's idle indices when they are due.
+    ///
+    /// Batch pre-preparation (§5.1, and the batch the paper's §5.2 wishes off the critical
+    /// path): the indices ahead are prepared together, once none of them is left prepared, or
+    /// whenever no submitted value waits (an idle leader's time), or when the next index itself
+    /// needs preparing (a new leader, an aborted round). Preparing each index as it enters the
+    /// window instead put a whole prepare round (a CAS per acceptor) before every accept; on a
+    /// fabric that executes operations as they are posted (shared memory) that round was paid
+    /// on every proposal's path. With `prepare_ahead` indices ahead, a leader proposing back
+    /// to back now pays for their prepares once per `prepare_ahead` values, after an accept.
     pub fn poll(&mut self, mem: &mut dyn Memory) {
         if !self.leading {
             return;
         }
         self.refill(mem);
         let reachable = (self.members & !self.down).count_ones();
+        if reachable < self.majority {
+            return;
+        }
+        let next_pos = self.ring_pos(self.next);
+        if self.ring[next_pos].phase == Phase::Prepared {
+            self.adopt_or_accept(mem);
+            if !self.leading {
+                return;
+            }
+        }
+        let next_idle = self.ring[next_pos].phase == Phase::Idle;
+        let ahead_ready = (1..self.ring.len() as u64)
+            .filter(|&i| self.ring[self.ring_pos(self.next + i)].phase != Phase::Idle)
+            .count();
+        if !(next_idle || ahead_ready == 0 || self.pending.is_none()) {
+            return;
+        }
         for i in 0..self.ring.len() as u64 {
             let index = self.next + i;
-            if !self.leading || !self.fits(index) || reachable < self.majority {
+            if !self.leading || !self.fits(index) {
                 break;
             }
             if self.ring[self.ring_pos(index)].phase == Phase::Idle {
                 self.prepare(index, mem);
             }
-        }
-        if !self.leading {
-            return;
-        }
-        let pos = self.ring_pos(self.next);
-        match self.ring[pos].phase {
-            Phase::Prepared if reachable >= self.majority => self.adopt_or_accept(mem),
-            _ => {}
         }
     }
 
@@ -539,8 +574,7 @@ impl Proposer {
         t.highest = None;
         t.adopted = None;
         t.new_attempt(serial, Phase::Preparing);
-        let targets: Vec<usize> = self.positions().collect();
-        for p in targets {
+        for p in bits(self.members) {
             let predicted = self.ring[pos].predicted[p];
             let desired = match SlotWord::unpack(predicted).view(lap) {
                 View::Current(s) => SlotWord { min: proposal, ..s },
@@ -779,7 +813,7 @@ impl Proposer {
             Some((k, v)) => (*k, v),
             None => {
                 let p = self.pending.as_ref().expect("accept needs a value");
-                (p.kind, &p.value)
+                (p.kind, &self.pending_value)
             }
         };
         let len = self
@@ -798,8 +832,7 @@ impl Proposer {
         let serial = self.serial;
         let lap = self.lap(index);
         self.ring[pos].new_attempt(serial, Phase::Accepting);
-        let targets: Vec<usize> = self.positions().collect();
-        for p in targets {
+        for p in bits(self.members) {
             let flag = self.piggyback(p, index);
             if p != self.me && self.down & (1 << p) == 0 {
                 self.actions.push(Action::Write { peer: p, offset, len: len as u32 });
@@ -831,9 +864,10 @@ impl Proposer {
     /// value in this proposer's value log there: we decided it, and the deciding value write
     /// went to `p` on the connection as it is now.
     fn piggyback(&self, p: usize, index: u64) -> bool {
-        match &self.last_decided {
-            Some((i, epochs)) if *i + 1 == index => {
-                p == self.me || (epochs[p] != NONE && epochs[p] == self.epoch[p])
+        match self.last_decided {
+            Some(i) if i + 1 == index => {
+                let epoch = self.last_epochs[p];
+                p == self.me || (epoch != NONE && epoch == self.epoch[p])
             }
             _ => false,
         }
@@ -844,7 +878,8 @@ impl Proposer {
         let index = t.index;
         debug_assert_eq!(index, self.next);
         let submitted = t.adopted.is_none();
-        self.last_decided = Some((index, t.write_epoch.clone()));
+        self.last_decided = Some(index);
+        self.last_epochs.copy_from_slice(&t.write_epoch);
         if submitted {
             self.pending = None;
         }
