@@ -55,6 +55,7 @@ pub fn run(args: Args) -> Result<(), String> {
             (FabricChoice::Shm, None, ThreadsChoice::Shared),
             &SWEEP_BYTES,
             samples,
+            0,
         )?;
         sweeps.push((config, results));
     }

@@ -59,6 +59,7 @@ pub fn run(args: Args) -> Result<(), String> {
         (FabricChoice::Shm, None, ThreadsChoice::Shared),
         &[payload],
         samples,
+        0,
     )?;
     drop(run_dir);
     let mu = mu.into_iter().next().ok_or("no result for mu")?;

@@ -92,6 +92,11 @@ pub struct Args {
     /// both (mu,velos: Velos Fig. 1, with velos's p50 over mu's per payload size).
     #[arg(long, value_delimiter = ',', default_value = "mu")]
     protocol: Vec<mu_replica::Protocol>,
+    /// With several engines: measure them in turn this many times, each time on fresh clusters
+    /// with a share of the samples, and merge each engine's shares, so that a slow spell of
+    /// the machine falls on every engine alike [default: 4 with several engines, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    rounds: Option<u64>,
     /// The fabric: shm (processes sharing memory) or ofi (libfabric over loopback TCP); the floor
     /// is that fabric's own write2 round.
     #[arg(long, default_value = "shm")]
@@ -142,6 +147,19 @@ pub struct PayloadResult {
     /// Requests committed while timing, and how long that took: the throughput.
     pub requests: u64,
     pub timed_ns: u64,
+}
+
+impl PayloadResult {
+    /// Adds another measurement of the same payload size (a later round) to this one.
+    fn merge(&mut self, other: PayloadResult) -> Result<(), String> {
+        debug_assert_eq!(self.payload_bytes, other.payload_bytes);
+        self.latency.add(&other.latency).map_err(|e| format!("merging latencies: {e:?}"))?;
+        self.lost_proposals += other.lost_proposals;
+        self.followers_dropped += other.followers_dropped;
+        self.requests += other.requests;
+        self.timed_ns += other.timed_ns;
+        Ok(())
+    }
 }
 
 /// How the leader proposes: one value per `propose` call, or (Mu paper §7.4) `batch` requests
@@ -241,16 +259,33 @@ pub fn run(args: Args) -> Result<(), String> {
     let fabric = (fabric_choice, read_period_us, args.threads);
     let mut protocols = args.protocol.clone();
     protocols.dedup();
-    let mut runs = Vec::new();
-    for &protocol in &protocols {
-        eprintln!("mu bench replication: {protocol}");
-        let results = sweep(&run_dir, (args.mode, args.app, protocol), fabric, &payloads, samples)?;
-        runs.push((protocol, results));
+    let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 }).min(samples);
+    let mut runs: Vec<(mu_replica::Protocol, Vec<PayloadResult>)> = Vec::new();
+    for round in 0..rounds {
+        // The samples shared out among the rounds, the first ones taking the remainder.
+        let share = samples / rounds + u64::from(round < samples % rounds);
+        for (i, &protocol) in protocols.iter().enumerate() {
+            if rounds > 1 {
+                eprintln!("mu bench replication: {protocol}, round {} of {rounds}", round + 1);
+            } else {
+                eprintln!("mu bench replication: {protocol}");
+            }
+            let spec = (args.mode, args.app, protocol);
+            let results = sweep(&run_dir, spec, fabric, &payloads, share, round)?;
+            match runs.get_mut(i) {
+                Some((_, merged)) => {
+                    for (m, r) in merged.iter_mut().zip(results) {
+                        m.merge(r)?;
+                    }
+                }
+                None => runs.push((protocol, results)),
+            }
+        }
     }
     if let [(protocol, results)] = &runs[..] {
         report(&args, *protocol, samples, results, &write2);
     } else {
-        compare(&args, samples, &runs, &write2);
+        compare(&args, (samples, rounds), &runs, &write2);
     }
     Ok(())
 }
@@ -259,7 +294,7 @@ pub fn run(args: Args) -> Result<(), String> {
 /// side with the ratio to the first engine's.
 fn compare(
     args: &Args,
-    samples: u64,
+    (samples, rounds): (u64, u64),
     runs: &[(mu_replica::Protocol, Vec<PayloadResult>)],
     write2: &Summary,
 ) {
@@ -287,6 +322,7 @@ fn compare(
         let out = json!({
             "runs": docs,
             "comparison": comparison,
+            "rounds": rounds,
             "target_velos_over_mu_p50": TARGET_VELOS_OVER_MU_P50,
             "fabric_write2_ns": write2.json(),
         });
@@ -318,13 +354,15 @@ fn compare(
     println!("target: velos p50 at most {TARGET_VELOS_OVER_MU_P50}× mu's (Velos issue)");
 }
 
-/// Measures propose latency on a fresh three-replica cluster for each payload size.
+/// Measures propose latency on a fresh three-replica cluster for each payload size; `round`
+/// names the clusters' directories apart when the sweep is repeated.
 pub fn sweep(
     run_dir: &RunDir,
     (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
     (fabric, read_period_us, threads): (FabricChoice, Option<u64>, ThreadsChoice),
     payloads: &[usize],
     samples: u64,
+    round: u64,
 ) -> Result<Vec<PayloadResult>, String> {
     let mut results = Vec::new();
     for &payload_bytes in payloads {
@@ -342,7 +380,10 @@ pub fn sweep(
             app,
             protocol,
         };
-        let name = format!("{}-{}-{}-{payload_bytes}", protocol, app.name(), mode.name());
+        let mut name = format!("{}-{}-{}-{payload_bytes}", protocol, app.name(), mode.name());
+        if round > 0 {
+            name.push_str(&format!("-round{}", round + 1));
+        }
         let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
         cluster.spawn(&spec, 1..REPLICAS)?;
         cluster.wait_started(ELECTION_TIMEOUT)?;

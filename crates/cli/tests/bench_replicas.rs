@@ -92,6 +92,40 @@ fn replication_json_has_every_figure() {
     nothing_left_behind(pid, "replication");
 }
 
+/// Velos Fig. 1: both engines in one run, taking turns; each engine's turns are merged, so
+/// every sample taken is in its figures.
+#[test]
+fn replication_of_both_engines_merges_their_rounds() {
+    let (out, pid) = mu(&[
+        "bench",
+        "replication",
+        "--protocol",
+        "mu,velos",
+        "--payload",
+        "64",
+        "--samples",
+        "301",
+        "--rounds",
+        "3",
+        "--json",
+    ]);
+    let v = json(&out);
+    assert_eq!(v["rounds"], 3);
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    for (run, protocol) in runs.iter().zip(["mu", "velos"]) {
+        assert_eq!(run["protocol"], protocol);
+        assert_eq!(run["results"][0]["samples"], 301, "{protocol}: every round's samples");
+        assert_eq!(run["results"][0]["lost_proposals"], 0, "{protocol}");
+    }
+    let row = &v["comparison"][0];
+    assert_eq!(row["payload_bytes"], 64);
+    assert!(row["velos_over_mu_p50"].as_f64().unwrap() > 0.0, "{row}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("velos, round 3 of 3"), "progress names the rounds: {stderr}");
+    nothing_left_behind(pid, "replication");
+}
+
 #[test]
 fn failover_kill_json_has_every_figure() {
     let files = OutDir::new("kill");
