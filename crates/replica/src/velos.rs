@@ -15,7 +15,7 @@ use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, OpKind,
     PostError, RemoteAddr, Source, Status, WorkRequest,
 };
-use mu_log::{EntryKind, Slot, HEAD_OFFSET};
+use mu_log::{Entry, EntryKind, Slot, HEAD_OFFSET};
 use mu_replication::ReplicaSet;
 use mu_velos::{learner, Action, Event, Proposer, StopReason, VelosLayout, OP_BITS, VELOS_REGION};
 use std::collections::VecDeque;
@@ -630,13 +630,7 @@ impl<F: Fabric> VelosDriver<F> {
         let slot = self.layout.log().read_slot(index, &mut buf, |out| {
             region.read(offset, out).expect("Velos region layout");
         });
-        let applied = match slot {
-            Slot::Entry(e) => {
-                self.apply_entry(index, e.kind, e.value, app);
-                Some(())
-            }
-            _ => None,
-        };
+        let applied = self.apply_entry(index, slot, app);
         self.slot_buf = buf;
         applied
     }
@@ -644,18 +638,15 @@ impl<F: Fabric> VelosDriver<F> {
     /// Applies the entry for `index` in `slot_buf`, if it is one.
     fn apply_slot(&mut self, index: u64, app: &mut dyn Applier) -> Option<()> {
         let buf = std::mem::take(&mut self.slot_buf);
-        let applied = match self.layout.log().decode(index, &buf) {
-            Slot::Entry(e) => {
-                self.apply_entry(index, e.kind, e.value, app);
-                Some(())
-            }
-            _ => None,
-        };
+        let slot = self.layout.log().decode(index, &buf);
+        let applied = self.apply_entry(index, slot, app);
         self.slot_buf = buf;
         applied
     }
 
-    fn apply_entry(&mut self, index: u64, kind: EntryKind, value: &[u8], app: &mut dyn Applier) {
+    /// Applies `slot` as the entry for `index`, if it is one.
+    fn apply_entry(&mut self, index: u64, slot: Slot<'_>, app: &mut dyn Applier) -> Option<()> {
+        let Slot::Entry(Entry { kind, value, .. }) = slot else { return None };
         app.apply(index, kind, value);
         self.applied = index + 1;
         // Kept for a new leader to republish; its buffer is reused from entry to entry.
@@ -671,6 +662,7 @@ impl<F: Fabric> VelosDriver<F> {
         if !self.shared.eligible.load(Ordering::Relaxed) {
             self.shared.eligible.store(true, Ordering::Release);
         }
+        Some(())
     }
 
     /// A follower applies what its own words say is decided (§5.4).
