@@ -198,6 +198,11 @@ pub struct Leader {
     spare: Vec<Vec<u8>>,
     /// The FUO last written to the followers when going idle.
     fuo_published: u64,
+    /// When the FUO is due to be written to the followers, the leader having gone idle (see
+    /// [`FUO_PUBLISH_AFTER_NS`]); `None` while busy or once written.
+    fuo_due_at_ns: Option<u64>,
+    /// The latest time the runtime gave (ticks, grants).
+    now_ns: u64,
     /// Entries in the accept phase, by index from `fuo` on.
     in_flight: VecDeque<InFlight>,
     /// A value prepare adopted.
@@ -209,6 +214,15 @@ pub struct Leader {
     /// `slot_buf` is in use, in an abort).
     scan_buf: Vec<u8>,
 }
+
+/// How long a leader stays idle before it writes its FUO to the followers, so that they apply
+/// the last entries without waiting for another (commit piggybacking alone leaves the entries
+/// of the last round waiting). Writing it as soon as the queue emptied cost every proposal of
+/// a leader proposing back to back an extra write to each follower, and on shared memory a
+/// cache line taken from each follower's core (Mu p50 at 64 B on two vCPUs about 740 ns with it,
+/// 620 ns without, five alternating runs of each). A next entry within this time tells the
+/// followers the same thing; an idle leader's followers learn it this much later.
+pub const FUO_PUBLISH_AFTER_NS: u64 = 20_000;
 
 const SCRATCH_MIN_PROPOSAL: u64 = 0;
 /// Where a fence's read lands (nobody looks at it).
@@ -277,6 +291,8 @@ impl Leader {
             mine_in_flight: 0,
             spare: (0..config.outstanding_max).map(|_| Vec::with_capacity(slot_bytes)).collect(),
             fuo_published: 0,
+            fuo_due_at_ns: None,
+            now_ns: 0,
             in_flight: VecDeque::with_capacity(config.outstanding_max),
             entry: vec![0; slot_bytes],
             slot_buf: vec![0; slot_bytes],
@@ -544,6 +560,7 @@ impl Leader {
             }
             return;
         }
+        self.now_ns = self.now_ns.max(now_ns);
         self.granted[pos] = true;
         let count = self.granted.iter().filter(|&&g| g).count();
         if count >= self.majority() && self.majority_granted_at_ns.is_none() {
@@ -608,10 +625,18 @@ impl Leader {
         self.suspected = mask;
     }
 
-    /// Time passes: ends the grace period of the permission phase.
+    /// Time passes: ends the grace period of the permission phase; tells the followers our FUO
+    /// once we have been idle for [`FUO_PUBLISH_AFTER_NS`].
     pub fn tick(&mut self, now_ns: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        self.now_ns = self.now_ns.max(now_ns);
         if self.phase == Phase::Permissions {
             self.maybe_confirm(now_ns, mem, out);
+        }
+        if self.fuo_due_at_ns.is_some_and(|at| now_ns >= at) {
+            self.fuo_due_at_ns = None;
+            if self.phase == Phase::Ready && self.in_flight.is_empty() {
+                self.publish_fuo(out);
+            }
         }
     }
 
@@ -1083,7 +1108,11 @@ impl Leader {
         }
         if self.queue.is_empty() {
             self.phase = Phase::Ready;
-            self.publish_fuo(out);
+            // Idle: the followers learn the last entries from our FUO, soon (a tick writes it),
+            // unless a next entry tells them first (commit piggybacking).
+            if self.fuo_due_at_ns.is_none() && self.fuo > self.fuo_published {
+                self.fuo_due_at_ns = Some(self.now_ns.saturating_add(FUO_PUBLISH_AFTER_NS));
+            }
             return;
         }
         if !self.make_room(self.fuo, mem) {
@@ -1281,7 +1310,9 @@ impl Leader {
     ) -> bool {
         debug_assert_eq!(index, self.fuo + self.in_flight.len() as u64);
         // Commit piggybacking (§4.2): the entries below `index` not yet decided as far as we know.
+        // This entry tells the followers what a pending FUO write would have.
         let in_flight_before = (index - self.fuo) as u16;
+        self.fuo_due_at_ns = None;
         let (kind, value) = match adopted {
             Some((kind, len)) => (kind, &self.entry[..len]),
             None => {

@@ -132,10 +132,48 @@ fn t31_prepare_is_omitted_after_empty_slots() {
     let (accepts, rest): (Vec<&(usize, RemoteOp)>, Vec<_>) =
         ops.iter().partition(|(_, op)| matches!(op, RemoteOp::WriteFromLog { .. }));
     assert_eq!(accepts.len(), 2, "one write per follower: {ops:?}");
-    // Then, idle, the leader tells them its FUO so they apply "two" without waiting for more.
-    let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: 2 };
-    assert_eq!(rest, [&(1, fuo), &(2, fuo)], "{ops:?}");
+    assert!(rest.is_empty(), "nothing else on a proposal's path: {ops:?}");
     assert_eq!(c.committed(), [(0, true), (1, true)]);
+    // Then, idle for FUO_PUBLISH_AFTER_NS, the leader tells them its FUO so they apply "two"
+    // without waiting for more; not before (a next entry would tell them the same).
+    let since = c.actions.len();
+    c.tick();
+    assert!(c.posts_since(since).is_empty(), "10 µs idle: not yet");
+    c.tick();
+    c.tick();
+    let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: 2 };
+    let ops = c.posts_since(since);
+    assert_eq!(ops.iter().collect::<Vec<_>>(), [&(1, fuo), &(2, fuo)], "{ops:?}");
+    // Once.
+    let since = c.actions.len();
+    c.tick();
+    c.tick();
+    assert!(c.posts_since(since).is_empty());
+}
+
+/// §4.2 commit piggybacking: a leader proposing back to back writes no FUO between its entries
+/// (each entry tells the followers that the ones before it are decided); a pending FUO write is
+/// dropped when the next entry goes out first.
+#[test]
+fn t32_back_to_back_entries_carry_the_fuo() {
+    let mut c = Cluster::ready(3, 0);
+    let since = c.actions.len();
+    for i in 0..5u8 {
+        c.propose(&[i]).unwrap();
+        c.run();
+        c.tick(); // 10 µs between proposals: below FUO_PUBLISH_AFTER_NS
+    }
+    let fuo_writes = c
+        .posts_since(since)
+        .into_iter()
+        .filter(|(_, op)| matches!(op, RemoteOp::WriteWord { offset: FUO_OFFSET, .. }))
+        .count();
+    assert_eq!(fuo_writes, 0);
+    assert_eq!(c.committed().len(), 5);
+    c.tick();
+    c.tick();
+    let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: 5 };
+    assert!(c.posts_since(since).contains(&(1, fuo)), "idle at last: the FUO goes out");
 }
 
 /// Listing 2, lines 24–28: a value found in a slot during prepare is adopted (the highest
@@ -482,6 +520,14 @@ fn t96_prepare_is_omitted_after_the_log_wrapped() {
         }
     }
     assert_eq!(c.committed().len() as u64, slots + 4);
+    // Idle, the leader writes its FUO: the followers apply the last entry too.
+    for _ in 0..3 {
+        c.tick();
+    }
+    c.run();
+    for (pos, r) in replayers.iter_mut().enumerate() {
+        r.poll(&mut c.mems[pos], |_, _, _| {});
+    }
     // Followers learn commits by piggybacking. Under steady load, when the leader never goes
     // idle, their FUO words stay behind while their heads move on: make it so.
     for pos in [1, 2] {

@@ -135,6 +135,13 @@ fn t30_followers_learn_decisions_from_the_counts() {
     c.propose(b"f").unwrap();
     c.run();
     replayer.poll(&mut c.mems[1], |i, _, v| applied.push((i, v.to_vec())));
+    assert_eq!(applied.len(), 5, "f waits: nothing after it says it is decided yet");
+    // Idle for FUO_PUBLISH_AFTER_NS, the leader writes its FUO.
+    for _ in 0..3 {
+        c.tick();
+    }
+    c.run();
+    replayer.poll(&mut c.mems[1], |i, _, v| applied.push((i, v.to_vec())));
     let values: Vec<&[u8]> = applied.iter().map(|(_, v)| &v[..]).collect();
     assert_eq!(
         values,

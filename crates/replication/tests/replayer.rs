@@ -79,6 +79,11 @@ fn t40_replicas_apply_what_the_leader_commits() {
     c.run();
     let committed: Vec<u64> = c.committed().iter().map(|&(i, _)| i).collect();
     assert_eq!(committed, (0..10).collect::<Vec<_>>());
+    // Idle for FUO_PUBLISH_AFTER_NS, the leader writes its FUO.
+    for _ in 0..3 {
+        c.tick();
+    }
+    c.run();
     for pos in 0..3 {
         let mut r = Replayer::new(layout(), 0);
         let got = applied(&mut r, &mut c.mems[pos]);
