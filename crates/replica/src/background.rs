@@ -626,7 +626,13 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // Binding goes on in the fabric: no verdict yet, as while a read is out.
                     Err(FabricError::InProgress(..)) => continue,
                     Err(_) => {
-                        // Not there (yet): the connection-level failure of §5.1.
+                        // Not there (yet): the connection-level failure of §5.1. Our side it
+                        // initiates on is bound again too: if it was bound before the peer went
+                        // down, it names an incarnation that will never call again, and a
+                        // restarted peer could never read our heartbeat (found by `mu sim`, seed
+                        // 5444: a replica that crashed before any read of it failed came back
+                        // judging the leader failed for good).
+                        self.peers[pos].target_connected = false;
                         self.detector.on_unreachable(peer);
                         continue;
                     }
