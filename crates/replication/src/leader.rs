@@ -104,6 +104,9 @@ enum Wait {
 struct Proposal {
     kind: EntryKind,
     value: Vec<u8>,
+    /// An empty entry of the engine's own (see [`Leader::start_replicating`]), not the
+    /// application's: committed as not ours, and never counted among the application's.
+    internal: bool,
 }
 
 /// An entry in the accept phase.
@@ -340,12 +343,17 @@ impl Leader {
     /// Whether proposals wait for room in the log, none in flight: replicas must apply more
     /// entries before the slot the next index reuses is free.
     pub fn waiting_for_room(&self) -> bool {
-        self.phase == Phase::Ready && !self.queue.is_empty()
+        self.phase == Phase::Ready && self.applications_count() > 0
     }
 
     /// Proposals not committed yet (in flight or waiting).
     pub fn proposals_count(&self) -> usize {
-        self.queue.len()
+        self.applications_count()
+    }
+
+    /// The application's proposals in the queue (not the engine's own empty entries).
+    fn applications_count(&self) -> usize {
+        self.queue.iter().filter(|p| !p.internal).count()
     }
 
     /// Entries in the accept phase.
@@ -497,7 +505,7 @@ impl Leader {
         if self.phase == Phase::Follower {
             return Err(ProposeError::NotLeader);
         }
-        if self.queue.len() >= self.outstanding_max {
+        if self.applications_count() >= self.outstanding_max {
             return Err(ProposeError::Busy);
         }
         let max = self.layout.max_value_bytes();
@@ -510,7 +518,7 @@ impl Leader {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(value);
-        self.queue.push_back(Proposal { kind, value: buf });
+        self.queue.push_back(Proposal { kind, value: buf, internal: false });
         match self.phase {
             Phase::Ready => self.start_replicating(mem, out),
             Phase::Accept => self.pump(mem, out),
@@ -554,8 +562,9 @@ impl Leader {
             // at the next quiet moment it may.
             if !self.confirmed[pos] {
                 self.late[pos] = true;
-                if self.phase == Phase::Ready && self.queue.is_empty() && self.any_admissible() {
-                    self.admit_late(mem, out);
+                let quiet = self.phase == Phase::Ready && self.queue.is_empty();
+                if quiet && (self.any_admissible() || self.recovering_waits()) {
+                    self.start_replicating(mem, out);
                 }
             }
             return;
@@ -609,7 +618,7 @@ impl Leader {
         if !self.waiting_for_room() {
             return 0;
         }
-        let count = self.queue.len();
+        let count = self.applications_count();
         self.drop_proposals();
         count
     }
@@ -1100,11 +1109,26 @@ impl Leader {
         (0..self.replicas.len()).any(|pos| self.admissible(pos))
     }
 
+    /// Whether a late, recovering replica waits for us to prepare before it may join.
+    fn recovering_waits(&self) -> bool {
+        !self.prepared && (0..self.replicas.len()).any(|pos| self.late[pos] && self.recovering[pos])
+    }
+
     /// Up to date, nothing in flight: replicate the pending values, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         debug_assert!(self.in_flight.is_empty());
         if self.any_admissible() {
             return self.admit_late(mem, out);
+        }
+        if self.queue.is_empty() && self.recovering_waits() {
+            // A recovering replica joins only once we have prepared without it (`admissible`),
+            // and prepare runs for a value: with none of the application's, decide an empty
+            // entry of our own. Waiting for the next request instead left such a replica out
+            // for as long as none came, and with it every client it answers (membership sweep,
+            // seed 1120: it still believed a configuration whose members were gone).
+            let mut value = self.spare.pop().unwrap_or_default();
+            value.clear();
+            self.queue.push_back(Proposal { kind: EntryKind::Noop, value, internal: true });
         }
         if self.queue.is_empty() {
             self.phase = Phase::Ready;
@@ -1372,7 +1396,8 @@ impl Leader {
             }
             self.in_flight.pop_front();
             self.fuo = index + 1;
-            out.push(Action::Committed { index, mine });
+            let internal = mine && self.queue.front().is_some_and(|p| p.internal);
+            out.push(Action::Committed { index, mine: mine && !internal });
             if mine {
                 let p = self.queue.pop_front().expect("a proposal of ours was in flight");
                 self.spare.push(p.value);

@@ -563,6 +563,17 @@ fn t94_a_replica_that_missed_its_removal_learns_it_from_a_peer() {
     random_membership_run(91);
 }
 
+/// Found by the membership sweep (seed 1120 of `MU_SIM_FIRST_SEED=1000 MU_SIM_SEEDS=400`): a
+/// leader that started over under a new configuration and had nothing to propose never
+/// prepared, so a recovering replica (its log lost) waited for ever to be taken back; still
+/// believing a configuration whose members were gone, it named no leader, and the replicas
+/// never agreed on one. An idle leader with such a replica waiting now prepares with an empty
+/// entry of its own.
+#[test]
+fn t95_an_idle_leader_prepares_to_take_back_a_recovering_replica() {
+    random_membership_run(1120);
+}
+
 fn random_membership_run(seed: u64) {
     let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
     const N: u16 = 5;
