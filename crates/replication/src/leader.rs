@@ -521,7 +521,9 @@ impl Leader {
         self.queue.push_back(Proposal { kind, value: buf, internal: false });
         match self.phase {
             Phase::Ready => self.start_replicating(mem, out),
-            Phase::Accept => self.pump(mem, out),
+            // Not while prepare's own values are in flight (it found slots taken, so it must run
+            // again before ours): they go out once those commit (`start_replicating`).
+            Phase::Accept if self.prepared => self.pump(mem, out),
             _ => {}
         }
         Ok(())
