@@ -470,10 +470,6 @@ impl Proposer {
         lap_of(index, self.layout.slots_count())
     }
 
-    fn positions(&self) -> impl Iterator<Item = usize> {
-        bits(self.members)
-    }
-
     /// Gives the window position of `index` to it, predicting every acceptor's word as the
     /// local one.
     fn assign(&mut self, index: u64, mem: &dyn Memory) {
@@ -549,7 +545,7 @@ impl Proposer {
         let lap = self.lap(index);
         let mut floor = 0;
         let mut stale = false;
-        for p in self.positions() {
+        for p in bits(self.members) {
             match SlotWord::unpack(self.ring[pos].predicted[p]).view(lap) {
                 View::Current(s) => floor = floor.max(s.min),
                 View::Fresh => {}
