@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,10 +46,14 @@ struct Shared {
     truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
     /// Latencies in nanoseconds, merged from the threads now and then.
     latency: Mutex<Histogram<u64>>,
-    /// When the first operation after the kill completed, in ns since the demo started (0:
-    /// none yet).
+    /// When the first operation after the kill completed at another replica than the killed
+    /// one, in ns since the demo started (0: none yet). An answer from the old leader can
+    /// still arrive just after the kill (it was sent before), so completion time alone would
+    /// measure nothing.
     first_after_kill_ns: AtomicU64,
     kill_at_ns: AtomicU64,
+    /// The killed replica's id (set before `kill_at_ns`).
+    killed: AtomicU16,
 }
 
 #[derive(Default, Clone)]
@@ -83,6 +87,7 @@ pub fn run(args: Args) -> Result<(), String> {
         latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
         first_after_kill_ns: AtomicU64::new(0),
         kill_at_ns: AtomicU64::new(0),
+        killed: AtomicU16::new(u16::MAX),
     });
     let workers: Vec<_> = (0..args.clients)
         .map(|t| {
@@ -96,6 +101,7 @@ pub fn run(args: Args) -> Result<(), String> {
         watch(&shared, &mut cluster, start, phase, "before the kill")?;
         let leader = cluster.current_leader()?;
         let kill_at = start.elapsed();
+        shared.killed.store(leader, Ordering::Release);
         shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
         cluster.kill(leader)?;
         eprintln!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
@@ -212,7 +218,8 @@ fn client_loop(
                 h.saturating_record(began.elapsed().as_nanos() as u64);
                 shared.ops.fetch_add(1, Ordering::Relaxed);
                 let kill_at = shared.kill_at_ns.load(Ordering::Acquire);
-                if kill_at != 0 && done > kill_at {
+                let answered_by_another = client.target() != shared.killed.load(Ordering::Acquire);
+                if kill_at != 0 && done > kill_at && answered_by_another {
                     let _ = shared.first_after_kill_ns.compare_exchange(
                         0,
                         done,
