@@ -53,7 +53,8 @@ pub const FLAGS_OFFSET: u64 = 16;
 pub const MEMBERS_COPY_OFFSET: u64 = 24;
 /// Bytes a peer reads in one go: heartbeat, head, flags and configuration.
 pub const STATUS_BYTES: u32 = 32;
-/// The replica may lead: it holds the whole log (it did not restart into an empty one).
+/// The replica stands for election: it holds the whole log (it did not restart into an empty
+/// one), is a member, and sees a live majority of the configuration its log gives.
 pub const FLAG_ELIGIBLE: u64 = 1;
 
 /// Permission requests, one word per requester position (written by would-be leaders).
