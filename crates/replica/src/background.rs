@@ -137,9 +137,6 @@ pub struct BackgroundDriver<F: Fabric> {
     /// By position, whether the failure detector judged the peer alive when last looked at:
     /// its changes are logged. Peers start alive, as in the detector.
     alive_seen: Vec<bool>,
-    /// Whether this replica stood for election at its last poll (the election's own test of
-    /// itself, published with the heartbeat): peers pass over a replica that cannot lead.
-    standing: bool,
 }
 
 impl<F: Fabric> BackgroundDriver<F> {
@@ -157,10 +154,11 @@ impl<F: Fabric> BackgroundDriver<F> {
     ) -> Result<BackgroundDriver<F>, String> {
         let me = fabric.node();
         let me_pos = replicas.position(me).ok_or("this replica is not in the set")?;
-        let detector = Detector::new(config.clone(), &replicas, me)?;
+        let mut detector = Detector::new(config.clone(), &replicas, me)?;
+        // Until the first election poll, we stand if our log may lead.
+        detector.set_self_eligible(shared.eligible.load(Ordering::Acquire));
         let permissions = PermissionManager::new(me, &replicas)?;
         let n = replicas.len();
-        let standing = shared.eligible.load(Ordering::Acquire);
         Ok(BackgroundDriver {
             fabric,
             me,
@@ -189,7 +187,6 @@ impl<F: Fabric> BackgroundDriver<F> {
             fetch_seq: 0,
             next_fetch_ns: 0,
             alive_seen: vec![true; n],
-            standing,
             replicas,
         })
     }
@@ -297,7 +294,6 @@ impl<F: Fabric> BackgroundDriver<F> {
             && members >> self.me_pos & 1 != 0
             && alive >= mu_replication::membership::majority(members);
         self.detector.set_self_eligible(eligible);
-        self.standing = eligible;
         let leader = self.detector.leader();
         if self.shared.leader() != leader {
             // Logged before it is published, so that the replication plane's events of
@@ -598,10 +594,12 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
         let head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
         self.store(HEAD_COPY_OFFSET, head);
-        // Whether we stand, not merely whether our log may lead: a replica whose own
-        // configuration has no live majority (it missed changes that removed most of it) must
-        // not be picked by peers that know a newer one; under it, they bring it up to date.
-        self.store(FLAGS_OFFSET, if self.standing { FLAG_ELIGIBLE } else { 0 });
+        // Whether we stood for election at the last poll, not merely whether our log may lead:
+        // a replica whose own configuration has no live majority (it missed changes that
+        // removed most of it) must not be picked by peers that know a newer one; under it,
+        // they bring it up to date.
+        let standing = self.detector.self_eligible();
+        self.store(FLAGS_OFFSET, if standing { FLAG_ELIGIBLE } else { 0 });
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
     }
 

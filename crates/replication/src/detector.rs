@@ -222,6 +222,11 @@ impl Detector {
         self.self_eligible = eligible;
     }
 
+    /// Whether we stand for election, as last set: what peers should know of us.
+    pub fn self_eligible(&self) -> bool {
+        self.self_eligible
+    }
+
     fn peer_position(&self, peer: NodeId) -> Option<usize> {
         self.replicas.position(peer).filter(|&pos| pos != self.me_pos)
     }
