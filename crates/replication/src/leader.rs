@@ -343,16 +343,12 @@ impl Leader {
     /// Whether proposals wait for room in the log, none in flight: replicas must apply more
     /// entries before the slot the next index reuses is free.
     pub fn waiting_for_room(&self) -> bool {
-        self.phase == Phase::Ready && self.applications_count() > 0
+        self.phase == Phase::Ready && self.proposals_count() > 0
     }
 
-    /// Proposals not committed yet (in flight or waiting).
+    /// The application's proposals not committed yet (in flight or waiting), not the engine's
+    /// own empty entries.
     pub fn proposals_count(&self) -> usize {
-        self.applications_count()
-    }
-
-    /// The application's proposals in the queue (not the engine's own empty entries).
-    fn applications_count(&self) -> usize {
         self.queue.iter().filter(|p| !p.internal).count()
     }
 
@@ -505,7 +501,7 @@ impl Leader {
         if self.phase == Phase::Follower {
             return Err(ProposeError::NotLeader);
         }
-        if self.applications_count() >= self.outstanding_max {
+        if self.proposals_count() >= self.outstanding_max {
             return Err(ProposeError::Busy);
         }
         let max = self.layout.max_value_bytes();
@@ -620,7 +616,7 @@ impl Leader {
         if !self.waiting_for_room() {
             return 0;
         }
-        let count = self.applications_count();
+        let count = self.proposals_count();
         self.drop_proposals();
         count
     }
