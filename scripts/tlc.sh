@@ -24,7 +24,8 @@
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
 # Options: --positive-only, --negative-only, --spec Mu|Velos (only that specification's models).
-# TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on.
+# TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on;
+# TLC_TIMEOUT_S (default 900) bounds one TLC run, which is tried twice before it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,10 +115,20 @@ run_tlc() {
   set +e
   # -deadlock turns deadlock checking OFF: the models are bounded (attempts, slots, rounds), so
   # their behaviours end in states with nothing left to do, which are not errors.
-  (cd "$SPEC_DIR" && java "${JAVA_OPTS[@]}" -cp "$OLDPWD/$JAR" tlc2.TLC \
-      -workers "$WORKERS" -deadlock -cleanup -metadir "$OLDPWD/$meta" \
-      -config "$cfg" "$module.tla") >"$TLC_LOG" 2>&1
-  TLC_RC=$?
+  # TLC's own workers can deadlock on its disk state queue (seen once: no progress for minutes,
+  # threads waiting on StatePoolWriter and DiskStateQueue); a run past TLC_TIMEOUT_S is killed
+  # and run once more from scratch, and a second hang fails the check (exit status 124).
+  local attempt
+  for attempt in 1 2; do
+    rm -rf "$meta"
+    mkdir -p "$meta"
+    (cd "$SPEC_DIR" && timeout -k 30 "${TLC_TIMEOUT_S:-900}" java "${JAVA_OPTS[@]}" \
+        -cp "$OLDPWD/$JAR" tlc2.TLC -workers "$WORKERS" -deadlock -cleanup \
+        -metadir "$OLDPWD/$meta" -config "$cfg" "$module.tla") >"$TLC_LOG" 2>&1
+    TLC_RC=$?
+    [ "$TLC_RC" = 124 ] || break
+    echo "TLC made no end within ${TLC_TIMEOUT_S:-900} s (attempt $attempt of 2)"
+  done
   set -e
   end=$(date +%s)
   rm -rf "$meta"
