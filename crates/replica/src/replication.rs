@@ -126,8 +126,11 @@ pub struct ReplicationDriver<F: Fabric> {
     /// Completions polled while posting (the queue was full), fed to the engine afterwards.
     deferred: VecDeque<Completion>,
     /// Whether our initiator side towards each position is connected to the peer's current
-    /// incarnation, as far as we know (a failed operation clears it).
+    /// incarnation, as far as we know (a failed operation clears it, and so does the detector
+    /// suspecting the peer: see `note_suspected`).
     connected: Vec<bool>,
+    /// The detector's suspected set as last seen (a bit per position).
+    suspected_seen: u64,
     /// By position: our side's binding was still under way in the fabric when last tried
     /// (`FabricError::InProgress`). A grant from that peer waits until it is bound: handed to
     /// the engine unbound, it would fail the first write as unreachable and abort the attempt.
@@ -136,6 +139,7 @@ pub struct ReplicationDriver<F: Fabric> {
     request_word: u64,
     /// The engine's round of permission requests that `request_word` serves.
     request_round: Option<u32>,
+    /// By position: false while a request carrying `request_word` waits for its answer.
     acked: Vec<bool>,
     permissions_since_ns: u64,
     /// The application's requests in progress (`Group::pending`), then their outcomes until
@@ -193,11 +197,12 @@ impl<F: Fabric> ReplicationDriver<F> {
             completions: vec![Completion::EMPTY; 64],
             deferred: VecDeque::new(),
             connected: vec![false; n],
+            suspected_seen: 0,
             binding: vec![false; n],
             request_seq: 0,
             request_word: 0,
             request_round: None,
-            acked: vec![false; n],
+            acked: vec![true; n],
             permissions_since_ns: 0,
             group: Group::default(),
             heads_seen: vec![0; n],
@@ -338,7 +343,12 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
         }
         busy |= self.poll_completions();
-        self.leader.set_suspected(self.shared.suspected(self.me_bit));
+        let suspected = self.shared.suspected(self.me_bit);
+        if suspected & !self.suspected_seen != 0 {
+            self.note_suspected(suspected);
+        }
+        self.suspected_seen = suspected;
+        self.leader.set_suspected(suspected);
         self.leader.tick(now_ns, &mut self.mem, &mut self.actions);
         busy |= self.run_actions(now_ns);
         self.check_log_full(now_ns);
@@ -405,6 +415,39 @@ impl<F: Fabric> ReplicationDriver<F> {
                 info!(replica = self.me.0, head, "the replayer moves again");
             }
             self.shared.replayer_stuck.store(stuck, Ordering::Release);
+            if stuck {
+                self.stand_aside_until_applied();
+            }
+        }
+    }
+
+    /// Our log lacks a decided entry below what it knows decided: such a replica must not
+    /// lead. As leader it could never apply its own log, so its log head, and with it the room
+    /// it may write into (§5.3), would stay put for ever; nor does a leader install snapshots
+    /// (`transfer::install`). It stays out of elections until its replayer has applied what
+    /// it knows decided (after the snapshot it now fetches as a follower). Seen (`mu sim` seed
+    /// 845, five replicas): replica 0, paused while 1 led, was brought back by 1's
+    /// update-followers, which copies only the complete entries of 1's own log; the slot of
+    /// one of them already held an entry 1 had put in flight past its FUO a lap later, so 0's
+    /// log got the FUO and the entries after the hole. Elected as the lowest id, 0 never
+    /// answered a request again.
+    #[cold]
+    fn stand_aside_until_applied(&mut self) {
+        if !self.shared.eligible.load(Ordering::Acquire) {
+            return; // recovering, or already waiting for entries
+        }
+        let until = self.replayer.decided_below();
+        warn!(
+            replica = self.me.0,
+            head = self.replayer.head(),
+            until,
+            "not standing for election until this log's decided entries are applied"
+        );
+        self.shared.eligible.store(false, Ordering::Release);
+        self.eligible_again_at = Some(until);
+        if self.leader.phase() != Phase::Follower {
+            self.leader.step_down();
+            self.fail_pending(None);
         }
     }
 
@@ -527,6 +570,13 @@ impl<F: Fabric> ReplicationDriver<F> {
         let may_lead = self.shared.eligible.load(Ordering::Acquire)
             && !self.shared.removed.load(Ordering::Acquire);
         if elected == Some(self.me) && !leading && may_lead {
+            // Nothing is asked until the engine's requests go out (`request_permission`, after
+            // this poll's `collect_acks`): an answer to the request word of an earlier
+            // leadership (one that came after we stepped down, or the zero words of a replica
+            // that never asked) is not a grant to this one. Taken as one, it confirmed a peer
+            // that had since taken its log back, or a dead one, and the first operation
+            // aborted the new leader's attempt.
+            self.acked.fill(true);
             // Refused if the configuration at our FUO leaves us out (§5.4).
             if self.leader.become_leader(&self.mem, &mut self.actions) {
                 let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
@@ -577,9 +627,14 @@ impl<F: Fabric> ReplicationDriver<F> {
             }
             let word = self.background.load_u64(ack_offset(pos) as usize).unwrap_or(0);
             if word & !ACK_RECOVERING == self.request_word {
-                if self.binding[pos] {
+                let peer = self.replicas.ids()[pos];
+                if peer != self.me && (self.binding[pos] || !self.connected[pos]) {
                     // Taken once our side is bound, or its binding failed (then the engine
-                    // finds the peer unreachable, as before).
+                    // finds the peer unreachable, as before). A peer the detector still
+                    // suspected when we asked was not connected (`request_permission`), yet it
+                    // answered, so it is back: connect now, or the first operation through
+                    // the side would fail and abort the attempt the grant joins (a restarted
+                    // replica's grants did so again and again until the detector trusted it).
                     self.connect_initiator(pos);
                     if self.binding[pos] {
                         continue;
@@ -587,7 +642,6 @@ impl<F: Fabric> ReplicationDriver<F> {
                 }
                 self.acked[pos] = true;
                 busy = true;
-                let peer = self.replicas.ids()[pos];
                 let grant =
                     if word & ACK_RECOVERING == 0 { Grant::Member } else { Grant::Recovering };
                 self.leader.on_permission(peer, grant, now_ns, &mut self.mem, &mut self.actions);
@@ -774,6 +828,22 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         self.acked[pos] = false;
         self.shared.requests[pos].store(self.request_word, Ordering::Release);
+    }
+
+    /// The detector newly suspects some peers. Each may have died and come back as a new
+    /// incarnation before we write to it again, and our side would still be bound to the dead
+    /// one: connect again when we next ask it for permission (`request_permission`,
+    /// `collect_acks`). Otherwise the first operation after a restart fails, and if that is in
+    /// a new leader's permission round (a follower that never wrote to the restarted replica)
+    /// it can cost the round its majority and a retry. Forgetting a live peer's side costs one
+    /// connect, at the next round only: operations in flight are not disturbed.
+    #[cold]
+    fn note_suspected(&mut self, suspected: u64) {
+        for pos in 0..self.replicas.len() {
+            if (suspected & !self.suspected_seen) >> pos & 1 != 0 {
+                self.connected[pos] = false;
+            }
+        }
     }
 
     /// Connects our side of the connection we write `pos`'s log through, and notes whether it

@@ -78,6 +78,11 @@ impl Replayer {
         applied
     }
 
+    /// Every index below this is known decided (as of the last poll).
+    pub fn decided_below(&self) -> u64 {
+        self.decided_below
+    }
+
     /// Whether the head is known decided but its slot does not hold a complete entry for it
     /// (as of the last poll). Normal for a moment while the entry's bytes land; for long, the
     /// entry is not coming: this log skipped it (a snapshot was installed over a hole, or a

@@ -45,6 +45,9 @@ const ONCE_FAILED: &[u64] = &[
     // through stayed bound to its first incarnation; restarted, it judged the leader failed for
     // good (`BackgroundDriver::read_heartbeats`).
     5444,
+    // Liveness (five replicas): a replica whose log had a hole below its FUO was elected as the
+    // lowest id and could never apply its own log (`ReplicationDriver::stand_aside_until_applied`).
+    845,
 ];
 
 #[test]
