@@ -645,6 +645,13 @@ impl<F: Fabric> ReplicationDriver<F> {
                 let grant =
                     if word & ACK_RECOVERING == 0 { Grant::Member } else { Grant::Recovering };
                 self.leader.on_permission(peer, grant, now_ns, &mut self.mem, &mut self.actions);
+                let round = self.request_round;
+                let new_round = |a: &Action| matches!(a, Action::RequestPermission { round: r, .. } if Some(*r) != round);
+                if self.actions.iter().any(new_round) {
+                    // The grant started the engine over (an abort): the other words answer
+                    // the old round, and the new one's requests are not out yet.
+                    break;
+                }
             }
         }
         let waited_ns = now_ns.saturating_sub(self.permissions_since_ns);
