@@ -574,8 +574,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         if now_ns >= self.next_fate_check_ns {
             self.next_fate_check_ns = now_ns + self.config.fate_check_period_ns;
             let on = self.fate.check(
-                self.shared.loop_count.load(Ordering::Relaxed),
-                self.shared.in_propose.load(Ordering::Acquire),
+                self.shared.progress.loop_count.load(Ordering::Relaxed),
+                self.shared.progress.in_propose.load(Ordering::Acquire),
             );
             let was_on = self.shared.heartbeat_on.load(Ordering::Acquire);
             if was_on && !on {
@@ -734,8 +734,12 @@ impl<F: Fabric> BackgroundDriver<F> {
             self.peers[pos].last_counter = Some(counter);
             // For log recycling (§5.3): the leader engine limits itself by its confirmed
             // followers' heads.
-            // A restarted peer's head starts again from its snapshot or from 0.
-            self.shared.heads[pos].store(head, Ordering::Release);
+            // A restarted peer's head starts again from its snapshot or from 0. Stored only
+            // when it moved: the replication thread reads it on every poll.
+            let word = &self.shared.heads[pos];
+            if word.load(Ordering::Relaxed) != head {
+                word.store(head, Ordering::Release);
+            }
             let eligible = eligible && self.shared.is_member(pos);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }

@@ -271,7 +271,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         let max = self.layout.max_value_bytes();
         self.group.plan(requests, max, self.settings.batch_requests_max)?;
         self.group.pending = true;
-        self.shared.in_propose.store(true, Ordering::Release);
+        self.shared.progress.in_propose.store(true, Ordering::Release);
         self.hand_over();
         self.run_actions(now_ns);
         Ok(())
@@ -320,7 +320,7 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     fn finish_group(&mut self) {
         self.group.finish();
-        self.shared.in_propose.store(false, Ordering::Release);
+        self.shared.progress.in_propose.store(false, Ordering::Release);
     }
 
     /// Does whatever is due: follows the elected leader, collects permission acknowledgements,
@@ -328,7 +328,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// `app`; takes and installs snapshots for state transfer. Returns whether anything
     /// happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
-        self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
+        self.shared.progress.bump_loop();
         let mut busy = self.follow_election();
         if self.leader.phase() != Phase::Follower {
             // Acknowledgements that arrive after the confirmed set was formed grow it.
@@ -365,7 +365,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.note_blocked(now_ns);
         self.serve_snapshot(app);
         applied += usize::from(self.install_snapshot(app));
-        self.shared.fuo.store(self.leader.fuo(), Ordering::Release);
+        self.shared.progress.set_fuo(self.leader.fuo());
         self.note_ready(now_ns);
         self.publish_confirmed();
         if self.eligible_again_at.is_none() && !self.shared.eligible.load(Ordering::Acquire) {
@@ -716,7 +716,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 }
                 Action::Post { peer, wr_id, op, signaled } => self.post(peer, wr_id, op, signaled),
                 Action::Committed { index, mine } => {
-                    self.shared.commits.fetch_add(1, Ordering::Relaxed);
+                    self.shared.progress.count_commit();
                     if mine {
                         self.committed(index);
                     }

@@ -1,14 +1,75 @@
 //! What the replication plane and the background plane of one replica share: a few words, each
 //! written by one side only, and the guard of the replica's own log.
+//!
+//! **Cache lines.** The two planes run on different cores, and a store takes its cache line away
+//! from every other core that holds it. So the words written on the hot path (every poll, every
+//! proposal) sit on lines of their own ([`OwnLines`]), apart from the words the other plane reads
+//! on each of its polls; everything else is written only when it changes. Before this, the
+//! replication thread's loop counter and FUO shared a line with the own-log guard's neighbours
+//! and with the leader and liveness words the background thread reads on every loop, so each
+//! proposal paid for lines the other core had just read.
 
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const NO_LEADER: u32 = u32::MAX;
 
 /// [`Shared::scores`] of this replica itself, or of a peer not scored yet.
 pub(crate) const SCORE_NONE: u8 = u8::MAX;
+
+/// Holds `T` on cache lines no other data uses: 128 bytes, because x86 cores fetch lines in
+/// adjacent pairs (the spatial prefetcher), so words 64 bytes apart can still bounce together.
+#[repr(align(128))]
+pub(crate) struct OwnLines<T>(pub T);
+
+impl<T> Deref for OwnLines<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What the replication plane writes on its hot path, read by the background plane only every
+/// fate-sharing period (and by status).
+///
+/// Only one thread at a time runs the replication plane (the application's and the helper's take
+/// turns under a mutex), so the counters are bumped with a load and a store, not a locked
+/// read-modify-write: on x86 a locked instruction waits for every earlier store to leave the
+/// core, among them the copies into followers' logs, which take their lines from the followers'
+/// cores.
+pub(crate) struct Progress {
+    /// Bumped by every iteration of the replication loop (fate sharing).
+    pub loop_count: AtomicU64,
+    /// A proposal is inside the engine (fate sharing).
+    pub in_propose: AtomicBool,
+    /// This replica's FUO as its leader engine knows it (Velos: what it applied).
+    pub fuo: AtomicU64,
+    /// Entries this replica committed as leader (status).
+    pub commits: AtomicU64,
+}
+
+impl Progress {
+    /// One more iteration of the replication loop. Single writer (see the type).
+    pub fn bump_loop(&self) {
+        let n = self.loop_count.load(Ordering::Relaxed);
+        self.loop_count.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// One more committed entry. Single writer (see the type).
+    pub fn count_commit(&self) {
+        let n = self.commits.load(Ordering::Relaxed);
+        self.commits.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// Publishes the FUO, storing only when it moved.
+    pub fn set_fuo(&self, fuo: u64) {
+        if self.fuo.load(Ordering::Relaxed) != fuo {
+            self.fuo.store(fuo, Ordering::Release);
+        }
+    }
+}
 
 /// Words shared by the two planes of one replica. Who writes each is in its comment.
 pub(crate) struct Shared {
@@ -21,15 +82,12 @@ pub(crate) struct Shared {
     /// replicas it lacks must not ask the others: a manager that gave our log access to another
     /// leader meanwhile would give it back silently, and we would go on without noticing that
     /// their log changed hands in between.
-    pub requests: Vec<AtomicU64>,
-    /// Each replica's log head as last read, by position (background).
-    pub heads: Vec<AtomicU64>,
-    /// This replica's FUO as its leader engine knows it (replication).
-    pub fuo: AtomicU64,
-    /// Bumped by every iteration of the replication loop (replication; fate sharing).
-    pub loop_count: AtomicU64,
-    /// A proposal is inside the engine (replication; fate sharing).
-    pub in_propose: AtomicBool,
+    pub requests: Vec<OwnLines<AtomicU64>>,
+    /// Each replica's log head as last read, by position (background; stored when it moved, on
+    /// a heartbeat read; read by the replication plane on every poll).
+    pub heads: Vec<OwnLines<AtomicU64>>,
+    /// The replication plane's hot words (replication).
+    pub progress: OwnLines<Progress>,
     /// This replica may lead (replication clears it when it finds it needs a state transfer).
     pub eligible: AtomicBool,
     /// This replica restarted with its log lost (or joined new): it may have forgotten values it
@@ -47,7 +105,6 @@ pub(crate) struct Shared {
     /// The heartbeat is going (background; for status).
     pub heartbeat_on: AtomicBool,
     /// Counters for status and metrics.
-    pub commits: AtomicU64,
     pub aborts: AtomicU64,
     pub leader_changes: AtomicU64,
     pub permission_switches: AtomicU64,
@@ -80,8 +137,9 @@ pub(crate) struct Shared {
     pub leaderships: AtomicU64,
     /// Why the leader engine last aborted (rare: a mutex is fine).
     pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
-    /// Write access to our own log (background grants and revokes; replication writes).
-    pub guard: OwnLogGuard,
+    /// Write access to our own log (background grants and revokes; replication writes, with a
+    /// store to it before and after every write of its own log).
+    pub guard: OwnLines<OwnLogGuard>,
     /// The configuration after the entries this replica applied (§5.4), by position.
     pub members: AtomicU64,
     /// Every replica that was a member in a configuration this replica applied.
@@ -101,17 +159,19 @@ impl Shared {
         Shared {
             ids,
             leader: AtomicU32::new(NO_LEADER),
-            requests: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
-            heads: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
-            fuo: AtomicU64::new(0),
-            loop_count: AtomicU64::new(0),
-            in_propose: AtomicBool::new(false),
+            requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
+            heads: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
+            progress: OwnLines(Progress {
+                loop_count: AtomicU64::new(0),
+                in_propose: AtomicBool::new(false),
+                fuo: AtomicU64::new(0),
+                commits: AtomicU64::new(0),
+            }),
             eligible: AtomicBool::new(eligible),
             recovering: AtomicBool::new(!eligible),
             scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
             log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),
-            commits: AtomicU64::new(0),
             aborts: AtomicU64::new(0),
             leader_changes: AtomicU64::new(0),
             permission_switches: AtomicU64::new(0),
@@ -127,7 +187,7 @@ impl Shared {
             elected_at_ns: AtomicU64::new(0),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
-            guard: OwnLogGuard::new(),
+            guard: OwnLines(OwnLogGuard::new()),
             members: AtomicU64::new(members),
             ever_members: AtomicU64::new(members),
             removed: AtomicBool::new(false),
@@ -140,8 +200,8 @@ impl Shared {
         crate::ReplicaStatus {
             me,
             leader: self.leader(),
-            fuo: self.fuo.load(Ordering::Acquire),
-            commits: self.commits.load(Ordering::Relaxed),
+            fuo: self.progress.fuo.load(Ordering::Acquire),
+            commits: self.progress.commits.load(Ordering::Relaxed),
             aborts: self.aborts.load(Ordering::Relaxed),
             leader_changes: self.leader_changes.load(Ordering::Relaxed),
             permission_switches: self.permission_switches.load(Ordering::Relaxed),
@@ -194,6 +254,14 @@ impl Shared {
     pub fn set_members(&self, members: u64) {
         self.ever_members.fetch_or(members, Ordering::AcqRel);
         self.members.store(members, Ordering::Release);
+    }
+
+    /// Sets [`Shared::replayer_stuck`], storing only when it changes (a follower's replication
+    /// plane says so on every poll that applies something).
+    pub fn set_replayer_stuck(&self, stuck: bool) {
+        if self.replayer_stuck.load(Ordering::Relaxed) != stuck {
+            self.replayer_stuck.store(stuck, Ordering::Release);
+        }
     }
 
     /// Records what went wrong in a state transfer, for status.

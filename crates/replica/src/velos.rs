@@ -214,7 +214,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.settings.batch_requests_max,
         )?;
         self.group.pending = true;
-        self.shared.in_propose.store(true, Ordering::Release);
+        self.shared.progress.in_propose.store(true, Ordering::Release);
         self.hand_over();
         Ok(())
     }
@@ -250,13 +250,13 @@ impl<F: Fabric> VelosDriver<F> {
     fn finish_group(&mut self) {
         self.group.finish();
         self.handed = false;
-        self.shared.in_propose.store(false, Ordering::Release);
+        self.shared.progress.in_propose.store(false, Ordering::Release);
     }
 
     /// Does whatever is due: connections, leadership, completions, the proposer's actions,
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
-        self.shared.loop_count.fetch_add(1, Ordering::Relaxed);
+        self.shared.progress.bump_loop();
         let answered_before = self.group.answered;
         self.connect(now_ns);
         let mut busy = false;
@@ -287,7 +287,7 @@ impl<F: Fabric> VelosDriver<F> {
             let learned = self.learn(app) | self.install_snapshot(app);
             if learned {
                 self.last_progress_ns = now_ns;
-                self.shared.replayer_stuck.store(false, Ordering::Release);
+                self.shared.set_replayer_stuck(false);
             } else {
                 self.catch_up(now_ns);
             }
@@ -303,7 +303,7 @@ impl<F: Fabric> VelosDriver<F> {
             (self.applied, all),
             app,
         );
-        self.shared.fuo.store(self.applied, Ordering::Release);
+        self.shared.progress.set_fuo(self.applied);
         busy
     }
 
@@ -581,7 +581,7 @@ impl<F: Fabric> VelosDriver<F> {
                     self.apply_from(q, index, app).unwrap_or_else(|| {
                         panic!("decided entry {index} is not in this replica's own value log")
                     });
-                    self.shared.commits.fetch_add(1, Ordering::Relaxed);
+                    self.shared.progress.count_commit();
                     let noop = submitted && self.noop_pending;
                     self.last_decision = (now_ns, noop);
                     if noop {
@@ -609,7 +609,7 @@ impl<F: Fabric> VelosDriver<F> {
                         // lead again once it applied an entry the usual way.
                         StopReason::Stale { .. } => {
                             self.last = None;
-                            self.shared.replayer_stuck.store(true, Ordering::Release);
+                            self.shared.set_replayer_stuck(true);
                         }
                         StopReason::ProposalsExhausted { .. } => self.stopped = Some(reason),
                     }
@@ -676,7 +676,7 @@ impl<F: Fabric> VelosDriver<F> {
                 .expect("Velos region layout");
             if learner::recycled(&self.layout, index + 1, word) {
                 // A whole log behind: only a state transfer gets past it.
-                self.shared.replayer_stuck.store(true, Ordering::Release);
+                self.shared.set_replayer_stuck(true);
                 break;
             }
             let Some(q) = learner::decided_by(&self.layout, index, word) else { break };
@@ -728,7 +728,7 @@ impl<F: Fabric> VelosDriver<F> {
                     // Not decided there either (then nothing to catch up), or recycled: the
                     // entry is gone from the leader's memory, and a state transfer is needed.
                     if learner::recycled(&self.layout, index + 1, word) {
-                        self.shared.replayer_stuck.store(true, Ordering::Release);
+                        self.shared.set_replayer_stuck(true);
                     }
                     self.catch_up = CatchUp::Idle;
                     return;
@@ -756,10 +756,10 @@ impl<F: Fabric> VelosDriver<F> {
                 if self.apply_slot(index, app).is_some() {
                     // More may follow the same way at once.
                     self.last_progress_ns = 0;
-                    self.shared.replayer_stuck.store(false, Ordering::Release);
+                    self.shared.set_replayer_stuck(false);
                 } else {
                     // The leader's entry was overwritten by a later lap.
-                    self.shared.replayer_stuck.store(true, Ordering::Release);
+                    self.shared.set_replayer_stuck(true);
                 }
             }
             _ => self.catch_up = CatchUp::Idle,
