@@ -121,6 +121,23 @@ assert all(r["mops"] > 0 and r["p50_us"] > 0 for r in t)
 print("mu bench all --quick: every benchmark's JSON, CSV and SVG in %.0f s" % d["seconds"])
 PY
 
+step "targets smoke run: mu bench targets --quick (every target gets a figure; nothing asserted about speed)"
+rm -rf target/bench-targets
+out=$(./target/release/mu bench targets --quick --json --out target/bench-targets)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, os, sys
+d = json.loads(sys.argv[1])
+t = d["targets"]
+assert len(t) == 7, t
+for r in t:
+    assert r["measured"] is not None and r["measured"] > 0 and r["met"] in (True, False), r
+for name in ["replication", "failover-kill", "failover-pause", "replication-ofi"]:
+    assert os.path.getsize(os.path.join("target/bench-targets", name + ".json")) > 0, name
+print("mu bench targets --quick: a figure and a verdict for each of the %d targets in %.0f s"
+      % (len(t), d["seconds"]))
+PY
+
 for protocol in mu velos; do
 step "the main job: mu demo --protocol $protocol (three replica processes, leader killed; JSON checked)"
 out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol")

@@ -12,6 +12,7 @@ mod bench_payload;
 mod bench_peers;
 mod bench_replication;
 mod bench_suite;
+mod bench_targets;
 mod bench_throughput;
 mod cluster;
 mod cluster_cmd;
@@ -96,6 +97,10 @@ enum Bench {
     /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
     /// client transport alone, an unreplicated server, and the replicated service.
     E2e(bench_e2e::Args),
+    /// Every latency target (replication against the fabric's write2, Velos against Mu,
+    /// failover in kill and pause mode, Mu on libfabric), measured on this machine in one run,
+    /// each with its verdict.
+    Targets(bench_targets::Args),
 }
 
 fn main() -> ExitCode {
@@ -109,6 +114,7 @@ fn main() -> ExitCode {
         Command::Bench { which: Bench::Throughput(args) } => bench_throughput::run(args),
         Command::Bench { which: Bench::Payload(args) } => bench_payload::run(args),
         Command::Bench { which: Bench::Peers(args) } => bench_peers::run(args),
+        Command::Bench { which: Bench::Targets(args) } => bench_targets::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
