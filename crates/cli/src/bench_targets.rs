@@ -312,10 +312,13 @@ fn print_table(rows: &[Value]) {
     for r in rows {
         let unit = r["unit"].as_str().unwrap_or("");
         let text = |x: f64| match unit {
-            // Ratios far under 1 (write2 with a scheduler hand-off in it) keep a digit that
-            // shows.
-            "x" if x < 0.1 => format!("{x:.3} x"),
-            "x" => format!("{x:.2} x"),
+            // Two significant digits for ratios far under 1 (write2 with a scheduler hand-off
+            // in it), two decimals otherwise.
+            "x" => {
+                let decimals = 1i32.saturating_sub(x.abs().log10().floor() as i32).clamp(2, 6);
+                let decimals = decimals as usize;
+                format!("{x:.decimals$} x")
+            }
             _ => format!("{x:.1} {unit}"),
         };
         let (measured, verdict) = match r["measured"].as_f64() {
