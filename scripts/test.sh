@@ -130,6 +130,7 @@ import json, os, sys
 d = json.loads(sys.argv[1])
 t = d["targets"]
 assert len(t) == 7, t
+assert (d["note"] is not None) == (d["cpus_allowed"] < 12), d["note"]
 for r in t:
     assert r["measured"] is not None and r["measured"] > 0 and r["met"] in (True, False), r
 for name in ["replication", "failover-kill", "failover-pause", "replication-ofi"]:

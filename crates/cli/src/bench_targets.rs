@@ -1,5 +1,7 @@
-//! `mu bench targets`: every latency target the project sets, measured in one run on this
-//! machine, each with its verdict.
+//! `mu bench targets`: the replication and failover targets (seven), measured in one run on
+//! this machine, each with its verdict. Left out: the comparison with peer systems (`mu bench
+//! peers`, which needs Redis and etcd installed) and the throughput target (`mu bench
+//! throughput`).
 //!
 //! The measurements are the benchmarks' own: each runs as a child process of this binary (`mu
 //! bench replication` or `mu bench failover`, with `--json`), and its JSON object is kept as
@@ -10,14 +12,16 @@
 //! Threads. With at least [`DEDICATED_CPUS_MIN`] CPUs allowed, the failover measurements use
 //! dedicated (spinning) threads, and pause mode a 5 µs read period, as the figures in
 //! BENCHMARKS.md were taken; with fewer CPUs, shared threads and the default read period, since
-//! spinning threads on too few cores measure the scheduler. Replication always uses shared
-//! threads: with dedicated ones the background threads' polls take the proposer's cache lines
-//! and make it slower, not faster (BENCHMARKS.md).
+//! spinning threads on too few cores measure the scheduler. Replication uses shared threads
+//! unless `--replication-threads dedicated` says otherwise: on 16 vCPUs dedicated ones made it
+//! slower, not faster (BENCHMARKS.md), a finding that predates moving the replication plane's
+//! hot words onto cache lines of their own, and so provisional.
 //!
 //! Rejected: running the benchmarks in this process. Each one starts replicas, a run directory
 //! and a signal handler of its own, and one that fails must not leave them behind for the next;
 //! `mu bench all` runs its benchmarks as children for the same reason.
 
+use crate::cluster::ThreadsChoice;
 use crate::{interrupt, pin};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -42,7 +46,16 @@ pub struct Args {
     /// Leave out the libfabric measurement (the ofi target)
     #[arg(long)]
     no_ofi: bool,
+    /// How the replicas' threads wait in the replication measurements (the failover ones
+    /// follow the CPUs allowed)
+    #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
+    replication_threads: ThreadsChoice,
 }
+
+/// Printed, and put in the JSON, where too few CPUs are allowed for a core per thread.
+const FEW_CPUS_NOTE: &str = "three replica processes share the cores: write2 then includes a \
+    scheduler hand-off and the failovers wait for sleeping threads, so these verdicts say \
+    little about a machine with a core per thread";
 
 /// One child benchmark.
 struct Measurement {
@@ -153,7 +166,8 @@ fn measurements(args: &Args, dedicated: bool) -> Vec<Measurement> {
         a
     };
     let replication = |extra: &[&str], samples: u64| {
-        let mut a: Vec<String> = ["replication", "--payload", "64", "--threads", "shared"]
+        let threads = args.replication_threads.name();
+        let mut a: Vec<String> = ["replication", "--payload", "64", "--threads", threads]
             .into_iter()
             .chain(extra.iter().copied())
             .map(String::from)
@@ -185,14 +199,11 @@ pub fn run(args: Args) -> Result<(), String> {
     let cpus = pin::allowed_cpus().len();
     let dedicated = cpus >= DEDICATED_CPUS_MIN;
     eprintln!(
-        "mu bench targets: {cpus} CPUs allowed: failover with {} threads{}",
+        "mu bench targets: {cpus} CPUs allowed: failover with {} threads{}; replication with \
+         {} threads",
         if dedicated { "dedicated" } else { "shared" },
-        if dedicated {
-            ""
-        } else {
-            " (dedicated threads need about four cores per replica); replication with shared \
-             threads"
-        }
+        if dedicated { "" } else { " (dedicated threads need about four cores per replica)" },
+        args.replication_threads.name()
     );
     let started = Instant::now();
     let plan = measurements(&args, dedicated);
@@ -253,6 +264,8 @@ pub fn run(args: Args) -> Result<(), String> {
             json!({
                 "cpus_allowed": cpus,
                 "failover_threads": if dedicated { "dedicated" } else { "shared" },
+                "replication_threads": args.replication_threads.name(),
+                "note": (!dedicated).then_some(FEW_CPUS_NOTE),
                 "quick": args.quick,
                 "seconds": seconds,
                 "targets": rows,
@@ -262,12 +275,7 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         print_table(&rows);
         if !dedicated {
-            println!(
-                "With fewer than {DEDICATED_CPUS_MIN} CPUs, three replica processes share the \
-                 cores: write2 then includes a scheduler hand-off and the failovers wait for \
-                 sleeping threads, so these verdicts say little about a machine with a core per \
-                 thread."
-            );
+            println!("With fewer than {DEDICATED_CPUS_MIN} CPUs, {FEW_CPUS_NOTE}.");
         }
         println!(
             "mu bench targets: {} measurements in {seconds:.0} s; their JSON objects in {}",

@@ -97,9 +97,9 @@ enum Bench {
     /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
     /// client transport alone, an unreplicated server, and the replicated service.
     E2e(bench_e2e::Args),
-    /// Every latency target (replication against the fabric's write2, Velos against Mu,
-    /// failover in kill and pause mode, Mu on libfabric), measured on this machine in one run,
-    /// each with its verdict.
+    /// The replication and failover targets (replication against the fabric's write2, Velos
+    /// against Mu, failover in kill and pause mode, Mu on libfabric), measured on this machine
+    /// in one run, each with its verdict.
     Targets(bench_targets::Args),
 }
 

@@ -4,10 +4,12 @@
 //! **Cache lines.** The two planes run on different cores, and a store takes its cache line away
 //! from every other core that holds it. So the words written on the hot path (every poll, every
 //! proposal) sit on lines of their own ([`OwnLines`]), apart from the words the other plane reads
-//! on each of its polls; everything else is written only when it changes. Before this, the
-//! replication thread's loop counter and FUO shared a line with the own-log guard's neighbours
-//! and with the leader and liveness words the background thread reads on every loop, so each
-//! proposal paid for lines the other core had just read.
+//! on each of its polls; everything else is written rarely, most of it only when it changes.
+//! Before this, with the field order the compiler chose for the struct (printed with
+//! `offset_of!`), the FUO and loop counter stored on every poll shared 64 bytes with other
+//! counters, and the own-log guard and `in_propose`, stored on every proposal, shared them with
+//! the leader, liveness and eligibility words the background thread reads on every loop. What
+//! that cost has not been measured with a core per thread.
 
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
@@ -34,9 +36,11 @@ impl<T> Deref for OwnLines<T> {
 /// What the replication plane writes on its hot path, read by the background plane only every
 /// fate-sharing period (and by status).
 ///
-/// Only one thread at a time runs the replication plane (the application's and the helper's take
-/// turns under a mutex), so the counters are bumped with a load and a store, not a locked
-/// read-modify-write: on x86 a locked instruction waits for every earlier store to leave the
+/// Single writer: every write is made by a `&mut self` method of the one replication driver
+/// (Mu's or Velos's) that owns this replica's [`Shared`], whichever thread runs it (in direct
+/// mode the application's and the helper's take turns under a mutex; in handover mode and in the
+/// simulator one thread). A second writer would break the counters, which are therefore bumped
+/// with a load and a store, not a locked read-modify-write: on x86 a locked instruction waits for every earlier store to leave the
 /// core, among them the copies into followers' logs, which take their lines from the followers'
 /// cores.
 pub(crate) struct Progress {
