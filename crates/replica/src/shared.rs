@@ -26,6 +26,9 @@ pub(crate) const SCORE_NONE: u8 = u8::MAX;
 #[repr(align(128))]
 pub(crate) struct OwnLines<T>(pub T);
 
+const _: () = assert!(std::mem::align_of::<OwnLines<AtomicBool>>() == 128);
+const _: () = assert!(std::mem::size_of::<OwnLines<Progress>>() == 128);
+
 impl<T> Deref for OwnLines<T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -40,9 +43,9 @@ impl<T> Deref for OwnLines<T> {
 /// (Mu's or Velos's) that owns this replica's [`Shared`], whichever thread runs it (in direct
 /// mode the application's and the helper's take turns under a mutex; in handover mode and in the
 /// simulator one thread). A second writer would break the counters, which are therefore bumped
-/// with a load and a store, not a locked read-modify-write: on x86 a locked instruction waits for every earlier store to leave the
-/// core, among them the copies into followers' logs, which take their lines from the followers'
-/// cores.
+/// with a load and a store, not a locked read-modify-write: on x86 a locked instruction waits
+/// for every earlier store to leave the core, among them the copies into followers' logs, which
+/// take their lines from the followers' cores.
 pub(crate) struct Progress {
     /// Bumped by every iteration of the replication loop (fate sharing).
     pub loop_count: AtomicU64,
