@@ -6,6 +6,7 @@
 
 use crate::bench_suite::SuiteArgs;
 use crate::interrupt;
+use std::ffi::OsString;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -35,28 +36,24 @@ pub fn run(args: Args) -> Result<(), String> {
     for (i, (name, bench_args)) in BENCHES.iter().enumerate() {
         interrupt::check()?;
         eprintln!("\n== mu bench all: {}/{}: {name}", i + 1, BENCHES.len());
-        let mut cmd = Command::new(&exe);
-        cmd.arg("bench").args(*bench_args).arg("--out").arg(&args.suite.out);
+        let mut bench: Vec<OsString> = bench_args.iter().map(OsString::from).collect();
+        bench.extend(["--out".into(), args.suite.out.clone().into_os_string()]);
         if args.suite.quick {
-            cmd.arg("--quick");
-        }
-        // Progress and messages go straight to this process's stderr; the table too, or the
-        // JSON object to us.
-        cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
-        if args.suite.json {
-            cmd.arg("--json").stdout(Stdio::piped());
-        } else {
-            cmd.stdout(Stdio::inherit());
-        }
-        let out = cmd.output().map_err(|e| format!("starting mu bench {name}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("mu bench {name} failed ({})", out.status));
+            bench.push("--quick".into());
         }
         if args.suite.json {
-            let text = String::from_utf8_lossy(&out.stdout);
-            let value: serde_json::Value = serde_json::from_str(text.trim())
-                .map_err(|e| format!("mu bench {name} printed no JSON object: {e}"))?;
-            gathered.insert((*name).into(), value);
+            gathered.insert((*name).into(), crate::bench_suite::child_json(&exe, &bench, name)?);
+            continue;
+        }
+        // Progress, messages and the table go straight to this process's stderr and stdout.
+        let status = Command::new(&exe)
+            .arg("bench")
+            .args(&bench)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("starting mu bench {name}: {e}"))?;
+        if !status.success() {
+            return Err(format!("mu bench {name} failed ({status})"));
         }
     }
     let seconds = started.elapsed().as_secs_f64();

@@ -90,3 +90,28 @@ pub fn us(v: f64) -> String {
         format!("{v:.2}")
     }
 }
+
+/// Runs `mu bench <args> --json` as a child of this binary (`exe`) and returns the JSON object
+/// it prints; its progress and messages go straight to this process's stderr. `name` names it
+/// in errors.
+pub fn child_json(
+    exe: &std::path::Path,
+    args: &[std::ffi::OsString],
+    name: &str,
+) -> Result<serde_json::Value, String> {
+    let output = std::process::Command::new(exe)
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("starting mu bench {name}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("mu bench {name} failed ({})", output.status));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(text.trim())
+        .map_err(|e| format!("mu bench {name} printed no JSON object: {e}"))
+}

@@ -24,8 +24,8 @@
 use crate::cluster::ThreadsChoice;
 use crate::{interrupt, pin};
 use serde_json::{json, Value};
+use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// CPUs from which the failover measurements use dedicated threads: about four threads for each
@@ -60,7 +60,7 @@ const FEW_CPUS_NOTE: &str = "three replica processes share the cores: write2 the
 /// One child benchmark.
 struct Measurement {
     name: &'static str,
-    args: Vec<String>,
+    args: Vec<OsString>,
 }
 
 /// One target: a figure read from a measurement's JSON object, and the most it may be.
@@ -160,19 +160,19 @@ fn measurements(args: &Args, dedicated: bool) -> Vec<Measurement> {
         if dedicated && mode == "pause" {
             a.extend(["--read-period-us", "5"]);
         }
-        let mut a: Vec<String> = a.into_iter().map(String::from).collect();
-        a.extend(["--count".into(), failovers.to_string()]);
-        a.extend(["--out".into(), args.out.display().to_string()]);
+        let mut a: Vec<OsString> = a.into_iter().map(OsString::from).collect();
+        a.extend(["--count".into(), failovers.to_string().into()]);
+        a.extend(["--out".into(), args.out.clone().into_os_string()]);
         a
     };
     let replication = |extra: &[&str], samples: u64| {
         let threads = args.replication_threads.name();
-        let mut a: Vec<String> = ["replication", "--payload", "64", "--threads", threads]
+        let mut a: Vec<OsString> = ["replication", "--payload", "64", "--threads", threads]
             .into_iter()
             .chain(extra.iter().copied())
-            .map(String::from)
+            .map(OsString::from)
             .collect();
-        a.extend(["--samples".into(), samples.to_string()]);
+        a.extend(["--samples".into(), samples.to_string().into()]);
         a
     };
     let mut all = vec![
@@ -216,9 +216,9 @@ pub fn run(args: Args) -> Result<(), String> {
             i + 1,
             plan.len(),
             m.name,
-            m.args.join(" ")
+            m.args.join(" ".as_ref()).to_string_lossy()
         );
-        let result = measure(&exe, m).and_then(|value| {
+        let result = crate::bench_suite::child_json(&exe, &m.args, m.name).and_then(|value| {
             let path = out.join(format!("{}.json", m.name));
             std::fs::write(&path, format!("{value}\n"))
                 .map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -290,26 +290,6 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         Err(format!("not measured: {}", failed.join(", ")))
     }
-}
-
-/// Runs one benchmark as a child and returns its JSON object. Its progress goes straight to
-/// this process's stderr.
-fn measure(exe: &std::path::Path, m: &Measurement) -> Result<Value, String> {
-    let output = Command::new(exe)
-        .arg("bench")
-        .args(&m.args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("starting mu bench {}: {e}", m.args[0]))?;
-    if !output.status.success() {
-        return Err(format!("mu bench {} failed ({})", m.args[0], output.status));
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(text.trim())
-        .map_err(|e| format!("mu bench {} printed no JSON object: {e}", m.args[0]))
 }
 
 fn print_table(rows: &[Value]) {
