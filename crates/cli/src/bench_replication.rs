@@ -17,7 +17,8 @@
 
 use crate::bench_fabric::{self, Summary};
 use crate::cluster::{
-    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
+    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, ShmGuardChoice, Spec, ThreadsChoice,
+    Words,
 };
 use crate::{interrupt, pin, replica_child};
 use hdrhistogram::Histogram;
@@ -114,6 +115,11 @@ pub struct Args {
     /// own (dedicated: about four cores per replica, as in the Mu paper).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
+    /// On shm: how writers enter the replicas' connection sides: a locked instruction per
+    /// operation (locked), or a compiler fence, revocations then issuing membarrier(2)
+    /// (membarrier, Linux 4.16+; docs/fabric.md).
+    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
+    shm_guard: ShmGuardChoice,
 }
 
 /// The detector's read period on the ofi fabric unless `--read-period-us` says otherwise. On
@@ -233,7 +239,8 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let run_dir = RunDir::create("replication")?;
     // Checked before anything starts.
-    let fabric_choice = FabricChoice::parse(&args.fabric, args.provider.as_deref(), REPLICAS)?;
+    let fabric_choice =
+        FabricChoice::parse(&args.fabric, args.provider.as_deref(), args.shm_guard, REPLICAS)?;
     eprintln!(
         "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads, {samples} samples \
          per payload size, {} CPUs allowed",
@@ -246,9 +253,9 @@ pub fn run(args: Args) -> Result<(), String> {
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
     let write2 = match fabric_choice {
         FabricChoice::Ofi { provider, .. } => crate::bench_ofi::write2_rtt(provider, samples)?,
-        FabricChoice::Shm => {
+        FabricChoice::Shm(guard) => {
             let dir = run_dir.subdirectory("fabric")?;
-            bench_fabric::write2_rtt(dir.path(), samples)?
+            bench_fabric::write2_rtt(dir.path(), samples, guard)?
         }
     };
 
@@ -406,7 +413,7 @@ pub fn throughput(
     let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN / 4, LOG_SLOTS_MAX);
     let spec = Spec {
         replicas: REPLICAS,
-        fabric: FabricChoice::Shm,
+        fabric: FabricChoice::SHM,
         mode: ReplicaMode::Direct,
         read_period_us: None,
         threads: ThreadsChoice::Shared,
@@ -696,6 +703,7 @@ fn document(
         "cpus_allowed": pin::allowed_cpus().len(),
         "read_period_us": read_period_us(args),
         "threads": args.threads.name(),
+        "shm_guard": (args.fabric == "shm").then_some(args.shm_guard.name()),
         "samples_per_payload": samples,
         "results": results,
         "fabric_write2_ns": write2.json(),

@@ -118,6 +118,33 @@ impl ThreadsChoice {
     }
 }
 
+/// How writers enter a node's connection sides on the shared-memory fabric
+/// ([`mu_fabric_shm::GuardBarrier`]): the `--shm-guard` option of the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShmGuardChoice {
+    /// The writer marks itself in flight with a locked instruction; works everywhere.
+    #[default]
+    Locked,
+    /// Writers enter with a compiler fence; revocations issue membarrier(2) (Linux 4.16+).
+    Membarrier,
+}
+
+impl ShmGuardChoice {
+    pub fn barrier(self) -> mu_fabric_shm::GuardBarrier {
+        match self {
+            ShmGuardChoice::Locked => mu_fabric_shm::GuardBarrier::Locked,
+            ShmGuardChoice::Membarrier => mu_fabric_shm::GuardBarrier::Membarrier,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShmGuardChoice::Locked => "locked",
+            ShmGuardChoice::Membarrier => "membarrier",
+        }
+    }
+}
+
 impl ReplicaMode {
     pub fn mode(self) -> mu_replica::Mode {
         match self {
@@ -304,23 +331,27 @@ pub struct Spec {
 /// The fabric of a benchmark's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricChoice {
-    /// Shared memory in the run directory.
-    Shm,
+    /// Shared memory in the run directory, with this guard barrier.
+    Shm(ShmGuardChoice),
     /// libfabric over loopback TCP with `provider` (one of `mu_fabric_ofi::PROVIDERS`), each
     /// node's ports from its block after `base_port` (`bench_ofi::loopback_config`).
     Ofi { base_port: u16, provider: &'static str },
 }
 
 impl FabricChoice {
+    /// Shared memory with the default guard barrier.
+    pub const SHM: FabricChoice = FabricChoice::Shm(ShmGuardChoice::Locked);
+
     /// From the `--fabric` and `--provider` options: `shm`, or `ofi` (provider `sockets` unless
     /// one is named) with a block of free ports for `replicas`.
     pub fn parse(
         name: &str,
         provider: Option<&str>,
+        shm_guard: ShmGuardChoice,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
         Ok(match crate::bench_ofi::fabric_provider(name, provider)? {
-            None => FabricChoice::Shm,
+            None => FabricChoice::Shm(shm_guard),
             Some(provider) => FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,
                 provider,
@@ -331,7 +362,7 @@ impl FabricChoice {
     /// The same fabric for a new cluster of `replicas`: on ofi, a fresh block of ports.
     pub fn fresh(self, replicas: u16) -> Result<FabricChoice, String> {
         match self {
-            FabricChoice::Shm => Ok(FabricChoice::Shm),
+            FabricChoice::Shm(guard) => Ok(FabricChoice::Shm(guard)),
             FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,
                 provider,
@@ -341,7 +372,7 @@ impl FabricChoice {
 
     pub fn name(self) -> &'static str {
         match self {
-            FabricChoice::Shm => "shm",
+            FabricChoice::Shm(_) => "shm",
             FabricChoice::Ofi { .. } => "ofi",
         }
     }
@@ -349,7 +380,8 @@ impl FabricChoice {
     /// The fabric and, on ofi, its provider: `shm`, `ofi (sockets)`.
     pub fn label(self) -> String {
         match self {
-            FabricChoice::Shm => "shm".into(),
+            FabricChoice::Shm(ShmGuardChoice::Locked) => "shm".into(),
+            FabricChoice::Shm(guard) => format!("shm ({} guard)", guard.name()),
             FabricChoice::Ofi { provider, .. } => format!("ofi ({provider})"),
         }
     }
@@ -364,10 +396,11 @@ impl FabricChoice {
     ) -> Result<mu_replica::Replica, String> {
         let me = config.me;
         let replica = match self {
-            FabricChoice::Shm => {
+            FabricChoice::Shm(guard) => {
                 let mut shm = mu_fabric_shm::ShmConfig::new(run_dir, CLUSTER_ID, me)
                     .with_protocol(config.protocol.tag());
                 shm.liveness_spin = config.threads == mu_replica::Threads::Dedicated;
+                shm.guard_barrier = guard.barrier();
                 let fabric = mu_fabric_shm::ShmFabric::create(shm)
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
@@ -437,8 +470,14 @@ impl Cluster {
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);
             }
-            if let FabricChoice::Ofi { base_port, provider } = spec.fabric {
-                cmd.args(["--ofi-base-port", &base_port.to_string(), "--ofi-provider", provider]);
+            match spec.fabric {
+                FabricChoice::Ofi { base_port, provider } => {
+                    cmd.args(["--ofi-base-port", &base_port.to_string()]);
+                    cmd.args(["--ofi-provider", provider]);
+                }
+                FabricChoice::Shm(guard) => {
+                    cmd.args(["--shm-guard", guard.name()]);
+                }
             }
             // Their own process group: the terminal's Ctrl-C reaches the benchmark only, which
             // then stops them and cleans up (a child killed under it would read as a failure).
