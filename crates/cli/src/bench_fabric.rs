@@ -498,6 +498,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(provider) =
         crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
     {
+        args.shm_guard.refuse_off_shm()?;
         return crate::bench_ofi::run(args.json, args.samples, provider);
     }
     let (run_dir, remove_after) = match &args.run_dir {

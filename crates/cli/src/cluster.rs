@@ -137,6 +137,15 @@ impl ShmGuardChoice {
         }
     }
 
+    /// `--shm-guard` other than the default with a fabric other than shm: an error, not an
+    /// option silently ignored.
+    pub fn refuse_off_shm(self) -> Result<(), String> {
+        match self {
+            ShmGuardChoice::Locked => Ok(()),
+            other => Err(format!("--shm-guard {} applies to --fabric shm only", other.name())),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ShmGuardChoice::Locked => "locked",
@@ -350,7 +359,11 @@ impl FabricChoice {
         shm_guard: ShmGuardChoice,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        Ok(match crate::bench_ofi::fabric_provider(name, provider)? {
+        let provider = crate::bench_ofi::fabric_provider(name, provider)?;
+        if provider.is_some() {
+            ShmGuardChoice::refuse_off_shm(shm_guard)?;
+        }
+        Ok(match provider {
             None => FabricChoice::Shm(shm_guard),
             Some(provider) => FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,

@@ -64,10 +64,11 @@ pub enum GuardBarrier {
     /// instruction on x86); the revoker fences. Works everywhere.
     #[default]
     Locked,
-    /// The revoker issues `membarrier(2)` after every change, so that registered writers may
-    /// enter with a compiler fence only. Needs Linux 4.16 or later and the system call allowed;
-    /// a node asked for it where it is not available refuses to start. Writers use it only into
-    /// nodes that advertise it, so nodes of both kinds may share a cluster.
+    /// The revoker issues `membarrier(2)` after every change that takes access away, so that
+    /// registered writers may enter with a compiler fence only. Needs Linux 4.16 or later and
+    /// the system call allowed; a node asked for it where it is not available refuses to start.
+    /// Writers use it only into nodes that advertise it, so nodes of both kinds may share a
+    /// cluster.
     Membarrier,
 }
 
@@ -154,6 +155,15 @@ impl Acl {
             | u64::from(self.access.bits())
     }
 
+    /// Whether a writer admitted under `before` might not be under `self`: access taken away,
+    /// a state that admits nobody, or another peer incarnation. Only such a change has to be a
+    /// barrier.
+    pub fn takes_away_from(self, before: Acl) -> bool {
+        self.access.revokes_from(before.access)
+            || !self.state.accepts_remote()
+            || self.peer_incarnation != before.peer_incarnation
+    }
+
     pub fn unpack(word: u64) -> Acl {
         Acl {
             peer_incarnation: (word >> 32) as u32,
@@ -191,7 +201,9 @@ impl<M: MemoryModel> Slot<M> {
     /// Publishes a new `acl` and, if the peer was in flight when it did, returns the in-flight
     /// word to wait on with [`Slot::still_in_flight`] ([`in_flight_incarnation`] says whose it
     /// is). Once this returns `None`, or the word has moved on, or its incarnation is dead, no
-    /// operation that the new `acl` forbids can land.
+    /// operation that the new `acl` forbids can land. For a slot of a node on
+    /// [`GuardBarrier::Locked`] only: writers into a [`GuardBarrier::Membarrier`] node enter
+    /// the light way, which only [`Slot::replace_with`]'s heavy fence makes up for.
     pub fn publish(&self, acl: Acl) -> Option<u64> {
         self.acl.store(acl.pack(), Ordering::SeqCst);
         M::fence_seq_cst();
@@ -202,6 +214,7 @@ impl<M: MemoryModel> Slot<M> {
     /// Like [`Slot::publish`], but only if the `acl` is still `before`; otherwise returns the
     /// `acl` found. The owner's data path may move the side to `Error` at any moment, and a control
     /// change decided from a stale `acl` must not silently undo that, nor base its barrier on it.
+    /// For [`GuardBarrier::Locked`] nodes only, as [`Slot::publish`].
     pub fn replace(&self, before: Acl, acl: Acl) -> Result<Option<u64>, Acl> {
         self.replace_with(before, acl, GuardBarrier::Locked)
     }

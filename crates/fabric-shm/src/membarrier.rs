@@ -8,11 +8,15 @@
 //! CPU running a thread of a registered process has run a full barrier (the kernel interrupts
 //! them); a thread that is not running went through the scheduler, which is a full barrier too.
 //! Linux 4.16 and later; a seccomp filter may refuse the call, which [`register`] reports.
+//! Should the expedited barrier fail later (the kernel may be short of memory for it), the
+//! plain `MEMBARRIER_CMD_GLOBAL` stands in: slower (it waits for a scheduler grace period, about
+//! a millisecond), it reaches every thread of every process, registered or not.
 
 use std::io;
 
 // From <linux/membarrier.h>.
 const CMD_QUERY: libc::c_long = 0;
+const CMD_GLOBAL: libc::c_long = 1 << 0;
 const CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
 const CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
 
@@ -47,15 +51,27 @@ pub fn register() -> io::Result<()> {
 
 /// Runs a full memory barrier on every CPU running a thread of a registered process.
 ///
-/// Fails only where [`register`] would have failed first; a revoker that advertised the
-/// barrier and then cannot issue it stops the process rather than let a revocation through
-/// without its barrier (a fail-stop, which the protocols tolerate; a silent lapse they do not).
+/// The expedited barrier is tried a few times (it fails with `ENOMEM` when the kernel cannot
+/// allocate its CPU mask, or `EINTR`), then the plain global one. A revoker that advertised the
+/// barrier and can issue neither (a seccomp filter installed after start-up) stops the process
+/// rather than let a revocation through without its barrier: a fail-stop, which the protocols
+/// tolerate, where a silent lapse they do not.
 pub fn global() {
-    if let Err(e) = call(CMD_GLOBAL_EXPEDITED) {
+    let mut last = None;
+    for attempt in 0..4 {
+        match call(CMD_GLOBAL_EXPEDITED) {
+            Ok(_) => return,
+            Err(e) => last = Some(e),
+        }
+        if attempt > 0 {
+            std::thread::yield_now();
+        }
+    }
+    if let Err(e) = call(CMD_GLOBAL) {
         eprintln!(
-            "mu-fabric-shm: membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed after it worked \
-             at start-up ({e}); stopping, since revocations of this node would no longer be \
-             barriers"
+            "mu-fabric-shm: membarrier(2) failed after it worked at start-up (expedited: {}; \
+             plain: {e}); stopping, since revocations of this node would no longer be barriers",
+            last.map_or_else(String::new, |e| e.to_string())
         );
         std::process::abort();
     }

@@ -456,7 +456,14 @@ impl Node {
         let mut before = slot.acl();
         loop {
             let after = change(before)?;
-            match slot.replace_with(before, after, self.config.guard_barrier) {
+            // Only a change that takes something away is a barrier (`await_barrier`), so only
+            // such a change pays for the heavy fence.
+            let barrier = if after.takes_away_from(before) {
+                self.config.guard_barrier
+            } else {
+                GuardBarrier::Locked
+            };
+            match slot.replace_with(before, after, barrier) {
                 Ok(word) => return self.await_barrier(conn, slot, before, after, word, wait),
                 Err(now) => before = now,
             }
@@ -482,11 +489,8 @@ impl Node {
         wait: BarrierWait,
     ) -> Result<(), PermError> {
         let Some(word) = word else { return Ok(()) };
-        let takes_away = after.access.revokes_from(before.access)
-            || !after.state.accepts_remote()
-            || after.peer_incarnation != before.peer_incarnation;
         let writer = in_flight_incarnation(word);
-        if !takes_away || writer != before.peer_incarnation {
+        if !after.takes_away_from(before) || writer != before.peer_incarnation {
             return Ok(());
         }
         let peer = self.bound_peer(conn.peer, writer).ok_or_else(|| FabricError::FenceFailed {
