@@ -416,6 +416,9 @@ impl FabricChoice {
                 shm.guard_barrier = guard.barrier();
                 let fabric = mu_fabric_shm::ShmFabric::create(shm)
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                // The own log's guard goes with the fabric's: no locked instruction on a
+                // proposal's path with `membarrier`.
+                let config = mu_replica::ReplicaConfig { own_log_guard: guard.barrier(), ..config };
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
             FabricChoice::Ofi { base_port, provider } => {

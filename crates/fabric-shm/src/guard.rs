@@ -57,20 +57,7 @@
 use mu_fabric::{Access, QpState};
 use std::sync::atomic::Ordering;
 
-/// How writers enter a node's slots, and what the node's revocations do to make up for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GuardBarrier {
-    /// The writer marks itself in flight with a sequentially consistent store (a locked
-    /// instruction on x86); the revoker fences. Works everywhere.
-    #[default]
-    Locked,
-    /// The revoker issues `membarrier(2)` after every change that takes access away, so that
-    /// registered writers may enter with a compiler fence only. Needs Linux 4.16 or later and
-    /// the system call allowed; a node asked for it where it is not available refuses to start.
-    /// Writers use it only into nodes that advertise it, so nodes of both kinds may share a
-    /// cluster.
-    Membarrier,
-}
+pub use mu_membarrier::GuardBarrier;
 
 /// The atomics the guard is written against.
 pub trait MemoryModel {

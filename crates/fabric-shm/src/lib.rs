@@ -26,7 +26,7 @@ pub mod guard;
 pub mod layout;
 pub mod liveness;
 pub mod mapping;
-pub mod membarrier;
+pub use mu_membarrier as membarrier;
 mod node;
 mod region;
 

@@ -10,6 +10,7 @@ use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
 use crate::shared::Shared;
 use crate::velos::VelosDriver;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
+use mu_membarrier::GuardBarrier;
 use mu_replication::membership::Change;
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
 use std::sync::Arc;
@@ -152,6 +153,15 @@ impl<F: Fabric> ReplicaCore<F> {
         if boot_id == 0 {
             return Err(StartError::Other("boot id 0 is reserved".into()));
         }
+        if config.own_log_guard == GuardBarrier::Membarrier {
+            mu_membarrier::register_private().map_err(|e| {
+                StartError::Other(format!(
+                    "own_log_guard = membarrier needs membarrier(2) with private expedited \
+                     barriers (Linux 4.14 or later, not refused by a seccomp filter): {e}; use \
+                     the locked guard here"
+                ))
+            })?;
+        }
         let rw = Access::READ_WRITE;
         if config.protocol == Protocol::Velos {
             return ReplicaCore::new_velos(config, fabric, &replicas, layout, members);
@@ -163,7 +173,12 @@ impl<F: Fabric> ReplicaCore<F> {
             Access::NONE,
         )?;
         let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
-        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
+        let shared = Arc::new(Shared::new(
+            config.eligible,
+            replicas.ids().to_vec(),
+            members,
+            config.own_log_guard,
+        ));
 
         let mut leader = Leader::new(LeaderConfig {
             me: config.me,
@@ -220,7 +235,12 @@ impl<F: Fabric> ReplicaCore<F> {
             Access::ALL,
         )?;
         let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
-        let shared = Arc::new(Shared::new(config.eligible, replicas.ids().to_vec(), members));
+        let shared = Arc::new(Shared::new(
+            config.eligible,
+            replicas.ids().to_vec(),
+            members,
+            config.own_log_guard,
+        ));
         let me_pos = replicas.position(config.me).expect("validated");
         let proposer = mu_velos::Proposer::new(mu_velos::ProposerConfig {
             me: me_pos,
