@@ -9,6 +9,7 @@
 //!   pre-preparation, value indirection, piggybacked decisions, leader change in one round,
 //!   and proposal numbers that never wrap.
 //! * [`learner`]: what a follower learns from its own words.
+//! * [`recovery`]: the slots a replica that restarted without its memory abstains in.
 //!
 //! `docs/protocols/velos.md` traces each mechanism to the paper.
 
@@ -17,6 +18,7 @@
 pub mod layout;
 pub mod learner;
 mod proposer;
+pub mod recovery;
 pub mod word;
 
 pub use layout::VelosLayout;
@@ -26,8 +28,9 @@ pub use proposer::{
 };
 pub use word::{SlotWord, View, PROPOSAL_MAX};
 
-/// The version of what Velos replicas share (the slot word, the region layout).
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The version of what Velos replicas share (the slot word, the region layout). 2: abstaining
+/// words and the recovery area.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The name and version a replica records on its fabric, e.g. `velos/1`.
 pub fn protocol_tag() -> String {

@@ -7,7 +7,7 @@
 //! one), emits [`Action`]s for the remote acceptors, and takes their completions back.
 
 use crate::layout::VelosLayout;
-use crate::word::{lap_of, Proposals, SlotWord, View};
+use crate::word::{lap_of, Proposals, SlotWord, View, LAPS};
 use mu_log::{EntryKind, Slot};
 
 /// This replica's own Velos region, as the proposer sees it.
@@ -474,15 +474,25 @@ impl Proposer {
     /// local one.
     fn assign(&mut self, index: u64, mem: &dyn Memory) {
         let local = mem.load_word(self.layout.word_offset(index));
+        // This replica restarted and abstains in the slot (`crate::recovery`): its word says
+        // nothing of the others', which are guessed fresh (a wrong guess costs a round).
+        let others = if SlotWord::unpack(local).is_abstaining() {
+            let before = (u64::from(self.lap(index)) + LAPS - 1) % LAPS;
+            SlotWord { lap: before as u16, ..SlotWord::default() }.pack()
+        } else {
+            local
+        };
         let pos = self.ring_pos(index);
         let serial = self.serial;
+        let me = self.me;
         let t = &mut self.ring[pos];
         t.index = index;
         t.first_serial = serial;
         t.proposal = 0;
         t.highest = None;
         t.adopted = None;
-        t.predicted.fill(local);
+        t.predicted.fill(others);
+        t.predicted[me] = local;
         t.latest.fill(NONE);
         t.write_epoch.fill(NONE);
         t.new_attempt(serial, Phase::Idle);
@@ -545,15 +555,21 @@ impl Proposer {
         let lap = self.lap(index);
         let mut floor = 0;
         let mut stale = false;
+        let mut abstaining = 0;
         for p in bits(self.members) {
             match SlotWord::unpack(self.ring[pos].predicted[p]).view(lap) {
                 View::Current(s) => floor = floor.max(s.min),
                 View::Fresh => {}
                 View::Newer => stale = true,
+                View::Abstains => abstaining |= 1 << p,
             }
         }
         if stale {
             return self.stop_with(StopReason::Stale { index });
+        }
+        if (self.members & !self.down & !abstaining).count_ones() < self.majority {
+            // Too few acceptors take part in this index now: wait, as with too few reachable.
+            return;
         }
         let t = &self.ring[pos];
         let proposal = if t.proposal > floor {
@@ -570,7 +586,9 @@ impl Proposer {
         t.highest = None;
         t.adopted = None;
         t.new_attempt(serial, Phase::Preparing);
-        for p in bits(self.members) {
+        // An acceptor that abstains in this index is asked nothing: it cannot answer.
+        t.errored = abstaining;
+        for p in bits(self.members & !abstaining) {
             let predicted = self.ring[pos].predicted[p];
             let desired = match SlotWord::unpack(predicted).view(lap) {
                 View::Current(s) => SlotWord { min: proposal, ..s },
@@ -626,10 +644,14 @@ impl Proposer {
         if !current {
             return;
         }
-        if success {
+        let lap = lap_of(t.index, self.layout.slots_count());
+        if !success && SlotWord::unpack(old).view(lap) == View::Abstains {
+            // A restarted acceptor that takes no part in this index: no answer, not a refusal
+            // (an abort would only find it abstaining again).
+            t.errored |= 1 << p;
+        } else if success {
             t.ok |= 1 << p;
             if kind == KIND_PREPARE {
-                let lap = lap_of(t.index, self.layout.slots_count());
                 if let View::Current(s) = SlotWord::unpack(old).view(lap) {
                     if s.accepted != 0 && t.highest.is_none_or(|(b, _)| s.accepted > b) {
                         t.highest = Some((s.accepted, p));
@@ -843,15 +865,23 @@ impl Proposer {
             // failed prepare), and such a word may hold a higher promise: the CAS would succeed
             // and lower it. So the check stays: such an acceptor counts as a failed answer.
             let allowed = match SlotWord::unpack(expected).view(lap) {
-                View::Current(s) => s.min <= proposal,
-                View::Fresh => true,
-                View::Newer => false,
+                View::Current(s) => Some(s.min <= proposal),
+                View::Fresh => Some(true),
+                View::Newer => Some(false),
+                View::Abstains => None,
             };
-            if allowed {
-                self.cas(pos, p, KIND_ACCEPT, expected, desired, mem);
-            } else {
-                self.ring[pos].failed |= 1 << p;
-                self.settle(pos);
+            match allowed {
+                Some(true) => self.cas(pos, p, KIND_ACCEPT, expected, desired, mem),
+                Some(false) => {
+                    self.ring[pos].failed |= 1 << p;
+                    self.settle(pos);
+                }
+                // Abstaining here: no answer (it still got the value write, so that the
+                // piggybacked bit of the next index stays true for it).
+                None => {
+                    self.ring[pos].errored |= 1 << p;
+                    self.settle(pos);
+                }
             }
         }
     }

@@ -7,12 +7,18 @@
 //! bits 11..1   lap                11 bits   (index / slots_count) mod 2048
 //! bit  0       previous decided    1 bit    §5.4
 //! ```
+//!
+//! A min proposal of all ones is no proposal: it marks the word of an acceptor that restarted
+//! without its memory and abstains for this word up to the lap in it ([`SlotWord::abstaining`],
+//! [`crate::recovery`]).
 
 /// Bits of a proposal number.
 pub const PROPOSAL_BITS: u32 = 26;
-/// The largest proposal number a word holds. Proposers never wrap past it
-/// ([`Proposals::above`] says so instead).
-pub const PROPOSAL_MAX: u32 = (1 << PROPOSAL_BITS) - 1;
+/// The largest proposal number. Proposers never wrap past it ([`Proposals::above`] says so
+/// instead). The one number above it that the field holds marks an abstaining word.
+pub const PROPOSAL_MAX: u32 = (1 << PROPOSAL_BITS) - 2;
+/// The min proposal field of an abstaining word (see [`SlotWord::abstaining`]).
+const ABSTAIN_MIN: u32 = PROPOSAL_MAX + 1;
 /// Bits of the lap.
 pub const LAP_BITS: u32 = 11;
 /// Laps the word tells apart: the lap is `(index / slots_count) mod LAPS`.
@@ -21,7 +27,7 @@ pub const LAPS: u64 = 1 << LAP_BITS;
 const MIN_SHIFT: u32 = 64 - PROPOSAL_BITS;
 const ACC_SHIFT: u32 = MIN_SHIFT - PROPOSAL_BITS;
 const LAP_SHIFT: u32 = 1;
-const PROPOSAL_MASK: u64 = PROPOSAL_MAX as u64;
+const PROPOSAL_MASK: u64 = (1 << PROPOSAL_BITS) - 1;
 const LAP_MASK: u64 = LAPS - 1;
 
 /// One acceptor's state for one log index, unpacked.
@@ -47,6 +53,10 @@ pub enum View {
     Current(SlotWord),
     /// A state of a later lap: this index was recycled; whoever works on it is stale.
     Newer,
+    /// The acceptor restarted without its memory and may have taken part in this index before
+    /// (`crate::recovery`): it takes no part in it now. Its answers are no answers; the index
+    /// is decided by the others, as if this acceptor were unreachable.
+    Abstains,
 }
 
 impl SlotWord {
@@ -64,6 +74,21 @@ impl SlotWord {
             | u64::from(self.prev_decided)
     }
 
+    /// The word of an acceptor that restarted without its memory, for a slot it abstains in up
+    /// to lap `last_lap` (included): it is fresh for later laps only. Proposers never CAS it
+    /// for a lap it abstains in ([`View::Abstains`]); a prepare for a later lap moves it on like
+    /// any word of an earlier lap.
+    pub fn abstaining(last_lap: u16) -> u64 {
+        assert!(u64::from(last_lap) < LAPS, "lap out of range: {last_lap}");
+        (u64::from(ABSTAIN_MIN) << MIN_SHIFT) | (u64::from(last_lap) << LAP_SHIFT)
+    }
+
+    /// Whether this is an abstaining word ([`SlotWord::abstaining`]); its `lap` is the last lap
+    /// it abstains in.
+    pub fn is_abstaining(self) -> bool {
+        self.min == ABSTAIN_MIN
+    }
+
     pub fn unpack(word: u64) -> SlotWord {
         SlotWord {
             min: ((word >> MIN_SHIFT) & PROPOSAL_MASK) as u32,
@@ -76,6 +101,9 @@ impl SlotWord {
     /// How this state relates to a log index in lap `lap` (see [`lap_of`]).
     pub fn view(self, lap: u16) -> View {
         let ahead = (u64::from(self.lap) + LAPS - u64::from(lap)) % LAPS;
+        if self.is_abstaining() {
+            return if ahead < LAPS / 2 { View::Abstains } else { View::Fresh };
+        }
         if ahead == 0 {
             View::Current(self)
         } else if ahead < LAPS / 2 {
@@ -134,6 +162,7 @@ mod tests {
     fn words_round_trip_and_fields_do_not_overlap() {
         let w =
             SlotWord { min: PROPOSAL_MAX, accepted: 1, lap: (LAPS - 1) as u16, prev_decided: true };
+        assert!(!w.is_abstaining());
         assert_eq!(SlotWord::unpack(w.pack()), w);
         let w = SlotWord { min: 1, accepted: PROPOSAL_MAX, lap: 0, prev_decided: false };
         assert_eq!(SlotWord::unpack(w.pack()), w);
@@ -158,6 +187,29 @@ mod tests {
         assert_eq!(lap_of(4095, 4096), 0);
         assert_eq!(lap_of(4096, 4096), 1);
         assert_eq!(lap_of(4096 * LAPS, 4096), 0);
+    }
+
+    #[test]
+    fn an_abstaining_word_abstains_up_to_its_lap_and_is_fresh_after() {
+        let w = SlotWord::unpack(SlotWord::abstaining(5));
+        assert!(w.is_abstaining());
+        assert_eq!(w.lap, 5);
+        assert_eq!(w.accepted, 0);
+        assert_eq!(w.view(5), View::Abstains);
+        assert_eq!(w.view(4), View::Abstains);
+        assert_eq!(w.view(6), View::Fresh);
+        // Across the wrap of laps.
+        let w = SlotWord::unpack(SlotWord::abstaining(1));
+        assert_eq!(w.view((LAPS - 1) as u16), View::Abstains);
+        assert_eq!(w.view(2), View::Fresh);
+        // No proposal a proposer may use makes a word abstain.
+        assert!(!SlotWord { min: PROPOSAL_MAX, ..SlotWord::default() }.is_abstaining());
+    }
+
+    #[test]
+    #[should_panic(expected = "proposal above PROPOSAL_MAX")]
+    fn no_proposal_packs_into_an_abstaining_word() {
+        SlotWord { min: PROPOSAL_MAX + 1, lap: 3, ..SlotWord::default() }.pack();
     }
 
     #[test]

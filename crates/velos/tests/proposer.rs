@@ -310,3 +310,43 @@ fn t08_recycling_waits_for_the_applied_floor() {
     assert_eq!(net.cas_failed, 0);
     assert_eq!(net.learned(1, 28), Some(b"v28".to_vec()));
 }
+
+/// A replica restarted without its memory abstains in the slots it may have answered for
+/// (`mu_velos::recovery`): an abstaining acceptor is no answer, not a refusal. The others
+/// decide without an abort (every index at the first proposal); with too few others the
+/// proposer posts nothing and waits; past the abstaining lap the acceptor answers again.
+#[test]
+fn t09_an_abstaining_acceptor_is_no_answer() {
+    let (mut net, mut p) = leading(3, 4, 1);
+    for k in 0..4 {
+        net.set_word(2, k, SlotWord::abstaining(0));
+    }
+    for k in 0..4u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        let w = SlotWord::unpack(net.word(1, k));
+        assert_eq!((w.min, w.accepted), (1, 1), "index {k} decided at the first proposal");
+        assert!(SlotWord::unpack(net.word(2, k)).is_abstaining(), "never changed");
+    }
+    // Index 4 is in lap 1: acceptor 2 answers again (its word moves to the new lap).
+    p.set_applied_floor(4);
+    assert_eq!(decide(&mut net, 0, &mut p, b"v4"), 4);
+    let w = SlotWord::unpack(net.word(2, 4));
+    assert!(!w.is_abstaining() && w.lap == 1 && w.accepted != 0, "{w:?}");
+
+    // Two of three abstaining in the slots of lap 1: nothing is asked, nothing decided.
+    let (mut net, mut p) = leading(3, 4, 1);
+    for k in 0..4 {
+        net.set_word(1, k, SlotWord::abstaining(1));
+        net.set_word(2, k, SlotWord::abstaining(1));
+    }
+    p.submit(EntryKind::Request, b"stuck").unwrap();
+    for round in 0..6 {
+        let events = step(&mut net, 0, &mut p);
+        assert!(events.is_empty(), "{events:?}");
+        if round > 1 {
+            assert_eq!(net.pending(), 0, "round {round}: nothing posted once both answered");
+        }
+        net.deliver_all();
+    }
+    assert_eq!(p.phase(), Some(Phase::Idle));
+}

@@ -78,6 +78,15 @@ pub struct Net {
     pub done: Vec<VecDeque<Done>>,
     pub cas_count: usize,
     pub cas_failed: usize,
+    /// Acceptors restarted without their memory and not yet recovered: what reaches them fails,
+    /// as their replication connections are not up yet.
+    pub recovering: Vec<bool>,
+    /// orphans[from][to]: operations a restarted replica's earlier life posted, still in
+    /// flight on a connection that had not failed. They may land (a dead process's posted
+    /// operations are not taken back) but complete nowhere, and they land before anything of
+    /// its new life on the same pair: a fabric connects the new life only once the old
+    /// connection is torn down (an RDMA queue pair reset, shared memory's fence).
+    pub orphans: Vec<Vec<VecDeque<InFlight>>>,
 }
 
 impl Net {
@@ -94,6 +103,8 @@ impl Net {
             done: (0..n).map(|_| VecDeque::new()).collect(),
             cas_count: 0,
             cas_failed: 0,
+            recovering: vec![false; n],
+            orphans: (0..n).map(|_| (0..n).map(|_| VecDeque::new()).collect()).collect(),
         }
     }
 
@@ -122,8 +133,12 @@ impl Net {
 
     /// Lands the oldest operation from `from` to `to`, if any; returns whether one landed.
     pub fn deliver(&mut self, from: usize, to: usize) -> bool {
+        if self.queues[from][to].is_empty() {
+            return false;
+        }
+        while self.deliver_orphan(from, to) {}
         let Some(f) = self.queues[from][to].pop_front() else { return false };
-        if self.cut[from][to] || self.broken[from][to] {
+        if self.cut[from][to] || self.broken[from][to] || self.recovering[to] {
             self.broken[from][to] = true;
             let d = match f.action {
                 Action::Write { peer, .. } => Done::WriteError { peer },
@@ -157,11 +172,77 @@ impl Net {
         true
     }
 
+    /// Restarts replica `me` without its memory: its region is zeroed and it is recovering;
+    /// connections to it break; what it posted before stays in flight as orphans.
+    pub fn restart(&mut self, me: usize) {
+        self.regions[me].borrow_mut().fill(0);
+        self.recovering[me] = true;
+        for to in 0..self.regions.len() {
+            let posted: Vec<InFlight> = self.queues[me][to].drain(..).collect();
+            if !self.broken[me][to] {
+                // Reads would land in the memory that died with it.
+                self.orphans[me][to].extend(
+                    posted.into_iter().filter(|f| !matches!(f.action, Action::Read { .. })),
+                );
+            }
+            self.broken[me][to] = false;
+            // The connections to its earlier life fail, and their other ends see it (a
+            // runtime sets a connection up again only after a failure on it).
+            if to != me {
+                self.broken[to][me] = true;
+                self.done[to].push_back(Done::WriteError { peer: me });
+            }
+            // What others posted to its earlier life never lands on the new one.
+            self.orphans[to][me].clear();
+        }
+        self.done[me].clear();
+    }
+
+    /// Lands the oldest orphan operation from `from` to `to`, unless the link is cut (then the
+    /// connection fails and lands nothing more); no completion.
+    pub fn deliver_orphan(&mut self, from: usize, to: usize) -> bool {
+        if self.cut[from][to] || self.recovering[to] {
+            let any = !self.orphans[from][to].is_empty();
+            self.orphans[from][to].clear();
+            return any;
+        }
+        let Some(f) = self.orphans[from][to].pop_front() else { return false };
+        match f.action {
+            Action::Write { offset, .. } => {
+                let o = offset as usize;
+                self.regions[to].borrow_mut()[o..o + f.data.len()].copy_from_slice(&f.data);
+            }
+            Action::Cas { offset, expected, desired, .. } => {
+                cas_at(&mut self.regions[to].borrow_mut(), offset, expected, desired);
+            }
+            Action::Read { .. } => unreachable!("reads are not kept"),
+        }
+        true
+    }
+
+    /// The slot words of acceptor `p`, one per slot, as a recovering replica reads them.
+    pub fn words(&self, p: usize) -> Vec<u64> {
+        (0..self.layout.slots_count()).map(|k| self.word(p, k)).collect()
+    }
+
+    /// Ends `me`'s recovery with `words` as its slot words.
+    pub fn recovered(&mut self, me: usize, words: impl IntoIterator<Item = u64>) {
+        for (k, w) in words.into_iter().enumerate() {
+            self.set_word(me, k as u64, w);
+        }
+        self.recovering[me] = false;
+    }
+
     /// Lands everything in flight, FIFO per connection.
     pub fn deliver_all(&mut self) {
         let n = self.regions.len();
         loop {
             let mut any = false;
+            for from in 0..n {
+                for to in 0..n {
+                    any |= self.deliver_orphan(from, to);
+                }
+            }
             for from in 0..n {
                 for to in 0..n {
                     any |= self.deliver(from, to);
