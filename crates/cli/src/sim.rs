@@ -25,7 +25,7 @@ pub struct Args {
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]
     first_seed: u64,
-    /// The protocol to run: mu or velos (velos: no restarts, as it has no state transfer yet).
+    /// The protocol to run: mu or velos.
     #[arg(long, default_value = "mu", value_parser = parse_protocol)]
     protocol: Protocol,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
@@ -264,7 +264,7 @@ fn sweep(
             "protocol": config_of(first).protocol.name(),
             "first_seed": first,
             "seeds": count,
-            "faults": config_of(first).faults_injected().describe(),
+            "faults": config_of(first).faults.describe(),
             "jobs": jobs,
             "seconds": seconds,
             "seeds_per_second": rate,

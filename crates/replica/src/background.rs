@@ -632,6 +632,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // Binding goes on in the fabric: no verdict yet, as while a read is out.
                     Err(FabricError::InProgress(..)) => continue,
                     Err(_) => {
+                        self.shared.peer_losses[pos].fetch_add(1, Ordering::Release);
                         // Not there (yet): the connection-level failure of §5.1. Our side it
                         // initiates on is bound again too: if it was bound before the peer went
                         // down, it names an incarnation that will never call again, and a
@@ -680,6 +681,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Both our sides are reconnected: the peer may have restarted, and then the side it
     /// initiates on is bound to its old incarnation.
     fn lost(&mut self, pos: usize) {
+        self.shared.peer_losses[pos].fetch_add(1, Ordering::Release);
         self.peers[pos].connected = false;
         self.peers[pos].target_connected = false;
         self.peers[pos].reading = false;

@@ -303,13 +303,6 @@ impl ReplicaConfig {
                     .into(),
             ));
         }
-        if !self.eligible {
-            return Err(ConfigError::Replicas(
-                "the velos protocol cannot take back a restarted replica yet (no state \
-                 transfer): start every replica of a velos cluster together"
-                    .into(),
-            ));
-        }
         if self.prepare_ahead > mu_velos::PREPARE_AHEAD_MAX
             || self.prepare_ahead as u64 >= self.slots_count
         {

@@ -48,6 +48,11 @@ pub struct ReplicaStatus {
     pub heartbeat_on: bool,
     /// Whether this replica may lead.
     pub eligible: bool,
+    /// Whether this replica restarted without its log and does not count in majorities yet:
+    /// under Mu until a leader prepared without it (§5.3); under Velos while it reads its
+    /// peers' slot words and then while it abstains in indices not every live replica has
+    /// applied (`docs/protocols/velos.md`). It counts as a failed replica meanwhile.
+    pub recovering: bool,
     /// When this replica's failure detector elected it, in nanoseconds since the replica
     /// started ([`Replica::started_at`]); `None` while another replica leads.
     pub elected_at_ns: Option<u64>,

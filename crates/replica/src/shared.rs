@@ -94,6 +94,10 @@ pub(crate) struct Shared {
     /// Each replica's log head as last read, by position (background; stored when it moved, on
     /// a heartbeat read; read by the replication plane on every poll).
     pub heads: Vec<OwnLines<AtomicU64>>,
+    /// Per position: how many times the background plane lost its connection to the peer (it
+    /// may have restarted). Velos binds its replication side again when this moves: a side
+    /// bound to a peer's earlier incarnation never lets the restarted peer in.
+    pub peer_losses: Vec<AtomicU64>,
     /// The replication plane's hot words (replication).
     pub progress: OwnLines<Progress>,
     /// This replica may lead (replication clears it when it finds it needs a state transfer).
@@ -175,6 +179,7 @@ impl Shared {
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
             heads: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
+            peer_losses: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             progress: OwnLines(Progress {
                 loop_count: AtomicU64::new(0),
                 in_propose: AtomicBool::new(false),
@@ -222,6 +227,7 @@ impl Shared {
             slow_permission_switches: self.slow_permission_switches.load(Ordering::Relaxed),
             heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
             eligible: self.eligible.load(Ordering::Acquire),
+            recovering: self.recovering.load(Ordering::Acquire),
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),

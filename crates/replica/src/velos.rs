@@ -28,6 +28,7 @@ const DRIVER_OP: u64 = 1 << OP_BITS;
 const KIND_WRITE: u64 = DRIVER_OP;
 const KIND_LEARN_WORD: u64 = DRIVER_OP | 1 << 16;
 const KIND_LEARN_ENTRY: u64 = DRIVER_OP | 2 << 16;
+const KIND_RECOVER: u64 = DRIVER_OP | 3 << 16;
 const POS_MASK: u64 = 0xffff;
 
 /// How often a broken connection is set up again, and how long a follower waits with no
@@ -66,6 +67,42 @@ enum CatchUp {
     Word { from: usize, index: u64 },
     Entry { from: usize, index: u64 },
 }
+
+/// A replica restarted without its memory, before it answers as an acceptor
+/// (`mu_velos::recovery`): it reads the slot words of a majority of the others, one peer at a
+/// time, with its own side of their connections down, then takes the abstaining words they
+/// give.
+///
+/// Each word is read by a compare-and-swap that cannot succeed (it expects a word no acceptor
+/// holds), not by one read of the whole array: a CAS returns its word whole on every fabric,
+/// while a read of many words may tear one (a copy of shared memory, an RDMA read), and a
+/// torn word may certify one lap too few.
+struct Recovery {
+    abstention: mu_velos::recovery::Abstention,
+    /// Positions whose words are folded in.
+    read: u64,
+    reading: Option<Reading>,
+}
+
+/// The peer a recovering replica reads.
+struct Reading {
+    pos: usize,
+    /// Its words, as the probes come back.
+    words: Vec<u64>,
+    /// Probes answered (`u64::MAX` once one failed: the peer is given up for now).
+    got: u64,
+    /// The next slot to probe, and the probes out.
+    next: u64,
+    out: u64,
+}
+
+/// A word no acceptor holds (an abstaining min proposal with something accepted): the CAS
+/// that expects it never writes.
+const PROBE_EXPECTED: u64 = u64::MAX;
+/// Probes in flight at once, well within the endpoint's queue.
+const PROBES_IN_FLIGHT: u64 = 64;
+const KIND_MASK: u64 = DRIVER_OP | 3 << 16;
+const SLOT_SHIFT: u32 = 20;
 
 /// See the module docs.
 pub struct VelosDriver<F: Fabric> {
@@ -115,6 +152,13 @@ pub struct VelosDriver<F: Fabric> {
     noop_pending: bool,
     /// When this leader last decided an entry, and whether it was an empty one.
     last_decision: (u64, bool),
+    /// Set while this replica, restarted, is not an acceptor yet.
+    recovery: Option<Recovery>,
+    /// Per position: the background plane's count of lost connections to the peer when our
+    /// side it initiates on was last bound.
+    losses_seen: Vec<u64>,
+    /// When to look again whether this replica, restarted, still abstains where it matters.
+    next_abstention_check_ns: u64,
 }
 
 impl<F: Fabric> VelosDriver<F> {
@@ -136,6 +180,12 @@ impl<F: Fabric> VelosDriver<F> {
         let me_pos = replicas.position(me).expect("validated");
         let round = proposer.actions_per_round();
         let window = proposer.window();
+        // A replica that starts ineligible restarted: what it promised and accepted is lost.
+        let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery {
+            abstention: mu_velos::recovery::Abstention::new(layout.slots_count()),
+            read: 0,
+            reading: None,
+        });
         VelosDriver {
             fabric,
             me,
@@ -170,7 +220,15 @@ impl<F: Fabric> VelosDriver<F> {
             stopped: None,
             noop_pending: false,
             last_decision: (0, true),
+            recovery,
+            losses_seen: vec![0; n],
+            next_abstention_check_ns: 0,
         }
+    }
+
+    /// Whether this replica restarted and does not answer as an acceptor yet.
+    pub fn recovering(&self) -> bool {
+        self.recovery.is_some()
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -259,6 +317,10 @@ impl<F: Fabric> VelosDriver<F> {
         self.shared.progress.bump_loop();
         let answered_before = self.group.answered;
         self.connect(now_ns);
+        if self.recovery.is_some() {
+            let busy = self.poll_completions(app);
+            return self.recover() | busy;
+        }
         let mut busy = false;
         if !self.proposer.is_leading() && self.shared.leader() == Some(self.me) {
             // About to lead: first apply what our memory already shows decided. A follower's
@@ -293,6 +355,7 @@ impl<F: Fabric> VelosDriver<F> {
             }
             busy |= learned;
         }
+        self.check_abstention(now_ns);
         let all = mu_replication::membership::all(&self.replicas);
         crate::transfer::serve(
             &self.shared,
@@ -344,6 +407,13 @@ impl<F: Fabric> VelosDriver<F> {
     fn connect(&mut self, now_ns: u64) {
         let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
+            let losses = self.shared.peer_losses[pos].load(Ordering::Acquire);
+            if losses != self.losses_seen[pos] {
+                // The peer may have restarted: the side it initiates on is bound again, to its
+                // current incarnation (ours it reaches it through fails by itself if so).
+                self.losses_seen[pos] = losses;
+                self.target_connected[pos] = false;
+            }
             if pos == self.me_pos
                 || (self.connected[pos] && self.target_connected[pos])
                 || now_ns < self.next_connect_ns[pos]
@@ -353,7 +423,8 @@ impl<F: Fabric> VelosDriver<F> {
             }
             self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
             let peer = self.replicas.ids()[pos];
-            if !self.target_connected[pos] {
+            // A restarted replica lets no one in before it knows where it abstains.
+            if !self.target_connected[pos] && self.recovery.is_none() {
                 let conn = ConnId::new(peer, replication_channel(peer, self.me));
                 self.target_connected[pos] = self.fabric.connect(conn, Access::ALL).is_ok();
             }
@@ -371,7 +442,9 @@ impl<F: Fabric> VelosDriver<F> {
     fn follow_election(&mut self, now_ns: u64) -> bool {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
-        let may_lead = self.stopped.is_none() && (self.applied == 0 || self.last.is_some());
+        let may_lead = self.stopped.is_none()
+            && self.recovery.is_none()
+            && (self.applied == 0 || self.last.is_some());
         if elected == Some(self.me) && !leading && may_lead {
             let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
             self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
@@ -521,7 +594,9 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     fn handle(&mut self, c: Completion, app: &mut dyn Applier) {
-        if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
+        if c.wr_id & KIND_MASK == KIND_RECOVER {
+            self.on_recover_read(c);
+        } else if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
             self.on_learn(c, app);
         } else {
             self.feed(c);
@@ -763,6 +838,110 @@ impl<F: Fabric> VelosDriver<F> {
                 }
             }
             _ => self.catch_up = CatchUp::Idle,
+        }
+    }
+
+    /// Recovery of a restarted replica (`mu_velos::recovery`): reads the slot words of the
+    /// next peer it can, one peer at a time; once a majority of the others are folded in, takes
+    /// the abstaining words and lets peers in. Returns whether anything happened.
+    fn recover(&mut self) -> bool {
+        let Some(r) = &mut self.recovery else { return false };
+        let n = self.replicas.len();
+        if r.abstention.acceptors() > n / 2 {
+            let words = self.layout.word_offset(0) as usize;
+            for (k, marker) in r.abstention.markers().enumerate() {
+                self.region.store_u64(words + 8 * k, marker).expect("Velos region layout");
+            }
+            info!(
+                replica = self.me.0,
+                peers = r.abstention.acceptors(),
+                "recovered: abstaining as an acceptor up to one lap past what the peers certify"
+            );
+            self.recovery = None;
+            // Let peers in at once.
+            self.next_connect_ns.fill(0);
+            return true;
+        }
+        if r.reading.is_none() {
+            let suspected = self.shared.suspected(1 << self.me_pos);
+            let Some(pos) = (0..n).find(|&p| {
+                p != self.me_pos
+                    && r.read >> p & 1 == 0
+                    && self.connected[p]
+                    && suspected >> p & 1 == 0
+            }) else {
+                return false;
+            };
+            let slots = self.layout.slots_count() as usize;
+            r.reading = Some(Reading { pos, words: vec![0; slots], got: 0, next: 0, out: 0 });
+        }
+        let reading = r.reading.as_mut().expect("set above");
+        let pos = reading.pos;
+        let first = reading.next;
+        let count = (PROBES_IN_FLIGHT - reading.out).min(self.layout.slots_count() - first);
+        reading.next += count;
+        reading.out += count;
+        for slot in first..first + count {
+            let wr = WorkRequest::compare_swap(
+                KIND_RECOVER | slot << SLOT_SHIFT | pos as u64,
+                RemoteAddr { region: VELOS_REGION, offset: self.layout.word_offset(slot) },
+                PROBE_EXPECTED,
+                PROBE_EXPECTED,
+            );
+            // A refused post completes as a failure on the next poll.
+            self.post(pos, &wr);
+        }
+        count > 0
+    }
+
+    /// A restarted replica counts as failed (`ReplicaStatus::recovering`) while it abstains
+    /// in an index some live replica has not applied (a new leader may have to decide it again,
+    /// without this replica). Looked at once a millisecond, until it is over for good.
+    fn check_abstention(&mut self, now_ns: u64) {
+        if self.recovery.is_some()
+            || now_ns < self.next_abstention_check_ns
+            || !self.shared.recovering.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        self.next_abstention_check_ns = now_ns + RECONNECT_PERIOD_NS;
+        let from = self.floor();
+        let abstains = (from..from + self.layout.slots_count()).any(|index| {
+            let word = self
+                .region
+                .load_u64(self.layout.word_offset(index) as usize)
+                .expect("Velos region layout");
+            let lap = mu_velos::word::lap_of(index, self.layout.slots_count());
+            mu_velos::SlotWord::unpack(word).view(lap) == mu_velos::View::Abstains
+        });
+        if !abstains {
+            info!(replica = self.me.0, from, "an acceptor again in every index from here on");
+            self.shared.recovering.store(false, Ordering::Release);
+        }
+    }
+
+    /// A probe of a peer's slot word came back (or failed: then the peer is read again later,
+    /// from its first word).
+    fn on_recover_read(&mut self, c: Completion) {
+        let pos = (c.wr_id & POS_MASK) as usize;
+        let slot = ((c.wr_id & !KIND_MASK) >> SLOT_SHIFT) as usize;
+        let Some(r) = &mut self.recovery else { return };
+        let Some(reading) = r.reading.as_mut().filter(|g| g.pos == pos) else { return };
+        reading.out -= 1;
+        if !c.status.is_success() {
+            // Its side is down (it may be restarting too) or it is gone: try another.
+            reading.got = u64::MAX;
+            self.connected[pos] = false;
+        } else if reading.got != u64::MAX {
+            reading.words[slot] = c.value;
+            reading.got += 1;
+        }
+        if reading.got == self.layout.slots_count() {
+            let reading = r.reading.take().expect("reading");
+            r.abstention.fold(reading.words);
+            r.read |= 1 << pos;
+        } else if reading.got == u64::MAX && reading.out == 0 {
+            r.reading = None;
         }
     }
 

@@ -55,6 +55,7 @@ fn child_main() {
         .map(|m| m.split(',').map(|id| NodeId(id.parse().unwrap())).collect());
     // A restarted replica: its log is gone; it rejoins recovering, by state transfer.
     let boot: u64 = std::env::var("MU_RT_BOOT").map_or(0, |b| b.parse().unwrap());
+    let velos = std::env::var("MU_RT_PROTOCOL").is_ok_and(|p| p == "velos");
     let mode = match std::env::var("MU_RT_MODE").as_deref() {
         Ok("direct") => Mode::Direct,
         _ => Mode::Handover,
@@ -66,6 +67,9 @@ fn child_main() {
     config.outstanding_max = 3;
     config.eligible = boot == 0 && members.as_ref().is_none_or(|m| m.contains(&NodeId(me)));
     config.members = members;
+    if velos {
+        config.protocol = mu_replica::Protocol::Velos;
+    }
     let replica =
         Replica::start_with_state(config, fabric, mode, applied.clone()).expect("replica starts");
     let applied = applied.0;
@@ -175,12 +179,14 @@ impl StateMachine for Applied {
 struct Cluster {
     dir: PathBuf,
     children: Vec<Option<Child>>,
-    /// How the children were started: replicas, mode, slots, group size, initial members.
+    /// How the children were started: replicas, mode, slots, group size, initial members,
+    /// engine.
     n: u16,
     members: Option<String>,
     mode: String,
     slots: u64,
     group: u64,
+    protocol: &'static str,
 }
 
 impl Cluster {
@@ -190,6 +196,18 @@ impl Cluster {
 
     /// `group`: each call proposes up to this many requests at once.
     fn start_with(tag: &str, n: u16, mode: &str, slots: u64, group: u64) -> Cluster {
+        Cluster::start_engine(tag, n, mode, slots, group, "mu")
+    }
+
+    /// `protocol`: "mu" or "velos".
+    fn start_engine(
+        tag: &str,
+        n: u16,
+        mode: &str,
+        slots: u64,
+        group: u64,
+        protocol: &'static str,
+    ) -> Cluster {
         let dir = common::fresh_run_dir(tag);
         let mut cluster = Cluster {
             dir,
@@ -199,6 +217,7 @@ impl Cluster {
             mode: mode.to_string(),
             slots,
             group,
+            protocol,
         };
         cluster.children = (0..n).map(|_| None).collect();
         for me in 0..n {
@@ -256,6 +275,7 @@ impl Cluster {
             .env("MU_RT_SLOTS", self.slots.to_string())
             .env("MU_RT_GROUP", self.group.to_string())
             .env("MU_RT_BOOT", boot.to_string())
+            .env("MU_RT_PROTOCOL", self.protocol)
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn replica")
@@ -521,6 +541,33 @@ fn t50_a_restarted_replica_rejoins_by_state_transfer() {
     c.wait_for("replica 2 rejoins", WITHIN, |c| {
         let status = c.status(2);
         status.contains("eligible: true") && !status.contains("snapshots_installed: 0")
+    });
+    let before = c.acked_by_others(0);
+    c.kill(0);
+    c.wait_for("replica 1 leads with 2", WITHIN, |c| c.acked_by_others(0) >= before + 200);
+    c.stop_and_check();
+}
+
+/// Velos, a replica restarted without its memory, on processes (`docs/protocols/velos.md`,
+/// "Restarting a replica"): a follower is killed, the log goes round twice, and it restarts.
+/// It reads its peers' slot words before letting them in, abstains where it may have answered
+/// before, is brought on by state transfer, and counts in majorities again once the log
+/// passed the slots it abstains in. Then the leader is killed, and replica 1 goes on with it.
+#[test]
+fn t51_a_restarted_velos_replica_becomes_an_acceptor_again() {
+    let _serial = one_at_a_time();
+    let slots = 1024;
+    let mut c = Cluster::start_engine("velos-restart3", 3, "handover", slots, 1, "velos");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    c.kill(2);
+    let before = c.acked_count(0);
+    let laps = 2 * slots as usize;
+    c.wait_for("the log goes round twice", WITHIN, |c| c.acked_count(0) >= before + laps);
+    let _ = std::fs::remove_file(c.dir.join("status-2"));
+    c.restart(2, 1);
+    c.wait_for("replica 2 is an acceptor again", WITHIN, |c| {
+        let status = c.status(2);
+        status.contains("eligible: true") && status.contains("recovering: false")
     });
     let before = c.acked_by_others(0);
     c.kill(0);

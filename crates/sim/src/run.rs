@@ -43,11 +43,6 @@ impl Protocol {
             Protocol::Velos => mu_replica::Protocol::Velos,
         }
     }
-
-    /// Whether a crashed replica may start again (Velos has no state transfer yet).
-    pub fn restarts(self) -> bool {
-        self == Protocol::Mu
-    }
 }
 
 /// What one run does.
@@ -93,14 +88,6 @@ impl RunConfig {
             mutation: None,
             watch: false,
         }
-    }
-
-    /// The faults a run of this configuration injects: the ones asked for, less restarts where
-    /// the engine cannot restart a replica yet (Velos has no state transfer).
-    pub fn faults_injected(&self) -> Faults {
-        let mut faults = self.faults;
-        faults.restart &= self.protocol.restarts();
-        faults
     }
 
     /// Refuses what cannot run, saying why.
@@ -254,16 +241,11 @@ impl<'a> Runner<'a> {
         }
         c.world.set_faults(world_faults);
         trace.push(format!(
-            "seed {} protocol {} replicas {} faults {} integrity {integrity:?}{}",
+            "seed {} protocol {} replicas {} faults {} integrity {integrity:?}",
             config.seed,
             config.protocol.name(),
             config.replicas,
-            config.faults_injected().describe(),
-            if faults.restart && !config.protocol.restarts() {
-                " (no restarts: velos has no state transfer yet)"
-            } else {
-                ""
-            }
+            config.faults.describe(),
         ));
         let workload = Workload::new(config.clients, config.keys, config.replicas as usize);
         let watched = vec![String::new(); config.replicas as usize];
@@ -376,7 +358,16 @@ impl<'a> Runner<'a> {
         let n = self.config.replicas as u64;
         let max_out = (n as usize - 1) / 2;
         let out_count = |c: &SimCluster| {
-            c.cores.iter().filter(|k| k.as_ref().is_none_or(|k| !k.status().eligible)).count()
+            // Out: crashed, unable to lead, or restarted and not counted in majorities yet.
+            c.cores
+                .iter()
+                .filter(|k| {
+                    k.as_ref().is_none_or(|k| {
+                        let s = k.status();
+                        !s.eligible || s.recovering
+                    })
+                })
+                .count()
         };
         match self.rng.below(16) {
             0 if f.crash && out_count(&self.c) < max_out => {
@@ -386,7 +377,7 @@ impl<'a> Runner<'a> {
                     self.note(format!("crash {pos}"));
                 }
             }
-            1 if f.restart && self.config.protocol.restarts() => {
+            1 if f.restart => {
                 let pos = self.rng.below(n) as usize;
                 if self.c.cores[pos].is_none() {
                     self.c.restart(pos);
@@ -458,7 +449,7 @@ impl<'a> Runner<'a> {
         faults.control_under_way_probability = 0.0;
         self.c.world.set_faults(faults);
         for pos in 0..n as usize {
-            if self.c.cores[pos].is_none() && self.config.protocol.restarts() {
+            if self.c.cores[pos].is_none() {
                 self.c.restart(pos);
             }
         }
@@ -560,22 +551,5 @@ impl<'a> Runner<'a> {
             let _ = std::fs::remove_file(&path);
         }
         verdict.map_err(|e| violation("linearizability", e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What a sweep reports as its faults is what its runs inject: Velos runs restart no one.
-    #[test]
-    fn a_velos_run_says_it_injects_no_restarts() {
-        let mut c = RunConfig::new(1);
-        assert_eq!(c.faults_injected().describe(), "all");
-        c.protocol = Protocol::Velos;
-        assert_eq!(
-            c.faults_injected().describe(),
-            "crash,pause,delay,partition,perm-failure,out-of-order"
-        );
     }
 }
