@@ -6,9 +6,9 @@
 use crate::layout::{
     ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
-    FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ELIGIBLE, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET,
-    MEMBERS_COPY_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
-    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
+    FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE, HEAD_COPY_OFFSET,
+    HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES,
+    SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
     SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
 };
 use crate::shared::Shared;
@@ -599,7 +599,11 @@ impl<F: Fabric> BackgroundDriver<F> {
         // removed most of it) must not be picked by peers that know a newer one; under it,
         // they bring it up to date.
         let standing = self.detector.self_eligible();
-        self.store(FLAGS_OFFSET, if standing { FLAG_ELIGIBLE } else { 0 });
+        let abstaining = self.shared.abstaining.load(Ordering::Acquire);
+        self.store(
+            FLAGS_OFFSET,
+            if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 },
+        );
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
     }
 
@@ -731,7 +735,14 @@ impl<F: Fabric> BackgroundDriver<F> {
             let view = view_offset(pos);
             let counter = self.load(view + HEARTBEAT_OFFSET);
             let head = self.load(view + HEAD_COPY_OFFSET);
-            let eligible = self.load(view + FLAGS_OFFSET) & FLAG_ELIGIBLE != 0;
+            let flags = self.load(view + FLAGS_OFFSET);
+            let eligible = flags & FLAG_ELIGIBLE != 0;
+            let bit = 1u64 << pos;
+            if flags & FLAG_ABSTAINING != 0 {
+                self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
+            } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
+                self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
+            }
             self.notice_removal(head, self.load(view + MEMBERS_COPY_OFFSET));
             self.peers[pos].last_counter = Some(counter);
             // For log recycling (§5.3): the leader engine limits itself by its confirmed

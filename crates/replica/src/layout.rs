@@ -47,7 +47,7 @@ pub const MAX_REPLICAS: usize = 64;
 pub const HEARTBEAT_OFFSET: u64 = 0;
 /// A copy of the log head (first index not applied here), read by the leader for recycling.
 pub const HEAD_COPY_OFFSET: u64 = 8;
-/// Flags: [`FLAG_ELIGIBLE`].
+/// Flags: [`FLAG_ELIGIBLE`], [`FLAG_ABSTAINING`].
 pub const FLAGS_OFFSET: u64 = 16;
 /// The configuration after the entries applied here (§5.4), by position.
 pub const MEMBERS_COPY_OFFSET: u64 = 24;
@@ -56,6 +56,11 @@ pub const STATUS_BYTES: u32 = 32;
 /// The replica stands for election: it holds the whole log (it did not restart into an empty
 /// one), is a member, and sees a live majority of the configuration its log gives.
 pub const FLAG_ELIGIBLE: u64 = 1;
+/// Velos: the replica restarted without its memory, read its peers' slot words, and still
+/// abstains in an index some live replica has not applied (`mu_velos::recovery`). A leader
+/// decides empty entries while a peer says so, so that the log passes those indices even
+/// when no request comes.
+pub const FLAG_ABSTAINING: u64 = 2;
 
 /// Permission requests, one word per requester position (written by would-be leaders).
 pub const REQUEST_OFFSET: u64 = 64;

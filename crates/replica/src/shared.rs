@@ -108,6 +108,11 @@ pub(crate) struct Shared {
     /// state transfer has its log intact and counts in majorities as before (with both in one
     /// flag, two such replicas of five stopped every leader).
     pub recovering: AtomicBool,
+    /// Velos: this replica abstains in an index some live replica has not applied (replication;
+    /// published by the background plane as `FLAG_ABSTAINING`).
+    pub abstaining: AtomicBool,
+    /// The peers whose last heartbeat read said `FLAG_ABSTAINING`, by position (background).
+    pub peers_abstaining: AtomicU64,
     /// The failure detector's score of each replica, by position (background; for status).
     /// `SCORE_NONE` for this replica itself.
     pub scores: Vec<AtomicU8>,
@@ -188,6 +193,8 @@ impl Shared {
             }),
             eligible: AtomicBool::new(eligible),
             recovering: AtomicBool::new(!eligible),
+            abstaining: AtomicBool::new(false),
+            peers_abstaining: AtomicU64::new(0),
             scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
             log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),

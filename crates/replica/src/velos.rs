@@ -626,17 +626,22 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Applies what the proposer decided; hands it the next entry.
     /// Decides an empty entry when the leader went idle after deciding requests: followers
     /// learn an entry only from the next one (§5.4), so without it they would stay one entry
     /// behind for as long as no request comes.
+    ///
+    /// While a live peer abstains (it restarted without its memory, `mu_velos::recovery`), it
+    /// decides empty entries back to back whenever it has nothing else to do: the peer counts
+    /// in majorities again only once the log has passed the indices it abstains in, and an
+    /// idle cluster would never get there.
     fn propose_noop_if_idle(&mut self, now_ns: u64) {
         let (at, was_noop) = self.last_decision;
-        if was_noop
-            || self.group.pending
-            || self.proposer.has_pending()
-            || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS
-        {
+        if self.group.pending || self.proposer.has_pending() {
+            return;
+        }
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire) & alive != 0;
+        if !abstaining && (was_noop || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS) {
             return;
         }
         if self.proposer.submit(EntryKind::Noop, &[]).is_ok() {
@@ -644,6 +649,7 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
+    /// Applies what the proposer decided; hands it the next entry.
     fn take_events(&mut self, app: &mut dyn Applier, now_ns: u64) -> bool {
         let mut events = std::mem::take(&mut self.events_buf);
         events.extend(self.proposer.drain_events());
@@ -858,6 +864,7 @@ impl<F: Fabric> VelosDriver<F> {
                 "recovered: abstaining as an acceptor up to one lap past what the peers certify"
             );
             self.recovery = None;
+            self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
             self.next_connect_ns.fill(0);
             return true;
@@ -917,6 +924,7 @@ impl<F: Fabric> VelosDriver<F> {
         if !abstains {
             info!(replica = self.me.0, from, "an acceptor again in every index from here on");
             self.shared.recovering.store(false, Ordering::Release);
+            self.shared.abstaining.store(false, Ordering::Release);
         }
     }
 
