@@ -600,10 +600,9 @@ impl<F: Fabric> BackgroundDriver<F> {
         // they bring it up to date.
         let standing = self.detector.self_eligible();
         let abstaining = self.shared.abstaining.load(Ordering::Acquire);
-        self.store(
-            FLAGS_OFFSET,
-            if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 },
-        );
+        let flags =
+            if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 };
+        self.store(FLAGS_OFFSET, flags | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
     }
 
@@ -636,7 +635,6 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // Binding goes on in the fabric: no verdict yet, as while a read is out.
                     Err(FabricError::InProgress(..)) => continue,
                     Err(_) => {
-                        self.shared.peer_losses[pos].fetch_add(1, Ordering::Release);
                         // Not there (yet): the connection-level failure of §5.1. Our side it
                         // initiates on is bound again too: if it was bound before the peer went
                         // down, it names an incarnation that will never call again, and a
@@ -685,7 +683,6 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Both our sides are reconnected: the peer may have restarted, and then the side it
     /// initiates on is bound to its old incarnation.
     fn lost(&mut self, pos: usize) {
-        self.shared.peer_losses[pos].fetch_add(1, Ordering::Release);
         self.peers[pos].connected = false;
         self.peers[pos].target_connected = false;
         self.peers[pos].reading = false;
@@ -737,6 +734,10 @@ impl<F: Fabric> BackgroundDriver<F> {
             let head = self.load(view + HEAD_COPY_OFFSET);
             let flags = self.load(view + FLAGS_OFFSET);
             let eligible = flags & FLAG_ELIGIBLE != 0;
+            let boot = (flags >> 32) as u32;
+            if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
+                self.shared.peer_boots[pos].store(boot, Ordering::Release);
+            }
             let bit = 1u64 << pos;
             if flags & FLAG_ABSTAINING != 0 {
                 self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);

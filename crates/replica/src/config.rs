@@ -26,7 +26,7 @@ impl Protocol {
         }
     }
 
-    /// The name and version replicas record and compare, e.g. `mu/1`, `velos/1`.
+    /// The name and version replicas record and compare, e.g. `mu/1`, `velos/2`.
     pub fn tag(self) -> String {
         match self {
             Protocol::Mu => mu_replication::protocol_tag(),
@@ -300,6 +300,13 @@ impl ReplicaConfig {
             return Err(ConfigError::Replicas(
                 "the velos protocol runs with every replica a member: membership changes are \
                  Mu's only for now"
+                    .into(),
+            ));
+        }
+        if !self.eligible && replicas.len() == 1 {
+            return Err(ConfigError::Replicas(
+                "a velos replica that restarts without its memory rejoins by reading its peers; \
+                 a cluster of one has none, and its log is lost: start it as a new cluster"
                     .into(),
             ));
         }

@@ -164,7 +164,7 @@ impl<F: Fabric> ReplicaCore<F> {
         }
         let rw = Access::READ_WRITE;
         if config.protocol == Protocol::Velos {
-            return ReplicaCore::new_velos(config, fabric, &replicas, layout, members);
+            return ReplicaCore::new_velos(config, fabric, &replicas, (layout, members, boot_id));
         }
         let log = fabric.register_region(LOG_REGION, layout.region_bytes(), rw)?;
         let scratch = fabric.register_region(
@@ -178,6 +178,7 @@ impl<F: Fabric> ReplicaCore<F> {
             replicas.ids().to_vec(),
             members,
             config.own_log_guard,
+            boot_id,
         ));
 
         let mut leader = Leader::new(LeaderConfig {
@@ -221,8 +222,7 @@ impl<F: Fabric> ReplicaCore<F> {
         config: &ReplicaConfig,
         fabric: F,
         replicas: &mu_replication::ReplicaSet,
-        layout: mu_log::LogLayout,
-        members: u64,
+        (layout, members, boot_id): (mu_log::LogLayout, u64, u32),
     ) -> Result<ReplicaCore<F>, StartError> {
         let velos_layout =
             mu_velos::VelosLayout::new(layout, replicas.len()).map_err(StartError::Other)?;
@@ -240,6 +240,7 @@ impl<F: Fabric> ReplicaCore<F> {
             replicas.ids().to_vec(),
             members,
             config.own_log_guard,
+            boot_id,
         ));
         let me_pos = replicas.position(config.me).expect("validated");
         let proposer = mu_velos::Proposer::new(mu_velos::ProposerConfig {

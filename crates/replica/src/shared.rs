@@ -94,10 +94,12 @@ pub(crate) struct Shared {
     /// Each replica's log head as last read, by position (background; stored when it moved, on
     /// a heartbeat read; read by the replication plane on every poll).
     pub heads: Vec<OwnLines<AtomicU64>>,
-    /// Per position: how many times the background plane lost its connection to the peer (it
-    /// may have restarted). Velos binds its replication side again when this moves: a side
-    /// bound to a peer's earlier incarnation never lets the restarted peer in.
-    pub peer_losses: Vec<AtomicU64>,
+    /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
+    pub boot_id: u32,
+    /// Per position: the peer's boot id as last read with its heartbeat, 0 until read
+    /// (background). Velos binds its replication side again when it changes: a side bound to
+    /// a peer's earlier run never lets the restarted peer in.
+    pub peer_boots: Vec<AtomicU32>,
     /// The replication plane's hot words (replication).
     pub progress: OwnLines<Progress>,
     /// This replica may lead (replication clears it when it finds it needs a state transfer).
@@ -176,6 +178,7 @@ impl Shared {
         ids: Vec<NodeId>,
         members: u64,
         own_log_guard: GuardBarrier,
+        boot_id: u32,
     ) -> Shared {
         let n = ids.len();
         let replicas_count = ids.len();
@@ -184,7 +187,8 @@ impl Shared {
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
             heads: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
-            peer_losses: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
+            boot_id,
+            peer_boots: (0..replicas_count).map(|_| AtomicU32::new(0)).collect(),
             progress: OwnLines(Progress {
                 loop_count: AtomicU64::new(0),
                 in_propose: AtomicBool::new(false),

@@ -82,7 +82,13 @@ struct Recovery {
     /// Positions whose words are folded in.
     read: u64,
     reading: Option<Reading>,
+    /// When recovery started, and whether it said it is taking long.
+    since_ns: Option<u64>,
+    warned: bool,
 }
+
+/// A recovery that has not read enough peers after this long says so.
+const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 
 /// The peer a recovering replica reads.
 struct Reading {
@@ -154,9 +160,8 @@ pub struct VelosDriver<F: Fabric> {
     last_decision: (u64, bool),
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
-    /// Per position: the background plane's count of lost connections to the peer when our
-    /// side it initiates on was last bound.
-    losses_seen: Vec<u64>,
+    /// Per position: the peer's boot id when our side it initiates on was bound.
+    bound_boots: Vec<u32>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
     next_abstention_check_ns: u64,
 }
@@ -185,6 +190,8 @@ impl<F: Fabric> VelosDriver<F> {
             abstention: mu_velos::recovery::Abstention::new(layout.slots_count()),
             read: 0,
             reading: None,
+            since_ns: None,
+            warned: false,
         });
         VelosDriver {
             fabric,
@@ -221,7 +228,7 @@ impl<F: Fabric> VelosDriver<F> {
             noop_pending: false,
             last_decision: (0, true),
             recovery,
-            losses_seen: vec![0; n],
+            bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
         }
     }
@@ -319,7 +326,7 @@ impl<F: Fabric> VelosDriver<F> {
         self.connect(now_ns);
         if self.recovery.is_some() {
             let busy = self.poll_completions(app);
-            return self.recover() | busy;
+            return self.recover(now_ns) | busy;
         }
         let mut busy = false;
         if !self.proposer.is_leading() && self.shared.leader() == Some(self.me) {
@@ -350,6 +357,10 @@ impl<F: Fabric> VelosDriver<F> {
             if learned {
                 self.last_progress_ns = now_ns;
                 self.shared.set_replayer_stuck(false);
+            } else if self.a_log_behind() {
+                // Nothing here or at the leader can tell the entry any more (and laps, counted
+                // modulo 2048, could not even say it was recycled): a state transfer can.
+                self.shared.set_replayer_stuck(true);
             } else {
                 self.catch_up(now_ns);
             }
@@ -407,15 +418,20 @@ impl<F: Fabric> VelosDriver<F> {
     fn connect(&mut self, now_ns: u64) {
         let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
-            let losses = self.shared.peer_losses[pos].load(Ordering::Acquire);
-            if losses != self.losses_seen[pos] {
-                // The peer may have restarted: the side it initiates on is bound again, to its
-                // current incarnation (ours it reaches it through fails by itself if so).
-                self.losses_seen[pos] = losses;
+            let boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+            if self.target_connected[pos] && boot != self.bound_boots[pos] {
+                // The peer restarted (or we bound before we knew its run): the side it
+                // initiates on is bound again, to its current run. Ours it reaches it through
+                // fails by itself if so.
                 self.target_connected[pos] = false;
+                self.next_connect_ns[pos] = 0;
             }
+            // A restarted replica lets no one in before it knows where it abstains. The side
+            // is bound once the peer's run is known (from its heartbeat), and that run is
+            // noted, so that a restart after it is noticed.
+            let bind_target = !self.target_connected[pos] && self.recovery.is_none() && boot != 0;
             if pos == self.me_pos
-                || (self.connected[pos] && self.target_connected[pos])
+                || (self.connected[pos] && !bind_target)
                 || now_ns < self.next_connect_ns[pos]
                 || suspected >> pos & 1 != 0
             {
@@ -423,9 +439,9 @@ impl<F: Fabric> VelosDriver<F> {
             }
             self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
             let peer = self.replicas.ids()[pos];
-            // A restarted replica lets no one in before it knows where it abstains.
-            if !self.target_connected[pos] && self.recovery.is_none() {
+            if bind_target {
                 let conn = ConnId::new(peer, replication_channel(peer, self.me));
+                self.bound_boots[pos] = boot;
                 self.target_connected[pos] = self.fabric.connect(conn, Access::ALL).is_ok();
             }
             if !self.connected[pos] {
@@ -501,6 +517,16 @@ impl<F: Fabric> VelosDriver<F> {
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
             .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
             .fold(self.applied, u64::min)
+    }
+
+    /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
+    /// cut off for long). Heads count entries, not laps, so this holds however far it is.
+    fn a_log_behind(&self) -> bool {
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        let far = self.applied.saturating_add(self.layout.slots_count());
+        (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
+            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= far)
     }
 
     /// Posts what the proposer asks for.
@@ -850,10 +876,22 @@ impl<F: Fabric> VelosDriver<F> {
     /// Recovery of a restarted replica (`mu_velos::recovery`): reads the slot words of the
     /// next peer it can, one peer at a time; once a majority of the others are folded in, takes
     /// the abstaining words and lets peers in. Returns whether anything happened.
-    fn recover(&mut self) -> bool {
+    fn recover(&mut self, now_ns: u64) -> bool {
         let Some(r) = &mut self.recovery else { return false };
         let n = self.replicas.len();
-        if r.abstention.acceptors() > n / 2 {
+        let since = *r.since_ns.get_or_insert(now_ns);
+        if !r.warned && now_ns.saturating_sub(since) > RECOVERY_WARN_AFTER_NS {
+            r.warned = true;
+            warn!(
+                replica = self.me.0,
+                read = r.abstention.acceptors(),
+                needed = n - n / 2,
+                "restarted without its memory, this replica still waits to read the slot words \
+                 of enough peers (a peer that is down or itself restarting cannot be read)"
+            );
+        }
+        // Enough of the others that every majority of the configuration meets them.
+        if r.abstention.acceptors() >= n - n / 2 {
             let words = self.layout.word_offset(0) as usize;
             for (k, marker) in r.abstention.markers().enumerate() {
                 self.region.store_u64(words + 8 * k, marker).expect("Velos region layout");
@@ -883,6 +921,9 @@ impl<F: Fabric> VelosDriver<F> {
             r.reading = Some(Reading { pos, words: vec![0; slots], got: 0, next: 0, out: 0 });
         }
         let reading = r.reading.as_mut().expect("set above");
+        if reading.got == u64::MAX {
+            return false; // a probe failed: the rest fail too, until they are all back
+        }
         let pos = reading.pos;
         let first = reading.next;
         let count = (PROBES_IN_FLIGHT - reading.out).min(self.layout.slots_count() - first);
@@ -908,7 +949,10 @@ impl<F: Fabric> VelosDriver<F> {
         if self.recovery.is_some()
             || now_ns < self.next_abstention_check_ns
             || !self.shared.recovering.load(Ordering::Relaxed)
+            || self.a_log_behind()
         {
+            // A log behind (before its state transfer), its own position says nothing of where
+            // the words' laps are.
             return;
         }
         self.next_abstention_check_ns = now_ns + RECONNECT_PERIOD_NS;

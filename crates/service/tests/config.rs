@@ -56,12 +56,15 @@ fn velos_is_a_protocol_and_its_replicas_run_it() {
     let c = ClusterConfig::parse(&good("protocol = \"velos\"")).expect("a good configuration");
     let r = c.replica_config(1).unwrap();
     assert_eq!(r.protocol, mu_replica::Protocol::Velos);
-    assert_eq!(r.protocol.tag(), "velos/1");
-    // A velos replica cannot restart yet: refused with a reason, not run badly.
+    assert_eq!(r.protocol.tag(), "velos/2");
+    // A velos replica may rejoin after a restart (it reads its peers first), except alone.
     let mut rejoining = r.clone();
     rejoining.eligible = false;
+    rejoining.validate().expect("a velos replica rejoins");
+    rejoining.replicas.truncate(1);
+    rejoining.me = rejoining.replicas[0];
     let e = rejoining.validate().unwrap_err().to_string();
-    assert!(e.contains("velos") && e.contains("restarted"), "{e}");
+    assert!(e.contains("velos") && e.contains("cluster of one"), "{e}");
 }
 
 #[test]

@@ -7,7 +7,6 @@
 //! values_offset(q)       proposer q's value log (mu-log format), one per position q < n
 //! scratch_offset()       one slot where this replica's proposer reads a value it adopts
 //! learner_scratch_offset() one slot and one word where a follower catching up reads
-//! recovery_offset()      slots_count × 8 bytes where a restarted replica reads a peer's words
 //! ```
 
 use mu_log::LogLayout;
@@ -31,7 +30,7 @@ impl VelosLayout {
             return Err(format!("{n} replicas: Velos supports 1 to 64"));
         }
         let total = (log.region_bytes() as u128) * (n as u128 + 1)
-            + u128::from(log.slots_count()) * 16
+            + u128::from(log.slots_count()) * 8
             + u128::from(WORDS_OFFSET);
         if usize::try_from(total).is_err() {
             return Err(format!(
@@ -87,20 +86,9 @@ impl VelosLayout {
         self.learner_scratch_offset() + u64::from(self.log.slot_bytes())
     }
 
-    /// Offset of the area where a replica that restarted reads a peer's slot words
-    /// (`crate::recovery`), `slots_count × 8` bytes.
-    pub fn recovery_offset(&self) -> u64 {
-        self.learner_word_offset() + 8
-    }
-
-    /// Bytes of the slot words (and of the recovery area).
-    pub fn words_bytes(&self) -> u64 {
-        self.slots_count() * 8
-    }
-
     /// Bytes of the whole region.
     pub fn region_bytes(&self) -> usize {
-        (self.recovery_offset() + self.words_bytes()) as usize
+        (self.learner_word_offset() + 8) as usize
     }
 
     /// The largest value an entry carries.
@@ -135,8 +123,7 @@ mod tests {
         assert_eq!(l.scratch_offset(), l.values_offset(2) + log.region_bytes() as u64);
         assert_eq!(l.learner_scratch_offset(), l.scratch_offset() + 64);
         assert_eq!(l.learner_word_offset(), l.scratch_offset() + 128);
-        assert_eq!(l.recovery_offset(), l.scratch_offset() + 136);
-        assert_eq!(l.region_bytes() as u64, l.recovery_offset() + 8 * 8);
+        assert_eq!(l.region_bytes() as u64, l.scratch_offset() + 136);
         assert!(VelosLayout::new(log, 0).is_err());
         assert!(VelosLayout::new(log, 65).is_err());
     }

@@ -29,10 +29,10 @@ pub use proposer::{
 pub use word::{SlotWord, View, PROPOSAL_MAX};
 
 /// The version of what Velos replicas share (the slot word, the region layout). 2: abstaining
-/// words and the recovery area.
+/// words.
 pub const PROTOCOL_VERSION: u32 = 2;
 
-/// The name and version a replica records on its fabric, e.g. `velos/1`.
+/// The name and version a replica records on its fabric, e.g. `velos/2`.
 pub fn protocol_tag() -> String {
     format!("velos/{PROTOCOL_VERSION}")
 }

@@ -10,9 +10,10 @@
 //! **Which indices.** A proposer touches index `i` only once index `i - slots_count` is
 //! decided (it prepares `i` only below its applied floor plus `slots_count`, and accepts only
 //! what it prepared), so before the crash index `i - slots_count` was accepted by a majority
-//! `Q`. The restarting acceptor reads the slot words of a majority `M` of the *other*
-//! acceptors, after its crash. `M` and `Q` share an acceptor `m`, and `m`'s word for that slot
-//! has never gone back in laps, so it still shows at least the lap of `i - slots_count`:
+//! `Q`. The restarting acceptor reads the slot words of a set `M` of `n - n/2` of the *other*
+//! acceptors (enough that every majority meets it), after its crash. `M` and `Q` share an
+//! acceptor `m`, and `m`'s word for that slot has never gone back in laps, so it still shows
+//! at least the lap of `i - slots_count`:
 //!
 //! * a word of lap `l` that accepted something: it accepted in lap `l`, so it certifies `l`;
 //! * a word of lap `l` with nothing accepted: accepted is kept within a lap, so `m` accepted
