@@ -439,7 +439,8 @@ fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, St
                 rows.push(vec![
                     id.to_string(),
                     r.pid.to_string(),
-                    "up".into(),
+                    // Not counted in majorities yet: restart no other replica meanwhile.
+                    if r.recovering { "recovering" } else { "up" }.into(),
                     leader_name(r.leader),
                     r.fuo.to_string(),
                     r.applied.to_string(),

@@ -28,6 +28,10 @@ pub struct ReplicaReport {
     pub slow_permission_switches: u64,
     pub heartbeat_on: bool,
     pub eligible: bool,
+    /// It restarted without its log and does not count in majorities yet
+    /// (`ReplicaStatus::recovering`): restart no other replica until this is false.
+    #[serde(default)]
+    pub recovering: bool,
     /// While it leads: the replicas it writes to, itself included.
     pub confirmed: Vec<u16>,
     pub members: Vec<u16>,
@@ -60,6 +64,7 @@ impl ReplicaReport {
             slow_permission_switches: s.slow_permission_switches,
             heartbeat_on: s.heartbeat_on,
             eligible: s.eligible,
+            recovering: s.recovering,
             confirmed: s.confirmed.iter().map(|n| n.0).collect(),
             members: s.members.iter().map(|n| n.0).collect(),
             scores: s.scores.iter().map(|&(n, score)| (n.0, score)).collect(),
