@@ -519,33 +519,46 @@ fn t30_a_lagging_follower_is_caught_up() {
     c.stop_and_check();
 }
 
-/// State transfer across processes: a follower is killed, the others go round their logs
-/// several times, and the follower restarts with an empty log. It rejoins recovering, gets
-/// a snapshot from a peer (one-sided reads of its state-transfer region), is brought on from
-/// there, becomes eligible, and then carries the cluster with replica 1 when the leader is
-/// killed. Every replica ends with one sequence from index 0.
-#[test]
-fn t50_a_restarted_replica_rejoins_by_state_transfer() {
-    let _serial = one_at_a_time();
-    let slots = 1024;
-    let mut c = Cluster::start_with("transfer3", 3, "handover", slots, 1);
+/// Replica 2 (a follower) is killed while replica 0 goes round the log `laps` times, then
+/// restarts with an empty log; once `rejoined` says so of its status, the leader is killed and
+/// replica 1 must go on with it. Every replica ends with one sequence from index 0.
+fn restart_a_follower_then_kill_the_leader(
+    mut c: Cluster,
+    laps: usize,
+    rejoined: (&str, fn(&str) -> bool),
+) {
     c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
     c.kill(2);
     let before = c.acked_count(0);
-    let laps = 5 * slots as usize;
-    c.wait_for("the log goes round 5 times", WITHIN, |c| c.acked_count(0) >= before + laps);
+    let entries = laps * c.slots as usize;
+    c.wait_for("the log goes round", WITHIN, |c| c.acked_count(0) >= before + entries);
     let _ = std::fs::remove_file(c.dir.join("status-2"));
     c.restart(2, 1);
-    // At full speed the leader may be a log ahead again by the time a snapshot is installed:
-    // then the replica fetches another.
-    c.wait_for("replica 2 rejoins", WITHIN, |c| {
-        let status = c.status(2);
-        status.contains("eligible: true") && !status.contains("snapshots_installed: 0")
-    });
+    c.wait_for(rejoined.0, WITHIN, |c| (rejoined.1)(&c.status(2)));
     let before = c.acked_by_others(0);
     c.kill(0);
     c.wait_for("replica 1 leads with 2", WITHIN, |c| c.acked_by_others(0) >= before + 200);
     c.stop_and_check();
+}
+
+/// State transfer across processes: a follower is killed, the others go round their logs
+/// several times, and the follower restarts with an empty log. It rejoins recovering, gets
+/// a snapshot from a peer (one-sided reads of its state-transfer region), is brought on from
+/// there, becomes eligible, and then carries the cluster with replica 1 when the leader is
+/// killed.
+#[test]
+fn t50_a_restarted_replica_rejoins_by_state_transfer() {
+    let _serial = one_at_a_time();
+    let c = Cluster::start_with("transfer3", 3, "handover", 1024, 1);
+    // At full speed the leader may be a log ahead again by the time a snapshot is installed:
+    // then the replica fetches another.
+    restart_a_follower_then_kill_the_leader(
+        c,
+        5,
+        ("replica 2 rejoins", |status| {
+            status.contains("eligible: true") && !status.contains("snapshots_installed: 0")
+        }),
+    );
 }
 
 /// Velos, a replica restarted without its memory, on processes (`docs/protocols/velos.md`,
@@ -556,23 +569,14 @@ fn t50_a_restarted_replica_rejoins_by_state_transfer() {
 #[test]
 fn t51_a_restarted_velos_replica_becomes_an_acceptor_again() {
     let _serial = one_at_a_time();
-    let slots = 1024;
-    let mut c = Cluster::start_engine("velos-restart3", 3, "handover", slots, 1, "velos");
-    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
-    c.kill(2);
-    let before = c.acked_count(0);
-    let laps = 2 * slots as usize;
-    c.wait_for("the log goes round twice", WITHIN, |c| c.acked_count(0) >= before + laps);
-    let _ = std::fs::remove_file(c.dir.join("status-2"));
-    c.restart(2, 1);
-    c.wait_for("replica 2 is an acceptor again", WITHIN, |c| {
-        let status = c.status(2);
-        status.contains("eligible: true") && status.contains("recovering: false")
-    });
-    let before = c.acked_by_others(0);
-    c.kill(0);
-    c.wait_for("replica 1 leads with 2", WITHIN, |c| c.acked_by_others(0) >= before + 200);
-    c.stop_and_check();
+    let c = Cluster::start_engine("velos-restart3", 3, "handover", 1024, 1, "velos");
+    restart_a_follower_then_kill_the_leader(
+        c,
+        2,
+        ("replica 2 is an acceptor again", |status| {
+            status.contains("eligible: true") && status.contains("recovering: false")
+        }),
+    );
 }
 
 /// §5.4 on processes: a cluster created with replicas 0–2 adds replica 3 (started outside the
