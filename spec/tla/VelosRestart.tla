@@ -1,0 +1,400 @@
+----------------------------- MODULE VelosRestart -----------------------------
+(***************************************************************************)
+(* Velos's rule for an acceptor that restarts without its memory           *)
+(* (docs/protocols/velos.md, "Restarting a replica (not in the paper)";    *)
+(* crates/velos/src/recovery.rs).  One slot word per acceptor, used by the *)
+(* log indices i, i + slots_count, i + 2 slots_count, ...: laps 0..MaxLap  *)
+(* of one slot, each lap a separate instance of Paxos decided by remote    *)
+(* compare-and-swaps (CAS) on the word.                                    *)
+(*                                                                         *)
+(* A word is (lap, min proposal, accepted proposal, accepted value), or an *)
+(* abstaining word (the lap up to which its acceptor abstains).  The value *)
+(* is carried in the word (and in the CAS): the value indirection of       *)
+(* section 5.2, with its value writes, tags and FIFO, is what Velos.tla    *)
+(* checks, and it is left out here.  The "previous decided" bit is left    *)
+(* out too.                                                                *)
+(*                                                                         *)
+(* Recycling: a proposer may touch lap L + 1 of the slot only once lap L   *)
+(* is chosen (accepted under one proposal by a majority; a proposer        *)
+(* prepares index i only below its applied floor + slots_count, and what   *)
+(* it applied was decided, hence chosen).  It may work on any lap that     *)
+(* rule allows, an old one included (a new leader deciding again).         *)
+(*                                                                         *)
+(* A proposer's attempt at lap L: it predicts the words as they are (the   *)
+(* acceptors that are down, recovering, are asked nothing), stops if a     *)
+(* word is of a later lap (stale), asks nothing of an acceptor whose word  *)
+(* abstains in L, and needs a majority left to ask.  Its proposal b is its *)
+(* smallest one above every min proposal of lap L; it posts CAS(word, (L,  *)
+(* b, accepted kept)) to each acceptor asked (a word of an earlier lap, or *)
+(* abstaining only below L, becomes a fresh word of lap L).  The answer    *)
+(* that completes a majority ends the prepare: a failure aborts (an        *)
+(* abstaining word's answer is no answer); otherwise the proposer adopts   *)
+(* the value of the highest accepted proposal among the answers, or        *)
+(* proposes its own, and posts CAS(predicted, (L, b, b, value)) to every   *)
+(* acceptor it asked.  Whether that accept succeeds is seen in the history *)
+(* (chosen), so the proposer stops waiting at once.  Answers after the     *)
+(* majority point are not taken in (Velos.tla checks those, with the       *)
+(* accept check, for one index).                                           *)
+(*                                                                         *)
+(* Operations are in flight per (proposer, acceptor) connection and land   *)
+(* later, in the order posted, or never.  Operations of an abandoned       *)
+(* attempt still land.  Proposers are apart from acceptors: a replica's    *)
+(* proposer that crashes with it is a proposer that abandons its attempt   *)
+(* at that moment, and its operations to the others may still land after   *)
+(* the restart, as the design says they may.                               *)
+(*                                                                         *)
+(* Restart (acceptor a): a loses its word.  Operations posted to it before *)
+(* never land, and a proposer whose attempt was under way posts nothing    *)
+(* more to it in that attempt (its connection broke).  Then, by Rule:      *)
+(*  - "abstain" (the design): a is down (recovering) while it reads the    *)
+(*    words of a majority of the OTHER acceptors, one peer at a time, at   *)
+(*    any moments, a peer that is recovering itself not being readable.    *)
+(*    Each word certifies a lap (accepted in lap l: l; prepared in lap l,  *)
+(*    nothing accepted: l - 1; the zero word: -1; abstaining up to l: l).  *)
+(*    a then comes back abstaining up to the newest certified lap + 1;     *)
+(*  - "short" (mutation): the same, abstaining only up to the newest       *)
+(*    certified lap (none, if that is -1);                                 *)
+(*  - "forget" (mutation): a answers at once, its word zero.               *)
+(*                                                                         *)
+(* Properties: Agreement per lap (at most one value chosen for one index); *)
+(* RuleCovers, the rule's premise: a restarted acceptor abstains in every  *)
+(* lap its earlier lives took part in.                                     *)
+(***************************************************************************)
+EXTENDS Integers, FiniteSets, Sequences, TLC
+
+CONSTANTS
+    A,             \* the acceptors (model values, symmetric)
+    Proposers,     \* the proposers' ids, in 1..N: their positions + 1
+    Rounds,        \* proposal rounds per lap: proposer p's are r * N + p for r in 0..Rounds-1
+    MaxLap,        \* laps 0..MaxLap of the slot
+    MaxAttempts,   \* attempts in all (prepares started), over every proposer and lap
+    MaxRestarts,   \* acceptor restarts in all
+    Overlap,       \* TRUE: an acceptor may restart while another is still recovering
+    Rule           \* "abstain" (the design), "short" or "forget" (mutations)
+
+N        == Cardinality(A)
+ASSUME N > 0 /\ Proposers \subseteq 1..N
+ASSUME Rounds \in Nat \ {0} /\ MaxLap \in Nat /\ MaxAttempts \in Nat /\ MaxRestarts \in Nat
+ASSUME Overlap \in BOOLEAN /\ Rule \in {"abstain", "short", "forget"}
+
+IsMajority(Q) == 2 * Cardinality(Q) > N
+Laps     == 0..MaxLap
+\* An attempt's own value is its number: the values of different attempts differ.  0: none.
+Values   == 1..MaxAttempts
+Own(p)   == {r * N + p : r \in 0..(Rounds - 1)}
+Ballots  == {0} \cup UNION {Own(p) : p \in Proposers}
+Max(S)   == CHOOSE x \in S : \A y \in S : y <= x
+Min(S)   == CHOOSE x \in S : \A y \in S : x <= y
+
+\* A slot word.  abs = FALSE: the acceptor's state for lap `lap` (min proposal, accepted
+\* proposal, accepted value).  abs = TRUE: the acceptor abstains in every lap up to `lap`
+\* included, and is fresh for later ones (the other fields are 0).
+Words    == [abs : BOOLEAN, lap : 0..(MaxLap + 1), min : Ballots, acc : Ballots,
+             val : Values \cup {0}]
+Zero     == [abs |-> FALSE, lap |-> 0, min |-> 0, acc |-> 0, val |-> 0]
+Abstain(l) == [abs |-> TRUE, lap |-> l, min |-> 0, acc |-> 0, val |-> 0]
+\* The word of an acceptor that is recovering (its connections are down: nobody can use it),
+\* and what a proposer predicts for an acceptor it does not ask: abstaining in every lap.
+Lost     == Abstain(MaxLap + 1)
+
+\* How a word relates to lap L (crates/velos/src/word.rs, SlotWord::view).
+View(w, L) == IF w.abs THEN (IF L <= w.lap THEN "abstains" ELSE "fresh")
+              ELSE IF w.lap = L THEN "current"
+              ELSE IF w.lap < L THEN "fresh"
+              ELSE "newer"
+
+\* The lap a word certifies its acceptor accepted in no later than (recovery.rs, certified).
+Cert(w) == IF w.abs \/ w.acc # 0 THEN w.lap
+           ELSE IF w = Zero THEN -1
+           ELSE w.lap - 1
+
+\* The word a restarted acceptor comes back with, from the newest certified lap c.
+Marker(c) == IF Rule = "abstain" THEN Abstain(Min({c + 1, MaxLap}))
+             ELSE IF c < 0 THEN Zero      \* "short", nothing certified: abstains nowhere
+             ELSE Abstain(c)
+
+\* An operation in flight: the prepare ("p") or accept ("a") CAS from expected word e to
+\* desired word d; c: whether its poster still waits for its result.
+Ops == [k : {"p", "a"}, e : Words, d : Words, c : BOOLEAN]
+
+VARIABLES
+    \* ---- acceptors ----
+    word,      \* word[a]: a's slot word (Lost while a recovers)
+    status,    \* status[a]: "up", or "rec" (restarted, reading its peers, down to the others)
+    rd,        \* rd[a]: the peers a has read so far in its recovery
+    cert,      \* cert[a]: the newest lap the words read so far certify (-1: none)
+    restarts,  \* restarts so far
+    \* ---- proposers ----
+    attempts,  \* attempts started so far
+    phase,     \* phase[p]: "idle" or "prep" (prepare CASes posted, waiting for a majority)
+    lap,       \* lap[p]: the lap p works on (0 when idle)
+    bal,       \* bal[p]: p's proposal (0 when idle)
+    val,       \* val[p]: the own value of p's attempt (0 when idle)
+    pred,      \* pred[p][a]: the word p predicts at a (Lost: a not asked)
+    ans,       \* ans[p][a]: the result of p's prepare CAS to a
+    broken,    \* broken[p]: the acceptors that restarted during p's attempt (its connection
+               \* to them broke): p posts nothing more to them in this attempt
+    \* ---- the network ----
+    net,       \* net[p][a]: p's CASes to a in flight, oldest first
+    \* ---- history, for the properties only ----
+    accepted,  \* every accept that took effect: <<lap, acceptor, proposal, value>>
+    forgot,    \* forgot[a]: the newest lap a's earlier lives touched (-1: none)
+    uncovered  \* whether some acceptor came back without abstaining in a lap it forgot
+
+acceptorVars == <<word, status, rd, cert, restarts>>
+proposerVars == <<attempts, phase, lap, bal, val, pred, ans, broken>>
+vars == <<acceptorVars, proposerVars, net, accepted, forgot, uncovered>>
+
+TypeOK ==
+    /\ word \in [A -> Words]
+    /\ \A a \in A : word[a].acc <= word[a].min
+    /\ status \in [A -> {"up", "rec"}]
+    /\ \A a \in A : status[a] = "rec" <=> word[a] = Lost
+    /\ rd \in [A -> SUBSET A]
+    /\ \A a \in A : a \notin rd[a]
+    /\ cert \in [A -> -1..MaxLap]
+    /\ restarts \in 0..MaxRestarts
+    /\ attempts \in 0..MaxAttempts
+    /\ phase \in [Proposers -> {"idle", "prep"}]
+    /\ lap \in [Proposers -> Laps]
+    /\ bal \in [Proposers -> Ballots]
+    /\ val \in [Proposers -> Values \cup {0}]
+    /\ pred \in [Proposers -> [A -> Words]]
+    /\ ans \in [Proposers -> [A -> {"none", "ok", "fail"}]]
+    /\ broken \in [Proposers -> SUBSET A]
+    /\ \A p \in Proposers : \A a \in A : \A i \in 1..Len(net[p][a]) : net[p][a][i] \in Ops
+    /\ accepted \subseteq Laps \X A \X Ballots \X Values
+    /\ forgot \in [A -> -1..MaxLap]
+    /\ uncovered \in BOOLEAN
+
+Init ==
+    /\ word = [a \in A |-> Zero]
+    /\ status = [a \in A |-> "up"]
+    /\ rd = [a \in A |-> {}]
+    /\ cert = [a \in A |-> -1]
+    /\ restarts = 0
+    /\ attempts = 0
+    /\ phase = [p \in Proposers |-> "idle"]
+    /\ lap = [p \in Proposers |-> 0]
+    /\ bal = [p \in Proposers |-> 0]
+    /\ val = [p \in Proposers |-> 0]
+    /\ pred = [p \in Proposers |-> [a \in A |-> Lost]]
+    /\ ans = [p \in Proposers |-> [a \in A |-> "none"]]
+    /\ broken = [p \in Proposers |-> {}]
+    /\ net = [p \in Proposers |-> [a \in A |-> <<>>]]
+    /\ accepted = {}
+    /\ forgot = [a \in A |-> -1]
+    /\ uncovered = FALSE
+
+-----------------------------------------------------------------------------
+(* Helpers.                                                                *)
+
+\* The values chosen in lap L: accepted under one proposal by a majority (history: acceptances
+\* that a restart erased still count).
+ChosenIn(L) == {x[4] : x \in {y \in accepted : y[1] = L /\
+                   IsMajority({a \in A : <<L, a, y[3], y[4]>> \in accepted})}}
+
+\* Words of one life of an acceptor only move forward in this order (a prepare raises the lap or
+\* the min proposal; an accept raises the lap, or keeps the min proposal and does not lower the
+\* accepted one): an abstaining or zero word comes first, and is never seen again.
+Rank(w) == IF w.abs THEN <<w.lap, -1, -1>> ELSE <<w.lap, w.min, w.acc>>
+Before(x, y) == \/ x[1] < y[1]
+                \/ x[1] = y[1] /\ x[2] < y[2]
+                \/ x[1] = y[1] /\ x[2] = y[2] /\ x[3] < y[3]
+
+\* A CAS nobody waits for whose expected word the acceptor's word w has passed can only land and
+\* fail, with no effect.  It is dropped at once, which only merges states (the operations behind
+\* it still land after those ahead of it).
+Doomed(op, w) == ~op.c /\ Before(Rank(op.e), Rank(w))
+Prune(s, w) ==
+    LET keep   == {i \in 1..Len(s) : ~Doomed(s[i], w)}
+        kth(k) == CHOOSE i \in keep : Cardinality({j \in keep : j <= i}) = k
+    IN [k \in 1..Cardinality(keep) |-> s[kth(k)]]
+
+\* The operations in flight n[p] of p, none of them awaited any more, with the words w.
+StaleIn(n, w, p) ==
+    [a \in A |-> Prune([i \in 1..Len(n[p][a]) |-> [n[p][a][i] EXCEPT !.c = FALSE]], w[a])]
+
+\* p's attempt is over (aborted, or its accept posted): it waits for nothing and keeps nothing
+\* (a new attempt predicts afresh).
+IdleVars(p) ==
+    /\ phase' = [phase EXCEPT ![p] = "idle"]
+    /\ lap' = [lap EXCEPT ![p] = 0]
+    /\ bal' = [bal EXCEPT ![p] = 0]
+    /\ val' = [val EXCEPT ![p] = 0]
+    /\ pred' = [pred EXCEPT ![p] = [a \in A |-> Lost]]
+    /\ ans' = [ans EXCEPT ![p] = [a \in A |-> "none"]]
+    /\ broken' = [broken EXCEPT ![p] = {}]
+
+-----------------------------------------------------------------------------
+(* Proposer p.                                                             *)
+
+\* A new attempt at lap L, at any moment (first, retry, a leader giving up waiting, a new leader,
+\* a restarted replica's proposer), with a new value.  Lap L > 0 only once lap L - 1 is chosen
+\* (recycling).  p predicts the words as they are, once its own operations have landed (a fetch
+\* lands behind them); an acceptor that is down is asked nothing.
+Start(p, L) ==
+    /\ attempts < MaxAttempts
+    /\ L = 0 \/ ChosenIn(L - 1) # {}
+    /\ \A a \in A : net[p][a] = <<>>
+    /\ LET up    == {a \in A : status[a] = "up"}
+           asked == {a \in up : View(word[a], L) \in {"current", "fresh"}}
+           floor == Max({0} \cup {word[a].min : a \in {x \in up : View(word[x], L) = "current"}})
+           cands == {b \in Own(p) : b > floor}
+       IN
+       /\ \A a \in up : View(word[a], L) # "newer"   \* otherwise p is stale: it stops
+       /\ IsMajority(asked)                          \* otherwise p waits
+       /\ cands # {}                                 \* otherwise p's proposals are exhausted
+       /\ LET b == Min(cands)
+              new(a) == IF View(word[a], L) = "current" THEN [word[a] EXCEPT !.min = b]
+                        ELSE [abs |-> FALSE, lap |-> L, min |-> b, acc |-> 0, val |-> 0]
+              cas(a) == [k |-> "p", e |-> word[a], d |-> new(a), c |-> TRUE]
+          IN
+          /\ net' = [net EXCEPT ![p] = [a \in A |-> IF a \in asked THEN <<cas(a)>> ELSE <<>>]]
+          /\ pred' = [pred EXCEPT ![p] = [a \in A |-> IF a \in asked THEN new(a) ELSE Lost]]
+          /\ bal' = [bal EXCEPT ![p] = b]
+    /\ attempts' = attempts + 1
+    /\ phase' = [phase EXCEPT ![p] = "prep"]
+    /\ lap' = [lap EXCEPT ![p] = L]
+    /\ val' = [val EXCEPT ![p] = attempts + 1]
+    /\ ans' = [ans EXCEPT ![p] = [a \in A |-> "none"]]
+    /\ broken' = [broken EXCEPT ![p] = {}]
+    /\ UNCHANGED <<acceptorVars, accepted, forgot, uncovered>>
+
+\* The answer that completes a majority ends p's prepare at once (as the proposer settles on each
+\* answer), given the answers an, the operations in flight n and the words w after it landed.  A
+\* failure aborts.  Otherwise p adopts the value of the highest accepted proposal among the
+\* answers (from any answer that reported it), or takes its own, and posts the accept CAS, from
+\* the word it predicts, to every acceptor it asked whose connection did not break; it waits for
+\* nothing more.
+Conclude(p, an, n, w) ==
+    /\ IF \E a \in A : an[a] = "fail"
+         THEN net' = [n EXCEPT ![p] = StaleIn(n, w, p)]
+       ELSE LET oks == {a \in A : an[a] = "ok"}
+                hb  == Max({pred[p][a].acc : a \in oks})
+                L   == lap[p]
+                b   == bal[p]
+            IN
+            \E v \in IF hb = 0 THEN {val[p]}
+                     ELSE {pred[p][a].val : a \in {x \in oks : pred[p][x].acc = hb}} :
+              LET d  == [abs |-> FALSE, lap |-> L, min |-> b, acc |-> b, val |-> v]
+                  to == {a \in A \ broken[p] : View(pred[p][a], L) = "current"
+                                               /\ pred[p][a].min <= b}   \* the accept check
+                  op(a) == [k |-> "a", e |-> pred[p][a], d |-> d, c |-> FALSE]
+              IN
+              net' = [n EXCEPT ![p] =
+                        [a \in A |-> IF a \in to THEN Append(StaleIn(n, w, p)[a], op(a))
+                                     ELSE StaleIn(n, w, p)[a]]]
+    /\ IdleVars(p)
+
+-----------------------------------------------------------------------------
+(* The network.                                                            *)
+
+\* p's oldest CAS in flight to a lands.  Its result, if p still waits for it, is p's answer: a
+\* success, a refusal, or no answer from a word that abstains in the CAS's lap.  The answer that
+\* completes a majority ends the prepare (Conclude).
+Deliver(p, a) ==
+    /\ net[p][a] # <<>>
+    /\ status[a] = "up"
+    /\ LET op == Head(net[p][a])
+           ok == word[a] = op.e
+           w  == [word EXCEPT ![a] = IF ok THEN op.d ELSE @]
+           rest == [net EXCEPT ![p][a] = Tail(@)]
+           n  == IF ok THEN [q \in Proposers |-> [rest[q] EXCEPT ![a] = Prune(@, w[a])]]
+                 ELSE rest
+           an == [ans[p] EXCEPT ![a] = IF ok THEN "ok"
+                                       ELSE IF View(word[a], op.d.lap) = "abstains" THEN "none"
+                                       ELSE "fail"]
+       IN
+       /\ word' = w
+       /\ accepted' = IF ok /\ op.k = "a"
+                      THEN accepted \cup {<<op.d.lap, a, op.d.acc, op.d.val>>}
+                      ELSE accepted
+       /\ IF op.c /\ IsMajority({x \in A : an[x] # "none"})
+            THEN Conclude(p, an, n, w)
+          ELSE /\ net' = n
+               /\ ans' = IF op.c THEN [ans EXCEPT ![p] = an] ELSE ans
+               /\ UNCHANGED <<phase, lap, bal, val, pred, broken>>
+    /\ UNCHANGED <<status, rd, cert, restarts, attempts, forgot, uncovered>>
+
+-----------------------------------------------------------------------------
+(* Acceptors: restart and recovery.                                        *)
+
+\* The laps a word shows its acceptor took part in, in this life or (an abstaining word) in its
+\* earlier ones, as far as the rule covers them: up to this lap (-1: none).
+Covered(w) == IF w = Zero THEN -1 ELSE w.lap
+
+\* a restarts without its memory.  What was posted to it never lands, and the proposers waiting
+\* on it post nothing more to it in their attempts.  forgot[a]: the laps its earlier lives took
+\* part in, up to this one (history; if a restarts while recovering, its earlier lives are those
+\* of the recovery it did not finish).
+Restart(a) ==
+    /\ restarts < MaxRestarts
+    /\ Overlap \/ \A x \in A \ {a} : status[x] = "up"
+    /\ restarts' = restarts + 1
+    /\ net' = [p \in Proposers |-> [net[p] EXCEPT ![a] = <<>>]]
+    /\ broken' = [p \in Proposers |-> IF phase[p] = "prep" THEN broken[p] \cup {a} ELSE {}]
+    /\ IF Rule = "forget"
+         THEN /\ word' = [word EXCEPT ![a] = Zero]
+              /\ status' = [status EXCEPT ![a] = "up"]
+              /\ uncovered' = (uncovered \/ Covered(word[a]) >= 0)
+              /\ UNCHANGED forgot
+       ELSE /\ word' = [word EXCEPT ![a] = Lost]
+              /\ status' = [status EXCEPT ![a] = "rec"]
+              /\ forgot' = [forgot EXCEPT ![a] = IF status[a] = "rec" THEN @
+                                                 ELSE Covered(word[a])]
+              /\ UNCHANGED uncovered
+    /\ rd' = [rd EXCEPT ![a] = {}]
+    /\ cert' = [cert EXCEPT ![a] = -1]
+    /\ UNCHANGED <<attempts, phase, lap, bal, val, pred, ans, accepted>>
+
+\* Recovering a reads the word of peer x, which is up (a recovering peer cannot be read).  Once
+\* it has read a majority of the others, it comes back in the same step, with its marker word,
+\* and lets peers in.  (Coming back later only leaves out states in which it is down longer
+\* than it needs to be.)  RuleCovers then checks the rule's premise.
+ReadPeer(a, x) ==
+    /\ status[a] = "rec"
+    /\ x # a /\ x \notin rd[a]
+    /\ status[x] = "up"
+    /\ LET r == rd[a] \cup {x}
+           c == Max({cert[a], Cert(word[x])})
+       IN
+       IF IsMajority(r)
+         THEN /\ word' = [word EXCEPT ![a] = Marker(c)]
+              /\ status' = [status EXCEPT ![a] = "up"]
+              /\ rd' = [rd EXCEPT ![a] = {}]
+              /\ cert' = [cert EXCEPT ![a] = -1]
+              /\ forgot' = [forgot EXCEPT ![a] = -1]
+              /\ uncovered' = (uncovered \/ (forgot[a] >= 0 /\ ~(Marker(c).abs
+                                                               /\ forgot[a] <= Marker(c).lap)))
+       ELSE /\ rd' = [rd EXCEPT ![a] = r]
+            /\ cert' = [cert EXCEPT ![a] = c]
+            /\ UNCHANGED <<word, status, forgot, uncovered>>
+    /\ UNCHANGED <<restarts, proposerVars, net, accepted>>
+
+-----------------------------------------------------------------------------
+
+Next ==
+    \/ \E p \in Proposers :
+          \/ \E L \in Laps : Start(p, L)
+          \/ \E a \in A : Deliver(p, a)
+    \/ \E a \in A :
+          \/ Restart(a)
+          \/ \E x \in A : ReadPeer(a, x)
+
+Spec == Init /\ [][Next]_vars
+
+\* Acceptors are interchangeable.
+Sym == Permutations(A)
+
+-----------------------------------------------------------------------------
+(* Properties.                                                             *)
+
+\* Agreement: for each lap (each log index using the slot), at most one value is chosen.
+Agreement == \A L \in Laps : Cardinality(ChosenIn(L)) <= 1
+
+\* The rule's premise (recovery.rs): an acceptor that came back abstains in every lap its earlier
+\* lives took part in.
+RuleCovers == ~uncovered
+
+=============================================================================
