@@ -129,6 +129,9 @@ impl<F: Fabric> ReplicationPlane<F> {
     }
 }
 
+/// The background plane's region, the snapshot region, and the state both planes share.
+type BackgroundState<F> = (<F as Fabric>::Region, <F as Fabric>::Region, Arc<Shared>);
+
 /// Completion queue depth: the most completions one step of the engine can produce (a write per
 /// slot to each follower being updated, each of which completes if it fails), bounded.
 fn queue_depth(config: &ReplicaConfig) -> usize {
@@ -172,14 +175,8 @@ impl<F: Fabric> ReplicaCore<F> {
             Leader::scratch_bytes(&replicas, &layout),
             Access::NONE,
         )?;
-        let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
-        let shared = Arc::new(Shared::new(
-            config.eligible,
-            replicas.ids().to_vec(),
-            members,
-            config.own_log_guard,
-            boot_id,
-        ));
+        let (background, snapshot, shared) =
+            ReplicaCore::background_state(config, &fabric, replicas.ids(), (members, boot_id))?;
 
         let mut leader = Leader::new(LeaderConfig {
             me: config.me,
@@ -234,14 +231,8 @@ impl<F: Fabric> ReplicaCore<F> {
             velos_layout.region_bytes(),
             Access::ALL,
         )?;
-        let (background, snapshot) = ReplicaCore::background_regions(config, &fabric)?;
-        let shared = Arc::new(Shared::new(
-            config.eligible,
-            replicas.ids().to_vec(),
-            members,
-            config.own_log_guard,
-            boot_id,
-        ));
+        let (background, snapshot, shared) =
+            ReplicaCore::background_state(config, &fabric, replicas.ids(), (members, boot_id))?;
         let me_pos = replicas.position(config.me).expect("validated");
         let proposer = mu_velos::Proposer::new(mu_velos::ProposerConfig {
             me: me_pos,
@@ -278,11 +269,14 @@ impl<F: Fabric> ReplicaCore<F> {
         Ok(ReplicaCore { replication: ReplicationPlane::Velos(replication), background })
     }
 
-    /// The background plane's region and the snapshot region, the same under both engines.
-    fn background_regions(
+    /// The background plane's region, the snapshot region and the state both planes share,
+    /// the same under both engines.
+    fn background_state(
         config: &ReplicaConfig,
         fabric: &F,
-    ) -> Result<(F::Region, F::Region), StartError> {
+        ids: &[NodeId],
+        (members, boot_id): (u64, u32),
+    ) -> Result<BackgroundState<F>, StartError> {
         let background = fabric.register_region(
             crate::layout::BACKGROUND_REGION,
             BACKGROUND_BYTES,
@@ -294,7 +288,9 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        Ok((background, snapshot))
+        let shared =
+            Shared::new(config.eligible, ids.to_vec(), members, config.own_log_guard, boot_id);
+        Ok((background, snapshot, Arc::new(shared)))
     }
 
     /// The replication plane's endpoint (of `replication_depth` entries) and the background
