@@ -67,6 +67,8 @@ struct PeerView {
     last_counter: Option<u64>,
     /// The request word last posted to the peer.
     request_sent: u64,
+    /// When the heartbeat read in flight (or the last one) was posted.
+    read_posted_ns: u64,
 }
 
 /// How a permission step went.
@@ -275,7 +277,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         busy |= self.notice_crashes();
         if now_ns >= self.next_read_ns {
             self.next_read_ns = now_ns + self.config.read_period_ns;
-            self.read_heartbeats();
+            self.read_heartbeats(now_ns);
             busy = true;
         }
         // Only members lead (§5.4): to the election, a non-member is not eligible. Nor is a
@@ -615,7 +617,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     }
 
     /// Pull-score: read every peer's heartbeat once per read period (§5.1).
-    fn read_heartbeats(&mut self) {
+    fn read_heartbeats(&mut self, now_ns: u64) {
         for pos in 0..self.replicas.len() {
             if pos == self.me_pos {
                 continue;
@@ -673,6 +675,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             };
             if self.ep.post(ConnId::new(peer, background_channel(self.me, peer)), &wr).is_ok() {
                 self.peers[pos].reading = true;
+                self.peers[pos].read_posted_ns = now_ns;
             } else {
                 self.lost(pos);
             }
@@ -754,6 +757,8 @@ impl<F: Fabric> BackgroundDriver<F> {
             if word.load(Ordering::Relaxed) != head {
                 word.store(head, Ordering::Release);
             }
+            let posted_ns = self.peers[pos].read_posted_ns;
+            self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
             let eligible = eligible && self.shared.is_member(pos);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }

@@ -73,6 +73,9 @@ pub(crate) struct Settings {
     pub batch_requests_max: usize,
     /// The largest snapshot the state-transfer region holds.
     pub snapshot_bytes_max: usize,
+    /// The failure detector's read period: a replication thread that went longer without a
+    /// poll may have been deposed and overtaken meanwhile (Velos resyncs then).
+    pub read_period_ns: u64,
 }
 
 impl Settings {
@@ -83,6 +86,7 @@ impl Settings {
             log_full_timeout_ns: config.log_full_timeout_ns,
             batch_requests_max: config.batch_requests_max,
             snapshot_bytes_max: config.snapshot_bytes_max,
+            read_period_ns: config.detector.read_period_ns,
         }
     }
 }

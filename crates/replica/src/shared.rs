@@ -94,6 +94,10 @@ pub(crate) struct Shared {
     /// Each replica's log head as last read, by position (background; stored when it moved, on
     /// a heartbeat read; read by the replication plane on every poll).
     pub heads: Vec<OwnLines<AtomicU64>>,
+    /// By position, when (on the replica's clock) the background plane posted the read that
+    /// last brought that replica's heartbeat and head; 0 before any. A Velos leader that
+    /// stalled waits for reads posted after the stall before it trusts `heads` again.
+    pub heads_read_ns: Vec<AtomicU64>,
     /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
     pub boot_id: u32,
     /// Per position: the peer's boot id as last read with its heartbeat, 0 until read
@@ -187,6 +191,7 @@ impl Shared {
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
             heads: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
+            heads_read_ns: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             boot_id,
             peer_boots: (0..replicas_count).map(|_| AtomicU32::new(0)).collect(),
             progress: OwnLines(Progress {

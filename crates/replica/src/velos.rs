@@ -13,7 +13,7 @@ use crate::replication::{Applier, ProposeError, Settings};
 use crate::shared::Shared;
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, OpKind,
-    PostError, RemoteAddr, Source, Status, WorkRequest,
+    PostError, QpState, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_log::{Entry, EntryKind, Slot, HEAD_OFFSET};
 use mu_replication::ReplicaSet;
@@ -79,6 +79,10 @@ enum CatchUp {
 /// torn word may certify one lap too few.
 struct Recovery {
     abstention: mu_velos::recovery::Abstention,
+    /// Positions whose side of the connection they initiate on was up when recovery began
+    /// (a replica refreshing its words, not a restarted one) and is not yet known closed: no
+    /// word is read before every such side is down, as a barrier.
+    unfenced: u64,
     /// Positions whose words are folded in.
     read: u64,
     reading: Option<Reading>,
@@ -86,6 +90,25 @@ struct Recovery {
     since_ns: Option<u64>,
     warned: bool,
 }
+
+impl Recovery {
+    fn new(slots_count: u64, unfenced: u64) -> Recovery {
+        Recovery {
+            abstention: mu_velos::recovery::Abstention::new(slots_count),
+            unfenced,
+            read: 0,
+            reading: None,
+            since_ns: None,
+            warned: false,
+        }
+    }
+}
+
+/// A replica that finds a live peer this many laps ahead refreshes its slot words (goes
+/// through recovery as a restarted one does) before it answers as an acceptor again: words
+/// left that far behind may soon be read wrongly (laps count modulo 2048, telling older from
+/// newer up to 1,024 laps apart), and one left behind by fewer laps is still read rightly.
+const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
 
 /// A recovery that has not read enough peers after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
@@ -164,6 +187,20 @@ pub struct VelosDriver<F: Fabric> {
     bound_boots: Vec<u32>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
     next_abstention_check_ns: u64,
+    /// When the last poll began (`None` before the first).
+    last_poll_ns: Option<u64>,
+    /// Set when a poll came more than a read period after the one before: the thread stalled
+    /// (descheduled, the process stopped), and the others may have gone round the log more
+    /// than laps tell apart meanwhile. This replica neither starts nor goes on leading until the
+    /// background plane has read every live peer's head with a read posted after it
+    /// ([`VelosDriver::resynced`]).
+    resync_since_ns: Option<u64>,
+    /// Peers the proposer is kept from ([`Proposer::exclude`]): their heads are two logs or
+    /// more behind ours, so their slot words may be too old to read rightly.
+    excluded: u64,
+    /// `applied` when this replica last took new slot words (restarted or refreshed): it
+    /// does not refresh again before it has moved on (a state transfer installed).
+    words_taken_at: Option<u64>,
 }
 
 impl<F: Fabric> VelosDriver<F> {
@@ -186,13 +223,8 @@ impl<F: Fabric> VelosDriver<F> {
         let round = proposer.actions_per_round();
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
-        let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery {
-            abstention: mu_velos::recovery::Abstention::new(layout.slots_count()),
-            read: 0,
-            reading: None,
-            since_ns: None,
-            warned: false,
-        });
+        let recovery = (!shared.eligible.load(Ordering::Acquire))
+            .then(|| Recovery::new(layout.slots_count(), 0));
         VelosDriver {
             fabric,
             me,
@@ -230,6 +262,10 @@ impl<F: Fabric> VelosDriver<F> {
             recovery,
             bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
+            last_poll_ns: None,
+            resync_since_ns: None,
+            excluded: 0,
+            words_taken_at: None,
         }
     }
 
@@ -322,7 +358,12 @@ impl<F: Fabric> VelosDriver<F> {
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.progress.bump_loop();
+        if self.last_poll_ns.is_some_and(|last| now_ns - last > self.settings.read_period_ns) {
+            self.resync_since_ns = Some(now_ns);
+        }
+        self.last_poll_ns = Some(now_ns);
         let answered_before = self.group.answered;
+        self.update_exclusions();
         self.connect(now_ns);
         if self.recovery.is_some() {
             let busy = self.poll_completions(app);
@@ -340,7 +381,21 @@ impl<F: Fabric> VelosDriver<F> {
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
         busy |= self.take_events(app, now_ns);
-        if self.proposer.is_leading() {
+        let resynced = self.resynced();
+        if self.proposer.is_leading() && resynced && self.a_log_behind() {
+            warn!(
+                replica = self.me.0,
+                applied = self.applied,
+                "a live peer is a whole log ahead of this leader: stepping down for a state \
+                 transfer"
+            );
+            self.stop_stale();
+        }
+        if self.proposer.is_leading() && !resynced {
+            // Stalled: nothing goes out until we know how far the others went. What the
+            // proposer decides meanwhile from completions is sound (each a CAS that found the
+            // word it expected); what it would post next may rest on words it misreads.
+        } else if self.proposer.is_leading() {
             self.hand_over();
             self.propose_noop_if_idle(now_ns);
             self.proposer.set_applied_floor(self.floor());
@@ -352,6 +407,12 @@ impl<F: Fabric> VelosDriver<F> {
             busy |= self.run_actions();
             busy |= self.take_events(app, now_ns);
             self.check_log_full(now_ns);
+        } else if self.words_taken_at != Some(self.applied)
+            && self.peers_ahead_by(REFRESH_AFTER_LAPS * self.layout.slots_count())
+        {
+            // New words first, then the state transfer (installed once recovery is over).
+            self.shared.set_replayer_stuck(true);
+            self.refresh_words();
         } else {
             let learned = self.learn(app) | self.install_snapshot(app);
             if learned {
@@ -448,7 +509,9 @@ impl<F: Fabric> VelosDriver<F> {
                 let conn = ConnId::new(peer, replication_channel(self.me, peer));
                 if self.fabric.connect(conn, Access::NONE).is_ok() {
                     self.connected[pos] = true;
-                    self.proposer.reconnected(pos);
+                    if self.excluded >> pos & 1 == 0 {
+                        self.proposer.reconnected(pos);
+                    }
                 }
             }
         }
@@ -460,7 +523,9 @@ impl<F: Fabric> VelosDriver<F> {
         let leading = self.proposer.is_leading();
         let may_lead = self.stopped.is_none()
             && self.recovery.is_none()
-            && (self.applied == 0 || self.last.is_some());
+            && (self.applied == 0 || self.last.is_some())
+            && self.resync_since_ns.is_none()
+            && !self.a_log_behind();
         if elected == Some(self.me) && !leading && may_lead {
             let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
             self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
@@ -508,6 +573,46 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
+    /// Stops leading because a live peer is a whole log ahead: as the proposer's own
+    /// [`StopReason::Stale`] does.
+    fn stop_stale(&mut self) {
+        let leader = self.shared.leader();
+        self.step_down(leader);
+        self.shared.eligible.store(false, Ordering::Release);
+        self.need_state_transfer();
+    }
+
+    /// Asks for a state transfer; until this replica has applied an entry the usual way after
+    /// it, it does not lead.
+    fn need_state_transfer(&mut self) {
+        self.last = None;
+        self.shared.set_replayer_stuck(true);
+    }
+
+    /// Whether the peers' heads can be trusted: no stall was noticed, or every peer the
+    /// failure detector considers alive has had its head read by a read posted after it. Laps
+    /// count modulo 2048 in the slot words, so a leader that stalled while the others went
+    /// round the log 1,024 times or more would misread their words (as older than its index,
+    /// and CAS them back a lap); a head counts entries and tells how far they went.
+    ///
+    /// Any majority that decided without this replica shares a replica with the peers it
+    /// considered alive when it last led (a majority of the members with itself), so one of
+    /// the heads read shows the progress. A peer that no longer answers is dropped from the
+    /// live set by the detector, which ends the wait.
+    fn resynced(&mut self) -> bool {
+        let Some(since) = self.resync_since_ns else {
+            return true;
+        };
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        let fresh = (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
+            .all(|pos| self.shared.heads_read_ns[pos].load(Ordering::Acquire) >= since);
+        if fresh {
+            self.resync_since_ns = None;
+        }
+        fresh
+    }
+
     /// Every live acceptor has applied the indices below this one (heads as the background
     /// plane last read them, of the peers its failure detector considers alive). A peer that
     /// comes back after the log went round without it needs a state transfer.
@@ -515,8 +620,68 @@ impl<F: Fabric> VelosDriver<F> {
         let alive = self.shared.alive_mask.load(Ordering::Acquire);
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
+            .filter(|&pos| self.excluded >> pos & 1 == 0)
             .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
             .fold(self.applied, u64::min)
+    }
+
+    /// Keeps the proposer from peers two logs or more behind this replica (heads as last
+    /// read) and gives them back once they are not. Such a peer was away (cut off, down) while
+    /// the log went round without it, and catches up by state transfer; its slot words are as
+    /// old as its absence, and past 1,024 laps they read as newer than the index a proposer
+    /// works on (or, a multiple of 2,048 laps old, as its current state). A peer that came
+    /// back this far behind takes new words before it publishes a head that lets it back in
+    /// (`refresh_words`). Two logs, not one: the floor keeps a live peer within a log of the
+    /// leader's proposals, so only one that was away falls this far.
+    fn update_exclusions(&mut self) {
+        let far = self.applied.saturating_sub(2 * self.layout.slots_count());
+        for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
+            let bit = 1u64 << pos;
+            let behind = self.shared.heads[pos].load(Ordering::Acquire) < far;
+            if behind && self.excluded & bit == 0 {
+                self.excluded |= bit;
+                self.proposer.exclude(pos);
+            } else if !behind && self.excluded & bit != 0 {
+                self.excluded &= !bit;
+                if self.connected[pos] {
+                    self.proposer.reconnected(pos);
+                }
+            }
+        }
+    }
+
+    /// Whether a peer applied at least `entries` more than this replica, by any head read of
+    /// it (alive now or not: the log went that far round either way; a replica just back
+    /// reads heads before its detector trusts the peers again).
+    fn peers_ahead_by(&self, entries: u64) -> bool {
+        let far = self.applied.saturating_add(entries);
+        (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos)
+            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= far)
+    }
+
+    /// Gives this replica new slot words, as a restarted one gets: it closes the sides peers
+    /// reach its memory through (a barrier: nothing of theirs lands after), reads the words of
+    /// a majority of the others and abstains up to one lap past what they certify
+    /// (`mu_velos::recovery`). Its own words were left behind while the log went round
+    /// without it ([`REFRESH_AFTER_LAPS`]); the new ones are read rightly by every proposer.
+    /// It does so before installing the state transfer it waits for, so its head, which lets
+    /// leaders use it again ([`VelosDriver::update_exclusions`]), moves only after.
+    fn refresh_words(&mut self) {
+        let mut unfenced = 0;
+        for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
+            if self.target_connected[pos] {
+                unfenced |= 1 << pos;
+                self.target_connected[pos] = false;
+            }
+        }
+        info!(
+            replica = self.me.0,
+            applied = self.applied,
+            "a live peer is far ahead: taking new slot words before answering as an acceptor"
+        );
+        self.recovery = Some(Recovery::new(self.layout.slots_count(), unfenced));
+        self.shared.recovering.store(true, Ordering::Release);
     }
 
     /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
@@ -714,10 +879,7 @@ impl<F: Fabric> VelosDriver<F> {
                     match reason {
                         // Behind by a whole log: a state transfer brings it back, and it may
                         // lead again once it applied an entry the usual way.
-                        StopReason::Stale { .. } => {
-                            self.last = None;
-                            self.shared.set_replayer_stuck(true);
-                        }
+                        StopReason::Stale { .. } => self.need_state_transfer(),
                         StopReason::ProposalsExhausted { .. } => self.stopped = Some(reason),
                     }
                 }
@@ -880,6 +1042,19 @@ impl<F: Fabric> VelosDriver<F> {
         let Some(r) = &mut self.recovery else { return false };
         let n = self.replicas.len();
         let since = *r.since_ns.get_or_insert(now_ns);
+        let unfenced = r.unfenced;
+        for pos in (0..n).filter(|&pos| unfenced >> pos & 1 != 0) {
+            let peer = self.replicas.ids()[pos];
+            let conn = ConnId::new(peer, replication_channel(peer, self.me));
+            // Moving to error waits for the peer's operations in flight (fencing a stuck
+            // peer): a barrier. One that has not finished is tried again on the next poll.
+            if self.fabric.modify_qp(conn, QpState::Error, Access::NONE).is_ok() {
+                r.unfenced &= !(1 << pos);
+            }
+        }
+        if r.unfenced != 0 {
+            return false;
+        }
         if !r.warned && now_ns.saturating_sub(since) > RECOVERY_WARN_AFTER_NS {
             r.warned = true;
             warn!(
@@ -902,6 +1077,7 @@ impl<F: Fabric> VelosDriver<F> {
                 "recovered: abstaining as an acceptor up to one lap past what the peers certify"
             );
             self.recovery = None;
+            self.words_taken_at = Some(self.applied);
             self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
             self.next_connect_ns.fill(0);

@@ -158,3 +158,95 @@ fn t70_a_restarted_replica_becomes_an_acceptor_again() {
     c.check_agreement();
     c.check_acked_applied(1);
 }
+
+/// Laps are counted modulo 2048 in the slot words (`mu_velos::word`): a leader paused while the
+/// others go round the log more than 1,024 times would read the words they wrote as older than
+/// its own index, and a compare-and-swap on such a word would take it back a lap and erase what
+/// it holds. Replica 0, the lowest id, considers itself alive throughout and leads again as
+/// soon as it resumes: it must first learn how far the others went (`VelosDriver`'s resync
+/// after a stall), find itself a whole log behind and catch up by state transfer.
+#[test]
+fn t80_a_leader_paused_for_over_1024_laps_does_not_fork_the_log() {
+    const SLOTS: u64 = 8;
+    let mut c = SimCluster::with(3, 7, |c| {
+        c.protocol = Protocol::Velos;
+        c.slots_count = SLOTS;
+        c.prepare_ahead = 4;
+        c.outstanding_max = 4;
+    });
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    c.submit(0, b"in flight at the pause").unwrap();
+    c.pause(0);
+    decide_laps(&mut c, 1500 * SLOTS, |c, end| {
+        let leader = c.await_leader(end - c.world.now_ns()).0 as usize;
+        assert_ne!(leader, 0, "replica 0 is paused");
+        leader
+    });
+    c.resume(0);
+    c.run_for(5_000_000);
+    for i in 0..20 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
+    }
+    c.run_for(1_000_000);
+    c.check_agreement();
+    let leader = c.await_leader(1_000_000).0 as usize;
+    c.check_acked_applied(leader);
+}
+
+/// Decides `count` entries, one at a time, at the replica `leader` names.
+fn decide_laps(c: &mut SimCluster, count: u64, leader: impl Fn(&mut SimCluster, u64) -> usize) {
+    for i in 0..count {
+        let value = format!("d{i}").into_bytes();
+        let end = c.world.now_ns() + 20_000_000;
+        loop {
+            let pos = leader(c, end);
+            if let Some(Ok(_)) = c.propose(pos, &value, 10_000_000) {
+                break;
+            }
+            assert!(c.world.now_ns() < end, "no progress: {}", c.describe());
+        }
+    }
+}
+
+/// The other side of laps modulo 2048: an acceptor cut off while the others went round the log
+/// more than 1,024 times holds words that read as newer than the leader's index. It catches
+/// up by state transfer, and the cluster goes on deciding, with it as an acceptor again.
+#[test]
+fn t81_an_acceptor_cut_off_for_over_1024_laps_catches_up() {
+    const SLOTS: u64 = 8;
+    let mut c = SimCluster::with(3, 8, |c| {
+        c.protocol = Protocol::Velos;
+        c.slots_count = SLOTS;
+        c.prepare_ahead = 4;
+        c.outstanding_max = 4;
+    });
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    c.world.partition(NodeId(0), NodeId(2));
+    c.world.partition(NodeId(1), NodeId(2));
+    decide_laps(&mut c, 1500 * SLOTS, |_, _| 0);
+    c.world.heal(NodeId(0), NodeId(2));
+    c.world.heal(NodeId(1), NodeId(2));
+    let end = c.world.now_ns() + 100_000_000;
+    while c.applied[2].len() < c.applied[0].len() {
+        assert!(c.world.now_ns() < end, "replica 2 did not catch up: {}", c.describe());
+        c.round();
+    }
+    for i in 0..20 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
+    }
+    // Replica 2 is an acceptor again: with replica 1 crashed, 0 and 2 decide.
+    c.crash(1);
+    for i in 0..20 {
+        c.propose_anywhere(format!("without 1: {i}").as_bytes(), 50_000_000);
+    }
+    c.run_for(1_000_000);
+    c.check_agreement();
+    let leader = c.await_leader(1_000_000).0 as usize;
+    c.check_acked_applied(leader);
+}

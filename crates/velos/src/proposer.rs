@@ -688,6 +688,15 @@ impl Proposer {
 
     /// An unsignaled write to `peer` failed: its connection is broken.
     pub fn on_write_error(&mut self, peer: usize) {
+        self.exclude(peer);
+    }
+
+    /// Takes `peer` out of use, as if its connection had failed, until
+    /// [`Proposer::reconnected`]: nothing more goes to it and majorities are formed without it.
+    /// The driver does so with an acceptor whose slot words it cannot read rightly (one that
+    /// came back after the log went round without it many times: laps count modulo
+    /// [`crate::word::LAPS`]).
+    pub fn exclude(&mut self, peer: usize) {
         if peer < self.epoch.len() && self.down & (1 << peer) == 0 {
             self.down |= 1 << peer;
             self.epoch[peer] += 1;
