@@ -12,8 +12,8 @@ use crate::layout::replication_channel;
 use crate::replication::{Applier, ProposeError, Settings};
 use crate::shared::Shared;
 use mu_fabric::{
-    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, LocalSlice, NodeId, Op, OpKind,
-    PostError, QpState, RemoteAddr, Source, Status, WorkRequest,
+    Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
+    OpKind, PostError, QpState, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_log::{Entry, EntryKind, Slot, HEAD_OFFSET};
 use mu_replication::ReplicaSet;
@@ -79,10 +79,12 @@ enum CatchUp {
 /// torn word may certify one lap too few.
 struct Recovery {
     abstention: mu_velos::recovery::Abstention,
-    /// Positions whose side of the connection they initiate on was up when recovery began
-    /// (a replica refreshing its words, not a restarted one) and is not yet known closed: no
-    /// word is read before every such side is down, as a barrier.
+    /// Positions whose side of the connection they initiate on is not yet known closed, for a
+    /// replica refreshing its words (a restarted one never opened them). No word is read
+    /// before every such side is down, as a barrier.
     unfenced: u64,
+    /// Of those, the ones we had up.
+    was_up: u64,
     /// Positions whose words are folded in.
     read: u64,
     reading: Option<Reading>,
@@ -92,10 +94,11 @@ struct Recovery {
 }
 
 impl Recovery {
-    fn new(slots_count: u64, unfenced: u64) -> Recovery {
+    fn new(slots_count: u64, (unfenced, was_up): (u64, u64)) -> Recovery {
         Recovery {
             abstention: mu_velos::recovery::Abstention::new(slots_count),
             unfenced,
+            was_up,
             read: 0,
             reading: None,
             since_ns: None,
@@ -109,6 +112,14 @@ impl Recovery {
 /// left that far behind may soon be read wrongly (laps count modulo 2048, telling older from
 /// newer up to 1,024 laps apart), and one left behind by fewer laps is still read rightly.
 const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
+
+/// Read periods between two polls of the replication thread that count as a stall, after
+/// which a leader resyncs ([`VelosDriver::resynced`]). Fewer than the failure detector needs to
+/// find a stopped replica failed (its score must fall from at least the recovery threshold, 6,
+/// to the failure threshold, 2: four stale reads), so no other leader can have been elected
+/// during a gap this short; more than one, so that ordinary preemption does not hold a leader
+/// back.
+const STALL_READ_PERIODS: u64 = 2;
 
 /// A recovery that has not read enough peers after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
@@ -198,9 +209,10 @@ pub struct VelosDriver<F: Fabric> {
     /// Peers the proposer is kept from ([`Proposer::exclude`]): their heads are two logs or
     /// more behind ours, so their slot words may be too old to read rightly.
     excluded: u64,
-    /// `applied` when this replica last took new slot words (restarted or refreshed): it
-    /// does not refresh again before it has moved on (a state transfer installed).
-    words_taken_at: Option<u64>,
+    /// Where the log was (the highest of `applied` and every peer's head) when this replica
+    /// last took new slot words (restarted or refreshed): its words are as new as that, so it
+    /// refreshes again only once a peer is [`REFRESH_AFTER_LAPS`] past it.
+    words_taken_at: u64,
 }
 
 impl<F: Fabric> VelosDriver<F> {
@@ -224,7 +236,7 @@ impl<F: Fabric> VelosDriver<F> {
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
         let recovery = (!shared.eligible.load(Ordering::Acquire))
-            .then(|| Recovery::new(layout.slots_count(), 0));
+            .then(|| Recovery::new(layout.slots_count(), (0, 0)));
         VelosDriver {
             fabric,
             me,
@@ -265,7 +277,7 @@ impl<F: Fabric> VelosDriver<F> {
             last_poll_ns: None,
             resync_since_ns: None,
             excluded: 0,
-            words_taken_at: None,
+            words_taken_at: 0,
         }
     }
 
@@ -358,7 +370,8 @@ impl<F: Fabric> VelosDriver<F> {
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.progress.bump_loop();
-        if self.last_poll_ns.is_some_and(|last| now_ns - last > self.settings.read_period_ns) {
+        let stall_ns = STALL_READ_PERIODS * self.settings.read_period_ns;
+        if self.last_poll_ns.is_some_and(|last| now_ns.saturating_sub(last) > stall_ns) {
             self.resync_since_ns = Some(now_ns);
         }
         self.last_poll_ns = Some(now_ns);
@@ -407,9 +420,10 @@ impl<F: Fabric> VelosDriver<F> {
             busy |= self.run_actions();
             busy |= self.take_events(app, now_ns);
             self.check_log_full(now_ns);
-        } else if self.words_taken_at != Some(self.applied)
-            && self.peers_ahead_by(REFRESH_AFTER_LAPS * self.layout.slots_count())
-        {
+        } else if self.peers_ahead_by(
+            self.applied.max(self.words_taken_at),
+            REFRESH_AFTER_LAPS * self.layout.slots_count(),
+        ) {
             // New words first, then the state transfer (installed once recovery is over).
             self.shared.set_replayer_stuck(true);
             self.refresh_words();
@@ -526,6 +540,20 @@ impl<F: Fabric> VelosDriver<F> {
             && (self.applied == 0 || self.last.is_some())
             && self.resync_since_ns.is_none()
             && !self.a_log_behind();
+        if elected == Some(self.me)
+            && !leading
+            && self.recovery.is_none()
+            && self.shared.eligible.load(Ordering::Relaxed)
+            && self.a_log_behind()
+        {
+            // Elected (it came back before the others noticed how far they went), but a whole
+            // log behind: it cannot lead, so it stops standing for election, and another leads
+            // while it catches up.
+            info!(replica = self.me.0, applied = self.applied, "elected a log behind: not leading");
+            self.shared.eligible.store(false, Ordering::Release);
+            self.need_state_transfer();
+            return true;
+        }
         if elected == Some(self.me) && !leading && may_lead {
             let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
             self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
@@ -620,24 +648,33 @@ impl<F: Fabric> VelosDriver<F> {
         let alive = self.shared.alive_mask.load(Ordering::Acquire);
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
-            .filter(|&pos| self.excluded >> pos & 1 == 0)
+            .filter(|&pos| !self.two_logs_behind(pos))
             .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
             .fold(self.applied, u64::min)
     }
 
-    /// Keeps the proposer from peers two logs or more behind this replica (heads as last
-    /// read) and gives them back once they are not. Such a peer was away (cut off, down) while
-    /// the log went round without it, and catches up by state transfer; its slot words are as
-    /// old as its absence, and past 1,024 laps they read as newer than the index a proposer
-    /// works on (or, a multiple of 2,048 laps old, as its current state). A peer that came
-    /// back this far behind takes new words before it publishes a head that lets it back in
-    /// (`refresh_words`). Two logs, not one: the floor keeps a live peer within a log of the
-    /// leader's proposals, so only one that was away falls this far.
-    fn update_exclusions(&mut self) {
+    /// Whether peer `pos`'s head (as last read) is two logs or more behind this replica. The
+    /// floor keeps a live peer within a log of the leader's proposals, so only a peer that was
+    /// away (cut off, down, restarted) falls this far; it catches up by state transfer, and
+    /// the floor leaves it out meanwhile.
+    fn two_logs_behind(&self, pos: usize) -> bool {
         let far = self.applied.saturating_sub(2 * self.layout.slots_count());
+        self.shared.heads[pos].load(Ordering::Acquire) < far
+    }
+
+    /// Keeps the proposer from peers two logs or more behind this replica
+    /// ([`VelosDriver::two_logs_behind`]) and gives them back once they are not. Such a peer's
+    /// slot words are as old as its absence, and past 1,024 laps they read as newer than the
+    /// index a proposer works on (or, a multiple of 2,048 laps old, as its current state). A
+    /// peer that came back this far behind takes new words ([`VelosDriver::refresh_words`])
+    /// and says so, as a restarted one does, by abstaining (`FLAG_ABSTAINING`): its words are
+    /// then markers of the current laps, and it is used again at once, before its state
+    /// transfer.
+    fn update_exclusions(&mut self) {
+        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire);
         for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
             let bit = 1u64 << pos;
-            let behind = self.shared.heads[pos].load(Ordering::Acquire) < far;
+            let behind = self.two_logs_behind(pos) && abstaining & bit == 0;
             if behind && self.excluded & bit == 0 {
                 self.excluded |= bit;
                 self.proposer.exclude(pos);
@@ -650,14 +687,19 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Whether a peer applied at least `entries` more than this replica, by any head read of
-    /// it (alive now or not: the log went that far round either way; a replica just back
-    /// reads heads before its detector trusts the peers again).
-    fn peers_ahead_by(&self, entries: u64) -> bool {
-        let far = self.applied.saturating_add(entries);
+    /// Whether a peer applied at least `entries` past `from`, by any head read of it (alive
+    /// now or not: the log went that far round either way; a replica just back reads heads
+    /// before its detector trusts the peers again).
+    fn peers_ahead_by(&self, from: u64, entries: u64) -> bool {
+        self.highest_head() >= from.saturating_add(entries)
+    }
+
+    /// The highest of `applied` and every peer's head as last read.
+    fn highest_head(&self) -> u64 {
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos)
-            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= far)
+            .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
+            .fold(self.applied, u64::max)
     }
 
     /// Gives this replica new slot words, as a restarted one gets: it closes the sides peers
@@ -668,20 +710,25 @@ impl<F: Fabric> VelosDriver<F> {
     /// It does so before installing the state transfer it waits for, so its head, which lets
     /// leaders use it again ([`VelosDriver::update_exclusions`]), moves only after.
     fn refresh_words(&mut self) {
-        let mut unfenced = 0;
+        // Every other replica's side, not only those we believe up: a binding that failed
+        // half-way (on ofi, opened at ready-to-receive, refused at ready-to-send) may still let
+        // a peer in.
+        let (mut unfenced, mut was_up) = (0, 0);
         for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
+            unfenced |= 1 << pos;
             if self.target_connected[pos] {
-                unfenced |= 1 << pos;
-                self.target_connected[pos] = false;
+                was_up |= 1 << pos;
             }
+            self.target_connected[pos] = false;
         }
         info!(
             replica = self.me.0,
             applied = self.applied,
             "a live peer is far ahead: taking new slot words before answering as an acceptor"
         );
-        self.recovery = Some(Recovery::new(self.layout.slots_count(), unfenced));
+        self.recovery = Some(Recovery::new(self.layout.slots_count(), (unfenced, was_up)));
         self.shared.recovering.store(true, Ordering::Release);
+        self.shared.eligible.store(false, Ordering::Release);
     }
 
     /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
@@ -1039,6 +1086,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// next peer it can, one peer at a time; once a majority of the others are folded in, takes
     /// the abstaining words and lets peers in. Returns whether anything happened.
     fn recover(&mut self, now_ns: u64) -> bool {
+        // A peer two logs behind the most advanced one has words too old to certify anything
+        // rightly (laps modulo 2048): it is not read.
+        let behind_below = self.highest_head().saturating_sub(2 * self.layout.slots_count());
         let Some(r) = &mut self.recovery else { return false };
         let n = self.replicas.len();
         let since = *r.since_ns.get_or_insert(now_ns);
@@ -1047,9 +1097,14 @@ impl<F: Fabric> VelosDriver<F> {
             let peer = self.replicas.ids()[pos];
             let conn = ConnId::new(peer, replication_channel(peer, self.me));
             // Moving to error waits for the peer's operations in flight (fencing a stuck
-            // peer): a barrier. One that has not finished is tried again on the next poll.
-            if self.fabric.modify_qp(conn, QpState::Error, Access::NONE).is_ok() {
-                r.unfenced &= !(1 << pos);
+            // peer): a barrier. One that has not finished is tried again on the next poll; a
+            // side we never had up may refuse it, and nothing lands through that.
+            let was_up = r.was_up >> pos & 1 != 0;
+            match self.fabric.modify_qp(conn, QpState::Error, Access::NONE) {
+                Ok(()) => r.unfenced &= !(1 << pos),
+                Err(FabricError::InProgress(..)) => {}
+                Err(_) if !was_up => r.unfenced &= !(1 << pos),
+                Err(_) => {}
             }
         }
         if r.unfenced != 0 {
@@ -1077,7 +1132,7 @@ impl<F: Fabric> VelosDriver<F> {
                 "recovered: abstaining as an acceptor up to one lap past what the peers certify"
             );
             self.recovery = None;
-            self.words_taken_at = Some(self.applied);
+            self.words_taken_at = self.highest_head();
             self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
             self.next_connect_ns.fill(0);
@@ -1090,6 +1145,7 @@ impl<F: Fabric> VelosDriver<F> {
                     && r.read >> p & 1 == 0
                     && self.connected[p]
                     && suspected >> p & 1 == 0
+                    && self.shared.heads[p].load(Ordering::Acquire) >= behind_below
             }) else {
                 return false;
             };

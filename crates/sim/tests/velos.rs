@@ -216,8 +216,20 @@ fn decide_laps(c: &mut SimCluster, count: u64, leader: impl Fn(&mut SimCluster, 
 /// up by state transfer, and the cluster goes on deciding, with it as an acceptor again.
 #[test]
 fn t81_an_acceptor_cut_off_for_over_1024_laps_catches_up() {
+    cut_off_for_1500_laps(2, 8);
+}
+
+/// The same with the lowest id cut off: it comes back elected by all (it never saw itself
+/// fail, and it looks alive again), but a whole log behind it cannot lead; it stops standing
+/// for election, so that another leads while it catches up.
+#[test]
+fn t82_the_lowest_id_cut_off_for_over_1024_laps_lets_another_lead() {
+    cut_off_for_1500_laps(0, 9);
+}
+
+fn cut_off_for_1500_laps(cut: usize, seed: u64) {
     const SLOTS: u64 = 8;
-    let mut c = SimCluster::with(3, 8, |c| {
+    let mut c = SimCluster::with(3, seed, |c| {
         c.protocol = Protocol::Velos;
         c.slots_count = SLOTS;
         c.prepare_ahead = 4;
@@ -227,23 +239,36 @@ fn t81_an_acceptor_cut_off_for_over_1024_laps_catches_up() {
     for i in 0..10 {
         c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
     }
-    c.world.partition(NodeId(0), NodeId(2));
-    c.world.partition(NodeId(1), NodeId(2));
-    decide_laps(&mut c, 1500 * SLOTS, |_, _| 0);
-    c.world.heal(NodeId(0), NodeId(2));
-    c.world.heal(NodeId(1), NodeId(2));
+    let others: Vec<usize> = (0..3).filter(|&p| p != cut).collect();
+    for &p in &others {
+        c.world.partition(NodeId(cut as u16), NodeId(p as u16));
+    }
+    let leader = others[0];
+    let end = c.world.now_ns() + 20_000_000;
+    while others
+        .iter()
+        .any(|&p| c.cores[p].as_ref().unwrap().leader() != Some(NodeId(leader as u16)))
+    {
+        assert!(c.world.now_ns() < end, "the others elect {leader}: {}", c.describe());
+        c.round();
+    }
+    decide_laps(&mut c, 1500 * SLOTS, |_, _| leader);
+    for &p in &others {
+        c.world.heal(NodeId(cut as u16), NodeId(p as u16));
+    }
     let end = c.world.now_ns() + 100_000_000;
-    while c.applied[2].len() < c.applied[0].len() {
-        assert!(c.world.now_ns() < end, "replica 2 did not catch up: {}", c.describe());
+    while c.applied[cut].len() < c.applied[leader].len() {
+        assert!(c.world.now_ns() < end, "replica {cut} did not catch up: {}", c.describe());
         c.round();
     }
     for i in 0..20 {
         c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
     }
-    // Replica 2 is an acceptor again: with replica 1 crashed, 0 and 2 decide.
-    c.crash(1);
+    // The replica that was cut off is an acceptor again: with another crashed, it decides
+    // with the one left.
+    c.crash(others[1]);
     for i in 0..20 {
-        c.propose_anywhere(format!("without 1: {i}").as_bytes(), 50_000_000);
+        c.propose_anywhere(format!("without {}: {i}", others[1]).as_bytes(), 50_000_000);
     }
     c.run_for(1_000_000);
     c.check_agreement();

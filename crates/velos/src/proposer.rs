@@ -393,9 +393,12 @@ impl Proposer {
     }
 
     /// Stops leading. A pending value may or may not be decided later, by another leader.
+    /// Actions not yet drained are dropped: posted at a later start, they would rest on words
+    /// read long before.
     pub fn stop(&mut self) {
         self.leading = false;
         self.pending = None;
+        self.actions.clear();
         for t in &mut self.ring {
             t.index = NONE;
             t.phase = Phase::Idle;
