@@ -579,6 +579,30 @@ fn t51_a_restarted_velos_replica_becomes_an_acceptor_again() {
     );
 }
 
+/// Velos, laps modulo 2048 on processes (`docs/protocols/velos.md`, "Laps modulo 2048"): with
+/// a log of 8 slots, the leader is stopped (SIGSTOP) while the others go round the log 1,500
+/// times, more than a slot word's lap tells apart. When it continues it is still the lowest
+/// live id and elected at once; it must first read how far the others went, step down and
+/// catch up by state transfer, not prepare their words back into its own lap.
+#[test]
+fn t52_a_velos_leader_stopped_for_over_1024_laps_catches_up() {
+    let _serial = one_at_a_time();
+    let c = Cluster::start_engine("velos-laps3", 3, "handover", 8, 1, "velos");
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    let before = c.acked_by_others(0);
+    c.signal(0, libc::SIGSTOP);
+    c.wait_for("the others go round the log 1,500 times", WITHIN, |c| {
+        c.acked_by_others(0) >= before + 1500 * 8
+    });
+    c.signal(0, libc::SIGCONT);
+    c.wait_for("replica 0 catches up", WITHIN, |c| !c.status(0).contains("snapshots_installed: 0"));
+    let before = c.acked_by_others(0) + c.acked_count(0);
+    c.wait_for("the cluster goes on", WITHIN, |c| {
+        c.acked_by_others(0) + c.acked_count(0) >= before + 300
+    });
+    c.stop_and_check();
+}
+
 /// §5.4 on processes: a cluster created with replicas 0–2 adds replica 3 (started outside the
 /// configuration, brought up to date by the log), then loses its leader: with four members
 /// three must agree, so 1, 2 and 3 go on only with 3 a full member. The dead replica is
