@@ -167,20 +167,10 @@ fn t70_a_restarted_replica_becomes_an_acceptor_again() {
 /// after a stall), find itself a whole log behind and catch up by state transfer.
 #[test]
 fn t80_a_leader_paused_for_over_1024_laps_does_not_fork_the_log() {
-    const SLOTS: u64 = 8;
-    let mut c = SimCluster::with(3, 7, |c| {
-        c.protocol = Protocol::Velos;
-        c.slots_count = SLOTS;
-        c.prepare_ahead = 4;
-        c.outstanding_max = 4;
-    });
-    assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..10 {
-        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
-    }
+    let mut c = small_log(7);
     c.submit(0, b"in flight at the pause").unwrap();
     c.pause(0);
-    decide_laps(&mut c, 1500 * SLOTS, |c, end| {
+    decide_laps(&mut c, 1500 * SMALL_LOG_SLOTS, |c, end| {
         let leader = c.await_leader(end - c.world.now_ns()).0 as usize;
         assert_ne!(leader, 0, "replica 0 is paused");
         leader
@@ -190,6 +180,30 @@ fn t80_a_leader_paused_for_over_1024_laps_does_not_fork_the_log() {
     for i in 0..20 {
         c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
     }
+    settle_and_check(&mut c);
+}
+
+/// Slots of the log in the lap tests: 1,500 laps are 12,000 entries.
+const SMALL_LOG_SLOTS: u64 = 8;
+
+/// Three Velos replicas with a log of [`SMALL_LOG_SLOTS`] slots, replica 0 leading, 10
+/// entries decided.
+fn small_log(seed: u64) -> SimCluster {
+    let mut c = SimCluster::with(3, seed, |c| {
+        c.protocol = Protocol::Velos;
+        c.slots_count = SMALL_LOG_SLOTS;
+        c.prepare_ahead = 4;
+        c.outstanding_max = 4;
+    });
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    c
+}
+
+/// Runs a millisecond, then checks agreement and that the leader applied what it acknowledged.
+fn settle_and_check(c: &mut SimCluster) {
     c.run_for(1_000_000);
     c.check_agreement();
     let leader = c.await_leader(1_000_000).0 as usize;
@@ -228,17 +242,7 @@ fn t82_the_lowest_id_cut_off_for_over_1024_laps_lets_another_lead() {
 }
 
 fn cut_off_for_1500_laps(cut: usize, seed: u64) {
-    const SLOTS: u64 = 8;
-    let mut c = SimCluster::with(3, seed, |c| {
-        c.protocol = Protocol::Velos;
-        c.slots_count = SLOTS;
-        c.prepare_ahead = 4;
-        c.outstanding_max = 4;
-    });
-    assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..10 {
-        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
-    }
+    let mut c = small_log(seed);
     let others: Vec<usize> = (0..3).filter(|&p| p != cut).collect();
     for &p in &others {
         c.world.partition(NodeId(cut as u16), NodeId(p as u16));
@@ -252,7 +256,7 @@ fn cut_off_for_1500_laps(cut: usize, seed: u64) {
         assert!(c.world.now_ns() < end, "the others elect {leader}: {}", c.describe());
         c.round();
     }
-    decide_laps(&mut c, 1500 * SLOTS, |_, _| leader);
+    decide_laps(&mut c, 1500 * SMALL_LOG_SLOTS, |_, _| leader);
     for &p in &others {
         c.world.heal(NodeId(cut as u16), NodeId(p as u16));
     }
@@ -270,8 +274,5 @@ fn cut_off_for_1500_laps(cut: usize, seed: u64) {
     for i in 0..20 {
         c.propose_anywhere(format!("without {}: {i}", others[1]).as_bytes(), 50_000_000);
     }
-    c.run_for(1_000_000);
-    c.check_agreement();
-    let leader = c.await_leader(1_000_000).0 as usize;
-    c.check_acked_applied(leader);
+    settle_and_check(&mut c);
 }
