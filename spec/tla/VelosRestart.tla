@@ -56,9 +56,33 @@
 (*    certified lap (none, if that is -1);                                 *)
 (*  - "forget" (mutation): a answers at once, its word zero.               *)
 (*                                                                         *)
+(* Refresh (acceptor a, its memory intact; at most MaxRefreshes in all):  *)
+(* a is fenced: it is down, what was posted to it never lands and the      *)
+(* proposers under way post nothing more to it, exactly as at a restart,   *)
+(* but its word is kept.  Then, by RefreshRule:                            *)
+(*  - "others" (as implemented, crates/replica/src/velos.rs refresh_words):*)
+(*    a reads the words of N - N \div 2 OTHER acceptors, as a restarted    *)
+(*    one does, its own word not folded in, and comes back abstaining up   *)
+(*    to the newest lap they certify + 1, its word replaced by that        *)
+(*    abstaining word;                                                     *)
+(*  - "self" (a variant): a reads the words of N - N \div 2 - 1 OTHER      *)
+(*    acceptors (one at a time, up peers only), folds in its own word as   *)
+(*    it was at the fence (with them, a majority), and comes back          *)
+(*    abstaining up to the newest lap they all certify + 1, its word       *)
+(*    replaced by that abstaining word;                                    *)
+(*  - "selfonly": the same from its own word alone (no peer read);         *)
+(*  - "short" (mutation): as "self", abstaining only up to the newest      *)
+(*    certified lap (nowhere, if that is -1);                              *)
+(*  - "noself" (mutation): as "self", its own word not folded in (it reads *)
+(*    the same N - N \div 2 - 1 others only, fewer than a majority).       *)
+(* A refreshing acceptor may restart (it loses its word then).             *)
+(*                                                                         *)
 (* Properties: Agreement per lap (at most one value chosen for one index); *)
 (* RuleCovers, the rule's premise: a restarted acceptor abstains in every  *)
-(* lap its earlier lives took part in.                                     *)
+(* lap its earlier lives took part in (an abstaining word read as taking   *)
+(* part up to its lap), and a refreshed one in every lap its word showed   *)
+(* at the fence; TookCovered, where refreshes are modelled: an acceptor    *)
+(* that came back abstains in every lap it ever actually took part in.     *)
 (***************************************************************************)
 EXTENDS Integers, FiniteSets, Sequences, TLC
 
@@ -70,12 +94,17 @@ CONSTANTS
     MaxAttempts,   \* attempts in all (prepares started), over every proposer and lap
     MaxRestarts,   \* acceptor restarts in all
     Overlap,       \* TRUE: an acceptor may restart while another is still recovering
-    Rule           \* "abstain" (the design), "short" or "forget" (mutations)
+    Rule,          \* "abstain" (the design), "short" or "forget" (mutations)
+    MaxRefreshes,  \* refreshes (fence, read, abstain; memory intact) in all
+    RefreshRule    \* "others" (as implemented), "self", "selfonly" (variants), or "short",
+                   \* "noself" (mutations)
 
 N        == Cardinality(A)
 ASSUME N > 0 /\ Proposers \subseteq 1..N
 ASSUME Rounds \in Nat \ {0} /\ MaxLap \in Nat /\ MaxAttempts \in Nat /\ MaxRestarts \in Nat
 ASSUME Overlap \in BOOLEAN /\ Rule \in {"abstain", "short", "forget"}
+ASSUME MaxRefreshes \in Nat
+       /\ RefreshRule \in {"others", "self", "selfonly", "short", "noself"}
 
 IsMajority(Q) == 2 * Cardinality(Q) > N
 Laps     == 0..MaxLap
@@ -113,6 +142,16 @@ Marker(c) == IF Rule = "abstain" THEN Abstain(Min({c + 1, MaxLap}))
              ELSE IF c < 0 THEN Zero      \* "short", nothing certified: abstains nowhere
              ELSE Abstain(c)
 
+\* A refresh: how many OTHER acceptors it reads, the certificate it starts from (its own word
+\* folded in, or not), and the word it comes back with from the newest certified lap c.
+RefreshReads == CASE RefreshRule = "selfonly" -> 0
+                  [] RefreshRule = "others" -> N - N \div 2
+                  [] OTHER -> N - N \div 2 - 1
+RefreshCert0(w) == IF RefreshRule \in {"noself", "others"} THEN -1 ELSE Cert(w)
+RefreshMarker(c) == IF RefreshRule = "short"
+                      THEN (IF c < 0 THEN Zero ELSE Abstain(c))
+                    ELSE Abstain(Min({c + 1, MaxLap}))
+
 \* An operation in flight: the prepare ("p") or accept ("a") CAS from expected word e to
 \* desired word d; c: whether its poster still waits for its result.
 Ops == [k : {"p", "a"}, e : Words, d : Words, c : BOOLEAN]
@@ -120,10 +159,12 @@ Ops == [k : {"p", "a"}, e : Words, d : Words, c : BOOLEAN]
 VARIABLES
     \* ---- acceptors ----
     word,      \* word[a]: a's slot word (Lost while a recovers)
-    status,    \* status[a]: "up", or "rec" (restarted, reading its peers, down to the others)
-    rd,        \* rd[a]: the peers a has read so far in its recovery
+    status,    \* status[a]: "up", or "rec" (restarted, reading its peers, down to the others),
+               \* or "ref" (refreshing: fenced, its word kept, reading its peers)
+    rd,        \* rd[a]: the peers a has read so far in its recovery or refresh
     cert,      \* cert[a]: the newest lap the words read so far certify (-1: none)
     restarts,  \* restarts so far
+    refreshes, \* refreshes so far
     \* ---- proposers ----
     attempts,  \* attempts started so far
     phase,     \* phase[p]: "idle" or "prep" (prepare CASes posted, waiting for a majority)
@@ -138,22 +179,33 @@ VARIABLES
     net,       \* net[p][a]: p's CASes to a in flight, oldest first
     \* ---- history, for the properties only ----
     accepted,  \* every accept that took effect: <<lap, acceptor, proposal, value>>
-    forgot,    \* forgot[a]: the newest lap a's earlier lives touched (-1: none)
-    uncovered  \* whether some acceptor came back without abstaining in a lap it forgot
+    forgot,    \* forgot[a]: the newest lap a's earlier lives touched (-1: none); while a
+               \* refreshes, the newest lap its word showed it took part in at the fence
+    uncovered, \* whether some acceptor came back (from a restart or a refresh) without
+               \* abstaining in a lap it forgot, or its word showed at its refresh
+    took,      \* took[a]: the newest lap a ever took part in (a prepare or accept landed on
+               \* it), over all its lives (-1: none); kept only where refreshes are modelled
+    lapsed     \* whether some acceptor came back (from a restart or a refresh) without
+               \* abstaining in a lap it took part in; kept only where refreshes are modelled
 
-acceptorVars == <<word, status, rd, cert, restarts>>
+acceptorVars == <<word, status, rd, cert, restarts, refreshes>>
 proposerVars == <<attempts, phase, lap, bal, val, pred, ans, broken>>
-vars == <<acceptorVars, proposerVars, net, accepted, forgot, uncovered>>
+vars == <<acceptorVars, proposerVars, net, accepted, forgot, uncovered, took, lapsed>>
+
+\* took and lapsed are history for TookCovered, kept only where refreshes are modelled (they stay
+\* -1 and FALSE otherwise, so that the restart-only models keep their state spaces).
+Track == MaxRefreshes > 0
 
 TypeOK ==
     /\ word \in [A -> Words]
     /\ \A a \in A : word[a].acc <= word[a].min
-    /\ status \in [A -> {"up", "rec"}]
+    /\ status \in [A -> {"up", "rec", "ref"}]
     /\ \A a \in A : status[a] = "rec" <=> word[a] = Lost
     /\ rd \in [A -> SUBSET A]
     /\ \A a \in A : a \notin rd[a]
     /\ cert \in [A -> -1..MaxLap]
     /\ restarts \in 0..MaxRestarts
+    /\ refreshes \in 0..MaxRefreshes
     /\ attempts \in 0..MaxAttempts
     /\ phase \in [Proposers -> {"idle", "prep"}]
     /\ lap \in [Proposers -> Laps]
@@ -166,6 +218,8 @@ TypeOK ==
     /\ accepted \subseteq Laps \X A \X Ballots \X Values
     /\ forgot \in [A -> -1..MaxLap]
     /\ uncovered \in BOOLEAN
+    /\ took \in [A -> -1..MaxLap]
+    /\ lapsed \in BOOLEAN
 
 Init ==
     /\ word = [a \in A |-> Zero]
@@ -173,6 +227,7 @@ Init ==
     /\ rd = [a \in A |-> {}]
     /\ cert = [a \in A |-> -1]
     /\ restarts = 0
+    /\ refreshes = 0
     /\ attempts = 0
     /\ phase = [p \in Proposers |-> "idle"]
     /\ lap = [p \in Proposers |-> 0]
@@ -185,6 +240,8 @@ Init ==
     /\ accepted = {}
     /\ forgot = [a \in A |-> -1]
     /\ uncovered = FALSE
+    /\ took = [a \in A |-> -1]
+    /\ lapsed = FALSE
 
 -----------------------------------------------------------------------------
 (* Helpers.                                                                *)
@@ -259,7 +316,7 @@ Start(p, L) ==
     /\ val' = [val EXCEPT ![p] = attempts + 1]
     /\ ans' = [ans EXCEPT ![p] = [a \in A |-> "none"]]
     /\ broken' = [broken EXCEPT ![p] = {}]
-    /\ UNCHANGED <<acceptorVars, accepted, forgot, uncovered>>
+    /\ UNCHANGED <<acceptorVars, accepted, forgot, uncovered, took, lapsed>>
 
 \* The answer that completes a majority ends p's prepare at once (as the proposer settles on each
 \* answer), given the answers an, the operations in flight n and the words w after it landed.  A
@@ -310,12 +367,13 @@ Deliver(p, a) ==
        /\ accepted' = IF ok /\ op.k = "a"
                       THEN accepted \cup {<<op.d.lap, a, op.d.acc, op.d.val>>}
                       ELSE accepted
+       /\ took' = IF Track /\ ok THEN [took EXCEPT ![a] = Max({@, op.d.lap})] ELSE took
        /\ IF op.c /\ IsMajority({x \in A : an[x] # "none"})
             THEN Conclude(p, an, n, w)
           ELSE /\ net' = n
                /\ ans' = IF op.c THEN [ans EXCEPT ![p] = an] ELSE ans
                /\ UNCHANGED <<phase, lap, bal, val, pred, broken>>
-    /\ UNCHANGED <<status, rd, cert, restarts, attempts, forgot, uncovered>>
+    /\ UNCHANGED <<status, rd, cert, restarts, refreshes, attempts, forgot, uncovered, lapsed>>
 
 -----------------------------------------------------------------------------
 (* Acceptors: restart and recovery.                                        *)
@@ -323,6 +381,10 @@ Deliver(p, a) ==
 \* The laps a word shows its acceptor took part in, in this life or (an abstaining word) in its
 \* earlier ones, as far as the rule covers them: up to this lap (-1: none).
 Covered(w) == IF w = Zero THEN -1 ELSE w.lap
+
+\* Whether a comes back with word m without abstaining in a lap it ever took part in (history,
+\* for TookCovered; FALSE where it is not kept).
+Lapses(a, m) == Track /\ took[a] >= 0 /\ ~(m.abs /\ took[a] <= m.lap)
 
 \* a restarts without its memory.  What was posted to it never lands, and the proposers waiting
 \* on it post nothing more to it in their attempts.  forgot[a]: the laps its earlier lives took
@@ -338,15 +400,16 @@ Restart(a) ==
          THEN /\ word' = [word EXCEPT ![a] = Zero]
               /\ status' = [status EXCEPT ![a] = "up"]
               /\ uncovered' = (uncovered \/ Covered(word[a]) >= 0)
+              /\ lapsed' = (lapsed \/ Lapses(a, Zero))
               /\ UNCHANGED forgot
        ELSE /\ word' = [word EXCEPT ![a] = Lost]
               /\ status' = [status EXCEPT ![a] = "rec"]
               /\ forgot' = [forgot EXCEPT ![a] = IF status[a] = "rec" THEN @
                                                  ELSE Covered(word[a])]
-              /\ UNCHANGED uncovered
+              /\ UNCHANGED <<uncovered, lapsed>>
     /\ rd' = [rd EXCEPT ![a] = {}]
     /\ cert' = [cert EXCEPT ![a] = -1]
-    /\ UNCHANGED <<attempts, phase, lap, bal, val, pred, ans, accepted>>
+    /\ UNCHANGED <<refreshes, attempts, phase, lap, bal, val, pred, ans, accepted, took>>
 
 \* Recovering a reads the word of peer x, which is up (a recovering peer cannot be read).  Once
 \* it has read a majority of the others, it comes back in the same step, with its marker word,
@@ -367,10 +430,63 @@ ReadPeer(a, x) ==
               /\ forgot' = [forgot EXCEPT ![a] = -1]
               /\ uncovered' = (uncovered \/ (forgot[a] >= 0 /\ ~(Marker(c).abs
                                                                /\ forgot[a] <= Marker(c).lap)))
+              /\ lapsed' = (lapsed \/ Lapses(a, Marker(c)))
        ELSE /\ rd' = [rd EXCEPT ![a] = r]
             /\ cert' = [cert EXCEPT ![a] = c]
-            /\ UNCHANGED <<word, status, forgot, uncovered>>
-    /\ UNCHANGED <<restarts, proposerVars, net, accepted>>
+            /\ UNCHANGED <<word, status, forgot, uncovered, lapsed>>
+    /\ UNCHANGED <<restarts, refreshes, proposerVars, net, accepted, took>>
+
+-----------------------------------------------------------------------------
+(* Acceptors: refresh (memory intact).                                     *)
+
+\* a, up and with its memory, comes back from a refresh whose newest certified lap is c: its
+\* word is replaced by the refresh's marker word; RuleCovers checks it abstains in every lap its
+\* word showed it took part in at the fence (forgot[a]).
+RefreshBack(a, c) ==
+    /\ word' = [word EXCEPT ![a] = RefreshMarker(c)]
+    /\ status' = [status EXCEPT ![a] = "up"]
+    /\ rd' = [rd EXCEPT ![a] = {}]
+    /\ cert' = [cert EXCEPT ![a] = -1]
+    /\ forgot' = [forgot EXCEPT ![a] = -1]
+    /\ uncovered' = (uncovered \/ (Covered(word[a]) >= 0
+                                   /\ ~(RefreshMarker(c).abs
+                                        /\ Covered(word[a]) <= RefreshMarker(c).lap)))
+    /\ lapsed' = (lapsed \/ Lapses(a, RefreshMarker(c)))
+
+\* a is fenced: like a restart, what was posted to it never lands and the proposers waiting on it
+\* post nothing more to it in their attempts; its word is kept.  With no peer to read, it comes
+\* back in the same step.
+Refresh(a) ==
+    /\ refreshes < MaxRefreshes
+    /\ status[a] = "up"
+    /\ refreshes' = refreshes + 1
+    /\ net' = [p \in Proposers |-> [net[p] EXCEPT ![a] = <<>>]]
+    /\ broken' = [p \in Proposers |-> IF phase[p] = "prep" THEN broken[p] \cup {a} ELSE {}]
+    /\ IF RefreshReads = 0
+         THEN RefreshBack(a, RefreshCert0(word[a]))
+       ELSE /\ status' = [status EXCEPT ![a] = "ref"]
+            /\ rd' = [rd EXCEPT ![a] = {}]
+            /\ cert' = [cert EXCEPT ![a] = RefreshCert0(word[a])]
+            /\ forgot' = [forgot EXCEPT ![a] = Covered(word[a])]
+            /\ UNCHANGED <<word, uncovered, lapsed>>
+    /\ UNCHANGED <<restarts, attempts, phase, lap, bal, val, pred, ans, accepted, took>>
+
+\* Refreshing a reads the word of peer x, which is up.  Once it has read RefreshReads others, it
+\* comes back in the same step, from the newest lap they and (unless "noself") its own word
+\* certify.
+RefreshRead(a, x) ==
+    /\ status[a] = "ref"
+    /\ x # a /\ x \notin rd[a]
+    /\ status[x] = "up"
+    /\ LET r == rd[a] \cup {x}
+           c == Max({cert[a], Cert(word[x])})
+       IN
+       IF Cardinality(r) >= RefreshReads
+         THEN RefreshBack(a, c)
+       ELSE /\ rd' = [rd EXCEPT ![a] = r]
+            /\ cert' = [cert EXCEPT ![a] = c]
+            /\ UNCHANGED <<word, status, forgot, uncovered, lapsed>>
+    /\ UNCHANGED <<restarts, refreshes, proposerVars, net, accepted, took>>
 
 -----------------------------------------------------------------------------
 
@@ -381,6 +497,8 @@ Next ==
     \/ \E a \in A :
           \/ Restart(a)
           \/ \E x \in A : ReadPeer(a, x)
+          \/ Refresh(a)
+          \/ \E x \in A : RefreshRead(a, x)
 
 Spec == Init /\ [][Next]_vars
 
@@ -394,7 +512,16 @@ Sym == Permutations(A)
 Agreement == \A L \in Laps : Cardinality(ChosenIn(L)) <= 1
 
 \* The rule's premise (recovery.rs): an acceptor that came back abstains in every lap its earlier
-\* lives took part in.
+\* lives took part in; one that came back from a refresh, in every lap its word showed it took
+\* part in at the fence.
 RuleCovers == ~uncovered
+
+\* The premise on what acceptors actually did (kept where refreshes are modelled): an acceptor that
+\* came back, from a restart or a refresh, abstains in every lap it ever took part in.  RuleCovers
+\* reads an abstaining word as its acceptor having taken part up to its lap; after a refresh
+\* (abstaining one lap past its own word, a lap it never took part in) a restart that reads older
+\* words may come back abstaining below that lap, and RuleCovers fails though no lap the
+\* acceptor took part in is left uncovered.  TookCovered is the premise the rule needs.
+TookCovered == ~lapsed
 
 =============================================================================
