@@ -73,8 +73,8 @@ pub(crate) struct Settings {
     pub batch_requests_max: usize,
     /// The largest snapshot the state-transfer region holds.
     pub snapshot_bytes_max: usize,
-    /// The failure detector's read period: a replication thread that went longer without a
-    /// poll may have been deposed and overtaken meanwhile (Velos resyncs then).
+    /// The failure detector's read period: a replication thread that went several of them
+    /// without a poll may have been deposed and overtaken meanwhile (Velos resyncs then).
     pub read_period_ns: u64,
 }
 

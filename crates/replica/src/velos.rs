@@ -200,9 +200,9 @@ pub struct VelosDriver<F: Fabric> {
     next_abstention_check_ns: u64,
     /// When the last poll began (`None` before the first).
     last_poll_ns: Option<u64>,
-    /// Set when a poll came more than a read period after the one before: the thread stalled
-    /// (descheduled, the process stopped), and the others may have gone round the log more
-    /// than laps tell apart meanwhile. This replica neither starts nor goes on leading until the
+    /// Set when a poll came more than [`STALL_READ_PERIODS`] read periods after the one
+    /// before: the thread stalled (descheduled, the process stopped), and the others may have
+    /// gone round the log more than laps tell apart meanwhile. This replica neither starts nor goes on leading until the
     /// background plane has read every live peer's head with a read posted after it
     /// ([`VelosDriver::resynced`]).
     resync_since_ns: Option<u64>,
