@@ -202,9 +202,9 @@ pub struct VelosDriver<F: Fabric> {
     last_poll_ns: Option<u64>,
     /// Set when a poll came more than [`STALL_READ_PERIODS`] read periods after the one
     /// before: the thread stalled (descheduled, the process stopped), and the others may have
-    /// gone round the log more than laps tell apart meanwhile. This replica neither starts nor goes on leading until the
-    /// background plane has read every live peer's head with a read posted after it
-    /// ([`VelosDriver::resynced`]).
+    /// gone round the log more than laps tell apart meanwhile. This replica neither starts nor
+    /// goes on leading until the background plane has read every live peer's head with a read
+    /// posted after it ([`VelosDriver::resynced`]).
     resync_since_ns: Option<u64>,
     /// Peers the proposer is kept from ([`Proposer::exclude`]): their heads are two logs or
     /// more behind ours, so their slot words may be too old to read rightly.
@@ -535,16 +535,17 @@ impl<F: Fabric> VelosDriver<F> {
     fn follow_election(&mut self, now_ns: u64) -> bool {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
+        let behind = self.a_log_behind();
         let may_lead = self.stopped.is_none()
             && self.recovery.is_none()
             && (self.applied == 0 || self.last.is_some())
             && self.resync_since_ns.is_none()
-            && !self.a_log_behind();
+            && !behind;
         if elected == Some(self.me)
             && !leading
             && self.recovery.is_none()
             && self.shared.eligible.load(Ordering::Relaxed)
-            && self.a_log_behind()
+            && behind
         {
             // Elected (it came back before the others noticed how far they went), but a whole
             // log behind: it cannot lead, so it stops standing for election, and another leads
