@@ -15,7 +15,6 @@
 //! (three processes on two CPUs for `write2`) waits spin briefly and then yield, and the figure
 //! includes scheduling.
 
-use crate::cluster::ShmGuardChoice;
 use crate::pin;
 use hdrhistogram::Histogram;
 use mu_fabric::{
@@ -159,11 +158,6 @@ pub struct Args {
     /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
     #[arg(long)]
     run_dir: Option<PathBuf>,
-    /// On shm: how writers enter the nodes' connection sides: a locked instruction per
-    /// operation (locked), or a compiler fence, revocations then issuing membarrier(2)
-    /// (membarrier, Linux 4.16+; docs/fabric.md). The permission-change figures show its cost.
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
 }
 
 #[derive(clap::Args)]
@@ -188,8 +182,6 @@ pub struct PeerArgs {
     /// The benchmark's pid: the peer dies with it instead of spinning for ever.
     #[arg(long)]
     parent: Option<u32>,
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
 }
 
 /// How the processes are placed on CPUs.
@@ -287,7 +279,7 @@ impl Drop for Peer {
 }
 
 fn spawn_peer(
-    a: &Local,
+    run_dir: &Path,
     node: u16,
     role: &str,
     samples: u64,
@@ -299,9 +291,8 @@ fn spawn_peer(
     let mut cmd = Command::new(exe);
     cmd.arg("bench-peer")
         .arg("--run-dir")
-        .arg(&a.run_dir)
+        .arg(run_dir)
         .args(["--node", &node.to_string(), "--role", role, "--samples", &samples.to_string()])
-        .args(["--shm-guard", a.guard.name()])
         .args(["--answer-at", &answer_at.to_string()])
         .args(["--parent", &std::process::id().to_string()]);
     if let Some(cpu) = cpu {
@@ -328,24 +319,19 @@ fn spawn_peer(
 
 /// Node A: this process.
 struct Local {
-    run_dir: PathBuf,
-    guard: ShmGuardChoice,
     fabric: ShmFabric,
     region: ShmRegion,
     ep: ShmEndpoint,
 }
 
 impl Local {
-    fn create(run_dir: &Path, guard: ShmGuardChoice) -> Result<Local, String> {
-        let config = ShmConfig {
-            guard_barrier: guard.barrier(),
-            ..ShmConfig::new(run_dir, CLUSTER_ID, NodeId(0))
-        };
-        let fabric = ShmFabric::create(config).map_err(|e| e.to_string())?;
+    fn create(run_dir: &Path) -> Result<Local, String> {
+        let fabric = ShmFabric::create(ShmConfig::new(run_dir, CLUSTER_ID, NodeId(0)))
+            .map_err(|e| e.to_string())?;
         let region =
             fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
         let ep = fabric.endpoint(64).map_err(|e| e.to_string())?;
-        Ok(Local { run_dir: run_dir.to_path_buf(), guard, fabric, region, ep })
+        Ok(Local { fabric, region, ep })
     }
 
     fn connect(&mut self, peer: u16) -> Result<ConnId, String> {
@@ -498,7 +484,6 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(provider) =
         crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
     {
-        args.shm_guard.refuse_off_shm()?;
         return crate::bench_ofi::run(args.json, args.samples, provider);
     }
     let (run_dir, remove_after) = match &args.run_dir {
@@ -522,14 +507,21 @@ pub fn run(args: Args) -> Result<(), String> {
 /// `write2`: A writes 64 bytes to B and to C, and each answers with a write to A once it sees
 /// its own; timed at A until both answers are in. A leader replicating to two followers has this
 /// shape, so `mu bench replication` measures it too, through [`write2_rtt`].
-fn measure_write2(a: &mut Local, placement: &Placement, samples: u64) -> Result<Summary, String> {
+fn measure_write2(
+    a: &mut Local,
+    run_dir: &Path,
+    placement: &Placement,
+    samples: u64,
+) -> Result<Summary, String> {
     let trio_spin = placement.dedicated(3);
     for at in [ANSWER_B, ANSWER_C] {
         a.region.store_u64(at as usize, 0).map_err(|e| e.to_string())?;
     }
     let peer_iterations = samples + WARMUP_ITERATIONS;
-    let mut pb = spawn_peer(a, 1, "write", peer_iterations, placement.cpu(1), trio_spin, ANSWER_B)?;
-    let mut pc = spawn_peer(a, 2, "write", peer_iterations, placement.cpu(2), trio_spin, ANSWER_C)?;
+    let mut pb =
+        spawn_peer(run_dir, 1, "write", peer_iterations, placement.cpu(1), trio_spin, ANSWER_B)?;
+    let mut pc =
+        spawn_peer(run_dir, 2, "write", peer_iterations, placement.cpu(2), trio_spin, ANSWER_C)?;
     let b = a.connect(1)?;
     let c = a.connect(2)?;
     pb.start()?;
@@ -552,7 +544,7 @@ fn measure_write2(a: &mut Local, placement: &Placement, samples: u64) -> Result<
 /// placement as in `mu bench fabric`, on a fresh node 0 in `run_dir` (a directory of its own:
 /// its nodes are 0, 1 and 2). It runs on a thread of its own because pinning applies to the
 /// calling thread and to the threads it starts later: the caller's threads keep their CPUs.
-pub fn write2_rtt(run_dir: &Path, samples: u64, guard: ShmGuardChoice) -> Result<Summary, String> {
+pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -560,8 +552,8 @@ pub fn write2_rtt(run_dir: &Path, samples: u64, guard: ShmGuardChoice) -> Result
                 if let Some(cpu) = placement.cpu(0) {
                     pin::pin_to(cpu)?;
                 }
-                let mut a = Local::create(run_dir, guard)?;
-                measure_write2(&mut a, &placement, samples)
+                let mut a = Local::create(run_dir)?;
+                measure_write2(&mut a, run_dir, &placement, samples)
             })
             .join()
             .unwrap_or_else(|_| Err("the write2 measurement failed unexpectedly".into()))
@@ -583,7 +575,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         if trio_spin { "pinned and spinning" } else { "sharing CPUs (spin, then yield)" },
     );
 
-    let mut a = Local::create(run_dir, args.shm_guard)?;
+    let mut a = Local::create(run_dir)?;
     let samples = args.samples;
 
     // The pair figures, interleaved in chunks so that each samples the same conditions.
@@ -591,7 +583,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         let bare_path = run_dir.join("bare.mem");
         let _ = std::fs::remove_file(&bare_path); // left by an earlier run in the same directory
         let map = Mapping::create(&bare_path, REGION_BYTES).map_err(|e| e.to_string())?;
-        let mut peer = spawn_peer(&a, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
+        let mut peer = spawn_peer(run_dir, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
         let b = a.connect(1)?;
         peer.start()?;
         let mut hs = [histogram(), histogram(), histogram(), histogram()];
@@ -619,11 +611,11 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         hs.map(|h| Summary::of(&h))
     };
 
-    let write2 = measure_write2(&mut a, &placement, samples)?;
+    let write2 = measure_write2(&mut a, run_dir, &placement, samples)?;
 
     // Permission changes on A's side of a connection to an idle peer: revoke write, grant it back.
     let (perm_fast, perm_slow) = {
-        let mut peer = spawn_peer(&a, 1, "idle", 0, placement.cpu(1), false, 0)?;
+        let mut peer = spawn_peer(run_dir, 1, "idle", 0, placement.cpu(1), false, 0)?;
         let b = a.connect(1)?;
         let mut fast = histogram();
         let mut slow = histogram();
@@ -648,7 +640,6 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
     if args.json {
         let out = json!({
             "backend": "shm",
-            "shm_guard": args.shm_guard.name(),
             "cpus_allowed": placement.cpus.len(),
             "pairs_pinned": pair_spin,
             "trios_pinned": trio_spin,
@@ -692,11 +683,8 @@ pub fn peer(args: PeerArgs) -> Result<(), String> {
     }
     let spin = args.spin;
     let n = args.samples;
-    let config = ShmConfig {
-        guard_barrier: args.shm_guard.barrier(),
-        ..ShmConfig::new(&args.run_dir, CLUSTER_ID, NodeId(args.node))
-    };
-    let fabric = ShmFabric::create(config).map_err(|e| e.to_string())?;
+    let fabric = ShmFabric::create(ShmConfig::new(&args.run_dir, CLUSTER_ID, NodeId(args.node)))
+        .map_err(|e| e.to_string())?;
     let region =
         fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
     let a = ConnId::new(NodeId(0), CHANNEL);

@@ -25,8 +25,7 @@
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
 use crate::cluster::{
-    self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, ShmGuardChoice, Spec,
-    ThreadsChoice, Words,
+    self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
 };
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
@@ -131,11 +130,6 @@ pub struct Args {
     /// also waits for leadership by spinning).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
-    /// On shm: how writers enter the replicas' connection sides: a locked instruction per
-    /// operation (locked), or a compiler fence, revocations then issuing membarrier(2)
-    /// (membarrier, Linux 4.16+; docs/fabric.md).
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
 }
 
 /// One failover, in nanoseconds.
@@ -207,7 +201,7 @@ pub fn run(args: Args) -> Result<(), String> {
             .clamp(KILL_MODE_SLOTS, PAUSE_MODE_SLOTS_MAX),
     };
     let spec = Spec {
-        fabric: FabricChoice::Shm(args.shm_guard),
+        fabric: FabricChoice::Shm,
         replicas: REPLICAS,
         mode: ReplicaMode::Direct,
         read_period_us: args.read_period_us,
@@ -754,7 +748,6 @@ fn document(
         "mode": args.mode.name(),
         "read_period_us": read_period_ns / 1000,
         "threads": args.threads.name(),
-        "shm_guard": args.shm_guard.name(),
         "total_us": summary_us(&totals),
         "detect_us": summary_us(&detects),
         "switch_us": summary_us(&switches),

@@ -6,7 +6,7 @@
 use crate::bench_fabric;
 use crate::bench_replication::{self, PayloadResult};
 use crate::bench_suite::{quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ShmGuardChoice, ThreadsChoice};
+use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ThreadsChoice};
 use crate::interrupt;
 use mu_figures::{Bar, BarChart, BarSeries, Table};
 use serde_json::json;
@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<(), String> {
     );
     let write2 = {
         let dir = run_dir.subdirectory("fabric")?;
-        bench_fabric::write2_rtt(dir.path(), samples, ShmGuardChoice::Locked)?
+        bench_fabric::write2_rtt(dir.path(), samples)?
     };
     let mut sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
     for config in CONFIGS {
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let results = bench_replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),
-            (FabricChoice::SHM, None, ThreadsChoice::Shared),
+            (FabricChoice::Shm, None, ThreadsChoice::Shared),
             &SWEEP_BYTES,
             samples,
             0,

@@ -17,8 +17,7 @@
 
 use crate::bench_fabric::{self, Summary};
 use crate::cluster::{
-    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, ShmGuardChoice, Spec, ThreadsChoice,
-    Words,
+    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
 };
 use crate::{interrupt, pin, replica_child};
 use hdrhistogram::Histogram;
@@ -115,11 +114,6 @@ pub struct Args {
     /// own (dedicated: about four cores per replica, as in the Mu paper).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
-    /// On shm: how writers enter the replicas' connection sides: a locked instruction per
-    /// operation (locked), or a compiler fence, revocations then issuing membarrier(2)
-    /// (membarrier, Linux 4.16+; docs/fabric.md).
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
 }
 
 /// The detector's read period on the ofi fabric unless `--read-period-us` says otherwise. On
@@ -239,8 +233,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let run_dir = RunDir::create("replication")?;
     // Checked before anything starts.
-    let fabric_choice =
-        FabricChoice::parse(&args.fabric, args.provider.as_deref(), args.shm_guard, REPLICAS)?;
+    let fabric_choice = FabricChoice::parse(&args.fabric, args.provider.as_deref(), REPLICAS)?;
     eprintln!(
         "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads, {samples} samples \
          per payload size, {} CPUs allowed",
@@ -253,9 +246,9 @@ pub fn run(args: Args) -> Result<(), String> {
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
     let write2 = match fabric_choice {
         FabricChoice::Ofi { provider, .. } => crate::bench_ofi::write2_rtt(provider, samples)?,
-        FabricChoice::Shm(guard) => {
+        FabricChoice::Shm => {
             let dir = run_dir.subdirectory("fabric")?;
-            bench_fabric::write2_rtt(dir.path(), samples, guard)?
+            bench_fabric::write2_rtt(dir.path(), samples)?
         }
     };
 
@@ -413,7 +406,7 @@ pub fn throughput(
     let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN / 4, LOG_SLOTS_MAX);
     let spec = Spec {
         replicas: REPLICAS,
-        fabric: FabricChoice::SHM,
+        fabric: FabricChoice::Shm,
         mode: ReplicaMode::Direct,
         read_period_us: None,
         threads: ThreadsChoice::Shared,
@@ -703,7 +696,6 @@ fn document(
         "cpus_allowed": pin::allowed_cpus().len(),
         "read_period_us": read_period_us(args),
         "threads": args.threads.name(),
-        "shm_guard": (args.fabric == "shm").then_some(args.shm_guard.name()),
         "samples_per_payload": samples,
         "results": results,
         "fabric_write2_ns": write2.json(),

@@ -21,7 +21,7 @@
 //! and a signal handler of its own, and one that fails must not leave them behind for the next;
 //! `mu bench all` runs its benchmarks as children for the same reason.
 
-use crate::cluster::{ShmGuardChoice, ThreadsChoice};
+use crate::cluster::ThreadsChoice;
 use crate::{interrupt, pin};
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -50,10 +50,6 @@ pub struct Args {
     /// follow the CPUs allowed)
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     replication_threads: ThreadsChoice,
-    /// How writers enter connection sides on shm, in every measurement but the ofi one (see
-    /// `mu bench fabric --help`)
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
 }
 
 /// Printed, and put in the JSON, where too few CPUs are allowed for a core per thread.
@@ -161,7 +157,6 @@ fn measurements(args: &Args, dedicated: bool) -> Vec<Measurement> {
     let threads = if dedicated { "dedicated" } else { "shared" };
     let failover = |mode: &str, protocol: &str| {
         let mut a = vec!["failover", "--mode", mode, "--protocol", protocol, "--threads", threads];
-        a.extend(["--shm-guard", args.shm_guard.name()]);
         if dedicated && mode == "pause" {
             a.extend(["--read-period-us", "5"]);
         }
@@ -183,10 +178,7 @@ fn measurements(args: &Args, dedicated: bool) -> Vec<Measurement> {
     let mut all = vec![
         Measurement {
             name: "replication",
-            args: replication(
-                &["--protocol", "mu,velos", "--shm-guard", args.shm_guard.name()],
-                samples,
-            ),
+            args: replication(&["--protocol", "mu,velos"], samples),
         },
         Measurement { name: "failover-kill", args: failover("kill", "mu,velos") },
         Measurement { name: "failover-pause", args: failover("pause", "mu") },
@@ -208,11 +200,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let dedicated = cpus >= DEDICATED_CPUS_MIN;
     eprintln!(
         "mu bench targets: {cpus} CPUs allowed: failover with {} threads{}; replication with \
-         {} threads; {} guard on shm",
+         {} threads",
         if dedicated { "dedicated" } else { "shared" },
         if dedicated { "" } else { " (dedicated threads need about four cores per replica)" },
-        args.replication_threads.name(),
-        args.shm_guard.name()
+        args.replication_threads.name()
     );
     let started = Instant::now();
     let plan = measurements(&args, dedicated);
@@ -274,7 +265,6 @@ pub fn run(args: Args) -> Result<(), String> {
                 "cpus_allowed": cpus,
                 "failover_threads": if dedicated { "dedicated" } else { "shared" },
                 "replication_threads": args.replication_threads.name(),
-                "shm_guard": args.shm_guard.name(),
                 "note": (!dedicated).then_some(FEW_CPUS_NOTE),
                 "quick": args.quick,
                 "seconds": seconds,

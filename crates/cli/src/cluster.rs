@@ -118,42 +118,6 @@ impl ThreadsChoice {
     }
 }
 
-/// How writers enter a node's connection sides on the shared-memory fabric
-/// ([`mu_fabric_shm::GuardBarrier`]): the `--shm-guard` option of the benchmarks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ShmGuardChoice {
-    /// The writer marks itself in flight with a locked instruction; works everywhere.
-    #[default]
-    Locked,
-    /// Writers enter with a compiler fence; revocations issue membarrier(2) (Linux 4.16+).
-    Membarrier,
-}
-
-impl ShmGuardChoice {
-    pub fn barrier(self) -> mu_fabric_shm::GuardBarrier {
-        match self {
-            ShmGuardChoice::Locked => mu_fabric_shm::GuardBarrier::Locked,
-            ShmGuardChoice::Membarrier => mu_fabric_shm::GuardBarrier::Membarrier,
-        }
-    }
-
-    /// `--shm-guard` other than the default with a fabric other than shm: an error, not an
-    /// option silently ignored.
-    pub fn refuse_off_shm(self) -> Result<(), String> {
-        match self {
-            ShmGuardChoice::Locked => Ok(()),
-            other => Err(format!("--shm-guard {} applies to --fabric shm only", other.name())),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ShmGuardChoice::Locked => "locked",
-            ShmGuardChoice::Membarrier => "membarrier",
-        }
-    }
-}
-
 impl ReplicaMode {
     pub fn mode(self) -> mu_replica::Mode {
         match self {
@@ -340,31 +304,23 @@ pub struct Spec {
 /// The fabric of a benchmark's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricChoice {
-    /// Shared memory in the run directory, with this guard barrier.
-    Shm(ShmGuardChoice),
+    /// Shared memory in the run directory.
+    Shm,
     /// libfabric over loopback TCP with `provider` (one of `mu_fabric_ofi::PROVIDERS`), each
     /// node's ports from its block after `base_port` (`bench_ofi::loopback_config`).
     Ofi { base_port: u16, provider: &'static str },
 }
 
 impl FabricChoice {
-    /// Shared memory with the default guard barrier.
-    pub const SHM: FabricChoice = FabricChoice::Shm(ShmGuardChoice::Locked);
-
     /// From the `--fabric` and `--provider` options: `shm`, or `ofi` (provider `sockets` unless
     /// one is named) with a block of free ports for `replicas`.
     pub fn parse(
         name: &str,
         provider: Option<&str>,
-        shm_guard: ShmGuardChoice,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        let provider = crate::bench_ofi::fabric_provider(name, provider)?;
-        if provider.is_some() {
-            ShmGuardChoice::refuse_off_shm(shm_guard)?;
-        }
-        Ok(match provider {
-            None => FabricChoice::Shm(shm_guard),
+        Ok(match crate::bench_ofi::fabric_provider(name, provider)? {
+            None => FabricChoice::Shm,
             Some(provider) => FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,
                 provider,
@@ -375,7 +331,7 @@ impl FabricChoice {
     /// The same fabric for a new cluster of `replicas`: on ofi, a fresh block of ports.
     pub fn fresh(self, replicas: u16) -> Result<FabricChoice, String> {
         match self {
-            FabricChoice::Shm(guard) => Ok(FabricChoice::Shm(guard)),
+            FabricChoice::Shm => Ok(FabricChoice::Shm),
             FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
                 base_port: crate::bench_ofi::free_port_block(replicas)?,
                 provider,
@@ -385,7 +341,7 @@ impl FabricChoice {
 
     pub fn name(self) -> &'static str {
         match self {
-            FabricChoice::Shm(_) => "shm",
+            FabricChoice::Shm => "shm",
             FabricChoice::Ofi { .. } => "ofi",
         }
     }
@@ -393,8 +349,7 @@ impl FabricChoice {
     /// The fabric and, on ofi, its provider: `shm`, `ofi (sockets)`.
     pub fn label(self) -> String {
         match self {
-            FabricChoice::Shm(ShmGuardChoice::Locked) => "shm".into(),
-            FabricChoice::Shm(guard) => format!("shm ({} guard)", guard.name()),
+            FabricChoice::Shm => "shm".into(),
             FabricChoice::Ofi { provider, .. } => format!("ofi ({provider})"),
         }
     }
@@ -409,16 +364,12 @@ impl FabricChoice {
     ) -> Result<mu_replica::Replica, String> {
         let me = config.me;
         let replica = match self {
-            FabricChoice::Shm(guard) => {
+            FabricChoice::Shm => {
                 let mut shm = mu_fabric_shm::ShmConfig::new(run_dir, CLUSTER_ID, me)
                     .with_protocol(config.protocol.tag());
                 shm.liveness_spin = config.threads == mu_replica::Threads::Dedicated;
-                shm.guard_barrier = guard.barrier();
                 let fabric = mu_fabric_shm::ShmFabric::create(shm)
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
-                // The own log's guard goes with the fabric's: no locked instruction on a
-                // proposal's path with `membarrier`.
-                let config = mu_replica::ReplicaConfig { own_log_guard: guard.barrier(), ..config };
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
             FabricChoice::Ofi { base_port, provider } => {
@@ -486,14 +437,8 @@ impl Cluster {
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);
             }
-            match spec.fabric {
-                FabricChoice::Ofi { base_port, provider } => {
-                    cmd.args(["--ofi-base-port", &base_port.to_string()]);
-                    cmd.args(["--ofi-provider", provider]);
-                }
-                FabricChoice::Shm(guard) => {
-                    cmd.args(["--shm-guard", guard.name()]);
-                }
+            if let FabricChoice::Ofi { base_port, provider } = spec.fabric {
+                cmd.args(["--ofi-base-port", &base_port.to_string(), "--ofi-provider", provider]);
             }
             // Their own process group: the terminal's Ctrl-C reaches the benchmark only, which
             // then stops them and cleans up (a child killed under it would read as a failure).

@@ -8,9 +8,7 @@
 //! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
 //! with it).
 
-use crate::cluster::{
-    self, word, App, ClockMap, FabricChoice, ReplicaMode, ShmGuardChoice, ThreadsChoice, Words,
-};
+use crate::cluster::{self, word, App, ClockMap, FabricChoice, ReplicaMode, ThreadsChoice, Words};
 use mu_fabric::NodeId;
 use mu_replica::{ProposeError, ReplicaConfig, ReplicaStatus};
 use std::path::PathBuf;
@@ -59,9 +57,6 @@ pub struct Args {
     /// The ofi provider [default: sockets].
     #[arg(long)]
     ofi_provider: Option<String>,
-    /// On shm: how writers enter the nodes' connection sides.
-    #[arg(long, value_enum, default_value_t = ShmGuardChoice::Locked)]
-    shm_guard: ShmGuardChoice,
     /// How the replica's threads wait when idle; with `dedicated`, this process also waits for
     /// leadership by spinning.
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
@@ -94,7 +89,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
     let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
-        ("shm", _) => FabricChoice::Shm(args.shm_guard),
+        ("shm", _) => FabricChoice::Shm,
         ("ofi", Some(base_port)) => FabricChoice::Ofi {
             base_port,
             provider: crate::bench_ofi::provider(args.ofi_provider.as_deref())?,

@@ -1,6 +1,6 @@
 //! The data path: an endpoint posts one-sided operations and executes them under the guard.
 
-use crate::guard::{GuardBarrier, Refusal, Slot};
+use crate::guard::{Refusal, Slot};
 use crate::layout::{self, HEADER_BYTES, MAX_CHANNELS, MAX_NODES};
 use crate::liveness;
 use crate::node::{lock, Node, Peer, RemoteRegion, COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
@@ -169,21 +169,10 @@ fn execute(
             Refusal::Denied => Status::RemoteAccessDenied,
         })
     };
-    // The light entry is sound only into a node that revokes with `membarrier(2)` and from a
-    // process registered for it (ours is, when configured so: `ShmFabric::create`).
-    let light =
-        node.config.guard_barrier == GuardBarrier::Membarrier && bound.peer.membarrier_revoker;
-    let enter = |seq: &mut u64| {
-        if light {
-            slot.enter_light(seq, node.incarnation, needed)
-        } else {
-            slot.enter(seq, node.incarnation, needed)
-        }
-    };
     let at_remote = HEADER_BYTES + remote.offset as usize;
     let mut value = 0;
     if let Op::CompareSwap { expected, desired, .. } = wr.op {
-        if let Err(refusal) = enter(&mut ac.seq) {
+        if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
             return refused(refusal);
         }
         value = match region.map.u64_at(at_remote).compare_exchange(
@@ -201,7 +190,7 @@ fn execute(
         // A zero-length operation still checks the rights once, as on RDMA.
         while done < len || (len == 0 && done == 0) {
             let n = (len - done).min(COPY_CHUNK_BYTES);
-            if let Err(refusal) = enter(&mut ac.seq) {
+            if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
                 return refused(refusal);
             }
             match wr.op {

@@ -40,34 +40,17 @@
 //! The protocol is written against [`MemoryModel`] so that `tests/guard_model.rs` runs this very
 //! code under the shuttle model checker.
 //!
-//! **The asymmetric variant** ([`GuardBarrier::Membarrier`]). The writer's SeqCst store is a
-//! locked instruction on x86, which waits until every earlier store has left the core: on a
-//! leader posting one entry to several followers, each guard waits for the previous copy's
-//! cache lines to be taken from the core that polls them. A node that opts in revokes with a
-//! heavy barrier instead, `membarrier(2)`, which makes every CPU running a registered process
-//! run a full barrier; a writer into such a node (and itself registered) enters with a plain
-//! store, a compiler fence and a plain load ([`Slot::enter_light`]). Dekker's handshake still
-//! holds: if the writer's load of `acl` ran before the barrier reached its CPU, so did its
-//! store of `inflight` (program order, kept by the compiler fence), and the barrier made that
-//! store visible before the revoker's load; if the load ran after, it sees the new `acl`, which
-//! the revoker stored (and fenced) before issuing the barrier. A writer not running at that
-//! moment passed through the scheduler, a full barrier. The shuttle model runs everything
-//! sequentially consistent, so it checks the protocol's steps, not this argument.
+//! Rejected: an asymmetric form in which writers enter with a compiler fence only and revokers
+//! issue `membarrier(2)`; `docs/fabric.md` says what its hardware check found.
 
 use mu_fabric::{Access, QpState};
 use std::sync::atomic::Ordering;
-
-pub use mu_membarrier::GuardBarrier;
 
 /// The atomics the guard is written against.
 pub trait MemoryModel {
     type Word: AtomicWord;
     /// A sequentially consistent fence.
     fn fence_seq_cst();
-    /// A fence for the compiler only: the hot side of the asymmetric handshake.
-    fn fence_light();
-    /// A full fence on every CPU running a registered writer: the cold side.
-    fn fence_heavy();
 }
 
 /// An atomic 64-bit word.
@@ -84,12 +67,6 @@ impl MemoryModel for Hardware {
     type Word = std::sync::atomic::AtomicU64;
     fn fence_seq_cst() {
         std::sync::atomic::fence(Ordering::SeqCst);
-    }
-    fn fence_light() {
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-    }
-    fn fence_heavy() {
-        crate::membarrier::global();
     }
 }
 
@@ -188,9 +165,7 @@ impl<M: MemoryModel> Slot<M> {
     /// Publishes a new `acl` and, if the peer was in flight when it did, returns the in-flight
     /// word to wait on with [`Slot::still_in_flight`] ([`in_flight_incarnation`] says whose it
     /// is). Once this returns `None`, or the word has moved on, or its incarnation is dead, no
-    /// operation that the new `acl` forbids can land. For a slot of a node on
-    /// [`GuardBarrier::Locked`] only: writers into a [`GuardBarrier::Membarrier`] node enter
-    /// the light way, which only [`Slot::replace_with`]'s heavy fence makes up for.
+    /// operation that the new `acl` forbids can land.
     pub fn publish(&self, acl: Acl) -> Option<u64> {
         self.acl.store(acl.pack(), Ordering::SeqCst);
         M::fence_seq_cst();
@@ -201,25 +176,9 @@ impl<M: MemoryModel> Slot<M> {
     /// Like [`Slot::publish`], but only if the `acl` is still `before`; otherwise returns the
     /// `acl` found. The owner's data path may move the side to `Error` at any moment, and a control
     /// change decided from a stale `acl` must not silently undo that, nor base its barrier on it.
-    /// For [`GuardBarrier::Locked`] nodes only, as [`Slot::publish`].
     pub fn replace(&self, before: Acl, acl: Acl) -> Result<Option<u64>, Acl> {
-        self.replace_with(before, acl, GuardBarrier::Locked)
-    }
-
-    /// [`Slot::replace`] on a node whose writers enter as `barrier` says: with
-    /// [`GuardBarrier::Membarrier`], the heavy fence runs between the change and the look at
-    /// `inflight`.
-    pub fn replace_with(
-        &self,
-        before: Acl,
-        acl: Acl,
-        barrier: GuardBarrier,
-    ) -> Result<Option<u64>, Acl> {
         self.acl.compare_exchange(before.pack(), acl.pack()).map_err(Acl::unpack)?;
         M::fence_seq_cst();
-        if barrier == GuardBarrier::Membarrier {
-            M::fence_heavy();
-        }
         let word = self.inflight.load(Ordering::Acquire);
         Ok((word % 2 == 1).then_some(word))
     }
@@ -258,33 +217,6 @@ impl<M: MemoryModel> Slot<M> {
         assert!(*seq % 2 == 0, "a writer enters only between operations");
         self.inflight.store(in_flight_word(incarnation, *seq + 1), Ordering::SeqCst);
         let acl = Acl::unpack(self.acl.load(Ordering::SeqCst));
-        self.admit(seq, incarnation, needed, acl)
-    }
-
-    /// [`Slot::enter`] with a compiler fence in place of the locked store: only into a node
-    /// that revokes with [`GuardBarrier::Membarrier`], and only by a writer whose process is
-    /// registered for that barrier ([`crate::membarrier::register`]); see the module's docs.
-    pub fn enter_light(
-        &self,
-        seq: &mut u64,
-        incarnation: u32,
-        needed: Access,
-    ) -> Result<(), Refusal> {
-        assert!(*seq % 2 == 0, "a writer enters only between operations");
-        self.inflight.store(in_flight_word(incarnation, *seq + 1), Ordering::Relaxed);
-        M::fence_light();
-        let acl = Acl::unpack(self.acl.load(Ordering::Acquire));
-        self.admit(seq, incarnation, needed, acl)
-    }
-
-    /// The check both entries make once marked in flight.
-    fn admit(
-        &self,
-        seq: &mut u64,
-        incarnation: u32,
-        needed: Access,
-        acl: Acl,
-    ) -> Result<(), Refusal> {
         let refusal = if acl.peer_incarnation != incarnation {
             Some(Refusal::WrongIncarnation)
         } else if !acl.state.accepts_remote() || !acl.access.contains(needed) {

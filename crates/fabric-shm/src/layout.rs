@@ -18,8 +18,10 @@ use mu_fabric::{Access, FabricError, NodeId, RegionId};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-/// Bumped whenever any layout below changes.
-pub const LAYOUT_VERSION: u32 = 4;
+/// Bumped whenever any layout below changes. 5: the control header no longer has the flag that
+/// let writers of layout 4 enter a node's sides without a locked instruction (the asymmetric
+/// guard, withdrawn: `docs/fabric.md`), so such a writer must not bind to a node of this layout.
+pub const LAYOUT_VERSION: u32 = 5;
 /// Largest node id + 1.
 pub const MAX_NODES: usize = 64;
 /// Connections per pair of nodes.
@@ -42,10 +44,6 @@ const H_CLUSTER: usize = 16;
 const H_INCARNATION: usize = 24;
 const H_PID: usize = 28;
 const H_PID_NAMESPACE: usize = 32;
-/// Flags (u32): [`FLAG_MEMBARRIER_REVOKER`].
-const H_FLAGS: usize = 40;
-/// The node revokes with `membarrier(2)` ([`crate::GuardBarrier::Membarrier`]).
-const FLAG_MEMBARRIER_REVOKER: u32 = 1;
 /// Where the liveness mutex (a pthread robust mutex) lives; its first word is the lock word.
 pub const H_LIVENESS: usize = 64;
 pub const LIVENESS_BYTES: usize = 64;
@@ -115,9 +113,6 @@ pub struct CtlHeader {
     pub pid: u32,
     /// The inode of the pid namespace `pid` belongs to.
     pub pid_namespace: u64,
-    /// Whether the node revokes with `membarrier(2)`, so that registered writers may enter its
-    /// connection sides with a compiler fence only.
-    pub membarrier_revoker: bool,
 }
 
 pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
@@ -127,8 +122,6 @@ pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
     map.u32_at(H_INCARNATION).store(h.incarnation, Ordering::Relaxed);
     map.u32_at(H_PID).store(h.pid, Ordering::Relaxed);
     map.u64_at(H_PID_NAMESPACE).store(h.pid_namespace, Ordering::Relaxed);
-    let flags = if h.membarrier_revoker { FLAG_MEMBARRIER_REVOKER } else { 0 };
-    map.u32_at(H_FLAGS).store(flags, Ordering::Relaxed);
     // The magic goes last: a reader that sees it sees the rest.
     map.u64_at(H_MAGIC).store(CTL_MAGIC, Ordering::Release);
 }
@@ -147,8 +140,6 @@ pub fn read_ctl_header(
         incarnation: map.u32_at(H_INCARNATION).load(Ordering::Relaxed),
         pid: map.u32_at(H_PID).load(Ordering::Relaxed),
         pid_namespace: map.u64_at(H_PID_NAMESPACE).load(Ordering::Relaxed),
-        membarrier_revoker: map.u32_at(H_FLAGS).load(Ordering::Relaxed) & FLAG_MEMBARRIER_REVOKER
-            != 0,
     };
     check_identity(path, h.cluster_id, cluster_id, h.node, node)?;
     Ok(h)

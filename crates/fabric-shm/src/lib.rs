@@ -26,12 +26,10 @@ pub mod guard;
 pub mod layout;
 pub mod liveness;
 pub mod mapping;
-pub use mu_membarrier as membarrier;
 mod node;
 mod region;
 
 pub use endpoint::ShmEndpoint;
-pub use guard::GuardBarrier;
 pub use node::{
     ShmConfig, ShmFabric, COPY_CHUNK_BYTES, DEFAULT_PROTOCOL, MAX_CQ_DEPTH, MAX_INLINE_BYTES,
     MAX_REGION_BYTES,

@@ -3,7 +3,7 @@
 
 use crate::endpoint::ShmEndpoint;
 use crate::fence::{own_pid_namespace, PeerProcess};
-use crate::guard::{in_flight_incarnation, Acl, GuardBarrier, Slot};
+use crate::guard::{in_flight_incarnation, Acl, Slot};
 use crate::layout::{
     self, CtlHeader, RegionHeader, CTL_BYTES, HEADER_BYTES, MAX_CHANNELS, MAX_NODES,
 };
@@ -66,10 +66,6 @@ pub struct ShmConfig {
     /// and a sleeping thread must first be woken, which takes tens of microseconds where an
     /// idle virtual CPU has to be woken for it. For hosts with a core per polling thread.
     pub liveness_spin: bool,
-    /// How writers enter this node's connection sides and how its revocations make up for it
-    /// ([`GuardBarrier`]). With [`GuardBarrier::Membarrier`] this node also registers for the
-    /// barrier, and enters the sides of peers that advertise it the light way.
-    pub guard_barrier: GuardBarrier,
 }
 
 impl ShmConfig {
@@ -89,7 +85,6 @@ impl ShmConfig {
             fence_after_ms: 20,
             fence_death_timeout_ms: 5_000,
             liveness_spin: false,
-            guard_barrier: GuardBarrier::Locked,
         }
     }
 }
@@ -131,9 +126,6 @@ pub(crate) struct Peer {
     regions: Mutex<HashMap<RegionId, Arc<RemoteRegion>>>,
     /// The peer's count of registered regions (`layout::H_REGIONS`) when we last mapped them.
     regions_seen: AtomicU64,
-    /// Whether the peer revokes with `membarrier(2)` (its header says so), so that a registered
-    /// writer may enter its sides the light way.
-    pub(crate) membarrier_revoker: bool,
 }
 
 impl Peer {
@@ -180,15 +172,6 @@ impl ShmFabric {
             running.push(key.clone());
         }
         let registered = RunningHere(key);
-        if config.guard_barrier == GuardBarrier::Membarrier {
-            crate::membarrier::register().map_err(|e| {
-                FabricError::Config(format!(
-                    "guard barrier \"membarrier\" needs membarrier(2) with global expedited \
-                     barriers (Linux 4.16 or later, not refused by a seccomp filter): {e}; \
-                     use the locked guard barrier here"
-                ))
-            })?;
-        }
         let lock_file = take_node_lock(&layout::lock_file(dir, node), node)?;
 
         // An earlier incarnation's files: it is dead (we hold the lock), so its successor takes the
@@ -213,7 +196,6 @@ impl ShmFabric {
                 incarnation,
                 pid: std::process::id(),
                 pid_namespace: own_pid_namespace(),
-                membarrier_revoker: config.guard_barrier == GuardBarrier::Membarrier,
             },
         );
         let holder = Holder::start(ctl.clone(), config.liveness_spin)?;
@@ -432,7 +414,6 @@ impl Node {
                     ctl,
                     regions: Mutex::new(HashMap::new()),
                     regions_seen: AtomicU64::new(0),
-                    membarrier_revoker: header.membarrier_revoker,
                 })
             })
             .clone();
@@ -456,14 +437,7 @@ impl Node {
         let mut before = slot.acl();
         loop {
             let after = change(before)?;
-            // Only a change that takes something away is a barrier (`await_barrier`), so only
-            // such a change pays for the heavy fence.
-            let barrier = if after.takes_away_from(before) {
-                self.config.guard_barrier
-            } else {
-                GuardBarrier::Locked
-            };
-            match slot.replace_with(before, after, barrier) {
+            match slot.replace(before, after) {
                 Ok(word) => return self.await_barrier(conn, slot, before, after, word, wait),
                 Err(now) => before = now,
             }

@@ -12,7 +12,7 @@ use common::{
 };
 use mu_fabric::conformance::{run_child, Harness, Program, TaskOutcome, TaskSpec};
 use mu_fabric::{ConnId, NodeId, RegionId, RemoteAddr};
-use mu_fabric_shm::{GuardBarrier, ShmConfig, ShmFabric};
+use mu_fabric_shm::{ShmConfig, ShmFabric};
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout};
@@ -28,8 +28,6 @@ pub struct ShmHarness {
     dir: RunDir,
     nodes: HashMap<NodeId, ShmFabric>,
     children: HashMap<NodeId, u32>,
-    /// The guard barrier of every node, the children's included.
-    barrier: GuardBarrier,
 }
 
 pub struct ShmTask {
@@ -42,16 +40,11 @@ pub struct ShmTask {
 
 impl ShmHarness {
     pub fn new() -> ShmHarness {
-        ShmHarness::with_barrier(GuardBarrier::Locked)
-    }
-
-    pub fn with_barrier(barrier: GuardBarrier) -> ShmHarness {
         ShmHarness {
             // The first node creates it.
             dir: RunDir::uncreated("conformance", CLUSTER_ID),
             nodes: HashMap::new(),
             children: HashMap::new(),
-            barrier,
         }
     }
 }
@@ -78,11 +71,8 @@ impl Harness for ShmHarness {
     type Task = ShmTask;
 
     fn fabric(&mut self, node: NodeId) -> ShmFabric {
-        let (dir, barrier) = (&self.dir, self.barrier);
-        self.nodes
-            .entry(node)
-            .or_insert_with(|| dir.create_with(node.0, barrier).expect("create node"))
-            .clone()
+        let dir = &self.dir;
+        self.nodes.entry(node).or_insert_with(|| dir.create(node.0).expect("create node")).clone()
     }
 
     fn tick(&mut self) {
@@ -106,7 +96,6 @@ impl Harness for ShmHarness {
         let mut child = common::child_command()
             .env("MU_SHM_CHILD_DIR", self.dir.path())
             .env("MU_SHM_CHILD_SPEC", encode_spec(&spec))
-            .env("MU_SHM_CHILD_MEMBARRIER", (self.barrier == GuardBarrier::Membarrier).to_string())
             .spawn()
             .expect("spawn child");
         let stdin = child.stdin.take().unwrap();
@@ -154,12 +143,7 @@ fn child_main() {
         return;
     };
     let spec = decode_spec(&spec);
-    let guard_barrier = match std::env::var("MU_SHM_CHILD_MEMBARRIER").as_deref() {
-        Ok("true") => GuardBarrier::Membarrier,
-        _ => GuardBarrier::Locked,
-    };
-    let config = ShmConfig { guard_barrier, ..ShmConfig::new(dir, CLUSTER_ID, spec.node) };
-    let fabric = ShmFabric::create(config).expect("child node");
+    let fabric = ShmFabric::create(ShmConfig::new(dir, CLUSTER_ID, spec.node)).expect("child node");
     run_child(fabric, &spec, false);
 }
 
@@ -173,11 +157,3 @@ fn spec_encoding_round_trips() {
 }
 
 mu_fabric::conformance_tests!(ShmHarness::new());
-
-/// The whole suite again with every node, the children too, on the asymmetric guard: writers
-/// enter with a compiler fence and revokers issue `membarrier(2)` (`GuardBarrier::Membarrier`).
-mod membarrier {
-    use super::*;
-
-    mu_fabric::conformance_tests!(ShmHarness::with_barrier(GuardBarrier::Membarrier));
-}

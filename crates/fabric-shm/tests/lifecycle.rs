@@ -23,7 +23,7 @@ use mu_fabric::{
     PermError, PostError, QpState, RegionId, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_fabric_shm::layout::{self, CTL_BYTES, HEADER_BYTES, LAYOUT_VERSION};
-use mu_fabric_shm::{GuardBarrier, ShmConfig, ShmEndpoint, ShmFabric, ShmRegion, DEFAULT_PROTOCOL};
+use mu_fabric_shm::{ShmConfig, ShmEndpoint, ShmFabric, ShmRegion, DEFAULT_PROTOCOL};
 use std::fmt::Display;
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -819,43 +819,6 @@ fn t20b_a_spinning_liveness_holder_ends_with_its_node() {
     assert_eq!(c.status, Status::PeerUnreachable, "a dropped node acknowledged a write");
     assert_eq!(read_back(&b_region, 0, 5), b"alive");
     drop(a_region);
-}
-
-/// Nodes of both guard barriers share a cluster: each advertises its own in its header (a
-/// writer enters the light way only into a node that revokes with membarrier(2)), operations go
-/// both ways, and a revocation by either refuses the other's next write.
-#[test]
-fn t20c_guard_barriers_mix_in_one_cluster() {
-    let dir = run_dir("t20c");
-    let fa = dir.create_with(0, GuardBarrier::Membarrier).expect("node 0 on membarrier");
-    let fb = dir.create_with(1, GuardBarrier::Locked).expect("node 1 locked");
-    for (node, membarrier) in [(0, true), (1, false)] {
-        let (_, header) = layout::open_ctl(dir.path(), NodeId(node), CLUSTER).expect("header");
-        assert_eq!(header.membarrier_revoker, membarrier, "node {node}'s header");
-    }
-    let a_region = fa.register_region(DATA, 4096, Access::ALL).expect("register a");
-    let b_region = fb.register_region(DATA, 4096, Access::ALL).expect("register b");
-    fa.connect(conn(1), Access::ALL).expect("connect a->b");
-    fb.connect(conn(0), Access::ALL).expect("connect b->a");
-    let mut ea = fa.endpoint(64).expect("endpoint a");
-    let mut eb = fb.endpoint(64).expect("endpoint b");
-    ea.attach(conn(1)).expect("attach a");
-    eb.attach(conn(0)).expect("attach b");
-    for (ep, c, text) in [(&mut ea, conn(1), b"to-b"), (&mut eb, conn(0), b"to-a")] {
-        assert_eq!(run_one(ep, c, &write_inline(1, text, remote(0))).status, Status::Success);
-    }
-    assert_eq!(read_back(&b_region, 0, 4), b"to-b");
-    assert_eq!(read_back(&a_region, 0, 4), b"to-a");
-    // Each takes write access away from the other (the membarrier node's change issues the
-    // barrier); the next write of each is refused and changes nothing.
-    fa.set_access_fast(conn(1), Access::READ).expect("a revokes b");
-    fb.set_access_fast(conn(0), Access::READ).expect("b revokes a");
-    for (ep, c) in [(&mut ea, conn(1)), (&mut eb, conn(0))] {
-        let done = run_one(ep, c, &write_inline(2, b"late", remote(0)));
-        assert_eq!(done.status, Status::RemoteAccessDenied);
-    }
-    assert_eq!(read_back(&b_region, 0, 4), b"to-b");
-    assert_eq!(read_back(&a_region, 0, 4), b"to-a");
 }
 
 /// A node that is dropped and started again takes a higher incarnation number, as one that was

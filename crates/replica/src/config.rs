@@ -3,7 +3,6 @@
 use crate::layout::MAX_REPLICAS;
 use mu_fabric::NodeId;
 use mu_log::{Integrity, LogLayout};
-use mu_membarrier::GuardBarrier;
 use mu_replication::{DetectorConfig, ReplicaSet, OUTSTANDING_MAX};
 
 /// Which replication engine a cluster runs. Every replica of a cluster runs the same one.
@@ -96,13 +95,6 @@ pub struct ReplicaConfig {
     /// How the replica's threads wait when they have nothing to do: back off (the default), or
     /// busy-poll on cores of their own, as in the Mu paper.
     pub threads: Threads,
-    /// How the leader's writes into its own log enter their guard (`OwnLogGuard`): with a
-    /// locked instruction (the default), or with a compiler fence, the background thread then
-    /// issuing a private expedited `membarrier(2)` when it takes access away (Linux 4.14+;
-    /// asking for it where it is not available fails the start). The in-process half of the
-    /// shared-memory fabric's `GuardBarrier::Membarrier`, and set with it by the `mu`
-    /// benchmarks' `--shm-guard`.
-    pub own_log_guard: GuardBarrier,
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
@@ -162,7 +154,6 @@ impl ReplicaConfig {
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
     /// | `crash_check_period_ns` | 100 µs | a killed replica is known dead within this; a wake-up this often costs little |
     /// | `threads` | shared | right on any machine; dedicated needs a core per polling thread |
-    /// | `own_log_guard` | locked | works everywhere; the asymmetric guard's gain is not yet measured |
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
@@ -197,7 +188,6 @@ impl ReplicaConfig {
             log_full_timeout_ns: 100_000_000,
             crash_check_period_ns: 100_000,
             threads: Threads::Shared,
-            own_log_guard: GuardBarrier::Locked,
             batch_requests_max: 32,
             outstanding_max: 2,
             snapshot_bytes_max: 1 << 20,

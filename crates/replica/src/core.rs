@@ -10,7 +10,6 @@ use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
 use crate::shared::Shared;
 use crate::velos::VelosDriver;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
-use mu_membarrier::GuardBarrier;
 use mu_replication::membership::Change;
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
 use std::sync::Arc;
@@ -156,15 +155,6 @@ impl<F: Fabric> ReplicaCore<F> {
         if boot_id == 0 {
             return Err(StartError::Other("boot id 0 is reserved".into()));
         }
-        if config.own_log_guard == GuardBarrier::Membarrier {
-            mu_membarrier::register_private().map_err(|e| {
-                StartError::Other(format!(
-                    "own_log_guard = membarrier needs membarrier(2) with private expedited \
-                     barriers (Linux 4.14 or later, not refused by a seccomp filter): {e}; use \
-                     the locked guard here"
-                ))
-            })?;
-        }
         let rw = Access::READ_WRITE;
         if config.protocol == Protocol::Velos {
             return ReplicaCore::new_velos(config, fabric, &replicas, (layout, members, boot_id));
@@ -288,8 +278,7 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        let shared =
-            Shared::new(config.eligible, ids.to_vec(), members, config.own_log_guard, boot_id);
+        let shared = Shared::new(config.eligible, ids.to_vec(), members, boot_id);
         Ok((background, snapshot, Arc::new(shared)))
     }
 

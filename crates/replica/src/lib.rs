@@ -43,7 +43,6 @@ pub use background::BackgroundDriver;
 pub use config::{ConfigError, Protocol, ReplicaConfig, Threads};
 pub use core::{ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
-pub use mu_membarrier::GuardBarrier;
 pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};
 pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};

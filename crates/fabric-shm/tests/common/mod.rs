@@ -14,7 +14,7 @@
 #![allow(dead_code)]
 
 use mu_fabric::{ConnId, FabricError, LocalRegion, NodeId, Status};
-use mu_fabric_shm::{GuardBarrier, ShmConfig, ShmFabric, ShmRegion};
+use mu_fabric_shm::{ShmConfig, ShmFabric, ShmRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -75,11 +75,6 @@ impl RunDir {
 
     pub fn create(&self, node: u16) -> Result<ShmFabric, FabricError> {
         ShmFabric::create(self.config(node))
-    }
-
-    /// [`RunDir::create`] with the guard barrier `barrier`.
-    pub fn create_with(&self, node: u16, barrier: GuardBarrier) -> Result<ShmFabric, FabricError> {
-        ShmFabric::create(ShmConfig { guard_barrier: barrier, ..self.config(node) })
     }
 
     pub fn node(&self, node: u16) -> ShmFabric {
