@@ -126,6 +126,13 @@ pub struct LogLayout {
     integrity: Integrity,
 }
 
+/// Whether decoding tells a stale slot from an incomplete one (a second trailer to compute).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LapCheck {
+    TellStale,
+    Skip,
+}
+
 /// What a follower sees in a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Slot<'a> {
@@ -276,7 +283,34 @@ impl LogLayout {
         &self,
         index: u64,
         buf: &'a mut [u8],
+        read: impl FnMut(&mut [u8]),
+    ) -> Slot<'a> {
+        self.read_and_decode(index, buf, read, LapCheck::TellStale)
+    }
+
+    /// [`LogLayout::read_slot`] for a reader that wants only a complete entry for `index`
+    /// (the replayer): a stale slot is not told from an incomplete one, which spares the
+    /// second trailer that telling them apart computes. A replayer looks at the slot after
+    /// the last one written on every poll, and once the circular log has wrapped, that slot
+    /// holds the entry of a lap before.
+    pub fn read_entry<'a>(
+        &self,
+        index: u64,
+        buf: &'a mut [u8],
+        read: impl FnMut(&mut [u8]),
+    ) -> Option<Entry<'a>> {
+        match self.read_and_decode(index, buf, read, LapCheck::Skip) {
+            Slot::Entry(e) => Some(e),
+            Slot::Empty | Slot::Incomplete | Slot::Stale => None,
+        }
+    }
+
+    fn read_and_decode<'a>(
+        &self,
+        index: u64,
+        buf: &'a mut [u8],
         mut read: impl FnMut(&mut [u8]),
+        lap: LapCheck,
     ) -> Slot<'a> {
         assert_eq!(buf.len(), self.slot_bytes as usize, "a slot's worth of bytes");
         let first = READ_PREFIX_BYTES.min(buf.len());
@@ -289,7 +323,7 @@ impl LogLayout {
                 }
             }
         }
-        self.decode(index, buf)
+        self.decode_with(index, buf, lap)
     }
 
     /// The bytes an entry occupies from the start of `slot`, per its header; none if the
@@ -301,6 +335,10 @@ impl LogLayout {
 
     /// Reads the slot for log index `index` from `slot` (the slot's bytes as they are now).
     pub fn decode<'a>(&self, index: u64, slot: &'a [u8]) -> Slot<'a> {
+        self.decode_with(index, slot, LapCheck::TellStale)
+    }
+
+    fn decode_with<'a>(&self, index: u64, slot: &'a [u8], lap: LapCheck) -> Slot<'a> {
         debug_assert_eq!(slot.len(), self.slot_bytes as usize);
         let word = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
         let proposal = word(0);
@@ -324,6 +362,9 @@ impl LogLayout {
         let trailer = word(trailer_at);
         let trailer_of = |index| self.trailer(index, proposal, kind_byte, in_flight_before, value);
         if trailer != trailer_of(index) {
+            if lap == LapCheck::Skip {
+                return Slot::Incomplete;
+            }
             let lap_before = index.checked_sub(self.slots_count);
             if lap_before.is_some_and(|i| trailer == trailer_of(i)) {
                 return Slot::Stale;
@@ -356,20 +397,53 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A checksum over an entry, eight bytes at a time. Not cryptographic: it guards against torn
-/// and reordered writes, not against a malicious writer (which could not get write access).
+/// A checksum over an entry. Not cryptographic: it guards against torn and reordered writes, not
+/// against a malicious writer (which could not get write access).
+///
+/// Four lanes, each a chain of [`mix`] (a bijection) over every fourth word of the value, seeded
+/// by different header words, then folded into one: the lanes' multiplications overlap in the
+/// CPU instead of each waiting for the last. Against one chain over every word (the form before
+/// it), timed by a throwaway benchmark of the two functions on one core of a 2-vCPU machine: 29
+/// against 50 ns for a 64-byte value, 205 against 590 ns for 1 KiB; encoding and replaying an entry compute one each, on
+/// every replica. A change to any one word changes its lane's result and so the checksum;
+/// changes to several cancel out with probability about 2^-64.
 fn checksum(index: u64, proposal: u64, kind: u8, in_flight_before: u16, value: &[u8]) -> u64 {
-    let mut h = mix(index ^ 0x6d75_6368_6563_6b73);
-    h = mix(h ^ proposal);
-    h = mix(h
-        ^ ((value.len() as u64) << 8)
-        ^ u64::from(kind)
-        ^ (u64::from(in_flight_before) << 40));
-    digest(h, value)
+    let meta = ((value.len() as u64) << 8) ^ u64::from(kind) ^ (u64::from(in_flight_before) << 40);
+    let mut a = mix(index ^ 0x6d75_6368_6563_6b73);
+    let mut b = mix(proposal ^ 0x6c61_6e65_2d6f_6e65);
+    let mut c = mix(meta ^ 0x6c61_6e65_2d74_776f);
+    let mut d = 0x6c61_6e65_2d74_6872;
+    let word = |bytes: &[u8], at: usize| {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+    };
+    let mut quads = value.chunks_exact(32);
+    for q in &mut quads {
+        a = mix(a ^ word(q, 0));
+        b = mix(b ^ word(q, 8));
+        c = mix(c ^ word(q, 16));
+        d = mix(d ^ word(q, 24));
+    }
+    // The last 1 to 31 bytes, zero-padded (the length is in `meta`, so padding is unambiguous).
+    let rest = quads.remainder();
+    if !rest.is_empty() {
+        let mut padded = [0u8; 32];
+        padded[..rest.len()].copy_from_slice(rest);
+        a = mix(a ^ word(&padded, 0) ^ 0xff);
+        if rest.len() > 8 {
+            b = mix(b ^ word(&padded, 8));
+        }
+        if rest.len() > 16 {
+            c = mix(c ^ word(&padded, 16));
+        }
+        if rest.len() > 24 {
+            d = mix(d ^ word(&padded, 24));
+        }
+    }
+    mix(mix(mix(a ^ b.rotate_left(16)) ^ c.rotate_left(32)) ^ d.rotate_left(48))
 }
 
-/// Folds `bytes` into `seed`, eight bytes at a time: the checksum of entries and of snapshots in
-/// transfer. Not cryptographic: it guards against torn and reordered writes.
+/// Folds `bytes` into `seed`, eight bytes at a time: the checksum of snapshots in transfer
+/// (entries have [`checksum`]). Not cryptographic: it guards against torn and reordered writes.
 pub fn digest(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = seed;
     let mut chunks = bytes.chunks_exact(8);

@@ -102,6 +102,26 @@ fn an_earlier_lap_never_reads_as_this_one() {
     }
 }
 
+/// §4.2 "Replayer": the reader that wants only this index's entry (the replayer) gets the
+/// entry, and nothing for a slot of the lap before, which a full decoding calls stale.
+#[test]
+fn read_entry_takes_only_this_index() {
+    for integrity in [Integrity::Canary, Integrity::Checksum] {
+        let l = layout(integrity);
+        let n = l.slots_count();
+        let mut buf = vec![0u8; l.slot_bytes() as usize];
+        let slot = encoded(&l, 3, 7, b"first lap");
+        let mut read = |index| {
+            let e = l.read_entry(index, &mut buf, |out| out.copy_from_slice(&slot[..out.len()]));
+            e.map(|e| e.value.to_vec())
+        };
+        assert_eq!(read(3), Some(b"first lap".to_vec()), "{integrity:?}");
+        assert_eq!(read(3 + n), None, "{integrity:?}");
+        assert_eq!(read(4), None, "{integrity:?}");
+        assert_eq!(l.decode(3 + n, &slot), Slot::Stale, "{integrity:?}");
+    }
+}
+
 /// §4.2 "Replayer": with writes visible left to right, every prefix of an entry — over an empty
 /// slot, or over an older entry at the same index (a new leader re-proposing with a higher
 /// proposal number) — reads as empty, incomplete, or the old entry whole; never as something else.
@@ -295,6 +315,30 @@ fn bounded_reads_of_a_slot_being_overwritten_are_whole() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Checksum mode (§4.2, hardware without left-to-right visibility): any one byte of an entry's
+/// header, value or trailer changed, at any value length (every lane of the checksum and every length of its tail), reads
+/// as incomplete.
+#[test]
+fn the_checksum_covers_every_byte_at_every_length() {
+    let l = LogLayout::new(4, 256, Integrity::Checksum).unwrap();
+    for len in 0..=l.max_value_bytes().min(100) {
+        let value: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let slot = encoded(&l, 9, 3, &value);
+        let entry_bytes = LogLayout::entry_bytes(len);
+        assert!(matches!(l.decode(9, &slot), Slot::Entry(e) if e.value == &value[..]), "{len}");
+        for at in 0..entry_bytes {
+            let padding = ENTRY_HEADER_BYTES + len..entry_bytes - TRAILER_BYTES;
+            if padding.contains(&at) {
+                continue; // the zeros that round the value up to the trailer: no reader looks
+            }
+            let mut torn = slot.clone();
+            torn[at] ^= 0x10;
+            let outcome = l.decode(9, &torn);
+            assert!(!matches!(outcome, Slot::Entry(_)), "len {len}, byte {at}: {outcome:?}");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The replayer (Mu paper §4.2, "Followers commit in background" and "Replayer").
 
 use crate::{Area, Memory};
-use mu_log::{EntryKind, LogLayout, Slot, FUO_OFFSET, HEAD_OFFSET};
+use mu_log::{EntryKind, LogLayout, FUO_OFFSET, HEAD_OFFSET};
 
 /// Applies the decided entries of the local log, in order.
 ///
@@ -61,10 +61,10 @@ impl Replayer {
                 break;
             }
             let offset = self.layout.slot_offset(index);
-            let slot = self.layout.read_slot(index, &mut self.slot, |out| {
+            let entry = self.layout.read_entry(index, &mut self.slot, |out| {
                 mem.read(Area::Log, offset, out);
             });
-            let Slot::Entry(entry) = slot else {
+            let Some(entry) = entry else {
                 // Decided but not (yet) complete here: the bytes are still landing.
                 break;
             };
@@ -101,10 +101,10 @@ impl Replayer {
         let mut j = self.scanned_to.max(head + 1);
         while self.decided_below <= head && j <= limit {
             let offset = self.layout.slot_offset(j);
-            let slot = self.layout.read_slot(j, &mut self.next, |out| {
+            let entry = self.layout.read_entry(j, &mut self.next, |out| {
                 mem.read(Area::Log, offset, out);
             });
-            let Slot::Entry(e) = slot else { break };
+            let Some(e) = entry else { break };
             self.decided_below = self.decided_below.max(e.decided_below(j));
             j += 1;
         }
