@@ -14,8 +14,8 @@
 //! BENCHMARKS.md were taken; with fewer CPUs, shared threads and the default read period, since
 //! spinning threads on too few cores measure the scheduler. Replication uses shared threads
 //! unless `--replication-threads dedicated` says otherwise: on 16 vCPUs dedicated ones made it
-//! slower, not faster (BENCHMARKS.md), a finding that predates moving the replication plane's
-//! hot words onto cache lines of their own, and so provisional.
+//! slower, not faster (BENCHMARKS.md), before and after the replication plane's hot words moved
+//! onto cache lines of their own.
 //!
 //! Rejected: running the benchmarks in this process. Each one starts replicas, a run directory
 //! and a signal handler of its own, and one that fails must not leave them behind for the next;
