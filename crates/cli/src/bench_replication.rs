@@ -147,9 +147,17 @@ pub struct PayloadResult {
     /// Requests committed while timing, and how long that took: the throughput.
     pub requests: u64,
     pub timed_ns: u64,
+    /// CPU time of the proposing thread while timing: the leader's own work, which time spent
+    /// descheduled (on a machine with fewer cores than threads) does not inflate.
+    pub cpu_ns: u64,
 }
 
 impl PayloadResult {
+    /// The proposing thread's CPU time per timed call, lost calls included (a few at most).
+    fn cpu_ns_per_call(&self) -> u64 {
+        self.cpu_ns / self.latency.len().max(1)
+    }
+
     /// Adds another measurement of the same payload size (a later round) to this one.
     fn merge(&mut self, other: PayloadResult) -> Result<(), String> {
         debug_assert_eq!(self.payload_bytes, other.payload_bytes);
@@ -158,6 +166,7 @@ impl PayloadResult {
         self.followers_dropped += other.followers_dropped;
         self.requests += other.requests;
         self.timed_ns += other.timed_ns;
+        self.cpu_ns += other.cpu_ns;
         Ok(())
     }
 }
@@ -609,6 +618,7 @@ fn lead(
     eprint!("  payload {payload_bytes:>4} B   ");
     let mut i: u64 = laps_calls + WARMUP_MAX;
     let timed = Instant::now();
+    let cpu_start_ns = thread_cpu_ns();
     while latency.len() < samples {
         progress.check_stop()?;
         i += 1;
@@ -622,6 +632,7 @@ fn lead(
         }
     }
     let timed_ns = timed.elapsed().as_nanos() as u64;
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu_start_ns);
     eprintln!(" p50 {} ns", latency.value_at_quantile(0.5));
     // A follower more than a log behind was dropped on the way (the leader does not wait for a
     // follower that slow): later proposals went to one follower only, and the report says so.
@@ -636,6 +647,7 @@ fn lead(
         followers_dropped,
         requests: latency.len() * load.requests_per_call() as u64,
         timed_ns,
+        cpu_ns,
         latency,
     })
 }
@@ -679,6 +691,7 @@ fn document(
                     "max": r.latency.max(),
                     "mean": (r.latency.mean() * 10.0).round() / 10.0,
                 },
+                "leader_cpu_ns_per_proposal": r.cpu_ns_per_call(),
                 "slot_bytes": r.slot_bytes,
                 "slots_count": r.slots_count,
                 "lost_proposals": r.lost_proposals,
@@ -744,19 +757,23 @@ fn report(
             App::Kv => "attached (every replica applies each entry to a key-value store)",
         }
     );
-    println!("propose latency on the leader (ns); ratios are to the write2 round trip's p50");
     println!(
-        "{:>13} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "payload_bytes", "p1", "p50", "p99", "samples", "p50/write2", "p99/write2"
+        "propose latency on the leader (ns); ratios are to the write2 round trip's p50; cpu/call: \
+         the proposing thread's CPU time per call (ns)"
+    );
+    println!(
+        "{:>13} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8}",
+        "payload_bytes", "p1", "p50", "p99", "samples", "p50/write2", "p99/write2", "cpu/call"
     );
     for r in results {
         let (p1, p50, p99) = quantiles(&r.latency);
         println!(
-            "{:>13} {p1:>9} {p50:>9} {p99:>9} {:>9} {:>10.2} {:>10.2}",
+            "{:>13} {p1:>9} {p50:>9} {p99:>9} {:>9} {:>10.2} {:>10.2} {:>8}",
             r.payload_bytes,
             r.latency.len(),
             ratio(p50, write2.p50),
-            ratio(p99, write2.p50)
+            ratio(p99, write2.p50),
+            r.cpu_ns_per_call()
         );
     }
     println!(
@@ -791,6 +808,15 @@ fn report(
         }
         None => println!("target at 64 B: not measured in this run (--payload)"),
     }
+}
+
+/// This thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own; the thread CPU-time clock exists on every
+    // Linux this runs on.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 #[cfg(test)]

@@ -89,6 +89,11 @@ fn replication_json_has_every_figure() {
         assert!(v["fabric_write2_ns"][q].as_u64().unwrap() > 0, "write2 {q} in {v}");
     }
     assert!(v["target_64_bytes"]["p50_over_write2_p50"].as_f64().unwrap() > 0.0);
+    // The proposing thread's CPU time per call: some, and no more than the calls' wall time
+    // allows (plus the loop's own work around each call).
+    let cpu_ns = results[0]["leader_cpu_ns_per_proposal"].as_u64().expect("cpu per proposal");
+    let mean_ns = results[0]["latency_ns"]["mean"].as_f64().unwrap();
+    assert!(cpu_ns > 0 && (cpu_ns as f64) < 2.0 * mean_ns + 10_000.0, "{cpu_ns} ns in {v}");
     nothing_left_behind(pid, "replication");
 }
 

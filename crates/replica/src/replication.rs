@@ -806,12 +806,15 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// a log ahead of it again by then.
     fn missing_may_join(&self) -> bool {
         let missing = self.leader.members_mask() & !self.leader.confirmed_mask();
-        (0..self.replicas.len()).any(|pos| {
-            let head = self.shared.heads[pos].load(Ordering::Acquire);
-            missing >> pos & 1 != 0
-                && head != self.heads_at_request[pos]
-                && self.leader.fuo().saturating_sub(head) < self.layout.slots_count()
-        })
+        // Asked on every poll of a leader: with every member confirmed, as usual, nothing to do.
+        missing != 0
+            && (0..self.replicas.len()).any(|pos| {
+                missing >> pos & 1 != 0 && {
+                    let head = self.shared.heads[pos].load(Ordering::Acquire);
+                    head != self.heads_at_request[pos]
+                        && self.leader.fuo().saturating_sub(head) < self.layout.slots_count()
+                }
+            })
     }
 
     /// Delivers the engine's permission request to `peer` (§5.2): publishes the request word of
