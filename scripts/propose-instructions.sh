@@ -53,6 +53,9 @@ def count(path):
     return total, calls
 
 (t1, c1), (t2, c2) = count(sys.argv[1]), count(sys.argv[2])
+if c1 == 0 or c2 == 0:
+    sys.exit("no call of mu_replica::replica::Replica::propose was recorded: was it inlined "
+             "into its caller, or renamed?")
 if c2 <= c1:
     sys.exit(f"the longer run recorded no more proposals ({c1}, {c2})")
 print(f"{(t2 - t1) / (c2 - c1):.0f} instructions per proposal after the first lap of the log "

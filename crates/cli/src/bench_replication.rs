@@ -147,8 +147,9 @@ pub struct PayloadResult {
     /// Requests committed while timing, and how long that took: the throughput.
     pub requests: u64,
     pub timed_ns: u64,
-    /// CPU time of the proposing thread while timing: the leader's own work, which time spent
-    /// descheduled (on a machine with fewer cores than threads) does not inflate.
+    /// CPU time of the proposing thread while timing (the benchmark loop's own work and, in
+    /// direct mode, the proposals' spinning included; in handover mode the replication thread's
+    /// work is not in it), which time spent descheduled does not inflate.
     pub cpu_ns: u64,
 }
 

@@ -282,8 +282,8 @@ impl Endpoint for ShmEndpoint {
             out[n] = c;
             n += 1;
         }
-        // An emptied queue starts again at the front of its buffer (`clear` resets the ring's
-        // head). Without this, every completion goes one entry further round a ring of `depth`
+        // An emptied queue starts again at the front of its buffer (std's `VecDeque::clear`
+        // resets the ring's head; were it not to, this would cost a call and gain nothing). Without this, every completion goes one entry further round a ring of `depth`
         // entries (the replica's is up to 65,536 of 24 bytes), and each push lands on a line
         // evicted since its last lap: on 2 vCPUs a profile of `mu bench replication` put 14 %
         // of the leader's samples on that one store. On the 16-vCPU machine the push cost

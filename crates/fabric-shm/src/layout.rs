@@ -294,7 +294,7 @@ pub fn claim_cluster(dir: &Path, cluster_id: u64, protocol: &str) -> Result<(), 
     use std::os::unix::fs::OpenOptionsExt;
     if protocol.is_empty() || protocol.contains(char::is_whitespace) {
         return Err(FabricError::Config(format!(
-            "protocol name {protocol:?} must be one word (e.g. \"mu/1\")"
+            "protocol name {protocol:?} must be one word (e.g. \"mu/2\")"
         )));
     }
     let path = cluster_file(dir);

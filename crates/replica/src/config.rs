@@ -25,7 +25,7 @@ impl Protocol {
         }
     }
 
-    /// The name and version replicas record and compare, e.g. `mu/1`, `velos/2`.
+    /// The name and version replicas record and compare, e.g. `mu/2`, `velos/3`.
     pub fn tag(self) -> String {
         match self {
             Protocol::Mu => mu_replication::protocol_tag(),

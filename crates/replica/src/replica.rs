@@ -368,9 +368,9 @@ impl Replica {
     /// why not. Only the leader proposes; others answer with a hint.
     pub fn propose(&self, value: &[u8]) -> Result<u64, ProposeError> {
         // The outcome goes through a vector kept per thread, not one allocated per call (an
-        // allocation and a free were about 2 % of a proposal's instructions). A call made from
-        // inside another on the same thread (a commit handler's) finds it borrowed and gets a
-        // vector of its own.
+        // allocation and a free were about 2 % of a proposal's instructions). Where that vector
+        // is borrowed already or gone (a call while the thread's locals are being destroyed),
+        // the call gets a vector of its own.
         thread_local! {
             static OUTCOMES: RefCell<Vec<Result<u64, ProposeError>>> =
                 const { RefCell::new(Vec::new()) };
@@ -379,10 +379,11 @@ impl Replica {
             self.inner.propose(&[value], None, outcomes);
             outcomes.pop().unwrap_or(Err(ProposeError::ShuttingDown))
         };
-        OUTCOMES.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut outcomes) => propose(&mut outcomes),
-            Err(_) => propose(&mut Vec::with_capacity(1)),
-        })
+        OUTCOMES
+            .try_with(|cell| cell.try_borrow_mut().ok().map(|mut outcomes| propose(&mut outcomes)))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| propose(&mut Vec::with_capacity(1)))
     }
 
     /// Adds replica `id` (one of the configured `replicas`) to the cluster's members, through a

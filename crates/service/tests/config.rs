@@ -56,7 +56,7 @@ fn velos_is_a_protocol_and_its_replicas_run_it() {
     let c = ClusterConfig::parse(&good("protocol = \"velos\"")).expect("a good configuration");
     let r = c.replica_config(1).unwrap();
     assert_eq!(r.protocol, mu_replica::Protocol::Velos);
-    assert_eq!(r.protocol.tag(), "velos/2");
+    assert_eq!(r.protocol.tag(), "velos/3");
     // A velos replica may rejoin after a restart (it reads its peers first), except alone.
     let mut rejoining = r.clone();
     rejoining.eligible = false;
