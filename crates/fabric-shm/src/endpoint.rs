@@ -283,11 +283,11 @@ impl Endpoint for ShmEndpoint {
             n += 1;
         }
         // An emptied queue starts again at the front of its buffer (std's `VecDeque::clear`
-        // resets the ring's head; were it not to, this would cost a call and gain nothing). Without this, every completion goes one entry further round a ring of `depth`
-        // entries (the replica's is up to 65,536 of 24 bytes), and each push lands on a line
-        // evicted since its last lap: on 2 vCPUs a profile of `mu bench replication` put 14 %
-        // of the leader's samples on that one store. On the 16-vCPU machine the push cost
-        // about the same with or without this (`BENCHMARKS.md`).
+        // resets the ring's head). Otherwise each completion goes one entry further round a
+        // ring of `depth` entries (the replica's: up to 65,536 of 24 bytes), and each push lands
+        // on a line evicted since its last lap: on 2 vCPUs a profile of `mu bench replication`
+        // put 14 % of the leader's samples on that one store. On a 16-vCPU machine the push
+        // cost about the same with or without this (`BENCHMARKS.md`).
         if self.cq.is_empty() {
             self.cq.clear();
         }
