@@ -358,6 +358,12 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.check_log_full(now_ns);
         let mut applied = 0;
         let (replicas, mut members) = (&self.replicas, self.members_applied);
+        // A leader past catch-up has its FUO word up to date with every commit it knows of.
+        let replicating = matches!(
+            self.leader.phase(),
+            Phase::Ready | Phase::PrepareRead | Phase::PrepareWrite | Phase::Accept
+        );
+        self.replayer.scan_entries(!replicating);
         self.replayer.poll(&mut self.mem, |index, kind, value| {
             applied += 1;
             if kind == EntryKind::Membership {

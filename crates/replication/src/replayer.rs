@@ -20,6 +20,9 @@ pub struct Replayer {
     decided_below: u64,
     /// Entries between the head and this index were seen complete: later looks start here.
     scanned_to: u64,
+    /// Whether [`Replayer::poll`] looks at the entries after the head for news that it is
+    /// decided (see [`Replayer::scan_entries`]).
+    scan: bool,
     slot: Vec<u8>,
     next: Vec<u8>,
 }
@@ -37,6 +40,7 @@ impl Replayer {
             head,
             decided_below: head,
             scanned_to: head + 1,
+            scan: true,
             slot: vec![0; bytes],
             next: vec![0; bytes],
         }
@@ -78,6 +82,20 @@ impl Replayer {
         applied
     }
 
+    /// Whether later polls look at the entries after the head (commit piggybacking, the
+    /// default) or take only the FUO word as news that the head is decided.
+    ///
+    /// A replicating leader turns the scan off: its own FUO word, which it writes as it commits,
+    /// already says everything it knows decided, and the slot after its last entry is the one
+    /// it has not written yet, so the scan reads it (a lap-old entry once the log has wrapped,
+    /// whose checksum it computes) on every poll for nothing: about 250 of the leader's
+    /// instructions per proposal (`scripts/propose-instructions.sh`). Off, the replayer only
+    /// learns later: a leader that was replaced without noticing yet applies what the new
+    /// leader decides once it is a follower again and scans.
+    pub fn scan_entries(&mut self, scan: bool) {
+        self.scan = scan;
+    }
+
     /// Every index below this is known decided (as of the last poll).
     pub fn decided_below(&self) -> u64 {
         self.decided_below
@@ -97,6 +115,9 @@ impl Replayer {
     fn learn(&mut self, mem: &mut impl Memory) -> bool {
         let head = self.head;
         self.decided_below = self.decided_below.max(mem.load_u64(Area::Log, FUO_OFFSET));
+        if !self.scan {
+            return self.decided_below > head;
+        }
         let limit = head + SCAN_SLOTS_MAX.min(self.layout.slots_count() - 1);
         let mut j = self.scanned_to.max(head + 1);
         while self.decided_below <= head && j <= limit {

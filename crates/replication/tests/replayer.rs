@@ -94,3 +94,22 @@ fn t40_replicas_apply_what_the_leader_commits() {
         }
     }
 }
+
+/// A replicating leader's replayer takes only its FUO word as news (`Replayer::scan_entries`):
+/// the entries after the head do not decide it, and once the scan is back on (a follower again)
+/// they do, as §4.2's commit piggybacking says.
+#[test]
+fn t50_without_the_scan_only_the_fuo_decides() {
+    let mut c = Cluster::new(3, 0);
+    let mut r = Replayer::new(layout(), 0);
+    r.scan_entries(false);
+    c.plant(1, 0, 1 << 16 | 1, b"a");
+    c.plant(1, 1, 1 << 16 | 1, b"b");
+    c.plant(1, 2, 1 << 16 | 1, b"c");
+    assert!(applied(&mut r, &mut c.mems[1]).is_empty(), "later entries decide nothing here");
+    c.mems[1].store_u64(Area::Log, FUO_OFFSET, 1);
+    assert_eq!(applied(&mut r, &mut c.mems[1]), [(0, b"a".to_vec())]);
+    r.scan_entries(true);
+    assert_eq!(applied(&mut r, &mut c.mems[1]), [(1, b"b".to_vec())]);
+    assert_eq!(r.head(), 2);
+}
