@@ -257,11 +257,11 @@ fn actions_per_round(window: usize, positions: usize) -> usize {
 impl Proposer {
     pub fn new(config: ProposerConfig) -> Result<Proposer, String> {
         let n = config.layout.positions();
-        if config.me >= n || config.members & (1 << config.me) == 0 {
-            return Err(format!("position {} is not an acceptor of {n}", config.me));
+        if config.me >= n {
+            return Err(format!("position {} is not one of {n}", config.me));
         }
-        if n < 64 && config.members >> n != 0 {
-            return Err(format!("members {:#x} outside {n} positions", config.members));
+        if config.members == 0 || (n < 64 && config.members >> n != 0) {
+            return Err(format!("members {:#x} is not a set of the {n} positions", config.members));
         }
         if config.prepare_ahead > PREPARE_AHEAD_MAX {
             return Err(format!(
@@ -364,6 +364,7 @@ impl Proposer {
     /// `first - 1` from.
     pub fn start(&mut self, first: u64, last: Option<(EntryKind, &[u8])>, mem: &mut dyn Memory) {
         assert_eq!(first == 0, last.is_none(), "the entry before the first index is given");
+        assert!(self.is_member(), "only a member of the configuration leads");
         assert!(self.events.is_empty(), "the runtime takes every event before starting again");
         self.leading = true;
         self.next = first;
@@ -389,6 +390,57 @@ impl Proposer {
                 }
             }
             self.last_decided = Some(index);
+        }
+    }
+
+    /// The acceptors, as a mask of positions.
+    pub fn members(&self) -> u64 {
+        self.members
+    }
+
+    /// Whether this replica is one of the acceptors.
+    pub fn is_member(&self) -> bool {
+        self.members >> self.me & 1 != 0
+    }
+
+    /// The configuration changed (a membership entry was decided and applied, the Mu paper's
+    /// §5.4): `members` are the acceptors of every index after the last one decided. Called by
+    /// the runtime as it applies that entry, before the proposer moves on (the next accept
+    /// comes from [`Proposer::poll`] or a completion of an adopting read, both after the
+    /// runtime took the decision's event).
+    ///
+    /// The indices prepared ahead were prepared with a majority of the old configuration:
+    /// each goes back to idle and is prepared again with a majority of the new one, so that
+    /// every phase of an index runs in that index's configuration (what the old configuration
+    /// promised is not counted, and answers still in flight belong to an old attempt and are
+    /// ignored). A membership change is rare: the cost is one prepare round. A proposer
+    /// removed from the configuration stops leading.
+    pub fn set_members(&mut self, members: u64) {
+        let n = self.layout.positions();
+        assert!(
+            members != 0 && (n >= 64 || members >> n == 0),
+            "members {members:#x} is not a set of the {n} positions"
+        );
+        if members == self.members {
+            return;
+        }
+        self.members = members;
+        self.majority = members.count_ones() / 2 + 1;
+        if !self.leading {
+            return;
+        }
+        if !self.is_member() {
+            return self.stop();
+        }
+        for i in 0..self.ring.len() {
+            let serial = self.next_serial();
+            let t = &mut self.ring[i];
+            if t.index == NONE || t.index < self.next {
+                continue;
+            }
+            t.highest = None;
+            t.adopted = None;
+            t.new_attempt(serial, Phase::Idle);
         }
     }
 

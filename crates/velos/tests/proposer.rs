@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use mu_log::EntryKind;
 use mu_velos::word::{Proposals, PROPOSAL_MAX};
-use mu_velos::{Event, Phase, Proposer, SlotWord, StopReason};
+use mu_velos::{Event, Phase, Proposer, ProposerConfig, SlotWord, StopReason};
 
 /// Submits `value` and runs everything to its decision; returns the decided index.
 fn decide(net: &mut Net, me: usize, p: &mut Proposer, value: &[u8]) -> u64 {
@@ -391,4 +391,67 @@ fn t10_an_excluded_acceptor_is_sent_nothing() {
     // Prepared after it was given back: in the window of the next lap.
     let w = SlotWord::unpack(net.word(2, 7));
     assert!(w.lap == 1 && w.min != 0, "acceptor 2 answers again: {w:?}");
+}
+
+/// Membership changes (the Mu paper's §5.4, carried over: a configuration per index, changed
+/// by a decided entry for the indices after it). Four positions, three members: acceptor 3 is
+/// sent nothing. Once the configuration takes it in, the indices prepared ahead are prepared
+/// again, now at 3 as well, and a decision needs three of the four: acceptor 1's answer with
+/// our own is no longer enough. Removed, acceptor 1 is sent nothing more, and a proposer
+/// removed itself stops leading.
+#[test]
+fn t11_a_new_configuration_prepares_again_and_counts_its_members() {
+    let layout = layout(4, 16);
+    let mut net = Net::new(layout);
+    let members = 0b0111;
+    let config = ProposerConfig { me: 0, layout, members, prepare_ahead: 2 };
+    let mut p = Proposer::new(config).unwrap();
+    p.start(0, None, &mut net.mem(0));
+    for k in 0..3u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        assert!(net.queues[0][3].is_empty(), "index {k}: nothing goes to a non-member");
+    }
+    assert_eq!(net.word(3, 3), 0, "a non-member's words are untouched");
+    // Indices 3 and 4 are prepared ahead by now, by acceptors 0–2.
+    assert_ne!(SlotWord::unpack(net.word(1, 4)).min, 0);
+    p.set_members(0b1111);
+    step(&mut net, 0, &mut p);
+    let to_3: Vec<_> = net.queues[0][3].iter().map(|f| f.action).collect();
+    assert_eq!(to_3.len(), 3, "the window (indices 3–5) is prepared at the new member: {to_3:?}");
+    net.deliver_all();
+    net.complete(0, &mut p);
+    // Acceptors 2 and 3 are cut off: 0 and 1 are two of four, not a majority.
+    net.cut[0][2] = true;
+    net.cut[0][3] = true;
+    p.submit(EntryKind::Request, b"w").unwrap();
+    for _ in 0..10 {
+        let events = step(&mut net, 0, &mut p);
+        assert!(events.is_empty(), "decided without a majority of four: {events:?}");
+        net.deliver_all();
+    }
+    // Acceptor 3 back: 0, 1 and 3 decide.
+    net.cut[0][3] = false;
+    net.reconnect(0, 3, &mut p);
+    let mut decided = false;
+    for _ in 0..20 {
+        decided |=
+            step(&mut net, 0, &mut p).contains(&Event::Decided { index: 3, submitted: true });
+        if decided {
+            break;
+        }
+        net.deliver_all();
+    }
+    assert!(decided, "index 3 decided by three of four");
+    // Acceptor 1 removed: nothing more goes to it.
+    net.cut[0][2] = false;
+    net.reconnect(0, 2, &mut p);
+    net.deliver_all();
+    net.complete(0, &mut p);
+    p.set_members(0b1101);
+    net.queues[0][1].clear();
+    assert_eq!(decide(&mut net, 0, &mut p, b"x"), 4);
+    assert!(net.queues[0][1].is_empty(), "nothing goes to a removed member");
+    // This proposer removed: it stops.
+    p.set_members(0b1100);
+    assert!(!p.is_leading());
 }
