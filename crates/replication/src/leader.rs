@@ -155,6 +155,13 @@ pub struct Leader {
     step: u16,
     granted: Vec<bool>,
     confirmed: Vec<bool>,
+    /// Indices below this have room in the log ([`Leader::log_limit`] when
+    /// [`Leader::make_room`] last computed it; 0: not known). The limit only falls when a
+    /// replica joins the confirmed set or a head is read lower, and those reset it; heads
+    /// that rise and replicas that leave the set only raise the limit, so the value stays a
+    /// safe bound meanwhile, and a proposal is spared computing the minimum head (about 100
+    /// instructions, `scripts/propose-instructions.sh`).
+    room_below: u64,
     /// Replicas that granted permission after the confirmed set was formed, or while
     /// recovering: they join it once brought up to date ("growing the confirmed set later",
     /// §4.2).
@@ -272,6 +279,7 @@ impl Leader {
             step: 0,
             granted: vec![false; n],
             confirmed: vec![false; n],
+            room_below: 0,
             late: vec![false; n],
             recovering: vec![false; n],
             waits: vec![Wait::Idle; n],
@@ -721,6 +729,7 @@ impl Leader {
         self.mine_in_flight = 0;
         self.granted.fill(false);
         self.confirmed.fill(false);
+        self.room_below = 0;
         self.late.fill(false);
         self.waits.fill(Wait::Idle);
         self.majority_granted_at_ns = None;
@@ -819,6 +828,7 @@ impl Leader {
             return;
         }
         self.confirmed.copy_from_slice(&self.granted);
+        self.room_below = 0;
         self.begin_read_fuos(mem, out);
     }
 
@@ -885,6 +895,7 @@ impl Leader {
                 // As read now, not the largest ever seen: a replica that restarted applies
                 // again from its snapshot or from 0.
                 self.heads[pos] = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
+                self.room_below = 0;
             }
         }
     }
@@ -1060,6 +1071,10 @@ impl Leader {
     /// from the confirmed set, with its log intact) rather than stalling everyone: it joins
     /// again when it asks, if it is still within a log of us.
     fn make_room(&mut self, index: u64, mem: &impl Memory) -> bool {
+        if index < self.room_below {
+            debug_assert!(index < self.log_limit(), "the cached room is a bound");
+            return true;
+        }
         self.heads[self.me_pos] = self.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
         while index >= self.log_limit() {
             let slowest = self
@@ -1077,6 +1092,7 @@ impl Leader {
                 _ => return false,
             }
         }
+        self.room_below = self.log_limit();
         true
     }
 
@@ -1089,6 +1105,7 @@ impl Leader {
         for pos in 0..self.replicas.len() {
             if self.admissible(pos) {
                 self.confirmed[pos] = true;
+                self.room_below = 0;
                 self.late[pos] = false;
             }
         }
