@@ -745,7 +745,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// Posts what the proposer asks for.
     fn run_actions(&mut self) -> bool {
         let mut actions = std::mem::take(&mut self.actions_buf);
-        actions.extend(self.proposer.drain_actions());
+        self.proposer.take_actions(&mut actions);
         let busy = !actions.is_empty();
         for a in actions.drain(..) {
             let (pos, wr) = match a {
@@ -891,7 +891,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// Applies what the proposer decided; hands it the next entry.
     fn take_events(&mut self, app: &mut dyn Applier, now_ns: u64) -> bool {
         let mut events = std::mem::take(&mut self.events_buf);
-        events.extend(self.proposer.drain_events());
+        self.proposer.take_events(&mut events);
         let busy = !events.is_empty();
         for e in events.drain(..) {
             match e {

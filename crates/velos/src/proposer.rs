@@ -507,6 +507,21 @@ impl Proposer {
         self.events.drain(..)
     }
 
+    /// [`Proposer::drain_actions`] into `into`, which must be empty, by swapping the two
+    /// vectors: nothing is copied, and neither allocates once both have their capacity (a
+    /// runtime hands back the same vector, emptied, each time).
+    pub fn take_actions(&mut self, into: &mut Vec<Action>) {
+        assert!(into.is_empty(), "actions taken into a vector that holds some");
+        std::mem::swap(&mut self.actions, into);
+    }
+
+    /// [`Proposer::drain_events`] into `into`, which must be empty, as
+    /// [`Proposer::take_actions`] does.
+    pub fn take_events(&mut self, into: &mut Vec<Event>) {
+        assert!(into.is_empty(), "events taken into a vector that holds some");
+        std::mem::swap(&mut self.events, into);
+    }
+
     fn next_serial(&mut self) -> u64 {
         let s = self.serial;
         self.serial = (self.serial + 1) & SERIAL_MASK;
