@@ -358,12 +358,16 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.check_log_full(now_ns);
         let mut applied = 0;
         let (replicas, mut members) = (&self.replicas, self.members_applied);
-        // A leader past catch-up has its FUO word up to date with every commit it knows of.
+        // A leader past catch-up has its FUO word up to date with every commit it knows of,
+        // as long as its log is its own: once its permission manager granted the log to another
+        // leader (it may not have noticed yet, idle), that leader's entries say what is decided.
         let replicating = matches!(
             self.leader.phase(),
             Phase::Ready | Phase::PrepareRead | Phase::PrepareWrite | Phase::Accept
         );
-        self.replayer.scan_entries(!replicating);
+        let holds_own_log =
+            self.shared.log_holder.load(Ordering::Acquire) == u64::from(self.me.0) + 1;
+        self.replayer.scan_entries(!(replicating && holds_own_log));
         self.replayer.poll(&mut self.mem, |index, kind, value| {
             applied += 1;
             if kind == EntryKind::Membership {

@@ -85,13 +85,14 @@ impl Replayer {
     /// Whether later polls look at the entries after the head (commit piggybacking, the
     /// default) or take only the FUO word as news that the head is decided.
     ///
-    /// A replicating leader turns the scan off: its own FUO word, which it writes as it commits,
-    /// already says everything it knows decided, and the slot after its last entry is the one
-    /// it has not written yet, so the scan reads it (a lap-old entry once the log has wrapped,
-    /// whose checksum it computes) on every poll for nothing: about 250 of the leader's
-    /// instructions per proposal (`scripts/propose-instructions.sh`). Off, the replayer only
-    /// learns later: a leader that was replaced without noticing yet applies what the new
-    /// leader decides once it is a follower again and scans.
+    /// A replicating leader that holds its own log turns the scan off: its own FUO word, which
+    /// it writes as it commits, already says everything it knows decided, and the slot after
+    /// its last entry is the one it has not written yet, so the scan reads it (a lap-old entry
+    /// once the log has wrapped, whose checksum it computes) on every poll for nothing: about
+    /// 250 of the leader's instructions per proposal (`scripts/propose-instructions.sh`). Once
+    /// another leader holds the log, the scan is on again whatever the engine believes: an idle
+    /// leader may not notice it was replaced, and what its successor decided is told by the
+    /// entries it wrote (commit piggybacking) long before any FUO word.
     pub fn scan_entries(&mut self, scan: bool) {
         self.scan = scan;
     }

@@ -769,3 +769,55 @@ fn t96_a_leader_several_changes_behind_learns_the_configuration() {
     let status = c.cores[0].as_ref().unwrap().status();
     assert_eq!(status.members, [0, 4, 5, 6].map(NodeId), "{status:?}");
 }
+
+/// Found by review: a replicating leader's replayer takes only its own FUO word as news
+/// (`Replayer::scan_entries`), which is right only while this replica still holds its own log.
+/// Here leader 0 is idle, paused and replaced by 1; resumed, 0's permission manager grants 1
+/// its log, and 1 writes entries into it that say the earlier ones are decided, with no FUO word
+/// yet. Then 1 crashes. 0, the lowest id, is elected again while its engine still sits idle in
+/// its old leadership, and had it kept the scan off it would not apply what 1 decided until its
+/// next proposal. It applies it now, as the other survivor does.
+#[test]
+fn t97_a_deposed_leader_applies_what_its_successor_decided() {
+    for seed in 1..6u64 {
+        let mut c = SimCluster::new(3, 970 + seed);
+        assert_eq!(c.await_leader(5_000_000), NodeId(0));
+        for i in 0..5 {
+            c.propose_anywhere(format!("a{i}").as_bytes(), 5_000_000);
+        }
+        c.run_for(200_000);
+        c.pause(0);
+        let end = c.world.now_ns() + 20_000_000;
+        while !(1..3).all(|p| c.cores[p].as_ref().unwrap().leader() == Some(NodeId(1))) {
+            assert!(c.world.now_ns() < end, "seed {seed}: 1 not elected: {}", c.describe());
+            c.round();
+        }
+        let mut k = 0;
+        for _ in 0..5 {
+            c.propose(1, format!("b{k}").as_bytes(), 10_000_000);
+            k += 1;
+        }
+        c.resume(0);
+        // 1 keeps proposing until it holds 0's log and has written more there.
+        let end = c.world.now_ns() + 3_000_000;
+        let mut holds = false;
+        while c.world.now_ns() < end && !(holds && k > 40) {
+            if c.outstanding[1].is_none() {
+                let _ = c.submit(1, format!("b{k}").as_bytes());
+                k += 1;
+            }
+            c.round();
+            holds |= c.cores[0].as_ref().unwrap().status().log_holder == Some(NodeId(1));
+        }
+        assert!(holds, "seed {seed}: 1 never held 0's log: {}", c.describe());
+        c.crash(1);
+        c.run_for(20_000_000);
+        c.check_agreement();
+        assert_eq!(
+            c.applied[0].len(),
+            c.applied[2].len(),
+            "seed {seed}: the survivors applied different lengths: {}",
+            c.describe()
+        );
+    }
+}
