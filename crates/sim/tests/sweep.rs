@@ -48,6 +48,11 @@ const ONCE_FAILED: &[u64] = &[
     // Liveness (five replicas): a replica whose log had a hole below its FUO was elected as the
     // lowest id and could never apply its own log (`ReplicationDriver::stand_aside_until_applied`).
     845,
+    // Liveness (five replicas): a replica crashed, and a peer bound its side the crashed one
+    // reads through again while it was down, to its dead incarnation; restarted, it could not
+    // read that peer, the leader, and judged it failed for good while everyone else followed it
+    // (`BackgroundDriver::on_completion`: a heartbeat from a later boot rebinds the side).
+    21361,
 ];
 
 #[test]
