@@ -414,7 +414,8 @@ impl Proposer {
     /// every phase of an index runs in that index's configuration (what the old configuration
     /// promised is not counted, and answers still in flight belong to an old attempt and are
     /// ignored). A membership change is rare: the cost is one prepare round. A proposer
-    /// removed from the configuration stops leading.
+    /// removed from the configuration stops leading, without an [`Event::Stopped`]: the
+    /// runtime, which applied the entry, steps down itself.
     pub fn set_members(&mut self, members: u64) {
         let n = self.layout.positions();
         assert!(
