@@ -393,11 +393,6 @@ impl Proposer {
         }
     }
 
-    /// The acceptors, as a mask of positions.
-    pub fn members(&self) -> u64 {
-        self.members
-    }
-
     /// Whether this replica is one of the acceptors.
     pub fn is_member(&self) -> bool {
         self.members >> self.me & 1 != 0
@@ -434,11 +429,11 @@ impl Proposer {
             return self.stop();
         }
         for i in 0..self.ring.len() {
-            let serial = self.next_serial();
-            let t = &mut self.ring[i];
-            if t.index == NONE || t.index < self.next {
+            if self.ring[i].index == NONE || self.ring[i].index < self.next {
                 continue;
             }
+            let serial = self.next_serial();
+            let t = &mut self.ring[i];
             t.highest = None;
             t.adopted = None;
             t.new_attempt(serial, Phase::Idle);
