@@ -11,7 +11,7 @@ use mu_fabric::{Fabric, NodeId};
 use mu_log::EntryKind;
 use mu_replication::membership::Change;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -200,6 +200,10 @@ struct Inner<F: Fabric> {
     plane: Mutex<Option<Plane<F>>>,
     /// Direct mode: the application waits for the plane, and the helper leaves it alone.
     app_waiting: AtomicBool,
+    /// Direct mode: proposals the application has started (written under the plane's lock),
+    /// so that the helper sees the application at work even when it only ever finds the lock
+    /// free, between two proposals.
+    app_proposals: AtomicU64,
     start: Instant,
     leader_watchers: Mutex<Vec<Sender<Option<NodeId>>>>,
     /// How the replication thread waits when idle ([`crate::Threads`]).
@@ -312,6 +316,7 @@ impl Replica {
             },
             plane: Mutex::new(None),
             app_waiting: AtomicBool::new(false),
+            app_proposals: AtomicU64::new(0),
             start: started_at,
             leader_watchers: Mutex::new(Vec::new()),
             idle: match config.threads {
@@ -546,6 +551,12 @@ fn propose<F: Fabric>(
             if let Err(e) = submitted {
                 return fail(outcomes, e);
             }
+            // Counted only once submitted: this thread now polls until the outcome. (An
+            // application that calls a follower gets `NotLeader` without a poll, and must not
+            // keep the helper away from the follower's replayer.) Written under the lock, by
+            // its only writer: a plain store, not a locked add.
+            let started = inner.app_proposals.load(Ordering::Relaxed);
+            inner.app_proposals.store(started.wrapping_add(1), Ordering::Release);
             // A proposal that waits on other threads (a new leader's permission round, which
             // the background threads serve) gives the CPU up as the helper thread would, after
             // spinning a while: on two vCPUs a spinning proposer kept a new leader's background
@@ -651,40 +662,56 @@ fn fail_all(mailbox: &Mailbox, e: ProposeError) {
     mailbox.state.store(DONE, Ordering::Release);
 }
 
-/// Direct mode: between the application's proposals, keep the plane going (replayer, leader
-/// changes, a new leader's permission round).
+/// Direct mode: while the application is not proposing, keep the plane going (replayer, leader
+/// changes, a new leader's permission round, Velos's prepares ahead).
+///
+/// While the application proposes, its thread drives the plane, and the helper stands off: it
+/// neither polls nor tries the lock until the application has started no proposal for
+/// [`APP_ACTIVE_NS`]. A helper that took the lock in the moment between two proposals made the
+/// next one wait for its poll and then pull the plane's state back to the application's core.
+/// With Velos that happened on every proposal: the helper's poll always had work (preparing
+/// the next index ahead), so it never backed off, and on 16 vCPUs Velos's median proposal took
+/// 3.5 to 5 times Mu's (`BENCHMARKS.md`). Standing off moves the prepares ahead onto the
+/// application's thread, a whole window at once when it runs out: one proposal in
+/// `prepare_ahead + 1` carries a prepare round.
 fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
     let mut idle_since: Option<Instant> = None;
-    // When the application last held the plane (it was proposing).
+    let mut proposals_seen = inner.app_proposals.load(Ordering::Acquire);
+    // When the helper last saw the application start a proposal.
     let mut app_seen: Option<Instant> = None;
     while !inner.stop.load(Ordering::Acquire) {
+        let proposals = inner.app_proposals.load(Ordering::Acquire);
+        if proposals != proposals_seen {
+            proposals_seen = proposals;
+            app_seen = Some(Instant::now());
+        }
+        if app_seen.is_some_and(|t| t.elapsed().as_nanos() < u128::from(APP_ACTIVE_NS)) {
+            // Asleep rather than spinning: a spinning helper would read the proposal counter's
+            // line out of the application's cache on every check.
+            idle_since = None;
+            std::thread::sleep(Duration::from_micros(Backoff::FAST_PATH.park_us));
+            continue;
+        }
+        // The application waiting for the lock, or holding it, polls itself.
         let plane = if inner.app_waiting.load(Ordering::Acquire) {
             None
         } else {
             inner.plane.try_lock().ok()
         };
-        let busy = match plane {
-            Some(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
-            None => {
-                app_seen = Some(Instant::now());
-                false
-            }
-        };
-        // While the application proposes, its thread drives the plane: a helper that kept
-        // trying the lock between its proposals would take the lock's cache line from it every
-        // time (and sometimes the lock). So it backs off then, even on a core of its own.
-        let idle = match app_seen {
-            Some(t) if t.elapsed().as_nanos() < u128::from(Backoff::FAST_PATH.yield_ns) => {
-                &Backoff::FAST_PATH
-            }
-            _ => &inner.idle,
-        };
-        pace(idle, &mut idle_since, busy);
+        let busy =
+            plane.is_some_and(|mut guard| guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())));
+        pace(&inner.idle, &mut idle_since, busy);
     }
     if let Some(plane) = lock(&inner.plane).as_mut() {
         plane.driver.shut_down();
     }
 }
+
+/// Direct mode: how long after the application last started a proposal the helper leaves the
+/// plane to it. Far above the gap between back-to-back proposals (a microsecond), far below
+/// what the helper does between proposals waits for (Velos's empty entry after 200 µs idle,
+/// heartbeat periods of a millisecond).
+const APP_ACTIVE_NS: u64 = 50_000;
 
 /// The replication loop's polling plan: spin while there is work, then back off as `idle` says
 /// ([`Backoff::FAST_PATH`], or never with dedicated threads).
