@@ -553,10 +553,10 @@ fn propose<F: Fabric>(
             }
             // Counted only once submitted: this thread now polls until the outcome. (An
             // application that calls a follower gets `NotLeader` without a poll, and must not
-            // keep the helper away from the follower's replayer.) Written under the lock, by
-            // its only writer: a plain store, not a locked add.
+            // keep the helper away from the follower's replayer.) Written under the lock, which
+            // serialises the writers: a plain store, not a locked add. It publishes nothing.
             let started = inner.app_proposals.load(Ordering::Relaxed);
-            inner.app_proposals.store(started.wrapping_add(1), Ordering::Release);
+            inner.app_proposals.store(started.wrapping_add(1), Ordering::Relaxed);
             // A proposal that waits on other threads (a new leader's permission round, which
             // the background threads serve) gives the CPU up as the helper thread would, after
             // spinning a while: on two vCPUs a spinning proposer kept a new leader's background
@@ -666,8 +666,10 @@ fn fail_all(mailbox: &Mailbox, e: ProposeError) {
 /// changes, a new leader's permission round, Velos's prepares ahead).
 ///
 /// While the application proposes, its thread drives the plane, and the helper stands off: it
-/// neither polls nor tries the lock until the application has started no proposal for
-/// [`APP_ACTIVE_NS`]. A helper that took the lock in the moment between two proposals made the
+/// neither polls nor tries the lock until it has seen no new proposal for [`APP_ACTIVE_NS`]
+/// (checked after each sleep of 50 µs, which the kernel stretches: about 110 µs at the median
+/// on a 2-vCPU virtual machine, so the plane can go about 250 µs without a poll after the
+/// application's last proposal). A helper that took the lock in the moment between two proposals made the
 /// next one wait for its poll and then pull the plane's state back to the application's core.
 /// With Velos that happened on every proposal: the helper's poll always had work (preparing
 /// the next index ahead), so it never backed off, and on 16 vCPUs Velos's median proposal took
@@ -676,11 +678,13 @@ fn fail_all(mailbox: &Mailbox, e: ProposeError) {
 /// `prepare_ahead + 1` carries a prepare round.
 fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
     let mut idle_since: Option<Instant> = None;
-    let mut proposals_seen = inner.app_proposals.load(Ordering::Acquire);
+    let mut proposals_seen = inner.app_proposals.load(Ordering::Relaxed);
     // When the helper last saw the application start a proposal.
     let mut app_seen: Option<Instant> = None;
+    // When the helper last found the application holding the plane or waiting for it.
+    let mut held_seen: Option<Instant> = None;
     while !inner.stop.load(Ordering::Acquire) {
-        let proposals = inner.app_proposals.load(Ordering::Acquire);
+        let proposals = inner.app_proposals.load(Ordering::Relaxed);
         if proposals != proposals_seen {
             proposals_seen = proposals;
             app_seen = Some(Instant::now());
@@ -696,21 +700,41 @@ fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
         let plane = if inner.app_waiting.load(Ordering::Acquire) {
             None
         } else {
-            inner.plane.try_lock().ok()
+            match inner.plane.try_lock() {
+                Ok(guard) => Some(guard),
+                // The application's thread panicked inside the plane; `app_lock_plane` takes
+                // the lock on regardless, and so does the helper.
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
         };
-        let busy =
-            plane.is_some_and(|mut guard| guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())));
-        pace(&inner.idle, &mut idle_since, busy);
+        let busy = match plane {
+            Some(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
+            None => {
+                held_seen = Some(Instant::now());
+                false
+            }
+        };
+        // A proposal longer than the stand-off (a slow fabric, a new leader's permission
+        // round): a helper that kept trying the lock would take its cache line from the
+        // application every time. So it backs off then, even on a core of its own.
+        let idle = match held_seen {
+            Some(t) if t.elapsed().as_nanos() < u128::from(Backoff::FAST_PATH.yield_ns) => {
+                &Backoff::FAST_PATH
+            }
+            _ => &inner.idle,
+        };
+        pace(idle, &mut idle_since, busy);
     }
     if let Some(plane) = lock(&inner.plane).as_mut() {
         plane.driver.shut_down();
     }
 }
 
-/// Direct mode: how long after the application last started a proposal the helper leaves the
-/// plane to it. Far above the gap between back-to-back proposals (a microsecond), far below
-/// what the helper does between proposals waits for (Velos's empty entry after 200 µs idle,
-/// heartbeat periods of a millisecond).
+/// Direct mode: how long after it last saw the application start a proposal the helper leaves
+/// the plane to it. Far above the gap between back-to-back proposals (a microsecond); what the
+/// helper does between proposals can wait that long (Velos's empty entry after 200 µs idle is
+/// late by at most the stand-off, heartbeat periods are a millisecond).
 const APP_ACTIVE_NS: u64 = 50_000;
 
 /// The replication loop's polling plan: spin while there is work, then back off as `idle` says
