@@ -9,7 +9,7 @@ use crate::layout::{
     FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE, HEAD_COPY_OFFSET,
     HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES,
     SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
-    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
+    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -52,6 +52,13 @@ pub(crate) struct TransferSettings {
 }
 const POS_BITS: u64 = 0xffff;
 
+/// Heartbeat reads in a row that say a peer does not hear us before our side of its connection
+/// is bound again ([`UNHEARD_OFFSET`]): three times what a peer that reaches us needs to judge
+/// us alive again from a score of 0.
+fn unheard_rebind_reads(config: &DetectorConfig) -> u32 {
+    3 * (u32::from(config.recovery_threshold) + 1)
+}
+
 /// One peer as the background plane sees it.
 #[derive(Clone, Copy, Debug, Default)]
 struct PeerView {
@@ -64,6 +71,9 @@ struct PeerView {
     /// yet). The fabric binds the side to the peer's current incarnation, which for a peer that
     /// is down is its last, dead one; a heartbeat from a later boot says so.
     target_boot: u32,
+    /// Heartbeats read in a row in which the peer said it does not hear us
+    /// ([`UNHEARD_OFFSET`]).
+    unheard_reads: u32,
     /// A heartbeat read is in flight.
     reading: bool,
     /// The last heartbeat counter read (reported again when a read is late: a slow peer loses
@@ -610,6 +620,8 @@ impl<F: Fabric> BackgroundDriver<F> {
             if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 };
         self.store(FLAGS_OFFSET, flags | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
+        let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
+        self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -759,6 +771,29 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // the next read.
                     peer_view.target_connected = false;
                 }
+            }
+            // The peer reads, we hear it, yet it has not heard us for many reads in a row:
+            // nothing on our side failed, so nothing else would ever bind our side again. The
+            // case the boot id misses: our side was bound before we read any boot of the peer,
+            // and the peer crashed and restarted before that first read (`mu sim --seed 50301
+            // --replicas 4`). The count is far above what a peer that reaches us needs to hear
+            // us again, so a slow start or a pause does not cycle a working side; and after a
+            // rebind it starts again from 0, so the peer has that many reads to recover before
+            // the next one.
+            let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
+            let peer_view = &mut self.peers[pos];
+            peer_view.unheard_reads = if unheard { peer_view.unheard_reads + 1 } else { 0 };
+            if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
+                && peer_view.target_connected
+            {
+                debug!(
+                    replica = self.me.0,
+                    peer = self.replicas.ids()[pos].0,
+                    reads = peer_view.unheard_reads,
+                    "the peer has not heard us for many reads: binding its side of us again"
+                );
+                peer_view.unheard_reads = 0;
+                peer_view.target_connected = false;
             }
             let bit = 1u64 << pos;
             if flags & FLAG_ABSTAINING != 0 {

@@ -52,8 +52,13 @@ pub const HEAD_COPY_OFFSET: u64 = 8;
 pub const FLAGS_OFFSET: u64 = 16;
 /// The configuration after the entries applied here (§5.4), by position.
 pub const MEMBERS_COPY_OFFSET: u64 = 24;
-/// Bytes a peer reads in one go: heartbeat, head, flags and configuration.
-pub const STATUS_BYTES: u32 = 32;
+/// The positions whose heartbeat this replica does not hear (its failure detector judges them
+/// failed), as a mask. A replica that reads its own bit there for many reads in a row, while it
+/// reads that peer's heartbeat fine, binds its side of the connection the peer reads it through
+/// again: that side may be bound to a run of the peer that has since ended.
+pub const UNHEARD_OFFSET: u64 = 32;
+/// Bytes a peer reads in one go: heartbeat, head, flags, configuration and the unheard mask.
+pub const STATUS_BYTES: u32 = 40;
 /// The replica stands for election: it holds the whole log (it did not restart into an empty
 /// one), is a member, and sees a live majority of the configuration its log gives.
 pub const FLAG_ELIGIBLE: u64 = 1;
