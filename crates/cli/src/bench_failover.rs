@@ -12,7 +12,11 @@
 //! * **detect** = when the new leader's failure detector elected it − when the failure was
 //!   injected (just before the signal is sent);
 //! * **switch** = when the new leader was ready to replicate (write permission from a majority,
-//!   its log caught up and its followers updated) − when it was elected.
+//!   its log caught up and its followers updated) − when it was elected;
+//! * **permit** (Mu) = when the new leader held write permission from a majority − when it was
+//!   elected: the part of the switch that revokes the old leader;
+//! * **ramp** = the new leader's first commit − when it was ready: its first proposal, with
+//!   whatever a new Velos leader decides again before it.
 //!
 //! Failures: `kill` sends SIGKILL. A killed replica could come back only by restarting and
 //! getting the others' state by a state transfer, and these replicas run a commit handler, not a
@@ -138,6 +142,9 @@ struct Failover {
     total_ns: u64,
     detect_ns: u64,
     switch_ns: u64,
+    /// Mu only: from election to a majority's permission.
+    permission_ns: Option<u64>,
+    ramp_ns: u64,
 }
 
 /// What a replica published about its current term as leader.
@@ -146,6 +153,8 @@ struct Term {
     first_commit_ns: u64,
     elected_ns: u64,
     ready_ns: u64,
+    /// 0: unknown (Velos asks for no permission).
+    permitted_ns: u64,
 }
 
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
@@ -156,6 +165,7 @@ fn read_term(words: &Words) -> Term {
             first_commit_ns: words.get(word::FIRST_COMMIT_NS),
             elected_ns: words.get(word::ELECTED_NS),
             ready_ns: words.get(word::READY_NS),
+            permitted_ns: words.get(word::PERMITTED_NS),
         };
         if words.get(word::TERMS) == terms {
             return term;
@@ -485,7 +495,7 @@ fn measure(
 fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), String> {
     let mut table = mu_figures::Table::new(
         "failovers (µs)",
-        &["failover", "total_us", "detect_us", "switch_us"],
+        &["failover", "total_us", "detect_us", "switch_us", "permission_us", "ramp_us"],
     );
     for (i, f) in m.failovers.iter().enumerate() {
         table.row(vec![
@@ -493,6 +503,8 @@ fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), St
             format!("{:.1}", f.total_ns as f64 / 1000.0),
             format!("{:.1}", f.detect_ns as f64 / 1000.0),
             format!("{:.1}", f.switch_ns as f64 / 1000.0),
+            f.permission_ns.map_or(String::new(), |ns| format!("{:.1}", ns as f64 / 1000.0)),
+            format!("{:.1}", f.ramp_ns as f64 / 1000.0),
         ]);
     }
     let csv = dir.join(format!("{name}.csv"));
@@ -649,6 +661,9 @@ fn inject(
             // Saturating: the detector publishes the new leader a moment before it dates the
             // election, so a replication thread that wins that race can be ready "first".
             switch_ns: term.ready_ns.saturating_sub(term.elected_ns),
+            permission_ns: (term.permitted_ns != 0)
+                .then(|| term.permitted_ns.saturating_sub(term.elected_ns)),
+            ramp_ns: term.first_commit_ns.saturating_sub(term.ready_ns),
         })
     };
     Ok((new_leader, counted))
@@ -738,6 +753,8 @@ fn document(
     let totals: Vec<u64> = m.failovers.iter().map(|f| f.total_ns).collect();
     let detects: Vec<u64> = m.failovers.iter().map(|f| f.detect_ns).collect();
     let switches: Vec<u64> = m.failovers.iter().map(|f| f.switch_ns).collect();
+    let ramps: Vec<u64> = m.failovers.iter().map(|f| f.ramp_ns).collect();
+    let permissions: Vec<u64> = m.failovers.iter().filter_map(|f| f.permission_ns).collect();
     let target_us = match args.mode {
         FailureMode::Kill => TARGET_KILL_P50_US,
         FailureMode::Pause => TARGET_PAUSE_P50_US,
@@ -751,6 +768,7 @@ fn document(
         "total_us": summary_us(&totals),
         "detect_us": summary_us(&detects),
         "switch_us": summary_us(&switches),
+        "ramp_us": summary_us(&ramps),
         "backend": "shm",
         "replicas": REPLICAS,
         "cpus_allowed": pin::allowed_cpus().len(),
@@ -760,6 +778,9 @@ fn document(
         "clusters_abandoned": m.abandoned,
         "target_total_p50_us": target_us,
     });
+    if !permissions.is_empty() {
+        out["permission_us"] = summary_us(&permissions);
+    }
     if args.mode == FailureMode::Pause {
         out["fenced"] = json!(m.fenced);
         out["failbacks"] = json!(m.failbacks_ns.len());
@@ -771,10 +792,12 @@ fn document(
 }
 
 fn report(args: &Args, protocol: mu_replica::Protocol, read_period_ns: u64, m: &Measured) {
-    let figures: [(&str, Vec<u64>); 3] = [
+    let figures: [(&str, Vec<u64>); 5] = [
         ("total", m.failovers.iter().map(|f| f.total_ns).collect()),
         ("detect", m.failovers.iter().map(|f| f.detect_ns).collect()),
         ("switch", m.failovers.iter().map(|f| f.switch_ns).collect()),
+        ("permit", m.failovers.iter().filter_map(|f| f.permission_ns).collect()),
+        ("ramp", m.failovers.iter().map(|f| f.ramp_ns).collect()),
     ];
     let target_us = match args.mode {
         FailureMode::Kill => TARGET_KILL_P50_US,
@@ -796,8 +819,11 @@ fn report(args: &Args, protocol: mu_replica::Protocol, read_period_ns: u64, m: &
         read_period_ns as f64 / 1000.0
     );
     println!("{:<8} {:>11} {:>11} {:>11} {:>11}   (us)", "figure", "p50", "p99", "max", "min");
-    let mut rows: Vec<(&str, serde_json::Value)> =
-        figures.iter().map(|(name, v)| (*name, summary_us(v))).collect();
+    let mut rows: Vec<(&str, serde_json::Value)> = figures
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(name, v)| (*name, summary_us(v)))
+        .collect();
     if !m.failbacks_ns.is_empty() {
         rows.push(("failback", summary_us(&m.failbacks_ns)));
     }
@@ -813,7 +839,8 @@ fn report(args: &Args, protocol: mu_replica::Protocol, read_period_ns: u64, m: &
     }
     println!(
         "total = new leader's first commit - old leader's last; detect = election - failure; \
-         switch = ready - election"
+         switch = ready - election; permit (Mu) = a majority's permission - election; ramp = \
+         first commit - ready"
     );
     if m.discarded > 0 {
         println!(

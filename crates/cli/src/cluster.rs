@@ -177,6 +177,9 @@ pub mod word {
     /// (microseconds), far below a failover's detection at any read period the benchmark takes
     /// (about 15 read periods of at least 1 µs while stopped, plus the failover).
     pub const RESUME_GAP_NS: u64 = 10_000;
+    /// When this replica, as Mu's leader, held a majority's permission in the current term (0:
+    /// unknown, or Velos). Written with [`ELECTED_NS`] and [`READY_NS`].
+    pub const PERMITTED_NS: usize = 13;
 }
 
 const WORDS_BYTES: usize = 4096;

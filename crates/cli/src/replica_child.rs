@@ -190,5 +190,6 @@ fn publish_term(
     words.set(word::FIRST_COMMIT_NS, first_commit_ns);
     words.set(word::ELECTED_NS, status.elected_at_ns.map_or(0, to_monotonic));
     words.set(word::READY_NS, status.ready_at_ns.map_or(0, to_monotonic));
+    words.set(word::PERMITTED_NS, status.permitted_at_ns.map_or(0, to_monotonic));
     words.add(word::TERMS, 1);
 }

@@ -145,6 +145,17 @@ fn failover_kill_json_has_every_figure() {
             assert!(v[key][q].as_f64().unwrap() > 0.0, "{key}.{q} in {v}");
         }
     }
+    // The switch's parts: Mu's permission round and the first proposal after readiness, each
+    // within the total.
+    let total_max = v["total_us"]["max"].as_f64().unwrap();
+    for key in ["permission_us", "ramp_us"] {
+        let max = v[key]["max"].as_f64().unwrap_or_else(|| panic!("{key} in {v}"));
+        assert!((0.0..=total_max).contains(&max), "{key}.max in {v}");
+    }
+    assert!(
+        v["permission_us"]["max"].as_f64() <= v["switch_us"]["max"].as_f64(),
+        "permission within the switch: {v}"
+    );
     nothing_left_behind(pid, "failover");
 }
 

@@ -57,6 +57,11 @@ pub struct ReplicaStatus {
     /// When this replica's failure detector elected it, in nanoseconds since the replica
     /// started ([`Replica::started_at`]); `None` while another replica leads.
     pub elected_at_ns: Option<u64>,
+    /// When, on the same clock, this replica (as Mu's leader) held write permission from a
+    /// majority (Listing 2's permission round done; its log not yet caught up): splits the
+    /// set-up from election to `ready_at_ns` in two. `None` while it is not leading or has no
+    /// such permission yet, and always under Velos, which asks for none.
+    pub permitted_at_ns: Option<u64>,
     /// When, on the same clock, this replica was ready to replicate as leader: write permission
     /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
     /// `None` while it is not leading or not ready yet.

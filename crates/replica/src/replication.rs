@@ -548,8 +548,18 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
-    /// Dates the moment the engine is set up as leader, for status (failover timing).
+    /// Dates the moment the engine holds a majority's permission and the moment it is set up as
+    /// leader, for status (failover timing).
     fn note_ready(&self, now_ns: u64) {
+        let asking = matches!(self.leader.phase(), Phase::Follower | Phase::Permissions);
+        let permitted_at = &self.shared.permitted_at_ns;
+        if asking {
+            if permitted_at.load(Ordering::Relaxed) != 0 {
+                permitted_at.store(0, Ordering::Release);
+            }
+        } else if permitted_at.load(Ordering::Relaxed) == 0 {
+            permitted_at.store(now_ns + 1, Ordering::Release);
+        }
         let setting_up = matches!(
             self.leader.phase(),
             Phase::Follower

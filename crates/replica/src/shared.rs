@@ -134,6 +134,9 @@ pub(crate) struct Shared {
     /// When (ns on the replica's clock, plus one so that 0 means never) the failure detector
     /// last elected this replica, 0 while another leads (background).
     pub elected_at_ns: AtomicU64,
+    /// When (same clock, plus one) Mu's leader engine last got past its permission round; 0
+    /// while not leading or still asking (replication).
+    pub permitted_at_ns: AtomicU64,
     /// When (same clock, plus one) the leader engine last finished setting up as leader:
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
@@ -212,6 +215,7 @@ impl Shared {
             snapshots_installed: AtomicU64::new(0),
             state_transfer_error: std::sync::Mutex::new(None),
             elected_at_ns: AtomicU64::new(0),
+            permitted_at_ns: AtomicU64::new(0),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
@@ -237,6 +241,7 @@ impl Shared {
             eligible: self.eligible.load(Ordering::Acquire),
             recovering: self.recovering.load(Ordering::Acquire),
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
+            permitted_at_ns: self.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),
