@@ -34,6 +34,7 @@ use crate::cluster::{
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
 use mu_replica::ReplicaConfig;
+use mu_replication::Phase;
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,6 +146,8 @@ struct Failover {
     /// Mu only: from election to a majority's permission.
     permission_ns: Option<u64>,
     ramp_ns: u64,
+    /// Mu only: from election to the first entry into each phase (`Phase::ALL`).
+    phases_ns: [Option<u64>; Phase::ALL.len()],
 }
 
 /// What a replica published about its current term as leader.
@@ -155,6 +158,8 @@ struct Term {
     ready_ns: u64,
     /// 0: unknown (Velos asks for no permission).
     permitted_ns: u64,
+    /// Mu: when the engine first entered each phase (`Phase::ALL`); 0: not entered.
+    phases_ns: [u64; Phase::ALL.len()],
 }
 
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
@@ -166,6 +171,7 @@ fn read_term(words: &Words) -> Term {
             elected_ns: words.get(word::ELECTED_NS),
             ready_ns: words.get(word::READY_NS),
             permitted_ns: words.get(word::PERMITTED_NS),
+            phases_ns: std::array::from_fn(|i| words.get(word::PHASES_NS + i)),
         };
         if words.get(word::TERMS) == terms {
             return term;
@@ -664,6 +670,9 @@ fn inject(
             permission_ns: (term.permitted_ns != 0)
                 .then(|| term.permitted_ns.saturating_sub(term.elected_ns)),
             ramp_ns: term.first_commit_ns.saturating_sub(term.ready_ns),
+            phases_ns: term
+                .phases_ns
+                .map(|at| (at != 0).then(|| at.saturating_sub(term.elected_ns))),
         })
     };
     Ok((new_leader, counted))
@@ -780,6 +789,20 @@ fn document(
     });
     if !permissions.is_empty() {
         out["permission_us"] = summary_us(&permissions);
+    }
+    // Mu: when the new leader first entered each phase, counted from its election.
+    let mut phases = serde_json::Map::new();
+    for phase in Phase::ALL {
+        let entered: Vec<u64> =
+            m.failovers.iter().filter_map(|f| f.phases_ns[phase as usize]).collect();
+        if !entered.is_empty() {
+            let mut s = summary_us(&entered);
+            s["failovers"] = json!(entered.len());
+            phases.insert(format!("{phase:?}"), s);
+        }
+    }
+    if !phases.is_empty() {
+        out["phase_entered_us"] = serde_json::Value::Object(phases);
     }
     if args.mode == FailureMode::Pause {
         out["fenced"] = json!(m.fenced);

@@ -180,6 +180,10 @@ pub mod word {
     /// When this replica, as Mu's leader, held a majority's permission in the current term (0:
     /// unknown, or Velos). Written with [`ELECTED_NS`] and [`READY_NS`].
     pub const PERMITTED_NS: usize = 13;
+    /// Mu: when the leader engine first entered each phase of the current term, at this word
+    /// plus `phase as usize` (`mu_replication::Phase::ALL`; 0: not entered). Written with
+    /// [`ELECTED_NS`].
+    pub const PHASES_NS: usize = 16;
 }
 
 const WORDS_BYTES: usize = 4096;

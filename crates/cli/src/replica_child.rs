@@ -191,5 +191,9 @@ fn publish_term(
     words.set(word::ELECTED_NS, status.elected_at_ns.map_or(0, to_monotonic));
     words.set(word::READY_NS, status.ready_at_ns.map_or(0, to_monotonic));
     words.set(word::PERMITTED_NS, status.permitted_at_ns.map_or(0, to_monotonic));
+    for phase in mu_replication::Phase::ALL {
+        let at = status.phases_entered_at_ns.iter().find(|(p, _)| *p == phase);
+        words.set(word::PHASES_NS + phase as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
+    }
     words.add(word::TERMS, 1);
 }

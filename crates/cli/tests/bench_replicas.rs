@@ -156,6 +156,11 @@ fn failover_kill_json_has_every_figure() {
         v["permission_us"]["max"].as_f64() <= v["switch_us"]["max"].as_f64(),
         "permission within the switch: {v}"
     );
+    // Mu's phases as the new leader entered them: the permission round first, then prepare.
+    let entered = |phase: &str| v["phase_entered_us"][phase]["p50"].as_f64();
+    let (asking, preparing) = (entered("Permissions"), entered("PrepareRead"));
+    assert!(asking.is_some() && preparing.is_some(), "phase_entered_us in {v}");
+    assert!(asking <= preparing, "permissions asked before prepare: {v}");
     nothing_left_behind(pid, "failover");
 }
 

@@ -62,6 +62,9 @@ pub struct ReplicaStatus {
     /// set-up from election to `ready_at_ns` in two. `None` while it is not leading or has no
     /// such permission yet, and always under Velos, which asks for none.
     pub permitted_at_ns: Option<u64>,
+    /// Mu: when, on the same clock, the leader engine first entered each phase of its current
+    /// leadership (the phases it entered so far; empty while not leading, and under Velos).
+    pub phases_entered_at_ns: Vec<(mu_replication::Phase, u64)>,
     /// When, on the same clock, this replica was ready to replicate as leader: write permission
     /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
     /// `None` while it is not leading or not ready yet.

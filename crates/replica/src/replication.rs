@@ -151,6 +151,8 @@ pub struct ReplicationDriver<F: Fabric> {
     group: Group,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
+    /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
+    phases_stamped: u16,
     /// The log heads when we last asked for permission, by position.
     heads_at_request: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
@@ -210,6 +212,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             permissions_since_ns: 0,
             group: Group::default(),
             heads_seen: vec![0; n],
+            phases_stamped: 0,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
             blocked_since: None,
@@ -550,7 +553,19 @@ impl<F: Fabric> ReplicationDriver<F> {
 
     /// Dates the moment the engine holds a majority's permission and the moment it is set up as
     /// leader, for status (failover timing).
-    fn note_ready(&self, now_ns: u64) {
+    fn note_ready(&mut self, now_ns: u64) {
+        let phase = self.leader.phase();
+        if phase == Phase::Follower {
+            if self.phases_stamped != 0 {
+                self.phases_stamped = 0;
+                for at in &self.shared.phase_entered_at_ns {
+                    at.store(0, Ordering::Release);
+                }
+            }
+        } else if self.phases_stamped & 1 << phase as u32 == 0 {
+            self.phases_stamped |= 1 << phase as u32;
+            self.shared.phase_entered_at_ns[phase as usize].store(now_ns + 1, Ordering::Release);
+        }
         let asking = matches!(self.leader.phase(), Phase::Follower | Phase::Permissions);
         let permitted_at = &self.shared.permitted_at_ns;
         if asking {

@@ -13,6 +13,7 @@
 
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
+use mu_replication::Phase;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -137,6 +138,10 @@ pub(crate) struct Shared {
     /// When (same clock, plus one) Mu's leader engine last got past its permission round; 0
     /// while not leading or still asking (replication).
     pub permitted_at_ns: AtomicU64,
+    /// Mu: when (same clock, plus one) the leader engine first entered each phase
+    /// (`Phase::ALL`, by `phase as usize`) in its current leadership; all 0 while not leading
+    /// (replication). Failover timing: where a new leader's set-up and first proposal go.
+    pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
     /// When (same clock, plus one) the leader engine last finished setting up as leader:
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
@@ -216,6 +221,7 @@ impl Shared {
             state_transfer_error: std::sync::Mutex::new(None),
             elected_at_ns: AtomicU64::new(0),
             permitted_at_ns: AtomicU64::new(0),
+            phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
@@ -242,6 +248,13 @@ impl Shared {
             recovering: self.recovering.load(Ordering::Acquire),
             elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
             permitted_at_ns: self.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
+            phases_entered_at_ns: Phase::ALL
+                .iter()
+                .zip(&self.phase_entered_at_ns)
+                .filter_map(|(phase, at)| {
+                    at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*phase, ns))
+                })
+                .collect(),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),

@@ -47,6 +47,21 @@ pub enum Phase {
     Accept,
 }
 
+impl Phase {
+    /// Every phase, in the order of the enum (`phase as usize` indexes it).
+    pub const ALL: [Phase; 9] = [
+        Phase::Follower,
+        Phase::Permissions,
+        Phase::ReadFuos,
+        Phase::CatchUp,
+        Phase::UpdateFollowers,
+        Phase::Ready,
+        Phase::PrepareRead,
+        Phase::PrepareWrite,
+        Phase::Accept,
+    ];
+}
+
 /// What a permission manager granted along with write access to its log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grant {
