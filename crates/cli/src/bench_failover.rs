@@ -148,6 +148,10 @@ struct Failover {
     ramp_ns: u64,
     /// Mu only: from election to the first entry into each phase (`Phase::ALL`).
     phases_ns: [Option<u64>; Phase::ALL.len()],
+    /// Mu only: attempts the new leader aborted before its first commit, and the last one's
+    /// kind (`word::abort_kind`).
+    setup_aborts: u64,
+    last_abort_kind: u64,
 }
 
 /// What a replica published about its current term as leader.
@@ -160,6 +164,9 @@ struct Term {
     permitted_ns: u64,
     /// Mu: when the engine first entered each phase (`Phase::ALL`); 0: not entered.
     phases_ns: [u64; Phase::ALL.len()],
+    /// Mu: attempts aborted before the first commit, and the last one's kind.
+    setup_aborts: u64,
+    last_abort_kind: u64,
 }
 
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
@@ -172,6 +179,8 @@ fn read_term(words: &Words) -> Term {
             ready_ns: words.get(word::READY_NS),
             permitted_ns: words.get(word::PERMITTED_NS),
             phases_ns: std::array::from_fn(|i| words.get(word::PHASES_NS + i)),
+            setup_aborts: words.get(word::SETUP_ABORTS),
+            last_abort_kind: words.get(word::LAST_ABORT_KIND),
         };
         if words.get(word::TERMS) == terms {
             return term;
@@ -673,6 +682,8 @@ fn inject(
             phases_ns: term
                 .phases_ns
                 .map(|at| (at != 0).then(|| at.saturating_sub(term.elected_ns))),
+            setup_aborts: term.setup_aborts,
+            last_abort_kind: term.last_abort_kind,
         })
     };
     Ok((new_leader, counted))
@@ -804,6 +815,18 @@ fn document(
     if !phases.is_empty() {
         out["phase_entered_us"] = serde_json::Value::Object(phases);
     }
+    // Mu: how often a new leader's set-up or first proposal was aborted and started again.
+    let mut kinds = serde_json::Map::new();
+    for f in m.failovers.iter().filter(|f| f.setup_aborts > 0) {
+        let name = word::ABORT_KINDS.get(f.last_abort_kind as usize).copied().unwrap_or("unknown");
+        let count = kinds.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+        kinds.insert(name.to_string(), json!(count + 1));
+    }
+    out["setup_aborts"] = json!({
+        "failovers_with_aborts": m.failovers.iter().filter(|f| f.setup_aborts > 0).count(),
+        "aborts": m.failovers.iter().map(|f| f.setup_aborts).sum::<u64>(),
+        "last_kind_counts": kinds,
+    });
     if args.mode == FailureMode::Pause {
         out["fenced"] = json!(m.fenced);
         out["failbacks"] = json!(m.failbacks_ns.len());

@@ -184,6 +184,36 @@ pub mod word {
     /// plus `phase as usize` (`mu_replication::Phase::ALL`; 0: not entered). Written with
     /// [`ELECTED_NS`].
     pub const PHASES_NS: usize = 16;
+    /// Mu: attempts the leader engine aborted between the start of the current term (or of the
+    /// process) and its first commit (`ReplicaStatus::aborts`), and the kind of the last one
+    /// ([`abort_kind`]). Written with [`ELECTED_NS`].
+    pub const SETUP_ABORTS: usize = 14;
+    pub const LAST_ABORT_KIND: usize = 15;
+
+    /// [`LAST_ABORT_KIND`]'s values.
+    pub fn abort_kind(reason: Option<mu_replication::AbortReason>) -> u64 {
+        use mu_replication::AbortReason as R;
+        match reason {
+            None => 0,
+            Some(R::PermissionLost { .. }) => 1,
+            Some(R::LostMajority) => 2,
+            Some(R::Fabric { .. }) => 3,
+            Some(R::CatchUpSourceLost { .. }) => 4,
+            Some(R::NeedsStateTransfer { .. }) => 5,
+            Some(R::Removed) => 6,
+        }
+    }
+
+    /// The names of [`abort_kind`]'s values.
+    pub const ABORT_KINDS: [&str; 7] = [
+        "none",
+        "permission_lost",
+        "lost_majority",
+        "fabric",
+        "catch_up_source_lost",
+        "needs_state_transfer",
+        "removed",
+    ];
 }
 
 const WORDS_BYTES: usize = 4096;

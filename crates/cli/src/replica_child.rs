@@ -120,6 +120,9 @@ pub fn run(args: Args) -> Result<(), String> {
     // The readiness time of the term whose first commit was published; `None` outside a term.
     let mut term: Option<Option<u64>> = None;
     let mut proposals: u64 = 0;
+    // The engine's abort count when the last term ended (or at start): a term's set-up aborts
+    // are those after it. Read off the failover path, when a term ends.
+    let mut aborts_base = replica.status().aborts;
     let status_path = args.run_dir.join(format!("status-{me}.txt"));
     let mut status_written = Instant::now();
     loop {
@@ -132,7 +135,9 @@ pub fn run(args: Args) -> Result<(), String> {
         words.set(word::LEADER_SEEN, leader.map_or(0, |l| u64::from(l.0) + 1));
         let go = words.get(word::GO);
         if args.propose_bytes == 0 || leader != Some(NodeId(me)) || go == word::GO_WAIT {
-            term = None;
+            if term.take().is_some() {
+                aborts_base = replica.status().aborts;
+            }
             if args.threads == ThreadsChoice::Dedicated && args.propose_bytes > 0 {
                 // A core of its own: a wake-up from sleep would be part of every failover.
                 while leader_changes.try_recv().is_ok() {}
@@ -154,7 +159,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 // leader. The engine dates its readiness anew after every set-up, also when the
                 // detector's choice did not change (a leader stopped and continued).
                 if term != Some(status.ready_at_ns) {
-                    publish_term(&words, &status, now_ns, &to_monotonic);
+                    publish_term(&words, &status, now_ns, aborts_base, &to_monotonic);
                     term = Some(status.ready_at_ns);
                 }
                 // A leader stopped and continued may go on in its term (Velos: its next CAS
@@ -185,9 +190,14 @@ fn publish_term(
     words: &Words,
     status: &ReplicaStatus,
     first_commit_ns: u64,
+    aborts_base: u64,
     to_monotonic: &impl Fn(u64) -> u64,
 ) {
     words.set(word::FIRST_COMMIT_NS, first_commit_ns);
+    let aborts = status.aborts.saturating_sub(aborts_base);
+    words.set(word::SETUP_ABORTS, aborts);
+    let last = if aborts > 0 { status.last_abort } else { None };
+    words.set(word::LAST_ABORT_KIND, word::abort_kind(last));
     words.set(word::ELECTED_NS, status.elected_at_ns.map_or(0, to_monotonic));
     words.set(word::READY_NS, status.ready_at_ns.map_or(0, to_monotonic));
     words.set(word::PERMITTED_NS, status.permitted_at_ns.map_or(0, to_monotonic));
