@@ -120,9 +120,12 @@ pub fn run(args: Args) -> Result<(), String> {
     // The readiness time of the term whose first commit was published; `None` outside a term.
     let mut term: Option<Option<u64>> = None;
     let mut proposals: u64 = 0;
-    // The engine's abort count when the last term ended (or at start): a term's set-up aborts
-    // are those after it. Read off the failover path, when a term ends.
+    // The engine's abort count when this replica last stopped being the elected leader (or at
+    // start): a term's set-up aborts are those after it. A leadership that never committed
+    // counts too (at a cluster's start, replica 1 may lead before replica 0 is up, and abort
+    // when 0 takes over). Read when leadership moves away from us, off the failover path.
     let mut aborts_base = replica.status().aborts;
+    let mut was_elected = false;
     let status_path = args.run_dir.join(format!("status-{me}.txt"));
     let mut status_written = Instant::now();
     loop {
@@ -134,10 +137,13 @@ pub fn run(args: Args) -> Result<(), String> {
         let leader = replica.leader();
         words.set(word::LEADER_SEEN, leader.map_or(0, |l| u64::from(l.0) + 1));
         let go = words.get(word::GO);
-        if args.propose_bytes == 0 || leader != Some(NodeId(me)) || go == word::GO_WAIT {
-            if term.take().is_some() {
-                aborts_base = replica.status().aborts;
-            }
+        let elected = leader == Some(NodeId(me));
+        if was_elected && !elected {
+            aborts_base = replica.status().aborts;
+        }
+        was_elected = elected;
+        if args.propose_bytes == 0 || !elected || go == word::GO_WAIT {
+            term = None;
             if args.threads == ThreadsChoice::Dedicated && args.propose_bytes > 0 {
                 // A core of its own: a wake-up from sleep would be part of every failover.
                 while leader_changes.try_recv().is_ok() {}

@@ -161,6 +161,7 @@ fn failover_kill_json_has_every_figure() {
     let (asking, preparing) = (entered("Permissions"), entered("PrepareRead"));
     assert!(asking.is_some() && preparing.is_some(), "phase_entered_us in {v}");
     assert!(asking <= preparing, "permissions asked before prepare: {v}");
+    assert!(v["setup_aborts"]["aborts"].as_u64().is_some(), "setup_aborts in {v}");
     nothing_left_behind(pid, "failover");
 }
 
