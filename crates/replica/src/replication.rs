@@ -18,7 +18,7 @@ use mu_replication::{
     ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
 };
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::{info, warn};
 
@@ -566,30 +566,17 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.phases_stamped |= 1 << phase as u32;
             self.shared.phase_entered_at_ns[phase as usize].store(now_ns + 1, Ordering::Release);
         }
-        let asking = matches!(self.leader.phase(), Phase::Follower | Phase::Permissions);
-        let permitted_at = &self.shared.permitted_at_ns;
-        if asking {
-            if permitted_at.load(Ordering::Relaxed) != 0 {
-                permitted_at.store(0, Ordering::Release);
-            }
-        } else if permitted_at.load(Ordering::Relaxed) == 0 {
-            permitted_at.store(now_ns + 1, Ordering::Release);
-        }
+        let asking = matches!(phase, Phase::Follower | Phase::Permissions);
+        date_once(&self.shared.permitted_at_ns, !asking, now_ns);
         let setting_up = matches!(
-            self.leader.phase(),
+            phase,
             Phase::Follower
                 | Phase::Permissions
                 | Phase::ReadFuos
                 | Phase::CatchUp
                 | Phase::UpdateFollowers
         );
-        let ready_at = &self.shared.ready_at_ns;
-        if setting_up {
-            if ready_at.load(Ordering::Relaxed) != 0 {
-                ready_at.store(0, Ordering::Release);
-            }
-        } else if ready_at.load(Ordering::Relaxed) == 0 {
-            ready_at.store(now_ns + 1, Ordering::Release);
+        if date_once(&self.shared.ready_at_ns, !setting_up, now_ns) {
             let elected_at = self.shared.elected_at_ns.load(Ordering::Acquire);
             info!(
                 replica = self.me.0,
@@ -994,3 +981,17 @@ impl<F: Fabric> ReplicationDriver<F> {
 
 // The three regions of a replica have distinct ids.
 const _: () = assert!(LOG_REGION.0 != SCRATCH_REGION.0 && SCRATCH_REGION.0 != BACKGROUND_REGION.0);
+
+/// A status time stamp (nanoseconds plus one; 0: none) that dates the first poll of a stretch in
+/// which `reached` holds, and is cleared when it stops holding. Returns whether it was dated now.
+fn date_once(at: &AtomicU64, reached: bool, now_ns: u64) -> bool {
+    let dated = at.load(Ordering::Relaxed) != 0;
+    if reached && !dated {
+        at.store(now_ns + 1, Ordering::Release);
+        return true;
+    }
+    if !reached && dated {
+        at.store(0, Ordering::Release);
+    }
+    false
+}
