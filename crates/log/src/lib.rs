@@ -89,6 +89,9 @@ pub enum EntryKind {
     Membership = 3,
     /// Nothing for the application (a new leader may commit one to close a gap).
     Noop = 4,
+    /// Velos: a replica that restarted without its memory may answer as an acceptor again
+    /// from one lap after this entry (`mu_velos::recovery`). Nothing for the application.
+    Rejoin = 5,
 }
 
 impl EntryKind {
@@ -98,6 +101,7 @@ impl EntryKind {
             2 => Some(EntryKind::Batch),
             3 => Some(EntryKind::Membership),
             4 => Some(EntryKind::Noop),
+            5 => Some(EntryKind::Rejoin),
             _ => None,
         }
     }

@@ -7,9 +7,10 @@ use crate::layout::{
     ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE, HEAD_COPY_OFFSET,
-    HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES,
-    SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
-    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
+    HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
+    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
+    SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
+    UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -622,6 +623,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
         let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
         self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
+        self.store(REJOIN_OFFSET, self.shared.rejoin_request.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -800,6 +802,10 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
             } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
                 self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
+            }
+            let rejoin = self.load(view + REJOIN_OFFSET);
+            if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
+                self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
             }
             self.notice_removal(head, self.load(view + MEMBERS_COPY_OFFSET));
             self.peers[pos].last_counter = Some(counter);

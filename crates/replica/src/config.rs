@@ -25,7 +25,7 @@ impl Protocol {
         }
     }
 
-    /// The name and version replicas record and compare, e.g. `mu/2`, `velos/3`.
+    /// The name and version replicas record and compare, e.g. `mu/2`, `velos/4`.
     pub fn tag(self) -> String {
         match self {
             Protocol::Mu => mu_replication::protocol_tag(),
@@ -295,8 +295,9 @@ impl ReplicaConfig {
         }
         if !self.eligible && replicas.len() == 1 {
             return Err(ConfigError::Replicas(
-                "a velos replica that restarts without its memory rejoins by reading its peers; \
-                 a cluster of one has none, and its log is lost: start it as a new cluster"
+                "a velos replica that restarts without its memory rejoins through an entry the \
+                 others decide; a cluster of one has none, and its log is lost: start it as a \
+                 new cluster"
                     .into(),
             ));
         }

@@ -57,13 +57,17 @@ pub const MEMBERS_COPY_OFFSET: u64 = 24;
 /// reads that peer's heartbeat fine, binds its side of the connection the peer reads it through
 /// again: that side may be bound to a run of the peer that has since ended.
 pub const UNHEARD_OFFSET: u64 = 32;
-/// Bytes a peer reads in one go: heartbeat, head, flags, configuration and the unheard mask.
-pub const STATUS_BYTES: u32 = 40;
+/// Velos: the replica's request to rejoin as an acceptor (`mu_velos::recovery::request`), or 0.
+/// A leader that reads one not yet answered decides a rejoin entry for it.
+pub const REJOIN_OFFSET: u64 = 40;
+/// Bytes a peer reads in one go: heartbeat, head, flags, configuration, the unheard mask and
+/// the rejoin request.
+pub const STATUS_BYTES: u32 = 48;
 /// The replica stands for election: it holds the whole log (it did not restart into an empty
 /// one), is a member, and sees a live majority of the configuration its log gives.
 pub const FLAG_ELIGIBLE: u64 = 1;
-/// Velos: the replica restarted without its memory, read its peers' slot words, and still
-/// abstains in an index some live replica has not applied (`mu_velos::recovery`). A leader
+/// Velos: the replica restarted without its memory, rejoined, and still abstains in an index
+/// some live replica has not applied (`mu_velos::recovery`). A leader
 /// decides empty entries while a peer says so, so that the log passes those indices even
 /// when no request comes.
 pub const FLAG_ABSTAINING: u64 = 2;

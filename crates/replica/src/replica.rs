@@ -160,7 +160,7 @@ impl Applier for Application {
                     self.0.membership_changed(index, change);
                 }
             }
-            EntryKind::Noop => {}
+            EntryKind::Noop | EntryKind::Rejoin => {}
         }
     }
 

@@ -119,6 +119,11 @@ pub(crate) struct Shared {
     pub abstaining: AtomicBool,
     /// The peers whose last heartbeat read said `FLAG_ABSTAINING`, by position (background).
     pub peers_abstaining: AtomicU64,
+    /// Velos: this replica's request to rejoin as an acceptor, or 0 (replication; published by
+    /// the background plane at `REJOIN_OFFSET`).
+    pub rejoin_request: AtomicU64,
+    /// Per position: the peer's rejoin request as last read with its heartbeat (background).
+    pub peer_rejoin_requests: Vec<AtomicU64>,
     /// The failure detector's score of each replica, by position (background; for status).
     /// `SCORE_NONE` for this replica itself.
     pub scores: Vec<AtomicU8>,
@@ -204,6 +209,8 @@ impl Shared {
             recovering: AtomicBool::new(!eligible),
             abstaining: AtomicBool::new(false),
             peers_abstaining: AtomicU64::new(0),
+            rejoin_request: AtomicU64::new(0),
+            peer_rejoin_requests: (0..n).map(|_| AtomicU64::new(0)).collect(),
             scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
             log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),

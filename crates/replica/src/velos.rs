@@ -28,7 +28,6 @@ const DRIVER_OP: u64 = 1 << OP_BITS;
 const KIND_WRITE: u64 = DRIVER_OP;
 const KIND_LEARN_WORD: u64 = DRIVER_OP | 1 << 16;
 const KIND_LEARN_ENTRY: u64 = DRIVER_OP | 2 << 16;
-const KIND_RECOVER: u64 = DRIVER_OP | 3 << 16;
 const POS_MASK: u64 = 0xffff;
 
 /// How often a broken connection is set up again, and how long a follower waits with no
@@ -68,42 +67,31 @@ enum CatchUp {
     Entry { from: usize, index: u64 },
 }
 
-/// A replica restarted without its memory, before it answers as an acceptor
-/// (`mu_velos::recovery`): it reads the slot words of a majority of the others, one peer at a
-/// time, with its own side of their connections down, then takes the abstaining words they
-/// give.
-///
-/// Each word is read by a compare-and-swap that cannot succeed (it expects a word no acceptor
-/// holds), not by one read of the whole array: a CAS returns its word whole on every fabric,
-/// while a read of many words may tear one (a copy of shared memory, an RDMA read), and a
-/// torn word may certify one lap too few.
+/// A replica restarted without its memory (or taking new slot words, its own too far behind),
+/// before it answers as an acceptor again (`mu_velos::recovery`): with the sides peers reach
+/// its memory through down, it asks the leader for a rejoin entry, catches up from the others'
+/// memories until it applies that entry, then abstains below one lap past it and lets peers in.
 struct Recovery {
-    abstention: mu_velos::recovery::Abstention,
     /// Positions whose side of the connection they initiate on is not yet known closed, for a
-    /// replica refreshing its words (a restarted one never opened them). No word is read
+    /// replica refreshing its words (a restarted one never opened them). Nothing is asked
     /// before every such side is down, as a barrier.
     unfenced: u64,
     /// Of those, the ones we had up.
     was_up: u64,
-    /// Positions whose words are folded in.
-    read: u64,
-    reading: Option<Reading>,
+    /// The rejoin request published (`mu_velos::recovery::request`), 0 until the barrier is
+    /// passed, and again after a state transfer (whose snapshot may hold the entry that
+    /// answered the request before it, which would then never be applied here).
+    request: u64,
+    /// The index of the rejoin entry that answered `request`, once applied here.
+    rejoined_at: Option<u64>,
     /// When recovery started, and whether it said it is taking long.
     since_ns: Option<u64>,
     warned: bool,
 }
 
 impl Recovery {
-    fn new(slots_count: u64, (unfenced, was_up): (u64, u64)) -> Recovery {
-        Recovery {
-            abstention: mu_velos::recovery::Abstention::new(slots_count),
-            unfenced,
-            was_up,
-            read: 0,
-            reading: None,
-            since_ns: None,
-            warned: false,
-        }
+    fn new((unfenced, was_up): (u64, u64)) -> Recovery {
+        Recovery { unfenced, was_up, request: 0, rejoined_at: None, since_ns: None, warned: false }
     }
 }
 
@@ -121,28 +109,8 @@ const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
 /// back.
 const STALL_READ_PERIODS: u64 = 2;
 
-/// A recovery that has not read enough peers after this long says so.
+/// A recovery whose rejoin entry has not come after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
-
-/// The peer a recovering replica reads.
-struct Reading {
-    pos: usize,
-    /// Its words, as the probes come back.
-    words: Vec<u64>,
-    /// Probes answered (`u64::MAX` once one failed: the peer is given up for now).
-    got: u64,
-    /// The next slot to probe, and the probes out.
-    next: u64,
-    out: u64,
-}
-
-/// A word no acceptor holds (an abstaining min proposal with something accepted): the CAS
-/// that expects it never writes.
-const PROBE_EXPECTED: u64 = u64::MAX;
-/// Probes in flight at once, well within the endpoint's queue.
-const PROBES_IN_FLIGHT: u64 = 64;
-const KIND_MASK: u64 = DRIVER_OP | 3 << 16;
-const SLOT_SHIFT: u32 = 20;
 
 /// See the module docs.
 pub struct VelosDriver<F: Fabric> {
@@ -188,12 +156,18 @@ pub struct VelosDriver<F: Fabric> {
     last_progress_ns: u64,
     /// The proposer stopped by itself: this replica does not lead again in this run.
     stopped: Option<StopReason>,
-    /// An empty entry of ours is in the proposer (not a request's).
-    noop_pending: bool,
+    /// The kind of the entry of ours in the proposer, if one is (empty or a rejoin entry; not
+    /// a request's).
+    own_pending: Option<EntryKind>,
     /// When this leader last decided an entry, and whether it was an empty one.
     last_decision: (u64, bool),
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
+    /// Rejoin requests made in this run (each one a new request id).
+    rejoin_attempts: u32,
+    /// Per position: the request the last rejoin entry applied here answered, so that a leader
+    /// decides one entry per request.
+    rejoined: Vec<u64>,
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
@@ -235,8 +209,7 @@ impl<F: Fabric> VelosDriver<F> {
         let round = proposer.actions_per_round();
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
-        let recovery = (!shared.eligible.load(Ordering::Acquire))
-            .then(|| Recovery::new(layout.slots_count(), (0, 0)));
+        let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0)));
         VelosDriver {
             fabric,
             me,
@@ -269,9 +242,11 @@ impl<F: Fabric> VelosDriver<F> {
             catch_up: CatchUp::Idle,
             last_progress_ns: 0,
             stopped: None,
-            noop_pending: false,
+            own_pending: None,
             last_decision: (0, true),
             recovery,
+            rejoin_attempts: 0,
+            rejoined: vec![0; n],
             bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
             last_poll_ns: None,
@@ -379,8 +354,11 @@ impl<F: Fabric> VelosDriver<F> {
         self.update_exclusions();
         self.connect(now_ns);
         if self.recovery.is_some() {
-            let busy = self.poll_completions(app);
-            return self.recover(now_ns) | busy;
+            let busy = self.poll_completions(app) | self.recover(now_ns, app);
+            // It serves snapshots while it recovers: what it applied was decided, and with its
+            // head caught up it may be the peer others ask first.
+            self.serve_and_publish(app);
+            return busy;
         }
         let mut busy = false;
         if !self.proposer.is_leading() && self.shared.leader() == Some(self.me) {
@@ -409,6 +387,8 @@ impl<F: Fabric> VelosDriver<F> {
             // proposer decides meanwhile from completions is sound (each a CAS that found the
             // word it expected); what it would post next may rest on words it misreads.
         } else if self.proposer.is_leading() {
+            // Before the next group's entry: a restarted peer waits for nothing else.
+            self.propose_rejoin();
             self.hand_over();
             self.propose_noop_if_idle(now_ns);
             self.proposer.set_applied_floor(self.floor());
@@ -424,7 +404,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.applied.max(self.words_taken_at),
             REFRESH_AFTER_LAPS * self.layout.slots_count(),
         ) {
-            // New words first, then the state transfer (installed once recovery is over).
+            // New words first: the state transfer comes while it waits for its rejoin entry.
             self.shared.set_replayer_stuck(true);
             self.refresh_words();
         } else {
@@ -442,6 +422,13 @@ impl<F: Fabric> VelosDriver<F> {
             busy |= learned;
         }
         self.check_abstention(now_ns);
+        self.serve_and_publish(app);
+        busy
+    }
+
+    /// Serves a peer's request for a snapshot, if one waits, and publishes how far this
+    /// replica applied.
+    fn serve_and_publish(&mut self, app: &mut dyn Applier) {
         let all = mu_replication::membership::all(&self.replicas);
         crate::transfer::serve(
             &self.shared,
@@ -453,7 +440,6 @@ impl<F: Fabric> VelosDriver<F> {
             app,
         );
         self.shared.progress.set_fuo(self.applied);
-        busy
     }
 
     /// State transfer, receiving side (a follower a whole log behind, or one whose entries
@@ -580,7 +566,7 @@ impl<F: Fabric> VelosDriver<F> {
 
     fn step_down(&mut self, leader: Option<NodeId>) {
         self.proposer.stop();
-        self.noop_pending = false;
+        self.own_pending = None;
         self.last_decision = (0, true);
         self.shared.ready_at_ns.store(0, Ordering::Release);
         if self.group.pending {
@@ -704,12 +690,12 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     /// Gives this replica new slot words, as a restarted one gets: it closes the sides peers
-    /// reach its memory through (a barrier: nothing of theirs lands after), reads the words of
-    /// a majority of the others and abstains up to one lap past what they certify
-    /// (`mu_velos::recovery`). Its own words were left behind while the log went round
-    /// without it ([`REFRESH_AFTER_LAPS`]); the new ones are read rightly by every proposer.
-    /// It does so before installing the state transfer it waits for, so its head, which lets
-    /// leaders use it again ([`VelosDriver::update_exclusions`]), moves only after.
+    /// reach its memory through (a barrier: nothing of theirs lands after), asks for a rejoin
+    /// entry and abstains below one lap past it (`mu_velos::recovery`). Its own words were
+    /// left behind while the log went round without it ([`REFRESH_AFTER_LAPS`]); the new ones
+    /// are read rightly by every proposer. Its state transfer is installed meanwhile: a leader
+    /// that uses it again once its head moves ([`VelosDriver::update_exclusions`]) finds its
+    /// sides down, as for any replica that is down, until the new words are in.
     fn refresh_words(&mut self) {
         // Every other replica's side, not only those we believe up: a binding that failed
         // half-way (on ofi, opened at ready-to-receive, refused at ready-to-send) may still let
@@ -727,7 +713,7 @@ impl<F: Fabric> VelosDriver<F> {
             applied = self.applied,
             "a live peer is far ahead: taking new slot words before answering as an acceptor"
         );
-        self.recovery = Some(Recovery::new(self.layout.slots_count(), (unfenced, was_up)));
+        self.recovery = Some(Recovery::new((unfenced, was_up)));
         self.shared.recovering.store(true, Ordering::Release);
         self.shared.eligible.store(false, Ordering::Release);
     }
@@ -833,9 +819,7 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     fn handle(&mut self, c: Completion, app: &mut dyn Applier) {
-        if c.wr_id & KIND_MASK == KIND_RECOVER {
-            self.on_recover_read(c);
-        } else if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
+        if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
             self.on_learn(c, app);
         } else {
             self.feed(c);
@@ -884,7 +868,31 @@ impl<F: Fabric> VelosDriver<F> {
             return;
         }
         if self.proposer.submit(EntryKind::Noop, &[]).is_ok() {
-            self.noop_pending = true;
+            self.own_pending = Some(EntryKind::Noop);
+        }
+    }
+
+    /// Decides a rejoin entry for a live peer that asks for one and has none answering its
+    /// request in our log yet (`mu_velos::recovery`): a replica restarted without its memory
+    /// answers as an acceptor only after one. One at a time, each alone in the proposer, like
+    /// an empty entry; several peers asking are answered in turn.
+    fn propose_rejoin(&mut self) {
+        if self.own_pending.is_some() || self.handed || self.proposer.has_pending() {
+            return;
+        }
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        for pos in (0..self.replicas.len()).filter(|&p| p != self.me_pos && alive >> p & 1 != 0) {
+            let request = self.shared.peer_rejoin_requests[pos].load(Ordering::Acquire);
+            if request == 0 || self.rejoined[pos] == request {
+                continue;
+            }
+            let replica = self.replicas.ids()[pos];
+            let entry = mu_velos::recovery::RejoinEntry { replica, request }.encode();
+            if self.proposer.submit(EntryKind::Rejoin, &entry).is_ok() {
+                self.own_pending = Some(EntryKind::Rejoin);
+                info!(replica = self.me.0, peer = replica.0, request, "deciding a rejoin entry");
+            }
+            return;
         }
     }
 
@@ -902,10 +910,11 @@ impl<F: Fabric> VelosDriver<F> {
                         panic!("decided entry {index} is not in this replica's own value log")
                     });
                     self.shared.progress.count_commit();
-                    let noop = submitted && self.noop_pending;
-                    self.last_decision = (now_ns, noop);
-                    if noop {
-                        self.noop_pending = false;
+                    let own = if submitted { self.own_pending.take() } else { None };
+                    // A rejoin entry is learned from the next one like any: an empty one
+                    // follows if nothing else does.
+                    self.last_decision = (now_ns, own == Some(EntryKind::Noop));
+                    if own.is_some() {
                         self.hand_over();
                     } else if submitted {
                         let e = self.group.entries.pop_front().expect("a submitted entry");
@@ -964,6 +973,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// Applies `slot` as the entry for `index`, if it is one.
     fn apply_entry(&mut self, index: u64, slot: Slot<'_>, app: &mut dyn Applier) -> Option<()> {
         let Slot::Entry(Entry { kind, value, .. }) = slot else { return None };
+        if kind == EntryKind::Rejoin {
+            self.note_rejoin(index, value);
+        }
         app.apply(index, kind, value);
         self.applied = index + 1;
         // Kept for a new leader to republish; its buffer is reused from entry to entry.
@@ -976,10 +988,26 @@ impl<F: Fabric> VelosDriver<F> {
             None => self.last = Some((kind, value.to_vec())),
         }
         self.log.store_u64(HEAD_OFFSET as usize, self.applied).expect("log header");
-        if !self.shared.eligible.load(Ordering::Relaxed) {
+        // Not while recovering: elected, it could not lead, and nobody would decide its
+        // rejoin entry.
+        if self.recovery.is_none() && !self.shared.eligible.load(Ordering::Relaxed) {
             self.shared.eligible.store(true, Ordering::Release);
         }
         Some(())
+    }
+
+    /// A rejoin entry applied at `index`: a leader proposes none again for that request, and
+    /// the replica it answers, recovering, learns where it rejoined.
+    fn note_rejoin(&mut self, index: u64, value: &[u8]) {
+        let Some(e) = mu_velos::recovery::RejoinEntry::decode(value) else { return };
+        if let Some(pos) = self.replicas.position(e.replica) {
+            self.rejoined[pos] = e.request;
+        }
+        if let Some(r) = self.recovery.as_mut().filter(|_| e.replica == self.me) {
+            if r.request == e.request && r.rejoined_at.is_none() {
+                r.rejoined_at = Some(index);
+            }
+        }
     }
 
     /// A follower applies what its own words say is decided (§5.4).
@@ -1083,18 +1111,15 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Recovery of a restarted replica (`mu_velos::recovery`): reads the slot words of the
-    /// next peer it can, one peer at a time; once a majority of the others are folded in, takes
-    /// the abstaining words and lets peers in. Returns whether anything happened.
-    fn recover(&mut self, now_ns: u64) -> bool {
-        // A peer two logs behind the most advanced one has words too old to certify anything
-        // rightly (laps modulo 2048): it is not read.
-        let behind_below = self.highest_head().saturating_sub(2 * self.layout.slots_count());
+    /// Recovery of a restarted replica (`mu_velos::recovery`): once nobody can reach its
+    /// memory, asks for a rejoin entry and catches up as a follower does, from the others'
+    /// memories, until it applies the entry; then takes the abstaining words it gives and lets
+    /// peers in. Returns whether anything happened.
+    fn recover(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         let Some(r) = &mut self.recovery else { return false };
-        let n = self.replicas.len();
         let since = *r.since_ns.get_or_insert(now_ns);
         let unfenced = r.unfenced;
-        for pos in (0..n).filter(|&pos| unfenced >> pos & 1 != 0) {
+        for pos in (0..self.replicas.len()).filter(|&pos| unfenced >> pos & 1 != 0) {
             let peer = self.replicas.ids()[pos];
             let conn = ConnId::new(peer, replication_channel(peer, self.me));
             // Moving to error waits for the peer's operations in flight (fencing a stuck
@@ -1111,68 +1136,65 @@ impl<F: Fabric> VelosDriver<F> {
         if r.unfenced != 0 {
             return false;
         }
+        if r.request == 0 {
+            self.rejoin_attempts += 1;
+            r.request = mu_velos::recovery::request(self.shared.boot_id, self.rejoin_attempts);
+            self.shared.rejoin_request.store(r.request, Ordering::Release);
+            info!(
+                replica = self.me.0,
+                request = r.request,
+                applied = self.applied,
+                "asking for a rejoin entry before answering as an acceptor again"
+            );
+        }
         if !r.warned && now_ns.saturating_sub(since) > RECOVERY_WARN_AFTER_NS {
             r.warned = true;
             warn!(
                 replica = self.me.0,
-                read = r.abstention.acceptors(),
-                needed = n - n / 2,
-                "restarted without its memory, this replica still waits to read the slot words \
-                 of enough peers (a peer that is down or itself restarting cannot be read)"
+                applied = self.applied,
+                "restarted without its memory, this replica still waits for its rejoin entry \
+                 (a leader and a majority of the others must be up to decide it)"
             );
         }
-        // Enough of the others that every majority of the configuration meets them.
-        if r.abstention.acceptors() >= n - n / 2 {
+        if let Some(rejoined_at) = r.rejoined_at {
+            let slots_count = self.layout.slots_count();
             let words = self.layout.word_offset(0) as usize;
-            for (k, marker) in r.abstention.markers().enumerate() {
+            for (k, marker) in mu_velos::recovery::markers(rejoined_at, slots_count).enumerate() {
                 self.region.store_u64(words + 8 * k, marker).expect("Velos region layout");
             }
             info!(
                 replica = self.me.0,
-                peers = r.abstention.acceptors(),
-                "recovered: abstaining as an acceptor up to one lap past what the peers certify"
+                rejoined_at,
+                fresh_from = mu_velos::recovery::fresh_from(rejoined_at, slots_count),
+                "rejoined: abstaining as an acceptor below one lap past the rejoin entry"
             );
             self.recovery = None;
+            self.shared.rejoin_request.store(0, Ordering::Release);
             self.words_taken_at = self.highest_head();
             self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
             self.next_connect_ns.fill(0);
             return true;
         }
-        if r.reading.is_none() {
-            let suspected = self.shared.suspected(1 << self.me_pos);
-            let Some(pos) = (0..n).find(|&p| {
-                p != self.me_pos
-                    && r.read >> p & 1 == 0
-                    && self.connected[p]
-                    && suspected >> p & 1 == 0
-                    && self.shared.heads[p].load(Ordering::Acquire) >= behind_below
-            }) else {
-                return false;
-            };
-            let slots = self.layout.slots_count() as usize;
-            r.reading = Some(Reading { pos, words: vec![0; slots], got: 0, next: 0, out: 0 });
+        // Catching up from the leader's memory, or by state transfer. Not from its own words:
+        // nobody writes them until it rejoined (a restarted replica's are zero), and a
+        // refreshing replica's are so old that their laps may read as newer than the index.
+        let installed = self.install_snapshot(app);
+        if installed {
+            // The snapshot may hold the entry that answered the request: ask again.
+            if let Some(r) = self.recovery.as_mut() {
+                r.request = 0;
+            }
         }
-        let reading = r.reading.as_mut().expect("set above");
-        if reading.got == u64::MAX {
-            return false; // a probe failed: the rest fail too, until they are all back
+        if installed {
+            self.last_progress_ns = now_ns;
+            self.shared.set_replayer_stuck(false);
+        } else if self.a_log_behind() {
+            self.shared.set_replayer_stuck(true);
+        } else {
+            self.catch_up(now_ns);
         }
-        let pos = reading.pos;
-        let first = reading.next;
-        let count = (PROBES_IN_FLIGHT - reading.out).min(self.layout.slots_count() - first);
-        reading.next += count;
-        reading.out += count;
-        for slot in first..first + count {
-            let wr = WorkRequest::compare_swap(
-                KIND_RECOVER | slot << SLOT_SHIFT | pos as u64,
-                RemoteAddr { region: VELOS_REGION, offset: self.layout.word_offset(slot) },
-                PROBE_EXPECTED,
-                PROBE_EXPECTED,
-            );
-            // A refused post completes as a failure on the next poll.
-            self.post(pos, &wr);
-        }
-        count > 0
+        installed
     }
 
     /// A restarted replica counts as failed (`ReplicaStatus::recovering`) while it abstains
@@ -1205,31 +1227,6 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// A probe of a peer's slot word came back (or failed: then the peer is read again later,
-    /// from its first word).
-    fn on_recover_read(&mut self, c: Completion) {
-        let pos = (c.wr_id & POS_MASK) as usize;
-        let slot = ((c.wr_id & !KIND_MASK) >> SLOT_SHIFT) as usize;
-        let Some(r) = &mut self.recovery else { return };
-        let Some(reading) = r.reading.as_mut().filter(|g| g.pos == pos) else { return };
-        reading.out -= 1;
-        if !c.status.is_success() {
-            // Its side is down (it may be restarting too) or it is gone: try another.
-            reading.got = u64::MAX;
-            self.connected[pos] = false;
-        } else if reading.got != u64::MAX {
-            reading.words[slot] = c.value;
-            reading.got += 1;
-        }
-        if reading.got == self.layout.slots_count() {
-            let reading = r.reading.take().expect("reading");
-            r.abstention.fold(reading.words);
-            r.read |= 1 << pos;
-        } else if reading.got == u64::MAX && reading.out == 0 {
-            r.reading = None;
-        }
-    }
-
     /// Requests that waited for room longer than the timeout fail with "log full".
     fn check_log_full(&mut self, now_ns: u64) {
         if !self.group.pending || !self.proposer.waits_for_room() {
@@ -1243,7 +1240,9 @@ impl<F: Fabric> VelosDriver<F> {
             return;
         }
         // What was withdrawn is our empty entry if the requests wait behind it.
-        self.noop_pending &= !self.handed;
+        if !self.handed {
+            self.own_pending = None;
+        }
         let (oldest, slots_count) = (self.floor(), self.layout.slots_count());
         self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
         self.finish_group();

@@ -563,9 +563,9 @@ fn t50_a_restarted_replica_rejoins_by_state_transfer() {
 
 /// Velos, a replica restarted without its memory, on processes (`docs/protocols/velos.md`,
 /// "Restarting a replica"): a follower is killed, the log goes round twice, and it restarts.
-/// It reads its peers' slot words before letting them in, abstains where it may have answered
-/// before, is brought on by state transfer, and counts in majorities again once the log
-/// passed the slots it abstains in. Then the leader is killed, and replica 1 goes on with it.
+/// It lets no one in until the leader decided a rejoin entry for it, is brought on by state
+/// transfer meanwhile, abstains below one lap past that entry, and counts in majorities again
+/// once the log passed the slots it abstains in. Then the leader is killed, and replica 1 goes on with it.
 #[test]
 fn t51_a_restarted_velos_replica_becomes_an_acceptor_again() {
     let _serial = one_at_a_time();

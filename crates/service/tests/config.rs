@@ -56,8 +56,9 @@ fn velos_is_a_protocol_and_its_replicas_run_it() {
     let c = ClusterConfig::parse(&good("protocol = \"velos\"")).expect("a good configuration");
     let r = c.replica_config(1).unwrap();
     assert_eq!(r.protocol, mu_replica::Protocol::Velos);
-    assert_eq!(r.protocol.tag(), "velos/3");
-    // A velos replica may rejoin after a restart (it reads its peers first), except alone.
+    assert_eq!(r.protocol.tag(), "velos/4");
+    // A velos replica may rejoin after a restart (through a rejoin entry the others decide),
+    // except alone.
     let mut rejoining = r.clone();
     rejoining.eligible = false;
     rejoining.validate().expect("a velos replica rejoins");

@@ -465,7 +465,7 @@ impl Applier for Recorder<'_> {
                 return;
             }
             // Nothing for the store, but it takes its index like any entry.
-            EntryKind::Noop => Vec::new(),
+            EntryKind::Noop | EntryKind::Rejoin => Vec::new(),
         };
         for r in &requests {
             // Requests that are not key-value requests (the scenario tests propose plain text)

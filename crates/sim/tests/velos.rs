@@ -118,10 +118,10 @@ fn t60_membership_changes_are_refused() {
     }
 }
 
-/// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it reads
-/// the slot words of a majority of the others before it lets anyone in, abstains in every slot
-/// up to one lap past what they certify, and catches up (here by state transfer: the log went
-/// round while it was down). No request comes after the restart: the leader decides empty
+/// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it lets
+/// no one in until the leader decided a rejoin entry for it, catches up meanwhile (here by
+/// state transfer: the log went round while it was down), and abstains below one lap past
+/// that entry. No request comes after the restart: the leader decides empty
 /// entries while a peer abstains, so the log passes its abstaining lap anyway. Then it is an
 /// acceptor again: with the leader crashed, it and the third replica decide.
 #[test]
@@ -267,6 +267,13 @@ fn cut_off_for_1500_laps(cut: usize, seed: u64) {
     }
     for i in 0..20 {
         c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
+    }
+    // It took new words (`mu_velos::recovery`): it rejoins once a rejoin entry is decided, and
+    // abstains until the log passes one lap after it.
+    let end = c.world.now_ns() + 100_000_000;
+    while c.cores[cut].as_ref().unwrap().status().recovering {
+        assert!(c.world.now_ns() < end, "replica {cut} did not rejoin: {}", c.describe());
+        c.round();
     }
     // The replica that was cut off is an acceptor again: with another crashed, it decides
     // with the one left.

@@ -1,160 +1,135 @@
-//! Taking back an acceptor that restarted without its memory (not in the Velos paper, which
-//! leaves restarts out; `docs/protocols/velos.md`, "Restarting a replica").
+//! Taking back an acceptor that restarted without its memory, or whose slot words fell too far
+//! behind to be read rightly (not in the Velos paper, which leaves restarts out;
+//! `docs/protocols/velos.md`, "Restarting a replica").
 //!
 //! An acceptor that forgot what it promised and accepted must not answer for a log index it
 //! may have answered for before: a value decided with its help could be decided again,
-//! differently, by a majority it now forms with acceptors that never saw that value. So a
+//! differently, by a majority it now forms with acceptors that never saw that value; and a
+//! promise it forgot lets a lower proposal through that the promise was keeping out. So a
 //! restarted acceptor abstains ([`crate::View::Abstains`]) in every index it may have taken
 //! part in, and takes part only in later ones, whose fresh state is the truth.
 //!
-//! **Which indices.** A proposer touches index `i` only once index `i - slots_count` is
-//! decided (it prepares `i` only below its applied floor plus `slots_count`, and accepts only
-//! what it prepared), so before the crash index `i - slots_count` was accepted by a majority
-//! `Q`. The restarting acceptor reads the slot words of a set `M` of `n - n/2` of the *other*
-//! acceptors (enough that every majority meets it), after its crash. `M` and `Q` share an
-//! acceptor `m`, and `m`'s word for that slot has never gone back in laps, so it still shows
-//! at least the lap of `i - slots_count`:
+//! **Which indices: a rejoin entry.** The restarted acceptor lets nobody into its memory and
+//! asks the leader to decide a *rejoin entry* naming it and this request ([`RejoinEntry`]).
+//! The entry's value is made after the restart, so it is decided at an index `a` after every
+//! index decided before the crash. Then:
 //!
-//! * a word of lap `l` that accepted something: it accepted in lap `l`, so it certifies `l`;
-//! * a word of lap `l` with nothing accepted: accepted is kept within a lap, so `m` accepted
-//!   in no lap above `l - 1`: it certifies `l - 1` (the zero word of an untouched slot
-//!   certifies lap -1);
-//! * an abstaining word of lap `l` (`m` restarted too and has not reached that slot again):
-//!   `m` took part in the slot before its own crash only up to lap `l`, by this same rule,
-//!   so it certifies `l`.
+//! * it **accepted** at index `j` before its crash only if a proposer had decided `j - 1` by
+//!   then (a proposer keeps one accept in flight), so `j - 1 < a`: `j <= a`;
+//! * it **promised** at index `x` only if `x - slots_count` was decided by then (recycling: a
+//!   proposer prepares only below its applied floor plus `slots_count`), so
+//!   `x - slots_count < a`: `x < a + slots_count`.
 //!
-//! So for each slot, the lap of any index the restarted acceptor may have taken part in is at
-//! most the newest lap certified there plus one: it abstains up to that lap, and is fresh for
-//! the laps after ([`Abstention::markers`]). Acceptors that are themselves still restarting
-//! cannot be in `M`: their slot words are not yet those markers, and they do not let anyone
-//! read them until they are.
+//! So it abstains in every index below `a + slots_count`, one per slot
+//! ([`markers`]): in each slot, up to the lap of the one index of `[a, a + slots_count)` there.
+//! It learns `a` by catching up from the others' memories, which needs nothing of its own.
 //!
-//! The price: a restarted acceptor helps decide nothing for up to one lap of the log from the
-//! moment it reads (`slots_count` entries), and the others must form majorities without it
-//! meanwhile, as while it was down.
+//! Nothing here reads what the other acceptors hold, so nothing depends on which acceptors a
+//! majority is made of: the rule holds whatever configuration each index had. (A rule that
+//! reads the words of a majority of the others instead, the design before this one, is sound
+//! only while every index is decided by a majority of one fixed set; `spec/tla/VelosRestart.tla`
+//! checks both.)
+//!
+//! The price: a restarted acceptor helps decide nothing for up to one lap of the log after
+//! `a` (`slots_count` entries), and a leader must be there to decide the rejoin entry.
 
-use crate::word::{SlotWord, LAPS};
+use crate::word::{lap_of, SlotWord};
+use mu_fabric::NodeId;
 
-/// The newest lap certified for each slot by the acceptors folded in so far.
-#[derive(Clone, Debug)]
-pub struct Abstention {
-    /// Per slot: the newest certified lap, `None` while no acceptor folded in certifies one
-    /// (treated as lap -1).
-    newest: Vec<Option<u16>>,
-    acceptors: usize,
+/// The words a replica that rejoined at index `rejoined_at` starts with, slot by slot: each
+/// abstains up to the lap of the one index of `[rejoined_at, rejoined_at + slots_count)` in
+/// its slot, and is fresh for every index after that window.
+pub fn markers(rejoined_at: u64, slots_count: u64) -> impl Iterator<Item = u64> {
+    let first_slot = rejoined_at % slots_count;
+    (0..slots_count).map(move |slot| {
+        let index = rejoined_at + (slot + slots_count - first_slot) % slots_count;
+        SlotWord::abstaining(lap_of(index, slots_count))
+    })
 }
 
-/// Whether lap `a` comes after lap `b` (laps count modulo [`LAPS`]; the words of one slot are
-/// never half the laps apart).
-fn after(a: u16, b: u16) -> bool {
-    let ahead = (u64::from(a) + LAPS - u64::from(b)) % LAPS;
-    ahead != 0 && ahead < LAPS / 2
+/// The first index a replica that rejoined at `rejoined_at` answers in.
+pub fn fresh_from(rejoined_at: u64, slots_count: u64) -> u64 {
+    rejoined_at + slots_count
 }
 
-fn previous(lap: u16) -> Option<u16> {
-    lap.checked_sub(1).or(Some((LAPS - 1) as u16))
+/// The value of a rejoin entry: the replica that asks, and which request of it this answers
+/// (a replica's request names its run and its attempt in that run, so an entry decided for an
+/// earlier request, before a later restart, is never taken for the later one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RejoinEntry {
+    pub replica: NodeId,
+    pub request: u64,
 }
 
-/// The lap a word certifies its acceptor accepted no later than (see the module docs); `None`
-/// for the zero word of a slot never used.
-fn certified(word: u64) -> Option<u16> {
-    let s = SlotWord::unpack(word);
-    if s.is_abstaining() || s.accepted != 0 {
-        Some(s.lap)
-    } else if word == 0 {
-        None
-    } else {
-        previous(s.lap)
+/// Bytes of an encoded [`RejoinEntry`].
+pub const REJOIN_ENTRY_BYTES: usize = 10;
+
+impl RejoinEntry {
+    pub fn encode(self) -> [u8; REJOIN_ENTRY_BYTES] {
+        let mut out = [0; REJOIN_ENTRY_BYTES];
+        out[..2].copy_from_slice(&self.replica.0.to_le_bytes());
+        out[2..].copy_from_slice(&self.request.to_le_bytes());
+        out
+    }
+
+    /// The entry a value carries, if it is well formed (`None` for any other length, or a
+    /// request of 0, which no replica makes).
+    pub fn decode(value: &[u8]) -> Option<RejoinEntry> {
+        let value: &[u8; REJOIN_ENTRY_BYTES] = value.try_into().ok()?;
+        let replica = NodeId(u16::from_le_bytes([value[0], value[1]]));
+        let request = u64::from_le_bytes(value[2..].try_into().expect("8 bytes"));
+        (request != 0).then_some(RejoinEntry { replica, request })
     }
 }
 
-impl Abstention {
-    pub fn new(slots_count: u64) -> Abstention {
-        Abstention { newest: vec![None; slots_count as usize], acceptors: 0 }
-    }
-
-    /// Folds in the slot words of one other acceptor (`words[k]` is its word for slot `k`), as
-    /// read after this acceptor restarted.
-    pub fn fold(&mut self, words: impl IntoIterator<Item = u64>) {
-        let mut slots = 0;
-        for (newest, word) in self.newest.iter_mut().zip(words) {
-            slots += 1;
-            if let Some(lap) = certified(word) {
-                if newest.is_none_or(|n| after(lap, n)) {
-                    *newest = Some(lap);
-                }
-            }
-        }
-        assert_eq!(slots, self.newest.len(), "one word per slot");
-        self.acceptors += 1;
-    }
-
-    /// How many acceptors were folded in.
-    pub fn acceptors(&self) -> usize {
-        self.acceptors
-    }
-
-    /// The word the restarted acceptor starts with in each slot: abstaining up to one lap after
-    /// the newest certified one.
-    pub fn markers(&self) -> impl Iterator<Item = u64> + '_ {
-        self.newest.iter().map(|newest| {
-            let last = match newest {
-                Some(lap) => ((u64::from(*lap) + 1) % LAPS) as u16,
-                None => 0,
-            };
-            SlotWord::abstaining(last)
-        })
-    }
+/// A replica's request to rejoin: its run's boot id (not 0) and the attempt in that run (from
+/// 1). Never 0, which means "no request".
+pub fn request(boot_id: u32, attempt: u32) -> u64 {
+    assert!(boot_id != 0 && attempt != 0, "a request names a run and an attempt");
+    u64::from(boot_id) << 32 | u64::from(attempt)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::word::View;
+    use crate::word::{View, LAPS};
 
-    fn word(min: u32, accepted: u32, lap: u16) -> u64 {
-        SlotWord { min, accepted, lap, prev_decided: false }.pack()
-    }
-
-    fn lap_of_marker(m: u64) -> u16 {
-        let s = SlotWord::unpack(m);
-        assert!(s.is_abstaining());
-        s.lap
+    fn view(marker: u64, index: u64, slots: u64) -> View {
+        SlotWord::unpack(marker).view(lap_of(index, slots))
     }
 
     #[test]
-    fn a_slot_abstains_one_lap_past_what_the_others_certify() {
-        let mut a = Abstention::new(4);
-        // Slot 0 accepted in lap 3; slot 1 prepared in lap 3, accepted in none of it; slot 2
-        // never used; slot 3: another restarted acceptor abstaining up to lap 7.
-        a.fold([word(4, 4, 3), word(4, 0, 3), 0, SlotWord::abstaining(7)]);
-        // A second acceptor, further in slot 1 and behind in slot 0.
-        a.fold([word(1, 1, 2), word(5, 5, 3), 0, word(2, 2, 6)]);
-        assert_eq!(a.acceptors(), 2);
-        let m: Vec<u64> = a.markers().collect();
-        assert_eq!(lap_of_marker(m[0]), 4);
-        assert_eq!(lap_of_marker(m[1]), 4);
-        assert_eq!(lap_of_marker(m[2]), 0, "lap 0 may have been used without any decision");
-        assert_eq!(lap_of_marker(m[3]), 8);
-        assert_eq!(SlotWord::unpack(m[0]).view(4), View::Abstains);
-        assert_eq!(SlotWord::unpack(m[0]).view(5), View::Fresh);
+    fn abstains_below_one_lap_past_the_rejoin_index_and_is_fresh_after() {
+        for slots in [1, 4, 8] {
+            for a in [0, 1, 3, 4, 5, 7, 8, 100, LAPS * 8 - 3, LAPS * 8 + 2] {
+                let m: Vec<u64> = markers(a, slots).collect();
+                assert_eq!(m.len() as u64, slots);
+                let fresh = fresh_from(a, slots);
+                // Every index of the last laps before the window, and the window itself.
+                for index in a.saturating_sub(10 * slots)..fresh {
+                    let slot = (index % slots) as usize;
+                    assert_eq!(view(m[slot], index, slots), View::Abstains, "a={a} index={index}");
+                }
+                for index in fresh..fresh + 10 * slots {
+                    let slot = (index % slots) as usize;
+                    assert_eq!(view(m[slot], index, slots), View::Fresh, "a={a} index={index}");
+                }
+            }
+        }
     }
 
     #[test]
-    fn laps_compare_across_their_wrap() {
-        let last = (LAPS - 1) as u16;
-        let mut a = Abstention::new(2);
-        a.fold([word(1, 1, last), word(1, 0, 0)]);
-        a.fold([word(1, 1, 0), word(1, 1, last)]);
-        let m: Vec<u64> = a.markers().collect();
-        assert_eq!(lap_of_marker(m[0]), 1);
-        // Slot 1: prepared in lap 0 certifies lap `last`; accepted in `last` too.
-        assert_eq!(lap_of_marker(m[1]), 0);
+    fn a_rejoin_entry_round_trips_and_refuses_what_it_is_not() {
+        let e = RejoinEntry { replica: NodeId(3), request: request(0xdead_beef, 2) };
+        assert_eq!(RejoinEntry::decode(&e.encode()), Some(e));
+        assert_eq!(RejoinEntry::decode(&e.encode()[..9]), None);
+        assert_eq!(RejoinEntry::decode(&[0; REJOIN_ENTRY_BYTES]), None);
+        assert_eq!(RejoinEntry::decode(&[]), None);
     }
 
     #[test]
-    #[should_panic(expected = "one word per slot")]
-    fn every_slot_is_folded() {
-        Abstention::new(3).fold([0, 0]);
+    #[should_panic(expected = "names a run and an attempt")]
+    fn a_request_is_never_zero() {
+        request(7, 0);
     }
 }
