@@ -285,14 +285,6 @@ impl ReplicaConfig {
 impl ReplicaConfig {
     /// What Velos does not do yet, said plainly rather than run badly.
     fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
-        let all = mu_replication::membership::all(replicas);
-        if self.initial_members(replicas)? != all {
-            return Err(ConfigError::Replicas(
-                "the velos protocol runs with every replica a member: membership changes are \
-                 Mu's only for now"
-                    .into(),
-            ));
-        }
         if !self.eligible && replicas.len() == 1 {
             return Err(ConfigError::Replicas(
                 "a velos replica that restarts without its memory rejoins through an entry the \

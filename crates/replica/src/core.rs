@@ -63,11 +63,11 @@ impl<F: Fabric> ReplicationPlane<F> {
         }
     }
 
-    /// See [`ReplicationDriver::submit_change`]; Velos refuses membership changes.
+    /// See [`ReplicationDriver::submit_change`] and [`VelosDriver::submit_change`].
     pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
         match self {
             ReplicationPlane::Mu(d) => d.submit_change(change, now_ns),
-            ReplicationPlane::Velos(d) => d.submit_change(),
+            ReplicationPlane::Velos(d) => d.submit_change(change, now_ns),
         }
     }
 

@@ -10,12 +10,13 @@
 use crate::group::Group;
 use crate::layout::replication_channel;
 use crate::replication::{Applier, ProposeError, Settings};
-use crate::shared::Shared;
+use crate::shared::{ids_text, Shared};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
     OpKind, PostError, QpState, RemoteAddr, Source, Status, WorkRequest,
 };
 use mu_log::{Entry, EntryKind, Slot, HEAD_OFFSET};
+use mu_replication::membership::{self, Change};
 use mu_replication::ReplicaSet;
 use mu_velos::{learner, Action, Event, Proposer, StopReason, VelosLayout, OP_BITS, VELOS_REGION};
 use std::collections::VecDeque;
@@ -168,6 +169,12 @@ pub struct VelosDriver<F: Fabric> {
     /// Per position: the request the last rejoin entry applied here answered, so that a leader
     /// decides one entry per request.
     rejoined: Vec<u64>,
+    /// The configuration of the next index to apply (the Mu paper's §5.4): the initial one
+    /// changed by every membership entry applied here, or the one a snapshot carried.
+    members_applied: u64,
+    /// This leader applied its own removal: it decides one entry more, from whose word the
+    /// others learn that the removal was decided, then steps down and stops taking part.
+    leaving: bool,
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
@@ -210,6 +217,7 @@ impl<F: Fabric> VelosDriver<F> {
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
         let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0)));
+        let members_applied = shared.members.load(Ordering::Acquire);
         VelosDriver {
             fabric,
             me,
@@ -247,6 +255,8 @@ impl<F: Fabric> VelosDriver<F> {
             recovery,
             rejoin_attempts: 0,
             rejoined: vec![0; n],
+            members_applied,
+            leaving: false,
             bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
             last_poll_ns: None,
@@ -275,11 +285,22 @@ impl<F: Fabric> VelosDriver<F> {
         self.applied
     }
 
-    /// Membership changes are Mu's only (§5.4 of the Mu paper).
-    pub fn submit_change(&mut self) -> Result<(), ProposeError> {
-        Err(ProposeError::Membership(
-            "membership changes are not supported by the velos protocol yet".into(),
-        ))
+    /// Hands the proposer a membership change (the Mu paper's §5.4, as Velos runs it:
+    /// `docs/protocols/velos.md`, "Membership changes"): one entry, alone in the proposer, for
+    /// the indices after it. Its outcome comes out of [`VelosDriver::take_outcomes`] like a
+    /// request's. Refused at once if it is not a change of the current configuration.
+    pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
+        if self.group.busy() {
+            return Err(ProposeError::Busy);
+        }
+        if !self.proposer.is_leading() || self.leaving {
+            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+        }
+        // One entry in flight at a time: every entry before this one is applied here, so the
+        // configuration it changes is the current one.
+        change.check(&self.replicas, self.members_applied).map_err(ProposeError::Membership)?;
+        let value = change.encode();
+        self.stage(std::iter::once(&value[..]), true, now_ns)
     }
 
     /// Hands `requests` to the proposer, packed into entries; their outcomes come out of
@@ -287,15 +308,26 @@ impl<F: Fabric> VelosDriver<F> {
     pub fn submit<'a>(
         &mut self,
         requests: impl IntoIterator<Item = &'a [u8]>,
-        _now_ns: u64,
+        now_ns: u64,
     ) -> Result<(), ProposeError> {
         if self.group.busy() {
             return Err(ProposeError::Busy);
         }
-        if !self.proposer.is_leading() {
+        if !self.proposer.is_leading() || self.leaving {
             return Err(ProposeError::NotLeader { leader: self.shared.leader() });
         }
-        self.group.change = false;
+        self.stage(requests, false, now_ns)
+    }
+
+    /// Plans the entries of a call (a membership change with `change`) and hands the first
+    /// one over.
+    fn stage<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = &'a [u8]>,
+        change: bool,
+        _now_ns: u64,
+    ) -> Result<(), ProposeError> {
+        self.group.change = change;
         self.group.plan(
             requests,
             self.layout.max_value_bytes(),
@@ -429,14 +461,13 @@ impl<F: Fabric> VelosDriver<F> {
     /// Serves a peer's request for a snapshot, if one waits, and publishes how far this
     /// replica applied.
     fn serve_and_publish(&mut self, app: &mut dyn Applier) {
-        let all = mu_replication::membership::all(&self.replicas);
         crate::transfer::serve(
             &self.shared,
             &self.snapshot,
             &mut self.snapshot_buf,
             self.settings.snapshot_bytes_max,
             (self.me, &self.replicas),
-            (self.applied, all),
+            (self.applied, self.members_applied),
             app,
         );
         self.shared.progress.set_fuo(self.applied);
@@ -448,7 +479,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// not know the entry before its next index, which a new leader writes again (§5.4), so it
     /// does not stand for election until then.
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
-        let Some((index, _members)) = crate::transfer::install(
+        let Some((index, members)) = crate::transfer::install(
             &self.shared,
             (&self.background, &self.snapshot),
             &mut self.snapshot_buf,
@@ -463,6 +494,7 @@ impl<F: Fabric> VelosDriver<F> {
         self.applied = index;
         self.last = None;
         self.catch_up = CatchUp::Idle;
+        self.note_members(members);
         self.log.store_u64(HEAD_OFFSET as usize, index).expect("log header");
         self.shared.eligible.store(false, Ordering::Release);
         true
@@ -524,6 +556,8 @@ impl<F: Fabric> VelosDriver<F> {
         let behind = self.a_log_behind();
         let may_lead = self.stopped.is_none()
             && self.recovery.is_none()
+            && self.proposer.is_member()
+            && !self.shared.removed.load(Ordering::Acquire)
             && (self.applied == 0 || self.last.is_some())
             && self.resync_since_ns.is_none()
             && !behind;
@@ -567,6 +601,10 @@ impl<F: Fabric> VelosDriver<F> {
     fn step_down(&mut self, leader: Option<NodeId>) {
         self.proposer.stop();
         self.own_pending = None;
+        if std::mem::take(&mut self.leaving) {
+            self.shared.set_members(self.members_applied);
+            self.stop_taking_part();
+        }
         self.last_decision = (0, true);
         self.shared.ready_at_ns.store(0, Ordering::Release);
         if self.group.pending {
@@ -632,7 +670,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// plane last read them, of the peers its failure detector considers alive). A peer that
     /// comes back after the log went round without it needs a state transfer.
     fn floor(&self) -> u64 {
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        // Members only: nobody asks a replica outside the configuration to accept anything,
+        // and it learns by catching up from the leader's memory or by state transfer.
+        let alive = self.shared.alive_mask.load(Ordering::Acquire) & self.members_applied;
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
             .filter(|&pos| !self.two_logs_behind(pos))
@@ -864,7 +904,10 @@ impl<F: Fabric> VelosDriver<F> {
         }
         let alive = self.shared.alive_mask.load(Ordering::Acquire);
         let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire) & alive != 0;
-        if !abstaining && (was_noop || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS) {
+        if !abstaining
+            && !self.leaving
+            && (was_noop || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS)
+        {
             return;
         }
         if self.proposer.submit(EntryKind::Noop, &[]).is_ok() {
@@ -905,6 +948,7 @@ impl<F: Fabric> VelosDriver<F> {
             match e {
                 Event::Decided { index, submitted } => {
                     assert_eq!(index, self.applied, "the proposer decides in index order");
+                    let was_leaving = self.leaving;
                     let q = self.me_pos;
                     self.apply_from(q, index, app).unwrap_or_else(|| {
                         panic!("decided entry {index} is not in this replica's own value log")
@@ -925,6 +969,14 @@ impl<F: Fabric> VelosDriver<F> {
                         } else {
                             self.hand_over();
                         }
+                    }
+                    if was_leaving {
+                        // The entry after our removal: the others learn the removal from it.
+                        info!(
+                            replica = self.me.0,
+                            index, "stepping down: a decided membership entry removed this replica"
+                        );
+                        self.step_down(None);
                     }
                 }
                 Event::Stopped(reason) => {
@@ -973,8 +1025,13 @@ impl<F: Fabric> VelosDriver<F> {
     /// Applies `slot` as the entry for `index`, if it is one.
     fn apply_entry(&mut self, index: u64, slot: Slot<'_>, app: &mut dyn Applier) -> Option<()> {
         let Slot::Entry(Entry { kind, value, .. }) = slot else { return None };
-        if kind == EntryKind::Rejoin {
-            self.note_rejoin(index, value);
+        match kind {
+            EntryKind::Rejoin => self.note_rejoin(index, value),
+            EntryKind::Membership => {
+                let members = membership::apply(&self.replicas, self.members_applied, value);
+                self.note_members(members);
+            }
+            _ => {}
         }
         app.apply(index, kind, value);
         self.applied = index + 1;
@@ -994,6 +1051,60 @@ impl<F: Fabric> VelosDriver<F> {
             self.shared.eligible.store(true, Ordering::Release);
         }
         Some(())
+    }
+
+    /// The configuration of the indices after the last one applied changed (a membership
+    /// entry, or a snapshot's configuration): the proposer works in it from the next index on,
+    /// and the background plane elects by it. A member it leaves out was removed and stops
+    /// taking part; a leader removed steps down once the entry's caller has its answer
+    /// ([`VelosDriver::take_events`]). (A replica recovering, restarted or new, applies history
+    /// before it takes part: a removal there was of an earlier run of it.)
+    fn note_members(&mut self, members: u64) {
+        if members == self.members_applied {
+            return;
+        }
+        let was_member = self.members_applied >> self.me_pos & 1 != 0;
+        let member = members >> self.me_pos & 1 != 0;
+        self.members_applied = members;
+        self.proposer.set_members(members);
+        // A leader removed publishes the configuration once it steps down: the background
+        // plane elects by it, and would elect another before the entry that tells the others.
+        if member || !self.proposer.is_leading() {
+            self.shared.set_members(members);
+        }
+        info!(
+            replica = self.me.0,
+            members = ids_text(self.replicas.ids(), members).as_str(),
+            applied = self.applied,
+            "membership changed"
+        );
+        if was_member
+            && !member
+            && self.recovery.is_none()
+            && self.shared.eligible.load(Ordering::Acquire)
+        {
+            if self.proposer.is_leading() {
+                info!(
+                    replica = self.me.0,
+                    "removed: deciding one entry more, from which the others learn it, before \
+                     stepping down"
+                );
+                self.leaving = true;
+            } else {
+                self.stop_taking_part();
+            }
+        }
+    }
+
+    /// Removed: no heartbeat, no election, no leading again in this run (the background plane
+    /// stops once it sees the flag).
+    fn stop_taking_part(&mut self) {
+        if !self.shared.removed.swap(true, Ordering::AcqRel) {
+            warn!(
+                replica = self.me.0,
+                "removed: this replica applied a configuration without it; it stops taking part"
+            );
+        }
     }
 
     /// A rejoin entry applied at `index`: a leader proposes none again for that request, and

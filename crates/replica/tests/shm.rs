@@ -229,8 +229,8 @@ impl Cluster {
 
     /// A cluster of `n` possible replicas of which `members` are started, the initial
     /// configuration (§5.4).
-    fn start_members(tag: &str, n: u16, members: &[u16]) -> Cluster {
-        let mut cluster = Cluster::start_with(tag, 0, "handover", SLOTS, 1);
+    fn start_members(tag: &str, n: u16, members: &[u16], protocol: &'static str) -> Cluster {
+        let mut cluster = Cluster::start_engine(tag, 0, "handover", SLOTS, 1, protocol);
         cluster.n = n;
         cluster.children = (0..n).map(|_| None).collect();
         let list: Vec<String> = members.iter().map(u16::to_string).collect();
@@ -611,14 +611,28 @@ fn t52_a_velos_leader_stopped_for_over_1024_laps_catches_up() {
 #[test]
 fn t60_adding_and_removing_replicas() {
     let _serial = one_at_a_time();
-    let mut c = Cluster::start_members("members", 4, &[0, 1, 2]);
+    adding_and_removing_replicas(Cluster::start_members("members", 4, &[0, 1, 2], "mu"));
+}
+
+/// The same with Velos (`docs/protocols/velos.md`, "Membership changes"): replica 3 first
+/// rejoins (a rejoin entry, as for a restarted replica), is added, and counts once it no
+/// longer abstains; the leader that removes itself decides one entry more before it stops.
+#[test]
+fn t61_adding_and_removing_velos_replicas() {
+    let _serial = one_at_a_time();
+    adding_and_removing_replicas(Cluster::start_members("members-velos", 4, &[0, 1, 2], "velos"));
+}
+
+fn adding_and_removing_replicas(mut c: Cluster) {
     c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
     c.restart(3, 0);
     c.await_ready([3]);
     c.change("add 3");
     c.wait_for("replica 3 is a full member", WITHIN, |c| {
         let status = c.status(3);
-        status.contains("eligible: true") && status.contains("NodeId(3)], removed: false")
+        status.contains("eligible: true")
+            && status.contains("recovering: false")
+            && status.contains("NodeId(3)], removed: false")
     });
     let before = c.acked_by_others(0);
     c.kill(0);

@@ -2,7 +2,7 @@
 //! part of the Mu paper it exercises.
 
 use mu_fabric::NodeId;
-use mu_replica::Change;
+use mu_replica::{Change, Protocol};
 use mu_sim::SimCluster;
 
 /// §5.1 and §4: three replicas elect the lowest id, which replicates; every replica applies the
@@ -600,21 +600,42 @@ fn t95_an_idle_leader_prepares_to_take_back_a_recovering_replica() {
 }
 
 fn random_membership_run(seed: u64) {
+    random_membership_run_on(seed, Protocol::Mu);
+}
+
+/// The same randomized membership run on Velos (`docs/protocols/velos.md`, "Membership
+/// changes"), where a replica added or restarted first rejoins through a rejoin entry and then
+/// abstains for a lap: it counts as out until it stops abstaining.
+#[test]
+fn t98_random_membership_changes_velos() {
+    const SEEDS_DEFAULT: u64 = 30;
+    let seeds: u64 =
+        std::env::var("MU_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS_DEFAULT);
+    for seed in first_seed()..first_seed() + seeds {
+        random_membership_run_on(seed, Protocol::Velos);
+    }
+}
+
+fn random_membership_run_on(seed: u64, protocol: Protocol) {
     let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
     const N: u16 = 5;
     let mut c = SimCluster::with_members(N, &[0, 1, 2], seed, |config| {
+        config.protocol = protocol;
         config.batch_requests_max = 3;
         config.outstanding_max = 2;
     });
+    // Velos: a replica abstaining for a lap after its rejoin counts in no majority either.
+    let abstaining_counts = protocol == Protocol::Velos;
     c.await_leader(10_000_000);
     let members =
         |c: &SimCluster| -> Vec<usize> { c.members_now().iter().map(|id| id.0 as usize).collect() };
-    let out = |c: &SimCluster, members: &[usize]| {
-        members
-            .iter()
-            .filter(|&&p| c.cores[p].as_ref().is_none_or(|k| !k.status().eligible))
-            .count()
+    let is_out = |c: &SimCluster, p: usize| {
+        c.cores[p].as_ref().is_none_or(|k| {
+            let status = k.status();
+            !status.eligible || (abstaining_counts && status.recovering)
+        })
     };
+    let out = |c: &SimCluster, members: &[usize]| members.iter().filter(|&&p| is_out(c, p)).count();
     // A change submitted and not yet seen decided: it may still be (a new leader adopts it), so
     // the fault budget must hold in the configuration it makes too. One at a time.
     let mut in_doubt: Option<Change> = None;
@@ -682,8 +703,7 @@ fn random_membership_run(seed: u64) {
                     // Removing a member that is out keeps the others' majority; removing one
                     // that is in may leave too few.
                     let pos = m[rng.below(m.len() as u64) as usize];
-                    let is_out = c.cores[pos].as_ref().is_none_or(|k| !k.status().eligible);
-                    let out_after = out(&c, &m) - usize::from(is_out);
+                    let out_after = out(&c, &m) - usize::from(is_out(&c, pos));
                     if m.len() <= 2 || out_after > (m.len() - 2) / 2 {
                         continue;
                     }

@@ -107,15 +107,96 @@ fn t50_five_replicas_survive_two_crashes() {
     c.check_acked_applied(1);
 }
 
-/// What Velos does not do yet is refused plainly: membership changes.
+/// Membership changes (the Mu paper's §5.4, as Velos runs them: `docs/protocols/velos.md`,
+/// "Membership changes"): a cluster created with replicas 0–2 adds replica 3, which starts
+/// outside the configuration like a restarted replica (its rejoin entry first) and is brought
+/// up to date by the log. With four members a majority is three, so once the leader crashes the
+/// others go on only with replica 3 counted: it must be a full acceptor. Removing the dead
+/// replica brings the majority back to two of three.
 #[test]
-fn t60_membership_changes_are_refused() {
-    let mut c = velos(3, 5);
-    c.await_leader(5_000_000);
-    match c.submit_change(0, Change::Remove(NodeId(2))) {
-        Err(ProposeError::Membership(why)) => assert!(why.contains("velos"), "{why}"),
+fn t60_a_replica_is_added_and_counts() {
+    let mut c = SimCluster::with_members(4, &[0, 1, 2], 60, |c| c.protocol = Protocol::Velos);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose_anywhere(format!("three: {i}").as_bytes(), 5_000_000);
+    }
+    c.start(3);
+    let end = c.world.now_ns() + 20_000_000;
+    while c.cores[3].as_ref().unwrap().replication.velos().unwrap().recovering() {
+        assert!(c.world.now_ns() < end, "replica 3 did not rejoin: {}", c.describe());
+        c.round();
+    }
+    let status = c.cores[3].as_ref().unwrap().status();
+    assert_eq!(status.members, vec![NodeId(0), NodeId(1), NodeId(2)]);
+    let added = c.change_anywhere(Change::Add(NodeId(3)), 10_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("four: {i}").as_bytes(), 5_000_000);
+    }
+    // It abstains below one lap past its rejoin entry; the log passes that first.
+    let end = c.world.now_ns() + 50_000_000;
+    while c.cores[3].as_ref().unwrap().status().recovering {
+        assert!(c.world.now_ns() < end, "replica 3 still abstains: {}", c.describe());
+        c.round();
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    for pos in 0..4 {
+        let status = c.cores[pos].as_ref().unwrap().status();
+        assert_eq!(status.members.len(), 4, "replica {pos}: {}", c.describe());
+    }
+    assert!(c.applied[3].len() as u64 > added, "replica 3 applied past its addition");
+    assert_eq!(c.applied[3][0].0, 0, "replica 3 applied the log from the start");
+    // Leader 0 crashes: 1, 2 and 3 are the three of four that must agree.
+    c.crash(0);
+    assert_eq!(c.await_leader(20_000_000), NodeId(1));
+    for i in 0..5 {
+        c.propose_anywhere(format!("without 0: {i}").as_bytes(), 20_000_000);
+    }
+    // One more crash would stop a cluster of four; remove the dead replica first.
+    c.change_anywhere(Change::Remove(NodeId(0)), 20_000_000);
+    c.crash(2);
+    for i in 0..5 {
+        c.propose_anywhere(format!("two of three: {i}").as_bytes(), 20_000_000);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(3);
+    let status = c.cores[3].as_ref().unwrap().status();
+    assert_eq!(status.members, vec![NodeId(1), NodeId(2), NodeId(3)], "{status:?}");
+}
+
+/// Removing the leader: it proposes its own removal, stops leading once that is decided, and
+/// the next replica leads the two that remain, whose majority is both. A change that is not
+/// one of the current configuration is refused at once.
+#[test]
+fn t61_the_leader_removes_itself() {
+    let mut c = velos(3, 61);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..5 {
+        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
+    }
+    match c.submit_change(0, Change::Add(NodeId(1))) {
+        Err(ProposeError::Membership(why)) => assert!(why.contains("member already"), "{why}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
+    let removed_at = c.change_anywhere(Change::Remove(NodeId(0)), 10_000_000);
+    c.run_for(500_000);
+    let status = c.cores[0].as_ref().unwrap().status();
+    assert!(status.removed, "{status:?}");
+    assert_eq!(c.agreed_leader(), Some(NodeId(1)), "{}", c.describe());
+    for i in 0..10 {
+        let index = c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
+        assert!(index > removed_at);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(2);
+    // Two members: both are needed; with one crashed nothing is decided.
+    c.crash(2);
+    let outcome = c.propose(1, b"needs both", 5_000_000);
+    assert!(!matches!(outcome, Some(Ok(_))), "decided without a majority: {}", c.describe());
 }
 
 /// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it lets

@@ -409,8 +409,12 @@ impl Proposer {
     /// every phase of an index runs in that index's configuration (what the old configuration
     /// promised is not counted, and answers still in flight belong to an old attempt and are
     /// ignored). A membership change is rare: the cost is one prepare round. A proposer
-    /// removed from the configuration stops leading, without an [`Event::Stopped`]: the
-    /// runtime, which applied the entry, steps down itself.
+    /// removed from the configuration goes on leading (a proposer need not be an acceptor:
+    /// it asks the members only, its own acceptor among them no more), so that its runtime can
+    /// decide one entry more, from whose word the others learn that the removal was decided
+    /// (§5.4's piggybacked decision); the runtime stops it then. Without that entry, followers
+    /// that had not learned the removal could be left with a configuration whose live members
+    /// are no majority, and no leader to tell them.
     pub fn set_members(&mut self, members: u64) {
         let n = self.layout.positions();
         assert!(
@@ -424,9 +428,6 @@ impl Proposer {
         self.majority = members.count_ones() / 2 + 1;
         if !self.leading {
             return;
-        }
-        if !self.is_member() {
-            return self.stop();
         }
         for i in 0..self.ring.len() {
             if self.ring[i].index == NONE || self.ring[i].index < self.next {

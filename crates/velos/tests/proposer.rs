@@ -397,8 +397,8 @@ fn t10_an_excluded_acceptor_is_sent_nothing() {
 /// by a decided entry for the indices after it). Four positions, three members: acceptor 3 is
 /// sent nothing. Once the configuration takes it in, the indices prepared ahead are prepared
 /// again, now at 3 as well, and a decision needs three of the four: acceptor 1's answer with
-/// our own is no longer enough. Removed, acceptor 1 is sent nothing more, and a proposer
-/// removed itself stops leading.
+/// our own is no longer enough. Removed, acceptor 1 is sent nothing more; a proposer removed
+/// itself goes on with a majority of the members.
 #[test]
 fn t11_a_new_configuration_prepares_again_and_counts_its_members() {
     let layout = layout(4, 16);
@@ -451,7 +451,17 @@ fn t11_a_new_configuration_prepares_again_and_counts_its_members() {
     net.queues[0][1].clear();
     assert_eq!(decide(&mut net, 0, &mut p, b"x"), 4);
     assert!(net.queues[0][1].is_empty(), "nothing goes to a removed member");
-    // This proposer removed: it stops.
+    // This proposer removed: it keeps leading (a proposer need not be an acceptor) and
+    // decides with a majority of the new configuration, asking its own acceptor nothing. Its
+    // runtime decides one entry more that way, from which the others learn the removal.
     p.set_members(0b1100);
-    assert!(!p.is_leading());
+    assert!(p.is_leading() && !p.is_member());
+    assert_eq!(decide(&mut net, 0, &mut p, b"y"), 5);
+    assert_eq!(decide(&mut net, 0, &mut p, b"z"), 6);
+    assert!(net.queues[0][1].is_empty(), "nothing goes to a removed member");
+    // Index 8 is first touched after the removal: prepared at the members, not at its own.
+    step(&mut net, 0, &mut p);
+    net.deliver_all();
+    assert_ne!(SlotWord::unpack(net.word(2, 8)).min, 0, "index 8 is prepared ahead");
+    assert_eq!(net.word(0, 8), 0, "its own acceptor is asked nothing");
 }
