@@ -113,6 +113,16 @@ const STALL_READ_PERIODS: u64 = 2;
 /// A recovery whose rejoin entry has not come after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 
+/// 64 bits that differ between runs of a replica but for a chance in 2^64: the boot id and
+/// process id hashed under the process's random hash keys (128 bits the standard library
+/// draws from the operating system). A rejoin request is made from it
+/// (`mu_velos::recovery::request`), and one equal to a request of an earlier run could take
+/// that run's rejoin entry for this one's.
+fn run_nonce(boot_id: u32) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((boot_id, std::process::id()))
+}
+
 /// See the module docs.
 pub struct VelosDriver<F: Fabric> {
     fabric: F,
@@ -164,8 +174,10 @@ pub struct VelosDriver<F: Fabric> {
     last_decision: (u64, bool),
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
-    /// Rejoin requests made in this run (each one a new request id).
+    /// Rejoin requests made in this run (each one a new request id), and the run's nonce they
+    /// are made from ([`run_nonce`]).
     rejoin_attempts: u32,
+    run_nonce: u64,
     /// Per position: the request the last rejoin entry applied here answered, so that a leader
     /// decides one entry per request.
     rejoined: Vec<u64>,
@@ -218,6 +230,7 @@ impl<F: Fabric> VelosDriver<F> {
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
         let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0)));
         let members_applied = shared.members.load(Ordering::Acquire);
+        let run_nonce = run_nonce(shared.boot_id);
         VelosDriver {
             fabric,
             me,
@@ -254,6 +267,7 @@ impl<F: Fabric> VelosDriver<F> {
             last_decision: (0, true),
             recovery,
             rejoin_attempts: 0,
+            run_nonce,
             rejoined: vec![0; n],
             members_applied,
             leaving: false,
@@ -1249,7 +1263,7 @@ impl<F: Fabric> VelosDriver<F> {
         }
         if r.request == 0 {
             self.rejoin_attempts += 1;
-            r.request = mu_velos::recovery::request(self.shared.boot_id, self.rejoin_attempts);
+            r.request = mu_velos::recovery::request(self.run_nonce, self.rejoin_attempts);
             self.shared.rejoin_request.store(r.request, Ordering::Release);
             info!(
                 replica = self.me.0,

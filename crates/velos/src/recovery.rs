@@ -82,11 +82,19 @@ impl RejoinEntry {
     }
 }
 
-/// A replica's request to rejoin: its run's boot id (not 0) and the attempt in that run (from
-/// 1). Never 0, which means "no request".
-pub fn request(boot_id: u32, attempt: u32) -> u64 {
-    assert!(boot_id != 0 && attempt != 0, "a request names a run and an attempt");
-    u64::from(boot_id) << 32 | u64::from(attempt)
+/// A replica's request to rejoin: its run's nonce (64 random bits drawn when the run starts)
+/// plus the attempt in that run (from 1). Never 0, which means "no request".
+///
+/// A request must never equal one of an earlier run of the replica: a rejoin entry decided for
+/// that one, before the crash, would be taken for this run's answer. Attempts of one run
+/// differ; two runs collide only if their nonces are within the attempts of each other, about
+/// one chance in 2^64 per attempt for random nonces (a 32-bit boot id would leave one in 2^32).
+pub fn request(run_nonce: u64, attempt: u32) -> u64 {
+    assert!(attempt != 0, "a request names an attempt");
+    match run_nonce.wrapping_add(u64::from(attempt)) {
+        0 => 1,
+        r => r,
+    }
 }
 
 #[cfg(test)]
@@ -120,7 +128,7 @@ mod tests {
 
     #[test]
     fn a_rejoin_entry_round_trips_and_refuses_what_it_is_not() {
-        let e = RejoinEntry { replica: NodeId(3), request: request(0xdead_beef, 2) };
+        let e = RejoinEntry { replica: NodeId(3), request: request(0xdead_beef_0000_0000, 2) };
         assert_eq!(RejoinEntry::decode(&e.encode()), Some(e));
         assert_eq!(RejoinEntry::decode(&e.encode()[..9]), None);
         assert_eq!(RejoinEntry::decode(&[0; REJOIN_ENTRY_BYTES]), None);
@@ -128,8 +136,14 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "names a run and an attempt")]
-    fn a_request_is_never_zero() {
+    fn a_request_is_never_zero_and_attempts_differ() {
+        assert_eq!(request(u64::MAX, 1), 1);
+        assert_ne!(request(5, 1), request(5, 2));
+    }
+
+    #[test]
+    #[should_panic(expected = "names an attempt")]
+    fn attempts_count_from_one() {
         request(7, 0);
     }
 }
