@@ -455,16 +455,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.refresh_words();
         } else {
             let learned = self.learn(app) | self.install_snapshot(app);
-            if learned {
-                self.last_progress_ns = now_ns;
-                self.shared.set_replayer_stuck(false);
-            } else if self.a_log_behind() {
-                // Nothing here or at the leader can tell the entry any more (and laps, counted
-                // modulo 2048, could not even say it was recycled): a state transfer can.
-                self.shared.set_replayer_stuck(true);
-            } else {
-                self.catch_up(now_ns);
-            }
+            self.catch_up_or_transfer(learned, now_ns);
             busy |= learned;
         }
         self.check_abstention(now_ns);
@@ -1158,6 +1149,22 @@ impl<F: Fabric> VelosDriver<F> {
         applied
     }
 
+    /// A follower's next step after it `learned` (or not) what it could by itself: on with its
+    /// own words, a state transfer if a live peer is a whole log ahead, or a read of the
+    /// leader's memory after a while.
+    fn catch_up_or_transfer(&mut self, learned: bool, now_ns: u64) {
+        if learned {
+            self.last_progress_ns = now_ns;
+            self.shared.set_replayer_stuck(false);
+        } else if self.a_log_behind() {
+            // Nothing here or at the leader can tell the entry any more (and laps, counted
+            // modulo 2048, could not even say it was recycled): a state transfer can.
+            self.shared.set_replayer_stuck(true);
+        } else {
+            self.catch_up(now_ns);
+        }
+    }
+
     /// A follower that made no progress for a while reads the leader's word and entry.
     fn catch_up(&mut self, now_ns: u64) {
         if self.catch_up != CatchUp::Idle
@@ -1311,14 +1318,7 @@ impl<F: Fabric> VelosDriver<F> {
                 r.request = 0;
             }
         }
-        if installed {
-            self.last_progress_ns = now_ns;
-            self.shared.set_replayer_stuck(false);
-        } else if self.a_log_behind() {
-            self.shared.set_replayer_stuck(true);
-        } else {
-            self.catch_up(now_ns);
-        }
+        self.catch_up_or_transfer(installed, now_ns);
         installed
     }
 
