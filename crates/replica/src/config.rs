@@ -285,13 +285,13 @@ impl ReplicaConfig {
 impl ReplicaConfig {
     /// What Velos does not do yet, said plainly rather than run badly.
     fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
-        if !self.eligible && replicas.len() == 1 {
-            return Err(ConfigError::Replicas(
-                "a velos replica that restarts without its memory rejoins through an entry the \
-                 others decide; a cluster of one has none, and its log is lost: start it as a \
-                 new cluster"
-                    .into(),
-            ));
+        if !self.eligible && replicas.len() <= 2 {
+            return Err(ConfigError::Replicas(format!(
+                "a velos replica that restarts without its memory rejoins through an entry a \
+                 majority decides without it; a cluster of {} has none, and its log is lost: \
+                 start it as a new cluster",
+                replicas.len()
+            )));
         }
         if self.prepare_ahead > mu_velos::PREPARE_AHEAD_MAX
             || self.prepare_ahead as u64 >= self.slots_count

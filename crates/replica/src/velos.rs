@@ -88,11 +88,22 @@ struct Recovery {
     /// When recovery started, and whether it said it is taking long.
     since_ns: Option<u64>,
     warned: bool,
+    /// A restarted (or new) replica, applying history before its rejoin entry: a removal it
+    /// applies there was of an earlier run of it. Not so for a refresh, in the same run.
+    restarted: bool,
 }
 
 impl Recovery {
-    fn new((unfenced, was_up): (u64, u64)) -> Recovery {
-        Recovery { unfenced, was_up, request: 0, rejoined_at: None, since_ns: None, warned: false }
+    fn new((unfenced, was_up): (u64, u64), restarted: bool) -> Recovery {
+        Recovery {
+            unfenced,
+            was_up,
+            request: 0,
+            rejoined_at: None,
+            since_ns: None,
+            warned: false,
+            restarted,
+        }
     }
 }
 
@@ -228,7 +239,8 @@ impl<F: Fabric> VelosDriver<F> {
         let round = proposer.actions_per_round();
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
-        let recovery = (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0)));
+        let recovery =
+            (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0), true));
         let members_applied = shared.members.load(Ordering::Acquire);
         let run_nonce = run_nonce(shared.boot_id);
         VelosDriver {
@@ -308,7 +320,7 @@ impl<F: Fabric> VelosDriver<F> {
             return Err(ProposeError::Busy);
         }
         if !self.proposer.is_leading() || self.leaving {
-            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+            return Err(self.not_leader());
         }
         // One entry in flight at a time: every entry before this one is applied here, so the
         // configuration it changes is the current one.
@@ -328,9 +340,16 @@ impl<F: Fabric> VelosDriver<F> {
             return Err(ProposeError::Busy);
         }
         if !self.proposer.is_leading() || self.leaving {
-            return Err(ProposeError::NotLeader { leader: self.shared.leader() });
+            return Err(self.not_leader());
         }
         self.stage(requests, false, now_ns)
+    }
+
+    /// Not leading, with the elected leader as a hint; none while this leader is leaving (it
+    /// is still the one elected, but takes no more requests).
+    fn not_leader(&self) -> ProposeError {
+        let leader = if self.leaving { None } else { self.shared.leader() };
+        ProposeError::NotLeader { leader }
     }
 
     /// Plans the entries of a call (a membership change with `change`) and hands the first
@@ -447,7 +466,13 @@ impl<F: Fabric> VelosDriver<F> {
             busy |= self.take_events(app, now_ns);
             self.check_log_full(now_ns);
         } else if self.peers_ahead_by(
-            self.applied.max(self.words_taken_at),
+            // A non-member's words are never written (proposers ask members only), however
+            // well it keeps up by catching up: their age is when it last took them.
+            if self.proposer.is_member() {
+                self.applied.max(self.words_taken_at)
+            } else {
+                self.words_taken_at
+            },
             REFRESH_AFTER_LAPS * self.layout.slots_count(),
         ) {
             // New words first: the state transfer comes while it waits for its rejoin entry.
@@ -758,7 +783,7 @@ impl<F: Fabric> VelosDriver<F> {
             applied = self.applied,
             "a live peer is far ahead: taking new slot words before answering as an acceptor"
         );
-        self.recovery = Some(Recovery::new((unfenced, was_up)));
+        self.recovery = Some(Recovery::new((unfenced, was_up), false));
         self.shared.recovering.store(true, Ordering::Release);
         self.shared.eligible.store(false, Ordering::Release);
     }
@@ -1051,8 +1076,13 @@ impl<F: Fabric> VelosDriver<F> {
         }
         self.log.store_u64(HEAD_OFFSET as usize, self.applied).expect("log header");
         // Not while recovering: elected, it could not lead, and nobody would decide its
-        // rejoin entry.
-        if self.recovery.is_none() && !self.shared.eligible.load(Ordering::Relaxed) {
+        // rejoin entry. Nor while it abstains: a follower learns from the leader's words, and
+        // a leader's own that abstain tell it nothing (a second replica restarting would wait
+        // for ever in an idle cluster).
+        if self.recovery.is_none()
+            && !self.shared.abstaining.load(Ordering::Relaxed)
+            && !self.shared.eligible.load(Ordering::Relaxed)
+        {
             self.shared.eligible.store(true, Ordering::Release);
         }
         Some(())
@@ -1062,8 +1092,8 @@ impl<F: Fabric> VelosDriver<F> {
     /// entry, or a snapshot's configuration): the proposer works in it from the next index on,
     /// and the background plane elects by it. A member it leaves out was removed and stops
     /// taking part; a leader removed steps down once the entry's caller has its answer
-    /// ([`VelosDriver::take_events`]). (A replica recovering, restarted or new, applies history
-    /// before it takes part: a removal there was of an earlier run of it.)
+    /// ([`VelosDriver::take_events`]). (A replica restarted or new applies history before its
+    /// rejoin entry: a removal there was of an earlier run of it.)
     fn note_members(&mut self, members: u64) {
         if members == self.members_applied {
             return;
@@ -1083,11 +1113,8 @@ impl<F: Fabric> VelosDriver<F> {
             applied = self.applied,
             "membership changed"
         );
-        if was_member
-            && !member
-            && self.recovery.is_none()
-            && self.shared.eligible.load(Ordering::Acquire)
-        {
+        let earlier_run = self.recovery.as_ref().is_some_and(|r| r.restarted);
+        if was_member && !member && !earlier_run {
             if self.proposer.is_leading() {
                 info!(
                     replica = self.me.0,
@@ -1248,6 +1275,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// memories, until it applies the entry; then takes the abstaining words it gives and lets
     /// peers in. Returns whether anything happened.
     fn recover(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        let behind = self.a_log_behind();
         let Some(r) = &mut self.recovery else { return false };
         let since = *r.since_ns.get_or_insert(now_ns);
         let unfenced = r.unfenced;
@@ -1268,7 +1296,9 @@ impl<F: Fabric> VelosDriver<F> {
         if r.unfenced != 0 {
             return false;
         }
-        if r.request == 0 {
+        // A log behind, the state transfer comes first: its snapshot would likely hold the
+        // entry, and it would have to ask again.
+        if r.request == 0 && !behind {
             self.rejoin_attempts += 1;
             r.request = mu_velos::recovery::request(self.run_nonce, self.rejoin_attempts);
             self.shared.rejoin_request.store(r.request, Ordering::Release);
@@ -1349,6 +1379,10 @@ impl<F: Fabric> VelosDriver<F> {
             info!(replica = self.me.0, from, "an acceptor again in every index from here on");
             self.shared.recovering.store(false, Ordering::Release);
             self.shared.abstaining.store(false, Ordering::Release);
+            // It applied entries since it rejoined (the rejoin entry, at least): it may lead.
+            if self.last.is_some() {
+                self.shared.eligible.store(true, Ordering::Release);
+            }
         }
     }
 

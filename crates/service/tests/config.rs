@@ -57,15 +57,17 @@ fn velos_is_a_protocol_and_its_replicas_run_it() {
     let r = c.replica_config(1).unwrap();
     assert_eq!(r.protocol, mu_replica::Protocol::Velos);
     assert_eq!(r.protocol.tag(), "velos/4");
-    // A velos replica may rejoin after a restart (through a rejoin entry the others decide),
-    // except alone.
+    // A velos replica may rejoin after a restart (through a rejoin entry a majority decides
+    // without it), except in a cluster of one or two.
     let mut rejoining = r.clone();
     rejoining.eligible = false;
     rejoining.validate().expect("a velos replica rejoins");
-    rejoining.replicas.truncate(1);
-    rejoining.me = rejoining.replicas[0];
-    let e = rejoining.validate().unwrap_err().to_string();
-    assert!(e.contains("velos") && e.contains("cluster of one"), "{e}");
+    for (count, me) in [(2, 1), (1, 0)] {
+        rejoining.replicas.truncate(count);
+        rejoining.me = rejoining.replicas[me];
+        let e = rejoining.validate().unwrap_err().to_string();
+        assert!(e.contains("velos") && e.contains(&format!("a cluster of {count}")), "{e}");
+    }
 }
 
 #[test]
