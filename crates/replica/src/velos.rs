@@ -583,7 +583,11 @@ impl<F: Fabric> VelosDriver<F> {
     fn follow_election(&mut self, now_ns: u64) -> bool {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
-        let behind = self.a_log_behind();
+        // More than an entry behind a live peer, a new leader would decide again, one by one,
+        // indices the others applied, each in its own configuration: one that changed since
+        // may have no live majority left (`scenarios.rs: t98`, seed 10655). The peer further
+        // on leads instead, and this one catches up by state transfer.
+        let behind = self.a_log_behind() || (!leading && self.live_peer_ahead_by(2));
         let may_lead = self.stopped.is_none()
             && self.recovery.is_none()
             && self.proposer.is_member()
@@ -597,10 +601,14 @@ impl<F: Fabric> VelosDriver<F> {
             && self.shared.eligible.load(Ordering::Relaxed)
             && behind
         {
-            // Elected (it came back before the others noticed how far they went), but a whole
-            // log behind: it cannot lead, so it stops standing for election, and another leads
+            // Elected (it came back before the others noticed how far they went), but behind a
+            // live peer: it does not lead, so it stops standing for election, and another leads
             // while it catches up.
-            info!(replica = self.me.0, applied = self.applied, "elected a log behind: not leading");
+            info!(
+                replica = self.me.0,
+                applied = self.applied,
+                "elected behind a live peer: not leading, catching up by state transfer"
+            );
             self.shared.eligible.store(false, Ordering::Release);
             self.need_state_transfer();
             return true;
@@ -788,14 +796,19 @@ impl<F: Fabric> VelosDriver<F> {
         self.shared.eligible.store(false, Ordering::Release);
     }
 
-    /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
-    /// cut off for long). Heads count entries, not laps, so this holds however far it is.
-    fn a_log_behind(&self) -> bool {
+    /// Whether a live peer applied at least `entries` more than this replica.
+    fn live_peer_ahead_by(&self, entries: u64) -> bool {
         let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        let far = self.applied.saturating_add(self.layout.slots_count());
+        let far = self.applied.saturating_add(entries);
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
             .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= far)
+    }
+
+    /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
+    /// cut off for long). Heads count entries, not laps, so this holds however far it is.
+    fn a_log_behind(&self) -> bool {
+        self.live_peer_ahead_by(self.layout.slots_count())
     }
 
     /// Posts what the proposer asks for.
