@@ -805,7 +805,13 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             let rejoin = self.load(view + REJOIN_OFFSET);
             if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
+                // The request first, then the mask that sends a leader to read it.
                 self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
+                if rejoin != 0 {
+                    self.shared.peers_rejoining.fetch_or(1 << pos, Ordering::Release);
+                } else {
+                    self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
+                }
             }
             self.notice_removal(head, self.load(view + MEMBERS_COPY_OFFSET));
             self.peers[pos].last_counter = Some(counter);

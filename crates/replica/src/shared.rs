@@ -124,6 +124,8 @@ pub(crate) struct Shared {
     pub rejoin_request: AtomicU64,
     /// Per position: the peer's rejoin request as last read with its heartbeat (background).
     pub peer_rejoin_requests: Vec<AtomicU64>,
+    /// The positions whose request there is not 0: a leader's poll looks at this one word.
+    pub peers_rejoining: AtomicU64,
     /// The failure detector's score of each replica, by position (background; for status).
     /// `SCORE_NONE` for this replica itself.
     pub scores: Vec<AtomicU8>,
@@ -211,6 +213,7 @@ impl Shared {
             peers_abstaining: AtomicU64::new(0),
             rejoin_request: AtomicU64::new(0),
             peer_rejoin_requests: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            peers_rejoining: AtomicU64::new(0),
             scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
             log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),

@@ -966,8 +966,13 @@ impl<F: Fabric> VelosDriver<F> {
         if self.own_pending.is_some() || self.handed || self.proposer.has_pending() {
             return;
         }
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        for pos in (0..self.replicas.len()).filter(|&p| p != self.me_pos && alive >> p & 1 != 0) {
+        // One word on the hot path; the requests only when a peer asks.
+        let asking = self.shared.peers_rejoining.load(Ordering::Acquire)
+            & self.shared.alive_mask.load(Ordering::Acquire);
+        if asking == 0 {
+            return;
+        }
+        for pos in (0..self.replicas.len()).filter(|&p| p != self.me_pos && asking >> p & 1 != 0) {
             let request = self.shared.peer_rejoin_requests[pos].load(Ordering::Acquire);
             if request == 0 || self.rejoined[pos] == request {
                 continue;
