@@ -155,7 +155,8 @@ fn replay(config: RunConfig, json: bool) -> Result<(), String> {
 fn summary_line(r: &SeedReport) -> String {
     format!(
         "seed {} replicas {} faults {} integrity {}: {} proposals acknowledged, {} client \
-         operations answered, {} unknown, {} leader changes, {:.3} ms virtual, trace {:016x}: {}",
+         operations answered, {} unknown, {} refused, {} leader changes, {:.3} ms virtual, trace \
+         {:016x}: {}",
         r.seed,
         r.replicas,
         r.faults,
@@ -163,6 +164,7 @@ fn summary_line(r: &SeedReport) -> String {
         r.acked,
         r.ops_returned,
         r.ops_unknown,
+        r.ops_refused,
         r.leader_changes,
         r.virtual_ns as f64 / 1e6,
         r.trace_hash,
@@ -202,7 +204,7 @@ fn sweep(
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let failures: Mutex<Vec<(SeedReport, RunConfig)>> = Mutex::new(Vec::new());
-    let totals = Mutex::new([0u64; 4]); // acked, answered, unknown, leader changes
+    let totals = Mutex::new([0u64; 5]); // acked, answered, unknown, leader changes, refused
     let jobs = jobs.min(count as usize).max(1);
     std::thread::scope(|s| {
         for _ in 0..jobs {
@@ -219,6 +221,7 @@ fn sweep(
                     t[1] += report.ops_returned as u64;
                     t[2] += report.ops_unknown as u64;
                     t[3] += report.leader_changes as u64;
+                    t[4] += report.ops_refused as u64;
                 }
                 if report.violation.is_some() {
                     if !json {
@@ -271,6 +274,7 @@ fn sweep(
             "acked": t[0],
             "ops_answered": t[1],
             "ops_unknown": t[2],
+            "ops_refused": t[4],
             "leader_changes": t[3],
             "linearizability_checked": lincheck,
             "failures": f,
@@ -280,11 +284,12 @@ fn sweep(
         println!(
             "mu sim: {count} seeds ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
              threads: {} proposals acknowledged, {} client operations answered, {} unknown, \
-             {} leader changes; histories {}; {} failed",
+             {} refused, {} leader changes; histories {}; {} failed",
             first + count - 1,
             t[0],
             t[1],
             t[2],
+            t[4],
             t[3],
             if lincheck { "checked by lincheck" } else { "NOT checked for linearizability" },
             failures.len()

@@ -44,8 +44,8 @@ impl Requests {
 pub(crate) struct Planned {
     pub first: usize,
     pub count: usize,
-    /// The engine reached the accept phase while it was handed over: it may have been accepted
-    /// somewhere.
+    /// The engine wrote it into a log ([`mu_replication::Action::Exposed`]): it may have been
+    /// accepted somewhere, and decided by a later leader.
     pub maybe_accepted: bool,
 }
 

@@ -57,6 +57,18 @@ pub enum ProposeError {
     Membership(String),
 }
 
+impl ProposeError {
+    /// Whether the request can never take effect, whatever happens next: it was refused before
+    /// it reached a log, or reached none (`NotLeader`, `Busy`, `TooLarge`, `Empty`, `LogFull`,
+    /// `Membership`). A client may then send something else instead. False for `Aborted` and
+    /// `ShuttingDown`: the request may have been written somewhere and may still be decided,
+    /// so a client retries it with the same sequence number (the state machine applies it
+    /// once) or treats its outcome as unknown.
+    pub fn never_applied(&self) -> bool {
+        !matches!(self, ProposeError::Aborted | ProposeError::ShuttingDown)
+    }
+}
+
 fn leader_hint(leader: &Option<NodeId>) -> String {
     match leader {
         Some(l) => format!(" (replica {l} is)"),
@@ -747,6 +759,12 @@ impl<F: Fabric> ReplicationDriver<F> {
                         self.committed(index);
                     }
                 }
+                Action::Exposed => {
+                    // Proposals are written in the order they were handed over.
+                    let g = &mut self.group;
+                    let e = g.entries.iter_mut().take(g.handed).find(|e| !e.maybe_accepted);
+                    e.expect("an exposed proposal was handed over").maybe_accepted = true;
+                }
                 Action::Aborted { reason } => {
                     self.note_abort(reason);
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
@@ -767,12 +785,6 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         let any = !self.actions.is_empty();
         self.actions.clear();
-        if self.group.pending && self.leader.phase() == Phase::Accept {
-            let g = &mut self.group;
-            for e in g.entries.iter_mut().take(g.handed) {
-                e.maybe_accepted = true;
-            }
-        }
         any
     }
 
@@ -973,7 +985,15 @@ impl<F: Fabric> ReplicationDriver<F> {
                 "log full: a live replica has not applied the entry the next slot reuses; \
                  proposals fail"
             );
-            self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
+            // One written by an attempt that aborted since may still be decided by a later
+            // prepare (ours or another leader's): its outcome is unknown.
+            self.group.answer_rest(|maybe_accepted| {
+                if maybe_accepted {
+                    ProposeError::Aborted
+                } else {
+                    ProposeError::LogFull { oldest, slots_count }
+                }
+            });
             self.finish_group();
         }
     }

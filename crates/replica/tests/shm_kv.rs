@@ -33,7 +33,7 @@ mod common;
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, Store};
-use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig, StateMachine};
+use mu_replica::{Mode, Replica, ReplicaConfig, StateMachine};
 use mu_sim::history::{History, Operation, Outcome};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -385,14 +385,14 @@ fn child_main() {
                         client.id, client.seq
                     ));
                 }
-                // Refused before it was handed to the leader engine (or handed over but never
-                // accepted anywhere, as the runtime reports it): it can never take effect.
-                (Err(ProposeError::NotLeader { .. } | ProposeError::Busy), _) => {
+                // Refused before it was handed to the leader engine, or handed over but never
+                // written into any log, as the runtime reports it: it can never take effect.
+                (Err(e), _) if e.never_applied() => {
                     dropped += 1;
                     lines.push_str(&format!("drop {} {}\n", client.id, client.seq));
                 }
-                // Handed over and failed (aborted by a lost leadership, log full, shutting
-                // down): it may still take effect. Its client's stream has no end; a new
+                // Handed over and failed after it may have been written (aborted by a lost
+                // leadership, shutting down): it may still take effect. Its client's stream has no end; a new
                 // client takes its place.
                 _ => {
                     unknown += 1;

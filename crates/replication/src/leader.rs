@@ -122,6 +122,8 @@ struct Proposal {
     /// An empty entry of the engine's own (see [`Leader::start_replicating`]), not the
     /// application's: committed as not ours, and never counted among the application's.
     internal: bool,
+    /// Written into a log at least once ([`Action::Exposed`] told).
+    exposed: bool,
 }
 
 /// An entry in the accept phase.
@@ -537,7 +539,7 @@ impl Leader {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(value);
-        self.queue.push_back(Proposal { kind, value: buf, internal: false });
+        self.queue.push_back(Proposal { kind, value: buf, internal: false, exposed: false });
         match self.phase {
             Phase::Ready => self.start_replicating(mem, out),
             // Not while prepare's own values are in flight (it found slots taken, so it must run
@@ -1158,7 +1160,8 @@ impl Leader {
             // seed 1120: it still believed a configuration whose members were gone).
             let mut value = self.spare.pop().unwrap_or_default();
             value.clear();
-            self.queue.push_back(Proposal { kind: EntryKind::Noop, value, internal: true });
+            let noop = Proposal { kind: EntryKind::Noop, value, internal: true, exposed: false };
+            self.queue.push_back(noop);
         }
         if self.queue.is_empty() {
             self.phase = Phase::Ready;
@@ -1396,6 +1399,13 @@ impl Leader {
         }
         let mine = adopted.is_none();
         if mine {
+            let p = &mut self.queue[self.mine_in_flight];
+            if !p.exposed {
+                p.exposed = true;
+                if !p.internal {
+                    out.push(Action::Exposed);
+                }
+            }
             self.mine_in_flight += 1;
         }
         self.in_flight.push_back(InFlight { index, mine, members_after, acks: 0 });

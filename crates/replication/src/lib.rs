@@ -207,6 +207,13 @@ pub enum Action {
     Post { peer: NodeId, wr_id: u64, op: RemoteOp, signaled: bool },
     /// Log index `index` is decided; `mine` if it holds the value being proposed.
     Committed { index: u64, mine: bool },
+    /// The oldest of the application's proposals not written before has now been written into
+    /// our log and posted to the confirmed followers (the accept phase, Listing 2, lines 29–32),
+    /// once per proposal whatever the aborts after. From here on it may be decided even if this
+    /// leader stops or steps down (a later leader adopts it in prepare), so the runtime must
+    /// report it as of unknown outcome, never as refused. Carried out in order with the posts,
+    /// like every action.
+    Exposed,
     /// The attempt was aborted; the engine starts again from permissions while it leads.
     Aborted { reason: AbortReason },
 }

@@ -269,6 +269,93 @@ fn t70_a_denied_write_aborts_and_the_proposal_is_retried() {
     assert!(c.entry(0, 2).is_none());
 }
 
+/// Listing 2, lines 29–32, seen from the application: a proposal may be decided from the moment
+/// it is first written into a log (a later prepare adopts it, lines 24–28), so the engine says
+/// so ([`Action::Exposed`]) once per proposal, before its writes go out, however often it is
+/// written again after aborts; not while prepare decides a value found elsewhere first, and
+/// never for its own empty entries. Without it the runtime inferred exposure from the phase at
+/// the end of a poll, which missed a proposal written and aborted within one poll: the
+/// application was told "not leader" for a request a later leader then decided (a multi-process
+/// key-value test saw four such requests applied).
+#[test]
+fn t71_a_proposal_is_exposed_once_when_first_written() {
+    let exposed_before_writes = |c: &Cluster, since: usize| -> Vec<bool> {
+        // For each Exposed since `since`: whether it came before any accept write after it.
+        let actions = &c.actions[since..];
+        actions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a, Action::Exposed))
+            .map(|(i, _)| {
+                actions[i + 1..]
+                    .iter()
+                    .any(|a| matches!(a, Action::Post { op: RemoteOp::WriteFromLog { .. }, .. }))
+                    && !actions[..i].iter().any(|a| {
+                        matches!(a, Action::Post { op: RemoteOp::WriteFromLog { .. }, .. })
+                    })
+            })
+            .collect()
+    };
+    // Prepare finds a value of an earlier leader at index 0: it is decided there first, and ours
+    // is exposed only when written at index 1.
+    let mut c = Cluster::new(3, 0);
+    c.plant(1, 0, (1 << 16) | 2, b"older leader");
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    let since = c.actions.len();
+    c.propose(b"one").unwrap();
+    // Deliver until index 0 is committed: nothing of ours was written yet.
+    while c.committed().is_empty() {
+        assert!(c.deliver_one());
+        assert!(!c.actions[since..].iter().any(|a| matches!(a, Action::Exposed)));
+    }
+    assert_eq!(c.committed(), [(0, false)]);
+    c.run();
+    assert_eq!(c.committed(), [(0, false), (1, true)]);
+    let at_one = c.actions[since..].iter().position(|a| matches!(a, Action::Exposed));
+    let committed_zero = c.actions[since..]
+        .iter()
+        .position(|a| matches!(a, Action::Committed { index: 0, .. }))
+        .unwrap();
+    assert!(at_one.is_some_and(|i| i > committed_zero), "exposed once written at index 1");
+    let exposed = c.actions[since..].iter().filter(|a| matches!(a, Action::Exposed)).count();
+    assert_eq!(exposed, 1);
+
+    // Written, then a follower denies the write: aborted, written again after the new
+    // permissions, still exposed once.
+    let since = c.actions.len();
+    c.faults[1] = Fault::Denied;
+    c.propose(b"two").unwrap();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::PermissionLost { peer: NodeId(1) }]);
+    assert_eq!(exposed_before_writes(&c, since), [true], "exposed before its first write");
+    c.faults[1] = Fault::None;
+    c.grant_all();
+    c.run();
+    assert_eq!(c.committed().last(), Some(&(2, true)));
+    let exposed = c.actions[since..].iter().filter(|a| matches!(a, Action::Exposed)).count();
+    assert_eq!(exposed, 1, "written twice, exposed once");
+
+    // Two in flight at once: each is exposed as it is written.
+    let mut c = Cluster::new(3, 0);
+    c.set_outstanding(2);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    c.propose(b"a").unwrap();
+    c.run();
+    let since = c.actions.len();
+    c.faults[2] = Fault::Held;
+    c.propose(b"b").unwrap();
+    c.propose(b"c").unwrap();
+    let exposed = c.actions[since..].iter().filter(|a| matches!(a, Action::Exposed)).count();
+    assert_eq!(exposed, 2, "both written before any answer");
+    c.release(2);
+    c.run();
+    assert_eq!(c.committed(), [(0, true), (1, true), (2, true)]);
+}
+
 /// §4.1 and §5.2, permissions as the guard of a log: after an abort, a replica the leader may
 /// still have writes on the way to is asked for permission again only once a fence (a signaled
 /// read behind them on the same FIFO connection) has completed. Otherwise a write of the aborted

@@ -44,6 +44,9 @@ pub struct SimCluster {
     /// Every request handed to a replica to propose (membership changes as their label): what
     /// the validity checker accepts.
     pub proposed: BTreeSet<Vec<u8>>,
+    /// Requests whose only attempt failed with an error that says they can never take effect
+    /// ([`ProposeError::never_applied`]): no replica may apply them.
+    pub refused: BTreeSet<Vec<u8>>,
     /// The boot number of each replica's current process (0: never started): tells a restarted
     /// replica from the process a client handed its request to.
     pub boot_of: Vec<u32>,
@@ -100,6 +103,7 @@ impl SimCluster {
             partitions: Vec::new(),
             stores: vec![Store::new(); n as usize],
             proposed: BTreeSet::new(),
+            refused: BTreeSet::new(),
             boot_of: vec![0; n as usize],
         };
         for me in 0..n {
@@ -423,7 +427,7 @@ impl SimCluster {
     pub fn safety(&self) -> Result<(), (&'static str, String)> {
         check::agreement::check(&self.applied)
             .map_err(|e| ("agreement", format!("{e}: {}", self.describe())))?;
-        check::validity::check(&self.applied, &self.proposed)
+        check::validity::check(&self.applied, &self.proposed, &self.refused)
             .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
         self.single_writer()
     }

@@ -137,6 +137,9 @@ pub struct SeedReport {
     pub acked: usize,
     pub ops_returned: usize,
     pub ops_unknown: usize,
+    /// Client operations refused for good after they were handed over (left out of the
+    /// history; the validity checker makes sure no replica applied one).
+    pub ops_refused: usize,
     pub leader_changes: usize,
     pub violation: Option<Violation>,
     /// The readable trace: faults, client groups, leader changes, with virtual times.
@@ -162,6 +165,7 @@ pub fn run(config: &RunConfig) -> SeedReport {
         acked: 0,
         ops_returned: 0,
         ops_unknown: 0,
+        ops_refused: 0,
         leader_changes: 0,
         violation: None,
         trace: Vec::new(),
@@ -268,6 +272,7 @@ impl<'a> Runner<'a> {
         self.workload.finish();
         report.ops_returned = self.workload.history.returned_count();
         report.ops_unknown = self.workload.history.unknown_count();
+        report.ops_refused = self.c.refused.len();
         report.history = std::mem::take(&mut self.workload.history);
         report.history.source = format!(
             "mu sim --protocol {} --seed {} --replicas {} --faults {}",

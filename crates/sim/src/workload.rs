@@ -9,7 +9,10 @@
 //! sequence number — until a leader acknowledges it; the store applies it once, and the retry's
 //! reply is the first application's. An operation still unanswered when the run ends has an
 //! unknown outcome. A new request refused on the spot ("not leader", "busy") cannot take effect
-//! and is left out of the history.
+//! and is left out of the history; so is one whose only attempt failed with an error that says
+//! it never takes effect ([`mu_replica::ProposeError::never_applied`]: "not leader" after it was handed
+//! over, "log full"). Its client moves on to its next request, and the cluster records it as
+//! refused: the validity checker fails the run if any replica applies it.
 
 use crate::cluster::SimCluster;
 use crate::history::{History, Operation, Outcome};
@@ -27,6 +30,8 @@ pub struct Workload {
     /// slots, and the boot of the replica's process they were handed to.
     groups: Vec<Option<Group>>,
     pub history: History,
+    /// Operations (places in the history) refused for good: left out of it at the end.
+    refused_ops: Vec<usize>,
     /// The replica (position) that answered the latest answer, and when.
     pub last_answer: Option<(usize, u64)>,
 }
@@ -51,6 +56,9 @@ struct Waiting {
     at: Option<(usize, u32)>,
     /// Acknowledged: the reply is read once the replica applied it.
     acked: bool,
+    /// An attempt ended without saying the request never takes effect (aborted, or its
+    /// replica died): it may, so it is retried until acknowledged.
+    uncertain: bool,
 }
 
 impl Workload {
@@ -64,6 +72,7 @@ impl Workload {
             written: vec![Vec::new(); keys_count.max(1) as usize],
             groups: (0..replicas_count).map(|_| None).collect(),
             history: History::default(),
+            refused_ops: Vec::new(),
             last_answer: None,
         }
     }
@@ -123,7 +132,7 @@ impl Workload {
             });
             let op = self.history.operations.len() - 1;
             self.clients[slot].waiting =
-                Some(Waiting { op, request: bytes, at: None, acked: false });
+                Some(Waiting { op, request: bytes, at: None, acked: false, uncertain: false });
         }
         if slots.is_empty() {
             return None;
@@ -202,10 +211,20 @@ impl Workload {
             let group = self.groups[pos].take().expect("a group");
             assert_eq!(outcomes.len(), group.slots.len(), "one outcome per request");
             for (slot, outcome) in group.slots.into_iter().zip(outcomes) {
-                let w = self.clients[slot].waiting.as_mut().expect("waiting");
+                let client = &mut self.clients[slot];
+                let w = client.waiting.as_mut().expect("waiting");
                 match outcome {
                     Ok(_) => w.acked = true,
-                    Err(_) => w.at = None,
+                    Err(e) if e.never_applied() && !w.uncertain => {
+                        // The only attempt can never take effect: the client moves on.
+                        c.refused.insert(std::mem::take(&mut w.request));
+                        self.refused_ops.push(w.op);
+                        client.waiting = None;
+                    }
+                    Err(_) => {
+                        w.at = None;
+                        w.uncertain = true;
+                    }
                 }
             }
         }
@@ -216,6 +235,7 @@ impl Workload {
             if c.cores[pos].is_none() || c.boot_of[pos] != boot {
                 w.at = None;
                 w.acked = false;
+                w.uncertain = true;
                 continue;
             }
             if !w.acked {
@@ -230,13 +250,20 @@ impl Workload {
         }
     }
 
-    /// The operations still waiting stay unknown; their clients are done.
+    /// The operations still waiting stay unknown; their clients are done. The operations
+    /// refused for good leave the history.
     pub fn finish(&mut self) {
         for slot in 0..self.clients.len() {
             if self.clients[slot].waiting.is_some() {
                 self.unknown(slot);
             }
         }
+        let refused: std::collections::BTreeSet<usize> = self.refused_ops.drain(..).collect();
+        let mut place = 0;
+        self.history.operations.retain(|_| {
+            place += 1;
+            !refused.contains(&(place - 1))
+        });
     }
 
     /// The client's operation has an unknown outcome (already recorded so): it continues under
