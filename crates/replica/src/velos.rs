@@ -314,8 +314,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// Hands the proposer a membership change (the Mu paper's §5.4, as Velos runs it:
     /// `docs/protocols/velos.md`, "Membership changes"): one entry, alone in the proposer, for
     /// the indices after it. Its outcome comes out of [`VelosDriver::take_outcomes`] like a
-    /// request's. Refused at once if it is not a change of the current configuration.
-    pub fn submit_change(&mut self, change: Change, now_ns: u64) -> Result<(), ProposeError> {
+    /// request's. Refused at once if it is not a change of the current configuration. (`now_ns`
+    /// keeps the signature of Mu's driver; Velos times nothing here.)
+    pub fn submit_change(&mut self, change: Change, _now_ns: u64) -> Result<(), ProposeError> {
         if self.group.busy() {
             return Err(ProposeError::Busy);
         }
@@ -326,15 +327,16 @@ impl<F: Fabric> VelosDriver<F> {
         // configuration it changes is the current one.
         change.check(&self.replicas, self.members_applied).map_err(ProposeError::Membership)?;
         let value = change.encode();
-        self.stage(std::iter::once(&value[..]), true, now_ns)
+        self.stage(std::iter::once(&value[..]), true)
     }
 
     /// Hands `requests` to the proposer, packed into entries; their outcomes come out of
-    /// [`VelosDriver::take_outcomes`] after later polls, as with Mu.
+    /// [`VelosDriver::take_outcomes`] after later polls, as with Mu (whose signature `now_ns`
+    /// keeps).
     pub fn submit<'a>(
         &mut self,
         requests: impl IntoIterator<Item = &'a [u8]>,
-        now_ns: u64,
+        _now_ns: u64,
     ) -> Result<(), ProposeError> {
         if self.group.busy() {
             return Err(ProposeError::Busy);
@@ -342,7 +344,7 @@ impl<F: Fabric> VelosDriver<F> {
         if !self.proposer.is_leading() || self.leaving {
             return Err(self.not_leader());
         }
-        self.stage(requests, false, now_ns)
+        self.stage(requests, false)
     }
 
     /// Not leading, with the elected leader as a hint; none while this leader is leaving (it
@@ -358,7 +360,6 @@ impl<F: Fabric> VelosDriver<F> {
         &mut self,
         requests: impl IntoIterator<Item = &'a [u8]>,
         change: bool,
-        _now_ns: u64,
     ) -> Result<(), ProposeError> {
         self.group.change = change;
         self.group.plan(

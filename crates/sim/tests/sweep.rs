@@ -53,6 +53,11 @@ const ONCE_FAILED: &[u64] = &[
     // read that peer, the leader, and judged it failed for good while everyone else followed it
     // (`BackgroundDriver::on_completion`: a heartbeat from a later boot rebinds the side).
     21361,
+    // Validity (three replicas, two replicas each believing it led): a request answered "not
+    // leader" was decided by the other leader. The runtime had judged it never written from
+    // the engine's phase at the end of a poll, and the proposal had been written and aborted
+    // within that poll (`Action::Exposed` now says when a proposal is first written).
+    100868,
 ];
 
 /// Seeds that once failed with a cluster size other than the seed's own (`RunConfig::new`).
