@@ -760,10 +760,14 @@ impl<F: Fabric> ReplicationDriver<F> {
                     }
                 }
                 Action::Exposed => {
-                    // Proposals are written in the order they were handed over.
+                    // Proposals are written in the order they were handed over. None is left
+                    // once the call was answered while the engine still held its proposals
+                    // (shutting down): then nobody waits for the outcome.
                     let g = &mut self.group;
                     let e = g.entries.iter_mut().take(g.handed).find(|e| !e.maybe_accepted);
-                    e.expect("an exposed proposal was handed over").maybe_accepted = true;
+                    if let Some(e) = e {
+                        e.maybe_accepted = true;
+                    }
                 }
                 Action::Aborted { reason } => {
                     self.note_abort(reason);
