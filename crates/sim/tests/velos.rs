@@ -1,6 +1,8 @@
 //! Whole Velos replicas (both planes, the real runtime) on the simulated fabric. Each test
 //! names the part of the Velos paper it exercises (`docs/protocols/velos.md`).
 
+mod common;
+
 use mu_fabric::NodeId;
 use mu_replica::{Change, ProposeError, Protocol};
 use mu_sim::SimCluster;
@@ -108,62 +110,10 @@ fn t50_five_replicas_survive_two_crashes() {
 }
 
 /// Membership changes (the Mu paper's §5.4, as Velos runs them: `docs/protocols/velos.md`,
-/// "Membership changes"): a cluster created with replicas 0–2 adds replica 3, which starts
-/// outside the configuration like a restarted replica (its rejoin entry first) and is brought
-/// up to date by the log. With four members a majority is three, so once the leader crashes the
-/// others go on only with replica 3 counted: it must be a full acceptor. Removing the dead
-/// replica brings the majority back to two of three.
+/// "Membership changes"): see `common::a_replica_is_added_and_counts`, which Mu runs too.
 #[test]
 fn t60_a_replica_is_added_and_counts() {
-    let mut c = SimCluster::with_members(4, &[0, 1, 2], 60, |c| c.protocol = Protocol::Velos);
-    assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..10 {
-        c.propose_anywhere(format!("three: {i}").as_bytes(), 5_000_000);
-    }
-    c.start(3);
-    let end = c.world.now_ns() + 20_000_000;
-    while c.cores[3].as_ref().unwrap().replication.velos().unwrap().recovering() {
-        assert!(c.world.now_ns() < end, "replica 3 did not rejoin: {}", c.describe());
-        c.round();
-    }
-    let status = c.cores[3].as_ref().unwrap().status();
-    assert_eq!(status.members, vec![NodeId(0), NodeId(1), NodeId(2)]);
-    let added = c.change_anywhere(Change::Add(NodeId(3)), 10_000_000);
-    for i in 0..10 {
-        c.propose_anywhere(format!("four: {i}").as_bytes(), 5_000_000);
-    }
-    // It abstains below one lap past its rejoin entry; the log passes that first.
-    let end = c.world.now_ns() + 50_000_000;
-    while c.cores[3].as_ref().unwrap().status().recovering {
-        assert!(c.world.now_ns() < end, "replica 3 still abstains: {}", c.describe());
-        c.round();
-    }
-    c.run_for(500_000);
-    c.check_agreement();
-    for pos in 0..4 {
-        let status = c.cores[pos].as_ref().unwrap().status();
-        assert_eq!(status.members.len(), 4, "replica {pos}: {}", c.describe());
-    }
-    assert!(c.applied[3].len() as u64 > added, "replica 3 applied past its addition");
-    assert_eq!(c.applied[3][0].0, 0, "replica 3 applied the log from the start");
-    // Leader 0 crashes: 1, 2 and 3 are the three of four that must agree.
-    c.crash(0);
-    assert_eq!(c.await_leader(20_000_000), NodeId(1));
-    for i in 0..5 {
-        c.propose_anywhere(format!("without 0: {i}").as_bytes(), 20_000_000);
-    }
-    // One more crash would stop a cluster of four; remove the dead replica first.
-    c.change_anywhere(Change::Remove(NodeId(0)), 20_000_000);
-    c.crash(2);
-    for i in 0..5 {
-        c.propose_anywhere(format!("two of three: {i}").as_bytes(), 20_000_000);
-    }
-    c.run_for(500_000);
-    c.check_agreement();
-    c.check_acked_applied(1);
-    c.check_acked_applied(3);
-    let status = c.cores[3].as_ref().unwrap().status();
-    assert_eq!(status.members, vec![NodeId(1), NodeId(2), NodeId(3)], "{status:?}");
+    common::a_replica_is_added_and_counts(Protocol::Velos, 60);
 }
 
 /// Removing the leader: it proposes its own removal, stops leading once that is decided, and
