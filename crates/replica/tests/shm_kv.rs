@@ -5,7 +5,7 @@
 //! history of the whole run must be linearizable according to `lincheck` (porcupine;
 //! docs/verification/linearizability.md), and the survivors' stores must be equal. The same
 //! history with one read deliberately corrupted must be rejected, so that a checker that
-//! accepts everything cannot pass the test.
+//! accepts everything cannot pass the test. The run is made once per engine (Mu, Velos).
 //!
 //! Each replica is this test binary run again as `child_main`, told what to be by environment
 //! variables. Its state machine is a `mu_kv::Store`. While it leads it runs `CLIENTS` clients,
@@ -33,7 +33,7 @@ mod common;
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, Store};
-use mu_replica::{Mode, Replica, ReplicaConfig, StateMachine};
+use mu_replica::{Mode, Protocol, Replica, ReplicaConfig, StateMachine};
 use mu_sim::history::{History, Operation, Outcome};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -252,6 +252,10 @@ fn child_main() {
     let me: u16 = std::env::var("MU_KV_NODE").expect("MU_KV_NODE").parse().unwrap();
     let fabric = ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(me))).expect("fabric");
     let mut config = ReplicaConfig::new(NodeId(me), (0..REPLICAS).map(NodeId).collect());
+    config.protocol = match std::env::var("MU_KV_PROTOCOL").expect("MU_KV_PROTOCOL").as_str() {
+        "velos" => Protocol::Velos,
+        _ => Protocol::Mu,
+    };
     config.slots_count = 4096;
     config.slot_bytes = 256;
     // A round's four requests go as two entries of two, both in flight at once (§7.4).
@@ -450,7 +454,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(tag: &str) -> Cluster {
+    fn start(tag: &str, protocol: Protocol) -> Cluster {
         let dir = common::fresh_run_dir(tag);
         let mut cluster = Cluster { dir, children: Vec::new() };
         for me in 0..REPLICAS {
@@ -458,6 +462,7 @@ impl Cluster {
                 .args(["--ignored", "--exact", "child_main", "--nocapture"])
                 .env("MU_KV_DIR", &cluster.dir)
                 .env("MU_KV_NODE", me.to_string())
+                .env("MU_KV_PROTOCOL", protocol.name())
                 .stdout(Stdio::null())
                 .spawn()
                 .expect("spawn replica");
@@ -709,14 +714,24 @@ fn overwritten_read(history: &History) -> Option<(usize, Vec<u8>)> {
     None
 }
 
-/// The whole run: three replicas, clients on the leader, the leader killed, a new leader's
-/// clients, then the history checked (and a corrupted copy rejected) and the survivors'
-/// stores compared.
+/// The whole run on Mu: three replicas, clients on the leader, the leader killed, a new
+/// leader's clients, then the history checked (and a corrupted copy rejected) and the
+/// survivors' stores compared.
 #[test]
 fn kv_history_across_a_leader_kill_is_linearizable() {
+    kv_history_across_a_leader_kill(Protocol::Mu);
+}
+
+/// The same run on Velos.
+#[test]
+fn kv_history_across_a_velos_leader_kill_is_linearizable() {
+    kv_history_across_a_leader_kill(Protocol::Velos);
+}
+
+fn kv_history_across_a_leader_kill(protocol: Protocol) {
     let lincheck = lincheck();
     let started = Instant::now();
-    let mut c = Cluster::start("kv3");
+    let mut c = Cluster::start(&format!("kv3-{}", protocol.name()), protocol);
     let ready = Instant::now();
     c.wait_for("a leader's clients get replies", |c| c.leader_with(RETURNED_MIN, None).is_some());
     std::thread::sleep(Duration::from_millis(RUN_MS).saturating_sub(ready.elapsed()));
@@ -758,8 +773,9 @@ fn kv_history_across_a_leader_kill_is_linearizable() {
     c.wait_exits();
 
     let source = format!(
-        "shm mu-kv: {REPLICAS} replica processes, {CLIENTS} clients per leadership on {KEYS} \
-         keys; replica {old} (leader) SIGKILLed, replica {new} led next"
+        "shm mu-kv ({}): {REPLICAS} replica processes, {CLIENTS} clients per leadership on \
+         {KEYS} keys; replica {old} (leader) SIGKILLed, replica {new} led next",
+        protocol.name()
     );
     let history = read_history(&c.dir, source);
     let json = history.to_json().unwrap_or_else(|e| panic!("a reply no client can get: {e}"));
