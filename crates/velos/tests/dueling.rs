@@ -2,7 +2,9 @@
 //! once, operations land in random order (FIFO per connection), connections fail and come
 //! back, proposers stop and start again, the circular log wraps, replicas restart without
 //! their memory and abstain where they may have answered before, as a rejoin entry decided
-//! after the restart tells them (`mu_velos::recovery`).
+//! after the restart tells them (`mu_velos::recovery`), and (in the sweeps with changes) the
+//! configuration changes by decided entries, which each proposer takes in as it applies them
+//! (`Proposer::set_members`, as the runtime does).
 //! However it goes, no two decisions or learned values for one index differ.
 
 mod common;
@@ -10,7 +12,7 @@ mod common;
 use common::*;
 use mu_log::EntryKind;
 use mu_velos::{Event, Proposer, SlotWord};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 struct Rng(u64);
 
@@ -41,6 +43,20 @@ enum Recovery {
     OneLapShort,
 }
 
+/// How the configuration changes, and how proposers take the changes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Members {
+    /// Every replica, all along.
+    Fixed,
+    /// Changes ("add x", "remove x", never below three members) are decided at random; each
+    /// proposer takes the configuration an index has before it works on that index: when it
+    /// starts, and as it applies each decision (the runtime's rule).
+    Applied,
+    /// Changes as above, but the odd proposers never take them in (they keep every replica as
+    /// members): must break.
+    Missed,
+}
+
 struct Run {
     net: Net,
     layout: mu_velos::VelosLayout,
@@ -58,6 +74,25 @@ struct Run {
     /// Per replica: indices below it are known decided here (applied).
     applied: Vec<u64>,
     decisions: usize,
+    members: Members,
+    /// Index of each decided change -> the configuration after it (a mask of positions).
+    configs: BTreeMap<u64, u64>,
+}
+
+/// The configuration after the change `value` (a membership entry of this test's) applies to
+/// `members`; `None` if `value` is no change.
+fn changed(members: u64, value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (what, rest) = text.split_once(':')?;
+    let x: u32 = rest.split('#').next()?.parse().ok()?;
+    match what {
+        "add" => Some(members | 1 << x),
+        // Never below three members: one replica out at a time (restarts) must leave a majority
+        // of every configuration (the sweeps' fault budget).
+        "remove" if members >> x & 1 != 0 && members.count_ones() > 3 => Some(members & !(1 << x)),
+        "remove" => Some(members),
+        _ => None,
+    }
 }
 
 impl Run {
@@ -71,13 +106,81 @@ impl Run {
                 String::from_utf8_lossy(&value)
             ),
             None => {
+                if self.members != Members::Fixed {
+                    if let Some(after) = changed(self.config_at(index), &value) {
+                        self.configs.insert(index, after);
+                    }
+                }
                 self.chosen.insert(index, value);
             }
         }
     }
 
+    /// The configuration `index` is decided in: the one after the last change below it.
+    /// (Recorded in index order: whoever records an index first has recorded those below.)
+    fn config_at(&self, index: u64) -> u64 {
+        let all = (1u64 << self.proposers.len()) - 1;
+        self.configs.range(..index).next_back().map_or(all, |(_, &m)| m)
+    }
+
+    /// Whether proposer `me` takes configuration changes in.
+    fn takes_changes(&self, me: usize) -> bool {
+        match self.members {
+            Members::Fixed => false,
+            Members::Applied => true,
+            Members::Missed => me % 2 == 0,
+        }
+    }
+
+    /// Whether proposer `me` may lead from the first index it has not applied: only a member
+    /// of that index's configuration starts (the runtime's rule), as far as `me` knows it.
+    fn may_start(&self, me: usize) -> bool {
+        !self.takes_changes(me) || self.config_at(self.applied[me]) >> me & 1 != 0
+    }
+
+    /// Starts proposer `me` leading from the first index it has not applied, in that index's
+    /// configuration.
+    fn start(&mut self, me: usize) {
+        let first = self.applied[me];
+        if self.takes_changes(me) {
+            let members = self.config_at(first);
+            self.proposers[me].set_members(members);
+        }
+        let mut mem = self.net.mem(me);
+        let last = first.checked_sub(1).map(|i| self.chosen[&i].clone());
+        self.proposers[me].start(
+            first,
+            last.as_ref().map(|v| (EntryKind::Request, &v[..])),
+            &mut mem,
+        );
+        self.net.post(me, &mut self.proposers[me]);
+    }
+
+    /// Effective configuration changes decided.
+    fn changes(&self) -> usize {
+        let all = (1u64 << self.proposers.len()) - 1;
+        let mut before = all;
+        let mut count = 0;
+        for &m in self.configs.values() {
+            count += usize::from(m != before);
+            before = m;
+        }
+        count
+    }
+
+    /// Completions, then the decisions they made, then the proposer's next moves: the
+    /// runtime's order, so that a change is taken in before the index after it is worked on.
     fn step(&mut self, me: usize) {
-        let events = step(&mut self.net, me, &mut self.proposers[me]);
+        self.net.complete(me, &mut self.proposers[me]);
+        self.take_decisions(me);
+        let mut mem = self.net.mem(me);
+        self.proposers[me].poll(&mut mem);
+        self.net.post(me, &mut self.proposers[me]);
+        self.take_decisions(me);
+    }
+
+    fn take_decisions(&mut self, me: usize) {
+        let events: Vec<Event> = self.proposers[me].drain_events().collect();
         for e in events {
             if let Event::Decided { index, .. } = e {
                 assert_eq!(index, self.applied[me], "decisions come in index order");
@@ -85,6 +188,10 @@ impl Run {
                 self.record(&format!("proposer {me}"), index, v);
                 self.applied[me] = index + 1;
                 self.decisions += 1;
+                if self.takes_changes(me) {
+                    let members = self.config_at(index + 1);
+                    self.proposers[me].set_members(members);
+                }
             }
         }
     }
@@ -201,8 +308,18 @@ impl Run {
     }
 }
 
-/// One seeded run; returns its decisions and restarts.
-fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (usize, usize) {
+/// What a run did: decisions, restarts, effective configuration changes.
+type Counts = (usize, usize, usize);
+
+/// One seeded run.
+fn run(
+    seed: u64,
+    n: usize,
+    slots: u64,
+    steps: usize,
+    recovery: Recovery,
+    members: Members,
+) -> Counts {
     let layout = layout(n, slots);
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut r = Run {
@@ -216,6 +333,8 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
         chosen: HashMap::new(),
         applied: vec![0; n],
         decisions: 0,
+        members,
+        configs: BTreeMap::new(),
     };
     let mut counter = 0u64;
     for _ in 0..steps {
@@ -232,9 +351,12 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
             49 => {
                 // Restarts, one recovering at a time (two at once out of three could lose
                 // what only they held: no rule takes back a majority that forgot).
+                // With changes, one at a time: configurations have three members at least, so
+                // one replica out leaves a majority of each.
+                let budget = if members == Members::Fixed { (n - 1) / 2 } else { 1 };
                 if r.net.recovering[me] {
                     r.recover(me);
-                } else if r.out_of_service(me) < (n - 1) / 2 && rng.chance(10) {
+                } else if r.out_of_service(me) < budget && rng.chance(10) {
                     r.restart(me, &mut rng);
                 }
             }
@@ -242,8 +364,19 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
             75..=84 => {
                 if r.proposers[me].is_leading() && !r.proposers[me].has_pending() {
                     counter += 1;
-                    let v = format!("p{me}-{counter}");
-                    r.proposers[me].submit(EntryKind::Request, v.as_bytes()).unwrap();
+                    if members != Members::Fixed && rng.chance(30) {
+                        // A change of the configuration this proposer has applied up to (it
+                        // may be decided later, after others' changes: it applies to whatever
+                        // configuration its index has).
+                        let x = rng.below(n as u64) as usize;
+                        let what =
+                            if r.config_at(r.applied[me]) >> x & 1 != 0 { "remove" } else { "add" };
+                        let v = format!("{what}:{x}#{counter}");
+                        r.proposers[me].submit(EntryKind::Membership, v.as_bytes()).unwrap();
+                    } else {
+                        let v = format!("p{me}-{counter}");
+                        r.proposers[me].submit(EntryKind::Request, v.as_bytes()).unwrap();
+                    }
                 }
             }
             85..=89 => r.learn(me),
@@ -256,16 +389,11 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
                     if rng.chance(25) {
                         r.proposers[me].stop();
                     }
-                } else if !r.net.recovering[me] && (leaders == 0 || rng.chance(15)) {
-                    let mut mem = r.net.mem(me);
-                    let first = r.applied[me];
-                    let last = first.checked_sub(1).map(|i| r.chosen[&i].clone());
-                    r.proposers[me].start(
-                        first,
-                        last.as_ref().map(|v| (EntryKind::Request, &v[..])),
-                        &mut mem,
-                    );
-                    r.net.post(me, &mut r.proposers[me]);
+                } else if !r.net.recovering[me]
+                    && r.may_start(me)
+                    && (leaders == 0 || rng.chance(15))
+                {
+                    r.start(me);
                 }
             }
             94..=96 => {
@@ -320,13 +448,9 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
     let furthest = *r.applied.iter().max().unwrap();
     r.applied.fill(furthest);
     let floor = furthest;
-    let up: Vec<usize> = (0..n).filter(|&p| !r.net.recovering[p]).collect();
+    let up: Vec<usize> = (0..n).filter(|&p| !r.net.recovering[p] && r.may_start(p)).collect();
     let leader = up[rng.below(up.len() as u64) as usize];
-    let mut mem = r.net.mem(leader);
-    let first = r.applied[leader];
-    let last = first.checked_sub(1).map(|i| r.chosen[&i].clone());
-    r.proposers[leader].start(first, last.as_ref().map(|v| (EntryKind::Request, &v[..])), &mut mem);
-    r.net.post(leader, &mut r.proposers[leader]);
+    r.start(leader);
     r.proposers[leader].set_applied_floor(floor);
     r.proposers[leader].submit(EntryKind::Request, b"final").unwrap();
     let mut done = false;
@@ -377,29 +501,51 @@ fn run(seed: u64, n: usize, slots: u64, steps: usize, recovery: Recovery) -> (us
         r.applied,
         r.proposers[leader].down()
     );
-    (r.decisions, r.restarts)
+    (r.decisions, r.restarts, r.changes())
 }
 
-/// Runs every seed and checks that they decided enough to mean something.
-fn sweep(seeds: std::ops::Range<u64>, n: usize, slots: u64, steps: usize, at_least: usize) {
-    let (decisions, restarts) = seeds
-        .map(|seed| run(seed, n, slots, steps, Recovery::Rejoin))
-        .fold((0, 0), |(d, r), (d1, r1)| (d + d1, r + r1));
-    eprintln!("{decisions} decisions, {restarts} restarts");
+/// Runs every seed and checks that they decided enough to mean something; returns how many
+/// configuration changes they decided.
+fn sweep_with(
+    seeds: std::ops::Range<u64>,
+    n: usize,
+    slots: u64,
+    steps: usize,
+    at_least: usize,
+    members: Members,
+) -> usize {
+    let (decisions, restarts, changes) = seeds
+        .map(|seed| run(seed, n, slots, steps, Recovery::Rejoin, members))
+        .fold((0, 0, 0), |(d, r, c), (d1, r1, c1)| (d + d1, r + r1, c + c1));
+    eprintln!("{decisions} decisions, {restarts} restarts, {changes} configuration changes");
     assert!(decisions > at_least, "the runs decided too little to mean much: {decisions}");
     assert!(restarts > 100, "the runs restarted too few replicas: {restarts}");
+    changes
 }
 
-/// The seeds among `seeds` whose run breaks agreement under `recovery`.
-fn broken(seeds: std::ops::Range<u64>, n: usize, slots: u64, recovery: Recovery) -> usize {
+fn sweep(seeds: std::ops::Range<u64>, n: usize, slots: u64, steps: usize, at_least: usize) {
+    sweep_with(seeds, n, slots, steps, at_least, Members::Fixed);
+}
+
+/// The seeds among `seeds` whose run breaks agreement under `recovery` and `members`.
+fn broken(
+    seeds: std::ops::Range<u64>,
+    n: usize,
+    slots: u64,
+    steps: usize,
+    recovery: Recovery,
+    members: Members,
+) -> usize {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let count = seeds
         .filter(|&seed| {
-            std::panic::catch_unwind(|| run(seed, n, slots, 3000, recovery)).is_err_and(|e| {
-                e.downcast_ref::<String>()
-                    .is_some_and(|m| m.contains("decided as") || m.contains("answers again"))
-            })
+            std::panic::catch_unwind(|| run(seed, n, slots, steps, recovery, members)).is_err_and(
+                |e| {
+                    e.downcast_ref::<String>()
+                        .is_some_and(|m| m.contains("decided as") || m.contains("answers again"))
+                },
+            )
         })
         .count();
     std::panic::set_hook(hook);
@@ -427,9 +573,26 @@ fn t13_no_two_decisions_differ_four_replicas() {
 /// had answered before its crash (and, in rarer schedules, decides two values too).
 #[test]
 fn t12_restarts_without_the_rule_break_agreement() {
-    let forget = broken(0..2000, 3, 8, Recovery::Forget);
-    let short = broken(0..2000, 3, 8, Recovery::OneLapShort);
+    let forget = broken(0..2000, 3, 8, 3000, Recovery::Forget, Members::Fixed);
+    let short = broken(0..2000, 3, 8, 3000, Recovery::OneLapShort, Members::Fixed);
     eprintln!("broken: {forget} runs forgetting, {short} one lap short, of 2000 each");
     assert!(forget > 0, "no run broke agreement with a replica that forgot");
     assert!(short > 0, "no run caught a replica abstaining one lap short");
+}
+
+/// Configuration changes decided at random among five replicas (never below three members),
+/// with restarts, contention and failing connections as above: no two decisions differ.
+#[test]
+fn t14_no_two_decisions_differ_across_configuration_changes() {
+    let changes = sweep_with(30_000..33_000, 5, 8, 20_000, 20_000, Members::Applied);
+    assert!(changes > 500, "the runs changed the configuration too little: {changes}");
+}
+
+/// The sweep above can fail: proposers that do not take the changes in decide with
+/// majorities of a configuration the others left, which need not meet theirs.
+#[test]
+fn t15_proposers_that_miss_changes_break_agreement() {
+    let missed = broken(30_000..35_000, 5, 8, 20_000, Recovery::Rejoin, Members::Missed);
+    eprintln!("broken: {missed} runs of 5000 with proposers that miss changes");
+    assert!(missed > 0, "no run broke agreement with proposers that miss changes");
 }
