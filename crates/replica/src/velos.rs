@@ -192,9 +192,6 @@ pub struct VelosDriver<F: Fabric> {
     /// Per position: the request the last rejoin entry applied here answered, so that a leader
     /// decides one entry per request.
     rejoined: Vec<u64>,
-    /// The configuration of the next index to apply (the Mu paper's §5.4): the initial one
-    /// changed by every membership entry applied here, or the one a snapshot carried.
-    members_applied: u64,
     /// This leader applied its own removal: it decides one entry more, from whose word the
     /// others learn that the removal was decided, then steps down and stops taking part.
     leaving: bool,
@@ -241,7 +238,7 @@ impl<F: Fabric> VelosDriver<F> {
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
         let recovery =
             (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0), true));
-        let members_applied = shared.members.load(Ordering::Acquire);
+        debug_assert_eq!(proposer.members(), shared.members.load(Ordering::Acquire));
         let run_nonce = run_nonce(shared.boot_id);
         VelosDriver {
             fabric,
@@ -281,7 +278,6 @@ impl<F: Fabric> VelosDriver<F> {
             rejoin_attempts: 0,
             run_nonce,
             rejoined: vec![0; n],
-            members_applied,
             leaving: false,
             bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
@@ -325,7 +321,7 @@ impl<F: Fabric> VelosDriver<F> {
         }
         // One entry in flight at a time: every entry before this one is applied here, so the
         // configuration it changes is the current one.
-        change.check(&self.replicas, self.members_applied).map_err(ProposeError::Membership)?;
+        change.check(&self.replicas, self.members_applied()).map_err(ProposeError::Membership)?;
         let value = change.encode();
         self.stage(std::iter::once(&value[..]), true)
     }
@@ -498,7 +494,7 @@ impl<F: Fabric> VelosDriver<F> {
             &mut self.snapshot_buf,
             self.settings.snapshot_bytes_max,
             (self.me, &self.replicas),
-            (self.applied, self.members_applied),
+            (self.applied, self.proposer.members()),
             app,
         );
         self.shared.progress.set_fuo(self.applied);
@@ -641,7 +637,7 @@ impl<F: Fabric> VelosDriver<F> {
         self.proposer.stop();
         self.own_pending = None;
         if std::mem::take(&mut self.leaving) {
-            self.shared.set_members(self.members_applied);
+            self.shared.set_members(self.members_applied());
             self.stop_taking_part();
         }
         self.last_decision = (0, true);
@@ -711,7 +707,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn floor(&self) -> u64 {
         // Members only: nobody asks a replica outside the configuration to accept anything,
         // and it learns by catching up from the leader's memory or by state transfer.
-        let alive = self.shared.alive_mask.load(Ordering::Acquire) & self.members_applied;
+        let alive = self.shared.alive_mask.load(Ordering::Acquire) & self.members_applied();
         (0..self.replicas.len())
             .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
             .filter(|&pos| !self.two_logs_behind(pos))
@@ -1077,7 +1073,7 @@ impl<F: Fabric> VelosDriver<F> {
         match kind {
             EntryKind::Rejoin => self.note_rejoin(index, value),
             EntryKind::Membership => {
-                let members = membership::apply(&self.replicas, self.members_applied, value);
+                let members = membership::apply(&self.replicas, self.members_applied(), value);
                 self.note_members(members);
             }
             _ => {}
@@ -1113,13 +1109,19 @@ impl<F: Fabric> VelosDriver<F> {
     /// taking part; a leader removed steps down once the entry's caller has its answer
     /// ([`VelosDriver::take_events`]). (A replica restarted or new applies history before its
     /// rejoin entry: a removal there was of an earlier run of it.)
+    /// The configuration of the next index to apply (the Mu paper's §5.4): the initial one
+    /// changed by every membership entry applied here, or the one a snapshot carried. The
+    /// proposer holds it ([`VelosDriver::note_members`] keeps it there).
+    fn members_applied(&self) -> u64 {
+        self.proposer.members()
+    }
+
     fn note_members(&mut self, members: u64) {
-        if members == self.members_applied {
+        if members == self.members_applied() {
             return;
         }
-        let was_member = self.members_applied >> self.me_pos & 1 != 0;
+        let was_member = self.members_applied() >> self.me_pos & 1 != 0;
         let member = members >> self.me_pos & 1 != 0;
-        self.members_applied = members;
         self.proposer.set_members(members);
         // A leader removed publishes the configuration once it steps down: the background
         // plane elects by it, and would elect another before the entry that tells the others.

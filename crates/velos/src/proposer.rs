@@ -398,6 +398,12 @@ impl Proposer {
         self.members >> self.me & 1 != 0
     }
 
+    /// The configuration it asks (a mask of positions): the one [`Proposer::set_members`] set
+    /// last, or the initial one.
+    pub fn members(&self) -> u64 {
+        self.members
+    }
+
     /// The configuration changed (a membership entry was decided and applied, the Mu paper's
     /// §5.4): `members` are the acceptors of every index after the last one decided. Called by
     /// the runtime as it applies that entry, before the proposer moves on (the next accept
