@@ -124,6 +124,10 @@ struct Proposal {
     internal: bool,
     /// Written into a log at least once ([`Action::Exposed`] told).
     exposed: bool,
+    /// Found decided at this index by another leader's hand (see
+    /// [`Leader::note_decided_elsewhere`]): committed as ours once it is the oldest, never
+    /// proposed again.
+    decided_at: Option<u64>,
 }
 
 /// An entry in the accept phase.
@@ -539,7 +543,13 @@ impl Leader {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(value);
-        self.queue.push_back(Proposal { kind, value: buf, internal: false, exposed: false });
+        self.queue.push_back(Proposal {
+            kind,
+            value: buf,
+            internal: false,
+            exposed: false,
+            decided_at: None,
+        });
         match self.phase {
             Phase::Ready => self.start_replicating(mem, out),
             // Not while prepare's own values are in flight (it found slots taken, so it must run
@@ -715,10 +725,12 @@ impl Leader {
     /// it while we were not leading, or while we tried), and the configuration that decides
     /// our FUO (§5.4). Returns whether that configuration includes us.
     fn refresh(&mut self, mem: &impl Memory) -> bool {
+        let before = self.fuo;
         self.fuo = self.fuo.max(Leader::decided_below(
             mem.load_u64(Area::Log, FUO_OFFSET),
             mem.load_u64(Area::Log, HEAD_OFFSET),
         ));
+        self.note_log_decided(mem, before, self.fuo);
         self.members = self.members_at_fuo(mem);
         self.is_member(self.me_pos)
     }
@@ -1009,9 +1021,12 @@ impl Leader {
         for k in 0..self.catch_up_count {
             let index = self.catch_up_next + k;
             mem.read(Area::Scratch, self.staging_slot(k), &mut slot);
-            if !matches!(self.layout.decode(index, &slot), Slot::Entry(_)) {
-                missing = Some(index);
-                break;
+            match self.layout.decode(index, &slot) {
+                Slot::Entry(e) => self.note_decided_elsewhere(index, e.kind, e.value),
+                _ => {
+                    missing = Some(index);
+                    break;
+                }
             }
             if !self.write_own_log(mem, self.layout.slot_offset(index), &slot, out) {
                 self.slot_buf = slot;
@@ -1149,6 +1164,7 @@ impl Leader {
     /// Up to date, nothing in flight: replicate the pending values, if any.
     fn start_replicating(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         debug_assert!(self.in_flight.is_empty());
+        self.commit_decided_elsewhere(out);
         if self.any_admissible() {
             return self.admit_late(mem, out);
         }
@@ -1160,7 +1176,13 @@ impl Leader {
             // seed 1120: it still believed a configuration whose members were gone).
             let mut value = self.spare.pop().unwrap_or_default();
             value.clear();
-            let noop = Proposal { kind: EntryKind::Noop, value, internal: true, exposed: false };
+            let noop = Proposal {
+                kind: EntryKind::Noop,
+                value,
+                internal: true,
+                exposed: false,
+                decided_at: None,
+            };
             self.queue.push_back(noop);
         }
         if self.queue.is_empty() {
@@ -1216,6 +1238,9 @@ impl Leader {
         {
             // A membership entry travels alone (§5.4): the entries after it are decided by the
             // configuration it makes, which this leader has not prepared with yet.
+            if self.queue[self.mine_in_flight].decided_at.is_some() {
+                break; // committed as ours once the ones before it are
+            }
             let change_next = self.queue[self.mine_in_flight].kind == EntryKind::Membership;
             let change_in_flight = self.in_flight.back().is_some_and(|e| e.members_after.is_some());
             if change_in_flight || (change_next && !self.in_flight.is_empty()) {
@@ -1420,6 +1445,54 @@ impl Leader {
         true
     }
 
+    /// Listing 2, line 34 ("if value == myValue") for any index, not only the one being
+    /// prepared: an entry decided at `index` other than by our own accept (copied from a more
+    /// advanced follower in catch-up, or adopted in prepare) may hold one of our proposals
+    /// waiting behind it, written by an attempt that aborted and then taken over by another
+    /// leader. Proposed again, it would be decided twice, and a request acknowledged once would
+    /// take effect twice (simulator seed 120028, two leaders at once). It is marked decided at
+    /// `index` instead, and committed as ours once the proposals before it are.
+    fn note_decided_elsewhere(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
+        let waiting = self.queue.iter_mut();
+        let mut mine = waiting.filter(|p| p.exposed && !p.internal && p.decided_at.is_none());
+        if let Some(p) = mine.find(|p| p.kind == kind && p.value[..] == *value) {
+            p.decided_at = Some(index);
+        }
+    }
+
+    /// [`Leader::note_decided_elsewhere`] for the entries our own log holds at `from..to`,
+    /// decided by another leader that wrote them there (simulator seed 120018: a leader paused
+    /// with two entries in flight found, once resumed, that the next leader had decided both
+    /// and written them into its log). Slots of an earlier or later lap, and holes a snapshot
+    /// left, hold nothing for their index and are passed over.
+    fn note_log_decided(&mut self, mem: &impl Memory, from: u64, to: u64) {
+        if !self.queue.iter().any(|p| p.exposed && !p.internal && p.decided_at.is_none()) {
+            return;
+        }
+        let from = from.max(to.saturating_sub(self.layout.slots_count()));
+        // `scan_buf`: this runs in aborts, while `slot_buf` may be taken.
+        let mut slot = std::mem::take(&mut self.scan_buf);
+        slot.resize(self.layout.slot_bytes() as usize, 0);
+        for index in from..to {
+            mem.read(Area::Log, self.layout.slot_offset(index), &mut slot);
+            if let Slot::Entry(e) = self.layout.decode(index, &slot) {
+                self.note_decided_elsewhere(index, e.kind, e.value);
+            }
+        }
+        self.scan_buf = slot;
+    }
+
+    /// Commits, as ours, the oldest proposals already decided elsewhere
+    /// ([`Leader::note_decided_elsewhere`]).
+    fn commit_decided_elsewhere(&mut self, out: &mut Vec<Action>) {
+        while self.mine_in_flight == 0 {
+            let Some(index) = self.queue.front().and_then(|p| p.decided_at) else { break };
+            let p = self.queue.pop_front().expect("a front");
+            self.spare.push(p.value);
+            out.push(Action::Committed { index, mine: true });
+        }
+    }
+
     /// Commits the entries in flight that a majority (ourselves included) holds, in index order
     /// (§4.2, "the leader waits for just a majority"), then puts more in flight or, with none
     /// left, goes on with what is queued.
@@ -1442,6 +1515,15 @@ impl Leader {
                 let p = self.queue.pop_front().expect("a proposal of ours was in flight");
                 self.spare.push(p.value);
                 self.mine_in_flight -= 1;
+            } else {
+                // A value adopted in prepare: it may be one of ours, not the oldest.
+                let mut slot = std::mem::take(&mut self.scan_buf);
+                slot.resize(self.layout.slot_bytes() as usize, 0);
+                mem.read(Area::Log, self.layout.slot_offset(index), &mut slot);
+                if let Slot::Entry(e) = self.layout.decode(index, &slot) {
+                    self.note_decided_elsewhere(index, e.kind, e.value);
+                }
+                self.scan_buf = slot;
             }
             committed = true;
             if members_after.is_some_and(|m| m != self.members) {

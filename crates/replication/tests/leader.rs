@@ -356,6 +356,59 @@ fn t71_a_proposal_is_exposed_once_when_first_written() {
     assert_eq!(c.committed(), [(0, true), (1, true), (2, true)]);
 }
 
+/// Listing 2, line 34 ("if value == myValue"), at any index: a proposal of ours that another
+/// leader decided at some index, after our attempt wrote it and aborted, is committed as ours
+/// at that index and never proposed again (proposed again, a request acknowledged once would
+/// take effect twice: simulator seeds 120018 and 120028, two leaders at once). The other leader
+/// either wrote the decided entries into our log (found when the next attempt reads our FUO)
+/// or holds them in its own, a more advanced follower's (found in catch-up, Listing 3).
+#[test]
+fn t74_a_proposal_decided_by_another_leader_is_ours_and_not_proposed_again() {
+    for through_catch_up in [false, true] {
+        let mut c = Cluster::ready(3, 0);
+        c.propose(b"first").unwrap();
+        c.run();
+        assert!(c.leader.prepared());
+        // Our accept of "mine" at 1 is written into our log and posted, and held.
+        c.faults[1] = Fault::Held;
+        c.faults[2] = Fault::Held;
+        c.propose(b"mine").unwrap();
+        assert_eq!(c.entry(0, 1).map(|e| e.1), Some(b"mine".to_vec()));
+        // Another leader took over, found "mine" at 1, decided it, then "other" at 2, in its
+        // log and replica 2's, and in ours too unless we are to find them by catching up.
+        let p = (7 << 16) | 2;
+        let holders: &[usize] = if through_catch_up { &[1, 2] } else { &[0, 1, 2] };
+        for &pos in holders {
+            c.plant(pos, 1, p, b"mine");
+            c.plant(pos, 2, p, b"other");
+            c.mems[pos].store_u64(Area::Log, FUO_OFFSET, 3);
+        }
+        // Our held writes are refused (the logs were given to the other leader): abort.
+        c.faults[1] = Fault::Denied;
+        c.faults[2] = Fault::Denied;
+        let held: Vec<_> = c.held.drain(..).collect();
+        c.queue.extend(held);
+        c.run();
+        assert!(!c.aborts().is_empty(), "the attempt aborted");
+        // We lead again.
+        c.faults[1] = Fault::None;
+        c.faults[2] = Fault::None;
+        c.grant_all();
+        c.run();
+        let committed = c.committed();
+        assert_eq!(committed, [(0, true), (1, true)], "catch-up {through_catch_up}");
+        assert_eq!(c.leader.fuo(), 3);
+        assert!(c.entry(0, 3).is_none(), "not proposed again");
+        c.propose(b"next").unwrap();
+        c.run();
+        assert_eq!(c.committed().last(), Some(&(3, true)));
+        for pos in 0..3 {
+            assert_eq!(c.entry(pos, 3).map(|e| e.1), Some(b"next".to_vec()), "replica {pos}");
+            assert_eq!(c.entry(pos, 1).map(|e| e.1), Some(b"mine".to_vec()), "replica {pos}");
+        }
+    }
+}
+
 /// §4.1 and §5.2, permissions as the guard of a log: after an abort, a replica the leader may
 /// still have writes on the way to is asked for permission again only once a fence (a signaled
 /// read behind them on the same FIFO connection) has completed. Otherwise a write of the aborted

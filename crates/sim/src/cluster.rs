@@ -47,6 +47,9 @@ pub struct SimCluster {
     /// Requests whose only attempt failed with an error that says they can never take effect
     /// ([`ProposeError::never_applied`]): no replica may apply them.
     pub refused: BTreeSet<Vec<u8>>,
+    /// Requests handed over more than once (a client's retry): each attempt may be decided,
+    /// so only these may be applied at two indices.
+    pub retried: BTreeSet<Vec<u8>>,
     /// The boot number of each replica's current process (0: never started): tells a restarted
     /// replica from the process a client handed its request to.
     pub boot_of: Vec<u32>,
@@ -104,6 +107,7 @@ impl SimCluster {
             stores: vec![Store::new(); n as usize],
             proposed: BTreeSet::new(),
             refused: BTreeSet::new(),
+            retried: BTreeSet::new(),
             boot_of: vec![0; n as usize],
         };
         for me in 0..n {
@@ -278,7 +282,11 @@ impl SimCluster {
         let now = self.world.now_ns();
         let core = self.cores[pos].as_mut().expect("a live replica");
         core.replication.submit(values.iter().copied(), now)?;
-        self.proposed.extend(values.iter().map(|v| v.to_vec()));
+        for v in values {
+            if !self.proposed.insert(v.to_vec()) {
+                self.retried.insert(v.to_vec());
+            }
+        }
         self.outstanding[pos] = Some(values.iter().map(|v| v.to_vec()).collect());
         self.outcomes[pos] = None;
         Ok(())
@@ -291,7 +299,9 @@ impl SimCluster {
         let core = self.cores[pos].as_mut().expect("a live replica");
         core.replication.submit_change(change, now)?;
         let label = change_label(&change.encode());
-        self.proposed.insert(label.clone());
+        if !self.proposed.insert(label.clone()) {
+            self.retried.insert(label.clone());
+        }
         self.outstanding[pos] = Some(vec![label]);
         self.outcomes[pos] = None;
         Ok(())
@@ -427,7 +437,7 @@ impl SimCluster {
     pub fn safety(&self) -> Result<(), (&'static str, String)> {
         check::agreement::check(&self.applied)
             .map_err(|e| ("agreement", format!("{e}: {}", self.describe())))?;
-        check::validity::check(&self.applied, &self.proposed, &self.refused)
+        check::validity::check(&self.applied, &self.proposed, &self.refused, &self.retried)
             .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
         self.single_writer()
     }

@@ -215,6 +215,9 @@ struct Pending {
     /// The index it was first accepted at in this leadership and the proposal then: an entry
     /// of this proposer's at that index with a proposal at least this one carries it.
     at: Option<(u64, u32)>,
+    /// Written into a value log at least once: another proposer may have adopted it since,
+    /// so it may be decided whatever becomes of `at`.
+    written: bool,
 }
 
 /// See the module docs.
@@ -335,11 +338,11 @@ impl Proposer {
         self.layout.max_value_bytes()
     }
 
-    /// Takes back the submitted value if it was never accepted anywhere (so it will never be
+    /// Takes back the submitted value if it was never written anywhere (so it will never be
     /// decided); false if it may have been.
     pub fn withdraw(&mut self) -> bool {
         match &self.pending {
-            Some(p) if p.at.is_none() => {
+            Some(p) if !p.written => {
                 self.pending = None;
                 true
             }
@@ -496,7 +499,7 @@ impl Proposer {
         }
         self.pending_value.clear();
         self.pending_value.extend_from_slice(value);
-        self.pending = Some(Pending { kind, at: None });
+        self.pending = Some(Pending { kind, at: None, written: false });
         Ok(())
     }
 
@@ -882,6 +885,14 @@ impl Proposer {
                     && self.pending.as_ref().is_some_and(|p| {
                         p.at.is_some_and(|(i, first)| i == index && proposal >= u64::from(first))
                     });
+                // Or the submitted value as another proposer adopted it (its copy is in that
+                // proposer's value log): decided here, it must not be proposed again at the
+                // next index, where it would be decided twice (the Mu paper's Listing 2, line
+                // 34, "if value == myValue"; simulator seed 120109, two leaders at once).
+                let ours = ours
+                    || self.pending.as_ref().is_some_and(|p| {
+                        p.written && p.kind == kind && self.pending_value[..] == value[..]
+                    });
                 if ours {
                     // Our own earlier attempt at this index: it is the submitted value.
                     t.adopted = None;
@@ -923,6 +934,7 @@ impl Proposer {
             .expect("values are checked on submit and on adoption");
         if self.ring[pos].adopted.is_none() {
             let p = self.pending.as_mut().expect("checked above");
+            p.written = true;
             if p.at.is_none_or(|(i, _)| i != index) {
                 p.at = Some((index, proposal));
             }

@@ -465,3 +465,71 @@ fn t11_a_new_configuration_prepares_again_and_counts_its_members() {
     assert_ne!(SlotWord::unpack(net.word(2, 8)).min, 0, "index 8 is prepared ahead");
     assert_eq!(net.word(0, 8), 0, "its own acceptor is asked nothing");
 }
+
+/// The Mu paper's Listing 2, line 34 ("if value == myValue"), in Velos: a proposer whose
+/// accept reached its own acceptor only finds, when it prepares again, its value adopted by
+/// another proposer and decided from the other's value log. It is the submitted value,
+/// decided: proposed again at the next index it would be decided twice, and a request
+/// acknowledged once would take effect twice (simulator seed 120109, two leaders at once).
+/// Once written, it is no longer withdrawn ("log full" would say it never takes effect).
+#[test]
+fn t12_the_submitted_value_adopted_by_another_proposer_is_decided_once() {
+    let layout = layout(3, 16);
+    let mut net = Net::new(layout);
+    let mut p0 = proposer(layout, 0, 0);
+    let mut p2 = proposer(layout, 2, 0);
+    p0.start(0, None, &mut net.mem(0));
+    step(&mut net, 0, &mut p0);
+    net.deliver_all();
+    net.complete(0, &mut p0);
+    // Proposer 2 prepares index 0 at its own acceptor, and a third proposer (position 1)
+    // promised acceptor 1 a proposal between proposer 0's and proposer 2's.
+    p2.start(0, None, &mut net.mem(2));
+    step(&mut net, 2, &mut p2);
+    net.set_word(1, 0, SlotWord { min: 2, accepted: 0, lap: 0, prev_decided: false }.pack());
+    // Proposer 0's accept of "mine" lands at its own acceptor only.
+    p0.submit(EntryKind::Request, b"mine").unwrap();
+    let accepting = |net: &Net| {
+        net.queues[0][1].iter().any(|f| matches!(f.action, mu_velos::Action::Write { .. }))
+    };
+    for _ in 0..3 {
+        if !accepting(&net) {
+            step(&mut net, 0, &mut p0);
+        }
+    }
+    assert!(accepting(&net), "proposer 0 accepts");
+    for to in 0..3 {
+        while net.deliver(0, to) {}
+    }
+    net.complete(0, &mut p0);
+    assert_eq!(SlotWord::unpack(net.word(0, 0)).accepted, 1, "accepted at acceptor 0");
+    assert!(p0.has_pending(), "not decided: acceptors 1 and 2 promised others");
+    assert!(!p0.withdraw(), "a value written is not withdrawn");
+    // Proposer 2, with a value of its own, finds "mine" at acceptor 0, adopts it and decides
+    // it from its own value log first.
+    p2.submit(EntryKind::Request, b"theirs").unwrap();
+    let mut adopted = false;
+    for _ in 0..20 {
+        for to in 0..3 {
+            while net.deliver(2, to) {}
+        }
+        let events = step(&mut net, 2, &mut p2);
+        adopted |= events.contains(&Event::Decided { index: 0, submitted: false });
+    }
+    assert!(adopted, "proposer 2 decided proposer 0's value at index 0");
+    assert_eq!(decided_value(&net, 2, 0), b"mine");
+    // Proposer 0 prepares again and finds its value in proposer 2's log: decided, as the
+    // submitted value, once.
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        for to in 0..3 {
+            while net.deliver(0, to) {}
+        }
+        events.extend(step(&mut net, 0, &mut p0));
+    }
+    assert_eq!(events.first(), Some(&Event::Decided { index: 0, submitted: true }), "{events:?}");
+    assert!(!p0.has_pending());
+    // What it decides next is proposer 2's value, not "mine" again.
+    let again = events.iter().skip(1).any(|e| matches!(e, Event::Decided { submitted: true, .. }));
+    assert!(!again, "{events:?}");
+}
