@@ -329,11 +329,18 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.group.take_outcomes(into)
     }
 
-    /// Fails the requests in progress, if any, because the replica stops.
+    /// Fails the requests in progress, if any, because the replica stops. The engine steps
+    /// down with them: left queued there, their later commits would be taken for another
+    /// call's (one that got in just before the stop). Stepping down, not just dropping them:
+    /// a leader that skipped prepare must not write new values over indices its dropped
+    /// entries may have been decided at.
     pub fn shut_down(&mut self) {
         if self.group.pending {
             self.group.answer_rest(|_| ProposeError::ShuttingDown);
             self.finish_group();
+            if self.leader.phase() != Phase::Follower {
+                self.leader.step_down();
+            }
         }
     }
 
@@ -760,14 +767,11 @@ impl<F: Fabric> ReplicationDriver<F> {
                     }
                 }
                 Action::Exposed => {
-                    // Proposals are written in the order they were handed over. None is left
-                    // once the call was answered while the engine still held its proposals
-                    // (shutting down): then nobody waits for the outcome.
+                    // Proposals are written in the order they were handed over (the engine
+                    // holds none of an answered call: `shut_down` steps it down).
                     let g = &mut self.group;
                     let e = g.entries.iter_mut().take(g.handed).find(|e| !e.maybe_accepted);
-                    if let Some(e) = e {
-                        e.maybe_accepted = true;
-                    }
+                    e.expect("an exposed proposal was handed over").maybe_accepted = true;
                 }
                 Action::Aborted { reason } => {
                     self.note_abort(reason);

@@ -394,6 +394,11 @@ impl<F: Fabric> VelosDriver<F> {
         if self.group.pending {
             self.group.answer_rest(|_| ProposeError::ShuttingDown);
             self.finish_group();
+            // The proposer stops with them: its decision of the value it holds would otherwise
+            // be taken for another call's (one that got in just before the stop).
+            if self.proposer.is_leading() {
+                self.step_down(self.shared.leader());
+            }
         }
     }
 
@@ -1103,12 +1108,6 @@ impl<F: Fabric> VelosDriver<F> {
         Some(())
     }
 
-    /// The configuration of the indices after the last one applied changed (a membership
-    /// entry, or a snapshot's configuration): the proposer works in it from the next index on,
-    /// and the background plane elects by it. A member it leaves out was removed and stops
-    /// taking part; a leader removed steps down once the entry's caller has its answer
-    /// ([`VelosDriver::take_events`]). (A replica restarted or new applies history before its
-    /// rejoin entry: a removal there was of an earlier run of it.)
     /// The configuration of the next index to apply (the Mu paper's §5.4): the initial one
     /// changed by every membership entry applied here, or the one a snapshot carried. The
     /// proposer holds it ([`VelosDriver::note_members`] keeps it there).
@@ -1116,6 +1115,12 @@ impl<F: Fabric> VelosDriver<F> {
         self.proposer.members()
     }
 
+    /// The configuration of the indices after the last one applied changed (a membership
+    /// entry, or a snapshot's configuration): the proposer works in it from the next index on,
+    /// and the background plane elects by it. A member it leaves out was removed and stops
+    /// taking part; a leader removed steps down once the entry's caller has its answer
+    /// ([`VelosDriver::take_events`]). (A replica restarted or new applies history before its
+    /// rejoin entry: a removal there was of an earlier run of it.)
     fn note_members(&mut self, members: u64) {
         if members == self.members_applied() {
             return;
