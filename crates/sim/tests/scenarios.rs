@@ -328,35 +328,10 @@ fn t80_a_replica_is_added_and_counts() {
     common::a_replica_is_added_and_counts(Protocol::Mu, 80);
 }
 
-/// §5.4, removing the leader: it proposes its own removal, stops leading once that is decided
-/// ("once a replica sees it has been removed, it stops executing"), and the next replica leads
-/// the two that remain, whose majority is both. The removed replica's requests are ignored.
+/// §5.4, removing the leader: see `common::the_leader_removes_itself`, which Velos runs too.
 #[test]
 fn t81_the_leader_removes_itself() {
-    let mut c = SimCluster::new(3, 81);
-    assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..5 {
-        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
-    }
-    let removed_at = c.change_anywhere(Change::Remove(NodeId(0)), 10_000_000);
-    c.run_for(500_000);
-    let status = c.cores[0].as_ref().unwrap().status();
-    assert!(status.removed, "{status:?}");
-    assert_eq!(c.agreed_leader(), Some(NodeId(1)), "{}", c.describe());
-    for i in 0..10 {
-        let index = c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
-        assert!(index > removed_at);
-    }
-    c.run_for(500_000);
-    c.check_agreement();
-    c.check_acked_applied(1);
-    c.check_acked_applied(2);
-    assert_eq!(c.applied[0].last().unwrap().0, removed_at, "replica 0 stopped at its removal");
-    // Two members: both are needed; with one crashed nothing commits.
-    c.crash(2);
-    let pos = 1;
-    let outcome = c.propose(pos, b"needs both", 5_000_000);
-    assert!(!matches!(outcome, Some(Ok(_))), "committed without a majority: {}", c.describe());
+    common::the_leader_removes_itself(Protocol::Mu, 81);
 }
 
 /// §5.4 with state transfer: a replica added after the log went round three times gets a

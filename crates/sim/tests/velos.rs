@@ -4,7 +4,7 @@
 mod common;
 
 use mu_fabric::NodeId;
-use mu_replica::{Change, ProposeError, Protocol};
+use mu_replica::Protocol;
 use mu_sim::SimCluster;
 
 fn velos(n: u16, seed: u64) -> SimCluster {
@@ -116,37 +116,10 @@ fn t60_a_replica_is_added_and_counts() {
     common::a_replica_is_added_and_counts(Protocol::Velos, 60);
 }
 
-/// Removing the leader: it proposes its own removal, stops leading once that is decided, and
-/// the next replica leads the two that remain, whose majority is both. A change that is not
-/// one of the current configuration is refused at once.
+/// Removing the leader: see `common::the_leader_removes_itself`, which Mu runs too.
 #[test]
 fn t61_the_leader_removes_itself() {
-    let mut c = velos(3, 61);
-    assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..5 {
-        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
-    }
-    match c.submit_change(0, Change::Add(NodeId(1))) {
-        Err(ProposeError::Membership(why)) => assert!(why.contains("member already"), "{why}"),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-    let removed_at = c.change_anywhere(Change::Remove(NodeId(0)), 10_000_000);
-    c.run_for(500_000);
-    let status = c.cores[0].as_ref().unwrap().status();
-    assert!(status.removed, "{status:?}");
-    assert_eq!(c.agreed_leader(), Some(NodeId(1)), "{}", c.describe());
-    for i in 0..10 {
-        let index = c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
-        assert!(index > removed_at);
-    }
-    c.run_for(500_000);
-    c.check_agreement();
-    c.check_acked_applied(1);
-    c.check_acked_applied(2);
-    // Two members: both are needed; with one crashed nothing is decided.
-    c.crash(2);
-    let outcome = c.propose(1, b"needs both", 5_000_000);
-    assert!(!matches!(outcome, Some(Ok(_))), "decided without a majority: {}", c.describe());
+    common::the_leader_removes_itself(Protocol::Velos, 61);
 }
 
 /// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it lets

@@ -1,7 +1,7 @@
 //! Scenarios both engines run, with the waits that differ between them.
 
 use mu_fabric::NodeId;
-use mu_replica::{Change, Protocol};
+use mu_replica::{Change, ProposeError, Protocol};
 use mu_sim::SimCluster;
 
 /// Adding a replica (the Mu paper's §5.4; for Velos, `docs/protocols/velos.md`, "Membership
@@ -77,4 +77,44 @@ pub fn a_replica_is_added_and_counts(protocol: Protocol, seed: u64) {
     c.check_acked_applied(3);
     let status = c.cores[3].as_ref().unwrap().status();
     assert_eq!(status.members, vec![NodeId(1), NodeId(2), NodeId(3)], "{status:?}");
+}
+
+/// Removing the leader (§5.4): it proposes its own removal, stops leading once that is decided
+/// ("once a replica sees it has been removed, it stops executing"), and the next replica leads
+/// the two that remain, whose majority is both. A change that is not one of the current
+/// configuration is refused at once.
+///
+/// Mu's removed leader applies nothing after its removal. Velos's decides one entry more, from
+/// whose word the others learn the removal (`docs/protocols/velos.md`, "Membership changes").
+pub fn the_leader_removes_itself(protocol: Protocol, seed: u64) {
+    let mut c = SimCluster::with(3, seed, |c| c.protocol = protocol);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..5 {
+        c.propose_anywhere(format!("v{i}").as_bytes(), 5_000_000);
+    }
+    match c.submit_change(0, Change::Add(NodeId(1))) {
+        Err(ProposeError::Membership(why)) => assert!(why.contains("member already"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let removed_at = c.change_anywhere(Change::Remove(NodeId(0)), 10_000_000);
+    c.run_for(500_000);
+    let status = c.cores[0].as_ref().unwrap().status();
+    assert!(status.removed, "{status:?}");
+    assert_eq!(c.agreed_leader(), Some(NodeId(1)), "{}", c.describe());
+    for i in 0..10 {
+        let index = c.propose_anywhere(format!("after: {i}").as_bytes(), 20_000_000);
+        assert!(index > removed_at);
+    }
+    c.run_for(500_000);
+    c.check_agreement();
+    c.check_acked_applied(1);
+    c.check_acked_applied(2);
+    if protocol == Protocol::Mu {
+        let last = c.applied[0].last().unwrap().0;
+        assert_eq!(last, removed_at, "replica 0 stopped at its removal");
+    }
+    // Two members: both are needed; with one crashed nothing is decided.
+    c.crash(2);
+    let outcome = c.propose(1, b"needs both", 5_000_000);
+    assert!(!matches!(outcome, Some(Ok(_))), "decided without a majority: {}", c.describe());
 }
