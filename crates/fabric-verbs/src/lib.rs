@@ -23,7 +23,7 @@
 //! | a remote address `(RegionId, offset)` | `(addr + offset, rkey)` from the peer's published regions, bounds-checked by the initiator |
 //! | statuses | `REM_ACCESS_ERR` → `RemoteAccessDenied`, `RETRY_EXC_ERR`/`RNR_RETRY_EXC_ERR` → `PeerUnreachable`, `WR_FLUSH_ERR` → `Flushed`, `LOC_PROT_ERR` → `LocalProtection`, `REM_INV_REQ_ERR` → `RemoteInvalidRequest` |
 //! | [`LocalRegion::compare_swap_u64`](mu_fabric::LocalRegion::compare_swap_u64) | a CPU atomic where the device's atomics are global (`IBV_ATOMIC_GLOB`), else a compare-and-swap through a loopback queue pair connected to itself |
-//! | [`crash_notified`](mu_fabric::Fabric::crash_notified) | always `false`: asynchronous events are not read yet; callers keep their timeouts |
+//! | [`crash_notified`](mu_fabric::Fabric::crash_notified) | the peer's lock file in the run directory: free, or holding a later incarnation's number, once the incarnation bound to has died (`rundir::DeathWatch`) |
 //!
 //! ## Decisions
 //!

@@ -325,6 +325,68 @@ pub fn node_is_running(dir: &Path, node: NodeId) -> bool {
     rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
+/// Crash notification for one incarnation of a peer, through its lock file: the kernel releases
+/// a dead process's lock at once, and a restart writes a higher incarnation into the file. Either
+/// says, without a timeout, that the incarnation watched is gone; neither can happen while it
+/// lives (its process holds the lock for its whole life, and no other process can take it). A
+/// stopped process keeps its lock, so a pause is never notified, as the fabric API asks.
+///
+/// Needs what the run directory already needs: the peers' lock files visible here, with flock
+/// working on them (one host, or a shared file system whose flock is released when the holder
+/// dies).
+#[derive(Debug)]
+pub struct DeathWatch {
+    incarnation: u64,
+    /// The peer's lock file, opened once; `None` once the death is known, or where the file
+    /// could not be opened (the watch then cannot tell, and says `false`).
+    file: Option<File>,
+    dead: bool,
+}
+
+impl DeathWatch {
+    /// Watches incarnation `incarnation` of `node`.
+    pub fn new(dir: &Path, node: NodeId, incarnation: u64) -> DeathWatch {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(lock_file(dir, node))
+            .ok();
+        DeathWatch { incarnation, file, dead: false }
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Whether the incarnation watched has died. Two system calls while it lives (a read of the
+    /// file's first bytes and a non-blocking lock attempt); none once it is known dead.
+    pub fn died(&mut self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.file else {
+            return self.dead;
+        };
+        // A later incarnation has taken the lock and written its number. A file being rewritten
+        // (emptied, then written) reads as no number, and the lock attempt below decides.
+        let mut text = [0u8; 24];
+        let later = file.read_at(&mut text, 0).ok().is_some_and(|n| {
+            std::str::from_utf8(&text[..n])
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .is_some_and(|found| found > self.incarnation)
+        });
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        let free =
+            later || unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        if free {
+            // Dropping the descriptor lets go of the shared lock taken just now, if any, so a
+            // restarting peer can take its lock.
+            self.file = None;
+            self.dead = true;
+        }
+        self.dead
+    }
+}
+
 /// Replaces the node's file with `info`, whole (written aside, then renamed into place).
 pub fn publish(dir: &Path, info: &NodeInfo) -> Result<(), FabricError> {
     let path = info_file(dir, info.node);
@@ -415,6 +477,43 @@ mod tests {
         assert!(NodeInfo::parse("qp 1 2 3 4\n").is_err());
         assert_eq!(info.qp_for(NodeId(0), 1).map(|q| q.qp_number), Some(0x1234));
         assert_eq!(info.qp_for(NodeId(0), 0), None);
+    }
+
+    #[test]
+    fn a_death_watch_sees_a_released_lock_and_a_restart_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("mu-verbs-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ensure_private_dir(&dir).unwrap();
+        let never_started = DeathWatch::new(&dir, NodeId(1), 1);
+        let (lock, first) = take_node_lock(&dir, NodeId(1)).unwrap();
+        let mut unopened = never_started;
+        assert!(!unopened.died(), "a watch without its file cannot tell, so it says no");
+
+        // Death: the lock is let go (as the kernel does for a dead process).
+        let mut watch = DeathWatch::new(&dir, NodeId(1), first);
+        for _ in 0..3 {
+            assert!(!watch.died(), "a live incarnation is never notified");
+        }
+        assert!(node_is_running(&dir, NodeId(1)), "watching takes nothing from the holder");
+        drop(lock);
+        assert!(watch.died());
+        assert!(watch.died(), "a death stays known");
+
+        // Restart: the next incarnation holds the lock again; the old one is still dead to a
+        // watch that never saw the lock free, and the new one is alive.
+        let (lock, second) = take_node_lock(&dir, NodeId(1)).unwrap();
+        assert_eq!(second, first + 1);
+        let mut old = DeathWatch::new(&dir, NodeId(1), first);
+        let mut new = DeathWatch::new(&dir, NodeId(1), second);
+        assert!(old.died(), "a later incarnation's number ends the earlier one");
+        assert!(!new.died());
+        assert_eq!(new.incarnation(), second);
+        // A watch that found the lock free let go of it at once: the node can restart.
+        drop(lock);
+        assert!(new.died());
+        let (_lock, third) = take_node_lock(&dir, NodeId(1)).unwrap();
+        assert_eq!(third, second + 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

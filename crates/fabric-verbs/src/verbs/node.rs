@@ -15,6 +15,7 @@ use sideway::ibverbs::queue_pair::QueuePair;
 use sideway::ibverbs::AccessFlags;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -41,9 +42,13 @@ pub(crate) struct Node {
     pub(crate) control: Mutex<()>,
     local_cas: Arc<LocalCas>,
     crashed: AtomicBool,
+    /// Per peer, the latest incarnation a side was bound to, watched through its lock file for
+    /// [`Fabric::crash_notified`].
+    deaths: Mutex<HashMap<NodeId, rundir::DeathWatch>>,
     pub(crate) device: Device,
-    /// Held for the node's life: a second process for the same node id is refused.
-    _lock: File,
+    /// Held for the node's life (let go by [`VerbsFabric::crash`]): a second process for the same
+    /// node id is refused, and peers learn of the node's death when it is free.
+    lock_file: File,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,8 +147,9 @@ impl VerbsFabric {
             control: Mutex::new(()),
             local_cas: Arc::new(local_cas),
             crashed: AtomicBool::new(false),
+            deaths: Mutex::new(HashMap::new()),
             device,
-            _lock: lock_file,
+            lock_file,
             config,
         });
         node.publish()?;
@@ -171,11 +177,14 @@ impl VerbsFabric {
 
     /// Makes the node unreachable at once, as if its process had died, for tests that keep
     /// several nodes in one process: every side is reset (its queue pair drops what arrives, so
-    /// peers see "retry exceeded") and control calls fail from then on.
+    /// peers see "retry exceeded") and control calls fail from then on. The node's lock is let
+    /// go, as the kernel does for a dead process, so peers are notified of the crash.
     pub fn crash(&self) {
         let node = &self.node;
         let _control = lock(&node.control);
         node.crashed.store(true, Ordering::SeqCst);
+        // SAFETY: flock on a descriptor the node owns for its life; no memory is passed.
+        unsafe { libc::flock(node.lock_file.as_raw_fd(), libc::LOCK_UN) };
         for side in node.sides.iter().flatten() {
             let _ = side.raw.move_to_reset();
             let before = side.load();
@@ -251,6 +260,12 @@ impl Node {
     /// The peer's current published information and its queue pair for `conn`.
     pub(crate) fn lookup_peer(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let peer = rundir::read_peer(&self.config.run_dir, self.config.cluster_id, conn.peer)?;
+        let mut deaths = lock(&self.deaths);
+        if deaths.get(&conn.peer).is_none_or(|w| w.incarnation() < peer.incarnation) {
+            let watch = rundir::DeathWatch::new(&self.config.run_dir, conn.peer, peer.incarnation);
+            deaths.insert(conn.peer, watch);
+        }
+        drop(deaths);
         let qp = peer.qp_for(self.config.node, conn.channel).ok_or_else(|| {
             FabricError::PeerUnreachable(
                 conn.peer,
@@ -398,11 +413,12 @@ impl Fabric for VerbsFabric {
         Ok(self.node.side(conn)?.load().access)
     }
 
-    /// Always `false`: this backend does not read the device's asynchronous events yet, so a
-    /// peer's crash shows only as `PeerUnreachable` once retries are exhausted.
+    /// Whether the latest incarnation of `peer` a side was bound to has died, as its lock file
+    /// in the run directory says (see [`rundir::DeathWatch`]). Not the device's asynchronous
+    /// events: on RC a peer's death raises none until a request to it runs out of retries,
+    /// which is the timeout this notification is there to beat.
     fn crash_notified(&self, peer: NodeId) -> bool {
-        let _ = peer;
-        false
+        lock(&self.node.deaths).get_mut(&peer).is_some_and(rundir::DeathWatch::died)
     }
 
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
