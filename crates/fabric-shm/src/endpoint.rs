@@ -122,22 +122,20 @@ fn execute(
         None if !liveness::is_alive(&bound.peer.ctl) => {
             return Executed::fail(Status::PeerUnreachable)
         }
-        None => {
-            match bound.peer.region(&node.config.run_dir, node.config.cluster_id, remote.region) {
-                Some(r) => {
-                    bound.regions.push((remote.region, r));
-                    bound.regions.len() - 1
-                }
-                None => {
-                    let alive = liveness::is_alive(&bound.peer.ctl);
-                    return Executed::fail(if alive {
-                        Status::RemoteOutOfBounds
-                    } else {
-                        Status::PeerUnreachable
-                    });
-                }
+        None => match bound.peer.region(node, remote.region) {
+            Some(r) => {
+                bound.regions.push((remote.region, r));
+                bound.regions.len() - 1
             }
-        }
+            None => {
+                let alive = liveness::is_alive(&bound.peer.ctl);
+                return Executed::fail(if alive {
+                    Status::RemoteOutOfBounds
+                } else {
+                    Status::PeerUnreachable
+                });
+            }
+        },
     };
     let region = &bound.regions[region_at].1;
     if !check_bounds(remote.offset, len, region.len_bytes) {

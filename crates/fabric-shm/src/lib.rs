@@ -27,6 +27,7 @@ pub mod layout;
 pub mod liveness;
 pub mod mapping;
 mod node;
+mod prefault;
 mod region;
 
 pub use endpoint::ShmEndpoint;

@@ -9,6 +9,7 @@ use crate::layout::{
 };
 use crate::liveness::{self, Holder};
 use crate::mapping::{ensure_private_dir, Mapping};
+use crate::prefault::Prefaulter;
 use crate::region::ShmRegion;
 use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
 use std::collections::{HashMap, HashSet};
@@ -109,6 +110,8 @@ pub(crate) struct Node {
     /// change decides whether to wait from the `acl` it replaces, so two at once could each see
     /// the other's state and neither wait for a writer admitted in between.
     control: Mutex<()>,
+    /// Fills in the page tables of peers' regions as they are mapped (see `crate::prefault`).
+    prefault: Prefaulter,
     /// Held for the node's life: a second process (or a second `create` in this one) for the same
     /// node id fails instead of running beside it.
     _lock: File,
@@ -211,6 +214,7 @@ impl ShmFabric {
                 peers: Mutex::new(HashMap::new()),
                 attached: Mutex::new(HashSet::new()),
                 control: Mutex::new(()),
+                prefault: Prefaulter::new(),
                 _lock: lock_file,
                 _running_here: registered,
             }),
@@ -369,7 +373,7 @@ impl Node {
             }
             _ => self.open_peer(peer)?,
         };
-        entry.map_registered(&self.config.run_dir, self.config.cluster_id);
+        entry.map_registered(self);
         Ok(entry)
     }
 
@@ -698,32 +702,37 @@ impl Peer {
     /// microseconds, and the first operation can be a new leader's first round (it was most of
     /// a new Velos leader's first batch of compare-and-swaps). One load when nothing is new. A
     /// region registered after the last binding is mapped by its first operation.
-    fn map_registered(&self, run_dir: &std::path::Path, cluster_id: u64) {
+    fn map_registered(&self, node: &Node) {
         let registered = self.ctl.u64_at(layout::H_REGIONS).load(Ordering::Acquire);
         if self.regions_seen.swap(registered, Ordering::AcqRel) == registered {
             return;
         }
-        for id in layout::region_files(run_dir, self.node, self.incarnation) {
-            let _ = self.region(run_dir, cluster_id, id);
+        for id in layout::region_files(&node.config.run_dir, self.node, self.incarnation) {
+            let _ = self.region(node, id);
         }
     }
 
-    pub(crate) fn region(
-        &self,
-        run_dir: &std::path::Path,
-        cluster_id: u64,
-        id: RegionId,
-    ) -> Option<Arc<RemoteRegion>> {
+    /// The peer's region `id`, mapped on first use; `node` pre-faults a new mapping in the
+    /// background.
+    pub(crate) fn region(&self, node: &Node, id: RegionId) -> Option<Arc<RemoteRegion>> {
         let mut regions = lock(&self.regions);
         if let Some(r) = regions.get(&id) {
             return Some(r.clone());
         }
+        let run_dir = &node.config.run_dir;
         let path = layout::region_file(run_dir, self.node, self.incarnation, id);
         let map = Mapping::open(&path, HEADER_BYTES).ok()?;
-        let h = layout::read_region_header(&map, &path, self.node, cluster_id, self.incarnation)
-            .ok()?;
+        let h = layout::read_region_header(
+            &map,
+            &path,
+            self.node,
+            node.config.cluster_id,
+            self.incarnation,
+        )
+        .ok()?;
         let r = Arc::new(RemoteRegion { map, len_bytes: h.len_bytes, access: h.access });
         regions.insert(id, r.clone());
+        node.prefault.queue(r.clone());
         Some(r)
     }
 }
