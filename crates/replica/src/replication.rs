@@ -222,7 +222,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             request_round: None,
             acked: vec![true; n],
             permissions_since_ns: 0,
-            group: Group::default(),
+            group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             heads_seen: vec![0; n],
             phases_stamped: 0,
             heads_at_request: vec![0; n],

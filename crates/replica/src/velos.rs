@@ -255,7 +255,7 @@ impl<F: Fabric> VelosDriver<F> {
             snapshot_buf: Vec::new(),
             ep,
             shared,
-            group: Group::default(),
+            group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             handed: false,
             applied: 0,
             last: None,
