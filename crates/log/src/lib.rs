@@ -448,6 +448,19 @@ fn checksum(index: u64, proposal: u64, kind: u8, in_flight_before: u16, value: &
 
 /// Folds `bytes` into `seed`, eight bytes at a time: the checksum of snapshots in transfer
 /// (entries have [`checksum`]). Not cryptographic: it guards against torn and reordered writes.
+/// A buffer of `len` zero bytes for entries, written here rather than allocated zeroed: a zeroed
+/// allocation may come from pages never touched, and their first touch, a page fault, would
+/// then fall on whichever thread first fills the buffer. The engines' entry buffers are first
+/// filled by a new leader, on the failover path (measured: a new Velos leader's first
+/// submission 13 to 16 µs slower on a 2-vCPU virtual machine). Clear it for an empty buffer
+/// with room.
+#[allow(clippy::slow_vector_initialization)] // the writing is the point: `vec![0; len]` may not
+pub fn written_buffer(len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    v.resize(len, 0);
+    v
+}
+
 pub fn digest(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = seed;
     let mut chunks = bytes.chunks_exact(8);

@@ -321,14 +321,21 @@ impl Leader {
             outstanding_max: config.outstanding_max,
             queue: VecDeque::with_capacity(config.outstanding_max),
             mine_in_flight: 0,
-            spare: (0..config.outstanding_max).map(|_| Vec::with_capacity(slot_bytes)).collect(),
+            spare: (0..config.outstanding_max)
+                .map(|_| {
+                    let mut v = mu_log::written_buffer(slot_bytes);
+                    v.clear();
+                    v
+                })
+                .collect(),
             fuo_published: 0,
             fuo_due_at_ns: None,
             now_ns: 0,
             in_flight: VecDeque::with_capacity(config.outstanding_max),
-            entry: vec![0; slot_bytes],
-            slot_buf: vec![0; slot_bytes],
-            scan_buf: vec![0; slot_bytes],
+            // Written now: a new leader fills them first (see `mu_log::written_buffer`).
+            entry: mu_log::written_buffer(slot_bytes),
+            slot_buf: mu_log::written_buffer(slot_bytes),
+            scan_buf: mu_log::written_buffer(slot_bytes),
         })
     }
 
