@@ -50,6 +50,11 @@ pub struct SimCluster {
     /// Requests handed over more than once (a client's retry): each attempt may be decided,
     /// so only these may be applied at two indices.
     pub retried: BTreeSet<Vec<u8>>,
+    /// Every request (membership changes as their label) any replica applied, in any of its
+    /// processes. A restart empties a replica's `applied` and a state transfer replaces it, so
+    /// without this a refused request applied only by replicas that restarted before the next
+    /// check would go unseen.
+    pub applied_ever: BTreeSet<Vec<u8>>,
     /// The boot number of each replica's current process (0: never started): tells a restarted
     /// replica from the process a client handed its request to.
     pub boot_of: Vec<u32>,
@@ -107,6 +112,7 @@ impl SimCluster {
             stores: vec![Store::new(); n as usize],
             proposed: BTreeSet::new(),
             refused: BTreeSet::new(),
+            applied_ever: BTreeSet::new(),
             retried: BTreeSet::new(),
             boot_of: vec![0; n as usize],
         };
@@ -146,8 +152,11 @@ impl SimCluster {
                 continue;
             }
             core.background.poll(now);
-            let mut recorder =
-                Recorder { applied: &mut self.applied[pos], store: &mut self.stores[pos] };
+            let mut recorder = Recorder {
+                applied: &mut self.applied[pos],
+                store: &mut self.stores[pos],
+                ever: &mut self.applied_ever,
+            };
             core.replication.poll(now, &mut recorder);
             let mut outcomes = Vec::new();
             if core.replication.take_outcomes(&mut outcomes) {
@@ -437,8 +446,14 @@ impl SimCluster {
     pub fn safety(&self) -> Result<(), (&'static str, String)> {
         check::agreement::check(&self.applied)
             .map_err(|e| ("agreement", format!("{e}: {}", self.describe())))?;
-        check::validity::check(&self.applied, &self.proposed, &self.refused, &self.retried)
-            .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
+        check::validity::check(
+            &self.applied,
+            &self.applied_ever,
+            &self.proposed,
+            &self.refused,
+            &self.retried,
+        )
+        .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
         self.single_writer()
     }
 
@@ -464,6 +479,8 @@ impl SimCluster {
 pub struct Recorder<'a> {
     pub applied: &'a mut Vec<(u64, Vec<Vec<u8>>)>,
     pub store: &'a mut Store,
+    /// The cluster's record of everything ever applied ([`SimCluster::applied_ever`]).
+    pub ever: &'a mut BTreeSet<Vec<u8>>,
 }
 
 impl Applier for Recorder<'_> {
@@ -475,7 +492,9 @@ impl Applier for Recorder<'_> {
                 requests.map(<[u8]>::to_vec).collect()
             }
             EntryKind::Membership => {
-                self.applied.push((index, vec![change_label(value)]));
+                let label = change_label(value);
+                self.ever.insert(label.clone());
+                self.applied.push((index, vec![label]));
                 return;
             }
             // Nothing for the store, but it takes its index like any entry.
@@ -485,6 +504,9 @@ impl Applier for Recorder<'_> {
             // Requests that are not key-value requests (the scenario tests propose plain text)
             // change nothing in the store.
             self.store.apply_bytes(r);
+            if !self.ever.contains(r) {
+                self.ever.insert(r.clone());
+            }
         }
         self.applied.push((index, requests));
     }

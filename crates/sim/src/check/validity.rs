@@ -11,11 +11,15 @@
 use super::Applied;
 use std::collections::{BTreeSet, HashMap};
 
-/// `proposed`: every request handed to any replica to propose (membership changes as the label
-/// the cluster records them with); `refused`: those of them a replica refused for good;
-/// `retried`: those handed over more than once.
+/// `applied`: what each replica's current process applied; `applied_ever`: every request any
+/// process of any replica applied (a restart or a state transfer replaces a replica's sequence,
+/// not this); `proposed`: every request handed to any replica to propose (membership changes
+/// as the label the cluster records them with); `refused`: those of them a replica refused for
+/// good; `retried`: those handed over more than once. Requests applied twice are looked for in
+/// each process's sequence (a restarted replica applies everything again).
 pub fn check(
     applied: &Applied,
+    applied_ever: &BTreeSet<Vec<u8>>,
     proposed: &BTreeSet<Vec<u8>>,
     refused: &BTreeSet<Vec<u8>>,
     retried: &BTreeSet<Vec<u8>>,
@@ -60,12 +64,58 @@ pub fn check(
             }
         }
     }
+    // What no current process holds any more: applied by a process that has since restarted,
+    // or by one whose sequence a state transfer replaced.
+    for r in applied_ever {
+        let why = if !proposed.contains(r) {
+            "which nobody proposed"
+        } else if refused.contains(r) {
+            "which its leader refused as never to take effect"
+        } else {
+            continue;
+        };
+        return Err(format!(
+            "a replica applied {:?} before it restarted or took a snapshot, {why}",
+            crate::workload::describe_request(r)
+        ));
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::Applied;
+    use std::collections::BTreeSet;
+
+    /// The check, with every process still holding what it applied.
+    fn check(
+        applied: &Applied,
+        proposed: &BTreeSet<Vec<u8>>,
+        refused: &BTreeSet<Vec<u8>>,
+        retried: &BTreeSet<Vec<u8>>,
+    ) -> Result<(), String> {
+        let ever = applied.iter().flatten().flat_map(|(_, rs)| rs.iter().cloned()).collect();
+        super::check(applied, &ever, proposed, refused, retried)
+    }
+
+    #[test]
+    fn finds_a_refused_request_applied_by_a_process_since_restarted() {
+        let proposed: BTreeSet<Vec<u8>> = [b"a".to_vec(), b"b".to_vec()].into();
+        let refused: BTreeSet<Vec<u8>> = [b"b".to_vec()].into();
+        let none = BTreeSet::new();
+        // Replica 1 applied "b", then restarted and applied only "a" again.
+        let applied = [vec![(0, vec![b"a".to_vec()])], vec![(0, vec![b"a".to_vec()])]];
+        let ever: BTreeSet<Vec<u8>> = [b"a".to_vec(), b"b".to_vec()].into();
+        let err = super::check(&applied, &ever, &proposed, &refused, &none).unwrap_err();
+        assert!(err.contains("before it restarted or took a snapshot, which its leader"), "{err}");
+        let invented: BTreeSet<Vec<u8>> = [b"a".to_vec(), b"c".to_vec()].into();
+        let err = super::check(&applied, &invented, &proposed, &none, &none).unwrap_err();
+        assert!(
+            err.contains("\"c\" before it restarted or took a snapshot, which nobody"),
+            "{err}"
+        );
+        assert_eq!(check(&applied, &proposed, &refused, &none), Ok(()));
+    }
 
     #[test]
     fn finds_an_invented_value() {
