@@ -214,7 +214,7 @@ impl ShmFabric {
                 peers: Mutex::new(HashMap::new()),
                 attached: Mutex::new(HashSet::new()),
                 control: Mutex::new(()),
-                prefault: Prefaulter::new(),
+                prefault: Prefaulter::start(),
                 _lock: lock_file,
                 _running_here: registered,
             }),

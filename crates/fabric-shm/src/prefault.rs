@@ -15,39 +15,46 @@
 //! business, not the fabric's).
 
 use crate::node::RemoteRegion;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-/// The node's queue of regions to pre-fault. The thread starts with the first region and ends
-/// with the node (when its sender is dropped), after the region in hand.
+/// The node's queue of regions to pre-fault, and its thread. Started with the node, so that no
+/// binding or first operation pays for starting a thread. When the node is dropped the thread
+/// stops after the region in hand, letting the rest of the queue go unmapped.
 pub(crate) struct Prefaulter {
-    tx: Mutex<Option<Sender<Arc<RemoteRegion>>>>,
+    tx: Option<Sender<Arc<RemoteRegion>>>,
+    stopping: Arc<AtomicBool>,
 }
 
 impl Prefaulter {
-    pub(crate) fn new() -> Prefaulter {
-        Prefaulter { tx: Mutex::new(None) }
+    /// Starts the thread. If it cannot start, regions are left to fault in on use, as without
+    /// this module: nothing but speed depends on it.
+    pub(crate) fn start() -> Prefaulter {
+        let (sender, receiver) = mpsc::channel::<Arc<RemoteRegion>>();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
+        let started = std::thread::Builder::new().name("mu-shm-prefault".into()).spawn(move || {
+            for region in receiver {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                region.map.prefault();
+            }
+        });
+        Prefaulter { tx: started.is_ok().then_some(sender), stopping }
     }
 
-    /// Queues `region` to be pre-faulted. If no thread can be started, the region is left to
-    /// fault in on use, as without this module: nothing but speed depends on it.
+    /// Queues `region` to be pre-faulted.
     pub(crate) fn queue(&self, region: Arc<RemoteRegion>) {
-        let mut tx = crate::node::lock(&self.tx);
-        if tx.is_none() {
-            let (sender, receiver) = mpsc::channel::<Arc<RemoteRegion>>();
-            let started =
-                std::thread::Builder::new().name("mu-shm-prefault".into()).spawn(move || {
-                    for region in receiver {
-                        region.map.prefault();
-                    }
-                });
-            if started.is_err() {
-                return;
-            }
-            *tx = Some(sender);
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(region);
         }
-        if let Some(sender) = tx.as_ref() {
-            let _ = sender.send(region);
-        }
+    }
+}
+
+impl Drop for Prefaulter {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
     }
 }

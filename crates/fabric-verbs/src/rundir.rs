@@ -331,9 +331,10 @@ pub fn node_is_running(dir: &Path, node: NodeId) -> bool {
 /// lives (its process holds the lock for its whole life, and no other process can take it). A
 /// stopped process keeps its lock, so a pause is never notified, as the fabric API asks.
 ///
-/// Needs what the run directory already needs: the peers' lock files visible here, with flock
-/// working on them (one host, or a shared file system whose flock is released when the holder
-/// dies).
+/// Exact on one host, where the kernel keeps the locks. On a shared file system whose locks are
+/// leases (NFS), a live peer cut off from the file server loses its lock when its lease runs
+/// out and is then reported dead: there the notification is a hint, which Mu's safety does not
+/// rest on (a leader is elected by the failure detector; revocation is what makes it safe).
 #[derive(Debug)]
 pub struct DeathWatch {
     incarnation: u64,
@@ -341,6 +342,8 @@ pub struct DeathWatch {
     /// could not be opened (the watch then cannot tell, and says `false`).
     file: Option<File>,
     dead: bool,
+    /// When the file was last looked at ([`DeathWatch::died_within`]).
+    checked_at: Option<Instant>,
 }
 
 impl DeathWatch {
@@ -351,11 +354,22 @@ impl DeathWatch {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(lock_file(dir, node))
             .ok();
-        DeathWatch { incarnation, file, dead: false }
+        DeathWatch { incarnation, file, dead: false, checked_at: None }
     }
 
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// [`DeathWatch::died`], looking at the file again only if `gap` has passed since the last
+    /// look: for callers that ask on every poll of a spinning loop, where two system calls
+    /// each time would cost more than the notification is worth.
+    pub fn died_within(&mut self, gap: Duration) -> bool {
+        if self.dead || self.checked_at.is_some_and(|at| at.elapsed() < gap) {
+            return self.dead;
+        }
+        self.checked_at = Some(Instant::now());
+        self.died()
     }
 
     /// Whether the incarnation watched has died. Two system calls while it lives (a read of the
@@ -498,6 +512,7 @@ mod tests {
         drop(lock);
         assert!(watch.died());
         assert!(watch.died(), "a death stays known");
+        assert!(watch.died_within(Duration::from_secs(60)));
 
         // Restart: the next incarnation holds the lock again; the old one is still dead to a
         // watch that never saw the lock free, and the new one is alive.
@@ -507,9 +522,12 @@ mod tests {
         let mut new = DeathWatch::new(&dir, NodeId(1), second);
         assert!(old.died(), "a later incarnation's number ends the earlier one");
         assert!(!new.died());
+        assert!(!new.died_within(Duration::from_secs(60)), "looked at: alive");
         assert_eq!(new.incarnation(), second);
         // A watch that found the lock free let go of it at once: the node can restart.
         drop(lock);
+        assert!(!new.died_within(Duration::from_secs(60)), "not looked at again within the gap");
+        assert!(new.died_within(Duration::ZERO));
         assert!(new.died());
         let (_lock, third) = take_node_lock(&dir, NodeId(1)).unwrap();
         assert_eq!(third, second + 1);

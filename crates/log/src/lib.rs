@@ -446,8 +446,6 @@ fn checksum(index: u64, proposal: u64, kind: u8, in_flight_before: u16, value: &
     mix(mix(mix(a ^ b.rotate_left(16)) ^ c.rotate_left(32)) ^ d.rotate_left(48))
 }
 
-/// Folds `bytes` into `seed`, eight bytes at a time: the checksum of snapshots in transfer
-/// (entries have [`checksum`]). Not cryptographic: it guards against torn and reordered writes.
 /// A buffer of `len` zero bytes for entries, written here rather than allocated zeroed: a zeroed
 /// allocation may come from pages never touched, and their first touch, a page fault, would
 /// then fall on whichever thread first fills the buffer. The engines' entry buffers are first
@@ -461,6 +459,8 @@ pub fn written_buffer(len: usize) -> Vec<u8> {
     v
 }
 
+/// Folds `bytes` into `seed`, eight bytes at a time: the checksum of snapshots in transfer
+/// (entries have [`checksum`]). Not cryptographic: it guards against torn and reordered writes.
 pub fn digest(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = seed;
     let mut chunks = bytes.chunks_exact(8);

@@ -56,6 +56,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How often [`Fabric::crash_notified`] looks at a peer's lock file at most: callers ask on
+/// every poll of a loop that may spin, and each look costs two system calls. A crash is told
+/// this much later at worst.
+const CRASH_CHECK_GAP: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// A packet sequence number (24 bits) for queue pair `index` of incarnation `incarnation`: a
 /// restarted node does not start where its previous life's packets may still be in flight.
 fn initial_psn(incarnation: u64, index: usize) -> u32 {
@@ -183,8 +188,6 @@ impl VerbsFabric {
         let node = &self.node;
         let _control = lock(&node.control);
         node.crashed.store(true, Ordering::SeqCst);
-        // SAFETY: flock on a descriptor the node owns for its life; no memory is passed.
-        unsafe { libc::flock(node.lock_file.as_raw_fd(), libc::LOCK_UN) };
         for side in node.sides.iter().flatten() {
             let _ = side.raw.move_to_reset();
             let before = side.load();
@@ -194,6 +197,9 @@ impl VerbsFabric {
                 epoch: before.epoch + 1,
             });
         }
+        // Last, once nothing of the node sends: a peer told of the crash must find it silent.
+        // SAFETY: flock on a descriptor the node owns for its life; no memory is passed.
+        unsafe { libc::flock(node.lock_file.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -257,15 +263,18 @@ impl Node {
         )
     }
 
+    /// Watches `incarnation` of `peer` for [`Fabric::crash_notified`], once a side is bound to
+    /// it, unless a later one is watched already.
+    fn watch_death(&self, peer: NodeId, incarnation: u64) {
+        let mut deaths = lock(&self.deaths);
+        if deaths.get(&peer).is_none_or(|w| w.incarnation() < incarnation) {
+            deaths.insert(peer, rundir::DeathWatch::new(&self.config.run_dir, peer, incarnation));
+        }
+    }
+
     /// The peer's current published information and its queue pair for `conn`.
     pub(crate) fn lookup_peer(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let peer = rundir::read_peer(&self.config.run_dir, self.config.cluster_id, conn.peer)?;
-        let mut deaths = lock(&self.deaths);
-        if deaths.get(&conn.peer).is_none_or(|w| w.incarnation() < peer.incarnation) {
-            let watch = rundir::DeathWatch::new(&self.config.run_dir, conn.peer, peer.incarnation);
-            deaths.insert(conn.peer, watch);
-        }
-        drop(deaths);
         let qp = peer.qp_for(self.config.node, conn.channel).ok_or_else(|| {
             FabricError::PeerUnreachable(
                 conn.peer,
@@ -418,7 +427,7 @@ impl Fabric for VerbsFabric {
     /// events: on RC a peer's death raises none until a request to it runs out of retries,
     /// which is the timeout this notification is there to beat.
     fn crash_notified(&self, peer: NodeId) -> bool {
-        lock(&self.node.deaths).get_mut(&peer).is_some_and(rundir::DeathWatch::died)
+        lock(&self.node.deaths).get_mut(&peer).is_some_and(|w| w.died_within(CRASH_CHECK_GAP))
     }
 
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
@@ -451,6 +460,7 @@ impl Fabric for VerbsFabric {
                     "ready-to-receive",
                     side.raw.move_to_rtr(&node.device.address, &destination, access),
                 )?;
+                node.watch_death(conn.peer, binding.peer.incarnation);
                 *lock(&side.binding) = Some(Arc::new(binding));
                 SideWord { state: to, access, epoch: before.epoch + 1 }
             }
