@@ -16,7 +16,8 @@
 //! * **permit** (Mu) = when the new leader held write permission from a majority − when it was
 //!   elected: the part of the switch that revokes the old leader;
 //! * **ramp** = the new leader's first commit − when it was ready: its first proposal, with
-//!   whatever a new Velos leader decides again before it.
+//!   whatever a new Velos leader decides again before it. Velos's steps within it (prepared,
+//!   first decision, the application's first value submitted) are dated too.
 //!
 //! Failures: `kill` sends SIGKILL. A killed replica could come back only by restarting and
 //! getting the others' state by a state transfer, and these replicas run a commit handler, not a
@@ -33,7 +34,7 @@ use crate::cluster::{
 };
 use crate::{interrupt, pin};
 use mu_fabric::NodeId;
-use mu_replica::ReplicaConfig;
+use mu_replica::{ReplicaConfig, VelosStep};
 use mu_replication::Phase;
 use serde_json::json;
 use std::os::unix::process::ExitStatusExt;
@@ -148,6 +149,8 @@ struct Failover {
     ramp_ns: u64,
     /// Mu only: from election to the first entry into each phase (`Phase::ALL`).
     phases_ns: [Option<u64>; Phase::ALL.len()],
+    /// Velos only: from readiness to each first step (`VelosStep::ALL`).
+    velos_steps_ns: [Option<u64>; VelosStep::ALL.len()],
     /// Mu only: attempts the new leader aborted before its first commit, and the last one's
     /// kind (`word::abort_kind`).
     setup_aborts: u64,
@@ -164,6 +167,8 @@ struct Term {
     permitted_ns: u64,
     /// Mu: when the engine first entered each phase (`Phase::ALL`); 0: not entered.
     phases_ns: [u64; Phase::ALL.len()],
+    /// Velos: when the leader first took each step (`VelosStep::ALL`); 0: not taken.
+    velos_steps_ns: [u64; VelosStep::ALL.len()],
     /// Mu: attempts aborted before the first commit, and the last one's kind.
     setup_aborts: u64,
     last_abort_kind: u64,
@@ -179,6 +184,7 @@ fn read_term(words: &Words) -> Term {
             ready_ns: words.get(word::READY_NS),
             permitted_ns: words.get(word::PERMITTED_NS),
             phases_ns: std::array::from_fn(|i| words.get(word::PHASES_NS + i)),
+            velos_steps_ns: std::array::from_fn(|i| words.get(word::VELOS_STEPS_NS + i)),
             setup_aborts: words.get(word::SETUP_ABORTS),
             last_abort_kind: words.get(word::LAST_ABORT_KIND),
         };
@@ -682,6 +688,9 @@ fn inject(
             phases_ns: term
                 .phases_ns
                 .map(|at| (at != 0).then(|| at.saturating_sub(term.elected_ns))),
+            velos_steps_ns: term
+                .velos_steps_ns
+                .map(|at| (at != 0).then(|| at.saturating_sub(term.ready_ns))),
             setup_aborts: term.setup_aborts,
             last_abort_kind: term.last_abort_kind,
         })
@@ -814,6 +823,20 @@ fn document(
     }
     if !phases.is_empty() {
         out["phase_entered_us"] = serde_json::Value::Object(phases);
+    }
+    // Velos: when the new leader first took each step, counted from its readiness.
+    let mut steps = serde_json::Map::new();
+    for step in VelosStep::ALL {
+        let taken: Vec<u64> =
+            m.failovers.iter().filter_map(|f| f.velos_steps_ns[step as usize]).collect();
+        if !taken.is_empty() {
+            let mut s = summary_us(&taken);
+            s["failovers"] = json!(taken.len());
+            steps.insert(format!("{step:?}"), s);
+        }
+    }
+    if !steps.is_empty() {
+        out["velos_step_after_ready_us"] = serde_json::Value::Object(steps);
     }
     // Mu: how often a new leader's set-up or first proposal was aborted and started again.
     let mut kinds = serde_json::Map::new();

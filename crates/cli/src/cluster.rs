@@ -188,6 +188,10 @@ pub mod word {
     /// process) and its first commit (`ReplicaStatus::aborts`), and the kind of the last one
     /// ([`abort_kind`]). Written with [`ELECTED_NS`].
     pub const SETUP_ABORTS: usize = 14;
+    /// Velos: when the leader first took each step of the current term, at this word plus
+    /// `step as usize` (`mu_replica::VelosStep::ALL`; 0: not taken). Written with
+    /// [`ELECTED_NS`]; after the Mu phases' words.
+    pub const VELOS_STEPS_NS: usize = 32;
     pub const LAST_ABORT_KIND: usize = 15;
 
     /// [`LAST_ABORT_KIND`]'s values.

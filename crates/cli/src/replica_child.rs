@@ -211,5 +211,9 @@ fn publish_term(
         let at = status.phases_entered_at_ns.iter().find(|(p, _)| *p == phase);
         words.set(word::PHASES_NS + phase as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
     }
+    for step in mu_replica::VelosStep::ALL {
+        let at = status.velos_steps_at_ns.iter().find(|(s, _)| *s == step);
+        words.set(word::VELOS_STEPS_NS + step as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
+    }
     words.add(word::TERMS, 1);
 }

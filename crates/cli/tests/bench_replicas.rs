@@ -165,6 +165,29 @@ fn failover_kill_json_has_every_figure() {
     nothing_left_behind(pid, "failover");
 }
 
+/// A new Velos leader's steps between readiness and its first commit, in order.
+#[test]
+fn failover_kill_of_velos_dates_its_steps() {
+    let files = OutDir::new("kill-velos");
+    let args = ["bench", "failover", "--protocol", "velos", "--count", "2", "--json", "--out"];
+    let (out, pid) = mu(&[&args[..], &[files.path()]].concat());
+    let v = json(&out);
+    assert_eq!(v["failovers"], 2);
+    assert!(v.get("phase_entered_us").is_none(), "Mu's phases are Mu's: {v}");
+    let step = |name: &str, q: &str| {
+        v["velos_step_after_ready_us"][name][q]
+            .as_f64()
+            .unwrap_or_else(|| panic!("velos_step_after_ready_us.{name}.{q} in {v}"))
+    };
+    let ramp_max = v["ramp_us"]["max"].as_f64().unwrap();
+    for name in ["Prepared", "Decided", "Submitted"] {
+        assert_eq!(v["velos_step_after_ready_us"][name]["failovers"], 2, "{name} in {v}");
+        assert!((0.0..=ramp_max).contains(&step(name, "max")), "{name} within the ramp: {v}");
+    }
+    assert!(step("Prepared", "min") <= step("Decided", "min"), "prepared before decided: {v}");
+    nothing_left_behind(pid, "failover");
+}
+
 #[test]
 fn failover_pause_json_has_every_figure() {
     let files = OutDir::new("pause");

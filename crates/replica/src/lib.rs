@@ -47,4 +47,4 @@ pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};
 pub use replica::{Mode, Replica, ReplicaStatus, StateMachine};
 pub use replication::{Applier, ProposeError, ReplicationDriver};
-pub use velos::VelosDriver;
+pub use velos::{VelosDriver, VelosStep};

@@ -65,6 +65,9 @@ pub struct ReplicaStatus {
     /// Mu: when, on the same clock, the leader engine first entered each phase of its current
     /// leadership (the phases it entered so far; empty while not leading, and under Velos).
     pub phases_entered_at_ns: Vec<(mu_replication::Phase, u64)>,
+    /// Velos: when, on the same clock, the leader first took each step of its current
+    /// leadership ([`crate::VelosStep`]; empty while not leading, and under Mu).
+    pub velos_steps_at_ns: Vec<(crate::VelosStep, u64)>,
     /// When, on the same clock, this replica was ready to replicate as leader: write permission
     /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
     /// `None` while it is not leading or not ready yet.

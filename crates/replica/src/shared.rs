@@ -149,6 +149,10 @@ pub(crate) struct Shared {
     /// (`Phase::ALL`, by `phase as usize`) in its current leadership; all 0 while not leading
     /// (replication). Failover timing: where a new leader's set-up and first proposal go.
     pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
+    /// Velos: when (same clock, plus one) the leader first took each step of
+    /// [`crate::VelosStep::ALL`] in its current leadership; all 0 while not leading
+    /// (replication).
+    pub velos_step_at_ns: [AtomicU64; crate::VelosStep::ALL.len()],
     /// When (same clock, plus one) the leader engine last finished setting up as leader:
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
@@ -232,6 +236,7 @@ impl Shared {
             elected_at_ns: AtomicU64::new(0),
             permitted_at_ns: AtomicU64::new(0),
             phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
@@ -263,6 +268,13 @@ impl Shared {
                 .zip(&self.phase_entered_at_ns)
                 .filter_map(|(phase, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*phase, ns))
+                })
+                .collect(),
+            velos_steps_at_ns: crate::VelosStep::ALL
+                .iter()
+                .zip(&self.velos_step_at_ns)
+                .filter_map(|(step, at)| {
+                    at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*step, ns))
                 })
                 .collect(),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),

@@ -129,6 +129,24 @@ const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 /// draws from the operating system). A rejoin request is made from it
 /// (`mu_velos::recovery::request`), and one equal to a request of an earlier run could take
 /// that run's rejoin entry for this one's.
+/// Steps of a new Velos leader between its start ([`crate::ReplicaStatus::ready_at_ns`]) and
+/// its first commit, dated for failover timing as Mu's phases are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VelosStep {
+    /// The index proposed next is prepared at a majority (or past it): the re-prepare round
+    /// of the indices the old leader may have prepared is done.
+    Prepared,
+    /// The first index was decided, whoever's value it holds (usually the old leader's last
+    /// entry, decided again).
+    Decided,
+    /// The application's first value was handed to the proposer.
+    Submitted,
+}
+
+impl VelosStep {
+    pub const ALL: [VelosStep; 3] = [VelosStep::Prepared, VelosStep::Decided, VelosStep::Submitted];
+}
+
 fn run_nonce(boot_id: u32) -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one((boot_id, std::process::id()))
@@ -154,6 +172,8 @@ pub struct VelosDriver<F: Fabric> {
     ep: F::Endpoint,
     shared: Arc<Shared>,
     group: Group,
+    /// The [`VelosStep`]s dated in this leadership (bit `step as u32`).
+    steps_stamped: u8,
     /// Entries of `group` handed to the proposer (0 or 1: one at a time).
     handed: bool,
     /// The next index to apply here.
@@ -256,6 +276,7 @@ impl<F: Fabric> VelosDriver<F> {
             ep,
             shared,
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
+            steps_stamped: 0,
             handed: false,
             applied: 0,
             last: None,
@@ -332,7 +353,7 @@ impl<F: Fabric> VelosDriver<F> {
     pub fn submit<'a>(
         &mut self,
         requests: impl IntoIterator<Item = &'a [u8]>,
-        _now_ns: u64,
+        now_ns: u64,
     ) -> Result<(), ProposeError> {
         if self.group.busy() {
             return Err(ProposeError::Busy);
@@ -340,7 +361,11 @@ impl<F: Fabric> VelosDriver<F> {
         if !self.proposer.is_leading() || self.leaving {
             return Err(self.not_leader());
         }
-        self.stage(requests, false)
+        self.stage(requests, false)?;
+        if self.handed {
+            self.stamp(VelosStep::Submitted, now_ns);
+        }
+        Ok(())
     }
 
     /// Not leading, with the elected leader as a hint; none while this leader is leaving (it
@@ -367,6 +392,22 @@ impl<F: Fabric> VelosDriver<F> {
         self.shared.progress.in_propose.store(true, Ordering::Release);
         self.hand_over();
         Ok(())
+    }
+
+    /// Dates `step` if it is the first of its kind in this leadership (failover timing).
+    fn stamp(&mut self, step: VelosStep, now_ns: u64) {
+        if self.steps_stamped & 1 << step as u32 == 0 {
+            self.steps_stamped |= 1 << step as u32;
+            self.shared.velos_step_at_ns[step as usize].store(now_ns + 1, Ordering::Release);
+        }
+    }
+
+    /// Forgets the steps dated: a new leadership dates its own.
+    fn clear_steps(&mut self) {
+        self.steps_stamped = 0;
+        for at in &self.shared.velos_step_at_ns {
+            at.store(0, Ordering::Release);
+        }
     }
 
     fn hand_over(&mut self) {
@@ -457,6 +498,9 @@ impl<F: Fabric> VelosDriver<F> {
             // Before the next group's entry: a restarted peer waits for nothing else.
             self.propose_rejoin();
             self.hand_over();
+            if self.handed {
+                self.stamp(VelosStep::Submitted, now_ns);
+            }
             self.propose_noop_if_idle(now_ns);
             self.proposer.set_applied_floor(self.floor());
             // Outcomes answered in this poll: their caller goes first, and the proposer's next
@@ -466,6 +510,16 @@ impl<F: Fabric> VelosDriver<F> {
             }
             busy |= self.run_actions();
             busy |= self.take_events(app, now_ns);
+            if matches!(
+                self.proposer.phase(),
+                Some(
+                    mu_velos::Phase::Prepared
+                        | mu_velos::Phase::Reading
+                        | mu_velos::Phase::Accepting
+                )
+            ) {
+                self.stamp(VelosStep::Prepared, now_ns);
+            }
             self.check_log_full(now_ns);
         } else if self.peers_ahead_by(
             // A non-member's words are never written (proposers ask members only), however
@@ -620,6 +674,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
             let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
             self.shared.ready_at_ns.store(now_ns + 1, Ordering::Release);
+            self.clear_steps();
             // Idle, it decides an empty entry soon: followers learn the last one from it.
             self.last_decision = (now_ns, false);
             info!(replica = self.me.0, first = self.applied, leaderships, "leading (velos)");
@@ -647,6 +702,7 @@ impl<F: Fabric> VelosDriver<F> {
         }
         self.last_decision = (0, true);
         self.shared.ready_at_ns.store(0, Ordering::Release);
+        self.clear_steps();
         if self.group.pending {
             // The entry in the proposer may have been accepted somewhere: its outcome is
             // unknown. The ones behind it were never proposed.
@@ -997,6 +1053,7 @@ impl<F: Fabric> VelosDriver<F> {
         for e in events.drain(..) {
             match e {
                 Event::Decided { index, submitted } => {
+                    self.stamp(VelosStep::Decided, now_ns);
                     assert_eq!(index, self.applied, "the proposer decides in index order");
                     let was_leaving = self.leaving;
                     let q = self.me_pos;
