@@ -174,6 +174,23 @@ struct Term {
     last_abort_kind: u64,
 }
 
+/// Summaries of named moments, one per failover that reached each (`None` where it did not),
+/// with the count of those failovers; `None` if no failover reached any.
+fn moments_us(
+    moments: impl IntoIterator<Item = (String, Vec<Option<u64>>)>,
+) -> Option<serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    for (name, at) in moments {
+        let reached: Vec<u64> = at.into_iter().flatten().collect();
+        if !reached.is_empty() {
+            let mut s = summary_us(&reached);
+            s["failovers"] = json!(reached.len());
+            out.insert(name, s);
+        }
+    }
+    (!out.is_empty()).then_some(serde_json::Value::Object(out))
+}
+
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
 fn read_term(words: &Words) -> Term {
     loop {
@@ -811,32 +828,19 @@ fn document(
         out["permission_us"] = summary_us(&permissions);
     }
     // Mu: when the new leader first entered each phase, counted from its election.
-    let mut phases = serde_json::Map::new();
-    for phase in Phase::ALL {
-        let entered: Vec<u64> =
-            m.failovers.iter().filter_map(|f| f.phases_ns[phase as usize]).collect();
-        if !entered.is_empty() {
-            let mut s = summary_us(&entered);
-            s["failovers"] = json!(entered.len());
-            phases.insert(format!("{phase:?}"), s);
-        }
-    }
-    if !phases.is_empty() {
-        out["phase_entered_us"] = serde_json::Value::Object(phases);
+    let phases = Phase::ALL.map(|phase| {
+        (format!("{phase:?}"), m.failovers.iter().map(|f| f.phases_ns[phase as usize]).collect())
+    });
+    if let Some(phases) = moments_us(phases) {
+        out["phase_entered_us"] = phases;
     }
     // Velos: when the new leader first took each step, counted from its readiness.
-    let mut steps = serde_json::Map::new();
-    for step in VelosStep::ALL {
-        let taken: Vec<u64> =
-            m.failovers.iter().filter_map(|f| f.velos_steps_ns[step as usize]).collect();
-        if !taken.is_empty() {
-            let mut s = summary_us(&taken);
-            s["failovers"] = json!(taken.len());
-            steps.insert(format!("{step:?}"), s);
-        }
-    }
-    if !steps.is_empty() {
-        out["velos_step_after_ready_us"] = serde_json::Value::Object(steps);
+    let steps = VelosStep::ALL.map(|step| {
+        let taken = m.failovers.iter().map(|f| f.velos_steps_ns[step as usize]).collect();
+        (format!("{step:?}"), taken)
+    });
+    if let Some(steps) = moments_us(steps) {
+        out["velos_step_after_ready_us"] = steps;
     }
     // Mu: how often a new leader's set-up or first proposal was aborted and started again.
     let mut kinds = serde_json::Map::new();

@@ -50,36 +50,41 @@ pub fn check(
                         ));
                     }
                 }
-                let why = if !proposed.contains(r) {
-                    "which nobody proposed"
-                } else if refused.contains(r) {
-                    "which its leader refused as never to take effect"
-                } else {
-                    continue;
-                };
-                return Err(format!(
-                    "replica {pos} applied {:?} at {index}, {why}",
-                    crate::workload::describe_request(r)
-                ));
+                if let Some(why) = not_to_apply(r, proposed, refused) {
+                    return Err(format!(
+                        "replica {pos} applied {:?} at {index}, {why}",
+                        crate::workload::describe_request(r)
+                    ));
+                }
             }
         }
     }
     // What no current process holds any more: applied by a process that has since restarted,
     // or by one whose sequence a state transfer replaced.
     for r in applied_ever {
-        let why = if !proposed.contains(r) {
-            "which nobody proposed"
-        } else if refused.contains(r) {
-            "which its leader refused as never to take effect"
-        } else {
-            continue;
-        };
-        return Err(format!(
-            "a replica applied {:?} before it restarted or took a snapshot, {why}",
-            crate::workload::describe_request(r)
-        ));
+        if let Some(why) = not_to_apply(r, proposed, refused) {
+            return Err(format!(
+                "a replica applied {:?} before it restarted or took a snapshot, {why}",
+                crate::workload::describe_request(r)
+            ));
+        }
     }
     Ok(())
+}
+
+/// Why no replica may apply `r`, if none may.
+fn not_to_apply(
+    r: &[u8],
+    proposed: &BTreeSet<Vec<u8>>,
+    refused: &BTreeSet<Vec<u8>>,
+) -> Option<&'static str> {
+    if !proposed.contains(r) {
+        Some("which nobody proposed")
+    } else if refused.contains(r) {
+        Some("which its leader refused as never to take effect")
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
