@@ -82,16 +82,14 @@ impl Group {
     /// (measured: 2 to 17 µs between a new Velos leader's readiness and its first submission,
     /// on a 2-vCPU virtual machine).
     pub fn with_room(request_bytes: usize, requests_count: usize) -> Group {
-        let mut group = Group::default();
-        group.requests.data.resize(request_bytes, 0);
+        let mut group = Group { entry: mu_log::written_room(request_bytes), ..Group::default() };
+        group.requests.data = mu_log::written_room(request_bytes);
         group.requests.ends.resize(requests_count, 0);
         group.outcomes.resize(requests_count, None);
         group.entries.resize(requests_count, Planned { first: 0, count: 0, maybe_accepted: false });
-        group.entry.resize(request_bytes, 0);
         group.requests.clear();
         group.outcomes.clear();
         group.entries.clear();
-        group.entry.clear();
         group
     }
 

@@ -321,13 +321,7 @@ impl Leader {
             outstanding_max: config.outstanding_max,
             queue: VecDeque::with_capacity(config.outstanding_max),
             mine_in_flight: 0,
-            spare: (0..config.outstanding_max)
-                .map(|_| {
-                    let mut v = mu_log::written_buffer(slot_bytes);
-                    v.clear();
-                    v
-                })
-                .collect(),
+            spare: (0..config.outstanding_max).map(|_| mu_log::written_room(slot_bytes)).collect(),
             fuo_published: 0,
             fuo_due_at_ns: None,
             now_ns: 0,

@@ -297,11 +297,7 @@ impl Proposer {
             last_decided: None,
             last_epochs: vec![NONE; n],
             pending: None,
-            pending_value: {
-                let mut v = mu_log::written_buffer(config.layout.max_value_bytes());
-                v.clear();
-                v
-            },
+            pending_value: mu_log::written_room(config.layout.max_value_bytes()),
             // Sized for a round of the whole window, so that a new leader's first rounds do not
             // allocate (a follower never fills them).
             actions: Vec::with_capacity(actions_per_round(window, n)),
