@@ -10,6 +10,15 @@
 //! processes costs, so the ratio of the two is the overhead of the fabric code itself. Every
 //! `*_rtt_ns` figure below is such a ping-pong, timed at A over one iteration.
 //!
+//! Two figures are not round trips. `perm_fast` and `perm_slow` time a permission change on A's
+//! side of a connection. `crash_notice` times a crash notification: A kills a peer process
+//! (SIGKILL) and spins until the fabric reports it dead (`Fabric::crash_notified`, the peer's
+//! death flag, which the kernel sets while it ends the peer's liveness thread); `crash_reaped`
+//! is the same kill until the process is reaped, all its memory unmapped. A leader killed
+//! under load is detected no sooner than `crash_notice` (`mu bench failover --mode kill`), and
+//! a revocation that must wait for a killed writer's process to be gone waits about
+//! `crash_reaped`.
+//!
 //! Placement: A runs in this process, each peer in a `mu bench-peer` child process. With at least
 //! as many CPUs as processes, each is pinned to its own CPU and waits by spinning; otherwise
 //! (three processes on two CPUs for `write2`) waits spin briefly and then yield, and the figure
@@ -155,6 +164,9 @@ pub struct Args {
     /// Samples per permission-change figure.
     #[arg(long, default_value_t = 100_000)]
     perm_samples: u64,
+    /// Peer processes killed for the crash-notification figures (a process started for each).
+    #[arg(long, default_value_t = 100)]
+    crash_samples: u64,
     /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
     #[arg(long)]
     run_dir: Option<PathBuf>,
@@ -166,7 +178,7 @@ pub struct PeerArgs {
     run_dir: PathBuf,
     #[arg(long)]
     node: u16,
-    /// bare | write | read | cas | idle
+    /// pairs | write | idle | victim
     #[arg(long)]
     role: String,
     #[arg(long)]
@@ -478,8 +490,8 @@ pub(crate) fn measure(
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    if args.samples == 0 || args.perm_samples == 0 {
-        return Err("--samples and --perm-samples must be at least 1".into());
+    if args.samples == 0 || args.perm_samples == 0 || args.crash_samples == 0 {
+        return Err("--samples, --perm-samples and --crash-samples must be at least 1".into());
     }
     if let Some(provider) =
         crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
@@ -560,6 +572,54 @@ pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
     })
 }
 
+/// `crash_notice` and `crash_reaped`: `samples` times, a fresh `victim` peer (its liveness thread
+/// spinning where it has a CPU of its own, as with dedicated replica threads) is killed; A spins
+/// on the fabric's crash notification, then reaps the process. On two CPUs the victim's threads
+/// share one: those that SIGKILL wakes may run their exits first, so the figure is then an
+/// upper bound.
+fn measure_crash_notice(
+    a: &mut Local,
+    run_dir: &Path,
+    placement: &Placement,
+    samples: u64,
+) -> Result<(Summary, Summary), String> {
+    let spin = placement.dedicated(2);
+    // With CPUs to spare the victim is not pinned, as replicas are not: the threads SIGKILL wakes
+    // (its main thread, the fabric's pre-faulting one) find idle CPUs and the liveness thread
+    // exits undisturbed. Pinned to one CPU, they would run their exits before it.
+    let cpu = if placement.cpus.len() >= 3 { None } else { placement.cpu(1) };
+    let (mut notice, mut reaped) = (histogram(), histogram());
+    let step = (samples / 10).max(1);
+    eprint!("  {:<14} ", "crash_notice");
+    for i in 1..=samples {
+        let mut victim = spawn_peer(run_dir, 1, "victim", 0, cpu, spin, 0)?;
+        let b = a.connect(1)?;
+        victim.start()?;
+        if a.fabric.crash_notified(b.peer) {
+            return Err("the fabric reported a live peer dead".into());
+        }
+        let pid = victim.child.id() as libc::pid_t;
+        let killed = Instant::now();
+        // SAFETY: sends a signal to our own child, which is not reaped yet (so the pid is still
+        // its); no memory is passed.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+            return Err(format!("killing a peer: {}", std::io::Error::last_os_error()));
+        }
+        wait_within(true, PEER_TIMEOUT, || a.fabric.crash_notified(b.peer))
+            .map_err(|_| format!("a killed peer was not reported dead within {PEER_TIMEOUT:?}"))?;
+        let noticed = killed.elapsed();
+        victim.child.wait().map_err(|e| format!("reaping a killed peer: {e}"))?;
+        let gone = killed.elapsed();
+        notice.record((noticed.as_nanos() as u64).max(1)).expect("in bounds");
+        reaped.record((gone.as_nanos() as u64).max(1)).expect("in bounds");
+        if i % step == 0 {
+            eprint!(".");
+        }
+    }
+    eprintln!(" p50 {} ns", notice.value_at_quantile(0.5));
+    Ok((Summary::of(&notice), Summary::of(&reaped)))
+}
+
 fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
     let placement = Placement { cpus: pin::allowed_cpus() };
     if let Some(cpu) = placement.cpu(0) {
@@ -636,6 +696,9 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         (Summary::of(&fast), Summary::of(&slow))
     };
 
+    let (crash_notice, crash_reaped) =
+        measure_crash_notice(&mut a, run_dir, &placement, args.crash_samples)?;
+
     let ratio = write.p50 as f64 / bare.p50.max(1) as f64;
     if args.json {
         let out = json!({
@@ -651,11 +714,16 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
             "write2_rtt_ns": write2.json(),
             "perm_fast_ns": perm_fast.json(),
             "perm_slow_ns": perm_slow.json(),
+            "crash_notice_ns": crash_notice.json(),
+            "crash_reaped_ns": crash_reaped.json(),
             "write_over_bare_p50": (ratio * 1000.0).round() / 1000.0,
         });
         println!("{out}");
     } else {
-        println!("shm fabric, {PAYLOAD_BYTES}-byte payloads, ping-pong round trips (ns)");
+        println!(
+            "shm fabric, {PAYLOAD_BYTES}-byte payloads: ping-pong round trips, permission \
+             changes and crash notifications (ns)"
+        );
         println!("{:<16} {:>9} {:>9} {:>9} {:>10}", "figure", "p50", "p99", "p99.9", "samples");
         for (name, s) in [
             ("bare_pingpong", &bare),
@@ -665,10 +733,16 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
             ("write2_rtt", &write2),
             ("perm_fast", &perm_fast),
             ("perm_slow", &perm_slow),
+            ("crash_notice", &crash_notice),
+            ("crash_reaped", &crash_reaped),
         ] {
             println!("{name:<16} {:>9} {:>9} {:>9} {:>10}", s.p50, s.p99, s.p999, s.samples);
         }
         println!("write_rtt p50 / bare_pingpong p50 = {ratio:.2} (target: at most 1.5)");
+        println!(
+            "crash_notice: SIGKILL to the fabric's report of the peer's death; crash_reaped: \
+             SIGKILL to the process reaped"
+        );
     }
     Ok(())
 }
@@ -683,8 +757,11 @@ pub fn peer(args: PeerArgs) -> Result<(), String> {
     }
     let spin = args.spin;
     let n = args.samples;
-    let fabric = ShmFabric::create(ShmConfig::new(&args.run_dir, CLUSTER_ID, NodeId(args.node)))
-        .map_err(|e| e.to_string())?;
+    let mut config = ShmConfig::new(&args.run_dir, CLUSTER_ID, NodeId(args.node));
+    // A victim's death is timed: its liveness thread waits as a replica's does with dedicated
+    // threads (spinning) or shared ones (asleep).
+    config.liveness_spin = spin && args.role == "victim";
+    let fabric = ShmFabric::create(config).map_err(|e| e.to_string())?;
     let region =
         fabric.register_region(REGION, REGION_BYTES, Access::ALL).map_err(|e| e.to_string())?;
     let a = ConnId::new(NodeId(0), CHANNEL);
@@ -696,6 +773,11 @@ pub fn peer(args: PeerArgs) -> Result<(), String> {
     let word = |offset: u64| region.load_u64(offset as usize).expect("in bounds");
     match args.role.as_str() {
         "idle" => {}
+        // Waits to be killed (A closing our stdin instead, on an error path, ends us).
+        "victim" => {
+            let _ = std::io::stdin().read_line(&mut String::new());
+            return Ok(());
+        }
         "pairs" => {
             let map = Mapping::open(&args.run_dir.join("bare.mem"), REGION_BYTES)
                 .map_err(|e| e.to_string())?;

@@ -18,7 +18,8 @@ fn refused(args: &[&str], why: &str) {
 #[test]
 fn json_has_every_figure() {
     let out = mu()
-        .args(["bench", "fabric", "--samples", "3000", "--perm-samples", "200", "--json"])
+        .args(["bench", "fabric", "--samples", "3000", "--perm-samples", "200"])
+        .args(["--crash-samples", "5", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -34,12 +35,19 @@ fn json_has_every_figure() {
     for key in ["perm_fast_ns", "perm_slow_ns"] {
         assert!(v[key]["p50"].as_u64().unwrap() > 0, "{key}.p50 missing in {v}");
     }
+    // Five peers killed: each reported dead, and each reported no later than it was reaped.
+    for key in ["crash_notice_ns", "crash_reaped_ns"] {
+        assert_eq!(v[key]["samples"].as_u64(), Some(5), "{key} in {v}");
+    }
+    let notice = v["crash_notice_ns"]["p50"].as_u64().unwrap();
+    assert!(notice > 0 && notice <= v["crash_reaped_ns"]["p50"].as_u64().unwrap(), "{v}");
     assert!(v["write_over_bare_p50"].as_f64().unwrap() > 0.0);
 }
 
 #[test]
 fn zero_samples_is_a_clear_error() {
     refused(&["bench", "fabric", "--samples", "0"], "--samples");
+    refused(&["bench", "fabric", "--crash-samples", "0"], "--crash-samples");
 }
 
 #[test]
