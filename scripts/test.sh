@@ -133,8 +133,10 @@ assert len(t) == 7, t
 assert (d["note"] is not None) == (d["cpus_allowed"] < 12), d["note"]
 for r in t:
     assert r["measured"] is not None and r["measured"] > 0 and r["met"] in (True, False), r
-for name in ["replication", "failover-kill", "failover-pause", "replication-ofi"]:
+for name in ["replication", "failover-kill", "failover-pause", "fabric", "replication-ofi"]:
     assert os.path.getsize(os.path.join("target/bench-targets", name + ".json")) > 0, name
+floor = d["kill_mode_floor"]
+assert floor["crash_notice_p50_us"] > 0 and floor["mu_detect_p50_us"] > 0, floor
 print("mu bench targets --quick: a figure and a verdict for each of the %d targets in %.0f s"
       % (len(t), d["seconds"]))
 PY

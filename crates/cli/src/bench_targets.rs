@@ -4,7 +4,7 @@
 //! throughput`).
 //!
 //! The measurements are the benchmarks' own: each runs as a child process of this binary (`mu
-//! bench replication` or `mu bench failover`, with `--json`), and its JSON object is kept as
+//! bench replication`, `mu bench failover` or `mu bench fabric`, with `--json`), and its JSON object is kept as
 //! `<name>.json` in the output directory, where the figures each target compares are read from.
 //! Every ratio is of two figures from the same child, as the targets ask: these machines are
 //! noisy, and only figures taken side by side compare.
@@ -183,6 +183,22 @@ fn measurements(args: &Args, dedicated: bool) -> Vec<Measurement> {
         Measurement { name: "failover-kill", args: failover("kill", "mu,velos") },
         Measurement { name: "failover-pause", args: failover("pause", "mu") },
     ];
+    // Not a target: the floor under the kill-mode one (no killed leader is detected before the
+    // fabric reports it dead), printed beside it.
+    let (pair_samples, crash_samples) = if args.quick { (2_000, 20) } else { (10_000, 100) };
+    all.push(Measurement {
+        name: "fabric",
+        args: ["fabric", "--perm-samples", "100"]
+            .into_iter()
+            .map(OsString::from)
+            .chain([
+                "--samples".into(),
+                pair_samples.to_string().into(),
+                "--crash-samples".into(),
+                crash_samples.to_string().into(),
+            ])
+            .collect(),
+    });
     if !args.no_ofi {
         all.push(Measurement {
             name: "replication-ofi",
@@ -253,6 +269,7 @@ pub fn run(args: Args) -> Result<(), String> {
             }))
         })
         .collect();
+    let floor = kill_mode_floor(&results);
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
         let measurements: serde_json::Map<String, Value> = results
@@ -269,11 +286,21 @@ pub fn run(args: Args) -> Result<(), String> {
                 "quick": args.quick,
                 "seconds": seconds,
                 "targets": rows,
+                "kill_mode_floor": floor,
                 "measurements": measurements,
             })
         );
     } else {
         print_table(&rows);
+        if let (Some(notice), Some(detect)) =
+            (floor["crash_notice_p50_us"].as_f64(), floor["mu_detect_p50_us"].as_f64())
+        {
+            println!(
+                "Under the kill-mode target: SIGKILL to the fabric's report of the peer's death \
+                 (mu bench fabric's crash_notice) took {notice:.1} us at the median; Mu's \
+                 kill-mode detection, {detect:.1} us."
+            );
+        }
         if !dedicated {
             println!("With fewer than {DEDICATED_CPUS_MIN} CPUs, {FEW_CPUS_NOTE}.");
         }
@@ -290,6 +317,19 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         Err(format!("not measured: {}", failed.join(", ")))
     }
+}
+
+/// The kill-mode failover's floor beside Mu's detection, from the `fabric` and `failover-kill`
+/// measurements (each figure `null` when its measurement failed).
+fn kill_mode_floor(results: &[(&'static str, Result<Value, String>)]) -> Value {
+    let of = |name: &str| results.iter().find(|(n, _)| *n == name)?.1.as_ref().ok();
+    let notice_ns = of("fabric").and_then(|v| number(v, &["crash_notice_ns", "p50"]));
+    let detect_us =
+        of("failover-kill").and_then(|v| number(run_of(v, "mu")?, &["detect_us", "p50"]));
+    json!({
+        "crash_notice_p50_us": notice_ns.map(|ns| (ns / 100.0).round() / 10.0),
+        "mu_detect_p50_us": detect_us,
+    })
 }
 
 fn print_table(rows: &[Value]) {
