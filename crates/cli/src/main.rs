@@ -20,6 +20,7 @@ mod demo;
 mod interrupt;
 mod kv_cluster;
 mod kv_cmd;
+mod log_buffer;
 mod pin;
 mod replica_child;
 mod serve;

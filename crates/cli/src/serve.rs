@@ -2,10 +2,12 @@
 //! its Unix socket until SIGINT or SIGTERM.
 //!
 //! Logs: `tracing` events on stderr, as text or JSON lines (`--log-format`), filtered by the
-//! `MU_LOG` environment variable (default `info`). See docs/service.md, "Logs".
+//! `MU_LOG` environment variable (default `info`), written by a thread of their own
+//! (`log_buffer`). See docs/service.md, "Logs".
 
 use crate::cluster_cmd::{inspect_pid_file, PidFile};
 use crate::interrupt;
+use crate::log_buffer::{self, LogBuffer};
 use mu_fabric::NodeId;
 use mu_fabric_ofi::{NodeAddr, OfiConfig, OfiFabric};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
@@ -55,7 +57,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    start_logs(args.log_format)?;
+    // Dropped last, on every return: what the replica logged reaches stderr before an error
+    // that ends it is printed.
+    let _logs = start_logs(args.log_format, args.id)?;
     interrupt::catch();
     if let Some(parent) = args.parent {
         crate::cluster::die_with_parent(parent)?;
@@ -126,8 +130,9 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Installs the process's log subscriber: events at or above the levels `MU_LOG` picks, on
-/// stderr, in `format`. A `MU_LOG` that does not parse is an error naming it.
-fn start_logs(format: LogFormat) -> Result<(), String> {
+/// stderr through a [`LogBuffer`] (no replica thread waits for stderr), in `format`. A `MU_LOG`
+/// that does not parse is an error naming it. A panic writes out the buffer before its message.
+fn start_logs(format: LogFormat, replica: u16) -> Result<LogBuffer, String> {
     let spec = match std::env::var(LOG_ENV) {
         Ok(spec) => spec,
         Err(std::env::VarError::NotPresent) => String::new(),
@@ -141,13 +146,26 @@ fn start_logs(format: LogFormat) -> Result<(), String> {
              levels off, error, warn, info, debug, trace; e.g. {LOG_ENV}=mu_replica=debug,info)"
         )
     })?;
+    let logs = LogBuffer::start(
+        Box::new(std::io::stderr()),
+        log_buffer::CAPACITY_BYTES,
+        log_buffer::FLUSH_PERIOD,
+        replica,
+    )?;
     let registry = tracing_subscriber::registry().with(filter);
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer().with_writer(logs.writer());
     let installed = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(registry.with(layer)),
         LogFormat::Json => tracing::subscriber::set_global_default(registry.with(layer.json())),
     };
-    installed.map_err(|e| format!("installing the log subscriber: {e}"))
+    installed.map_err(|e| format!("installing the log subscriber: {e}"))?;
+    let flush = logs.flusher();
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        flush();
+        report(info);
+    }));
+    Ok(logs)
 }
 
 /// `MU_LOG`'s directives: `LEVEL` (the default for every target) or `TARGET=LEVEL` (a crate or

@@ -199,3 +199,117 @@ fn a_bad_mu_log_is_an_error_naming_it() {
     let err = stderr(&out);
     assert!(err.contains("exited during start-up") && err.contains("MU_LOG"), "{err}");
 }
+
+/// A pipe whose write end is full (4 KiB of capacity, all of it written): a process given it as
+/// stderr blocks on its first write until the read end is read.
+fn stalled_pipe() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given; the calls after it take
+    // descriptors and integer arguments only, on descriptors this test owns.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 4096);
+        libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK);
+        let chunk = [b'#'; 512];
+        while libc::write(fds[1], chunk.as_ptr().cast(), chunk.len()) > 0 {}
+        // The replica's writes block, as on a stalled reader.
+        libc::fcntl(fds[1], libc::F_SETFL, 0);
+        (std::fs::File::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// Child processes killed and reaped on drop if they are still running (a failed assertion).
+struct Reaped(Vec<Child>);
+
+impl Reaped {
+    fn signal(&self, i: usize, signal: libc::c_int) {
+        // SAFETY: kill takes a pid and a signal number, no memory; the child is not reaped yet.
+        unsafe { libc::kill(self.0[i].id() as libc::pid_t, signal) };
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Logging never holds up a replica: with every replica's stderr a full pipe nobody reads, the
+/// cluster elects a leader, commits, loses its leader (SIGKILL) and commits again under a new
+/// one. (Writing events straight to stderr, each replica's first event blocked the thread that
+/// logged it: the election, on the background thread that also beats the heartbeat.) Once the
+/// pipes are read, each replica's events come out whole.
+#[test]
+fn replicas_serve_and_fail_over_while_nobody_reads_their_stderr() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("stalled", 0x10a4);
+    let mut pipes = Vec::new();
+    let mut replicas = Reaped(Vec::new());
+    for id in 0..3u16 {
+        let (read_end, write_end) = stalled_pipe();
+        let child = Command::new(env!("CARGO_BIN_EXE_mu"))
+            .args(["replica", "--config", setup.config(), "--id", &id.to_string()])
+            .env("MU_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(write_end))
+            .spawn()
+            .expect("mu replica starts");
+        replicas.0.push(child);
+        pipes.push(read_end);
+    }
+    // Every replica serves its socket before the first request (`mu cluster up` waits so too).
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !(0..3).all(|id| setup.run_dir.join(format!("kv-{id}.sock")).exists()) {
+        assert!(Instant::now() < deadline, "the replicas did not serve within {START_TIMEOUT:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let put = |key: &str| {
+        mu(&["kv", "put", key, "v", "--config", setup.config(), "--timeout-ms", "20000"])
+    };
+    let first = put("before");
+    // The lowest live id leads: replica 0.
+    replicas.signal(0, libc::SIGKILL);
+    let second = put("after");
+    let got = mu(&["kv", "get", "before", "--config", setup.config(), "--timeout-ms", "20000"]);
+
+    // Read the pipes now, so that the survivors can write out their logs and stop.
+    let readers: Vec<_> = pipes
+        .into_iter()
+        .map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut text);
+                text
+            })
+        })
+        .collect();
+    replicas.signal(1, libc::SIGTERM);
+    replicas.signal(2, libc::SIGTERM);
+    for child in &mut replicas.0 {
+        let _ = child.wait();
+    }
+    let logs: Vec<String> = readers.into_iter().map(|r| r.join().expect("reader")).collect();
+    ok(first);
+    ok(second);
+    assert_eq!(ok(got).trim(), "v");
+    for (id, log) in logs.iter().enumerate().skip(1) {
+        let events = log.trim_start_matches('#');
+        assert!(events.contains(": serving "), "replica {id}: no start event in:\n{events}");
+        assert!(events.contains(": stopping "), "replica {id}: no stop event in:\n{events}");
+        assert!(
+            events.lines().all(|l| l.contains(" mu")),
+            "replica {id}: a broken line:\n{events}"
+        );
+    }
+    let failure_logged = |log: &String| {
+        log.lines().any(|l| l.contains("peer judged failed") && has_field(l, "peer", "0"))
+    };
+    assert!(logs[1..].iter().any(failure_logged), "no survivor logged 0's failure: {logs:#?}");
+}
