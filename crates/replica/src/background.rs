@@ -300,7 +300,6 @@ impl<F: Fabric> BackgroundDriver<F> {
         // them, and asking for their logs would only take them from the leader they follow (a
         // replica that has just started, whose reads of the others have not succeeded yet,
         // would otherwise elect itself).
-        self.note_liveness();
         let members = self.shared.members.load(Ordering::Acquire);
         let alive = (0..self.replicas.len())
             .filter(|&pos| {
@@ -312,12 +311,15 @@ impl<F: Fabric> BackgroundDriver<F> {
             && alive >= mu_replication::membership::majority(members);
         self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
-        if self.shared.leader() != leader {
-            // Logged before it is published, so that the replication plane's events of
-            // taking up (or giving up) leadership come after it.
+        let changed = self.shared.set_leader(leader, self.me, now_ns);
+        // Logged once the leader is published: formatting an event takes microseconds, and a
+        // failover need not wait for them. (The replication plane logs its taking up of the
+        // leadership after its first requests are out, later still as a rule.)
+        self.note_liveness();
+        if changed {
             self.note_leader_change(leader, alive, eligible);
         }
-        busy |= self.shared.set_leader(leader, self.me, now_ns);
+        busy |= changed;
         busy |= self.send_requests();
         busy |= self.handle_one_request();
         self.publish_status();
@@ -350,11 +352,11 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
     }
 
-    /// Logs a change of the leader this replica's election picked (§5.1), about to be
-    /// published: `leader_changes` counts it.
+    /// Logs a change of the leader this replica's election picked (§5.1), just published:
+    /// `leader_changes` counts it.
     fn note_leader_change(&self, leader: Option<NodeId>, alive: usize, eligible: bool) {
         let replica = self.me.0;
-        let leader_changes = self.shared.leader_changes.load(Ordering::Relaxed) + 1;
+        let leader_changes = self.shared.leader_changes.load(Ordering::Relaxed);
         match leader {
             Some(l) if l == self.me => info!(
                 replica,

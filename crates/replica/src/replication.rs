@@ -164,6 +164,8 @@ pub struct ReplicationDriver<F: Fabric> {
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
     /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
+    /// A leadership taken up in this poll, logged once the poll's requests are out.
+    leading_to_log: Option<u64>,
     phases_stamped: u16,
     /// The log heads when we last asked for permission, by position.
     heads_at_request: Vec<u64>,
@@ -225,6 +227,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             heads_seen: vec![0; n],
             phases_stamped: 0,
+            leading_to_log: None,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
             blocked_since: None,
@@ -377,6 +380,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.leader.set_suspected(suspected);
         self.leader.tick(now_ns, &mut self.mem, &mut self.actions);
         busy |= self.run_actions(now_ns);
+        self.log_leading();
         self.check_log_full(now_ns);
         let mut applied = 0;
         let (replicas, mut members) = (&self.replicas, self.members_applied);
@@ -608,6 +612,19 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
+    /// Logs the leadership taken up in this poll, once its permission requests are out: the
+    /// formatting takes microseconds, which they need not wait for.
+    fn log_leading(&mut self) {
+        if let Some(leaderships) = self.leading_to_log.take() {
+            info!(
+                replica = self.me.0,
+                fuo = self.leader.fuo(),
+                leaderships,
+                "leading: asking the replicas for write permission"
+            );
+        }
+    }
+
     /// Becomes leader or steps down as the background plane's election says (§5.1).
     fn follow_election(&mut self) -> bool {
         let elected = self.shared.leader();
@@ -625,12 +642,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Refused if the configuration at our FUO leaves us out (§5.4).
             if self.leader.become_leader(&self.mem, &mut self.actions) {
                 let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
-                info!(
-                    replica = self.me.0,
-                    fuo = self.leader.fuo(),
-                    leaderships,
-                    "leading: asking the replicas for write permission"
-                );
+                self.leading_to_log = Some(leaderships);
                 return true;
             }
             return false;

@@ -203,6 +203,9 @@ pub struct VelosDriver<F: Fabric> {
     own_pending: Option<EntryKind>,
     /// When this leader last decided an entry, and whether it was an empty one.
     last_decision: (u64, bool),
+    /// A leadership taken up in this poll (the index it starts at, and the count), logged at the
+    /// poll's end.
+    leading_to_log: Option<(u64, u64)>,
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
     /// Rejoin requests made in this run (each one a new request id), and the run's nonce they
@@ -295,6 +298,7 @@ impl<F: Fabric> VelosDriver<F> {
             stopped: None,
             own_pending: None,
             last_decision: (0, true),
+            leading_to_log: None,
             recovery,
             rejoin_attempts: 0,
             run_nonce,
@@ -541,6 +545,11 @@ impl<F: Fabric> VelosDriver<F> {
         }
         self.check_abstention(now_ns);
         self.serve_and_publish(app);
+        if let Some((first, leaderships)) = self.leading_to_log.take() {
+            // After the first moves of the leadership taken up in this poll: formatting the
+            // event takes microseconds, which they need not wait for.
+            info!(replica = self.me.0, first, leaderships, "leading (velos)");
+        }
         busy
     }
 
@@ -677,7 +686,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.clear_steps();
             // Idle, it decides an empty entry soon: followers learn the last one from it.
             self.last_decision = (now_ns, false);
-            info!(replica = self.me.0, first = self.applied, leaderships, "leading (velos)");
+            self.leading_to_log = Some((self.applied, leaderships));
             self.catch_up = CatchUp::Idle;
             return true;
         }
