@@ -297,8 +297,9 @@ pub fn run(args: Args) -> Result<(), String> {
         {
             println!(
                 "Under the kill-mode target: SIGKILL to the fabric's report of the peer's death \
-                 (mu bench fabric's crash_notice) took {notice:.1} us at the median; Mu's \
-                 kill-mode detection, {detect:.1} us."
+                 (mu bench fabric's crash_notice, the victim's liveness thread spinning where it \
+                 has a CPU) took {notice:.1} us at the median; Mu's kill-mode detection, \
+                 {detect:.1} us."
             );
         }
         if !dedicated {
@@ -310,8 +311,12 @@ pub fn run(args: Args) -> Result<(), String> {
             out.display()
         );
     }
-    let failed: Vec<&str> =
-        results.iter().filter(|(_, r)| r.is_err()).map(|(name, _)| *name).collect();
+    // The fabric's figures are not a target: without them the targets still stand.
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|(name, r)| r.is_err() && *name != "fabric")
+        .map(|(name, _)| *name)
+        .collect();
     if failed.is_empty() {
         Ok(())
     } else {

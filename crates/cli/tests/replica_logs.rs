@@ -292,8 +292,17 @@ fn replicas_serve_and_fail_over_while_nobody_reads_their_stderr() {
         .collect();
     replicas.signal(1, libc::SIGTERM);
     replicas.signal(2, libc::SIGTERM);
-    for child in &mut replicas.0 {
-        let _ = child.wait();
+    let deadline = Instant::now() + START_TIMEOUT;
+    for (i, child) in replicas.0.iter_mut().enumerate() {
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "replica {i} did not stop within {START_TIMEOUT:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Replica 0 was killed; the others stop cleanly once their logs are read.
+        assert!(i == 0 || status.success(), "replica {i}: {status:?}");
     }
     let logs: Vec<String> = readers.into_iter().map(|r| r.join().expect("reader")).collect();
     ok(first);
