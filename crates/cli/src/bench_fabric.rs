@@ -14,9 +14,11 @@
 //! side of a connection. `crash_notice` times a crash notification: A kills a peer process
 //! (SIGKILL) and spins until the fabric reports it dead (`Fabric::crash_notified`, the peer's
 //! death flag, which the kernel sets while it ends the peer's liveness thread); `crash_reaped`
-//! is the same kill until the process is reaped, all its memory unmapped. A leader killed
-//! under load is detected no sooner than `crash_notice` (`mu bench failover --mode kill`), and
-//! a revocation that must wait for a killed writer's process to be gone waits about
+//! is the same kill until the process is reaped, all its memory unmapped. With dedicated
+//! threads (a spinning liveness thread, a background thread that spins on the flag), a leader
+//! killed under load is detected no sooner than `crash_notice` (`mu bench failover --mode kill
+//! --threads dedicated`); with shared threads the detector's sleep between polls comes on top.
+//! A revocation that must wait for a killed writer's process to be gone waits about
 //! `crash_reaped`.
 //!
 //! Placement: A runs in this process, each peer in a `mu bench-peer` child process. With at least
@@ -213,6 +215,19 @@ impl Placement {
     /// Whether `processes` processes each get a CPU of their own.
     fn dedicated(&self, processes: usize) -> bool {
         self.cpus.len() >= processes
+    }
+
+    /// Where a `victim` peer runs (`crash_notice`), beside A. With CPUs to spare it is not
+    /// pinned, as replicas are not: the threads SIGKILL wakes (its main thread, the fabric's
+    /// pre-faulting one) find idle CPUs and the liveness thread exits undisturbed. Pinned to one
+    /// CPU, they would run their exits before it. On two CPUs or fewer it takes the CPU that A
+    /// does not.
+    fn victim_cpu(&self) -> Option<usize> {
+        if self.cpus.len() >= 3 {
+            None
+        } else {
+            self.cpu(1)
+        }
     }
 }
 
@@ -584,10 +599,7 @@ fn measure_crash_notice(
     samples: u64,
 ) -> Result<(Summary, Summary), String> {
     let spin = placement.dedicated(2);
-    // With CPUs to spare the victim is not pinned, as replicas are not: the threads SIGKILL wakes
-    // (its main thread, the fabric's pre-faulting one) find idle CPUs and the liveness thread
-    // exits undisturbed. Pinned to one CPU, they would run their exits before it.
-    let cpu = if placement.cpus.len() >= 3 { None } else { placement.cpu(1) };
+    let cpu = placement.victim_cpu();
     let (mut notice, mut reaped) = (histogram(), histogram());
     let step = (samples / 10).max(1);
     eprint!("  {:<14} ", "crash_notice");
