@@ -26,7 +26,6 @@
 //! (three processes on two CPUs for `write2`) waits spin briefly and then yield, and the figure
 //! includes scheduling.
 
-use crate::pin;
 use hdrhistogram::Histogram;
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RegionId, RemoteAddr,
@@ -575,9 +574,9 @@ pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                let placement = Placement { cpus: pin::allowed_cpus() };
+                let placement = Placement { cpus: mu_cpu::allowed_cpus() };
                 if let Some(cpu) = placement.cpu(0) {
-                    pin::pin_to(cpu)?;
+                    mu_cpu::pin_to(cpu)?;
                 }
                 let mut a = Local::create(run_dir)?;
                 measure_write2(&mut a, run_dir, &placement, samples)
@@ -637,9 +636,9 @@ fn measure_crash_notice(
 }
 
 fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
-    let placement = Placement { cpus: pin::allowed_cpus() };
+    let placement = Placement { cpus: mu_cpu::allowed_cpus() };
     if let Some(cpu) = placement.cpu(0) {
-        pin::pin_to(cpu)?;
+        mu_cpu::pin_to(cpu)?;
     }
     let pair_spin = placement.dedicated(2);
     let trio_spin = placement.dedicated(3);
@@ -769,7 +768,7 @@ pub fn peer(args: PeerArgs) -> Result<(), String> {
         crate::cluster::die_with_parent(parent)?;
     }
     if let Some(cpu) = args.cpu {
-        pin::pin_to(cpu)?;
+        mu_cpu::pin_to(cpu)?;
     }
     let spin = args.spin;
     let n = args.samples;

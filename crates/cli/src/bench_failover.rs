@@ -32,7 +32,7 @@
 use crate::cluster::{
     self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
 };
-use crate::{interrupt, pin};
+use crate::interrupt;
 use mu_fabric::NodeId;
 use mu_replica::{ReplicaConfig, VelosStep};
 use mu_replication::Phase;
@@ -269,7 +269,7 @@ pub fn run(args: Args) -> Result<(), String> {
         args.mode.name(),
         read_period_ns / 1000,
         args.threads.name(),
-        pin::allowed_cpus().len()
+        mu_cpu::allowed_cpus().len()
     );
     let out_dir = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
     let top = RunDir::create("failover")?;
@@ -817,7 +817,7 @@ fn document(
         "ramp_us": summary_us(&ramps),
         "backend": "shm",
         "replicas": REPLICAS,
-        "cpus_allowed": pin::allowed_cpus().len(),
+        "cpus_allowed": mu_cpu::allowed_cpus().len(),
         "payload_bytes": PROPOSE_BYTES,
         "clusters_started": m.clusters_started,
         "discarded": m.discarded,

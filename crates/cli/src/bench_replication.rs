@@ -19,7 +19,7 @@ use crate::bench_fabric::{self, Summary};
 use crate::cluster::{
     word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
 };
-use crate::{interrupt, pin, replica_child};
+use crate::{interrupt, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
 use mu_replica::ProposeError;
@@ -250,7 +250,7 @@ pub fn run(args: Args) -> Result<(), String> {
         fabric_choice.label(),
         args.mode.name(),
         args.threads.name(),
-        pin::allowed_cpus().len()
+        mu_cpu::allowed_cpus().len()
     );
 
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
@@ -707,7 +707,7 @@ fn document(
         "backend": args.fabric,
         "provider": provider_of(args),
         "replicas": REPLICAS,
-        "cpus_allowed": pin::allowed_cpus().len(),
+        "cpus_allowed": mu_cpu::allowed_cpus().len(),
         "read_period_us": read_period_us(args),
         "threads": args.threads.name(),
         "samples_per_payload": samples,

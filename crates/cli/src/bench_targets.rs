@@ -22,7 +22,7 @@
 //! `mu bench all` runs its benchmarks as children for the same reason.
 
 use crate::cluster::ThreadsChoice;
-use crate::{interrupt, pin};
+use crate::interrupt;
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -212,7 +212,7 @@ pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
     let out = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
-    let cpus = pin::allowed_cpus().len();
+    let cpus = mu_cpu::allowed_cpus().len();
     let dedicated = cpus >= DEDICATED_CPUS_MIN;
     eprintln!(
         "mu bench targets: {cpus} CPUs allowed: failover with {} threads{}; replication with \

@@ -21,7 +21,6 @@ mod interrupt;
 mod kv_cluster;
 mod kv_cmd;
 mod log_buffer;
-mod pin;
 mod replica_child;
 mod serve;
 mod sim;

@@ -95,6 +95,9 @@ pub struct ReplicaConfig {
     /// How the replica's threads wait when they have nothing to do: back off (the default), or
     /// busy-poll on cores of their own, as in the Mu paper.
     pub threads: Threads,
+    /// CPUs the replica's own threads are pinned to; by default none is (the system places
+    /// them). See [`ThreadCpus`].
+    pub cpus: ThreadCpus,
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
@@ -141,6 +144,41 @@ pub enum Threads {
     Dedicated,
 }
 
+/// CPUs to pin a replica's threads to, each pinned by the thread itself as it starts; `None`
+/// leaves a thread where the system puts it (within the set it inherits from the thread that
+/// starts the replica). A CPU the kernel refuses (not in the process's cpuset, or no such CPU)
+/// fails [`crate::Replica::start`] with a message that names the CPUs allowed.
+///
+/// Pinning matters with [`Threads::Dedicated`]: a spinning thread that the scheduler moves
+/// loses the caches it warmed, and two spinning threads on one CPU take turns by the time
+/// slice. Direct mode proposes on the application's thread, which the application pins itself
+/// (after starting the replica: threads inherit the affinity of the thread that creates
+/// them). The fabric's own threads (the shm liveness thread) are not pinned here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCpus {
+    /// The replication thread: handover mode's, or direct mode's helper.
+    pub replication: Option<usize>,
+    /// The background thread: heartbeat, failure detector, permission manager.
+    pub background: Option<usize>,
+}
+
+impl ThreadCpus {
+    /// What can be checked before any thread starts; the kernel has the last word.
+    fn validate(&self, threads: Threads) -> Result<(), ConfigError> {
+        if threads == Threads::Dedicated
+            && self.replication.is_some()
+            && self.replication == self.background
+        {
+            return Err(ConfigError::Cpus(format!(
+                "the replication and background threads are both pinned to cpu {}: with \
+                 dedicated threads each spins and needs a CPU of its own",
+                self.replication.unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl ReplicaConfig {
     /// A configuration with the defaults below for everything but the ids.
     ///
@@ -154,6 +192,7 @@ impl ReplicaConfig {
     /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
     /// | `crash_check_period_ns` | 100 µs | a killed replica is known dead within this; a wake-up this often costs little |
     /// | `threads` | shared | right on any machine; dedicated needs a core per polling thread |
+    /// | `cpus` | none pinned | which CPUs are free is the deployment's business |
     /// | `batch_requests_max` | 32 | near the paper's best latency/throughput point (§7.4) |
     /// | `outstanding_max` | 2 | the paper's largest gain for the least latency (§7.4) |
     /// | `snapshot_bytes_max` | 1 MiB | room for a small application's state; raise it for more |
@@ -188,6 +227,7 @@ impl ReplicaConfig {
             log_full_timeout_ns: 100_000_000,
             crash_check_period_ns: 100_000,
             threads: Threads::Shared,
+            cpus: ThreadCpus::default(),
             batch_requests_max: 32,
             outstanding_max: 2,
             snapshot_bytes_max: 1 << 20,
@@ -278,6 +318,7 @@ impl ReplicaConfig {
                 self.permission_grace_ns, self.permission_timeout_ns
             )));
         }
+        self.cpus.validate(self.threads)?;
         Ok((replicas, layout))
     }
 }
@@ -320,4 +361,6 @@ pub enum ConfigError {
     Timing(String),
     #[error("batching: {0}")]
     Batching(String),
+    #[error("cpus: {0}")]
+    Cpus(String),
 }

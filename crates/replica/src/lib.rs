@@ -40,7 +40,7 @@ mod transfer;
 mod velos;
 
 pub use background::BackgroundDriver;
-pub use config::{ConfigError, Protocol, ReplicaConfig, Threads};
+pub use config::{ConfigError, Protocol, ReplicaConfig, ThreadCpus, Threads};
 pub use core::{ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
 pub use mu_replication::membership::Change;

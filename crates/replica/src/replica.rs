@@ -1,6 +1,6 @@
 //! A replica on real time: the two planes on their own threads, and the application's API.
 
-use crate::config::{ReplicaConfig, Threads};
+use crate::config::{ConfigError, ReplicaConfig, Threads};
 use crate::core::ReplicationPlane;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
@@ -343,22 +343,28 @@ impl Replica {
         let max_wait_ns =
             (config.detector.read_period_ns / 4).min(config.crash_check_period_ns).max(1_000);
         let dedicated = config.threads == Threads::Dedicated;
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("mu-bg-{}", config.me))
-                .spawn(move || background_loop(&bg, &mut background, max_wait_ns, dedicated))
-                .map_err(|e| StartError::Other(format!("starting the background thread: {e}")))?,
-        );
+        threads.push(spawn_pinned(
+            format!("mu-bg-{}", config.me),
+            "background",
+            config.cpus.background,
+            move || background_loop(&bg, &mut background, max_wait_ns, dedicated),
+        )?);
         let repl = inner.clone();
         let spawned = match mode {
-            Mode::Handover => std::thread::Builder::new()
-                .name(format!("mu-repl-{}", config.me))
-                .spawn(move || handover_loop(&repl, plane)),
+            Mode::Handover => spawn_pinned(
+                format!("mu-repl-{}", config.me),
+                "replication",
+                config.cpus.replication,
+                move || handover_loop(&repl, plane),
+            ),
             Mode::Direct => {
                 *lock(&inner.plane) = Some(plane);
-                std::thread::Builder::new()
-                    .name(format!("mu-repl-{}", config.me))
-                    .spawn(move || direct_helper_loop(&repl))
+                spawn_pinned(
+                    format!("mu-repl-{}", config.me),
+                    "replication",
+                    config.cpus.replication,
+                    move || direct_helper_loop(&repl),
+                )
             }
         };
         match spawned {
@@ -368,7 +374,7 @@ impl Replica {
                 for t in threads {
                     let _ = t.join();
                 }
-                return Err(StartError::Other(format!("starting the replication thread: {e}")));
+                return Err(e);
             }
         }
         tracing::debug!(
@@ -590,6 +596,39 @@ fn propose<F: Fabric>(
             }
         }
     }
+}
+
+/// Starts one of the replica's threads, pinned to `cpu` if one is given. The thread pins
+/// itself and says how that went before running `body`, and the caller waits for it: a CPU the
+/// kernel refuses is an error of [`Replica::start`], not a thread that quietly runs elsewhere.
+fn spawn_pinned(
+    name: String,
+    role: &str,
+    cpu: Option<usize>,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, StartError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let handle = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let pinned = cpu.map_or(Ok(()), mu_cpu::pin_to);
+            let go = pinned.is_ok();
+            let _ = tx.send(pinned);
+            if go {
+                body();
+            }
+        })
+        .map_err(|e| StartError::Other(format!("starting the {role} thread: {e}")))?;
+    let refused = match rx.recv() {
+        Ok(Ok(())) => return Ok(handle),
+        Ok(Err(e)) => e,
+        Err(_) => "it ended before it could say".to_string(),
+    };
+    let _ = handle.join();
+    Err(StartError::Config(ConfigError::Cpus(format!(
+        "the {role} thread: {refused} (this thread may run on cpus {})",
+        mu_cpu::cpu_list(&mu_cpu::allowed_cpus())
+    ))))
 }
 
 /// Direct mode: the application's turn at the plane. Announced, so that the helper stops taking
