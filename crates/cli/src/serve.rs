@@ -51,6 +51,15 @@ pub struct Args {
     /// variable, e.g. `MU_LOG=debug` or `MU_LOG=mu_replica=debug,info`; default `info`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Pin this replica's replication thread to this CPU (handover mode's replication thread,
+    /// or direct mode's helper). With `threads = "dedicated"` give it a CPU of its own.
+    /// Default: not pinned.
+    #[arg(long, value_name = "CPU")]
+    replication_cpu: Option<usize>,
+    /// Pin this replica's background thread (heartbeat, failure detector, permission manager)
+    /// to this CPU. Default: not pinned.
+    #[arg(long, value_name = "CPU")]
+    background_cpu: Option<usize>,
     /// Die with this process (used by `mu demo`).
     #[arg(long, hide = true)]
     parent: Option<u32>,
@@ -68,6 +77,10 @@ pub fn run(args: Args) -> Result<(), String> {
     config.prepare_run_dir()?;
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
+    replica_config.cpus = mu_replica::ThreadCpus {
+        replication: args.replication_cpu,
+        background: args.background_cpu,
+    };
     let pid_path = config.pid_path(args.id);
     // The same check `mu cluster` makes: a pid reused by another program is not "running".
     if let PidFile::Running(target) = inspect_pid_file(&config, args.id)? {
@@ -112,6 +125,8 @@ pub fn run(args: Args) -> Result<(), String> {
         pid = std::process::id(),
         rejoin = args.rejoin,
         mode = ?config.mode(),
+        replication_cpu = args.replication_cpu,
+        background_cpu = args.background_cpu,
         "serving"
     );
     // Leader changes are logged by the replica's background plane as its election sees them.

@@ -1,7 +1,9 @@
 //! The replica's structured logs as an operator meets them: `mu cluster up` leaves each
 //! replica's events in its log file after the start marker (the start, the leader it follows,
 //! the stop); `mu replica --log-format json` writes one JSON object per line; and a `MU_LOG`
-//! that does not parse stops the replica at once with a message naming it.
+//! that does not parse stops the replica at once with a message naming it, as does a CPU the
+//! kernel refuses to pin a thread to (`--replication-cpu`, `--background-cpu`, whose pinning the
+//! JSON test checks in `/proc`).
 
 mod common;
 
@@ -120,9 +122,14 @@ fn parse_event(line: &str) -> serde_json::Value {
 fn a_replica_logs_json_lines_with_fields() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let setup = Setup::new("json", 0x10a2);
+    // Its threads pinned, as an operator would with dedicated cores: the last CPU this test may
+    // use for the replication thread, the first for the background thread.
+    let allowed = mu_cpu::allowed_cpus();
+    let (repl_cpu, bg_cpu) = (allowed.last().unwrap().to_string(), allowed[0].to_string());
     // Replica 1 alone: it serves (and says so) without peers.
     let mut child = Command::new(env!("CARGO_BIN_EXE_mu"))
         .args(["replica", "--config", setup.config(), "--id", "1", "--log-format", "json"])
+        .args(["--replication-cpu", &repl_cpu, "--background-cpu", &bg_cpu])
         .env("MU_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -152,6 +159,11 @@ fn a_replica_logs_json_lines_with_fields() {
     assert_eq!(fields["pid"], child.id(), "{serving}");
     let socket = setup.run_dir.join("kv-1.sock");
     assert_eq!(fields["socket"], socket.to_str().unwrap(), "{serving}");
+    assert_eq!(fields["replication_cpu"].to_string(), repl_cpu, "{serving}");
+    assert_eq!(fields["background_cpu"].to_string(), bg_cpu, "{serving}");
+    // As the kernel has it.
+    assert_eq!(thread_cpus(child.id(), "mu-repl-n1"), repl_cpu);
+    assert_eq!(thread_cpus(child.id(), "mu-bg-n1"), bg_cpu);
 
     // SIGTERM: the replica stops cleanly and says so, still in JSON.
     // SAFETY: kill takes a pid and a signal number, no memory; the child is not reaped yet.
@@ -177,6 +189,37 @@ fn a_replica_logs_json_lines_with_fields() {
     );
     // MU_LOG=info: nothing below it.
     assert!(events.iter().all(|e| e["level"] != "DEBUG" && e["level"] != "TRACE"), "{events:#?}");
+}
+
+/// The CPUs the kernel lets process `pid`'s thread `name` run on, as it lists them.
+fn thread_cpus(pid: u32, name: &str) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the replica's tasks");
+    for task in tasks {
+        let task = task.expect("task").path();
+        if std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim_end() == name) {
+            let status = std::fs::read_to_string(task.join("status")).expect("status");
+            let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+            return list.expect("Cpus_allowed_list").trim().to_string();
+        }
+    }
+    panic!("no thread {name} in process {pid}");
+}
+
+#[test]
+fn a_cpu_the_kernel_refuses_is_an_error_naming_the_cpus_allowed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("cpus", 0x10a4);
+    let allowed = mu_cpu::allowed_cpus();
+    let beyond = (allowed.last().unwrap() + 1).to_string();
+    for flag in ["--replication-cpu", "--background-cpu"] {
+        let out = mu(&["replica", "--config", setup.config(), "--id", "0", flag, &beyond]);
+        assert!(!out.status.success(), "{flag} {beyond} was taken");
+        let err = stderr(&out);
+        assert!(err.contains(&format!("cpu {beyond}")), "{flag}: {err}");
+        assert!(err.contains(&mu_cpu::cpu_list(&allowed)), "{flag}: {err}");
+        assert!(!err.contains("panicked"), "{flag}: {err}");
+    }
+    assert!(!setup.run_dir.join("kv-0.sock").exists(), "a replica on a refused CPU served");
 }
 
 #[test]
