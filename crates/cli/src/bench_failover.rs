@@ -136,6 +136,10 @@ pub struct Args {
     /// also waits for leadership by spinning).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
+    /// Pin every replica's threads to CPUs of their own (9 CPUs): each process's proposing
+    /// thread, its replication thread and its background thread. Default: not pinned.
+    #[arg(long)]
+    pin: bool,
 }
 
 /// One failover, in nanoseconds.
@@ -259,16 +263,21 @@ pub fn run(args: Args) -> Result<(), String> {
         propose_bytes: PROPOSE_BYTES,
         app: App::Standalone,
         protocol: mu_replica::Protocol::Mu,
+        pin: args.pin,
     };
+    if args.pin {
+        crate::cluster::check_pin_cpus(REPLICAS)?;
+    }
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
     eprintln!(
         "mu bench failover: {REPLICAS} replicas on shm ({}), {} mode, {count} failovers, read \
-         period {} us, {} threads, {} CPUs allowed",
+         period {} us, {} threads{}, {} CPUs allowed",
         args.protocol.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
         args.mode.name(),
         read_period_ns / 1000,
         args.threads.name(),
+        if args.pin { ", each pinned to a CPU of its own" } else { "" },
         mu_cpu::allowed_cpus().len()
     );
     let out_dir = mu_figures::output_dir(&args.out).map_err(|e| e.to_string())?;
@@ -818,6 +827,7 @@ fn document(
         "backend": "shm",
         "replicas": REPLICAS,
         "cpus_allowed": mu_cpu::allowed_cpus().len(),
+        "pinned": args.pin,
         "payload_bytes": PROPOSE_BYTES,
         "clusters_started": m.clusters_started,
         "discarded": m.discarded,

@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let results = bench_replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),
-            (FabricChoice::Shm, None, ThreadsChoice::Shared),
+            (FabricChoice::Shm, None, ThreadsChoice::Shared, false),
             &SWEEP_BYTES,
             samples,
             0,

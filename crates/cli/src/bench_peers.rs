@@ -56,7 +56,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mu = bench_replication::sweep(
         &run_dir,
         (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
-        (FabricChoice::Shm, None, ThreadsChoice::Shared),
+        (FabricChoice::Shm, None, ThreadsChoice::Shared, false),
         &[payload],
         samples,
         0,

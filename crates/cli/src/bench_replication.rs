@@ -114,6 +114,11 @@ pub struct Args {
     /// own (dedicated: about four cores per replica, as in the Mu paper).
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
+    /// Pin every replica thread and the proposing thread to a CPU of its own (9 CPUs): the
+    /// leader's proposing thread and the followers' replication threads on the CPUs where
+    /// `write2` ran (the first three allowed), the rest on the next six. Default: not pinned.
+    #[arg(long)]
+    pin: bool,
 }
 
 /// The detector's read period on the ofi fabric unless `--read-period-us` says otherwise. On
@@ -244,12 +249,16 @@ pub fn run(args: Args) -> Result<(), String> {
     let run_dir = RunDir::create("replication")?;
     // Checked before anything starts.
     let fabric_choice = FabricChoice::parse(&args.fabric, args.provider.as_deref(), REPLICAS)?;
+    if args.pin {
+        crate::cluster::check_pin_cpus(REPLICAS)?;
+    }
     eprintln!(
-        "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads, {samples} samples \
-         per payload size, {} CPUs allowed",
+        "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads{}, {samples} \
+         samples per payload size, {} CPUs allowed",
         fabric_choice.label(),
         args.mode.name(),
         args.threads.name(),
+        if args.pin { ", each pinned to a CPU of its own" } else { "" },
         mu_cpu::allowed_cpus().len()
     );
 
@@ -266,7 +275,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(us) = read_period_us {
         eprintln!("mu bench replication: failure detector read period {us} µs");
     }
-    let fabric = (fabric_choice, read_period_us, args.threads);
+    let fabric = (fabric_choice, read_period_us, args.threads, args.pin);
     let mut protocols = args.protocol.clone();
     protocols.dedup();
     let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 }).min(samples);
@@ -369,7 +378,7 @@ fn compare(
 pub fn sweep(
     run_dir: &RunDir,
     (mode, app, protocol): (ReplicaMode, App, mu_replica::Protocol),
-    (fabric, read_period_us, threads): (FabricChoice, Option<u64>, ThreadsChoice),
+    (fabric, read_period_us, threads, pin): (FabricChoice, Option<u64>, ThreadsChoice, bool),
     payloads: &[usize],
     samples: u64,
     round: u64,
@@ -389,6 +398,7 @@ pub fn sweep(
             propose_bytes: 0,
             app,
             protocol,
+            pin,
         };
         let mut name = format!("{}-{}-{}-{payload_bytes}", protocol, app.name(), mode.name());
         if round > 0 {
@@ -425,6 +435,7 @@ pub fn throughput(
         propose_bytes: 0,
         app,
         protocol: mu_replica::Protocol::Mu,
+        pin: false,
     };
     let name = format!("throughput-{}-{}", load.batch, load.outstanding);
     let mut cluster = Cluster::new(run_dir.subdirectory(&name)?);
@@ -511,12 +522,18 @@ fn lead(
         config.batch_requests_max = load.batch;
         config.outstanding_max = load.outstanding;
     }
+    let cpus = spec.node_cpus(0, true);
+    config.cpus = cpus.replica;
     let replica = spec.fabric.start_replica(
         run_dir,
         config,
         spec.mode.mode(),
         spec.app.commit_handler(|_| {}),
     )?;
+    // Once the replica's threads run: they would inherit this thread's CPU.
+    if let Some(cpu) = cpus.proposer {
+        mu_cpu::pin_to(cpu).map_err(|e| format!("replica 0: the proposing thread: {e}"))?;
+    }
     let mut value = Vec::new();
     spec.app.value(payload_bytes, 0, &mut value);
     let mut lost_proposals = 0;
@@ -708,6 +725,7 @@ fn document(
         "provider": provider_of(args),
         "replicas": REPLICAS,
         "cpus_allowed": mu_cpu::allowed_cpus().len(),
+        "pinned": args.pin,
         "read_period_us": read_period_us(args),
         "threads": args.threads.name(),
         "samples_per_payload": samples,

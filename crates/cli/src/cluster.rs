@@ -340,6 +340,79 @@ pub struct Spec {
     pub propose_bytes: usize,
     pub app: App,
     pub protocol: mu_replica::Protocol,
+    /// Each replica thread (and each proposing thread) on a CPU of its own: [`Spec::node_cpus`].
+    pub pin: bool,
+}
+
+/// Checks that a pinned cluster of `replicas` has the CPUs it needs ([`Spec::node_cpus`]: three
+/// per replica, the fabric's own threads left unpinned), before anything starts.
+pub fn check_pin_cpus(replicas: u16) -> Result<(), String> {
+    let allowed = mu_cpu::allowed_cpus();
+    let needed = 3 * usize::from(replicas);
+    if allowed.len() < needed {
+        return Err(format!(
+            "--pin puts each thread of the {replicas} replicas (proposing, replication, \
+             background) on a CPU of its own and needs {needed} CPUs; this process may run on {} \
+             ({})",
+            allowed.len(),
+            mu_cpu::cpu_list(&allowed)
+        ));
+    }
+    Ok(())
+}
+
+/// The `mu bench-replica` options that pin a replica's threads to `cpus`.
+fn cpu_args(cpus: NodeCpus) -> Vec<String> {
+    let mut args = Vec::new();
+    for (flag, cpu) in [
+        ("--proposer-cpu", cpus.proposer),
+        ("--replication-cpu", cpus.replica.replication),
+        ("--background-cpu", cpus.replica.background),
+    ] {
+        if let Some(cpu) = cpu {
+            args.extend([flag.to_string(), cpu.to_string()]);
+        }
+    }
+    args
+}
+
+/// The CPUs of one benchmark replica's threads when the cluster is pinned; `None` where not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCpus {
+    /// The process's proposing thread (the application's thread, which proposes in direct mode).
+    pub proposer: Option<usize>,
+    pub replica: mu_replica::ThreadCpus,
+}
+
+impl Spec {
+    /// Where replica `node`'s threads run: nowhere in particular unless the cluster is pinned.
+    /// Pinned, with R replicas and the allowed CPUs in order, the thread that does a replica's
+    /// work takes the `node`th CPU — the proposing thread of a process that proposes in direct
+    /// mode (`proposes`), the replication thread otherwise — its other thread the `R + node`th,
+    /// its background thread the `2R + node`th. So replicas 0, 1 and 2 work on the CPUs that
+    /// `mu bench fabric` pins A, B and C to, and a `write2` floor measured there compares with
+    /// them core for core.
+    pub fn node_cpus(&self, node: u16, proposes: bool) -> NodeCpus {
+        self.node_cpus_among(&mu_cpu::allowed_cpus(), node, proposes)
+    }
+
+    /// [`Spec::node_cpus`] with `allowed` as the CPUs this process may use.
+    fn node_cpus_among(&self, allowed: &[usize], node: u16, proposes: bool) -> NodeCpus {
+        let at =
+            |k: usize| allowed.get(k * usize::from(self.replicas) + usize::from(node)).copied();
+        if !self.pin {
+            return NodeCpus::default();
+        }
+        let (proposer, replication) = if proposes && self.mode == ReplicaMode::Direct {
+            (at(0), at(1))
+        } else {
+            (at(1), at(0))
+        };
+        NodeCpus {
+            proposer: if proposes { proposer } else { None },
+            replica: mu_replica::ThreadCpus { replication, background: at(2) },
+        }
+    }
 }
 
 /// The fabric of a benchmark's replicas.
@@ -478,6 +551,7 @@ impl Cluster {
             if let Some(us) = spec.read_period_us {
                 cmd.args(["--read-period-us", &us.to_string()]);
             }
+            cmd.args(cpu_args(spec.node_cpus(node, spec.propose_bytes > 0)));
             if let FabricChoice::Ofi { base_port, provider } = spec.fabric {
                 cmd.args(["--ofi-base-port", &base_port.to_string(), "--ofi-provider", provider]);
             }
@@ -659,6 +733,82 @@ mod tests {
         assert!(converted + 1_000_000 >= before && converted <= after + 1_000_000);
         let earlier = clock.monotonic_ns(Instant::now() - Duration::from_millis(5));
         assert!(earlier < converted);
+    }
+
+    fn spec(mode: ReplicaMode, pin: bool) -> Spec {
+        Spec {
+            replicas: 3,
+            fabric: FabricChoice::Shm,
+            mode,
+            read_period_us: None,
+            threads: ThreadsChoice::Dedicated,
+            slots_count: 64,
+            slot_bytes: 128,
+            propose_bytes: 0,
+            app: App::Standalone,
+            protocol: mu_replica::Protocol::Mu,
+            pin,
+        }
+    }
+
+    /// What `mu bench-replica` makes of the options `Cluster::spawn` gives it for `cpus`.
+    fn as_the_child_reads_them(cpus: NodeCpus) -> NodeCpus {
+        use clap::Parser;
+        let mut line: Vec<String> = ["mu", "bench-replica", "--run-dir", "r", "--words", "w"]
+            .into_iter()
+            .chain(["--node", "0", "--replicas", "3", "--mode", "direct", "--slots", "64"])
+            .chain(["--slot-bytes", "128", "--propose-bytes", "0", "--parent", "1"])
+            .map(String::from)
+            .collect();
+        line.extend(cpu_args(cpus));
+        match crate::Cli::try_parse_from(line).expect("the child's command line").command {
+            crate::Command::BenchReplica(args) => args.cpus(),
+            _ => panic!("not bench-replica"),
+        }
+    }
+
+    #[test]
+    fn a_pinned_cluster_gives_each_thread_a_cpu_of_its_own_and_the_children_are_told() {
+        // Numbered with gaps, as a cpuset may be.
+        let allowed: Vec<usize> = (0..12).map(|c| 2 * c + 1).collect();
+        let at = |k: usize| Some(allowed[k]);
+        let direct = spec(ReplicaMode::Direct, true);
+        // `mu bench replication`: replica 0 proposes on its application's thread, on the first
+        // CPU (write2's A); the followers' replication threads on the next two (B and C).
+        let leader = direct.node_cpus_among(&allowed, 0, true);
+        assert_eq!((leader.proposer, leader.replica.replication), (at(0), at(3)));
+        assert_eq!(leader.replica.background, at(6));
+        for node in 1..3u16 {
+            let follower = direct.node_cpus_among(&allowed, node, false);
+            let n = usize::from(node);
+            assert_eq!(follower.proposer, None);
+            assert_eq!(follower.replica.replication, at(n));
+            assert_eq!(follower.replica.background, at(6 + n));
+        }
+        // In handover mode the replication thread does the leader's work.
+        let handover = spec(ReplicaMode::Handover, true).node_cpus_among(&allowed, 0, true);
+        assert_eq!((handover.replica.replication, handover.proposer), (at(0), at(3)));
+        // `mu bench failover`: every process proposes; nine CPUs, none shared.
+        let mut used: Vec<usize> = (0..3)
+            .flat_map(|node| {
+                let c = direct.node_cpus_among(&allowed, node, true);
+                [c.proposer, c.replica.replication, c.replica.background]
+            })
+            .map(|c| c.expect("a CPU for every thread"))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        assert_eq!(used.len(), 9);
+        // The children pin what they are told.
+        for (node, proposes) in [(0, true), (1, false), (2, true)] {
+            let cpus = direct.node_cpus_among(&allowed, node, proposes);
+            assert_eq!(as_the_child_reads_them(cpus), cpus);
+        }
+        // Unpinned: nothing, whatever the CPUs.
+        let free = spec(ReplicaMode::Direct, false).node_cpus_among(&allowed, 0, true);
+        assert_eq!(free, NodeCpus::default());
+        assert!(cpu_args(free).is_empty());
+        assert_eq!(as_the_child_reads_them(free), free);
     }
 
     #[test]

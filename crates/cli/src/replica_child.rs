@@ -61,6 +61,28 @@ pub struct Args {
     /// leadership by spinning.
     #[arg(long, value_enum, default_value_t = ThreadsChoice::Shared)]
     threads: ThreadsChoice,
+    /// Pin the thread that proposes (this process's main thread) to this CPU.
+    #[arg(long)]
+    proposer_cpu: Option<usize>,
+    /// Pin the replica's replication thread to this CPU.
+    #[arg(long)]
+    replication_cpu: Option<usize>,
+    /// Pin the replica's background thread to this CPU.
+    #[arg(long)]
+    background_cpu: Option<usize>,
+}
+
+impl Args {
+    /// Where this process's threads are to run.
+    pub(crate) fn cpus(&self) -> cluster::NodeCpus {
+        cluster::NodeCpus {
+            proposer: self.proposer_cpu,
+            replica: mu_replica::ThreadCpus {
+                replication: self.replication_cpu,
+                background: self.background_cpu,
+            },
+        }
+    }
 }
 
 /// The replica configuration of the benchmarks: `ReplicaConfig::new`'s defaults but for the log's
@@ -96,7 +118,7 @@ pub fn run(args: Args) -> Result<(), String> {
         },
         (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
     };
-    let config = config(
+    let mut config = config(
         me,
         args.replicas,
         (args.slots, args.slot_bytes),
@@ -104,11 +126,17 @@ pub fn run(args: Args) -> Result<(), String> {
         args.threads,
         args.protocol,
     );
+    let cpus = args.cpus();
+    config.cpus = cpus.replica;
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
     let on_commit = args.app.commit_handler(move |index| applied.set(word::APPLIED, index + 1));
     let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
+    // Once the replica's threads run: they would inherit this thread's CPU.
+    if let Some(cpu) = cpus.proposer {
+        mu_cpu::pin_to(cpu).map_err(|e| format!("replica {me}: the proposing thread: {e}"))?;
+    }
     let clock = ClockMap::sample();
     let started_at = replica.started_at();
     // Status times count from the replica's start; the benchmark compares them across processes.
