@@ -559,10 +559,35 @@ impl<F: Fabric> ReplicationDriver<F> {
         ) else {
             return false;
         };
+        self.forget_skipped_slots(head, index);
         self.replayer = Replayer::new(self.layout, index);
         self.mem.store_u64(Area::Log, HEAD_OFFSET, index);
         self.note_members(members);
         true
+    }
+
+    /// Empties the slots of the entries a snapshot skipped (`from` to `to`, the replayer's
+    /// head before and after it), at most the last lap of them.
+    ///
+    /// Below its head a log counts as decided (`Leader::decided_below`): a leader catches up
+    /// from such a log, or copies its own to followers, taking every complete entry there as
+    /// the decided one. But the slots a snapshot jumped over hold whatever this replica had
+    /// accepted there, which may be a value that was never decided (an accept that did not
+    /// reach a majority, from a leader that then lost), under the right index and checksum.
+    /// Empty, they are holes, which catch-up and a follower's replayer already take for
+    /// missing entries (step down, or a state transfer), never for decided values.
+    ///
+    /// Safe against the leader's writes into this log meanwhile: into these indices a leader
+    /// writes only decided values (update of followers, or an accept that its prepare made the
+    /// decided one), and losing one is a hole again; indices past `to` use other slots, since
+    /// a leader never writes a lap past our old head. And no leader prepares below `to` with
+    /// us in its majority: it catches up from us (and stops at the holes) first.
+    fn forget_skipped_slots(&mut self, from: u64, to: u64) {
+        let first = from.max(to.saturating_sub(self.layout.slots_count()));
+        let zeros = vec![0u8; self.layout.slot_bytes() as usize];
+        for index in first..to {
+            self.mem.write(Area::Log, self.layout.slot_offset(index), &zeros);
+        }
     }
 
     /// The confirmed set, for status.

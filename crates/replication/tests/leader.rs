@@ -243,6 +243,37 @@ fn t60_lagging_followers_are_brought_up_to_date() {
     }
 }
 
+/// Listing 4 after a state transfer: a leader whose log lacks an entry below its FUO (it
+/// installed a snapshot over it) still overwrites that slot in a lagging follower. The follower
+/// may hold there a complete entry for that index that was never decided (its own accept as an
+/// earlier leader), and the FUO written after the slots would make its replayer apply it
+/// (simulator, seed 180023 with 7 replicas: two replicas applied different values at one
+/// index). Given the hole, its replayer waits there instead, which a state transfer ends.
+#[test]
+fn t61_a_slot_the_leader_lacks_is_not_left_to_a_follower_below_the_fuo() {
+    let mut c = Cluster::new(3, 0);
+    // Index 1 was decided elsewhere; this leader's log skipped it (a snapshot).
+    for i in [0, 2] {
+        c.plant(0, i, 2 << 16 | 1, format!("v{i}").as_bytes());
+    }
+    c.mems[0].store_u64(Area::Log, FUO_OFFSET, 3);
+    // Follower 1 knows index 0 decided, and holds at index 1 a value of its own that lost.
+    c.plant(1, 0, 2 << 16 | 1, b"v0");
+    c.plant(1, 1, 1 << 16 | 1, b"never decided");
+    c.mems[1].store_u64(Area::Log, FUO_OFFSET, 1);
+    c.become_leader();
+    c.grant_all();
+    c.run();
+    assert_eq!(c.mems[1].load_u64(Area::Log, FUO_OFFSET), 3);
+    assert_eq!(c.entry(1, 2).unwrap().1, b"v2");
+    assert_eq!(c.entry(1, 1), None, "the undecided value is still there under FUO 3");
+    let mut replayer = mu_replication::Replayer::new(c.layout, 1);
+    let mut applied = Vec::new();
+    replayer.poll(&mut c.mems[1], |index, _, value| applied.push((index, value.to_vec())));
+    assert_eq!(applied, [], "applied past a slot it does not have");
+    assert!(replayer.blocked(), "waits for a state transfer at index 1");
+}
+
 /// Listing 2, "Abort if any write fails" and §4.1: a follower that gave write access to another
 /// leader makes the write fail; the leader aborts, asks for permission again, and proposes again.
 #[test]
