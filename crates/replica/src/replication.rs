@@ -243,6 +243,16 @@ impl<F: Fabric> ReplicationDriver<F> {
         &self.leader
     }
 
+    /// This replica's own log, as a checker reads it: its layout, then its bytes at `offset`.
+    pub fn log_layout(&self) -> LogLayout {
+        self.layout
+    }
+
+    /// See [`ReplicationDriver::log_layout`].
+    pub fn read_log(&self, offset: u64, out: &mut [u8]) {
+        self.mem.read(Area::Log, offset, out);
+    }
+
     /// Hands the leader engine a membership change (§5.4): one entry, alone in flight. Its
     /// outcome comes out of [`ReplicationDriver::take_outcomes`] like a request's: the index of
     /// the entry once it is decided. Refused at once if it is not a change of the current

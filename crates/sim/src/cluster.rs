@@ -454,7 +454,35 @@ impl SimCluster {
             &self.retried,
         )
         .map_err(|e| ("validity", format!("{e}: {}", self.describe())))?;
+        check::decided_prefix::check(&self.logs_below_decided(), &self.applied)
+            .map_err(|e| ("decided prefix", format!("{e}: {}", self.describe())))?;
         self.single_writer()
+    }
+
+    /// What each running Mu replica's log holds below its decided prefix
+    /// ([`check::decided_prefix`]).
+    fn logs_below_decided(&self) -> Vec<Option<check::decided_prefix::LogBelow>> {
+        let word = |driver: &mu_replica::ReplicationDriver<SimFabric>, offset: u64| {
+            let mut b = [0u8; 8];
+            driver.read_log(offset, &mut b);
+            u64::from_le_bytes(b)
+        };
+        let logs = self.cores.iter().map(|core| {
+            let driver = core.as_ref()?.replication.mu()?;
+            let layout = driver.log_layout();
+            let decided_below =
+                word(driver, mu_log::FUO_OFFSET).max(word(driver, mu_log::HEAD_OFFSET));
+            let mut slot = vec![0u8; layout.slot_bytes() as usize];
+            let mut entries = Vec::new();
+            for index in decided_below.saturating_sub(layout.slots_count())..decided_below {
+                driver.read_log(layout.slot_offset(index), &mut slot);
+                if let mu_log::Slot::Entry(e) = layout.decode(index, &slot) {
+                    entries.push((index, requests_of(e.kind, e.value)));
+                }
+            }
+            Some(check::decided_prefix::LogBelow { decided_below, entries })
+        });
+        logs.collect()
     }
 
     /// [`SimCluster::safety`], panicking with what broke (for scenario tests).
@@ -485,21 +513,12 @@ pub struct Recorder<'a> {
 
 impl Applier for Recorder<'_> {
     fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
-        let requests = match kind {
-            EntryKind::Request => vec![value.to_vec()],
-            EntryKind::Batch => {
-                let requests = mu_log::batch::requests(value).expect("a well-formed batch");
-                requests.map(<[u8]>::to_vec).collect()
-            }
-            EntryKind::Membership => {
-                let label = change_label(value);
-                self.ever.insert(label.clone());
-                self.applied.push((index, vec![label]));
-                return;
-            }
-            // Nothing for the store, but it takes its index like any entry.
-            EntryKind::Noop | EntryKind::Rejoin => Vec::new(),
-        };
+        let requests = requests_of(kind, value);
+        if kind == EntryKind::Membership {
+            self.ever.extend(requests.iter().cloned());
+            self.applied.push((index, requests));
+            return;
+        }
         for r in &requests {
             // Requests that are not key-value requests (the scenario tests propose plain text)
             // change nothing in the store.
@@ -545,6 +564,20 @@ impl Applier for Recorder<'_> {
         *self.applied = entries;
         *self.store = store;
         Ok(())
+    }
+}
+
+/// What an entry records in the applied sequence: its requests; a membership entry's label;
+/// nothing for an empty entry or a rejoin (they take their index like any entry).
+pub fn requests_of(kind: EntryKind, value: &[u8]) -> Vec<Vec<u8>> {
+    match kind {
+        EntryKind::Request => vec![value.to_vec()],
+        EntryKind::Batch => {
+            let requests = mu_log::batch::requests(value).expect("a well-formed batch");
+            requests.map(<[u8]>::to_vec).collect()
+        }
+        EntryKind::Membership => vec![change_label(value)],
+        EntryKind::Noop | EntryKind::Rejoin => Vec::new(),
     }
 }
 

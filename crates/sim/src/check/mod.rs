@@ -3,6 +3,7 @@
 //! seed and the trace.
 
 pub mod agreement;
+pub mod decided_prefix;
 pub mod durability;
 pub mod linearizability;
 pub mod single_writer;
