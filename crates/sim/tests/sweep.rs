@@ -260,3 +260,17 @@ fn t65_no_undecided_entry_is_left_below_the_fuo_a_leader_writes() {
     let report = run(&config);
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
 }
+
+/// Found by the decided-prefix checker in a sweep of seven-replica clusters without the second
+/// half of t65's fix (seed 200911, 120 steps): replica 3 installed a snapshot at index 345, and
+/// its log still held at index 337 a batch it had accepted that was never decided, below a
+/// decided prefix that catch-up and update-followers copy from. Installing a snapshot now
+/// empties the slots it skipped (`ReplicationDriver::forget_skipped_slots`).
+#[test]
+fn t66_a_snapshot_leaves_no_undecided_entry_below_the_head() {
+    let mut config = RunConfig::new(200911);
+    config.replicas = 7;
+    config.steps = 120;
+    let report = run(&config);
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
