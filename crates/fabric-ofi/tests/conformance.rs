@@ -227,8 +227,8 @@ fn child_main() {
     run_child(fabric, &spec, true);
 }
 
-/// Every test of the suite but `revoke_is_a_barrier_for_a_stopped_writer` (below, with what
-/// this backend does instead), and this backend's own tests, for one provider.
+/// Every test of the suite, and this backend's own tests (among them what it does about a
+/// stopped writer beyond the suite's barrier, below), for one provider.
 macro_rules! provider_tests {
     ($module:ident, $provider:literal) => {
         mod $module {

@@ -1,7 +1,7 @@
 //! What the run directory holds and how each shared file is laid out.
 //!
 //! ```text
-//! <run dir>/cluster               text: "mu-shm cluster <id> layout <version>"
+//! <run dir>/cluster               text: "mu-shm cluster <id> layout <version> protocol <tag>"
 //! <run dir>/n<node>.lock          flock held by the live incarnation (one process per node);
 //!                                 holds the last incarnation number
 //! <run dir>/n<node>.ctl           the node's control segment (replaced on restart)

@@ -204,7 +204,7 @@ impl ReplicaConfig {
     /// ([`crate::Replica::propose_many`]); a lone request travels alone.
     ///
     /// The failure detector's read period is the one setting that depends on the machine. A
-    /// replica is declared failed after about 13 reads see its heartbeat stand still, so the
+    /// replica is declared failed after about 14 reads see its heartbeat stand still, so the
     /// period must be well above the longest time a healthy replica's background thread can go
     /// unscheduled. On a two-core machine running three replicas (six threads, some spinning)
     /// that is several milliseconds, hence 1 ms (pause detection in about 15 ms). With a core

@@ -7,7 +7,8 @@
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
 //! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
 //! replicas = [0, 1, 2]
-//! mode = "direct"             # or "handover" (a pinned, busy-polling replication thread)
+//! mode = "direct"             # or "handover" (a busy-polling replication thread; pinned with
+//!                             # mu replica --replication-cpu)
 //! threads = "shared"          # or "dedicated": the replica's threads never sleep (a core each)
 //!
 //! [log]
