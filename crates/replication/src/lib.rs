@@ -115,8 +115,9 @@ pub struct Revoked;
 pub trait Memory {
     fn read(&self, area: Area, offset: u64, out: &mut [u8]);
 
-    /// Writes memory the replica owns whatever the permissions: its scratch area, and the words
-    /// of its log that only it writes (the log head).
+    /// Writes memory the replica owns whatever the permissions: its scratch area, the words of
+    /// its log that only it writes (the log head), and, as it installs a snapshot, the slots the
+    /// snapshot skipped (`ReplicationDriver::forget_skipped_slots` in the runtime).
     fn write(&mut self, area: Area, offset: u64, data: &[u8]);
 
     /// Writes the consensus part of the replica's own log (slots, minProposal, FUO) as its
