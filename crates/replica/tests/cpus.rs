@@ -35,8 +35,9 @@ fn start(
     Replica::start(config, fabric, mode, |_, _| {})
 }
 
-/// The CPUs the kernel lets the thread of this process named `name` run on.
-fn thread_cpus(name: &str) -> Vec<usize> {
+/// The CPUs the kernel lets the thread of this process named `name` run on, as it lists them
+/// (compared with `mu_cpu::cpu_list` of what is expected).
+fn thread_cpus(name: &str) -> String {
     let mut found = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
         let task = task.expect("task").path();
@@ -45,26 +46,11 @@ fn thread_cpus(name: &str) -> Vec<usize> {
             continue;
         }
         let status = std::fs::read_to_string(task.join("status")).expect("status");
-        let list = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .expect("Cpus_allowed_list")
-            .trim();
-        found.push(parse_cpu_list(list));
+        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+        found.push(list.expect("Cpus_allowed_list").trim().to_string());
     }
     assert_eq!(found.len(), 1, "threads named {name}: {found:?}");
     found.pop().unwrap()
-}
-
-fn parse_cpu_list(list: &str) -> Vec<usize> {
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap()),
-            None => cpus.push(part.parse().unwrap()),
-        }
-    }
-    cpus
 }
 
 fn propose_until_committed(replica: &Replica) {
@@ -91,8 +77,8 @@ fn each_thread_runs_on_the_cpu_it_was_given_and_the_replica_works() {
         let dir = common::fresh_run_dir(&format!("cpus-{mode:?}"));
         let cpus = ThreadCpus { replication: Some(repl), background: Some(bg) };
         let replica = start(&dir, mode, Threads::Shared, cpus).expect("starts pinned");
-        assert_eq!(thread_cpus("mu-repl-n0"), vec![repl], "{mode:?}");
-        assert_eq!(thread_cpus("mu-bg-n0"), vec![bg], "{mode:?}");
+        assert_eq!(thread_cpus("mu-repl-n0"), mu_cpu::cpu_list(&[repl]), "{mode:?}");
+        assert_eq!(thread_cpus("mu-bg-n0"), mu_cpu::cpu_list(&[bg]), "{mode:?}");
         // The thread that started the replica keeps its own set.
         assert_eq!(mu_cpu::allowed_cpus(), allowed);
         propose_until_committed(&replica);
@@ -107,8 +93,8 @@ fn unpinned_threads_keep_the_set_they_inherit() {
     let allowed = mu_cpu::allowed_cpus();
     let dir = common::fresh_run_dir("cpus-none");
     let replica = start(&dir, Mode::Handover, Threads::Shared, ThreadCpus::default()).unwrap();
-    assert_eq!(thread_cpus("mu-repl-n0"), allowed);
-    assert_eq!(thread_cpus("mu-bg-n0"), allowed);
+    assert_eq!(thread_cpus("mu-repl-n0"), mu_cpu::cpu_list(&allowed));
+    assert_eq!(thread_cpus("mu-bg-n0"), mu_cpu::cpu_list(&allowed));
     drop(replica);
     let _ = std::fs::remove_dir_all(&dir);
 }
