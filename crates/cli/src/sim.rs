@@ -31,8 +31,10 @@ pub struct Args {
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=9))]
     replicas: Option<u16>,
-    /// Faults to inject: all, none, or a comma-separated list of crash, restart, pause, delay,
-    /// partition, perm-failure, out-of-order.
+    /// Faults to inject: none, or a comma-separated list of all (every fault but membership),
+    /// crash, restart, pause, delay, partition, perm-failure, out-of-order, membership (replicas
+    /// added and removed; --replicas is then how many there may be, at least 3 of them members
+    /// at first).
     #[arg(long, default_value = "all", value_parser = Faults::parse)]
     faults: Faults,
     /// Steps of the safety phase per seed (each a fault or client operations, then up to
@@ -155,8 +157,8 @@ fn replay(config: RunConfig, json: bool) -> Result<(), String> {
 fn summary_line(r: &SeedReport) -> String {
     format!(
         "seed {} replicas {} faults {} integrity {}: {} proposals acknowledged, {} client \
-         operations answered, {} unknown, {} refused, {} leader changes, {:.3} ms virtual, trace \
-         {:016x}: {}",
+         operations answered, {} unknown, {} refused, {} leader changes, {} membership changes, {:.3} \
+         ms virtual, trace {:016x}: {}",
         r.seed,
         r.replicas,
         r.faults,
@@ -166,6 +168,7 @@ fn summary_line(r: &SeedReport) -> String {
         r.ops_unknown,
         r.ops_refused,
         r.leader_changes,
+        r.membership_changes,
         r.virtual_ns as f64 / 1e6,
         r.trace_hash,
         r.violation.as_ref().map_or("ok".to_string(), |v| format!("VIOLATION ({})", v.checker))
@@ -204,7 +207,8 @@ fn sweep(
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let failures: Mutex<Vec<(SeedReport, RunConfig)>> = Mutex::new(Vec::new());
-    let totals = Mutex::new([0u64; 5]); // acked, answered, unknown, leader changes, refused
+    // acked, answered, unknown, leader changes, refused, membership changes
+    let totals = Mutex::new([0u64; 6]);
     let jobs = jobs.min(count as usize).max(1);
     std::thread::scope(|s| {
         for _ in 0..jobs {
@@ -222,6 +226,7 @@ fn sweep(
                     t[2] += report.ops_unknown as u64;
                     t[3] += report.leader_changes as u64;
                     t[4] += report.ops_refused as u64;
+                    t[5] += report.membership_changes as u64;
                 }
                 if report.violation.is_some() {
                     if !json {
@@ -276,6 +281,7 @@ fn sweep(
             "ops_unknown": t[2],
             "ops_refused": t[4],
             "leader_changes": t[3],
+            "membership_changes": t[5],
             "linearizability_checked": lincheck,
             "failures": f,
         });
@@ -284,13 +290,14 @@ fn sweep(
         println!(
             "mu sim: {count} seeds ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
              threads: {} proposals acknowledged, {} client operations answered, {} unknown, \
-             {} refused, {} leader changes; histories {}; {} failed",
+             {} refused, {} leader changes, {} membership changes; histories {}; {} failed",
             first + count - 1,
             t[0],
             t[1],
             t[2],
             t[4],
             t[3],
+            t[5],
             if lincheck { "checked by lincheck" } else { "NOT checked for linearizability" },
             failures.len()
         );

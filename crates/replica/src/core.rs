@@ -138,15 +138,45 @@ fn queue_depth(config: &ReplicaConfig) -> usize {
     per_step.clamp(1024, 1 << 16) as usize
 }
 
+/// What tells this run of a replica from its earlier runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Boot {
+    /// Not 0. Published with the heartbeat: permission managers rebind their connections when
+    /// a peer's changes.
+    pub id: u32,
+    /// 64 bits that differ between runs of a replica but for a chance in 2^64. Velos makes its
+    /// rejoin requests from them (`mu_velos::recovery::request`): a request equal to one of an
+    /// earlier run could take that run's rejoin entry for this one's.
+    pub nonce: u64,
+}
+
+impl Boot {
+    /// A boot for a new process: the id from the clock and the process id, the nonce from
+    /// those hashed under the process's random hash keys (128 bits the standard library draws
+    /// from the operating system). A simulator gives its own, drawn from its seed, so that a
+    /// run replays exactly.
+    pub fn fresh() -> Boot {
+        use std::hash::BuildHasher;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let pid = std::process::id();
+        let mixed = (nanos ^ (u64::from(pid) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let id = ((mixed >> 32) as u32).max(1);
+        let nonce = std::collections::hash_map::RandomState::new().hash_one((id, pid, nanos));
+        Boot { id, nonce }
+    }
+}
+
 impl<F: Fabric> ReplicaCore<F> {
-    /// Registers the replica's regions on `fabric` and builds both planes. `boot_id` (not 0)
-    /// tells this run of the replica from earlier ones: permission managers rebind their
-    /// connections when it changes.
+    /// Registers the replica's regions on `fabric` and builds both planes; `boot` tells this
+    /// run of the replica from earlier ones.
     pub fn new(
         config: &ReplicaConfig,
         fabric: F,
-        boot_id: u32,
+        boot: Boot,
     ) -> Result<ReplicaCore<F>, StartError> {
+        let Boot { id: boot_id, nonce: run_nonce } = boot;
         let (replicas, layout) = config.validate()?;
         let members = config.initial_members(&replicas)?;
         if fabric.node() != config.me {
@@ -157,7 +187,13 @@ impl<F: Fabric> ReplicaCore<F> {
         }
         let rw = Access::READ_WRITE;
         if config.protocol == Protocol::Velos {
-            return ReplicaCore::new_velos(config, fabric, &replicas, (layout, members, boot_id));
+            return ReplicaCore::new_velos(
+                config,
+                fabric,
+                &replicas,
+                (layout, members, boot_id),
+                run_nonce,
+            );
         }
         let log = fabric.register_region(LOG_REGION, layout.region_bytes(), rw)?;
         let scratch = fabric.register_region(
@@ -210,6 +246,7 @@ impl<F: Fabric> ReplicaCore<F> {
         fabric: F,
         replicas: &mu_replication::ReplicaSet,
         (layout, members, boot_id): (mu_log::LogLayout, u64, u32),
+        run_nonce: u64,
     ) -> Result<ReplicaCore<F>, StartError> {
         let velos_layout =
             mu_velos::VelosLayout::new(layout, replicas.len()).map_err(StartError::Other)?;
@@ -246,7 +283,7 @@ impl<F: Fabric> ReplicaCore<F> {
             (background.clone(), snapshot.clone()),
             replication_ep,
             shared.clone(),
-            settings,
+            (settings, run_nonce),
         );
         let background = ReplicaCore::background_driver(
             config,

@@ -41,7 +41,7 @@ mod velos;
 
 pub use background::BackgroundDriver;
 pub use config::{ConfigError, Protocol, ReplicaConfig, ThreadCpus, Threads};
-pub use core::{ReplicaCore, ReplicationPlane, StartError};
+pub use core::{Boot, ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
 pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};

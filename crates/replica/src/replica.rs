@@ -274,15 +274,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A boot id for this run: differs between runs of a replica with high probability.
-fn boot_id() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mixed = (nanos ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    ((mixed >> 32) as u32).max(1)
-}
-
 impl Replica {
     /// Starts a replica on `fabric` (already created for `config.me`): registers its regions,
     /// starts the background thread and, in handover mode, the replication thread. Peers need
@@ -308,7 +299,7 @@ impl Replica {
         mode: Mode,
         app: impl StateMachine,
     ) -> Result<Replica, StartError> {
-        let core = ReplicaCore::new(&config, fabric, boot_id())?;
+        let core = ReplicaCore::new(&config, fabric, crate::core::Boot::fresh())?;
         let ReplicaCore { replication, mut background } = core;
         let shared = replication.shared().clone();
         let plane = Plane { driver: replication, app: Application(Box::new(app)) };

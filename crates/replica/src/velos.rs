@@ -124,11 +124,6 @@ const STALL_READ_PERIODS: u64 = 2;
 /// A recovery whose rejoin entry has not come after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 
-/// 64 bits that differ between runs of a replica but for a chance in 2^64: the boot id and
-/// process id hashed under the process's random hash keys (128 bits the standard library
-/// draws from the operating system). A rejoin request is made from it
-/// (`mu_velos::recovery::request`), and one equal to a request of an earlier run could take
-/// that run's rejoin entry for this one's.
 /// Steps of a new Velos leader between its start ([`crate::ReplicaStatus::ready_at_ns`]) and
 /// its first commit, dated for failover timing as Mu's phases are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,11 +140,6 @@ pub enum VelosStep {
 
 impl VelosStep {
     pub const ALL: [VelosStep; 3] = [VelosStep::Prepared, VelosStep::Decided, VelosStep::Submitted];
-}
-
-fn run_nonce(boot_id: u32) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one((boot_id, std::process::id()))
 }
 
 /// See the module docs.
@@ -209,7 +199,7 @@ pub struct VelosDriver<F: Fabric> {
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
     /// Rejoin requests made in this run (each one a new request id), and the run's nonce they
-    /// are made from ([`run_nonce`]).
+    /// are made from ([`crate::core::Boot::nonce`]).
     rejoin_attempts: u32,
     run_nonce: u64,
     /// Per position: the request the last rejoin entry applied here answered, so that a leader
@@ -251,7 +241,7 @@ impl<F: Fabric> VelosDriver<F> {
         (background, snapshot): (F::Region, F::Region),
         ep: F::Endpoint,
         shared: Arc<Shared>,
-        settings: Settings,
+        (settings, run_nonce): (Settings, u64),
     ) -> VelosDriver<F> {
         let me = fabric.node();
         let n = replicas.len();
@@ -262,7 +252,6 @@ impl<F: Fabric> VelosDriver<F> {
         let recovery =
             (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0), true));
         debug_assert_eq!(proposer.members(), shared.members.load(Ordering::Acquire));
-        let run_nonce = run_nonce(shared.boot_id);
         VelosDriver {
             fabric,
             me,

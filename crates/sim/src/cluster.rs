@@ -14,7 +14,7 @@ use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
 use mu_kv::Store;
 use mu_log::EntryKind;
 use mu_replica::Change;
-use mu_replica::{Applier, ProposeError, ReplicaConfig, ReplicaCore};
+use mu_replica::{Applier, Boot, ProposeError, ReplicaConfig, ReplicaCore};
 use std::collections::BTreeSet;
 
 /// Virtual time between two rounds of polling every replica.
@@ -140,7 +140,12 @@ impl SimCluster {
         self.ran[me as usize] = true;
         self.boot_of[me as usize] = self.boots;
         let fabric = self.world.node(NodeId(me));
-        ReplicaCore::new(&self.configs[me as usize], fabric, self.boots).expect("replica starts")
+        // The nonce from the seed: a run replays exactly (boots are numbered within the world,
+        // so each has its own).
+        let mut rng =
+            mu_fabric_sim::SimRng::new(self.world.seed() ^ u64::from(self.boots).rotate_left(40));
+        let boot = Boot { id: self.boots, nonce: rng.next_u64() };
+        ReplicaCore::new(&self.configs[me as usize], fabric, boot).expect("replica starts")
     }
 
     /// One round: every live, running replica polls both planes; then time moves on.
@@ -309,6 +314,9 @@ impl SimCluster {
         core.replication.submit_change(change, now)?;
         let label = change_label(&change.encode());
         if !self.proposed.insert(label.clone()) {
+            // The same change again (changes have no identity of their own): an earlier
+            // submission refused for good no longer says that no replica may apply it.
+            self.refused.remove(&label);
             self.retried.insert(label.clone());
         }
         self.outstanding[pos] = Some(vec![label]);

@@ -26,13 +26,31 @@ pub struct Faults {
     /// Writes land in shuffled chunks, not left to right, as on hardware without left-to-right
     /// visibility. Runs then use checksum integrity (canary integrity cannot be correct there).
     pub out_of_order: bool,
+    /// Replicas are added and removed (§5.4): the cluster starts with some of its replicas as
+    /// members, and the leader is asked, one change at a time, to add one from outside (started
+    /// fresh, restarted, or replaced by a new process) or to remove a member, itself included.
+    /// Not among the faults `all` names, so that seeds recorded before it replay as they did:
+    /// `all,membership` asks for every fault.
+    pub membership: bool,
 }
 
 /// The names on the command line, in [`Faults`] field order.
-pub const FAULT_NAMES: [&str; 7] =
-    ["crash", "restart", "pause", "delay", "partition", "perm-failure", "out-of-order"];
+pub const FAULT_NAMES: [&str; 8] = [
+    "crash",
+    "restart",
+    "pause",
+    "delay",
+    "partition",
+    "perm-failure",
+    "out-of-order",
+    "membership",
+];
+
+/// How many of [`FAULT_NAMES`] `all` names: every one but `membership`.
+const ALL_COUNT: usize = 7;
 
 impl Faults {
+    /// The faults `all` names: every one but `membership`.
     pub const ALL: Faults = Faults {
         crash: true,
         restart: true,
@@ -41,6 +59,7 @@ impl Faults {
         partition: true,
         perm_failure: true,
         out_of_order: true,
+        membership: false,
     };
     pub const NONE: Faults = Faults {
         crash: false,
@@ -50,9 +69,10 @@ impl Faults {
         partition: false,
         perm_failure: false,
         out_of_order: false,
+        membership: false,
     };
 
-    fn switches(&mut self) -> [&mut bool; 7] {
+    fn switches(&mut self) -> [&mut bool; 8] {
         [
             &mut self.crash,
             &mut self.restart,
@@ -61,18 +81,24 @@ impl Faults {
             &mut self.partition,
             &mut self.perm_failure,
             &mut self.out_of_order,
+            &mut self.membership,
         ]
     }
 
-    /// `all`, `none`, or a comma-separated list of fault names (see [`FAULT_NAMES`]).
+    /// `none`, or a comma-separated list of fault names (see [`FAULT_NAMES`]) and `all` (every
+    /// fault but `membership`).
     pub fn parse(spec: &str) -> Result<Faults, String> {
-        match spec.trim() {
-            "all" => return Ok(Faults::ALL),
-            "none" | "" => return Ok(Faults::NONE),
-            _ => {}
+        if matches!(spec.trim(), "none" | "") {
+            return Ok(Faults::NONE);
         }
         let mut faults = Faults::NONE;
         for name in spec.split(',').map(str::trim) {
+            if name == "all" {
+                for switch in faults.switches().into_iter().take(ALL_COUNT) {
+                    *switch = true;
+                }
+                continue;
+            }
             let Some(i) = FAULT_NAMES.iter().position(|&n| n == name) else {
                 return Err(format!(
                     "unknown fault {name:?}: the faults are {} (or all, none)",
@@ -89,17 +115,20 @@ impl Faults {
 
     /// The faults that are on, as `parse` reads them.
     pub fn describe(mut self) -> String {
-        let on: Vec<&str> = self
-            .switches()
-            .into_iter()
-            .zip(FAULT_NAMES)
-            .filter(|(on, _)| **on)
-            .map(|(_, name)| name)
-            .collect();
-        match on.len() {
-            0 => "none".into(),
-            7 => "all".into(),
-            _ => on.join(","),
+        let switches: Vec<bool> = self.switches().into_iter().map(|on| *on).collect();
+        let mut on: Vec<&str> = Vec::new();
+        if switches[..ALL_COUNT].iter().all(|&on| on) {
+            on.push("all");
+        }
+        for (i, name) in FAULT_NAMES.iter().enumerate() {
+            if switches[i] && (i >= ALL_COUNT || on.first() != Some(&"all")) {
+                on.push(name);
+            }
+        }
+        if on.is_empty() {
+            "none".into()
+        } else {
+            on.join(",")
         }
     }
 }
@@ -110,9 +139,22 @@ mod tests {
 
     #[test]
     fn parses_what_it_describes() {
-        for spec in ["all", "none", "crash", "crash,restart,out-of-order", "pause,delay"] {
+        for spec in [
+            "all",
+            "none",
+            "crash",
+            "crash,restart,out-of-order",
+            "pause,delay",
+            "all,membership",
+            "crash,membership",
+        ] {
             assert_eq!(Faults::parse(spec).unwrap().describe(), spec);
         }
+        assert_eq!(Faults::parse("all").unwrap(), Faults::ALL);
+        const { assert!(!Faults::ALL.membership, "seeds recorded with all replay as they did") };
+        let every = Faults::parse("membership,all").unwrap();
+        assert!(every.membership && every.crash && every.out_of_order);
+        assert_eq!(every.describe(), "all,membership");
         assert!(Faults::parse("crash,meteor").unwrap_err().contains("unknown fault \"meteor\""));
         assert!(Faults::parse("restart").unwrap_err().contains("needs crash"));
     }

@@ -16,6 +16,7 @@ pub mod check;
 pub mod cluster;
 pub mod faults;
 pub mod history;
+pub mod membership;
 pub mod run;
 pub mod workload;
 

@@ -7,10 +7,12 @@
 use crate::check;
 use crate::cluster::SimCluster;
 use crate::faults::Faults;
+use crate::membership::Changes;
 use crate::workload::Workload;
 use mu_fabric::NodeId;
 use mu_fabric_sim::{LinkDelay, SimRng};
 use mu_log::Integrity;
+use mu_replica::Change;
 use mu_replication::mutation::Mutation;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -51,6 +53,8 @@ pub struct RunConfig {
     pub seed: u64,
     pub protocol: Protocol,
     /// Replicas in the cluster: 3 or 5 (any count from 1 to 9 runs; 3 and 5 are the ones swept).
+    /// With the `membership` fault, the replicas there may be: the run starts with some of
+    /// them as members (at least 3, or all when fewer).
     pub replicas: u16,
     pub faults: Faults,
     /// Steps of the safety phase: each injects a fault or starts client operations, then lets
@@ -141,6 +145,8 @@ pub struct SeedReport {
     /// history; the validity checker makes sure no replica applied one).
     pub ops_refused: usize,
     pub leader_changes: usize,
+    /// Membership changes acknowledged (the `membership` fault).
+    pub membership_changes: usize,
     pub violation: Option<Violation>,
     /// The readable trace: faults, client groups, leader changes, with virtual times.
     #[serde(skip)]
@@ -167,6 +173,7 @@ pub fn run(config: &RunConfig) -> SeedReport {
         ops_unknown: 0,
         ops_refused: 0,
         leader_changes: 0,
+        membership_changes: 0,
         violation: None,
         trace: Vec::new(),
         history: Default::default(),
@@ -211,6 +218,11 @@ struct Runner<'a> {
     trace: &'a mut Vec<String>,
     leader: Option<NodeId>,
     leader_changes: usize,
+    /// The membership change in doubt (the `membership` fault).
+    changes: Changes,
+    /// A membership change is due: asked of the agreed leader as soon as it is free (clients
+    /// keep it busy most of the time).
+    change_due: bool,
     /// What `watch` last traced of each replica.
     watched: Vec<String>,
 }
@@ -230,7 +242,15 @@ impl<'a> Runner<'a> {
         } else {
             Integrity::Canary
         };
-        let c = SimCluster::with(config.replicas, config.seed, |rc| {
+        // With membership changes, the first members: at least 3 (all when fewer), drawn.
+        let members_count = if faults.membership {
+            let least = config.replicas.min(3);
+            least + rng.below(u64::from(config.replicas - least) + 1) as u16
+        } else {
+            config.replicas
+        };
+        let members: Vec<u16> = (0..members_count).collect();
+        let c = SimCluster::with_members(config.replicas, &members, config.seed, |rc| {
             rc.protocol = config.protocol.replica();
             rc.integrity = integrity;
             rc.batch_requests_max = 3;
@@ -251,9 +271,23 @@ impl<'a> Runner<'a> {
             config.replicas,
             config.faults.describe(),
         ));
+        if faults.membership {
+            trace.push(format!("first members {members:?}"));
+        }
         let workload = Workload::new(config.clients, config.keys, config.replicas as usize);
         let watched = vec![String::new(); config.replicas as usize];
-        Runner { config, rng, c, workload, trace, leader: None, leader_changes: 0, watched }
+        Runner {
+            config,
+            rng,
+            c,
+            workload,
+            trace,
+            leader: None,
+            leader_changes: 0,
+            changes: Changes::default(),
+            change_due: false,
+            watched,
+        }
     }
 
     fn note(&mut self, what: impl std::fmt::Display) {
@@ -269,6 +303,8 @@ impl<'a> Runner<'a> {
         report.trace_hash = self.c.world.trace_hash();
         report.acked = self.c.acked.len();
         report.leader_changes = self.leader_changes;
+        report.membership_changes =
+            self.c.acked.iter().filter(|(_, v)| v.starts_with(b"membership")).count();
         self.workload.finish();
         report.ops_returned = self.workload.history.returned_count();
         report.ops_unknown = self.workload.history.unknown_count();
@@ -361,29 +397,21 @@ impl<'a> Runner<'a> {
     fn step(&mut self) {
         let f = self.config.faults;
         let n = self.config.replicas as u64;
-        let max_out = (n as usize - 1) / 2;
-        let out_count = |c: &SimCluster| {
-            // Out: crashed, unable to lead, or restarted and not counted in majorities yet.
-            c.cores
-                .iter()
-                .filter(|k| {
-                    k.as_ref().is_none_or(|k| {
-                        let s = k.status();
-                        !s.eligible || s.recovering
-                    })
-                })
-                .count()
-        };
+        // Without membership changes, every replica, in id order.
+        let members = self.changes.members(&self.c);
+        let pick = |rng: &mut SimRng| members[rng.below(members.len() as u64) as usize];
         match self.rng.below(16) {
-            0 if f.crash && out_count(&self.c) < max_out => {
-                let pos = self.rng.below(n) as usize;
+            // Never more than a minority out (crashed, unable to lead, or restarted and not
+            // counted in majorities yet), also in the configuration a change in doubt makes.
+            0 if f.crash && !members.is_empty() && self.changes.may_lose_one(&self.c, &members) => {
+                let pos = pick(&mut self.rng);
                 if self.c.cores[pos].is_some() {
                     self.c.crash(pos);
                     self.note(format!("crash {pos}"));
                 }
             }
-            1 if f.restart => {
-                let pos = self.rng.below(n) as usize;
+            1 if f.restart && !members.is_empty() => {
+                let pos = pick(&mut self.rng);
                 if self.c.cores[pos].is_none() {
                     self.c.restart(pos);
                     self.note(format!("restart {pos} (log lost)"));
@@ -431,12 +459,32 @@ impl<'a> Runner<'a> {
                     ));
                 }
             }
+            7 if f.membership => {
+                self.change_due = true;
+                self.try_change();
+            }
             _ => {
                 if let Some(line) = self.workload.start_some(&mut self.c, &mut self.rng, true) {
                     self.note(line);
                 }
             }
         }
+    }
+
+    /// Asks the agreed leader for a membership change, if one is due and the leader is free.
+    fn try_change(&mut self) {
+        if !self.change_due {
+            return;
+        }
+        let members = self.changes.members(&self.c);
+        match self.changes.try_change(&mut self.c, &mut self.rng, &members) {
+            Some(Ok((change, leader))) => {
+                self.note(format!("membership: {change:?} asked of {leader} (members {members:?})"))
+            }
+            Some(Err(e)) => self.note(format!("membership: change refused at once: {e}")),
+            None => return,
+        }
+        self.change_due = false;
     }
 
     fn heal(&mut self) {
@@ -453,8 +501,14 @@ impl<'a> Runner<'a> {
         faults.fast_perm_busy_in_flight_probability = 0.0;
         faults.control_under_way_probability = 0.0;
         self.c.world.set_faults(faults);
-        for pos in 0..n as usize {
-            if self.c.cores[pos].is_none() {
+        // The crashed members restart, and a replica whose addition is in doubt (a removed one
+        // stays down). Without membership changes: every crashed replica.
+        let mut members = self.changes.members(&self.c);
+        if let Some(Change::Add(id)) = self.changes.in_doubt() {
+            members.push(id.0 as usize);
+        }
+        for pos in members {
+            if self.c.cores[pos].is_none() && self.c.ran[pos] {
                 self.c.restart(pos);
             }
         }
@@ -467,6 +521,12 @@ impl<'a> Runner<'a> {
         while self.c.world.now_ns() < end {
             self.c.round();
             self.workload.poll(&mut self.c);
+            if self.config.faults.membership {
+                if let Some(outcome) = self.changes.poll(&mut self.c) {
+                    self.note(format!("membership: change outcome {outcome:?}"));
+                }
+                self.try_change();
+            }
             if self.config.watch {
                 self.watch();
             }

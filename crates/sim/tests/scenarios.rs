@@ -5,6 +5,7 @@ mod common;
 
 use mu_fabric::NodeId;
 use mu_replica::{Change, Protocol};
+use mu_sim::membership::Changes;
 use mu_sim::SimCluster;
 
 /// §5.1 and §4: three replicas elect the lowest id, which replicates; every replica applies the
@@ -556,51 +557,14 @@ fn random_membership_run_on(seed: u64, protocol: Protocol) {
         config.batch_requests_max = 3;
         config.outstanding_max = 2;
     });
-    // Velos: a replica abstaining for a lap after its rejoin counts in no majority either, nor
-    // does a removed one in a configuration that a lagging replica still has.
-    let abstaining_counts = protocol == Protocol::Velos;
+    // The members now, the change in doubt and the fault budget (Velos: a replica abstaining
+    // for a lap after its rejoin counts in no majority either, nor does a removed one in a
+    // configuration that a lagging replica still has): `mu_sim::membership`.
+    let mut changes = Changes::default();
     c.await_leader(10_000_000);
-    let members =
-        |c: &SimCluster| -> Vec<usize> { c.members_now().iter().map(|id| id.0 as usize).collect() };
-    let is_out = |c: &SimCluster, p: usize| {
-        c.cores[p].as_ref().is_none_or(|k| {
-            let status = k.status();
-            !status.eligible || (abstaining_counts && (status.recovering || status.removed))
-        })
-    };
-    let out = |c: &SimCluster, members: &[usize]| members.iter().filter(|&&p| is_out(c, p)).count();
-    // A change submitted and not yet seen decided: it may still be (a new leader adopts it), so
-    // the fault budget must hold in the configuration it makes too. One at a time.
-    let mut in_doubt: Option<Change> = None;
     for step in 0..60 {
-        let m = members(&c);
-        let with = |change: Change| -> Vec<usize> {
-            let mut after = m.clone();
-            match change {
-                Change::Add(id) if !after.contains(&(id.0 as usize)) => after.push(id.0 as usize),
-                Change::Remove(id) => after.retain(|&p| p != id.0 as usize),
-                Change::Add(_) => {}
-            }
-            after
-        };
-        if in_doubt.is_some_and(|change| with(change).len() == m.len()) {
-            in_doubt = None; // decided (as far as the most advanced replica applied)
-        }
-        let mut configs: Vec<Vec<usize>> =
-            std::iter::once(m.clone()).chain(in_doubt.map(with)).collect();
-        if abstaining_counts {
-            // Velos: until every live replica applied a change, a new leader may have to decide
-            // the change's index again in the configuration before it (the old leader that
-            // knew it decided may be gone), and a recovering replica answers nothing there:
-            // the budget holds in every configuration a live replica still has.
-            for k in c.cores.iter().flatten() {
-                let seen: Vec<usize> = k.status().members.iter().map(|id| id.0 as usize).collect();
-                if !configs.contains(&seen) {
-                    configs.push(seen);
-                }
-            }
-        }
-        let may_crash = configs.iter().all(|cfg| out(&c, cfg) < (cfg.len() - 1) / 2);
+        let m = changes.members(&c);
+        let may_crash = changes.may_lose_one(&c, &m);
         match rng.below(12) {
             0 if may_crash => {
                 let pos = m[rng.below(m.len() as u64) as usize];
@@ -620,42 +584,9 @@ fn random_membership_run_on(seed: u64, protocol: Protocol) {
             4 => c.partition_random(&mut rng),
             5 => c.heal_all(),
             6 | 7 => {
-                // A change at whoever some member believes leads; it may fail.
-                let Some(l) = c.agreed_leader() else { continue };
-                let l = l.0 as usize;
-                if c.paused[l] || c.outstanding[l].is_some() || in_doubt.is_some() {
+                // A change at whoever the members agree leads; it may fail.
+                if changes.try_change(&mut c, &mut rng, &m).is_none() {
                     continue;
-                }
-                let outside: Vec<usize> = (0..N as usize).filter(|p| !m.contains(p)).collect();
-                let add = !outside.is_empty() && (m.len() <= 2 || rng.below(2) == 0);
-                let change = if add {
-                    // The newcomer is out until it is brought up to date.
-                    if out(&c, &m) + 1 > m.len() / 2 {
-                        continue;
-                    }
-                    let pos = outside[rng.below(outside.len() as u64) as usize];
-                    match &c.cores[pos] {
-                        None if !c.ran[pos] => c.start(pos),
-                        None => c.restart(pos),
-                        Some(_) => {
-                            // Removed earlier: a new process takes its place.
-                            c.crash(pos);
-                            c.restart(pos);
-                        }
-                    }
-                    Change::Add(NodeId(pos as u16))
-                } else {
-                    // Removing a member that is out keeps the others' majority; removing one
-                    // that is in may leave too few.
-                    let pos = m[rng.below(m.len() as u64) as usize];
-                    let out_after = out(&c, &m) - usize::from(is_out(&c, pos));
-                    if m.len() <= 2 || out_after > (m.len() - 2) / 2 {
-                        continue;
-                    }
-                    Change::Remove(NodeId(pos as u16))
-                };
-                if c.submit_change(l, change).is_ok() {
-                    in_doubt = Some(change);
                 }
             }
             _ => {
@@ -683,7 +614,8 @@ fn random_membership_run_on(seed: u64, protocol: Protocol) {
     settle_and_check(&mut c, &format!("m{seed} last"));
     if std::env::var("MU_SIM_VERBOSE").is_ok() {
         let changes = c.acked.iter().filter(|(_, v)| v.starts_with(b"membership")).count();
-        eprintln!("seed {seed}: {changes} changes acknowledged, members {:?}", members(&c));
+        let members = c.members_now();
+        eprintln!("seed {seed}: {changes} changes acknowledged, members {members:?}");
     }
 }
 

@@ -1,0 +1,173 @@
+//! Membership changes made at random (§5.4), for `mu sim --faults membership` and the scenario
+//! tests of random changes: who the members are now, how many of them may be out at once while
+//! a change is undecided, and a change made at the leader the replicas agree on.
+//!
+//! One change at a time: a change submitted and not yet seen decided may still be decided (a
+//! new leader adopts it), so from its submission until the most advanced replica applied it,
+//! the fault budget must hold in the configuration it makes as well as in the current one.
+//! A change that failed stays in doubt for the rest of the run, which only makes the budget
+//! stricter, unless its outcome says it can never take effect ([`Changes::poll`]): then the
+//! validity checker makes sure that no replica applies it.
+
+use crate::cluster::SimCluster;
+use mu_fabric::NodeId;
+use mu_fabric_sim::SimRng;
+use mu_replica::{Change, ProposeError, Protocol};
+
+/// The change in doubt, if any.
+#[derive(Default)]
+pub struct Changes {
+    in_doubt: Option<Change>,
+    /// Where the change in doubt was submitted (position, boot), until its outcome is read.
+    submitted: Option<(usize, u32)>,
+}
+
+/// The configuration `members` once `change` is applied.
+fn with(members: &[usize], change: Change) -> Vec<usize> {
+    let mut after = members.to_vec();
+    match change {
+        Change::Add(id) if !after.contains(&(id.0 as usize)) => after.push(id.0 as usize),
+        Change::Remove(id) => after.retain(|&p| p != id.0 as usize),
+        Change::Add(_) => {}
+    }
+    after
+}
+
+/// Whether replica `pos` is out of majorities: crashed, unable to lead, or restarted and not
+/// counted yet. Under Velos also a removed replica: a lagging replica's configuration may still
+/// count it, and it answers nothing there.
+pub fn is_out(c: &SimCluster, pos: usize) -> bool {
+    let velos = c.configs[pos].protocol == Protocol::Velos;
+    c.cores[pos].as_ref().is_none_or(|k| {
+        let status = k.status();
+        !status.eligible || status.recovering || (velos && status.removed)
+    })
+}
+
+/// How many of `members` are out.
+pub fn out_count(c: &SimCluster, members: &[usize]) -> usize {
+    members.iter().filter(|&&p| is_out(c, p)).count()
+}
+
+impl Changes {
+    /// The change submitted and not yet seen decided.
+    pub fn in_doubt(&self) -> Option<Change> {
+        self.in_doubt
+    }
+
+    /// The members now (positions), as the replica that applied the most applied them; the
+    /// change in doubt is forgotten once it shows there.
+    pub fn members(&mut self, c: &SimCluster) -> Vec<usize> {
+        let members: Vec<usize> = c.members_now().iter().map(|id| id.0 as usize).collect();
+        if self.in_doubt.is_some_and(|change| with(&members, change).len() == members.len()) {
+            self.in_doubt = None;
+        }
+        members
+    }
+
+    /// The configurations in which a majority must stay in: `members`, the one the change in
+    /// doubt makes, and under Velos every configuration a live replica still has (until every
+    /// live replica applied a change, a new leader may have to decide the change's index again
+    /// in the configuration before it, where a recovering replica answers nothing).
+    fn budget_configs(&self, c: &SimCluster, members: &[usize]) -> Vec<Vec<usize>> {
+        let mut configs: Vec<Vec<usize>> = std::iter::once(members.to_vec())
+            .chain(self.in_doubt.map(|change| with(members, change)))
+            .collect();
+        if c.configs.first().is_some_and(|config| config.protocol == Protocol::Velos) {
+            for k in c.cores.iter().flatten() {
+                let seen: Vec<usize> = k.status().members.iter().map(|id| id.0 as usize).collect();
+                // None known yet (restarted, not taken back): nothing to hold.
+                if !seen.is_empty() && !configs.contains(&seen) {
+                    configs.push(seen);
+                }
+            }
+        }
+        configs
+    }
+
+    /// Whether one more of `members` may go out (crash) with a majority left in every
+    /// configuration that counts (fewer than a minority out now).
+    pub fn may_lose_one(&self, c: &SimCluster, members: &[usize]) -> bool {
+        self.budget_configs(c, members)
+            .iter()
+            .all(|config| out_count(c, config) < config.len().saturating_sub(1) / 2)
+    }
+
+    /// Tries a change at the leader the replicas agree on: adding a replica outside the
+    /// configuration (started for it: fresh if it never ran, restarted if it crashed, a new
+    /// process in place of a removed one), or removing a member (the leader too), each only
+    /// if a majority stays in. None: nothing was tried (no agreed leader that is free, a change
+    /// already in doubt, or the budget forbids the change drawn); otherwise what the leader
+    /// said to the submission.
+    pub fn try_change(
+        &mut self,
+        c: &mut SimCluster,
+        rng: &mut SimRng,
+        members: &[usize],
+    ) -> Option<Result<(Change, usize), ProposeError>> {
+        let leader = c.agreed_leader()?.0 as usize;
+        if c.paused[leader] || c.outstanding[leader].is_some() || self.in_doubt.is_some() {
+            return None;
+        }
+        let outside: Vec<usize> = (0..c.cores.len()).filter(|p| !members.contains(p)).collect();
+        let add = !outside.is_empty() && (members.len() <= 2 || rng.below(2) == 0);
+        let change = if add {
+            // The newcomer is out until it is brought up to date.
+            if out_count(c, members) + 1 > members.len() / 2 {
+                return None;
+            }
+            let pos = outside[rng.below(outside.len() as u64) as usize];
+            match &c.cores[pos] {
+                None if !c.ran[pos] => c.start(pos),
+                None => c.restart(pos),
+                Some(_) => {
+                    // Removed earlier: a new process takes its place.
+                    c.crash(pos);
+                    c.restart(pos);
+                }
+            }
+            Change::Add(NodeId(pos as u16))
+        } else {
+            // Removing a member that is out keeps the others' majority; removing one that is in
+            // may leave too few.
+            let pos = members[rng.below(members.len() as u64) as usize];
+            let out_after = out_count(c, members) - usize::from(is_out(c, pos));
+            if members.len() <= 2 || out_after > (members.len() - 2) / 2 {
+                return None;
+            }
+            Change::Remove(NodeId(pos as u16))
+        };
+        Some(c.submit_change(leader, change).map(|()| {
+            self.in_doubt = Some(change);
+            self.submitted = Some((leader, c.boot_of[leader]));
+            (change, leader)
+        }))
+    }
+
+    /// After a round: reads the outcome of the change submitted, if it came. One that says the
+    /// change never takes effect ([`ProposeError::never_applied`]) ends the doubt, and a change
+    /// asked for only once is recorded as refused, so that the validity checker fails the run
+    /// if a replica applies it. Returns that outcome. Any other failure, or the leader's death, leaves it in
+    /// doubt: a later leader may still decide it.
+    pub fn poll(&mut self, c: &mut SimCluster) -> Option<Result<u64, ProposeError>> {
+        let (pos, boot) = self.submitted?;
+        if c.cores[pos].is_none() || c.boot_of[pos] != boot {
+            self.submitted = None;
+            return None;
+        }
+        let outcome = c.outcomes[pos].take()?.pop().expect("one outcome for a change");
+        self.submitted = None;
+        if let (Err(e), Some(change)) = (&outcome, self.in_doubt) {
+            if e.never_applied() {
+                self.in_doubt = None;
+                // Only a change asked for once: an earlier submission of the same one may
+                // have been decided.
+                let label = crate::cluster::change_label(&change.encode());
+                if !c.retried.contains(&label) {
+                    c.refused.insert(label);
+                }
+            }
+        }
+        Some(outcome)
+    }
+}
