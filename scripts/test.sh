@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
 # (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), sweeps of
-# 200 simulator seeds on Mu and on Velos, the TLA+ models, a smoke run of the fabric benchmark and
+# 200 simulator seeds on Mu and on Velos and of 100 more with membership changes on each, the
+# TLA+ models, a smoke run of the fabric benchmark and
 # of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
 # Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC, Redis and etcd)
 # and says what it does.
@@ -41,33 +42,36 @@ scripts/lincheck.sh
 step "tests"
 cargo test --workspace
 
-step "simulator sweep: mu sim --seeds 200 (every fault on, 3 and 5 replicas, histories checked by lincheck)"
-cargo build --release --quiet --bin mu
-out=$(./target/release/mu sim --seeds 200 --protocol mu --lincheck target/lincheck/lincheck --json)
-echo "$out"
-python3 - "$out" <<'PY'
+# A sweep of `mu sim` seeds with histories checked by lincheck; fails on any failed seed.
+sim_sweep() {
+  local protocol=$1 faults=$2 seeds=$3 first=$4
+  local out
+  out=$(./target/release/mu sim --seeds "$seeds" --first-seed "$first" --protocol "$protocol" \
+    --faults "$faults" --lincheck target/lincheck/lincheck --json)
+  echo "$out"
+  python3 - "$out" "$protocol" "$faults" "$seeds" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
-assert d["protocol"] == "mu" and d["seeds"] == 200 and d["faults"] == "all", d
+protocol, faults, seeds = sys.argv[2], sys.argv[3], int(sys.argv[4])
+assert d["protocol"] == protocol and d["seeds"] == seeds and d["faults"] == faults, d
 assert d["linearizability_checked"] is True, d
 assert d["failures"] == [], d["failures"]
 assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
-print("mu sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
+if "membership" in faults:
+    assert d["membership_changes"] > 0, d
+print("%s sim (%s): %d seeds, %.1f seeds/s, %d membership changes, no failure"
+      % (protocol, faults, seeds, d["seeds_per_second"], d["membership_changes"]))
 PY
+}
 
+cargo build --release --quiet --bin mu
+step "simulator sweep: mu sim --seeds 200 (every fault on, 3 and 5 replicas, histories checked by lincheck)"
+sim_sweep mu all 200 0
 step "simulator sweep: mu sim --seeds 200 --protocol velos (every fault, restarts included, 3 and 5 replicas, lincheck)"
-out=$(./target/release/mu sim --seeds 200 --protocol velos --lincheck target/lincheck/lincheck --json)
-echo "$out"
-python3 - "$out" <<'PY'
-import json, sys
-d = json.loads(sys.argv[1])
-assert d["protocol"] == "velos" and d["seeds"] == 200, d
-assert d["faults"] == "all", d
-assert d["linearizability_checked"] is True, d
-assert d["failures"] == [], d["failures"]
-assert d["acked"] > 0 and d["ops_answered"] > 0 and d["leader_changes"] > 0, d
-print("velos sim: %d seeds, %.1f seeds/s, no failure" % (d["seeds"], d["seeds_per_second"]))
-PY
+sim_sweep velos all 200 0
+step "simulator sweep: mu sim --seeds 100 --faults all,membership, on Mu and on Velos (replicas added and removed, lincheck)"
+sim_sweep mu all,membership 100 0
+sim_sweep velos all,membership 100 0
 
 step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 5 minutes)"
 bash scripts/tlc.sh

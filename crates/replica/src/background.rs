@@ -37,6 +37,8 @@ const KIND_SNAPSHOT_BODY: u64 = 6 << 16;
 /// snapshot header until it answers the ticket, then the snapshot itself.
 #[derive(Clone, Copy, Debug)]
 struct Fetch {
+    /// Its `fetch_seq`.
+    seq: u32,
     donor: usize,
     ticket: u64,
     body: Option<(u64, u64, u64, u64)>, // (index, len, digest, members) once the header answered
@@ -52,6 +54,12 @@ pub(crate) struct TransferSettings {
     pub timeout_ns: u64,
 }
 const POS_BITS: u64 = 0xffff;
+/// A state-transfer read's work request id also carries its fetch's sequence number, above these
+/// bits: a read of a fetch given up may complete after the next fetch started, and must not be
+/// taken for one of its reads.
+const FETCH_SEQ_SHIFT: u32 = 32;
+/// Where a work request id says what it is.
+const KIND_BITS: u64 = 0xffff_0000;
 
 /// Heartbeat reads in a row that say a peer does not hear us before our side of its connection
 /// is bound again ([`UNHEARD_OFFSET`]): three times what a peer that reaches us needs to judge
@@ -84,6 +92,11 @@ struct PeerView {
     request_sent: u64,
     /// When the heartbeat read in flight (or the last one) was posted.
     read_posted_ns: u64,
+    /// What the peer's last heartbeat said: where its log head was, its configuration (by
+    /// position, 0 before any read), and whether it stood for election.
+    head: u64,
+    members: u64,
+    standing: bool,
 }
 
 /// How a permission step went.
@@ -308,7 +321,8 @@ impl<F: Fabric> BackgroundDriver<F> {
             .count();
         let eligible = self.shared.eligible.load(Ordering::Acquire)
             && members >> self.me_pos & 1 != 0
-            && alive >= mu_replication::membership::majority(members);
+            && alive >= mu_replication::membership::majority(members)
+            && !self.behind_a_change(members);
         self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
@@ -437,8 +451,14 @@ impl<F: Fabric> BackgroundDriver<F> {
             if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
                 return false;
             }
-            self.fetch =
-                Some(Fetch { donor, ticket, body: None, reading: false, since_ns: now_ns });
+            self.fetch = Some(Fetch {
+                seq: self.fetch_seq,
+                donor,
+                ticket,
+                body: None,
+                reading: false,
+                since_ns: now_ns,
+            });
             info!(
                 replica = self.me.0,
                 donor = self.replicas.ids()[donor].0,
@@ -478,7 +498,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         };
         let peer = self.replicas.ids()[fetch.donor];
         let wr = WorkRequest {
-            wr_id: kind | fetch.donor as u64,
+            wr_id: kind | u64::from(fetch.seq) << FETCH_SEQ_SHIFT | fetch.donor as u64,
             op: Op::Read { local, remote },
             signaled: true,
         };
@@ -506,7 +526,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.next_fetch_ns = now_ns + self.config.read_period_ns;
     }
 
-    /// A state-transfer read completed (successfully).
+    /// A state-transfer read of the current fetch completed (successfully).
     fn on_fetch_read(&mut self, kind: u64) {
         let Some(mut fetch) = self.fetch else { return };
         fetch.reading = false;
@@ -586,6 +606,29 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             self.shared.removed.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether a live peer that stands for election has applied entries beyond everything we
+    /// know to be decided, under a configuration other than ours (`members`): our log lacks a
+    /// decided change (§5.4), and we do not stand while it does. That peer leads and brings
+    /// our log up to date, after which we stand again. Standing under the configuration our
+    /// log gives, we could ask for ever a majority that no longer answers: members since
+    /// removed, which stopped, and restarted ones that count in no majority until a leader
+    /// takes them back, while the peer that could lead the new configuration followed us
+    /// (`mu sim` membership sweep, seed 307494, `t99`). A leader is never behind this way: it
+    /// knows every decided entry, and its FUO is past them all.
+    fn behind_a_change(&self, members: u64) -> bool {
+        let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        let decided_below = own_head.max(self.shared.progress.fuo.load(Ordering::Acquire));
+        (0..self.replicas.len()).any(|pos| {
+            let peer = &self.peers[pos];
+            pos != self.me_pos
+                && peer.standing
+                && peer.members != 0
+                && peer.members != members
+                && peer.head > decided_below
+                && self.detector.is_alive(self.replicas.ids()[pos])
+        })
     }
 
     /// Heartbeat, head and flags, where peers read them; fate sharing (§5.1).
@@ -735,6 +778,14 @@ impl<F: Fabric> BackgroundDriver<F> {
         if pos >= self.replicas.len() || pos == self.me_pos {
             panic!("background completion with wr_id {:#x} names no peer", c.wr_id);
         }
+        let kind = c.wr_id & KIND_BITS;
+        let fetch_read = matches!(kind, KIND_SNAPSHOT_HEADER | KIND_SNAPSHOT_BODY);
+        // A read of a fetch given up (timed out) completes after the next one began: not one of
+        // its reads (`mu sim --protocol velos --seed 10632 --replicas 3 --faults
+        // all,membership` took a late body read for the next fetch's, which had no header yet).
+        let current_fetch = self.fetch.is_some_and(|f| {
+            fetch_read && f.donor == pos && u64::from(f.seq) == c.wr_id >> FETCH_SEQ_SHIFT
+        });
         if !c.status.is_success() {
             self.lost(pos);
             if self.fetch.is_some_and(|f| f.donor == pos) {
@@ -747,9 +798,10 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             return;
         }
-        let kind = c.wr_id & !POS_BITS;
-        if matches!(kind, KIND_SNAPSHOT_HEADER | KIND_SNAPSHOT_BODY) {
-            self.on_fetch_read(kind);
+        if fetch_read {
+            if current_fetch {
+                self.on_fetch_read(kind);
+            }
             return;
         }
         if c.wr_id & !POS_BITS == KIND_HEARTBEAT {
@@ -828,6 +880,9 @@ impl<F: Fabric> BackgroundDriver<F> {
             let posted_ns = self.peers[pos].read_posted_ns;
             self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
             let eligible = eligible && self.shared.is_member(pos);
+            let members = self.load(view + MEMBERS_COPY_OFFSET);
+            let peer_view = &mut self.peers[pos];
+            (peer_view.head, peer_view.members, peer_view.standing) = (head, members, eligible);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.

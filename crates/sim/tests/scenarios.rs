@@ -532,6 +532,18 @@ fn t95_an_idle_leader_prepares_to_take_back_a_recovering_replica() {
     random_membership_run(1120);
 }
 
+/// Found by a membership sweep (seed 307494 of `MU_SIM_FIRST_SEED=300000 MU_SIM_SEEDS=20000`):
+/// replica 0 was removed, by an entry that 4 applied and 1 did not; 3 had restarted and was
+/// waiting to be taken back. Replica 1, the lowest live id, stood for election under the
+/// configuration its log gave, {0, 1, 3, 4}; but 0 had stopped and 3, recovering, counts in no
+/// majority, so its permission round never got one, while 4, which could lead {1, 3, 4},
+/// followed it. A replica now does not stand while a standing peer has applied past what it
+/// knows to be decided under another configuration: 4 leads, and brings 1 up to date.
+#[test]
+fn t99_a_replica_behind_a_decided_change_does_not_stand() {
+    random_membership_run(307494);
+}
+
 fn random_membership_run(seed: u64) {
     random_membership_run_on(seed, Protocol::Mu);
 }

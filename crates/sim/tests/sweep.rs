@@ -283,3 +283,20 @@ fn t66_a_snapshot_leaves_no_undecided_entry_below_the_head() {
     let report = run(&config);
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
 }
+
+/// Found by the first membership sweep of Velos (`mu sim --protocol velos --faults
+/// all,membership`, seed 10632): a replica gave up a state transfer that had read the donor's
+/// snapshot header and was reading its body (timed out), and began another; the late body read
+/// of the first then completed and was taken for one of the second's, which had no header yet:
+/// a panic of the runtime. A fetch's reads now carry its sequence number, and those of a fetch
+/// given up are ignored.
+#[test]
+fn t67_a_late_read_of_a_state_transfer_given_up_is_ignored() {
+    let mut config = RunConfig::new(10632);
+    config.protocol = Protocol::Velos;
+    config.replicas = 3;
+    config.faults = Faults::parse("all,membership").unwrap();
+    let report = run(&config);
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+    assert!(report.membership_changes > 0, "the run changed the membership");
+}
