@@ -433,8 +433,17 @@ impl<F: Fabric> BackgroundDriver<F> {
                 return false;
             }
             let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+            // Among the peers alive to the failure detector: a removed replica stops (no
+            // heartbeat, and it serves no snapshot), but its connection stays up and the head
+            // it last published stays the highest; asked, it never answered, and the fetch
+            // timed out and was asked of it again, for good (Velos, `scenarios.rs: t98`, seed
+            // 300927).
             let donor = (0..self.replicas.len())
-                .filter(|&pos| pos != self.me_pos && self.peers[pos].connected)
+                .filter(|&pos| {
+                    pos != self.me_pos
+                        && self.peers[pos].connected
+                        && self.detector.is_alive(self.replicas.ids()[pos])
+                })
                 .max_by_key(|&pos| self.shared.heads[pos].load(Ordering::Acquire));
             let Some(donor) = donor else { return false };
             let donor_head = self.shared.heads[donor].load(Ordering::Acquire);

@@ -544,6 +544,17 @@ fn t99_a_replica_behind_a_decided_change_does_not_stand() {
     random_membership_run(307494);
 }
 
+/// Found by a sweep of the Velos membership test (seed 300927 of `MU_SIM_FIRST_SEED=300000
+/// MU_SIM_SEEDS=5000`): replica 1, far behind in the configuration {0, 1}, asked for a snapshot
+/// of the peer whose published head was highest, 2, which had been removed and had stopped
+/// (no heartbeat, no snapshots served) with its connection still up; each fetch timed out and
+/// was asked of 2 again, and {0, 1} never had a majority. A donor is now a peer the failure
+/// detector considers alive.
+#[test]
+fn t100_a_snapshot_is_asked_of_a_live_peer() {
+    random_membership_run_on(300927, Protocol::Velos);
+}
+
 fn random_membership_run(seed: u64) {
     random_membership_run_on(seed, Protocol::Mu);
 }
