@@ -8,9 +8,9 @@ use crate::layout::{
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE, HEAD_COPY_OFFSET,
     HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
-    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
-    SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
-    UNHEARD_OFFSET,
+    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN,
+    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
+    SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -41,7 +41,9 @@ struct Fetch {
     seq: u32,
     donor: usize,
     ticket: u64,
-    body: Option<(u64, u64, u64, u64)>, // (index, len, digest, members) once the header answered
+    /// Once the header answered: the index, the length, the digest, the members and the last
+    /// entry's kind and length (`layout::snapshot_digest`'s `last`).
+    body: Option<(u64, u64, u64, u64, u64)>,
     reading: bool,
     since_ns: u64,
 }
@@ -495,7 +497,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 },
                 RemoteAddr { region: SNAPSHOT_REGION, offset: 0 },
             ),
-            Some((_, len, _, _)) => (
+            Some((_, len, ..)) => (
                 KIND_SNAPSHOT_BODY,
                 LocalSlice {
                     region: SNAPSHOT_REGION,
@@ -565,17 +567,20 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.next_fetch_ns = u64::MAX; // until restarted: retrying cannot help
                 return;
             }
-            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), header(SNAPSHOT_MEMBERS)));
+            let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);
+            let members = header(SNAPSHOT_MEMBERS);
+            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), members, last));
             self.fetch = Some(fetch);
             return;
         }
-        let (index, len, digest, members) = fetch.body.expect("the body is read after the header");
+        let (index, len, digest, members, last) =
+            fetch.body.expect("the body is read after the header");
         let mut bytes = vec![0; len as usize];
         let at = fetched_body_offset(self.transfer.snapshot_bytes_max) as usize;
         self.snapshot.read(at, &mut bytes).expect("fetched snapshot in the region");
         self.fetch = None;
         let donor = self.replicas.ids()[fetch.donor].0;
-        if snapshot_digest(index, members, &bytes) != digest {
+        if snapshot_digest(index, members, last, &bytes) != digest {
             debug!(replica = self.me.0, donor, "state transfer: the snapshot changed while read");
             return; // the donor served someone else meanwhile: ask again
         }

@@ -89,8 +89,10 @@ pub const BACKGROUND_BYTES: usize = (FETCHED_HEADER_OFFSET + SNAPSHOT_HEADER_BYT
 /// application's bytes), then room for one it fetches from a donor.
 pub const SNAPSHOT_REGION: RegionId = RegionId(3);
 /// Bytes of a snapshot header: the ticket it answers (written last), the log index it was taken
-/// at (everything below applied), the length of the bytes, their digest, an error code, and the
-/// configuration at the index (the members, by position, §5.4).
+/// at (everything below applied), the length of the bytes, their digest, an error code, the
+/// configuration at the index (the members, by position, §5.4), and the entry just below the
+/// index when the donor holds it (Velos: what a new leader republishes), as its kind (0: none)
+/// and its length; its bytes are the last of the snapshot's.
 pub const SNAPSHOT_HEADER_BYTES: u64 = 64;
 pub const SNAPSHOT_TICKET: u64 = 0;
 pub const SNAPSHOT_INDEX: u64 = 8;
@@ -98,6 +100,8 @@ pub const SNAPSHOT_LEN: u64 = 16;
 pub const SNAPSHOT_DIGEST: u64 = 24;
 pub const SNAPSHOT_ERROR: u64 = 32;
 pub const SNAPSHOT_MEMBERS: u64 = 40;
+pub const SNAPSHOT_LAST_KIND: u64 = 48;
+pub const SNAPSHOT_LAST_LEN: u64 = 56;
 /// Error codes of a served snapshot.
 pub const SNAPSHOT_OK: u64 = 0;
 pub const SNAPSHOT_TOO_LARGE: u64 = 1;
@@ -122,9 +126,10 @@ pub fn snapshot_request_offset(pos: usize) -> u64 {
     SNAPSHOT_REQUEST_OFFSET + 8 * pos as u64
 }
 
-/// The digest a snapshot header carries: over the index, the configuration and the bytes.
-pub fn snapshot_digest(index: u64, members: u64, bytes: &[u8]) -> u64 {
-    mu_log::digest(index ^ 0x6d75_736e_6170 ^ members.rotate_left(29), bytes)
+/// The digest a snapshot header carries: over the index, the configuration, the last entry's
+/// kind and length (`last`: kind in the high half) and the bytes.
+pub fn snapshot_digest(index: u64, members: u64, last: u64, bytes: &[u8]) -> u64 {
+    mu_log::digest(index ^ 0x6d75_736e_6170 ^ members.rotate_left(29) ^ last.rotate_left(7), bytes)
 }
 
 pub fn request_offset(pos: usize) -> u64 {

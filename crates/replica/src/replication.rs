@@ -547,6 +547,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.settings.snapshot_bytes_max,
             (self.me, &self.replicas),
             (index, self.members_applied),
+            None, // Mu's leader republishes nothing: it catches up from its followers' logs
             app,
         );
     }
@@ -557,7 +558,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let head = self.replayer.head();
         let leading = self.leader.phase() != Phase::Follower;
-        let Some((index, members)) = crate::transfer::install(
+        let Some((index, members, _)) = crate::transfer::install(
             &self.shared,
             (&self.background, &self.snapshot),
             &mut self.snapshot_buf,

@@ -5,20 +5,29 @@
 
 use crate::layout::{
     fetched_body_offset, snapshot_digest, FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
-    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
-    SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN,
+    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
 };
 use crate::replication::Applier;
 use crate::shared::Shared;
 use mu_fabric::{LocalRegion, NodeId};
+use mu_log::EntryKind;
 use mu_replication::ReplicaSet;
 use std::sync::atomic::Ordering;
 use tracing::{debug, info, warn};
 
+/// The entry just below a snapshot's index, which a Velos leader republishes (its kind, its
+/// value).
+pub(crate) type LastEntry = (EntryKind, Vec<u8>);
+
 /// Donor side: a peer asked (through our background plane) for our state. Called between two
 /// entries applied, so that the snapshot is exactly the state after every entry below `index`
-/// (with configuration `members`); written into our state-transfer region, the ticket last,
-/// where the peer reads it.
+/// (with configuration `members`), and `last` the entry at `index - 1` if we hold it; written
+/// into our state-transfer region, the ticket last, where the peer reads it. `last` travels
+/// after the application's bytes: a Velos replica that installs the snapshot may lead at
+/// once, as one that applied that entry may (otherwise every live member could be waiting
+/// for an entry after its transfer, and none would lead to decide one).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn serve<R: LocalRegion>(
     shared: &Shared,
     region: &R,
@@ -26,6 +35,7 @@ pub(crate) fn serve<R: LocalRegion>(
     bytes_max: usize,
     (me, replicas): (NodeId, &ReplicaSet),
     (index, members): (u64, u64),
+    last: Option<(EntryKind, &[u8])>,
     app: &mut dyn Applier,
 ) {
     let ticket = shared.snapshot_wanted.load(Ordering::Acquire);
@@ -39,7 +49,11 @@ pub(crate) fn serve<R: LocalRegion>(
         .and_then(|pos| replicas.ids().get(pos))
         .map(|id| id.0);
     let replica = me.0;
-    let error = match app.snapshot(buf) {
+    let taken = app.snapshot(buf);
+    if let Some((_, value)) = last {
+        buf.extend_from_slice(value);
+    }
+    let error = match taken {
         Err(e) => {
             warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
             shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
@@ -81,7 +95,13 @@ pub(crate) fn serve<R: LocalRegion>(
     put(SNAPSHOT_INDEX, index);
     put(SNAPSHOT_LEN, len as u64);
     put(SNAPSHOT_MEMBERS, members);
-    put(SNAPSHOT_DIGEST, snapshot_digest(index, members, &buf[..len]));
+    let last_word = match last {
+        Some((kind, value)) if error == SNAPSHOT_OK => (kind as u64) << 32 | value.len() as u64,
+        _ => 0,
+    };
+    put(SNAPSHOT_LAST_KIND, last_word >> 32);
+    put(SNAPSHOT_LAST_LEN, last_word & 0xffff_ffff);
+    put(SNAPSHOT_DIGEST, snapshot_digest(index, members, last_word, &buf[..len]));
     put(SNAPSHOT_ERROR, error);
     put(SNAPSHOT_TICKET, ticket);
     shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
@@ -91,7 +111,8 @@ pub(crate) fn serve<R: LocalRegion>(
 
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
 /// ahead of `head` (the next index to apply) and this replica does not lead (a leader's state
-/// is what others follow); returns its index and configuration then.
+/// is what others follow); returns its index, its configuration and the entry below the index
+/// if the donor sent it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn install<R: LocalRegion>(
     shared: &Shared,
@@ -102,7 +123,7 @@ pub(crate) fn install<R: LocalRegion>(
     head: u64,
     leading: bool,
     app: &mut dyn Applier,
-) -> Option<(u64, u64)> {
+) -> Option<(u64, u64, Option<LastEntry>)> {
     if !shared.snapshot_fetched.load(Ordering::Acquire) {
         return None;
     }
@@ -112,6 +133,9 @@ pub(crate) fn install<R: LocalRegion>(
             .expect("fetched header in the background region")
     };
     let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN) as usize);
+    // Checked by the digest with the bytes; a length past them is no last entry.
+    let last_len = (header(SNAPSHOT_LAST_LEN) as usize).min(len);
+    let last_kind = EntryKind::from_u8(header(SNAPSHOT_LAST_KIND) as u8);
     let mut installed = None;
     if index > head && !leading {
         buf.resize(len, 0);
@@ -119,7 +143,10 @@ pub(crate) fn install<R: LocalRegion>(
         snapshot
             .read(at, buf)
             .expect("fetched snapshot in the region: length checked when fetched");
-        match app.restore(buf) {
+        let (state, last_value) =
+            buf.split_at(len - if last_kind.is_some() { last_len } else { 0 });
+        let last = last_kind.map(|kind| (kind, last_value.to_vec()));
+        match app.restore(state) {
             Ok(()) => {
                 info!(
                     replica = me.0,
@@ -129,7 +156,7 @@ pub(crate) fn install<R: LocalRegion>(
                     "state transfer: snapshot installed"
                 );
                 shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
-                installed = Some((index, header(SNAPSHOT_MEMBERS)));
+                installed = Some((index, header(SNAPSHOT_MEMBERS), last));
             }
             Err(e) => {
                 warn!(replica = me.0, index, error = %e, "state transfer: restore failed");

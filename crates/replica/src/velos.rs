@@ -552,6 +552,9 @@ impl<F: Fabric> VelosDriver<F> {
             self.settings.snapshot_bytes_max,
             (self.me, &self.replicas),
             (self.applied, self.proposer.members()),
+            // The entry at `applied - 1`, when this replica applied it (not when it installed
+            // a snapshot since, which may have come without one).
+            self.last.as_ref().map(|(kind, value)| (*kind, &value[..])),
             app,
         );
         self.shared.progress.set_fuo(self.applied);
@@ -559,11 +562,14 @@ impl<F: Fabric> VelosDriver<F> {
 
     /// State transfer, receiving side (a follower a whole log behind, or one whose entries
     /// are gone from every memory it can read): restores the snapshot the background plane
-    /// fetched and goes on from its index. Until it has applied an entry the usual way it does
-    /// not know the entry before its next index, which a new leader writes again (§5.4), so it
-    /// does not stand for election until then.
+    /// fetched and goes on from its index. A new leader writes the entry before its next index
+    /// again (§5.4): the donor sends that entry with the snapshot when it holds it, and the
+    /// replica stands for election again at once, as after applying it; without it, not until it
+    /// has applied an entry the usual way. (Waiting for that every time, every live member of
+    /// a configuration could be waiting after a transfer, and none would lead to decide an
+    /// entry: `scenarios.rs: t98`, seed 302768.)
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
-        let Some((index, members)) = crate::transfer::install(
+        let Some((index, members, last)) = crate::transfer::install(
             &self.shared,
             (&self.background, &self.snapshot),
             &mut self.snapshot_buf,
@@ -576,11 +582,15 @@ impl<F: Fabric> VelosDriver<F> {
             return false;
         };
         self.applied = index;
-        self.last = None;
+        self.last = last;
         self.catch_up = CatchUp::Idle;
         self.note_members(members);
         self.log.store_u64(HEAD_OFFSET as usize, index).expect("log header");
-        self.shared.eligible.store(false, Ordering::Release);
+        if self.last.is_some() {
+            self.stand_again();
+        } else {
+            self.shared.eligible.store(false, Ordering::Release);
+        }
         true
     }
 
@@ -1150,17 +1160,22 @@ impl<F: Fabric> VelosDriver<F> {
             None => self.last = Some((kind, value.to_vec())),
         }
         self.log.store_u64(HEAD_OFFSET as usize, self.applied).expect("log header");
-        // Not while recovering: elected, it could not lead, and nobody would decide its
-        // rejoin entry. Nor while it abstains: a follower learns from the leader's words, and
-        // a leader's own that abstain tell it nothing (a second replica restarting would wait
-        // for ever in an idle cluster).
+        self.stand_again();
+        Some(())
+    }
+
+    /// Holding the entry before its next index, this replica may stand for election again.
+    /// Not while recovering: elected, it could not lead, and nobody would decide its rejoin
+    /// entry. Nor while it abstains: a follower learns from the leader's words, and a leader's
+    /// own that abstain tell it nothing (a second replica restarting would wait for ever in an
+    /// idle cluster).
+    fn stand_again(&self) {
         if self.recovery.is_none()
             && !self.shared.abstaining.load(Ordering::Relaxed)
             && !self.shared.eligible.load(Ordering::Relaxed)
         {
             self.shared.eligible.store(true, Ordering::Release);
         }
-        Some(())
     }
 
     /// The configuration of the next index to apply (the Mu paper's §5.4): the initial one
