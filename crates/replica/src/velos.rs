@@ -121,6 +121,12 @@ const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
 /// back.
 const STALL_READ_PERIODS: u64 = 2;
 
+/// Detector read periods without an elected leader after which a replica that installed a
+/// snapshot stands for election without waiting to apply an entry
+/// ([`VelosDriver::stand_if_leaderless`]): twice what the detector needs to find a leader failed
+/// (its score falls from at least 6 to 2 in four stale reads).
+const LEADERLESS_READ_PERIODS: u64 = 8;
+
 /// A recovery whose rejoin entry has not come after this long says so.
 const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 
@@ -198,6 +204,8 @@ pub struct VelosDriver<F: Fabric> {
     leading_to_log: Option<(u64, u64)>,
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Recovery>,
+    /// Since when a replica waiting to stand after a snapshot has seen no leader elected.
+    leaderless_since_ns: Option<u64>,
     /// Rejoin requests made in this run (each one a new request id), and the run's nonce they
     /// are made from ([`crate::core::Boot::nonce`]).
     rejoin_attempts: u32,
@@ -289,6 +297,7 @@ impl<F: Fabric> VelosDriver<F> {
             last_decision: (0, true),
             leading_to_log: None,
             recovery,
+            leaderless_since_ns: None,
             rejoin_attempts: 0,
             run_nonce,
             rejoined: vec![0; n],
@@ -469,6 +478,7 @@ impl<F: Fabric> VelosDriver<F> {
             // a leader was killed under load).
             busy |= self.learn(app);
         }
+        self.stand_if_leaderless(now_ns);
         busy |= self.follow_election(now_ns);
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
@@ -563,11 +573,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// State transfer, receiving side (a follower a whole log behind, or one whose entries
     /// are gone from every memory it can read): restores the snapshot the background plane
     /// fetched and goes on from its index. A new leader writes the entry before its next index
-    /// again (§5.4): the donor sends that entry with the snapshot when it holds it, and the
-    /// replica stands for election again at once, as after applying it; without it, not until it
-    /// has applied an entry the usual way. (Waiting for that every time, every live member of
-    /// a configuration could be waiting after a transfer, and none would lead to decide an
-    /// entry: `scenarios.rs: t98`, seed 302768.)
+    /// again (§5.4): the donor sends that entry with the snapshot when it holds it. The replica
+    /// stands for election again once it has applied an entry the usual way, or, holding that
+    /// entry, once no leader has been elected for a while ([`VelosDriver::stand_if_leaderless`]).
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let Some((index, members, last)) = crate::transfer::install(
             &self.shared,
@@ -586,12 +594,37 @@ impl<F: Fabric> VelosDriver<F> {
         self.catch_up = CatchUp::Idle;
         self.note_members(members);
         self.log.store_u64(HEAD_OFFSET as usize, index).expect("log header");
-        if self.last.is_some() {
-            self.stand_again();
-        } else {
-            self.shared.eligible.store(false, Ordering::Release);
-        }
+        self.shared.eligible.store(false, Ordering::Release);
+        self.leaderless_since_ns = None;
         true
+    }
+
+    /// A replica that installed a snapshot, with the entry below its index, stays out of
+    /// elections until it applies an entry the usual way, so that a leader already there goes
+    /// on first: one that removed itself publishes the new configuration only when it steps
+    /// down, and a replica standing meanwhile under the configuration the snapshot gave would
+    /// compete with it for its last entry, for good (`scenarios.rs: t98`, seed 302432). But if
+    /// no leader is elected for [`LEADERLESS_READ_PERIODS`], it stands: every live member may
+    /// be waiting so, and none would lead to decide an entry (seed 302768, `t101`).
+    fn stand_if_leaderless(&mut self, now_ns: u64) {
+        let waiting = !self.shared.eligible.load(Ordering::Relaxed)
+            && self.last.is_some()
+            && self.stopped.is_none()
+            && self.shared.leader().is_none();
+        if !waiting {
+            self.leaderless_since_ns = None;
+            return;
+        }
+        let since = *self.leaderless_since_ns.get_or_insert(now_ns);
+        if now_ns.saturating_sub(since) >= LEADERLESS_READ_PERIODS * self.settings.read_period_ns {
+            info!(
+                replica = self.me.0,
+                applied = self.applied,
+                "no leader elected: standing for election with the snapshot's last entry"
+            );
+            self.stand_again();
+            self.leaderless_since_ns = None;
+        }
     }
 
     /// Brings our sides of the replication connections up: the one peers initiate on with
