@@ -216,6 +216,9 @@ pub struct VelosDriver<F: Fabric> {
     /// This leader applied its own removal: it decides one entry more, from whose word the
     /// others learn that the removal was decided, then steps down and stops taking part.
     leaving: bool,
+    /// While `leaving`: the index after the entry that removed this replica. A live peer whose
+    /// head reaches it applied the removal itself.
+    left_at: u64,
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
@@ -302,6 +305,7 @@ impl<F: Fabric> VelosDriver<F> {
             run_nonce,
             rejoined: vec![0; n],
             leaving: false,
+            left_at: 0,
             bound_boots: vec![0; n],
             next_abstention_check_ns: 0,
             last_poll_ns: None,
@@ -483,6 +487,20 @@ impl<F: Fabric> VelosDriver<F> {
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
         busy |= self.take_events(app, now_ns);
+        if self.leaving && self.removal_applied_elsewhere() {
+            // The others can learn the removal from that peer: no entry of ours is needed, and
+            // the members of the new configuration, electing by it, compete with us for it
+            // (`mu sim --protocol velos --seed 22664 --replicas 3 --faults all,membership`:
+            // elected under the old configuration by the replica that had not applied the
+            // removal, we decided it again, then duelled for ever with the leader that had
+            // decided it first for the index after it).
+            info!(
+                replica = self.me.0,
+                "stepping down: removed, and a live peer has applied the removal"
+            );
+            self.step_down(None);
+            busy = true;
+        }
         let resynced = self.resynced();
         if self.proposer.is_leading() && resynced && self.a_log_behind() {
             warn!(
@@ -895,6 +913,14 @@ impl<F: Fabric> VelosDriver<F> {
         self.shared.eligible.store(false, Ordering::Release);
     }
 
+    /// Whether a live peer has applied the entry that removed this (leaving) leader.
+    fn removal_applied_elsewhere(&self) -> bool {
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
+            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= self.left_at)
+    }
+
     /// Whether a live peer applied at least `entries` more than this replica.
     fn live_peer_ahead_by(&self, entries: u64) -> bool {
         let alive = self.shared.alive_mask.load(Ordering::Acquire);
@@ -1251,6 +1277,7 @@ impl<F: Fabric> VelosDriver<F> {
                      stepping down"
                 );
                 self.leaving = true;
+                self.left_at = self.applied + 1; // called before `applied` moves past the entry
             } else {
                 self.stop_taking_part();
             }

@@ -300,3 +300,19 @@ fn t67_a_late_read_of_a_state_transfer_given_up_is_ignored() {
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
     assert!(report.membership_changes > 0, "the run changed the membership");
 }
+
+/// Found by a membership sweep of Velos (`mu sim --protocol velos --faults all,membership`,
+/// seed 22664): replica 1 led and decided the removal of 0; 0, elected under the old
+/// configuration by the replica that had not applied it yet, decided the removal again and, as
+/// a removed leader does, went on to decide one entry more before stepping down, while 1, which
+/// elects by the new configuration, competed with it for that index: neither decided it, for
+/// good. A removed leader now steps down at once when a live peer has applied its removal.
+#[test]
+fn t68_a_removed_leader_steps_down_once_a_peer_applied_its_removal() {
+    let mut config = RunConfig::new(22664);
+    config.protocol = Protocol::Velos;
+    config.replicas = 3;
+    config.faults = Faults::parse("all,membership").unwrap();
+    let report = run(&config);
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
