@@ -94,9 +94,8 @@ struct PeerView {
     request_sent: u64,
     /// When the heartbeat read in flight (or the last one) was posted.
     read_posted_ns: u64,
-    /// What the peer's last heartbeat said: where its log head was, its configuration (by
-    /// position, 0 before any read), and whether it stood for election.
-    head: u64,
+    /// What the peer's last heartbeat said (its head is in `Shared::heads`): its configuration
+    /// (by position, 0 before any read), and whether it stood for election.
     members: u64,
     standing: bool,
 }
@@ -640,7 +639,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 && peer.standing
                 && peer.members != 0
                 && peer.members != members
-                && peer.head > decided_below
+                && self.shared.heads[pos].load(Ordering::Acquire) > decided_below
                 && self.detector.is_alive(self.replicas.ids()[pos])
         })
     }
@@ -792,14 +791,6 @@ impl<F: Fabric> BackgroundDriver<F> {
         if pos >= self.replicas.len() || pos == self.me_pos {
             panic!("background completion with wr_id {:#x} names no peer", c.wr_id);
         }
-        let kind = c.wr_id & KIND_BITS;
-        let fetch_read = matches!(kind, KIND_SNAPSHOT_HEADER | KIND_SNAPSHOT_BODY);
-        // A read of a fetch given up (timed out) completes after the next one began: not one of
-        // its reads (`mu sim --protocol velos --seed 10632 --replicas 3 --faults
-        // all,membership` took a late body read for the next fetch's, which had no header yet).
-        let current_fetch = self.fetch.is_some_and(|f| {
-            fetch_read && f.donor == pos && u64::from(f.seq) == c.wr_id >> FETCH_SEQ_SHIFT
-        });
         if !c.status.is_success() {
             self.lost(pos);
             if self.fetch.is_some_and(|f| f.donor == pos) {
@@ -812,8 +803,14 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
             return;
         }
-        if fetch_read {
-            if current_fetch {
+        let kind = c.wr_id & KIND_BITS;
+        if matches!(kind, KIND_SNAPSHOT_HEADER | KIND_SNAPSHOT_BODY) {
+            // A read of a fetch given up (timed out) completes after the next one began: not
+            // one of its reads (`mu sim --protocol velos --seed 10632 --replicas 3 --faults
+            // all,membership` took a late body read for the next fetch's, which had no header
+            // yet).
+            let seq = c.wr_id >> FETCH_SEQ_SHIFT;
+            if self.fetch.is_some_and(|f| f.donor == pos && u64::from(f.seq) == seq) {
                 self.on_fetch_read(kind);
             }
             return;
@@ -881,7 +878,8 @@ impl<F: Fabric> BackgroundDriver<F> {
                     self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
                 }
             }
-            self.notice_removal(head, self.load(view + MEMBERS_COPY_OFFSET));
+            let members = self.load(view + MEMBERS_COPY_OFFSET);
+            self.notice_removal(head, members);
             self.peers[pos].last_counter = Some(counter);
             // For log recycling (§5.3): the leader engine limits itself by its confirmed
             // followers' heads.
@@ -894,9 +892,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             let posted_ns = self.peers[pos].read_posted_ns;
             self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
             let eligible = eligible && self.shared.is_member(pos);
-            let members = self.load(view + MEMBERS_COPY_OFFSET);
-            let peer_view = &mut self.peers[pos];
-            (peer_view.head, peer_view.members, peer_view.standing) = (head, members, eligible);
+            (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
             self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
