@@ -5,6 +5,9 @@
 //! One change at a time: a change submitted and not yet seen decided may still be decided (a
 //! new leader adopts it), so from its submission until the most advanced replica applied it,
 //! the fault budget must hold in the configuration it makes as well as in the current one.
+//! Once applied there it is decided, but until every live member applied it the budget still
+//! holds in both: if the replicas that applied it crash, the most advanced live one is back in
+//! the configuration before it, and the change must still find a majority in the one after.
 //! A change that failed stays in doubt for the rest of the run, which only makes the budget
 //! stricter, unless its outcome says it can never take effect ([`Changes::poll`]): then the
 //! validity checker makes sure that no replica applies it.
@@ -18,6 +21,9 @@ use mu_replica::{Change, ProposeError, Protocol};
 #[derive(Default)]
 pub struct Changes {
     in_doubt: Option<Change>,
+    /// Changes decided (the most advanced replica applied them) that some live member has not
+    /// applied yet, in log order.
+    unspread: Vec<Change>,
     /// Where the change in doubt was submitted (position, boot), until its outcome is read.
     submitted: Option<(usize, u32)>,
 }
@@ -31,6 +37,14 @@ fn with(members: &[usize], change: Change) -> Vec<usize> {
         Change::Add(_) => {}
     }
     after
+}
+
+/// Whether `members` (ids) shows `change` applied.
+fn shows(members: &[NodeId], change: Change) -> bool {
+    match change {
+        Change::Add(id) => members.contains(&id),
+        Change::Remove(id) => !members.contains(&id),
+    }
 }
 
 /// Whether replica `pos` is out of majorities: crashed, unable to lead, or restarted and not
@@ -55,24 +69,48 @@ impl Changes {
         self.in_doubt
     }
 
-    /// The members now (positions), as the replica that applied the most applied them; the
-    /// change in doubt is forgotten once it shows there.
+    /// The changes decided that some live member has not applied yet.
+    pub fn unspread(&self) -> &[Change] {
+        &self.unspread
+    }
+
+    /// The members now (positions), as the replica that applied the most applied them. The
+    /// change in doubt is decided once it shows there; a decided change is forgotten once
+    /// every live member that knows its configuration applied it (one restarted and not yet
+    /// taken back is out, and counted so in every configuration).
     pub fn members(&mut self, c: &SimCluster) -> Vec<usize> {
         let members: Vec<usize> = c.members_now().iter().map(|id| id.0 as usize).collect();
-        if self.in_doubt.is_some_and(|change| with(&members, change).len() == members.len()) {
-            self.in_doubt = None;
+        if let Some(change) = self.in_doubt {
+            if with(&members, change).len() == members.len() {
+                self.in_doubt = None;
+                self.unspread.push(change);
+            }
         }
+        let known: Vec<Vec<NodeId>> = (0..c.cores.len())
+            .filter(|&p| c.in_cluster(p))
+            .filter_map(|p| c.cores[p].as_ref().map(|k| k.status().members))
+            .filter(|seen| !seen.is_empty())
+            .collect();
+        self.unspread.retain(|&change| !known.iter().all(|seen| shows(seen, change)));
         members
     }
 
-    /// The configurations in which a majority must stay in: `members`, the one the change in
-    /// doubt makes, and under Velos every configuration a live replica still has (until every
+    /// The configurations in which a majority must stay in: `members`, those the decided
+    /// changes not yet applied everywhere and the change in doubt make, and under Velos every configuration a live replica still has (until every
     /// live replica applied a change, a new leader may have to decide the change's index again
     /// in the configuration before it, where a recovering replica answers nothing).
     fn budget_configs(&self, c: &SimCluster, members: &[usize]) -> Vec<Vec<usize>> {
-        let mut configs: Vec<Vec<usize>> = std::iter::once(members.to_vec())
-            .chain(self.in_doubt.map(|change| with(members, change)))
-            .collect();
+        let mut configs: Vec<Vec<usize>> = vec![members.to_vec()];
+        // Each configuration a live replica may reach: the decided changes it lacks, in order,
+        // then the one in doubt. While the most advanced replica has them all, these are
+        // `members` again.
+        let mut after = members.to_vec();
+        for &change in self.unspread.iter().chain(self.in_doubt.iter()) {
+            after = with(&after, change);
+            if !configs.contains(&after) {
+                configs.push(after.clone());
+            }
+        }
         if c.configs.first().is_some_and(|config| config.protocol == Protocol::Velos) {
             for k in c.cores.iter().flatten() {
                 let seen: Vec<usize> = k.status().members.iter().map(|id| id.0 as usize).collect();

@@ -501,11 +501,17 @@ impl<'a> Runner<'a> {
         faults.fast_perm_busy_in_flight_probability = 0.0;
         faults.control_under_way_probability = 0.0;
         self.c.world.set_faults(faults);
-        // The crashed members restart, and a replica whose addition is in doubt (a removed one
-        // stays down). Without membership changes: every crashed replica.
+        // The crashed members restart, and a replica whose addition is in doubt or not applied
+        // everywhere (a removed one stays down). Without membership changes: every crashed
+        // replica.
         let mut members = self.changes.members(&self.c);
-        if let Some(Change::Add(id)) = self.changes.in_doubt() {
-            members.push(id.0 as usize);
+        let unspread = self.changes.unspread().iter().copied();
+        for change in unspread.chain(self.changes.in_doubt()) {
+            if let Change::Add(id) = change {
+                if !members.contains(&(id.0 as usize)) {
+                    members.push(id.0 as usize);
+                }
+            }
         }
         for pos in members {
             if self.c.cores[pos].is_none() && self.c.ran[pos] {

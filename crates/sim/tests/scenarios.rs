@@ -660,7 +660,10 @@ fn random_membership_run_on(seed: u64, protocol: Protocol) {
     if std::env::var("MU_SIM_VERBOSE").is_ok() {
         let changes = c.acked.iter().filter(|(_, v)| v.starts_with(b"membership")).count();
         let members = c.members_now();
-        eprintln!("seed {seed}: {changes} changes acknowledged, members {members:?}");
+        let hash = c.world.trace_hash();
+        eprintln!(
+            "seed {seed}: {changes} changes acknowledged, members {members:?}, trace {hash:016x}"
+        );
     }
 }
 
