@@ -412,7 +412,9 @@ impl Replica {
     /// the leader only (the leader may remove itself: it stops leading and another is elected).
     /// Returns the entry's log index once it is decided. The removed replica stops taking
     /// part once it applies the entry (its status then says `removed`); the others ignore its
-    /// permission requests from then on.
+    /// permission requests from then on. Until every other member has applied the entry, the
+    /// removed replica counts as failed in the configuration before it: remove a live member
+    /// only while that configuration could lose one more (`docs/protocols/mu.md`).
     pub fn remove_replica(&self, id: NodeId) -> Result<u64, ProposeError> {
         self.change_membership(Change::Remove(id))
     }

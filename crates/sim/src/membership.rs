@@ -8,6 +8,9 @@
 //! Once applied there it is decided, but until every live member applied it the budget still
 //! holds in both: if the replicas that applied it crash, the most advanced live one is back in
 //! the configuration before it, and the change must still find a majority in the one after.
+//! A removal is asked for only if the configuration before it keeps a majority with the
+//! removed member out ([`RemovalBudget`]): it stops once it applies its removal, perhaps before
+//! the others, who count majorities of that configuration until they apply it.
 //! A change that failed stays in doubt for the rest of the run, which only makes the budget
 //! stricter, unless its outcome says it can never take effect ([`Changes::poll`]): then the
 //! validity checker makes sure that no replica applies it.
@@ -17,9 +20,25 @@ use mu_fabric::NodeId;
 use mu_fabric_sim::SimRng;
 use mu_replica::{Change, ProposeError, Protocol};
 
+/// How a removal is checked against the fault budget before it is asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RemovalBudget {
+    /// A majority must stay in the configuration after it, and in the one before it with the
+    /// removed member out: that member stops once it applies its removal, which may be before
+    /// the others learn of it, and until they do they still need a majority of the
+    /// configuration that counts it (`mu sim` seed 32684, Mu, 7 replicas).
+    #[default]
+    BothConfigurations,
+    /// In the configuration after it only: the rule under which the scenario seeds of
+    /// `scenarios.rs` `t99`, `t101` and `t102` were found, kept so that they replay the paths
+    /// that found their bugs.
+    AfterOnly,
+}
+
 /// The change in doubt, if any.
 #[derive(Default)]
 pub struct Changes {
+    removal_budget: RemovalBudget,
     in_doubt: Option<Change>,
     /// Changes decided (the most advanced replica applied them) that some live member has not
     /// applied yet, in log order.
@@ -47,14 +66,13 @@ fn shows(members: &[NodeId], change: Change) -> bool {
     }
 }
 
-/// Whether replica `pos` is out of majorities: crashed, unable to lead, or restarted and not
-/// counted yet. Under Velos also a removed replica: a lagging replica's configuration may still
-/// count it, and it answers nothing there.
+/// Whether replica `pos` is out of majorities: crashed, unable to lead, restarted and not
+/// counted yet, or removed: a removed replica stops, while a lagging replica's configuration
+/// may still count it.
 pub fn is_out(c: &SimCluster, pos: usize) -> bool {
-    let velos = c.configs[pos].protocol == Protocol::Velos;
     c.cores[pos].as_ref().is_none_or(|k| {
         let status = k.status();
-        !status.eligible || status.recovering || (velos && status.removed)
+        !status.eligible || status.recovering || status.removed
     })
 }
 
@@ -64,6 +82,11 @@ pub fn out_count(c: &SimCluster, members: &[usize]) -> usize {
 }
 
 impl Changes {
+    /// No change made yet, removals checked by `removal_budget`.
+    pub fn with_removal_budget(removal_budget: RemovalBudget) -> Changes {
+        Changes { removal_budget, ..Changes::default() }
+    }
+
     /// The change submitted and not yet seen decided.
     pub fn in_doubt(&self) -> Option<Change> {
         self.in_doubt
@@ -167,10 +190,18 @@ impl Changes {
             Change::Add(NodeId(pos as u16))
         } else {
             // Removing a member that is out keeps the others' majority; removing one that is in
-            // may leave too few.
+            // may leave too few. And a removed member stops once it applies its removal, which
+            // may be before the others do: until then it is out of the configuration they
+            // still have ([`RemovalBudget`]).
             let pos = members[rng.below(members.len() as u64) as usize];
-            let out_after = out_count(c, members) - usize::from(is_out(c, pos));
-            if members.len() <= 2 || out_after > (members.len() - 2) / 2 {
+            let out_now = out_count(c, members);
+            let out_after = out_now - usize::from(is_out(c, pos));
+            let out_before_applied = out_now + usize::from(!is_out(c, pos));
+            let before_too = self.removal_budget == RemovalBudget::BothConfigurations;
+            if members.len() <= 2
+                || out_after > (members.len() - 2) / 2
+                || (before_too && out_before_applied > (members.len() - 1) / 2)
+            {
                 return None;
             }
             Change::Remove(NodeId(pos as u16))

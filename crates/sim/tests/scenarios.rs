@@ -5,7 +5,7 @@ mod common;
 
 use mu_fabric::NodeId;
 use mu_replica::{Change, Protocol};
-use mu_sim::membership::Changes;
+use mu_sim::membership::{Changes, RemovalBudget};
 use mu_sim::SimCluster;
 
 /// §5.1 and §4: three replicas elect the lowest id, which replicates; every replica applies the
@@ -541,7 +541,7 @@ fn t95_an_idle_leader_prepares_to_take_back_a_recovering_replica() {
 /// knows to be decided under another configuration: 4 leads, and brings 1 up to date.
 #[test]
 fn t99_a_replica_behind_a_decided_change_does_not_stand() {
-    random_membership_run(307494);
+    random_membership_run_as_found(307494, Protocol::Mu);
 }
 
 /// Found by a sweep of the Velos membership test (seed 300927 of `MU_SIM_FIRST_SEED=300000
@@ -563,7 +563,7 @@ fn t100_a_snapshot_is_asked_of_a_live_peer() {
 /// snapshot, and a replica that installed one stands once no leader is elected for a while.
 #[test]
 fn t101_replicas_that_installed_snapshots_elect_a_leader() {
-    random_membership_run_on(302768, Protocol::Velos);
+    random_membership_run_as_found(302768, Protocol::Velos);
 }
 
 /// Found by a sweep of the first fix of t101, which let a replica that installed a snapshot
@@ -574,7 +574,7 @@ fn t101_replicas_that_installed_snapshots_elect_a_leader() {
 /// leader is elected.
 #[test]
 fn t102_a_replica_that_installed_a_snapshot_lets_a_leaving_leader_finish() {
-    random_membership_run_on(302432, Protocol::Velos);
+    random_membership_run_as_found(302432, Protocol::Velos);
 }
 
 fn random_membership_run(seed: u64) {
@@ -595,6 +595,16 @@ fn t98_random_membership_changes_velos() {
 }
 
 fn random_membership_run_on(seed: u64, protocol: Protocol) {
+    random_membership_run_with(seed, protocol, RemovalBudget::BothConfigurations);
+}
+
+/// The run of a seed found before removals were checked in the configuration before them too
+/// ([`RemovalBudget::AfterOnly`]): the path that found its bug.
+fn random_membership_run_as_found(seed: u64, protocol: Protocol) {
+    random_membership_run_with(seed, protocol, RemovalBudget::AfterOnly);
+}
+
+fn random_membership_run_with(seed: u64, protocol: Protocol, removals: RemovalBudget) {
     let mut rng = mu_fabric_sim::SimRng::new(seed ^ 0x3e3b);
     const N: u16 = 5;
     let mut c = SimCluster::with_members(N, &[0, 1, 2], seed, |config| {
@@ -605,7 +615,7 @@ fn random_membership_run_on(seed: u64, protocol: Protocol) {
     // The members now, the change in doubt and the fault budget (Velos: a replica abstaining
     // for a lap after its rejoin counts in no majority either, nor does a removed one in a
     // configuration that a lagging replica still has): `mu_sim::membership`.
-    let mut changes = Changes::default();
+    let mut changes = Changes::with_removal_budget(removals);
     c.await_leader(10_000_000);
     for step in 0..60 {
         let m = changes.members(&c);
