@@ -7,7 +7,9 @@
 //! the fault budget must hold in the configuration it makes as well as in the current one.
 //! Once applied there it is decided, but until every live member applied it the budget still
 //! holds in both: if the replicas that applied it crash, the most advanced live one is back in
-//! the configuration before it, and the change must still find a majority in the one after.
+//! the configuration before it, and the change must still find a majority in the one after
+//! (kept as the configuration itself: a later change may undo the change, and the one before
+//! is what a lagging replica has).
 //! A removal is asked for only if the configuration before it keeps a majority with the
 //! removed member out ([`RemovalBudget`]): it stops once it applies its removal, perhaps before
 //! the others, who count majorities of that configuration until they apply it.
@@ -40,9 +42,11 @@ pub enum RemovalBudget {
 pub struct Changes {
     removal_budget: RemovalBudget,
     in_doubt: Option<Change>,
-    /// Changes decided (the most advanced replica applied them) that some live member has not
-    /// applied yet, in log order.
-    unspread: Vec<Change>,
+    /// Configurations decided (the most advanced replica applied the change that made them)
+    /// that some live member may not have reached yet, each with how many entries that replica
+    /// had applied when it was seen there: a live member that applied as many has reached it,
+    /// or a later one.
+    decided: Vec<(Vec<usize>, usize)>,
     /// Where the change in doubt was submitted (position, boot), until its outcome is read.
     submitted: Option<(usize, u32)>,
 }
@@ -56,14 +60,6 @@ fn with(members: &[usize], change: Change) -> Vec<usize> {
         Change::Add(_) => {}
     }
     after
-}
-
-/// Whether `members` (ids) shows `change` applied.
-fn shows(members: &[NodeId], change: Change) -> bool {
-    match change {
-        Change::Add(id) => members.contains(&id),
-        Change::Remove(id) => !members.contains(&id),
-    }
 }
 
 /// Whether replica `pos` is out of majorities: crashed, unable to lead, restarted and not
@@ -92,46 +88,49 @@ impl Changes {
         self.in_doubt
     }
 
-    /// The changes decided that some live member has not applied yet.
-    pub fn unspread(&self) -> &[Change] {
-        &self.unspread
+    /// The last configuration seen decided that some live member may not have reached yet.
+    pub fn latest_decided(&self) -> Option<&[usize]> {
+        self.decided.last().map(|(config, _)| &config[..])
     }
 
     /// The members now (positions), as the replica that applied the most applied them. The
-    /// change in doubt is decided once it shows there; a decided change is forgotten once
-    /// every live member that knows its configuration applied it (one restarted and not yet
-    /// taken back is out, and counted so in every configuration).
+    /// change in doubt is decided once it shows there; the configuration it made is forgotten
+    /// once every live member applied as many entries as that replica had then.
     pub fn members(&mut self, c: &SimCluster) -> Vec<usize> {
         let members: Vec<usize> = c.members_now().iter().map(|id| id.0 as usize).collect();
+        let applied_most = (0..c.cores.len())
+            .filter(|&p| c.in_cluster(p))
+            .map(|p| c.applied[p].len())
+            .max()
+            .unwrap_or(0);
         if let Some(change) = self.in_doubt {
             if with(&members, change).len() == members.len() {
                 self.in_doubt = None;
-                self.unspread.push(change);
+                self.decided.push((members.clone(), applied_most));
             }
         }
-        let known: Vec<Vec<NodeId>> = (0..c.cores.len())
-            .filter(|&p| c.in_cluster(p))
-            .filter_map(|p| c.cores[p].as_ref().map(|k| k.status().members))
-            .filter(|seen| !seen.is_empty())
-            .collect();
-        self.unspread.retain(|&change| !known.iter().all(|seen| shows(seen, change)));
+        // A replica that is out (restarted and not taken back, say) counts so in every
+        // configuration, and the leader that takes it back brings it up to date: it holds none
+        // back. A live one that is in may lead, or elect a leader, under what it applied.
+        let lagging = |applied: usize| {
+            (0..c.cores.len())
+                .any(|p| c.in_cluster(p) && !is_out(c, p) && c.applied[p].len() < applied)
+        };
+        self.decided.retain(|&(_, applied)| lagging(applied));
         members
     }
 
-    /// The configurations in which a majority must stay in: `members`, those the decided
-    /// changes not yet applied everywhere and the change in doubt make, and under Velos every configuration a live replica still has (until every
-    /// live replica applied a change, a new leader may have to decide the change's index again
-    /// in the configuration before it, where a recovering replica answers nothing).
+    /// The configurations in which a majority must stay in: `members`, the one the change in
+    /// doubt makes, those decided that some live member may not have reached, and under Velos
+    /// every configuration a live replica still has (until every live replica applied a
+    /// change, a new leader may have to decide the change's index again in the configuration
+    /// before it, where a recovering replica answers nothing).
     fn budget_configs(&self, c: &SimCluster, members: &[usize]) -> Vec<Vec<usize>> {
         let mut configs: Vec<Vec<usize>> = vec![members.to_vec()];
-        // Each configuration a live replica may reach: the decided changes it lacks, in order,
-        // then the one in doubt. While the most advanced replica has them all, these are
-        // `members` again.
-        let mut after = members.to_vec();
-        for &change in self.unspread.iter().chain(self.in_doubt.iter()) {
-            after = with(&after, change);
-            if !configs.contains(&after) {
-                configs.push(after.clone());
+        let decided = self.decided.iter().map(|(config, _)| config.clone());
+        for config in self.in_doubt.map(|change| with(members, change)).into_iter().chain(decided) {
+            if !configs.contains(&config) {
+                configs.push(config);
             }
         }
         if c.configs.first().is_some_and(|config| config.protocol == Protocol::Velos) {

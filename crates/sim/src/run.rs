@@ -501,16 +501,18 @@ impl<'a> Runner<'a> {
         faults.fast_perm_busy_in_flight_probability = 0.0;
         faults.control_under_way_probability = 0.0;
         self.c.world.set_faults(faults);
-        // The crashed members restart, and a replica whose addition is in doubt or not applied
-        // everywhere (a removed one stays down). Without membership changes: every crashed
-        // replica.
+        // The crashed members restart, those of the last configuration decided if some live
+        // member has not reached it, and a replica whose addition is in doubt (a removed one
+        // stays down). Without membership changes: every crashed replica.
         let mut members = self.changes.members(&self.c);
-        let unspread = self.changes.unspread().iter().copied();
-        for change in unspread.chain(self.changes.in_doubt()) {
-            if let Change::Add(id) = change {
-                if !members.contains(&(id.0 as usize)) {
-                    members.push(id.0 as usize);
-                }
+        let decided = self.changes.latest_decided().unwrap_or_default().to_vec();
+        let added = match self.changes.in_doubt() {
+            Some(Change::Add(id)) => Some(id.0 as usize),
+            _ => None,
+        };
+        for pos in decided.into_iter().chain(added) {
+            if !members.contains(&pos) {
+                members.push(pos);
             }
         }
         for pos in members {

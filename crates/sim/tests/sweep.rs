@@ -344,3 +344,17 @@ fn t69_a_decided_change_holds_the_budget_until_every_live_member_applied_it() {
 fn t70_a_removal_keeps_a_majority_of_the_configuration_before_it() {
     membership_run_passes(Protocol::Mu, 32684, 7, 120);
 }
+
+/// Found by a membership sweep of Velos with 7 replicas (`mu sim --protocol velos --replicas 7
+/// --steps 120 --faults all,membership`, seed 34031), a flaw of the first form of t69's rule,
+/// which kept the decided changes and applied them in turn to the current members: 3 was
+/// removed and added again, the removal never showed as applied everywhere (3 was a member
+/// again), and applied to the members it hid the configuration that the leader's own removal
+/// made, {1, …, 6}, from the budget. With 1 crashed and 3 waiting for its rejoin entry, 4 was
+/// allowed to crash: {1, …, 6} was left with 3 of 6 out, no majority to decide the rejoin
+/// entries, for good. Decided configurations are now kept as they were seen, until every live
+/// member that is in has applied as far.
+#[test]
+fn t71_a_change_undone_later_hides_no_configuration_from_the_budget() {
+    membership_run_passes(Protocol::Velos, 34031, 7, 120);
+}
