@@ -8,16 +8,20 @@
 //! the entries below `i` once they are decided, so every replica and every leader agree on the
 //! configuration of each index.
 //!
-//! A membership entry adds or removes **one** replica ([`Change`]), so that any majority of the
-//! old configuration and any majority of the new one share a replica: a leader that prepared
-//! with either still meets every value the other could have chosen. The change is relative, and
-//! applying it is total: adding a member or removing a non-member changes nothing, and so does
-//! removing the last member or a malformed value; every replica computes the same result from
-//! the same bytes.
+//! The leader keeps a membership entry alone in flight, and after committing it, or after its
+//! catch-up copied one, starts over from permissions under the new configuration (its confirmed
+//! set and its prepare belonged to the old one); see [`crate::Leader`]. Those start-overs are
+//! what make changes safe: no leader prepares or commits an index with a majority of another
+//! configuration than that index's. The TLA+ model `spec/tla/MuReconfig.tla` shows it: it stays
+//! safe even with entries that change two replicas at once, and breaks when a start-over is
+//! left out.
 //!
-//! The leader keeps a membership entry alone in flight, and after committing it starts over from
-//! permissions under the new configuration (its confirmed set and its prepare belonged to the old
-//! one); see [`crate::Leader`].
+//! A membership entry still adds or removes **one** replica ([`Change`]), for margin: any
+//! majority of the old configuration and any majority of the new one then share a replica, so
+//! a leader that went on under the old configuration by mistake would still meet every value
+//! the new one could have chosen. The change is relative, and applying it is total: adding a
+//! member or removing a non-member changes nothing, and so does removing the last member or a
+//! malformed value; every replica computes the same result from the same bytes.
 
 use crate::ReplicaSet;
 use mu_fabric::NodeId;
