@@ -98,13 +98,14 @@ impl Changes {
     /// once every live member applied as many entries as that replica had then.
     pub fn members(&mut self, c: &SimCluster) -> Vec<usize> {
         let members: Vec<usize> = c.members_now().iter().map(|id| id.0 as usize).collect();
-        let applied_most = (0..c.cores.len())
-            .filter(|&p| c.in_cluster(p))
-            .map(|p| c.applied[p].len())
-            .max()
-            .unwrap_or(0);
         if let Some(change) = self.in_doubt {
             if with(&members, change).len() == members.len() {
+                // As far as the replica `members_now` read applied.
+                let applied_most = (0..c.cores.len())
+                    .filter(|&p| c.in_cluster(p))
+                    .map(|p| c.applied[p].len())
+                    .max()
+                    .unwrap_or(0);
                 self.in_doubt = None;
                 self.decided.push((members.clone(), applied_most));
             }
