@@ -237,8 +237,9 @@ fn sweep(
                 done.fetch_add(1, Ordering::Relaxed);
             });
         }
-        if !json {
-            // Progress, once a second, on stderr.
+        {
+            // Progress, once a second, on stderr (with --json too: the object goes to stdout
+            // at the end, and a long sweep should not look hung meanwhile).
             let mut last = Instant::now();
             while done.load(Ordering::Relaxed) < count {
                 std::thread::sleep(Duration::from_millis(50));
