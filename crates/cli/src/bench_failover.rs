@@ -155,6 +155,11 @@ struct Failover {
     phases_ns: [Option<u64>; Phase::ALL.len()],
     /// Velos only: from readiness to each first step (`VelosStep::ALL`).
     velos_steps_ns: [Option<u64>; VelosStep::ALL.len()],
+    /// Mu only: the new leader's polls until it was set up and had committed, by the phase each
+    /// began in (`Phase::ALL`; `Follower`: the poll that took up the leadership): the time they
+    /// took and how many there were (`None` where there was none).
+    phase_busy_ns: [Option<u64>; Phase::ALL.len()],
+    phase_polls: [Option<u64>; Phase::ALL.len()],
     /// Mu only: attempts the new leader aborted before its first commit, and the last one's
     /// kind (`word::abort_kind`).
     setup_aborts: u64,
@@ -173,6 +178,9 @@ struct Term {
     phases_ns: [u64; Phase::ALL.len()],
     /// Velos: when the leader first took each step (`VelosStep::ALL`); 0: not taken.
     velos_steps_ns: [u64; VelosStep::ALL.len()],
+    /// Mu: the set-up's polls by the phase each began in: time taken, and how many (0: none).
+    phase_busy_ns: [u64; Phase::ALL.len()],
+    phase_polls: [u64; Phase::ALL.len()],
     /// Mu: attempts aborted before the first commit, and the last one's kind.
     setup_aborts: u64,
     last_abort_kind: u64,
@@ -195,6 +203,22 @@ fn moments_us(
     (!out.is_empty()).then_some(serde_json::Value::Object(out))
 }
 
+/// Summaries of named counts (p50 and max, nearest rank, and the failovers with any), for the
+/// names with at least one.
+fn counts(named: impl IntoIterator<Item = (String, Vec<u64>)>) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (name, mut values) in named {
+        if values.is_empty() {
+            continue;
+        }
+        values.sort_unstable();
+        let p50 = values[(values.len().div_ceil(2)).max(1) - 1];
+        let max = values[values.len() - 1];
+        out.insert(name, json!({"p50": p50, "max": max, "failovers": values.len()}));
+    }
+    serde_json::Value::Object(out)
+}
+
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
 fn read_term(words: &Words) -> Term {
     loop {
@@ -206,6 +230,8 @@ fn read_term(words: &Words) -> Term {
             permitted_ns: words.get(word::PERMITTED_NS),
             phases_ns: std::array::from_fn(|i| words.get(word::PHASES_NS + i)),
             velos_steps_ns: std::array::from_fn(|i| words.get(word::VELOS_STEPS_NS + i)),
+            phase_busy_ns: std::array::from_fn(|i| words.get(word::PHASE_BUSY_NS + i)),
+            phase_polls: std::array::from_fn(|i| words.get(word::PHASE_POLLS + i)),
             setup_aborts: words.get(word::SETUP_ABORTS),
             last_abort_kind: words.get(word::LAST_ABORT_KIND),
         };
@@ -717,6 +743,10 @@ fn inject(
             velos_steps_ns: term
                 .velos_steps_ns
                 .map(|at| (at != 0).then(|| at.saturating_sub(term.ready_ns))),
+            phase_busy_ns: std::array::from_fn(|i| {
+                (term.phase_polls[i] != 0).then_some(term.phase_busy_ns[i])
+            }),
+            phase_polls: term.phase_polls.map(|polls| (polls != 0).then_some(polls)),
             setup_aborts: term.setup_aborts,
             last_abort_kind: term.last_abort_kind,
         })
@@ -843,6 +873,34 @@ fn document(
     });
     if let Some(phases) = moments_us(phases) {
         out["phase_entered_us"] = phases;
+    }
+    // Mu: the time the new leader's polls took, and how many there were, by the phase each
+    // began in ("Follower": the poll that took up the leadership), until it was set up and had
+    // committed; and their sum. Set beside `switch_us` + `ramp_us`, the rest of the time lay
+    // between polls.
+    let busy = Phase::ALL.map(|phase| {
+        (
+            format!("{phase:?}"),
+            m.failovers.iter().map(|f| f.phase_busy_ns[phase as usize]).collect(),
+        )
+    });
+    if let Some(busy) = moments_us(busy) {
+        out["phase_busy_us"] = busy;
+        let polls = Phase::ALL.map(|phase| {
+            let polls: Vec<u64> =
+                m.failovers.iter().filter_map(|f| f.phase_polls[phase as usize]).collect();
+            (format!("{phase:?}"), polls)
+        });
+        out["phase_polls"] = counts(polls);
+        let sums: Vec<u64> = m
+            .failovers
+            .iter()
+            .map(|f| f.phase_busy_ns.iter().flatten().sum())
+            .filter(|&sum| sum > 0)
+            .collect();
+        if !sums.is_empty() {
+            out["setup_busy_us"] = summary_us(&sums);
+        }
     }
     // Velos: when the new leader first took each step, counted from its readiness.
     let steps = VelosStep::ALL.map(|step| {

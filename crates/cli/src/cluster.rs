@@ -193,6 +193,13 @@ pub mod word {
     /// [`ELECTED_NS`]; after the Mu phases' words.
     pub const VELOS_STEPS_NS: usize = 32;
     pub const LAST_ABORT_KIND: usize = 15;
+    /// Mu: how long the new leader's polls took, from the one that took up the leadership to
+    /// the one in which it was first ready after its first commit, by the phase each poll began
+    /// in, at this word plus `phase as usize` (`ReplicaStatus::phases_busy_ns`; `Follower`: the
+    /// poll that took up the leadership); and how many polls, at [`PHASE_POLLS`] plus the
+    /// same. Written with [`ELECTED_NS`]; after the Velos steps' words.
+    pub const PHASE_BUSY_NS: usize = 48;
+    pub const PHASE_POLLS: usize = 64;
 
     /// [`LAST_ABORT_KIND`]'s values.
     pub fn abort_kind(reason: Option<mu_replication::AbortReason>) -> u64 {

@@ -239,6 +239,12 @@ fn publish_term(
         let at = status.phases_entered_at_ns.iter().find(|(p, _)| *p == phase);
         words.set(word::PHASES_NS + phase as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
     }
+    for phase in mu_replication::Phase::ALL {
+        let busy = status.phases_busy_ns.iter().find(|(p, _, _)| *p == phase);
+        let (ns, polls) = busy.map_or((0, 0), |&(_, ns, polls)| (ns, polls));
+        words.set(word::PHASE_BUSY_NS + phase as usize, ns);
+        words.set(word::PHASE_POLLS + phase as usize, polls);
+    }
     for step in mu_replica::VelosStep::ALL {
         let at = status.velos_steps_at_ns.iter().find(|(s, _)| *s == step);
         words.set(word::VELOS_STEPS_NS + step as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));

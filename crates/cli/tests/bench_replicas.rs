@@ -161,6 +161,13 @@ fn failover_kill_json_has_every_figure() {
     let (asking, preparing) = (entered("Permissions"), entered("PrepareRead"));
     assert!(asking.is_some() && preparing.is_some(), "phase_entered_us in {v}");
     assert!(asking <= preparing, "permissions asked before prepare: {v}");
+    // The new leader's polls until its first commit: exactly one took up the leadership, at
+    // least one asked for permission, and together they took part of the failover.
+    assert_eq!(v["phase_polls"]["Follower"]["max"], 1, "one poll takes up the leadership: {v}");
+    assert!(v["phase_polls"]["Permissions"]["p50"].as_u64() >= Some(1), "phase_polls in {v}");
+    assert!(v["phase_busy_us"]["Permissions"]["max"].as_f64() > Some(0.0), "phase_busy in {v}");
+    let busy_max = v["setup_busy_us"]["max"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    assert!(busy_max > 0.0 && busy_max <= total_max, "setup_busy_us within the total: {v}");
     assert!(v["setup_aborts"]["aborts"].as_u64().is_some(), "setup_aborts in {v}");
     nothing_left_behind(pid, "failover");
 }
@@ -174,6 +181,7 @@ fn failover_kill_of_velos_dates_its_steps() {
     let v = json(&out);
     assert_eq!(v["failovers"], 2);
     assert!(v.get("phase_entered_us").is_none(), "Mu's phases are Mu's: {v}");
+    assert!(v.get("phase_busy_us").is_none(), "Mu's phases are Mu's: {v}");
     let step = |name: &str, q: &str| {
         v["velos_step_after_ready_us"][name][q]
             .as_f64()

@@ -65,6 +65,15 @@ pub struct ReplicaStatus {
     /// Mu: when, on the same clock, the leader engine first entered each phase of its current
     /// leadership (the phases it entered so far; empty while not leading, and under Velos).
     pub phases_entered_at_ns: Vec<(mu_replication::Phase, u64)>,
+    /// Mu: how long the polls of the current leadership took until the engine was first
+    /// `Ready` (after its first commit), by the phase each poll began in: (phase, nanoseconds,
+    /// polls), for the phases with at least one. `Follower` stands for the poll that took up the
+    /// leadership. Beside `phases_entered_at_ns`, it says how much of a new leader's set-up is
+    /// time inside its polls and how much lies between them (the thread elsewhere, or other
+    /// threads awaited: permission managers, a follower's background plane). Polls are timed
+    /// only by a replica that runs its own threads ([`Replica::start`]); empty otherwise, while
+    /// not leading, and under Velos.
+    pub phases_busy_ns: Vec<(mu_replication::Phase, u64, u64)>,
     /// Velos: when, on the same clock, the leader first took each step of its current
     /// leadership ([`crate::VelosStep`]; empty while not leading, and under Mu).
     pub velos_steps_at_ns: Vec<(crate::VelosStep, u64)>,
@@ -139,6 +148,8 @@ impl<F: FnMut(u64, &[u8]) + Send + 'static> StateMachine for CommitHandler<F> {
 struct Plane<F: Fabric> {
     driver: ReplicationPlane<F>,
     app: Application,
+    /// The replica's clock (`Inner::start`).
+    start: Instant,
 }
 
 /// The application as the replication plane sees it: entries unpacked into requests.
@@ -177,8 +188,22 @@ impl Applier for Application {
 }
 
 impl<F: Fabric> Plane<F> {
+    /// Polls the plane; `now_ns` is on `start`'s clock. A new Mu leadership's polls are timed
+    /// until it is set up ([`ReplicationDriver::setup_timed`]): one more clock read per poll
+    /// then, none otherwise.
     fn poll(&mut self, now_ns: u64) -> bool {
-        self.driver.poll(now_ns, &mut self.app)
+        let ReplicationPlane::Mu(driver) = &mut self.driver else {
+            return self.driver.poll(now_ns, &mut self.app);
+        };
+        let timed = driver.setup_timed();
+        let busy = driver.poll(now_ns, &mut self.app);
+        if timed || driver.setup_timed() {
+            // `now_ns` may be a moment old (read for a submission just before): that moment
+            // counts too.
+            let end_ns = self.start.elapsed().as_nanos() as u64;
+            driver.note_setup_poll(end_ns.saturating_sub(now_ns));
+        }
+        busy
     }
 }
 
@@ -302,8 +327,9 @@ impl Replica {
         let core = ReplicaCore::new(&config, fabric, crate::core::Boot::fresh())?;
         let ReplicaCore { replication, mut background } = core;
         let shared = replication.shared().clone();
-        let plane = Plane { driver: replication, app: Application(Box::new(app)) };
         let started_at = Instant::now();
+        let plane =
+            Plane { driver: replication, app: Application(Box::new(app)), start: started_at };
         let inner = Arc::new(Inner {
             mode,
             me: config.me,

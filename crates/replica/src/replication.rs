@@ -163,10 +163,12 @@ pub struct ReplicationDriver<F: Fabric> {
     group: Group,
     /// The log heads last given to the engine, by position.
     heads_seen: Vec<u64>,
-    /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
     /// A leadership taken up in this poll, logged once the poll's requests are out.
     leading_to_log: Option<u64>,
+    /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
     phases_stamped: u16,
+    /// The engine's phase when the current (or last) poll began, for [`Self::note_setup_poll`].
+    poll_started_in: Phase,
     /// The log heads when we last asked for permission, by position.
     heads_at_request: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
@@ -227,6 +229,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             heads_seen: vec![0; n],
             phases_stamped: 0,
+            poll_started_in: Phase::Follower,
             leading_to_log: None,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
@@ -367,6 +370,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// `app`; takes and installs snapshots for state transfer. Returns whether anything
     /// happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        self.poll_started_in = self.leader.phase();
         self.shared.progress.bump_loop();
         let mut busy = self.follow_election();
         if self.leader.phase() != Phase::Follower {
@@ -611,6 +615,30 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
+    /// Whether a new leadership's polls are being timed ([`Self::note_setup_poll`]): from the
+    /// poll that takes up the leadership to the one in which the engine is first `Ready`,
+    /// after its first commit. The caller times a poll if this held before it or holds after
+    /// it, reading its clock only then.
+    pub fn setup_timed(&self) -> bool {
+        self.leader.phase() != Phase::Follower
+            && self.phases_stamped & 1 << Phase::Ready as u32 == 0
+    }
+
+    /// Counts `busy_ns`, the time the last poll took, against the phase the engine was in when
+    /// that poll began (`Follower` for the poll that took up the leadership), for status
+    /// ([`crate::ReplicaStatus::phases_busy_ns`]). Failover timing: a new leader's set-up
+    /// splits into time spent inside polls and time between them (its thread elsewhere, or
+    /// waiting for other threads). Not counted once the leadership ended in that poll, whose
+    /// counters were reset with the phase stamps.
+    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+        if self.leader.phase() == Phase::Follower {
+            return;
+        }
+        let i = self.poll_started_in as usize;
+        self.shared.phase_busy_ns[i].fetch_add(busy_ns, Ordering::Relaxed);
+        self.shared.phase_polls[i].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Dates the moment the engine holds a majority's permission and the moment it is set up as
     /// leader, for status (failover timing).
     fn note_ready(&mut self, now_ns: u64) {
@@ -620,6 +648,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                 self.phases_stamped = 0;
                 for at in &self.shared.phase_entered_at_ns {
                     at.store(0, Ordering::Release);
+                }
+                for counter in self.shared.phase_busy_ns.iter().chain(&self.shared.phase_polls) {
+                    counter.store(0, Ordering::Relaxed);
                 }
             }
         } else if self.phases_stamped & 1 << phase as u32 == 0 {

@@ -149,6 +149,12 @@ pub(crate) struct Shared {
     /// (`Phase::ALL`, by `phase as usize`) in its current leadership; all 0 while not leading
     /// (replication). Failover timing: where a new leader's set-up and first proposal go.
     pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
+    /// Mu: the time a new leadership's polls took, from the one that took it up to the one in
+    /// which the engine was first `Ready`, by the phase each poll began in (`Follower`: the
+    /// poll that took it up), and how many polls; reset with `phase_entered_at_ns`
+    /// (replication).
+    pub phase_busy_ns: [AtomicU64; Phase::ALL.len()],
+    pub phase_polls: [AtomicU64; Phase::ALL.len()],
     /// Velos: when (same clock, plus one) the leader first took each step of
     /// [`crate::VelosStep::ALL`] in its current leadership; all 0 while not leading
     /// (replication).
@@ -236,6 +242,8 @@ impl Shared {
             elected_at_ns: AtomicU64::new(0),
             permitted_at_ns: AtomicU64::new(0),
             phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            phase_busy_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            phase_polls: std::array::from_fn(|_| AtomicU64::new(0)),
             velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
@@ -268,6 +276,14 @@ impl Shared {
                 .zip(&self.phase_entered_at_ns)
                 .filter_map(|(phase, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*phase, ns))
+                })
+                .collect(),
+            phases_busy_ns: Phase::ALL
+                .iter()
+                .zip(self.phase_busy_ns.iter().zip(&self.phase_polls))
+                .filter_map(|(phase, (ns, polls))| {
+                    let polls = polls.load(Ordering::Relaxed);
+                    (polls > 0).then(|| (*phase, ns.load(Ordering::Relaxed), polls))
                 })
                 .collect(),
             velos_steps_at_ns: crate::VelosStep::ALL
