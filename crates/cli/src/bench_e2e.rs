@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     payload: u32,
     /// Timed operations per system and operation [default: 20000; 2000 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
 }
 

@@ -160,13 +160,13 @@ pub struct Args {
     #[arg(long)]
     provider: Option<String>,
     /// Samples per round-trip figure (pair figures round it up to whole chunks of 10,000).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::counts::count)]
     samples: u64,
     /// Samples per permission-change figure.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::counts::count)]
     perm_samples: u64,
     /// Peer processes killed for the crash-notification figures (a process started for each).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::counts::count)]
     crash_samples: u64,
     /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
     #[arg(long)]

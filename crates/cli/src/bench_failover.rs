@@ -105,7 +105,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Failovers to measure [default: 1000; 100 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = crate::counts::count_u32)]
     count: Option<u32>,
     /// How the leader fails: kill (SIGKILL; a fresh cluster per failover, since a killed replica
     /// could rejoin only by a state transfer, which these replicas cannot serve) or pause
@@ -141,6 +141,10 @@ pub struct Args {
     #[arg(long)]
     pin: bool,
 }
+
+/// The fewest CPUs `--threads dedicated` runs on: a replication, a background and a proposing
+/// or liveness thread spinning per replica.
+const DEDICATED_CPUS_MIN: usize = 9;
 
 /// One failover, in nanoseconds.
 #[derive(Clone, Copy, Debug)]
@@ -293,6 +297,15 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     if args.pin {
         crate::cluster::check_pin_cpus(REPLICAS)?;
+    }
+    let cpus = mu_cpu::allowed_cpus().len();
+    if args.threads == ThreadsChoice::Dedicated && cpus < DEDICATED_CPUS_MIN {
+        return Err(format!(
+            "--threads dedicated makes about three threads per replica spin ({DEDICATED_CPUS_MIN} \
+             for {REPLICAS} replicas), and this process may use {cpus} CPUs: the spinning threads \
+             would starve the ones that must run, and the cluster would not come up. Use \
+             --threads shared (the default) here"
+        ));
     }
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));

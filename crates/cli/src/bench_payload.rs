@@ -26,7 +26,7 @@ pub struct Args {
     #[command(flatten)]
     suite: SuiteArgs,
     /// Timed proposals per payload size and configuration [default: 100000; 3000 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
 }
 

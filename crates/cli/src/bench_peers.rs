@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
     payload: u16,
     /// Timed operations per system [default: 10000; 1000 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
     /// The peers to measure, comma-separated [default: all of redis-wait, etcd, openraft].
     #[arg(long, value_delimiter = ',')]

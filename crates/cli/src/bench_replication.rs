@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_PAYLOAD_BYTES as i64))]
     payload: Option<u16>,
     /// Timed proposals per payload size [default: 100000; 3000 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
     /// A short run: 3000 samples per payload size (and for write2) unless --samples is given.
     #[arg(long)]
@@ -107,8 +107,8 @@ pub struct Args {
     provider: Option<String>,
     /// The failure detector's read period for every replica, in microseconds [default:
     /// ReplicaConfig's 1000 on shm; 100000 on ofi, whose round trips take about 100 µs and
-    /// whose p99.9 takes milliseconds on a small machine].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    /// whose p99.9 takes milliseconds on a small machine]. At most 1000000 (1 s).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     read_period_us: Option<u64>,
     /// How every replica's threads wait when idle: back off (shared) or spin on cores of their
     /// own (dedicated: about four cores per replica, as in the Mu paper).

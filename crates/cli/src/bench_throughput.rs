@@ -27,7 +27,7 @@ pub struct Args {
     #[command(flatten)]
     suite: SuiteArgs,
     /// Timed calls per point [default: 20000; 500 with --quick].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     calls: Option<u64>,
 }
 

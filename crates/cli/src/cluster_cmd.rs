@@ -538,6 +538,9 @@ fn uptime(ms: u64) -> String {
 fn down(args: &DownArgs) -> Result<(), String> {
     let config = ClusterConfig::load(&args.config)?;
     let dir = &config.run_dir;
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("run_dir {} is not a directory", dir.display()));
+    }
     if !dir.is_dir() {
         println!("nothing to stop: the run directory {} does not exist", dir.display());
         return Ok(());

@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The longest phase the demo runs.
+const SECONDS_MAX: f64 = 86_400.0;
+/// The most client threads (each a thread and a connection to every replica).
+const CLIENTS_MAX: usize = 1024;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Seconds of workload before the leader is killed, and again after.
@@ -66,6 +71,12 @@ pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
     if args.clients == 0 || args.keys == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
         return Err("--clients, --keys and --seconds must be above 0".into());
+    }
+    if args.seconds > SECONDS_MAX {
+        return Err(format!("--seconds {}: at most {SECONDS_MAX} (a day)", args.seconds));
+    }
+    if args.clients > CLIENTS_MAX {
+        return Err(format!("--clients {}: at most {CLIENTS_MAX}", args.clients));
     }
     let mut cluster =
         KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, args.protocol)?;
@@ -207,7 +218,9 @@ fn client_loop(
     let mut n: u64 = 0;
     while !shared.stop.load(Ordering::Acquire) {
         n += 1;
-        let key = format!("c{t}-k{}", n as usize % keys).into_bytes();
+        // Each key is put and then read back by the next operation, and the keys go round in
+        // turn, so that every one of them is written.
+        let key = format!("c{t}-k{}", ((n - 1) / 2) as usize % keys).into_bytes();
         let put = n % 2 == 1;
         let value = format!("c{t}-v{n}").into_bytes();
         let began = Instant::now();

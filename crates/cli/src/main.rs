@@ -16,6 +16,7 @@ mod bench_targets;
 mod bench_throughput;
 mod cluster;
 mod cluster_cmd;
+mod counts;
 mod demo;
 mod interrupt;
 mod kv_cluster;
@@ -103,7 +104,27 @@ enum Bench {
     Targets(bench_targets::Args),
 }
 
+/// Reports a failed write to stdout in one line rather than as a crash with a backtrace: the
+/// reader went away (`mu sim --seed 1 | head`) or the disk is full. The command still stops
+/// by unwinding, so what it started (a demo's replica processes) is cleaned up on the way.
+fn quiet_stdout_failures() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        match message.strip_prefix("failed printing to stdout: ") {
+            Some(error) => eprintln!("mu: cannot write to stdout ({error}); stopping"),
+            None => report(info),
+        }
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_stdout_failures();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench { which: Bench::Fabric(args) } => bench_fabric::run(args),

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["seeds", "first_seed"])]
     seed: Option<u64>,
     /// Sweep this many seeds (default 100).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::counts::count)]
     seeds: Option<u64>,
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]
@@ -82,7 +82,10 @@ pub fn run(args: Args) -> Result<(), String> {
         None
     } else {
         match args.lincheck.clone().or_else(find_lincheck) {
-            Some(p) if p.is_file() => Some(p),
+            Some(p) if p.is_file() => {
+                mu_sim::check::linearizability::probe(&p)?;
+                Some(p)
+            }
             Some(p) => return Err(format!("lincheck not found at {}", p.display())),
             None => {
                 eprintln!(
@@ -123,7 +126,17 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(seed) = args.seed {
         return replay(config_of(seed), args.json);
     }
+    if args.watch {
+        return Err("--watch traces one seed: give it with --seed".into());
+    }
     let seeds = args.seeds.unwrap_or(100);
+    if args.first_seed.checked_add(seeds - 1).is_none() {
+        return Err(format!(
+            "--first-seed {} with --seeds {seeds} runs past the last seed, {}",
+            args.first_seed,
+            u64::MAX
+        ));
+    }
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         |j| j as usize,
@@ -210,38 +223,50 @@ fn sweep(
     // acked, answered, unknown, leader changes, refused, membership changes
     let totals = Mutex::new([0u64; 6]);
     let jobs = jobs.min(count as usize).max(1);
+    // Workers still running: the progress loop ends when they do, even if one panicked (the
+    // scope then passes the panic on) rather than waiting for seeds nobody will finish.
+    let running = AtomicU64::new(jobs as u64);
+    struct Running<'a>(&'a AtomicU64);
+    impl Drop for Running<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Release);
+        }
+    }
     std::thread::scope(|s| {
         for _ in 0..jobs {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= count {
-                    return;
-                }
-                let config = config_of(first + k);
-                let report = mu_sim::run(&config);
-                {
-                    let mut t = totals.lock().expect("totals");
-                    t[0] += report.acked as u64;
-                    t[1] += report.ops_returned as u64;
-                    t[2] += report.ops_unknown as u64;
-                    t[3] += report.leader_changes as u64;
-                    t[4] += report.ops_refused as u64;
-                    t[5] += report.membership_changes as u64;
-                }
-                if report.violation.is_some() {
-                    if !json {
-                        print_failure(&report, &config);
+            s.spawn(|| {
+                let _running = Running(&running);
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= count {
+                        return;
                     }
-                    failures.lock().expect("failures").push((report, config));
+                    let config = config_of(first + k);
+                    let report = mu_sim::run(&config);
+                    {
+                        let mut t = totals.lock().expect("totals");
+                        t[0] += report.acked as u64;
+                        t[1] += report.ops_returned as u64;
+                        t[2] += report.ops_unknown as u64;
+                        t[3] += report.leader_changes as u64;
+                        t[4] += report.ops_refused as u64;
+                        t[5] += report.membership_changes as u64;
+                    }
+                    if report.violation.is_some() {
+                        if !json {
+                            print_failure(&report, &config);
+                        }
+                        failures.lock().expect("failures").push((report, config));
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
-                done.fetch_add(1, Ordering::Relaxed);
             });
         }
         {
             // Progress, once a second, on stderr (with --json too: the object goes to stdout
             // at the end, and a long sweep should not look hung meanwhile).
             let mut last = Instant::now();
-            while done.load(Ordering::Relaxed) < count {
+            while done.load(Ordering::Relaxed) < count && running.load(Ordering::Acquire) > 0 {
                 std::thread::sleep(Duration::from_millis(50));
                 if last.elapsed() >= Duration::from_secs(1) {
                     last = Instant::now();

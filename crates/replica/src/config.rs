@@ -286,6 +286,14 @@ impl ReplicaConfig {
             if value == 0 {
                 return Err(ConfigError::Timing(format!("{name} must be above 0")));
             }
+            // Deadlines are the clock plus these: an hour keeps them far from overflowing, and
+            // a replica that waits longer for anything is as good as stuck.
+            const TIMING_NS_MAX: u64 = 3_600_000_000_000;
+            if value > TIMING_NS_MAX {
+                return Err(ConfigError::Timing(format!(
+                    "{name} is {value} ns: at most {TIMING_NS_MAX} (an hour)"
+                )));
+            }
         }
         if !(1..=OUTSTANDING_MAX).contains(&self.outstanding_max) {
             return Err(ConfigError::Batching(format!(

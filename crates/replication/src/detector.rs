@@ -45,6 +45,9 @@ impl Default for DetectorConfig {
 
 impl DetectorConfig {
     pub fn validate(&self) -> Result<(), String> {
+        /// The longest read and fate-check period: far above any useful one, and far enough
+        /// below `u64::MAX` nanoseconds that deadlines computed from it never overflow.
+        const PERIOD_NS_MAX: u64 = 1_000_000_000;
         let DetectorConfig {
             score_max,
             failure_threshold,
@@ -83,6 +86,16 @@ impl DetectorConfig {
                  period"
                     .into(),
             );
+        }
+        for (name, value) in
+            [("read_period_ns", read_period_ns), ("fate_check_period_ns", fate_check_period_ns)]
+        {
+            if value > PERIOD_NS_MAX {
+                return Err(format!(
+                    "{name} is {value}: at most {PERIOD_NS_MAX} (1 s); a failure detector that \
+                     reads less often than that could not tell a failure for many seconds"
+                ));
+            }
         }
         Ok(())
     }

@@ -382,6 +382,10 @@ impl ClusterConfig {
     pub fn prepare_run_dir(&self) -> Result<(), String> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt};
         let dir = &self.run_dir;
+        if dir.exists() && !dir.is_dir() {
+            // Said plainly: creating it would fail with "File exists".
+            return Err(format!("run_dir {} is not a directory", dir.display()));
+        }
         match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
             Ok(()) => {}
             Err(e) => return Err(format!("run_dir {}: cannot create it: {e}", dir.display())),

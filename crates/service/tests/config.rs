@@ -394,6 +394,7 @@ fn a_run_dir_that_is_a_file_is_refused() {
     std::fs::write(&file, b"not a directory").unwrap();
     let e = with_run_dir(&file).prepare_run_dir().expect_err("a file is no run directory");
     assert!(e.contains("run_dir") && e.contains(&file.display().to_string()), "{e}");
+    assert!(e.contains("is not a directory"), "{e}");
 }
 
 #[test]

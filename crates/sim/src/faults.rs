@@ -88,11 +88,20 @@ impl Faults {
     /// `none`, or a comma-separated list of fault names (see [`FAULT_NAMES`]) and `all` (every
     /// fault but `membership`).
     pub fn parse(spec: &str) -> Result<Faults, String> {
-        if matches!(spec.trim(), "none" | "") {
+        if spec.trim() == "none" {
             return Ok(Faults::NONE);
         }
         let mut faults = Faults::NONE;
         for name in spec.split(',').map(str::trim) {
+            if name == "none" {
+                return Err("none stands alone: it cannot be combined with other faults".into());
+            }
+            if name.is_empty() {
+                return Err(format!(
+                    "an empty fault name in {spec:?}: the faults are {} (or all, none)",
+                    FAULT_NAMES.join(", ")
+                ));
+            }
             if name == "all" {
                 for switch in faults.switches().into_iter().take(ALL_COUNT) {
                     *switch = true;

@@ -105,6 +105,13 @@ impl RunConfig {
         if self.keys == 0 {
             return Err("0 keys: the workload needs at least one".into());
         }
+        if self.faults.membership && self.replicas < 3 {
+            return Err(format!(
+                "{} replicas with membership changes: a run starts with at least 3 members, so \
+                 choose 3 to 9",
+                self.replicas
+            ));
+        }
         if self.mutation.is_some() && !cfg!(feature = "mutations") {
             return Err(
                 "this build has no engine mutations (build with the `mutations` feature)".into()

@@ -17,6 +17,36 @@ pub fn find_lincheck() -> Option<PathBuf> {
     [workspace, here].into_iter().find(|p| p.is_file())
 }
 
+/// Whether `lincheck` runs and is the checker: it must find an empty history linearizable.
+/// A sweep asks before its first seed, so that a checker that cannot run (not executable, not
+/// this tool) is reported as such, not as a violation in every seed.
+pub fn probe(lincheck: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new(lincheck)
+        .args(["--quiet", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run lincheck at {}: {e}", lincheck.display()))?;
+    let empty = br#"{"format": "mu-kv-history", "version": 1, "operations": []}"#;
+    let written = child.stdin.take().map(|mut stdin| stdin.write_all(empty));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("cannot run lincheck at {}: {e}", lincheck.display()))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    if out.status.success() && matches!(written, Some(Ok(()))) && text.contains("linearizable") {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is not a working lincheck: it did not find an empty history linearizable ({}): {}",
+        lincheck.display(),
+        out.status,
+        text.trim_end()
+    ))
+}
+
 /// Checks the history in `history_json` (a file) with the `lincheck` binary at `lincheck`.
 /// `Ok` only for "linearizable"; a violation, a history the checker refuses, a timeout and a
 /// checker that cannot run are all errors, each saying which.
