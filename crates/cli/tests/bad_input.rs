@@ -1,0 +1,83 @@
+//! Bad input that the argument parser cannot see: each command must refuse it at once, with a
+//! message that names the problem, and exit with a failure (never a panic, never a hang).
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Runs `mu` with `args` and returns its output; fails the test if it runs for more than 30 s.
+fn mu(args: &[&str]) -> Output {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run mu: {e}"));
+    assert!(started.elapsed() < Duration::from_secs(30), "mu {args:?} took too long");
+    out
+}
+
+/// `mu args` fails, says `expected` on stderr, and does not panic.
+fn refused(args: &[&str], expected: &str) {
+    let out = mu(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "mu {args:?} must fail with status 1: {stderr}");
+    assert!(stderr.contains(expected), "mu {args:?} should say {expected:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "mu {args:?} panicked: {stderr}");
+}
+
+#[test]
+fn a_sweep_past_the_last_seed_is_refused() {
+    refused(
+        &["sim", "--first-seed", "18446744073709551615", "--seeds", "2", "--no-lincheck"],
+        "runs past the last seed",
+    );
+}
+
+#[test]
+fn watch_needs_one_seed() {
+    refused(&["sim", "--watch", "--seeds", "2", "--no-lincheck"], "give it with --seed");
+}
+
+#[test]
+fn membership_changes_need_three_replicas() {
+    refused(
+        &["sim", "--faults", "membership", "--replicas", "2", "--seeds", "1", "--no-lincheck"],
+        "at least 3 members",
+    );
+}
+
+#[test]
+fn a_lincheck_that_does_not_work_is_named_before_any_seed() {
+    let dir = std::env::temp_dir().join(format!("mu-bad-lincheck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Runs, succeeds, and checks nothing.
+    let fake = dir.join("lincheck");
+    std::fs::write(&fake, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake_text = fake.display().to_string();
+    refused(&["sim", "--seeds", "1", "--lincheck", &fake_text], "is not a working lincheck");
+    // Not executable at all.
+    let plain = dir.join("plain");
+    std::fs::write(&plain, "not a program").unwrap();
+    let plain_text = plain.display().to_string();
+    refused(&["sim", "--seeds", "1", "--lincheck", &plain_text], "cannot run lincheck");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_demo_of_centuries_is_refused() {
+    refused(&["demo", "--seconds", "99999999999999999999"], "at most 86400");
+}
+
+#[test]
+fn dedicated_failover_threads_need_cpus_of_their_own() {
+    // On one CPU (`taskset`, util-linux), whatever this machine has.
+    let out = Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_mu")])
+        .args(["bench", "failover", "--threads", "dedicated", "--count", "1"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run taskset: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("may use 1 CPUs") && stderr.contains("--threads shared"), "{stderr}");
+}
