@@ -65,6 +65,10 @@ pub struct Args {
     parent: Option<u32>,
 }
 
+/// The exit status of a replica that stopped because one of its threads panicked (as the
+/// main thread's panic would give).
+const PANIC_EXIT_CODE: i32 = 101;
+
 pub fn run(args: Args) -> Result<(), String> {
     // Dropped last, on every return: what the replica logged reaches stderr before an error
     // that ends it is printed.
@@ -83,13 +87,28 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let pid_path = config.pid_path(args.id);
     // The same check `mu cluster` makes: a pid reused by another program is not "running".
-    if let PidFile::Running(target) = inspect_pid_file(&config, args.id)? {
-        return Err(format!(
-            "replica {} already runs (pid {} in {})",
-            args.id,
-            target.pid,
-            pid_path.display()
-        ));
+    match inspect_pid_file(&config, args.id)? {
+        PidFile::Running(target) => {
+            return Err(format!(
+                "replica {} already runs (pid {} in {})",
+                args.id,
+                target.pid,
+                pid_path.display()
+            ))
+        }
+        // A replica that stops removes its pid file: one left behind is a crash, and the
+        // replica's log (in memory) went with it.
+        PidFile::Stale(why) if !args.rejoin => {
+            return Err(format!(
+                "replica {} did not stop cleanly last time ({} is left behind: {why}), so it \
+                 lost its log: start it with --rejoin, which brings it back as recovering. \
+                 Started as a new replica it could undo entries its lost log helped decide. \
+                 If the whole cluster is starting anew, `mu cluster up` clears such files",
+                args.id,
+                pid_path.display()
+            ))
+        }
+        PidFile::Stale(_) | PidFile::Missing => {}
     }
     let machine = SharedMachine::new();
     let started = Instant::now();
@@ -179,6 +198,10 @@ fn start_logs(format: LogFormat, replica: u16) -> Result<LogBuffer, String> {
     std::panic::set_hook(Box::new(move |info| {
         flush();
         report(info);
+        // Fail-stop: a replica with a thread gone (its background plane, say: no heartbeat, no
+        // permission manager) must not go on serving as if whole. Its pid file stays, so it
+        // restarts only with --rejoin, as after any crash.
+        std::process::exit(PANIC_EXIT_CODE);
     }));
     Ok(logs)
 }

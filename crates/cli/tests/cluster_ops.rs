@@ -69,3 +69,55 @@ fn a_replica_of_another_protocol_version_cannot_join() {
     refused(mu(&["cluster", "up", "--config", setup.config()]), "runs protocol");
     assert!(!setup.run_dir.join("n0.ctl").exists(), "a refused replica published itself");
 }
+
+/// A replica killed (SIGKILL) leaves its pid file behind and loses its log with its memory:
+/// started again as a new replica it is refused, with --rejoin named; with --rejoin it comes
+/// back and the cluster serves on.
+#[test]
+fn a_crashed_replica_restarts_only_with_rejoin() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("crashed", 0x6a04);
+    ok(mu(&["cluster", "up", "--config", setup.config()]));
+    ok(mu(&["kv", "put", "color", "green", "--config", setup.config()]));
+    let pid_path = setup.run_dir.join("replica-2.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_path).unwrap().trim().parse().unwrap();
+    // SAFETY: kill takes a pid and a signal number, no memory.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Gone once the pid no longer answers signal 0 (`mu cluster up` reaps its children).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // SAFETY: as above; signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(std::time::Instant::now() < deadline, "replica 2 (pid {pid}) did not die");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(pid_path.exists(), "a killed replica's pid file stays");
+
+    // Without --rejoin: refused at once (`timeout` ends it if it were to serve instead).
+    let out = std::process::Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_mu"), "replica", "--config", setup.config(), "--id", "2"])
+        .env_remove("MU_LOG")
+        .output()
+        .expect("timeout runs");
+    refused(out, "start it with --rejoin");
+
+    // With --rejoin it serves again, and so does the cluster.
+    let mut rejoined = std::process::Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["replica", "--config", setup.config(), "--id", "2", "--rejoin"])
+        .env_remove("MU_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mu replica starts");
+    let new_pid = rejoined.id().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&pid_path).map_or(true, |text| text.trim() != new_pid) {
+        assert!(rejoined.try_wait().unwrap().is_none(), "the rejoining replica stopped");
+        assert!(std::time::Instant::now() < deadline, "the rejoining replica never served");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    ok(mu(&["kv", "put", "color", "teal", "--config", setup.config()]));
+    assert_eq!(ok(mu(&["kv", "get", "color", "--config", setup.config()])).trim(), "teal");
+    ok(mu(&["cluster", "down", "--config", setup.config()]));
+    let _ = rejoined.wait();
+}
