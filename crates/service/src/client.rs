@@ -237,7 +237,17 @@ impl Client {
             let mut hello = Vec::new();
             ClientMessage::Hello { cluster_id: self.cluster_id, wire_version: WIRE_VERSION }
                 .encode(&mut hello);
-            match self.send_and_read(&hello)? {
+            let answer = self.send_and_read(&hello).map_err(|e| match e {
+                // The first bytes back did not frame a message of ours: whatever listens there
+                // is no mu replica (an HTTP server's "HTTP" reads as a length of 1.3 GB).
+                FrameError::TooLarge(_) => FrameError::Malformed(format!(
+                    "what answers at {} is not a mu replica: its reply to the hello does not \
+                     frame a message",
+                    self.replicas[self.target].1
+                )),
+                e => e,
+            })?;
+            match answer {
                 ServerMessage::Welcome => {}
                 other => {
                     self.conn = None;

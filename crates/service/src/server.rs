@@ -417,7 +417,15 @@ fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
             counters.not_leader.fetch_add(1, Ordering::Relaxed);
             ServerMessage::NotLeader { leader: leader.map(|l| l.0) }
         }
-        ProposeError::TooLarge { .. } | ProposeError::Empty | ProposeError::Membership(_) => {
+        ProposeError::TooLarge { len, max } => {
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            // `len` is the encoded request, not the value the user gave: say so.
+            ServerMessage::Refused(format!(
+                "the request takes {len} bytes in the log (its key, its value and a header), \
+                 more than an entry holds ({max} bytes)"
+            ))
+        }
+        ProposeError::Empty | ProposeError::Membership(_) => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             ServerMessage::Refused(e.to_string())
         }

@@ -306,7 +306,10 @@ fn bad_input_is_refused_and_the_cluster_keeps_serving() {
     }
     // A value that does not fit in a log slot is refused by the replica, before the log.
     match client.put(b"big", &vec![b'v'; SLOT_BYTES as usize * 2]) {
-        Err(ClientError::Refused(_)) => {}
+        // The size named is the request's in the log, not the value's, and it says so.
+        Err(ClientError::Refused(why)) => {
+            assert!(why.contains("its key, its value and a header"), "{why}")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     still_serves(&cluster, "after-too-large");
@@ -499,4 +502,22 @@ fn clients_over_tcp_are_served_like_local_ones() {
         Err(ClientError::Refused(why)) => assert!(why.contains("belongs to cluster"), "{why}"),
         other => panic!("a client of another cluster was not refused over TCP: {other:?}"),
     }
+}
+
+/// Whatever else listens where a replica should (an HTTP server, say) is named as not a mu
+/// replica, not reported as a frame of a gigabyte.
+#[test]
+fn a_server_that_is_not_a_replica_is_named_so() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let mut client = Client::new(1, vec![(0, Endpoint::Tcp(addr))]).expect("a client");
+    client.set_timeout(Duration::from_millis(300));
+    let e = client.get(b"k").expect_err("no replica there");
+    assert!(e.to_string().contains("is not a mu replica"), "{e}");
 }
