@@ -125,7 +125,9 @@ impl RunConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// Which checker found it: agreement, validity, durability, single-writer,
-    /// linearizability, liveness, or panic (an assertion of the engines or the runtime).
+    /// linearizability, liveness, or panic (an assertion of the engines or the runtime); or
+    /// history-io, where the client history could not be written for lincheck (the run was
+    /// not checked).
     pub checker: &'static str,
     pub message: String,
 }
@@ -620,9 +622,15 @@ impl<'a> Runner<'a> {
             )),
             None => return Ok(()),
         };
-        std::fs::write(&path, json).map_err(|e| {
-            violation("linearizability", format!("cannot write {}: {e}", path.display()))
-        })?;
+        if let Err(e) = std::fs::write(&path, json) {
+            // Not a finding about the protocol (a full disk, say), but the run is not checked:
+            // it fails under a name of its own, and leaves no partial file behind.
+            let _ = std::fs::remove_file(&path);
+            return Err(violation(
+                "history-io",
+                format!("the client history was not checked: cannot write {}: {e}", path.display()),
+            ));
+        }
         let verdict = match &self.config.lincheck {
             Some(lincheck) => check::linearizability::check(lincheck, &path),
             None => Ok(()),

@@ -358,3 +358,17 @@ fn t70_a_removal_keeps_a_majority_of_the_configuration_before_it() {
 fn t71_a_change_undone_later_hides_no_configuration_from_the_budget() {
     membership_run_passes(Protocol::Velos, 34031, 7, 120);
 }
+
+/// A history that cannot be written for lincheck (here: into a directory nobody may create)
+/// fails the run under a name of its own, not as a linearizability violation.
+#[test]
+fn t12_a_history_that_cannot_be_written_is_not_called_a_violation() {
+    let config = RunConfig {
+        history_dir: Some(format!("/proc/mu-sim-test-{}", std::process::id()).into()),
+        ..RunConfig::new(3)
+    };
+    let report = run(&config);
+    let v = report.violation.expect("the history could not be written");
+    assert_eq!(v.checker, "history-io", "{v:?}");
+    assert!(v.message.contains("was not checked"), "{v:?}");
+}
