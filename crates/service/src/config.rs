@@ -205,6 +205,16 @@ impl ClusterConfig {
         if let Some(&id) = self.replicas.iter().find(|&&id| id >= 64) {
             return Err(format!("replicas: id {id} is too large (ids are 0 to 63)"));
         }
+        if let Some(base) = self.metrics.port_base {
+            let highest = self.replicas.iter().max().copied().unwrap_or(0);
+            if base == 0 || base.checked_add(highest).is_none() {
+                return Err(format!(
+                    "metrics.port_base {base}: replica N serves on port_base + N, so it must be \
+                     1 to {} for ids up to {highest}",
+                    u16::MAX - highest
+                ));
+            }
+        }
         if !self.run_dir.is_absolute() {
             return Err(format!("run_dir {} must be an absolute path", self.run_dir.display()));
         }

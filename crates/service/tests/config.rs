@@ -42,6 +42,20 @@ fn replica_ids_of_64_and_above_are_refused() {
 }
 
 #[test]
+fn a_metrics_port_base_without_room_for_every_replica_is_refused() {
+    refused(&good("[metrics]\nport_base = 65535"), &["metrics.port_base 65535", "1 to 65533"]);
+    refused(&good("[metrics]\nport_base = 0"), &["metrics.port_base 0"]);
+    ClusterConfig::parse(&good("[metrics]\nport_base = 65533")).expect("room for ids 0 to 2");
+}
+
+#[test]
+fn a_detector_that_reads_less_than_once_a_second_is_refused() {
+    refused(&good("[detector]\nread_period_us = 1000001"), &["read_period_ns", "at most"]);
+    // Far beyond: no overflow on the way to the refusal.
+    refused(&good("[detector]\nread_period_us = 18446744073709551"), &["read_period_ns"]);
+}
+
+#[test]
 fn a_cluster_without_replicas_is_refused() {
     refused(&config_with("7", "/tmp/x", "[]", ""), &["replicas", "at least one"]);
 }
