@@ -496,6 +496,7 @@ pub(crate) fn measure(
         }
         if i % step == 0 {
             eprint!(".");
+            crate::interrupt::check()?;
         }
     }
     let s = Summary::of(&h);
@@ -504,6 +505,9 @@ pub(crate) fn measure(
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    // Ctrl-C and `kill` end the measurement at its next check, so that the peers are stopped
+    // and the run directory removed on the way out.
+    crate::interrupt::catch();
     if args.samples == 0 || args.perm_samples == 0 || args.crash_samples == 0 {
         return Err("--samples, --perm-samples and --crash-samples must be at least 1".into());
     }
@@ -604,6 +608,7 @@ fn measure_crash_notice(
     eprint!("  {:<14} ", "crash_notice");
     // The first victim warms up (its process start, our first mappings of a new incarnation).
     for i in 0..=samples {
+        crate::interrupt::check()?;
         let mut victim = spawn_peer(run_dir, 1, "victim", 0, cpu, spin, 0)?;
         let b = a.connect(1)?;
         victim.start()?;
@@ -695,7 +700,10 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         let mut fast = histogram();
         let mut slow = histogram();
         eprint!("  {:<14} ", "perm_fast/slow");
-        for _ in 0..args.perm_samples {
+        for k in 0..args.perm_samples {
+            if k % 1024 == 0 {
+                crate::interrupt::check()?;
+            }
             let t = Instant::now();
             a.fabric.set_access_fast(b, Access::READ).map_err(|e| e.to_string())?;
             fast.record((t.elapsed().as_nanos() as u64).max(1)).expect("in bounds");
