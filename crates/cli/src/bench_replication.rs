@@ -278,7 +278,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let fabric = (fabric_choice, read_period_us, args.threads, args.pin);
     let mut protocols = args.protocol.clone();
     protocols.dedup();
-    let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 }).min(samples);
+    let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 });
+    if rounds > samples {
+        return Err(format!(
+            "--rounds {rounds} with --samples {samples}: each round takes at least one sample"
+        ));
+    }
     let mut runs: Vec<(mu_replica::Protocol, Vec<PayloadResult>)> = Vec::new();
     for round in 0..rounds {
         // The samples shared out among the rounds, the first ones taking the remainder.

@@ -81,3 +81,11 @@ fn dedicated_failover_threads_need_cpus_of_their_own() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("may use 1 CPUs") && stderr.contains("--threads shared"), "{stderr}");
 }
+
+#[test]
+fn more_rounds_than_samples_are_refused() {
+    refused(
+        &["bench", "replication", "--protocol", "mu,velos", "--rounds", "100", "--samples", "5"],
+        "each round takes at least one sample",
+    );
+}
