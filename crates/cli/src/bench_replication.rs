@@ -246,6 +246,14 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(bytes) => vec![usize::from(bytes)],
         None => SWEEP_BYTES.to_vec(),
     };
+    let mut protocols = args.protocol.clone();
+    protocols.dedup();
+    let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 });
+    if rounds > samples {
+        return Err(format!(
+            "--rounds {rounds} with --samples {samples}: each round takes at least one sample"
+        ));
+    }
     let run_dir = RunDir::create("replication")?;
     // Checked before anything starts.
     let fabric_choice = FabricChoice::parse(&args.fabric, args.provider.as_deref(), REPLICAS)?;
@@ -276,14 +284,6 @@ pub fn run(args: Args) -> Result<(), String> {
         eprintln!("mu bench replication: failure detector read period {us} µs");
     }
     let fabric = (fabric_choice, read_period_us, args.threads, args.pin);
-    let mut protocols = args.protocol.clone();
-    protocols.dedup();
-    let rounds = args.rounds.unwrap_or(if protocols.len() > 1 { 4 } else { 1 });
-    if rounds > samples {
-        return Err(format!(
-            "--rounds {rounds} with --samples {samples}: each round takes at least one sample"
-        ));
-    }
     let mut runs: Vec<(mu_replica::Protocol, Vec<PayloadResult>)> = Vec::new();
     for round in 0..rounds {
         // The samples shared out among the rounds, the first ones taking the remainder.
