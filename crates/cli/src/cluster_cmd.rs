@@ -499,12 +499,25 @@ fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, St
 /// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
 fn why_silent(config: &ClusterConfig, id: u16, error: &str) -> (Option<u32>, String) {
     let error = error.strip_prefix(&format!("replica {id}: ")).unwrap_or(error);
-    if let Ok(PidFile::Running(target)) = inspect_pid_file(config, id) {
+    match inspect_pid_file(config, id) {
         // Stopped (SIGSTOP), or stuck.
-        return (
-            Some(target.pid),
-            format!("pid {} runs but does not answer ({error})", target.pid),
-        );
+        Ok(PidFile::Running(target)) => {
+            return (
+                Some(target.pid),
+                format!("pid {} runs but does not answer ({error})", target.pid),
+            );
+        }
+        // A replica that stops removes its pid file.
+        Ok(PidFile::Stale(why)) => {
+            return (
+                None,
+                format!(
+                    "crashed ({why}; its pid file is left): restart it with `mu replica --config \
+                     FILE --id {id} --rejoin`"
+                ),
+            );
+        }
+        _ => {}
     }
     let socket = config.socket_path(id);
     if !socket.exists() {

@@ -91,6 +91,9 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(pid_path.exists(), "a killed replica's pid file stays");
+    let status = mu(&["cluster", "status", "--config", setup.config()]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("crashed") && text.contains("--rejoin"), "status says so: {text}");
 
     // Without --rejoin: refused at once (`timeout` ends it if it were to serve instead).
     let out = std::process::Command::new("timeout")
