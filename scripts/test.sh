@@ -73,7 +73,7 @@ step "simulator sweep: mu sim --seeds 100 --faults all,membership, on Mu and on 
 sim_sweep mu all,membership 100 0
 sim_sweep velos all,membership 100 0
 
-step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 5 minutes)"
+step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 6 minutes)"
 bash scripts/tlc.sh
 
 step "benchmark smoke run: mu bench fabric (small sample count; nothing asserted about speed)"
