@@ -3,7 +3,7 @@
 //! configuration). Both carry the same frames.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +38,29 @@ pub(crate) enum Stream {
     Tcp(TcpStream),
 }
 
+/// The addresses of `addr` (`"host:port"`), looked up within `timeout`. A literal address
+/// needs no lookup. A name is looked up on a thread of its own, which the caller stops waiting
+/// for after `timeout`: the system resolver may take seconds (an unreachable name server),
+/// and a client's timeout must bound the whole operation. A lookup given up on ends on its own
+/// later; a client moves on to the next replica meanwhile, so few are ever under way.
+fn resolve(addr: &str, timeout: Duration) -> std::io::Result<Vec<SocketAddr>> {
+    if let Ok(literal) = addr.parse::<SocketAddr>() {
+        return Ok(vec![literal]);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = addr.to_string();
+    std::thread::Builder::new().name("mu-resolve".into()).spawn(move || {
+        let _ = tx.send(name.to_socket_addrs().map(Iterator::collect));
+    })?;
+    match rx.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("looking up {addr} took longer than {} ms", timeout.as_millis()),
+        )),
+    }
+}
+
 impl Stream {
     /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to open.
     pub(crate) fn connect(endpoint: &Endpoint, timeout: Duration) -> std::io::Result<Stream> {
@@ -45,7 +68,7 @@ impl Stream {
             Endpoint::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
             Endpoint::Tcp(addr) => {
                 let mut last = None;
-                for a in addr.to_socket_addrs()? {
+                for a in resolve(addr, timeout)? {
                     match TcpStream::connect_timeout(&a, timeout) {
                         Ok(s) => return Stream::tcp(s),
                         Err(e) => last = Some(e),
@@ -108,5 +131,29 @@ impl Write for Stream {
             Stream::Unix(s) => s.flush(),
             Stream::Tcp(s) => s.flush(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn literal_addresses_need_no_lookup_and_names_are_looked_up() {
+        let literal = resolve("127.0.0.1:7000", Duration::from_millis(1)).unwrap();
+        assert_eq!(literal, vec!["127.0.0.1:7000".parse::<SocketAddr>().unwrap()]);
+        let named = resolve("localhost:7000", Duration::from_secs(5)).unwrap();
+        assert!(named.iter().all(|a| a.port() == 7000 && a.ip().is_loopback()), "{named:?}");
+    }
+
+    /// A name that cannot be resolved fails within the timeout, however long the system
+    /// resolver would take to say so.
+    #[test]
+    fn a_lookup_is_bounded_by_the_timeout() {
+        let started = Instant::now();
+        let e = resolve("no-such-host.invalid:7000", Duration::from_millis(300))
+            .expect_err("the .invalid domain never resolves");
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}: {e}", started.elapsed());
     }
 }
