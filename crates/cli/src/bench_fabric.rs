@@ -162,12 +162,13 @@ pub struct Args {
     /// Samples per round-trip figure (pair figures round it up to whole chunks of 10,000).
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::counts::count)]
     samples: u64,
-    /// Samples per permission-change figure.
-    #[arg(long, default_value_t = 100_000, value_parser = crate::counts::count)]
-    perm_samples: u64,
-    /// Peer processes killed for the crash-notification figures (a process started for each).
-    #[arg(long, default_value_t = 100, value_parser = crate::counts::count)]
-    crash_samples: u64,
+    /// Samples per permission-change figure [default: 100000; shm only].
+    #[arg(long, value_parser = crate::counts::count)]
+    perm_samples: Option<u64>,
+    /// Peer processes killed for the crash-notification figures (a process started for each)
+    /// [default: 100; shm only].
+    #[arg(long, value_parser = crate::counts::count)]
+    crash_samples: Option<u64>,
     /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
     #[arg(long)]
     run_dir: Option<PathBuf>,
@@ -478,6 +479,10 @@ fn wait_within(
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `samples` timed iterations of `iteration` (after a warm-up), with progress on stderr.
+/// `--perm-samples` and `--crash-samples` by default.
+const PERM_SAMPLES: u64 = 100_000;
+const CRASH_SAMPLES: u64 = 100;
+
 pub(crate) fn measure(
     name: &str,
     samples: u64,
@@ -508,12 +513,14 @@ pub fn run(args: Args) -> Result<(), String> {
     // Ctrl-C and `kill` end the measurement at its next check, so that the peers are stopped
     // and the run directory removed on the way out.
     crate::interrupt::catch();
-    if args.samples == 0 || args.perm_samples == 0 || args.crash_samples == 0 {
-        return Err("--samples, --perm-samples and --crash-samples must be at least 1".into());
-    }
     if let Some(provider) =
         crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
     {
+        if args.perm_samples.is_some() || args.crash_samples.is_some() {
+            return Err("--perm-samples and --crash-samples are for the shm fabric: on ofi \
+                        there are no permission-change or crash figures"
+                .into());
+        }
         return crate::bench_ofi::run(args.json, args.samples, provider);
     }
     let (run_dir, remove_after) = match &args.run_dir {
@@ -700,7 +707,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         let mut fast = histogram();
         let mut slow = histogram();
         eprint!("  {:<14} ", "perm_fast/slow");
-        for k in 0..args.perm_samples {
+        for k in 0..args.perm_samples.unwrap_or(PERM_SAMPLES) {
             if k % 1024 == 0 {
                 crate::interrupt::check()?;
             }
@@ -719,8 +726,12 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         (Summary::of(&fast), Summary::of(&slow))
     };
 
-    let (crash_notice, crash_reaped) =
-        measure_crash_notice(&mut a, run_dir, &placement, args.crash_samples)?;
+    let (crash_notice, crash_reaped) = measure_crash_notice(
+        &mut a,
+        run_dir,
+        &placement,
+        args.crash_samples.unwrap_or(CRASH_SAMPLES),
+    )?;
 
     let ratio = write.p50 as f64 / bare.p50.max(1) as f64;
     if args.json {

@@ -89,3 +89,11 @@ fn more_rounds_than_samples_are_refused() {
         "each round takes at least one sample",
     );
 }
+
+#[test]
+fn shm_only_figures_are_refused_on_ofi() {
+    refused(
+        &["bench", "fabric", "--fabric", "ofi", "--crash-samples", "5"],
+        "are for the shm fabric",
+    );
+}
