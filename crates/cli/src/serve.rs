@@ -16,7 +16,7 @@ use mu_service::{ClusterConfig, Server, SharedMachine};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::info;
+use tracing::{info, warn};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -64,6 +64,9 @@ pub struct Args {
     #[arg(long, hide = true)]
     parent: Option<u32>,
 }
+
+/// How often a replica that is still recovering says so.
+const RECOVERING_NOTE_EVERY: Duration = Duration::from_secs(10);
 
 /// The exit status of a replica that stopped because one of its threads panicked (as the
 /// main thread's panic would give).
@@ -149,8 +152,25 @@ pub fn run(args: Args) -> Result<(), String> {
         "serving"
     );
     // Leader changes are logged by the replica's background plane as its election sees them.
+    let mut recovering_noted = Instant::now();
     while interrupt::check().is_ok() {
         std::thread::sleep(Duration::from_millis(20));
+        if recovering_noted.elapsed() >= RECOVERING_NOTE_EVERY {
+            recovering_noted = Instant::now();
+            let status = replica.status();
+            if status.recovering {
+                // A rejoining replica waits for a leader to take it back; say so now and then,
+                // or an operator sees a replica that serves nothing and says nothing (a lone
+                // replica started with --rejoin waits for ever: nobody can take it back).
+                warn!(
+                    replica = args.id,
+                    leader = status.leader.map(|l| l.0),
+                    since_s = started.elapsed().as_secs(),
+                    "still recovering: waiting for a leader of a majority to take this replica \
+                     back and bring it up to date"
+                );
+            }
+        }
     }
     info!(
         replica = args.id,

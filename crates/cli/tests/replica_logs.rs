@@ -365,3 +365,45 @@ fn replicas_serve_and_fail_over_while_nobody_reads_their_stderr() {
     };
     assert!(logs[1..].iter().any(failure_logged), "no survivor logged 0's failure: {logs:#?}");
 }
+
+/// A replica started with --rejoin and nobody to take it back (here: alone in the
+/// configuration's three, the others never started) says now and then that it is still
+/// recovering, rather than serving nothing in silence.
+#[test]
+fn a_replica_that_stays_recovering_says_so() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("recovering", 0x10a5);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["replica", "--config", setup.config(), "--id", "2", "--rejoin"])
+        .args(["--log-format", "json"])
+        .env("MU_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mu replica starts");
+    let lines = stderr_lines(&mut child);
+    // The note comes every 10 s; allow for a slow start.
+    let deadline = Instant::now() + Duration::from_secs(10) + START_TIMEOUT;
+    let mut events = Vec::new();
+    let note = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no \"still recovering\" event; got {events:#?}");
+        };
+        let event = parse_event(&line);
+        events.push(event.clone());
+        let message = event["fields"]["message"].as_str().unwrap_or("");
+        if message.starts_with("still recovering") {
+            break event;
+        }
+    };
+    assert_eq!(note["level"], "WARN", "{note}");
+    assert_eq!(note["fields"]["replica"], 2, "{note}");
+    // SAFETY: kill takes a pid and a signal number, no memory; the child is not reaped yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().expect("the replica is reaped");
+    assert!(status.success(), "exit {status:?}");
+}
