@@ -110,13 +110,9 @@ fn up(args: &UpArgs) -> Result<(), String> {
     // busy), so they are given the configuration's absolute path.
     let config_path = std::fs::canonicalize(&args.config)
         .map_err(|e| format!("reading the configuration {}: {e}", args.config.display()))?;
-    let config = ClusterConfig::load(&config_path)?;
-    // The fabric's own checks (an ofi provider and its addresses), before any replica starts.
-    if let (true, Some(&first)) = (config.fabric == "ofi", config.replicas.first()) {
-        crate::serve::ofi_config(&config, first)?
-            .validate()
-            .map_err(|e| format!("{}: {e}", config_path.display()))?;
-    }
+    // The fabric's own checks (an ofi provider and its addresses) too, before any replica
+    // starts.
+    let config = crate::serve::load_config(&config_path)?;
     config.prepare_run_dir()?;
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
@@ -360,7 +356,7 @@ fn log_tail(path: &Path) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn status(args: &StatusArgs) -> Result<(), String> {
-    let config = ClusterConfig::load(&args.config)?;
+    let config = crate::serve::load_config(&args.config)?;
     let mut client =
         Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let answers: Vec<(u16, Result<ReplicaReport, String>)> =
@@ -549,7 +545,7 @@ fn uptime(ms: u64) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn down(args: &DownArgs) -> Result<(), String> {
-    let config = ClusterConfig::load(&args.config)?;
+    let config = crate::serve::load_config(&args.config)?;
     let dir = &config.run_dir;
     if dir.exists() && !dir.is_dir() {
         return Err(format!("run_dir {} is not a directory", dir.display()));

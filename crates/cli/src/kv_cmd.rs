@@ -19,7 +19,7 @@
 //! cluster unreachable or without a leader within the timeout, a refused or invalid request)
 //! is a message on stderr and exit status 1; the outcome of a write that timed out is unknown.
 
-use mu_service::{Client, ClientError, ClusterConfig};
+use mu_service::{Client, ClientError};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,7 +147,7 @@ pub fn run(args: Args) -> Result<bool, String> {
 }
 
 fn connect(target: &Target) -> Result<Client, String> {
-    let config = ClusterConfig::load(&target.config)?;
+    let config = crate::serve::load_config(&target.config)?;
     // With no socket at all, nothing runs on this host: say so now rather than after the
     // timeout (clients of replicas on other hosts, `[clients]`, cannot tell).
     let local_only = config.clients.is_none();

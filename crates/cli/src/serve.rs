@@ -80,7 +80,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(parent) = args.parent {
         crate::cluster::die_with_parent(parent)?;
     }
-    let config = ClusterConfig::load(&args.config)?;
+    let config = load_config(&args.config)?;
     config.prepare_run_dir()?;
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
@@ -262,6 +262,17 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
         "" => Err("a level is missing".into()),
         _ => Err(format!("{text:?} is not a level")),
     }
+}
+
+/// Loads and checks a cluster configuration, the fabric's own checks included (an ofi
+/// provider and its ports), so that every command that reads the file refuses the same
+/// mistakes, not only the ones that start replicas.
+pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
+    let config = ClusterConfig::load(path)?;
+    if let (true, Some(&first)) = (config.fabric == "ofi", config.replicas.first()) {
+        ofi_config(&config, first)?.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(config)
 }
 
 /// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).

@@ -97,3 +97,26 @@ fn shm_only_figures_are_refused_on_ofi() {
         "are for the shm fabric",
     );
 }
+
+/// The fabric's own checks apply to every command that reads a cluster file, not only to the
+/// ones that start replicas.
+#[test]
+fn an_ofi_provider_that_is_not_supported_is_refused_by_every_command() {
+    let dir = std::env::temp_dir().join(format!("mu-bad-ofi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "cluster_id = 7\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\nfabric = \"ofi\"\n\
+             [ofi]\nprovider = \"verbs\"\n[ofi.addresses]\n\
+             0 = \"127.0.0.1:41000\"\n1 = \"127.0.0.1:41010\"\n2 = \"127.0.0.1:41020\"\n",
+            dir.join("run").display()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    refused(&["cluster", "status", "--config", &config], "is not supported");
+    refused(&["kv", "get", "k", "--config", &config], "is not supported");
+    let _ = std::fs::remove_dir_all(&dir);
+}
