@@ -106,6 +106,31 @@ fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
     rx
 }
 
+/// Reads JSON log events from `lines` into `events` until one's message is `what` says
+/// (`wanted`), and returns it; kills `child` and fails the test if none comes `within`.
+fn await_event(
+    child: &mut Child,
+    lines: &mpsc::Receiver<String>,
+    within: Duration,
+    events: &mut Vec<serde_json::Value>,
+    (what, wanted): (&str, impl Fn(&str) -> bool),
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no {what} event within {within:?}; got {events:#?}");
+        };
+        let event = parse_event(&line);
+        events.push(event.clone());
+        if event["fields"]["message"].as_str().is_some_and(&wanted) {
+            return event;
+        }
+    }
+}
+
 /// One JSON log line: an object with the time, the level, the target and the event's fields
 /// (its message among them), as tracing-subscriber's JSON format writes them.
 fn parse_event(line: &str) -> serde_json::Value {
@@ -137,21 +162,9 @@ fn a_replica_logs_json_lines_with_fields() {
         .spawn()
         .expect("mu replica starts");
     let lines = stderr_lines(&mut child);
-    let deadline = Instant::now() + START_TIMEOUT;
     let mut events = Vec::new();
-    let serving = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = lines.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no \"serving\" event within {START_TIMEOUT:?}; got {events:#?}");
-        };
-        let event = parse_event(&line);
-        events.push(event.clone());
-        if event["fields"]["message"] == "serving" {
-            break event;
-        }
-    };
+    let serving = ("\"serving\"", |m: &str| m == "serving");
+    let serving = await_event(&mut child, &lines, START_TIMEOUT, &mut events, serving);
     let fields = &serving["fields"];
     assert_eq!(serving["level"], "INFO", "{serving}");
     assert_eq!(fields["replica"], 1, "{serving}");
@@ -384,22 +397,9 @@ fn a_replica_that_stays_recovering_says_so() {
         .expect("mu replica starts");
     let lines = stderr_lines(&mut child);
     // The note comes every 10 s; allow for a slow start.
-    let deadline = Instant::now() + Duration::from_secs(10) + START_TIMEOUT;
-    let mut events = Vec::new();
-    let note = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = lines.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no \"still recovering\" event; got {events:#?}");
-        };
-        let event = parse_event(&line);
-        events.push(event.clone());
-        let message = event["fields"]["message"].as_str().unwrap_or("");
-        if message.starts_with("still recovering") {
-            break event;
-        }
-    };
+    let within = Duration::from_secs(10) + START_TIMEOUT;
+    let recovering = ("\"still recovering\"", |m: &str| m.starts_with("still recovering"));
+    let note = await_event(&mut child, &lines, within, &mut Vec::new(), recovering);
     assert_eq!(note["level"], "WARN", "{note}");
     assert_eq!(note["fields"]["replica"], 2, "{note}");
     // SAFETY: kill takes a pid and a signal number, no memory; the child is not reaped yet.
