@@ -91,6 +91,19 @@ fn cluster_up_leaves_start_leader_and_stop_events_in_each_replica_log() {
     assert!(following >= 2, "fewer than a majority logged leader {leader}");
 }
 
+/// `mu replica` of `setup`'s cluster with `args`, logging JSON at `info` on a piped stderr.
+fn json_replica(setup: &Setup, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["replica", "--config", setup.config(), "--log-format", "json"])
+        .args(args)
+        .env("MU_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mu replica starts")
+}
+
 /// Lines from a child's stderr, read on a thread of their own so that waiting has a deadline.
 fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -152,15 +165,8 @@ fn a_replica_logs_json_lines_with_fields() {
     let allowed = mu_cpu::allowed_cpus();
     let (repl_cpu, bg_cpu) = (allowed.last().unwrap().to_string(), allowed[0].to_string());
     // Replica 1 alone: it serves (and says so) without peers.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mu"))
-        .args(["replica", "--config", setup.config(), "--id", "1", "--log-format", "json"])
-        .args(["--replication-cpu", &repl_cpu, "--background-cpu", &bg_cpu])
-        .env("MU_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mu replica starts");
+    let pins = ["--replication-cpu", &repl_cpu, "--background-cpu", &bg_cpu];
+    let mut child = json_replica(&setup, &[&["--id", "1"][..], &pins].concat());
     let lines = stderr_lines(&mut child);
     let mut events = Vec::new();
     let serving = ("\"serving\"", |m: &str| m == "serving");
@@ -386,15 +392,7 @@ fn replicas_serve_and_fail_over_while_nobody_reads_their_stderr() {
 fn a_replica_that_stays_recovering_says_so() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let setup = Setup::new("recovering", 0x10a5);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mu"))
-        .args(["replica", "--config", setup.config(), "--id", "2", "--rejoin"])
-        .args(["--log-format", "json"])
-        .env("MU_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mu replica starts");
+    let mut child = json_replica(&setup, &["--id", "2", "--rejoin"]);
     let lines = stderr_lines(&mut child);
     // The note comes every 10 s; allow for a slow start.
     let within = Duration::from_secs(10) + START_TIMEOUT;
