@@ -164,6 +164,9 @@ struct Failover {
     /// took and how many there were (`None` where there was none).
     phase_busy_ns: [Option<u64>; Phase::ALL.len()],
     phase_polls: [Option<u64>; Phase::ALL.len()],
+    /// The new leader's polls until its first commit, all phases together (Mu) or in all
+    /// (Velos): the time they took and how many there were (`None` if none was timed).
+    setup_busy: Option<(u64, u64)>,
     /// Mu only: attempts the new leader aborted before its first commit, and the last one's
     /// kind (`word::abort_kind`).
     setup_aborts: u64,
@@ -185,6 +188,9 @@ struct Term {
     /// Mu: the set-up's polls by the phase each began in: time taken, and how many (0: none).
     phase_busy_ns: [u64; Phase::ALL.len()],
     phase_polls: [u64; Phase::ALL.len()],
+    /// Velos: the polls until the first commit: time taken, and how many (0: none).
+    velos_busy_ns: u64,
+    velos_polls: u64,
     /// Mu: attempts aborted before the first commit, and the last one's kind.
     setup_aborts: u64,
     last_abort_kind: u64,
@@ -236,6 +242,8 @@ fn read_term(words: &Words) -> Term {
             velos_steps_ns: std::array::from_fn(|i| words.get(word::VELOS_STEPS_NS + i)),
             phase_busy_ns: std::array::from_fn(|i| words.get(word::PHASE_BUSY_NS + i)),
             phase_polls: std::array::from_fn(|i| words.get(word::PHASE_POLLS + i)),
+            velos_busy_ns: words.get(word::VELOS_BUSY_NS),
+            velos_polls: words.get(word::VELOS_POLLS),
             setup_aborts: words.get(word::SETUP_ABORTS),
             last_abort_kind: words.get(word::LAST_ABORT_KIND),
         };
@@ -760,6 +768,11 @@ fn inject(
                 (term.phase_polls[i] != 0).then_some(term.phase_busy_ns[i])
             }),
             phase_polls: term.phase_polls.map(|polls| (polls != 0).then_some(polls)),
+            setup_busy: {
+                let polls = term.phase_polls.iter().sum::<u64>() + term.velos_polls;
+                let ns = term.phase_busy_ns.iter().sum::<u64>() + term.velos_busy_ns;
+                (polls != 0).then_some((ns, polls))
+            },
             setup_aborts: term.setup_aborts,
             last_abort_kind: term.last_abort_kind,
         })
@@ -889,8 +902,7 @@ fn document(
     }
     // Mu: the time the new leader's polls took, and how many there were, by the phase each
     // began in ("Follower": the poll that took up the leadership), until it was set up and had
-    // committed; and their sum. Set beside `switch_us` + `ramp_us`, the rest of the time lay
-    // between polls.
+    // committed. Set beside `switch_us` + `ramp_us`, the rest of the time lay between polls.
     let busy = Phase::ALL.map(|phase| {
         (
             format!("{phase:?}"),
@@ -905,15 +917,13 @@ fn document(
             (format!("{phase:?}"), polls)
         });
         out["phase_polls"] = counts(polls);
-        let sums: Vec<u64> = m
-            .failovers
-            .iter()
-            .map(|f| f.phase_busy_ns.iter().flatten().sum())
-            .filter(|&sum| sum > 0)
-            .collect();
-        if !sums.is_empty() {
-            out["setup_busy_us"] = summary_us(&sums);
-        }
+    }
+    // Either engine: the new leader's polls until its first commit, all together.
+    let busy: Vec<(u64, u64)> = m.failovers.iter().filter_map(|f| f.setup_busy).collect();
+    if !busy.is_empty() {
+        out["setup_busy_us"] = summary_us(&busy.iter().map(|b| b.0).collect::<Vec<_>>());
+        out["setup_polls"] =
+            counts([("all".to_string(), busy.iter().map(|b| b.1).collect())])["all"].clone();
     }
     // Velos: when the new leader first took each step, counted from its readiness.
     let steps = VelosStep::ALL.map(|step| {

@@ -200,6 +200,11 @@ pub mod word {
     /// same. Written with [`ELECTED_NS`]; after the Velos steps' words.
     pub const PHASE_BUSY_NS: usize = 48;
     pub const PHASE_POLLS: usize = 64;
+    /// Velos: how long the new leader's polls took, from the one that took up the leadership
+    /// to the one that answered its first value (`ReplicaStatus::velos_busy_ns`), and how many.
+    /// Written with [`ELECTED_NS`].
+    pub const VELOS_BUSY_NS: usize = 80;
+    pub const VELOS_POLLS: usize = 81;
 
     /// [`LAST_ABORT_KIND`]'s values.
     pub fn abort_kind(reason: Option<mu_replication::AbortReason>) -> u64 {

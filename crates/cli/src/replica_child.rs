@@ -245,6 +245,8 @@ fn publish_term(
         words.set(word::PHASE_BUSY_NS + phase as usize, ns);
         words.set(word::PHASE_POLLS + phase as usize, polls);
     }
+    words.set(word::VELOS_BUSY_NS, status.velos_busy_ns.0);
+    words.set(word::VELOS_POLLS, status.velos_busy_ns.1);
     for step in mu_replica::VelosStep::ALL {
         let at = status.velos_steps_at_ns.iter().find(|(s, _)| *s == step);
         words.set(word::VELOS_STEPS_NS + step as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));

@@ -182,6 +182,11 @@ fn failover_kill_of_velos_dates_its_steps() {
     assert_eq!(v["failovers"], 2);
     assert!(v.get("phase_entered_us").is_none(), "Mu's phases are Mu's: {v}");
     assert!(v.get("phase_busy_us").is_none(), "Mu's phases are Mu's: {v}");
+    // The new leader's polls until its first commit: at least the one that took up the
+    // leadership and the one that answered, within the failover.
+    assert!(v["setup_polls"]["p50"].as_u64() >= Some(2), "setup_polls in {v}");
+    let busy_max = v["setup_busy_us"]["max"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    assert!(busy_max > 0.0 && busy_max <= v["total_us"]["max"].as_f64().unwrap(), "{v}");
     let step = |name: &str, q: &str| {
         v["velos_step_after_ready_us"][name][q]
             .as_f64()

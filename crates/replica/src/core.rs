@@ -43,6 +43,23 @@ pub enum ReplicationPlane<F: Fabric> {
 }
 
 impl<F: Fabric> ReplicationPlane<F> {
+    /// Whether a new leadership's polls are being timed: see [`ReplicationDriver::setup_timed`]
+    /// and [`VelosDriver::setup_timed`].
+    pub fn setup_timed(&self) -> bool {
+        match self {
+            ReplicationPlane::Mu(d) => d.setup_timed(),
+            ReplicationPlane::Velos(d) => d.setup_timed(),
+        }
+    }
+
+    /// Counts the time the last poll took against the new leadership's set-up.
+    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+        match self {
+            ReplicationPlane::Mu(d) => d.note_setup_poll(busy_ns),
+            ReplicationPlane::Velos(d) => d.note_setup_poll(busy_ns),
+        }
+    }
+
     /// See [`ReplicationDriver::poll`].
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         match self {

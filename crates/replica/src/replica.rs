@@ -72,11 +72,16 @@ pub struct ReplicaStatus {
     /// time inside its polls and how much lies between them (the thread elsewhere, or other
     /// threads awaited: permission managers, a follower's background plane). Polls are timed
     /// only by a replica that runs its own threads ([`Replica::start`]); empty otherwise, while
-    /// not leading, and under Velos.
+    /// not leading, and under Velos (see `velos_busy_ns`).
     pub phases_busy_ns: Vec<(mu_replication::Phase, u64, u64)>,
     /// Velos: when, on the same clock, the leader first took each step of its current
     /// leadership ([`crate::VelosStep`]; empty while not leading, and under Mu).
     pub velos_steps_at_ns: Vec<(crate::VelosStep, u64)>,
+    /// Velos: how long the polls of the current leadership took, from the one that took it up
+    /// to the one that answered the application's first value, and how many there were
+    /// (nanoseconds, polls); as `phases_busy_ns` is for Mu. (0, 0) while not leading, under
+    /// Mu, and where polls are not timed.
+    pub velos_busy_ns: (u64, u64),
     /// When, on the same clock, this replica was ready to replicate as leader: write permission
     /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
     /// `None` while it is not leading or not ready yet.
@@ -188,20 +193,17 @@ impl Applier for Application {
 }
 
 impl<F: Fabric> Plane<F> {
-    /// Polls the plane; `now_ns` is on `start`'s clock. A new Mu leadership's polls are timed
-    /// until it is set up ([`ReplicationDriver::setup_timed`]): one more clock read per poll
-    /// then, none otherwise.
+    /// Polls the plane; `now_ns` is on `start`'s clock. A new leadership's polls are timed
+    /// until it is set up and committed ([`ReplicationPlane::setup_timed`]): one more clock
+    /// read per poll then, none otherwise.
     fn poll(&mut self, now_ns: u64) -> bool {
-        let ReplicationPlane::Mu(driver) = &mut self.driver else {
-            return self.driver.poll(now_ns, &mut self.app);
-        };
-        let timed = driver.setup_timed();
-        let busy = driver.poll(now_ns, &mut self.app);
-        if timed || driver.setup_timed() {
+        let timed = self.driver.setup_timed();
+        let busy = self.driver.poll(now_ns, &mut self.app);
+        if timed || self.driver.setup_timed() {
             // `now_ns` may be a moment old (read for a submission just before): that moment
             // counts too.
             let end_ns = self.start.elapsed().as_nanos() as u64;
-            driver.note_setup_poll(end_ns.saturating_sub(now_ns));
+            self.driver.note_setup_poll(end_ns.saturating_sub(now_ns));
         }
         busy
     }

@@ -159,6 +159,11 @@ pub(crate) struct Shared {
     /// [`crate::VelosStep::ALL`] in its current leadership; all 0 while not leading
     /// (replication).
     pub velos_step_at_ns: [AtomicU64; crate::VelosStep::ALL.len()],
+    /// Velos: the time a new leadership's polls took, from the one that took it up to the one
+    /// that answered the application's first value, and how many polls; reset with
+    /// `velos_step_at_ns` (replication).
+    pub velos_busy_ns: AtomicU64,
+    pub velos_polls: AtomicU64,
     /// When (same clock, plus one) the leader engine last finished setting up as leader:
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
@@ -245,6 +250,8 @@ impl Shared {
             phase_busy_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             phase_polls: std::array::from_fn(|_| AtomicU64::new(0)),
             velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            velos_busy_ns: AtomicU64::new(0),
+            velos_polls: AtomicU64::new(0),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
@@ -293,6 +300,10 @@ impl Shared {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*step, ns))
                 })
                 .collect(),
+            velos_busy_ns: (
+                self.velos_busy_ns.load(Ordering::Relaxed),
+                self.velos_polls.load(Ordering::Relaxed),
+            ),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),

@@ -170,6 +170,8 @@ pub struct VelosDriver<F: Fabric> {
     group: Group,
     /// The [`VelosStep`]s dated in this leadership (bit `step as u32`).
     steps_stamped: u8,
+    /// Whether this leadership answered the application's first value (set-up timing ends).
+    first_answered: bool,
     /// Entries of `group` handed to the proposer (0 or 1: one at a time).
     handed: bool,
     /// The next index to apply here.
@@ -280,6 +282,7 @@ impl<F: Fabric> VelosDriver<F> {
             shared,
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             steps_stamped: 0,
+            first_answered: false,
             handed: false,
             applied: 0,
             last: None,
@@ -408,11 +411,32 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Forgets the steps dated: a new leadership dates its own.
+    /// Forgets the steps dated and the polls timed: a new leadership dates and times its own.
     fn clear_steps(&mut self) {
         self.steps_stamped = 0;
+        self.first_answered = false;
         for at in &self.shared.velos_step_at_ns {
             at.store(0, Ordering::Release);
+        }
+        self.shared.velos_busy_ns.store(0, Ordering::Relaxed);
+        self.shared.velos_polls.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether a new leadership's polls are being timed ([`Self::note_setup_poll`]): from the
+    /// poll that takes up the leadership to the one that answers the application's first
+    /// value. The caller times a poll if this held before it or holds after it.
+    pub fn setup_timed(&self) -> bool {
+        self.proposer.is_leading() && !self.first_answered
+    }
+
+    /// Counts `busy_ns`, the time the last poll took, for status
+    /// ([`crate::ReplicaStatus::velos_busy_ns`]): a new leader's time until its first commit
+    /// splits into time inside its polls and time between them. Not counted once the
+    /// leadership ended in that poll.
+    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+        if self.proposer.is_leading() {
+            self.shared.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+            self.shared.velos_polls.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -1137,6 +1161,7 @@ impl<F: Fabric> VelosDriver<F> {
                     } else if submitted {
                         let e = self.group.entries.pop_front().expect("a submitted entry");
                         self.group.answer(e, Ok(index));
+                        self.first_answered = true;
                         self.handed = false;
                         if self.group.unanswered == 0 {
                             self.finish_group();
