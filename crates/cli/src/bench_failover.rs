@@ -213,19 +213,21 @@ fn moments_us(
     (!out.is_empty()).then_some(serde_json::Value::Object(out))
 }
 
-/// Summaries of named counts (p50 and max, nearest rank, and the failovers with any), for the
-/// names with at least one.
+/// A summary of counts, one per failover: p50 and max (nearest rank) and how many failovers;
+/// `values` must not be empty.
+fn count_summary(mut values: Vec<u64>) -> serde_json::Value {
+    values.sort_unstable();
+    let p50 = values[values.len().div_ceil(2) - 1];
+    json!({"p50": p50, "max": values[values.len() - 1], "failovers": values.len()})
+}
+
+/// [`count_summary`] of each named list of counts that is not empty.
 fn counts(named: impl IntoIterator<Item = (String, Vec<u64>)>) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for (name, mut values) in named {
-        if values.is_empty() {
-            continue;
-        }
-        values.sort_unstable();
-        let p50 = values[(values.len().div_ceil(2)).max(1) - 1];
-        let max = values[values.len() - 1];
-        out.insert(name, json!({"p50": p50, "max": max, "failovers": values.len()}));
-    }
+    let out = named
+        .into_iter()
+        .filter(|(_, values)| !values.is_empty())
+        .map(|(name, values)| (name, count_summary(values)))
+        .collect();
     serde_json::Value::Object(out)
 }
 
@@ -922,8 +924,7 @@ fn document(
     let busy: Vec<(u64, u64)> = m.failovers.iter().filter_map(|f| f.setup_busy).collect();
     if !busy.is_empty() {
         out["setup_busy_us"] = summary_us(&busy.iter().map(|b| b.0).collect::<Vec<_>>());
-        out["setup_polls"] =
-            counts([("all".to_string(), busy.iter().map(|b| b.1).collect())])["all"].clone();
+        out["setup_polls"] = count_summary(busy.iter().map(|b| b.1).collect());
     }
     // Velos: when the new leader first took each step, counted from its readiness.
     let steps = VelosStep::ALL.map(|step| {
