@@ -535,7 +535,7 @@ fn until_none_opened_to(to: std::net::SocketAddrV4, what: &str) {
 
 /// Nodes 1 (higher, the pair's `a`, with the endpoint) and 0 (lower) bound; then their one
 /// stream breaks under both (as a reset from the network would break it) and the higher
-/// node's next write opens a stream itself.
+/// node's next write opens a stream (or more) itself.
 fn higher_node_opens_a_stream(
     h: &mut OfiHarness,
 ) -> mu_fabric::conformance::Pair<mu_fabric_ofi::OfiFabric> {
@@ -553,7 +553,9 @@ fn higher_node_opens_a_stream(
     let conn = ConnId::new(NodeId(0), CHANNEL);
     let write = WorkRequest::write(1, Source::Inline(b"x"), RemoteAddr { region: DATA, offset: 0 });
     assert_eq!(run_one(h, &mut p.ep, conn, &write).status, Status::Success);
-    assert_eq!(streams::opened_to(to_low).unwrap().len(), 1, "the write opened a stream");
+    // At least one: on a loaded machine the provider has been seen to open two for this one
+    // write (why is not known), and the backend must shut down every one it finds.
+    assert!(!streams::opened_to(to_low).unwrap().is_empty(), "the write opened a stream");
     p
 }
 
