@@ -94,6 +94,12 @@ pub struct OfiConfig {
     pub fast_fence_us: u64,
     /// How long a slow revocation waits for its fence before it gives up with `FenceFailed`.
     pub slow_fence_ms: u64,
+    /// How long a call waits for the provider to close the streams a revocation shut down once
+    /// its fence went unanswered (`Node::cut`). A call that gives up returns `FenceFailed`
+    /// (or `InProgress` with `call_wait_us`), and the next revocation goes on waiting for the
+    /// same streams: the provider's thread closes them when it next runs, which on a loaded
+    /// machine can be later than the default 100 ms.
+    pub cut_wait_ms: u64,
     /// The longest one control call (binding, revoking) waits on the network, if set. A
     /// binding or a fence not done by then goes on, and the call returns
     /// `FabricError::InProgress`; a later call takes it up, until the operation's own time
@@ -122,6 +128,7 @@ impl OfiConfig {
             // peer with nothing in flight as busy.
             fast_fence_us: 50_000,
             slow_fence_ms: 500,
+            cut_wait_ms: 100,
             call_wait_us: None,
         }
     }
@@ -158,7 +165,11 @@ impl OfiConfig {
         if ProviderWays::of(&self.provider).needs_own_address {
             self.check_own_addresses()?;
         }
-        if self.connect_timeout_ms == 0 || self.fast_fence_us == 0 || self.slow_fence_ms == 0 {
+        if self.connect_timeout_ms == 0
+            || self.fast_fence_us == 0
+            || self.slow_fence_ms == 0
+            || self.cut_wait_ms == 0
+        {
             return Err(FabricError::Config("ofi timeouts must be above zero".into()));
         }
         if self.call_wait_us == Some(0) {
@@ -237,6 +248,22 @@ mod tests {
         c.call_wait_us = Some(0);
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("call_wait_us is 0") && err.contains("leave it unset"), "{err}");
+    }
+
+    #[test]
+    fn every_timeout_of_zero_is_refused() {
+        let zeroed: [fn(&mut OfiConfig); 4] = [
+            |c| c.connect_timeout_ms = 0,
+            |c| c.fast_fence_us = 0,
+            |c| c.slow_fence_ms = 0,
+            |c| c.cut_wait_ms = 0,
+        ];
+        for zero in zeroed {
+            let mut c = config("sockets");
+            zero(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("timeouts must be above zero"), "{err}");
+        }
     }
 
     #[test]

@@ -44,9 +44,6 @@ enum BindAttempt {
 /// Held while posting control operations to one peer on one channel (`post_control`).
 type Turn = Arc<Mutex<()>>;
 
-/// How long a call waits for the provider to close the streams a fence shut down (`Node::cut`).
-const CUT_WAIT: Duration = Duration::from_millis(100);
-
 /// Completion-queue entries per channel endpoint.
 const CHANNEL_CQ_DEPTH: usize = 4096;
 
@@ -1152,10 +1149,10 @@ impl Node {
         self.await_cut(conn, st, Instant::now())
     }
 
-    /// Waits (`CUT_WAIT`, or a short call's wait) until the provider has closed every stream
+    /// Waits (`cut_wait_ms`, or a short call's wait) until the provider has closed every stream
     /// `cut` shut down; then the revocation holds.
     fn await_cut(&self, conn: ConnId, st: &mut SideState, now: Instant) -> Result<(), FenceWait> {
-        let until = self.call_deadline(now, now + CUT_WAIT);
+        let until = self.call_deadline(now, now + Duration::from_millis(self.config.cut_wait_ms));
         loop {
             let held = crate::streams::held()
                 .map_err(|e| FenceWait::Failed(format!("listing this process's streams: {e}")))?;
