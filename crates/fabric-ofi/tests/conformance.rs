@@ -516,7 +516,7 @@ fn simultaneous_first_contact_opens_one_stream(provider: &'static str) {
         a.connect(ConnId::new(NodeId(1), CHANNEL), Access::ALL).unwrap();
         higher.join().unwrap().unwrap();
         let ports = [channel_address(&h, 0).port(), channel_address(&h, 1).port()];
-        let settled = Instant::now() + Duration::from_secs(2);
+        let settled = Instant::now() + Duration::from_secs(10);
         while streams_accepted_on(&ports) > 1 && provider != "sockets" && Instant::now() < settled {
             std::thread::sleep(Duration::from_millis(5));
         }
