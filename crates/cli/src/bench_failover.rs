@@ -318,7 +318,8 @@ pub fn run(args: Args) -> Result<(), String> {
         ));
     }
     // Every wait for the cluster allows for a slow detector and a loaded machine.
-    let timeout = Duration::from_secs(5) + Duration::from_nanos(read_period_ns.saturating_mul(100));
+    let timeout =
+        Duration::from_secs(20) + Duration::from_nanos(read_period_ns.saturating_mul(100));
     eprintln!(
         "mu bench failover: {REPLICAS} replicas on shm ({}), {} mode, {count} failovers, read \
          period {} us, {} threads{}, {} CPUs allowed",

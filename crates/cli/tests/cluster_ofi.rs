@@ -40,6 +40,16 @@ fn a_kv_cluster_on_ofi_rxm_survives_its_leader() {
     kv_cluster_survives_its_leader("tcp;ofi_rxm", "ofi-rxm", 0x0f2);
 }
 
+/// `mu kv` with `args` on the cluster of `setup`, allowed 30 s (its default is 5 s): the first
+/// write after the kill waits for the failover, on a machine the replicas' provider threads
+/// keep busy.
+fn kv(setup: &Setup, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["kv"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", setup.config(), "--timeout-ms", "30000"]);
+    mu(&all)
+}
+
 /// `tag` names the test's directory. One cluster at a time: two would share the machine's
 /// CPUs with each other's provider threads, and on a small machine a replica's reads would
 /// then come late enough to look like failures.
@@ -76,7 +86,7 @@ fn kv_cluster_survives_its_leader(provider: &str, tag: &str, cluster_id: u64) {
     ok(mu(&["cluster", "up", "--config", setup.config()]));
     let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
     for k in &keys {
-        ok(mu(&["kv", "put", k, &format!("v-{k}"), "--config", setup.config()]));
+        ok(kv(&setup, &["put", k, &format!("v-{k}")]));
     }
 
     // Kill the replica the others agree leads. Asked until they all name the same one: on a
@@ -96,16 +106,16 @@ fn kv_cluster_survives_its_leader(provider: &str, tag: &str, cluster_id: u64) {
     // `mu cluster status` just read from its live process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let killed = Instant::now();
-    ok(mu(&["kv", "put", "after", "the-kill", "--config", setup.config()]));
+    ok(kv(&setup, &["put", "after", "the-kill"]));
     eprintln!(
         "{provider}: first write after the kill acknowledged {:?} after it",
         killed.elapsed()
     );
 
     for k in &keys {
-        assert_eq!(ok(mu(&["kv", "get", k, "--config", setup.config()])).trim(), format!("v-{k}"));
+        assert_eq!(ok(kv(&setup, &["get", k])).trim(), format!("v-{k}"));
     }
-    assert_eq!(ok(mu(&["kv", "get", "after", "--config", setup.config()])).trim(), "the-kill");
+    assert_eq!(ok(kv(&setup, &["get", "after"])).trim(), "the-kill");
 
     // The survivors apply the same entries: wait for them to agree, then compare digests.
     let start = Instant::now();

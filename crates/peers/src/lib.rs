@@ -33,7 +33,7 @@ use std::str::FromStr;
 /// A peer system whose replication latency [`measure`] can take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum System {
-    /// Redis 7: one primary, two replicas, `SET` then `WAIT 2 1000`.
+    /// Redis 7: one primary, two replicas, `SET` then `WAIT 2 5000`.
     RedisWait,
     /// etcd 3.4: three members, a put through the v3 JSON gateway to the leader.
     Etcd,

@@ -245,7 +245,11 @@ fn run(net: Network, provider: &str, cluster_id: u64) {
     eprintln!("three hosts up, replica {leader} leads, after {:?}", start.elapsed());
 
     let mut client = Client::new(config.cluster_id, config.endpoints()).expect("a client");
-    client.set_timeout(Duration::from_secs(2));
+    // Every write but those during the cut must succeed: it may take long on a loaded machine.
+    // During the cut a write may time out (its fate unknown), so there it gets 2 s, and the
+    // loop asks again.
+    const PATIENT: Duration = Duration::from_secs(30);
+    client.set_timeout(PATIENT);
     let mut acked: Vec<(String, String)> = Vec::new();
     let mut put = |client: &mut Client, key: String| -> Result<(), ClientError> {
         let value = format!("v-{key}");
@@ -261,6 +265,7 @@ fn run(net: Network, provider: &str, cluster_id: u64) {
     // leader cannot reach a majority, so that write was committed by a new leader.
     net.cut(leader).expect("cutting the leader's link");
     let cut = Instant::now();
+    client.set_timeout(Duration::from_secs(2));
     let mut unknown = 0;
     let mut n = 0;
     let failover = loop {
@@ -282,6 +287,7 @@ fn run(net: Network, provider: &str, cluster_id: u64) {
         "{provider} failover: the first write after cutting leader {leader} off was \
          acknowledged {failover:?} after the cut ({unknown} writes timed out before it)"
     );
+    client.set_timeout(PATIENT);
     if failover > Duration::from_secs(20) {
         for i in 0..REPLICAS {
             eprintln!("--- replica {i}'s log (a slow failover) ---\n{}", setup.log(i));
