@@ -217,11 +217,12 @@ pub mod word {
             Some(R::CatchUpSourceLost { .. }) => 4,
             Some(R::NeedsStateTransfer { .. }) => 5,
             Some(R::Removed) => 6,
+            Some(R::OutcomeUnknown { .. }) => 7,
         }
     }
 
     /// The names of [`abort_kind`]'s values.
-    pub const ABORT_KINDS: [&str; 7] = [
+    pub const ABORT_KINDS: [&str; 8] = [
         "none",
         "permission_lost",
         "lost_majority",
@@ -229,6 +230,7 @@ pub mod word {
         "catch_up_source_lost",
         "needs_state_transfer",
         "removed",
+        "outcome_unknown",
     ];
 }
 

@@ -858,7 +858,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
                     *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(reason);
-                    if reason == AbortReason::Removed {
+                    if matches!(reason, AbortReason::Removed | AbortReason::OutcomeUnknown { .. }) {
+                        // The engine stepped down; with `OutcomeUnknown` it leads again from
+                        // the next poll, with nothing queued.
                         self.fail_pending(None);
                     }
                     if let AbortReason::NeedsStateTransfer { behind } = reason {
@@ -887,6 +889,12 @@ impl<F: Fabric> ReplicationDriver<F> {
                 behind,
                 "stepping down: this replica's log is more than a log behind; it needs a state \
                  transfer"
+            ),
+            AbortReason::OutcomeUnknown { exposed_at } => warn!(
+                replica,
+                fuo,
+                exposed_at,
+                "stepping down for a moment: a proposal written at {exposed_at} may have been                  decided by another leader, and the log has moved on by more than its length                  since; it is answered as of unknown outcome, not proposed again"
             ),
             AbortReason::Removed => {
                 warn!(

@@ -88,6 +88,13 @@ pub enum AbortReason {
     /// We lag the most advanced follower by more than the log holds: catching up needs a state
     /// transfer (a snapshot), not a log copy. The leader steps down.
     NeedsStateTransfer { behind: u64 },
+    /// A proposal of ours written into the logs at `exposed_at` may have been decided there by
+    /// another leader, and our log has moved on by more than a lap since (another leader wrote
+    /// it while we tried to lead): the slot now holds a later entry, so whether the proposal
+    /// was decided can no longer be read. Proposed again, it could be decided twice. The
+    /// leader steps down, the application learns that the outcome is unknown, and the leader
+    /// starts over with nothing queued.
+    OutcomeUnknown { exposed_at: u64 },
     /// A decided membership entry removed this replica (§5.4): it stops leading for good.
     Removed,
 }
@@ -124,6 +131,8 @@ struct Proposal {
     internal: bool,
     /// Written into a log at least once ([`Action::Exposed`] told).
     exposed: bool,
+    /// The lowest and highest indices it was written at (meaningful once `exposed`).
+    exposed_span: (u64, u64),
     /// Found decided at this index by another leader's hand (see
     /// [`Leader::note_decided_elsewhere`]): committed as ours once it is the oldest, never
     /// proposed again.
@@ -244,6 +253,8 @@ pub struct Leader {
     /// Room for one slot, for looking for membership entries (which may happen while
     /// `slot_buf` is in use, in an abort).
     scan_buf: Vec<u8>,
+    /// Set by `refresh`: an exposure of a waiting proposal whose fate the log no longer shows.
+    unknown_outcome: Option<u64>,
 }
 
 /// How long a leader stays idle before it writes its FUO to the followers, so that they apply
@@ -330,6 +341,7 @@ impl Leader {
             entry: mu_log::written_buffer(slot_bytes),
             slot_buf: mu_log::written_buffer(slot_bytes),
             scan_buf: mu_log::written_buffer(slot_bytes),
+            unknown_outcome: None,
         })
     }
 
@@ -549,6 +561,7 @@ impl Leader {
             value: buf,
             internal: false,
             exposed: false,
+            exposed_span: (0, 0),
             decided_at: None,
         });
         match self.phase {
@@ -725,26 +738,33 @@ impl Leader {
     /// Where our log says we are: the decided prefix it holds (another leader may have written
     /// it while we were not leading, or while we tried), and the configuration that decides
     /// our FUO (§5.4). Returns whether that configuration includes us.
+    /// Sets `unknown_outcome` when a proposal's fate can no longer be read
+    /// ([`Leader::note_log_decided`]).
     fn refresh(&mut self, mem: &impl Memory) -> bool {
         let before = self.fuo;
         self.fuo = self.fuo.max(Leader::decided_below(
             mem.load_u64(Area::Log, FUO_OFFSET),
             mem.load_u64(Area::Log, HEAD_OFFSET),
         ));
-        self.note_log_decided(mem, before, self.fuo);
+        self.unknown_outcome = self.note_log_decided(mem, before, self.fuo);
         self.members = self.members_at_fuo(mem);
         self.is_member(self.me_pos)
     }
 
     /// Starts over from permissions, under the configuration of our FUO as the log now says
     /// (after an abort, a retry, or a membership change); if that configuration leaves us out,
-    /// stops leading instead.
+    /// stops leading instead, and if a waiting proposal's outcome can no longer be known,
+    /// steps down so that it is answered as unknown rather than proposed again.
     fn restart(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
-        if self.refresh(mem) {
-            self.ask_permissions(out);
-        } else {
+        let member = self.refresh(mem);
+        if !member {
             out.push(Action::Aborted { reason: AbortReason::Removed });
             self.step_down();
+        } else if let Some(exposed_at) = self.unknown_outcome.take() {
+            out.push(Action::Aborted { reason: AbortReason::OutcomeUnknown { exposed_at } });
+            self.step_down();
+        } else {
+            self.ask_permissions(out);
         }
     }
 
@@ -1180,6 +1200,7 @@ impl Leader {
                 value,
                 internal: true,
                 exposed: false,
+                exposed_span: (0, 0),
                 decided_at: None,
             };
             self.queue.push_back(noop);
@@ -1426,9 +1447,12 @@ impl Leader {
             let p = &mut self.queue[self.mine_in_flight];
             if !p.exposed {
                 p.exposed = true;
+                p.exposed_span = (index, index);
                 if !p.internal {
                     out.push(Action::Exposed);
                 }
+            } else {
+                p.exposed_span = (p.exposed_span.0.min(index), p.exposed_span.1.max(index));
             }
             self.mine_in_flight += 1;
         }
@@ -1464,11 +1488,28 @@ impl Leader {
     /// with two entries in flight found, once resumed, that the next leader had decided both
     /// and written them into its log). Slots of an earlier or later lap, and holes a snapshot
     /// left, hold nothing for their index and are passed over.
-    fn note_log_decided(&mut self, mem: &impl Memory, from: u64, to: u64) {
+    ///
+    /// Returns the index of an exposure of a proposal still waiting that falls in `from..to`
+    /// but before the lap the log still holds, if there is one: whether that proposal was
+    /// decided there cannot be read any more (see [`AbortReason::OutcomeUnknown`]). Exposures
+    /// below `from` were looked at when the FUO passed them. The check takes the span from a
+    /// proposal's lowest to its highest exposure, so it may report one that skipped those
+    /// indices: a needless step-down, never a missed one.
+    fn note_log_decided(&mut self, mem: &impl Memory, from: u64, to: u64) -> Option<u64> {
         if !self.queue.iter().any(|p| p.exposed && !p.internal && p.decided_at.is_none()) {
-            return;
+            return None;
         }
-        let from = from.max(to.saturating_sub(self.layout.slots_count()));
+        let readable = from.max(to.saturating_sub(self.layout.slots_count()));
+        let unread = self
+            .queue
+            .iter()
+            .filter(|p| p.exposed && !p.internal && p.decided_at.is_none())
+            .find(|p| p.exposed_span.1 >= from && p.exposed_span.0 < readable)
+            .map(|p| p.exposed_span.0.max(from));
+        if unread.is_some() {
+            return unread;
+        }
+        let from = readable;
         // `scan_buf`: this runs in aborts, while `slot_buf` may be taken.
         let mut slot = std::mem::take(&mut self.scan_buf);
         slot.resize(self.layout.slot_bytes() as usize, 0);
@@ -1479,6 +1520,7 @@ impl Leader {
             }
         }
         self.scan_buf = slot;
+        None
     }
 
     /// Commits, as ours, the oldest proposals already decided elsewhere

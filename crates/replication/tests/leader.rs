@@ -440,6 +440,59 @@ fn t74_a_proposal_decided_by_another_leader_is_ours_and_not_proposed_again() {
     }
 }
 
+/// Listing 2, line 34, where the log no longer shows the answer: a proposal of ours, written at
+/// an index by an attempt that aborted, may have been decided there by another leader; if that
+/// leader has since moved our log on by more than its length (16 slots here), the slot holds a
+/// later lap's entry and nothing tells whether it was. Proposed again, it could be decided
+/// twice (simulator seed 60092: a request applied at 555 and again at 633, with a 64-slot
+/// log). The leader steps down instead (`AbortReason::OutcomeUnknown`), so that the runtime
+/// answers it as of unknown outcome, and leads again with nothing queued.
+#[test]
+fn t75_a_proposal_whose_index_left_the_log_is_not_proposed_again() {
+    let mut c = Cluster::ready(3, 0);
+    c.propose(b"first").unwrap();
+    c.run();
+    c.faults[1] = Fault::Held;
+    c.faults[2] = Fault::Held;
+    c.propose(b"mine").unwrap();
+    assert_eq!(c.entry(0, 1).map(|e| e.1), Some(b"mine".to_vec()));
+    // Another leader decided "mine" at 1, then 2..=20, in every log: index 17 reuses the slot
+    // of 1 in a log of 16 slots.
+    let p = (7 << 16) | 2;
+    for pos in 0..3 {
+        c.plant(pos, 1, p, b"mine");
+        for index in 2..=20 {
+            c.plant(pos, index, p, format!("later {index}").as_bytes());
+        }
+        c.mems[pos].store_u64(Area::Log, FUO_OFFSET, 21);
+    }
+    assert!(c.entry(0, 1).is_none(), "slot 1 holds entry 17 now");
+    c.faults[1] = Fault::Denied;
+    c.faults[2] = Fault::Denied;
+    let held: Vec<_> = c.held.drain(..).collect();
+    c.queue.extend(held);
+    c.run();
+    assert_eq!(c.aborts().last(), Some(&AbortReason::OutcomeUnknown { exposed_at: 1 }));
+    assert_eq!(c.leader.phase(), Phase::Follower, "stepped down with the proposal dropped");
+    assert_eq!(c.committed(), [(0, true)], "not committed as ours: its index is unknown");
+    // Leading again (the replicas we wrote to are asked once fences to them completed):
+    // nothing of the old queue is proposed.
+    c.faults[1] = Fault::None;
+    c.faults[2] = Fault::None;
+    c.become_leader();
+    c.run();
+    c.grant_all();
+    c.run();
+    assert_eq!(c.leader.fuo(), 21);
+    assert!(c.entry(0, 21).is_none(), "not proposed again");
+    // Every replica applied the other leader's entries: 21 may reuse the slot of 5.
+    c.set_min_head(21);
+    c.propose(b"next").unwrap();
+    c.run();
+    assert_eq!(c.committed().last(), Some(&(21, true)));
+    assert_eq!(c.entry(1, 21).map(|e| e.1), Some(b"next".to_vec()));
+}
+
 /// §4.1 and §5.2, permissions as the guard of a log: after an abort, a replica the leader may
 /// still have writes on the way to is asked for permission again only once a fence (a signaled
 /// read behind them on the same FIFO connection) has completed. Otherwise a write of the aborted

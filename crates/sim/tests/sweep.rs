@@ -359,6 +359,24 @@ fn t71_a_change_undone_later_hides_no_configuration_from_the_budget() {
     membership_run_passes(Protocol::Velos, 34031, 7, 120);
 }
 
+/// Found by a membership sweep of Mu with 5 replicas and 8 clients (`mu sim --replicas 5
+/// --steps 400 --clients 8 --faults all,membership`, seed 60092): leader 1 wrote a batch at 555
+/// and lost its log to leader 2, which decided that batch there and went on to 633; 1 kept
+/// asking for permissions all along, its log filled by 2, and once it led again it proposed the
+/// batch anew at 633, more than a lap (64 slots) later, where its own log no longer showed
+/// what 555 held: a request applied twice. The leader now steps down and answers such a
+/// proposal as of unknown outcome (`AbortReason::OutcomeUnknown`; `leader.rs: t75`).
+#[test]
+fn t72_a_proposal_whose_index_left_the_log_is_not_proposed_again() {
+    let mut config = RunConfig::new(60092);
+    config.replicas = 5;
+    config.steps = 400;
+    config.clients = 8;
+    config.faults = Faults::parse("all,membership").unwrap();
+    let report = run(&config);
+    assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
+}
+
 /// A history that cannot be written for lincheck (here: into a directory nobody may create)
 /// fails the run under a name of its own, not as a linearizability violation.
 #[test]
