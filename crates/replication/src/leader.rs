@@ -737,9 +737,8 @@ impl Leader {
 
     /// Where our log says we are: the decided prefix it holds (another leader may have written
     /// it while we were not leading, or while we tried), and the configuration that decides
-    /// our FUO (§5.4). Returns whether that configuration includes us.
-    /// Sets `unknown_outcome` when a proposal's fate can no longer be read
-    /// ([`Leader::note_log_decided`]).
+    /// our FUO (§5.4). Returns whether that configuration includes us. Sets `unknown_outcome`
+    /// when a waiting proposal's fate can no longer be read ([`Leader::note_log_decided`]).
     fn refresh(&mut self, mem: &impl Memory) -> bool {
         let before = self.fuo;
         self.fuo = self.fuo.max(Leader::decided_below(
