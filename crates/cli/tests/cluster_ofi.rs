@@ -13,12 +13,22 @@ use std::time::{Duration, Instant};
 const PORTS_PER_REPLICA: u16 = 10;
 
 /// A base port with `3 * PORTS_PER_REPLICA` free ports after it, a different block for each
-/// call of this process (the tests run at once, and a block is free until its cluster binds).
+/// call of this process (the tests run at once, and a block is free until its cluster binds),
+/// below the kernel's ports for outgoing connections, one of which could otherwise take a port
+/// of the block before the replicas bind it.
 fn free_ports() -> u16 {
     static CALLS: AtomicU16 = AtomicU16::new(0);
-    let spread = (std::process::id() % 1000) as u16 + CALLS.fetch_add(1, Ordering::Relaxed) * 7;
-    (0..1000)
-        .map(|n| 30_000 + ((spread + n) % 1000) * 3 * PORTS_PER_REPLICA)
+    const FIRST: u16 = 10_000;
+    const BLOCK: u16 = 3 * PORTS_PER_REPLICA;
+    let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    let blocks = (ephemeral.clamp(FIRST + 20 * BLOCK, 60_000) - FIRST) / BLOCK;
+    let spread =
+        (std::process::id() % u32::from(blocks)) as u16 + CALLS.fetch_add(1, Ordering::Relaxed) * 7;
+    (0..blocks)
+        .map(|n| FIRST + ((spread + n) % blocks) * BLOCK)
         .find(|&base| {
             (0..3 * PORTS_PER_REPLICA).all(|p| TcpListener::bind(("127.0.0.1", base + p)).is_ok())
         })

@@ -24,17 +24,28 @@ const NODES: u16 = 7;
 /// Ports between two nodes' base ports.
 const NODE_STRIDE: u16 = 10;
 
+/// The first port the kernel hands out to outgoing connections (`net.ipv4.ip_local_port_range`).
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// A block of `NODES * NODE_STRIDE` ports, all free when checked, distinct for every harness of
-/// this process and spread by process id across concurrent test binaries.
+/// this process and spread by process id across concurrent test binaries. Blocks lie below the
+/// kernel's ports for outgoing connections: a child node binds its block a while after the
+/// check, and meanwhile an outgoing connection took one of its ports on a loaded machine.
 fn port_block() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     const BLOCK: u16 = NODES * NODE_STRIDE;
-    const FIRST: u16 = 20_000;
-    const BLOCKS: u16 = (60_000 - FIRST) / BLOCK;
-    let spread = (std::process::id() % BLOCKS as u32) as u16;
+    const FIRST: u16 = 10_000;
+    let end = ephemeral_ports_start().clamp(FIRST + 20 * BLOCK, 60_000);
+    let blocks = (end - FIRST) / BLOCK;
+    let spread = (std::process::id() % u32::from(blocks)) as u16;
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let base = FIRST + ((spread + n * 7) % BLOCKS) * BLOCK;
+        let base = FIRST + ((spread + n * 7) % blocks) * BLOCK;
         let free = (0..BLOCK).all(|p| TcpListener::bind(("127.0.0.1", base + p)).is_ok());
         if free {
             return base;
