@@ -253,8 +253,6 @@ pub struct Leader {
     /// Room for one slot, for looking for membership entries (which may happen while
     /// `slot_buf` is in use, in an abort).
     scan_buf: Vec<u8>,
-    /// Set by `refresh`: an exposure of a waiting proposal whose fate the log no longer shows.
-    unknown_outcome: Option<u64>,
 }
 
 /// How long a leader stays idle before it writes its FUO to the followers, so that they apply
@@ -341,7 +339,6 @@ impl Leader {
             entry: mu_log::written_buffer(slot_bytes),
             slot_buf: mu_log::written_buffer(slot_bytes),
             scan_buf: mu_log::written_buffer(slot_bytes),
-            unknown_outcome: None,
         })
     }
 
@@ -494,7 +491,9 @@ impl Leader {
         if self.phase != Phase::Follower {
             return true;
         }
-        if !self.refresh(mem) {
+        // A follower queues nothing (`step_down` dropped it all), so no proposal's fate can be
+        // unknown here.
+        if !self.refresh(mem).0 {
             return false;
         }
         self.ask_permissions(out);
@@ -737,17 +736,18 @@ impl Leader {
 
     /// Where our log says we are: the decided prefix it holds (another leader may have written
     /// it while we were not leading, or while we tried), and the configuration that decides
-    /// our FUO (§5.4). Returns whether that configuration includes us. Sets `unknown_outcome`
-    /// when a waiting proposal's fate can no longer be read ([`Leader::note_log_decided`]).
-    fn refresh(&mut self, mem: &impl Memory) -> bool {
+    /// our FUO (§5.4). Returns whether that configuration includes us, and an index where a
+    /// waiting proposal was written whose fate the log no longer shows, if there is one
+    /// ([`Leader::note_log_decided`]).
+    fn refresh(&mut self, mem: &impl Memory) -> (bool, Option<u64>) {
         let before = self.fuo;
         self.fuo = self.fuo.max(Leader::decided_below(
             mem.load_u64(Area::Log, FUO_OFFSET),
             mem.load_u64(Area::Log, HEAD_OFFSET),
         ));
-        self.unknown_outcome = self.note_log_decided(mem, before, self.fuo);
+        let unknown_outcome = self.note_log_decided(mem, before, self.fuo);
         self.members = self.members_at_fuo(mem);
-        self.is_member(self.me_pos)
+        (self.is_member(self.me_pos), unknown_outcome)
     }
 
     /// Starts over from permissions, under the configuration of our FUO as the log now says
@@ -755,11 +755,11 @@ impl Leader {
     /// stops leading instead, and if a waiting proposal's outcome can no longer be known,
     /// steps down so that it is answered as unknown rather than proposed again.
     fn restart(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
-        let member = self.refresh(mem);
+        let (member, unknown_outcome) = self.refresh(mem);
         if !member {
             out.push(Action::Aborted { reason: AbortReason::Removed });
             self.step_down();
-        } else if let Some(exposed_at) = self.unknown_outcome.take() {
+        } else if let Some(exposed_at) = unknown_outcome {
             out.push(Action::Aborted { reason: AbortReason::OutcomeUnknown { exposed_at } });
             self.step_down();
         } else {
