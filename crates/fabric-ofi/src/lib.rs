@@ -24,9 +24,9 @@
 //!   process holds no stream any more, needs no fence.
 //! * **One stream per pair**: the provider opens a stream inside any post that finds none, from
 //!   either side. With `sockets` only the lower node of a pair opens theirs (the higher one
-//!   waits for its hello), so a fence goes on the stream the peer writes on, and the higher node
-//!   shuts down any stream it finds it opened ([`streams`]); `tcp;ofi_rxm` keeps one per pair
-//!   itself.
+//!   waits for its hello), so a fence goes on the stream the peer writes on; the higher node
+//!   shuts down any stream it finds it opened, and the lower node any second one of its own
+//!   ([`streams`]); `tcp;ofi_rxm` keeps one per pair itself.
 //! * **Crash notification**: a plain TCP connection to the peer's liveness port, which the
 //!   peer's kernel closes when its process dies (`liveness.rs`); the same port takes the higher
 //!   node's requests for a hello, and answers "who are you" with the node's incarnation (how a

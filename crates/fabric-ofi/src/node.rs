@@ -241,6 +241,9 @@ pub(crate) struct Node {
     hellos_taken: Mutex<HashMap<(u8, NodeId), u64>>,
     /// Every node's IPv4 address as `listening` resolved it.
     listening_ips: Mutex<HashMap<NodeId, std::net::Ipv4Addr>>,
+    /// This node in the process's count of nodes that may open streams to each peer
+    /// (`enforce_opener`).
+    opener: crate::streams::Opener,
     /// One turn per (channel, peer) for control posts (`post_control`).
     posting: Mutex<HashMap<(u8, NodeId), Turn>>,
     /// Numbers this node's hellos, so that each differs from the one before.
@@ -323,6 +326,10 @@ impl OfiFabric {
         let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
         let hello_board = Arc::new(Memory::new(HELLO_BYTES)?);
         let stop = Arc::new(AtomicBool::new(false));
+        let higher_peers = config.nodes.range(NodeId(config.node.0 + 1)..);
+        let opener = crate::streams::Opener::count(
+            higher_peers.map(|(_, addr)| (addr.host.clone(), addr.base_port)),
+        );
         let node = Arc::new(Node {
             id: config.node,
             incarnation,
@@ -338,6 +345,7 @@ impl OfiFabric {
             hellos_taken: Mutex::new(HashMap::new()),
             hello_count: AtomicU32::new(0),
             posting: Mutex::new(HashMap::new()),
+            opener,
             listening_ips: Mutex::new(HashMap::new()),
             liveness,
             stop,
@@ -684,19 +692,23 @@ impl Node {
         }
     }
 
-    /// Only the lower node of a pair opens streams between them, so that both post on one
-    /// stream and a fence is ordered after everything the peer sent (see `fence`). The
-    /// provider opens a stream whenever a post finds none to use, so a higher node whose
-    /// stream to a lower peer broke can still open one. After each binding and each fence,
-    /// this looks for such streams and shuts them down (the provider reads end-of-file and
-    /// drops them), and fails: neither the binding nor the fence is claimed.
+    /// A pair of nodes holds one stream, which the lower node opens, so that both post on it
+    /// and a fence is ordered after everything the peer sent (see `fence`). The provider opens
+    /// a stream whenever a post finds none to use, so a higher node whose stream to a lower
+    /// peer broke can still open one, and two threads of the lower node that post while none
+    /// exists can open one each. After each binding and each fence, this looks for such
+    /// streams and shuts them down (the provider reads end-of-file and drops them), and fails:
+    /// neither the binding nor the fence is claimed.
     ///
     /// * On the higher node: the streams its process opened to the peer's channel port, found
     ///   exactly. It asks the peer for a hello, so that the peer opens one.
     /// * On the lower node: the streams accepted on its own channel port from the peer's
     ///   address. A lower node than this one on that address could have opened those too, so
-    ///   the check is made only when none is (one replica per host; the lowest node
-    ///   everywhere). The next post of this node opens its own stream.
+    ///   that look is made only when none is (one replica per host; the lowest node
+    ///   everywhere). And more than one stream its process opened to the peer's channel port:
+    ///   all are shut down (the peer may be writing on any of them). That count is this node's
+    ///   only where no other node of the process may open streams to the peer
+    ///   (`streams::Opener`): one replica per process. Its next post opens a stream again.
     /// * With a provider that keeps one stream per pair itself
     ///   (`ProviderWays::one_stream_per_pair`), there is nothing to enforce.
     fn enforce_opener(&self, conn: ConnId) -> Result<(), String> {
@@ -705,28 +717,39 @@ impl Node {
         }
         let theirs = self.listening(conn.peer, conn.channel)?;
         let higher = conn.peer < self.id;
-        let wrong: Vec<crate::streams::Stream> = if higher {
-            crate::streams::opened_to(theirs)
-                .map_err(|e| format!("listing this process's streams to {theirs}: {e}"))?
-        } else {
-            let shared = self.config.nodes.keys().any(|&n| {
-                n < self.id && self.listening(n, conn.channel).is_ok_and(|a| a.ip() == theirs.ip())
-            });
-            if shared {
-                return Ok(());
-            }
-            let mine = self.listening(self.id, conn.channel)?;
-            crate::streams::held()
-                .map_err(|e| format!("listing this process's streams: {e}"))?
-                .into_iter()
-                .filter(|s| s.local.port() == mine.port() && s.remote.ip() == theirs.ip())
-                .collect()
-        };
         // One still connecting has carried nothing, so no fence or binding went on it: a post
         // of this node's data path to a peer cut off by the network tries to open one each
         // time (and gives up after `FI_SOCKETS_CONN_TIMEOUT`). Counting them would fail every
         // fence to that peer, the one that ends the wait for a cut-off leader included.
-        let wrong: Vec<_> = wrong.into_iter().filter(|s| !s.connecting).collect();
+        let carried = |s: &crate::streams::Stream| !s.connecting;
+        let (wrong, doubled): (Vec<crate::streams::Stream>, bool) = if higher {
+            let opened = crate::streams::opened_to(theirs)
+                .map_err(|e| format!("listing this process's streams to {theirs}: {e}"))?;
+            (opened.into_iter().filter(carried).collect(), false)
+        } else {
+            let held = crate::streams::held()
+                .map_err(|e| format!("listing this process's streams: {e}"))?;
+            let shared = self.config.nodes.keys().any(|&n| {
+                n < self.id && self.listening(n, conn.channel).is_ok_and(|a| a.ip() == theirs.ip())
+            });
+            let mine = self.listening(self.id, conn.channel)?;
+            let mut wrong: Vec<_> = held
+                .iter()
+                .filter(|s| {
+                    !shared && s.local.port() == mine.port() && s.remote.ip() == theirs.ip()
+                })
+                .filter(|s| carried(s))
+                .copied()
+                .collect();
+            let addr = self.addr(conn.peer).map_err(|e| e.to_string())?;
+            let opened: Vec<_> = held.iter().filter(|s| s.remote == theirs && carried(s)).collect();
+            let doubled =
+                opened.len() > 1 && self.opener.sole_opener_of(&addr.host, addr.base_port);
+            if doubled {
+                wrong.extend(opened.into_iter().copied());
+            }
+            (wrong, doubled)
+        };
         if wrong.is_empty() {
             return Ok(());
         }
@@ -747,6 +770,14 @@ impl Node {
                     timeout,
                 );
             });
+        }
+        if doubled {
+            return Err(format!(
+                "node {me} had opened more than one stream to node {} on channel {channel} \
+                 ({} shut down in all), where a pair holds one: its next post opens one",
+                conn.peer,
+                wrong.len(),
+            ));
         }
         let (opener, from) = if higher { (me, conn.peer) } else { (conn.peer, me) };
         Err(format!(

@@ -3,13 +3,15 @@
 //! `/proc` tells which exist and who opened them (an opened stream's remote end is the peer's
 //! listening port; an accepted one's local end is ours).
 //!
-//! The backend uses this to keep the rule that only the lower node of a pair opens streams
-//! between them (see `Node::enforce_opener`): the higher node finds any stream it opened to a
-//! lower one and shuts it down.
+//! The backend uses this to keep the rule that a pair of nodes holds one stream, which the
+//! lower node opens (see `Node::enforce_opener`): the higher node finds any stream it opened to
+//! a lower one and shuts it down, and the lower node any second stream it opened ([`Opener`]
+//! says when the process's count is one node's).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
+use std::sync::{Mutex, MutexGuard};
 
 /// A TCP socket of this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +101,62 @@ pub fn with_peer(local_port: u16, peer: SocketAddrV4) -> std::io::Result<Vec<Str
         .collect())
 }
 
+/// Where a peer listens, as a node's configuration names it: host and base port.
+type PeerKey = (String, u16);
+
+/// How many live nodes of this process may open streams to each peer (those lower than it),
+/// by where the peer listens. A count of the streams this process opened to a peer says what
+/// one node opened only where a single node of the process may open any: one replica per
+/// process, and the conformance harness's pairs, but not its nodes that share a process with
+/// a lower one talking to the same peer.
+static OPENERS: Mutex<BTreeMap<PeerKey, usize>> = Mutex::new(BTreeMap::new());
+
+fn openers() -> MutexGuard<'static, BTreeMap<PeerKey, usize>> {
+    // The map holds plain counts, each updated in one step: a panic elsewhere while the lock
+    // was held leaves nothing half done.
+    OPENERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A live node's place in this process's count of openers, given up when dropped.
+#[derive(Debug)]
+pub struct Opener {
+    peers: Vec<PeerKey>,
+}
+
+impl Opener {
+    /// Counts a node that may open streams to `peers` (where each listens), until dropped.
+    pub fn count(peers: impl IntoIterator<Item = (String, u16)>) -> Opener {
+        let peers: Vec<PeerKey> = peers.into_iter().collect();
+        let mut map = openers();
+        for peer in &peers {
+            *map.entry(peer.clone()).or_insert(0) += 1;
+        }
+        Opener { peers }
+    }
+
+    /// Whether this node is the only live node of the process that may open streams to the
+    /// peer listening at (`host`, `base_port`), so that every stream the process opened to it
+    /// is this node's.
+    pub fn sole_opener_of(&self, host: &str, base_port: u16) -> bool {
+        let key = (host.to_string(), base_port);
+        self.peers.contains(&key) && openers().get(&key) == Some(&1)
+    }
+}
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        let mut map = openers();
+        for peer in &self.peers {
+            if let Some(n) = map.get_mut(peer) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(peer);
+                }
+            }
+        }
+    }
+}
+
 /// How long data sent on `stream` may go unacknowledged before the kernel gives the connection
 /// up (`TCP_USER_TIMEOUT`); 0 restores the default (`net.ipv4.tcp_retries2` retransmissions).
 pub fn set_unacknowledged_limit(stream: &Stream, ms: u32) -> std::io::Result<()> {
@@ -147,6 +205,23 @@ mod tests {
         let rows = parse_table(table);
         let localhost = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
         assert_eq!(rows, vec![(localhost(0xd431), localhost(0x4e20), 222, 1)]);
+    }
+
+    #[test]
+    fn counts_the_nodes_that_may_open_streams_to_a_peer() {
+        // A port no other test of this binary names.
+        let peer = || ("192.0.2.7".to_string(), 17_001);
+        let first = Opener::count([peer(), ("192.0.2.7".to_string(), 17_011)]);
+        assert!(first.sole_opener_of("192.0.2.7", 17_001));
+        assert!(!first.sole_opener_of("192.0.2.7", 17_021), "not one of its peers");
+        let second = Opener::count([peer()]);
+        assert!(!first.sole_opener_of("192.0.2.7", 17_001), "two nodes may open to it");
+        assert!(!second.sole_opener_of("192.0.2.7", 17_001));
+        assert!(first.sole_opener_of("192.0.2.7", 17_011), "only the first opens to that one");
+        drop(first);
+        assert!(second.sole_opener_of("192.0.2.7", 17_001), "the first one is gone");
+        drop(second);
+        assert!(!openers().contains_key(&peer()), "nothing is left counted");
     }
 
     #[test]

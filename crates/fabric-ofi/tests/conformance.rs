@@ -646,3 +646,44 @@ fn a_stream_the_higher_node_opened_is_shut_by_the_lower_nodes_fence() {
     until_none_opened_to(channel_address(&h, 0), "the stream the higher node opened");
     revoke_until_it_holds(&h, &p.b, NodeId(1));
 }
+
+/// Two threads of the lower node that post to the higher one while no stream exists (a data
+/// post and a control post, after the stream broke under both) can each open one with
+/// `sockets`, and the higher node's writes may then go on either: a fence on one is no barrier.
+/// The lower node's fence finds more than one stream its process opened to the peer, shuts
+/// them all down and claims nothing; its next post opens one again, and a later fence holds.
+/// The provider cannot be made to open the second stream on demand, so this test opens it
+/// itself, from the lower node's process (the pair's only node that may open streams to node
+/// 1, so the count is node 0's).
+#[test]
+fn a_second_stream_the_lower_node_opened_is_shut_by_its_fence() {
+    use mu_fabric::conformance::{pair, CHANNEL};
+    use mu_fabric::{Access, ConnId, Fabric};
+    use mu_fabric_ofi::streams;
+    use std::io::Read;
+    let mut h = OfiHarness::new("sockets");
+    let p = pair(&mut h, NodeId(1), NodeId(0), Access::ALL, Access::ALL);
+    let to_high = channel_address(&h, 1);
+    let carried = |at| streams::opened_to(at).unwrap().into_iter().filter(|s| !s.connecting);
+    assert_eq!(carried(to_high).count(), 1, "node 0 opened the pair's stream");
+    let mut second = std::net::TcpStream::connect(to_high).expect("a second stream to node 1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while carried(to_high).count() < 2 {
+        assert!(Instant::now() < deadline, "the second stream never came up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let conn = ConnId::new(NodeId(1), CHANNEL);
+    match p.b.set_access_slow(conn, Access::READ) {
+        Err(mu_fabric::FabricError::FenceFailed { node, why }) => {
+            assert_eq!(node, NodeId(1));
+            assert!(why.contains("more than one stream"), "{why}");
+        }
+        other => panic!("a fence while node 0 holds two streams to node 1: {other:?}"),
+    }
+    second.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(second.read(&mut [0u8; 1]).unwrap(), 0, "the second stream was shut down");
+    // As the provider closes a stream it reads the end of.
+    drop(second);
+    revoke_until_it_holds(&h, &p.b, NodeId(1));
+    assert_eq!(carried(to_high).count(), 1, "one stream again, opened by the fence that held");
+}
