@@ -502,15 +502,13 @@ impl FabricChoice {
             }
             FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
-                // Calls wait each operation's whole time here, unlike `mu replica`'s: with
-                // short calls, 3 of 5 runs of `mu bench replication --fabric ofi --provider
-                // tcp;ofi_rxm` left a follower out at start-up for seconds (its grant to the
-                // leader came seconds late), and these replicas cannot catch up by state
-                // transfer. Not understood yet (docs/fabric.md).
-                let fabric = mu_fabric_ofi::OfiFabric::open(crate::bench_ofi::loopback_config(
-                    provider, base_port, replicas, me.0,
-                ))
-                .map_err(|e| format!("replica {me}: fabric: {e}"))?;
+                let mut ofi =
+                    crate::bench_ofi::loopback_config(provider, base_port, replicas, me.0);
+                // Calls kept short, as `mu replica`'s are (docs/fabric.md).
+                ofi.call_wait_us =
+                    Some(crate::serve::call_wait_us(config.detector.read_period_ns / 1000));
+                let fabric = mu_fabric_ofi::OfiFabric::open(ofi)
+                    .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
         };

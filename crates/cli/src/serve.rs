@@ -293,7 +293,7 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
 /// together they must stay within about a read period, or the other replicas read the same
 /// counter twice and lower this one's score. A binding or fence not done by then goes on in
 /// the fabric and is taken up on the next poll.
-fn call_wait_us(read_period_us: u64) -> u64 {
+pub(crate) fn call_wait_us(read_period_us: u64) -> u64 {
     (read_period_us / 4).clamp(50, 1000)
 }
 
