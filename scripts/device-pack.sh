@@ -10,7 +10,7 @@
 # The machine is lent for minutes, not hours, so run.sh does only what a 2-vCPU machine
 # cannot: the seven targets at once (`mu bench targets`, about 2 minutes there), kill-mode
 # failovers of both engines with dedicated threads (the 50 µs target, with the set-up phases and
-# aborts in the JSON), and replication at 64 bytes with and without pinned threads, alternated.
+# aborts in the JSON, and each new leader's busy polls in kill/*-polls.csv), and replication at 64 bytes with and without pinned threads, alternated.
 # It prints a one-line summary of each as it goes, so that a run cut short still says something.
 #
 # Usage: bash scripts/device-pack.sh [--no-build]; then run `bash .devbin/run.sh` on the lent

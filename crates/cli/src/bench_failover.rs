@@ -147,7 +147,7 @@ pub struct Args {
 const DEDICATED_CPUS_MIN: usize = 9;
 
 /// One failover, in nanoseconds.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Failover {
     total_ns: u64,
     detect_ns: u64,
@@ -171,10 +171,13 @@ struct Failover {
     /// kind (`word::abort_kind`).
     setup_aborts: u64,
     last_abort_kind: u64,
+    /// Either engine: the new leader's busy polls (`ReplicaStatus::setup_polls`), each one's
+    /// start counted from its election.
+    setup_polls: Vec<mu_replica::SetupPoll>,
 }
 
 /// What a replica published about its current term as leader.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Term {
     first_commit_ns: u64,
     elected_ns: u64,
@@ -194,6 +197,8 @@ struct Term {
     /// Mu: attempts aborted before the first commit, and the last one's kind.
     setup_aborts: u64,
     last_abort_kind: u64,
+    /// The busy polls, each one's start as the other times.
+    setup_polls: Vec<mu_replica::SetupPoll>,
 }
 
 /// Summaries of named moments, one per failover that reached each (`None` where it did not),
@@ -248,6 +253,14 @@ fn read_term(words: &Words) -> Term {
             velos_polls: words.get(word::VELOS_POLLS),
             setup_aborts: words.get(word::SETUP_ABORTS),
             last_abort_kind: words.get(word::LAST_ABORT_KIND),
+            setup_polls: (0..words.get(word::SETUP_POLLS_LEN) as usize)
+                .take(mu_replica::SETUP_TRACE_POLLS)
+                .filter_map(|i| {
+                    let at = word::SETUP_POLLS + 3 * i;
+                    let figures = [words.get(at + 1), words.get(at + 2)];
+                    mu_replica::SetupPoll::unpack(words.get(at), figures)
+                })
+                .collect(),
         };
         if words.get(word::TERMS) == terms {
             return term;
@@ -588,6 +601,94 @@ fn measure(
     Ok(m)
 }
 
+/// Each busy poll's gap: the time from the end of the busy poll before it (from the election,
+/// for the first) to its start, of which its idle polls took `SetupPoll::idle_ns`.
+fn poll_gaps_ns(polls: &[mu_replica::SetupPoll]) -> impl Iterator<Item = u64> + '_ {
+    let ends = std::iter::once(0).chain(polls.iter().map(|p| p.start_ns + p.busy_ns));
+    polls.iter().zip(ends).map(|(p, end)| p.start_ns.saturating_sub(end))
+}
+
+/// A traced poll's phase as the files name it (`velos` under Velos, which has none).
+fn poll_phase(p: &mu_replica::SetupPoll) -> String {
+    p.phase.map_or("velos".to_string(), |phase| format!("{phase:?}"))
+}
+
+/// Where a new leader's time went between its busy polls, over the failovers that traced any:
+/// the largest gap of each and the poll that ended it (its phase says what was awaited), and
+/// per failover the time between busy polls spent in idle polls and in no poll at all.
+fn setup_trace_json(failovers: &[Failover]) -> Option<serde_json::Value> {
+    let traced: Vec<&Failover> = failovers.iter().filter(|f| !f.setup_polls.is_empty()).collect();
+    if traced.is_empty() {
+        return None;
+    }
+    let (mut largest, mut idle, mut unpolled) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ended_by = serde_json::Map::new();
+    let mut by_thread: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for f in &traced {
+        let gaps: Vec<u64> = poll_gaps_ns(&f.setup_polls).collect();
+        let (at, gap) = gaps.iter().copied().enumerate().max_by_key(|&(_, g)| g).expect("traced");
+        largest.push(gap);
+        let p = &f.setup_polls[at];
+        let label = format!("{}/{}", poll_phase(p), p.poller.name());
+        let count = ended_by.get(&label).and_then(|v| v.as_u64()).unwrap_or(0);
+        ended_by.insert(label, json!(count + 1));
+        let idle_ns: u64 = f.setup_polls.iter().map(|p| p.idle_ns).sum();
+        idle.push(idle_ns);
+        unpolled.push(gaps.iter().sum::<u64>().saturating_sub(idle_ns));
+        for poller in mu_replica::Poller::ALL {
+            let n = f.setup_polls.iter().filter(|p| p.poller == poller).count() as u64;
+            by_thread.entry(poller.name()).or_default().push(n);
+        }
+    }
+    Some(json!({
+        "failovers": traced.len(),
+        "busy_polls": count_summary(traced.iter().map(|f| f.setup_polls.len() as u64).collect()),
+        "busy_polls_by_thread": counts(by_thread.into_iter().map(|(k, v)| (k.to_string(), v))),
+        "largest_gap_us": summary_us(&largest),
+        "largest_gap_ended_by": ended_by,
+        "idle_polls_us": summary_us(&idle),
+        "unpolled_us": summary_us(&unpolled),
+    }))
+}
+
+/// One row per traced busy poll of each failover's new leader (`<name>-polls.csv`).
+fn write_polls(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), String> {
+    let mut table = mu_figures::Table::new(
+        "new leaders' busy polls (µs from election)",
+        &[
+            "failover",
+            "poll",
+            "thread",
+            "phase",
+            "start_us",
+            "busy_us",
+            "gap_us",
+            "idle_polls",
+            "idle_us",
+        ],
+    );
+    let us = |ns: u64| format!("{:.2}", ns as f64 / 1000.0);
+    for (i, f) in m.failovers.iter().enumerate() {
+        for (j, (p, gap)) in f.setup_polls.iter().zip(poll_gaps_ns(&f.setup_polls)).enumerate() {
+            table.row(vec![
+                (i + 1).to_string(),
+                (j + 1).to_string(),
+                p.poller.name().to_string(),
+                poll_phase(p),
+                us(p.start_ns),
+                us(p.busy_ns),
+                us(gap),
+                p.idle_polls.to_string(),
+                us(p.idle_ns),
+            ]);
+        }
+    }
+    let csv = dir.join(format!("{name}-polls.csv"));
+    table.write_csv(&csv).map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    eprintln!("wrote {}", csv.display());
+    Ok(())
+}
+
 /// One CSV row per failover and an SVG of the total and switch histograms (Mu paper Fig. 6).
 fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), String> {
     let mut table = mu_figures::Table::new(
@@ -622,6 +723,9 @@ fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), St
     let svg = dir.join(format!("{name}.svg"));
     histogram.write_svg(&svg).map_err(|e| e.to_string())?;
     eprintln!("wrote {}, {}", csv.display(), svg.display());
+    if m.failovers.iter().any(|f| !f.setup_polls.is_empty()) {
+        write_polls(dir, name, m)?;
+    }
     Ok(())
 }
 
@@ -778,6 +882,14 @@ fn inject(
             },
             setup_aborts: term.setup_aborts,
             last_abort_kind: term.last_abort_kind,
+            setup_polls: term
+                .setup_polls
+                .iter()
+                .map(|p| mu_replica::SetupPoll {
+                    start_ns: p.start_ns.saturating_sub(term.elected_ns),
+                    ..*p
+                })
+                .collect(),
         })
     };
     Ok((new_leader, counted))
@@ -926,6 +1038,9 @@ fn document(
     if !busy.is_empty() {
         out["setup_busy_us"] = summary_us(&busy.iter().map(|b| b.0).collect::<Vec<_>>());
         out["setup_polls"] = count_summary(busy.iter().map(|b| b.1).collect());
+    }
+    if let Some(trace) = setup_trace_json(&m.failovers) {
+        out["setup_trace"] = trace;
     }
     // Velos: when the new leader first took each step, counted from its readiness.
     let steps = VelosStep::ALL.map(|step| {

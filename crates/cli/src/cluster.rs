@@ -205,6 +205,13 @@ pub mod word {
     /// Written with [`ELECTED_NS`].
     pub const VELOS_BUSY_NS: usize = 80;
     pub const VELOS_POLLS: usize = 81;
+    /// Either engine: the new leader's busy polls (`ReplicaStatus::setup_polls`), how many at
+    /// [`SETUP_POLLS_LEN`], and from [`SETUP_POLLS`] three words each: when the poll began (as
+    /// the other times), then `SetupPoll::pack`'s two words. Written with [`ELECTED_NS`].
+    pub const SETUP_POLLS_LEN: usize = 82;
+    pub const SETUP_POLLS: usize = 128;
+    const _: () =
+        assert!((SETUP_POLLS + 3 * mu_replica::SETUP_TRACE_POLLS) * 8 <= super::WORDS_BYTES);
 
     /// [`LAST_ABORT_KIND`]'s values.
     pub fn abort_kind(reason: Option<mu_replication::AbortReason>) -> u64 {

@@ -246,6 +246,13 @@ fn publish_term(
         words.set(word::PHASE_POLLS + phase as usize, polls);
     }
     words.set(word::VELOS_BUSY_NS, status.velos_busy_ns.0);
+    words.set(word::SETUP_POLLS_LEN, status.setup_polls.len() as u64);
+    for (i, poll) in status.setup_polls.iter().enumerate() {
+        let [figures, idle] = poll.pack();
+        words.set(word::SETUP_POLLS + 3 * i, to_monotonic(poll.start_ns));
+        words.set(word::SETUP_POLLS + 3 * i + 1, figures);
+        words.set(word::SETUP_POLLS + 3 * i + 2, idle);
+    }
     words.set(word::VELOS_POLLS, status.velos_busy_ns.1);
     for step in mu_replica::VelosStep::ALL {
         let at = status.velos_steps_at_ns.iter().find(|(s, _)| *s == step);

@@ -64,7 +64,32 @@ impl OutDir {
         let svg = std::fs::read_to_string(self.0.join(format!("{name}.svg"))).expect("the SVG");
         assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
     }
+
+    /// The new leaders' traced busy polls (`<name>-polls.csv`), by failover.
+    fn polls(&self, name: &str) -> Vec<Vec<PollRow>> {
+        let path = self.0.join(format!("{name}-polls.csv"));
+        let csv = std::fs::read_to_string(path).expect("the polls CSV");
+        let mut lines = csv.lines();
+        let header = "failover,poll,thread,phase,start_us,busy_us,gap_us,idle_polls,idle_us";
+        assert_eq!(lines.next(), Some(header));
+        let mut failovers: Vec<Vec<_>> = Vec::new();
+        for line in lines {
+            let f: Vec<&str> = line.split(',').collect();
+            let failover: usize = f[0].parse().unwrap();
+            if failovers.len() < failover {
+                failovers.resize(failover, Vec::new());
+            }
+            let us = |s: &str| s.parse::<f64>().unwrap();
+            let row = (f[2].to_string(), f[3].to_string(), us(f[4]), us(f[5]), us(f[6]));
+            assert_eq!(f[1].parse::<usize>().unwrap(), failovers[failover - 1].len() + 1, "{csv}");
+            failovers[failover - 1].push(row);
+        }
+        failovers
+    }
 }
+
+/// A row of a polls CSV: (thread, phase, start µs, busy µs, gap µs).
+type PollRow = (String, String, f64, f64, f64);
 
 impl Drop for OutDir {
     fn drop(&mut self) {
@@ -169,6 +194,35 @@ fn failover_kill_json_has_every_figure() {
     let busy_max = v["setup_busy_us"]["max"].as_f64().unwrap_or_else(|| panic!("{v}"));
     assert!(busy_max > 0.0 && busy_max <= total_max, "setup_busy_us within the total: {v}");
     assert!(v["setup_aborts"]["aborts"].as_u64().is_some(), "setup_aborts in {v}");
+    // The busy polls traced: the first takes up the leadership, on the application's thread or
+    // the helper's; the phases follow the engine's order; the polls and the gaps between them
+    // lie within the failover.
+    let trace = &v["setup_trace"];
+    assert_eq!(trace["failovers"], 2, "setup_trace in {v}");
+    let largest = trace["largest_gap_us"]["max"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    assert!((0.0..=total_max).contains(&largest), "largest gap within the total: {v}");
+    assert!(trace["unpolled_us"]["max"].as_f64() <= Some(total_max), "{v}");
+    let polls = files.polls("failover-kill");
+    assert_eq!(polls.len(), 2, "both failovers traced");
+    let order = ["Follower", "Permissions", "ReadFuos", "CatchUp", "UpdateFollowers"];
+    let aborted = v["setup_aborts"]["aborts"] != 0;
+    for failover in &polls {
+        assert_eq!(failover[0].1, "Follower", "{failover:?}");
+        assert!(["application", "helper"].contains(&failover[0].0.as_str()), "{failover:?}");
+        if failover.len() < mu_replica::SETUP_TRACE_POLLS {
+            // Not cut at the trace's length: it goes on to the first proposal.
+            assert!(failover.iter().any(|p| p.1 == "PrepareRead"), "{failover:?}");
+        }
+        let set_up: Vec<usize> =
+            failover.iter().map_while(|p| order.iter().position(|&o| o == p.1)).collect();
+        // An aborted attempt starts again from the permission round.
+        let in_order = set_up.windows(2).all(|w| w[0] <= w[1]);
+        assert!(in_order || aborted, "set-up in order: {failover:?}");
+        let end = failover.iter().map(|p| p.2 + p.3).fold(0.0, f64::max);
+        let gaps: f64 = failover.iter().map(|p| p.4).sum();
+        let busy: f64 = failover.iter().map(|p| p.3).sum();
+        assert!(end <= total_max + 1.0 && gaps + busy <= end + 1.0, "{failover:?}");
+    }
     nothing_left_behind(pid, "failover");
 }
 
@@ -198,6 +252,9 @@ fn failover_kill_of_velos_dates_its_steps() {
         assert!((0.0..=ramp_max).contains(&step(name, "max")), "{name} within the ramp: {v}");
     }
     assert!(step("Prepared", "min") <= step("Decided", "min"), "prepared before decided: {v}");
+    let polls = files.polls("failover-kill");
+    assert_eq!(polls.len(), 2, "both failovers traced");
+    assert!(polls.iter().flatten().all(|p| p.1 == "velos"), "Velos has no phases: {polls:?}");
     nothing_left_behind(pid, "failover");
 }
 

@@ -7,6 +7,7 @@ use crate::config::{ConfigError, ReplicaConfig};
 use crate::layout::{background_channel, BACKGROUND_BYTES};
 use crate::memory::FabricMemory;
 use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
+use crate::setup_trace::Poller;
 use crate::shared::Shared;
 use crate::velos::VelosDriver;
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
@@ -52,11 +53,12 @@ impl<F: Fabric> ReplicationPlane<F> {
         }
     }
 
-    /// Counts the time the last poll took against the new leadership's set-up.
-    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+    /// Counts the time the last poll took against the new leadership's set-up, and traces it:
+    /// it began at `start_ns`, took `busy_ns`, did something or not (`busy`), on `poller`.
+    pub fn note_setup_poll(&mut self, start_ns: u64, busy_ns: u64, busy: bool, poller: Poller) {
         match self {
-            ReplicationPlane::Mu(d) => d.note_setup_poll(busy_ns),
-            ReplicationPlane::Velos(d) => d.note_setup_poll(busy_ns),
+            ReplicationPlane::Mu(d) => d.note_setup_poll(start_ns, busy_ns, busy, poller),
+            ReplicationPlane::Velos(d) => d.note_setup_poll(start_ns, busy_ns, busy, poller),
         }
     }
 

@@ -5,6 +5,7 @@ use crate::core::ReplicationPlane;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
 use crate::replication::{Applier, ProposeError};
+use crate::setup_trace::Poller;
 use crate::shared::Shared;
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
@@ -82,6 +83,11 @@ pub struct ReplicaStatus {
     /// (nanoseconds, polls); as `phases_busy_ns` is for Mu. (0, 0) while not leading, under
     /// Mu, and where polls are not timed.
     pub velos_busy_ns: (u64, u64),
+    /// Either engine: the busy polls of the current leadership while its polls are timed (as
+    /// for `phases_busy_ns` and `velos_busy_ns`), the first [`crate::SETUP_TRACE_POLLS`] of
+    /// them, each with the idle polls before it and the thread that made it: where the time
+    /// between a new leader's steps went.
+    pub setup_polls: Vec<crate::SetupPoll>,
     /// When, on the same clock, this replica was ready to replicate as leader: write permission
     /// from a majority, its log caught up and its followers updated (§4.2 and Listings 3–4);
     /// `None` while it is not leading or not ready yet.
@@ -196,14 +202,14 @@ impl<F: Fabric> Plane<F> {
     /// Polls the plane; `now_ns` is on `start`'s clock. A new leadership's polls are timed
     /// until it is set up and committed ([`ReplicationPlane::setup_timed`]): one more clock
     /// read per poll then, none otherwise.
-    fn poll(&mut self, now_ns: u64) -> bool {
+    fn poll(&mut self, now_ns: u64, poller: Poller) -> bool {
         let timed = self.driver.setup_timed();
         let busy = self.driver.poll(now_ns, &mut self.app);
         if timed || self.driver.setup_timed() {
             // `now_ns` may be a moment old (read for a submission just before): that moment
             // counts too.
             let end_ns = self.start.elapsed().as_nanos() as u64;
-            self.driver.note_setup_poll(end_ns.saturating_sub(now_ns));
+            self.driver.note_setup_poll(now_ns, end_ns.saturating_sub(now_ns), busy, poller);
         }
         busy
     }
@@ -582,7 +588,7 @@ fn propose<F: Fabric>(
                 // does between proposals, and an application that asks again at once keeps it
                 // from the lock (on two vCPUs a new leader's engine started milliseconds late).
                 // Take it in on this thread.
-                plane.poll(now_ns);
+                plane.poll(now_ns, Poller::Application);
                 now_ns = inner.now_ns();
                 submitted = submit(plane, now_ns);
             }
@@ -605,7 +611,7 @@ fn propose<F: Fabric>(
                 // shared memory a proposal is usually done in that poll, and a clock read costs
                 // 30 to 40 ns on a virtual machine, a few per cent of a proposal (the plane's
                 // timeouts are microseconds and more).
-                let busy = plane.poll(now_ns);
+                let busy = plane.poll(now_ns, Poller::Application);
                 if plane.driver.take_outcomes(outcomes) {
                     return;
                 }
@@ -697,7 +703,7 @@ fn handover_loop<F: Fabric>(inner: &Inner<F>, mut plane: Plane<F>) {
                 Err(e) => fail_all(mailbox, e),
             }
         }
-        busy |= plane.poll(now_ns);
+        busy |= plane.poll(now_ns, Poller::Replication);
         if proposing {
             answer_if_done(mailbox, &mut plane.driver, &mut proposing);
         }
@@ -780,7 +786,9 @@ fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
             }
         };
         let busy = match plane {
-            Some(mut guard) => guard.as_mut().is_some_and(|p| p.poll(inner.now_ns())),
+            Some(mut guard) => {
+                guard.as_mut().is_some_and(|p| p.poll(inner.now_ns(), Poller::Helper))
+            }
             None => {
                 held_seen = Some(Instant::now());
                 false

@@ -6,6 +6,7 @@
 use crate::group::Group;
 use crate::layout::{ack_offset, replication_channel, BACKGROUND_REGION};
 use crate::memory::FabricMemory;
+use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
@@ -169,6 +170,8 @@ pub struct ReplicationDriver<F: Fabric> {
     phases_stamped: u16,
     /// The engine's phase when the current (or last) poll began, for [`Self::note_setup_poll`].
     poll_started_in: Phase,
+    /// Idle polls since the last busy one, for the set-up trace.
+    idle_polls: crate::setup_trace::IdlePolls,
     /// The log heads when we last asked for permission, by position.
     heads_at_request: Vec<u64>,
     /// After finding itself too far behind to lead (it needs a state transfer), this replica
@@ -230,6 +233,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             heads_seen: vec![0; n],
             phases_stamped: 0,
             poll_started_in: Phase::Follower,
+            idle_polls: Default::default(),
             leading_to_log: None,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
@@ -630,13 +634,17 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// splits into time spent inside polls and time between them (its thread elsewhere, or
     /// waiting for other threads). Not counted once the leadership ended in that poll, whose
     /// counters were reset with the phase stamps.
-    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+    /// The poll is also traced (`ReplicaStatus::setup_polls`): `start_ns` is when it began,
+    /// `busy` whether it did anything, `poller` the thread that made it.
+    pub fn note_setup_poll(&mut self, start_ns: u64, busy_ns: u64, busy: bool, poller: Poller) {
         if self.leader.phase() == Phase::Follower {
             return;
         }
-        let i = self.poll_started_in as usize;
-        self.shared.phase_busy_ns[i].fetch_add(busy_ns, Ordering::Relaxed);
-        self.shared.phase_polls[i].fetch_add(1, Ordering::Relaxed);
+        let phase = self.poll_started_in;
+        self.shared.phase_busy_ns[phase as usize].fetch_add(busy_ns, Ordering::Relaxed);
+        self.shared.phase_polls[phase as usize].fetch_add(1, Ordering::Relaxed);
+        let trace = &self.shared.setup_trace;
+        self.idle_polls.note(trace, start_ns, busy_ns, busy, Some(phase), poller);
     }
 
     /// Dates the moment the engine holds a majority's permission and the moment it is set up as
@@ -652,6 +660,8 @@ impl<F: Fabric> ReplicationDriver<F> {
                 for counter in self.shared.phase_busy_ns.iter().chain(&self.shared.phase_polls) {
                     counter.store(0, Ordering::Relaxed);
                 }
+                self.shared.setup_trace.clear();
+                self.idle_polls.reset();
             }
         } else if self.phases_stamped & 1 << phase as u32 == 0 {
             self.phases_stamped |= 1 << phase as u32;

@@ -164,6 +164,9 @@ pub(crate) struct Shared {
     /// `velos_step_at_ns` (replication).
     pub velos_busy_ns: AtomicU64,
     pub velos_polls: AtomicU64,
+    /// Either engine: a new leadership's busy polls, from the one that took it up until it is
+    /// timed no more; cleared with the phase stamps or the Velos steps (replication).
+    pub setup_trace: crate::setup_trace::SetupTrace,
     /// When (same clock, plus one) the leader engine last finished setting up as leader:
     /// permissions held, its log and its followers' up to date; 0 while not leading
     /// (replication).
@@ -252,6 +255,7 @@ impl Shared {
             velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             velos_busy_ns: AtomicU64::new(0),
             velos_polls: AtomicU64::new(0),
+            setup_trace: Default::default(),
             ready_at_ns: AtomicU64::new(0),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
@@ -304,6 +308,7 @@ impl Shared {
                 self.velos_busy_ns.load(Ordering::Relaxed),
                 self.velos_polls.load(Ordering::Relaxed),
             ),
+            setup_polls: self.setup_trace.polls(),
             ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),

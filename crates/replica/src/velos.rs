@@ -10,6 +10,7 @@
 use crate::group::Group;
 use crate::layout::replication_channel;
 use crate::replication::{Applier, ProposeError, Settings};
+use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
@@ -170,6 +171,8 @@ pub struct VelosDriver<F: Fabric> {
     group: Group,
     /// The [`VelosStep`]s dated in this leadership (bit `step as u32`).
     steps_stamped: u8,
+    /// Idle polls since the last busy one, for the set-up trace.
+    idle_polls: crate::setup_trace::IdlePolls,
     /// Whether this leadership answered the application's first value (set-up timing ends).
     first_answered: bool,
     /// Entries of `group` handed to the proposer (0 or 1: one at a time).
@@ -282,6 +285,7 @@ impl<F: Fabric> VelosDriver<F> {
             shared,
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             steps_stamped: 0,
+            idle_polls: Default::default(),
             first_answered: false,
             handed: false,
             applied: 0,
@@ -420,6 +424,8 @@ impl<F: Fabric> VelosDriver<F> {
         }
         self.shared.velos_busy_ns.store(0, Ordering::Relaxed);
         self.shared.velos_polls.store(0, Ordering::Relaxed);
+        self.shared.setup_trace.clear();
+        self.idle_polls.reset();
     }
 
     /// Whether a new leadership's polls are being timed ([`Self::note_setup_poll`]): from the
@@ -433,10 +439,13 @@ impl<F: Fabric> VelosDriver<F> {
     /// ([`crate::ReplicaStatus::velos_busy_ns`]): a new leader's time until its first commit
     /// splits into time inside its polls and time between them. Not counted once the
     /// leadership ended in that poll.
-    pub fn note_setup_poll(&mut self, busy_ns: u64) {
+    /// The poll is also traced (`ReplicaStatus::setup_polls`), as under Mu.
+    pub fn note_setup_poll(&mut self, start_ns: u64, busy_ns: u64, busy: bool, poller: Poller) {
         if self.proposer.is_leading() {
             self.shared.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
             self.shared.velos_polls.fetch_add(1, Ordering::Relaxed);
+            let trace = &self.shared.setup_trace;
+            self.idle_polls.note(trace, start_ns, busy_ns, busy, None, poller);
         }
     }
 
