@@ -297,6 +297,19 @@ fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
     unreachable(peer, why.unwrap_or_else(|| REFUSED_AGAIN.into()))
 }
 
+/// How the process's count of openers names a peer's host: its IPv4 address where the name
+/// resolves to one, as `Node::listening` finds it (so that two spellings of one address count
+/// as one), the name as given otherwise.
+fn opener_key(host: &str) -> String {
+    let resolved = (host, 0).to_socket_addrs().ok().and_then(|mut addrs| {
+        addrs.find_map(|a| match a {
+            std::net::SocketAddr::V4(a) => Some(a.ip().to_string()),
+            std::net::SocketAddr::V6(_) => None,
+        })
+    });
+    resolved.unwrap_or_else(|| host.to_string())
+}
+
 fn new_incarnation() -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -328,7 +341,7 @@ impl OfiFabric {
         let stop = Arc::new(AtomicBool::new(false));
         let higher_peers = config.nodes.range(NodeId(config.node.0 + 1)..);
         let opener = crate::streams::Opener::count(
-            higher_peers.map(|(_, addr)| (addr.host.clone(), addr.base_port)),
+            higher_peers.map(|(_, addr)| (opener_key(&addr.host), addr.base_port)),
         );
         let node = Arc::new(Node {
             id: config.node,
@@ -727,12 +740,16 @@ impl Node {
                 .map_err(|e| format!("listing this process's streams to {theirs}: {e}"))?;
             (opened.into_iter().filter(carried).collect(), false)
         } else {
-            let held = crate::streams::held()
-                .map_err(|e| format!("listing this process's streams: {e}"))?;
             let shared = self.config.nodes.keys().any(|&n| {
                 n < self.id && self.listening(n, conn.channel).is_ok_and(|a| a.ip() == theirs.ip())
             });
             let mine = self.listening(self.id, conn.channel)?;
+            let base_port = self.addr(conn.peer).map_err(|e| e.to_string())?.base_port;
+            let sole_opener = self.opener.sole_opener_of(&theirs.ip().to_string(), base_port);
+            // Listed last, just before they are shut down: a descriptor closed in between is
+            // found out (`streams::shut_down`), but the less time, the fewer streams missed.
+            let held = crate::streams::held()
+                .map_err(|e| format!("listing this process's streams: {e}"))?;
             let mut wrong: Vec<_> = held
                 .iter()
                 .filter(|s| {
@@ -741,12 +758,11 @@ impl Node {
                 .filter(|s| carried(s))
                 .copied()
                 .collect();
-            let addr = self.addr(conn.peer).map_err(|e| e.to_string())?;
             let opened: Vec<_> = held.iter().filter(|s| s.remote == theirs && carried(s)).collect();
-            let doubled =
-                opened.len() > 1 && self.opener.sole_opener_of(&addr.host, addr.base_port);
+            let doubled = opened.len() > 1 && sole_opener;
             if doubled {
-                wrong.extend(opened.into_iter().copied());
+                let more: Vec<_> = opened.into_iter().filter(|s| !wrong.contains(s)).collect();
+                wrong.extend(more);
             }
             (wrong, doubled)
         };
@@ -1181,13 +1197,16 @@ impl Node {
     }
 
     /// Waits (`cut_wait_ms`, or a short call's wait) until the provider has closed every stream
-    /// `cut` shut down; then the revocation holds.
+    /// `cut` shut down; then the revocation holds. Closed means its descriptor is gone, not
+    /// that the kernel's table no longer lists it: once the peer has sent its end too, a stream
+    /// leaves that table while bytes that came before the end may still wait to be read.
     fn await_cut(&self, conn: ConnId, st: &mut SideState, now: Instant) -> Result<(), FenceWait> {
         let until = self.call_deadline(now, now + Duration::from_millis(self.config.cut_wait_ms));
         loop {
-            let held = crate::streams::held()
-                .map_err(|e| FenceWait::Failed(format!("listing this process's streams: {e}")))?;
-            if !held.iter().any(|s| st.cut.contains(&s.inode)) {
+            let open = crate::streams::open_sockets().map_err(|e| {
+                FenceWait::Failed(format!("listing this process's descriptors: {e}"))
+            })?;
+            if !st.cut.iter().any(|inode| open.contains(inode)) {
                 st.cut.clear();
                 st.fence_refused_since = None;
                 if let Some((number, _)) = st.fence.take() {

@@ -60,20 +60,7 @@ fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64, u8)> {
 
 /// The IPv4 TCP streams this process holds (connecting, established or closing).
 pub fn held() -> std::io::Result<Vec<Stream>> {
-    let mut inodes: HashMap<u64, RawFd> = HashMap::new();
-    for entry in std::fs::read_dir("/proc/self/fd")? {
-        let Ok(entry) = entry else { continue };
-        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-        let target = target.to_string_lossy();
-        let Some(inode) = target.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) else {
-            continue;
-        };
-        if let (Ok(inode), Ok(fd)) =
-            (inode.parse::<u64>(), entry.file_name().to_string_lossy().parse::<RawFd>())
-        {
-            inodes.insert(inode, fd);
-        }
-    }
+    let inodes = socket_descriptors()?;
     let table = std::fs::read_to_string("/proc/self/net/tcp")?;
     Ok(parse_table(&table)
         .into_iter()
@@ -101,7 +88,8 @@ pub fn with_peer(local_port: u16, peer: SocketAddrV4) -> std::io::Result<Vec<Str
         .collect())
 }
 
-/// Where a peer listens, as a node's configuration names it: host and base port.
+/// Where a peer listens: its IPv4 address as text (its host name where that does not resolve to
+/// one), and its base port.
 type PeerKey = (String, u16);
 
 /// How many live nodes of this process may open streams to each peer (those lower than it),
@@ -160,6 +148,9 @@ impl Drop for Opener {
 /// How long data sent on `stream` may go unacknowledged before the kernel gives the connection
 /// up (`TCP_USER_TIMEOUT`); 0 restores the default (`net.ipv4.tcp_retries2` retransmissions).
 pub fn set_unacknowledged_limit(stream: &Stream, ms: u32) -> std::io::Result<()> {
+    if !still_held(stream) {
+        return Ok(());
+    }
     // SAFETY: setsockopt reads `size_of::<u32>()` bytes from a live local; the descriptor caveat
     // is `shut_down`'s (a reused descriptor gets a timeout that only ever breaks a connection).
     let rc = unsafe {
@@ -178,12 +169,55 @@ pub fn set_unacknowledged_limit(stream: &Stream, ms: u32) -> std::io::Result<()>
     }
 }
 
+/// Whether `stream`'s descriptor still names the socket `held` listed: the provider may have
+/// closed it since, and the number may name another file by now.
+fn still_held(stream: &Stream) -> bool {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one `stat` into the space given and reads nothing else; a closed
+    // descriptor is an error, not undefined behaviour.
+    let rc = unsafe { libc::fstat(stream.fd, stat.as_mut_ptr()) };
+    // SAFETY: fstat returned 0, so it filled the whole `stat`.
+    rc == 0 && unsafe { stat.assume_init() }.st_ino == stream.inode
+}
+
+/// The socket inodes this process still has descriptors for. A stream can leave the kernel's
+/// table while its descriptor is open, with bytes still to be read: once both ends have sent
+/// their end, it waits out the end apart from its socket. Only its descriptor's close says that
+/// its owner read everything on it.
+pub fn open_sockets() -> std::io::Result<std::collections::HashSet<u64>> {
+    Ok(socket_descriptors()?.into_keys().collect())
+}
+
+/// This process's sockets: each one's inode, and a descriptor of it.
+fn socket_descriptors() -> std::io::Result<HashMap<u64, RawFd>> {
+    let mut inodes = HashMap::new();
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        let Ok(entry) = entry else { continue };
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        let target = target.to_string_lossy();
+        let Some(inode) = target.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) else {
+            continue;
+        };
+        if let (Ok(inode), Ok(fd)) =
+            (inode.parse::<u64>(), entry.file_name().to_string_lossy().parse::<RawFd>())
+        {
+            inodes.insert(inode, fd);
+        }
+    }
+    Ok(inodes)
+}
+
 /// Shuts `stream` down in both directions, leaving the descriptor to its owner (the provider),
-/// which reads end-of-file and drops the connection as if the peer had closed it.
+/// which reads end-of-file and drops the connection as if the peer had closed it. A stream
+/// whose descriptor no longer names it (closed since it was listed) is down already.
 pub fn shut_down(stream: &Stream) -> std::io::Result<()> {
-    // SAFETY: shutdown takes a descriptor and a flag, no memory; on a descriptor that was closed
-    // and reused meanwhile it would shut that socket instead, which `held` narrows to a window
-    // of microseconds and which only ever breaks a connection (an error, never a false success).
+    if !still_held(stream) {
+        return Ok(());
+    }
+    // SAFETY: shutdown takes a descriptor and a flag, no memory. The descriptor named the
+    // stream's socket just above; were it closed and reused in between (a window of a system
+    // call), this would shut that socket instead, which only ever breaks a connection (an
+    // error, never a false success).
     if unsafe { libc::shutdown(stream.fd, libc::SHUT_RDWR) } == 0 {
         Ok(())
     } else {
@@ -205,6 +239,29 @@ mod tests {
         let rows = parse_table(table);
         let localhost = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
         assert_eq!(rows, vec![(localhost(0xd431), localhost(0x4e20), 222, 1)]);
+    }
+
+    #[test]
+    fn a_closed_stream_is_left_alone_even_where_its_number_was_reused() {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else { panic!() };
+        let first = TcpStream::connect(at).unwrap();
+        let _first_accepted = listener.accept().unwrap();
+        let listed = opened_to(at).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(open_sockets().unwrap().contains(&listed[0].inode));
+        drop(first);
+        assert!(!open_sockets().unwrap().contains(&listed[0].inode), "its descriptor is gone");
+        // The lowest free number is the one just freed: the new stream most likely takes it.
+        let mut second = TcpStream::connect(at).unwrap();
+        let (mut second_accepted, _) = listener.accept().unwrap();
+        shut_down(&listed[0]).expect("a stream closed since it was listed is down already");
+        set_unacknowledged_limit(&listed[0], 1).unwrap();
+        second.write_all(b"x").expect("the stream that took the number is untouched");
+        let mut byte = [0u8; 1];
+        second_accepted.read_exact(&mut byte).unwrap();
+        assert_eq!(&byte, b"x");
     }
 
     #[test]
