@@ -60,8 +60,13 @@ def walk(o, path=""):
             if k in ("samples", "rows", "timeline"):
                 continue
             walk(v, f"{path}.{k}" if path else k)
+    elif isinstance(o, list):
+        for i, v in enumerate(o):
+            # A run of several engines: name each by its protocol where it has one.
+            name = v.get("protocol", i) if isinstance(v, dict) else i
+            walk(v, f"{path}[{name}]")
     elif isinstance(o, (int, float, str, bool)) and any(
-            w in path for w in ("p50", "verdict", "ratio", "met", "setup_aborts")):
+            w in path for w in ("p50", "verdict", "ratio", "met", "setup_aborts", "ended_by")):
         print(f"  {path} = {o}")
 walk(d)
 PY
