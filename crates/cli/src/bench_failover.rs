@@ -810,7 +810,7 @@ fn describe(c: &Cluster) -> String {
                 .unwrap_or_else(|_| "none".into());
             format!(
                 "\n  replica {r}: sees leader {}, {} terms, {} commits, {} lost proposals, {} \
-                 applied; last status: {status}",
+                 waits for a full log, {} applied; last status: {status}",
                 match w.get(word::LEADER_SEEN) {
                     0 => "none".to_string(),
                     l => (l - 1).to_string(),
@@ -818,6 +818,7 @@ fn describe(c: &Cluster) -> String {
                 w.get(word::TERMS),
                 w.get(word::COMMITS),
                 w.get(word::LOST_PROPOSALS),
+                w.get(word::LOG_FULL_WAITS),
                 w.get(word::APPLIED)
             )
         })

@@ -209,6 +209,9 @@ pub mod word {
     /// [`SETUP_POLLS_LEN`], and from [`SETUP_POLLS`] three words each: when the poll began (as
     /// the other times), then `SetupPoll::pack`'s two words. Written with [`ELECTED_NS`].
     pub const SETUP_POLLS_LEN: usize = 82;
+    /// Proposals refused because the log was full (a live follower had not applied the entry
+    /// whose slot comes next): the proposing replica waits a millisecond and goes on.
+    pub const LOG_FULL_WAITS: usize = 83;
     pub const SETUP_POLLS: usize = 128;
     const _: () =
         assert!((SETUP_POLLS + 3 * mu_replica::SETUP_TRACE_POLLS) * 8 <= super::WORDS_BYTES);
