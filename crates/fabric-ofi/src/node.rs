@@ -301,13 +301,22 @@ fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
 /// resolves to one, as `Node::listening` finds it (so that two spellings of one address count
 /// as one), the name as given otherwise.
 fn opener_key(host: &str) -> String {
-    let resolved = (host, 0).to_socket_addrs().ok().and_then(|mut addrs| {
-        addrs.find_map(|a| match a {
-            std::net::SocketAddr::V4(a) => Some(a.ip().to_string()),
+    match first_ipv4(host, 0) {
+        Ok(addr) => addr.ip().to_string(),
+        Err(_) => host.to_string(),
+    }
+}
+
+/// The first IPv4 address `host` resolves to, with `port`.
+fn first_ipv4(host: &str, port: u16) -> Result<SocketAddrV4, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host}:{port}: {e}"))?
+        .find_map(|a| match a {
+            std::net::SocketAddr::V4(a) => Some(a),
             std::net::SocketAddr::V6(_) => None,
         })
-    });
-    resolved.unwrap_or_else(|| host.to_string())
+        .ok_or_else(|| format!("{host}:{port}: no IPv4 address"))
 }
 
 fn new_incarnation() -> u32 {
@@ -672,14 +681,7 @@ impl Node {
         if let Some(&ip) = resolved.get(&node) {
             return Ok(SocketAddrV4::new(ip, port));
         }
-        let found = (addr.host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| format!("{}:{port}: {e}", addr.host))?
-            .find_map(|a| match a {
-                std::net::SocketAddr::V4(a) => Some(a),
-                std::net::SocketAddr::V6(_) => None,
-            })
-            .ok_or_else(|| format!("{}:{port}: no IPv4 address", addr.host))?;
+        let found = first_ipv4(&addr.host, port)?;
         resolved.insert(node, *found.ip());
         Ok(found)
     }
