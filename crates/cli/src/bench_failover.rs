@@ -123,7 +123,8 @@ pub struct Args {
     /// A short run: 100 failovers unless --count is given.
     #[arg(long)]
     quick: bool,
-    /// The directory the CSV (one row per failover) and SVG (histograms) files go into.
+    /// The directory the CSV (one row per failover) and SVG (histograms) files go into, with a
+    /// CSV of each new leader's busy polls (`-polls.csv`, one row per poll).
     #[arg(long, default_value = "bench-out")]
     out: std::path::PathBuf,
     /// The failure detector's read period for every replica, in microseconds [default:
