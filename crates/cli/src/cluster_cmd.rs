@@ -158,17 +158,21 @@ fn up(args: &UpArgs) -> Result<(), String> {
 }
 
 /// Fails if a replica of `config` already runs (by its pid file, or because its socket
-/// answers); removes pid files that name no running replica.
+/// answers), or one of another cluster runs in the same run directory; otherwise removes pid
+/// files that name no running replica. Those are removed only once nothing runs: a crashed
+/// replica's pid file is what keeps it from being started again without `--rejoin` while the
+/// rest of its cluster runs.
 fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
     let mut running = Vec::new();
+    let mut stale = Vec::new();
     for &id in &config.replicas {
         match inspect_pid_file(config, id)? {
             PidFile::Missing => {}
-            PidFile::Stale(why) => {
-                remove_if_exists(&config.pid_path(id))?;
-                eprintln!("mu cluster up: replica {id}: removed a stale pid file ({why})");
-            }
+            PidFile::Stale(why) => stale.push((id, why)),
             PidFile::Running(target) => running.push(format!("replica {id} (pid {})", target.pid)),
+            PidFile::Foreign(target, other) => {
+                return Err(foreign(config, id, &target, other));
+            }
         }
     }
     if running.is_empty() {
@@ -182,6 +186,10 @@ fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
         }
     }
     if running.is_empty() {
+        for (id, why) in stale {
+            remove_if_exists(&config.pid_path(id))?;
+            eprintln!("mu cluster up: replica {id}: removed a stale pid file ({why})");
+        }
         return Ok(());
     }
     Err(format!(
@@ -190,6 +198,18 @@ fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
          --rejoin`)",
         running.join(", ")
     ))
+}
+
+/// The error for a replica of another cluster found running in `config`'s run directory.
+fn foreign(config: &ClusterConfig, id: u16, target: &Target, other: u64) -> String {
+    format!(
+        "replica {id} running in {} (pid {}) belongs to cluster {other:#x}, not to this \
+         configuration's cluster {:#x}: two clusters cannot share a run directory, so it is \
+         left alone",
+        config.run_dir.display(),
+        target.pid,
+        config.cluster_id
+    )
 }
 
 fn spawn_replica(
@@ -376,20 +396,30 @@ fn status(args: &StatusArgs) -> Result<(), String> {
                     v
                 }
                 Err(e) => {
-                    let (_, why) = why_silent(&config, *id, e);
+                    let (_, why) = why_silent(&config, &args.config, *id, e);
                     serde_json::json!({ "id": id, "up": false, "error": why })
                 }
             })
             .collect();
         println!("{}", serde_json::Value::Array(items));
     } else {
-        print_table(&config, &answers);
+        print_table(&config, &args.config, &answers);
     }
     if up == 0 {
-        // Say why: "nobody listens" and "the replicas refuse this client" need other fixes.
+        // Say why: "nobody listens", "they run but do not answer" and "the replicas refuse
+        // this client" need other fixes.
+        let silent: Vec<(Option<u32>, String)> = answers
+            .iter()
+            .filter_map(|(id, a)| {
+                a.as_ref().err().map(|e| why_silent(&config, &args.config, *id, e))
+            })
+            .collect();
         let mut reasons: Vec<&str> =
             answers.iter().filter_map(|(_, a)| a.as_ref().err().map(String::as_str)).collect();
         reasons.dedup();
+        if silent.iter().any(|(pid, _)| pid.is_some()) {
+            return Err(format!("no replica answers: {}", reasons.join("; ")));
+        }
         return Err(format!(
             "no replica answers (is the cluster up? start it with `mu cluster up --config {}`): {}",
             args.config.display(),
@@ -399,7 +429,11 @@ fn status(args: &StatusArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, String>)]) {
+fn print_table(
+    config: &ClusterConfig,
+    config_path: &Path,
+    answers: &[(u16, Result<ReplicaReport, String>)],
+) {
     let header = [
         "ID",
         "PID",
@@ -457,7 +491,7 @@ fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, St
                 ]);
             }
             Err(e) => {
-                let (pid, why) = why_silent(config, *id, e);
+                let (pid, why) = why_silent(config, config_path, *id, e);
                 let state = if pid.is_some() { "no answer" } else { "down" };
                 let mut row =
                     vec![id.to_string(), pid.map_or("-".into(), |p| p.to_string()), state.into()];
@@ -493,7 +527,12 @@ fn print_table(config: &ClusterConfig, answers: &[(u16, Result<ReplicaReport, St
 }
 
 /// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
-fn why_silent(config: &ClusterConfig, id: u16, error: &str) -> (Option<u32>, String) {
+fn why_silent(
+    config: &ClusterConfig,
+    config_path: &Path,
+    id: u16,
+    error: &str,
+) -> (Option<u32>, String) {
     let error = error.strip_prefix(&format!("replica {id}: ")).unwrap_or(error);
     match inspect_pid_file(config, id) {
         // Stopped (SIGSTOP), or stuck.
@@ -503,13 +542,17 @@ fn why_silent(config: &ClusterConfig, id: u16, error: &str) -> (Option<u32>, Str
                 format!("pid {} runs but does not answer ({error})", target.pid),
             );
         }
+        Ok(PidFile::Foreign(target, other)) => {
+            return (Some(target.pid), foreign(config, id, &target, other));
+        }
         // A replica that stops removes its pid file.
         Ok(PidFile::Stale(why)) => {
             return (
                 None,
                 format!(
                     "crashed ({why}; its pid file is left): restart it with `mu replica --config \
-                     FILE --id {id} --rejoin`"
+                     {} --id {id} --rejoin`",
+                    config_path.display()
                 ),
             );
         }
@@ -554,11 +597,20 @@ fn down(args: &DownArgs) -> Result<(), String> {
         println!("nothing to stop: the run directory {} does not exist", dir.display());
         return Ok(());
     }
+    // Every pid file is read before anything is done, so that a run directory another
+    // cluster's replicas use is left as it is.
+    let mut found = Vec::new();
+    for &id in &config.replicas {
+        match inspect_pid_file(&config, id)? {
+            PidFile::Foreign(target, other) => return Err(foreign(&config, id, &target, other)),
+            pid_file => found.push((id, pid_file)),
+        }
+    }
     // Everything is signalled first and waited for after, so that stopping takes one wait, not
     // one per replica.
     let mut signalled: Vec<(u16, Target)> = Vec::new();
-    for &id in &config.replicas {
-        match inspect_pid_file(&config, id)? {
+    for (id, pid_file) in found {
+        match pid_file {
             PidFile::Missing => println!("replica {id}: not running (no pid file)"),
             PidFile::Stale(why) => {
                 remove_if_exists(&config.pid_path(id))?;
@@ -568,6 +620,7 @@ fn down(args: &DownArgs) -> Result<(), String> {
                 Ok(()) => signalled.push((id, target)),
                 Err(e) => return Err(format!("replica {id}: {e}")),
             },
+            PidFile::Foreign(..) => unreachable!("returned above"),
         }
     }
     let term_deadline = Instant::now() + TERM_WAIT;
@@ -796,34 +849,64 @@ pub(crate) enum PidFile {
     /// It names no running replica (why).
     Stale(String),
     Running(Target),
+    /// It names a running replica of another cluster (its id), which shares this run
+    /// directory: left alone.
+    Foreign(Target, u64),
+}
+
+/// What a replica writes into its pid file: its pid, and the cluster it serves, so that a
+/// command given another cluster's configuration with the same run directory leaves it alone.
+pub(crate) fn pid_file_text(pid: u32, cluster_id: u64) -> String {
+    format!("{pid}\ncluster {cluster_id:#x}\n")
+}
+
+/// A pid file's contents: the pid, and the cluster if the file names one (a file written
+/// before the cluster line existed does not).
+struct PidText {
+    pid: u32,
+    cluster: Option<u64>,
 }
 
 /// What a pid file holds: `Ok(None)` if there is none, `Ok(Some(Err(why)))` if it holds
-/// something other than a pid.
-fn read_pid(path: &Path) -> Result<Option<Result<u32, String>>, String> {
+/// something other than a pid file's lines.
+fn read_pid(path: &Path) -> Result<Option<Result<PidText, String>>, String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(
-            text.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| format!("it holds {:?}, not a pid", text.trim())),
-        )),
+        Ok(text) => Ok(Some(parse_pid_text(&text))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("reading {}: {e}", path.display())),
     }
 }
 
+fn parse_pid_text(text: &str) -> Result<PidText, String> {
+    let garbled = || format!("it holds {:?}, not a pid", text.trim());
+    let mut lines = text.lines();
+    let pid = lines
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(garbled)?;
+    let cluster = match lines.next().map(str::trim) {
+        None | Some("") => None,
+        Some(line) => Some(
+            line.strip_prefix("cluster ")
+                .and_then(|c| c.strip_prefix("0x"))
+                .and_then(|c| u64::from_str_radix(c, 16).ok())
+                .ok_or_else(garbled)?,
+        ),
+    };
+    Ok(PidText { pid, cluster })
+}
+
 /// The pid a pid file names, if it names one.
 fn pid_in(path: &Path) -> Option<u32> {
-    read_pid(path).ok().flatten().and_then(Result::ok)
+    read_pid(path).ok().flatten().and_then(Result::ok).map(|t| t.pid)
 }
 
 pub(crate) fn inspect_pid_file(config: &ClusterConfig, id: u16) -> Result<PidFile, String> {
-    let pid = match read_pid(&config.pid_path(id))? {
+    let PidText { pid, cluster } = match read_pid(&config.pid_path(id))? {
         None => return Ok(PidFile::Missing),
         Some(Err(why)) => return Ok(PidFile::Stale(why)),
-        Some(Ok(pid)) => pid,
+        Some(Ok(text)) => text,
     };
     let Some(target) = Target::open(pid)? else {
         return Ok(PidFile::Stale(format!("pid {pid} is not running")));
@@ -831,7 +914,10 @@ pub(crate) fn inspect_pid_file(config: &ClusterConfig, id: u16) -> Result<PidFil
     match is_replica(pid, id) {
         // The check read `/proc/<pid>` while the pidfd was open: if its process is still alive
         // now, the pid was not reused in between, and what was read is that process.
-        Some(true) if !target.exited() => Ok(PidFile::Running(target)),
+        Some(true) if !target.exited() => match cluster {
+            Some(other) if other != config.cluster_id => Ok(PidFile::Foreign(target, other)),
+            _ => Ok(PidFile::Running(target)),
+        },
         Some(false) => {
             Ok(PidFile::Stale(format!("pid {pid} is another program, which was left alone")))
         }
@@ -984,6 +1070,18 @@ mod tests {
         .unwrap();
         assert_eq!(log_tail(&log), "  new run");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pid_files_name_the_pid_and_the_cluster() {
+        let text = parse_pid_text(&pid_file_text(4242, 0x6a01)).unwrap();
+        assert_eq!((text.pid, text.cluster), (4242, Some(0x6a01)));
+        // A file written before the cluster line existed.
+        let text = parse_pid_text("77\n").unwrap();
+        assert_eq!((text.pid, text.cluster), (77, None));
+        for garbled in ["", "0\n", "x\n", "77\ncluster 12\n", "77\nclusters 0x1\n"] {
+            assert!(parse_pid_text(garbled).is_err(), "{garbled:?} was taken");
+        }
     }
 
     #[test]

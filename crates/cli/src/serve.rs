@@ -5,7 +5,7 @@
 //! `MU_LOG` environment variable (default `info`), written by a thread of their own
 //! (`log_buffer`). See docs/service.md, "Logs".
 
-use crate::cluster_cmd::{inspect_pid_file, PidFile};
+use crate::cluster_cmd::{inspect_pid_file, pid_file_text, PidFile};
 use crate::interrupt;
 use crate::log_buffer::{self, LogBuffer};
 use mu_fabric::NodeId;
@@ -111,6 +111,15 @@ pub fn run(args: Args) -> Result<(), String> {
                 pid_path.display()
             ))
         }
+        PidFile::Foreign(target, other) => {
+            return Err(format!(
+                "replica {} of cluster {other:#x} already runs in {} (pid {}): two clusters \
+                 cannot share a run directory",
+                args.id,
+                config.run_dir.display(),
+                target.pid
+            ))
+        }
         PidFile::Stale(_) | PidFile::Missing => {}
     }
     let machine = SharedMachine::new();
@@ -138,7 +147,7 @@ pub fn run(args: Args) -> Result<(), String> {
         let addr = mu_service::metrics::serve(port, sources)?;
         info!(replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
     }
-    std::fs::write(&pid_path, format!("{}\n", std::process::id()))
+    write_private(&pid_path, &pid_file_text(std::process::id(), config.cluster_id))
         .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;
     info!(
         replica = args.id,
@@ -295,6 +304,20 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
 /// the fabric and is taken up on the next poll.
 pub(crate) fn call_wait_us(read_period_us: u64) -> u64 {
     (read_period_us / 4).clamp(50, 1000)
+}
+
+/// Writes `text` to `path`, readable and writable by the owner only, as everything else in a
+/// run directory is.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 /// Opens this replica's fabric as the configuration says and starts the replica on it.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{mu, ok, refused, Setup};
+use common::{mu, ok, refused, stderr, Setup};
 use std::os::unix::fs::DirBuilderExt;
 
 /// The clusters of this file go one at a time: each is three replica processes with busy
@@ -36,7 +36,16 @@ fn replicas_and_clients_of_another_cluster_cannot_join() {
         mu(&["kv", "put", "color", "red", "--config", alien, "--timeout-ms", "3000"]),
         &format!("belongs to cluster {}, not to cluster {}", 0x6a01, 0x6a02),
     );
-    refused(mu(&["cluster", "status", "--config", alien]), "belongs to cluster");
+    let status = mu(&["cluster", "status", "--config", alien]);
+    assert!(!stderr(&status).contains("is the cluster up"), "{}", stderr(&status));
+    refused(status, "belongs to cluster");
+    // Nor can the other cluster's configuration stop this one (it names the same run
+    // directory and replica ids): every replica is left running.
+    refused(
+        mu(&["cluster", "down", "--config", alien]),
+        "two clusters cannot share a run directory",
+    );
+    refused(mu(&["cluster", "up", "--config", alien]), "two clusters cannot share a run directory");
 
     // The cluster went on serving, its data untouched.
     assert_eq!(ok(mu(&["kv", "get", "color", "--config", setup.config()])).trim(), "blue");
@@ -80,7 +89,11 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
     ok(mu(&["cluster", "up", "--config", setup.config()]));
     ok(mu(&["kv", "put", "color", "green", "--config", setup.config()]));
     let pid_path = setup.run_dir.join("replica-2.pid");
-    let pid: i32 = std::fs::read_to_string(&pid_path).unwrap().trim().parse().unwrap();
+    // The pid file's first line is the pid; the next names the cluster.
+    let first_line = |text: String| text.lines().next().unwrap_or("").to_string();
+    let pid_text = std::fs::read_to_string(&pid_path).unwrap();
+    assert!(pid_text.contains(&format!("cluster {:#x}", 0x6a04)), "{pid_text:?}");
+    let pid: i32 = first_line(pid_text).parse().unwrap();
     // SAFETY: kill takes a pid and a signal number, no memory.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     // Gone once the pid no longer answers signal 0 (`mu cluster up` reaps its children).
@@ -94,6 +107,12 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
     let status = mu(&["cluster", "status", "--config", setup.config()]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("crashed") && text.contains("--rejoin"), "status says so: {text}");
+    assert!(text.contains(setup.config()), "status names the configuration file: {text}");
+
+    // `mu cluster up` refuses while the rest of the cluster runs, and leaves the crashed
+    // replica's pid file: that file is what refuses a restart without --rejoin below.
+    refused(mu(&["cluster", "up", "--config", setup.config()]), "already running");
+    assert!(pid_path.exists(), "a refused `mu cluster up` removed the crashed replica's pid file");
 
     // Without --rejoin: refused at once (`timeout` ends it if it were to serve instead).
     let out = std::process::Command::new("timeout")
@@ -114,7 +133,7 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
         .expect("mu replica starts");
     let new_pid = rejoined.id().to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::fs::read_to_string(&pid_path).map_or(true, |text| text.trim() != new_pid) {
+    while std::fs::read_to_string(&pid_path).map_or(true, |text| first_line(text) != new_pid) {
         assert!(rejoined.try_wait().unwrap().is_none(), "the rejoining replica stopped");
         assert!(std::time::Instant::now() < deadline, "the rejoining replica never served");
         std::thread::sleep(std::time::Duration::from_millis(20));

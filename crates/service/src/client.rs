@@ -12,11 +12,14 @@ use crate::wire::{
     read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
 };
 use mu_kv::{Op, Reply, Request};
-use std::io::{BufReader, BufWriter};
+use std::io::{self, BufReader, BufWriter};
 use std::time::{Duration, Instant};
 
 /// How long a client waits for a TCP connection to a replica to open before it tries the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one answer may take before the replica is given up on (the request may be tried
+/// on the next one).
+const READ_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Why an operation did not get a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,7 +209,15 @@ impl Client {
         ClientMessage::Status.encode(&mut message);
         match self.exchange(&message) {
             Ok(ServerMessage::Status(json)) => ReplicaReport::from_json(&json),
+            // A replica of another cluster, or of another wire version, refuses the hello.
+            Ok(ServerMessage::Refused(why)) => Err(format!("replica {id} refused: {why}")),
             Ok(other) => Err(format!("replica {id} answered {other:?} to a status request")),
+            // The read timed out: the process may run (stopped, or stuck) without answering.
+            Err(FrameError::Io(e))
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
+                Err(format!("replica {id}: no answer within {} ms", READ_TIMEOUT.as_millis()))
+            }
             Err(e) => Err(format!("replica {id}: {e}")),
         }
     }
@@ -231,7 +242,7 @@ impl Client {
             let stream = Stream::connect(&self.replicas[self.target].1, CONNECT_TIMEOUT)?;
             // A replica that stops answering (stopped, or its leader stuck) must not hold the
             // client for ever: give up on it and try the next.
-            stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+            stream.set_read_timeout(Some(READ_TIMEOUT))?;
             let reader = BufReader::new(stream.try_clone()?);
             self.conn = Some((reader, BufWriter::new(stream)));
             let mut hello = Vec::new();
