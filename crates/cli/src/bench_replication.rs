@@ -225,7 +225,8 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-/// The log for `payload_bytes`: slots of the payload plus 24 bytes of framing (rounded up to 8),
+/// The log for `payload_bytes` under `protocol`: slots of the payload (or of the protocol's own
+/// largest entry, where that is larger) plus 24 bytes of framing (rounded up to 8),
 /// [`LOG_SLOTS_MAX`] of them if that fits in [`LOG_BYTES`], and never fewer than
 /// [`LOG_SLOTS_MIN`]. Many slots, because a follower more than a log behind is dropped for good
 /// (these replicas take no snapshots for a state transfer) and on two cores a follower can go
@@ -233,8 +234,10 @@ fn histogram() -> Histogram<u64> {
 /// bounded number, because the warm-up goes once round the log: the leader maps its followers'
 /// logs without touching them first, so the first lap takes page faults that a running
 /// replica no longer takes.
-fn log_shape(payload_bytes: usize) -> (u64, u32) {
-    let slot_bytes = (payload_bytes + 24).next_multiple_of(8);
+fn log_shape(payload_bytes: usize, protocol: mu_replica::Protocol) -> (u64, u32) {
+    // Room for the replicas' own entries too, which may be larger than a tiny payload.
+    let value_bytes = payload_bytes.max(protocol.control_entry_bytes());
+    let slot_bytes = (value_bytes + 24).next_multiple_of(8);
     let slots_count = (LOG_BYTES / slot_bytes as u64).clamp(LOG_SLOTS_MIN, LOG_SLOTS_MAX);
     (slots_count, slot_bytes as u32)
 }
@@ -390,7 +393,7 @@ pub fn sweep(
 ) -> Result<Vec<PayloadResult>, String> {
     let mut results = Vec::new();
     for &payload_bytes in payloads {
-        let (slots_count, slot_bytes) = log_shape(payload_bytes);
+        let (slots_count, slot_bytes) = log_shape(payload_bytes, protocol);
         let spec = Spec {
             replicas: REPLICAS,
             // A fresh block of ports for each cluster.
@@ -850,22 +853,27 @@ mod tests {
     /// Every payload the command accepts fits its log's slots, and the configuration is valid.
     #[test]
     fn every_payload_fits_its_log() {
-        for payload_bytes in 1..=MAX_PAYLOAD_BYTES {
-            let (slots_count, slot_bytes) = log_shape(payload_bytes);
-            let config = replica_child::config(
-                0,
-                REPLICAS,
-                (slots_count, slot_bytes),
-                None,
-                ThreadsChoice::Shared,
-                mu_replica::Protocol::Mu,
-            );
-            let (_, layout) = config.validate().expect("a valid configuration");
-            assert!(layout.max_value_bytes() >= payload_bytes, "{payload_bytes}");
-            assert!((LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&slots_count));
+        use mu_replica::Protocol;
+        for protocol in [Protocol::Mu, Protocol::Velos] {
+            for payload_bytes in 1..=MAX_PAYLOAD_BYTES {
+                let (slots_count, slot_bytes) = log_shape(payload_bytes, protocol);
+                let config = replica_child::config(
+                    0,
+                    REPLICAS,
+                    (slots_count, slot_bytes),
+                    None,
+                    ThreadsChoice::Shared,
+                    protocol,
+                );
+                let (_, layout) = config.validate().expect("a valid configuration");
+                assert!(layout.max_value_bytes() >= payload_bytes, "{payload_bytes}");
+                assert!((LOG_SLOTS_MIN..=LOG_SLOTS_MAX).contains(&slots_count));
+            }
         }
-        assert_eq!(log_shape(4096), (LOG_SLOTS_MIN, 4096 + 24));
-        assert_eq!(log_shape(64), (LOG_SLOTS_MAX, 88));
+        assert_eq!(log_shape(4096, Protocol::Mu), (LOG_SLOTS_MIN, 4096 + 24));
+        assert_eq!(log_shape(64, Protocol::Mu), (LOG_SLOTS_MAX, 88));
+        assert_eq!(log_shape(1, Protocol::Mu).1, 32);
+        assert_eq!(log_shape(1, Protocol::Velos).1, 40, "a rejoin entry takes 10 bytes");
     }
 
     #[test]

@@ -18,5 +18,5 @@
 mod request;
 mod store;
 
-pub use request::{DecodeError, Op, Request, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+pub use request::{DecodeError, Op, Request, KEY_BYTES_MAX, PUT_BYTES_MIN, VALUE_BYTES_MAX};
 pub use store::{Reply, RestoreError, Store};

@@ -23,6 +23,9 @@ pub const VALUE_BYTES_MAX: usize = 1 << 20;
 
 const VERSION: u8 = 1;
 const HEADER_BYTES: usize = 1 + 1 + 8 + 8;
+/// The encoded size of the smallest put: an empty key and an empty value. A log whose entries
+/// hold less could store no value at all.
+pub const PUT_BYTES_MIN: usize = HEADER_BYTES + 2 + 4;
 
 /// One operation on one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,6 +210,14 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smallest_put_has_an_empty_key_and_value() {
+        let put = Request { client: 1, seq: 1, op: Op::Put { key: vec![], value: vec![] } };
+        assert_eq!(put.encode().unwrap().len(), PUT_BYTES_MIN);
+        let del = Request { client: 1, seq: 1, op: Op::Delete { key: vec![] } };
+        assert!(del.encode().unwrap().len() < PUT_BYTES_MIN, "a delete is smaller still");
+    }
 
     fn all_ops() -> Vec<Op> {
         vec![

@@ -25,6 +25,18 @@ impl Protocol {
         }
     }
 
+    /// The value bytes of the largest entry the replicas write themselves (not an
+    /// application's request): a membership change, and under Velos also a rejoin entry. A log
+    /// whose entries hold less could never change its members or take a restarted replica
+    /// back, so [`ReplicaConfig::validate`] refuses it.
+    pub fn control_entry_bytes(self) -> usize {
+        let change = mu_replication::membership::CHANGE_BYTES;
+        match self {
+            Protocol::Mu => change,
+            Protocol::Velos => change.max(mu_velos::recovery::REJOIN_ENTRY_BYTES),
+        }
+    }
+
     /// The name and version replicas record and compare, e.g. `mu/2`, `velos/4`.
     pub fn tag(self) -> String {
         match self {
@@ -277,6 +289,20 @@ impl ReplicaConfig {
         self.initial_members(&replicas)?;
         let layout = LogLayout::new(self.slots_count, self.slot_bytes, self.integrity)
             .map_err(|e| ConfigError::Log(e.to_string()))?;
+        let control = self.protocol.control_entry_bytes();
+        if layout.max_value_bytes() < control {
+            let framing = self.slot_bytes as usize - layout.max_value_bytes();
+            return Err(ConfigError::Log(format!(
+                "slots of {} bytes hold values of {} bytes (an entry's framing takes {framing}); \
+                 {} writes entries of {control} bytes itself (membership changes{}), so slots \
+                 must be at least {} bytes, and as large as the largest request plus {framing}",
+                self.slot_bytes,
+                layout.max_value_bytes(),
+                self.protocol.name(),
+                if self.protocol == Protocol::Velos { ", rejoins" } else { "" },
+                (control + framing).next_multiple_of(8)
+            )));
+        }
         self.detector.validate().map_err(ConfigError::Detector)?;
         for (name, value) in [
             ("permission_timeout_ns", self.permission_timeout_ns),
@@ -371,4 +397,39 @@ pub enum ConfigError {
     Batching(String),
     #[error("cpus: {0}")]
     Cpus(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(protocol: Protocol, slot_bytes: u32) -> ReplicaConfig {
+        let ids = (0..3).map(NodeId).collect();
+        let mut c = ReplicaConfig::new(NodeId(0), ids);
+        c.protocol = protocol;
+        c.slot_bytes = slot_bytes;
+        c
+    }
+
+    /// A log whose entries cannot hold the replicas' own entries could never change its
+    /// members (nor, under Velos, take a restarted replica back): refused, with the size that
+    /// would do.
+    #[test]
+    fn slots_must_hold_the_protocols_own_entries() {
+        let refused = |protocol, slot_bytes| match config(protocol, slot_bytes).validate() {
+            Err(ConfigError::Log(why)) => why,
+            other => panic!("{protocol:?} with {slot_bytes}-byte slots: {other:?}"),
+        };
+        let why = refused(Protocol::Mu, 24);
+        assert!(why.contains("at least 32 bytes") && why.contains("membership"), "{why}");
+        let why = refused(Protocol::Velos, 32);
+        assert!(why.contains("at least 40 bytes") && why.contains("rejoins"), "{why}");
+        assert!(config(Protocol::Mu, 32).validate().is_ok());
+        assert!(config(Protocol::Velos, 40).validate().is_ok());
+        for protocol in [Protocol::Mu, Protocol::Velos] {
+            let value_bytes = 8 * protocol.control_entry_bytes().div_ceil(8);
+            let (_, layout) = config(protocol, 24 + value_bytes as u32).validate().unwrap();
+            assert!(layout.max_value_bytes() >= protocol.control_entry_bytes());
+        }
+    }
 }

@@ -226,6 +226,41 @@ impl ClusterConfig {
                 self.log.slots, self.log.slot_bytes
             ));
         }
+        // The settings the replica's own checks also make, named as this file names them.
+        let slot_bytes = self.log.slot_bytes;
+        let framing = mu_log::MIN_SLOT_BYTES;
+        if slot_bytes < framing || slot_bytes % 8 != 0 {
+            return Err(format!(
+                "log.slot_bytes is {slot_bytes}: slots are a multiple of 8 bytes and at least \
+                 {framing} (an entry's framing) plus the largest request"
+            ));
+        }
+        // The replica's detector takes periods of up to a second.
+        const READ_PERIOD_US_MAX: u64 = 1_000_000;
+        match self.detector.read_period_us {
+            0 => {
+                return Err("detector.read_period_us is 0: heartbeats must be read at some \
+                            period (the default is 1000)"
+                    .into())
+            }
+            p if p > READ_PERIOD_US_MAX => {
+                return Err(format!(
+                    "detector.read_period_us is {p}: at most {READ_PERIOD_US_MAX} (1 s); a \
+                     failure detector that reads less often could not tell a failure for many \
+                     seconds"
+                ))
+            }
+            _ => {}
+        }
+        let value_bytes = (slot_bytes - framing) as usize;
+        if value_bytes < mu_kv::PUT_BYTES_MIN {
+            return Err(format!(
+                "log.slot_bytes is {slot_bytes}: an entry then holds {value_bytes} bytes, less \
+                 than the smallest put ({} bytes: an empty key and value); make it the largest \
+                 request plus {framing}",
+                mu_kv::PUT_BYTES_MIN
+            ));
+        }
         self.replica_config(self.replicas[0])?
             .validate()
             .map_err(|e| format!("configuration: {e}"))?;

@@ -50,9 +50,15 @@ fn a_metrics_port_base_without_room_for_every_replica_is_refused() {
 
 #[test]
 fn a_detector_that_reads_less_than_once_a_second_is_refused() {
-    refused(&good("[detector]\nread_period_us = 1000001"), &["read_period_ns", "at most"]);
+    // Named as the file names it.
+    refused(
+        &good("[detector]\nread_period_us = 1000001"),
+        &["detector.read_period_us is 1000001", "at most 1000000"],
+    );
     // Far beyond: no overflow on the way to the refusal.
-    refused(&good("[detector]\nread_period_us = 18446744073709551"), &["read_period_ns"]);
+    refused(&good("[detector]\nread_period_us = 18446744073709551"), &["detector.read_period_us"]);
+    refused(&good("[detector]\nread_period_us = 0"), &["detector.read_period_us is 0"]);
+    ClusterConfig::parse(&good("[detector]\nread_period_us = 1000000")).expect("once a second");
 }
 
 #[test]
@@ -168,6 +174,20 @@ fn slots_too_small_for_an_entry_are_refused() {
         &good("[log]\nslots = 64\nslot_bytes = 1001\nintegrity = \"checksum\""),
         &["log", "multiple of 8", "1001"],
     );
+    // Named as the file names it, zero included.
+    refused(
+        &good("[log]\nslots = 64\nslot_bytes = 0\nintegrity = \"checksum\""),
+        &["log.slot_bytes is 0", "at least 24"],
+    );
+    // Framing and nothing else, or room for less than the smallest put: no request would
+    // ever fit (a put of an empty key and value takes 24 bytes).
+    for slot_bytes in [24, 32, 40] {
+        refused(
+            &good(&format!("[log]\nslots = 64\nslot_bytes = {slot_bytes}")),
+            &[&format!("log.slot_bytes is {slot_bytes}"), "smallest put"],
+        );
+    }
+    ClusterConfig::parse(&good("[log]\nslots = 64\nslot_bytes = 48")).expect("a put fits");
     // A log of one slot cannot hold an entry while the next is written.
     refused(
         &good("[log]\nslots = 1\nslot_bytes = 128\nintegrity = \"checksum\""),
@@ -202,7 +222,7 @@ fn detector_settings_out_of_range_are_refused() {
     // Scores top out at 15: a failed replica could never recover.
     refused(&detector(1000, 2, 15), &["failure detector", "recovery_threshold (15)", "score_max"]);
     // Heartbeats must be read at some period.
-    refused(&detector(0, 2, 6), &["failure detector", "read_period", "is 0"]);
+    refused(&detector(0, 2, 6), &["detector.read_period_us is 0"]);
     // Thresholds are 8-bit scores.
     refused(
         &good("[detector]\nread_period_us = 1000\nfailure_threshold = 2\nrecovery_threshold = 300"),
