@@ -114,6 +114,9 @@ fn up(args: &UpArgs) -> Result<(), String> {
     // starts.
     let config = crate::serve::load_config(&config_path)?;
     config.prepare_run_dir()?;
+    if let Some(warning) = crate::serve::run_dir_warning(&config) {
+        eprintln!("mu cluster up: warning: {warning}");
+    }
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
     let mut started: Vec<Started> = Vec::new();

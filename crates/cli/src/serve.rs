@@ -82,6 +82,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let config = load_config(&args.config)?;
     config.prepare_run_dir()?;
+    if let Some(warning) = run_dir_warning(&config) {
+        warn!(replica = args.id, "{warning}");
+    }
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
     replica_config.cpus = mu_replica::ThreadCpus {
@@ -304,6 +307,23 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
 /// the fabric and is taken up on the next poll.
 pub(crate) fn call_wait_us(read_period_us: u64) -> u64 {
     (read_period_us / 4).clamp(50, 1000)
+}
+
+/// A warning for a run directory that the shm fabric would use on a disk file system (see
+/// `mu_fabric_shm::layout::memory_backed`), if that is where it is.
+pub(crate) fn run_dir_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+    if config.fabric != "shm" {
+        return None;
+    }
+    match mu_fabric_shm::layout::memory_backed(&config.run_dir) {
+        Ok(false) => Some(format!(
+            "run_dir {} is not on tmpfs: the replicas' logs are shared memory in files there, \
+             which the kernel writes back to disk, so every write to a log becomes disk traffic \
+             and latency suffers; put it under /dev/shm or $XDG_RUNTIME_DIR",
+            config.run_dir.display()
+        )),
+        _ => None,
+    }
 }
 
 /// Writes `text` to `path`, readable and writable by the owner only, as everything else in a

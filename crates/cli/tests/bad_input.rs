@@ -120,3 +120,38 @@ fn an_ofi_provider_that_is_not_supported_is_refused_by_every_command() {
     refused(&["kv", "get", "k", "--config", &config], "is not supported");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A run directory off tmpfs works but is slow (every log write becomes disk traffic): `mu
+/// replica` says so as it starts, and says nothing of the kind on tmpfs. (The replica here
+/// stops at once, on an id the configuration does not have, after the warning.)
+#[test]
+fn a_run_directory_off_tmpfs_is_warned_about() {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut bases = vec![std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))];
+    if std::path::Path::new("/dev/shm").is_dir() {
+        bases.push("/dev/shm".into());
+    }
+    for base in bases {
+        let dir = base.join(format!("mu-bad-input-tmpfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
+        let run_dir = dir.join("run");
+        let config = dir.join("cluster.toml");
+        std::fs::write(
+            &config,
+            format!("cluster_id = 7\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n", run_dir.display()),
+        )
+        .expect("config file");
+        let out = mu(&["replica", "--config", config.to_str().unwrap(), "--id", "9"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let in_memory = mu_fabric_shm::layout::memory_backed(&dir).expect("statfs");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(stderr.contains("replica 9 is not in this cluster"), "{stderr}");
+        assert_eq!(
+            stderr.contains("is not on tmpfs"),
+            !in_memory,
+            "{} (in memory: {in_memory}): {stderr}",
+            base.display()
+        );
+    }
+}

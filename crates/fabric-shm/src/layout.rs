@@ -64,6 +64,29 @@ const R_ID: usize = 28;
 const R_LEN: usize = 32;
 const R_ACCESS: usize = 40;
 
+/// Whether `dir` is on a file system kept in memory (tmpfs, ramfs, hugetlbfs), as a run
+/// directory should be: elsewhere every page a node writes into a region is dirty page cache
+/// that the kernel writes back to disk, so a log's writes turn into disk traffic and its pages
+/// into write faults after each writeback. The fabric works there all the same; callers warn.
+pub fn memory_backed(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statfs reads the NUL-terminated path and writes one `statfs` record into `stats`,
+    // which is zeroed plain data of the right type and lives across the call.
+    let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(path.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
+    let kind = stats.f_type as i64;
+    Ok(matches!(kind, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC))
+}
+
 pub fn cluster_file(dir: &Path) -> PathBuf {
     dir.join("cluster")
 }
@@ -351,4 +374,19 @@ pub fn claim_cluster(dir: &Path, cluster_id: u64, protocol: &str) -> Result<(), 
         ),
     };
     Err(FabricError::Incompatible(why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_file_systems_are_told_from_others() {
+        if Path::new("/dev/shm").is_dir() {
+            assert!(memory_backed(Path::new("/dev/shm")).unwrap(), "/dev/shm is tmpfs");
+        }
+        // procfs is in memory too, but is not where files can be made: not one of the three.
+        assert!(!memory_backed(Path::new("/proc")).unwrap());
+        assert!(memory_backed(Path::new("/no/such/directory/here")).is_err());
+    }
 }

@@ -5,7 +5,8 @@
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
-//! run_dir = "/tmp/mu-7"       # owner-only: shared memory, sockets, pid and log files
+//! run_dir = "/dev/shm/mu-7"   # owner-only: shared memory, sockets, pid and log files; on
+//!                             # tmpfs (mu replica and mu cluster up warn where it is not)
 //! replicas = [0, 1, 2]
 //! mode = "direct"             # or "handover" (a busy-polling replication thread; pinned with
 //!                             # mu replica --replication-cpu)
