@@ -20,20 +20,33 @@ use std::time::{Duration, Instant};
 
 /// The longest phase the demo runs.
 const SECONDS_MAX: f64 = 86_400.0;
+/// The shortest: a failover alone takes milliseconds, and a rate over less says nothing.
+const SECONDS_MIN: f64 = 0.1;
 /// The most client threads (each a thread and a connection to every replica).
-const CLIENTS_MAX: usize = 1024;
+const CLIENTS_MAX: i64 = 1024;
+/// The most keys per client (the demo keeps each key's acknowledged values in memory).
+const KEYS_MAX: i64 = 1_000_000;
+
+/// `--seconds`: a finite number of seconds from [`SECONDS_MIN`] to [`SECONDS_MAX`].
+fn seconds(text: &str) -> Result<f64, String> {
+    let s: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !s.is_finite() || !(SECONDS_MIN..=SECONDS_MAX).contains(&s) {
+        return Err(format!("{text} is out of range: give {SECONDS_MIN} to {SECONDS_MAX} (a day)"));
+    }
+    Ok(s)
+}
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds of workload before the leader is killed, and again after.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds of workload before the leader is killed, and again after (0.1 to 86400).
+    #[arg(long, default_value_t = 3.0, value_parser = seconds, allow_negative_numbers = true)]
     seconds: f64,
-    /// Client threads.
-    #[arg(long, default_value_t = 4)]
-    clients: usize,
-    /// Keys each client writes.
-    #[arg(long, default_value_t = 16)]
-    keys: usize,
+    /// Client threads (1 to 1024).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=CLIENTS_MAX))]
+    clients: u16,
+    /// Keys each client writes (1 to 1000000).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=KEYS_MAX))]
+    keys: u32,
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -69,15 +82,6 @@ struct KeyTruth {
 
 pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
-    if args.clients == 0 || args.keys == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
-        return Err("--clients, --keys and --seconds must be above 0".into());
-    }
-    if args.seconds > SECONDS_MAX {
-        return Err(format!("--seconds {}: at most {SECONDS_MAX} (a day)", args.seconds));
-    }
-    if args.clients > CLIENTS_MAX {
-        return Err(format!("--clients {}: at most {CLIENTS_MAX}", args.clients));
-    }
     let mut cluster =
         KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, args.protocol)?;
     eprintln!(
@@ -100,9 +104,10 @@ pub fn run(args: Args) -> Result<(), String> {
         kill_at_ns: AtomicU64::new(0),
         killed: AtomicU16::new(u16::MAX),
     });
-    let workers: Vec<_> = (0..args.clients)
+    let workers: Vec<_> = (0..usize::from(args.clients))
         .map(|t| {
-            let (shared, endpoints, keys) = (shared.clone(), config.endpoints(), args.keys);
+            let (shared, endpoints) = (shared.clone(), config.endpoints());
+            let keys = args.keys as usize;
             let cluster_id = config.cluster_id;
             std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared, start))
         })

@@ -120,21 +120,24 @@ pub fn run(args: Args) -> Result<bool, String> {
             let (key, expected, value) = match (absent, args.as_slice()) {
                 (false, [key, expected, value]) => (key, Some(expected), value),
                 (true, [key, value]) => (key, None, value),
-                (false, a) => {
-                    return Err(format!(
+                // The wrong number of arguments is a usage error, as the parser's own are.
+                (false, a) => crate::usage_error(
+                    &["kv", "cas"],
+                    format!(
                         "cas takes KEY EXPECTED VALUE, or --absent KEY VALUE; got {} argument{}",
                         a.len(),
                         if a.len() == 1 { "" } else { "s" }
-                    ))
-                }
-                (true, a) => {
-                    return Err(format!(
+                    ),
+                ),
+                (true, a) => crate::usage_error(
+                    &["kv", "cas"],
+                    format!(
                         "cas --absent takes KEY VALUE (no EXPECTED: the key must be absent); got \
                          {} argument{}",
                         a.len(),
                         if a.len() == 1 { "" } else { "s" }
-                    ))
-                }
+                    ),
+                ),
             };
             let mut client = connect(&target)?;
             let swapped = client

@@ -123,6 +123,21 @@ fn quiet_stdout_failures() {
     }));
 }
 
+/// Ends the process as the argument parser ends it for a command line it refuses (the message
+/// and the usage of the subcommand at `path` on stderr, exit status 2), for what only the
+/// command can see, such as how many values one argument list holds. Called before the command
+/// starts anything, since nothing is dropped on the way out.
+pub fn usage_error(path: &[&str], message: impl std::fmt::Display) -> ! {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let mut at = &mut command;
+    for name in path {
+        at = at.find_subcommand_mut(name).expect("a subcommand of mu");
+    }
+    at.error(clap::error::ErrorKind::WrongNumberOfValues, message).exit()
+}
+
 fn main() -> ExitCode {
     quiet_stdout_failures();
     let cli = Cli::parse();

@@ -64,9 +64,34 @@ fn a_lincheck_that_does_not_work_is_named_before_any_seed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `mu args` is refused as a usage error (status 2, as the argument parser's own refusals),
+/// says `expected` on stderr, and does not panic.
+fn usage_refused(args: &[&str], expected: &str) {
+    let out = mu(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "mu {args:?} must fail with status 2: {stderr}");
+    assert!(stderr.contains(expected), "mu {args:?} should say {expected:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "mu {args:?} panicked: {stderr}");
+}
+
 #[test]
-fn a_demo_of_centuries_is_refused() {
-    refused(&["demo", "--seconds", "99999999999999999999"], "at most 86400");
+fn a_demo_out_of_range_is_a_usage_error() {
+    usage_refused(&["demo", "--seconds", "99999999999999999999"], "give 0.1 to 86400");
+    for seconds in ["0", "1e-9", "NaN", "inf", "-1"] {
+        usage_refused(&["demo", "--seconds", seconds], "--seconds");
+    }
+    usage_refused(&["demo", "--clients", "100000"], "1..=1024");
+    usage_refused(&["demo", "--keys", "0"], "1..=1000000");
+}
+
+#[test]
+fn a_cas_with_the_wrong_number_of_values_is_a_usage_error() {
+    // Refused before any cluster is looked for: the configuration need not exist.
+    usage_refused(&["kv", "cas", "k", "v", "--config", "/nonexistent.toml"], "got 2 arguments");
+    usage_refused(
+        &["kv", "cas", "--absent", "k", "--config", "/nonexistent.toml"],
+        "cas --absent takes KEY VALUE",
+    );
 }
 
 #[test]
