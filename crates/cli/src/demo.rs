@@ -72,6 +72,8 @@ struct Shared {
     kill_at_ns: AtomicU64,
     /// The killed replica's id (set before `kill_at_ns`).
     killed: AtomicU16,
+    /// The replica that answered the latest operation (u16::MAX before the first).
+    last_served_by: AtomicU16,
 }
 
 #[derive(Default, Clone)]
@@ -103,6 +105,7 @@ pub fn run(args: Args) -> Result<(), String> {
         first_after_kill_ns: AtomicU64::new(0),
         kill_at_ns: AtomicU64::new(0),
         killed: AtomicU16::new(u16::MAX),
+        last_served_by: AtomicU16::new(u16::MAX),
     });
     let workers: Vec<_> = (0..usize::from(args.clients))
         .map(|t| {
@@ -115,7 +118,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let phase = Duration::from_secs_f64(args.seconds);
     let result = (|| -> Result<u16, String> {
         watch(&shared, &mut cluster, start, phase, "before the kill")?;
-        let leader = cluster.current_leader()?;
+        let leader = leader_serving_clients(&shared, &cluster)?;
         let kill_at = start.elapsed();
         shared.killed.store(leader, Ordering::Release);
         shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
@@ -235,6 +238,7 @@ fn client_loop(
             Ok(_) => {
                 h.saturating_record(began.elapsed().as_nanos() as u64);
                 shared.ops.fetch_add(1, Ordering::Relaxed);
+                shared.last_served_by.store(client.target(), Ordering::Relaxed);
                 let kill_at = shared.kill_at_ns.load(Ordering::Acquire);
                 let answered_by_another = client.target() != shared.killed.load(Ordering::Acquire);
                 if kill_at != 0 && done > kill_at && answered_by_another {
@@ -267,6 +271,40 @@ fn client_loop(
     }
     shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
 }
+
+/// The leader to kill: the one a majority of replicas agree on, once it is also the one that
+/// answered the clients' latest operation. Soon after start-up leadership can still move, and
+/// killing a replica the clients had already left would time no failover: the next answer
+/// would come from the new leader at once (a run once reported 4 µs). Looks for up to
+/// [`LEADER_SETTLE`]; a leader that is agreed on but has served no client by then is an error.
+fn leader_serving_clients(shared: &Shared, cluster: &KvCluster) -> Result<u16, String> {
+    let deadline = Instant::now() + LEADER_SETTLE;
+    loop {
+        interrupt::check()?;
+        let agreed = cluster.current_leader();
+        let served_by = shared.last_served_by.load(Ordering::Relaxed);
+        match agreed {
+            Ok(leader) if leader == served_by => return Ok(leader),
+            _ if Instant::now() >= deadline => {
+                return Err(format!(
+                    "no settled leader to kill: after {} s the replicas agree on {} and the \
+                     clients were last served by {}",
+                    LEADER_SETTLE.as_secs(),
+                    agreed.map_or_else(|e| format!("none ({e})"), |l| format!("replica {l}")),
+                    if served_by == u16::MAX {
+                        "none".to_string()
+                    } else {
+                        format!("replica {served_by}")
+                    }
+                ))
+            }
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// How long the demo waits for the leader the replicas agree on to be the one serving clients.
+const LEADER_SETTLE: Duration = Duration::from_secs(5);
 
 /// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
 fn watch(
