@@ -169,7 +169,7 @@ pub struct Args {
     /// [default: 100; shm only].
     #[arg(long, value_parser = crate::counts::count)]
     crash_samples: Option<u64>,
-    /// Run directory (default: a fresh one under /dev/shm, removed afterwards).
+    /// Run directory, kept afterwards (default: a fresh one under /dev/shm, removed afterwards).
     #[arg(long)]
     run_dir: Option<PathBuf>,
 }
@@ -523,22 +523,19 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         return crate::bench_ofi::run(args.json, args.samples, provider);
     }
-    let (run_dir, remove_after) = match &args.run_dir {
-        Some(d) => (d.clone(), false),
-        None => {
-            let base = if Path::new("/dev/shm").is_dir() {
-                PathBuf::from("/dev/shm")
-            } else {
-                std::env::temp_dir()
-            };
-            (base.join(format!("mu-bench-fabric-{}", std::process::id())), true)
+    match &args.run_dir {
+        Some(dir) => {
+            if dir.exists() && !dir.is_dir() {
+                return Err(format!("--run-dir {} is not a directory", dir.display()));
+            }
+            // The peer processes are told the same directory, whatever their working directory.
+            let dir = std::path::absolute(dir)
+                .map_err(|e| format!("--run-dir {}: {e}", dir.display()))?;
+            run_in(&args, &dir)
         }
-    };
-    let result = run_in(&args, &run_dir);
-    if remove_after {
-        let _ = std::fs::remove_dir_all(&run_dir);
+        // Removed when dropped, and by a later run if this one is killed.
+        None => run_in(&args, crate::cluster::RunDir::create("fabric")?.path()),
     }
-    result
 }
 
 /// `write2`: A writes 64 bytes to B and to C, and each answers with a write to A once it sees
