@@ -38,19 +38,23 @@ pub struct Args {
 pub enum KvOp {
     /// Print KEY's value; nothing (exit status 3) if it is absent.
     Get {
+        /// The key: any text of up to 1024 bytes (the empty key too).
         key: String,
         #[command(flatten)]
         target: Target,
     },
     /// Set KEY to VALUE.
     Put {
+        /// The key: any text of up to 1024 bytes (the empty key too).
         key: String,
+        /// The value, taken literally (as large as the cluster's log.slot_bytes allows).
         value: String,
         #[command(flatten)]
         target: Target,
     },
     /// Remove KEY (prints whether it was there).
     Del {
+        /// The key: any text of up to 1024 bytes (the empty key too).
         key: String,
         #[command(flatten)]
         target: Target,

@@ -314,10 +314,12 @@ fn sweep(
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of plain values"));
     } else {
         println!(
-            "mu sim: {count} seeds ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
-             threads: {} proposals acknowledged, {} client operations answered, {} unknown, \
+            "mu sim: {count} seed{} ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
+             thread{}: {} proposals acknowledged, {} client operations answered, {} unknown, \
              {} refused, {} leader changes, {} membership changes; histories {}; {} failed",
+            if count == 1 { "" } else { "s" },
             first + count - 1,
+            if jobs == 1 { "" } else { "s" },
             t[0],
             t[1],
             t[2],

@@ -421,7 +421,7 @@ fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             // `len` is the encoded request, not the value the user gave: say so.
             ServerMessage::Refused(format!(
-                "the request takes {len} bytes in the log (its key, its value and a header), \
+                "the request takes {len} bytes in the log (its key, any values and a header), \
                  more than an entry holds ({max} bytes)"
             ))
         }
