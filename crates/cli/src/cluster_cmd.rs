@@ -114,7 +114,10 @@ fn up(args: &UpArgs) -> Result<(), String> {
     // starts.
     let config = crate::serve::load_config(&config_path)?;
     config.prepare_run_dir()?;
-    if let Some(warning) = crate::serve::run_dir_warning(&config) {
+    let warnings = crate::serve::run_dir_warning(&config)
+        .into_iter()
+        .chain(crate::serve::threads_warning(&config));
+    for warning in warnings {
         eprintln!("mu cluster up: warning: {warning}");
     }
     refuse_if_running(&config)?;

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let config = load_config(&args.config)?;
     config.prepare_run_dir()?;
-    if let Some(warning) = run_dir_warning(&config) {
+    for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
         warn!(replica = args.id, "{warning}");
     }
     let mut replica_config = config.replica_config(args.id)?;
@@ -324,6 +324,30 @@ pub(crate) fn run_dir_warning(config: &mu_service::ClusterConfig) -> Option<Stri
         )),
         _ => None,
     }
+}
+
+/// Spinning threads of a replica with `threads = "dedicated"`: its working thread, its
+/// background thread and, on shm, the fabric's liveness thread.
+const DEDICATED_SPINNERS_PER_REPLICA: usize = 3;
+
+/// A warning for `threads = "dedicated"` where the replicas' spinning threads outnumber the
+/// CPUs this process may use: they then starve the threads that must run, and failures are
+/// suspected for no reason. On shm every replica of the cluster runs on this host.
+pub(crate) fn threads_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+    if config.threads().ok()? != mu_replica::Threads::Dedicated {
+        return None;
+    }
+    let here = if config.fabric == "shm" { config.replicas.len() } else { 1 };
+    let spinning = DEDICATED_SPINNERS_PER_REPLICA * here;
+    let cpus = mu_cpu::allowed_cpus().len();
+    (cpus < spinning).then(|| {
+        format!(
+            "threads = \"dedicated\" spins about {DEDICATED_SPINNERS_PER_REPLICA} threads per \
+             replica ({spinning} for the {here} on this host) and this process may use {cpus} \
+             CPUs: the spinning threads will starve the others and replicas will be suspected \
+             of failing; use threads = \"shared\" here"
+        )
+    })
 }
 
 /// Writes `text` to `path`, readable and writable by the owner only, as everything else in a

@@ -180,3 +180,35 @@ fn a_run_directory_off_tmpfs_is_warned_about() {
         );
     }
 }
+
+/// `threads = "dedicated"` where the spinning threads would outnumber the CPUs: `mu replica`
+/// warns as it starts (three replicas on shm spin about nine threads), and only then.
+#[test]
+fn dedicated_threads_on_too_few_cpus_are_warned_about() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mu-bad-input-dedicated-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("test directory");
+    let config = dir.join("cluster.toml");
+    for threads in ["dedicated", "shared"] {
+        std::fs::write(
+            &config,
+            format!(
+                "cluster_id = 7\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\nthreads = \"{threads}\"\n",
+                dir.join("run").display()
+            ),
+        )
+        .expect("config file");
+        let out = mu(&["replica", "--config", config.to_str().unwrap(), "--id", "9"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(stderr.contains("replica 9 is not in this cluster"), "{stderr}");
+        let few = mu_cpu::allowed_cpus().len() < 9;
+        assert_eq!(
+            stderr.contains("starve"),
+            threads == "dedicated" && few,
+            "threads {threads}, {} CPUs: {stderr}",
+            mu_cpu::allowed_cpus().len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
