@@ -360,6 +360,9 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
         }
         eprintln!("mu cluster up: stopped replica {} (pid {})", s.id, s.child.id());
     }
+    // What the stopped replicas left (sockets, locks, the directory's cluster file), as `down`
+    // removes it; a node whose lock is still held is left alone.
+    let _ = remove_shared_memory(config);
 }
 
 /// The last lines of this start's part of a replica's log.

@@ -143,3 +143,26 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
     ok(mu(&["cluster", "down", "--config", setup.config()]));
     let _ = rejoined.wait();
 }
+
+/// A start that fails (here replica 0's metrics port is taken) stops the replicas it started
+/// and leaves no shared memory, socket or lock behind: only the replicas' logs, which say why.
+#[test]
+fn a_failed_start_cleans_up_after_itself() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("failed-start", 0x6a05);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().unwrap().port();
+    let mut text = std::fs::read_to_string(&setup.config).unwrap();
+    text.push_str(&format!("\n[metrics]\nport_base = {port}\n"));
+    std::fs::write(&setup.config, text).unwrap();
+    let out = mu(&["cluster", "up", "--config", setup.config()]);
+    assert!(!out.status.success(), "started with a metrics port taken");
+    assert!(stderr(&out).contains(&port.to_string()), "the port is named: {}", stderr(&out));
+    let left: Vec<String> = std::fs::read_dir(&setup.run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".log"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    drop(taken);
+}
