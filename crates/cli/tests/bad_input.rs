@@ -15,13 +15,18 @@ fn mu(args: &[&str]) -> Output {
     out
 }
 
-/// `mu args` fails, says `expected` on stderr, and does not panic.
-fn refused(args: &[&str], expected: &str) {
+/// `mu args` fails with exit status `status`, says `expected` on stderr, and does not panic.
+fn refused_with(status: i32, args: &[&str], expected: &str) {
     let out = mu(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "mu {args:?} must fail with status 1: {stderr}");
+    assert_eq!(out.status.code(), Some(status), "mu {args:?} must fail with {status}: {stderr}");
     assert!(stderr.contains(expected), "mu {args:?} should say {expected:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "mu {args:?} panicked: {stderr}");
+}
+
+/// `mu args` is refused as an error (status 1).
+fn refused(args: &[&str], expected: &str) {
+    refused_with(1, args, expected);
 }
 
 #[test]
@@ -64,14 +69,9 @@ fn a_lincheck_that_does_not_work_is_named_before_any_seed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `mu args` is refused as a usage error (status 2, as the argument parser's own refusals),
-/// says `expected` on stderr, and does not panic.
+/// `mu args` is refused as a usage error (status 2, as the argument parser's own refusals).
 fn usage_refused(args: &[&str], expected: &str) {
-    let out = mu(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "mu {args:?} must fail with status 2: {stderr}");
-    assert!(stderr.contains(expected), "mu {args:?} should say {expected:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "mu {args:?} panicked: {stderr}");
+    refused_with(2, args, expected);
 }
 
 #[test]
