@@ -113,7 +113,8 @@ pub struct ReplicaConfig {
     /// A proposal that finds the log full (a live replica has not applied the entry its slot
     /// holds) waits this long for room, then fails with "log full". Never overwrites.
     pub log_full_timeout_ns: u64,
-    /// Most requests packed into one log entry when several are proposed at once (§7.4).
+    /// Most requests packed into one log entry when several are proposed at once (§7.4); at
+    /// most [`BATCH_REQUESTS_MAX`].
     pub batch_requests_max: usize,
     /// Most entries in the accept phase at once (§7.4): a leader writes the next entry before
     /// the previous one is committed, up to this many.
@@ -343,8 +344,12 @@ impl ReplicaConfig {
         if self.protocol == Protocol::Velos {
             self.validate_velos(&replicas)?;
         }
-        if self.batch_requests_max == 0 {
-            return Err(ConfigError::Batching("batch_requests_max must be at least 1".into()));
+        if !(1..=BATCH_REQUESTS_MAX).contains(&self.batch_requests_max) {
+            return Err(ConfigError::Batching(format!(
+                "batch_requests_max is {}, must be 1 to {BATCH_REQUESTS_MAX} (a call's requests \
+                 are planned in buffers of that many, made when the replica starts)",
+                self.batch_requests_max
+            )));
         }
         if self.permission_grace_ns >= self.permission_timeout_ns {
             return Err(ConfigError::Timing(format!(
@@ -381,6 +386,10 @@ impl ReplicaConfig {
         Ok(())
     }
 }
+
+/// The largest `batch_requests_max`: far above the batches that help (the paper's best point
+/// is a few tens), and buffers of that many requests are made when a replica starts.
+pub const BATCH_REQUESTS_MAX: usize = 65_536;
 
 /// A configuration that cannot work, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -431,5 +440,15 @@ mod tests {
             let (_, layout) = config(protocol, 24 + value_bytes as u32).validate().unwrap();
             assert!(layout.max_value_bytes() >= protocol.control_entry_bytes());
         }
+    }
+
+    /// A batch size whose buffers could not be made is refused, not a panic at start.
+    #[test]
+    fn batches_are_bounded() {
+        let mut huge = config(Protocol::Mu, 128);
+        huge.batch_requests_max = usize::MAX;
+        assert!(matches!(huge.validate(), Err(ConfigError::Batching(_))));
+        huge.batch_requests_max = BATCH_REQUESTS_MAX;
+        assert!(huge.validate().is_ok());
     }
 }

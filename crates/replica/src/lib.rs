@@ -41,7 +41,7 @@ mod transfer;
 mod velos;
 
 pub use background::BackgroundDriver;
-pub use config::{ConfigError, Protocol, ReplicaConfig, ThreadCpus, Threads};
+pub use config::{ConfigError, Protocol, ReplicaConfig, ThreadCpus, Threads, BATCH_REQUESTS_MAX};
 pub use core::{Boot, ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
 pub use mu_replication::membership::Change;

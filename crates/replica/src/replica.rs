@@ -104,6 +104,10 @@ pub struct ReplicaStatus {
     pub snapshots_installed: u64,
     /// What last went wrong in a state transfer, if anything did.
     pub state_transfer_error: Option<String>,
+    /// Why the replica stopped on its own, if it did: a panic on one of its threads or in the
+    /// plane under a call of the application's (a commit handler or snapshot hook that
+    /// panicked, most likely). The replica then works no more: see [`Replica::start`].
+    pub failure: Option<String>,
     /// The members of the configuration after the entries this replica applied (§5.4).
     pub members: Vec<NodeId>,
     /// A decided membership entry removed this replica: it no longer takes part (no heartbeat,
@@ -198,11 +202,33 @@ impl Applier for Application {
     }
 }
 
+thread_local! {
+    /// Whether this thread is inside a poll of a replica's plane, where the commit handler and
+    /// the snapshot hooks run: a proposal from there would wait for the poll it is part of.
+    static IN_PLANE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as inside a plane's poll until dropped (also when a panic unwinds).
+struct InPlane(bool);
+
+impl InPlane {
+    fn enter() -> InPlane {
+        InPlane(IN_PLANE.with(|f| f.replace(true)))
+    }
+}
+
+impl Drop for InPlane {
+    fn drop(&mut self) {
+        IN_PLANE.with(|f| f.set(self.0));
+    }
+}
+
 impl<F: Fabric> Plane<F> {
     /// Polls the plane; `now_ns` is on `start`'s clock. A new leadership's polls are timed
     /// until it is set up and committed ([`ReplicationPlane::setup_timed`]): one more clock
     /// read per poll then, none otherwise.
     fn poll(&mut self, now_ns: u64, poller: Poller) -> bool {
+        let _in_plane = InPlane::enter();
         let timed = self.driver.setup_timed();
         let busy = self.driver.poll(now_ns, &mut self.app);
         if timed || self.driver.setup_timed() {
@@ -254,9 +280,47 @@ struct Inner<F: Fabric> {
     idle: Backoff,
 }
 
+/// How a failure found by its poisoned lock alone ends (its panic's message is not known there).
+const BARE_FAILURE: &str = " (the message went to the panicking thread's stderr)";
+
 impl<F: Fabric> Inner<F> {
     fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Stops the replica for good after a panic in `what`: its threads end (the heartbeat with
+    /// them, so that the others find it failed and elect another leader), and every later call
+    /// fails with [`ProposeError::ShuttingDown`]. A plane left half way through a poll, or a
+    /// state machine half way through an entry, must not be polled again: the entry would be
+    /// applied twice. The first failure is the one recorded.
+    fn fail(&self, what: &str, payload: Option<&(dyn std::any::Any + Send)>) {
+        self.stop.store(true, Ordering::Release);
+        let message = payload.map(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into())
+        });
+        let mut failure = lock(&self.shared.failure);
+        // A poisoned lock is often found before the panicking thread's own report arrives:
+        // that report, which has the panic's message, replaces the bare one.
+        let bare = failure.as_deref().is_some_and(|f| f.ends_with(BARE_FAILURE));
+        if failure.is_none() || (bare && message.is_some()) {
+            let text = format!(
+                "{what} panicked{}",
+                message.as_deref().map_or(BARE_FAILURE.into(), |m| format!(": {m}"))
+            );
+            tracing::error!(replica = self.me.0, failure = text, "replica stopped");
+            *failure = Some(text);
+        }
+    }
+
+    /// Runs `body` as one of the replica's threads: a panic in it stops the replica
+    /// ([`Inner::fail`]) rather than leaving the others running without it.
+    fn guarded(self: Arc<Self>, what: &'static str, body: impl FnOnce()) {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            self.fail(what, Some(payload.as_ref()));
+        }
     }
 }
 
@@ -315,6 +379,24 @@ impl Replica {
     /// `on_commit(index, request)` is called for every committed request, in log order, on every
     /// replica (the leader included), from the thread running the replication plane. With a
     /// commit handler alone there is no state transfer: see [`Replica::start_with_state`].
+    ///
+    /// What the commit handler (and a [`StateMachine`]'s hooks) may count on and must keep to:
+    /// - **Its thread.** In handover mode the replication thread calls it; in direct mode the
+    ///   thread of a `propose` call in progress (the leader's own commits run inside its
+    ///   proposals), or the replica's helper thread between calls. Never two at once.
+    /// - **Time.** It runs inside the replication plane: while it runs, this replica replicates
+    ///   and applies nothing. A follower whose handler is slow falls behind, and the leader's
+    ///   proposals wait for it (and fail with [`ProposeError::LogFull`] after
+    ///   `log_full_timeout_ns`) before its slot of the log is reused.
+    /// - **No proposals from inside.** A `propose` (or `propose_many`, `add_replica`,
+    ///   `remove_replica`) made from the handler would wait for the poll it is part of: it
+    ///   fails at once with [`ProposeError::Reentrant`]. Hand the value to another thread.
+    /// - **A panic stops the replica.** The entry in hand may be half applied, so the replica
+    ///   does not go on: its threads end (its heartbeat with them, so the others elect another
+    ///   leader), every later call fails with [`ProposeError::ShuttingDown`], and
+    ///   [`ReplicaStatus::failure`] gives the panic's message. In direct mode the panic also
+    ///   reaches the `propose` call in which it happened. Restart the replica as one that lost
+    ///   its log (`eligible: false`).
     pub fn start<F: Fabric>(
         config: ReplicaConfig,
         fabric: F,
@@ -372,7 +454,12 @@ impl Replica {
             format!("mu-bg-{}", config.me),
             "background",
             config.cpus.background,
-            move || background_loop(&bg, &mut background, max_wait_ns, dedicated),
+            move || {
+                let held = bg.clone();
+                held.guarded("the background thread", || {
+                    background_loop(&bg, &mut background, max_wait_ns, dedicated)
+                })
+            },
         )?);
         let repl = inner.clone();
         let spawned = match mode {
@@ -380,7 +467,10 @@ impl Replica {
                 format!("mu-repl-{}", config.me),
                 "replication",
                 config.cpus.replication,
-                move || handover_loop(&repl, plane),
+                move || {
+                    let held = repl.clone();
+                    held.guarded("the replication thread", || handover_loop(&repl, plane))
+                },
             ),
             Mode::Direct => {
                 *lock(&inner.plane) = Some(plane);
@@ -388,7 +478,10 @@ impl Replica {
                     format!("mu-repl-{}", config.me),
                     "replication",
                     config.cpus.replication,
-                    move || direct_helper_loop(&repl),
+                    move || {
+                        let held = repl.clone();
+                        held.guarded("the replication thread", || direct_helper_loop(&repl))
+                    },
                 )
             }
         };
@@ -536,6 +629,9 @@ fn propose<F: Fabric>(
     if inner.stop.load(Ordering::Acquire) {
         return fail(outcomes, ProposeError::ShuttingDown);
     }
+    if IN_PLANE.with(|f| f.get()) {
+        return fail(outcomes, ProposeError::Reentrant);
+    }
     match inner.mode {
         Mode::Handover => {
             let mailbox = &inner.mailbox;
@@ -572,56 +668,92 @@ fn propose<F: Fabric>(
             }
         }
         Mode::Direct => {
-            let mut guard = app_lock_plane(inner);
+            let Some(mut guard) = app_lock_plane(inner) else {
+                return fail(outcomes, ProposeError::ShuttingDown);
+            };
             let Some(plane) = guard.as_mut() else {
                 return fail(outcomes, ProposeError::ShuttingDown);
             };
-            let submit = |plane: &mut Plane<F>, now_ns| match change {
-                Some(change) => plane.driver.submit_change(change, now_ns),
-                None => plane.driver.submit(requests.iter().copied(), now_ns),
-            };
-            let mut now_ns = inner.now_ns();
-            let mut submitted = submit(plane, now_ns);
-            if matches!(submitted, Err(ProposeError::NotLeader { leader }) if leader == Some(inner.me))
-            {
-                // Elected, and the plane has not taken the election in yet: the helper thread
-                // does between proposals, and an application that asks again at once keeps it
-                // from the lock (on two vCPUs a new leader's engine started milliseconds late).
-                // Take it in on this thread.
-                plane.poll(now_ns, Poller::Application);
-                now_ns = inner.now_ns();
-                submitted = submit(plane, now_ns);
+            // Stopped, by a shutdown or a failure, while this call waited for the plane.
+            if inner.stop.load(Ordering::Acquire) {
+                return fail(outcomes, ProposeError::ShuttingDown);
             }
-            if let Err(e) = submitted {
-                return fail(outcomes, e);
-            }
-            // Counted only once submitted: this thread now polls until the outcome. (An
-            // application that calls a follower gets `NotLeader` without a poll, and must not
-            // keep the helper away from the follower's replayer.) Written under the lock, which
-            // serialises the writers: a plain store, not a locked add. It publishes nothing.
-            let started = inner.app_proposals.load(Ordering::Relaxed);
-            inner.app_proposals.store(started.wrapping_add(1), Ordering::Relaxed);
-            // A proposal that waits on other threads (a new leader's permission round, which
-            // the background threads serve) gives the CPU up as the helper thread would, after
-            // spinning a while: on two vCPUs a spinning proposer kept a new leader's background
-            // thread from running for milliseconds. With dedicated threads it spins.
-            let mut idle_since = None;
-            loop {
-                // The first poll takes the time read for the submission, a moment old: on
-                // shared memory a proposal is usually done in that poll, and a clock read costs
-                // 30 to 40 ns on a virtual machine, a few per cent of a proposal (the plane's
-                // timeouts are microseconds and more).
-                let busy = plane.poll(now_ns, Poller::Application);
-                if plane.driver.take_outcomes(outcomes) {
-                    return;
-                }
-                if inner.stop.load(Ordering::Acquire) {
-                    plane.driver.shut_down();
-                }
-                pace(&inner.idle, &mut idle_since, busy);
-                now_ns = inner.now_ns();
+            // A panic in the plane (the commit handler's, most likely) stops the replica before
+            // the plane is let go: no other thread may poll a plane left half way through a
+            // poll, or the entry in hand would be applied twice. The panic then goes on to the
+            // caller.
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                direct_propose(inner, plane, requests, change, outcomes)
+            }));
+            if let Err(payload) = polled {
+                inner.fail(
+                    "the commit handler or the plane, under propose,",
+                    Some(payload.as_ref()),
+                );
+                *guard = None;
+                drop(guard);
+                std::panic::resume_unwind(payload);
             }
         }
+    }
+}
+
+/// Direct mode: submits `requests` (or `change`) to `plane` and polls it on the caller's thread
+/// until they have outcomes.
+fn direct_propose<F: Fabric>(
+    inner: &Inner<F>,
+    plane: &mut Plane<F>,
+    requests: &[&[u8]],
+    change: Option<Change>,
+    outcomes: &mut Vec<Result<u64, ProposeError>>,
+) {
+    let fail = |outcomes: &mut Vec<_>, e: ProposeError| {
+        outcomes.clear();
+        outcomes.extend(requests.iter().map(|_| Err(e.clone())));
+    };
+    let submit = |plane: &mut Plane<F>, now_ns| match change {
+        Some(change) => plane.driver.submit_change(change, now_ns),
+        None => plane.driver.submit(requests.iter().copied(), now_ns),
+    };
+    let mut now_ns = inner.now_ns();
+    let mut submitted = submit(plane, now_ns);
+    if matches!(submitted, Err(ProposeError::NotLeader { leader }) if leader == Some(inner.me)) {
+        // Elected, and the plane has not taken the election in yet: the helper thread
+        // does between proposals, and an application that asks again at once keeps it
+        // from the lock (on two vCPUs a new leader's engine started milliseconds late).
+        // Take it in on this thread.
+        plane.poll(now_ns, Poller::Application);
+        now_ns = inner.now_ns();
+        submitted = submit(plane, now_ns);
+    }
+    if let Err(e) = submitted {
+        return fail(outcomes, e);
+    }
+    // Counted only once submitted: this thread now polls until the outcome. (An
+    // application that calls a follower gets `NotLeader` without a poll, and must not
+    // keep the helper away from the follower's replayer.) Written under the lock, which
+    // serialises the writers: a plain store, not a locked add. It publishes nothing.
+    let started = inner.app_proposals.load(Ordering::Relaxed);
+    inner.app_proposals.store(started.wrapping_add(1), Ordering::Relaxed);
+    // A proposal that waits on other threads (a new leader's permission round, which
+    // the background threads serve) gives the CPU up as the helper thread would, after
+    // spinning a while: on two vCPUs a spinning proposer kept a new leader's background
+    // thread from running for milliseconds. With dedicated threads it spins.
+    let mut idle_since = None;
+    loop {
+        // The first poll takes the time read for the submission, a moment old: on
+        // shared memory a proposal is usually done in that poll, and a clock read costs
+        // 30 to 40 ns on a virtual machine, a few per cent of a proposal (the plane's
+        // timeouts are microseconds and more).
+        let busy = plane.poll(now_ns, Poller::Application);
+        if plane.driver.take_outcomes(outcomes) {
+            return;
+        }
+        if inner.stop.load(Ordering::Acquire) {
+            plane.driver.shut_down();
+        }
+        pace(&inner.idle, &mut idle_since, busy);
+        now_ns = inner.now_ns();
     }
 }
 
@@ -663,25 +795,32 @@ fn spawn_pinned(
 /// thread runs again only once its CPU is woken, which on a virtual machine whose idle CPUs
 /// halt takes tens of microseconds (the shm fabric's liveness thread, asleep, delayed the
 /// detection of a kill by about 40 µs on a 16-vCPU one: `BENCHMARKS.md`).
-fn app_lock_plane<F: Fabric>(inner: &Inner<F>) -> MutexGuard<'_, Option<Plane<F>>> {
+///
+/// `None` once the lock is poisoned: a panic left the plane half way through a poll, and the
+/// replica has stopped ([`Inner::fail`]).
+fn app_lock_plane<F: Fabric>(inner: &Inner<F>) -> Option<MutexGuard<'_, Option<Plane<F>>>> {
+    let poisoned = || {
+        inner.fail("the replication plane, under an application's call,", None);
+        None
+    };
     match inner.plane.try_lock() {
-        Ok(guard) => return guard,
-        Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+        Ok(guard) => return Some(guard),
+        Err(std::sync::TryLockError::Poisoned(_)) => return poisoned(),
         Err(std::sync::TryLockError::WouldBlock) => {}
     }
     inner.app_waiting.store(true, Ordering::Release);
     let since = Instant::now();
     let guard = loop {
         match inner.plane.try_lock() {
-            Ok(guard) => break guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            Ok(guard) => break Some(guard),
+            Err(std::sync::TryLockError::Poisoned(_)) => break None,
             Err(std::sync::TryLockError::WouldBlock) => {
                 Backoff::FAST_PATH.pause(since.elapsed().as_nanos() as u64)
             }
         }
     };
     inner.app_waiting.store(false, Ordering::Release);
-    guard
+    guard.or_else(poisoned)
 }
 
 /// Handover mode: the replication thread owns the plane and serves the mailbox.
@@ -779,9 +918,13 @@ fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
         } else {
             match inner.plane.try_lock() {
                 Ok(guard) => Some(guard),
-                // The application's thread panicked inside the plane; `app_lock_plane` takes
-                // the lock on regardless, and so does the helper.
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                // The application's thread panicked inside the plane (the commit handler, say):
+                // the plane and the state machine are half way through a poll, and must not be
+                // polled again.
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    inner.fail("the replication plane, under an application's call,", None);
+                    break;
+                }
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
         };
@@ -805,8 +948,11 @@ fn direct_helper_loop<F: Fabric>(inner: &Inner<F>) {
         };
         pace(idle, &mut idle_since, busy);
     }
-    if let Some(plane) = lock(&inner.plane).as_mut() {
-        plane.driver.shut_down();
+    // Not after a panic in the plane (a poisoned lock): its state is half way through a poll.
+    if let Ok(mut plane) = inner.plane.lock() {
+        if let Some(plane) = plane.as_mut() {
+            plane.driver.shut_down();
+        }
     }
 }
 

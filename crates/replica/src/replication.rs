@@ -49,8 +49,18 @@ pub enum ProposeError {
     /// A call with no requests.
     #[error("nothing to propose: no requests were given")]
     Empty,
-    #[error("the replica is shutting down")]
+    /// The replica is shutting down, or has stopped after a panic on one of its threads or in
+    /// the commit handler ([`crate::ReplicaStatus::failure`] says which).
+    #[error("the replica is shutting down, or stopped (its status says why)")]
     ShuttingDown,
+    /// A call made from inside the commit handler or a snapshot hook: those run inside the
+    /// replication plane, which the call would wait for. Nothing was proposed.
+    #[error(
+        "propose was called from the commit handler or a snapshot hook, which run inside the \
+         replication plane and would wait for themselves: hand the value to another thread \
+         that proposes it"
+    )]
+    Reentrant,
     /// A membership change that cannot be made: the replica is not one of the cluster's, is
     /// already (or is not) a member, would be the last one removed, or another change is in
     /// progress.
@@ -61,7 +71,7 @@ pub enum ProposeError {
 impl ProposeError {
     /// Whether the request can never take effect, whatever happens next: it was refused before
     /// it reached a log, or reached none (`NotLeader`, `Busy`, `TooLarge`, `Empty`, `LogFull`,
-    /// `Membership`). A client may then send something else instead. False for `Aborted` and
+    /// `Membership`, `Reentrant`). A client may then send something else instead. False for `Aborted` and
     /// `ShuttingDown`: the request may have been written somewhere and may still be decided,
     /// so a client retries it with the same sequence number (the state machine applies it
     /// once) or treats its outcome as unknown.

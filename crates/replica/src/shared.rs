@@ -185,6 +185,9 @@ pub(crate) struct Shared {
     pub snapshots_installed: AtomicU64,
     /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
     pub state_transfer_error: std::sync::Mutex<Option<String>>,
+    /// Why the replica stopped on its own: a panic on one of its threads, or in the plane
+    /// under an application's call (the commit handler's, most likely).
+    pub failure: std::sync::Mutex<Option<String>>,
     /// While leading, the confirmed followers (ourselves included) by position, as a bit mask
     /// (replication).
     pub confirmed_mask: AtomicU64,
@@ -247,6 +250,7 @@ impl Shared {
             snapshots_served: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),
             state_transfer_error: std::sync::Mutex::new(None),
+            failure: std::sync::Mutex::new(None),
             elected_at_ns: AtomicU64::new(0),
             permitted_at_ns: AtomicU64::new(0),
             phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -335,6 +339,7 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            failure: self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
     }
 

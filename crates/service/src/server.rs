@@ -425,7 +425,7 @@ fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
                  more than an entry holds ({max} bytes)"
             ))
         }
-        ProposeError::Empty | ProposeError::Membership(_) => {
+        ProposeError::Empty | ProposeError::Membership(_) | ProposeError::Reentrant => {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             ServerMessage::Refused(e.to_string())
         }

@@ -1,0 +1,187 @@
+//! What the application's code does to a replica when it misbehaves: a commit handler that
+//! panics stops its replica for good (its heartbeat with it, so the others elect a leader
+//! without it), no entry is applied twice, and later calls fail at once with
+//! `ShuttingDown`, the status saying why; a proposal from inside the commit handler is refused
+//! with `Reentrant` instead of waiting for itself. Three replicas in this process, on the
+//! shared-memory fabric, in both modes.
+
+mod common;
+
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+const CLUSTER_ID: u64 = 0x6d75_6866;
+/// The index whose commit makes the misbehaving handler panic.
+const PANIC_AT: u64 = 5;
+
+/// Each replica's calls of its commit handler, by index.
+type Calls = Arc<Mutex<BTreeMap<u64, u32>>>;
+
+/// Three replicas of one cluster on `dir`; replica `panicking`'s handler panics at
+/// [`PANIC_AT`] (none if `None`). Every handler counts its calls.
+fn cluster(dir: &Path, mode: Mode, panicking: Option<u16>) -> (Vec<Replica>, Vec<Calls>) {
+    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let mut replicas = Vec::new();
+    let mut calls = Vec::new();
+    for id in 0..3u16 {
+        let fabric =
+            ShmFabric::create(ShmConfig::new(dir, CLUSTER_ID, NodeId(id))).expect("fabric");
+        let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
+        config.slots_count = 256;
+        config.slot_bytes = 128;
+        let seen = Calls::default();
+        let counted = seen.clone();
+        let panics = panicking == Some(id);
+        let replica = Replica::start(config, fabric, mode, move |index, _value: &[u8]| {
+            *counted.lock().unwrap().entry(index).or_default() += 1;
+            if panics && index == PANIC_AT {
+                panic!("boom at {index}");
+            }
+        })
+        .expect("replica starts");
+        replicas.push(replica);
+        calls.push(seen);
+    }
+    (replicas, calls)
+}
+
+/// Proposes on `replica` until it commits a value, for up to 10 s.
+fn commit_on(replica: &Replica, what: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match replica.propose(what.as_bytes()) {
+            Ok(index) => return index,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "{what}: no commit within 10 s ({e})");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Waits until `replica` sees `leader` lead, for up to 10 s.
+fn wait_for_leader(replica: &Replica, leader: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.leader() != Some(NodeId(leader)) {
+        assert!(Instant::now() < deadline, "replica {} never saw {leader} lead", replica.id());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_panicking_commit_handler_stops_the_leader_and_another_takes_over() {
+    for mode in [Mode::Direct, Mode::Handover] {
+        let dir = common::fresh_run_dir(&format!("handler-panic-leader-{mode:?}"));
+        let (replicas, calls) = cluster(&dir, mode, Some(0));
+        wait_for_leader(&replicas[0], 0);
+        // Propose until the leader's handler panics: in direct mode on this thread (the
+        // panic reaches the caller), in handover mode on the replication thread (the call
+        // fails).
+        let mut ended = None;
+        for k in 0..100 {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                replicas[0].propose(format!("v{k}").as_bytes())
+            }));
+            match outcome {
+                Ok(Ok(index)) => assert!(index < PANIC_AT, "{mode:?}: {index} committed"),
+                Ok(Err(ProposeError::NotLeader { .. })) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                other => {
+                    ended = Some(other.map_err(|_| "a panic"));
+                    break;
+                }
+            }
+        }
+        let ended = ended.unwrap_or_else(|| panic!("{mode:?}: the handler never panicked"));
+        match mode {
+            Mode::Direct => assert_eq!(ended, Err("a panic"), "the panic reaches the caller"),
+            Mode::Handover => assert_eq!(ended, Ok(Err(ProposeError::ShuttingDown))),
+        }
+        // The replica has stopped: it says why, and refuses at once from now on.
+        let status = replicas[0].status();
+        let failure = status.failure.unwrap_or_else(|| panic!("{mode:?}: no failure reported"));
+        assert!(failure.contains("boom at 5"), "{mode:?}: {failure}");
+        let refused_at = Instant::now();
+        assert_eq!(replicas[0].propose(b"after"), Err(ProposeError::ShuttingDown));
+        assert!(refused_at.elapsed() < Duration::from_secs(1), "refused at once");
+        // Its heartbeat stopped with it: replica 1 takes over, and the cluster goes on.
+        wait_for_leader(&replicas[2], 1);
+        let index = commit_on(&replicas[1], "after the failure");
+        assert!(index >= PANIC_AT, "{mode:?}: {index}");
+        // No entry was applied twice on the failed replica, before the panic or by another of
+        // its threads after it.
+        std::thread::sleep(Duration::from_millis(50));
+        let seen = calls[0].lock().unwrap().clone();
+        assert!(seen.values().all(|&n| n == 1), "{mode:?}: applied twice: {seen:?}");
+        assert_eq!(seen.get(&PANIC_AT), Some(&1), "{mode:?}: {seen:?}");
+        drop(replicas);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn a_follower_whose_handler_panics_stops_and_the_leader_goes_on() {
+    let dir = common::fresh_run_dir("handler-panic-follower");
+    let (replicas, calls) = cluster(&dir, Mode::Handover, Some(2));
+    wait_for_leader(&replicas[0], 0);
+    for k in 0..2 * PANIC_AT {
+        commit_on(&replicas[0], &format!("v{k}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let failure = loop {
+        if let Some(f) = replicas[2].status().failure {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "the follower's failure was never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(failure.contains("boom at 5"), "{failure}");
+    // A majority (0 and 1) is left: the leader goes on committing.
+    let index = commit_on(&replicas[0], "with two");
+    assert!(index > PANIC_AT);
+    let seen = calls[2].lock().unwrap().clone();
+    assert!(seen.keys().all(|&i| i <= PANIC_AT), "applied past the panic: {seen:?}");
+    drop(replicas);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_proposal_from_inside_the_commit_handler_is_refused() {
+    for mode in [Mode::Direct, Mode::Handover] {
+        let dir = common::fresh_run_dir(&format!("handler-reentrant-{mode:?}"));
+        let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let mut replicas = Vec::new();
+        let inner_outcomes: Arc<Mutex<Vec<Result<u64, ProposeError>>>> = Arc::default();
+        let me: Arc<OnceLock<Weak<Replica>>> = Arc::default();
+        for id in 0..3u16 {
+            let fabric =
+                ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(id))).expect("fabric");
+            let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
+            config.slots_count = 256;
+            config.slot_bytes = 128;
+            let (me, outcomes) = (me.clone(), inner_outcomes.clone());
+            let replica = Replica::start(config, fabric, mode, move |_, value: &[u8]| {
+                if id == 0 && value == b"outer" {
+                    let replica = me.get().and_then(Weak::upgrade).expect("set before proposing");
+                    outcomes.lock().unwrap().push(replica.propose(b"inner"));
+                }
+            })
+            .expect("replica starts");
+            replicas.push(Arc::new(replica));
+        }
+        me.set(Arc::downgrade(&replicas[0])).unwrap();
+        wait_for_leader(&replicas[0], 0);
+        commit_on(&replicas[0], "outer");
+        assert_eq!(*inner_outcomes.lock().unwrap(), vec![Err(ProposeError::Reentrant)], "{mode:?}");
+        // And the replica works on.
+        commit_on(&replicas[0], "later");
+        drop(replicas);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
