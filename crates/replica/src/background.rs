@@ -6,11 +6,11 @@
 use crate::layout::{
     ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
-    FETCHED_HEADER_OFFSET, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE, HEAD_COPY_OFFSET,
-    HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
-    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN,
-    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE,
-    SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
+    FETCHED_HEADER_OFFSET, FLAGS_CONFIG_SHIFT, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE,
+    HEAD_COPY_OFFSET, HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST,
+    SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN,
+    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
+    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -23,7 +23,7 @@ use mu_replication::{
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// What a background work request was, in the bits above the peer's position.
 const KIND_HEARTBEAT: u64 = 1 << 16;
@@ -189,6 +189,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         // Until the first election poll, we stand if our log may lead.
         detector.set_self_eligible(shared.eligible.load(Ordering::Acquire));
         let permissions = PermissionManager::new(me, &replicas)?;
+        // Our own requests are served: we run with our configuration.
+        shared.peers_config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
         let n = replicas.len();
         Ok(BackgroundDriver {
             fabric,
@@ -677,7 +679,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         let abstaining = self.shared.abstaining.load(Ordering::Acquire);
         let flags =
             if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 };
-        self.store(FLAGS_OFFSET, flags | u64::from(self.shared.boot_id) << 32);
+        let fingerprint = u64::from(self.shared.config_fingerprint) << FLAGS_CONFIG_SHIFT;
+        self.store(FLAGS_OFFSET, flags | fingerprint | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
         let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
         self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
@@ -821,6 +824,12 @@ impl<F: Fabric> BackgroundDriver<F> {
             let counter = self.load(view + HEARTBEAT_OFFSET);
             let head = self.load(view + HEAD_COPY_OFFSET);
             let flags = self.load(view + FLAGS_OFFSET);
+            if !self.config_agrees(pos, flags) {
+                // A peer with another log shape or protocol never counts as alive, nor as
+                // eligible.
+                self.detector.on_unreachable(self.replicas.ids()[pos]);
+                return;
+            }
             let eligible = flags & FLAG_ELIGIBLE != 0;
             let boot = (flags >> 32) as u32;
             if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
@@ -928,6 +937,33 @@ impl<F: Fabric> BackgroundDriver<F> {
         busy
     }
 
+    /// Whether peer `pos`, whose heartbeat gave `flags`, runs with our configuration
+    /// ([`crate::ReplicaConfig::fingerprint`]); notes the answer for the permission manager and
+    /// the status, and says once (per change) when it does not.
+    fn config_agrees(&mut self, pos: usize, flags: u64) -> bool {
+        let theirs = (flags >> FLAGS_CONFIG_SHIFT) as u16;
+        let same = theirs == self.shared.config_fingerprint;
+        let bit = 1u64 << pos;
+        let (agreeing, other) = if same { (bit, 0) } else { (0, bit) };
+        let was_other = self.shared.peers_config_other.load(Ordering::Relaxed) & bit != 0;
+        if !same && !was_other {
+            error!(
+                replica = self.me.0,
+                peer = self.replicas.ids()[pos].0,
+                ours = self.shared.config_fingerprint,
+                theirs,
+                "the peer runs with another configuration (protocol, log shape or replica \
+                 list): it is not counted alive and its permission requests are not served \
+                 until it runs with ours"
+            );
+        }
+        let same_mask = &self.shared.peers_config_same;
+        same_mask.store((same_mask.load(Ordering::Relaxed) & !bit) | agreeing, Ordering::Release);
+        let other_mask = &self.shared.peers_config_other;
+        other_mask.store((other_mask.load(Ordering::Relaxed) & !bit) | other, Ordering::Release);
+        same
+    }
+
     /// Posts an unsignaled inline write of `word` at `offset` of peer `pos`'s background region.
     fn write_word(&mut self, pos: usize, kind: u64, offset: u64, word: u64) -> bool {
         let peer = self.replicas.ids()[pos];
@@ -962,7 +998,12 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // not know as a member yet is served: it may have been added by entries this
                     // one has not applied, and refusing it could leave a leader without the
                     // majority that would tell us.)
-                    self.requests[pos] = if self.shared.is_removed(pos) {
+                    // Nor are those of a replica whose heartbeat has not shown our
+                    // configuration (yet): granted, it would write entries of another shape
+                    // into our log, and count our acknowledgements.
+                    let same_config =
+                        self.shared.peers_config_same.load(Ordering::Acquire) & 1 << pos != 0;
+                    self.requests[pos] = if self.shared.is_removed(pos) || !same_config {
                         0
                     } else {
                         self.load(request_offset(pos))

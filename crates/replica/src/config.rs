@@ -37,7 +37,7 @@ impl Protocol {
         }
     }
 
-    /// The name and version replicas record and compare, e.g. `mu/2`, `velos/4`.
+    /// The name and version replicas record and compare, e.g. `mu/3`, `velos/5`.
     pub fn tag(self) -> String {
         match self {
             Protocol::Mu => mu_replication::protocol_tag(),
@@ -364,6 +364,32 @@ impl ReplicaConfig {
 
 impl ReplicaConfig {
     /// What Velos does not do yet, said plainly rather than run badly.
+    /// A 16-bit digest of what every replica of a cluster must agree on: the protocol and its
+    /// version, the log's shape (slots, slot size, integrity check) and the configured
+    /// replicas. Each replica publishes it with its heartbeat; a peer that publishes another is
+    /// never counted alive and its permission requests are not served, so a replica started
+    /// with another log shape cannot take part (its entries would be read at the wrong
+    /// offsets, and what it acknowledged lost). Never 0, which a heartbeat not yet read holds.
+    pub fn fingerprint(&self) -> u16 {
+        // FNV-1a over the fields, folded to 16 bits: a guard against misconfiguration, not
+        // against an adversary.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.protocol.tag().as_bytes());
+        eat(&self.slots_count.to_le_bytes());
+        eat(&self.slot_bytes.to_le_bytes());
+        eat(&[matches!(self.integrity, Integrity::Checksum) as u8]);
+        for id in &self.replicas {
+            eat(&id.0.to_le_bytes());
+        }
+        let folded = (hash ^ hash >> 16 ^ hash >> 32 ^ hash >> 48) as u16;
+        folded.max(1)
+    }
+
     fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
         if !self.eligible && replicas.len() <= 2 {
             return Err(ConfigError::Replicas(format!(

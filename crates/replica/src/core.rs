@@ -334,7 +334,8 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        let shared = Shared::new(config.eligible, ids.to_vec(), members, boot_id);
+        let shared =
+            Shared::new(config.eligible, ids.to_vec(), members, boot_id, config.fingerprint());
         Ok((background, snapshot, Arc::new(shared)))
     }
 

@@ -47,9 +47,13 @@ pub const MAX_REPLICAS: usize = 64;
 pub const HEARTBEAT_OFFSET: u64 = 0;
 /// A copy of the log head (first index not applied here), read by the leader for recycling.
 pub const HEAD_COPY_OFFSET: u64 = 8;
-/// Flags: [`FLAG_ELIGIBLE`], [`FLAG_ABSTAINING`] in the low half; the run's boot id in the
-/// high half (a peer whose boot id changes restarted).
+/// Flags: [`FLAG_ELIGIBLE`], [`FLAG_ABSTAINING`] in the low 16 bits; the replica's
+/// configuration fingerprint (`ReplicaConfig::fingerprint`) in the next 16
+/// ([`FLAGS_CONFIG_SHIFT`]); the run's boot id in the high half (a peer whose boot id changes
+/// restarted).
 pub const FLAGS_OFFSET: u64 = 16;
+/// Where the configuration fingerprint sits in the flags word.
+pub const FLAGS_CONFIG_SHIFT: u32 = 16;
 /// The configuration after the entries applied here (§5.4), by position.
 pub const MEMBERS_COPY_OFFSET: u64 = 24;
 /// The positions whose heartbeat this replica does not hear (its failure detector judges them

@@ -108,6 +108,10 @@ pub struct ReplicaStatus {
     /// plane under a call of the application's (a commit handler or snapshot hook that
     /// panicked, most likely). The replica then works no more: see [`Replica::start`].
     pub failure: Option<String>,
+    /// Peers whose heartbeat says they run with another configuration (protocol, log shape or
+    /// replica list: [`ReplicaConfig::fingerprint`]): they are never counted alive and their
+    /// permission requests are not served. Empty in a cluster configured alike.
+    pub other_configuration: Vec<NodeId>,
     /// The members of the configuration after the entries this replica applied (§5.4).
     pub members: Vec<NodeId>,
     /// A decided membership entry removed this replica: it no longer takes part (no heartbeat,

@@ -119,6 +119,14 @@ pub(crate) struct Shared {
     pub abstaining: AtomicBool,
     /// The peers whose last heartbeat read said `FLAG_ABSTAINING`, by position (background).
     pub peers_abstaining: AtomicU64,
+    /// This replica's configuration fingerprint (`ReplicaConfig::fingerprint`), published with
+    /// its heartbeat.
+    pub config_fingerprint: u16,
+    /// The peers whose last heartbeat read gave our fingerprint, by position (background): the
+    /// only ones whose permission requests are served.
+    pub peers_config_same: AtomicU64,
+    /// The peers whose last heartbeat read gave another fingerprint: never counted alive.
+    pub peers_config_other: AtomicU64,
     /// Velos: this replica's request to rejoin as an acceptor, or 0 (replication; published by
     /// the background plane at `REJOIN_OFFSET`).
     pub rejoin_request: AtomicU64,
@@ -211,7 +219,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Words for a replica of `ids` (by position).
-    pub fn new(eligible: bool, ids: Vec<NodeId>, members: u64, boot_id: u32) -> Shared {
+    pub fn new(
+        eligible: bool,
+        ids: Vec<NodeId>,
+        members: u64,
+        boot_id: u32,
+        config_fingerprint: u16,
+    ) -> Shared {
         let n = ids.len();
         let replicas_count = ids.len();
         Shared {
@@ -232,6 +246,9 @@ impl Shared {
             recovering: AtomicBool::new(!eligible),
             abstaining: AtomicBool::new(false),
             peers_abstaining: AtomicU64::new(0),
+            config_fingerprint,
+            peers_config_same: AtomicU64::new(0),
+            peers_config_other: AtomicU64::new(0),
             rejoin_request: AtomicU64::new(0),
             peer_rejoin_requests: (0..n).map(|_| AtomicU64::new(0)).collect(),
             peers_rejoining: AtomicU64::new(0),
@@ -340,6 +357,7 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             failure: self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            other_configuration: ids_of(ids, self.peers_config_other.load(Ordering::Acquire)),
         }
     }
 

@@ -36,10 +36,11 @@ use mu_fabric::NodeId;
 /// grant words, the heartbeat and membership records. Raised whenever one of them changes, so
 /// that a replica of another build is refused at start ([`protocol_tag`]) rather than reading
 /// memory it does not understand. 2: the entry checksum in four lanes (`mu_log`), which reads
-/// an entry of version 1 as incomplete.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// an entry of version 1 as incomplete. 3: the heartbeat's flags carry the configuration's
+/// fingerprint, which a replica of version 2 leaves 0 (and so is never counted alive).
+pub const PROTOCOL_VERSION: u32 = 3;
 
-/// The name and version a replica records on its fabric, e.g. `mu/2`: a fabric refuses nodes
+/// The name and version a replica records on its fabric, e.g. `mu/3`: a fabric refuses nodes
 /// that speak anything else in the same cluster.
 pub fn protocol_tag() -> String {
     format!("mu/{PROTOCOL_VERSION}")

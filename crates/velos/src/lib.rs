@@ -31,10 +31,11 @@ pub use word::{SlotWord, View, PROPOSAL_MAX};
 /// The version of what Velos replicas share (the slot word, the region layout, the entries of the
 /// value logs in the `mu_log` format). 2: abstaining words. 3: the entry checksum in four lanes
 /// (`mu_log`), which reads an entry of version 2 as incomplete. 4: a restarted replica rejoins
-/// through a rejoin entry (`recovery`), asked for in the status its peers read.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// through a rejoin entry (`recovery`), asked for in the status its peers read. 5: the
+/// heartbeat's flags carry the configuration's fingerprint.
+pub const PROTOCOL_VERSION: u32 = 5;
 
-/// The name and version a replica records on its fabric, e.g. `velos/4`.
+/// The name and version a replica records on its fabric, e.g. `velos/5`.
 pub fn protocol_tag() -> String {
     format!("velos/{PROTOCOL_VERSION}")
 }
