@@ -110,8 +110,11 @@ pub struct ReplicaConfig {
     /// CPUs the replica's own threads are pinned to; by default none is (the system places
     /// them). See [`ThreadCpus`].
     pub cpus: ThreadCpus,
-    /// A proposal that finds the log full (a live replica has not applied the entry its slot
-    /// holds) waits this long for room, then fails with "log full". Never overwrites.
+    /// A proposal that finds the log full (a replica the leader counts on, one of its
+    /// confirmed followers or itself, has not applied the entry its slot holds) waits this long
+    /// for room, then fails with "log full". Never overwrites such an entry. A replica the
+    /// leader has not confirmed (started late, or cut off) is not waited for: more than a log
+    /// behind, it needs a state transfer.
     pub log_full_timeout_ns: u64,
     /// Most requests packed into one log entry when several are proposed at once (§7.4); at
     /// most [`BATCH_REQUESTS_MAX`].

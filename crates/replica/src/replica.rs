@@ -382,7 +382,11 @@ impl Replica {
     ///
     /// `on_commit(index, request)` is called for every committed request, in log order, on every
     /// replica (the leader included), from the thread running the replication plane. With a
-    /// commit handler alone there is no state transfer: see [`Replica::start_with_state`].
+    /// commit handler alone there is no state transfer: a replica that falls more than a log
+    /// behind (one started after the others went round the log, or cut off that long; the
+    /// leader does not wait for a replica it has not confirmed as a follower) stays behind for
+    /// good, and its status's `state_transfer_error` says so. See
+    /// [`Replica::start_with_state`].
     ///
     /// What the commit handler (and a [`StateMachine`]'s hooks) may count on and must keep to:
     /// - **Its thread.** In handover mode the replication thread calls it; in direct mode the
@@ -534,7 +538,9 @@ impl Replica {
     /// membership entry (§5.4); on the leader only. Returns the entry's log index once it is
     /// decided: from the next index on, majorities are of the new configuration. Start the new
     /// replica (with `eligible: false`) before or after: it is brought up to date by the log,
-    /// or by a state transfer if the log has moved on more than its length.
+    /// or by a state transfer if the log has moved on more than its length. A replica that was
+    /// removed stays out for good, even if it still runs: to add its id back, stop it and
+    /// start it anew (with `eligible: false`).
     pub fn add_replica(&self, id: NodeId) -> Result<u64, ProposeError> {
         self.change_membership(Change::Add(id))
     }
@@ -561,7 +567,9 @@ impl Replica {
     /// time. Returns once every request has an outcome: into `outcomes` (cleared first), one per
     /// request in order, the log index it was committed at (requests packed into one entry
     /// share its index, and are applied in the order given) or why not. Requests are committed
-    /// in the order given; if one fails, the ones after it fail too.
+    /// in the order given; if one fails, the ones after it fail too. A request too large for an
+    /// entry fails the whole call before anything is proposed (every outcome is its
+    /// [`ProposeError::TooLarge`]).
     pub fn propose_many(&self, requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>) {
         self.inner.propose(requests, None, outcomes);
     }
@@ -571,7 +579,8 @@ impl Replica {
         self.shared.leader()
     }
 
-    /// Leader changes as this replica sees them, from now on.
+    /// Leader changes as this replica sees them, from now on: a leader elected before the call
+    /// is not sent, so read [`Replica::leader`] after it for the current one.
     pub fn watch_leader(&self) -> Receiver<Option<NodeId>> {
         self.inner.watch()
     }

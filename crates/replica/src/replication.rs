@@ -36,11 +36,13 @@ pub enum ProposeError {
     Aborted,
     #[error("value of {len} bytes is larger than an entry holds ({max} bytes)")]
     TooLarge { len: usize, max: usize },
-    /// A live replica has not applied the entry whose slot the next index reuses, and did not
-    /// catch up within the configured timeout. Nothing was overwritten.
+    /// A replica the leader counts on (one of its confirmed followers, or itself) has not
+    /// applied the entry whose slot the next index reuses, and did not catch up within
+    /// `log_full_timeout_ns`. Nothing was overwritten.
     #[error(
-        "the log is full: a live replica has not applied entry {oldest} (log of {slots_count} \
-         slots); it is too slow or stuck"
+        "the log is full: a replica the leader counts on has not applied entry {oldest} (log of \
+         {slots_count} slots) within log_full_timeout_ns; it is too slow (a slow commit \
+         handler?) or stuck: a larger slots_count or log_full_timeout_ns gives it more room"
     )]
     LogFull { oldest: u64, slots_count: u64 },
     /// Another proposal is in progress on this replica.
@@ -83,7 +85,9 @@ impl ProposeError {
 fn leader_hint(leader: &Option<NodeId>) -> String {
     match leader {
         Some(l) => format!(" (replica {l} is)"),
-        None => " (no leader is known)".into(),
+        None => " (no leader is known: no live majority is in sight, or an election is under \
+                  way; the status's scores say which replicas this one hears)"
+            .into(),
     }
 }
 
