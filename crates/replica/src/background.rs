@@ -25,6 +25,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{debug, error, info, warn};
 
+/// The longest wait before fetching another snapshot after the application refused to restore
+/// the last ones.
+const RESTORE_RETRY_NS_MAX: u64 = 1_000_000_000;
+
 /// What a background work request was, in the bits above the peer's position.
 const KIND_HEARTBEAT: u64 = 1 << 16;
 const KIND_REQUEST: u64 = 2 << 16;
@@ -165,6 +169,11 @@ pub struct BackgroundDriver<F: Fabric> {
     fetch: Option<Fetch>,
     fetch_seq: u32,
     next_fetch_ns: u64,
+    /// Restore failures seen so far, and the wait before the next fetch after the last one:
+    /// an application that cannot restore a snapshot would otherwise have a donor take one
+    /// again and again, as fast as they go.
+    restore_failures_seen: u64,
+    restore_backoff_ns: u64,
     /// By position, whether the failure detector judged the peer alive when last looked at:
     /// its changes are logged. Peers start alive, as in the detector.
     alive_seen: Vec<bool>,
@@ -219,6 +228,8 @@ impl<F: Fabric> BackgroundDriver<F> {
             fetch: None,
             fetch_seq: 0,
             next_fetch_ns: 0,
+            restore_failures_seen: 0,
+            restore_backoff_ns: 0,
             alive_seen: vec![true; n],
             replicas,
         })
@@ -432,6 +443,15 @@ impl<F: Fabric> BackgroundDriver<F> {
             return false; // the last one is not installed yet
         }
         let Some(mut fetch) = self.fetch else {
+            let failures = self.shared.restore_failures.load(Ordering::Acquire);
+            if failures != self.restore_failures_seen {
+                // Each refused snapshot doubles the wait, from a read period up to
+                // RESTORE_RETRY_NS_MAX.
+                self.restore_failures_seen = failures;
+                self.restore_backoff_ns = (self.restore_backoff_ns * 2)
+                    .clamp(self.config.read_period_ns, RESTORE_RETRY_NS_MAX);
+                self.next_fetch_ns = now_ns + self.restore_backoff_ns;
+            }
             if now_ns < self.next_fetch_ns {
                 return false;
             }

@@ -191,6 +191,9 @@ pub(crate) struct Shared {
     pub replayer_stuck: AtomicBool,
     pub snapshots_served: AtomicU64,
     pub snapshots_installed: AtomicU64,
+    /// Snapshots the application refused to restore (replication; the background plane waits
+    /// longer after each before it fetches another).
+    pub restore_failures: AtomicU64,
     /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
     pub state_transfer_error: std::sync::Mutex<Option<String>>,
     /// Why the replica stopped on its own: a panic on one of its threads, or in the plane
@@ -265,6 +268,7 @@ impl Shared {
             snapshot_fetched: AtomicBool::new(false),
             replayer_stuck: AtomicBool::new(false),
             snapshots_served: AtomicU64::new(0),
+            restore_failures: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),
             state_transfer_error: std::sync::Mutex::new(None),
             failure: std::sync::Mutex::new(None),

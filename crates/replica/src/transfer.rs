@@ -160,6 +160,7 @@ pub(crate) fn install<R: LocalRegion>(
             }
             Err(e) => {
                 warn!(replica = me.0, index, error = %e, "state transfer: restore failed");
+                shared.restore_failures.fetch_add(1, Ordering::Release);
                 shared.transfer_failed(format!("restoring a snapshot: {e}"))
             }
         }

@@ -9,9 +9,10 @@ mod common;
 
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig};
+use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig, StateMachine};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -184,4 +185,75 @@ fn a_proposal_from_inside_the_commit_handler_is_refused() {
         drop(replicas);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// A state machine that takes snapshots (of nothing) and refuses, or not, to restore them,
+/// counting its attempts.
+struct Snapshots {
+    restores: Arc<AtomicU64>,
+    refuse: bool,
+}
+
+impl StateMachine for Snapshots {
+    fn apply(&mut self, _index: u64, _request: &[u8]) {}
+
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        out.extend_from_slice(b"state");
+        Ok(())
+    }
+
+    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), String> {
+        self.restores.fetch_add(1, Ordering::Relaxed);
+        if self.refuse {
+            Err("this build cannot read that state".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A replica more than a log behind whose application refuses every snapshot: it asks again,
+/// but less and less often (each refusal doubles the wait, up to a second), rather than have
+/// a donor take a snapshot as fast as it can (about 2,400 a second before).
+#[test]
+fn a_replica_whose_restore_fails_asks_again_less_and_less_often() {
+    let dir = common::fresh_run_dir("restore-refused");
+    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let start = |id: u16, refuse: bool, restores: Arc<AtomicU64>| {
+        let fabric =
+            ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(id))).expect("fabric");
+        let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
+        config.slots_count = 16;
+        config.slot_bytes = 128;
+        config.eligible = !refuse;
+        Replica::start_with_state(config, fabric, Mode::Handover, Snapshots { restores, refuse })
+            .expect("replica starts")
+    };
+    let donors = [start(0, false, Arc::default()), start(1, false, Arc::default())];
+    wait_for_leader(&donors[0], 0);
+    for k in 0..200 {
+        commit_on(&donors[0], &format!("v{k}"));
+    }
+    // Replica 2 comes late, twelve laps of the log behind: only a snapshot brings it up.
+    let restores = Arc::new(AtomicU64::new(0));
+    let late = start(2, true, restores.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while restores.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "no snapshot was ever restored");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let first = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let tries = restores.load(Ordering::Relaxed);
+    let error = late.status().state_transfer_error.unwrap_or_default();
+    assert!(error.contains("cannot read that state"), "{error}");
+    // Waits of 1, 2, 4, ... ms (a read period, doubling): about 11 tries in 1.5 s.
+    assert!(
+        (2..=20).contains(&tries),
+        "{tries} restores in {:.1} s",
+        first.elapsed().as_secs_f64()
+    );
+    drop(late);
+    drop(donors);
+    let _ = std::fs::remove_dir_all(&dir);
 }
