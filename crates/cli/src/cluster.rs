@@ -367,6 +367,10 @@ fn holds_a_held_lock(dir: &Path, depth: u32) -> bool {
 /// process is removed by the next that makes one in the same place.
 pub struct RunDir {
     path: PathBuf,
+    /// A top-level directory's `owner.lock`, locked (`flock`) for the directory's whole life:
+    /// what tells a later run's [`remove_orphans`] that it is in use whatever its pid says
+    /// (another pid namespace) and however deep its nodes' own locks lie.
+    _owner: Option<std::fs::File>,
 }
 
 impl RunDir {
@@ -378,7 +382,21 @@ impl RunDir {
             std::env::temp_dir()
         };
         remove_orphans(&base);
-        RunDir::create_at(base.join(format!("{RUN_DIR_PREFIX}{tag}-{}", std::process::id())))
+        let mut dir =
+            RunDir::create_at(base.join(format!("{RUN_DIR_PREFIX}{tag}-{}", std::process::id())))?;
+        let lock_path = dir.path.join("owner.lock");
+        let owner = std::fs::File::create(&lock_path)
+            .map_err(|e| format!("creating {}: {e}", lock_path.display()))?;
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(owner.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(format!(
+                "locking {}: {}",
+                lock_path.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        dir._owner = Some(owner);
+        Ok(dir)
     }
 
     /// A subdirectory, removed on its own when dropped.
@@ -393,7 +411,7 @@ impl RunDir {
             .mode(0o700)
             .create(&path)
             .map_err(|e| format!("creating run directory {}: {e}", path.display()))?;
-        Ok(RunDir { path })
+        Ok(RunDir { path, _owner: None })
     }
 
     pub fn path(&self) -> &Path {

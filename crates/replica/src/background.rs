@@ -19,7 +19,8 @@ use mu_fabric::{
 };
 use mu_log::HEAD_OFFSET;
 use mu_replication::{
-    Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet, ACK_RECOVERING,
+    split_request, Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
+    ACK_RECOVERING,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -174,6 +175,8 @@ pub struct BackgroundDriver<F: Fabric> {
     /// again and again, as fast as they go.
     restore_failures_seen: u64,
     restore_backoff_ns: u64,
+    /// Snapshots installed so far: one more starts the waits again from a read period.
+    installs_seen: u64,
     /// By position, whether the failure detector judged the peer alive when last looked at:
     /// its changes are logged. Peers start alive, as in the detector.
     alive_seen: Vec<bool>,
@@ -230,6 +233,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             next_fetch_ns: 0,
             restore_failures_seen: 0,
             restore_backoff_ns: 0,
+            installs_seen: 0,
             alive_seen: vec![true; n],
             replicas,
         })
@@ -446,11 +450,17 @@ impl<F: Fabric> BackgroundDriver<F> {
             let failures = self.shared.restore_failures.load(Ordering::Acquire);
             if failures != self.restore_failures_seen {
                 // Each refused snapshot doubles the wait, from a read period up to
-                // RESTORE_RETRY_NS_MAX.
+                // RESTORE_RETRY_NS_MAX; one installed starts the count again.
                 self.restore_failures_seen = failures;
                 self.restore_backoff_ns = (self.restore_backoff_ns * 2)
-                    .clamp(self.config.read_period_ns, RESTORE_RETRY_NS_MAX);
+                    .max(self.config.read_period_ns)
+                    .min(RESTORE_RETRY_NS_MAX);
                 self.next_fetch_ns = now_ns + self.restore_backoff_ns;
+            }
+            let installed = self.shared.snapshots_installed.load(Ordering::Relaxed);
+            if installed != self.installs_seen {
+                self.installs_seen = installed;
+                self.restore_backoff_ns = 0;
             }
             if now_ns < self.next_fetch_ns {
                 return false;
@@ -844,6 +854,14 @@ impl<F: Fabric> BackgroundDriver<F> {
             let counter = self.load(view + HEARTBEAT_OFFSET);
             let head = self.load(view + HEAD_COPY_OFFSET);
             let flags = self.load(view + FLAGS_OFFSET);
+            if flags >> FLAGS_CONFIG_SHIFT & 0xffff == 0 {
+                // The peer has not published its flags yet (its first beat is under way): a
+                // heartbeat of a replica that does not stand, as before it beats. Its
+                // configuration is not known, so its requests wait.
+                self.peers[pos].last_counter = Some(counter);
+                self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
+                return;
+            }
             if !self.config_agrees(pos, flags) {
                 // A peer with another log shape or protocol never counts as alive, nor as
                 // eligible.
@@ -1021,12 +1039,20 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // Nor are those of a replica whose heartbeat has not shown our
                     // configuration (yet): granted, it would write entries of another shape
                     // into our log, and count our acknowledgements.
+                    // The request must come from the run of the peer whose heartbeat showed it
+                    // (a peer restarted with another configuration, not read since, still has
+                    // the bit of its earlier run).
                     let same_config =
                         self.shared.peers_config_same.load(Ordering::Acquire) & 1 << pos != 0;
-                    self.requests[pos] = if self.shared.is_removed(pos) || !same_config {
+                    let word = self.load(request_offset(pos));
+                    let (boot, _) = split_request(word);
+                    let this_run = pos == self.me_pos
+                        || boot == self.shared.peer_boots[pos].load(Ordering::Acquire);
+                    self.requests[pos] = if self.shared.is_removed(pos) || !same_config || !this_run
+                    {
                         0
                     } else {
-                        self.load(request_offset(pos))
+                        word
                     };
                 }
                 let Some(requester) = self.permissions.next(&self.requests, &mut self.steps) else {

@@ -366,7 +366,6 @@ impl ReplicaConfig {
 }
 
 impl ReplicaConfig {
-    /// What Velos does not do yet, said plainly rather than run badly.
     /// A 16-bit digest of what every replica of a cluster must agree on: the protocol and its
     /// version, the log's shape (slots, slot size, integrity check) and the configured
     /// replicas. Each replica publishes it with its heartbeat; a peer that publishes another is
@@ -386,13 +385,18 @@ impl ReplicaConfig {
         eat(&self.slots_count.to_le_bytes());
         eat(&self.slot_bytes.to_le_bytes());
         eat(&[matches!(self.integrity, Integrity::Checksum) as u8]);
-        for id in &self.replicas {
-            eat(&id.0.to_le_bytes());
+        // In id order, as `ReplicaSet` keeps them: the order a list was written in changes
+        // nothing else.
+        let mut ids: Vec<u16> = self.replicas.iter().map(|id| id.0).collect();
+        ids.sort_unstable();
+        for id in ids {
+            eat(&id.to_le_bytes());
         }
         let folded = (hash ^ hash >> 16 ^ hash >> 32 ^ hash >> 48) as u16;
         folded.max(1)
     }
 
+    /// What Velos does not do yet, said plainly rather than run badly.
     fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
         if !self.eligible && replicas.len() <= 2 {
             return Err(ConfigError::Replicas(format!(

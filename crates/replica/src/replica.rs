@@ -207,17 +207,24 @@ impl Applier for Application {
 }
 
 thread_local! {
-    /// Whether this thread is inside a poll of a replica's plane, where the commit handler and
-    /// the snapshot hooks run: a proposal from there would wait for the poll it is part of.
-    static IN_PLANE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The replica (the address of its `Shared`) whose plane this thread is polling, if any:
+    /// the commit handler and the snapshot hooks run there, and a proposal to that replica
+    /// from there would wait for the poll it is part of. (One to another replica of the
+    /// process is fine.)
+    static IN_PLANE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Marks this thread as inside a plane's poll until dropped (also when a panic unwinds).
-struct InPlane(bool);
+struct InPlane(usize);
 
 impl InPlane {
-    fn enter() -> InPlane {
-        InPlane(IN_PLANE.with(|f| f.replace(true)))
+    fn enter(shared: &Arc<Shared>) -> InPlane {
+        InPlane(IN_PLANE.with(|f| f.replace(Arc::as_ptr(shared) as usize)))
+    }
+
+    /// Whether this thread is inside a poll of `shared`'s replica.
+    fn inside(shared: &Arc<Shared>) -> bool {
+        IN_PLANE.with(|f| f.get()) == Arc::as_ptr(shared) as usize
     }
 }
 
@@ -232,7 +239,7 @@ impl<F: Fabric> Plane<F> {
     /// until it is set up and committed ([`ReplicationPlane::setup_timed`]): one more clock
     /// read per poll then, none otherwise.
     fn poll(&mut self, now_ns: u64, poller: Poller) -> bool {
-        let _in_plane = InPlane::enter();
+        let _in_plane = InPlane::enter(self.driver.shared());
         let timed = self.driver.setup_timed();
         let busy = self.driver.poll(now_ns, &mut self.app);
         if timed || self.driver.setup_timed() {
@@ -642,7 +649,7 @@ fn propose<F: Fabric>(
     if inner.stop.load(Ordering::Acquire) {
         return fail(outcomes, ProposeError::ShuttingDown);
     }
-    if IN_PLANE.with(|f| f.get()) {
+    if InPlane::inside(&inner.shared) {
         return fail(outcomes, ProposeError::Reentrant);
     }
     match inner.mode {

@@ -700,7 +700,11 @@ impl<F: Fabric> VelosDriver<F> {
             // A restarted replica lets no one in before it knows where it abstains. The side
             // is bound once the peer's run is known (from its heartbeat), and that run is
             // noted, so that a restart after it is noticed.
-            let bind_target = !self.target_connected[pos] && self.recovery.is_none() && boot != 0;
+            // Nor a peer whose heartbeat has not shown our configuration: it would write its
+            // values and words into our memory at its own offsets.
+            let same_config = self.shared.peers_config_same.load(Ordering::Acquire) >> pos & 1 != 0;
+            let bind_target =
+                !self.target_connected[pos] && self.recovery.is_none() && boot != 0 && same_config;
             if pos == self.me_pos
                 || (self.connected[pos] && !bind_target)
                 || now_ns < self.next_connect_ns[pos]

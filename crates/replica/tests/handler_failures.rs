@@ -159,7 +159,7 @@ fn a_proposal_from_inside_the_commit_handler_is_refused() {
         let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
         let mut replicas = Vec::new();
         let inner_outcomes: Arc<Mutex<Vec<Result<u64, ProposeError>>>> = Arc::default();
-        let me: Arc<OnceLock<Weak<Replica>>> = Arc::default();
+        let me: Arc<OnceLock<Vec<Weak<Replica>>>> = Arc::default();
         for id in 0..3u16 {
             let fabric =
                 ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(id))).expect("fabric");
@@ -169,17 +169,28 @@ fn a_proposal_from_inside_the_commit_handler_is_refused() {
             let (me, outcomes) = (me.clone(), inner_outcomes.clone());
             let replica = Replica::start(config, fabric, mode, move |_, value: &[u8]| {
                 if id == 0 && value == b"outer" {
-                    let replica = me.get().and_then(Weak::upgrade).expect("set before proposing");
-                    outcomes.lock().unwrap().push(replica.propose(b"inner"));
+                    let all = me.get().expect("set before proposing");
+                    let own = all[0].upgrade().expect("replica 0");
+                    let other = all[1].upgrade().expect("replica 1");
+                    outcomes.lock().unwrap().push(own.propose(b"inner"));
+                    // Another replica of the process is another plane: asked, it answers.
+                    outcomes.lock().unwrap().push(other.propose(b"elsewhere"));
                 }
             })
             .expect("replica starts");
             replicas.push(Arc::new(replica));
         }
-        me.set(Arc::downgrade(&replicas[0])).unwrap();
+        me.set(replicas.iter().map(Arc::downgrade).collect()).unwrap();
         wait_for_leader(&replicas[0], 0);
         commit_on(&replicas[0], "outer");
-        assert_eq!(*inner_outcomes.lock().unwrap(), vec![Err(ProposeError::Reentrant)], "{mode:?}");
+        assert_eq!(
+            *inner_outcomes.lock().unwrap(),
+            vec![
+                Err(ProposeError::Reentrant),
+                Err(ProposeError::NotLeader { leader: Some(NodeId(0)) })
+            ],
+            "{mode:?}"
+        );
         // And the replica works on.
         commit_on(&replicas[0], "later");
         drop(replicas);

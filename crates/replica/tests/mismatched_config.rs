@@ -107,4 +107,7 @@ fn replicas_configured_alike_share_a_fingerprint() {
     assert_ne!(other.fingerprint(), prints[0]);
     let fewer = ReplicaConfig::new(NodeId(0), ids[..2].to_vec());
     assert_ne!(fewer.fingerprint(), prints[0]);
+    // The order the replicas are listed in is no difference.
+    let reordered = ReplicaConfig::new(NodeId(0), vec![NodeId(1), NodeId(0), NodeId(2)]);
+    assert_eq!(reordered.fingerprint(), prints[0]);
 }
