@@ -8,8 +8,7 @@
 mod common;
 
 use mu_fabric::NodeId;
-use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_replica::{Mode, ProposeError, Replica, ReplicaConfig, StateMachine};
+use mu_replica::{Mode, ProposeError, Replica, StateMachine};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +16,14 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 const CLUSTER_ID: u64 = 0x6d75_6866;
+
+/// The tests of this file go one at a time: each runs three replicas with busy threads in this
+/// process, and on a two-core machine several at once starve each other's heartbeats (a leader
+/// then changes in the middle of a test).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// The index whose commit makes the misbehaving handler panic.
 const PANIC_AT: u64 = 5;
 
@@ -26,15 +33,10 @@ type Calls = Arc<Mutex<BTreeMap<u64, u32>>>;
 /// Three replicas of one cluster on `dir`; replica `panicking`'s handler panics at
 /// [`PANIC_AT`] (none if `None`). Every handler counts its calls.
 fn cluster(dir: &Path, mode: Mode, panicking: Option<u16>) -> (Vec<Replica>, Vec<Calls>) {
-    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
     let mut replicas = Vec::new();
     let mut calls = Vec::new();
     for id in 0..3u16 {
-        let fabric =
-            ShmFabric::create(ShmConfig::new(dir, CLUSTER_ID, NodeId(id))).expect("fabric");
-        let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
-        config.slots_count = 256;
-        config.slot_bytes = 128;
+        let (fabric, config) = common::in_process_replica(dir, CLUSTER_ID, id);
         let seen = Calls::default();
         let counted = seen.clone();
         let panics = panicking == Some(id);
@@ -76,6 +78,7 @@ fn wait_for_leader(replica: &Replica, leader: u16) {
 
 #[test]
 fn a_panicking_commit_handler_stops_the_leader_and_another_takes_over() {
+    let _one = one_at_a_time();
     for mode in [Mode::Direct, Mode::Handover] {
         let dir = common::fresh_run_dir(&format!("handler-panic-leader-{mode:?}"));
         let (replicas, calls) = cluster(&dir, mode, Some(0));
@@ -100,9 +103,12 @@ fn a_panicking_commit_handler_stops_the_leader_and_another_takes_over() {
             }
         }
         let ended = ended.unwrap_or_else(|| panic!("{mode:?}: the handler never panicked"));
+        // In direct mode the panic reaches the caller when the leader applies the entry in
+        // its own call (the usual case); where the helper thread applied it, the call fails.
+        let failed = Ok(Err(ProposeError::ShuttingDown));
         match mode {
-            Mode::Direct => assert_eq!(ended, Err("a panic"), "the panic reaches the caller"),
-            Mode::Handover => assert_eq!(ended, Ok(Err(ProposeError::ShuttingDown))),
+            Mode::Direct => assert!(ended == Err("a panic") || ended == failed, "{ended:?}"),
+            Mode::Handover => assert_eq!(ended, failed),
         }
         // The replica has stopped: it says why, and refuses at once from now on.
         let status = replicas[0].status();
@@ -128,6 +134,7 @@ fn a_panicking_commit_handler_stops_the_leader_and_another_takes_over() {
 
 #[test]
 fn a_follower_whose_handler_panics_stops_and_the_leader_goes_on() {
+    let _one = one_at_a_time();
     let dir = common::fresh_run_dir("handler-panic-follower");
     let (replicas, calls) = cluster(&dir, Mode::Handover, Some(2));
     wait_for_leader(&replicas[0], 0);
@@ -154,18 +161,14 @@ fn a_follower_whose_handler_panics_stops_and_the_leader_goes_on() {
 
 #[test]
 fn a_proposal_from_inside_the_commit_handler_is_refused() {
+    let _one = one_at_a_time();
     for mode in [Mode::Direct, Mode::Handover] {
         let dir = common::fresh_run_dir(&format!("handler-reentrant-{mode:?}"));
-        let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
         let mut replicas = Vec::new();
         let inner_outcomes: Arc<Mutex<Vec<Result<u64, ProposeError>>>> = Arc::default();
         let me: Arc<OnceLock<Vec<Weak<Replica>>>> = Arc::default();
         for id in 0..3u16 {
-            let fabric =
-                ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(id))).expect("fabric");
-            let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
-            config.slots_count = 256;
-            config.slot_bytes = 128;
+            let (fabric, config) = common::in_process_replica(&dir, CLUSTER_ID, id);
             let (me, outcomes) = (me.clone(), inner_outcomes.clone());
             let replica = Replica::start(config, fabric, mode, move |_, value: &[u8]| {
                 if id == 0 && value == b"outer" {
@@ -183,14 +186,13 @@ fn a_proposal_from_inside_the_commit_handler_is_refused() {
         me.set(replicas.iter().map(Arc::downgrade).collect()).unwrap();
         wait_for_leader(&replicas[0], 0);
         commit_on(&replicas[0], "outer");
-        assert_eq!(
-            *inner_outcomes.lock().unwrap(),
-            vec![
-                Err(ProposeError::Reentrant),
-                Err(ProposeError::NotLeader { leader: Some(NodeId(0)) })
-            ],
-            "{mode:?}"
-        );
+        let outcomes = inner_outcomes.lock().unwrap().clone();
+        assert_eq!(outcomes.len(), 2, "{mode:?}: {outcomes:?}");
+        assert_eq!(outcomes[0], Err(ProposeError::Reentrant), "{mode:?}");
+        // Replica 1 answers: as a follower (NotLeader) most often, or, where a loaded machine
+        // made it leader meanwhile, with its commit. Only a call to the replica whose plane
+        // runs the handler is refused.
+        assert_ne!(outcomes[1], Err(ProposeError::Reentrant), "{mode:?}");
         // And the replica works on.
         commit_on(&replicas[0], "later");
         drop(replicas);
@@ -228,14 +230,11 @@ impl StateMachine for Snapshots {
 /// a donor take a snapshot as fast as it can (about 2,400 a second before).
 #[test]
 fn a_replica_whose_restore_fails_asks_again_less_and_less_often() {
+    let _one = one_at_a_time();
     let dir = common::fresh_run_dir("restore-refused");
-    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
     let start = |id: u16, refuse: bool, restores: Arc<AtomicU64>| {
-        let fabric =
-            ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(id))).expect("fabric");
-        let mut config = ReplicaConfig::new(NodeId(id), ids.clone());
+        let (fabric, mut config) = common::in_process_replica(&dir, CLUSTER_ID, id);
         config.slots_count = 16;
-        config.slot_bytes = 128;
         config.eligible = !refuse;
         Replica::start_with_state(config, fabric, Mode::Handover, Snapshots { restores, refuse })
             .expect("replica starts")

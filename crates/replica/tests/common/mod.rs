@@ -17,3 +17,25 @@ pub fn fresh_run_dir(tag: &str) -> PathBuf {
     std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run dir");
     dir
 }
+
+/// Replica `id` of a cluster of replicas 0, 1 and 2 on `dir`, for tests that run all three in
+/// this process: its fabric node, and a configuration with a small log (256 slots of 128
+/// bytes) and the defaults otherwise.
+#[allow(dead_code)] // not every test binary that shares this module starts replicas in-process
+pub fn in_process_replica(
+    dir: &Path,
+    cluster_id: u64,
+    id: u16,
+) -> (mu_fabric_shm::ShmFabric, mu_replica::ReplicaConfig) {
+    use mu_fabric::NodeId;
+    let fabric = mu_fabric_shm::ShmFabric::create(mu_fabric_shm::ShmConfig::new(
+        dir,
+        cluster_id,
+        NodeId(id),
+    ))
+    .expect("fabric");
+    let mut config = mu_replica::ReplicaConfig::new(NodeId(id), (0..3).map(NodeId).collect());
+    config.slots_count = 256;
+    config.slot_bytes = 128;
+    (fabric, config)
+}
