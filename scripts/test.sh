@@ -65,6 +65,8 @@ PY
 }
 
 cargo build --release --quiet --bin mu
+step "the embedding example: three replicas of a counter in one process (crates/replica/examples/embed.rs)"
+cargo run --release --quiet -p mu-replica --example embed
 step "simulator sweep: mu sim --seeds 200 (every fault on, 3 and 5 replicas, histories checked by lincheck)"
 sim_sweep mu all 200 0
 step "simulator sweep: mu sim --seeds 200 --protocol velos (every fault, restarts included, 3 and 5 replicas, lincheck)"

@@ -1,6 +1,12 @@
 //! The Mu replica: the pure engines of `mu-replication` bound to a fabric, in two planes (Mu
 //! paper §3.2, Fig. 1).
 //!
+//! To embed it: [`Replica::start`] (or [`Replica::start_with_state`]) on a fabric node, with a
+//! [`ReplicaConfig`] alike on every replica but for `me`; `propose` on the leader. A whole
+//! program, three replicas of a counter on the shared-memory fabric, is
+//! `examples/embed.rs` (`cargo run --release -p mu-replica --example embed`); the test command
+//! runs it.
+//!
 //! * The **replication plane** ([`ReplicationDriver`]) runs the leader engine when this replica
 //!   leads and the replayer always: it turns the engine's actions into one-sided work requests on
 //!   the replication connections and feeds their completions back.
