@@ -66,8 +66,8 @@ pub struct ReplicaStatus {
     /// Mu: when, on the same clock, the leader engine first entered each phase of its current
     /// leadership (the phases it entered so far; empty while not leading, and under Velos).
     pub phases_entered_at_ns: Vec<(mu_replication::Phase, u64)>,
-    /// Mu: how long the polls of the current leadership took until the engine was first
-    /// `Ready` (after its first commit), by the phase each poll began in: (phase, nanoseconds,
+    /// Mu: how long the polls of the current leadership took until the first of its own
+    /// proposals committed, by the phase each poll began in: (phase, nanoseconds,
     /// polls), for the phases with at least one. `Follower` stands for the poll that took up the
     /// leadership. Beside `phases_entered_at_ns`, it says how much of a new leader's set-up is
     /// time inside its polls and how much lies between them (the thread elsewhere, or other

@@ -634,12 +634,13 @@ impl<F: Fabric> ReplicationDriver<F> {
     }
 
     /// Whether a new leadership's polls are being timed ([`Self::note_setup_poll`]): from the
-    /// poll that takes up the leadership to the one in which the engine is first `Ready`,
-    /// after its first commit. The caller times a poll if this held before it or holds after
-    /// it, reading its clock only then.
+    /// poll that takes up the leadership to the one in which the first of its own proposals
+    /// commits. Not to the first `Ready`: a leader set up with nothing to propose is `Ready`
+    /// before its first proposal, and the polls that carry that proposal are part of the
+    /// failover too. The caller times a poll if this held before it or holds after it, reading
+    /// its clock only then.
     pub fn setup_timed(&self) -> bool {
-        self.leader.phase() != Phase::Follower
-            && self.phases_stamped & 1 << Phase::Ready as u32 == 0
+        self.leader.phase() != Phase::Follower && self.phases_stamped & FIRST_COMMIT_STAMP == 0
     }
 
     /// Counts `busy_ns`, the time the last poll took, against the phase the engine was in when
@@ -867,6 +868,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                 Action::Committed { index, mine } => {
                     self.shared.progress.count_commit();
                     if mine {
+                        if self.leader.phase() != Phase::Follower {
+                            self.phases_stamped |= FIRST_COMMIT_STAMP;
+                        }
                         self.committed(index);
                     }
                 }
@@ -1124,6 +1128,9 @@ const _: () = assert!(LOG_REGION.0 != SCRATCH_REGION.0 && SCRATCH_REGION.0 != BA
 
 /// A status time stamp (nanoseconds plus one; 0: none) that dates the first poll of a stretch in
 /// which `reached` holds, and is cleared when it stops holding. Returns whether it was dated now.
+/// The bit of `phases_stamped` past the phases': the leadership committed a proposal of its own.
+const FIRST_COMMIT_STAMP: u16 = 1 << Phase::ALL.len();
+
 fn date_once(at: &AtomicU64, reached: bool, now_ns: u64) -> bool {
     let dated = at.load(Ordering::Relaxed) != 0;
     if reached && !dated {

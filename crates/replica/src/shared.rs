@@ -158,7 +158,7 @@ pub(crate) struct Shared {
     /// (replication). Failover timing: where a new leader's set-up and first proposal go.
     pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
     /// Mu: the time a new leadership's polls took, from the one that took it up to the one in
-    /// which the engine was first `Ready`, by the phase each poll began in (`Follower`: the
+    /// which its first own proposal committed, by the phase each poll began in (`Follower`: the
     /// poll that took it up), and how many polls; reset with `phase_entered_at_ns`
     /// (replication).
     pub phase_busy_ns: [AtomicU64; Phase::ALL.len()],
