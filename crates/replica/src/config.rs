@@ -426,17 +426,25 @@ pub const BATCH_REQUESTS_MAX: usize = 65_536;
 
 /// A configuration that cannot work, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
+    /// The replica list: empty, repeated ids, more than the fabric's limit, or `me` not in it.
     #[error("replicas: {0}")]
     Replicas(String),
+    /// The log's shape: slot count and size, the snapshot limit, entries the protocol needs.
     #[error("log: {0}")]
     Log(String),
+    /// The failure detector's thresholds and read period.
     #[error("failure detector: {0}")]
     Detector(String),
+    /// A timeout or period: zero, above an hour, or out of order with another.
     #[error("timing: {0}")]
     Timing(String),
+    /// `outstanding_max` or `batch_requests_max` out of range.
     #[error("batching: {0}")]
     Batching(String),
+    /// The CPUs to pin threads to: both dedicated threads on one CPU, or (found when the thread
+    /// starts) a CPU this process may not run on.
     #[error("cpus: {0}")]
     Cpus(String),
 }

@@ -17,20 +17,33 @@ use std::sync::Arc;
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
+    /// The configuration cannot work ([`ReplicaConfig::validate`]).
     #[error("configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The fabric node given is not the replica the configuration names as `me`.
     #[error("the fabric is node {fabric} but the configuration says this replica is {config}")]
-    WrongNode { fabric: NodeId, config: NodeId },
+    WrongNode {
+        /// The fabric node's id.
+        fabric: NodeId,
+        /// The configuration's `me`.
+        config: NodeId,
+    },
+    /// The fabric refused a region or a connection.
     #[error("fabric: {0}")]
     Fabric(#[from] FabricError),
+    /// Anything else that stopped the start: an engine that refused the configuration, a
+    /// thread that could not be started.
     #[error("{0}")]
     Other(String),
 }
 
 /// The replication plane and the background plane of one replica, sharing its regions.
 pub struct ReplicaCore<F: Fabric> {
+    /// The plane that replicates: the leader engine and the replayer.
     pub replication: ReplicationPlane<F>,
+    /// The plane that watches: heartbeat, failure detector, permissions, log heads.
     pub background: BackgroundDriver<F>,
 }
 
@@ -39,7 +52,9 @@ pub struct ReplicaCore<F: Fabric> {
 // pointer hop to every call.
 #[allow(clippy::large_enum_variant)]
 pub enum ReplicationPlane<F: Fabric> {
+    /// Mu's engine (§4): permissions, prepare and accept over one-sided writes.
     Mu(ReplicationDriver<F>),
+    /// Velos's engine: one-sided compare-and-swap into each slot.
     Velos(VelosDriver<F>),
 }
 
@@ -90,6 +105,7 @@ impl<F: Fabric> ReplicationPlane<F> {
         }
     }
 
+    /// See [`ReplicationDriver::outcomes_ready`].
     pub fn outcomes_ready(&self) -> bool {
         match self {
             ReplicationPlane::Mu(d) => d.outcomes_ready(),
@@ -105,6 +121,7 @@ impl<F: Fabric> ReplicationPlane<F> {
         }
     }
 
+    /// See [`ReplicationDriver::shut_down`].
     pub fn shut_down(&mut self) {
         match self {
             ReplicationPlane::Mu(d) => d.shut_down(),
@@ -390,6 +407,7 @@ impl<F: Fabric> ReplicaCore<F> {
         self.replication.shared().leader()
     }
 
+    /// What the replica reports about itself (as [`crate::Replica::status`]).
     pub fn status(&self) -> crate::ReplicaStatus {
         let me = self.background.me();
         self.replication.shared().status(me)

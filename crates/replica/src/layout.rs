@@ -98,17 +98,27 @@ pub const SNAPSHOT_REGION: RegionId = RegionId(3);
 /// index when the donor holds it (Velos: what a new leader republishes), as its kind (0: none)
 /// and its length; its bytes are the last of the snapshot's.
 pub const SNAPSHOT_HEADER_BYTES: u64 = 64;
+/// Snapshot header: the ticket answered, written last.
 pub const SNAPSHOT_TICKET: u64 = 0;
+/// Snapshot header: the log index it was taken at.
 pub const SNAPSHOT_INDEX: u64 = 8;
+/// Snapshot header: the length of the application's bytes.
 pub const SNAPSHOT_LEN: u64 = 16;
+/// Snapshot header: the digest ([`snapshot_digest`]).
 pub const SNAPSHOT_DIGEST: u64 = 24;
+/// Snapshot header: the error code (`SNAPSHOT_OK` and those after it).
 pub const SNAPSHOT_ERROR: u64 = 32;
+/// Snapshot header: the members at the index, by position.
 pub const SNAPSHOT_MEMBERS: u64 = 40;
+/// Snapshot header: the kind of the entry just below the index (0: none).
 pub const SNAPSHOT_LAST_KIND: u64 = 48;
+/// Snapshot header: that entry's length.
 pub const SNAPSHOT_LAST_LEN: u64 = 56;
-/// Error codes of a served snapshot.
+/// A served snapshot's error code: none, the snapshot is in the region.
 pub const SNAPSHOT_OK: u64 = 0;
+/// A served snapshot's error code: the state is larger than `snapshot_bytes_max`.
 pub const SNAPSHOT_TOO_LARGE: u64 = 1;
+/// A served snapshot's error code: the application takes no snapshots.
 pub const SNAPSHOT_UNSUPPORTED: u64 = 2;
 
 /// Bytes of the state-transfer region for snapshots of at most `snapshot_bytes_max` bytes.
@@ -126,6 +136,7 @@ pub fn snapshot_ticket(pos: usize, seq: u32) -> u64 {
     ((pos as u64 + 1) << 32) | u64::from(seq)
 }
 
+/// The state-transfer request word of the requester at `pos`, in a donor's background region.
 pub fn snapshot_request_offset(pos: usize) -> u64 {
     SNAPSHOT_REQUEST_OFFSET + 8 * pos as u64
 }
@@ -136,14 +147,19 @@ pub fn snapshot_digest(index: u64, members: u64, last: u64, bytes: &[u8]) -> u64
     mu_log::digest(index ^ 0x6d75_736e_6170 ^ members.rotate_left(29) ^ last.rotate_left(7), bytes)
 }
 
+/// The permission request word of the requester at `pos`, in a permission manager's background
+/// region.
 pub fn request_offset(pos: usize) -> u64 {
     REQUEST_OFFSET + 8 * pos as u64
 }
 
+/// The acknowledgement word of the permission manager at `pos`, in a requester's background
+/// region.
 pub fn ack_offset(pos: usize) -> u64 {
     ACK_OFFSET + 8 * pos as u64
 }
 
+/// Where the heartbeat read of the peer at `pos` lands, in this replica's background region.
 pub fn view_offset(pos: usize) -> u64 {
     VIEW_OFFSET + 64 * pos as u64
 }

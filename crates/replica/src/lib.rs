@@ -32,6 +32,7 @@
 //! ([`layout::replication_channel`], [`layout::background_channel`]).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod background;
 mod config;

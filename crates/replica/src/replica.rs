@@ -31,7 +31,9 @@ pub enum Mode {
 
 /// What a replica reports about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReplicaStatus {
+    /// This replica's id.
     pub me: NodeId,
     /// The leader this replica's failure detector elected.
     pub leader: Option<NodeId>,
@@ -39,11 +41,15 @@ pub struct ReplicaStatus {
     pub fuo: u64,
     /// Entries committed by this replica as leader.
     pub commits: u64,
+    /// Attempts the leader engine aborted (a write failed, permission was lost): each is
+    /// followed by a new attempt while this replica still leads.
     pub aborts: u64,
+    /// How many times the elected leader changed, as this replica saw it.
     pub leader_changes: u64,
     /// Permission requests this replica's permission manager served, and how many needed the
     /// slow path (a connection cycled through reset).
     pub permission_switches: u64,
+    /// Of `permission_switches`, those that took the slow path.
     pub slow_permission_switches: u64,
     /// Whether the heartbeat is going (fate sharing stops it while the replication plane is
     /// stuck inside propose).
@@ -101,6 +107,7 @@ pub struct ReplicaStatus {
     pub leaderships: u64,
     /// State transfer: snapshots this replica took for others, and installed from others.
     pub snapshots_served: u64,
+    /// Snapshots installed from others.
     pub snapshots_installed: u64,
     /// What last went wrong in a state transfer, if anything did.
     pub state_transfer_error: Option<String>,
@@ -592,6 +599,8 @@ impl Replica {
         self.inner.watch()
     }
 
+    /// What the replica reports about itself: leadership, progress, counters, the failure
+    /// detector's scores, failover timing. A few atomic loads; cheap enough to poll.
     pub fn status(&self) -> ReplicaStatus {
         self.shared.status(self.me)
     }

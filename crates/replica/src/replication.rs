@@ -25,17 +25,28 @@ use tracing::{info, warn};
 
 /// Why a proposal failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProposeError {
     /// Only the leader proposes; `leader` is the replica this one believes leads, if any.
     #[error("this replica is not the leader{}", leader_hint(.leader))]
-    NotLeader { leader: Option<NodeId> },
+    NotLeader {
+        /// The replica this one's failure detector elected, if any.
+        leader: Option<NodeId>,
+    },
     /// This replica stopped leading while the value was being replicated: it may or may not be
     /// committed (the next leader decides). Retry with the same client sequence number so that
     /// the state machine applies it once.
     #[error("leadership was lost while replicating; the value may or may not be committed")]
     Aborted,
+    /// A request larger than an entry holds.
     #[error("value of {len} bytes is larger than an entry holds ({max} bytes)")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// Its bytes.
+        len: usize,
+        /// The most one request may be: an entry's value bytes (`slot_bytes` less the entry's
+        /// framing).
+        max: usize,
+    },
     /// A replica the leader counts on (one of its confirmed followers, or itself) has not
     /// applied the entry whose slot the next index reuses, and did not catch up within
     /// `log_full_timeout_ns`. Nothing was overwritten.
@@ -44,7 +55,12 @@ pub enum ProposeError {
          {slots_count} slots) within log_full_timeout_ns; it is too slow (a slow commit \
          handler?) or stuck: a larger slots_count or log_full_timeout_ns gives it more room"
     )]
-    LogFull { oldest: u64, slots_count: u64 },
+    LogFull {
+        /// The index not applied by all the leader counts on.
+        oldest: u64,
+        /// The log's length in slots.
+        slots_count: u64,
+    },
     /// Another proposal is in progress on this replica.
     #[error("another proposal is in progress")]
     Busy,
@@ -73,8 +89,8 @@ pub enum ProposeError {
 impl ProposeError {
     /// Whether the request can never take effect, whatever happens next: it was refused before
     /// it reached a log, or reached none (`NotLeader`, `Busy`, `TooLarge`, `Empty`, `LogFull`,
-    /// `Membership`, `Reentrant`). A client may then send something else instead. False for `Aborted` and
-    /// `ShuttingDown`: the request may have been written somewhere and may still be decided,
+    /// `Membership`, `Reentrant`). A client may then send something else instead. False for
+    /// `Aborted` and `ShuttingDown`: the request may have been written somewhere and may still be decided,
     /// so a client retries it with the same sequence number (the state machine applies it
     /// once) or treats its outcome as unknown.
     pub fn never_applied(&self) -> bool {
@@ -122,6 +138,8 @@ impl Settings {
 /// and for state transfer (a replica that lost its log, or fell more than a log behind, gets
 /// another's state) snapshots taken and restored.
 pub trait Applier {
+    /// Applies one decided entry: `kind` tells the application's requests from the replicas'
+    /// own entries (membership changes, empty entries).
     fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]);
     /// Writes into `out` (empty) the state after every entry applied so far.
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String>;

@@ -27,12 +27,14 @@ pub enum Poller {
 }
 
 impl Poller {
+    /// Every poller.
     pub const ALL: [Poller; 3] = [Poller::Application, Poller::Helper, Poller::Replication];
 
     fn from_code(code: u64) -> Option<Poller> {
         Poller::ALL.into_iter().find(|p| *p as u64 == code)
     }
 
+    /// Its name in reports (`application`, `helper`, `replication`).
     pub fn name(self) -> &'static str {
         match self {
             Poller::Application => "application",
@@ -52,10 +54,12 @@ pub struct SetupPoll {
     /// Mu: the phase the engine was in when the poll began (`Follower`: the poll that took up
     /// the leadership). `None` under Velos.
     pub phase: Option<Phase>,
+    /// The thread that made it.
     pub poller: Poller,
     /// Polls that found nothing to do since the busy poll before this one (or since the
     /// leadership was taken up), and the time they took together.
     pub idle_polls: u64,
+    /// The time those idle polls took.
     pub idle_ns: u64,
 }
 

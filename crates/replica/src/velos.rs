@@ -146,6 +146,7 @@ pub enum VelosStep {
 }
 
 impl VelosStep {
+    /// Every step, in the order of the enum.
     pub const ALL: [VelosStep; 3] = [VelosStep::Prepared, VelosStep::Decided, VelosStep::Submitted];
 }
 
@@ -460,6 +461,7 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
+    /// Whether the submitted requests all have outcomes, to be taken.
     pub fn outcomes_ready(&self) -> bool {
         self.group.answered
     }

@@ -436,5 +436,11 @@ fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
             counters.retries.fetch_add(1, Ordering::Relaxed);
             ServerMessage::Retry(e.to_string())
         }
+        // A kind this server does not know yet: a retry with the same sequence number is safe
+        // whatever it means (the state machine applies a request once).
+        _ => {
+            counters.retries.fetch_add(1, Ordering::Relaxed);
+            ServerMessage::Retry(e.to_string())
+        }
     }
 }
