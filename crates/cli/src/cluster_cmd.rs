@@ -498,6 +498,21 @@ fn print_table(
                     r.digest.clone(),
                     uptime(r.uptime_ms),
                 ]);
+                let ids = |v: &[u16]| v.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+                if !r.restarted_without_rejoin.is_empty() {
+                    problems.push(format!(
+                        "replica {id} refuses replica(s) {}: restarted without --rejoin after \
+                         losing its log; stop it and start it with --rejoin",
+                        ids(&r.restarted_without_rejoin)
+                    ));
+                }
+                if !r.other_configuration.is_empty() {
+                    problems.push(format!(
+                        "replica {id} does not count replica(s) {}: they run with another \
+                         configuration (protocol, log shape or replica list)",
+                        ids(&r.other_configuration)
+                    ));
+                }
             }
             Err(e) => {
                 let (pid, why) = why_silent(config, config_path, *id, e);

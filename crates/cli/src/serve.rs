@@ -167,6 +167,13 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut recovering_noted = Instant::now();
     while interrupt::check().is_ok() {
         std::thread::sleep(Duration::from_millis(20));
+        if let Some(failure) = replica.failure() {
+            // Stopped on its own (refused as restarted without --rejoin, say): it serves
+            // nothing more. Its pid file stays, so it restarts only with --rejoin, as after a
+            // crash.
+            drop(server);
+            return Err(format!("replica {} stopped: {failure}", args.id));
+        }
         if recovering_noted.elapsed() >= RECOVERING_NOTE_EVERY {
             recovering_noted = Instant::now();
             let status = replica.status();

@@ -80,8 +80,8 @@ fn a_replica_of_another_protocol_version_cannot_join() {
 }
 
 /// A replica killed (SIGKILL) leaves its pid file behind and loses its log with its memory:
-/// started again as a new replica it is refused, with --rejoin named; with --rejoin it comes
-/// back and the cluster serves on.
+/// started again as a new replica it is refused, with --rejoin named, and with that file gone
+/// the other replicas refuse it; with --rejoin it comes back and the cluster serves on.
 #[test]
 fn a_crashed_replica_restarts_only_with_rejoin() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,6 +121,20 @@ fn a_crashed_replica_restarts_only_with_rejoin() {
         .output()
         .expect("timeout runs");
     refused(out, "start it with --rejoin");
+
+    // With its pid file removed by hand, it starts as a member in good standing: the replicas
+    // that saw its earlier run refuse it, and it stops, saying why (its log is gone).
+    std::fs::remove_file(&pid_path).unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_mu"), "replica", "--config", setup.config(), "--id", "2"])
+        .env_remove("MU_LOG")
+        .output()
+        .expect("timeout runs");
+    assert_ne!(out.status.code(), Some(124), "served on for 20 s instead of stopping");
+    refused(out, "had seen an earlier run of it");
+    let status = mu(&["cluster", "status", "--config", setup.config()]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("refuses replica(s) 2"), "status names the refusal: {text}");
 
     // With --rejoin it serves again, and so does the cluster.
     let mut rejoined = std::process::Command::new(env!("CARGO_BIN_EXE_mu"))

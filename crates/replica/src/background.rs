@@ -7,10 +7,11 @@ use crate::layout::{
     ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
     snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
     FETCHED_HEADER_OFFSET, FLAGS_CONFIG_SHIFT, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE,
-    HEAD_COPY_OFFSET, HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST,
-    SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN,
-    SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET,
-    SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES, UNHEARD_OFFSET,
+    FLAG_FOUNDING, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REFUSED_OFFSET,
+    REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
+    SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
+    SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
+    UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -103,6 +104,9 @@ struct PeerView {
     /// (by position, 0 before any read), and whether it stood for election.
     members: u64,
     standing: bool,
+    /// The boot id of the peer's run we last accepted (0: none yet): a later run that says it
+    /// is founding ([`FLAG_FOUNDING`]) restarted without rejoining.
+    seen_boot: u32,
 }
 
 /// How a permission step went.
@@ -141,6 +145,8 @@ pub struct BackgroundDriver<F: Fabric> {
     fabric: F,
     me: NodeId,
     me_pos: usize,
+    /// This run started as a member in good standing ([`FLAG_FOUNDING`]).
+    founding: bool,
     replicas: ReplicaSet,
     config: DetectorConfig,
     log: F::Region,
@@ -199,7 +205,8 @@ impl<F: Fabric> BackgroundDriver<F> {
         let me_pos = replicas.position(me).ok_or("this replica is not in the set")?;
         let mut detector = Detector::new(config.clone(), &replicas, me)?;
         // Until the first election poll, we stand if our log may lead.
-        detector.set_self_eligible(shared.eligible.load(Ordering::Acquire));
+        let founding = shared.eligible.load(Ordering::Acquire);
+        detector.set_self_eligible(founding);
         let permissions = PermissionManager::new(me, &replicas)?;
         // Our own requests are served: we run with our configuration.
         shared.peers_config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
@@ -208,6 +215,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             fabric,
             me,
             me_pos,
+            founding,
             config,
             log,
             background,
@@ -312,9 +320,10 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Does whatever is due. Returns whether anything happened besides the heartbeat.
     pub fn poll(&mut self, now_ns: u64) -> bool {
-        if self.shared.removed.load(Ordering::Acquire) {
+        if !self.shared.takes_part() {
             // Removed from the cluster (§5.4): "it stops executing". No heartbeat, no grants,
-            // and it follows no leader.
+            // and it follows no leader. So does a replica refused as restarted without
+            // rejoining.
             self.shared.set_leader(None, self.me, now_ns);
             return false;
         }
@@ -707,14 +716,16 @@ impl<F: Fabric> BackgroundDriver<F> {
         // they bring it up to date.
         let standing = self.detector.self_eligible();
         let abstaining = self.shared.abstaining.load(Ordering::Acquire);
-        let flags =
-            if standing { FLAG_ELIGIBLE } else { 0 } | if abstaining { FLAG_ABSTAINING } else { 0 };
+        let flags = if standing { FLAG_ELIGIBLE } else { 0 }
+            | if abstaining { FLAG_ABSTAINING } else { 0 }
+            | if self.founding { FLAG_FOUNDING } else { 0 };
         let fingerprint = u64::from(self.shared.config_fingerprint) << FLAGS_CONFIG_SHIFT;
         self.store(FLAGS_OFFSET, flags | fingerprint | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
         let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
         self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
         self.store(REJOIN_OFFSET, self.shared.rejoin_request.load(Ordering::Acquire));
+        self.store(REFUSED_OFFSET, self.shared.peers_refused.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -762,6 +773,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     connected: true,
                     target_connected: self.peers[pos].target_connected,
                     target_boot: self.peers[pos].target_boot,
+                    seen_boot: self.peers[pos].seen_boot,
                     ..PeerView::default()
                 };
             }
@@ -862,14 +874,19 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
                 return;
             }
-            if !self.config_agrees(pos, flags) {
+            if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
                 // A peer with another log shape or protocol never counts as alive, nor as
-                // eligible.
+                // eligible; nor does one that restarted without rejoining.
                 self.detector.on_unreachable(self.replicas.ids()[pos]);
                 return;
             }
             let eligible = flags & FLAG_ELIGIBLE != 0;
             let boot = (flags >> 32) as u32;
+            self.peers[pos].seen_boot = boot;
+            if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
+                self.stop_refused(pos);
+                return;
+            }
             if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
                 self.shared.peer_boots[pos].store(boot, Ordering::Release);
             }
@@ -973,6 +990,57 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
         }
         busy
+    }
+
+    /// Whether the peer at `pos`, as its heartbeat `flags` say, is a run that started founding
+    /// ([`FLAG_FOUNDING`]) after we saw an earlier run of it: that run's log was lost, and this
+    /// one's must not count as a member's. Refused ([`REFUSED_OFFSET`]) until a run of it
+    /// comes back rejoining. What the mechanism cannot see: a peer that restarted before we
+    /// read any run of it, or while every replica that had seen it was down too.
+    fn refuse_if_restarted(&mut self, pos: usize, flags: u64) -> bool {
+        let boot = (flags >> 32) as u32;
+        let seen = self.peers[pos].seen_boot;
+        let refuse = flags & FLAG_FOUNDING != 0 && seen != 0 && seen != boot;
+        let bit = 1u64 << pos;
+        let refused = &self.shared.peers_refused;
+        let was_refused = refused.load(Ordering::Relaxed) & bit != 0;
+        if refuse {
+            if !was_refused {
+                error!(
+                    replica = self.me.0,
+                    peer = self.replicas.ids()[pos].0,
+                    "the peer restarted as a member in good standing (eligible), but its earlier \
+                     run's log is lost: refused (not counted alive, its permission requests not \
+                     served) until it restarts rejoining (eligible: false; `mu replica --rejoin`)"
+                );
+                refused.fetch_or(bit, Ordering::AcqRel);
+            }
+            // Its requests are not served, and Velos does not bind its side.
+            self.shared.peers_config_same.fetch_and(!bit, Ordering::AcqRel);
+        } else if was_refused {
+            refused.fetch_and(!bit, Ordering::AcqRel);
+        }
+        refuse
+    }
+
+    /// The peer at `pos` refuses us: we started founding after it saw an earlier run of us,
+    /// whose log is lost. We stop taking part, as a removed replica does, and say why.
+    fn stop_refused(&mut self, pos: usize) {
+        if self.shared.refused.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let text = format!(
+            "replica {} started as a member in good standing (eligible: true), but replica {} \
+             had seen an earlier run of it: that run's log is lost, and this one's empty log \
+             could help decide a second value where the lost one helped choose a first. It \
+             stopped; start it with eligible: false (`mu replica --rejoin`) to rejoin as \
+             recovering",
+            self.me.0,
+            self.replicas.ids()[pos].0
+        );
+        error!(replica = self.me.0, "{text}");
+        let mut failure = self.shared.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert(text);
     }
 
     /// Whether peer `pos`, whose heartbeat gave `flags`, runs with our configuration

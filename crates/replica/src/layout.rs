@@ -64,9 +64,13 @@ pub const UNHEARD_OFFSET: u64 = 32;
 /// Velos: the replica's request to rejoin as an acceptor (`mu_velos::recovery::request`), or 0.
 /// A leader that reads one not yet answered decides a rejoin entry for it.
 pub const REJOIN_OFFSET: u64 = 40;
-/// Bytes a peer reads in one go: heartbeat, head, flags, configuration, the unheard mask and
-/// the rejoin request.
-pub const STATUS_BYTES: u32 = 48;
+/// The positions this replica refuses as restarted without rejoining, as a mask: a peer whose
+/// earlier run it saw came back with [`FLAG_FOUNDING`] (see there). A replica that started
+/// founding and reads its own bit here stops.
+pub const REFUSED_OFFSET: u64 = 48;
+/// Bytes a peer reads in one go: heartbeat, head, flags, configuration, the unheard mask, the
+/// rejoin request and the refused mask.
+pub const STATUS_BYTES: u32 = 56;
 /// The replica stands for election: it holds the whole log (it did not restart into an empty
 /// one), is a member, and sees a live majority of the configuration its log gives.
 pub const FLAG_ELIGIBLE: u64 = 1;
@@ -75,6 +79,12 @@ pub const FLAG_ELIGIBLE: u64 = 1;
 /// decides empty entries while a peer says so, so that the log passes those indices even
 /// when no request comes.
 pub const FLAG_ABSTAINING: u64 = 2;
+/// This run of the replica started as a member in good standing (`ReplicaConfig::eligible`):
+/// its log began empty, with the cluster's. Said by every run that started so, for its whole
+/// life. A peer that saw an earlier run of it knows better: that run's log is gone, and
+/// counted as a member's, this one's empty log could help decide a second value at an index
+/// where the lost one had helped choose a first. Such a peer refuses it ([`REFUSED_OFFSET`]).
+pub const FLAG_FOUNDING: u64 = 4;
 
 /// Permission requests, one word per requester position (written by would-be leaders).
 pub const REQUEST_OFFSET: u64 = 64;

@@ -119,6 +119,12 @@ pub struct ReplicaStatus {
     /// replica list: [`ReplicaConfig::fingerprint`]): they are never counted alive and their
     /// permission requests are not served. Empty in a cluster configured alike.
     pub other_configuration: Vec<NodeId>,
+    /// Peers refused because they restarted as members in good standing (`eligible: true`)
+    /// after this replica had seen an earlier run of theirs: their logs were lost with that
+    /// run, so they must rejoin (`eligible: false`). Never counted alive, their permission
+    /// requests not served; each stops once it reads the refusal, its
+    /// [`ReplicaStatus::failure`] saying why. Empty in a cluster restarted as it should be.
+    pub restarted_without_rejoin: Vec<NodeId>,
     /// The members of the configuration after the entries this replica applied (§5.4).
     pub members: Vec<NodeId>,
     /// A decided membership entry removed this replica: it no longer takes part (no heartbeat,
@@ -593,6 +599,12 @@ impl Replica {
         self.shared.leader()
     }
 
+    /// Why the replica stopped on its own, if it did ([`ReplicaStatus::failure`]): cheaper
+    /// than a whole status, for a loop that watches for it.
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.shared.failure).clone()
+    }
+
     /// Leader changes as this replica sees them, from now on: a leader elected before the call
     /// is not sent, so read [`Replica::leader`] after it for the current one.
     pub fn watch_leader(&self) -> Receiver<Option<NodeId>> {
@@ -1018,6 +1030,12 @@ fn background_loop<F: Fabric>(
     while !inner.stop.load(Ordering::Acquire) {
         let now_ns = inner.now_ns();
         let busy = driver.poll(now_ns);
+        if inner.shared.refused.load(Ordering::Acquire) {
+            // A peer refused this run as restarted without rejoining (the status's `failure`
+            // says so): it stops, as after a failure, and later calls fail with `ShuttingDown`.
+            inner.stop.store(true, Ordering::Release);
+            break;
+        }
         let leader = inner.shared.leader();
         if leader != last_leader {
             last_leader = leader;

@@ -740,8 +740,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn follow_election(&mut self) -> bool {
         let elected = self.shared.leader();
         let leading = self.leader.phase() != Phase::Follower;
-        let may_lead = self.shared.eligible.load(Ordering::Acquire)
-            && !self.shared.removed.load(Ordering::Acquire);
+        let may_lead = self.shared.eligible.load(Ordering::Acquire) && self.shared.takes_part();
         if elected == Some(self.me) && !leading && may_lead {
             // Nothing is asked until the engine's requests go out (`request_permission`, after
             // this poll's `collect_acks`): an answer to the request word of an earlier

@@ -127,6 +127,13 @@ pub(crate) struct Shared {
     pub peers_config_same: AtomicU64,
     /// The peers whose last heartbeat read gave another fingerprint: never counted alive.
     pub peers_config_other: AtomicU64,
+    /// The peers refused as restarted without rejoining (`layout::FLAG_FOUNDING`): never
+    /// counted alive, their permission requests not served (background; published at
+    /// `REFUSED_OFFSET`).
+    pub peers_refused: AtomicU64,
+    /// A peer refused this replica as restarted without rejoining: it stopped taking part, as a
+    /// removed one does, and `failure` says why (background).
+    pub refused: AtomicBool,
     /// Velos: this replica's request to rejoin as an acceptor, or 0 (replication; published by
     /// the background plane at `REJOIN_OFFSET`).
     pub rejoin_request: AtomicU64,
@@ -252,6 +259,8 @@ impl Shared {
             config_fingerprint,
             peers_config_same: AtomicU64::new(0),
             peers_config_other: AtomicU64::new(0),
+            peers_refused: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
             rejoin_request: AtomicU64::new(0),
             peer_rejoin_requests: (0..n).map(|_| AtomicU64::new(0)).collect(),
             peers_rejoining: AtomicU64::new(0),
@@ -362,10 +371,17 @@ impl Shared {
                 .clone(),
             failure: self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             other_configuration: ids_of(ids, self.peers_config_other.load(Ordering::Acquire)),
+            restarted_without_rejoin: ids_of(ids, self.peers_refused.load(Ordering::Acquire)),
         }
     }
 
     /// Whether the replica at `pos` is a member, as far as this replica applied.
+    /// Whether this replica still takes part: neither removed (§5.4) nor refused as restarted
+    /// without rejoining.
+    pub fn takes_part(&self) -> bool {
+        !self.removed.load(Ordering::Acquire) && !self.refused.load(Ordering::Acquire)
+    }
+
     pub fn is_member(&self, pos: usize) -> bool {
         self.members.load(Ordering::Acquire) >> pos & 1 != 0
     }

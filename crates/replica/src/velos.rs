@@ -745,7 +745,7 @@ impl<F: Fabric> VelosDriver<F> {
         let may_lead = self.stopped.is_none()
             && self.recovery.is_none()
             && self.proposer.is_member()
-            && !self.shared.removed.load(Ordering::Acquire)
+            && self.shared.takes_part()
             && (self.applied == 0 || self.last.is_some())
             && self.resync_since_ns.is_none()
             && !behind;

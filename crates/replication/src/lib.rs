@@ -37,10 +37,13 @@ use mu_fabric::NodeId;
 /// that a replica of another build is refused at start ([`protocol_tag`]) rather than reading
 /// memory it does not understand. 2: the entry checksum in four lanes (`mu_log`), which reads
 /// an entry of version 1 as incomplete. 3: the heartbeat's flags carry the configuration's
-/// fingerprint, which a replica of version 2 leaves 0 (and so is never counted alive).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// fingerprint, which a replica of version 2 leaves 0 (and so is never counted alive). 4: the
+/// heartbeat says whether its run started as a member in good standing, and which peers it
+/// refuses as restarted without rejoining (`mu_replica::layout::FLAG_FOUNDING`), which a
+/// replica of version 3 would neither say nor heed.
+pub const PROTOCOL_VERSION: u32 = 4;
 
-/// The name and version a replica records on its fabric, e.g. `mu/3`: a fabric refuses nodes
+/// The name and version a replica records on its fabric, e.g. `mu/4`: a fabric refuses nodes
 /// that speak anything else in the same cluster.
 pub fn protocol_tag() -> String {
     format!("mu/{PROTOCOL_VERSION}")

@@ -39,6 +39,13 @@ pub struct ReplicaReport {
     pub scores: Vec<(u16, u8)>,
     /// Who its permission manager lets write its log.
     pub log_holder: Option<u16>,
+    /// Peers it refuses because they restarted without rejoining after losing their logs
+    /// (`ReplicaStatus::restarted_without_rejoin`).
+    #[serde(default)]
+    pub restarted_without_rejoin: Vec<u16>,
+    /// Peers whose heartbeat shows another configuration (`ReplicaStatus::other_configuration`).
+    #[serde(default)]
+    pub other_configuration: Vec<u16>,
     pub uptime_ms: u64,
     pub pid: u32,
 }
@@ -69,6 +76,8 @@ impl ReplicaReport {
             members: s.members.iter().map(|n| n.0).collect(),
             scores: s.scores.iter().map(|&(n, score)| (n.0, score)).collect(),
             log_holder: s.log_holder.map(|n| n.0),
+            restarted_without_rejoin: s.restarted_without_rejoin.iter().map(|n| n.0).collect(),
+            other_configuration: s.other_configuration.iter().map(|n| n.0).collect(),
             uptime_ms: started.elapsed().as_millis() as u64,
             pid: std::process::id(),
         }

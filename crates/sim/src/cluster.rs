@@ -130,9 +130,13 @@ impl SimCluster {
         self.cores[pos] = Some(core);
     }
 
-    /// Whether replica `pos` runs and has not been removed.
+    /// Whether replica `pos` runs, has not been removed, and has not stopped (refused as
+    /// restarted without rejoining: [`SimCluster::restart_as_new`]).
     pub fn in_cluster(&self, pos: usize) -> bool {
-        self.cores[pos].as_ref().is_some_and(|c| !c.status().removed)
+        self.cores[pos].as_ref().is_some_and(|c| {
+            let status = c.status();
+            !status.removed && status.failure.is_none()
+        })
     }
 
     fn boot(&mut self, me: u16) -> ReplicaCore<SimFabric> {
@@ -377,9 +381,20 @@ impl SimCluster {
     /// Restarts crashed replica `pos` as a new process: its log and its state machine are
     /// gone, so it starts recovering (not eligible) and applies everything again from index 0.
     pub fn restart(&mut self, pos: usize) {
+        self.restart_with(pos, false);
+    }
+
+    /// Restarts crashed replica `pos` as [`SimCluster::restart`] does, but told it is a member
+    /// in good standing (`eligible: true`), as an operator who forgot that its log was lost
+    /// would: the others must refuse it.
+    pub fn restart_as_new(&mut self, pos: usize) {
+        self.restart_with(pos, true);
+    }
+
+    fn restart_with(&mut self, pos: usize, eligible: bool) {
         assert!(self.cores[pos].is_none(), "restart a crashed replica");
         self.world.restart(NodeId(pos as u16)).unwrap();
-        self.configs[pos].eligible = false;
+        self.configs[pos].eligible = eligible;
         self.applied[pos].clear();
         self.stores[pos] = Store::new();
         self.outstanding[pos] = None;

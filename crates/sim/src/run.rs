@@ -608,7 +608,18 @@ impl<'a> Runner<'a> {
     }
 
     fn check_step(&self) -> Result<(), Violation> {
-        self.c.safety().map_err(|(checker, e)| violation(checker, e))
+        self.c.safety().map_err(|(checker, e)| violation(checker, e))?;
+        // Nothing here restarts a replica as new (`SimCluster::restart_as_new`), so none may be
+        // refused as one, nor stop for any other reason.
+        for (pos, core) in self.c.cores.iter().enumerate() {
+            if let Some(failure) = core.as_ref().and_then(|c| c.status().failure) {
+                return Err(violation(
+                    "stopped",
+                    format!("replica {pos} stopped: {failure}: {}", self.c.describe()),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_history(&self, report: &SeedReport) -> Result<(), Violation> {

@@ -776,3 +776,17 @@ fn t97_a_deposed_leader_applies_what_its_successor_decided() {
         );
     }
 }
+
+/// §5.3's premise, checked: a replica restarted with its log lost but told it is a member in
+/// good standing is refused by the replicas that saw its earlier run; see
+/// `common::a_replica_restarted_as_new_is_refused`, which Velos runs too.
+#[test]
+fn t72_a_follower_restarted_as_new_is_refused() {
+    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 72, 1);
+}
+
+/// As `t72`, for the lowest id, which the election would pick: it must not lead.
+#[test]
+fn t73_the_lowest_id_restarted_as_new_is_refused() {
+    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 73, 0);
+}

@@ -122,6 +122,14 @@ fn t61_the_leader_removes_itself() {
     common::the_leader_removes_itself(Protocol::Velos, 61);
 }
 
+/// A replica restarted with its memory lost but told it is a member in good standing: refused;
+/// see `common::a_replica_restarted_as_new_is_refused`, which Mu runs too.
+#[test]
+fn t62_a_replica_restarted_as_new_is_refused() {
+    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 62, 1);
+    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 63, 0);
+}
+
 /// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it lets
 /// no one in until the leader decided a rejoin entry for it, catches up meanwhile (here by
 /// state transfer: the log went round while it was down), and abstains below one lap past

@@ -32,10 +32,12 @@ pub use word::{SlotWord, View, PROPOSAL_MAX};
 /// value logs in the `mu_log` format). 2: abstaining words. 3: the entry checksum in four lanes
 /// (`mu_log`), which reads an entry of version 2 as incomplete. 4: a restarted replica rejoins
 /// through a rejoin entry (`recovery`), asked for in the status its peers read. 5: the
-/// heartbeat's flags carry the configuration's fingerprint.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// heartbeat's flags carry the configuration's fingerprint. 6: the heartbeat says whether its
+/// run started as a member in good standing, and which peers it refuses as restarted without
+/// rejoining, as Mu's 4.
+pub const PROTOCOL_VERSION: u32 = 6;
 
-/// The name and version a replica records on its fabric, e.g. `velos/5`.
+/// The name and version a replica records on its fabric, e.g. `velos/6`.
 pub fn protocol_tag() -> String {
     format!("velos/{PROTOCOL_VERSION}")
 }

@@ -118,3 +118,66 @@ pub fn the_leader_removes_itself(protocol: Protocol, seed: u64) {
     let outcome = c.propose(1, b"needs both", 5_000_000);
     assert!(!matches!(outcome, Some(Ok(_))), "decided without a majority: {}", c.describe());
 }
+
+/// A replica restarted as a member in good standing (`eligible: true`) although its log was
+/// lost with its crash: the replicas that saw its earlier run refuse it (never counted alive,
+/// their permission managers do not serve it), it stops on reading the refusal, saying why,
+/// and never leads, even as the lowest id; the others go on without it. Restarted properly
+/// (rejoining) after that, it is taken back and the refusal is lifted.
+pub fn a_replica_restarted_as_new_is_refused(protocol: Protocol, seed: u64, restarted: usize) {
+    let mut c = SimCluster::with(3, seed, |c| c.protocol = protocol);
+    c.await_leader(5_000_000);
+    for i in 0..10 {
+        c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
+    }
+    c.crash(restarted);
+    for i in 0..10 {
+        c.propose_anywhere(format!("without it: {i}").as_bytes(), 20_000_000);
+    }
+    c.restart_as_new(restarted);
+    let status = |c: &SimCluster, pos: usize| c.cores[pos].as_ref().unwrap().status();
+    let others: Vec<usize> = (0..3).filter(|&p| p != restarted).collect();
+    let end = c.world.now_ns() + 20_000_000;
+    while status(&c, restarted).failure.is_none()
+        || others.iter().any(|&p| status(&c, p).restarted_without_rejoin.is_empty())
+    {
+        assert!(c.world.now_ns() < end, "not refused: {}", c.describe());
+        c.round();
+    }
+    let failure = status(&c, restarted).failure.unwrap();
+    assert!(failure.contains("had seen an earlier run"), "{failure}");
+    for &p in &others {
+        let seen = status(&c, p).restarted_without_rejoin;
+        assert_eq!(seen, vec![NodeId(restarted as u16)], "replica {p}");
+    }
+    // The others go on, led by one of them, and the refused replica never leads.
+    for i in 0..10 {
+        c.propose_anywhere(format!("refused: {i}").as_bytes(), 20_000_000);
+        let leader = c.agreed_leader();
+        assert_ne!(leader, Some(NodeId(restarted as u16)), "{}", c.describe());
+    }
+    let refused = status(&c, restarted);
+    // It may have taken up a leadership before it read the refusal (the lowest id does), but no
+    // permission was served to it: it committed nothing.
+    assert_eq!(refused.commits, 0, "{refused:?}");
+    assert_eq!(refused.leader, None, "it follows no leader once refused: {refused:?}");
+    c.run_for(500_000);
+    c.check_agreement();
+    for &p in &others {
+        c.check_acked_applied(p);
+    }
+    // Restarted as it should have been, it is taken back.
+    c.crash(restarted);
+    c.restart(restarted);
+    let end = c.world.now_ns() + 200_000_000;
+    let mut k = 0;
+    while !status(&c, restarted).eligible
+        || others.iter().any(|&p| !status(&c, p).restarted_without_rejoin.is_empty())
+    {
+        assert!(c.world.now_ns() < end, "not taken back: {}", c.describe());
+        c.propose_anywhere(format!("rejoining: {k}").as_bytes(), 20_000_000);
+        c.run_for(100_000);
+        k += 1;
+    }
+    c.check_agreement();
+}
