@@ -4,14 +4,14 @@
 //! own, like the replication driver.
 
 use crate::layout::{
-    ack_offset, background_channel, fetched_body_offset, replication_channel, request_offset,
-    snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset, BACKGROUND_REGION,
-    FETCHED_HEADER_OFFSET, FLAGS_CONFIG_SHIFT, FLAGS_OFFSET, FLAG_ABSTAINING, FLAG_ELIGIBLE,
-    FLAG_FOUNDING, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET, REFUSED_OFFSET,
-    REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
-    SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
-    SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED, STATUS_BYTES,
-    UNHEARD_OFFSET,
+    ack_boot_offset, ack_offset, background_channel, fetched_body_offset, replication_channel,
+    request_offset, snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset,
+    BACKGROUND_REGION, FETCHED_HEADER_OFFSET, FLAGS_CONFIG_SHIFT, FLAGS_OFFSET, FLAG_ABSTAINING,
+    FLAG_ELIGIBLE, FLAG_FOUNDING, HEAD_COPY_OFFSET, HEARTBEAT_OFFSET, MEMBERS_COPY_OFFSET,
+    REFUSED_OFFSET, REJOIN_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES,
+    SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN, SNAPSHOT_MEMBERS,
+    SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+    STATUS_BYTES, UNHEARD_OFFSET,
 };
 use crate::shared::Shared;
 use mu_fabric::{
@@ -107,6 +107,9 @@ struct PeerView {
     /// The boot id of the peer's run we last accepted (0: none yet): a later run that says it
     /// is founding ([`FLAG_FOUNDING`]) restarted without rejoining.
     seen_boot: u32,
+    /// The boot id its last heartbeat read gave, whether that run was accepted or not (0: none
+    /// yet).
+    last_read_boot: u32,
 }
 
 /// How a permission step went.
@@ -749,7 +752,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 let conn = ConnId::new(peer, background_channel(peer, self.me));
                 self.peers[pos].target_connected =
                     self.fabric.connect(conn, Access::READ_WRITE).is_ok();
-                self.peers[pos].target_boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+                self.peers[pos].target_boot = self.peers[pos].last_read_boot;
             }
             if !self.peers[pos].connected {
                 let conn = ConnId::new(peer, background_channel(self.me, peer));
@@ -774,6 +777,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     target_connected: self.peers[pos].target_connected,
                     target_boot: self.peers[pos].target_boot,
                     seen_boot: self.peers[pos].seen_boot,
+                    last_read_boot: self.peers[pos].last_read_boot,
                     ..PeerView::default()
                 };
             }
@@ -874,22 +878,10 @@ impl<F: Fabric> BackgroundDriver<F> {
                 self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
                 return;
             }
-            if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
-                // A peer with another log shape or protocol never counts as alive, nor as
-                // eligible; nor does one that restarted without rejoining.
-                self.detector.on_unreachable(self.replicas.ids()[pos]);
-                return;
-            }
-            let eligible = flags & FLAG_ELIGIBLE != 0;
             let boot = (flags >> 32) as u32;
-            self.peers[pos].seen_boot = boot;
-            if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
-                self.stop_refused(pos);
-                return;
-            }
-            if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
-                self.shared.peer_boots[pos].store(boot, Ordering::Release);
-            }
+            self.peers[pos].last_read_boot = boot;
+            // Our side of the peer's connection is kept bound to its current run, whether that
+            // run is counted or not: a run refused below must still read our refusal.
             let peer_view = &mut self.peers[pos];
             if peer_view.target_connected && peer_view.target_boot != boot {
                 if peer_view.target_boot == 0 {
@@ -902,6 +894,21 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // the next read.
                     peer_view.target_connected = false;
                 }
+            }
+            if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
+                // A peer with another log shape or protocol never counts as alive, nor as
+                // eligible; nor does one that restarted without rejoining.
+                self.detector.on_unreachable(self.replicas.ids()[pos]);
+                return;
+            }
+            let eligible = flags & FLAG_ELIGIBLE != 0;
+            self.peers[pos].seen_boot = boot;
+            if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
+                self.stop_refused(pos);
+                return;
+            }
+            if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
+                self.shared.peer_boots[pos].store(boot, Ordering::Release);
             }
             // The peer reads, we hear it, yet it has not heard us for many reads in a row:
             // nothing on our side failed, so nothing else would ever bind our side again. The
@@ -1228,11 +1235,17 @@ impl<F: Fabric> BackgroundDriver<F> {
                 } else {
                     word
                 };
+                // Our run's boot first, on the same connection: the requester counts the grant
+                // only if it is the run whose heartbeat it accepted.
+                let boot = u64::from(self.shared.boot_id);
                 if pos == self.me_pos {
+                    self.store(ack_boot_offset(pos), boot);
                     self.store(ack_offset(pos), word);
                 } else if self.peers[pos].connected {
                     // Lost with the connection if it breaks: the requester asks again.
-                    self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word);
+                    if self.write_word(pos, KIND_ACK, ack_boot_offset(self.me_pos), boot) {
+                        self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word);
+                    }
                 }
                 StepOutcome::Done
             }

@@ -47,7 +47,7 @@ pub const MAX_REPLICAS: usize = 64;
 pub const HEARTBEAT_OFFSET: u64 = 0;
 /// A copy of the log head (first index not applied here), read by the leader for recycling.
 pub const HEAD_COPY_OFFSET: u64 = 8;
-/// Flags: [`FLAG_ELIGIBLE`], [`FLAG_ABSTAINING`] in the low 16 bits; the replica's
+/// Flags: [`FLAG_ELIGIBLE`], [`FLAG_ABSTAINING`], [`FLAG_FOUNDING`] in the low 16 bits; the replica's
 /// configuration fingerprint (`ReplicaConfig::fingerprint`) in the next 16
 /// ([`FLAGS_CONFIG_SHIFT`]); the run's boot id in the high half (a peer whose boot id changes
 /// restarted).
@@ -97,7 +97,13 @@ pub const SNAPSHOT_REQUEST_OFFSET: u64 = VIEW_OFFSET + 64 * MAX_REPLICAS as u64;
 /// Where a requester reads the donor's snapshot header (local only).
 pub const FETCHED_HEADER_OFFSET: u64 = SNAPSHOT_REQUEST_OFFSET + 8 * MAX_REPLICAS as u64;
 /// Bytes of the background region.
-pub const BACKGROUND_BYTES: usize = (FETCHED_HEADER_OFFSET + SNAPSHOT_HEADER_BYTES) as usize;
+pub const BACKGROUND_BYTES: usize = (ACK_BOOT_OFFSET + 8 * MAX_REPLICAS as u64) as usize;
+/// The boot id of the permission manager's run beside each of its acknowledgements, one word
+/// per granter position, written just before the acknowledgement on the same connection (so it
+/// lands first). A requester counts a grant only from the run of the granter whose heartbeat it
+/// accepted: not from a run it has not read yet, which may be one restarted without rejoining
+/// ([`FLAG_FOUNDING`]) that it will refuse.
+pub const ACK_BOOT_OFFSET: u64 = FETCHED_HEADER_OFFSET + SNAPSHOT_HEADER_BYTES;
 
 /// The state-transfer region: the snapshot this replica last served (a header, then the
 /// application's bytes), then room for one it fetches from a donor.
@@ -167,6 +173,12 @@ pub fn request_offset(pos: usize) -> u64 {
 /// region.
 pub fn ack_offset(pos: usize) -> u64 {
     ACK_OFFSET + 8 * pos as u64
+}
+
+/// The boot word of the permission manager at `pos` ([`ACK_BOOT_OFFSET`]), in a requester's
+/// background region.
+pub fn ack_boot_offset(pos: usize) -> u64 {
+    ACK_BOOT_OFFSET + 8 * pos as u64
 }
 
 /// Where the heartbeat read of the peer at `pos` lands, in this replica's background region.

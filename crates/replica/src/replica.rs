@@ -1033,6 +1033,11 @@ fn background_loop<F: Fabric>(
         if inner.shared.refused.load(Ordering::Acquire) {
             // A peer refused this run as restarted without rejoining (the status's `failure`
             // says so): it stops, as after a failure, and later calls fail with `ShuttingDown`.
+            // It follows no leader, and says so to whoever watches.
+            inner.shared.set_leader(None, inner.me, now_ns);
+            if last_leader.is_some() {
+                lock(&inner.leader_watchers).retain(|tx| tx.send(None).is_ok());
+            }
             inner.stop.store(true, Ordering::Release);
             break;
         }

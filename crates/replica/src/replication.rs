@@ -4,7 +4,7 @@
 //! simulated one.
 
 use crate::group::Group;
-use crate::layout::{ack_offset, replication_channel, BACKGROUND_REGION};
+use crate::layout::{ack_boot_offset, ack_offset, replication_channel, BACKGROUND_REGION};
 use crate::memory::FabricMemory;
 use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
@@ -795,6 +795,15 @@ impl<F: Fabric> ReplicationDriver<F> {
             let word = self.background.load_u64(ack_offset(pos) as usize).unwrap_or(0);
             if word & !ACK_RECOVERING == self.request_word {
                 let peer = self.replicas.ids()[pos];
+                // From the granter's run whose heartbeat the background plane accepted, or not
+                // yet: a run it has not read may be one restarted without rejoining, whose empty
+                // log must not count (`layout::FLAG_FOUNDING`); it is refused once read. A
+                // granter restarted as it should be is counted once its heartbeat is read.
+                let granter_boot = self.background.load_u64(ack_boot_offset(pos) as usize);
+                let accepted_boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+                if peer != self.me && granter_boot != Ok(u64::from(accepted_boot)) {
+                    continue;
+                }
                 if peer != self.me && (self.binding[pos] || !self.connected[pos]) {
                     // Taken once our side is bound, or its binding failed (then the engine
                     // finds the peer unreachable, as before). A peer the detector still

@@ -375,13 +375,13 @@ impl Shared {
         }
     }
 
-    /// Whether the replica at `pos` is a member, as far as this replica applied.
     /// Whether this replica still takes part: neither removed (§5.4) nor refused as restarted
     /// without rejoining.
     pub fn takes_part(&self) -> bool {
         !self.removed.load(Ordering::Acquire) && !self.refused.load(Ordering::Acquire)
     }
 
+    /// Whether the replica at `pos` is a member, as far as this replica applied.
     pub fn is_member(&self, pos: usize) -> bool {
         self.members.load(Ordering::Acquire) >> pos & 1 != 0
     }

@@ -891,11 +891,15 @@ impl<F: Fabric> VelosDriver<F> {
     /// and says so, as a restarted one does, by abstaining (`FLAG_ABSTAINING`): its words are
     /// then markers of the current laps, and it is used again at once, before its state
     /// transfer.
+    ///
+    /// Also kept from it: a peer refused as restarted without rejoining
+    /// (`layout::FLAG_FOUNDING`): its words are those of an empty memory, not an acceptor's.
     fn update_exclusions(&mut self) {
         let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire);
+        let refused = self.shared.peers_refused.load(Ordering::Acquire);
         for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
             let bit = 1u64 << pos;
-            let behind = self.two_logs_behind(pos) && abstaining & bit == 0;
+            let behind = (self.two_logs_behind(pos) && abstaining & bit == 0) || refused & bit != 0;
             if behind && self.excluded & bit == 0 {
                 self.excluded |= bit;
                 self.proposer.exclude(pos);
