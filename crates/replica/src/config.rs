@@ -130,7 +130,9 @@ pub struct ReplicaConfig {
     /// restarts** (its log and what it accepted are lost): it rejoins recovering, is not counted
     /// in a new leader's majority until that leader prepared without it, and may lead once it
     /// applied the log a leader gave it back. Restarting with `true` could decide a second
-    /// value where the lost log had helped choose one.
+    /// value where the lost log had helped choose one: the replicas that saw the earlier run
+    /// refuse such a run, and it stops ([`crate::ReplicaStatus::failure`] says why; see
+    /// [`crate::ReplicaStatus::restarted_without_rejoin`] for what the mechanism cannot see).
     pub eligible: bool,
 }
 

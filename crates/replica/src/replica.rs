@@ -124,6 +124,9 @@ pub struct ReplicaStatus {
     /// run, so they must rejoin (`eligible: false`). Never counted alive, their permission
     /// requests not served; each stops once it reads the refusal, its
     /// [`ReplicaStatus::failure`] saying why. Empty in a cluster restarted as it should be.
+    /// Not seen: a restart before this replica read the earlier run, or while every replica
+    /// that had read it was down too (a whole cluster restarted anew is such a case, and
+    /// rightly so).
     pub restarted_without_rejoin: Vec<NodeId>,
     /// The members of the configuration after the entries this replica applied (§5.4).
     pub members: Vec<NodeId>,
