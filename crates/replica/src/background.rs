@@ -910,6 +910,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
                 self.shared.peer_boots[pos].store(boot, Ordering::Release);
             }
+            self.shared.peer_reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
             // The peer reads, we hear it, yet it has not heard us for many reads in a row:
             // nothing on our side failed, so nothing else would ever bind our side again. The
             // case the boot id misses: our side was bound before we read any boot of the peer,

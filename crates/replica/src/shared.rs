@@ -104,6 +104,10 @@ pub(crate) struct Shared {
     /// (background). Velos binds its replication side again when it changes: a side bound to
     /// a peer's earlier run never lets the restarted peer in.
     pub peer_boots: Vec<AtomicU32>,
+    /// Per position: how many heartbeat reads of the peer were accepted (same configuration,
+    /// not refused) (background). Velos binds its own side to a peer again only after one more:
+    /// a side bound to a run it has not read could reach one restarted without rejoining.
+    pub peer_reads_accepted: Vec<AtomicU64>,
     /// The replication plane's hot words (replication).
     pub progress: OwnLines<Progress>,
     /// This replica may lead (replication clears it when it finds it needs a state transfer).
@@ -246,6 +250,7 @@ impl Shared {
             heads_read_ns: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             boot_id,
             peer_boots: (0..replicas_count).map(|_| AtomicU32::new(0)).collect(),
+            peer_reads_accepted: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             progress: OwnLines(Progress {
                 loop_count: AtomicU64::new(0),
                 in_propose: AtomicBool::new(false),

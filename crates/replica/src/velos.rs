@@ -227,6 +227,11 @@ pub struct VelosDriver<F: Fabric> {
     left_at: u64,
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
+    /// Per position, while our side to the peer is down: the count of its accepted heartbeat
+    /// reads (`Shared::peer_reads_accepted`) when we found it down. It is bound again only
+    /// once that count moved on: the peer's current run is then one our background plane
+    /// read and counted, not one restarted without rejoining that it has yet to refuse.
+    down_at_reads: Vec<Option<u64>>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
     next_abstention_check_ns: u64,
     /// When the last poll began (`None` before the first).
@@ -315,6 +320,7 @@ impl<F: Fabric> VelosDriver<F> {
             leaving: false,
             left_at: 0,
             bound_boots: vec![0; n],
+            down_at_reads: vec![None; n],
             next_abstention_check_ns: 0,
             last_poll_ns: None,
             resync_since_ns: None,
@@ -691,6 +697,10 @@ impl<F: Fabric> VelosDriver<F> {
     fn connect(&mut self, now_ns: u64) {
         let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
+            let reads = self.shared.peer_reads_accepted[pos].load(Ordering::Acquire);
+            if !self.connected[pos] && self.down_at_reads[pos].is_none() {
+                self.down_at_reads[pos] = Some(reads);
+            }
             let boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
             if self.target_connected[pos] && boot != self.bound_boots[pos] {
                 // The peer restarted (or we bound before we knew its run): the side it
@@ -721,10 +731,11 @@ impl<F: Fabric> VelosDriver<F> {
                 self.bound_boots[pos] = boot;
                 self.target_connected[pos] = self.fabric.connect(conn, Access::ALL).is_ok();
             }
-            if !self.connected[pos] {
+            if !self.connected[pos] && self.down_at_reads[pos].is_some_and(|at| reads > at) {
                 let conn = ConnId::new(peer, replication_channel(self.me, peer));
                 if self.fabric.connect(conn, Access::NONE).is_ok() {
                     self.connected[pos] = true;
+                    self.down_at_reads[pos] = None;
                     if self.excluded >> pos & 1 == 0 {
                         self.proposer.reconnected(pos);
                     }

@@ -782,11 +782,21 @@ fn t97_a_deposed_leader_applies_what_its_successor_decided() {
 /// `common::a_replica_restarted_as_new_is_refused`, which Velos runs too.
 #[test]
 fn t72_a_follower_restarted_as_new_is_refused() {
-    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 72, 1);
+    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 72, 1, false);
 }
 
 /// As `t72`, for the lowest id, which the election would pick: it must not lead.
 #[test]
 fn t73_the_lowest_id_restarted_as_new_is_refused() {
-    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 73, 0);
+    common::a_replica_restarted_as_new_is_refused(Protocol::Mu, 73, 0, false);
+}
+
+/// As `t72` and `t73`, restarted at once and under load, before the others found it failed.
+#[test]
+fn t74_a_replica_restarted_as_new_at_once_is_refused() {
+    for seed in 740..745 {
+        common::a_replica_restarted_as_new_is_refused(Protocol::Mu, seed, 1, true);
+        common::a_replica_restarted_as_new_is_refused(Protocol::Mu, seed, 0, true);
+        common::a_replica_restarted_as_new_is_refused(Protocol::Mu, seed, 2, true);
+    }
 }

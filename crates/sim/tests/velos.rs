@@ -126,8 +126,14 @@ fn t61_the_leader_removes_itself() {
 /// see `common::a_replica_restarted_as_new_is_refused`, which Mu runs too.
 #[test]
 fn t62_a_replica_restarted_as_new_is_refused() {
-    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 62, 1);
-    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 63, 0);
+    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 62, 1, false);
+    common::a_replica_restarted_as_new_is_refused(Protocol::Velos, 63, 0, false);
+    // Restarted at once and under load, before the others found it failed.
+    for seed in 620..625 {
+        for restarted in 0..3 {
+            common::a_replica_restarted_as_new_is_refused(Protocol::Velos, seed, restarted, true);
+        }
+    }
 }
 
 /// A replica restarted without its memory (`mu_velos::recovery`, not in the paper): it lets

@@ -124,26 +124,43 @@ pub fn the_leader_removes_itself(protocol: Protocol, seed: u64) {
 /// their permission managers do not serve it), it stops on reading the refusal, saying why,
 /// and never leads, even as the lowest id; the others go on without it. Restarted properly
 /// (rejoining) after that, it is taken back and the refusal is lifted.
-pub fn a_replica_restarted_as_new_is_refused(protocol: Protocol, seed: u64, restarted: usize) {
+///
+/// `quick`: restarted at once, before the others' detectors could find it failed, and under
+/// load: the others may still count the old run when the new one grants or answers.
+pub fn a_replica_restarted_as_new_is_refused(
+    protocol: Protocol,
+    seed: u64,
+    restarted: usize,
+    quick: bool,
+) {
     let mut c = SimCluster::with(3, seed, |c| c.protocol = protocol);
     c.await_leader(5_000_000);
     for i in 0..10 {
         c.propose_anywhere(format!("before {i}").as_bytes(), 5_000_000);
     }
     c.crash(restarted);
-    for i in 0..10 {
-        c.propose_anywhere(format!("without it: {i}").as_bytes(), 20_000_000);
+    if !quick {
+        for i in 0..10 {
+            c.propose_anywhere(format!("without it: {i}").as_bytes(), 20_000_000);
+        }
     }
     c.restart_as_new(restarted);
     let status = |c: &SimCluster, pos: usize| c.cores[pos].as_ref().unwrap().status();
     let others: Vec<usize> = (0..3).filter(|&p| p != restarted).collect();
     let end = c.world.now_ns() + 20_000_000;
+    let mut k = 0;
     while status(&c, restarted).failure.is_none()
         || others.iter().any(|&p| status(&c, p).restarted_without_rejoin.is_empty())
     {
         assert!(c.world.now_ns() < end, "not refused: {}", c.describe());
+        if quick {
+            let leader = c.agreed_leader().map_or(others[0], |l| l.0 as usize);
+            let _ = c.propose(leader, format!("meanwhile {k}").as_bytes(), 200_000);
+            k += 1;
+        }
         c.round();
     }
+    assert_eq!(status(&c, restarted).commits, 0, "{}", c.describe());
     let failure = status(&c, restarted).failure.unwrap();
     assert!(failure.contains("had seen an earlier run"), "{failure}");
     for &p in &others {
@@ -161,7 +178,9 @@ pub fn a_replica_restarted_as_new_is_refused(protocol: Protocol, seed: u64, rest
     // permission was served to it: it committed nothing.
     assert_eq!(refused.commits, 0, "{refused:?}");
     assert_eq!(refused.leader, None, "it follows no leader once refused: {refused:?}");
-    c.run_for(500_000);
+    // Followers learn the last entries late: under Velos, after a quick restart, a follower
+    // was seen to apply the entries decided meanwhile only some 3 ms later.
+    c.run_for(20_000_000);
     c.check_agreement();
     for &p in &others {
         c.check_acked_applied(p);
