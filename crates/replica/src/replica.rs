@@ -615,7 +615,9 @@ impl Replica {
     }
 
     /// What the replica reports about itself: leadership, progress, counters, the failure
-    /// detector's scores, failover timing. A few atomic loads; cheap enough to poll.
+    /// detector's scores, failover timing. Atomic loads and a few small vectors: cheap enough to
+    /// poll now and then, not on every request ([`Replica::failure`] and [`Replica::leader`]
+    /// are cheaper).
     pub fn status(&self) -> ReplicaStatus {
         self.shared.status(self.me)
     }

@@ -90,9 +90,9 @@ impl ProposeError {
     /// Whether the request can never take effect, whatever happens next: it was refused before
     /// it reached a log, or reached none (`NotLeader`, `Busy`, `TooLarge`, `Empty`, `LogFull`,
     /// `Membership`, `Reentrant`). A client may then send something else instead. False for
-    /// `Aborted` and `ShuttingDown`: the request may have been written somewhere and may still be decided,
-    /// so a client retries it with the same sequence number (the state machine applies it
-    /// once) or treats its outcome as unknown.
+    /// `Aborted` and `ShuttingDown`: the request may have been written somewhere and may still
+    /// be decided, so a client retries it with the same sequence number (the state machine
+    /// applies it once) or treats its outcome as unknown.
     pub fn never_applied(&self) -> bool {
         !matches!(self, ProposeError::Aborted | ProposeError::ShuttingDown)
     }
@@ -1152,11 +1152,11 @@ impl<F: Fabric> ReplicationDriver<F> {
 // The three regions of a replica have distinct ids.
 const _: () = assert!(LOG_REGION.0 != SCRATCH_REGION.0 && SCRATCH_REGION.0 != BACKGROUND_REGION.0);
 
-/// A status time stamp (nanoseconds plus one; 0: none) that dates the first poll of a stretch in
-/// which `reached` holds, and is cleared when it stops holding. Returns whether it was dated now.
 /// The bit of `phases_stamped` past the phases': the leadership committed a proposal of its own.
 const FIRST_COMMIT_STAMP: u16 = 1 << Phase::ALL.len();
 
+/// A status time stamp (nanoseconds plus one; 0: none) that dates the first poll of a stretch in
+/// which `reached` holds, and is cleared when it stops holding. Returns whether it was dated now.
 fn date_once(at: &AtomicU64, reached: bool, now_ns: u64) -> bool {
     let dated = at.load(Ordering::Relaxed) != 0;
     if reached && !dated {
