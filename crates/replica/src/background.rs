@@ -104,9 +104,6 @@ struct PeerView {
     /// (by position, 0 before any read), and whether it stood for election.
     members: u64,
     standing: bool,
-    /// The boot id of the peer's run we last accepted (0: none yet): a later run that says it
-    /// is founding ([`FLAG_FOUNDING`]) restarted without rejoining.
-    seen_boot: u32,
     /// The boot id its last heartbeat read gave, whether that run was accepted or not (0: none
     /// yet).
     last_read_boot: u32,
@@ -776,7 +773,6 @@ impl<F: Fabric> BackgroundDriver<F> {
                     connected: true,
                     target_connected: self.peers[pos].target_connected,
                     target_boot: self.peers[pos].target_boot,
-                    seen_boot: self.peers[pos].seen_boot,
                     last_read_boot: self.peers[pos].last_read_boot,
                     ..PeerView::default()
                 };
@@ -902,7 +898,6 @@ impl<F: Fabric> BackgroundDriver<F> {
                 return;
             }
             let eligible = flags & FLAG_ELIGIBLE != 0;
-            self.peers[pos].seen_boot = boot;
             if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
                 self.stop_refused(pos);
                 return;
@@ -1007,7 +1002,8 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// read any run of it, or while every replica that had seen it was down too.
     fn refuse_if_restarted(&mut self, pos: usize, flags: u64) -> bool {
         let boot = (flags >> 32) as u32;
-        let seen = self.peers[pos].seen_boot;
+        // The run we last accepted (`peer_boots` is set only for accepted heartbeats).
+        let seen = self.shared.peer_boots[pos].load(Ordering::Relaxed);
         let refuse = flags & FLAG_FOUNDING != 0 && seen != 0 && seen != boot;
         let bit = 1u64 << pos;
         let refused = &self.shared.peers_refused;

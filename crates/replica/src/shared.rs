@@ -100,8 +100,8 @@ pub(crate) struct Shared {
     pub heads_read_ns: Vec<AtomicU64>,
     /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
     pub boot_id: u32,
-    /// Per position: the peer's boot id as last read with its heartbeat, 0 until read
-    /// (background). Velos binds its replication side again when it changes: a side bound to
+    /// Per position: the boot id of the peer's run whose heartbeat was last accepted (same
+    /// configuration, not refused), 0 until one is (background). Velos binds its replication side again when it changes: a side bound to
     /// a peer's earlier run never lets the restarted peer in.
     pub peer_boots: Vec<AtomicU32>,
     /// Per position: how many heartbeat reads of the peer were accepted (same configuration,
