@@ -304,8 +304,7 @@ impl<F: Fabric> ReplicaCore<F> {
             prepare_ahead: config.prepare_ahead,
         })
         .map_err(StartError::Other)?;
-        // A write and a CAS per acceptor for the accept and for each prepare of the window.
-        let depth = (4 * (config.prepare_ahead + 2) * replicas.len()).clamp(256, 1 << 16);
+        let depth = crate::velos::queue_depth(config.prepare_ahead, replicas.len());
         let (replication_ep, background_ep) =
             ReplicaCore::endpoints(config, &fabric, replicas, depth)?;
         let settings = Settings::of(config);
@@ -317,7 +316,7 @@ impl<F: Fabric> ReplicaCore<F> {
             region,
             log.clone(),
             (background.clone(), snapshot.clone()),
-            replication_ep,
+            (replication_ep, depth),
             shared.clone(),
             (settings, run_nonce),
         );

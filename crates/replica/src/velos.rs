@@ -40,6 +40,40 @@ const CATCH_UP_AFTER_NS: u64 = 2_000_000;
 /// entry, so that followers learn the last one (they learn an entry from the next, §5.4).
 const IDLE_NOOP_AFTER_NS: u64 = 200_000;
 
+/// The replication endpoint's depth: a write and a CAS per acceptor for the accept and for each
+/// prepare of the window, and at least 256.
+pub(crate) fn queue_depth(prepare_ahead: usize, replicas: usize) -> usize {
+    (4 * (prepare_ahead + 2) * replicas).clamp(256, 1 << 16)
+}
+
+/// The most signaled operations one peer may have in flight. An acceptor that stopped answering
+/// (dead, or cut off) fails them only when the fabric gives up, after its retry time (1 ms in
+/// the simulator, up to seconds on RDMA), and meanwhile each takes room in the completion queue
+/// shared with the other peers. Bounded so, every peer's operations fit together, with each
+/// signaled one's unsignaled value write (an accept writes the value, then CASes the word):
+/// a live majority is never refused for lack of room. It is at least twice the window's CASes
+/// per peer ([`queue_depth`]), so a peer that keeps pace is never near it.
+fn in_flight_max(queue_depth: usize, replicas: usize) -> u32 {
+    let peers = replicas.saturating_sub(1).max(1);
+    let max = (queue_depth / peers).saturating_sub(1) / 2;
+    u32::try_from(max.max(1)).unwrap_or(u32::MAX)
+}
+
+/// A completion taken from the endpoint: one signaled operation fewer in flight to its peer.
+/// (An unsignaled write completes only when it fails, and was not counted.)
+fn count_completed(in_flight: &mut [u32], c: &Completion) {
+    let pos = if c.wr_id & DRIVER_OP == 0 {
+        (c.wr_id & 63) as usize
+    } else if c.wr_id & !POS_MASK != KIND_WRITE {
+        (c.wr_id & POS_MASK) as usize
+    } else {
+        return;
+    };
+    if let Some(count) = in_flight.get_mut(pos) {
+        *count = count.saturating_sub(1);
+    }
+}
+
 /// This replica's own Velos region, for the proposer.
 struct RegionMemory<'a, R: LocalRegion>(&'a R);
 
@@ -184,6 +218,16 @@ pub struct VelosDriver<F: Fabric> {
     last: Option<(EntryKind, Vec<u8>)>,
     /// Our side of the connection we initiate on, per position, is up.
     connected: Vec<bool>,
+    /// Per position: signaled operations posted to the peer whose completions have not come
+    /// back, and the most allowed before the peer is set aside ([`VelosDriver::post_action`]).
+    in_flight: Vec<u32>,
+    in_flight_max: u32,
+    /// Peers set aside because `in_flight_max` of their operations were out: nothing more
+    /// goes to them until all have come back ([`VelosDriver::readmit_drained`]).
+    backlogged: u64,
+    /// Operations of the proposer not posted because their peer was set aside, to fail on the
+    /// next poll as if posted and failed (their connection is not at fault).
+    unposted: VecDeque<u64>,
     /// Our side of the connection the peer initiates on is up, allowing everything.
     target_connected: Vec<bool>,
     next_connect_ns: Vec<u64>,
@@ -261,7 +305,7 @@ impl<F: Fabric> VelosDriver<F> {
         region: F::Region,
         log: F::Region,
         (background, snapshot): (F::Region, F::Region),
-        ep: F::Endpoint,
+        (ep, queue_depth): (F::Endpoint, usize),
         shared: Arc<Shared>,
         (settings, run_nonce): (Settings, u64),
     ) -> VelosDriver<F> {
@@ -297,6 +341,10 @@ impl<F: Fabric> VelosDriver<F> {
             applied: 0,
             last: None,
             connected: vec![false; n],
+            in_flight: vec![0; n],
+            in_flight_max: in_flight_max(queue_depth, n),
+            backlogged: 0,
+            unposted: VecDeque::new(),
             target_connected: vec![false; n],
             next_connect_ns: vec![0; n],
             completions: vec![Completion::EMPTY; 256],
@@ -736,6 +784,9 @@ impl<F: Fabric> VelosDriver<F> {
                 if self.fabric.connect(conn, Access::NONE).is_ok() {
                     self.connected[pos] = true;
                     self.down_at_reads[pos] = None;
+                    // What was out on the side before is flushed or dropped with it.
+                    self.in_flight[pos] = 0;
+                    self.backlogged &= !(1 << pos);
                     if self.excluded >> pos & 1 == 0 {
                         self.proposer.reconnected(pos);
                     }
@@ -916,7 +967,7 @@ impl<F: Fabric> VelosDriver<F> {
                 self.proposer.exclude(pos);
             } else if !behind && self.excluded & bit != 0 {
                 self.excluded &= !bit;
-                if self.connected[pos] {
+                if self.connected[pos] && self.backlogged & bit == 0 {
                     self.proposer.reconnected(pos);
                 }
             }
@@ -1026,10 +1077,55 @@ impl<F: Fabric> VelosDriver<F> {
                     ),
                 ),
             };
+            if self.set_aside(pos) {
+                // The proposer learns that an operation it waits for failed, as if posted. A
+                // value write not posted is as one that failed: the peer is excluded.
+                if wr.signaled {
+                    self.unposted.push_back(wr.wr_id);
+                }
+                continue;
+            }
             self.post(pos, &wr);
         }
         self.actions_buf = actions;
         busy
+    }
+
+    /// Whether the proposer's operations to `pos` are held back because `in_flight_max` of
+    /// them are out; holds them back from the moment they are. The proposer goes on without
+    /// the peer (as when its connection fails) until every one has come back
+    /// ([`VelosDriver::readmit_drained`]). The connection is left as it is: the peer may only
+    /// be slow, and connecting again would flush what is on its way.
+    fn set_aside(&mut self, pos: usize) -> bool {
+        let bit = 1u64 << pos;
+        if self.backlogged & bit == 0 && self.in_flight[pos] >= self.in_flight_max {
+            self.backlogged |= bit;
+            self.proposer.exclude(pos);
+            info!(
+                replica = self.me.0,
+                peer = self.replicas.ids()[pos].0,
+                in_flight = self.in_flight[pos],
+                "an acceptor answers none of our latest operations: going on without it until \
+                 they have all come back"
+            );
+        }
+        self.backlogged & bit != 0
+    }
+
+    /// Takes back the peers set aside whose operations have all come back (answered, or failed:
+    /// then their connection is down, and taken back when connected again).
+    fn readmit_drained(&mut self) {
+        let mut aside = self.backlogged;
+        while aside != 0 {
+            let pos = aside.trailing_zeros() as usize;
+            aside &= aside - 1;
+            if self.in_flight[pos] == 0 {
+                self.backlogged &= !(1 << pos);
+                if self.connected[pos] && self.excluded >> pos & 1 == 0 {
+                    self.proposer.reconnected(pos);
+                }
+            }
+        }
     }
 
     /// Posts on the connection to `pos`; a post the fabric refuses is a failed operation.
@@ -1041,12 +1137,18 @@ impl<F: Fabric> VelosDriver<F> {
             // Make room; what comes out is handled on the next poll, in order.
             loop {
                 let n = self.ep.poll(&mut self.completions);
+                for c in &self.completions[..n] {
+                    count_completed(&mut self.in_flight, c);
+                }
                 self.deferred.extend(self.completions[..n].iter().copied());
                 if n < self.completions.len() {
                     break;
                 }
             }
             result = self.ep.post(conn, wr);
+        }
+        if result.is_ok() && wr.signaled {
+            self.in_flight[pos] += 1;
         }
         if result.is_err() {
             self.connected[pos] = false;
@@ -1066,16 +1168,24 @@ impl<F: Fabric> VelosDriver<F> {
             self.handle(c, app);
             busy = true;
         }
+        while let Some(op) = self.unposted.pop_front() {
+            self.proposer.on_error(op);
+            busy = true;
+        }
         loop {
             let n = self.ep.poll(&mut self.completions);
             for i in 0..n {
                 let c = self.completions[i];
+                count_completed(&mut self.in_flight, &c);
                 self.handle(c, app);
             }
             busy |= n > 0;
             if n < self.completions.len() {
                 break;
             }
+        }
+        if self.backlogged != 0 {
+            self.readmit_drained();
         }
         busy
     }
