@@ -4,6 +4,7 @@
 mod common;
 
 use mu_fabric::NodeId;
+use mu_fabric_sim::LinkDelay;
 use mu_replica::Protocol;
 use mu_sim::SimCluster;
 
@@ -79,6 +80,39 @@ fn t21_a_dead_acceptor_does_not_crowd_out_the_live_one() {
     c.run_for(1_000_000);
     c.check_agreement();
     c.check_acked_applied(1);
+}
+
+/// The other side of `t21`: an acceptor that answers, but late (its link to the leader
+/// delays every trip by 300 µs), is set aside while its operations are out, and taken back
+/// once they have all come back, without its connection cycled. Taken back it counts: with
+/// the third replica crashed, the leader decides with it alone.
+#[test]
+fn t22_a_slow_acceptor_is_set_aside_and_taken_back() {
+    let mut c = velos(3, 22);
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..20 {
+        c.propose(0, format!("before {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+    }
+    let slow = LinkDelay { extra_ns: 300_000, jitter_ns: 0 };
+    c.world.set_link_delay(NodeId(0), NodeId(2), slow);
+    let mut slowest_ns = 0;
+    // Fewer entries than two logs (128): it is not excluded as too far behind meanwhile (as
+    // `VelosDriver::update_exclusions` does), which would take it back by another way.
+    for i in 0..100 {
+        let start = c.world.now_ns();
+        c.propose(0, format!("slow {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+        slowest_ns = slowest_ns.max(c.world.now_ns() - start);
+    }
+    assert!(slowest_ns < 200_000, "a decision took {slowest_ns} ns (virtual): {}", c.describe());
+    c.world.set_link_delay(NodeId(0), NodeId(2), LinkDelay::default());
+    c.run_for(2_000_000);
+    c.crash(1);
+    for i in 0..50 {
+        c.propose(0, format!("with 2 alone {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+    }
+    c.run_for(1_000_000);
+    c.check_agreement();
+    c.check_acked_applied(2);
 }
 
 /// A paused leader (SIGSTOP) is replaced; when it resumes, its CASes fail on words the new

@@ -178,7 +178,8 @@ pub fn a_replica_restarted_as_new_is_refused(
     // permission was served to it: it committed nothing.
     assert_eq!(refused.commits, 0, "{refused:?}");
     assert_eq!(refused.leader, None, "it follows no leader once refused: {refused:?}");
-    // Followers learn the last entry from the next one, an empty one the idle leader decides.
+    // Followers learn the last entries a little after the leader: an idle leader tells them
+    // soon after (Mu writes its FUO, Velos decides an empty entry).
     c.run_for(1_000_000);
     c.check_agreement();
     for &p in &others {
