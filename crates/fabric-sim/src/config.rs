@@ -53,6 +53,10 @@ pub struct SimConfig {
     /// How many recent trace events the world keeps for [`crate::SimWorld::recent_trace`]
     /// (the running hash covers every event regardless). Default 1024.
     pub trace_capacity: usize,
+    /// Requests one connection side may have posted that have not finished; a post past that
+    /// is refused with `PostError::QueueFull` however much room its endpoint has, as with an
+    /// RDMA queue pair's send queue (verbs' `send_queue_depth`). Default: no limit.
+    pub connection_depth: usize,
     /// Faults that apply to the whole world. Default: none.
     pub faults: FaultConfig,
 }
@@ -71,6 +75,7 @@ impl Default for SimConfig {
             slow_access_change_ns: 1_200_000,
             max_region_bytes: 1 << 30,
             trace_capacity: 1024,
+            connection_depth: usize::MAX,
             faults: FaultConfig::default(),
         }
     }

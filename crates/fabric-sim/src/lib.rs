@@ -58,6 +58,7 @@
 //! | [`SimConfig::chunk_bytes`] | 64 | a cache line, the unit of a NIC's PCIe writes |
 //! | [`SimConfig::max_inline_bytes`] | 256 | typical ConnectX inline limit (Mu inlines ≤ 128 B) |
 //! | [`SimConfig::retry_timeout_ns`] | 1 ms | configurable; RDMA's is set by retry count × timeout |
+//! | [`SimConfig::connection_depth`] | no limit | an endpoint's depth bounds posts; set it to model a send queue smaller than that |
 //! | [`SimConfig::fast_access_change_ns`] | 88 µs | Mu paper, Fig. 2 ("QP Flags") |
 //! | [`SimConfig::slow_access_change_ns`] | 1.2 ms | Mu paper, Fig. 2 ("QP Restart"), §5.2: ≈ 10× the fast path |
 //!

@@ -49,7 +49,7 @@ impl World {
                 return Err(PostError::InlineTooLarge { len: data.len(), max });
             }
         }
-        if busy >= depth {
+        if busy >= depth || side.unfinished >= self.config.connection_depth {
             return Err(PostError::QueueFull);
         }
 
@@ -111,6 +111,7 @@ impl World {
 
         let now = self.now_ns;
         let side = self.side_mut(from, conn);
+        side.unfinished += 1;
         if flush {
             // Never executed: completes as soon as the completions before it have.
             let t = now.max(side.last_completion_ns.saturating_add(1));
@@ -408,6 +409,9 @@ impl World {
         let Some(node) = self.nodes.get_mut(&op.from) else { return };
         if node.incarnation != op.from_incarnation {
             return;
+        }
+        if let Some(side) = node.conns.get_mut(&op.conn) {
+            side.unfinished = side.unfinished.saturating_sub(1);
         }
         if status.is_success() {
             if let Body::Read { local, .. } = op.body {

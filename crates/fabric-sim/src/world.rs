@@ -91,6 +91,9 @@ pub(crate) struct ConnSide {
     /// head has a scheduled landing: that is what keeps the connection FIFO even when landings
     /// are parked or delayed.
     pub(crate) flight: VecDeque<u64>,
+    /// Operations posted on this side whose completion has not been generated yet: what an RDMA
+    /// send queue holds ([`crate::SimConfig::connection_depth`] bounds it).
+    pub(crate) unfinished: usize,
     /// When the last posted operation is due to finish landing, to clamp the next one after it.
     pub(crate) last_land_ns: u64,
     /// When the last completion on this side is due, so that completions stay in order.
@@ -107,6 +110,7 @@ impl ConnSide {
             broken: false,
             attached: None,
             flight: VecDeque::new(),
+            unfinished: 0,
             last_land_ns: 0,
             last_completion_ns: 0,
         }

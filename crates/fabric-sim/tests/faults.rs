@@ -411,3 +411,18 @@ fn reads_land_in_the_local_slice_when_they_complete() {
     assert_eq!(wait(&p.world, &mut p.ep).status, Status::Success);
     assert_eq!(read_back(&p.a_region, 0, 8), b"snapshot", "the bytes as they were at landing");
 }
+
+/// `SimConfig::connection_depth`: a connection holds so many unfinished requests, whatever room
+/// its endpoint has; one that finished makes room for the next.
+#[test]
+fn a_connection_refuses_requests_past_its_depth() {
+    let mut p = pair(SimConfig { connection_depth: 2, ..SimConfig::default() }, 9);
+    p.ep.post(conn(B), &write(1, b"a", 0)).unwrap();
+    p.ep.post(conn(B), &write(2, b"b", 8)).unwrap();
+    assert_eq!(p.ep.post(conn(B), &write(3, b"c", 16)), Err(PostError::QueueFull));
+    assert_eq!(wait(&p.world, &mut p.ep).wr_id, 1);
+    p.ep.post(conn(B), &write(3, b"c", 16)).unwrap();
+    assert_eq!(wait(&p.world, &mut p.ep).wr_id, 2);
+    assert_eq!(wait(&p.world, &mut p.ep).wr_id, 3);
+    assert_eq!(read_back(&p.b_region, 16, 1), *b"c");
+}

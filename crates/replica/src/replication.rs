@@ -178,6 +178,8 @@ pub struct ReplicationDriver<F: Fabric> {
     /// incarnation, as far as we know (a failed operation clears it, and so does the detector
     /// suspecting the peer: see `note_suspected`).
     connected: Vec<bool>,
+    /// Whether a post refused for lack of room was logged ([`ReplicationDriver::post`]).
+    queue_full_said: bool,
     /// The detector's suspected set as last seen (a bit per position).
     suspected_seen: u64,
     /// By position: our side's binding was still under way in the fabric when last tried
@@ -254,6 +256,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             completions: vec![Completion::EMPTY; 64],
             deferred: VecDeque::new(),
             connected: vec![false; n],
+            queue_full_said: false,
             suspected_seen: 0,
             binding: vec![false; n],
             request_seq: 0,
@@ -1099,9 +1102,23 @@ impl<F: Fabric> ReplicationDriver<F> {
             result = self.ep.post(conn, &wr);
         }
         if let Err(e) = result {
-            // Not connected, or the fabric refused: to the engine this peer is unreachable.
-            // (A full queue right after draining it would be a bug in sizing the queue.)
-            assert!(!matches!(e, PostError::QueueFull), "completion queue sized too small: {e}");
+            // Not connected, or the fabric refused: to the engine this peer is unreachable, and
+            // a follower is dropped (it asks to be taken back).
+            if matches!(e, PostError::QueueFull) && !self.queue_full_said {
+                // Still full right after draining: the endpoint is sized for every write a step
+                // can post, so this is a connection that holds fewer than its endpoint (verbs'
+                // `send_queue_depth`): updating a follower writes up to a log's worth of slots
+                // to it at once. Said once per run: one step may post thousands more.
+                self.queue_full_said = true;
+                warn!(
+                    replica = self.me.0,
+                    peer = peer.0,
+                    "the fabric refused a post for lack of room on this connection after the \
+                     completion queue was drained: the follower is dropped and taken back when \
+                     it asks; give connections room for a log's worth of slots \
+                     (said once per run)"
+                );
+            }
             self.connected[pos] = false;
             let status = match e {
                 PostError::InlineTooLarge { .. } => Status::RemoteInvalidRequest,

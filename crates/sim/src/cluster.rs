@@ -87,7 +87,19 @@ impl SimCluster {
         seed: u64,
         tweak: impl Fn(&mut ReplicaConfig),
     ) -> SimCluster {
-        let world = SimWorld::new(SimConfig::default(), seed);
+        SimCluster::with_fabric(n, members, seed, SimConfig::default(), tweak)
+    }
+
+    /// A cluster as [`SimCluster::with_members`] makes, on a simulated fabric set up as
+    /// `fabric` says.
+    pub fn with_fabric(
+        n: u16,
+        members: &[u16],
+        seed: u64,
+        fabric: SimConfig,
+        tweak: impl Fn(&mut ReplicaConfig),
+    ) -> SimCluster {
+        let world = SimWorld::new(fabric, seed);
         let configs: Vec<ReplicaConfig> = (0..n)
             .map(|me| {
                 let mut c = config(n, me);

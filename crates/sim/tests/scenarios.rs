@@ -4,6 +4,7 @@
 mod common;
 
 use mu_fabric::NodeId;
+use mu_fabric_sim::SimConfig;
 use mu_replica::{Change, Protocol};
 use mu_sim::membership::{Changes, RemovalBudget};
 use mu_sim::SimCluster;
@@ -138,6 +139,34 @@ fn t41_a_dead_follower_does_not_hold_the_log_forever() {
         c.propose_anywhere(format!("v{i}").as_bytes(), 10_000_000);
     }
     c.check_agreement();
+}
+
+/// Listing 4 (update followers) on a fabric whose connections hold fewer requests than the
+/// leader posts to one follower at once (16, as an RDMA send queue can be; verbs'
+/// `send_queue_depth`): bringing back a follower 40 entries behind writes 40 slots. The post
+/// past the 16th is refused even after the completion queue is drained, which stopped the
+/// replication thread on an assertion before; now the follower is dropped as unreachable, the
+/// others go on, and it comes back by a state transfer once it is a log behind.
+#[test]
+fn t42_a_follower_more_behind_than_its_connection_holds() {
+    let fabric = SimConfig { connection_depth: 16, ..SimConfig::default() };
+    let mut c = SimCluster::with_fabric(3, &[0, 1, 2], 42, fabric, |_| {});
+    assert_eq!(c.await_leader(5_000_000), NodeId(0));
+    for i in 0..10 {
+        c.propose(0, format!("before {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+    }
+    c.world.partition(NodeId(0), NodeId(2));
+    for i in 0..40 {
+        c.propose(0, format!("cut off {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+    }
+    c.world.heal(NodeId(0), NodeId(2));
+    let slots = c.configs[0].slots_count;
+    for i in 0..slots * 3 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 10_000_000);
+    }
+    c.run_for(20_000_000);
+    c.check_agreement();
+    c.check_acked_applied(2);
 }
 
 /// "Majority correct for any n": five replicas survive two crashes, including the leader's.
