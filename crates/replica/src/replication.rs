@@ -1105,18 +1105,18 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Not connected, or the fabric refused: to the engine this peer is unreachable, and
             // a follower is dropped (it asks to be taken back).
             if matches!(e, PostError::QueueFull) && !self.queue_full_said {
-                // Still full right after draining: the endpoint is sized for every write a step
-                // can post, so this is a connection that holds fewer than its endpoint (verbs'
-                // `send_queue_depth`): updating a follower writes up to a log's worth of slots
-                // to it at once. Said once per run: one step may post thousands more.
+                // Still full right after draining: the endpoint holds every write a step can
+                // post, so it is the connection that is full (one that holds fewer requests than
+                // its endpoint: verbs' `send_queue_depth`), with writes to a follower that
+                // stopped answering waiting out the fabric's retry time. Said once per run: it
+                // comes back with every follower that dies under load.
                 self.queue_full_said = true;
                 warn!(
                     replica = self.me.0,
                     peer = peer.0,
                     "the fabric refused a post for lack of room on this connection after the \
-                     completion queue was drained: the follower is dropped and taken back when \
-                     it asks; give connections room for a log's worth of slots \
-                     (said once per run)"
+                     completion queue was drained: the follower is dropped as unreachable and \
+                     taken back when it asks (said once per run)"
                 );
             }
             self.connected[pos] = false;

@@ -1098,6 +1098,10 @@ impl Leader {
                 // make its replayer apply it (simulator, seed 180023 with 7 replicas). Given our
                 // hole instead, its replayer waits there and fetches a snapshot; a follower that
                 // held the decided entry loses it the same way, at the price of a transfer.
+                // A write per slot, not one per range: the replayer learns that a slot is
+                // decided from a later entry and then reads it, which is right only if the slot
+                // landed before the later one. Writes on a connection land in order; the bytes
+                // of one write may not (checksum mode is for such fabrics).
                 let op = RemoteOp::WriteFromLog {
                     offset: self.layout.slot_offset(index),
                     len: slot_bytes,

@@ -141,14 +141,15 @@ fn t41_a_dead_follower_does_not_hold_the_log_forever() {
     c.check_agreement();
 }
 
-/// Listing 4 (update followers) on a fabric whose connections hold fewer requests than the
-/// leader posts to one follower at once (16, as an RDMA send queue can be; verbs'
-/// `send_queue_depth`): bringing back a follower 40 entries behind writes 40 slots. The post
-/// past the 16th is refused even after the completion queue is drained, which stopped the
-/// replication thread on an assertion before; now the follower is dropped as unreachable, the
-/// others go on, and it comes back by a state transfer once it is a log behind.
+/// A follower cut off from the leader, on a fabric whose connections hold fewer requests than
+/// their endpoint (16 here, as an RDMA send queue can be; verbs' `send_queue_depth`): the
+/// leader's writes to it stay unfinished until the fabric gives up on them (its retry time),
+/// so under load the 17th is refused even after the completion queue is drained. That stopped
+/// the replication thread on an assertion before. Now the follower is dropped as unreachable
+/// at once, the others go on, and it comes back once the link heals (here by a state transfer:
+/// it is a log behind by then).
 #[test]
-fn t42_a_follower_more_behind_than_its_connection_holds() {
+fn t42_writes_to_a_cut_off_follower_fill_its_connection() {
     let fabric = SimConfig { connection_depth: 16, ..SimConfig::default() };
     let mut c = SimCluster::with_fabric(3, &[0, 1, 2], 42, fabric, |_| {});
     assert_eq!(c.await_leader(5_000_000), NodeId(0));
