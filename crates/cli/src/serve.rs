@@ -81,6 +81,11 @@ pub fn run(args: Args) -> Result<(), String> {
         crate::cluster::die_with_parent(parent)?;
     }
     let config = load_config(&args.config)?;
+    // Before anything is made in the run directory: a CPU the kernel refuses would fail the
+    // start only once the replica's threads pin themselves, after the fabric's files exist.
+    for cpu in [args.replication_cpu, args.background_cpu].into_iter().flatten() {
+        mu_cpu::check_allowed(cpu).map_err(|e| format!("replica {}: {e}", args.id))?;
+    }
     config.prepare_run_dir()?;
     for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
         warn!(replica = args.id, "{warning}");

@@ -239,6 +239,11 @@ fn a_cpu_the_kernel_refuses_is_an_error_naming_the_cpus_allowed() {
         assert!(!err.contains("panicked"), "{flag}: {err}");
     }
     assert!(!setup.run_dir.join("kv-0.sock").exists(), "a replica on a refused CPU served");
+    // Refused before anything was made there: no fabric files, no lock.
+    let left: Vec<_> = std::fs::read_dir(&setup.run_dir)
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the run directory: {left:?}");
 }
 
 #[test]
