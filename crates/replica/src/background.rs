@@ -631,7 +631,10 @@ impl<F: Fabric> BackgroundDriver<F> {
             bytes = len,
             "state transfer: snapshot fetched and checked"
         );
-        // The header we read stays where the replication plane looks for it.
+        // The checked copy is what is installed: a late read of an earlier fetch, given up,
+        // may still land in the regions it came through.
+        let fetched = crate::transfer::FetchedSnapshot { index, members, last_word: last, bytes };
+        *self.shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fetched);
         self.shared.snapshot_fetched.store(true, Ordering::Release);
     }
 

@@ -315,7 +315,7 @@ impl<F: Fabric> ReplicaCore<F> {
             proposer,
             region,
             log.clone(),
-            (background.clone(), snapshot.clone()),
+            snapshot.clone(),
             (replication_ep, depth),
             shared.clone(),
             (settings, run_nonce),

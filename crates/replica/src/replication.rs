@@ -601,16 +601,9 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let head = self.replayer.head();
         let leading = self.leader.phase() != Phase::Follower;
-        let Some((index, members, _)) = crate::transfer::install(
-            &self.shared,
-            (&self.background, &self.snapshot),
-            &mut self.snapshot_buf,
-            self.settings.snapshot_bytes_max,
-            self.me,
-            head,
-            leading,
-            app,
-        ) else {
+        let Some((index, members, _)) =
+            crate::transfer::install(&self.shared, self.me, head, leading, app)
+        else {
             return false;
         };
         self.forget_skipped_slots(head, index);

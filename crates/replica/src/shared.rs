@@ -193,9 +193,12 @@ pub(crate) struct Shared {
     /// State transfer: the ticket of the snapshot request to serve next, 0 for none
     /// (background sets it, replication clears it once served).
     pub snapshot_wanted: AtomicU64,
-    /// A snapshot fetched from a donor and checked waits in the state-transfer region
-    /// (background sets it, replication clears it once installed or refused).
+    /// A snapshot fetched from a donor and checked waits in `fetched_snapshot` (background
+    /// sets it, replication clears it once installed or refused).
     pub snapshot_fetched: AtomicBool,
+    /// That snapshot: the checked copy, not the regions it was read into, where a read of an
+    /// earlier fetch that was given up may still land (`transfer::install`).
+    pub fetched_snapshot: std::sync::Mutex<Option<crate::transfer::FetchedSnapshot>>,
     /// Set by the replication plane when its replayer has been blocked for longer than the
     /// transfer timeout (a decided entry that is not coming): the background plane then fetches a
     /// snapshot from any peer further on, not only from one a whole log ahead.
@@ -280,6 +283,7 @@ impl Shared {
             leaderships: AtomicU64::new(0),
             snapshot_wanted: AtomicU64::new(0),
             snapshot_fetched: AtomicBool::new(false),
+            fetched_snapshot: std::sync::Mutex::new(None),
             replayer_stuck: AtomicBool::new(false),
             snapshots_served: AtomicU64::new(0),
             restore_failures: AtomicU64::new(0),

@@ -4,9 +4,9 @@
 //! does the asking and the one-sided reading (`background.rs`).
 
 use crate::layout::{
-    fetched_body_offset, snapshot_digest, FETCHED_HEADER_OFFSET, SNAPSHOT_DIGEST, SNAPSHOT_ERROR,
-    SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX, SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN,
-    SNAPSHOT_MEMBERS, SNAPSHOT_OK, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
+    snapshot_digest, SNAPSHOT_DIGEST, SNAPSHOT_ERROR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_INDEX,
+    SNAPSHOT_LAST_KIND, SNAPSHOT_LAST_LEN, SNAPSHOT_LEN, SNAPSHOT_MEMBERS, SNAPSHOT_OK,
+    SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
 };
 use crate::replication::Applier;
 use crate::shared::Shared;
@@ -109,16 +109,26 @@ pub(crate) fn serve<R: LocalRegion>(
     let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
 }
 
+/// A snapshot the background plane fetched and checked against the digest its donor published
+/// with it, for the replication plane to install.
+pub(crate) struct FetchedSnapshot {
+    /// The next index to apply after it.
+    pub index: u64,
+    /// Its configuration (a mask of positions).
+    pub members: u64,
+    /// The entry below `index` that travels after the state: its kind in the high half, its
+    /// length in the low half (`SNAPSHOT_LAST_KIND`, `SNAPSHOT_LAST_LEN`).
+    pub last_word: u64,
+    /// The state, then that entry's value.
+    pub bytes: Vec<u8>,
+}
+
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
 /// ahead of `head` (the next index to apply) and this replica does not lead (a leader's state
 /// is what others follow); returns its index, its configuration and the entry below the index
 /// if the donor sent it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn install<R: LocalRegion>(
+pub(crate) fn install(
     shared: &Shared,
-    (background, snapshot): (&R, &R),
-    buf: &mut Vec<u8>,
-    bytes_max: usize,
     me: NodeId,
     head: u64,
     leading: bool,
@@ -127,24 +137,19 @@ pub(crate) fn install<R: LocalRegion>(
     if !shared.snapshot_fetched.load(Ordering::Acquire) {
         return None;
     }
-    let header = |field: u64| {
-        background
-            .load_u64((FETCHED_HEADER_OFFSET + field) as usize)
-            .expect("fetched header in the background region")
+    let fetched = shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some(FetchedSnapshot { index, members, last_word, bytes }) = fetched else {
+        shared.snapshot_fetched.store(false, Ordering::Release);
+        return None;
     };
-    let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN) as usize);
+    let len = bytes.len();
     // Checked by the digest with the bytes; a length past them is no last entry.
-    let last_len = (header(SNAPSHOT_LAST_LEN) as usize).min(len);
-    let last_kind = EntryKind::from_u8(header(SNAPSHOT_LAST_KIND) as u8);
+    let last_len = ((last_word & 0xffff_ffff) as usize).min(len);
+    let last_kind = EntryKind::from_u8((last_word >> 32) as u8);
     let mut installed = None;
     if index > head && !leading {
-        buf.resize(len, 0);
-        let at = fetched_body_offset(bytes_max) as usize;
-        snapshot
-            .read(at, buf)
-            .expect("fetched snapshot in the region: length checked when fetched");
         let (state, last_value) =
-            buf.split_at(len - if last_kind.is_some() { last_len } else { 0 });
+            bytes.split_at(len - if last_kind.is_some() { last_len } else { 0 });
         let last = last_kind.map(|kind| (kind, last_value.to_vec()));
         match app.restore(state) {
             Ok(()) => {
@@ -156,7 +161,7 @@ pub(crate) fn install<R: LocalRegion>(
                     "state transfer: snapshot installed"
                 );
                 shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
-                installed = Some((index, header(SNAPSHOT_MEMBERS), last));
+                installed = Some((index, members, last));
             }
             Err(e) => {
                 warn!(replica = me.0, index, error = %e, "state transfer: restore failed");

@@ -196,9 +196,7 @@ pub struct VelosDriver<F: Fabric> {
     region: F::Region,
     /// The Mu log region's header: the head word the background plane publishes to peers.
     log: F::Region,
-    /// The background region (where a fetched snapshot's header lands) and the state-transfer
-    /// region.
-    background: F::Region,
+    /// The state-transfer region, where the snapshot we serve goes.
     snapshot: F::Region,
     snapshot_buf: Vec<u8>,
     ep: F::Endpoint,
@@ -304,7 +302,7 @@ impl<F: Fabric> VelosDriver<F> {
         proposer: Proposer,
         region: F::Region,
         log: F::Region,
-        (background, snapshot): (F::Region, F::Region),
+        snapshot: F::Region,
         (ep, queue_depth): (F::Endpoint, usize),
         shared: Arc<Shared>,
         (settings, run_nonce): (Settings, u64),
@@ -328,7 +326,6 @@ impl<F: Fabric> VelosDriver<F> {
             proposer,
             region,
             log,
-            background,
             snapshot,
             snapshot_buf: Vec::new(),
             ep,
@@ -686,9 +683,6 @@ impl<F: Fabric> VelosDriver<F> {
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let Some((index, members, last)) = crate::transfer::install(
             &self.shared,
-            (&self.background, &self.snapshot),
-            &mut self.snapshot_buf,
-            self.settings.snapshot_bytes_max,
             self.me,
             self.applied,
             self.proposer.is_leading(),
