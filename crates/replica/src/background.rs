@@ -919,7 +919,9 @@ impl<F: Fabric> BackgroundDriver<F> {
             // the next one.
             let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
             let peer_view = &mut self.peers[pos];
-            peer_view.unheard_reads = if unheard { peer_view.unheard_reads + 1 } else { 0 };
+            // Saturating: a peer that never hears us (a one-way partition) counts for ever.
+            peer_view.unheard_reads =
+                if unheard { peer_view.unheard_reads.saturating_add(1) } else { 0 };
             if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
                 && peer_view.target_connected
             {

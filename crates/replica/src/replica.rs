@@ -194,16 +194,24 @@ impl Applier for Application {
     fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
         match kind {
             EntryKind::Request => self.0.apply(index, value),
-            EntryKind::Batch => {
-                // Entries are checked whole before they are applied: only a bug in the leader
-                // that built this one could break its framing, and no replica must apply part
-                // of it.
-                let requests = mu_log::batch::requests(value)
-                    .unwrap_or_else(|e| panic!("committed entry {index}: {e}"));
-                for request in requests {
-                    self.0.apply(index, request);
+            EntryKind::Batch => match mu_log::batch::requests(value) {
+                Ok(requests) => {
+                    for request in requests {
+                        self.0.apply(index, request);
+                    }
                 }
-            }
+                // Checked whole before any of it is applied, so that every replica does the
+                // same with it: none applies it. Only the leader that built it could have
+                // broken its framing (a bug, or a build that frames batches otherwise); the
+                // integrity check passed, so these are the bytes it wrote. Stopping instead
+                // would stop every replica at this entry, with no peer left to take a
+                // snapshot from.
+                Err(e) => tracing::error!(
+                    index,
+                    error = %e,
+                    "a decided batch entry is malformed: none of its requests is applied"
+                ),
+            },
             EntryKind::Membership => {
                 if let Some(change) = Change::decode(value) {
                     self.0.membership_changed(index, change);
@@ -1070,5 +1078,39 @@ fn background_loop<F: Fabric>(
         } else {
             std::thread::yield_now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A decided batch whose framing is broken is applied by no replica, and none stops on it:
+    /// stopping would stop every replica at the same entry.
+    #[test]
+    fn a_malformed_batch_is_applied_by_nobody_and_stops_nothing() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let mut app = Application(Box::new(CommitHandler(move |index, request: &[u8]| {
+            log.lock().unwrap().push((index, request.to_vec()));
+        })));
+        let mut good = Vec::new();
+        mu_log::batch::push(&mut good, b"one");
+        mu_log::batch::push(&mut good, b"two");
+        app.apply(7, EntryKind::Batch, &good);
+        // The second item claims more bytes than there are.
+        let mut bad = Vec::new();
+        mu_log::batch::push(&mut bad, b"three");
+        bad.extend_from_slice(&100u32.to_le_bytes());
+        bad.extend_from_slice(b"four");
+        app.apply(8, EntryKind::Batch, &bad);
+        app.apply(9, EntryKind::Request, b"five");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [(7, b"one".to_vec()), (7, b"two".to_vec()), (9, b"five".to_vec())],
+            "nothing of entry 8"
+        );
     }
 }
