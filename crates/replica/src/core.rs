@@ -10,7 +10,7 @@ use crate::replication::{Applier, ProposeError, ReplicationDriver, Settings};
 use crate::setup_trace::Poller;
 use crate::shared::Shared;
 use crate::velos::VelosDriver;
-use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, NodeId};
+use mu_fabric::{Access, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId};
 use mu_replication::membership::Change;
 use mu_replication::{Leader, LeaderConfig, LOG_REGION, SCRATCH_REGION};
 use std::sync::Arc;
@@ -294,6 +294,16 @@ impl<F: Fabric> ReplicaCore<F> {
             velos_layout.region_bytes(),
             Access::ALL,
         )?;
+        // The proposer compare-and-swaps this replica's own words through the region on every
+        // prepare and accept, and cannot go on without it: a fabric that cannot (verbs whose
+        // loopback for local atomics could not be set up) is refused here, not once elected.
+        // A swap of 0 for 0 on the fresh region changes nothing.
+        region.compare_swap_u64(velos_layout.word_offset(0) as usize, 0, 0).map_err(|e| {
+            StartError::Other(format!(
+                "Velos needs compare-and-swap on the replica's own memory, and this fabric \
+                 refused it: {e}"
+            ))
+        })?;
         let (background, snapshot, shared) =
             ReplicaCore::background_state(config, &fabric, replicas.ids(), (members, boot_id))?;
         let me_pos = replicas.position(config.me).expect("validated");

@@ -83,7 +83,12 @@ impl<R: LocalRegion> mu_velos::Memory for RegionMemory<'_, R> {
     }
 
     fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> u64 {
-        self.0.compare_swap_u64(offset as usize, expected, desired).expect("Velos region layout")
+        // The offsets are the layout's. A fabric that cannot swap on local memory at all is
+        // refused at start (`ReplicaCore::new_velos`); one whose local swap fails later (verbs'
+        // loopback timing out) leaves the proposer nothing to go on with.
+        self.0.compare_swap_u64(offset as usize, expected, desired).unwrap_or_else(|e| {
+            panic!("compare-and-swap on this replica's own Velos word at {offset} failed: {e}")
+        })
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) {
