@@ -388,8 +388,7 @@ fn proposer(
                 m.expect(job.client, job.seq);
             }
         }
-        let requests: Vec<&[u8]> = batch.iter().map(|j| j.bytes.as_slice()).collect();
-        replica.propose_many(&requests, &mut outcomes);
+        propose_batch(replica, &batch, &mut outcomes);
         let mut m = machine.lock();
         for (job, outcome) in batch.drain(..).zip(outcomes.drain(..)) {
             let reply = m.take(job.client, job.seq);
@@ -408,6 +407,33 @@ fn proposer(
             };
             let _ = job.answer.send(answer);
         }
+    }
+}
+
+/// Proposes the requests of `batch`, an outcome per job into `outcomes`. One request too large
+/// for an entry fails a whole `propose_many` call; the batch holds other clients' requests,
+/// which would be refused for it (for good: a client does not send a refused request again).
+/// So those too large are answered so, and the others proposed again without them.
+fn propose_batch(replica: &Replica, batch: &[Job], outcomes: &mut Vec<Result<u64, ProposeError>>) {
+    let requests: Vec<&[u8]> = batch.iter().map(|j| j.bytes.as_slice()).collect();
+    replica.propose_many(&requests, outcomes);
+    let max = match outcomes.first() {
+        Some(Err(ProposeError::TooLarge { max, .. })) if batch.len() > 1 => *max,
+        _ => return,
+    };
+    let fitting: Vec<&[u8]> = requests.iter().copied().filter(|r| r.len() <= max).collect();
+    let mut fitting_outcomes = Vec::with_capacity(fitting.len());
+    if !fitting.is_empty() {
+        replica.propose_many(&fitting, &mut fitting_outcomes);
+    }
+    let mut fitting_outcomes = fitting_outcomes.into_iter();
+    outcomes.clear();
+    for request in requests {
+        outcomes.push(if request.len() > max {
+            Err(ProposeError::TooLarge { len: request.len(), max })
+        } else {
+            fitting_outcomes.next().expect("an outcome per request proposed")
+        });
     }
 }
 

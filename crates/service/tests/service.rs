@@ -523,3 +523,50 @@ fn a_server_that_is_not_a_replica_is_named_so() {
     let e = client.get(b"k").expect_err("no replica there");
     assert!(e.to_string().contains("is not a mu replica"), "{e}");
 }
+
+/// A request too large for an entry is refused alone. The server proposes what several clients
+/// sent meanwhile in one call, and one request too large fails such a call whole: the others,
+/// batched with it, were refused with it, and a client does not send a refused request again.
+#[test]
+fn a_request_too_large_is_refused_alone() {
+    let cluster = Cluster::start("too-large", 0x70a1);
+    cluster.wait_leader();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let shared = &cluster;
+    let refused = std::thread::scope(|s| {
+        let big = s.spawn(|| {
+            let mut client = cluster.client();
+            let value = vec![b'v'; SLOT_BYTES as usize * 2];
+            let mut refused = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match client.put(b"big", &value) {
+                    Err(ClientError::Refused(_)) => refused += 1,
+                    other => panic!("expected a refusal, got {other:?}"),
+                }
+            }
+            refused
+        });
+        let writers: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut client = shared.client();
+                    for i in 0..150 {
+                        let key = format!("w{t}-{i}");
+                        if let Err(e) = client.put(key.as_bytes(), b"fits") {
+                            return Err(format!("{key}: {e}"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let results: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        for result in results {
+            result.expect("a request that fits is committed, whatever was batched with it");
+        }
+        big.join().unwrap()
+    });
+    assert!(refused > 0, "the large request was never sent");
+    still_serves(&cluster, "after-batches");
+}
