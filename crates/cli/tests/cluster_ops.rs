@@ -180,3 +180,63 @@ fn a_failed_start_cleans_up_after_itself() {
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(taken);
 }
+
+/// Three consecutive loopback ports free now, the first returned (replica `id` serves its
+/// metrics on `port_base + id`).
+fn free_port_base() -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let base = first.local_addr().unwrap().port();
+        let rest: Vec<_> = (1..3)
+            .filter_map(|i| base.checked_add(i))
+            .filter_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+            .collect();
+        if rest.len() == 2 {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+/// Sends `GET /metrics` to `port` and returns the whole answer.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer before the read timeout");
+    answer
+}
+
+/// The metrics endpoint answers a scrape with the replica's figures. It serves one client at
+/// a time, so one that sends nothing, or a request line without end, gets a bounded share of
+/// it: the scrape behind them is answered in seconds (it waited for ever behind the first).
+#[test]
+fn the_metrics_endpoint_answers_past_stalled_clients() {
+    use std::io::Write;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("metrics", 0x6a06);
+    let port = free_port_base();
+    let mut text = std::fs::read_to_string(&setup.config).unwrap();
+    text.push_str(&format!("\n[metrics]\nport_base = {port}\n"));
+    std::fs::write(&setup.config, text).unwrap();
+    ok(mu(&["cluster", "up", "--config", setup.config()]));
+    ok(mu(&["kv", "put", "color", "green", "--config", setup.config()]));
+    let answer = scrape(port);
+    assert!(answer.starts_with("HTTP/1.0 200 OK"), "{answer}");
+    assert!(answer.contains("\nmu_requests_total "), "{answer}");
+
+    let silent = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut endless = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    endless.set_write_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    // As much as the socket takes: the endpoint reads a few KiB of it at most.
+    let _ = endless.write_all(&[b'x'; 1 << 20]);
+    let started = std::time::Instant::now();
+    let answer = scrape(port);
+    assert!(answer.starts_with("HTTP/1.0 200 OK"), "{answer}");
+    let waited = started.elapsed();
+    assert!(waited < std::time::Duration::from_secs(15), "answered after {waited:?}");
+    drop((silent, endless));
+    ok(mu(&["cluster", "down", "--config", setup.config()]));
+}

@@ -8,11 +8,11 @@ use crate::report::ReplicaReport;
 use crate::server::ServerCounters;
 use mu_replica::Replica;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What one scrape reads.
 pub struct Sources {
@@ -34,12 +34,11 @@ pub fn serve(port: u16, sources: Sources) -> Result<SocketAddr, String> {
         .name("mu-metrics".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                let mut reader = BufReader::new(&stream);
-                let mut line = String::new();
-                if reader.read_line(&mut line).is_err() {
-                    continue;
-                }
-                let (status, body) = if line.starts_with("GET /metrics") {
+                // One thread serves every scrape in turn: a client that sends nothing, or
+                // bytes without end, gets a bounded share of it.
+                let Some(line) = read_request_line(&stream) else { continue };
+                let _ = stream.set_write_timeout(Some(CLIENT_TIME_MAX));
+                let (status, body) = if line.starts_with(b"GET /metrics") {
                     ("200 OK", render(&sources))
                 } else {
                     ("404 Not Found", "only GET /metrics is served\n".to_string())
@@ -55,6 +54,28 @@ pub fn serve(port: u16, sources: Sources) -> Result<SocketAddr, String> {
         })
         .map_err(|e| format!("metrics thread: {e}"))?;
     Ok(addr)
+}
+
+/// How long one client may take to send its request line, and to take the answer.
+const CLIENT_TIME_MAX: Duration = Duration::from_secs(2);
+/// The longest request line read; what comes after is not looked at.
+const REQUEST_LINE_BYTES_MAX: usize = 4096;
+
+/// The request line `stream` sends (up to its newline, or [`REQUEST_LINE_BYTES_MAX`] bytes),
+/// read within [`CLIENT_TIME_MAX`] in all; `None` if it did not come whole in time.
+fn read_request_line(mut stream: &TcpStream) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + CLIENT_TIME_MAX;
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 512];
+    while line.len() < REQUEST_LINE_BYTES_MAX && !line.contains(&b'\n') {
+        let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+        stream.set_read_timeout(Some(left)).ok()?;
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => line.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some(line)
 }
 
 /// The metrics in Prometheus' text format.
