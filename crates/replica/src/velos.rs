@@ -222,7 +222,7 @@ pub struct VelosDriver<F: Fabric> {
     /// Our side of the connection we initiate on, per position, is up.
     connected: Vec<bool>,
     /// Per position: signaled operations posted to the peer whose completions have not come
-    /// back, and the most allowed before the peer is set aside ([`VelosDriver::post_action`]).
+    /// back, and the most allowed before the peer is set aside ([`VelosDriver::set_aside`]).
     in_flight: Vec<u32>,
     in_flight_max: u32,
     /// Peers set aside because `in_flight_max` of their operations were out: nothing more
