@@ -624,6 +624,25 @@ impl<F: Fabric> BackgroundDriver<F> {
             debug!(replica = self.me.0, donor, "state transfer: the snapshot changed while read");
             return; // the donor served someone else meanwhile: ask again
         }
+        // What the donor published, whole; but only a faulty donor publishes an index the log
+        // can never reach or a configuration outside the cluster, and installed they would stop
+        // this replica's planes.
+        let universe = mu_replication::membership::all(&self.replicas);
+        if index > u64::MAX / 2 || members == 0 || members & !universe != 0 {
+            warn!(
+                replica = self.me.0,
+                donor,
+                index,
+                members,
+                "state transfer failed: the donor's snapshot header is malformed; not retried \
+                 until restarted"
+            );
+            self.shared.transfer_failed(format!(
+                "replica {donor} served a malformed snapshot (index {index}, members {members:#x})"
+            ));
+            self.next_fetch_ns = u64::MAX;
+            return;
+        }
         info!(
             replica = self.me.0,
             donor,

@@ -600,9 +600,10 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// of followers (Listing 4) then brings the log from there. Returns whether it installed one.
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let head = self.replayer.head();
+        let max_value = self.layout.max_value_bytes();
         let leading = self.leader.phase() != Phase::Follower;
         let Some((index, members, _)) =
-            crate::transfer::install(&self.shared, self.me, head, leading, app)
+            crate::transfer::install(&self.shared, max_value, self.me, head, leading, app)
         else {
             return false;
         };

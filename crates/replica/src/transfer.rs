@@ -126,9 +126,10 @@ pub(crate) struct FetchedSnapshot {
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
 /// ahead of `head` (the next index to apply) and this replica does not lead (a leader's state
 /// is what others follow); returns its index, its configuration and the entry below the index
-/// if the donor sent it.
+/// if the donor sent it (and it is at most `last_bytes_max` long).
 pub(crate) fn install(
     shared: &Shared,
+    last_bytes_max: usize,
     me: NodeId,
     head: u64,
     leading: bool,
@@ -150,7 +151,11 @@ pub(crate) fn install(
     if index > head && !leading {
         let (state, last_value) =
             bytes.split_at(len - if last_kind.is_some() { last_len } else { 0 });
-        let last = last_kind.map(|kind| (kind, last_value.to_vec()));
+        // An entry longer than one fits no slot: only a faulty donor sends one, and a Velos
+        // leader that republished it would stop. Left out, the replica waits for a leader.
+        let last = last_kind
+            .filter(|_| last_value.len() <= last_bytes_max)
+            .map(|kind| (kind, last_value.to_vec()));
         match app.restore(state) {
             Ok(()) => {
                 info!(

@@ -688,6 +688,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn install_snapshot(&mut self, app: &mut dyn Applier) -> bool {
         let Some((index, members, last)) = crate::transfer::install(
             &self.shared,
+            self.layout.max_value_bytes(),
             self.me,
             self.applied,
             self.proposer.is_leading(),

@@ -466,7 +466,10 @@ impl Leader {
         let head = mem.load_u64(Area::Log, HEAD_OFFSET);
         let mut members = self.applied_members;
         let mut slot = std::mem::take(&mut self.scan_buf);
-        for index in head..self.fuo {
+        // Not past a lap from the head: no slot there holds an entry we have not applied (a
+        // leader writes no further), and an FUO word a faulty leader wrote far on would keep
+        // this loop going for ever.
+        for index in head..self.fuo.min(head.saturating_add(self.layout.slots_count())) {
             let offset = self.layout.slot_offset(index);
             mem.read(Area::Log, offset, &mut slot[..16]);
             if EntryKind::from_u8(slot[12]) != Some(EntryKind::Membership) {

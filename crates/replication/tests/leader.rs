@@ -243,6 +243,18 @@ fn t60_lagging_followers_are_brought_up_to_date() {
     }
 }
 
+/// §5.4: the configuration at our FUO comes from the membership entries between our head and
+/// our FUO, a lap at most (no leader writes further). An FUO word far beyond that, which only a
+/// faulty leader could have written, is scanned a lap deep, not to its end: the scan of every
+/// index up to it did not return.
+#[test]
+fn t63_the_scan_for_membership_entries_stops_a_lap_past_the_head() {
+    let mut c = Cluster::new(3, 0);
+    c.mems[0].store_u64(Area::Log, FUO_OFFSET, u64::MAX / 4);
+    c.become_leader();
+    assert_eq!(c.leader.fuo(), u64::MAX / 4);
+}
+
 /// Listing 4 after a state transfer: a leader whose log lacks an entry below its FUO (it
 /// installed a snapshot over it) still overwrites that slot in a lagging follower. The follower
 /// may hold there a complete entry for that index that was never decided (its own accept as an
