@@ -253,7 +253,22 @@ pub struct Leader {
     /// Room for one slot, for looking for membership entries (which may happen while
     /// `slot_buf` is in use, in an abort).
     scan_buf: Vec<u8>,
+    /// Per position, while updating followers: the next slot to copy to the follower, or
+    /// [`UPDATE_DONE`] once its FUO is on the way.
+    update_next: Vec<u64>,
 }
+
+/// Slots copied to one follower before the leader waits for them to land (Listing 4, in
+/// chunks). A fabric's connection may hold only so many requests (an RDMA send queue: verbs'
+/// `send_queue_depth`, 128 by default), and a follower far behind needs up to a log's worth.
+/// Posted at once, those past the connection's room were refused and the follower dropped; a
+/// new leader whose followers were all that far behind never got past this step (simulator
+/// with `--connection-depth 16`, seed 170032). A chunk costs a round trip: 32 slots of 4 KiB
+/// take about ten times as long to send on a 100 Gbit/s link.
+pub const UPDATE_CHUNK_SLOTS: u64 = 32;
+
+/// [`Leader::update_next`] once the follower's FUO is on the way.
+const UPDATE_DONE: u64 = u64::MAX;
 
 /// How long a leader stays idle before it writes its FUO to the followers, so that they apply
 /// the last entries without waiting for another (commit piggybacking alone leaves the entries
@@ -339,6 +354,7 @@ impl Leader {
             entry: mu_log::written_buffer(slot_bytes),
             slot_buf: mu_log::written_buffer(slot_bytes),
             scan_buf: mu_log::written_buffer(slot_bytes),
+            update_next: vec![UPDATE_DONE; n],
         })
     }
 
@@ -731,6 +747,11 @@ impl Leader {
         if step != self.step || self.waits[pos] != Wait::Pending {
             return; // a straggler of a step we already left, or an unsignaled success
         }
+        if self.phase == Phase::UpdateFollowers && self.update_next[pos] != UPDATE_DONE {
+            // A chunk of its slots landed: the next one, or its FUO.
+            let wr = (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16);
+            return self.post_update_chunk(pos, wr, out);
+        }
         self.waits[pos] = Wait::Done;
         self.maybe_finish_step(mem, out);
     }
@@ -1084,7 +1105,6 @@ impl Leader {
     /// Listing 4: bring every lagging confirmed follower up to our FUO.
     fn begin_update_followers(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let wr = self.next_step(Phase::UpdateFollowers);
-        let slot_bytes = self.layout.slot_bytes();
         for pos in self.followers() {
             let first = self.read_fuo(mem, pos).min(self.fuo);
             if self.fuo - first > self.layout.slots_count() {
@@ -1094,33 +1114,48 @@ impl Leader {
                 self.waits[pos] = Wait::Idle;
                 continue;
             }
-            for index in first..self.fuo {
-                // Every slot, also one our log lacks (we installed a snapshot over it): the
-                // follower may hold there a complete entry for this index that was never
-                // decided (its own accept as an earlier leader), and the FUO we write next would
-                // make its replayer apply it (simulator, seed 180023 with 7 replicas). Given our
-                // hole instead, its replayer waits there and fetches a snapshot; a follower that
-                // held the decided entry loses it the same way, at the price of a transfer.
-                // A write per slot, not one per range: the replayer learns that a slot is
-                // decided from a later entry and then reads it, which is right only if the slot
-                // landed before the later one. Writes on a connection land in order; the bytes
-                // of one write may not (checksum mode is for such fabrics).
-                let op = RemoteOp::WriteFromLog {
-                    offset: self.layout.slot_offset(index),
-                    len: slot_bytes,
-                };
-                self.post(out, pos, wr, op, false);
-            }
-            let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
-            self.post(out, pos, wr, fuo, true);
-            // Then, after everything else on the same connection: taken back up to here.
-            let admitted = RemoteOp::WriteWord { offset: ADMITTED_OFFSET, value: self.fuo + 1 };
-            self.post(out, pos, wr, admitted, false);
+            self.update_next[pos] = first;
+            self.post_update_chunk(pos, wr, out);
         }
         if self.confirmed_count() < self.majority() {
             return self.abort(AbortReason::LostMajority, mem, out);
         }
         self.maybe_finish_step(mem, out);
+    }
+
+    /// Copies the next [`UPDATE_CHUNK_SLOTS`] slots a follower misses, the last of them
+    /// signaled; once none is left, writes its FUO and then its admission.
+    fn post_update_chunk(&mut self, pos: usize, wr: u64, out: &mut Vec<Action>) {
+        let slot_bytes = self.layout.slot_bytes();
+        let from = self.update_next[pos];
+        let to = self.fuo.min(from.saturating_add(UPDATE_CHUNK_SLOTS));
+        self.update_next[pos] = to;
+        for index in from..to {
+            // Every slot, also one our log lacks (we installed a snapshot over it): the follower
+            // may hold there a complete entry for this index that was never decided (its own
+            // accept as an earlier leader), and the FUO we write next would make its replayer
+            // apply it (simulator, seed 180023 with 7 replicas). Given our hole instead, its
+            // replayer waits there and fetches a snapshot; a follower that held the decided
+            // entry loses it the same way, at the price of a transfer.
+            // A write per slot, not one per range: the replayer learns that a slot is decided
+            // from a later entry and then reads it, which is right only if the slot landed
+            // before the later one. Writes on a connection land in order; the bytes of one
+            // write may not (checksum mode is for such fabrics).
+            let op =
+                RemoteOp::WriteFromLog { offset: self.layout.slot_offset(index), len: slot_bytes };
+            // The last of a chunk that is not the last one says when the chunk landed.
+            let signaled = index + 1 == to && to < self.fuo;
+            self.post(out, pos, wr, op, signaled);
+        }
+        if to < self.fuo {
+            return;
+        }
+        self.update_next[pos] = UPDATE_DONE;
+        let fuo = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
+        self.post(out, pos, wr, fuo, true);
+        // Then, after everything else on the same connection: taken back up to here.
+        let admitted = RemoteOp::WriteWord { offset: ADMITTED_OFFSET, value: self.fuo + 1 };
+        self.post(out, pos, wr, admitted, false);
     }
 
     /// Whether `index` may be written (§5.3). If the slowest confirmed follower is what holds

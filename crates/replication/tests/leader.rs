@@ -7,7 +7,7 @@ use mu_fabric::NodeId;
 use mu_log::{Integrity, LogLayout, FUO_OFFSET, MIN_PROPOSAL_OFFSET};
 use mu_replication::{
     AbortReason, Action, Area, Grant, Memory, Phase, ProposeError, RemoteOp, ReplicaSet,
-    CATCH_UP_BATCH_SLOTS,
+    CATCH_UP_BATCH_SLOTS, UPDATE_CHUNK_SLOTS,
 };
 
 /// "a majority of the replicas" — right for even sizes too (the original code's (n+1)/2 gave
@@ -253,6 +253,43 @@ fn t63_the_scan_for_membership_entries_stops_a_lap_past_the_head() {
     c.mems[0].store_u64(Area::Log, FUO_OFFSET, u64::MAX / 4);
     c.become_leader();
     assert_eq!(c.leader.fuo(), u64::MAX / 4);
+}
+
+/// Listing 4 in chunks: a follower 100 entries behind gets its slots [`UPDATE_CHUNK_SLOTS`] at
+/// a time, the next chunk once the last write of one has completed, so that no more are ever
+/// on its connection (a fabric's connection may hold only so many: an RDMA send queue). All
+/// at once, those past the connection's room were refused and the follower dropped.
+#[test]
+fn t62_a_follower_far_behind_gets_its_slots_in_chunks() {
+    let layout = LogLayout::new(256, 128, Integrity::Checksum).unwrap();
+    let mut c = Cluster::with_layout(3, 0, layout);
+    for i in 0..100 {
+        c.plant(0, i, 1 << 16 | 1, format!("v{i}").as_bytes());
+    }
+    c.mems[0].store_u64(Area::Log, FUO_OFFSET, 100);
+    c.become_leader();
+    c.grant_all();
+    let mut most = 0;
+    loop {
+        let on_the_way = |peer: u16| {
+            let slot = |op: &RemoteOp| matches!(op, RemoteOp::WriteFromLog { .. });
+            c.queue.iter().filter(|p| p.peer == NodeId(peer) && slot(&p.op)).count()
+        };
+        most = most.max(on_the_way(1)).max(on_the_way(2));
+        if !c.deliver_one() {
+            break;
+        }
+    }
+    assert_eq!(most as u64, UPDATE_CHUNK_SLOTS, "slot writes on one connection at once");
+    for pos in [1, 2] {
+        assert_eq!(c.mems[pos].load_u64(Area::Log, FUO_OFFSET), 100, "follower {pos}'s FUO");
+        for i in 0..100 {
+            assert_eq!(c.entry(pos, i).unwrap().1, format!("v{i}").as_bytes(), "{pos}, {i}");
+        }
+    }
+    c.propose(b"next").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(100, true)]);
 }
 
 /// Listing 4 after a state transfer: a leader whose log lacks an entry below its FUO (it
