@@ -64,6 +64,10 @@ pub struct Args {
     /// Print a summary as JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// Requests a connection holds before a post on it is refused as a full queue, as an RDMA
+    /// send queue (34 to 65536). Default: no limit.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    connection_depth: Option<u64>,
     /// With --seed: also trace every change of each replica's engine (phase, FUO, confirmed
     /// followers, prepare omitted), applied count, leader and log writers.
     #[arg(long, requires = "seed")]
@@ -120,6 +124,7 @@ pub fn run(args: Args) -> Result<(), String> {
         c.history_dir = args.history_dir.clone();
         c.mutation = mutation;
         c.watch = args.watch;
+        c.connection_depth = args.connection_depth.map(|d| d as usize);
         c
     };
     config_of(args.first_seed).check()?;
@@ -204,6 +209,9 @@ fn replay_command(r: &SeedReport, config: &RunConfig) -> String {
     }
     if let Some(m) = config.mutation {
         cmd.push_str(&format!(" --mutation {}", m.name()));
+    }
+    if let Some(depth) = config.connection_depth {
+        cmd.push_str(&format!(" --connection-depth {depth}"));
     }
     cmd
 }

@@ -74,6 +74,9 @@ pub struct RunConfig {
     /// Trace every change of each replica's engine (phase, FUO, confirmed followers, prepare
     /// omitted) and applied count, round by round: long, for reading one seed closely.
     pub watch: bool,
+    /// Requests a connection holds before posts on it are refused as a full queue
+    /// (`SimConfig::connection_depth`, as an RDMA send queue); `None`: no limit.
+    pub connection_depth: Option<usize>,
 }
 
 impl RunConfig {
@@ -91,6 +94,7 @@ impl RunConfig {
             history_dir: None,
             mutation: None,
             watch: false,
+            connection_depth: None,
         }
     }
 
@@ -112,6 +116,15 @@ impl RunConfig {
                 self.replicas
             ));
         }
+        let least = CONNECTION_DEPTH_MIN;
+        if let Some(depth) = self.connection_depth.filter(|&d| d < least) {
+            return Err(format!(
+                "a connection depth of {depth}: a Mu leader bringing a follower up to date \
+                 writes {least} requests to it at once ({} slots, its FUO and its admission), \
+                 so choose at least {least}",
+                mu_replication::UPDATE_CHUNK_SLOTS
+            ));
+        }
         if self.mutation.is_some() && !cfg!(feature = "mutations") {
             return Err(
                 "this build has no engine mutations (build with the `mutations` feature)".into()
@@ -120,6 +133,10 @@ impl RunConfig {
         Ok(())
     }
 }
+
+/// The smallest [`RunConfig::connection_depth`]: what a Mu leader writes to one follower at once
+/// when bringing it up to date.
+pub const CONNECTION_DEPTH_MIN: usize = mu_replication::UPDATE_CHUNK_SLOTS as usize + 2;
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -259,7 +276,11 @@ impl<'a> Runner<'a> {
             config.replicas
         };
         let members: Vec<u16> = (0..members_count).collect();
-        let c = SimCluster::with_members(config.replicas, &members, config.seed, |rc| {
+        let fabric = mu_fabric_sim::SimConfig {
+            connection_depth: config.connection_depth.unwrap_or(usize::MAX),
+            ..mu_fabric_sim::SimConfig::default()
+        };
+        let c = SimCluster::with_fabric(config.replicas, &members, config.seed, fabric, |rc| {
             rc.protocol = config.protocol.replica();
             rc.integrity = integrity;
             rc.batch_requests_max = 3;
@@ -320,11 +341,14 @@ impl<'a> Runner<'a> {
         report.ops_refused = self.c.refused.len();
         report.history = std::mem::take(&mut self.workload.history);
         report.history.source = format!(
-            "mu sim --protocol {} --seed {} --replicas {} --faults {}",
+            "mu sim --protocol {} --seed {} --replicas {} --faults {}{}",
             self.config.protocol.name(),
             self.config.seed,
             self.config.replicas,
-            self.config.faults.describe()
+            self.config.faults.describe(),
+            self.config
+                .connection_depth
+                .map_or(String::new(), |depth| format!(" --connection-depth {depth}"))
         );
         result?;
         self.check_history(report)
