@@ -187,8 +187,9 @@ struct Plane<F: Fabric> {
     start: Instant,
 }
 
-/// The application as the replication plane sees it: entries unpacked into requests.
-struct Application(Box<dyn StateMachine>);
+/// The application as the replication plane sees it: entries unpacked into requests; and the
+/// replica's id, for its log events.
+struct Application(Box<dyn StateMachine>, NodeId);
 
 impl Applier for Application {
     fn apply(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
@@ -207,6 +208,7 @@ impl Applier for Application {
                 // would stop every replica at this entry, with no peer left to take a
                 // snapshot from.
                 Err(e) => tracing::error!(
+                    replica = self.1 .0,
                     index,
                     error = %e,
                     "a decided batch entry is malformed: none of its requests is applied"
@@ -457,8 +459,11 @@ impl Replica {
         let ReplicaCore { replication, mut background } = core;
         let shared = replication.shared().clone();
         let started_at = Instant::now();
-        let plane =
-            Plane { driver: replication, app: Application(Box::new(app)), start: started_at };
+        let plane = Plane {
+            driver: replication,
+            app: Application(Box::new(app), config.me),
+            start: started_at,
+        };
         let inner = Arc::new(Inner {
             mode,
             me: config.me,
@@ -1092,9 +1097,10 @@ mod tests {
     fn a_malformed_batch_is_applied_by_nobody_and_stops_nothing() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
-        let mut app = Application(Box::new(CommitHandler(move |index, request: &[u8]| {
+        let handler = CommitHandler(move |index, request: &[u8]| {
             log.lock().unwrap().push((index, request.to_vec()));
-        })));
+        });
+        let mut app = Application(Box::new(handler), NodeId(0));
         let mut good = Vec::new();
         mu_log::batch::push(&mut good, b"one");
         mu_log::batch::push(&mut good, b"two");
