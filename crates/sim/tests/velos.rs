@@ -12,6 +12,18 @@ fn velos(n: u16, seed: u64) -> SimCluster {
     SimCluster::with(n, seed, |c| c.protocol = Protocol::Velos)
 }
 
+/// Proposes `count` values at replica 0, one after another, each decided; returns the longest
+/// one took (virtual ns).
+fn decide_at_0(c: &mut SimCluster, tag: &str, count: usize) -> u64 {
+    let mut slowest_ns = 0;
+    for i in 0..count {
+        let start = c.world.now_ns();
+        c.propose(0, format!("{tag} {i}").as_bytes(), 5_000_000).unwrap().unwrap();
+        slowest_ns = slowest_ns.max(c.world.now_ns() - start);
+    }
+    slowest_ns
+}
+
 /// Algorithm 5 with §5.1 and §5.4: the lowest id leads and decides entry after entry; followers
 /// learn each from their own slot words, one entry behind.
 #[test]
@@ -64,16 +76,9 @@ fn t20_leader_crash_fails_over() {
 fn t21_a_dead_acceptor_does_not_crowd_out_the_live_one() {
     let mut c = velos(3, 21);
     assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..20 {
-        c.propose(0, format!("before {i}").as_bytes(), 5_000_000).unwrap().unwrap();
-    }
+    decide_at_0(&mut c, "before", 20);
     c.crash(2);
-    let mut slowest_ns = 0;
-    for i in 0..400 {
-        let start = c.world.now_ns();
-        c.propose(0, format!("after {i}").as_bytes(), 5_000_000).unwrap().unwrap();
-        slowest_ns = slowest_ns.max(c.world.now_ns() - start);
-    }
+    let slowest_ns = decide_at_0(&mut c, "after", 400);
     // A decision takes a few microseconds here; connecting again after losing the live side
     // would have taken up to `RECONNECT_PERIOD_NS` (1 ms).
     assert!(slowest_ns < 200_000, "a decision took {slowest_ns} ns (virtual): {}", c.describe());
@@ -90,26 +95,17 @@ fn t21_a_dead_acceptor_does_not_crowd_out_the_live_one() {
 fn t22_a_slow_acceptor_is_set_aside_and_taken_back() {
     let mut c = velos(3, 22);
     assert_eq!(c.await_leader(5_000_000), NodeId(0));
-    for i in 0..20 {
-        c.propose(0, format!("before {i}").as_bytes(), 5_000_000).unwrap().unwrap();
-    }
+    decide_at_0(&mut c, "before", 20);
     let slow = LinkDelay { extra_ns: 300_000, jitter_ns: 0 };
     c.world.set_link_delay(NodeId(0), NodeId(2), slow);
-    let mut slowest_ns = 0;
     // Fewer entries than two logs (128): it is not excluded as too far behind meanwhile (as
     // `VelosDriver::update_exclusions` does), which would take it back by another way.
-    for i in 0..100 {
-        let start = c.world.now_ns();
-        c.propose(0, format!("slow {i}").as_bytes(), 5_000_000).unwrap().unwrap();
-        slowest_ns = slowest_ns.max(c.world.now_ns() - start);
-    }
+    let slowest_ns = decide_at_0(&mut c, "slow", 100);
     assert!(slowest_ns < 200_000, "a decision took {slowest_ns} ns (virtual): {}", c.describe());
     c.world.set_link_delay(NodeId(0), NodeId(2), LinkDelay::default());
     c.run_for(2_000_000);
     c.crash(1);
-    for i in 0..50 {
-        c.propose(0, format!("with 2 alone {i}").as_bytes(), 5_000_000).unwrap().unwrap();
-    }
+    decide_at_0(&mut c, "with 2 alone", 50);
     c.run_for(1_000_000);
     c.check_agreement();
     c.check_acked_applied(2);
