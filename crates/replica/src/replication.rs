@@ -180,6 +180,9 @@ pub struct ReplicationDriver<F: Fabric> {
     connected: Vec<bool>,
     /// Whether a post refused for lack of room was logged ([`ReplicationDriver::post`]).
     queue_full_said: bool,
+    /// Positions to which a post was refused since our side was last connected: every later
+    /// post to them is refused too ([`ReplicationDriver::post`]).
+    post_refused: u64,
     /// The detector's suspected set as last seen (a bit per position).
     suspected_seen: u64,
     /// By position: our side's binding was still under way in the fabric when last tried
@@ -257,6 +260,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             deferred: VecDeque::new(),
             connected: vec![false; n],
             queue_full_said: false,
+            post_refused: 0,
             suspected_seen: 0,
             binding: vec![false; n],
             request_seq: 0,
@@ -1049,6 +1053,10 @@ impl<F: Fabric> ReplicationDriver<F> {
         let result = self.fabric.connect(conn, Access::NONE);
         self.binding[pos] = matches!(result, Err(FabricError::InProgress(..)));
         self.connected[pos] = result.is_ok();
+        if result.is_ok() {
+            // Bound anew: what was posted before is gone with the old binding.
+            self.post_refused &= !(1 << pos);
+        }
     }
 
     /// Permission requests went out (or will, after their fences) now: the timeout runs from
@@ -1082,6 +1090,19 @@ impl<F: Fabric> ReplicationDriver<F> {
             },
         };
         let wr = WorkRequest { wr_id: wr_id | pos as u64, op, signaled };
+        if self.post_refused >> pos & 1 != 0 {
+            // One post to this peer was refused: the ones after it would land without it (a
+            // slot missing under the FUO written next, which the follower would take as
+            // decided), so they are refused as well, until our side is connected again.
+            let c = Completion {
+                wr_id: wr.wr_id,
+                kind: op.kind(),
+                status: Status::PeerUnreachable,
+                value: 0,
+            };
+            self.deferred.push_back(c);
+            return;
+        }
         let conn = ConnId::new(peer, replication_channel(self.me, peer));
         let mut result = self.ep.post(conn, &wr);
         if matches!(result, Err(PostError::QueueFull)) {
@@ -1114,6 +1135,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 );
             }
             self.connected[pos] = false;
+            self.post_refused |= 1 << pos;
             let status = match e {
                 PostError::InlineTooLarge { .. } => Status::RemoteInvalidRequest,
                 _ => Status::PeerUnreachable,
