@@ -1128,11 +1128,18 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Posts on the connection to `pos`; a post the fabric refuses is a failed operation.
+    /// Posts on the connection to `pos`; a post the fabric refuses is a failed operation, and
+    /// so is every later one until the side is connected again: a value write refused before
+    /// a compare-and-swap that went through would leave the acceptor accepting a value it
+    /// does not hold.
     fn post(&mut self, pos: usize, wr: &WorkRequest<'_>) {
         let peer = self.replicas.ids()[pos];
         let conn = ConnId::new(peer, replication_channel(self.me, peer));
-        let mut result = self.ep.post(conn, wr);
+        let mut result = if self.connected[pos] {
+            self.ep.post(conn, wr)
+        } else {
+            Err(PostError::NotReadyToSend { conn, state: mu_fabric::QpState::Error })
+        };
         if matches!(result, Err(PostError::QueueFull)) {
             // Make room; what comes out is handled on the next poll, in order.
             loop {
