@@ -43,6 +43,14 @@ fn watch_needs_one_seed() {
 }
 
 #[test]
+fn a_connection_smaller_than_what_mu_writes_at_once_is_refused() {
+    refused(
+        &["sim", "--connection-depth", "16", "--seeds", "1", "--no-lincheck"],
+        "so choose at least 34",
+    );
+}
+
+#[test]
 fn membership_changes_need_three_replicas() {
     refused(
         &["sim", "--faults", "membership", "--replicas", "2", "--seeds", "1", "--no-lincheck"],

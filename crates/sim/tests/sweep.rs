@@ -377,6 +377,27 @@ fn t72_a_proposal_whose_index_left_the_log_is_not_proposed_again() {
     assert_eq!(report.violation, None, "{}", report.trace.join("\n"));
 }
 
+/// Found by a sweep with bounded connections (`mu sim --replicas 3 --steps 400 --clients 8
+/// --faults all,membership --connection-depth 16`, seeds 170032 and others): a new leader whose
+/// followers were both 19 entries behind posted all their slots at once, more than a
+/// connection held; both were dropped and it aborted for lack of a majority, for ever. Update
+/// followers now goes in chunks (`mu_replication::UPDATE_CHUNK_SLOTS`; `leader.rs: t62`).
+/// Seed 170094 broke liveness the same way with connections of 40, as the sweep without the
+/// chunks showed.
+#[test]
+fn t73_a_follower_far_behind_is_brought_up_to_date_through_a_small_connection() {
+    for (seed, depth) in [(170032, 64), (170058, 64), (170094, 40)] {
+        let mut config = RunConfig::new(seed);
+        config.replicas = 3;
+        config.steps = 400;
+        config.clients = 8;
+        config.faults = Faults::parse("all,membership").unwrap();
+        config.connection_depth = Some(depth);
+        let report = run(&config);
+        assert_eq!(report.violation, None, "seed {seed}: {}", report.trace.join("\n"));
+    }
+}
+
 /// A history that cannot be written for lincheck (here: into a directory nobody may create)
 /// fails the run under a name of its own, not as a linearizability violation.
 #[test]
