@@ -21,7 +21,7 @@ use mu_replication::{
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Why a proposal failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -908,6 +908,12 @@ impl<F: Fabric> ReplicationDriver<F> {
                     let e = g.entries.iter_mut().take(g.handed).find(|e| !e.maybe_accepted);
                     e.expect("an exposed proposal was handed over").maybe_accepted = true;
                 }
+                Action::CorruptPeer { peer } => error!(
+                    replica = self.me.0,
+                    peer = peer.0,
+                    "a follower's log holds a minProposal no leader writes (corrupted memory or a \
+                     faulty replica): left out of the confirmed set; restarting it gives it a fresh log"
+                ),
                 Action::Aborted { reason } => {
                     self.note_abort(reason);
                     self.shared.aborts.fetch_add(1, Ordering::Relaxed);
@@ -949,7 +955,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                 replica,
                 fuo,
                 exposed_at,
-                "stepping down for a moment: a proposal written at {exposed_at} may have been                  decided by another leader, and the log has moved on by more than its length                  since; it is answered as of unknown outcome, not proposed again"
+                "stepping down for a moment: a proposal written at {exposed_at} may have been \
+                 decided by another leader, and the log has moved on by more than its length \
+                 since; it is answered as of unknown outcome, not proposed again"
             ),
             AbortReason::Removed => {
                 warn!(

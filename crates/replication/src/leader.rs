@@ -158,6 +158,15 @@ const STEP_MASK: u16 = 0x7fff;
 const FENCE_STEP: u16 = STEP_MASK;
 const _: () = assert!(OUTSTANDING_MAX < STEP_MASK as usize);
 
+/// Rounds of proposal numbers: a number is its round above the low 16 bits (our position), and
+/// it stays below 2^63.
+const ROUNDS: u64 = 1 << 47;
+
+/// Whether a leader can pick a proposal number above `min_proposal`.
+fn exceedable(min_proposal: u64) -> bool {
+    (min_proposal >> 16) + 1 < ROUNDS
+}
+
 /// The leader engine. See the crate docs.
 pub struct Leader {
     me: NodeId,
@@ -1346,16 +1355,41 @@ impl Leader {
 
     /// Listing 2, lines 20–23: pick a higher proposal number, write it, read the slot at FUO.
     fn begin_prepare_write(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        let min_proposal =
+            |pos: usize| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL));
+        // A minProposal no number of ours can exceed was written by no leader: 2^47 rounds of
+        // prepare are out of reach. Only corrupted memory or a faulty peer holds one. Such a
+        // follower is dropped, as an unreachable one would be, rather than stopping every
+        // leader in turn; our own is about to be overwritten.
+        let corrupt: Vec<usize> = self
+            .followers()
+            .into_iter()
+            .filter(|&pos| self.has_answered(pos) && !exceedable(min_proposal(pos)))
+            .collect();
+        if !corrupt.is_empty() {
+            for pos in corrupt {
+                self.confirmed[pos] = false;
+                self.waits[pos] = Wait::Idle;
+                out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
+            }
+            if self.confirmed_count() < self.majority() {
+                return self.abort(AbortReason::LostMajority, mem, out);
+            }
+            // Without them, a majority may not have answered yet: wait for it (this step
+            // comes back here once it has).
+            return self.maybe_finish_step(mem, out);
+        }
         let highest = self
             .answered()
             .map(|pos| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL)))
+            .filter(|&min| exceedable(min))
             .max()
             .unwrap_or(0)
             .max(self.proposal_number);
         // Rounds in the high bits, our position in the low ones: numbers of different leaders
         // never collide, and every number we pick is above every one seen.
         let round = (highest >> 16) + 1;
-        assert!(round < (1 << 47), "proposal numbers exhausted");
+        assert!(round < ROUNDS, "proposal numbers exhausted");
         self.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
         assert!(self.proposal_number > highest);
 

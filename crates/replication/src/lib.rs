@@ -222,4 +222,8 @@ pub enum Action {
     Exposed,
     /// The attempt was aborted; the engine starts again from permissions while it leads.
     Aborted { reason: AbortReason },
+    /// `peer`'s log holds a minProposal that no leader writes (no proposal number can exceed
+    /// it): its memory is corrupted, or the peer is faulty. The engine dropped it from the
+    /// confirmed set, as it drops an unreachable follower; the runtime reports it.
+    CorruptPeer { peer: NodeId },
 }

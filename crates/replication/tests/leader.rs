@@ -657,6 +657,37 @@ fn t81_unreachable_followers_are_dropped_until_the_majority_is_lost() {
     assert_eq!(c.aborts(), [AbortReason::LostMajority]);
 }
 
+/// Listing 2, line 11 (choose a proposal number above every minProposal read): a follower whose
+/// minProposal no number can exceed (only corrupted memory or a faulty peer holds one) is
+/// dropped like an unreachable one, and the leader goes on with the majority left; it used to
+/// trip an assertion, and so would every leader after it. Our own corrupted minProposal is
+/// overwritten by prepare.
+#[test]
+fn t82_a_follower_with_an_impossible_min_proposal_is_dropped() {
+    let mut c = Cluster::ready(3, 0);
+    c.mems[1].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, u64::MAX);
+    c.mems[0].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, u64::MAX - 7);
+    c.propose(b"a").unwrap();
+    c.run();
+    assert_eq!(c.committed(), [(0, true)]);
+    assert!(!c.leader.confirmed().contains(&NodeId(1)));
+    assert!(c.actions.contains(&Action::CorruptPeer { peer: NodeId(1) }));
+    let p = c.leader.proposal_number();
+    assert!(p < 1 << 63, "proposal number {p:#x}");
+    assert_eq!(c.mems[0].load_u64(Area::Log, MIN_PROPOSAL_OFFSET), p);
+    assert_eq!(c.mems[2].load_u64(Area::Log, MIN_PROPOSAL_OFFSET), p);
+
+    // Two of three: no majority left, an abort, no panic.
+    let mut c = Cluster::ready(3, 0);
+    for pos in [1, 2] {
+        c.mems[pos].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, (1 << 63) + pos as u64);
+    }
+    c.propose(b"a").unwrap();
+    c.run();
+    assert_eq!(c.committed(), []);
+    assert_eq!(c.aborts(), [AbortReason::LostMajority]);
+}
+
 /// Not leading: propose is refused with a typed error, as is a value larger than a slot.
 #[test]
 fn t90_propose_errors() {
