@@ -10,7 +10,9 @@
 //!
 //! A min proposal of all ones is no proposal: it marks the word of an acceptor that restarted
 //! without its memory and abstains for this word up to the lap in it ([`SlotWord::abstaining`],
-//! [`crate::recovery`]).
+//! [`crate::recovery`]). An accepted proposal of all ones is no word any proposer writes
+//! (corrupted memory, or a faulty peer): in the lap it names, the acceptor is taken to abstain
+//! as well ([`SlotWord::view`]).
 
 /// Bits of a proposal number.
 pub const PROPOSAL_BITS: u32 = 26;
@@ -105,6 +107,12 @@ impl SlotWord {
             return if ahead < LAPS / 2 { View::Abstains } else { View::Fresh };
         }
         if ahead == 0 {
+            if self.accepted > PROPOSAL_MAX {
+                // No proposer writes this (`pack` refuses it): corrupted memory or a faulty
+                // peer. Read as an acceptor that takes no part in this index, so that the
+                // others decide it, rather than packed back into a CAS (an assertion).
+                return View::Abstains;
+            }
             View::Current(self)
         } else if ahead < LAPS / 2 {
             View::Newer
@@ -174,6 +182,19 @@ mod tests {
     #[should_panic(expected = "proposal above PROPOSAL_MAX")]
     fn packing_never_wraps_a_proposal() {
         SlotWord { min: PROPOSAL_MAX + 1, ..SlotWord::default() }.pack();
+    }
+
+    /// A word no proposer writes (accepted field all ones) reads as abstaining in its own lap,
+    /// and like any word of its lap in the others.
+    #[test]
+    fn a_malformed_word_abstains_in_its_lap() {
+        let word = SlotWord::unpack(PROPOSAL_MASK << ACC_SHIFT);
+        assert_eq!(word.accepted, PROPOSAL_MASK as u32);
+        let malformed = SlotWord { min: 3, lap: 5, ..word };
+        assert!(!malformed.is_abstaining());
+        assert_eq!(malformed.view(5), View::Abstains);
+        assert_eq!(malformed.view(6), View::Fresh);
+        assert_eq!(malformed.view(4), View::Newer);
     }
 
     #[test]

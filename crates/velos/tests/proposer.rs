@@ -351,6 +351,26 @@ fn t09_an_abstaining_acceptor_is_no_answer() {
     assert_eq!(p.phase(), Some(Phase::Idle));
 }
 
+/// Not in the paper: a word whose accepted field is all ones is no word a proposer writes
+/// (corrupted memory, or a faulty peer). Packed back into a CAS it tripped an assertion, in
+/// every leader in turn; it is now an acceptor that abstains in that index, and the others
+/// decide it, leaving the word as it was.
+#[test]
+fn t13_a_malformed_word_is_no_answer() {
+    // Bits 37..12 hold the accepted proposal.
+    let accepted_all_ones = ((1u64 << mu_velos::word::PROPOSAL_BITS) - 1) << 12;
+    let malformed = SlotWord { min: 3, ..SlotWord::default() }.pack() | accepted_all_ones;
+    let (mut net, mut p) = leading(3, 4, 1);
+    for k in 0..4 {
+        net.set_word(2, k, malformed);
+    }
+    for k in 0..4u64 {
+        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        assert_eq!(net.word(2, k), malformed, "index {k}: left alone");
+        assert_eq!(SlotWord::unpack(net.word(1, k)).accepted, 1, "index {k}");
+    }
+}
+
 /// Not in the paper (laps count modulo 2048 in our words): the driver keeps the proposer from
 /// an acceptor whose words may be too old to read rightly. An excluded acceptor is sent nothing
 /// and majorities form without it; once given back it is asked again.
