@@ -82,13 +82,17 @@ impl<R: LocalRegion> mu_velos::Memory for RegionMemory<'_, R> {
         self.0.load_u64(offset as usize).expect("Velos region layout")
     }
 
-    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> u64 {
+    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> Option<u64> {
         // The offsets are the layout's. A fabric that cannot swap on local memory at all is
         // refused at start (`ReplicaCore::new_velos`); one whose local swap fails later (verbs'
-        // loopback timing out) leaves the proposer nothing to go on with.
-        self.0.compare_swap_u64(offset as usize, expected, desired).unwrap_or_else(|e| {
-            panic!("compare-and-swap on this replica's own Velos word at {offset} failed: {e}")
-        })
+        // loopback timing out) stops the proposer (`StopReason::LocalSwapFailed`).
+        match self.0.compare_swap_u64(offset as usize, expected, desired) {
+            Ok(old) => Some(old),
+            Err(error) => {
+                warn!(offset, %error, "compare-and-swap on this replica's own Velos word failed");
+                None
+            }
+        }
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) {
@@ -1335,7 +1339,8 @@ impl<F: Fabric> VelosDriver<F> {
                         // Behind by a whole log: a state transfer brings it back, and it may
                         // lead again once it applied an entry the usual way.
                         StopReason::Stale { .. } => self.need_state_transfer(),
-                        StopReason::ProposalsExhausted { .. } => self.stopped = Some(reason),
+                        StopReason::ProposalsExhausted { .. }
+                        | StopReason::LocalSwapFailed { .. } => self.stopped = Some(reason),
                     }
                 }
             }

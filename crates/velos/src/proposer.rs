@@ -15,8 +15,10 @@ pub trait Memory {
     /// Loads the 8-byte word at `offset`.
     fn load_word(&self, offset: u64) -> u64;
     /// Compare-and-swap on the word at `offset`, atomic with the remote ones; returns the
-    /// previous value.
-    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> u64;
+    /// previous value, or `None` if the swap could not be carried out (a fabric whose local
+    /// swap goes through its own network card, and failed). The proposer then stops leading
+    /// ([`StopReason::LocalSwapFailed`]).
+    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> Option<u64>;
     /// Copies `out.len()` bytes at `offset` into `out`.
     fn read(&self, offset: u64, out: &mut [u8]);
     /// Copies `data` to `offset`.
@@ -63,6 +65,14 @@ pub enum StopReason {
         crate::PROPOSAL_MAX
     )]
     ProposalsExhausted { index: u64 },
+    /// A compare-and-swap on this replica's own word for `index` failed ([`Memory::cas_word`]):
+    /// its acceptor cannot take part in its own proposals. Whether the swap took effect is
+    /// unknown, as with a remote one that failed.
+    #[error(
+        "a compare-and-swap on this replica's own word for index {index} failed: it cannot \
+         lead with its own acceptor"
+    )]
+    LocalSwapFailed { index: u64 },
 }
 
 /// Why a submission was refused.
@@ -235,6 +245,9 @@ pub struct Proposer {
     serial: u64,
     /// Positions whose connection failed and was not reconnected since.
     down: u64,
+    /// The index of a local compare-and-swap that failed since the last poll: the next poll
+    /// stops the proposer (stopping in the middle of a round of posts would leave half of it).
+    local_swap_failed: Option<u64>,
     /// Per acceptor: bumped on each failure of its connection.
     epoch: Vec<u64>,
     /// Every live acceptor has applied the indices below this one.
@@ -288,6 +301,7 @@ impl Proposer {
             members: config.members,
             majority: config.members.count_ones() / 2 + 1,
             leading: false,
+            local_swap_failed: None,
             next: 0,
             ring: (0..window).map(|_| Track::new(n)).collect(),
             serial: 1,
@@ -370,6 +384,7 @@ impl Proposer {
         assert!(self.is_member(), "only a member of the configuration leads");
         assert!(self.events.is_empty(), "the runtime takes every event before starting again");
         self.leading = true;
+        self.local_swap_failed = None;
         self.next = first;
         self.pending = None;
         self.last_decided = None;
@@ -589,6 +604,9 @@ impl Proposer {
         if !self.leading {
             return;
         }
+        if let Some(index) = self.local_swap_failed.take() {
+            return self.stop_with(StopReason::LocalSwapFailed { index });
+        }
         self.refill(mem);
         let reachable = (self.members & !self.down).count_ones();
         if reachable < self.majority {
@@ -694,8 +712,19 @@ impl Proposer {
         t.posted |= 1 << p;
         let op = op_id(serial, kind, pos, p);
         if p == self.me {
-            let old = mem.cas_word(offset, expected, desired);
-            self.on_cas(op, old);
+            let old = match self.local_swap_failed {
+                None => mem.cas_word(offset, expected, desired),
+                Some(_) => None,
+            };
+            match old {
+                Some(old) => self.on_cas(op, old),
+                None => {
+                    // Our own acceptor is out of reach, as a peer whose connection failed,
+                    // until the next poll stops us.
+                    self.local_swap_failed.get_or_insert(self.ring[pos].index);
+                    self.on_error(op);
+                }
+            }
         } else if self.down & (1 << p) != 0 {
             self.on_error(op);
         } else {

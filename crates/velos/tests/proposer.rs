@@ -371,6 +371,63 @@ fn t13_a_malformed_word_is_no_answer() {
     }
 }
 
+/// A memory whose compare-and-swap fails, as a verbs loopback that timed out.
+struct NoSwap(Mem);
+
+impl mu_velos::Memory for NoSwap {
+    fn load_word(&self, offset: u64) -> u64 {
+        self.0.load_word(offset)
+    }
+    fn cas_word(&mut self, _: u64, _: u64, _: u64) -> Option<u64> {
+        None
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) {
+        self.0.read(offset, out)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.0.write(offset, data)
+    }
+}
+
+/// Not in the paper: a compare-and-swap on the proposer's own word that fails (on verbs it goes
+/// through the network card, and may time out) stops the proposer with `LocalSwapFailed` at the
+/// next poll, with nothing posted after; it panicked the replica before. The round it was in
+/// goes on as with an unreachable acceptor (here it decides, with the other two), and the next
+/// proposer finds its value.
+#[test]
+fn t14_a_failed_local_swap_stops_the_proposer() {
+    let (mut net, mut p) = leading(3, 4, 0);
+    assert_eq!(decide(&mut net, 0, &mut p, b"a"), 0);
+    p.submit(EntryKind::Request, b"b").unwrap();
+    let mut events = Vec::new();
+    for _ in 0..10 {
+        net.complete(0, &mut p);
+        p.poll(&mut NoSwap(net.mem(0)));
+        net.post(0, &mut p);
+        events.extend(p.drain_events());
+        if !p.is_leading() {
+            break;
+        }
+        net.deliver_all();
+    }
+    // The two other acceptors are a majority: index 1 is decided without ours, then it stops.
+    let stopped = Event::Stopped(StopReason::LocalSwapFailed { index: 1 });
+    assert_eq!(events, [Event::Decided { index: 1, submitted: true }, stopped]);
+    assert!(!p.is_leading());
+    net.deliver_all();
+    net.complete(0, &mut p);
+    p.poll(&mut net.mem(0));
+    net.post(0, &mut p);
+    assert_eq!(net.pending(), 0, "nothing posted once stopped");
+
+    // Another proposer takes over from index 1 and decides it.
+    let mut q = proposer(net.layout, 1, 0);
+    q.start(1, Some((EntryKind::Request, b"a")), &mut net.mem(1));
+    let index = decide(&mut net, 1, &mut q, b"c");
+    assert_eq!(index, 2, "index 1 holds the value decided without our own acceptor");
+    assert_eq!(decided_value(&net, 1, 1), b"b");
+}
+
 /// Not in the paper (laps count modulo 2048 in our words): the driver keeps the proposer from
 /// an acceptor whose words may be too old to read rightly. An excluded acceptor is sent nothing
 /// and majorities form without it; once given back it is asked again.

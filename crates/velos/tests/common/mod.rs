@@ -35,8 +35,8 @@ impl Memory for Mem {
     fn load_word(&self, offset: u64) -> u64 {
         word_at(&self.0.borrow(), offset)
     }
-    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> u64 {
-        cas_at(&mut self.0.borrow_mut(), offset, expected, desired)
+    fn cas_word(&mut self, offset: u64, expected: u64, desired: u64) -> Option<u64> {
+        Some(cas_at(&mut self.0.borrow_mut(), offset, expected, desired))
     }
     fn read(&self, offset: u64, out: &mut [u8]) {
         let o = offset as usize;
