@@ -59,15 +59,33 @@ fn in_flight_max(queue_depth: usize, replicas: usize) -> u32 {
     u32::try_from(max.max(1)).unwrap_or(u32::MAX)
 }
 
+/// Whose operation a completion's `wr_id` names, and to which peer (a position).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpOf {
+    /// The proposer's (a CAS or a read; its op id keeps the position in its low 6 bits).
+    Proposer(usize),
+    /// A value write the proposer asked for, posted unsignaled.
+    Write(usize),
+    /// A follower's read of the leader's word or entry (`CatchUp`).
+    Learn(usize),
+}
+
+fn op_of(wr_id: u64) -> OpOf {
+    if wr_id & DRIVER_OP == 0 {
+        OpOf::Proposer((wr_id & 63) as usize)
+    } else if wr_id & !POS_MASK == KIND_WRITE {
+        OpOf::Write((wr_id & POS_MASK) as usize)
+    } else {
+        OpOf::Learn((wr_id & POS_MASK) as usize)
+    }
+}
+
 /// A completion taken from the endpoint: one signaled operation fewer in flight to its peer.
 /// (An unsignaled write completes only when it fails, and was not counted.)
 fn count_completed(in_flight: &mut [u32], c: &Completion) {
-    let pos = if c.wr_id & DRIVER_OP == 0 {
-        (c.wr_id & 63) as usize
-    } else if c.wr_id & !POS_MASK != KIND_WRITE {
-        (c.wr_id & POS_MASK) as usize
-    } else {
-        return;
+    let pos = match op_of(c.wr_id) {
+        OpOf::Proposer(pos) | OpOf::Learn(pos) => pos,
+        OpOf::Write(_) => return,
     };
     if let Some(count) = in_flight.get_mut(pos) {
         *count = count.saturating_sub(1);
@@ -1202,24 +1220,20 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     fn handle(&mut self, c: Completion, app: &mut dyn Applier) {
-        if c.wr_id & DRIVER_OP != 0 && c.wr_id & !POS_MASK != KIND_WRITE {
-            self.on_learn(c, app);
-        } else {
-            self.feed(c);
+        match op_of(c.wr_id) {
+            OpOf::Proposer(pos) => self.feed(pos, c),
+            OpOf::Write(pos) => {
+                if !c.status.is_success() {
+                    self.connected[pos] = false;
+                    self.proposer.on_write_error(pos);
+                }
+            }
+            OpOf::Learn(pos) => self.on_learn(pos, c, app),
         }
     }
 
-    /// Hands a completion of the proposer's operations to it.
-    fn feed(&mut self, c: Completion) {
-        if c.wr_id & DRIVER_OP != 0 {
-            let pos = (c.wr_id & POS_MASK) as usize;
-            if c.wr_id & !POS_MASK == KIND_WRITE && !c.status.is_success() {
-                self.connected[pos] = false;
-                self.proposer.on_write_error(pos);
-            }
-            return;
-        }
-        let pos = (c.wr_id & 63) as usize;
+    /// Hands a completion of the proposer's operations (to `pos`) to it.
+    fn feed(&mut self, pos: usize, c: Completion) {
         if !c.status.is_success() {
             self.connected[pos] = false;
             self.proposer.on_error(c.wr_id);
@@ -1548,8 +1562,7 @@ impl<F: Fabric> VelosDriver<F> {
         self.post(from, &wr);
     }
 
-    fn on_learn(&mut self, c: Completion, app: &mut dyn Applier) {
-        let pos = (c.wr_id & POS_MASK) as usize;
+    fn on_learn(&mut self, pos: usize, c: Completion, app: &mut dyn Applier) {
         if !c.status.is_success() {
             self.connected[pos] = false;
             self.catch_up = CatchUp::Idle;
@@ -1738,5 +1751,26 @@ impl<F: Fabric> VelosDriver<F> {
         let (oldest, slots_count) = (self.floor(), self.layout.slots_count());
         self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
         self.finish_group();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind of operation id names its peer, and only signaled operations count as in
+    /// flight.
+    #[test]
+    fn op_ids_name_their_peer_and_kind() {
+        // The proposer's ids keep the acceptor's position in the low 6 bits.
+        assert_eq!(op_of((0x2345 << 8) | 5), OpOf::Proposer(5));
+        assert_eq!(op_of(KIND_WRITE | 3), OpOf::Write(3));
+        assert_eq!(op_of(KIND_LEARN_WORD | 2), OpOf::Learn(2));
+        assert_eq!(op_of(KIND_LEARN_ENTRY | 7), OpOf::Learn(7));
+        let mut in_flight = [4u32; 8];
+        for wr_id in [(0x2345 << 8) | 5, KIND_WRITE | 3, KIND_LEARN_ENTRY | 7] {
+            count_completed(&mut in_flight, &Completion { wr_id, ..Completion::EMPTY });
+        }
+        assert_eq!(in_flight, [4, 4, 4, 4, 4, 3, 4, 3]);
     }
 }
