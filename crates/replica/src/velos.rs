@@ -255,6 +255,9 @@ pub struct VelosDriver<F: Fabric> {
     unposted: VecDeque<u64>,
     /// Our side of the connection the peer initiates on is up, allowing everything.
     target_connected: Vec<bool>,
+    /// When the side a peer initiates on may be bound again, and when ours may be connected
+    /// again: apart, so that a bind does not hold back a reconnection, nor the other way.
+    next_bind_ns: Vec<u64>,
     next_connect_ns: Vec<u64>,
     completions: Vec<Completion>,
     /// Completions met while posting (the queue was full, or a post was refused), handled on
@@ -370,6 +373,7 @@ impl<F: Fabric> VelosDriver<F> {
             backlogged: 0,
             unposted: VecDeque::new(),
             target_connected: vec![false; n],
+            next_bind_ns: vec![0; n],
             next_connect_ns: vec![0; n],
             completions: vec![Completion::EMPTY; 256],
             // Sized as the proposer's own buffers, so that a new leader's first rounds do not
@@ -777,7 +781,7 @@ impl<F: Fabric> VelosDriver<F> {
                 // initiates on is bound again, to its current run. Ours it reaches it through
                 // fails by itself if so.
                 self.target_connected[pos] = false;
-                self.next_connect_ns[pos] = 0;
+                self.next_bind_ns[pos] = 0;
             }
             // A restarted replica lets no one in before it knows where it abstains. The side
             // is bound once the peer's run is known (from its heartbeat), and that run is
@@ -785,23 +789,27 @@ impl<F: Fabric> VelosDriver<F> {
             // Nor a peer whose heartbeat has not shown our configuration: it would write its
             // values and words into our memory at its own offsets.
             let same_config = self.shared.peers_config_same.load(Ordering::Acquire) >> pos & 1 != 0;
-            let bind_target =
-                !self.target_connected[pos] && self.recovery.is_none() && boot != 0 && same_config;
-            if pos == self.me_pos
-                || (self.connected[pos] && !bind_target)
-                || now_ns < self.next_connect_ns[pos]
-                || suspected >> pos & 1 != 0
-            {
+            let bind_target = !self.target_connected[pos]
+                && self.recovery.is_none()
+                && boot != 0
+                && same_config
+                && now_ns >= self.next_bind_ns[pos];
+            // Once the detector read the peer's heartbeat again since the side went down.
+            let reconnect = !self.connected[pos]
+                && self.down_at_reads[pos].is_some_and(|at| reads > at)
+                && now_ns >= self.next_connect_ns[pos];
+            if pos == self.me_pos || suspected >> pos & 1 != 0 {
                 continue;
             }
-            self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
             let peer = self.replicas.ids()[pos];
             if bind_target {
+                self.next_bind_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
                 let conn = ConnId::new(peer, replication_channel(peer, self.me));
                 self.bound_boots[pos] = boot;
                 self.target_connected[pos] = self.fabric.connect(conn, Access::ALL).is_ok();
             }
-            if !self.connected[pos] && self.down_at_reads[pos].is_some_and(|at| reads > at) {
+            if reconnect {
+                self.next_connect_ns[pos] = now_ns + RECONNECT_PERIOD_NS;
                 let conn = ConnId::new(peer, replication_channel(self.me, peer));
                 if self.fabric.connect(conn, Access::NONE).is_ok() {
                     self.connected[pos] = true;
@@ -1681,7 +1689,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.words_taken_at = self.highest_head();
             self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
-            self.next_connect_ns.fill(0);
+            self.next_bind_ns.fill(0);
             return true;
         }
         // Catching up from the leader's memory, or by state transfer. Not from its own words:
