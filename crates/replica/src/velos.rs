@@ -253,6 +253,8 @@ pub struct VelosDriver<F: Fabric> {
     /// Operations of the proposer not posted because their peer was set aside, to fail on the
     /// next poll as if posted and failed (their connection is not at fault).
     unposted: VecDeque<u64>,
+    /// Whether a post refused for a full connection was logged (once per run).
+    connection_full_noted: bool,
     /// Our side of the connection the peer initiates on is up, allowing everything.
     target_connected: Vec<bool>,
     /// When the side a peer initiates on may be bound again, and when ours may be connected
@@ -372,6 +374,7 @@ impl<F: Fabric> VelosDriver<F> {
             in_flight_max: in_flight_max(queue_depth, n),
             backlogged: 0,
             unposted: VecDeque::new(),
+            connection_full_noted: false,
             target_connected: vec![false; n],
             next_bind_ns: vec![0; n],
             next_connect_ns: vec![0; n],
@@ -1129,8 +1132,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn set_aside(&mut self, pos: usize) -> bool {
         let bit = 1u64 << pos;
         if self.backlogged & bit == 0 && self.in_flight[pos] >= self.in_flight_max {
-            self.backlogged |= bit;
-            self.proposer.exclude(pos);
+            self.hold_back(pos);
             info!(
                 replica = self.me.0,
                 peer = self.replicas.ids()[pos].0,
@@ -1140,6 +1142,13 @@ impl<F: Fabric> VelosDriver<F> {
             );
         }
         self.backlogged & bit != 0
+    }
+
+    /// Holds the proposer's operations to `pos` back until those out have all come back
+    /// ([`VelosDriver::readmit_drained`]); the proposer goes on without the peer meanwhile.
+    fn hold_back(&mut self, pos: usize) {
+        self.backlogged |= 1 << pos;
+        self.proposer.exclude(pos);
     }
 
     /// Takes back the peers set aside whose operations have all come back (answered, or failed:
@@ -1183,6 +1192,29 @@ impl<F: Fabric> VelosDriver<F> {
                 }
             }
             result = self.ep.post(conn, wr);
+            if matches!(result, Err(PostError::QueueFull))
+                && !matches!(op_of(wr.wr_id), OpOf::Learn(_))
+            {
+                // The connection holds as many requests as it may (an RDMA send queue smaller
+                // than `in_flight_max` allows for): a slow peer, not a broken connection. Set
+                // aside as `set_aside` does; connecting again would flush what is on its way.
+                // This one, and every later one until taken back, fails as if posted.
+                self.hold_back(pos);
+                if !self.connection_full_noted {
+                    self.connection_full_noted = true;
+                    info!(
+                        replica = self.me.0,
+                        peer = peer.0,
+                        in_flight = self.in_flight[pos],
+                        "the connection to an acceptor is full: going on without it until our \
+                         operations to it have come back (noted once per run)"
+                    );
+                }
+                if wr.signaled {
+                    self.unposted.push_back(wr.wr_id);
+                }
+                return;
+            }
         }
         if result.is_ok() && wr.signaled {
             self.in_flight[pos] += 1;
