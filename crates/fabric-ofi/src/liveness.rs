@@ -23,6 +23,13 @@ use std::time::Duration;
 /// How long the acceptor sleeps in `poll` before it looks at `stop` again.
 const POLL_MS: i32 = 5;
 
+/// The most connections the acceptor holds. A peer holds one (its watch) and opens others only
+/// for a moment (a question), so a node of a cluster of any allowed size needs far fewer; past
+/// it, a new connection is closed at once. Unbounded, anyone reaching the port could take
+/// every file descriptor of the replica (it then could not open its own connections). Those
+/// held are never let go for newer ones: a watch closed by us would read as a crash.
+pub(crate) const HELD_MAX: usize = 256;
+
 pub(crate) struct Liveness {
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
@@ -139,10 +146,24 @@ impl Liveness {
                         keep.next().unwrap_or(true) || h.serve(incarnation, &on_request)
                     });
                     if fds[0].revents != 0 {
-                        while let Ok((stream, _)) = listener.accept() {
-                            if stream.set_nonblocking(true).is_ok() {
-                                let _ = stream.set_nodelay(true);
-                                held.push(Held { stream, received: Vec::new() });
+                        loop {
+                            match listener.accept() {
+                                Ok((stream, _)) => {
+                                    if held.len() < HELD_MAX && stream.set_nonblocking(true).is_ok()
+                                    {
+                                        let _ = stream.set_nodelay(true);
+                                        held.push(Held { stream, received: Vec::new() });
+                                    }
+                                }
+                                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                                Err(_) => {
+                                    // Out of file descriptors, or the like: the connection
+                                    // stays queued and the listener readable. Wait instead of
+                                    // asking again at once, which spun a core.
+                                    std::thread::sleep(Duration::from_millis(POLL_MS as u64));
+                                    break;
+                                }
                             }
                         }
                     }
@@ -287,5 +308,33 @@ mod tests {
         drop(node);
         let err = Liveness::ask_incarnation("127.0.0.1", port, timeout).unwrap_err();
         assert!(err.contains("who it is"), "{err}");
+    }
+
+    /// Connections past `HELD_MAX` are closed at once, and those held before stay open: a flood
+    /// of connections to the port cannot take every file descriptor of the node, nor close a
+    /// peer's watch (which would read as a crash).
+    #[test]
+    fn the_port_holds_a_bounded_number_of_connections() {
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let node = Liveness::listen("127.0.0.1", port, 7).unwrap();
+        let timeout = Duration::from_secs(5);
+        let mut open: Vec<TcpStream> =
+            (0..HELD_MAX + 20).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        let closed_by_node = |s: &mut TcpStream| {
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            matches!(s.read(&mut [0u8; 1]), Ok(0))
+        };
+        let past = open.split_off(HELD_MAX);
+        for mut s in past {
+            assert!(closed_by_node(&mut s), "a connection past the bound was held");
+        }
+        assert!(!closed_by_node(&mut open[0]), "the first connection was let go");
+        // Room again once some are closed: questions are answered.
+        open.truncate(HELD_MAX - 4);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(7));
+        drop(node);
     }
 }
