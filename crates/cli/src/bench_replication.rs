@@ -221,6 +221,9 @@ impl Progress {
     }
 }
 
+/// Up to a minute (a little more: the bound rounds up). Samples are recorded saturating: one
+/// past it (the process stopped for that long, as by Ctrl-Z) counts as the bound rather than
+/// ending the run on a panic.
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
@@ -650,7 +653,7 @@ fn lead(
         i += 1;
         fill(&mut values, i);
         if let Some(ns) = propose(&values, &mut lost_proposals)? {
-            latency.record(ns).expect("within the histogram's bounds");
+            latency.saturating_record(ns);
             if latency.len() % step == 0 {
                 eprint!(".");
                 let _ = std::io::stderr().flush();

@@ -326,7 +326,7 @@ fn sweep(
              thread{}: {} proposals acknowledged, {} client operations answered, {} unknown, \
              {} refused, {} leader changes, {} membership changes; histories {}; {} failed",
             if count == 1 { "" } else { "s" },
-            first + count - 1,
+            first + (count - 1),
             if jobs == 1 { "" } else { "s" },
             t[0],
             t[1],

@@ -37,6 +37,26 @@ fn a_sweep_past_the_last_seed_is_refused() {
     );
 }
 
+/// The last seed there is may be swept: its summary names it (computing the range's end
+/// overflowed after the run).
+#[test]
+fn a_sweep_ending_at_the_last_seed_is_summed_up() {
+    let out = mu(&[
+        "sim",
+        "--first-seed",
+        "18446744073709551615",
+        "--seeds",
+        "1",
+        "--steps",
+        "20",
+        "--no-lincheck",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("(18446744073709551615..18446744073709551615)"), "{stdout}");
+}
+
 #[test]
 fn watch_needs_one_seed() {
     refused(&["sim", "--watch", "--seeds", "2", "--no-lincheck"], "give it with --seed");
