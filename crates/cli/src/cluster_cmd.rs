@@ -366,8 +366,22 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
 }
 
 /// The last lines of this start's part of a replica's log.
+/// How much of the end of a replica's log `log_tail` reads.
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
 fn log_tail(path: &Path) -> String {
-    let text = match std::fs::read(path) {
+    // The last bytes only: the log grows with every run (a debug run's by gigabytes). Without
+    // this run's mark among them, the first line read may be cut: it is skipped like the mark.
+    let read_tail = || -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
+        let mut bytes = Vec::new();
+        file.take(LOG_TAIL_BYTES).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let text = match read_tail() {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) => return format!("  (cannot read it: {e})"),
     };
@@ -894,8 +908,11 @@ struct PidText {
 /// What a pid file holds: `Ok(None)` if there is none, `Ok(Some(Err(why)))` if it holds
 /// something other than a pid file's lines.
 fn read_pid(path: &Path) -> Result<Option<Result<PidText, String>>, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(parse_pid_text(&text))),
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(match String::from_utf8(bytes) {
+            Ok(text) => parse_pid_text(&text),
+            Err(_) => Err("it holds bytes that are not text, not a pid".to_string()),
+        })),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("reading {}: {e}", path.display())),
     }
@@ -907,7 +924,8 @@ fn parse_pid_text(text: &str) -> Result<PidText, String> {
     let pid = lines
         .next()
         .and_then(|l| l.trim().parse::<u32>().ok())
-        .filter(|&p| p > 0)
+        // Pids are positive `pid_t`s (at most 2^22 on Linux); a larger number is not one.
+        .filter(|&p| p > 0 && i32::try_from(p).is_ok())
         .ok_or_else(garbled)?;
     let cluster = match lines.next().map(str::trim) {
         None | Some("") => None,
@@ -1093,6 +1111,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(log_tail(&log), "  new run");
+        // A long run: only its end is read, and the line cut at the edge is not shown.
+        let long: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, format!("{LOG_MARK} 0 (unix time 3) ---\n{long}")).unwrap();
+        let tail = log_tail(&log);
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+        assert!(tail.ends_with("  line 19999"), "{tail}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1103,9 +1127,22 @@ mod tests {
         // A file written before the cluster line existed.
         let text = parse_pid_text("77\n").unwrap();
         assert_eq!((text.pid, text.cluster), (77, None));
-        for garbled in ["", "0\n", "x\n", "77\ncluster 12\n", "77\nclusters 0x1\n"] {
+        for garbled in [
+            "",
+            "0\n",
+            "x\n",
+            "77\ncluster 12\n",
+            "77\nclusters 0x1\n",
+            "2147483648\n",
+            "4294967295\n",
+        ] {
             assert!(parse_pid_text(garbled).is_err(), "{garbled:?} was taken");
         }
+        // Bytes that are not text are a garbled file (stale), not an error that stops commands.
+        let path = std::env::temp_dir().join(format!("mu-pid-test-{}.pid", std::process::id()));
+        std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
+        assert!(matches!(read_pid(&path), Ok(Some(Err(_)))));
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
