@@ -9,6 +9,10 @@ use std::net::TcpStream;
 /// limit on a bulk string is 512 MiB).
 const BULK_BYTES_MAX: usize = 512 * 1024 * 1024;
 
+/// A reply line (a type byte and its text) longer than this is treated as a protocol error: a
+/// server that is not Redis could otherwise send one without end.
+const LINE_BYTES_MAX: u64 = 64 * 1024;
+
 /// Arrays nested deeper than this are treated as a protocol error (none of the commands used
 /// here answers with nested arrays at all).
 const NESTING_DEPTH_MAX: usize = 8;
@@ -75,9 +79,16 @@ impl Connection {
                 let Some(length) = parse_length(text)? else {
                     return Ok(Reply::Bulk(None));
                 };
-                // The payload is followed by CRLF, which is read and checked too.
-                let mut payload = vec![0; length + 2];
-                self.reader.read_exact(&mut payload)?;
+                // The payload is followed by CRLF, which is read and checked too. Read as it
+                // comes rather than allocated up front at the length announced.
+                let mut payload = Vec::with_capacity((length + 2).min(64 * 1024));
+                (&mut self.reader).take(length as u64 + 2).read_to_end(&mut payload)?;
+                if payload.len() < length + 2 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "server closed the connection within a bulk string",
+                    ));
+                }
                 if !payload.ends_with(b"\r\n") {
                     return Err(protocol_error("bulk string not followed by CRLF"));
                 }
@@ -101,7 +112,10 @@ impl Connection {
     /// Reads one CRLF-terminated line into `self.line`, without the CRLF.
     fn read_line(&mut self) -> io::Result<()> {
         self.line.clear();
-        let read = self.reader.read_until(b'\n', &mut self.line)?;
+        let read = (&mut self.reader).take(LINE_BYTES_MAX).read_until(b'\n', &mut self.line)?;
+        if read as u64 == LINE_BYTES_MAX && !self.line.ends_with(b"\n") {
+            return Err(protocol_error(&format!("reply line longer than {LINE_BYTES_MAX} bytes")));
+        }
         if read == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -185,5 +199,28 @@ mod tests {
         assert!(connection.read_reply().is_err());
         server.join().unwrap();
         assert!(connection.read_reply().is_err());
+    }
+
+    /// Something other than Redis on the port: a line without end, or a bulk string announced
+    /// longer than what comes, is an error, not memory taken without bound or a read for ever.
+    #[test]
+    fn endless_lines_and_short_bulk_strings_are_errors() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let endless = vec![b'x'; LINE_BYTES_MAX as usize + 10];
+            let _ = stream.write_all(b"+");
+            let _ = stream.write_all(&endless);
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = stream.write_all(b"$500000000\r\nabc");
+        });
+        let mut connection = Connection::connect(port).unwrap();
+        let err = connection.read_reply().unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
+        let mut connection = Connection::connect(port).unwrap();
+        let err = connection.read_reply().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+        server.join().unwrap();
     }
 }

@@ -326,6 +326,10 @@ impl ClusterConfig {
         for (key, value) in table {
             let id: u16 =
                 key.parse().map_err(|_| format!("{name}: key {key:?} is not a replica id"))?;
+            if id.to_string() != *key {
+                // "0", "00" and "+0" would all be replica 0, each with its own address.
+                return Err(format!("{name}: write key {key:?} as \"{id}\""));
+            }
             if !self.replicas.contains(&id) {
                 return Err(format!("{name}: replica {id} is not in replicas"));
             }

@@ -495,6 +495,11 @@ fn ofi_settings_are_checked() {
     refused(&good(&OFI.replace("host-c:7200", "host-c:70000")), &["bad port"]);
     refused(&good(&OFI.replace("host-c:7200", ":7200")), &["empty host"]);
     refused(&good(&OFI.replace("2 = ", "two = ")), &["\"two\" is not a replica id"]);
+    // Another spelling of an id would be a second address for the same replica.
+    let twice =
+        OFI.replace("2 = \"host-c:7200\"\n", "2 = \"host-c:7200\"\n\"02\" = \"host-d:7200\"\n");
+    refused(&good(&twice), &["write key \"02\" as \"2\""]);
+    refused(&good(&OFI.replace("2 = ", "\"+2\" = ")), &["write key \"+2\" as \"2\""]);
 }
 
 const CLIENTS: &str =
