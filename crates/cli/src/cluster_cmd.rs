@@ -635,6 +635,9 @@ fn down(args: &DownArgs) -> Result<(), String> {
         println!("nothing to stop: the run directory {} does not exist", dir.display());
         return Ok(());
     }
+    // `up` runs nothing in a directory others may enter or that is not ours; `down` removes
+    // nothing from one (a run_dir mistyped as /tmp, or another user's).
+    config.prepare_run_dir().map_err(|e| format!("{e}; nothing was stopped or removed"))?;
     // Every pid file is read before anything is done, so that a run directory another
     // cluster's replicas use is left as it is.
     let mut found = Vec::new();
@@ -751,7 +754,7 @@ fn remove_shared_memory(config: &ClusterConfig) -> Result<Vec<String>, String> {
         }
     }
     if held.is_empty() {
-        for name in names.iter().filter(|n| is_cluster_file(n)) {
+        for name in names.iter().filter(|n| is_cluster_file(n) && shm_wrote(&dir.join(n))) {
             if std::fs::remove_file(dir.join(name)).is_ok() {
                 removed += 1;
             }
@@ -799,6 +802,18 @@ fn is_cluster_file(name: &str) -> bool {
     let cluster = layout::cluster_file(Path::new(""));
     let cluster = cluster.to_string_lossy();
     name == cluster || name.starts_with(&format!("{cluster}.new."))
+}
+
+/// Whether the file at `path` is one the shared-memory fabric wrote (its claim on the run
+/// directory, or the temporary form of one), or empty (a claim cut short): a file of that name
+/// that someone else put there is left alone.
+fn shm_wrote(path: &Path) -> bool {
+    use std::io::Read;
+    const MARK: &[u8] = b"mu-shm cluster ";
+    let mut start = Vec::new();
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(MARK.len() as u64).read_to_end(&mut start));
+    read.is_ok() && (start.is_empty() || start == MARK)
 }
 
 /// Removes the replicas' logs, then the run directory if nothing else is in it.

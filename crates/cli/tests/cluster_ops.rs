@@ -181,6 +181,39 @@ fn a_failed_start_cleans_up_after_itself() {
     drop(taken);
 }
 
+/// `mu cluster down` removes nothing from a run directory `up` would not have run in (open to
+/// other users: a run_dir mistyped as a shared directory), and in its own it leaves a file named
+/// like the fabric's claim that the fabric did not write. It removed both before.
+#[test]
+fn down_removes_only_what_a_cluster_left() {
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new("down-guard", 0x6a07);
+    std::fs::create_dir_all(&setup.run_dir).unwrap();
+    let put = |name: &str, text: &str| std::fs::write(setup.run_dir.join(name), text).unwrap();
+    let names = |dir: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    put("cluster", "my own notes\n");
+    put("n3.ctl", "");
+    put("notes", "kept\n");
+    std::fs::set_permissions(&setup.run_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    refused(mu(&["cluster", "down", "--config", setup.config(), "--purge"]), "owner-only");
+    assert_eq!(names(&setup.run_dir), ["cluster", "n3.ctl", "notes"]);
+
+    std::fs::set_permissions(&setup.run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    ok(mu(&["cluster", "down", "--config", setup.config(), "--purge"]));
+    assert_eq!(names(&setup.run_dir), ["cluster", "notes"], "only the fabric's file went");
+    // A claim the fabric wrote goes.
+    put("cluster", "mu-shm cluster 0x6a07 layout 1 protocol mu/2\n");
+    ok(mu(&["cluster", "down", "--config", setup.config(), "--purge"]));
+    assert_eq!(names(&setup.run_dir), ["notes"]);
+}
+
 /// Three consecutive loopback ports free now, the first returned (replica `id` serves its
 /// metrics on `port_base + id`).
 fn free_port_base() -> u16 {

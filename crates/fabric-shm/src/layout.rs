@@ -366,12 +366,16 @@ pub fn claim_cluster(dir: &Path, cluster_id: u64, protocol: &str) -> Result<(), 
             "run directory {dir} runs protocol {}; this node speaks {protocol}",
             p.unwrap_or("(unnamed, an older build)")
         ),
-        _ => format!(
-            "run directory {dir} belongs to another cluster or build: its cluster file says \
-             {:?}, this node is {:?}",
-            found.trim_end(),
-            text.trim_end()
-        ),
+        _ => {
+            // Quoted up to a line's length: the file may be anything, of any size.
+            let said: String = found.trim_end().chars().take(120).collect();
+            let cut = if said.len() < found.trim_end().len() { " (cut)" } else { "" };
+            format!(
+                "run directory {dir} belongs to another cluster or build: its cluster file says \
+                 {said:?}{cut}, this node is {:?}",
+                text.trim_end()
+            )
+        }
     };
     Err(FabricError::Incompatible(why))
 }
@@ -388,5 +392,17 @@ mod tests {
         // procfs is in memory too, but is not where files can be made: not one of the three.
         assert!(!memory_backed(Path::new("/proc")).unwrap());
         assert!(memory_backed(Path::new("/no/such/directory/here")).is_err());
+    }
+
+    /// A cluster file that is not one of ours is named in the error, but only its start.
+    #[test]
+    fn a_foreign_cluster_file_is_quoted_short() {
+        let dir = std::env::temp_dir().join(format!("mu-shm-claim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(cluster_file(&dir), "x".repeat(5000)).unwrap();
+        let err = claim_cluster(&dir, 7, "mu/2").unwrap_err().to_string();
+        assert!(err.contains("belongs to another cluster or build") && err.contains("(cut)"));
+        assert!(err.len() < 400, "{} bytes: {err}", err.len());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
