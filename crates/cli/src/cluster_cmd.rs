@@ -365,10 +365,10 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
     let _ = remove_shared_memory(config);
 }
 
-/// The last lines of this start's part of a replica's log.
 /// How much of the end of a replica's log `log_tail` reads.
 const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
+/// The last lines of this start's part of a replica's log.
 fn log_tail(path: &Path) -> String {
     // The last bytes only: the log grows with every run (a debug run's by gigabytes). Without
     // this run's mark among them, the first line read may be cut: it is skipped like the mark.

@@ -133,6 +133,19 @@ pub fn run(args: Args) -> Result<(), String> {
     let machine = SharedMachine::new();
     let started = Instant::now();
     let replica = start_replica(&config, args.id, replica_config, machine.clone())?;
+    // From here on the replica takes part (peers grant it access, it holds log entries): a
+    // failure below (the socket or a port already taken) leaves the pid file, so that it
+    // restarts only with --rejoin, as after a crash. Written after these, a restart without
+    // --rejoin passed the check and its peers refused it.
+    write_private(&pid_path, &pid_file_text(std::process::id(), config.cluster_id))
+        .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;
+    let id = args.id;
+    let took_part = |e: String| {
+        format!(
+            "{e}. Replica {id} had started taking part, so its pid file stays: once this is \
+             fixed, start it with --rejoin (or the whole cluster anew with `mu cluster up`)"
+        )
+    };
     let replica = Arc::new(replica);
     let socket = config.socket_path(args.id);
     let tcp = config.client_address(args.id);
@@ -142,7 +155,8 @@ pub fn run(args: Args) -> Result<(), String> {
         machine.clone(),
         (&socket, tcp.as_deref()),
         started,
-    )?;
+    )
+    .map_err(|e| took_part(e.to_string()))?;
     if let Some(base) = config.metrics.port_base {
         let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
         let sources = mu_service::metrics::Sources {
@@ -152,11 +166,9 @@ pub fn run(args: Args) -> Result<(), String> {
             started,
             slots_count: config.log.slots,
         };
-        let addr = mu_service::metrics::serve(port, sources)?;
+        let addr = mu_service::metrics::serve(port, sources).map_err(took_part)?;
         info!(replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
     }
-    write_private(&pid_path, &pid_file_text(std::process::id(), config.cluster_id))
-        .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;
     info!(
         replica = args.id,
         cluster_id = config.cluster_id,

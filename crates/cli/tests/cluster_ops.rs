@@ -181,6 +181,37 @@ fn a_failed_start_cleans_up_after_itself() {
     drop(taken);
 }
 
+/// A replica started by hand that fails once it has started taking part (here its metrics port
+/// is taken) leaves its pid file, and says to restart it with --rejoin; a restart without it is
+/// refused. The pid file used to be written last: the restart passed the check, and the
+/// replicas that had seen its first run refused it.
+#[test]
+fn a_replica_that_fails_after_starting_needs_rejoin() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let setup = Setup::new("late-failure", 0x6a08);
+    // Replica 2 serves its metrics on port_base + 2: this one.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().unwrap().port();
+    let mut text = std::fs::read_to_string(&setup.config).unwrap();
+    text.push_str(&format!("\n[metrics]\nport_base = {}\n", port - 2));
+    std::fs::write(&setup.config, text).unwrap();
+    let replica_2 = || {
+        std::process::Command::new("timeout")
+            .args(["20", env!("CARGO_BIN_EXE_mu"), "replica", "--config", setup.config()])
+            .args(["--id", "2"])
+            .env_remove("MU_LOG")
+            .output()
+            .expect("timeout runs")
+    };
+    let out = replica_2();
+    assert!(!out.status.success(), "served with its metrics port taken");
+    let said = stderr(&out);
+    assert!(said.contains(&port.to_string()) && said.contains("--rejoin"), "{said}");
+    assert!(setup.run_dir.join("replica-2.pid").exists(), "its pid file went");
+    refused(replica_2(), "start it with --rejoin");
+    drop(taken);
+}
+
 /// `mu cluster down` removes nothing from a run directory `up` would not have run in (open to
 /// other users: a run_dir mistyped as a shared directory), and in its own it leaves a file named
 /// like the fabric's claim that the fabric did not write. It removed both before.
