@@ -45,6 +45,8 @@ pub struct Client {
     /// Position in `replicas` of the one we send to.
     target: usize,
     conn: Option<(BufReader<Stream>, BufWriter<Stream>)>,
+    /// The read timeout `conn`'s socket has: `READ_TIMEOUT`, or less near a call's deadline.
+    conn_read_timeout: Duration,
     id: u64,
     seq: u64,
     timeout: Duration,
@@ -83,6 +85,7 @@ impl Client {
             replicas: replicas.into_iter().map(|(id, e)| (id, e.into())).collect(),
             target: 0,
             conn: None,
+            conn_read_timeout: READ_TIMEOUT,
             id: fresh_client_id(),
             seq: 0,
             timeout: Duration::from_secs(5),
@@ -155,6 +158,7 @@ impl Client {
         let deadline = Instant::now() + self.timeout;
         let mut last = String::from("none");
         let mut first = true;
+        let mut redirects = 0u32;
         loop {
             if !first {
                 self.resends += 1;
@@ -166,13 +170,22 @@ impl Client {
                     last,
                 });
             }
-            match self.exchange(&message) {
+            match self.exchange(&message, deadline) {
                 Ok(ServerMessage::Reply(reply)) => return Ok(reply),
                 Ok(ServerMessage::Refused(why)) => return Err(ClientError::Refused(why)),
                 Ok(ServerMessage::NotLeader { leader }) => {
                     last = format!("replica {} does not lead", self.target());
                     match leader.and_then(|l| self.replicas.iter().position(|r| r.0 == l)) {
-                        Some(pos) if pos != self.target => self.switch(pos),
+                        Some(pos) if pos != self.target => {
+                            // The first redirect goes at once (a leader change); two replicas
+                            // naming each other for a while (each elected by its own
+                            // detector) are not asked again in a tight loop.
+                            redirects += 1;
+                            if redirects > 1 {
+                                std::thread::sleep(Duration::from_micros(200));
+                            }
+                            self.switch(pos)
+                        }
                         // It names itself, or nobody: an election is going on.
                         _ => {
                             self.next_replica();
@@ -207,7 +220,7 @@ impl Client {
         self.switch(pos);
         let mut message = Vec::new();
         ClientMessage::Status.encode(&mut message);
-        match self.exchange(&message) {
+        match self.exchange(&message, Instant::now() + READ_TIMEOUT) {
             Ok(ServerMessage::Status(json)) => ReplicaReport::from_json(&json),
             // A replica of another cluster, or of another wire version, refuses the hello.
             Ok(ServerMessage::Refused(why)) => Err(format!("replica {id} refused: {why}")),
@@ -236,13 +249,18 @@ impl Client {
 
     /// Sends one message to the target replica and reads its answer. A new connection opens
     /// with a hello; a replica that refuses it (another cluster, another version) gives its
-    /// refusal as the answer.
-    fn exchange(&mut self, message: &[u8]) -> Result<ServerMessage, FrameError> {
+    /// refusal as the answer. Connecting and each read wait no longer than until `deadline`
+    /// (and at least a millisecond), so that a short timeout is kept.
+    fn exchange(&mut self, message: &[u8], deadline: Instant) -> Result<ServerMessage, FrameError> {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let read_timeout = READ_TIMEOUT.min(left);
         if self.conn.is_none() {
-            let stream = Stream::connect(&self.replicas[self.target].1, CONNECT_TIMEOUT)?;
+            let connect_timeout = CONNECT_TIMEOUT.min(left);
+            let stream = Stream::connect(&self.replicas[self.target].1, connect_timeout)?;
             // A replica that stops answering (stopped, or its leader stuck) must not hold the
             // client for ever: give up on it and try the next.
-            stream.set_read_timeout(Some(READ_TIMEOUT))?;
+            stream.set_read_timeout(Some(read_timeout))?;
+            self.conn_read_timeout = read_timeout;
             let reader = BufReader::new(stream.try_clone()?);
             self.conn = Some((reader, BufWriter::new(stream)));
             let mut hello = Vec::new();
@@ -265,6 +283,12 @@ impl Client {
                     return Ok(other);
                 }
             }
+        }
+        if read_timeout != self.conn_read_timeout {
+            // Changed only near a deadline (and back after), not on every call.
+            let (reader, _) = self.conn.as_ref().expect("connected above");
+            reader.get_ref().set_read_timeout(Some(read_timeout))?;
+            self.conn_read_timeout = read_timeout;
         }
         self.send_and_read(message)
     }

@@ -524,6 +524,29 @@ fn a_server_that_is_not_a_replica_is_named_so() {
     assert!(e.to_string().contains("is not a mu replica"), "{e}");
 }
 
+/// A client's timeout bounds its wait for a replica that accepts and never answers: it gave
+/// up on such a replica only after the half-second read timeout, whatever its own timeout.
+#[test]
+fn a_short_timeout_is_kept_with_a_silent_replica() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = listener.local_addr().unwrap().to_string();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            holder.lock().unwrap().push(stream); // accepted, never answered
+        }
+    });
+    let mut client = Client::new(1, vec![(0, Endpoint::Tcp(addr))]).expect("a client");
+    client.set_timeout(Duration::from_millis(50));
+    let started = Instant::now();
+    let e = client.get(b"k").expect_err("nobody answers");
+    let took = started.elapsed();
+    assert!(matches!(e, ClientError::Timeout { timeout_ms: 50, .. }), "{e}");
+    // Half the old wait, with room for a loaded machine.
+    assert!(took < Duration::from_millis(250), "gave up after {took:?}");
+}
+
 /// A request too large for an entry is refused alone. The server proposes what several clients
 /// sent meanwhile in one call, and one request too large fails such a call whole: the others,
 /// batched with it, were refused with it, and a client does not send a refused request again.
