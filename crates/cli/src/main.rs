@@ -1,6 +1,7 @@
 //! The `mu` command.
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 mod bench_all;
@@ -116,9 +117,12 @@ fn quiet_stdout_failures() {
             .map(String::as_str)
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or("");
-        match message.strip_prefix("failed printing to stdout: ") {
-            Some(error) => eprintln!("mu: cannot write to stdout ({error}); stopping"),
-            None => report(info),
+        if let Some(error) = message.strip_prefix("failed printing to stdout: ") {
+            // Best effort: stderr may be gone too.
+            let _ = writeln!(std::io::stderr(), "mu: cannot write to stdout ({error}); stopping");
+        } else if !message.starts_with("failed printing to stderr: ") {
+            // (Where stderr itself fails there is nowhere to say anything.)
+            report(info);
         }
     }));
 }
@@ -166,7 +170,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mu: error: {e}");
+            // Not `eprintln!`: with stderr full or closed it panicked, and the status was 101.
+            let _ = writeln!(std::io::stderr(), "mu: error: {e}");
             ExitCode::FAILURE
         }
     }

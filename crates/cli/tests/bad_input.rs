@@ -240,3 +240,18 @@ fn dedicated_threads_on_too_few_cpus_are_warned_about() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An error with nowhere to say it (stderr full) still exits with the error's status, not a
+/// panic's (101).
+#[test]
+fn an_error_with_stderr_full_exits_with_its_status() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        panic!("/dev/full is missing: this test needs a Linux /dev");
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["kv", "get", "k", "--config", "/nonexistent/cluster.toml"])
+        .stderr(full)
+        .output()
+        .expect("mu runs");
+    assert_eq!(out.status.code(), Some(1));
+}
