@@ -596,6 +596,10 @@ fn why_silent(
         }
         _ => {}
     }
+    if config.clients.is_some() {
+        // Reached over TCP: its host may be another, and a socket here says nothing.
+        return (None, format!("no answer over TCP ({error})"));
+    }
     let socket = config.socket_path(id);
     if !socket.exists() {
         return (None, "not running (no socket)".into());

@@ -158,7 +158,10 @@ fn connect(target: &Target) -> Result<Client, String> {
     // With no socket at all, nothing runs on this host: say so now rather than after the
     // timeout (clients of replicas on other hosts, `[clients]`, cannot tell).
     let local_only = config.clients.is_none();
-    if local_only && config.socket_endpoints().iter().all(|(_, socket)| !socket.exists()) {
+    // `try_exists` tells "no such file" from "cannot look" (a run directory of another user):
+    // only the first means nothing runs.
+    let absent = |socket: &std::path::Path| matches!(socket.try_exists(), Ok(false));
+    if local_only && config.socket_endpoints().iter().all(|(_, socket)| absent(socket)) {
         return Err(format!(
             "the cluster is not running: no replica socket in {} (start it with `mu cluster up \
              --config {}`)",

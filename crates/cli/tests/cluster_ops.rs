@@ -212,6 +212,26 @@ fn a_replica_that_fails_after_starting_needs_rejoin() {
     drop(taken);
 }
 
+/// Replicas reached over TCP that do not answer are said to be so, not "not running (no
+/// socket)": the socket is on their host, which may be another.
+#[test]
+fn status_over_tcp_does_not_look_for_sockets() {
+    let setup = Setup::new("status-tcp", 0x6a09);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let mut text = std::fs::read_to_string(&setup.config).unwrap();
+    text.push_str(&format!(
+        "\n[clients.addresses]\n0 = \"{addr}\"\n1 = \"{addr}\"\n2 = \"{addr}\"\n"
+    ));
+    std::fs::write(&setup.config, text).unwrap();
+    let out = mu(&["cluster", "status", "--config", setup.config()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(said.contains("replica 2: no answer over TCP"), "{said}");
+    assert!(!said.contains("no socket"), "{said}");
+}
+
 /// `mu cluster down` removes nothing from a run directory `up` would not have run in (open to
 /// other users: a run_dir mistyped as a shared directory), and in its own it leaves a file named
 /// like the fabric's claim that the fabric did not write. It removed both before.
