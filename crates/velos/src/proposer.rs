@@ -567,7 +567,9 @@ impl Proposer {
         let local = mem.load_word(self.layout.word_offset(index));
         // This replica restarted and abstains in the slot (`crate::recovery`): its word says
         // nothing of the others', which are guessed fresh (a wrong guess costs a round).
-        let others = if SlotWord::unpack(local).is_abstaining() {
+        // (As abstaining counts a malformed word too, `SlotWord::view`: predicted for every
+        // acceptor, it left none to ask, and the index was never prepared.)
+        let others = if SlotWord::unpack(local).view(self.lap(index)) == View::Abstains {
             let before = (u64::from(self.lap(index)) + LAPS - 1) % LAPS;
             SlotWord { lap: before as u16, ..SlotWord::default() }.pack()
         } else {
@@ -719,10 +721,12 @@ impl Proposer {
             match old {
                 Some(old) => self.on_cas(op, old),
                 None => {
-                    // Our own acceptor is out of reach, as a peer whose connection failed,
-                    // until the next poll stops us.
+                    // No answer from our own acceptor, and the next poll stops us. Not marked
+                    // down as a peer would be (`on_error`): nothing would take that back if we
+                    // were stopped before that poll and started again.
                     self.local_swap_failed.get_or_insert(self.ring[pos].index);
-                    self.on_error(op);
+                    self.ring[pos].errored |= 1 << p;
+                    self.settle(pos);
                 }
             }
         } else if self.down & (1 << p) != 0 {

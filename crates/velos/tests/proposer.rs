@@ -369,6 +369,16 @@ fn t13_a_malformed_word_is_no_answer() {
         assert_eq!(net.word(2, k), malformed, "index {k}: left alone");
         assert_eq!(SlotWord::unpack(net.word(1, k)).accepted, 1, "index {k}");
     }
+
+    // On the proposer's own acceptor: the others are not guessed to hold it too (then none
+    // was asked, and the index was never prepared).
+    let (mut net, mut p) = leading(3, 4, 1);
+    net.set_word(0, 0, malformed);
+    let mut p0 = proposer(net.layout, 0, 1);
+    p0.start(0, None, &mut net.mem(0));
+    p.stop();
+    assert_eq!(decide(&mut net, 0, &mut p0, b"v0"), 0);
+    assert_eq!(net.word(0, 0), malformed, "left alone");
 }
 
 /// A memory whose compare-and-swap fails, as a verbs loopback that timed out.
@@ -426,6 +436,25 @@ fn t14_a_failed_local_swap_stops_the_proposer() {
     let index = decide(&mut net, 1, &mut q, b"c");
     assert_eq!(index, 2, "index 1 holds the value decided without our own acceptor");
     assert_eq!(decided_value(&net, 1, 1), b"b");
+
+    // Stopped for another reason before the poll that would stop it (stepping down), and
+    // started again: its own acceptor counts again. Marked down like a peer's, nothing took
+    // it back, and with a peer out too no majority was ever reachable.
+    let (mut net, mut p) = leading(3, 4, 0);
+    assert_eq!(decide(&mut net, 0, &mut p, b"a"), 0);
+    p.submit(EntryKind::Request, b"b").unwrap();
+    // Index 1 prepared (its CASes answered), so that the next poll accepts "b" there.
+    net.deliver_all();
+    net.complete(0, &mut p);
+    p.poll(&mut NoSwap(net.mem(0)));
+    p.stop();
+    p.drain_events().for_each(drop);
+    net.deliver_all();
+    net.complete(0, &mut p);
+    p.exclude(2);
+    p.start(1, Some((EntryKind::Request, b"a")), &mut net.mem(0));
+    let index = decide(&mut net, 0, &mut p, b"c");
+    assert!(index >= 1, "decided at {index} with acceptors 0 and 1");
 }
 
 /// Not in the paper (laps count modulo 2048 in our words): the driver keeps the proposer from
