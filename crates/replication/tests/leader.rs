@@ -667,13 +667,17 @@ fn t82_a_follower_with_an_impossible_min_proposal_is_dropped() {
     let mut c = Cluster::ready(3, 0);
     c.mems[1].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, u64::MAX);
     c.mems[0].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, u64::MAX - 7);
+    // Follower 2 answers after follower 1 and holds a real, higher promise: the number is
+    // chosen only once it answered (the majority left), above it.
+    let promise = (5 << 16) | 3;
+    c.mems[2].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, promise);
     c.propose(b"a").unwrap();
     c.run();
     assert_eq!(c.committed(), [(0, true)]);
     assert!(!c.leader.confirmed().contains(&NodeId(1)));
     assert!(c.actions.contains(&Action::CorruptPeer { peer: NodeId(1) }));
     let p = c.leader.proposal_number();
-    assert!(p < 1 << 63, "proposal number {p:#x}");
+    assert!(p < 1 << 63 && p > promise, "proposal number {p:#x}");
     assert_eq!(c.mems[0].load_u64(Area::Log, MIN_PROPOSAL_OFFSET), p);
     assert_eq!(c.mems[2].load_u64(Area::Log, MIN_PROPOSAL_OFFSET), p);
 
