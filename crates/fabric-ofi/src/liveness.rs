@@ -25,7 +25,7 @@ const POLL_MS: i32 = 5;
 
 /// The most connections the acceptor holds. A peer holds one (its watch) and opens others only
 /// for a moment (a question), so a node of a cluster of any allowed size needs far fewer; past
-/// it, a new connection is closed at once. Unbounded, anyone reaching the port could take
+/// it, a new connection is told so (`FULL`) and closed at once. Unbounded, anyone reaching the port could take
 /// every file descriptor of the replica (it then could not open its own connections). Those
 /// held are never let go for newer ones: a watch closed by us would read as a crash.
 pub(crate) const HELD_MAX: usize = 256;
@@ -62,6 +62,9 @@ const WHO_MAGIC: [u8; 4] = *b"MUWH";
 /// The answer: magic, then the node's incarnation (little-endian).
 const IAM_MAGIC: [u8; 4] = *b"MUIA";
 
+/// Sent on a connection the node does not hold (it holds `HELD_MAX` already) before closing it.
+const FULL: [u8; HELLO_REQUEST_BYTES] = *b"MUFL\0\0\0\0";
+
 fn iam(incarnation: u32) -> [u8; HELLO_REQUEST_BYTES] {
     let mut m = [0u8; HELLO_REQUEST_BYTES];
     m[..4].copy_from_slice(&IAM_MAGIC);
@@ -77,42 +80,47 @@ struct Watch {
 /// A connection the acceptor holds: a watcher's (it never sends) or an asker's.
 struct Held {
     stream: TcpStream,
-    received: Vec<u8>,
+    /// The start of the one question an asker sends.
+    received: [u8; HELLO_REQUEST_BYTES],
+    received_len: usize,
 }
 
 impl Held {
-    /// Reads what came; handles whole requests. `false` once the other end closed or broke it.
+    fn new(stream: TcpStream) -> Held {
+        Held { stream, received: [0; HELLO_REQUEST_BYTES], received_len: 0 }
+    }
+
+    /// Reads what came; answers the question once it is whole. `false` once the connection is
+    /// done with: the other end closed or broke it, or its question was answered. Askers open
+    /// a connection per question, so one is all a connection gets: a sender of questions
+    /// without end (that never reads the answers) took memory without bound, and the
+    /// acceptor's thread with it.
     fn serve(&mut self, incarnation: u32, on_request: &Mutex<Option<HelloHandler>>) -> bool {
-        let mut buf = [0u8; 64];
-        // An asker closes its end right after its request: what came before the end is served.
-        let open = loop {
-            match self.stream.read(&mut buf) {
-                Ok(0) => break false,
-                Ok(n) => self.received.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+        loop {
+            let room = &mut self.received[self.received_len..];
+            match self.stream.read(room) {
+                Ok(0) => return false,
+                Ok(n) => self.received_len += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break false,
+                Err(_) => return false,
             }
-        };
-        while self.received.len() >= HELLO_REQUEST_BYTES {
-            let message: Vec<u8> = self.received.drain(..HELLO_REQUEST_BYTES).collect();
+            if self.received_len < HELLO_REQUEST_BYTES {
+                continue;
+            }
+            let message = self.received;
             if message[..4] == WHO_MAGIC {
                 // Eight bytes on a fresh connection fit its send buffer: a non-blocking write
                 // takes them whole, or the asker is gone.
                 let _ = self.stream.write_all(&iam(incarnation));
-                continue;
-            }
-            match parse_hello_request(&message) {
-                Some((channel, from)) => {
-                    if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
-                        handler(channel, from);
-                    }
+            } else if let Some((channel, from)) = parse_hello_request(&message) {
+                if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
+                    handler(channel, from);
                 }
-                // Not one of ours: let it go.
-                None => return false,
             }
+            // Not one of ours: let it go, as every connection once answered.
+            return false;
         }
-        open
     }
 }
 
@@ -149,10 +157,15 @@ impl Liveness {
                         loop {
                             match listener.accept() {
                                 Ok((stream, _)) => {
-                                    if held.len() < HELD_MAX && stream.set_nonblocking(true).is_ok()
-                                    {
+                                    if held.len() >= HELD_MAX {
+                                        // Said before closing, so that a peer's watch closed
+                                        // here is not read as this node's death.
+                                        let mut stream = stream;
+                                        let _ = stream.set_nonblocking(true);
+                                        let _ = stream.write_all(&FULL);
+                                    } else if stream.set_nonblocking(true).is_ok() {
                                         let _ = stream.set_nodelay(true);
-                                        held.push(Held { stream, received: Vec::new() });
+                                        held.push(Held::new(stream));
                                     }
                                 }
                                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -239,7 +252,16 @@ impl Liveness {
         let mut watched = self.watched.lock().expect("liveness lock");
         let Some(w) = watched.get_mut(&peer) else { return false };
         if !w.dead {
-            w.dead = closed_by_peer(&w.stream);
+            match watched_end(&w.stream) {
+                WatchedEnd::Open => {}
+                WatchedEnd::Closed => w.dead = true,
+                // The node was holding as many connections as it may, and did not hold this
+                // one (`FULL`): no watch, as when connecting failed. Not a death.
+                WatchedEnd::Sent => {
+                    watched.remove(&peer);
+                    return false;
+                }
+            }
         }
         w.dead
     }
@@ -256,8 +278,16 @@ fn connect(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStrea
     Ok(stream)
 }
 
-/// Whether the other end closed `stream` (end of file) or it broke; a watched node never sends.
-fn closed_by_peer(stream: &TcpStream) -> bool {
+/// What a watch's other end did.
+enum WatchedEnd {
+    Open,
+    /// Closed (end of file) or broken: the process is gone.
+    Closed,
+    /// Sent something: a watched node sends nothing but `FULL`, when it did not hold the watch.
+    Sent,
+}
+
+fn watched_end(stream: &TcpStream) -> WatchedEnd {
     let mut byte = 0u8;
     // SAFETY: a non-blocking peek of at most one byte into a local; no memory is kept.
     let n = unsafe {
@@ -268,11 +298,19 @@ fn closed_by_peer(stream: &TcpStream) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    n == 0
+    if n > 0 {
+        return WatchedEnd::Sent;
+    }
+    let closed = n == 0
         || (n < 0 && {
             let e = std::io::Error::last_os_error();
             !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
-        })
+        });
+    if closed {
+        WatchedEnd::Closed
+    } else {
+        WatchedEnd::Open
+    }
 }
 
 impl Drop for Liveness {
@@ -322,9 +360,11 @@ mod tests {
         let timeout = Duration::from_secs(5);
         let mut open: Vec<TcpStream> =
             (0..HELD_MAX + 20).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        // Told it is full, then closed.
         let closed_by_node = |s: &mut TcpStream| {
             s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-            matches!(s.read(&mut [0u8; 1]), Ok(0))
+            let mut said = Vec::new();
+            s.read_to_end(&mut said).is_ok() && said == FULL
         };
         let past = open.split_off(HELD_MAX);
         for mut s in past {
@@ -335,6 +375,44 @@ mod tests {
         open.truncate(HELD_MAX - 4);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(7));
+
+        // Full again: a peer's watch opened now is not held, and is not read as a death.
+        let _more: Vec<TcpStream> =
+            (0..4).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let watcher_port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let watcher = Liveness::listen("127.0.0.1", watcher_port, 8).unwrap();
+        watcher.watch(NodeId(1), "127.0.0.1", port, timeout);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!watcher.dead(NodeId(1)), "a live node read as dead");
+        drop(node);
+    }
+
+    /// A sender of questions that never reads the answers gets one answer, and its connection
+    /// is closed: the node's memory and acceptor stay free for the others' questions.
+    #[test]
+    fn one_question_per_connection() {
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let node = Liveness::listen("127.0.0.1", port, 9).unwrap();
+        let mut chatty = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut question = [0u8; HELLO_REQUEST_BYTES];
+        question[..4].copy_from_slice(&WHO_MAGIC);
+        let many: Vec<u8> = question.iter().copied().cycle().take(64 * 1024).collect();
+        // Written until the node closes the connection (a reset, or a broken pipe).
+        let mut sent = 0usize;
+        for _ in 0..1000 {
+            match chatty.write(&many) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        assert!(sent < 64 * 1024 * 1000, "the node read questions without end");
+        let timeout = Duration::from_secs(5);
+        assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(9));
         drop(node);
     }
 }
