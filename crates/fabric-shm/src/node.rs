@@ -185,7 +185,7 @@ impl ShmFabric {
         // The lock file keeps the last incarnation number: a node that shut down cleanly removed
         // its control file, and its successor must still not reuse its number, or peers would
         // take the new node for the dead one they have cached.
-        let incarnation = next_incarnation(&lock_file, previous)?;
+        let incarnation = next_incarnation(&lock_file, dir, node, previous)?;
         remove_stale_regions(dir, node);
 
         let tmp_path = dir.join(format!("n{}.ctl.new", node.0));
@@ -287,24 +287,63 @@ fn take_node_lock(path: &std::path::Path, node: NodeId) -> Result<File, FabricEr
 }
 
 /// Reads the last incarnation number from the (locked) lock file and stores the next one.
-fn next_incarnation(lock_file: &File, previous_ctl: u32) -> Result<u32, FabricError> {
-    use std::io::{Read, Seek, SeekFrom, Write};
+///
+/// The number is written in place, at a fixed width, over the one before: truncating first
+/// left an empty file to a start killed in between, and the next start took incarnation 1
+/// again, which peers still bound to the first incarnation 1 let in. A file that holds
+/// something else than a number is refused rather than read as 0. The incarnations in the
+/// node's region files left behind count as well (a lock file lost with them still there).
+fn next_incarnation(
+    lock_file: &File,
+    dir: &std::path::Path,
+    node: NodeId,
+    previous_ctl: u32,
+) -> Result<u32, FabricError> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
     let mut f = lock_file;
     let mut text = String::new();
     f.seek(SeekFrom::Start(0))
-        .and_then(|_| f.read_to_string(&mut text))
+        .and_then(|_| f.take(64).read_to_string(&mut text))
         .map_err(|e| FabricError::io("reading the node's lock file", e))?;
-    let last = text.trim().parse::<u32>().unwrap_or(0).max(previous_ctl);
+    let in_file = match text.trim() {
+        "" => 0,
+        number => number.parse::<u32>().map_err(|_| {
+            FabricError::Config(format!(
+                "node {node}'s lock file in {} holds {:?}, not an incarnation number: remove \
+                 the run directory's files (`mu cluster down`) and start the cluster anew",
+                dir.display(),
+                number.chars().take(40).collect::<String>()
+            ))
+        })?,
+    };
+    let last = in_file.max(previous_ctl).max(region_incarnations(dir, node));
     let next = last.checked_add(1).ok_or_else(|| {
         FabricError::Config(
             "this node id has used up its incarnation numbers; use a new run directory".into(),
         )
     })?;
-    f.set_len(0)
-        .and_then(|_| f.seek(SeekFrom::Start(0)))
-        .and_then(|_| f.write_all(format!("{next}\n").as_bytes()))
+    // Ten digits hold any u32, so the new text covers the old whole.
+    lock_file
+        .write_all_at(format!("{next:010}\n").as_bytes(), 0)
+        .and_then(|()| lock_file.sync_data())
         .map_err(|e| FabricError::io("writing the node's lock file", e))?;
     Ok(next)
+}
+
+/// The highest incarnation named by `node`'s region files in `dir` (`n<node>.i<inc>.r<id>`).
+fn region_incarnations(dir: &std::path::Path, node: NodeId) -> u32 {
+    let prefix = format!("n{}.i", node.0);
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let rest = name.strip_prefix(&prefix)?;
+            rest.split_once(".r")?.0.parse::<u32>().ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn remove_stale_regions(dir: &std::path::Path, node: NodeId) {

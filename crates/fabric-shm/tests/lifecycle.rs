@@ -836,6 +836,31 @@ fn t21_clean_restart_takes_a_higher_incarnation() {
     );
 }
 
+/// The lock file keeps the last incarnation number, written in place at a fixed width (it was
+/// truncated first: a start killed in between left it empty, and the next start took
+/// incarnation 1 again, which peers still bound to the first one let in). A lock file that
+/// holds something else is refused rather than read as 0, and region files left behind by
+/// an incarnation count too.
+#[test]
+fn t21b_incarnation_numbers_are_not_reused_from_a_damaged_lock_file() {
+    let dir = run_dir("t21b");
+    let first = dir.node(1);
+    let inc = first.incarnation();
+    drop(first);
+    let lock = dir.path().join("n1.lock");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), format!("{inc:010}\n"));
+
+    std::fs::write(&lock, "not a number\n").unwrap();
+    let err = dir.create(1).err().expect("a garbled lock file is refused");
+    assert!(err.to_string().contains("not an incarnation number"), "{err}");
+
+    // Emptied, with a region file of incarnation 40 left behind.
+    std::fs::write(&lock, "").unwrap();
+    std::fs::write(dir.path().join("n1.i40.r0"), b"").unwrap();
+    let again = dir.node(1);
+    assert_eq!(again.incarnation(), 41);
+}
+
 /// In-process restart: a peer that is dropped and created again is unreachable through the old
 /// connection until it is brought up again, and then operations reach the new incarnation's
 /// memory. The restarted peer cannot use the access granted to its predecessor either.

@@ -299,13 +299,31 @@ pub fn take_node_lock(dir: &Path, node: NodeId) -> Result<(File, u64), FabricErr
     file.seek(SeekFrom::Start(0))
         .and_then(|_| file.read_to_string(&mut text))
         .map_err(|e| FabricError::io("reading the node's lock file", e))?;
-    let next = text.trim().parse::<u64>().unwrap_or(0).checked_add(1).ok_or_else(|| {
+    // Something else than a number is refused, not read as 0: the next incarnation would
+    // reuse a number peers may still hold bound (an emptied file says 0 as a new one does).
+    let last = match text.trim() {
+        "" => 0,
+        number => number.parse::<u64>().map_err(|_| {
+            FabricError::Config(format!(
+                "node {node}'s lock file {} holds {:?}, not an incarnation number: remove the \
+                 run directory's files and start the cluster anew",
+                path.display(),
+                number.chars().take(40).collect::<String>()
+            ))
+        })?,
+    };
+    let next = last.checked_add(1).ok_or_else(|| {
         FabricError::Config("this node id has used up its incarnation numbers".into())
     })?;
-    file.set_len(0)
-        .and_then(|_| file.seek(SeekFrom::Start(0)))
-        .and_then(|_| file.write_all(format!("{next}\n").as_bytes()))
-        .map_err(|e| FabricError::io("writing the node's lock file", e))?;
+    // In place, at a fixed width that covers any earlier text: truncating first left an empty
+    // file to a start killed in between (and the next start reused the number), and readers
+    // (`DeathWatch`) see the old number or the new one, never none.
+    {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(format!("{next:020}\n").as_bytes(), 0)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| FabricError::io("writing the node's lock file", e))?;
+    }
     Ok((file, next))
 }
 
@@ -379,8 +397,8 @@ impl DeathWatch {
         let Some(file) = &self.file else {
             return self.dead;
         };
-        // A later incarnation has taken the lock and written its number. A file being rewritten
-        // (emptied, then written) reads as no number, and the lock attempt below decides.
+        // A later incarnation has taken the lock and written its number (in place: the old
+        // number or the new one is read, and where neither parses the lock attempt decides).
         let mut text = [0u8; 24];
         let later = file.read_at(&mut text, 0).ok().is_some_and(|n| {
             std::str::from_utf8(&text[..n])
@@ -556,8 +574,17 @@ mod tests {
         drop(lock);
         assert!(!node_is_running(&dir, NodeId(2)), "a released lock means a dead node");
         assert!(matches!(read_peer(&dir, 77, NodeId(2)), Err(FabricError::PeerUnreachable(..))));
-        let (_lock, incarnation) = take_node_lock(&dir, NodeId(2)).unwrap();
+        let (lock, incarnation) = take_node_lock(&dir, NodeId(2)).unwrap();
         assert_eq!(incarnation, 2, "a restart never reuses an incarnation");
+        // Written in place at a fixed width; a lock file holding something else is refused.
+        let text = std::fs::read_to_string(lock_file(&dir, NodeId(2))).unwrap();
+        assert_eq!(text, format!("{:020}\n", 2));
+        drop(lock);
+        std::fs::write(lock_file(&dir, NodeId(3)), "garbage\n").unwrap();
+        let refused = take_node_lock(&dir, NodeId(3)).expect_err("a garbled lock file");
+        assert!(refused.to_string().contains("not an incarnation number"), "{refused}");
+        let (_lock, incarnation) = take_node_lock(&dir, NodeId(2)).unwrap();
+        assert_eq!(incarnation, 3);
         withdraw(&dir, 77, NodeId(2), 4);
         assert!(info_file(&dir, NodeId(2)).exists(), "not ours to withdraw");
         withdraw(&dir, 77, NodeId(2), 5);
