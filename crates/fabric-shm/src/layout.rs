@@ -149,6 +149,12 @@ pub fn write_ctl_header(map: &Mapping, h: &CtlHeader) {
     map.u64_at(H_MAGIC).store(CTL_MAGIC, Ordering::Release);
 }
 
+/// A node id read from a header; one past `u16` (a damaged file) reads as `u16::MAX`, which no
+/// node of a cluster has (`MAX_NODES`), rather than as the id it wraps to.
+fn node_id(word: u32) -> NodeId {
+    NodeId(u16::try_from(word).unwrap_or(u16::MAX))
+}
+
 /// Reads and checks a control header against what the reader expects.
 pub fn read_ctl_header(
     map: &Mapping,
@@ -158,7 +164,7 @@ pub fn read_ctl_header(
 ) -> Result<CtlHeader, FabricError> {
     check_magic_version(map, path, H_MAGIC, CTL_MAGIC, H_VERSION)?;
     let h = CtlHeader {
-        node: NodeId(map.u32_at(H_NODE).load(Ordering::Relaxed) as u16),
+        node: node_id(map.u32_at(H_NODE).load(Ordering::Relaxed)),
         cluster_id: map.u64_at(H_CLUSTER).load(Ordering::Relaxed),
         incarnation: map.u32_at(H_INCARNATION).load(Ordering::Relaxed),
         pid: map.u32_at(H_PID).load(Ordering::Relaxed),
@@ -174,7 +180,13 @@ pub fn read_ctl_header(
 /// so what this reads is one incarnation's.
 pub fn ctl_incarnation(dir: &Path, node: NodeId) -> Option<u32> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(ctl_file(dir, node)).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Not through a link, and not waiting on something that is no file (a FIFO put there).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(ctl_file(dir, node))
+        .ok()?;
     let mut head = [0u8; H_INCARNATION + 4];
     file.read_exact_at(&mut head, 0).ok()?;
     let word = |at: usize, len: usize| {
@@ -230,10 +242,12 @@ pub fn read_region_header(
 ) -> Result<RegionHeader, FabricError> {
     check_magic_version(map, path, R_MAGIC, REGION_MAGIC, R_VERSION)?;
     let h = RegionHeader {
-        node: NodeId(map.u32_at(R_NODE).load(Ordering::Relaxed) as u16),
+        node: node_id(map.u32_at(R_NODE).load(Ordering::Relaxed)),
         cluster_id: map.u64_at(R_CLUSTER).load(Ordering::Relaxed),
         incarnation: map.u32_at(R_INCARNATION).load(Ordering::Relaxed),
-        region: RegionId(map.u32_at(R_ID).load(Ordering::Relaxed) as u16),
+        region: RegionId(
+            u16::try_from(map.u32_at(R_ID).load(Ordering::Relaxed)).unwrap_or(u16::MAX),
+        ),
         len_bytes: map.u64_at(R_LEN).load(Ordering::Relaxed),
         access: Access::from_bits_truncate(map.u32_at(R_ACCESS).load(Ordering::Relaxed) as u8),
     };
@@ -343,8 +357,19 @@ pub fn claim_cluster(dir: &Path, cluster_id: u64, protocol: &str) -> Result<(), 
             Err(e) => return Err(FabricError::io(format!("creating {}", path.display()), e)),
         }
     }
-    let found = std::fs::read_to_string(&path)
-        .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
+    // At most a few lines' worth (the file is one line), not through a link, and not waiting on
+    // something that is no file.
+    let found = {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .and_then(|f| f.take(4096).read_to_end(&mut bytes))
+            .map_err(|e| FabricError::io(format!("reading {}", path.display()), e))?;
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
     if found == text {
         return Ok(());
     }
@@ -392,6 +417,19 @@ mod tests {
         // procfs is in memory too, but is not where files can be made: not one of the three.
         assert!(!memory_backed(Path::new("/proc")).unwrap());
         assert!(memory_backed(Path::new("/no/such/directory/here")).is_err());
+    }
+
+    /// A cluster file that is no file (a FIFO) is refused at once, not waited on.
+    #[test]
+    fn a_cluster_file_that_is_a_fifo_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("mu-shm-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = std::ffi::CString::new(cluster_file(&dir).to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path we own; no other memory is passed.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let err = claim_cluster(&dir, 7, "mu/2").unwrap_err().to_string();
+        assert!(err.contains("belongs to another cluster or build"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A cluster file that is not one of ours is named in the error, but only its start.

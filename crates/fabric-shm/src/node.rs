@@ -769,6 +769,12 @@ impl Peer {
             self.incarnation,
         )
         .ok()?;
+        // A header of another region (a file copied or renamed by hand), or larger than any
+        // node registers (another build's, whose pages the pre-fault would all allocate), is
+        // not this region.
+        if h.region != id || h.len_bytes > MAX_REGION_BYTES as u64 {
+            return None;
+        }
         let r = Arc::new(RemoteRegion { map, len_bytes: h.len_bytes, access: h.access });
         regions.insert(id, r.clone());
         node.prefault.queue(r.clone());
