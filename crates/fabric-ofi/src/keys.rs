@@ -103,16 +103,25 @@ impl Identity {
         if count > MAX_REGIONS {
             return Err(format!("identity lists {count} regions"));
         }
+        // Fields past their types are a damaged identity, not the values they would wrap to.
+        let field = |at: usize, what: &str, max: u64| {
+            let v = word(bytes, at);
+            (v <= max).then_some(v).ok_or_else(|| format!("identity names {what} {v}"))
+        };
         let regions = (0..count)
             .map(|i| {
                 let at = IDENTITY_HEADER_BYTES + 16 * i;
-                (RegionId(word(bytes, at) as u16), word(bytes, at + 8) as usize)
+                let id = field(at, "region", u64::from(u16::MAX))? as u16;
+                let len = usize::try_from(word(bytes, at + 8)).map_err(|_| {
+                    format!("identity names a region of {} bytes", word(bytes, at + 8))
+                })?;
+                Ok((RegionId(id), len))
             })
-            .collect();
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(Identity {
             cluster_id: word(bytes, 8),
-            node: NodeId(word(bytes, 16) as u16),
-            incarnation: word(bytes, 24) as u32,
+            node: NodeId(field(16, "node", u64::from(u16::MAX))? as u16),
+            incarnation: field(24, "incarnation", u64::from(u32::MAX))? as u32,
             regions,
         })
     }
@@ -158,6 +167,10 @@ mod tests {
         let mut bytes = [0u8; IDENTITY_BYTES];
         id.encode(&mut bytes);
         assert_eq!(Identity::decode(&bytes).unwrap(), id);
+        // A node id past 16 bits is refused, not read as the id it wraps to.
+        let mut wide = bytes;
+        wide[16..24].copy_from_slice(&(65_536u64 + 4).to_le_bytes());
+        assert!(Identity::decode(&wide).unwrap_err().contains("node 65540"));
         bytes[0] ^= 1;
         assert!(Identity::decode(&bytes).is_err());
     }
