@@ -77,6 +77,19 @@ fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// Where the identity's check word is: a digest of the header's other words and of the
+/// regions listed. A node rewrites its identity in place when it registers a region, and a
+/// peer's read at that moment may take part of each; the check refuses such a mix (the binding
+/// is tried again) rather than taking a region table that is neither.
+const CHECK_AT: usize = 40;
+
+fn identity_check(bytes: &[u8], count: usize) -> u64 {
+    let end = IDENTITY_HEADER_BYTES + 16 * count;
+    (0..end).step_by(8).filter(|&at| at != CHECK_AT).fold(0xcbf2_9ce4_8422_2325u64, |h, at| {
+        (h ^ word(bytes, at)).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29)
+    })
+}
+
 impl Identity {
     pub fn encode(&self, out: &mut [u8; IDENTITY_BYTES]) {
         out.fill(0);
@@ -93,6 +106,8 @@ impl Identity {
             put(out, at, id.0 as u64);
             put(out, at + 8, len as u64);
         }
+        let check = identity_check(out, self.regions.len());
+        put(out, CHECK_AT, check);
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Identity, String> {
@@ -102,6 +117,11 @@ impl Identity {
         let count = word(bytes, 32) as usize;
         if count > MAX_REGIONS {
             return Err(format!("identity lists {count} regions"));
+        }
+        if word(bytes, CHECK_AT) != identity_check(bytes, count) {
+            return Err(
+                "identity read while it was being rewritten (its check word differs)".into()
+            );
         }
         // Fields past their types are a damaged identity, not the values they would wrap to.
         let field = |at: usize, what: &str, max: u64| {
@@ -170,7 +190,14 @@ mod tests {
         // A node id past 16 bits is refused, not read as the id it wraps to.
         let mut wide = bytes;
         wide[16..24].copy_from_slice(&(65_536u64 + 4).to_le_bytes());
+        let check = identity_check(&wide, 2);
+        wide[CHECK_AT..CHECK_AT + 8].copy_from_slice(&check.to_le_bytes());
         assert!(Identity::decode(&wide).unwrap_err().contains("node 65540"));
+        // Half of a rewrite: a region's length from the new identity, the rest the old.
+        let mut torn = bytes;
+        torn[IDENTITY_HEADER_BYTES + 24..IDENTITY_HEADER_BYTES + 32]
+            .copy_from_slice(&8192u64.to_le_bytes());
+        assert!(Identity::decode(&torn).unwrap_err().contains("being rewritten"));
         bytes[0] ^= 1;
         assert!(Identity::decode(&bytes).is_err());
     }
