@@ -44,6 +44,12 @@ mod node;
 mod region;
 pub mod streams;
 
+/// Unit tests that read the kernel's socket table (`streams`) and those that open and close
+/// hundreds of sockets (`liveness`) take turns: the table is read in pieces, and a row can be
+/// missed while other sockets come and go.
+#[cfg(test)]
+pub(crate) static SOCKET_TABLE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS};
 pub use endpoint::OfiEndpoint;
 pub use node::OfiFabric;

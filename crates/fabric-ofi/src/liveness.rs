@@ -353,6 +353,7 @@ mod tests {
     /// peer's watch (which would read as a crash).
     #[test]
     fn the_port_holds_a_bounded_number_of_connections() {
+        let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = probe.local_addr().unwrap().port();
         drop(probe);
@@ -394,6 +395,7 @@ mod tests {
     /// is closed: the node's memory and acceptor stay free for the others' questions.
     #[test]
     fn one_question_per_connection() {
+        let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = probe.local_addr().unwrap().port();
         drop(probe);

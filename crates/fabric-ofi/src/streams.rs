@@ -243,6 +243,7 @@ mod tests {
 
     #[test]
     fn a_closed_stream_is_left_alone_even_where_its_number_was_reused() {
+        let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         use std::io::{Read, Write};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else { panic!() };
@@ -283,6 +284,7 @@ mod tests {
 
     #[test]
     fn finds_and_shuts_down_a_stream_this_process_opened() {
+        let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else { panic!() };
         let mut client = TcpStream::connect(at).unwrap();
