@@ -59,16 +59,77 @@ fn parse_table(table: &str) -> Vec<(SocketAddrV4, SocketAddrV4, u64, u8)> {
 }
 
 /// The IPv4 TCP streams this process holds (connecting, established or closing).
+///
+/// From the kernel's table, which lists every socket of the network namespace and is read in
+/// pieces: a row can be missed while sockets elsewhere come and go. So each socket of this
+/// process the table did not list is asked directly ([`ask_socket`]); only one still
+/// connecting is then left out (its peer is not known yet, and it carried nothing).
 pub fn held() -> std::io::Result<Vec<Stream>> {
     let inodes = socket_descriptors()?;
     let table = std::fs::read_to_string("/proc/self/net/tcp")?;
-    Ok(parse_table(&table)
+    let mut streams: Vec<Stream> = parse_table(&table)
         .into_iter()
         .filter_map(|(local, remote, inode, state)| {
             let connecting = state == SYN_SENT;
             inodes.get(&inode).map(|&fd| Stream { fd, inode, local, remote, connecting })
         })
-        .collect())
+        .collect();
+    let listed: std::collections::HashSet<u64> = streams.iter().map(|s| s.inode).collect();
+    for (&inode, &fd) in &inodes {
+        if !listed.contains(&inode) {
+            streams.extend(ask_socket(fd, inode));
+        }
+    }
+    Ok(streams)
+}
+
+/// Socket `fd` as a stream, asked of the socket itself: `None` unless it is still the socket
+/// `inode` names, an IPv4 TCP stream that may carry bytes (not listening, closed or waiting
+/// out the end), with a peer (not still connecting).
+fn ask_socket(fd: RawFd, inode: u64) -> Option<Stream> {
+    // SAFETY: `stat` is plain data, for which all zeroes is a value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` into the local we pass; `fd` is a number, and if it was
+    // closed (or reused) since it was listed the inode check says so.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_ino != inode {
+        return None;
+    }
+    // SAFETY: `tcp_info` is plain data, for which all zeroes is a value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the local `info`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || len < 1 || matches!(info.tcpi_state, LISTEN | CLOSE | TIME_WAIT | SYN_SENT) {
+        return None;
+    }
+    let address = |peer: bool| -> Option<SocketAddrV4> {
+        // SAFETY: `sockaddr_in` is plain data, for which all zeroes is a value.
+        let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let at = (&mut addr as *mut libc::sockaddr_in).cast();
+        // SAFETY: getsockname and getpeername write at most `len` bytes into the local `addr`;
+        // its family is checked before its fields are read.
+        let rc = unsafe {
+            if peer {
+                libc::getpeername(fd, at, &mut len)
+            } else {
+                libc::getsockname(fd, at, &mut len)
+            }
+        };
+        (rc == 0 && addr.sin_family == libc::AF_INET as libc::sa_family_t).then(|| {
+            let ip = Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
+            SocketAddrV4::new(ip, u16::from_be(addr.sin_port))
+        })
+    };
+    Some(Stream { fd, inode, local: address(false)?, remote: address(true)?, connecting: false })
 }
 
 /// The streams this process opened to `peer` (a peer's listening address).
@@ -229,6 +290,34 @@ pub fn shut_down(stream: &Stream) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+
+    /// A stream asked of its socket reads as the kernel's table lists it; a listener, another
+    /// socket's inode, and a socket that is not TCP are no streams.
+    #[test]
+    fn a_socket_asked_directly_reads_as_the_table_lists_it() {
+        use std::os::fd::AsRawFd;
+        let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else { panic!() };
+        let opened = TcpStream::connect(at).unwrap();
+        let _accepted = listener.accept().unwrap();
+        let listed = opened_to(at).unwrap();
+        assert_eq!(listed.len(), 1);
+        let asked = ask_socket(opened.as_raw_fd(), listed[0].inode).expect("a stream");
+        assert_eq!(asked, listed[0]);
+        assert_eq!(ask_socket(opened.as_raw_fd(), listed[0].inode + 1), None, "another inode");
+        let inodes = socket_descriptors().unwrap();
+        let inode_of = |fd: RawFd| inodes.iter().find(|(_, &f)| f == fd).map(|(&i, _)| i).unwrap();
+        assert_eq!(ask_socket(listener.as_raw_fd(), inode_of(listener.as_raw_fd())), None);
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let udp_inode = socket_descriptors()
+            .unwrap()
+            .into_iter()
+            .find(|&(_, f)| f == udp.as_raw_fd())
+            .map(|(i, _)| i)
+            .unwrap();
+        assert_eq!(ask_socket(udp.as_raw_fd(), udp_inode), None);
+    }
 
     #[test]
     fn parses_the_kernel_table() {
