@@ -16,12 +16,16 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long the acceptor sleeps in `poll` before it looks at `stop` again.
 const POLL_MS: i32 = 5;
+
+/// Hello requests waiting for the hello thread; past that they are dropped (askers ask again).
+const HELLO_QUEUE: usize = 64;
 
 /// The most connections the acceptor holds. A peer holds one (its watch) and opens others only
 /// for a moment (a question), so a node of a cluster of any allowed size needs far fewer; past
@@ -95,7 +99,7 @@ impl Held {
     /// a connection per question, so one is all a connection gets: a sender of questions
     /// without end (that never reads the answers) took memory without bound, and the
     /// acceptor's thread with it.
-    fn serve(&mut self, incarnation: u32, on_request: &Mutex<Option<HelloHandler>>) -> bool {
+    fn serve(&mut self, incarnation: u32, hellos: &SyncSender<(u8, NodeId)>) -> bool {
         loop {
             let room = &mut self.received[self.received_len..];
             match self.stream.read(room) {
@@ -114,9 +118,10 @@ impl Held {
                 // takes them whole, or the asker is gone.
                 let _ = self.stream.write_all(&iam(incarnation));
             } else if let Some((channel, from)) = parse_hello_request(&message) {
-                if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
-                    handler(channel, from);
-                }
+                // Said by the hello thread: a hello may wait for its post up to the connect
+                // timeout, and on this thread it held up every question behind it. With the
+                // queue full the request is dropped: the asker asks again.
+                let _ = hellos.try_send((channel, from));
             }
             // Not one of ours: let it go, as every connection once answered.
             return false;
@@ -134,6 +139,18 @@ impl Liveness {
         let stop = Arc::new(AtomicBool::new(false));
         let on_hello_request: Arc<Mutex<Option<HelloHandler>>> = Arc::new(Mutex::new(None));
         let (stopping, on_request) = (stop.clone(), on_hello_request.clone());
+        let (hellos, hello_requests) = std::sync::mpsc::sync_channel::<(u8, NodeId)>(HELLO_QUEUE);
+        // Ends once the acceptor has (it holds the only sender).
+        std::thread::Builder::new()
+            .name("mu-ofi-hello".into())
+            .spawn(move || {
+                while let Ok((channel, from)) = hello_requests.recv() {
+                    if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
+                        handler(channel, from);
+                    }
+                }
+            })
+            .map_err(|e| format!("hello thread: {e}"))?;
         let acceptor = std::thread::Builder::new()
             .name("mu-ofi-liveness".into())
             .spawn(move || {
@@ -151,7 +168,7 @@ impl Liveness {
                     }
                     let mut keep = fds[1..].iter().map(|p| p.revents == 0);
                     held.retain_mut(|h| {
-                        keep.next().unwrap_or(true) || h.serve(incarnation, &on_request)
+                        keep.next().unwrap_or(true) || h.serve(incarnation, &hellos)
                     });
                     if fds[0].revents != 0 {
                         loop {
@@ -317,8 +334,8 @@ impl Drop for Liveness {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.acceptor.take() {
-            // The node may be dropped by its own hello handler, on the acceptor thread, when
-            // the handler held its last reference: that thread ends by itself (`stop`).
+            // (The node may be dropped by its own hello handler when it held the last
+            // reference: that runs on the hello thread, which ends once the acceptor has.)
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
@@ -388,6 +405,36 @@ mod tests {
         watcher.watch(NodeId(1), "127.0.0.1", port, timeout);
         std::thread::sleep(Duration::from_millis(100));
         assert!(!watcher.dead(NodeId(1)), "a live node read as dead");
+        drop(node);
+    }
+
+    /// Hellos are said on a thread of their own: slow ones (a post waiting for a peer cut off)
+    /// do not hold up the questions behind them.
+    #[test]
+    fn slow_hellos_do_not_hold_up_questions() {
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let node = Liveness::listen("127.0.0.1", port, 11).unwrap();
+        let said = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = said.clone();
+        node.on_hello_request(Box::new(move |_, _| {
+            std::thread::sleep(Duration::from_millis(100));
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
+        let timeout = Duration::from_secs(5);
+        for _ in 0..20 {
+            Liveness::ask_hello("127.0.0.1", port, 0, NodeId(3), timeout).unwrap();
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(11));
+        // Behind twenty hellos of 100 ms each on one thread it took two seconds.
+        assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while said.load(Ordering::Relaxed) < 20 {
+            assert!(std::time::Instant::now() < deadline, "hellos not said");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         drop(node);
     }
 
