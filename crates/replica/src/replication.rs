@@ -911,8 +911,9 @@ impl<F: Fabric> ReplicationDriver<F> {
                 Action::CorruptPeer { peer } => error!(
                     replica = self.me.0,
                     peer = peer.0,
-                    "a follower's log holds a minProposal no leader writes (corrupted memory or a \
-                     faulty replica): left out of the confirmed set; restarting it gives it a fresh log"
+                    "a log holds a minProposal no leader writes (corrupted memory or a faulty \
+                     replica): a follower's is left out of the confirmed set (restarting it \
+                     gives it a fresh log), this replica's own is overwritten"
                 ),
                 Action::Aborted { reason } => {
                     self.note_abort(reason);

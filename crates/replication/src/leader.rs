@@ -1379,6 +1379,11 @@ impl Leader {
             // comes back here once it has).
             return self.maybe_finish_step(mem, out);
         }
+        if !exceedable(mem.load_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_MIN_PROPOSAL)))
+        {
+            // Reported too, once; overwritten just below.
+            out.push(Action::CorruptPeer { peer: self.me });
+        }
         let highest = self
             .answered()
             .map(|pos| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL)))

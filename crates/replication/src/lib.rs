@@ -224,6 +224,7 @@ pub enum Action {
     Aborted { reason: AbortReason },
     /// `peer`'s log holds a minProposal that no leader writes (no proposal number can exceed
     /// it): its memory is corrupted, or the peer is faulty. The engine dropped it from the
-    /// confirmed set, as it drops an unreachable follower; the runtime reports it.
+    /// confirmed set, as it drops an unreachable follower, or, where `peer` is this replica,
+    /// overwrites it in prepare; the runtime reports it.
     CorruptPeer { peer: NodeId },
 }

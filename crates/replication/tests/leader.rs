@@ -676,6 +676,8 @@ fn t82_a_follower_with_an_impossible_min_proposal_is_dropped() {
     assert_eq!(c.committed(), [(0, true)]);
     assert!(!c.leader.confirmed().contains(&NodeId(1)));
     assert!(c.actions.contains(&Action::CorruptPeer { peer: NodeId(1) }));
+    let own = c.actions.iter().filter(|a| **a == Action::CorruptPeer { peer: NodeId(0) });
+    assert_eq!(own.count(), 1, "our own, reported once");
     let p = c.leader.proposal_number();
     assert!(p < 1 << 63 && p > promise, "proposal number {p:#x}");
     assert_eq!(c.mems[0].load_u64(Area::Log, MIN_PROPOSAL_OFFSET), p);
