@@ -294,7 +294,7 @@ fn wait_until_up(
                 Err(e) => silent.push(format!("replica {id}: {e}")),
             }
         }
-        // A replica writes its pid file just after it starts serving: wait for that too, so
+        // A replica writes its pid file as it starts (before it serves): wait for that too, so
         // that a `down` right after this returns finds every replica.
         for s in started.iter() {
             if pid_in(&config.pid_path(s.id)) != Some(s.child.id()) && reports.contains_key(&s.id) {
@@ -641,7 +641,7 @@ fn down(args: &DownArgs) -> Result<(), String> {
     }
     // `up` runs nothing in a directory others may enter or that is not ours; `down` removes
     // nothing from one (a run_dir mistyped as /tmp, or another user's).
-    config.prepare_run_dir().map_err(|e| format!("{e}; nothing was stopped or removed"))?;
+    check_run_dir_is_ours(dir).map_err(|e| format!("{e}; nothing was stopped or removed"))?;
     // Every pid file is read before anything is done, so that a run directory another
     // cluster's replicas use is left as it is.
     let mut found = Vec::new();
@@ -706,6 +706,32 @@ fn down(args: &DownArgs) -> Result<(), String> {
     }
     if args.purge {
         purge(&config)?;
+    }
+    Ok(())
+}
+
+/// `dir` is owner-only and belongs to this user (or we are root), as `up` made it: checked
+/// without writing anything (`ClusterConfig::prepare_run_dir` writes a probe), so that `down`
+/// also works on a full or read-only file system.
+fn check_run_dir_is_ours(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("run_dir {}: {e}", dir.display()))?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "run_dir {} is open to other users (mode {:o}): no cluster runs in one, as it must \
+             be owner-only",
+            dir.display(),
+            meta.mode() & 0o777
+        ));
+    }
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if me != 0 && meta.uid() != me {
+        return Err(format!(
+            "run_dir {} belongs to another user (uid {})",
+            dir.display(),
+            meta.uid()
+        ));
     }
     Ok(())
 }
@@ -814,9 +840,14 @@ fn is_cluster_file(name: &str) -> bool {
 fn shm_wrote(path: &Path) -> bool {
     use std::io::Read;
     const MARK: &[u8] = b"mu-shm cluster ";
+    use std::os::unix::fs::OpenOptionsExt;
     let mut start = Vec::new();
-    let read =
-        std::fs::File::open(path).and_then(|f| f.take(MARK.len() as u64).read_to_end(&mut start));
+    // Not through a link, and not waiting on a FIFO put there.
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .and_then(|f| f.take(MARK.len() as u64).read_to_end(&mut start));
     read.is_ok() && (start.is_empty() || start == MARK)
 }
 
