@@ -29,7 +29,8 @@ pub fn hello_offset(channel: u8, from: NodeId) -> usize {
 /// The identity's bytes: magic, cluster, node, incarnation, region count, then one (id, length)
 /// pair per region.
 pub const IDENTITY_BYTES: usize = 4096;
-pub const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"mu-ofi/1");
+/// `/2`: the identity carries a check word (`CHECK_AT`), which a `/1` node leaves 0.
+pub const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"mu-ofi/2");
 pub const IDENTITY_HEADER_BYTES: usize = 64;
 pub const MAX_REGIONS: usize = (IDENTITY_BYTES - IDENTITY_HEADER_BYTES) / 16;
 
@@ -110,9 +111,19 @@ impl Identity {
         put(out, CHECK_AT, check);
     }
 
+    /// Whether `bytes` start as an identity of this build does (else the node is another
+    /// build's, or no mu node at all: incompatible, not merely unreachable).
+    pub fn of_this_build(bytes: &[u8]) -> bool {
+        bytes.len() >= IDENTITY_BYTES && word(bytes, 0) == IDENTITY_MAGIC
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Identity, String> {
         if bytes.len() < IDENTITY_BYTES || word(bytes, 0) != IDENTITY_MAGIC {
-            return Err("not a mu ofi node (bad identity)".into());
+            let found = bytes.get(..8).map(String::from_utf8_lossy).unwrap_or_default();
+            return Err(format!(
+                "not a mu ofi node of this build (its identity starts {found:?}, this build's \
+                 \"mu-ofi/2\")"
+            ));
         }
         let count = word(bytes, 32) as usize;
         if count > MAX_REGIONS {
@@ -198,7 +209,10 @@ mod tests {
         torn[IDENTITY_HEADER_BYTES + 24..IDENTITY_HEADER_BYTES + 32]
             .copy_from_slice(&8192u64.to_le_bytes());
         assert!(Identity::decode(&torn).unwrap_err().contains("being rewritten"));
-        bytes[0] ^= 1;
-        assert!(Identity::decode(&bytes).is_err());
+        // Another build's (here the first, whose magic ended in 1) is told apart from a torn one.
+        assert!(Identity::of_this_build(&bytes));
+        bytes[7] = b'1';
+        assert!(!Identity::of_this_build(&bytes));
+        assert!(Identity::decode(&bytes).unwrap_err().contains("mu-ofi/1"));
     }
 }

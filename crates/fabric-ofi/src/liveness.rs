@@ -11,7 +11,7 @@
 //!   from a death where its provider cannot (see `Node::classify_cancel`).
 
 use mu_fabric::NodeId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the acceptor sleeps in `poll` before it looks at `stop` again.
 const POLL_MS: i32 = 5;
@@ -27,9 +27,14 @@ const POLL_MS: i32 = 5;
 /// Hello requests waiting for the hello thread; past that they are dropped (askers ask again).
 const HELLO_QUEUE: usize = 64;
 
+/// Connections accepted past `HELD_MAX` that may still ask a question, and for how long.
+const GRACED_MAX: usize = 32;
+const GRACE: Duration = Duration::from_millis(200);
+
 /// The most connections the acceptor holds. A peer holds one (its watch) and opens others only
 /// for a moment (a question), so a node of a cluster of any allowed size needs far fewer; past
-/// it, a new connection is told so (`FULL`) and closed at once. Unbounded, anyone reaching the port could take
+/// it, a new connection may still ask its question for a moment (`GRACE`), and is then told
+/// so (`FULL`) and closed. Unbounded, anyone reaching the port could take
 /// every file descriptor of the replica (it then could not open its own connections). Those
 /// held are never let go for newer ones: a watch closed by us would read as a crash.
 pub(crate) const HELD_MAX: usize = 256;
@@ -87,11 +92,16 @@ struct Held {
     /// The start of the one question an asker sends.
     received: [u8; HELLO_REQUEST_BYTES],
     received_len: usize,
+    /// For one accepted past `HELD_MAX`: until when it may ask its question, after which it is
+    /// told `FULL` and closed. Questions are answered however many connections are held
+    /// (idle ones whose other end vanished, or a flood): refused with the rest, a higher node
+    /// could not ask for a hello and so could not bind.
+    grace_until: Option<Instant>,
 }
 
 impl Held {
-    fn new(stream: TcpStream) -> Held {
-        Held { stream, received: [0; HELLO_REQUEST_BYTES], received_len: 0 }
+    fn new(stream: TcpStream, grace_until: Option<Instant>) -> Held {
+        Held { stream, received: [0; HELLO_REQUEST_BYTES], received_len: 0, grace_until }
     }
 
     /// Reads what came; answers the question once it is whole. `false` once the connection is
@@ -99,7 +109,7 @@ impl Held {
     /// a connection per question, so one is all a connection gets: a sender of questions
     /// without end (that never reads the answers) took memory without bound, and the
     /// acceptor's thread with it.
-    fn serve(&mut self, incarnation: u32, hellos: &SyncSender<(u8, NodeId)>) -> bool {
+    fn serve(&mut self, incarnation: u32, hellos: &HelloQueue) -> bool {
         loop {
             let room = &mut self.received[self.received_len..];
             match self.stream.read(room) {
@@ -118,13 +128,28 @@ impl Held {
                 // takes them whole, or the asker is gone.
                 let _ = self.stream.write_all(&iam(incarnation));
             } else if let Some((channel, from)) = parse_hello_request(&message) {
-                // Said by the hello thread: a hello may wait for its post up to the connect
-                // timeout, and on this thread it held up every question behind it. With the
-                // queue full the request is dropped: the asker asks again.
-                let _ = hellos.try_send((channel, from));
+                hellos.push(channel, from);
             }
             // Not one of ours: let it go, as every connection once answered.
             return false;
+        }
+    }
+}
+
+/// Hello requests waiting for the hello thread. A hello may wait for its post up to the connect
+/// timeout, and on the acceptor's thread it held up every question behind it. A request already
+/// waiting is not queued again (a higher node asks on every binding attempt), and with the
+/// queue full one is dropped: the asker asks again.
+struct HelloQueue {
+    sender: SyncSender<(u8, NodeId)>,
+    waiting: Arc<Mutex<HashSet<(u8, NodeId)>>>,
+}
+
+impl HelloQueue {
+    fn push(&self, channel: u8, from: NodeId) {
+        let mut waiting = self.waiting.lock().expect("hello queue");
+        if !waiting.contains(&(channel, from)) && self.sender.try_send((channel, from)).is_ok() {
+            waiting.insert((channel, from));
         }
     }
 }
@@ -139,12 +164,16 @@ impl Liveness {
         let stop = Arc::new(AtomicBool::new(false));
         let on_hello_request: Arc<Mutex<Option<HelloHandler>>> = Arc::new(Mutex::new(None));
         let (stopping, on_request) = (stop.clone(), on_hello_request.clone());
-        let (hellos, hello_requests) = std::sync::mpsc::sync_channel::<(u8, NodeId)>(HELLO_QUEUE);
+        let (sender, hello_requests) = std::sync::mpsc::sync_channel::<(u8, NodeId)>(HELLO_QUEUE);
+        let waiting = Arc::new(Mutex::new(HashSet::new()));
+        let hellos = HelloQueue { sender, waiting: waiting.clone() };
         // Ends once the acceptor has (it holds the only sender).
         std::thread::Builder::new()
             .name("mu-ofi-hello".into())
             .spawn(move || {
                 while let Ok((channel, from)) = hello_requests.recv() {
+                    // Taken off first: a request that comes while this one is said is a new one.
+                    waiting.lock().expect("hello queue").remove(&(channel, from));
                     if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
                         handler(channel, from);
                     }
@@ -163,26 +192,40 @@ impl Liveness {
                     // SAFETY: `fds` is a live array of `fds.len()` pollfd structures.
                     let ready =
                         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+                    let now = Instant::now();
+                    let mut keep = fds[1..].iter().map(|p| p.revents == 0);
+                    held.retain_mut(|h| {
+                        let open = keep.next().unwrap_or(true) || h.serve(incarnation, &hellos);
+                        if open && h.grace_until.is_some_and(|until| now >= until) {
+                            // Said before closing, so that a peer's watch closed here is not
+                            // read as this node's death.
+                            let _ = h.stream.write_all(&FULL);
+                            return false;
+                        }
+                        open
+                    });
                     if ready <= 0 {
                         continue;
                     }
-                    let mut keep = fds[1..].iter().map(|p| p.revents == 0);
-                    held.retain_mut(|h| {
-                        keep.next().unwrap_or(true) || h.serve(incarnation, &hellos)
-                    });
                     if fds[0].revents != 0 {
                         loop {
                             match listener.accept() {
                                 Ok((stream, _)) => {
-                                    if held.len() >= HELD_MAX {
-                                        // Said before closing, so that a peer's watch closed
-                                        // here is not read as this node's death.
+                                    let graced =
+                                        held.iter().filter(|h| h.grace_until.is_some()).count();
+                                    let grace_until = if held.len() - graced < HELD_MAX {
+                                        None
+                                    } else if graced < GRACED_MAX {
+                                        Some(Instant::now() + GRACE)
+                                    } else {
                                         let mut stream = stream;
                                         let _ = stream.set_nonblocking(true);
                                         let _ = stream.write_all(&FULL);
-                                    } else if stream.set_nonblocking(true).is_ok() {
+                                        continue;
+                                    };
+                                    if stream.set_nonblocking(true).is_ok() {
                                         let _ = stream.set_nodelay(true);
-                                        held.push(Held::new(stream));
+                                        held.push(Held::new(stream, grace_until));
                                     }
                                 }
                                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -378,9 +421,9 @@ mod tests {
         let timeout = Duration::from_secs(5);
         let mut open: Vec<TcpStream> =
             (0..HELD_MAX + 20).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
-        // Told it is full, then closed.
+        // Told it is full, then closed (after the grace for a question).
         let closed_by_node = |s: &mut TcpStream| {
-            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            s.set_read_timeout(Some(GRACE * 10)).unwrap();
             let mut said = Vec::new();
             s.read_to_end(&mut said).is_ok() && said == FULL
         };
@@ -389,7 +432,9 @@ mod tests {
             assert!(closed_by_node(&mut s), "a connection past the bound was held");
         }
         assert!(!closed_by_node(&mut open[0]), "the first connection was let go");
-        // Room again once some are closed: questions are answered.
+        // Full, and still answering questions (within the grace).
+        assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(7));
+        // Room again once some are closed.
         open.truncate(HELD_MAX - 4);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(7));
@@ -403,7 +448,7 @@ mod tests {
         drop(probe);
         let watcher = Liveness::listen("127.0.0.1", watcher_port, 8).unwrap();
         watcher.watch(NodeId(1), "127.0.0.1", port, timeout);
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(GRACE * 2);
         assert!(!watcher.dead(NodeId(1)), "a live node read as dead");
         drop(node);
     }
@@ -423,8 +468,8 @@ mod tests {
             counter.fetch_add(1, Ordering::Relaxed);
         }));
         let timeout = Duration::from_secs(5);
-        for _ in 0..20 {
-            Liveness::ask_hello("127.0.0.1", port, 0, NodeId(3), timeout).unwrap();
+        for from in 3..23 {
+            Liveness::ask_hello("127.0.0.1", port, 0, NodeId(from), timeout).unwrap();
         }
         let started = std::time::Instant::now();
         assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(11));
@@ -435,6 +480,16 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "hellos not said");
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The same request asked again while it waits is said once (a higher node asks on
+        // every binding attempt, and each copy cost a hello).
+        for _ in 0..10 {
+            Liveness::ask_hello("127.0.0.1", port, 1, NodeId(3), timeout).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        let more = said.load(Ordering::Relaxed) - 20;
+        // One being said, and one waiting behind it (a third only on a machine so slow that
+        // the asks spread over more than a hello).
+        assert!((1..=3).contains(&more), "{more} hellos said for one request asked ten times");
         drop(node);
     }
 

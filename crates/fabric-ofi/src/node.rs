@@ -980,7 +980,12 @@ impl Node {
         };
         self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
         self.limit_unacknowledged(conn);
-        let identity = Identity::decode(&bytes).map_err(|e| unreachable(conn.peer, e))?;
+        let identity =
+            Identity::decode(&bytes).map_err(|e| match Identity::of_this_build(&bytes) {
+                // Read while it was rewritten, or damaged: tried again later.
+                true => unreachable(conn.peer, e),
+                false => FabricError::Incompatible(format!("node {}: {e}", conn.peer)),
+            })?;
         if identity.cluster_id != self.config.cluster_id || identity.node != conn.peer {
             return Err(FabricError::Incompatible(format!(
                 "the node at {}'s address is node {} of cluster {:#x}, not of cluster {:#x}",
