@@ -302,10 +302,12 @@ fn next_incarnation(
     use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::fs::FileExt;
     let mut f = lock_file;
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     f.seek(SeekFrom::Start(0))
-        .and_then(|_| f.take(64).read_to_string(&mut text))
+        .and_then(|_| f.take(64).read_to_end(&mut bytes))
         .map_err(|e| FabricError::io("reading the node's lock file", e))?;
+    // Bytes that are not text are garbled like any other non-number, below.
+    let text = String::from_utf8_lossy(&bytes);
     let in_file = match text.trim() {
         "" => 0,
         number => number.parse::<u32>().map_err(|_| {

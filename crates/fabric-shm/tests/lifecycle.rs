@@ -850,9 +850,11 @@ fn t21b_incarnation_numbers_are_not_reused_from_a_damaged_lock_file() {
     let lock = dir.path().join("n1.lock");
     assert_eq!(std::fs::read_to_string(&lock).unwrap(), format!("{inc:010}\n"));
 
-    std::fs::write(&lock, "not a number\n").unwrap();
-    let err = dir.create(1).err().expect("a garbled lock file is refused");
-    assert!(err.to_string().contains("not an incarnation number"), "{err}");
+    for garbled in [&b"not a number\n"[..], &[0xff, 0xfe, b'\n']] {
+        std::fs::write(&lock, garbled).unwrap();
+        let err = dir.create(1).err().expect("a garbled lock file is refused");
+        assert!(err.to_string().contains("not an incarnation number"), "{err}");
+    }
 
     // Emptied, with a region file of incarnation 40 left behind.
     std::fs::write(&lock, "").unwrap();
