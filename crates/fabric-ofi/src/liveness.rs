@@ -390,13 +390,17 @@ impl Drop for Liveness {
 mod tests {
     use super::*;
 
+    /// A loopback port free now (the node under test listens on it next).
+    fn free_port() -> u16 {
+        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        probe.local_addr().unwrap().port()
+    }
+
     /// A listening node answers "who are you" with its incarnation, as often as asked; a port
     /// where nothing listens is an error, at once.
     #[test]
     fn a_node_says_who_it_is() {
-        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let port = free_port();
         let timeout = Duration::from_secs(5);
         assert!(Liveness::ask_incarnation("127.0.0.1", port, timeout).is_err());
         let node = Liveness::listen("127.0.0.1", port, 0x5eed).unwrap();
@@ -414,9 +418,7 @@ mod tests {
     #[test]
     fn the_port_holds_a_bounded_number_of_connections() {
         let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let port = free_port();
         let node = Liveness::listen("127.0.0.1", port, 7).unwrap();
         let timeout = Duration::from_secs(5);
         let mut open: Vec<TcpStream> =
@@ -443,9 +445,7 @@ mod tests {
         let _more: Vec<TcpStream> =
             (0..4).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
         std::thread::sleep(Duration::from_millis(50));
-        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let watcher_port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let watcher_port = free_port();
         let watcher = Liveness::listen("127.0.0.1", watcher_port, 8).unwrap();
         watcher.watch(NodeId(1), "127.0.0.1", port, timeout);
         std::thread::sleep(GRACE * 2);
@@ -457,9 +457,7 @@ mod tests {
     /// do not hold up the questions behind them.
     #[test]
     fn slow_hellos_do_not_hold_up_questions() {
-        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let port = free_port();
         let node = Liveness::listen("127.0.0.1", port, 11).unwrap();
         let said = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = said.clone();
@@ -498,9 +496,7 @@ mod tests {
     #[test]
     fn one_question_per_connection() {
         let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-        let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let port = free_port();
         let node = Liveness::listen("127.0.0.1", port, 9).unwrap();
         let mut chatty = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut question = [0u8; HELLO_REQUEST_BYTES];
