@@ -306,17 +306,11 @@ mod tests {
         let asked = ask_socket(opened.as_raw_fd(), listed[0].inode).expect("a stream");
         assert_eq!(asked, listed[0]);
         assert_eq!(ask_socket(opened.as_raw_fd(), listed[0].inode + 1), None, "another inode");
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let inodes = socket_descriptors().unwrap();
         let inode_of = |fd: RawFd| inodes.iter().find(|(_, &f)| f == fd).map(|(&i, _)| i).unwrap();
         assert_eq!(ask_socket(listener.as_raw_fd(), inode_of(listener.as_raw_fd())), None);
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let udp_inode = socket_descriptors()
-            .unwrap()
-            .into_iter()
-            .find(|&(_, f)| f == udp.as_raw_fd())
-            .map(|(i, _)| i)
-            .unwrap();
-        assert_eq!(ask_socket(udp.as_raw_fd(), udp_inode), None);
+        assert_eq!(ask_socket(udp.as_raw_fd(), inode_of(udp.as_raw_fd())), None);
     }
 
     #[test]

@@ -1353,10 +1353,13 @@ impl Leader {
         );
     }
 
+    /// The minProposal read from position `pos`'s log in the prepare step (ours included).
+    fn min_proposal_read(&self, mem: &impl Memory, pos: usize) -> u64 {
+        mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL))
+    }
+
     /// Listing 2, lines 20–23: pick a higher proposal number, write it, read the slot at FUO.
     fn begin_prepare_write(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        let min_proposal =
-            |pos: usize| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL));
         // A minProposal no number of ours can exceed was written by no leader: 2^47 rounds of
         // prepare are out of reach. Only corrupted memory or a faulty peer holds one. Such a
         // follower is dropped, as an unreachable one would be, rather than stopping every
@@ -1364,7 +1367,7 @@ impl Leader {
         let corrupt: Vec<usize> = self
             .followers()
             .into_iter()
-            .filter(|&pos| self.has_answered(pos) && !exceedable(min_proposal(pos)))
+            .filter(|&pos| self.has_answered(pos) && !exceedable(self.min_proposal_read(mem, pos)))
             .collect();
         if !corrupt.is_empty() {
             for pos in corrupt {
@@ -1379,14 +1382,13 @@ impl Leader {
             // comes back here once it has).
             return self.maybe_finish_step(mem, out);
         }
-        if !exceedable(mem.load_u64(Area::Scratch, self.scratch(self.me_pos, SCRATCH_MIN_PROPOSAL)))
-        {
+        if !exceedable(self.min_proposal_read(mem, self.me_pos)) {
             // Reported too, once; overwritten just below.
             out.push(Action::CorruptPeer { peer: self.me });
         }
         let highest = self
             .answered()
-            .map(|pos| mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_MIN_PROPOSAL)))
+            .map(|pos| self.min_proposal_read(mem, pos))
             .filter(|&min| exceedable(min))
             .max()
             .unwrap_or(0)
