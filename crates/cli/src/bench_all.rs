@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut gathered = serde_json::Map::new();
     for (i, (name, bench_args)) in BENCHES.iter().enumerate() {
         interrupt::check()?;
-        eprintln!("\n== mu bench all: {}/{}: {name}", i + 1, BENCHES.len());
+        note!("\n== mu bench all: {}/{}: {name}", i + 1, BENCHES.len());
         let mut bench: Vec<OsString> = bench_args.iter().map(OsString::from).collect();
         bench.extend(["--out".into(), args.suite.out.clone().into_os_string()]);
         if args.suite.quick {

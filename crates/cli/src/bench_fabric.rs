@@ -494,7 +494,7 @@ pub(crate) fn measure(
     let mut h = histogram();
     let total = WARMUP_ITERATIONS + samples;
     let step = (total / 10).max(1);
-    eprint!("  {name:<14} ");
+    note_part!("  {name:<14} ");
     for i in 1..=total {
         let start = Instant::now();
         iteration(i)?;
@@ -503,12 +503,12 @@ pub(crate) fn measure(
             h.saturating_record(ns.max(1));
         }
         if i % step == 0 {
-            eprint!(".");
+            note_part!(".");
             crate::interrupt::check()?;
         }
     }
     let s = Summary::of(&h);
-    eprintln!(" p50 {} ns", s.p50);
+    note!(" p50 {} ns", s.p50);
     Ok(s)
 }
 
@@ -612,7 +612,7 @@ fn measure_crash_notice(
     let cpu = placement.victim_cpu();
     let (mut notice, mut reaped) = (histogram(), histogram());
     let step = (samples / 10).max(1);
-    eprint!("  {:<14} ", "crash_notice");
+    note_part!("  {:<14} ", "crash_notice");
     // The first victim warms up (its process start, our first mappings of a new incarnation).
     for i in 0..=samples {
         crate::interrupt::check()?;
@@ -640,10 +640,10 @@ fn measure_crash_notice(
         notice.saturating_record((noticed.as_nanos() as u64).max(1));
         reaped.saturating_record((gone.as_nanos() as u64).max(1));
         if i % step == 0 {
-            eprint!(".");
+            note_part!(".");
         }
     }
-    eprintln!(" p50 {} ns", notice.value_at_quantile(0.5));
+    note!(" p50 {} ns", notice.value_at_quantile(0.5));
     Ok((Summary::of(&notice), Summary::of(&reaped)))
 }
 
@@ -654,7 +654,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
     }
     let pair_spin = placement.dedicated(2);
     let trio_spin = placement.dedicated(3);
-    eprintln!(
+    note!(
         "mu bench fabric: shm, {} samples per figure, {} CPUs allowed; pairs {}, trios {}",
         args.samples,
         placement.cpus.len(),
@@ -675,7 +675,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         peer.start()?;
         let mut hs = [histogram(), histogram(), histogram(), histogram()];
         let chunks = chunks_per_figure(samples);
-        eprint!("  {:<14} ", "pairs");
+        note_part!("  {:<14} ", "pairs");
         for chunk in 0..chunks * PAIR_FIGURES.len() as u64 {
             let figure = PAIR_FIGURES[(chunk % PAIR_FIGURES.len() as u64) as usize];
             let first = chunk / PAIR_FIGURES.len() as u64 * CHUNK + 1;
@@ -689,10 +689,10 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
                 }
             }
             if chunk % (chunks * PAIR_FIGURES.len() as u64 / 10).max(1) == 0 {
-                eprint!(".");
+                note_part!(".");
             }
         }
-        eprintln!(" done");
+        note!(" done");
         peer.finish()?;
         hs.map(|h| Summary::of(&h))
     };
@@ -705,7 +705,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         let b = a.connect(1)?;
         let mut fast = histogram();
         let mut slow = histogram();
-        eprint!("  {:<14} ", "perm_fast/slow");
+        note_part!("  {:<14} ", "perm_fast/slow");
         for k in 0..args.perm_samples.unwrap_or(PERM_SAMPLES) {
             if k % 1024 == 0 {
                 crate::interrupt::check()?;
@@ -719,7 +719,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
             slow.saturating_record((t.elapsed().as_nanos() as u64).max(1));
             a.fabric.set_access_slow(b, Access::ALL).map_err(|e| e.to_string())?;
         }
-        eprintln!("done");
+        note!("done");
         peer.start()?;
         peer.finish()?;
         (Summary::of(&fast), Summary::of(&slow))

@@ -334,7 +334,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // Every wait for the cluster allows for a slow detector and a loaded machine.
     let timeout =
         Duration::from_secs(20) + Duration::from_nanos(read_period_ns.saturating_mul(100));
-    eprintln!(
+    note!(
         "mu bench failover: {REPLICAS} replicas on shm ({}), {} mode, {count} failovers, read \
          period {} us, {} threads{}, {} CPUs allowed",
         args.protocol.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
@@ -476,7 +476,7 @@ fn write_timeline(
     };
     let svg = dir.join(format!("{name}.svg"));
     chart.write_svg(&svg).map_err(|e| e.to_string())?;
-    eprintln!("wrote {}, {}", csv.display(), svg.display());
+    note!("wrote {}, {}", csv.display(), svg.display());
     Ok(())
 }
 
@@ -553,7 +553,7 @@ fn measure(
         };
         if let Some(why) = wait_steady(c, spec.slots_count, timeout)? {
             m.abandoned += 1;
-            eprintln!("  giving up a cluster before its failure: {why}");
+            note!("  giving up a cluster before its failure: {why}");
             cluster = None; // kills and reaps the processes, removes their directory
             continue;
         }
@@ -573,7 +573,7 @@ fn measure(
             }
             Err(why) => {
                 m.discarded += 1;
-                eprintln!("failover {attempt}/{count}: not counted: {why}");
+                note!("failover {attempt}/{count}: not counted: {why}");
             }
         }
         let fresh_cluster = match args.mode {
@@ -585,7 +585,7 @@ fn measure(
                 }
                 None => {
                     m.fenced += 1;
-                    eprintln!(
+                    note!(
                         "  the stopped leader was fenced (killed by the fabric to revoke a write \
                          it was in): starting a fresh cluster"
                     );
@@ -686,7 +686,7 @@ fn write_polls(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), St
     }
     let csv = dir.join(format!("{name}-polls.csv"));
     table.write_csv(&csv).map_err(|e| format!("writing {}: {e}", csv.display()))?;
-    eprintln!("wrote {}", csv.display());
+    note!("wrote {}", csv.display());
     Ok(())
 }
 
@@ -723,7 +723,7 @@ fn write_files(dir: &std::path::Path, name: &str, m: &Measured) -> Result<(), St
     };
     let svg = dir.join(format!("{name}.svg"));
     histogram.write_svg(&svg).map_err(|e| e.to_string())?;
-    eprintln!("wrote {}, {}", csv.display(), svg.display());
+    note!("wrote {}, {}", csv.display(), svg.display());
     if m.failovers.iter().any(|f| !f.setup_polls.is_empty()) {
         write_polls(dir, name, m)?;
     }

@@ -184,7 +184,7 @@ pub fn write2_rtt(provider: &str, samples: u64) -> Result<Summary, String> {
 pub fn run(json_out: bool, samples: u64, provider: &str) -> Result<(), String> {
     let base = free_port_block(3)?;
     let mut t = trio(provider, base)?;
-    eprintln!(
+    note!(
         "mu bench fabric: ofi (provider {}), {samples} samples per figure, 3 nodes in this \
          process on loopback",
         t.a.provider()

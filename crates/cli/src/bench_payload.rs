@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let samples =
         args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
     let run_dir = RunDir::create("payload")?;
-    eprintln!(
+    note!(
         "mu bench payload: 3 replicas on shm; {} payload sizes x {} configurations, {samples} \
          samples each",
         SWEEP_BYTES.len(),
@@ -48,7 +48,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let mut sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
     for config in CONFIGS {
-        eprintln!("{} {}:", config.0.name(), config.1.name());
+        note!("{} {}:", config.0.name(), config.1.name());
         let results = bench_replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),

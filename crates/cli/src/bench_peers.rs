@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut rows = Vec::new();
 
     // Mu first, alone on the machine as every peer is.
-    eprintln!("mu bench peers: mu (3 replicas on shm, standalone, direct):");
+    note!("mu bench peers: mu (3 replicas on shm, standalone, direct):");
     let run_dir = RunDir::create("peers")?;
     let mu = bench_replication::sweep(
         &run_dir,

@@ -24,7 +24,6 @@ use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
 use mu_replica::ProposeError;
 use serde_json::json;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -266,7 +265,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.pin {
         crate::cluster::check_pin_cpus(REPLICAS)?;
     }
-    eprintln!(
+    note!(
         "mu bench replication: {REPLICAS} replicas on {}, {} mode, {} threads{}, {samples} \
          samples per payload size, {} CPUs allowed",
         fabric_choice.label(),
@@ -287,7 +286,7 @@ pub fn run(args: Args) -> Result<(), String> {
 
     let read_period_us = read_period_us(&args);
     if let Some(us) = read_period_us {
-        eprintln!("mu bench replication: failure detector read period {us} µs");
+        note!("mu bench replication: failure detector read period {us} µs");
     }
     let fabric = (fabric_choice, read_period_us, args.threads, args.pin);
     let mut runs: Vec<(mu_replica::Protocol, Vec<PayloadResult>)> = Vec::new();
@@ -296,9 +295,9 @@ pub fn run(args: Args) -> Result<(), String> {
         let share = samples / rounds + u64::from(round < samples % rounds);
         for (i, &protocol) in protocols.iter().enumerate() {
             if rounds > 1 {
-                eprintln!("mu bench replication: {protocol}, round {} of {rounds}", round + 1);
+                note!("mu bench replication: {protocol}, round {} of {rounds}", round + 1);
             } else {
-                eprintln!("mu bench replication: {protocol}");
+                note!("mu bench replication: {protocol}");
             }
             let spec = (args.mode, args.app, protocol);
             let results = sweep(&run_dir, spec, fabric, &payloads, share, round)?;
@@ -644,7 +643,7 @@ fn lead(
     progress.set_phase(format!("measuring {payload_bytes}-byte proposals"));
     let mut latency = histogram();
     let step = (samples / 10).max(1);
-    eprint!("  payload {payload_bytes:>4} B   ");
+    note_part!("  payload {payload_bytes:>4} B   ");
     let mut i: u64 = laps_calls + WARMUP_MAX;
     let timed = Instant::now();
     let cpu_start_ns = thread_cpu_ns();
@@ -655,14 +654,13 @@ fn lead(
         if let Some(ns) = propose(&values, &mut lost_proposals)? {
             latency.saturating_record(ns);
             if latency.len() % step == 0 {
-                eprint!(".");
-                let _ = std::io::stderr().flush();
+                note_part!(".");
             }
         }
     }
     let timed_ns = timed.elapsed().as_nanos() as u64;
     let cpu_ns = thread_cpu_ns().saturating_sub(cpu_start_ns);
-    eprintln!(" p50 {} ns", latency.value_at_quantile(0.5));
+    note!(" p50 {} ns", latency.value_at_quantile(0.5));
     // A follower more than a log behind was dropped on the way (the leader does not wait for a
     // follower that slow): later proposals went to one follower only, and the report says so.
     let committed = replica.status().fuo;

@@ -214,7 +214,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
     let cpus = mu_cpu::allowed_cpus().len();
     let dedicated = cpus >= DEDICATED_CPUS_MIN;
-    eprintln!(
+    note!(
         "mu bench targets: {cpus} CPUs allowed: failover with {} threads{}; replication with \
          {} threads",
         if dedicated { "dedicated" } else { "shared" },
@@ -227,7 +227,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut results: Vec<(&'static str, Result<Value, String>)> = Vec::new();
     for (i, m) in plan.iter().enumerate() {
         interrupt::check()?;
-        eprintln!(
+        note!(
             "\n== mu bench targets: {}/{}: {} (mu bench {})",
             i + 1,
             plan.len(),
@@ -241,7 +241,7 @@ pub fn run(args: Args) -> Result<(), String> {
             Ok(value)
         });
         if let Err(e) = &result {
-            eprintln!("mu bench targets: {}: {e}", m.name);
+            note!("mu bench targets: {}: {e}", m.name);
         }
         results.push((m.name, result));
     }

@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut report = Report::new(&args.suite, "throughput")?;
     let calls = args.calls.unwrap_or(if args.suite.quick { QUICK_CALLS } else { DEFAULT_CALLS });
     let run_dir = RunDir::create("throughput")?;
-    eprintln!(
+    note!(
         "mu bench throughput: 3 replicas on shm, {PAYLOAD_BYTES}-byte requests, {} points of \
          {calls} calls",
         OUTSTANDING.len() * BATCHES.len()
@@ -53,7 +53,7 @@ pub fn run(args: Args) -> Result<(), String> {
     for outstanding in OUTSTANDING {
         for batch in BATCHES {
             interrupt::check()?;
-            eprint!("outstanding {outstanding} batch {batch:>3}:");
+            note_part!("outstanding {outstanding} batch {batch:>3}:");
             let load = Load { batch, outstanding };
             let r = bench_replication::throughput(
                 &run_dir,

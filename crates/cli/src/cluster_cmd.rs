@@ -118,7 +118,7 @@ fn up(args: &UpArgs) -> Result<(), String> {
         .into_iter()
         .chain(crate::serve::threads_warning(&config));
     for warning in warnings {
-        say_err(format_args!("mu cluster up: warning: {warning}"));
+        note!("mu cluster up: warning: {warning}");
     }
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
@@ -194,7 +194,7 @@ fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
     if running.is_empty() {
         for (id, why) in stale {
             remove_if_exists(&config.pid_path(id))?;
-            say_err(format_args!("mu cluster up: replica {id}: removed a stale pid file ({why})"));
+            note!("mu cluster up: replica {id}: removed a stale pid file ({why})");
         }
         return Ok(());
     }
@@ -358,18 +358,11 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
         if pid_in(&pid_path) == Some(s.child.id()) {
             let _ = std::fs::remove_file(&pid_path);
         }
-        say_err(format_args!("mu cluster up: stopped replica {} (pid {})", s.id, s.child.id()));
+        note!("mu cluster up: stopped replica {} (pid {})", s.id, s.child.id());
     }
     // What the stopped replicas left (sockets, locks, the directory's cluster file), as `down`
     // removes it; a node whose lock is still held is left alone.
     let _ = remove_shared_memory(config);
-}
-
-/// A line on stderr, if there is anywhere to write it: `eprintln!` panics when stderr is full
-/// or closed, and here that would leave started replicas unreaped (`stop_started`).
-fn say_err(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// How much of the end of a replica's log `log_tail` reads.

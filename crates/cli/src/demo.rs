@@ -13,7 +13,6 @@ use crate::kv_cluster::{KvCluster, LogShape, REPLICAS};
 use hdrhistogram::Histogram;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,14 +85,14 @@ pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
     let mut cluster =
         KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, args.protocol)?;
-    eprintln!(
+    note!(
         "mu demo: 3 replica processes ({}) on the shared-memory fabric, run directory {}",
         args.protocol,
         cluster.run_dir().display()
     );
     let start = Instant::now();
     let leader = cluster.wait_for_leader(Duration::from_secs(10))?;
-    eprintln!("mu demo: replica {leader} leads ({} ms after start)", start.elapsed().as_millis());
+    note!("mu demo: replica {leader} leads ({} ms after start)", start.elapsed().as_millis());
     let config = cluster.config.clone();
 
     let shared = Arc::new(Shared {
@@ -123,7 +122,7 @@ pub fn run(args: Args) -> Result<(), String> {
         shared.killed.store(leader, Ordering::Release);
         shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
         cluster.kill(leader)?;
-        eprintln!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
+        note!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
         watch(&shared, &mut cluster, start, phase, "after the kill")?;
         Ok(leader)
     })();
@@ -131,7 +130,7 @@ pub fn run(args: Args) -> Result<(), String> {
     for w in workers {
         let _ = w.join();
     }
-    eprintln!();
+    note!();
     let killed = result?;
     let kill_at_ns = shared.kill_at_ns.load(Ordering::Acquire);
     let resumed_ns = shared.first_after_kill_ns.load(Ordering::Acquire);
@@ -324,13 +323,12 @@ fn watch(
         let rate = (ops - last_ops) as f64 / last_t.elapsed().as_secs_f64();
         (last_ops, last_t) = (ops, Instant::now());
         let p50 = shared.latency.lock().unwrap_or_else(|p| p.into_inner()).value_at_quantile(0.5);
-        eprint!(
+        note_part!(
             "\r[{:5.1} s] {what}: {ops} operations, {rate:8.0} ops/s, p50 {:7.1} µs, {} errors   ",
             start.elapsed().as_secs_f64(),
             p50 as f64 / 1000.0,
             shared.errors.load(Ordering::Relaxed)
         );
-        let _ = std::io::stderr().flush();
     }
     Ok(())
 }

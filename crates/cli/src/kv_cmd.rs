@@ -100,7 +100,7 @@ pub fn run(args: Args) -> Result<bool, String> {
                     Ok(true)
                 }
                 None => {
-                    eprintln!("(absent)");
+                    note!("(absent)");
                     Ok(false)
                 }
             }

@@ -1,8 +1,11 @@
 //! The `mu` command.
 
 use clap::{Parser, Subcommand};
-use std::io::Write;
 use std::process::ExitCode;
+
+// First: its macros are used by every module below.
+#[macro_use]
+mod say;
 
 mod bench_all;
 mod bench_e2e;
@@ -105,21 +108,29 @@ enum Bench {
     Targets(bench_targets::Args),
 }
 
+/// What a panic says, where it says it in text.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("")
+}
+
+/// What `println!` panics with when stdout fails.
+const STDOUT_FAILED: &str = "failed printing to stdout: ";
+
 /// Reports a failed write to stdout in one line rather than as a crash with a backtrace: the
 /// reader went away (`mu sim --seed 1 | head`) or the disk is full. The command still stops
-/// by unwinding, so what it started (a demo's replica processes) is cleaned up on the way.
+/// by unwinding, so what it started (a demo's replica processes) is cleaned up on the way, and
+/// `main` then exits with an error's status, not a crash's.
 fn quiet_stdout_failures() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if let Some(error) = message.strip_prefix("failed printing to stdout: ") {
+        let message = panic_message(info.payload());
+        if let Some(error) = message.strip_prefix(STDOUT_FAILED) {
             // Best effort: stderr may be gone too.
-            let _ = writeln!(std::io::stderr(), "mu: cannot write to stdout ({error}); stopping");
+            note!("mu: cannot write to stdout ({error}); stopping");
         } else if !message.starts_with("failed printing to stderr: ") {
             // (Where stderr itself fails there is nowhere to say anything.)
             report(info);
@@ -145,7 +156,19 @@ pub fn usage_error(path: &[&str], message: impl std::fmt::Display) -> ! {
 fn main() -> ExitCode {
     quiet_stdout_failures();
     let cli = Cli::parse();
-    let result = match cli.command {
+    // AssertUnwindSafe: nothing the command touched is looked at after a panic; the process
+    // ends at once.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command))) {
+        Ok(code) => code,
+        // Already reported by the hook, in one line.
+        Err(payload) if panic_message(&*payload).starts_with(STDOUT_FAILED) => ExitCode::FAILURE,
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
+}
+
+/// Runs one command; what it returns is the process's exit status.
+fn run(command: Command) -> ExitCode {
+    let result = match command {
         Command::Bench { which: Bench::Fabric(args) } => bench_fabric::run(args),
         Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
         Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
@@ -170,8 +193,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // Not `eprintln!`: with stderr full or closed it panicked, and the status was 101.
-            let _ = writeln!(std::io::stderr(), "mu: error: {e}");
+            note!("mu: error: {e}");
             ExitCode::FAILURE
         }
     }

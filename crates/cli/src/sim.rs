@@ -92,7 +92,7 @@ pub fn run(args: Args) -> Result<(), String> {
             }
             Some(p) => return Err(format!("lincheck not found at {}", p.display())),
             None => {
-                eprintln!(
+                note!(
                     "mu sim: client histories will not be checked for linearizability: lincheck \
                      was not found (scripts/lincheck.sh builds it; or pass --lincheck PATH, or \
                      --no-lincheck to say so)"
@@ -279,7 +279,7 @@ fn sweep(
                 if last.elapsed() >= Duration::from_secs(1) {
                     last = Instant::now();
                     let d = done.load(Ordering::Relaxed);
-                    eprintln!(
+                    note!(
                         "mu sim: {d}/{count} seeds, {:.1} seeds/s, {} failed",
                         d as f64 / started.elapsed().as_secs_f64(),
                         failures.lock().expect("failures").len()
@@ -364,5 +364,5 @@ fn print_failure(r: &SeedReport, config: &RunConfig) {
         text.push('\n');
     }
     text.push_str(&format!("replay with: {}\n", replay_command(r, config)));
-    eprint!("{text}");
+    note_part!("{text}");
 }

@@ -255,3 +255,19 @@ fn an_error_with_stderr_full_exits_with_its_status() {
         .expect("mu runs");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// With stdout failing (full), a command stops at its first result line, says so in one line
+/// and exits with an error's status, not a panic's (101).
+#[test]
+fn a_result_with_stdout_full_stops_with_an_error() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["sim", "--seeds", "1", "--steps", "20", "--no-lincheck"])
+        .stdout(full)
+        .output()
+        .expect("mu runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mu: cannot write to stdout"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

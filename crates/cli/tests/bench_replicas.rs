@@ -122,6 +122,28 @@ fn replication_json_has_every_figure() {
     nothing_left_behind(pid, "replication");
 }
 
+/// A benchmark's stderr carries only its progress: with nowhere to write it (stderr full), the
+/// run goes on and its results still reach stdout (a failed progress line used to panic and
+/// stop it with status 101).
+#[test]
+fn replication_with_stderr_full_still_gives_its_results() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let child = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["bench", "replication", "--payload", "64", "--samples", "300", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["results"][0]["samples"], 300);
+    drop(serial);
+    nothing_left_behind(pid, "replication");
+}
+
 /// Velos Fig. 1: both engines in one run, taking turns; each engine's turns are merged, so
 /// every sample taken is in its figures.
 #[test]
