@@ -31,6 +31,12 @@ use tracing::{debug, error, info, warn};
 /// the last ones.
 const RESTORE_RETRY_NS_MAX: u64 = 1_000_000_000;
 
+/// The longest wait before asking for another snapshot after a donor could not serve one (its
+/// application's snapshot hook failed, or the snapshot was larger than `snapshot_bytes_max`).
+/// Longer than after a refused restore: every request has the donor's replication plane call
+/// its application, and an application that never takes snapshots refuses every time.
+const SERVE_RETRY_NS_MAX: u64 = 10_000_000_000;
+
 /// What a background work request was, in the bits above the peer's position.
 const KIND_HEARTBEAT: u64 = 1 << 16;
 const KIND_REQUEST: u64 = 2 << 16;
@@ -181,6 +187,12 @@ pub struct BackgroundDriver<F: Fabric> {
     /// again and again, as fast as they go.
     restore_failures_seen: u64,
     restore_backoff_ns: u64,
+    /// A donor could not serve the last snapshot asked for, and the wait before asking again
+    /// after the last such refusal: the hook's failure may pass (an application busy, a state
+    /// that shrinks below `snapshot_bytes_max`), and a replica that gave up for good would stay
+    /// out of the cluster until restarted.
+    serve_refused: bool,
+    serve_backoff_ns: u64,
     /// Snapshots installed so far: one more starts the waits again from a read period.
     installs_seen: u64,
     /// By position, whether the failure detector judged the peer alive when last looked at:
@@ -241,6 +253,8 @@ impl<F: Fabric> BackgroundDriver<F> {
             next_fetch_ns: 0,
             restore_failures_seen: 0,
             restore_backoff_ns: 0,
+            serve_refused: false,
+            serve_backoff_ns: 0,
             installs_seen: 0,
             alive_seen: vec![true; n],
             replicas,
@@ -466,10 +480,17 @@ impl<F: Fabric> BackgroundDriver<F> {
                     .min(RESTORE_RETRY_NS_MAX);
                 self.next_fetch_ns = now_ns + self.restore_backoff_ns;
             }
+            if std::mem::take(&mut self.serve_refused) {
+                self.serve_backoff_ns = (self.serve_backoff_ns * 2)
+                    .max(self.config.read_period_ns)
+                    .min(SERVE_RETRY_NS_MAX);
+                self.next_fetch_ns = now_ns + self.serve_backoff_ns;
+            }
             let installed = self.shared.snapshots_installed.load(Ordering::Relaxed);
             if installed != self.installs_seen {
                 self.installs_seen = installed;
                 self.restore_backoff_ns = 0;
+                self.serve_backoff_ns = 0;
             }
             if now_ns < self.next_fetch_ns {
                 return false;
@@ -590,21 +611,32 @@ impl<F: Fabric> BackgroundDriver<F> {
             let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
             let error = header(SNAPSHOT_ERROR);
             if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
+                // The donor's own status has the hook's message; what its header says is the
+                // kind of failure alone.
+                let bytes_max = self.transfer.snapshot_bytes_max;
                 let why = match error {
-                    SNAPSHOT_TOO_LARGE => "larger than snapshot_bytes_max".to_string(),
-                    SNAPSHOT_UNSUPPORTED => "the application does not take snapshots".to_string(),
-                    _ => format!("error {error}, {len} bytes"),
+                    SNAPSHOT_TOO_LARGE => "its snapshot is larger than its snapshot_bytes_max \
+                                           (its status says how large)"
+                        .to_string(),
+                    SNAPSHOT_UNSUPPORTED => "its application's snapshot hook failed (its \
+                                             status says why)"
+                        .to_string(),
+                    SNAPSHOT_OK => format!(
+                        "its snapshot of {len} bytes is larger than this replica's \
+                         snapshot_bytes_max ({bytes_max})"
+                    ),
+                    _ => format!("unknown error code {error}"),
                 };
                 let donor = self.replicas.ids()[fetch.donor];
                 warn!(
                     replica = self.me.0,
                     donor = donor.0,
                     why = why.as_str(),
-                    "state transfer failed: the donor cannot serve; not retried until restarted"
+                    "state transfer failed: the donor cannot serve; asking again later"
                 );
                 self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
                 self.fetch = None;
-                self.next_fetch_ns = u64::MAX; // until restarted: retrying cannot help
+                self.serve_refused = true;
                 return;
             }
             let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);

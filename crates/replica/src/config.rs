@@ -347,7 +347,7 @@ impl ReplicaConfig {
             )));
         }
         if self.protocol == Protocol::Velos {
-            self.validate_velos(&replicas)?;
+            self.validate_velos(&replicas, layout)?;
         }
         if !(1..=BATCH_REQUESTS_MAX).contains(&self.batch_requests_max) {
             return Err(ConfigError::Batching(format!(
@@ -399,7 +399,11 @@ impl ReplicaConfig {
     }
 
     /// What Velos does not do yet, said plainly rather than run badly.
-    fn validate_velos(&self, replicas: &ReplicaSet) -> Result<(), ConfigError> {
+    fn validate_velos(&self, replicas: &ReplicaSet, layout: LogLayout) -> Result<(), ConfigError> {
+        // A value log per replica besides the slot words: a log that fits in memory once may
+        // not fit that many times, and that is the configuration's fault, found here rather
+        // than as the engine's refusal at start.
+        mu_velos::VelosLayout::new(layout, replicas.len()).map_err(ConfigError::Log)?;
         if !self.eligible && replicas.len() <= 2 {
             return Err(ConfigError::Replicas(format!(
                 "a velos replica that restarts without its memory rejoins through an entry a \
@@ -482,6 +486,21 @@ mod tests {
             let value_bytes = 8 * protocol.control_entry_bytes().div_ceil(8);
             let (_, layout) = config(protocol, 24 + value_bytes as u32).validate().unwrap();
             assert!(layout.max_value_bytes() >= protocol.control_entry_bytes());
+        }
+    }
+
+    /// A Velos log that fits in memory once but not once per replica (each has a value log) is
+    /// a configuration error found by `validate`, not an engine's refusal at start.
+    #[test]
+    fn velos_logs_must_fit_once_per_replica() {
+        let mut c = config(Protocol::Velos, 4096);
+        c.slots_count = (isize::MAX as u64) / 4096 / 2;
+        let mut mu = c.clone();
+        mu.protocol = Protocol::Mu;
+        assert!(mu.validate().is_ok(), "one log of that size fits");
+        match c.validate() {
+            Err(ConfigError::Log(why)) => assert!(why.contains("do not fit"), "{why}"),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -352,6 +352,19 @@ impl<F: Fabric> Inner<F> {
         }
     }
 
+    /// Once the background thread ends (a shutdown, a failure on any thread, a refusal): the
+    /// heartbeat has stopped, and this replica follows no leader and says so to whoever
+    /// watches. Its last election would otherwise stand for good: a stopped leader would go on
+    /// naming itself while the others elect another, and an application that routes by it
+    /// would send every request to a replica that refuses them all. Only the background thread
+    /// calls it, as it alone sets the leader.
+    fn follow_no_leader(&self) {
+        self.shared.heartbeat_on.store(false, Ordering::Release);
+        if self.shared.set_leader(None, self.me, self.now_ns()) {
+            lock(&self.leader_watchers).retain(|tx| tx.send(None).is_ok());
+        }
+    }
+
     /// Runs `body` as one of the replica's threads: a panic in it stops the replica
     /// ([`Inner::fail`]) rather than leaving the others running without it.
     fn guarded(self: Arc<Self>, what: &'static str, body: impl FnOnce()) {
@@ -502,7 +515,8 @@ impl Replica {
                 let held = bg.clone();
                 held.guarded("the background thread", || {
                     background_loop(&bg, &mut background, max_wait_ns, dedicated)
-                })
+                });
+                bg.follow_no_leader();
             },
         )?);
         let repl = inner.clone();
@@ -1051,11 +1065,7 @@ fn background_loop<F: Fabric>(
         if inner.shared.refused.load(Ordering::Acquire) {
             // A peer refused this run as restarted without rejoining (the status's `failure`
             // says so): it stops, as after a failure, and later calls fail with `ShuttingDown`.
-            // It follows no leader, and says so to whoever watches.
-            inner.shared.set_leader(None, inner.me, now_ns);
-            if last_leader.is_some() {
-                lock(&inner.leader_watchers).retain(|tx| tx.send(None).is_ok());
-            }
+            // It follows no leader from then on (`Inner::follow_no_leader`).
             inner.stop.store(true, Ordering::Release);
             break;
         }

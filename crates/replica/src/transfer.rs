@@ -105,6 +105,12 @@ pub(crate) fn serve<R: LocalRegion>(
     put(SNAPSHOT_ERROR, error);
     put(SNAPSHOT_TICKET, ticket);
     shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
+    // The buffer lives as long as the replica: one that an oversized snapshot grew would
+    // otherwise hold that memory for good. A snapshot that fits leaves it at most about
+    // twice `bytes_max`, as the vector doubled to hold it.
+    if buf.capacity() > 2 * bytes_max {
+        *buf = Vec::new();
+    }
     // A newer request may have replaced this one meanwhile: leave it for the next poll.
     let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
 }
@@ -182,4 +188,88 @@ pub(crate) fn install(
     }
     shared.snapshot_fetched.store(false, Ordering::Release);
     installed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{snapshot_region_bytes, snapshot_ticket};
+    use mu_fabric::{FabricError, RegionId};
+    use std::sync::{Arc, Mutex};
+
+    /// A region in this process's memory: what `serve` writes, to be read back.
+    #[derive(Clone)]
+    struct Memory(Arc<Mutex<Vec<u8>>>);
+
+    impl LocalRegion for Memory {
+        fn id(&self) -> RegionId {
+            crate::layout::SNAPSHOT_REGION
+        }
+        fn len_bytes(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+        fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), FabricError> {
+            out.copy_from_slice(&self.0.lock().unwrap()[offset..offset + out.len()]);
+            Ok(())
+        }
+        fn write(&self, offset: usize, data: &[u8]) -> Result<(), FabricError> {
+            self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn load_u64(&self, offset: usize) -> Result<u64, FabricError> {
+            let mut word = [0; 8];
+            self.read(offset, &mut word)?;
+            Ok(u64::from_le_bytes(word))
+        }
+        fn store_u64(&self, offset: usize, value: u64) -> Result<(), FabricError> {
+            self.write(offset, &value.to_le_bytes())
+        }
+        fn compare_swap_u64(&self, offset: usize, old: u64, new: u64) -> Result<u64, FabricError> {
+            let seen = self.load_u64(offset)?;
+            if seen == old {
+                self.store_u64(offset, new)?;
+            }
+            Ok(seen)
+        }
+    }
+
+    /// An application whose snapshots are `bytes` long.
+    struct Sized(usize);
+
+    impl Applier for Sized {
+        fn apply(&mut self, _: u64, _: EntryKind, _: &[u8]) {}
+        fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+            out.resize(self.0, 7);
+            Ok(())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A snapshot far larger than `snapshot_bytes_max` is refused to the requester, and the
+    /// memory it took is given back rather than kept by the donor for good; one that fits is
+    /// published whole.
+    #[test]
+    fn an_oversized_snapshot_is_refused_and_its_memory_freed() {
+        let bytes_max = 4096;
+        let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let replicas = ReplicaSet::new(ids.clone()).unwrap();
+        let shared = Shared::new(true, ids, 0b111, 1, 1);
+        let region = Memory(Arc::new(Mutex::new(vec![0; snapshot_region_bytes(bytes_max)])));
+        let mut buf = Vec::new();
+        let mut serve_one = |app: &mut Sized, seq| {
+            shared.snapshot_wanted.store(snapshot_ticket(1, seq), Ordering::Release);
+            let at = (NodeId(0), &replicas);
+            serve(&shared, &region, &mut buf, bytes_max, at, (5, 0b111), None, app);
+            let word = |field| region.load_u64(field as usize).unwrap();
+            (word(SNAPSHOT_ERROR), word(SNAPSHOT_LEN), buf.capacity())
+        };
+        let (error, len, capacity) = serve_one(&mut Sized(100 * bytes_max), 1);
+        assert_eq!((error, len), (SNAPSHOT_TOO_LARGE, 0));
+        assert!(capacity <= 2 * bytes_max, "the donor keeps {capacity} bytes");
+        let (error, len, capacity) = serve_one(&mut Sized(bytes_max), 2);
+        assert_eq!((error, len), (SNAPSHOT_OK, bytes_max as u64));
+        assert!(capacity >= bytes_max, "a buffer that fits is kept for the next snapshot");
+    }
 }
