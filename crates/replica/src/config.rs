@@ -369,8 +369,9 @@ impl ReplicaConfig {
 
 impl ReplicaConfig {
     /// A 16-bit digest of what every replica of a cluster must agree on: the protocol and its
-    /// version, the log's shape (slots, slot size, integrity check) and the configured
-    /// replicas. Each replica publishes it with its heartbeat; a peer that publishes another is
+    /// version, the log's shape (slots, slot size, integrity check), the largest snapshot (a
+    /// donor's snapshot region is read whole, at the size the reader expects) and the
+    /// configured replicas. Each replica publishes it with its heartbeat; a peer that publishes another is
     /// never counted alive and its permission requests are not served, so a replica started
     /// with another log shape cannot take part (its entries would be read at the wrong
     /// offsets, and what it acknowledged lost). Never 0, which a heartbeat not yet read holds.
@@ -387,6 +388,7 @@ impl ReplicaConfig {
         eat(&self.slots_count.to_le_bytes());
         eat(&self.slot_bytes.to_le_bytes());
         eat(&[matches!(self.integrity, Integrity::Checksum) as u8]);
+        eat(&(self.snapshot_bytes_max as u64).to_le_bytes());
         // In id order, as `ReplicaSet` keeps them: the order a list was written in changes
         // nothing else.
         let mut ids: Vec<u16> = self.replicas.iter().map(|id| id.0).collect();

@@ -92,6 +92,15 @@ fn a_replica_with_another_log_shape_takes_no_part() {
     check_excluded("mismatch-slots", |c| c.slots_count = 128);
 }
 
+/// A replica whose snapshots may be larger than the others' could not serve them one, nor
+/// take one of theirs: it is refused as configured differently, not left to fail every state
+/// transfer.
+#[test]
+fn a_replica_with_another_snapshot_limit_takes_no_part() {
+    let _one = one_at_a_time();
+    check_excluded("mismatch-snapshot", |c| c.snapshot_bytes_max *= 2);
+}
+
 #[test]
 fn a_replica_of_another_protocol_takes_no_part() {
     let _one = one_at_a_time();
