@@ -176,17 +176,38 @@ impl Recovery {
 const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
 
 /// Read periods between two polls of the replication thread that count as a stall, after
-/// which a leader resyncs ([`VelosDriver::resynced`]). Fewer than the failure detector needs to
-/// find a stopped replica failed (its score must fall from at least the recovery threshold, 6,
-/// to the failure threshold, 2: four stale reads), so no other leader can have been elected
-/// during a gap this short; more than one, so that ordinary preemption does not hold a leader
-/// back.
+/// which a leader resyncs ([`VelosDriver::resynced`]): more than one, so that ordinary
+/// preemption does not hold a leader back. Capped by what the log's length allows
+/// ([`stall_ns`]).
 const STALL_READ_PERIODS: u64 = 2;
+
+/// Less time than any fabric takes to decide one index (a compare-and-swap on a majority's
+/// words, one after another on the leader's thread: about a microsecond over RDMA, and a few
+/// hundred nanoseconds on shared memory, where each is a cache miss), for the bound in
+/// [`stall_ns`].
+const DECISION_NS_MIN: u64 = 10;
+
+/// The longest gap between two polls of the replication thread that does not count as a
+/// stall: [`STALL_READ_PERIODS`] read periods, or less where the log is so short that the
+/// others could go round it half the laps a slot word tells apart in that time (at one decision
+/// every [`DECISION_NS_MIN`]; half of them, for a margin).
+///
+/// The failure detector cannot bound it: an alive replica whose score sits just above the
+/// failure threshold is found failed after a single stale read, so a leader may be deposed
+/// within any gap, however short. What keeps a shorter gap safe is that the others cannot have
+/// decided so many entries meanwhile that a slot word's lap reads wrongly (`LAPS / 2` laps of
+/// the log apart).
+fn stall_ns(read_period_ns: u64, slots_count: u64) -> u64 {
+    let laps_apart_ns =
+        (mu_velos::word::LAPS / 2).saturating_mul(slots_count).saturating_mul(DECISION_NS_MIN);
+    STALL_READ_PERIODS.saturating_mul(read_period_ns).min(laps_apart_ns / 2)
+}
 
 /// Detector read periods without an elected leader after which a replica that installed a
 /// snapshot stands for election without waiting to apply an entry
-/// ([`VelosDriver::stand_if_leaderless`]): twice what the detector needs to find a leader failed
-/// (its score falls from at least 6 to 2 in four stale reads).
+/// ([`VelosDriver::stand_if_leaderless`]): longer than a replica at the recovery threshold (6)
+/// takes to be found failed (five stale reads), so that a leader being replaced is usually
+/// seen first. It only decides when such a replica stands, never what is safe.
 const LEADERLESS_READ_PERIODS: u64 = 8;
 
 /// A recovery whose rejoin entry has not come after this long says so.
@@ -310,9 +331,9 @@ pub struct VelosDriver<F: Fabric> {
     next_abstention_check_ns: u64,
     /// When the last poll began (`None` before the first).
     last_poll_ns: Option<u64>,
-    /// Set when a poll came more than [`STALL_READ_PERIODS`] read periods after the one
-    /// before: the thread stalled (descheduled, the process stopped), and the others may have
-    /// gone round the log more than laps tell apart meanwhile. This replica neither starts nor
+    /// Set when a poll came more than [`stall_ns`] after the one before: the thread stalled
+    /// (descheduled, the process stopped), and the others may have gone round the log more
+    /// than laps tell apart meanwhile. This replica neither starts nor
     /// goes on leading until the background plane has read every live peer's head with a read
     /// posted after it ([`VelosDriver::resynced`]).
     resync_since_ns: Option<u64>,
@@ -579,7 +600,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.progress.bump_loop();
-        let stall_ns = STALL_READ_PERIODS * self.settings.read_period_ns;
+        let stall_ns = stall_ns(self.settings.read_period_ns, self.layout.slots_count());
         if self.last_poll_ns.is_some_and(|last| now_ns.saturating_sub(last) > stall_ns) {
             self.resync_since_ns = Some(now_ns);
         }
@@ -1812,5 +1833,25 @@ mod tests {
             count_completed(&mut in_flight, &Completion { wr_id, ..Completion::EMPTY });
         }
         assert_eq!(in_flight, [4, 4, 4, 4, 4, 3, 4, 3]);
+    }
+
+    /// A gap shorter than the stall bound leaves the others too little time to go round the log
+    /// half the laps a word tells apart, even at one decision every `DECISION_NS_MIN`, whatever
+    /// the read period; with the default log it is the two read periods.
+    #[test]
+    fn the_stall_bound_is_below_the_time_laps_take() {
+        for slots_count in [2, 8, 64, 4096, 1 << 20] {
+            for read_period_ns in [1_000, 20_000, 1_000_000, 1_000_000_000] {
+                let bound_ns = stall_ns(read_period_ns, slots_count);
+                let decisions = bound_ns / DECISION_NS_MIN;
+                let laps = decisions / slots_count;
+                assert!(laps < mu_velos::word::LAPS / 2, "{slots_count} slots: {laps} laps");
+                assert!(bound_ns <= STALL_READ_PERIODS * read_period_ns);
+                assert!(bound_ns > 0);
+            }
+        }
+        assert_eq!(stall_ns(1_000_000, 4096), 2_000_000, "the defaults: two read periods");
+        assert_eq!(stall_ns(1_000_000, 8), 40_960, "8 slots: 1,024 laps at 10 ns, halved");
+        assert_eq!(stall_ns(1_000_000_000, 4096), 20_971_520, "a 1 s read period, capped");
     }
 }
