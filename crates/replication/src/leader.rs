@@ -219,6 +219,10 @@ pub struct Leader {
     unfenced: u64,
     /// Positions with a fence in flight.
     fencing: u64,
+    /// Followers reported corrupt ([`Action::CorruptPeer`]) since we became leader: their
+    /// minProposal is never rewritten (they take no part in prepare), so every prepare after a
+    /// late grant let them back would find it again, and once a leadership says enough.
+    corrupt_reported: u64,
     /// Positions to ask for permission once their fence completes.
     ask_after_fence: u64,
 
@@ -342,6 +346,7 @@ impl Leader {
             asked: 0,
             unfenced: 0,
             fencing: 0,
+            corrupt_reported: 0,
             ask_after_fence: 0,
             fuo: 0,
             proposal_number: 0,
@@ -524,6 +529,7 @@ impl Leader {
         if !self.refresh(mem).0 {
             return false;
         }
+        self.corrupt_reported = 0;
         self.ask_permissions(out);
         true
     }
@@ -1373,7 +1379,10 @@ impl Leader {
             for pos in corrupt {
                 self.confirmed[pos] = false;
                 self.waits[pos] = Wait::Idle;
-                out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
+                if self.corrupt_reported & (1 << pos) == 0 {
+                    self.corrupt_reported |= 1 << pos;
+                    out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
+                }
             }
             if self.confirmed_count() < self.majority() {
                 return self.abort(AbortReason::LostMajority, mem, out);

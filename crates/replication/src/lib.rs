@@ -225,6 +225,7 @@ pub enum Action {
     /// `peer`'s log holds a minProposal that no leader writes (no proposal number can exceed
     /// it): its memory is corrupted, or the peer is faulty. The engine dropped it from the
     /// confirmed set, as it drops an unreachable follower, or, where `peer` is this replica,
-    /// overwrites it in prepare; the runtime reports it.
+    /// overwrites it in prepare; the runtime reports it. A follower is reported once per
+    /// leadership, however many prepares drop it.
     CorruptPeer { peer: NodeId },
 }

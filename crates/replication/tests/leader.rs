@@ -694,6 +694,49 @@ fn t82_a_follower_with_an_impossible_min_proposal_is_dropped() {
     assert_eq!(c.aborts(), [AbortReason::LostMajority]);
 }
 
+/// The corrupt follower of t82 is reported once per leadership: a later grant lets it back
+/// into the confirmed set (its minProposal is never rewritten, since it takes no part in
+/// prepare), and each prepare after an abort drops it again, silently.
+#[test]
+fn t82b_a_corrupt_follower_is_reported_once_per_leadership() {
+    let reports = |c: &Cluster| {
+        c.actions.iter().filter(|a| **a == Action::CorruptPeer { peer: NodeId(1) }).count()
+    };
+    let mut c = Cluster::ready(5, 0);
+    c.mems[1].store_u64(Area::Log, MIN_PROPOSAL_OFFSET, u64::MAX);
+    c.propose(b"a").unwrap();
+    c.run();
+    assert_eq!(reports(&c), 1);
+    assert!(!c.leader.confirmed().contains(&NodeId(1)));
+    // Back by a late grant, as the runtime asks the members we lead without now and then.
+    let mut out = Vec::new();
+    c.leader.ask_missing(&mut out);
+    c.take(out);
+    c.run(); // the fence before the request
+    c.grant(1);
+    c.run();
+    c.propose(b"b").unwrap();
+    c.run();
+    assert!(c.leader.confirmed().contains(&NodeId(1)), "{:?}", c.leader.confirmed());
+    // The majority lost and regained: a new attempt prepares again and finds it again.
+    for pos in 2..5 {
+        c.faults[pos] = Fault::Unreachable;
+    }
+    c.propose(b"c").unwrap();
+    c.run();
+    assert_eq!(c.aborts(), [AbortReason::LostMajority]);
+    for pos in 2..5 {
+        c.faults[pos] = Fault::None;
+    }
+    c.grant_all();
+    c.run();
+    c.propose(b"d").unwrap();
+    c.run();
+    assert!(!c.leader.confirmed().contains(&NodeId(1)), "dropped again");
+    assert_eq!(reports(&c), 1, "reported once in this leadership");
+    assert!(c.committed().contains(&(3, true)), "{:?}", c.committed());
+}
+
 /// Not leading: propose is refused with a typed error, as is a value larger than a slot.
 #[test]
 fn t90_propose_errors() {
