@@ -23,7 +23,7 @@ use mu_velos::{learner, Action, Event, Proposer, StopReason, VelosLayout, OP_BIT
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Operation ids of the driver's own operations (the proposer's leave the top two bits 0).
 const DRIVER_OP: u64 = 1 << OP_BITS;
@@ -1404,6 +1404,13 @@ impl<F: Fabric> VelosDriver<F> {
                         self.step_down(None);
                     }
                 }
+                Event::MalformedWord { index, acceptor } => error!(
+                    replica = self.me.0,
+                    peer = self.replicas.ids()[acceptor].0,
+                    index,
+                    "a slot word no proposer writes (corrupted memory or a faulty replica): \
+                     that acceptor takes no part in the index"
+                ),
                 Event::Stopped(reason) => {
                     warn!(replica = self.me.0, %reason, "the velos proposer stopped");
                     let leader = self.shared.leader();

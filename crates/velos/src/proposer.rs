@@ -48,6 +48,11 @@ pub enum Event {
     Decided { index: u64, submitted: bool },
     /// The proposer stopped leading for good (until started again).
     Stopped(StopReason),
+    /// Acceptor `acceptor`'s word for `index` is one no proposer writes
+    /// ([`crate::word::SlotWord::is_malformed`]): its memory is corrupted, or the peer is
+    /// faulty. It takes no part in that index (the others decide it). Said once per acceptor
+    /// each time the proposer starts.
+    MalformedWord { index: u64, acceptor: usize },
 }
 
 /// Why a proposer stopped by itself.
@@ -248,6 +253,10 @@ pub struct Proposer {
     /// The index of a local compare-and-swap that failed since the last poll: the next poll
     /// stops the proposer (stopping in the middle of a round of posts would leave half of it).
     local_swap_failed: Option<u64>,
+    /// Acceptors whose malformed word was reported ([`Event::MalformedWord`]) since the
+    /// proposer last started: a word that stays so would otherwise be reported at every
+    /// prepare of its index.
+    malformed_reported: u64,
     /// Per acceptor: bumped on each failure of its connection.
     epoch: Vec<u64>,
     /// Every live acceptor has applied the indices below this one.
@@ -302,6 +311,7 @@ impl Proposer {
             majority: config.members.count_ones() / 2 + 1,
             leading: false,
             local_swap_failed: None,
+            malformed_reported: 0,
             next: 0,
             ring: (0..window).map(|_| Track::new(n)).collect(),
             serial: 1,
@@ -385,6 +395,7 @@ impl Proposer {
         assert!(self.events.is_empty(), "the runtime takes every event before starting again");
         self.leading = true;
         self.local_swap_failed = None;
+        self.malformed_reported = 0;
         self.next = first;
         self.pending = None;
         self.last_decided = None;
@@ -653,11 +664,17 @@ impl Proposer {
         let mut stale = false;
         let mut abstaining = 0;
         for p in bits(self.members) {
-            match SlotWord::unpack(self.ring[pos].predicted[p]).view(lap) {
+            let word = SlotWord::unpack(self.ring[pos].predicted[p]);
+            match word.view(lap) {
                 View::Current(s) => floor = floor.max(s.min),
                 View::Fresh => {}
                 View::Newer => stale = true,
-                View::Abstains => abstaining |= 1 << p,
+                View::Abstains => {
+                    abstaining |= 1 << p;
+                    if word.is_malformed() {
+                        self.report_malformed(index, p);
+                    }
+                }
             }
         }
         if stale {
@@ -736,6 +753,16 @@ impl Proposer {
         }
     }
 
+    /// Says that acceptor `acceptor`'s word for `index` is malformed, once per acceptor since
+    /// the proposer started, and only while it leads (the runtime takes every event before it
+    /// starts it again).
+    fn report_malformed(&mut self, index: u64, acceptor: usize) {
+        if self.leading && self.malformed_reported & (1 << acceptor) == 0 {
+            self.malformed_reported |= 1 << acceptor;
+            self.events.push(Event::MalformedWord { index, acceptor });
+        }
+    }
+
     /// A CAS completed, with the word's previous value.
     pub fn on_cas(&mut self, op: u64, old: u64) {
         let (serial, kind, pos, p) = op_parts(op);
@@ -753,11 +780,14 @@ impl Proposer {
         if !current {
             return;
         }
-        let lap = lap_of(t.index, self.layout.slots_count());
+        let (index, lap) = (t.index, lap_of(t.index, self.layout.slots_count()));
         if !success && SlotWord::unpack(old).view(lap) == View::Abstains {
             // A restarted acceptor that takes no part in this index: no answer, not a refusal
-            // (an abort would only find it abstaining again).
+            // (an abort would only find it abstaining again). Or a malformed word, read so.
             t.errored |= 1 << p;
+            if SlotWord::unpack(old).is_malformed() {
+                self.report_malformed(index, p);
+            }
         } else if success {
             t.ok |= 1 << p;
             if kind == KIND_PREPARE {

@@ -91,6 +91,13 @@ impl SlotWord {
         self.min == ABSTAIN_MIN
     }
 
+    /// Whether no proposer writes this word (`pack` refuses it: an accepted proposal above
+    /// [`PROPOSAL_MAX`]): corrupted memory or a faulty peer. It abstains in its own lap
+    /// ([`SlotWord::view`]).
+    pub fn is_malformed(self) -> bool {
+        !self.is_abstaining() && self.accepted > PROPOSAL_MAX
+    }
+
     pub fn unpack(word: u64) -> SlotWord {
         SlotWord {
             min: ((word >> MIN_SHIFT) & PROPOSAL_MASK) as u32,
@@ -107,10 +114,9 @@ impl SlotWord {
             return if ahead < LAPS / 2 { View::Abstains } else { View::Fresh };
         }
         if ahead == 0 {
-            if self.accepted > PROPOSAL_MAX {
-                // No proposer writes this (`pack` refuses it): corrupted memory or a faulty
-                // peer. Read as an acceptor that takes no part in this index, so that the
-                // others decide it, rather than packed back into a CAS (an assertion).
+            if self.is_malformed() {
+                // Read as an acceptor that takes no part in this index, so that the others
+                // decide it, rather than packed back into a CAS (an assertion).
                 return View::Abstains;
             }
             View::Current(self)
@@ -192,6 +198,9 @@ mod tests {
         assert_eq!(word.accepted, PROPOSAL_MASK as u32);
         let malformed = SlotWord { min: 3, lap: 5, ..word };
         assert!(!malformed.is_abstaining());
+        assert!(malformed.is_malformed());
+        assert!(!SlotWord { accepted: PROPOSAL_MAX, ..malformed }.is_malformed());
+        assert!(!SlotWord::unpack(SlotWord::abstaining(5)).is_malformed());
         assert_eq!(malformed.view(5), View::Abstains);
         assert_eq!(malformed.view(6), View::Fresh);
         assert_eq!(malformed.view(4), View::Newer);

@@ -10,9 +10,21 @@ use mu_velos::{Event, Phase, Proposer, ProposerConfig, SlotWord, StopReason};
 
 /// Submits `value` and runs everything to its decision; returns the decided index.
 fn decide(net: &mut Net, me: usize, p: &mut Proposer, value: &[u8]) -> u64 {
+    decide_seeing(net, me, p, value, &mut Vec::new())
+}
+
+/// [`decide`], keeping every event the proposer gave on the way in `seen`.
+fn decide_seeing(
+    net: &mut Net,
+    me: usize,
+    p: &mut Proposer,
+    value: &[u8],
+    seen: &mut Vec<Event>,
+) -> u64 {
     p.submit(EntryKind::Request, value).unwrap();
     for _ in 0..100 {
         for e in step(net, me, p) {
+            seen.push(e.clone());
             if let Event::Decided { index, submitted: true } = e {
                 return index;
             }
@@ -354,7 +366,8 @@ fn t09_an_abstaining_acceptor_is_no_answer() {
 /// Not in the paper: a word whose accepted field is all ones is no word a proposer writes
 /// (corrupted memory, or a faulty peer). Packed back into a CAS it tripped an assertion, in
 /// every leader in turn; it is now an acceptor that abstains in that index, and the others
-/// decide it, leaving the word as it was.
+/// decide it, leaving the word as it was. The proposer says so (`Event::MalformedWord`), once
+/// per acceptor each time it starts, however many indexes hold such a word.
 #[test]
 fn t13_a_malformed_word_is_no_answer() {
     // Bits 37..12 hold the accepted proposal.
@@ -364,11 +377,16 @@ fn t13_a_malformed_word_is_no_answer() {
     for k in 0..4 {
         net.set_word(2, k, malformed);
     }
+    let mut seen = Vec::new();
     for k in 0..4u64 {
-        assert_eq!(decide(&mut net, 0, &mut p, format!("v{k}").as_bytes()), k);
+        assert_eq!(decide_seeing(&mut net, 0, &mut p, format!("v{k}").as_bytes(), &mut seen), k);
         assert_eq!(net.word(2, k), malformed, "index {k}: left alone");
         assert_eq!(SlotWord::unpack(net.word(1, k)).accepted, 1, "index {k}");
     }
+    let reports: Vec<_> =
+        seen.iter().filter(|e| matches!(e, Event::MalformedWord { .. })).cloned().collect();
+    assert_eq!(reports.len(), 1, "{seen:?}");
+    assert!(matches!(reports[0], Event::MalformedWord { acceptor: 2, .. }), "{reports:?}");
 
     // On the proposer's own acceptor: the others are not guessed to hold it too (then none
     // was asked, and the index was never prepared).
@@ -377,8 +395,10 @@ fn t13_a_malformed_word_is_no_answer() {
     let mut p0 = proposer(net.layout, 0, 1);
     p0.start(0, None, &mut net.mem(0));
     p.stop();
-    assert_eq!(decide(&mut net, 0, &mut p0, b"v0"), 0);
+    let mut seen = Vec::new();
+    assert_eq!(decide_seeing(&mut net, 0, &mut p0, b"v0", &mut seen), 0);
     assert_eq!(net.word(0, 0), malformed, "left alone");
+    assert!(seen.contains(&Event::MalformedWord { index: 0, acceptor: 0 }), "{seen:?}");
 }
 
 /// A memory whose compare-and-swap fails, as a verbs loopback that timed out.
