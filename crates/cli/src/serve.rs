@@ -157,6 +157,8 @@ pub fn run(args: Args) -> Result<(), String> {
         started,
     )
     .map_err(|e| took_part(e.to_string()))?;
+    // The metrics endpoint serves until it is dropped, with the server at the end.
+    let mut metrics = None;
     if let Some(base) = config.metrics.port_base {
         let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
         let sources = mu_service::metrics::Sources {
@@ -166,8 +168,10 @@ pub fn run(args: Args) -> Result<(), String> {
             started,
             slots_count: config.log.slots,
         };
-        let addr = mu_service::metrics::serve(port, sources).map_err(took_part)?;
+        let endpoint = mu_service::metrics::serve(port, sources).map_err(took_part)?;
+        let addr = endpoint.address();
         info!(replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
+        metrics = Some(endpoint);
     }
     info!(
         replica = args.id,
@@ -188,6 +192,7 @@ pub fn run(args: Args) -> Result<(), String> {
             // Stopped on its own (refused as restarted without --rejoin, say): it serves
             // nothing more. Its pid file stays, so it restarts only with --rejoin, as after a
             // crash.
+            drop(metrics);
             drop(server);
             return Err(format!("replica {} stopped: {failure}", args.id));
         }
@@ -214,6 +219,7 @@ pub fn run(args: Args) -> Result<(), String> {
         commits = replica.status().commits,
         "stopping"
     );
+    drop(metrics);
     drop(server);
     let _ = std::fs::remove_file(&pid_path);
     Ok(())

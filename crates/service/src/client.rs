@@ -252,6 +252,24 @@ impl Client {
     /// refusal as the answer. Connecting and each read wait no longer than until `deadline`
     /// (and at least a millisecond), so that a short timeout is kept.
     fn exchange(&mut self, message: &[u8], deadline: Instant) -> Result<ServerMessage, FrameError> {
+        let reused = self.conn.is_some();
+        match self.exchange_once(message, deadline) {
+            // A replica closes a connection idle for long (its limits): a connection kept from
+            // an earlier call may be gone. Send again on a new one to the same replica, rather
+            // than taking it for failed (the same sequence number: applied once).
+            Err(e) if reused && closed_by_peer(&e) => {
+                self.resends += 1;
+                self.exchange_once(message, deadline)
+            }
+            result => result,
+        }
+    }
+
+    fn exchange_once(
+        &mut self,
+        message: &[u8],
+        deadline: Instant,
+    ) -> Result<ServerMessage, FrameError> {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         let read_timeout = READ_TIMEOUT.min(left);
         if self.conn.is_none() {
@@ -301,13 +319,30 @@ impl Client {
                 &mut self.body,
             )? {
                 true => ServerMessage::decode(&self.body),
-                false => Err(FrameError::Malformed("the replica closed the connection".into())),
+                false => Err(FrameError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the replica closed the connection",
+                ))),
             });
         if result.is_err() {
             self.conn = None;
         }
         result
     }
+}
+
+/// Whether `e` says the peer closed the connection (not that it is slow to answer).
+fn closed_by_peer(e: &FrameError) -> bool {
+    matches!(
+        e,
+        FrameError::Io(e) if matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+        )
+    )
 }
 
 fn unexpected(reply: Reply) -> ClientError {

@@ -2,7 +2,10 @@
 //! the cluster's configuration gives one (clients on other hosts).
 //!
 //! One thread per listener accepts connections and one thread per connection reads requests (clients are
-//! sequential: one request, then its answer). A single proposer thread takes the requests of
+//! sequential: one request, then its answer). What clients may hold is bounded
+//! ([`ServerLimits`]): connections open at once (one more is answered with a retry and closed),
+//! the time a connection may stay silent, and the time a frame may take to arrive or an answer
+//! to be taken; a connection past a limit is closed, and nobody else waits for it. A single proposer thread takes the requests of
 //! every connection, proposes what has gathered as one call ([`Replica::propose_many`]: several
 //! requests per entry, several entries in flight, Mu paper §7.4), and hands each its answer.
 //! Bad input is answered, never fatal: a malformed request or one over the limits gets
@@ -10,25 +13,28 @@
 //! that connection only. A connection must open with a hello naming this cluster and this wire
 //! version; anything else is refused and the connection closed.
 //!
-//! Logs (`tracing`): the server's start and stop, and each connection refused for its hello
-//! (warn, with the reason). Nothing per request.
+//! Logs (`tracing`): the server's start and stop, each connection refused for its hello
+//! (warn, with the reason), and, at most once per [`WARN_EVERY`], connections refused for
+//! being over the limit and errors accepting connections. Nothing per request.
 
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
 use crate::socket::Stream;
 use crate::wire::{
-    read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
+    read_frame_body, read_frame_length, write_frame, ClientMessage, FrameError, ServerMessage,
+    WIRE_VERSION,
 };
 use mu_kv::Request;
 use mu_replica::{ProposeError, Replica};
-use std::io::{BufReader, BufWriter};
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,6 +43,41 @@ pub const BATCH_REQUESTS_MAX: usize = 64;
 
 /// The longest path a Unix socket may have (`sun_path`, with its terminating zero).
 const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+/// What clients may hold of a server, so that many clients, or misbehaving ones, cannot take
+/// it from the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections open at once, Unix and TCP together (each holds a thread and a file
+    /// descriptor). One more is answered [`ServerMessage::Retry`] and closed.
+    pub connections_max: usize,
+    /// How long a connection may stay without starting a frame before it is closed: one that
+    /// connects and sends nothing, or a client gone without closing, does not hold its place
+    /// for ever. (The client library opens a new connection when an old one was closed.)
+    pub idle_timeout_ms: u64,
+    /// How long a frame may take to arrive once its length has come, and an answer to be taken
+    /// by the client: one that sends a frame slowly, or sends requests and never reads the
+    /// answers, loses its connection.
+    pub io_timeout_ms: u64,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits { connections_max: 1024, idle_timeout_ms: 300_000, io_timeout_ms: 10_000 }
+    }
+}
+
+/// The shortest gap between two warnings of one kind (connections over the limit, accept
+/// errors): a flood of them is logged as a few lines.
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// How long an acceptor waits after an error accepting a connection (out of file descriptors,
+/// say): the connection waiting stays in the backlog, and trying again at once would spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// A connection's frame buffer larger than this after a frame is given back, not kept: a
+/// connection that sent one large value does not hold its size while idle.
+const BODY_BYTES_KEPT_MAX: usize = 64 * 1024;
 
 /// A request on its way to the proposer, and where its answer goes.
 struct Job {
@@ -59,6 +100,8 @@ pub struct ServerCounters {
     pub not_leader: AtomicU64,
     pub retries: AtomicU64,
     pub connections: AtomicU64,
+    /// Connections closed at once because [`ServerLimits::connections_max`] were open.
+    pub connections_refused: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     latency_overflow: AtomicU64,
     latency_sum_ns: AtomicU64,
@@ -94,15 +137,17 @@ impl ServerCounters {
     }
 }
 
-/// A running server. Dropping it stops accepting, closes the socket file and joins its threads;
-/// connections still open end when their clients close them or the process exits.
+/// A running server. Dropping it stops accepting, closes the connections still open (a
+/// request being replicated is answered first), closes the socket file and joins its threads.
 pub struct Server {
     path: PathBuf,
     tcp: Option<SocketAddr>,
     /// The replica served, for the stop event.
     replica_id: u16,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    acceptors: Vec<JoinHandle<()>>,
+    proposer: Option<JoinHandle<()>>,
+    connections: Arc<Connections>,
     pub counters: Arc<ServerCounters>,
 }
 
@@ -121,6 +166,28 @@ impl Server {
         (path, tcp): (&Path, Option<&str>),
         started: Instant,
     ) -> Result<Server, String> {
+        Server::start_with_limits(
+            cluster_id,
+            replica,
+            machine,
+            (path, tcp),
+            started,
+            ServerLimits::default(),
+        )
+    }
+
+    /// [`Server::start`], with `limits` on what clients may hold.
+    pub fn start_with_limits(
+        cluster_id: u64,
+        replica: Arc<Replica>,
+        machine: SharedMachine,
+        (path, tcp): (&Path, Option<&str>),
+        started: Instant,
+        limits: ServerLimits,
+    ) -> Result<Server, String> {
+        if limits.connections_max == 0 || limits.idle_timeout_ms == 0 || limits.io_timeout_ms == 0 {
+            return Err(format!("server limits must all be above zero: {limits:?}"));
+        }
         if path.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
             return Err(format!(
                 "socket path {} is {} bytes long; Unix sockets allow {SOCKET_PATH_BYTES_MAX}: \
@@ -155,26 +222,35 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(ServerCounters::default());
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-        let mut threads = Vec::new();
+        let mut acceptors = Vec::new();
         let replica_id = replica.id().0;
-        {
+        let proposer = {
             let (replica, machine, counters) = (replica.clone(), machine.clone(), counters.clone());
-            threads.push(spawn("mu-kv-propose", move || {
-                proposer(&replica, &machine, &counters, jobs_rx)
-            })?);
-        }
-        let base = Connection { cluster_id, jobs: jobs_tx, replica, machine, counters, started };
+            spawn("mu-kv-propose", move || proposer(&replica, &machine, &counters, jobs_rx))?
+        };
+        let connections = Arc::new(Connections::default());
+        let base = Connection {
+            cluster_id,
+            jobs: jobs_tx,
+            replica,
+            machine,
+            counters,
+            started,
+            limits,
+            connections: connections.clone(),
+        };
+        let warned = Arc::new(Warnings::default());
         if let Some(listener) = tcp_listener {
-            let (stop, base) = (stop.clone(), base.clone());
-            threads.push(spawn("mu-kv-accept-tcp", move || {
-                accept_loop(|| Stream::tcp(listener.accept()?.0), &stop, &base)
+            let (stop, base, warned) = (stop.clone(), base.clone(), warned.clone());
+            acceptors.push(spawn("mu-kv-accept-tcp", move || {
+                accept_loop(|| Stream::tcp(listener.accept()?.0), &stop, &base, &warned)
             })?);
         }
         let counters = base.counters.clone();
         {
             let stop = stop.clone();
-            threads.push(spawn("mu-kv-accept", move || {
-                accept_loop(|| Ok(Stream::Unix(listener.accept()?.0)), &stop, &base)
+            acceptors.push(spawn("mu-kv-accept", move || {
+                accept_loop(|| Ok(Stream::Unix(listener.accept()?.0)), &stop, &base, &warned)
             })?);
         }
         tracing::info!(
@@ -184,7 +260,16 @@ impl Server {
             tcp = %tcp.map_or("none".to_string(), |a| a.to_string()),
             "server started: accepting clients"
         );
-        Ok(Server { path: path.to_path_buf(), tcp, replica_id, stop, threads, counters })
+        Ok(Server {
+            path: path.to_path_buf(),
+            tcp,
+            replica_id,
+            stop,
+            acceptors,
+            proposer: Some(proposer),
+            connections,
+            counters,
+        })
     }
 
     /// Where it listens.
@@ -196,12 +281,24 @@ impl Server {
     pub fn tcp_address(&self) -> Option<SocketAddr> {
         self.tcp
     }
+
+    /// Client connections open now, Unix and TCP together.
+    pub fn connections_open(&self) -> usize {
+        self.connections.open_count()
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for t in self.threads.drain(..) {
+        // The acceptors first: once they are gone no connection is added, so shutting down
+        // those open reaches them all. The proposer ends when the last connection has (each
+        // holds a sender of its jobs); a connection waiting for an answer gets it first.
+        for t in self.acceptors.drain(..) {
+            let _ = t.join();
+        }
+        self.connections.shutdown_all();
+        if let Some(t) = self.proposer.take() {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
@@ -220,27 +317,172 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| format!("starting thread {name}: {e}"))
 }
 
+/// When each kind of warning was last logged, so that a flood of them is logged as a few lines.
+#[derive(Default)]
+struct Warnings {
+    over_limit: Mutex<Option<Instant>>,
+    accept_error: Mutex<Option<Instant>>,
+}
+
+/// Whether a warning last logged at `*last` may be logged now (and notes that it is).
+fn warn_now(last: &Mutex<Option<Instant>>) -> bool {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    match *last {
+        Some(at) if at.elapsed() < WARN_EVERY => false,
+        _ => {
+            *last = Some(Instant::now());
+            true
+        }
+    }
+}
+
+/// The connections open, so that they can be counted against the limit and shut down when the
+/// server stops.
+#[derive(Default)]
+struct Connections {
+    open: Mutex<HashMap<u64, Arc<Stream>>>,
+    next_id: AtomicU64,
+}
+
+impl Connections {
+    /// Counts `stream` as open, unless `max` are: then `None`.
+    fn admit(self: &Arc<Self>, stream: &Arc<Stream>, max: usize) -> Option<Admitted> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.len() >= max {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        open.insert(id, stream.clone());
+        Some(Admitted { connections: self.clone(), id })
+    }
+
+    fn open_count(&self) -> usize {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Shuts every open connection down: their threads, blocked reading or writing, return.
+    fn shutdown_all(&self) {
+        for stream in self.open.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            let _ = stream.shutdown();
+        }
+    }
+}
+
+/// A connection counted as open; dropping it (its thread ends, or never started) stops
+/// counting it.
+struct Admitted {
+    connections: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.connections.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
+}
+
 /// Accepts connections (`accept`, on a non-blocking listener) until `stop`, serving each on a
-/// thread of its own with a copy of `base`.
+/// thread of its own with a copy of `base`, up to `base.limits.connections_max` at once.
 fn accept_loop(
-    mut accept: impl FnMut() -> std::io::Result<Stream>,
+    mut accept: impl FnMut() -> io::Result<Stream>,
     stop: &AtomicBool,
     base: &Connection,
+    warned: &Warnings,
 ) {
     // The proposer thread ends when the last sender is gone: `base`'s, and the connections'.
     while !stop.load(Ordering::Acquire) {
         match accept() {
             Ok(stream) => {
                 base.counters.connections.fetch_add(1, Ordering::Relaxed);
+                let stream = Arc::new(stream);
+                let max = base.limits.connections_max;
+                let Some(admitted) = base.connections.admit(&stream, max) else {
+                    base.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+                    if warn_now(&warned.over_limit) {
+                        tracing::warn!(
+                            replica = base.replica.id().0,
+                            connections_max = max,
+                            "connection refused: too many open (further refusals in the next \
+                             {} s are not logged)",
+                            WARN_EVERY.as_secs()
+                        );
+                    }
+                    refuse_over_limit(&stream, max);
+                    continue;
+                };
                 let conn = base.clone();
-                // A connection that cannot get a thread is closed: the client tries again.
-                let _ = spawn("mu-kv-conn", move || conn.serve(stream));
+                // A connection that cannot get a thread is closed (`admitted` and the stream
+                // are dropped with the closure): the client tries again.
+                let _ = spawn("mu-kv-conn", move || conn.serve(&stream, admitted));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                if warn_now(&warned.accept_error) {
+                    tracing::warn!(
+                        replica = base.replica.id().0,
+                        error = %e,
+                        "accepting a client connection failed; trying again (further errors \
+                         in the next {} s are not logged)",
+                        WARN_EVERY.as_secs()
+                    );
+                }
+                std::thread::sleep(ACCEPT_ERROR_PAUSE);
+            }
         }
+    }
+}
+
+/// Tells a connection over the limit to try again later, without waiting for it: the
+/// acceptor must not block on one client.
+fn refuse_over_limit(stream: &Stream, max: usize) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut out = Vec::new();
+    ServerMessage::Retry(format!("the replica has {max} client connections open, its limit"))
+        .encode(&mut out);
+    let mut s = stream;
+    let _ = write_frame(&mut s, &out);
+}
+
+/// A connection's reader: each read waits no longer than the time left until `deadline`. The
+/// socket's timeout is changed only when the wait wanted changes, which a request that arrives
+/// whole in one read does not need.
+struct Timed<'a> {
+    stream: &'a Stream,
+    deadline: Instant,
+    wait: Duration,
+    wait_set: Option<Duration>,
+}
+
+impl<'a> Timed<'a> {
+    fn new(stream: &'a Stream) -> Timed<'a> {
+        Timed { stream, deadline: Instant::now(), wait: Duration::ZERO, wait_set: None }
+    }
+
+    /// What is read from now on must come within `wait`.
+    fn within(&mut self, wait: Duration) {
+        self.deadline = Instant::now() + wait;
+        self.wait = wait;
+    }
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Each read may wait `wait` (the socket's timeout), and none starts past the deadline:
+        // a peer that sends a byte now and then gets at most twice its time.
+        if Instant::now() >= self.deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the client took too long"));
+        }
+        if self.wait_set != Some(self.wait) {
+            self.stream.set_read_timeout(Some(self.wait))?;
+            self.wait_set = Some(self.wait);
+        }
+        let mut s = self.stream;
+        s.read(buf)
     }
 }
 
@@ -252,41 +494,33 @@ struct Connection {
     machine: SharedMachine,
     counters: Arc<ServerCounters>,
     started: Instant,
+    limits: ServerLimits,
+    connections: Arc<Connections>,
 }
 
 impl Connection {
-    fn serve(self, stream: Stream) {
-        if stream.set_nonblocking(false).is_err() {
+    fn serve(self, stream: &Stream, admitted: Admitted) {
+        let _admitted = admitted;
+        let idle = Duration::from_millis(self.limits.idle_timeout_ms);
+        let io_wait = Duration::from_millis(self.limits.io_timeout_ms);
+        // A client that stops reading its answers fills the socket: the write fails after
+        // `io_wait` and the connection closes, instead of holding its thread for ever.
+        if stream.set_nonblocking(false).is_err()
+            || stream.set_write_timeout(Some(io_wait)).is_err()
+        {
             return;
         }
-        let Ok(write_half) = stream.try_clone() else { return };
-        let mut reader = BufReader::new(stream);
-        let mut writer = BufWriter::new(write_half);
+        let mut reader = BufReader::new(Timed::new(stream));
+        let mut writer = BufWriter::new(stream);
         let (mut body, mut out) = (Vec::new(), Vec::new());
         let mut greeted = false;
         loop {
-            let answer = match read_frame(&mut reader, &mut body) {
-                Ok(false) => return,
-                Ok(true) => match ClientMessage::decode(&body) {
-                    Ok(m) if !greeted => match self.greet(&m) {
-                        Ok(welcome) => {
-                            greeted = true;
-                            welcome
-                        }
-                        Err(why) => {
-                            tracing::warn!(
-                                replica = self.replica.id().0,
-                                reason = why.as_str(),
-                                "connection refused: its hello does not match this replica"
-                            );
-                            self.refuse(why.clone()).encode(&mut out);
-                            let _ = write_frame(&mut writer, &out);
-                            return;
-                        }
-                    },
-                    Ok(m) => self.handle(m),
-                    Err(e) => self.refuse(e.to_string()),
-                },
+            // A hello is due at once: a connection that connects and says nothing holds its
+            // place for `io_wait`, not for the idle time a client between requests may take.
+            reader.get_mut().within(if greeted { idle } else { io_wait });
+            let len = match read_frame_length(&mut reader) {
+                Ok(Some(len)) => len,
+                Ok(None) => return,
                 // A frame over the limit: answer, then close (its body is still on the wire).
                 Err(e @ FrameError::TooLarge(_)) => {
                     let answer = self.refuse(e.to_string());
@@ -294,11 +528,42 @@ impl Connection {
                     let _ = write_frame(&mut writer, &out);
                     return;
                 }
+                // Cut, silent for too long, or shut down: nothing more can be read.
                 Err(_) => return,
             };
+            reader.get_mut().within(io_wait);
+            if read_frame_body(&mut reader, len, &mut body).is_err() {
+                return;
+            }
+            let answer = match ClientMessage::decode(&body) {
+                Ok(m) if !greeted => match self.greet(&m) {
+                    Ok(welcome) => {
+                        greeted = true;
+                        welcome
+                    }
+                    Err(why) => {
+                        tracing::warn!(
+                            replica = self.replica.id().0,
+                            reason = why.as_str(),
+                            "connection refused: its hello does not match this replica"
+                        );
+                        self.refuse(why.clone()).encode(&mut out);
+                        let _ = write_frame(&mut writer, &out);
+                        return;
+                    }
+                },
+                Ok(m) => self.handle(m),
+                Err(e) => self.refuse(e.to_string()),
+            };
+            if body.capacity() > BODY_BYTES_KEPT_MAX {
+                body = Vec::new();
+            }
             answer.encode(&mut out);
             if write_frame(&mut writer, &out).is_err() {
                 return;
+            }
+            if out.capacity() > BODY_BYTES_KEPT_MAX {
+                out = Vec::new();
             }
         }
     }

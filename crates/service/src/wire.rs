@@ -87,20 +87,62 @@ pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
 /// Reads one frame into `body` (replacing what it held). `Ok(false)` at a clean end of stream
 /// (the peer closed between frames).
 pub fn read_frame(r: &mut impl Read, body: &mut Vec<u8>) -> Result<bool, FrameError> {
+    match read_frame_length(r)? {
+        Some(len) => {
+            read_frame_body(r, len, body)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Reads a frame's length field: `None` at a clean end of stream (nothing of it came), an
+/// error if the stream ends inside it or the length is over [`FRAME_BYTES_MAX`].
+pub fn read_frame_length(r: &mut impl Read) -> Result<Option<usize>, FrameError> {
     let mut head = [0u8; 4];
-    match r.read_exact(&mut head) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
-        Err(e) => return Err(e.into()),
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(FrameError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("the stream ended {got} bytes into a frame's length"),
+                )))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let len = u32::from_le_bytes(head) as usize;
     if len > FRAME_BYTES_MAX {
         return Err(FrameError::TooLarge(len));
     }
+    Ok(Some(len))
+}
+
+/// The most of a frame's body reserved before its bytes arrive: a length field alone (a peer
+/// that then sends nothing) must not make the reader hold a whole [`FRAME_BYTES_MAX`].
+const BODY_RESERVE_BYTES_MAX: usize = 64 * 1024;
+
+/// Reads a body of `len` bytes into `body` (replacing what it held). The buffer grows with
+/// what arrives, not with what the length field claims.
+pub fn read_frame_body(
+    r: &mut impl Read,
+    len: usize,
+    body: &mut Vec<u8>,
+) -> Result<(), FrameError> {
     body.clear();
-    body.resize(len, 0);
-    r.read_exact(body)?;
-    Ok(true)
+    body.reserve(len.min(BODY_RESERVE_BYTES_MAX));
+    let got = r.take(len as u64).read_to_end(body)?;
+    if got < len {
+        return Err(FrameError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the stream ended after {got} of a frame's {len} bytes"),
+        )));
+    }
+    Ok(())
 }
 
 impl ClientMessage {
@@ -253,5 +295,22 @@ mod tests {
         assert!(matches!(read_frame(&mut &huge[..], &mut body), Err(FrameError::TooLarge(_))));
         let cut = [5u8, 0, 0, 0, b'h'];
         assert!(matches!(read_frame(&mut &cut[..], &mut body), Err(FrameError::Io(_))));
+        // A stream that ends inside the length field is cut, not a clean end.
+        let cut_head = [5u8, 0];
+        assert!(matches!(read_frame(&mut &cut_head[..], &mut body), Err(FrameError::Io(_))));
+        let empty = [0u8; 4];
+        assert!(read_frame(&mut &empty[..], &mut body).unwrap(), "a frame of no bytes is a frame");
+        assert!(body.is_empty());
+    }
+
+    /// A length field claiming the largest frame, with nothing after it, reserves a bounded
+    /// buffer: what the reader holds grows with the bytes that arrive.
+    #[test]
+    fn a_length_alone_does_not_reserve_the_whole_frame() {
+        let mut wire = (FRAME_BYTES_MAX as u32).to_le_bytes().to_vec();
+        wire.extend_from_slice(b"abc");
+        let mut body = Vec::new();
+        assert!(read_frame(&mut &wire[..], &mut body).is_err(), "the body was cut");
+        assert!(body.capacity() <= BODY_RESERVE_BYTES_MAX, "reserved {} bytes", body.capacity());
     }
 }
