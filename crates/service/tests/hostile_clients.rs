@@ -8,6 +8,9 @@
 //! fresh private run directory, stopped and removed at the end even if the test fails; they run
 //! one at a time, so that what one measures (memory, connections) is its own.
 
+mod common;
+
+use common::{poll, run_dir, stop_replica, PATIENCE};
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
@@ -20,9 +23,8 @@ use mu_service::wire::{
 use mu_service::{Client, Endpoint, Server, SharedMachine};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,9 +32,6 @@ const CLUSTER_ID: u64 = 0x686f_7374;
 const SLOTS: u64 = 1024;
 /// Room for a request with the longest key (and a short value) in one entry.
 const SLOT_BYTES: u32 = 4096;
-/// How long any wait may take before it is a failure: far above what anything takes on an idle
-/// machine, so that a loaded one does not fail these tests.
-const PATIENCE: Duration = Duration::from_secs(20);
 /// Short limits, so that the tests see connections closed in well under a second.
 const LIMITS: ServerLimits =
     ServerLimits { connections_max: 16, idle_timeout_ms: 600, io_timeout_ms: 300 };
@@ -53,14 +52,7 @@ impl Node {
     fn start(tag: &str, limits: ServerLimits) -> Node {
         // A test that failed while holding the turn poisons it; the next one still runs.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-hostile-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run directory");
+        let dir = run_dir(&format!("mu-hostile-{tag}"));
         let mut config = ReplicaConfig::new(NodeId(0), vec![NodeId(0)]);
         config.slots_count = SLOTS;
         config.slot_bytes = SLOT_BYTES;
@@ -160,27 +152,9 @@ impl Drop for Node {
         self.metrics = None;
         self.server = None;
         if let Some(replica) = self.replica.take() {
-            // A thread of the server that is just ending may still hold the replica for a
-            // moment: wait for it, so that the replica stops here, before its run directory goes.
-            let deadline = Instant::now() + PATIENCE;
-            while Arc::strong_count(&replica) > 1 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            drop(replica);
+            stop_replica(replica);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Calls `ready` every few milliseconds until it gives a value; panics after [`PATIENCE`].
-fn poll<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = ready() {
-            return value;
-        }
-        assert!(start.elapsed() < PATIENCE, "timed out after {PATIENCE:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

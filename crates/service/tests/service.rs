@@ -7,6 +7,9 @@
 //! threads at once could starve a failure detector into a leader change a test did not ask for.
 //! Waits are polls with generous deadlines, never fixed sleeps.
 
+mod common;
+
+use common::{poll, run_dir, stop_replica, PATIENCE};
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
@@ -16,7 +19,6 @@ use mu_service::wire::{
 };
 use mu_service::{Client, ClientError, Endpoint, ReplicaReport, Server, SharedMachine};
 use std::io::Write;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,9 +32,6 @@ const SLOT_BYTES: u32 = 1024;
 /// a loaded machine leaves unscheduled for a few tens of milliseconds is not taken for failed
 /// (these tests are not about failover, and a leader change would only blur what they check).
 const READ_PERIOD_NS: u64 = 4_000_000;
-/// How long any wait of these tests may take before it is a failure: far above what anything
-/// takes on an idle machine, so that a loaded one does not fail them.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -56,14 +55,7 @@ impl Cluster {
     fn start_serving(tag: &str, cluster_id: u64, tcp: Option<&str>) -> Cluster {
         // A test that failed while holding the turn poisons it; the next one still runs.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mu-svc-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("run directory");
+        let dir = run_dir(&format!("mu-svc-{tag}"));
         let mut cluster =
             Cluster { cluster_id, dir, servers: Vec::new(), replicas: Vec::new(), _turn: turn };
         let ids: Vec<NodeId> = (0..REPLICAS).map(NodeId).collect();
@@ -131,28 +123,10 @@ impl Drop for Cluster {
         // The servers first: they stop accepting and their threads end once their clients
         // have gone (the tests' clients are dropped before the cluster).
         self.servers.clear();
-        // A connection thread that is just ending may still hold a replica for a moment: wait
-        // for it, so that every replica stops here, before its run directory goes.
         for replica in self.replicas.drain(..) {
-            let deadline = Instant::now() + PATIENCE;
-            while Arc::strong_count(&replica) > 1 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            drop(replica);
+            stop_replica(replica);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Calls `ready` every few milliseconds until it gives a value; panics after [`PATIENCE`].
-fn poll<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = ready() {
-            return value;
-        }
-        assert!(start.elapsed() < PATIENCE, "timed out after {PATIENCE:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
