@@ -203,6 +203,18 @@ fn stall_ns(read_period_ns: u64, slots_count: u64) -> u64 {
     STALL_READ_PERIODS.saturating_mul(read_period_ns).min(laps_apart_ns / 2)
 }
 
+/// Whether a stalled leader at position `me` may trust the heads it has: every peer `alive`
+/// (as the failure detector says now) has one in `fresh` (read by a read posted after the
+/// stall), and so do at least `n − majority` of the other `members` (`n` of them), whatever the
+/// detector says. A majority that decided without the leader holds all but `n − 1 − majority`
+/// of the other members, so one of those read is in it and its head shows how far the log went.
+fn resync_complete(me: usize, alive: u64, members: u64, fresh: u64) -> bool {
+    let others = |mask: u64| mask & !(1 << me);
+    let n = members.count_ones();
+    let needed = n - (n / 2 + 1);
+    others(alive) & !fresh == 0 && (others(members) & fresh).count_ones() >= needed
+}
+
 /// Detector read periods without an elected leader after which a replica that installed a
 /// snapshot stands for election without waiting to apply an entry
 /// ([`VelosDriver::stand_if_leaderless`]): longer than a replica at the recovery threshold (6)
@@ -643,7 +655,10 @@ impl<F: Fabric> VelosDriver<F> {
             busy = true;
         }
         let resynced = self.resynced();
-        if self.proposer.is_leading() && resynced && self.a_log_behind() {
+        // Any head read, of a peer alive now or not: the detector may have dropped the very
+        // peer whose head shows the log went on without us.
+        let log_behind = self.peers_ahead_by(self.applied, self.layout.slots_count());
+        if self.proposer.is_leading() && resynced && log_behind {
             warn!(
                 replica = self.me.0,
                 applied = self.applied,
@@ -952,28 +967,32 @@ impl<F: Fabric> VelosDriver<F> {
         self.shared.set_replayer_stuck(true);
     }
 
-    /// Whether the peers' heads can be trusted: no stall was noticed, or every peer the
-    /// failure detector considers alive has had its head read by a read posted after it. Laps
-    /// count modulo 2048 in the slot words, so a leader that stalled while the others went
-    /// round the log 1,024 times or more would misread their words (as older than its index,
-    /// and CAS them back a lap); a head counts entries and tells how far they went.
+    /// Whether the peers' heads can be trusted: no stall was noticed, or, with reads posted
+    /// after it, the background plane has read the head of every peer the failure detector
+    /// considers alive and of enough members that any majority that decided without this
+    /// replica has one among them ([`resync_complete`]). Laps count modulo 2048 in the slot
+    /// words, so a leader that stalled while the others went round the log 1,024 times or more
+    /// would misread their words (as older than its index, and CAS them back a lap); a head
+    /// counts entries and tells how far they went.
     ///
-    /// Any majority that decided without this replica shares a replica with the peers it
-    /// considered alive when it last led (a majority of the members with itself), so one of
-    /// the heads read shows the progress. A peer that no longer answers is dropped from the
-    /// live set by the detector, which ends the wait.
+    /// The count of members does not rest on the detector, which may drop a peer at once (one
+    /// stale read at a score just above the failure threshold, or a connection that failed):
+    /// reading only the peers it still trusts could miss every replica of that majority. It
+    /// never waits for more than a leader needs to decide anything: `n − majority` peers, fewer
+    /// than the `majority − 1` it decides with.
     fn resynced(&mut self) -> bool {
         let Some(since) = self.resync_since_ns else {
             return true;
         };
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
         let fresh = (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
-            .all(|pos| self.shared.heads_read_ns[pos].load(Ordering::Acquire) >= since);
-        if fresh {
+            .filter(|&pos| self.shared.heads_read_ns[pos].load(Ordering::Acquire) >= since)
+            .fold(0u64, |mask, pos| mask | 1 << pos);
+        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        if resync_complete(self.me_pos, alive, self.members_applied(), fresh) {
             self.resync_since_ns = None;
+            return true;
         }
-        fresh
+        false
     }
 
     /// Every live acceptor has applied the indices below this one (heads as the background
@@ -1840,6 +1859,34 @@ mod tests {
             count_completed(&mut in_flight, &Completion { wr_id, ..Completion::EMPTY });
         }
         assert_eq!(in_flight, [4, 4, 4, 4, 4, 3, 4, 3]);
+    }
+
+    /// A stalled leader waits for the heads of every peer alive and of `n − majority` members
+    /// whatever the detector says: with the detector's live set alone (all it used to wait
+    /// for), a peer dropped at once could leave only peers outside the majority that decided.
+    #[test]
+    fn a_resync_needs_enough_members_whatever_the_detector_says() {
+        let all = |n: u32| (1u64 << n) - 1;
+        // Three replicas, leader 0: one other member read is enough, and it must be one.
+        assert!(!resync_complete(0, 0b001, all(3), 0b000), "no head read at all");
+        assert!(resync_complete(0, 0b001, all(3), 0b010));
+        // Every peer alive must be read, as before.
+        assert!(!resync_complete(0, 0b111, all(3), 0b010));
+        assert!(resync_complete(0, 0b111, all(3), 0b110));
+        // Five: two others, whichever they are; our own read does not count.
+        assert!(!resync_complete(0, 0b00001, all(5), 0b00011));
+        assert!(resync_complete(0, 0b00001, all(5), 0b10100));
+        // Seven: three others.
+        assert!(!resync_complete(3, 0b0001000, all(7), 0b0000011));
+        assert!(resync_complete(3, 0b0001000, all(7), 0b1000011));
+        // Replicas outside the configuration do not count towards the members read.
+        assert!(!resync_complete(0, 0b00001, 0b00111, 0b11000));
+        assert!(resync_complete(0, 0b00001, 0b00111, 0b11100));
+        // Never more than a leader decides with: majority − 1 others, for n = 1 to 9.
+        for n in 1..=9u32 {
+            let fresh = all(n / 2 + 1) & !1;
+            assert!(resync_complete(0, 1, all(n), fresh), "{n} members");
+        }
     }
 
     /// A gap shorter than the stall bound leaves the others too little time to go round the log
