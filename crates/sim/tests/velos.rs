@@ -3,9 +3,10 @@
 
 mod common;
 
-use mu_fabric::NodeId;
+use mu_fabric::{NodeId, OpKind};
 use mu_fabric_sim::{LinkDelay, SimConfig, TraceKind};
 use mu_replica::Protocol;
+use mu_sim::cluster::QUANTUM_NS;
 use mu_sim::SimCluster;
 
 fn velos(n: u16, seed: u64) -> SimCluster {
@@ -389,6 +390,71 @@ fn cut_off_for_1500_laps(cut: usize, seed: u64) {
     c.crash(others[1]);
     for i in 0..20 {
         c.propose_anywhere(format!("without {}: {i}", others[1]).as_bytes(), 50_000_000);
+    }
+    settle_and_check(&mut c);
+}
+
+/// Laps modulo 2048 once more, with a leader that keeps running and only its network is slow.
+/// From just before replica 0, leading, posts a proposal of its own, every operation on its
+/// links to the others takes `DELAY_NS` longer each way (both directions, every connection:
+/// its compare-and-swaps and value writes, its reads of the others' heartbeats and heads, and
+/// theirs of its own). The others read its heartbeat late, find it failed, elect replica 1 and
+/// decide 1,500 laps of an 8-slot log, all within the delay. The delay lifts just before the
+/// first of replica 0's delayed operations lands: its compare-and-swaps then fail on words
+/// written 1,500 laps after its index, which read, modulo 2048, as 548 laps older. Taken as
+/// the words of the index's previous lap and prepared back into its lap, with its own acceptor
+/// a majority, they would let it decide its proposal at an index decided long ago.
+///
+/// What stops it here: replica 0's own reads of the others are as late as theirs of it, so it
+/// finds them failed as soon as they find it failed and, without a live majority, stops
+/// leading long before its operations land; when they do, it is a follower, and its next reads
+/// show it a whole log behind (it takes new words and catches up). Whatever the reason, no two
+/// replicas may apply different entries at an index.
+#[test]
+fn t83_a_leader_whose_operations_are_delayed_for_1500_laps() {
+    // Longer than the others take to elect replica 1 and go round the log 1,500 times (about
+    // 35 ms of virtual time here).
+    const DELAY_NS: u64 = 60_000_000;
+    let mut c = small_log(10);
+    let slow = LinkDelay { extra_ns: DELAY_NS, jitter_ns: 0 };
+    let delayed_at = c.world.now_ns();
+    for p in 1..3 {
+        c.world.set_link_delay(NodeId(0), NodeId(p), slow);
+    }
+    c.submit(0, b"in flight while delayed").unwrap();
+    c.round();
+    let delayed_cas = |c: &SimCluster| {
+        c.world.in_flight(NodeId(0)).iter().filter(|op| op.kind == OpKind::CompareSwap).count()
+    };
+    assert_eq!(delayed_cas(&c), 2, "replica 0 sent its proposal to both others");
+    let end = c.world.now_ns() + 20_000_000;
+    while (1..3).any(|p| c.cores[p].as_ref().unwrap().leader() != Some(NodeId(1))) {
+        assert!(c.world.now_ns() < end, "the others elect 1: {}", c.describe());
+        c.round();
+    }
+    decide_laps(&mut c, 1500 * SMALL_LOG_SLOTS, |_, _| 1);
+    assert!(c.world.now_ns() < delayed_at + DELAY_NS, "the others went round within the delay");
+    // Nothing replica 0 posted since the delay was set lands before `delayed_at + DELAY_NS`
+    // (one delayed trip after its posting).
+    while c.world.now_ns() + QUANTUM_NS < delayed_at + DELAY_NS {
+        c.round();
+    }
+    assert_eq!(delayed_cas(&c), 2, "replica 0's proposal has not landed yet");
+    for p in 1..3 {
+        c.world.set_link_delay(NodeId(0), NodeId(p), LinkDelay::default());
+    }
+    // Checked as it goes: a replica that applied a second value at an index would later have
+    // its applied sequence replaced by a state transfer, hiding it.
+    let end = c.world.now_ns() + 5_000_000;
+    while c.world.now_ns() < end {
+        for _ in 0..40 {
+            c.round();
+        }
+        c.check_agreement();
+    }
+    eprintln!("replica 0's delayed proposal: {:?}", c.outcomes[0]);
+    for i in 0..20 {
+        c.propose_anywhere(format!("after {i}").as_bytes(), 50_000_000);
     }
     settle_and_check(&mut c);
 }
