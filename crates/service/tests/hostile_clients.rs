@@ -10,16 +10,14 @@
 
 mod common;
 
-use common::{poll, run_dir, stop_replica, PATIENCE};
+use common::{poll, run_dir, stop_replica, Raw, PATIENCE};
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
 use mu_replica::{Mode, Replica, ReplicaConfig};
 use mu_service::metrics::{self, MetricsServer, Sources, CLIENT_TIME_MAX, SCRAPES_MAX};
 use mu_service::server::ServerLimits;
-use mu_service::wire::{
-    read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION,
-};
+use mu_service::wire::{write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION};
 use mu_service::{Client, Endpoint, Server, SharedMachine};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -158,23 +156,17 @@ impl Drop for Node {
     }
 }
 
-/// A connection that speaks the wire protocol by hand, over either transport.
-struct Raw<S: Read + Write> {
-    stream: S,
-    body: Vec<u8>,
-}
-
 fn unix_bare(node: &Node) -> Raw<UnixStream> {
     let stream = UnixStream::connect(node.socket()).expect("connect");
     // A server that never answers fails the test instead of hanging it.
     stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
-    Raw { stream, body: Vec::new() }
+    Raw::new(stream)
 }
 
 fn tcp_bare(node: &Node) -> Raw<TcpStream> {
     let stream = TcpStream::connect(node.tcp()).expect("connect");
     stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
-    Raw { stream, body: Vec::new() }
+    Raw::new(stream)
 }
 
 fn hello() -> ClientMessage {
@@ -183,28 +175,8 @@ fn hello() -> ClientMessage {
 
 impl<S: Read + Write> Raw<S> {
     fn greeted(mut self) -> Raw<S> {
-        assert_eq!(self.ask_message(&hello()), Some(ServerMessage::Welcome));
+        assert_eq!(self.try_ask_message(&hello()), Some(ServerMessage::Welcome));
         self
-    }
-
-    /// Sends one frame holding `body` and reads the answer (`None`: the connection closed).
-    fn ask(&mut self, body: &[u8]) -> Option<ServerMessage> {
-        write_frame(&mut self.stream, body).ok()?;
-        self.answer()
-    }
-
-    fn ask_message(&mut self, message: &ClientMessage) -> Option<ServerMessage> {
-        let mut body = Vec::new();
-        message.encode(&mut body);
-        self.ask(&body)
-    }
-
-    /// The next answer; `None` if the server closed the connection.
-    fn answer(&mut self) -> Option<ServerMessage> {
-        match read_frame(&mut self.stream, &mut self.body) {
-            Ok(true) => Some(ServerMessage::decode(&self.body).expect("a well-formed answer")),
-            Ok(false) | Err(_) => None,
-        }
     }
 
     /// Reads until the server closes the connection; how long that took. Answers still queued
@@ -289,34 +261,34 @@ fn frames_at_and_past_the_limits_are_answered() {
     let node = Node::start("edges", ServerLimits { io_timeout_ms: 5_000, ..LIMITS });
     let mut raw = unix_bare(&node).greeted();
     // A frame of no bytes.
-    refused_because(raw.ask(&[]), "empty message");
+    refused_because(raw.try_ask(&[]), "empty message");
     // A status request with bytes after it, and a hello of the wrong length: the wrong op.
-    refused_because(raw.ask(&[2, 0]), "bytes after a status");
-    refused_because(raw.ask(&[3, 1, 2]), "hello of the wrong length");
+    refused_because(raw.try_ask(&[2, 0]), "bytes after a status");
+    refused_because(raw.try_ask(&[3, 1, 2]), "hello of the wrong length");
     // A second hello on a greeted connection.
-    refused_because(raw.ask_message(&hello()), "a second hello");
+    refused_because(raw.try_ask_message(&hello()), "a second hello");
     // A key-value request whose op code is none.
     let mut bad_op = Request { client: 9, seq: 1, op: put("k", "v") }.encode().unwrap();
     bad_op[1] = 77;
-    refused_because(raw.ask_message(&ClientMessage::Kv(bad_op)), "malformed");
+    refused_because(raw.try_ask_message(&ClientMessage::Kv(bad_op)), "malformed");
     // The longest key is served; one byte more is refused before the log.
     let longest = "k".repeat(KEY_BYTES_MAX);
     assert_eq!(
-        raw.ask_message(&kv(9, 1, put(&longest, "v"))),
+        raw.try_ask_message(&kv(9, 1, put(&longest, "v"))),
         Some(ServerMessage::Reply(Reply::Stored))
     );
     let mut too_long = Request { client: 9, seq: 2, op: put(&longest, "v") }.encode().unwrap();
     // Key length field (after the 18-byte header) one past the limit, and a key byte more.
     too_long[18..20].copy_from_slice(&((KEY_BYTES_MAX + 1) as u16).to_le_bytes());
     too_long.insert(20, b'k');
-    refused_because(raw.ask_message(&ClientMessage::Kv(too_long)), "malformed");
+    refused_because(raw.try_ask_message(&ClientMessage::Kv(too_long)), "malformed");
     // A frame of exactly the largest size, of garbage: read whole, refused, connection open.
     let mut largest = vec![0xa5u8; FRAME_BYTES_MAX];
     largest[0] = 1;
-    refused_because(raw.ask(&largest), "malformed");
-    refused_because(raw.ask(&[0xff; 64]), "unknown message type");
+    refused_because(raw.try_ask(&largest), "malformed");
+    refused_because(raw.try_ask(&[0xff; 64]), "unknown message type");
     assert_eq!(
-        raw.ask_message(&kv(9, 3, Op::Get { key: longest.clone().into() })),
+        raw.try_ask_message(&kv(9, 3, Op::Get { key: longest.clone().into() })),
         Some(ServerMessage::Reply(Reply::Value(Some(b"v".to_vec())))),
         "the connection that sent all this still works"
     );
@@ -367,10 +339,13 @@ fn connections_over_the_limit_are_told_to_retry() {
     );
     // The connections admitted are served all along.
     assert_eq!(
-        unix[0].ask_message(&kv(5, 1, put("a", "1"))),
+        unix[0].try_ask_message(&kv(5, 1, put("a", "1"))),
         Some(ServerMessage::Reply(Reply::Stored))
     );
-    assert!(matches!(tcp[2].ask_message(&ClientMessage::Status), Some(ServerMessage::Status(_))));
+    assert!(matches!(
+        tcp[2].try_ask_message(&ClientMessage::Status),
+        Some(ServerMessage::Status(_))
+    ));
     // One closes: the next client gets its place.
     drop(unix.pop());
     node.wait_connections_at_most(5, "a closed connection to free its place");
@@ -425,7 +400,7 @@ fn a_client_that_never_reads_harms_nobody() {
     // A get of a large value makes each answer large: the hog's socket fills quickly.
     let value = "v".repeat(SLOT_BYTES as usize - 100);
     assert_eq!(
-        hog.ask_message(&kv(4, 1, put("big", &value))),
+        hog.try_ask_message(&kv(4, 1, put("big", &value))),
         Some(ServerMessage::Reply(Reply::Stored))
     );
     let mut body = Vec::new();
@@ -512,7 +487,7 @@ fn clients_gone_while_their_request_replicates_harm_nobody() {
     let mut seq = 0;
     poll("the last request of the clients gone to be applied", || {
         seq += 1;
-        match raw.ask_message(&kv(8, seq, Op::Get { key: b"gone".to_vec() })) {
+        match raw.try_ask_message(&kv(8, seq, Op::Get { key: b"gone".to_vec() })) {
             Some(ServerMessage::Reply(Reply::Value(Some(v)))) if v == b"50" => Some(()),
             _ => None,
         }
@@ -527,7 +502,7 @@ fn requests_replayed_or_out_of_order_are_applied_once() {
     let node = Node::start("seq", LIMITS);
     let mut raw = unix_bare(&node).greeted();
     let stored = Some(ServerMessage::Reply(Reply::Stored));
-    let value = |raw: &mut Raw<UnixStream>, seq| match raw.ask_message(&kv(
+    let value = |raw: &mut Raw<UnixStream>, seq| match raw.try_ask_message(&kv(
         99,
         seq,
         Op::Get { key: b"s".to_vec() },
@@ -535,26 +510,26 @@ fn requests_replayed_or_out_of_order_are_applied_once() {
         Some(ServerMessage::Reply(Reply::Value(v))) => v,
         other => panic!("a get answered {other:?}"),
     };
-    assert_eq!(raw.ask_message(&kv(11, 1, put("s", "a"))), stored);
+    assert_eq!(raw.try_ask_message(&kv(11, 1, put("s", "a"))), stored);
     // The same sequence number again, with another value: the first reply, no effect.
-    assert_eq!(raw.ask_message(&kv(11, 1, put("s", "b"))), stored);
+    assert_eq!(raw.try_ask_message(&kv(11, 1, put("s", "b"))), stored);
     assert_eq!(value(&mut raw, 1), Some(b"a".to_vec()));
     // A gap is allowed; an older one after it is stale.
-    assert_eq!(raw.ask_message(&kv(11, 5, put("s", "c"))), stored);
+    assert_eq!(raw.try_ask_message(&kv(11, 5, put("s", "c"))), stored);
     assert_eq!(
-        raw.ask_message(&kv(11, 3, put("s", "d"))),
+        raw.try_ask_message(&kv(11, 3, put("s", "d"))),
         Some(ServerMessage::Reply(Reply::Stale { applied_seq: 5 }))
     );
     assert_eq!(value(&mut raw, 2), Some(b"c".to_vec()));
     // The top of the range; nothing wraps to 0 (refused) or after it (stale).
-    assert_eq!(raw.ask_message(&kv(11, u64::MAX, put("s", "e"))), stored);
+    assert_eq!(raw.try_ask_message(&kv(11, u64::MAX, put("s", "e"))), stored);
     assert_eq!(
-        raw.ask_message(&kv(11, 1, put("s", "f"))),
+        raw.try_ask_message(&kv(11, 1, put("s", "f"))),
         Some(ServerMessage::Reply(Reply::Stale { applied_seq: u64::MAX }))
     );
     let mut zero = Request { client: 11, seq: 1, op: put("s", "g") }.encode().unwrap();
     zero[10..18].copy_from_slice(&0u64.to_le_bytes());
-    refused_because(raw.ask_message(&ClientMessage::Kv(zero)), "malformed");
+    refused_because(raw.try_ask_message(&ClientMessage::Kv(zero)), "malformed");
     assert_eq!(value(&mut raw, 3), Some(b"e".to_vec()));
     // One compare-and-set sent on many connections at once: it swaps once, and every copy
     // gets that reply.
@@ -562,7 +537,7 @@ fn requests_replayed_or_out_of_order_are_applied_once() {
         .map(|_| {
             let mut r = unix_bare(&node).greeted();
             std::thread::spawn(move || {
-                r.ask_message(&kv(
+                r.try_ask_message(&kv(
                     12,
                     1,
                     Op::Cas { key: b"once".to_vec(), expected: None, value: b"x".to_vec() },

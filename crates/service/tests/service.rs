@@ -9,14 +9,12 @@
 
 mod common;
 
-use common::{poll, run_dir, stop_replica, PATIENCE};
+use common::{poll, run_dir, stop_replica, Raw, PATIENCE};
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
 use mu_replica::{Mode, Replica, ReplicaConfig};
-use mu_service::wire::{
-    read_frame, write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION,
-};
+use mu_service::wire::{ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION};
 use mu_service::{Client, ClientError, Endpoint, ReplicaReport, Server, SharedMachine};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -130,15 +128,9 @@ impl Drop for Cluster {
     }
 }
 
-/// A connection that speaks the wire protocol by hand.
-struct Raw {
-    stream: UnixStream,
-    body: Vec<u8>,
-}
-
-impl Raw {
+impl Raw<UnixStream> {
     /// A connection to replica `id` of `cluster`, greeted as a client of that cluster.
-    fn connect(cluster: &Cluster, id: u16) -> Raw {
+    fn connect(cluster: &Cluster, id: u16) -> Raw<UnixStream> {
         let mut raw = Raw::connect_bare(&cluster.socket(id));
         let hello =
             ClientMessage::Hello { cluster_id: cluster.cluster_id, wire_version: WIRE_VERSION };
@@ -147,31 +139,11 @@ impl Raw {
     }
 
     /// A connection that has said nothing yet.
-    fn connect_bare(path: &Path) -> Raw {
+    fn connect_bare(path: &Path) -> Raw<UnixStream> {
         let stream = UnixStream::connect(path).expect("connect");
         // A server that never answers fails the test instead of hanging it.
         stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
-        Raw { stream, body: Vec::new() }
-    }
-
-    /// Sends one frame holding `body` and reads the answer.
-    fn ask(&mut self, body: &[u8]) -> ServerMessage {
-        write_frame(&mut self.stream, body).expect("send");
-        self.answer().expect("an answer")
-    }
-
-    fn ask_message(&mut self, message: &ClientMessage) -> ServerMessage {
-        let mut body = Vec::new();
-        message.encode(&mut body);
-        self.ask(&body)
-    }
-
-    /// The next answer; `None` if the server closed the connection.
-    fn answer(&mut self) -> Option<ServerMessage> {
-        match read_frame(&mut self.stream, &mut self.body) {
-            Ok(true) => Some(ServerMessage::decode(&self.body).expect("a well-formed answer")),
-            Ok(false) | Err(_) => None,
-        }
+        Raw::new(stream)
     }
 }
 

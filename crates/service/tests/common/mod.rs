@@ -1,7 +1,11 @@
-//! What the service's test files share: a private run directory, waiting with a bound, and
-//! stopping a replica its servers may still hold for a moment.
+//! What the service's test files share: a private run directory, waiting with a bound,
+//! stopping a replica its servers may still hold for a moment, and a connection that speaks
+//! the wire protocol by hand.
+#![allow(dead_code)] // each test file uses its own part
 
 use mu_replica::Replica;
+use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage};
+use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,5 +48,48 @@ pub fn poll<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
         }
         assert!(start.elapsed() < PATIENCE, "timed out after {PATIENCE:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A connection that speaks the wire protocol by hand, over either transport.
+pub struct Raw<S: Read + Write> {
+    pub stream: S,
+    body: Vec<u8>,
+}
+
+impl<S: Read + Write> Raw<S> {
+    /// Speaks over `stream` (whose reads should time out after [`PATIENCE`], so that a server
+    /// that never answers fails the test instead of hanging it).
+    pub fn new(stream: S) -> Raw<S> {
+        Raw { stream, body: Vec::new() }
+    }
+
+    /// Sends one frame holding `body` and reads the answer (`None`: the connection closed).
+    pub fn try_ask(&mut self, body: &[u8]) -> Option<ServerMessage> {
+        write_frame(&mut self.stream, body).ok()?;
+        self.answer()
+    }
+
+    pub fn try_ask_message(&mut self, message: &ClientMessage) -> Option<ServerMessage> {
+        let mut body = Vec::new();
+        message.encode(&mut body);
+        self.try_ask(&body)
+    }
+
+    /// Sends one frame holding `body` and reads the answer, which must come.
+    pub fn ask(&mut self, body: &[u8]) -> ServerMessage {
+        self.try_ask(body).expect("an answer")
+    }
+
+    pub fn ask_message(&mut self, message: &ClientMessage) -> ServerMessage {
+        self.try_ask_message(message).expect("an answer")
+    }
+
+    /// The next answer; `None` if the server closed the connection.
+    pub fn answer(&mut self) -> Option<ServerMessage> {
+        match read_frame(&mut self.stream, &mut self.body) {
+            Ok(true) => Some(ServerMessage::decode(&self.body).expect("a well-formed answer")),
+            Ok(false) | Err(_) => None,
+        }
     }
 }
