@@ -345,9 +345,9 @@ pub struct VelosDriver<F: Fabric> {
     last_poll_ns: Option<u64>,
     /// Set when a poll came more than [`stall_ns`] after the one before: the thread stalled
     /// (descheduled, the process stopped), and the others may have gone round the log more
-    /// than laps tell apart meanwhile. This replica neither starts nor
-    /// goes on leading until the background plane has read every live peer's head with a read
-    /// posted after it ([`VelosDriver::resynced`]).
+    /// than laps tell apart meanwhile. This replica neither starts nor goes on leading until
+    /// the background plane has read enough peers' heads with reads posted after it
+    /// ([`VelosDriver::resynced`]).
     resync_since_ns: Option<u64>,
     /// Peers the proposer is kept from ([`Proposer::exclude`]): their heads are two logs or
     /// more behind ours, so their slot words may be too old to read rightly.
