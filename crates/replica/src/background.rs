@@ -628,12 +628,22 @@ impl<F: Fabric> BackgroundDriver<F> {
                     _ => format!("unknown error code {error}"),
                 };
                 let donor = self.replicas.ids()[fetch.donor];
-                warn!(
-                    replica = self.me.0,
-                    donor = donor.0,
-                    why = why.as_str(),
-                    "state transfer failed: the donor cannot serve; asking again later"
-                );
+                if self.serve_backoff_ns < SERVE_RETRY_NS_MAX {
+                    warn!(
+                        replica = self.me.0,
+                        donor = donor.0,
+                        why = why.as_str(),
+                        "state transfer failed: the donor cannot serve; asking again later"
+                    );
+                } else {
+                    // Asked every 10 s by now: the status keeps the reason, the log a trace.
+                    debug!(
+                        replica = self.me.0,
+                        donor = donor.0,
+                        why = why.as_str(),
+                        "state transfer failed again: the donor cannot serve"
+                    );
+                }
                 self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
                 self.fetch = None;
                 self.serve_refused = true;

@@ -297,6 +297,13 @@ struct Mailbox {
 }
 
 /// The planes' state, shared by the replica's threads and the application.
+/// Who watches for leader changes ([`Replica::watch_leader`]), and the leader they were last
+/// told of: each is told of a change once.
+struct LeaderWatchers {
+    senders: Vec<Sender<Option<NodeId>>>,
+    told: Option<NodeId>,
+}
+
 struct Inner<F: Fabric> {
     mode: Mode,
     me: NodeId,
@@ -312,7 +319,7 @@ struct Inner<F: Fabric> {
     /// free, between two proposals.
     app_proposals: AtomicU64,
     start: Instant,
-    leader_watchers: Mutex<Vec<Sender<Option<NodeId>>>>,
+    leader_watchers: Mutex<LeaderWatchers>,
     /// How the replication thread waits when idle ([`crate::Threads`]).
     idle: Backoff,
 }
@@ -360,8 +367,18 @@ impl<F: Fabric> Inner<F> {
     /// calls it, as it alone sets the leader.
     fn follow_no_leader(&self) {
         self.shared.heartbeat_on.store(false, Ordering::Release);
-        if self.shared.set_leader(None, self.me, self.now_ns()) {
-            lock(&self.leader_watchers).retain(|tx| tx.send(None).is_ok());
+        self.shared.set_leader(None, self.me, self.now_ns());
+        // Whether or not the word changed here: a last poll may have cleared it and ended
+        // (a refusal, a panic) before the watchers were told.
+        self.tell_leader(None);
+    }
+
+    /// Tells the watchers that `leader` is elected, unless that is what they were last told.
+    fn tell_leader(&self, leader: Option<NodeId>) {
+        let mut watchers = lock(&self.leader_watchers);
+        if watchers.told != leader {
+            watchers.told = leader;
+            watchers.senders.retain(|tx| tx.send(leader).is_ok());
         }
     }
 
@@ -408,7 +425,7 @@ impl<F: Fabric> Handle for Inner<F> {
 
     fn watch(&self) -> Receiver<Option<NodeId>> {
         let (tx, rx) = channel();
-        lock(&self.leader_watchers).push(tx);
+        lock(&self.leader_watchers).senders.push(tx);
         rx
     }
 
@@ -493,7 +510,7 @@ impl Replica {
             app_waiting: AtomicBool::new(false),
             app_proposals: AtomicU64::new(0),
             start: started_at,
-            leader_watchers: Mutex::new(Vec::new()),
+            leader_watchers: Mutex::new(LeaderWatchers { senders: Vec::new(), told: None }),
             idle: match config.threads {
                 Threads::Shared => Backoff::FAST_PATH,
                 Threads::Dedicated => Backoff::POLL,
@@ -1072,7 +1089,7 @@ fn background_loop<F: Fabric>(
         let leader = inner.shared.leader();
         if leader != last_leader {
             last_leader = leader;
-            lock(&inner.leader_watchers).retain(|tx| tx.send(leader).is_ok());
+            inner.tell_leader(leader);
         }
         if dedicated {
             // Spin, but poll no more than once per DEDICATED_POLL_GAP_NS while idle: every poll

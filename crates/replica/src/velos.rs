@@ -205,13 +205,14 @@ fn stall_ns(read_period_ns: u64, slots_count: u64) -> u64 {
 
 /// Whether a stalled leader at position `me` may trust the heads it has: every peer `alive`
 /// (as the failure detector says now) has one in `fresh` (read by a read posted after the
-/// stall), and so do at least `n − majority` of the other `members` (`n` of them), whatever the
-/// detector says. A majority that decided without the leader holds all but `n − 1 − majority`
-/// of the other members, so one of those read is in it and its head shows how far the log went.
+/// stall), and so do enough of the other `members`, whatever the detector says, that one of
+/// them is in any majority that decided without the leader: all but `others − majority` of the
+/// `others` members are in it (`n − majority` reads where the leader is a member, one more
+/// where it was just removed and leads on until it steps down).
 fn resync_complete(me: usize, alive: u64, members: u64, fresh: u64) -> bool {
     let others = |mask: u64| mask & !(1 << me);
     let n = members.count_ones();
-    let needed = n - (n / 2 + 1);
+    let needed = (others(members).count_ones() + 1).saturating_sub(n / 2 + 1);
     others(alive) & !fresh == 0 && (others(members) & fresh).count_ones() >= needed
 }
 
@@ -1882,6 +1883,10 @@ mod tests {
         // Replicas outside the configuration do not count towards the members read.
         assert!(!resync_complete(0, 0b00001, 0b00111, 0b11000));
         assert!(resync_complete(0, 0b00001, 0b00111, 0b11100));
+        // A leader just removed (not a member, leading on until it steps down): one more, as
+        // a majority of {1, 2, 3} may leave out any one of them.
+        assert!(!resync_complete(0, 0b0001, 0b1110, 0b0010));
+        assert!(resync_complete(0, 0b0001, 0b1110, 0b0110));
         // Never more than a leader decides with: majority − 1 others, for n = 1 to 9.
         for n in 1..=9u32 {
             let fresh = all(n / 2 + 1) & !1;

@@ -62,6 +62,8 @@ impl Drop for MetricsServer {
 pub const SCRAPES_MAX: usize = 8;
 /// How long one client may take to send its request, and to take the answer.
 pub const CLIENT_TIME_MAX: Duration = Duration::from_secs(2);
+/// How long the rest of a request may take once its first line has come.
+const HEADERS_WAIT: Duration = Duration::from_millis(50);
 /// The most of a request read (request line and headers); a longer one is answered 431.
 pub const REQUEST_BYTES_MAX: usize = 8192;
 /// How long the acceptor waits after an error accepting (out of file descriptors, say): the
@@ -121,15 +123,26 @@ fn accept_loop<S>(
         let (thread_active, serve) = (active.clone(), serve.clone());
         let spawned =
             std::thread::Builder::new().name("mu-metrics-scrape".into()).spawn(move || {
+                // Counted out however the scrape ends, a panic included: a counter left high
+                // would turn every later scrape away.
+                let _counted = Counted(thread_active);
                 // Accepted sockets may inherit the listener's non-blocking mode on some systems.
                 if stream.set_nonblocking(false).is_ok() {
                     serve(&stream);
                 }
-                thread_active.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
             active.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+/// A scrape counted in the endpoint's active scrapes until dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -176,10 +189,15 @@ fn scrape(stream: &TcpStream, sources: &Sources) {
 /// [`CLIENT_TIME_MAX`] in all and [`REQUEST_BYTES_MAX`] bytes: whatever came by then, if it
 /// stops early (a client that sends only a request line and waits is still answered).
 fn read_request(mut stream: &TcpStream) -> Vec<u8> {
-    let deadline = Instant::now() + CLIENT_TIME_MAX;
+    let mut deadline = Instant::now() + CLIENT_TIME_MAX;
     let mut request = Vec::new();
     let mut chunk = [0u8; 1024];
     while request.len() < REQUEST_BYTES_MAX && !headers_end(&request) {
+        if request.contains(&b'\n') {
+            // The request line is in: headers, if any, come with it or right after. A client
+            // that sends only the line and waits is answered after this, not after 2 s.
+            deadline = deadline.min(Instant::now() + HEADERS_WAIT);
+        }
         let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
         else {
             break;

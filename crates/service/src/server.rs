@@ -75,6 +75,10 @@ pub const WARN_EVERY: Duration = Duration::from_secs(10);
 /// say): the connection waiting stays in the backlog, and trying again at once would spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
+/// How long a stopping server lets its connections finish writing an answer on its way
+/// before it shuts them down whole.
+const STOP_ANSWER_GRACE: Duration = Duration::from_secs(1);
+
 /// A connection's frame buffer larger than this after a frame is given back, not kept: a
 /// connection that sent one large value does not hold its size while idle.
 const BODY_BYTES_KEPT_MAX: usize = 64 * 1024;
@@ -297,7 +301,14 @@ impl Drop for Server {
         for t in self.acceptors.drain(..) {
             let _ = t.join();
         }
-        self.connections.shutdown_all();
+        // Reading ends first, so that an answer on its way still goes out; what is left after
+        // a moment (a thread writing to a client that does not read) is shut down whole.
+        self.connections.shutdown_all(std::net::Shutdown::Read);
+        let deadline = Instant::now() + STOP_ANSWER_GRACE;
+        while self.connections.open_count() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.connections.shutdown_all(std::net::Shutdown::Both);
         if let Some(t) = self.proposer.take() {
             let _ = t.join();
         }
@@ -360,10 +371,12 @@ impl Connections {
         self.open.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Shuts every open connection down: their threads, blocked reading or writing, return.
-    fn shutdown_all(&self) {
+    /// Shuts every open connection down in `how`: with `Read`, a thread blocked reading
+    /// returns, and one waiting for its request's answer writes it first, then finds the end;
+    /// with `Both`, a thread blocked writing to a client that does not read returns too.
+    fn shutdown_all(&self, how: std::net::Shutdown) {
         for stream in self.open.lock().unwrap_or_else(|p| p.into_inner()).values() {
-            let _ = stream.shutdown();
+            let _ = stream.shutdown(how);
         }
     }
 }

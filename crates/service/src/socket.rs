@@ -115,11 +115,12 @@ impl Stream {
         }
     }
 
-    /// Ends both directions: a thread blocked reading or writing it returns at once.
-    pub(crate) fn shutdown(&self) -> std::io::Result<()> {
+    /// Ends one direction or both: a thread blocked reading (or, with `Both`, writing) returns
+    /// at once.
+    pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
         match self {
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
         }
     }
 }

@@ -567,6 +567,16 @@ fn misbehaving_metrics_clients_do_not_hold_up_a_scrape() {
         text
     };
     assert!(scrape().contains("mu_requests_total"), "a plain scrape is served");
+    // A client that sends only its request line and waits (no headers, no end of them) is
+    // answered at once, not once the time for its headers is spent.
+    let mut bare = TcpStream::connect(addr).expect("connect");
+    bare.set_read_timeout(Some(PATIENCE)).unwrap();
+    let started = Instant::now();
+    bare.write_all(b"GET /metrics\r\n").unwrap();
+    let mut text = String::new();
+    let _ = bare.read_to_string(&mut text);
+    assert!(text.contains("mu_requests_total"), "{text}");
+    assert!(started.elapsed() < CLIENT_TIME_MAX / 2, "answered after {:?}", started.elapsed());
     // Clients that connect and send nothing, fewer than the scrapes served at once.
     let silent: Vec<_> = (0..SCRAPES_MAX - 2).map(|_| TcpStream::connect(addr).unwrap()).collect();
     // A request line of megabytes, sent from a thread (the server stops reading it).

@@ -4,8 +4,8 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use mu_replica::Replica;
-use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage};
-use std::io::{Read, Write};
+use mu_service::wire::{read_frame, write_frame, ClientMessage, FrameError, ServerMessage};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,11 +85,24 @@ impl<S: Read + Write> Raw<S> {
         self.try_ask_message(message).expect("an answer")
     }
 
-    /// The next answer; `None` if the server closed the connection.
+    /// The next answer; `None` if the server closed the connection. A server that neither
+    /// answers nor closes within the read timeout fails the test: that is no close.
     pub fn answer(&mut self) -> Option<ServerMessage> {
         match read_frame(&mut self.stream, &mut self.body) {
             Ok(true) => Some(ServerMessage::decode(&self.body).expect("a well-formed answer")),
-            Ok(false) | Err(_) => None,
+            Ok(false) => None,
+            Err(FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    ErrorKind::UnexpectedEof
+                        | ErrorKind::ConnectionReset
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::BrokenPipe
+                ) =>
+            {
+                None
+            }
+            Err(e) => panic!("neither an answer nor a close: {e}"),
         }
     }
 }
