@@ -8,9 +8,9 @@
 //! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
 //! and the run directory and its shared memory are removed.
 
-use crate::interrupt;
-use crate::kv_cluster::{KvCluster, LogShape, REPLICAS};
 use hdrhistogram::Histogram;
+use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
+use mu_procs::interrupt;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};

@@ -3,32 +3,14 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-// First: its macros are used by every module below.
 #[macro_use]
-mod say;
+extern crate mu_procs;
 
-mod bench_all;
-mod bench_e2e;
-mod bench_fabric;
-mod bench_failover;
-mod bench_ofi;
-mod bench_payload;
-mod bench_peers;
-mod bench_replication;
-mod bench_suite;
-mod bench_targets;
-mod bench_throughput;
-mod cluster;
-mod cluster_cmd;
-mod counts;
 mod demo;
-mod interrupt;
-mod kv_cluster;
-mod kv_cmd;
-mod log_buffer;
-mod replica_child;
-mod serve;
 mod sim;
+
+use mu_bench as bench;
+use mu_daemon::{cluster_cmd, kv_cmd, serve};
 
 #[derive(Parser)]
 #[command(
@@ -64,20 +46,20 @@ enum Command {
     Kv(kv_cmd::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
     #[command(hide = true)]
-    BenchPeer(bench_fabric::PeerArgs),
+    BenchPeer(bench::fabric::PeerArgs),
     /// One replica process of a benchmark (started by the benchmark itself).
     #[command(hide = true)]
-    BenchReplica(replica_child::Args),
+    BenchReplica(bench::replica_child::Args),
 }
 
 #[derive(Subcommand)]
 enum Bench {
     /// One-sided operation round trips on the shared-memory fabric, beside a bare cache-line
     /// ping-pong: the floor every later latency figure is divided by.
-    Fabric(bench_fabric::Args),
+    Fabric(bench::fabric::Args),
     /// Propose latency on the leader of three replicas on the shared-memory fabric, standalone,
     /// over payloads of 32 to 4096 bytes, beside the fabric's write2 round trip.
-    Replication(bench_replication::Args),
+    Replication(bench::replication::Args),
     /// Failover time under load: the leader is killed (SIGKILL) or stopped (SIGSTOP) again and
     /// again; total, detection and permission-switch times per failover.
     ///
@@ -86,26 +68,26 @@ enum Bench {
     /// state machine that takes snapshots) cannot serve. In pause mode one cluster serves all
     /// failovers: the stopped leader is continued after the new leader's first commit and, as
     /// the lowest id, leads again (a fail-back, reported apart).
-    Failover(bench_failover::Args),
+    Failover(bench::failover::Args),
     /// Replication latency against payload size, standalone and attached to the key-value
     /// store, direct and handover mode (Mu paper Fig. 3).
-    Payload(bench_payload::Args),
+    Payload(bench::payload::Args),
     /// Mu's replication latency beside Redis (WAIT), etcd and openraft, measured in the same
     /// run on this machine (Mu paper Fig. 4). Installs nothing: run scripts/install-peers.sh.
-    Peers(bench_peers::Args),
+    Peers(bench::peers::Args),
     /// Throughput against latency for 1 to 8 outstanding entries and 1 to 128 requests per
     /// entry, 64-byte requests (Mu paper Fig. 7).
-    Throughput(bench_throughput::Args),
+    Throughput(bench::throughput::Args),
     /// Every benchmark of the suite into one output directory (payload, peers, e2e, failover
     /// in kill and pause mode, throughput); `--quick` for a smoke run of a few minutes.
-    All(bench_all::Args),
+    All(bench::all::Args),
     /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
     /// client transport alone, an unreplicated server, and the replicated service.
-    E2e(bench_e2e::Args),
+    E2e(bench::e2e::Args),
     /// The replication and failover targets (replication against the fabric's write2, Velos
     /// against Mu, failover in kill and pause mode, Mu on libfabric), measured on this machine
     /// in one run, each with its verdict.
-    Targets(bench_targets::Args),
+    Targets(bench::targets::Args),
 }
 
 /// What a panic says, where it says it in text.
@@ -142,7 +124,7 @@ fn quiet_stdout_failures() {
 /// and the usage of the subcommand at `path` on stderr, exit status 2), for what only the
 /// command can see, such as how many values one argument list holds. Called before the command
 /// starts anything, since nothing is dropped on the way out.
-pub fn usage_error(path: &[&str], message: impl std::fmt::Display) -> ! {
+pub fn usage_error(path: &[&str], message: String) -> ! {
     use clap::CommandFactory;
     let mut command = Cli::command();
     command.build();
@@ -169,26 +151,26 @@ fn main() -> ExitCode {
 /// Runs one command; what it returns is the process's exit status.
 fn run(command: Command) -> ExitCode {
     let result = match command {
-        Command::Bench { which: Bench::Fabric(args) } => bench_fabric::run(args),
-        Command::Bench { which: Bench::Replication(args) } => bench_replication::run(args),
-        Command::Bench { which: Bench::Failover(args) } => bench_failover::run(args),
-        Command::Bench { which: Bench::E2e(args) } => bench_e2e::run(args),
-        Command::Bench { which: Bench::All(args) } => bench_all::run(args),
-        Command::Bench { which: Bench::Throughput(args) } => bench_throughput::run(args),
-        Command::Bench { which: Bench::Payload(args) } => bench_payload::run(args),
-        Command::Bench { which: Bench::Peers(args) } => bench_peers::run(args),
-        Command::Bench { which: Bench::Targets(args) } => bench_targets::run(args),
+        Command::Bench { which: Bench::Fabric(args) } => bench::fabric::run(args),
+        Command::Bench { which: Bench::Replication(args) } => bench::replication::run(args),
+        Command::Bench { which: Bench::Failover(args) } => bench::failover::run(args),
+        Command::Bench { which: Bench::E2e(args) } => bench::e2e::run(args),
+        Command::Bench { which: Bench::All(args) } => bench::all::run(args),
+        Command::Bench { which: Bench::Throughput(args) } => bench::throughput::run(args),
+        Command::Bench { which: Bench::Payload(args) } => bench::payload::run(args),
+        Command::Bench { which: Bench::Peers(args) } => bench::peers::run(args),
+        Command::Bench { which: Bench::Targets(args) } => bench::targets::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Cluster(args) => cluster_cmd::run(args),
-        Command::Kv(args) => match kv_cmd::run(args) {
+        Command::Kv(args) => match kv_cmd::run(args, usage_error) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(kv_cmd::EXIT_NO),
             Err(e) => Err(e),
         },
-        Command::BenchPeer(args) => bench_fabric::peer(args),
-        Command::BenchReplica(args) => replica_child::run(args),
+        Command::BenchPeer(args) => bench::fabric::peer(args),
+        Command::BenchReplica(args) => bench::replica_child::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

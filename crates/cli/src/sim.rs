@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["seeds", "first_seed"])]
     seed: Option<u64>,
     /// Sweep this many seeds (default 100).
-    #[arg(long, value_parser = crate::counts::count)]
+    #[arg(long, value_parser = mu_procs::counts::count)]
     seeds: Option<u64>,
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]

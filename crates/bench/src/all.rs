@@ -4,8 +4,8 @@
 //! replicas, run directory and signal handling end before the next starts; with `--json` their
 //! objects are gathered into one, keyed by benchmark.
 
-use crate::bench_suite::SuiteArgs;
 use crate::interrupt;
+use crate::suite::SuiteArgs;
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -42,7 +42,7 @@ pub fn run(args: Args) -> Result<(), String> {
             bench.push("--quick".into());
         }
         if args.suite.json {
-            gathered.insert((*name).into(), crate::bench_suite::child_json(&exe, &bench, name)?);
+            gathered.insert((*name).into(), crate::suite::child_json(&exe, &bench, name)?);
             continue;
         }
         // Progress, messages and the table go straight to this process's stderr and stdout.

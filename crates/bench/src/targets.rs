@@ -234,7 +234,7 @@ pub fn run(args: Args) -> Result<(), String> {
             m.name,
             m.args.join(" ".as_ref()).to_string_lossy()
         );
-        let result = crate::bench_suite::child_json(&exe, &m.args, m.name).and_then(|value| {
+        let result = crate::suite::child_json(&exe, &m.args, m.name).and_then(|value| {
             let path = out.join(format!("{}.json", m.name));
             std::fs::write(&path, format!("{value}\n"))
                 .map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -28,6 +28,10 @@ use std::time::Duration;
 use tracing::warn;
 use tracing_subscriber::fmt::MakeWriter;
 
+/// The target of this module's log events, as they were named when it was part of the `mu`
+/// binary, so that `MU_LOG` filters written for it still apply.
+const LOG_TARGET: &str = "mu::log_buffer";
+
 /// How often the writing thread looks for events to write.
 pub const FLUSH_PERIOD: Duration = Duration::from_millis(5);
 /// Bytes of events held at most between two flushes (about 20,000 events of text).
@@ -123,7 +127,7 @@ impl LogBuffer {
                     if dropped > 0 {
                         // Into the buffer like any event, so it has the log's format; written
                         // with the next batch.
-                        warn!(replica, dropped, "log events dropped: stderr did not keep up");
+                        warn!(target: LOG_TARGET, replica, dropped, "log events dropped: stderr did not keep up");
                     }
                     if stopping {
                         // The drop flushes what came since (that warning, say), once joined.

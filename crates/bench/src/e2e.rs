@@ -14,13 +14,13 @@
 //!
 //! Each is measured for puts and gets of `--payload`-byte values over 1,000 keys.
 
-use crate::bench_suite::{latency_histogram, quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::RunDir;
 use crate::interrupt;
-use crate::kv_cluster::{KvCluster, LogShape};
+use crate::suite::{latency_histogram, quantiles_us, us, Report, SuiteArgs};
 use hdrhistogram::Histogram;
+use mu_daemon::kv_cluster::{KvCluster, LogShape};
 use mu_figures::{Bar, BarChart, BarSeries, Progress, Table};
 use mu_kv::{Op, Reply, Request, Store};
+use mu_procs::run_dir::RunDir;
 use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage};
 use mu_service::Client;
 use serde_json::json;

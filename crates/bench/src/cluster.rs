@@ -9,11 +9,10 @@
 
 use crate::interrupt;
 use mu_fabric_shm::mapping::Mapping;
+use mu_procs::run_dir::RunDir;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -307,124 +306,6 @@ impl ClockMap {
     }
 }
 
-/// What the names of [`RunDir::create`]'s directories begin with; the process's pid ends them.
-const RUN_DIR_PREFIX: &str = "mu-bench-";
-
-/// Removes the run directories in `base` that processes of this user made and could not
-/// remove because they were killed (SIGKILL runs no destructor): those whose name ends in the
-/// pid of a process that no longer exists. A directory whose pid runs is left alone, whoever
-/// runs it now.
-fn remove_orphans(base: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(base) else { return };
-    // SAFETY: getuid takes nothing and cannot fail.
-    let me = unsafe { libc::getuid() };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(RUN_DIR_PREFIX))
-            .and_then(|rest| rest.rsplit_once('-'))
-            .and_then(|(_, pid)| pid.parse::<libc::pid_t>().ok())
-            .filter(|&pid| pid > 0)
-        else {
-            continue;
-        };
-        let ours = entry.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
-        // SAFETY: kill with signal 0 only checks whether the process exists; no memory.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        // A pid in another pid namespace (a container sharing /dev/shm) reads as gone too:
-        // a node lock still held inside says the directory is in use.
-        if ours && gone && !holds_a_held_lock(&entry.path(), 2) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// Whether a `*.lock` file in `dir`, or in its subdirectories down to `depth` levels, is locked
-/// (`flock`) by a process: a shm node that runs holds its lock file for its whole life.
-fn holds_a_held_lock(dir: &Path, depth: u32) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return false };
-    entries.flatten().any(|entry| {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else { return false };
-        if kind.is_dir() {
-            return depth > 1 && holds_a_held_lock(&path, depth - 1);
-        }
-        if path.extension().is_none_or(|e| e != "lock") {
-            return false;
-        }
-        let Ok(file) = std::fs::File::open(&path) else { return false };
-        // SAFETY: flock on a descriptor we own; no memory is passed. A lock we get is let go
-        // when `file` closes.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
-    })
-}
-
-/// A private run directory, removed with everything in it when dropped; one left by a killed
-/// process is removed by the next that makes one in the same place.
-pub struct RunDir {
-    path: PathBuf,
-    /// A top-level directory's `owner.lock`, locked (`flock`) for the directory's whole life:
-    /// what tells a later run's [`remove_orphans`] that it is in use whatever its pid says
-    /// (another pid namespace) and however deep its nodes' own locks lie.
-    _owner: Option<std::fs::File>,
-}
-
-impl RunDir {
-    /// A fresh directory for this process under `/dev/shm` (tmpfs), or the temp directory.
-    pub fn create(tag: &str) -> Result<RunDir, String> {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        remove_orphans(&base);
-        let mut dir =
-            RunDir::create_at(base.join(format!("{RUN_DIR_PREFIX}{tag}-{}", std::process::id())))?;
-        let lock_path = dir.path.join("owner.lock");
-        let owner = std::fs::File::create(&lock_path)
-            .map_err(|e| format!("creating {}: {e}", lock_path.display()))?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(owner.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(format!(
-                "locking {}: {}",
-                lock_path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        dir._owner = Some(owner);
-        Ok(dir)
-    }
-
-    /// A subdirectory, removed on its own when dropped.
-    pub fn subdirectory(&self, name: &str) -> Result<RunDir, String> {
-        RunDir::create_at(self.path.join(name))
-    }
-
-    fn create_at(path: PathBuf) -> Result<RunDir, String> {
-        // Left by an earlier run that had this pid and was killed before it could clean up.
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| format!("creating run directory {}: {e}", path.display()))?;
-        Ok(RunDir { path, _owner: None })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 /// How the replica processes are set up.
 #[derive(Clone, Debug)]
 pub struct Spec {
@@ -522,7 +403,7 @@ pub enum FabricChoice {
     /// Shared memory in the run directory.
     Shm,
     /// libfabric over loopback TCP with `provider` (one of `mu_fabric_ofi::PROVIDERS`), each
-    /// node's ports from its block after `base_port` (`bench_ofi::loopback_config`).
+    /// node's ports from its block after `base_port` (`ofi::loopback_config`).
     Ofi { base_port: u16, provider: &'static str },
 }
 
@@ -534,12 +415,11 @@ impl FabricChoice {
         provider: Option<&str>,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        Ok(match crate::bench_ofi::fabric_provider(name, provider)? {
+        Ok(match crate::ofi::fabric_provider(name, provider)? {
             None => FabricChoice::Shm,
-            Some(provider) => FabricChoice::Ofi {
-                base_port: crate::bench_ofi::free_port_block(replicas)?,
-                provider,
-            },
+            Some(provider) => {
+                FabricChoice::Ofi { base_port: crate::ofi::free_port_block(replicas)?, provider }
+            }
         })
     }
 
@@ -548,7 +428,7 @@ impl FabricChoice {
         match self {
             FabricChoice::Shm => Ok(FabricChoice::Shm),
             FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
-                base_port: crate::bench_ofi::free_port_block(replicas)?,
+                base_port: crate::ofi::free_port_block(replicas)?,
                 provider,
             }),
         }
@@ -589,11 +469,10 @@ impl FabricChoice {
             }
             FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
-                let mut ofi =
-                    crate::bench_ofi::loopback_config(provider, base_port, replicas, me.0);
+                let mut ofi = crate::ofi::loopback_config(provider, base_port, replicas, me.0);
                 // Calls kept short, as `mu replica`'s are (docs/fabric.md).
                 ofi.call_wait_us =
-                    Some(crate::serve::call_wait_us(config.detector.read_period_ns / 1000));
+                    Some(mu_daemon::serve::call_wait_us(config.detector.read_period_ns / 1000));
                 let fabric = mu_fabric_ofi::OfiFabric::open(ofi)
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
@@ -802,61 +681,9 @@ pub fn poll_until<T>(
     }
 }
 
-/// Makes the kernel kill this process when its parent (`parent_pid`) exits, so that a benchmark
-/// killed without a chance to clean up leaves no process behind.
-pub fn die_with_parent(parent_pid: u32) -> Result<(), String> {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and no memory.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-    if rc != 0 {
-        return Err(format!("PR_SET_PDEATHSIG: {}", std::io::Error::last_os_error()));
-    }
-    // The parent may have exited before the prctl: we were then handed to another process.
-    // SAFETY: getppid has no preconditions and cannot fail.
-    if unsafe { libc::getppid() } as u32 != parent_pid {
-        return Err("the benchmark that started this process has exited".into());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_directories_of_dead_processes_are_removed_and_no_others() {
-        let base = std::env::temp_dir().join(format!("mu-orphans-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(&base).unwrap();
-        // A pid that has just exited (and was reaped): no process has it for now.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        let made = |name: String| {
-            let path = base.join(name);
-            std::fs::create_dir(&path).unwrap();
-            std::fs::write(path.join("n0.ctl"), b"x").unwrap();
-            path
-        };
-        let orphan = made(format!("{RUN_DIR_PREFIX}demo-{dead}"));
-        let live = made(format!("{RUN_DIR_PREFIX}demo-{}", std::process::id()));
-        let other = made(format!("someone-else-{dead}"));
-        let odd = made(format!("{RUN_DIR_PREFIX}demo-x{dead}"));
-        // Its creator's pid reads as gone, but a node inside still holds its lock (as one in
-        // another pid namespace would).
-        let in_use = made(format!("{RUN_DIR_PREFIX}other-{dead}"));
-        std::fs::create_dir(in_use.join("sub")).unwrap();
-        let lock = std::fs::File::create(in_use.join("sub").join("n1.lock")).unwrap();
-        // SAFETY: flock on a descriptor we own.
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
-        remove_orphans(&base);
-        assert!(!orphan.exists(), "a dead process's run directory stays");
-        assert!(live.exists() && other.exists() && odd.exists(), "too much was removed");
-        assert!(in_use.exists(), "a directory with a held node lock was removed");
-        drop(lock);
-        remove_orphans(&base);
-        assert!(!in_use.exists(), "once the lock is free, the directory goes");
-        std::fs::remove_dir_all(&base).unwrap();
-    }
 
     #[test]
     fn instants_convert_to_the_monotonic_clock() {
@@ -896,10 +723,19 @@ mod tests {
             .map(String::from)
             .collect();
         line.extend(cpu_args(cpus));
-        match crate::Cli::try_parse_from(line).expect("the child's command line").command {
-            crate::Command::BenchReplica(args) => args.cpus(),
-            _ => panic!("not bench-replica"),
+        /// `mu bench-replica`'s command line, as the `mu` binary parses it.
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(subcommand)]
+            command: Child,
         }
+        #[derive(clap::Subcommand)]
+        enum Child {
+            BenchReplica(crate::replica_child::Args),
+        }
+        let Child::BenchReplica(args) =
+            Line::try_parse_from(line).expect("the child's command line").command;
+        args.cpus()
     }
 
     #[test]

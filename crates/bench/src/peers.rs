@@ -5,13 +5,14 @@
 //! leader of three replicas on shm, standalone and in direct mode, as `mu bench replication`
 //! measures it.
 
-use crate::bench_replication;
-use crate::bench_suite::{latency_histogram, quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ThreadsChoice};
+use crate::cluster::{App, FabricChoice, ReplicaMode, ThreadsChoice};
 use crate::interrupt;
+use crate::replication;
+use crate::suite::{latency_histogram, quantiles_us, us, Report, SuiteArgs};
 use hdrhistogram::Histogram;
 use mu_figures::{Bar, BarChart, BarSeries, Table};
 use mu_peers::{Options, System};
+use mu_procs::run_dir::RunDir;
 use serde_json::json;
 
 const DEFAULT_SAMPLES: u64 = 10_000;
@@ -53,7 +54,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // Mu first, alone on the machine as every peer is.
     note!("mu bench peers: mu (3 replicas on shm, standalone, direct):");
     let run_dir = RunDir::create("peers")?;
-    let mu = bench_replication::sweep(
+    let mu = replication::sweep(
         &run_dir,
         (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
         (FabricChoice::Shm, None, ThreadsChoice::Shared, false),

@@ -3,12 +3,13 @@
 //! handover mode: four sweeps of `mu bench replication` in one run, beside the fabric's write2
 //! round trip measured first.
 
-use crate::bench_fabric;
-use crate::bench_replication::{self, PayloadResult};
-use crate::bench_suite::{quantiles_us, us, Report, SuiteArgs};
-use crate::cluster::{App, FabricChoice, ReplicaMode, RunDir, ThreadsChoice};
+use crate::cluster::{App, FabricChoice, ReplicaMode, ThreadsChoice};
+use crate::fabric;
 use crate::interrupt;
+use crate::replication::{self, PayloadResult};
+use crate::suite::{quantiles_us, us, Report, SuiteArgs};
 use mu_figures::{Bar, BarChart, BarSeries, Table};
+use mu_procs::run_dir::RunDir;
 use serde_json::json;
 
 const SWEEP_BYTES: [usize; 8] = [32, 64, 128, 256, 512, 1024, 2048, 4096];
@@ -44,12 +45,12 @@ pub fn run(args: Args) -> Result<(), String> {
     );
     let write2 = {
         let dir = run_dir.subdirectory("fabric")?;
-        bench_fabric::write2_rtt(dir.path(), samples)?
+        fabric::write2_rtt(dir.path(), samples)?
     };
     let mut sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
     for config in CONFIGS {
         note!("{} {}:", config.0.name(), config.1.name());
-        let results = bench_replication::sweep(
+        let results = replication::sweep(
             &run_dir,
             (config.1, config.0, mu_replica::Protocol::Mu),
             (FabricChoice::Shm, None, ThreadsChoice::Shared, false),

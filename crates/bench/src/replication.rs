@@ -15,13 +15,12 @@
 //! the floor the protocol's own work (prepare omitted, accept on two followers and the own log,
 //! commit) costs, not how fast a network is.
 
-use crate::bench_fabric::{self, Summary};
-use crate::cluster::{
-    word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
-};
+use crate::cluster::{word, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice, Words};
+use crate::fabric::{self, Summary};
 use crate::{interrupt, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
+use mu_procs::run_dir::RunDir;
 use mu_replica::ProposeError;
 use serde_json::json;
 use std::path::PathBuf;
@@ -277,10 +276,10 @@ pub fn run(args: Args) -> Result<(), String> {
 
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
     let write2 = match fabric_choice {
-        FabricChoice::Ofi { provider, .. } => crate::bench_ofi::write2_rtt(provider, samples)?,
+        FabricChoice::Ofi { provider, .. } => crate::ofi::write2_rtt(provider, samples)?,
         FabricChoice::Shm => {
             let dir = run_dir.subdirectory("fabric")?;
-            bench_fabric::write2_rtt(dir.path(), samples)?
+            fabric::write2_rtt(dir.path(), samples)?
         }
     };
 
@@ -757,7 +756,7 @@ fn document(
 /// The ofi provider the run used; none on shm.
 fn provider_of(args: &Args) -> Option<&'static str> {
     // Checked when the run began (`FabricChoice::parse`).
-    crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
+    crate::ofi::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
 }
 
 fn report(

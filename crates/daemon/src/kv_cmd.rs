@@ -86,9 +86,14 @@ pub struct Target {
     timeout_ms: u64,
 }
 
+/// Ends the process as the argument parser ends it for a command line it refuses (the message
+/// and the usage of the subcommand at the path given, exit status 2): `mu kv cas` can tell only
+/// once parsed how many values it was given.
+pub type UsageError = fn(&[&str], String) -> !;
+
 /// Runs the operation and prints its outcome. `Ok(false)`: the answer is "no" (a `get` of an
 /// absent key, a `cas` that did not swap), for the exit status [`EXIT_NO`].
-pub fn run(args: Args) -> Result<bool, String> {
+pub fn run(args: Args, usage_error: UsageError) -> Result<bool, String> {
     let mut out = std::io::stdout().lock();
     let printed = |r: std::io::Result<()>| r.map_err(|e| format!("writing the answer: {e}"));
     match args.op {
@@ -125,7 +130,7 @@ pub fn run(args: Args) -> Result<bool, String> {
                 (false, [key, expected, value]) => (key, Some(expected), value),
                 (true, [key, value]) => (key, None, value),
                 // The wrong number of arguments is a usage error, as the parser's own are.
-                (false, a) => crate::usage_error(
+                (false, a) => usage_error(
                     &["kv", "cas"],
                     format!(
                         "cas takes KEY EXPECTED VALUE, or --absent KEY VALUE; got {} argument{}",
@@ -133,7 +138,7 @@ pub fn run(args: Args) -> Result<bool, String> {
                         if a.len() == 1 { "" } else { "s" }
                     ),
                 ),
-                (true, a) => crate::usage_error(
+                (true, a) => usage_error(
                     &["kv", "cas"],
                     format!(
                         "cas --absent takes KEY VALUE (no EXPECTED: the key must be absent); got \

@@ -30,10 +30,11 @@
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
 use crate::cluster::{
-    self, word, App, Cluster, FabricChoice, ReplicaMode, RunDir, Spec, ThreadsChoice, Words,
+    self, word, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice, Words,
 };
 use crate::interrupt;
 use mu_fabric::NodeId;
+use mu_procs::run_dir::RunDir;
 use mu_replica::{ReplicaConfig, VelosStep};
 use mu_replication::Phase;
 use serde_json::json;

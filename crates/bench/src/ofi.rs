@@ -8,7 +8,7 @@
 //! target applied the operation (`FI_DELIVERY_COMPLETE`), so each figure is one network round
 //! trip through the provider on both sides, with no answer written by the peer.
 
-use crate::bench_fabric::{measure, Summary};
+use crate::fabric::{measure, Summary};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, NodeId, RegionId, RemoteAddr, Source, WorkRequest,
 };

@@ -20,6 +20,10 @@ use tracing::{info, warn};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 
+/// The target of this module's log events, as they were named when it was part of the `mu`
+/// binary, so that `MU_LOG` filters written for it still apply.
+const LOG_TARGET: &str = "mu::serve";
+
 /// The environment variable that says what is logged.
 pub const LOG_ENV: &str = "MU_LOG";
 
@@ -78,7 +82,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let _logs = start_logs(args.log_format, args.id)?;
     interrupt::catch();
     if let Some(parent) = args.parent {
-        crate::cluster::die_with_parent(parent)?;
+        mu_procs::parent::die_with_parent(parent)?;
     }
     let config = load_config(&args.config)?;
     // Before anything is made in the run directory: a CPU the kernel refuses would fail the
@@ -88,7 +92,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     config.prepare_run_dir()?;
     for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
-        warn!(replica = args.id, "{warning}");
+        warn!(target: LOG_TARGET, replica = args.id, "{warning}");
     }
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
@@ -170,10 +174,11 @@ pub fn run(args: Args) -> Result<(), String> {
         };
         let endpoint = mu_service::metrics::serve(port, sources).map_err(took_part)?;
         let addr = endpoint.address();
-        info!(replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
+        info!(target: LOG_TARGET, replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
         metrics = Some(endpoint);
     }
     info!(
+        target: LOG_TARGET,
         replica = args.id,
         cluster_id = config.cluster_id,
         socket = %socket.display(),
@@ -204,6 +209,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 // or an operator sees a replica that serves nothing and says nothing (a lone
                 // replica started with --rejoin waits for ever: nobody can take it back).
                 warn!(
+                    target: LOG_TARGET,
                     replica = args.id,
                     leader = status.leader.map(|l| l.0),
                     since_s = started.elapsed().as_secs(),
@@ -214,6 +220,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     info!(
+        target: LOG_TARGET,
         replica = args.id,
         leader = replica.leader().map(|l| l.0),
         commits = replica.status().commits,
@@ -335,13 +342,13 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
 /// together they must stay within about a read period, or the other replicas read the same
 /// counter twice and lower this one's score. A binding or fence not done by then goes on in
 /// the fabric and is taken up on the next poll.
-pub(crate) fn call_wait_us(read_period_us: u64) -> u64 {
+pub fn call_wait_us(read_period_us: u64) -> u64 {
     (read_period_us / 4).clamp(50, 1000)
 }
 
 /// A warning for a run directory that the shm fabric would use on a disk file system (see
 /// `mu_fabric_shm::layout::memory_backed`), if that is where it is.
-pub(crate) fn run_dir_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+pub fn run_dir_warning(config: &mu_service::ClusterConfig) -> Option<String> {
     if config.fabric != "shm" {
         return None;
     }
@@ -363,7 +370,7 @@ const DEDICATED_SPINNERS_PER_REPLICA: usize = 3;
 /// A warning for `threads = "dedicated"` where the replicas' spinning threads outnumber the
 /// CPUs this process may use: they then starve the threads that must run, and failures are
 /// suspected for no reason. On shm every replica of the cluster runs on this host.
-pub(crate) fn threads_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+pub fn threads_warning(config: &mu_service::ClusterConfig) -> Option<String> {
     if config.threads().ok()? != mu_replica::Threads::Dedicated {
         return None;
     }
@@ -439,9 +446,9 @@ mod tests {
         assert!(!t.would_enable("mu_service::server", &Level::INFO));
         assert!(t.would_enable("mu_service::server", &Level::WARN));
         let t = parse_log_filter("DEBUG").unwrap();
-        assert!(t.would_enable("mu_cli::serve", &Level::DEBUG));
+        assert!(t.would_enable("mu::serve", &Level::DEBUG));
         let t = parse_log_filter("off").unwrap();
-        assert!(!t.would_enable("mu_cli::serve", &Level::ERROR));
+        assert!(!t.would_enable("mu::serve", &Level::ERROR));
     }
 
     #[test]

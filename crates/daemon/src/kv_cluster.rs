@@ -3,8 +3,8 @@
 //! this one (they watch its pid) and are killed and reaped when the cluster is dropped; then the
 //! run directory and its shared memory are removed.
 
-use crate::cluster::RunDir;
 use crate::interrupt;
+use mu_procs::run_dir::RunDir;
 use mu_service::{Client, ClusterConfig, ReplicaReport};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -107,14 +107,14 @@ pub fn config(
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    cluster::die_with_parent(args.parent)?;
+    mu_procs::parent::die_with_parent(args.parent)?;
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
     let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
         ("shm", _) => FabricChoice::Shm,
         ("ofi", Some(base_port)) => FabricChoice::Ofi {
             base_port,
-            provider: crate::bench_ofi::provider(args.ofi_provider.as_deref())?,
+            provider: crate::ofi::provider(args.ofi_provider.as_deref())?,
         },
         (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
     };

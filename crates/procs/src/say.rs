@@ -8,6 +8,7 @@
 //! must stop the command (`quiet_stdout_failures` in `main.rs` says so in one line).
 
 /// Writes a line on stderr, as `eprintln!` does, and drops a failed write.
+#[macro_export]
 macro_rules! note {
     () => {{
         use std::io::Write as _;
@@ -21,6 +22,7 @@ macro_rules! note {
 
 /// Writes text on stderr without ending the line, as `eprint!` does, flushes it so that a
 /// line drawn in pieces shows at once, and drops a failed write.
+#[macro_export]
 macro_rules! note_part {
     ($($arg:tt)+) => {{
         use std::io::Write as _;

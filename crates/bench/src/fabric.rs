@@ -516,15 +516,13 @@ pub fn run(args: Args) -> Result<(), String> {
     // Ctrl-C and `kill` end the measurement at its next check, so that the peers are stopped
     // and the run directory removed on the way out.
     crate::interrupt::catch();
-    if let Some(provider) =
-        crate::bench_ofi::fabric_provider(&args.fabric, args.provider.as_deref())?
-    {
+    if let Some(provider) = crate::ofi::fabric_provider(&args.fabric, args.provider.as_deref())? {
         if args.perm_samples.is_some() || args.crash_samples.is_some() {
             return Err("--perm-samples and --crash-samples are for the shm fabric: on ofi \
                         there are no permission-change or crash figures"
                 .into());
         }
-        return crate::bench_ofi::run(args.json, args.samples, provider);
+        return crate::ofi::run(args.json, args.samples, provider);
     }
     match &args.run_dir {
         Some(dir) => {
@@ -537,7 +535,7 @@ pub fn run(args: Args) -> Result<(), String> {
             run_in(&args, &dir)
         }
         // Removed when dropped, and by a later run if this one is killed.
-        None => run_in(&args, crate::cluster::RunDir::create("fabric")?.path()),
+        None => run_in(&args, mu_procs::run_dir::RunDir::create("fabric")?.path()),
     }
 }
 
@@ -783,7 +781,7 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
 /// A benchmark peer: node `--node`, answering node 0.
 pub fn peer(args: PeerArgs) -> Result<(), String> {
     if let Some(parent) = args.parent {
-        crate::cluster::die_with_parent(parent)?;
+        mu_procs::parent::die_with_parent(parent)?;
     }
     if let Some(cpu) = args.cpu {
         mu_cpu::pin_to(cpu)?;

@@ -5,11 +5,12 @@
 //! of a call (the time every request in it waits at most), the throughput requests committed per
 //! second over the timed calls.
 
-use crate::bench_replication::{self, Load};
-use crate::bench_suite::{us, Report, SuiteArgs};
-use crate::cluster::{App, RunDir};
+use crate::cluster::App;
 use crate::interrupt;
+use crate::replication::{self, Load};
+use crate::suite::{us, Report, SuiteArgs};
 use mu_figures::{LineChart, LineSeries, Table};
+use mu_procs::run_dir::RunDir;
 use serde_json::json;
 
 const OUTSTANDING: [usize; 4] = [1, 2, 4, 8];
@@ -55,13 +56,7 @@ pub fn run(args: Args) -> Result<(), String> {
             interrupt::check()?;
             note_part!("outstanding {outstanding} batch {batch:>3}:");
             let load = Load { batch, outstanding };
-            let r = bench_replication::throughput(
-                &run_dir,
-                App::Standalone,
-                PAYLOAD_BYTES,
-                load,
-                calls,
-            )?;
+            let r = replication::throughput(&run_dir, App::Standalone, PAYLOAD_BYTES, load, calls)?;
             let mops = r.requests as f64 / (r.timed_ns.max(1) as f64 / 1e9) / 1e6;
             points.push(Point {
                 load,

@@ -1,0 +1,14 @@
+//! The replica daemon and cluster operations of the `mu` command: `mu replica` (one replica of
+//! a key-value cluster), `mu cluster up|status|down`, `mu kv`, and the local clusters the demo
+//! and benchmarks start.
+
+#[macro_use]
+extern crate mu_procs;
+
+pub mod cluster_cmd;
+pub mod kv_cluster;
+pub mod kv_cmd;
+pub mod log_buffer;
+pub mod serve;
+
+use mu_procs::interrupt;
