@@ -472,7 +472,7 @@ impl FabricChoice {
                 let mut ofi = crate::ofi::loopback_config(provider, base_port, replicas, me.0);
                 // Calls kept short, as `mu replica`'s are (docs/fabric.md).
                 ofi.call_wait_us =
-                    Some(mu_daemon::serve::call_wait_us(config.detector.read_period_ns / 1000));
+                    Some(mu_daemon::config::call_wait_us(config.detector.read_period_ns / 1000));
                 let fabric = mu_fabric_ofi::OfiFabric::open(ofi)
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)

@@ -16,13 +16,15 @@
 //! a pidfd taken before that check, so they reach the process that was checked.
 
 use crate::interrupt;
+use crate::replica_pid::{inspect_pid_file, PidFile};
 use mu_fabric::NodeId;
 use mu_fabric_shm::layout;
+use mu_procs::pid_file::{pid_in, Target};
 use mu_service::{Client, ClusterConfig, ReplicaReport};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -112,11 +114,11 @@ fn up(args: &UpArgs) -> Result<(), String> {
         .map_err(|e| format!("reading the configuration {}: {e}", args.config.display()))?;
     // The fabric's own checks (an ofi provider and its addresses) too, before any replica
     // starts.
-    let config = crate::serve::load_config(&config_path)?;
+    let config = crate::config::load_config(&config_path)?;
     config.prepare_run_dir()?;
-    let warnings = crate::serve::run_dir_warning(&config)
+    let warnings = crate::config::run_dir_warning(&config)
         .into_iter()
-        .chain(crate::serve::threads_warning(&config));
+        .chain(crate::config::threads_warning(&config));
     for warning in warnings {
         note!("mu cluster up: warning: {warning}");
     }
@@ -399,7 +401,7 @@ fn log_tail(path: &Path) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn status(args: &StatusArgs) -> Result<(), String> {
-    let config = crate::serve::load_config(&args.config)?;
+    let config = crate::config::load_config(&args.config)?;
     let mut client =
         Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let answers: Vec<(u16, Result<ReplicaReport, String>)> =
@@ -630,7 +632,7 @@ fn uptime(ms: u64) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn down(args: &DownArgs) -> Result<(), String> {
-    let config = crate::serve::load_config(&args.config)?;
+    let config = crate::config::load_config(&args.config)?;
     let dir = &config.run_dir;
     if dir.exists() && !dir.is_dir() {
         return Err(format!("run_dir {} is not a directory", dir.display()));
@@ -927,194 +929,6 @@ impl NodeLock {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Pid files and processes
-// ---------------------------------------------------------------------------------------------
-
-/// What a replica's pid file says.
-pub(crate) enum PidFile {
-    Missing,
-    /// It names no running replica (why).
-    Stale(String),
-    Running(Target),
-    /// It names a running replica of another cluster (its id), which shares this run
-    /// directory: left alone.
-    Foreign(Target, u64),
-}
-
-/// What a replica writes into its pid file: its pid, and the cluster it serves, so that a
-/// command given another cluster's configuration with the same run directory leaves it alone.
-pub(crate) fn pid_file_text(pid: u32, cluster_id: u64) -> String {
-    format!("{pid}\ncluster {cluster_id:#x}\n")
-}
-
-/// A pid file's contents: the pid, and the cluster if the file names one (a file written
-/// before the cluster line existed does not).
-struct PidText {
-    pid: u32,
-    cluster: Option<u64>,
-}
-
-/// What a pid file holds: `Ok(None)` if there is none, `Ok(Some(Err(why)))` if it holds
-/// something other than a pid file's lines.
-fn read_pid(path: &Path) -> Result<Option<Result<PidText, String>>, String> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(match String::from_utf8(bytes) {
-            Ok(text) => parse_pid_text(&text),
-            Err(_) => Err("it holds bytes that are not text, not a pid".to_string()),
-        })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("reading {}: {e}", path.display())),
-    }
-}
-
-fn parse_pid_text(text: &str) -> Result<PidText, String> {
-    let garbled = || format!("it holds {:?}, not a pid", text.trim());
-    let mut lines = text.lines();
-    let pid = lines
-        .next()
-        .and_then(|l| l.trim().parse::<u32>().ok())
-        // Pids are positive `pid_t`s (at most 2^22 on Linux); a larger number is not one.
-        .filter(|&p| p > 0 && i32::try_from(p).is_ok())
-        .ok_or_else(garbled)?;
-    let cluster = match lines.next().map(str::trim) {
-        None | Some("") => None,
-        Some(line) => Some(
-            line.strip_prefix("cluster ")
-                .and_then(|c| c.strip_prefix("0x"))
-                .and_then(|c| u64::from_str_radix(c, 16).ok())
-                .ok_or_else(garbled)?,
-        ),
-    };
-    Ok(PidText { pid, cluster })
-}
-
-/// The pid a pid file names, if it names one.
-fn pid_in(path: &Path) -> Option<u32> {
-    read_pid(path).ok().flatten().and_then(Result::ok).map(|t| t.pid)
-}
-
-pub(crate) fn inspect_pid_file(config: &ClusterConfig, id: u16) -> Result<PidFile, String> {
-    let PidText { pid, cluster } = match read_pid(&config.pid_path(id))? {
-        None => return Ok(PidFile::Missing),
-        Some(Err(why)) => return Ok(PidFile::Stale(why)),
-        Some(Ok(text)) => text,
-    };
-    let Some(target) = Target::open(pid)? else {
-        return Ok(PidFile::Stale(format!("pid {pid} is not running")));
-    };
-    match is_replica(pid, id) {
-        // The check read `/proc/<pid>` while the pidfd was open: if its process is still alive
-        // now, the pid was not reused in between, and what was read is that process.
-        Some(true) if !target.exited() => match cluster {
-            Some(other) if other != config.cluster_id => Ok(PidFile::Foreign(target, other)),
-            _ => Ok(PidFile::Running(target)),
-        },
-        Some(false) => {
-            Ok(PidFile::Stale(format!("pid {pid} is another program, which was left alone")))
-        }
-        _ => Ok(PidFile::Stale(format!("pid {pid} is not running"))),
-    }
-}
-
-/// Whether process `pid` runs `mu replica ... --id <id>`; `None` if it is gone.
-fn is_replica(pid: u32, id: u16) -> Option<bool> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The state follows the command name, which is in parentheses and may hold anything.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-    if matches!(state, Some('Z' | 'X') | None) {
-        return None;
-    }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let argv: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-    let id = id.to_string();
-    let is_replica = argv.get(1) == Some(&&b"replica"[..])
-        && argv.windows(2).any(|w| w[0] == b"--id" && w[1] == id.as_bytes());
-    Some(is_replica)
-}
-
-/// A process to signal: by pidfd where the kernel has them, so that a signal cannot reach
-/// another process that got the pid after this one exited; by pid otherwise.
-pub(crate) struct Target {
-    pub(crate) pid: u32,
-    pidfd: Option<OwnedFd>,
-}
-
-impl Target {
-    /// `None` if no process has this pid.
-    fn open(pid: u32) -> Result<Option<Target>, String> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no memory
-        // is passed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd >= 0 {
-            // SAFETY: the descriptor was just returned to us and nothing else owns it.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-            return Ok(Some(Target { pid, pidfd: Some(fd) }));
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::ESRCH) => Ok(None),
-            // No pidfds here (an old kernel, or a sandbox that forbids them): by pid.
-            Some(libc::ENOSYS | libc::EPERM) => Ok(Path::new(&format!("/proc/{pid}"))
-                .exists()
-                .then_some(Target { pid, pidfd: None })),
-            _ => Err(format!("pidfd_open({pid}): {err}")),
-        }
-    }
-
-    fn signal(&self, signal: libc::c_int) -> Result<(), String> {
-        let rc = match &self.pidfd {
-            // SAFETY: sends a signal through a pidfd we own; no memory is passed (info is null).
-            Some(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    signal,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0u32,
-                ) as i32
-            },
-            // SAFETY: kill takes a pid and a signal number, no memory.
-            None => unsafe { libc::kill(self.pid as libc::pid_t, signal) },
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ESRCH) {
-            return Ok(()); // it exited meanwhile: what the signal was for
-        }
-        Err(format!("signal {signal} to pid {}: {err}", self.pid))
-    }
-
-    /// Whether the process has exited.
-    fn exited(&self) -> bool {
-        match &self.pidfd {
-            Some(fd) => {
-                let mut poll =
-                    libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: polls one pollfd that we own, without waiting.
-                let rc = unsafe { libc::poll(&mut poll, 1, 0) };
-                rc > 0 && poll.revents & libc::POLLIN != 0
-            }
-            None => !Path::new(&format!("/proc/{}", self.pid)).exists(),
-        }
-    }
-
-    /// Waits until the process has exited or `deadline` passed; whether it exited.
-    fn wait_exit(&self, deadline: Instant) -> bool {
-        loop {
-            if self.exited() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1168,38 +982,5 @@ mod tests {
         assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
         assert!(tail.ends_with("  line 19999"), "{tail}");
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn pid_files_name_the_pid_and_the_cluster() {
-        let text = parse_pid_text(&pid_file_text(4242, 0x6a01)).unwrap();
-        assert_eq!((text.pid, text.cluster), (4242, Some(0x6a01)));
-        // A file written before the cluster line existed.
-        let text = parse_pid_text("77\n").unwrap();
-        assert_eq!((text.pid, text.cluster), (77, None));
-        for garbled in [
-            "",
-            "0\n",
-            "x\n",
-            "77\ncluster 12\n",
-            "77\nclusters 0x1\n",
-            "2147483648\n",
-            "4294967295\n",
-        ] {
-            assert!(parse_pid_text(garbled).is_err(), "{garbled:?} was taken");
-        }
-        // Bytes that are not text are a garbled file (stale), not an error that stops commands.
-        let path = std::env::temp_dir().join(format!("mu-pid-test-{}.pid", std::process::id()));
-        std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
-        assert!(matches!(read_pid(&path), Ok(Some(Err(_)))));
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn only_a_replica_process_counts_as_one() {
-        // This test process is not `mu replica`.
-        assert_eq!(is_replica(std::process::id(), 0), Some(false));
-        let target = Target::open(std::process::id()).unwrap().expect("we run");
-        assert!(!target.exited());
     }
 }

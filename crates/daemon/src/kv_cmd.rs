@@ -159,7 +159,7 @@ pub fn run(args: Args, usage_error: UsageError) -> Result<bool, String> {
 }
 
 fn connect(target: &Target) -> Result<Client, String> {
-    let config = crate::serve::load_config(&target.config)?;
+    let config = crate::config::load_config(&target.config)?;
     // With no socket at all, nothing runs on this host: say so now rather than after the
     // timeout (clients of replicas on other hosts, `[clients]`, cannot tell).
     let local_only = config.clients.is_none();

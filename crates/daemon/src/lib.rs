@@ -6,9 +6,11 @@
 extern crate mu_procs;
 
 pub mod cluster_cmd;
+pub mod config;
 pub mod kv_cluster;
 pub mod kv_cmd;
 pub mod log_buffer;
+pub mod replica_pid;
 pub mod serve;
 
 use mu_procs::interrupt;

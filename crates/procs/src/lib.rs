@@ -8,4 +8,5 @@ mod say;
 pub mod counts;
 pub mod interrupt;
 pub mod parent;
+pub mod pid_file;
 pub mod run_dir;

@@ -1,0 +1,93 @@
+//! A cluster file as every command reads it, and what the daemon derives from it: the
+//! libfabric configuration of a replica, the wait of its fabric calls, and warnings about a
+//! run directory or thread choice that will hurt.
+
+use mu_fabric::NodeId;
+use mu_fabric_ofi::{NodeAddr, OfiConfig};
+use mu_service::ClusterConfig;
+
+/// Loads and checks a cluster configuration, the fabric's own checks included (an ofi
+/// provider and its ports), so that every command that reads the file refuses the same
+/// mistakes, not only the ones that start replicas.
+pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
+    let config = ClusterConfig::load(path)?;
+    if let (true, Some(&first)) = (config.fabric == "ofi", config.replicas.first()) {
+        ofi_config(&config, first)?.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(config)
+}
+
+/// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).
+pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> {
+    let nodes = config
+        .ofi_addresses()?
+        .into_iter()
+        .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
+        .collect();
+    let mut ofi = OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes);
+    ofi.call_wait_us = Some(call_wait_us(config.detector.read_period_us));
+    Ok(ofi)
+}
+
+/// How long one of a replica's fabric control calls may wait on the network: a quarter of the
+/// heartbeat read period, within [50 µs, 1 ms]. The background plane beats its heartbeat on
+/// the thread that binds connections and fences peers, and a poll may make a few such calls;
+/// together they must stay within about a read period, or the other replicas read the same
+/// counter twice and lower this one's score. A binding or fence not done by then goes on in
+/// the fabric and is taken up on the next poll.
+pub fn call_wait_us(read_period_us: u64) -> u64 {
+    (read_period_us / 4).clamp(50, 1000)
+}
+
+/// A warning for a run directory that the shm fabric would use on a disk file system (see
+/// `mu_fabric_shm::layout::memory_backed`), if that is where it is.
+pub fn run_dir_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+    if config.fabric != "shm" {
+        return None;
+    }
+    match mu_fabric_shm::layout::memory_backed(&config.run_dir) {
+        Ok(false) => Some(format!(
+            "run_dir {} is not on tmpfs: the replicas' logs are shared memory in files there, \
+             which the kernel writes back to disk, so every write to a log becomes disk traffic \
+             and latency suffers; put it under /dev/shm or $XDG_RUNTIME_DIR",
+            config.run_dir.display()
+        )),
+        _ => None,
+    }
+}
+
+/// Spinning threads of a replica with `threads = "dedicated"`: its working thread, its
+/// background thread and, on shm, the fabric's liveness thread.
+const DEDICATED_SPINNERS_PER_REPLICA: usize = 3;
+
+/// A warning for `threads = "dedicated"` where the replicas' spinning threads outnumber the
+/// CPUs this process may use: they then starve the threads that must run, and failures are
+/// suspected for no reason. On shm every replica of the cluster runs on this host.
+pub fn threads_warning(config: &mu_service::ClusterConfig) -> Option<String> {
+    if config.threads().ok()? != mu_replica::Threads::Dedicated {
+        return None;
+    }
+    let here = if config.fabric == "shm" { config.replicas.len() } else { 1 };
+    let spinning = DEDICATED_SPINNERS_PER_REPLICA * here;
+    let cpus = mu_cpu::allowed_cpus().len();
+    (cpus < spinning).then(|| {
+        format!(
+            "threads = \"dedicated\" spins about {DEDICATED_SPINNERS_PER_REPLICA} threads per \
+             replica ({spinning} for the {here} on this host) and this process may use {cpus} \
+             CPUs: the spinning threads will starve the others and replicas will be suspected \
+             of failing; use threads = \"shared\" here"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replicas_fabric_calls_wait_a_quarter_of_its_read_period() {
+        assert_eq!(call_wait_us(1000), 250);
+        assert_eq!(call_wait_us(20_000), 1000, "at most 1 ms");
+        assert_eq!(call_wait_us(100), 50, "at least 50 µs");
+    }
+}
