@@ -415,11 +415,12 @@ impl FabricChoice {
         provider: Option<&str>,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        Ok(match crate::ofi::fabric_provider(name, provider)? {
+        Ok(match crate::ofi_loopback::fabric_provider(name, provider)? {
             None => FabricChoice::Shm,
-            Some(provider) => {
-                FabricChoice::Ofi { base_port: crate::ofi::free_port_block(replicas)?, provider }
-            }
+            Some(provider) => FabricChoice::Ofi {
+                base_port: crate::ofi_loopback::free_port_block(replicas)?,
+                provider,
+            },
         })
     }
 
@@ -428,7 +429,7 @@ impl FabricChoice {
         match self {
             FabricChoice::Shm => Ok(FabricChoice::Shm),
             FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
-                base_port: crate::ofi::free_port_block(replicas)?,
+                base_port: crate::ofi_loopback::free_port_block(replicas)?,
                 provider,
             }),
         }
@@ -469,7 +470,8 @@ impl FabricChoice {
             }
             FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
-                let mut ofi = crate::ofi::loopback_config(provider, base_port, replicas, me.0);
+                let mut ofi =
+                    crate::ofi_loopback::loopback_config(provider, base_port, replicas, me.0);
                 // Calls kept short, as `mu replica`'s are (docs/fabric.md).
                 ofi.call_wait_us =
                     Some(mu_daemon::config::call_wait_us(config.detector.read_period_ns / 1000));

@@ -26,7 +26,7 @@
 //! (three processes on two CPUs for `write2`) waits spin briefly and then yield, and the figure
 //! includes scheduling.
 
-use hdrhistogram::Histogram;
+use crate::measure::{histogram, measure, Summary, WARMUP_ITERATIONS};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RegionId, RemoteAddr,
     Source, WorkRequest,
@@ -52,7 +52,6 @@ const ANSWER_C: u64 = 1280;
 /// Scratch space for reads.
 const SCRATCH: u64 = 2048;
 const PAYLOAD_BYTES: usize = 64;
-const WARMUP_ITERATIONS: u64 = 10_000;
 /// Iterations of one figure before switching to the next.
 const CHUNK: u64 = 10_000;
 
@@ -229,37 +228,6 @@ impl Placement {
             self.cpu(1)
         }
     }
-}
-
-pub struct Summary {
-    pub p50: u64,
-    pub p99: u64,
-    pub p999: u64,
-    pub mean: f64,
-    pub samples: u64,
-}
-
-impl Summary {
-    fn of(h: &Histogram<u64>) -> Summary {
-        Summary {
-            p50: h.value_at_quantile(0.5),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            mean: h.mean(),
-            samples: h.len(),
-        }
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        json!({"p50": self.p50, "p99": self.p99, "p999": self.p999, "mean": (self.mean * 10.0).round() / 10.0, "samples": self.samples})
-    }
-}
-
-/// Up to a minute (a little more: the bound rounds up). Samples are recorded saturating: one
-/// past it (the process stopped for that long, as by Ctrl-Z) counts as the bound rather than
-/// ending the run on a panic.
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
 /// A waiting loop: spin, or (without a CPU of one's own) spin briefly and then yield.
@@ -486,37 +454,13 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 const PERM_SAMPLES: u64 = 100_000;
 const CRASH_SAMPLES: u64 = 100;
 
-pub(crate) fn measure(
-    name: &str,
-    samples: u64,
-    mut iteration: impl FnMut(u64) -> Result<(), String>,
-) -> Result<Summary, String> {
-    let mut h = histogram();
-    let total = WARMUP_ITERATIONS + samples;
-    let step = (total / 10).max(1);
-    note_part!("  {name:<14} ");
-    for i in 1..=total {
-        let start = Instant::now();
-        iteration(i)?;
-        let ns = start.elapsed().as_nanos() as u64;
-        if i > WARMUP_ITERATIONS {
-            h.saturating_record(ns.max(1));
-        }
-        if i % step == 0 {
-            note_part!(".");
-            crate::interrupt::check()?;
-        }
-    }
-    let s = Summary::of(&h);
-    note!(" p50 {} ns", s.p50);
-    Ok(s)
-}
-
 pub fn run(args: Args) -> Result<(), String> {
     // Ctrl-C and `kill` end the measurement at its next check, so that the peers are stopped
     // and the run directory removed on the way out.
     crate::interrupt::catch();
-    if let Some(provider) = crate::ofi::fabric_provider(&args.fabric, args.provider.as_deref())? {
+    if let Some(provider) =
+        crate::ofi_loopback::fabric_provider(&args.fabric, args.provider.as_deref())?
+    {
         if args.perm_samples.is_some() || args.crash_samples.is_some() {
             return Err("--perm-samples and --crash-samples are for the shm fabric: on ofi \
                         there are no permission-change or crash figures"

@@ -114,7 +114,7 @@ pub fn run(args: Args) -> Result<(), String> {
         ("shm", _) => FabricChoice::Shm,
         ("ofi", Some(base_port)) => FabricChoice::Ofi {
             base_port,
-            provider: crate::ofi::provider(args.ofi_provider.as_deref())?,
+            provider: crate::ofi_loopback::provider(args.ofi_provider.as_deref())?,
         },
         (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
     };

@@ -16,7 +16,8 @@
 //! commit) costs, not how fast a network is.
 
 use crate::cluster::{word, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice, Words};
-use crate::fabric::{self, Summary};
+use crate::fabric;
+use crate::measure::Summary;
 use crate::{interrupt, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
@@ -756,7 +757,7 @@ fn document(
 /// The ofi provider the run used; none on shm.
 fn provider_of(args: &Args) -> Option<&'static str> {
     // Checked when the run began (`FabricChoice::parse`).
-    crate::ofi::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
+    crate::ofi_loopback::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
 }
 
 fn report(
