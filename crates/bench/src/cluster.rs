@@ -276,10 +276,7 @@ impl Words {
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: one clock for every process of the host.
 pub fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    mu_procs::clock::monotonic_ns()
 }
 
 /// Converts this process's `Instant`s to `CLOCK_MONOTONIC` nanoseconds. `Instant` is that clock
@@ -631,14 +628,8 @@ impl Cluster {
         let Some(child) = self.process(node).child.as_ref() else {
             return Err(format!("replica {node} is not running"));
         };
-        // SAFETY: kill takes a pid and a signal number, no memory. The pid is a child of ours
-        // that has not been reaped, so it cannot have been reused by another process.
-        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(format!("signal {signal} to replica {node}: {}", std::io::Error::last_os_error()))
-        }
+        mu_procs::child::signal(child, signal)
+            .map_err(|e| format!("signal {signal} to replica {node}: {e}"))
     }
 
     /// Waits for `node`, which was sent SIGKILL, to be gone, and reaps it.

@@ -564,13 +564,9 @@ fn measure_crash_notice(
         if a.fabric.crash_notified(b.peer) {
             return Err("the fabric reported a live peer dead".into());
         }
-        let pid = victim.child.id() as libc::pid_t;
         let killed = Instant::now();
-        // SAFETY: sends a signal to our own child, which is not reaped yet (so the pid is still
-        // its); no memory is passed.
-        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
-            return Err(format!("killing a peer: {}", std::io::Error::last_os_error()));
-        }
+        mu_procs::child::signal(&victim.child, libc::SIGKILL)
+            .map_err(|e| format!("killing a peer: {e}"))?;
         wait_within(spin, PEER_TIMEOUT, || a.fabric.crash_notified(b.peer))
             .map_err(|_| format!("a killed peer was not reported dead within {PEER_TIMEOUT:?}"))?;
         let noticed = killed.elapsed();

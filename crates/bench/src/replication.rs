@@ -646,7 +646,7 @@ fn lead(
     note_part!("  payload {payload_bytes:>4} B   ");
     let mut i: u64 = laps_calls + WARMUP_MAX;
     let timed = Instant::now();
-    let cpu_start_ns = thread_cpu_ns();
+    let cpu_start_ns = mu_procs::clock::thread_cpu_ns();
     while latency.len() < samples {
         progress.check_stop()?;
         i += 1;
@@ -659,7 +659,7 @@ fn lead(
         }
     }
     let timed_ns = timed.elapsed().as_nanos() as u64;
-    let cpu_ns = thread_cpu_ns().saturating_sub(cpu_start_ns);
+    let cpu_ns = mu_procs::clock::thread_cpu_ns().saturating_sub(cpu_start_ns);
     note!(" p50 {} ns", latency.value_at_quantile(0.5));
     // A follower more than a log behind was dropped on the way (the leader does not wait for a
     // follower that slow): later proposals went to one follower only, and the report says so.
@@ -836,15 +836,6 @@ fn report(
         }
         None => println!("target at 64 B: not measured in this run (--payload)"),
     }
-}
-
-/// This thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own; the thread CPU-time clock exists on every
-    // Linux this runs on.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 #[cfg(test)]

@@ -24,8 +24,6 @@ use mu_service::{Client, ClusterConfig, ReplicaReport};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -250,16 +248,7 @@ fn spawn_replica(
         .stderr(err);
     // A session of its own: no controlling terminal, so closing the terminal (SIGHUP) or its
     // Ctrl-C does not reach it; only `mu cluster down` or a signal sent on purpose stops it.
-    // SAFETY: the closure runs in the child between fork and exec and calls only setsid, which
-    // is async-signal-safe and touches no memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    mu_procs::child::own_session(&mut cmd);
     cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))
 }
 
@@ -336,9 +325,7 @@ fn wait_until_up(
 /// Stops the replicas this `up` started (SIGTERM, then SIGKILL) and reaps them.
 fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
     for s in started.iter() {
-        // SAFETY: kill takes a pid and a signal number, no memory. The pid is a child of ours
-        // that has not been reaped, so it cannot have gone to another process.
-        unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = mu_procs::child::signal(&s.child, libc::SIGTERM);
     }
     let deadline = Instant::now() + TERM_WAIT;
     for mut s in started.drain(..) {
@@ -726,8 +713,7 @@ fn check_run_dir_is_ours(dir: &Path) -> Result<(), String> {
             meta.mode() & 0o777
         ));
     }
-    // SAFETY: geteuid takes nothing and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = mu_procs::user::euid();
     if me != 0 && meta.uid() != me {
         return Err(format!(
             "run_dir {} belongs to another user (uid {})",
@@ -915,16 +901,10 @@ impl NodeLock {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(NodeLock::Free(None)),
             Err(e) => return Err(format!("opening {}: {e}", path.display())),
         };
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(NodeLock::Free(Some(file)));
-        }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            Ok(NodeLock::Held)
-        } else {
-            Err(format!("locking {}: {err}", path.display()))
+        match mu_procs::lock_file::try_lock(&file, true) {
+            Ok(true) => Ok(NodeLock::Free(Some(file))),
+            Ok(false) => Ok(NodeLock::Held),
+            Err(err) => Err(format!("locking {}: {err}", path.display())),
         }
     }
 }

@@ -5,8 +5,12 @@
 #[macro_use]
 mod say;
 
+pub mod child;
+pub mod clock;
 pub mod counts;
 pub mod interrupt;
+pub mod lock_file;
 pub mod parent;
 pub mod pid_file;
 pub mod run_dir;
+pub mod user;

@@ -2,7 +2,6 @@
 //! removed with everything in them when dropped, and removed by the next run when their
 //! process was killed before it could.
 
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -16,8 +15,7 @@ pub const RUN_DIR_PREFIX: &str = "mu-bench-";
 fn remove_orphans(base: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(base) else { return };
-    // SAFETY: getuid takes nothing and cannot fail.
-    let me = unsafe { libc::getuid() };
+    let me = crate::user::uid();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
@@ -55,10 +53,7 @@ fn holds_a_held_lock(dir: &Path, depth: u32) -> bool {
             return false;
         }
         let Ok(file) = std::fs::File::open(&path) else { return false };
-        // SAFETY: flock on a descriptor we own; no memory is passed. A lock we get is let go
-        // when `file` closes.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+        crate::lock_file::try_lock(&file, false).is_ok_and(|free| !free)
     })
 }
 
@@ -86,13 +81,10 @@ impl RunDir {
         let lock_path = dir.path.join("owner.lock");
         let owner = std::fs::File::create(&lock_path)
             .map_err(|e| format!("creating {}: {e}", lock_path.display()))?;
-        // SAFETY: flock on a descriptor we own; no memory is passed.
-        if unsafe { libc::flock(owner.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(format!(
-                "locking {}: {}",
-                lock_path.display(),
-                std::io::Error::last_os_error()
-            ));
+        match crate::lock_file::try_lock(&owner, true) {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("locking {}: held by another", lock_path.display())),
+            Err(e) => return Err(format!("locking {}: {e}", lock_path.display())),
         }
         dir._owner = Some(owner);
         Ok(dir)
@@ -152,8 +144,7 @@ mod tests {
         let in_use = made(format!("{RUN_DIR_PREFIX}other-{dead}"));
         std::fs::create_dir(in_use.join("sub")).unwrap();
         let lock = std::fs::File::create(in_use.join("sub").join("n1.lock")).unwrap();
-        // SAFETY: flock on a descriptor we own.
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        assert!(crate::lock_file::try_lock(&lock, true).unwrap());
         remove_orphans(&base);
         assert!(!orphan.exists(), "a dead process's run directory stays");
         assert!(live.exists() && other.exists() && odd.exists(), "too much was removed");
