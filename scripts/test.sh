@@ -31,6 +31,10 @@ cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+step "a build without libfabric (mu-cli's default feature ofi off): it builds without warnings, and refuses an ofi cluster clearly"
+cargo clippy -p mu-cli --no-default-features --quiet -- -D warnings
+cargo test -q -p mu-daemon --lib ofi_feature
+
 step "RDMA verbs backend: build with --features verbs (cmake, libclang), lints, conformance (skips only without a device)"
 bash scripts/install-verbs-deps.sh
 cargo clippy -p mu-fabric-verbs --all-targets --features verbs --quiet -- -D warnings

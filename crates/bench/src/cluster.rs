@@ -394,6 +394,23 @@ impl Spec {
     }
 }
 
+/// The ofi provider that the `--fabric` and `--provider` options ask for: none on shm, where
+/// naming one is an error.
+pub fn fabric_provider(
+    fabric: &str,
+    provider_name: Option<&str>,
+) -> Result<Option<&'static str>, String> {
+    match (fabric, provider_name) {
+        ("shm", None) => Ok(None),
+        ("shm", Some(p)) => Err(format!("--provider {p:?} is for --fabric ofi; shm has none")),
+        #[cfg(feature = "ofi")]
+        ("ofi", p) => crate::ofi_loopback::provider(p).map(Some),
+        #[cfg(not(feature = "ofi"))]
+        ("ofi", _) => Err(mu_daemon::config::OFI_NOT_BUILT.into()),
+        (other, _) => Err(format!("unknown fabric {other:?}: use shm or ofi")),
+    }
+}
+
 /// The fabric of a benchmark's replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricChoice {
@@ -401,19 +418,24 @@ pub enum FabricChoice {
     Shm,
     /// libfabric over loopback TCP with `provider` (one of `mu_fabric_ofi::PROVIDERS`), each
     /// node's ports from its block after `base_port` (`ofi::loopback_config`).
+    #[cfg(feature = "ofi")]
     Ofi { base_port: u16, provider: &'static str },
 }
 
 impl FabricChoice {
     /// From the `--fabric` and `--provider` options: `shm`, or `ofi` (provider `sockets` unless
     /// one is named) with a block of free ports for `replicas`.
+    #[cfg_attr(not(feature = "ofi"), allow(unused_variables))]
     pub fn parse(
         name: &str,
         provider: Option<&str>,
         replicas: u16,
     ) -> Result<FabricChoice, String> {
-        Ok(match crate::ofi_loopback::fabric_provider(name, provider)? {
+        Ok(match fabric_provider(name, provider)? {
             None => FabricChoice::Shm,
+            #[cfg(not(feature = "ofi"))]
+            Some(_) => unreachable!("no provider without the ofi backend"),
+            #[cfg(feature = "ofi")]
             Some(provider) => FabricChoice::Ofi {
                 base_port: crate::ofi_loopback::free_port_block(replicas)?,
                 provider,
@@ -422,9 +444,11 @@ impl FabricChoice {
     }
 
     /// The same fabric for a new cluster of `replicas`: on ofi, a fresh block of ports.
+    #[cfg_attr(not(feature = "ofi"), allow(unused_variables))]
     pub fn fresh(self, replicas: u16) -> Result<FabricChoice, String> {
         match self {
             FabricChoice::Shm => Ok(FabricChoice::Shm),
+            #[cfg(feature = "ofi")]
             FabricChoice::Ofi { provider, .. } => Ok(FabricChoice::Ofi {
                 base_port: crate::ofi_loopback::free_port_block(replicas)?,
                 provider,
@@ -435,6 +459,7 @@ impl FabricChoice {
     pub fn name(self) -> &'static str {
         match self {
             FabricChoice::Shm => "shm",
+            #[cfg(feature = "ofi")]
             FabricChoice::Ofi { .. } => "ofi",
         }
     }
@@ -443,6 +468,7 @@ impl FabricChoice {
     pub fn label(self) -> String {
         match self {
             FabricChoice::Shm => "shm".into(),
+            #[cfg(feature = "ofi")]
             FabricChoice::Ofi { provider, .. } => format!("ofi ({provider})"),
         }
     }
@@ -465,6 +491,7 @@ impl FabricChoice {
                     .map_err(|e| format!("replica {me}: fabric: {e}"))?;
                 mu_replica::Replica::start(config, fabric, mode, on_commit)
             }
+            #[cfg(feature = "ofi")]
             FabricChoice::Ofi { base_port, provider } => {
                 let replicas = config.replicas.len() as u16;
                 let mut ofi =
@@ -529,6 +556,7 @@ impl Cluster {
                 cmd.args(["--read-period-us", &us.to_string()]);
             }
             cmd.args(cpu_args(spec.node_cpus(node, spec.propose_bytes > 0)));
+            #[cfg(feature = "ofi")]
             if let FabricChoice::Ofi { base_port, provider } = spec.fabric {
                 cmd.args(["--ofi-base-port", &base_port.to_string(), "--ofi-provider", provider]);
             }

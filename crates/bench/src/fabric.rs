@@ -458,15 +458,17 @@ pub fn run(args: Args) -> Result<(), String> {
     // Ctrl-C and `kill` end the measurement at its next check, so that the peers are stopped
     // and the run directory removed on the way out.
     crate::interrupt::catch();
-    if let Some(provider) =
-        crate::ofi_loopback::fabric_provider(&args.fabric, args.provider.as_deref())?
+    if let Some(provider) = crate::cluster::fabric_provider(&args.fabric, args.provider.as_deref())?
     {
         if args.perm_samples.is_some() || args.crash_samples.is_some() {
             return Err("--perm-samples and --crash-samples are for the shm fabric: on ofi \
                         there are no permission-change or crash figures"
                 .into());
         }
+        #[cfg(feature = "ofi")]
         return crate::ofi::run(args.json, args.samples, provider);
+        #[cfg(not(feature = "ofi"))]
+        unreachable!("no provider {provider} without the ofi backend");
     }
     match &args.run_dir {
         Some(dir) => {

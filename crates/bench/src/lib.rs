@@ -9,7 +9,9 @@ pub mod e2e;
 pub mod fabric;
 pub mod failover;
 pub mod measure;
+#[cfg(feature = "ofi")]
 pub mod ofi;
+#[cfg(feature = "ofi")]
 pub mod ofi_loopback;
 pub mod payload;
 pub mod peers;

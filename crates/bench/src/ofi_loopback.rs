@@ -58,20 +58,6 @@ pub fn provider(name: Option<&str>) -> Result<&'static str, String> {
     })
 }
 
-/// The ofi provider that the `--fabric` and `--provider` options ask for: none on shm, where
-/// naming one is an error.
-pub fn fabric_provider(
-    fabric: &str,
-    provider_name: Option<&str>,
-) -> Result<Option<&'static str>, String> {
-    match (fabric, provider_name) {
-        ("shm", None) => Ok(None),
-        ("shm", Some(p)) => Err(format!("--provider {p:?} is for --fabric ofi; shm has none")),
-        ("ofi", p) => provider(p).map(Some),
-        (other, _) => Err(format!("unknown fabric {other:?}: use shm or ofi")),
-    }
-}
-
 /// Node `me`'s configuration, with `provider`, in a loopback cluster of `nodes` nodes whose
 /// ports start at `base_port`.
 pub fn loopback_config(provider: &str, base_port: u16, nodes: u16, me: u16) -> OfiConfig {

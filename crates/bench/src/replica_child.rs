@@ -112,6 +112,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let words = std::sync::Arc::new(Words::open(&args.words)?);
     let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
         ("shm", _) => FabricChoice::Shm,
+        #[cfg(feature = "ofi")]
         ("ofi", Some(base_port)) => FabricChoice::Ofi {
             base_port,
             provider: crate::ofi_loopback::provider(args.ofi_provider.as_deref())?,

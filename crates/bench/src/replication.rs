@@ -277,6 +277,7 @@ pub fn run(args: Args) -> Result<(), String> {
 
     // The floor, first and on its own: the replicas' threads would take CPU time from it.
     let write2 = match fabric_choice {
+        #[cfg(feature = "ofi")]
         FabricChoice::Ofi { provider, .. } => crate::ofi::write2_rtt(provider, samples)?,
         FabricChoice::Shm => {
             let dir = run_dir.subdirectory("fabric")?;
@@ -757,7 +758,7 @@ fn document(
 /// The ofi provider the run used; none on shm.
 fn provider_of(args: &Args) -> Option<&'static str> {
     // Checked when the run began (`FabricChoice::parse`).
-    crate::ofi_loopback::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
+    crate::cluster::fabric_provider(&args.fabric, args.provider.as_deref()).ok().flatten()
 }
 
 fn report(

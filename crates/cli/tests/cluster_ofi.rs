@@ -2,6 +2,8 @@
 //! provider, as a user runs it: `mu cluster up`, writes, the leader killed, more writes, and
 //! every acknowledged write read back from the survivors, whose states are equal.
 
+#![cfg(feature = "ofi")]
+
 mod common;
 
 use common::{mu, ok, refused, stderr, Setup};

@@ -1,5 +1,7 @@
 //! The multi-host test (`multihost/mod.rs`) on the ofi provider `sockets`.
 
+#![cfg(feature = "ofi")]
+
 mod common;
 mod multihost;
 

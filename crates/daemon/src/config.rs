@@ -2,7 +2,9 @@
 //! libfabric configuration of a replica, the wait of its fabric calls, and warnings about a
 //! run directory or thread choice that will hurt.
 
+#[cfg(feature = "ofi")]
 use mu_fabric::NodeId;
+#[cfg(feature = "ofi")]
 use mu_fabric_ofi::{NodeAddr, OfiConfig};
 use mu_service::ClusterConfig;
 
@@ -11,13 +13,24 @@ use mu_service::ClusterConfig;
 /// mistakes, not only the ones that start replicas.
 pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
     let config = ClusterConfig::load(path)?;
+    #[cfg(feature = "ofi")]
     if let (true, Some(&first)) = (config.fabric == "ofi", config.replicas.first()) {
         ofi_config(&config, first)?.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    #[cfg(not(feature = "ofi"))]
+    if config.fabric == "ofi" {
+        return Err(format!("{}: fabric = \"ofi\": {OFI_NOT_BUILT}", path.display()));
     }
     Ok(config)
 }
 
+/// What a build without the libfabric fabric says when asked for it.
+pub const OFI_NOT_BUILT: &str = "this mu was built without the libfabric fabric (cargo feature \
+    `ofi` of mu-cli, on by default; it needs the system's libfabric, Debian libfabric-dev): \
+    rebuild with default features, or use the shm fabric";
+
 /// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).
+#[cfg(feature = "ofi")]
 pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> {
     let nodes = config
         .ofi_addresses()?
@@ -89,5 +102,39 @@ mod tests {
         assert_eq!(call_wait_us(1000), 250);
         assert_eq!(call_wait_us(20_000), 1000, "at most 1 ms");
         assert_eq!(call_wait_us(100), 50, "at least 50 µs");
+    }
+}
+
+#[cfg(test)]
+mod ofi_feature_tests {
+    use super::*;
+
+    /// A cluster file that asks for the libfabric fabric.
+    fn ofi_cluster_file(dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("cluster.toml");
+        let text = format!(
+            "cluster_id = 7\nfabric = \"ofi\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+             [ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n0 = \"127.0.0.1:7100\"\n\
+             1 = \"127.0.0.1:7110\"\n2 = \"127.0.0.1:7120\"\n",
+            dir.join("run").display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// A build with the libfabric fabric loads an ofi cluster; one without refuses it with a
+    /// message that says why and what to do, before any replica starts.
+    #[test]
+    fn an_ofi_cluster_is_loaded_only_where_libfabric_was_built_in() {
+        let dir = std::env::temp_dir().join(format!("mu-ofi-feature-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let loaded = load_config(&ofi_cluster_file(&dir));
+        let _ = std::fs::remove_dir_all(&dir);
+        if cfg!(feature = "ofi") {
+            assert_eq!(loaded.expect("an ofi cluster loads").fabric, "ofi");
+        } else {
+            let err = loaded.expect_err("refused without libfabric");
+            assert!(err.contains("fabric = \"ofi\"") && err.contains(OFI_NOT_BUILT), "{err}");
+        }
     }
 }

@@ -5,11 +5,14 @@
 //! `MU_LOG` environment variable (default `info`), written by a thread of their own
 //! (`log_buffer`). See docs/service.md, "Logs".
 
-use crate::config::{load_config, ofi_config, run_dir_warning, threads_warning};
+#[cfg(feature = "ofi")]
+use crate::config::ofi_config;
+use crate::config::{load_config, run_dir_warning, threads_warning};
 use crate::interrupt;
 use crate::log_buffer::{self, LogBuffer};
 use crate::replica_pid::{inspect_pid_file, PidFile};
 use mu_fabric::NodeId;
+#[cfg(feature = "ofi")]
 use mu_fabric_ofi::OfiFabric;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_procs::pid_file::pid_file_text;
@@ -338,6 +341,9 @@ fn start_replica(
 ) -> Result<Replica, String> {
     let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
     let started = match config.fabric.as_str() {
+        #[cfg(not(feature = "ofi"))]
+        "ofi" => return Err(crate::config::OFI_NOT_BUILT.into()),
+        #[cfg(feature = "ofi")]
         "ofi" => {
             let fabric = OfiFabric::open(ofi_config(config, id)?).map_err(fabric_error)?;
             Replica::start_with_state(replica_config, fabric, config.mode(), machine)
