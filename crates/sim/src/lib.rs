@@ -14,6 +14,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod describe;
 pub mod faults;
 pub mod history;
 pub mod membership;

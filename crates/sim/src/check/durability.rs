@@ -13,7 +13,7 @@ pub fn check(applied: &Applied, pos: usize, acked: &[(u64, Vec<u8>)]) -> Result<
         if !got.is_some_and(|requests| requests.contains(value)) {
             return Err(format!(
                 "acknowledged {:?} at {index} is not in what replica {pos} applied there: {:?}",
-                crate::workload::describe_request(value),
+                crate::describe::describe_request(value),
                 got.map(|r| readable(r))
             ));
         }

@@ -14,5 +14,5 @@ pub type Applied = [Vec<(u64, Vec<Vec<u8>>)>];
 
 /// Requests as text for a report: key-value requests decoded, anything else as (lossy) text.
 pub(crate) fn readable(requests: &[Vec<u8>]) -> Vec<String> {
-    requests.iter().map(|r| crate::workload::describe_request(r)).collect()
+    requests.iter().map(|r| crate::describe::describe_request(r)).collect()
 }

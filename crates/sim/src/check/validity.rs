@@ -45,7 +45,7 @@ pub fn check(
                         return Err(format!(
                             "replica {pos} applied {:?} at {earlier} and again at {index}, and it \
                              was handed over once ({})",
-                            crate::workload::describe_request(r),
+                            crate::describe::describe_request(r),
                             held.join(", ")
                         ));
                     }
@@ -53,7 +53,7 @@ pub fn check(
                 if let Some(why) = not_to_apply(r, proposed, refused) {
                     return Err(format!(
                         "replica {pos} applied {:?} at {index}, {why}",
-                        crate::workload::describe_request(r)
+                        crate::describe::describe_request(r)
                     ));
                 }
             }
@@ -65,7 +65,7 @@ pub fn check(
         if let Some(why) = not_to_apply(r, proposed, refused) {
             return Err(format!(
                 "a replica applied {:?} before it restarted or took a snapshot, {why}",
-                crate::workload::describe_request(r)
+                crate::describe::describe_request(r)
             ));
         }
     }
