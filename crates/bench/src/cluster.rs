@@ -8,13 +8,12 @@
 //! even a benchmark that is itself killed leaves no replica running.
 
 use crate::interrupt;
-use mu_fabric_shm::mapping::Mapping;
+use crate::words::Words;
 use mu_procs::run_dir::RunDir;
 use std::ops::Range;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The cluster id of the benchmarks' replicas (distinct from `mu bench fabric`'s nodes).
@@ -131,146 +130,6 @@ impl ReplicaMode {
             ReplicaMode::Direct => "direct",
             ReplicaMode::Handover => "handover",
         }
-    }
-}
-
-/// What a replica process publishes in its words file, one `u64` each. Times are
-/// `CLOCK_MONOTONIC` nanoseconds, which every process of the host shares.
-pub mod word {
-    /// 1 once the replica runs.
-    pub const STARTED: usize = 0;
-    /// Proposals this replica committed as leader (its `propose` returned `Ok`).
-    pub const COMMITS: usize = 1;
-    /// When its last proposal was committed.
-    pub const LAST_COMMIT_NS: usize = 2;
-    /// Terms as leader with at least one commit. Bumped after the three words below are written
-    /// for the new term, so a reader that sees it move reads that term's values.
-    pub const TERMS: usize = 3;
-    /// The current term's first commit.
-    pub const FIRST_COMMIT_NS: usize = 4;
-    /// When the failure detector elected this replica for the current term (0: unknown).
-    pub const ELECTED_NS: usize = 5;
-    /// When this replica was ready to replicate as leader in the current term (0: unknown).
-    pub const READY_NS: usize = 6;
-    /// The leader this replica's detector elected, plus one (0: none).
-    pub const LEADER_SEEN: usize = 7;
-    /// Proposals that failed because leadership changed (expected around a failover).
-    pub const LOST_PROPOSALS: usize = 8;
-    /// Entries this replica applied (the index after the last one its commit handler saw).
-    pub const APPLIED: usize = 9;
-    /// Set by the benchmark: whether a proposing replica may propose when it leads. A leader at
-    /// full speed leaves a replica that is not yet its follower more than a log behind within
-    /// milliseconds, for good (these replicas take no snapshots for a state transfer), so the
-    /// benchmark starts slow.
-    pub const GO: usize = 10;
-    /// [`GO`] values.
-    pub const GO_WAIT: u64 = 0;
-    /// One proposal per millisecond, until every follower applies.
-    pub const GO_SLOW: u64 = 1;
-    pub const GO_FULL_SPEED: u64 = 2;
-    /// Commits that came more than [`RESUME_GAP_NS`] after the one before (the process was
-    /// stopped and continued, say). Bumped after [`RESUMED_NS`] is written.
-    pub const RESUMES: usize = 11;
-    /// When the last such commit was.
-    pub const RESUMED_NS: usize = 12;
-    /// A pause between two commits that counts as a resume: far above a proposal at full speed
-    /// (microseconds), far below a failover's detection at any read period the benchmark takes
-    /// (about 15 read periods of at least 1 µs while stopped, plus the failover).
-    pub const RESUME_GAP_NS: u64 = 10_000;
-    /// When this replica, as Mu's leader, held a majority's permission in the current term (0:
-    /// unknown, or Velos). Written with [`ELECTED_NS`] and [`READY_NS`].
-    pub const PERMITTED_NS: usize = 13;
-    /// Mu: when the leader engine first entered each phase of the current term, at this word
-    /// plus `phase as usize` (`mu_replication::Phase::ALL`; 0: not entered). Written with
-    /// [`ELECTED_NS`].
-    pub const PHASES_NS: usize = 16;
-    /// Mu: attempts the leader engine aborted between the start of the current term (or of the
-    /// process) and its first commit (`ReplicaStatus::aborts`), and the kind of the last one
-    /// ([`abort_kind`]). Written with [`ELECTED_NS`].
-    pub const SETUP_ABORTS: usize = 14;
-    /// Velos: when the leader first took each step of the current term, at this word plus
-    /// `step as usize` (`mu_replica::VelosStep::ALL`; 0: not taken). Written with
-    /// [`ELECTED_NS`]; after the Mu phases' words.
-    pub const VELOS_STEPS_NS: usize = 32;
-    pub const LAST_ABORT_KIND: usize = 15;
-    /// Mu: how long the new leader's polls took, from the one that took up the leadership to
-    /// the one in which it was first ready after its first commit, by the phase each poll began
-    /// in, at this word plus `phase as usize` (`ReplicaStatus::phases_busy_ns`; `Follower`: the
-    /// poll that took up the leadership); and how many polls, at [`PHASE_POLLS`] plus the
-    /// same. Written with [`ELECTED_NS`]; after the Velos steps' words.
-    pub const PHASE_BUSY_NS: usize = 48;
-    pub const PHASE_POLLS: usize = 64;
-    /// Velos: how long the new leader's polls took, from the one that took up the leadership
-    /// to the one that answered its first value (`ReplicaStatus::velos_busy_ns`), and how many.
-    /// Written with [`ELECTED_NS`].
-    pub const VELOS_BUSY_NS: usize = 80;
-    pub const VELOS_POLLS: usize = 81;
-    /// Either engine: the new leader's busy polls (`ReplicaStatus::setup_polls`), how many at
-    /// [`SETUP_POLLS_LEN`], and from [`SETUP_POLLS`] three words each: when the poll began (as
-    /// the other times), then `SetupPoll::pack`'s two words. Written with [`ELECTED_NS`].
-    pub const SETUP_POLLS_LEN: usize = 82;
-    /// Proposals refused because the log was full (a live follower had not applied the entry
-    /// whose slot comes next): the proposing replica waits a millisecond and goes on.
-    pub const LOG_FULL_WAITS: usize = 83;
-    pub const SETUP_POLLS: usize = 128;
-    const _: () =
-        assert!((SETUP_POLLS + 3 * mu_replica::SETUP_TRACE_POLLS) * 8 <= super::WORDS_BYTES);
-
-    /// [`LAST_ABORT_KIND`]'s values.
-    pub fn abort_kind(reason: Option<mu_replication::AbortReason>) -> u64 {
-        use mu_replication::AbortReason as R;
-        match reason {
-            None => 0,
-            Some(R::PermissionLost { .. }) => 1,
-            Some(R::LostMajority) => 2,
-            Some(R::Fabric { .. }) => 3,
-            Some(R::CatchUpSourceLost { .. }) => 4,
-            Some(R::NeedsStateTransfer { .. }) => 5,
-            Some(R::Removed) => 6,
-            Some(R::OutcomeUnknown { .. }) => 7,
-        }
-    }
-
-    /// The names of [`abort_kind`]'s values.
-    pub const ABORT_KINDS: [&str; 8] = [
-        "none",
-        "permission_lost",
-        "lost_majority",
-        "fabric",
-        "catch_up_source_lost",
-        "needs_state_transfer",
-        "removed",
-        "outcome_unknown",
-    ];
-}
-
-const WORDS_BYTES: usize = 4096;
-
-/// A replica process's words (see [`word`]), mapped by the process and by the benchmark. The
-/// mapping outlives the process, so the benchmark reads a killed leader's last commit.
-pub struct Words {
-    map: Mapping,
-}
-
-impl Words {
-    pub fn create(path: &Path) -> Result<Words, String> {
-        Ok(Words { map: Mapping::create(path, WORDS_BYTES).map_err(|e| e.to_string())? })
-    }
-
-    pub fn open(path: &Path) -> Result<Words, String> {
-        Ok(Words { map: Mapping::open(path, WORDS_BYTES).map_err(|e| e.to_string())? })
-    }
-
-    pub fn get(&self, word: usize) -> u64 {
-        self.map.u64_at(word * 8).load(Ordering::Acquire)
-    }
-
-    pub fn set(&self, word: usize, value: u64) {
-        self.map.u64_at(word * 8).store(value, Ordering::Release);
-    }
-
-    pub fn add(&self, word: usize, value: u64) {
-        self.map.u64_at(word * 8).fetch_add(value, Ordering::AcqRel);
     }
 }
 
@@ -593,7 +452,7 @@ impl Cluster {
     pub fn wait_started(&mut self, timeout: Duration) -> Result<(), String> {
         poll_until("the replica processes to start", timeout, || {
             self.check_alive(&[])?;
-            Ok(self.processes.iter().all(|p| p.words.get(word::STARTED) == 1).then_some(()))
+            Ok(self.processes.iter().all(|p| p.words.started.get() == 1).then_some(()))
         })
     }
 
@@ -601,18 +460,16 @@ impl Cluster {
     pub fn wait_leader(&mut self, leader: u16, timeout: Duration) -> Result<(), String> {
         poll_until(&format!("every replica to see replica {leader} lead"), timeout, || {
             self.check_alive(&[])?;
-            let agreed = self
-                .processes
-                .iter()
-                .all(|p| p.words.get(word::LEADER_SEEN) == u64::from(leader) + 1);
+            let agreed =
+                self.processes.iter().all(|p| p.words.leader_seen.get() == u64::from(leader) + 1);
             Ok(agreed.then_some(()))
         })
     }
 
-    /// Sets [`word::GO`] of every process to `go`.
+    /// Sets [`SharedWords::go`](crate::words::SharedWords::go) of every process to `go`.
     pub fn set_go(&self, go: u64) {
         for p in &self.processes {
-            p.words.set(word::GO, go);
+            p.words.go.set(go);
         }
     }
 
@@ -809,9 +666,9 @@ mod tests {
         let path = dir.path().to_path_buf();
         let sub = dir.subdirectory("cluster-0").expect("a subdirectory");
         let words = Words::create(&sub.path().join("words.mem")).expect("words");
-        words.set(word::COMMITS, 41);
-        words.add(word::COMMITS, 1);
-        assert_eq!(Words::open(&sub.path().join("words.mem")).unwrap().get(word::COMMITS), 42);
+        words.commits.set(41);
+        words.commits.add(1);
+        assert_eq!(Words::open(&sub.path().join("words.mem")).unwrap().commits.get(), 42);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
         drop(words);

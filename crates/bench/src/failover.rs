@@ -3,7 +3,7 @@
 //!
 //! Three `mu bench-replica` processes run on the shared-memory fabric; whichever leads proposes
 //! 64-byte values in a loop, and each publishes its commit times, its election and readiness
-//! times and its commit count in a small shared file (`cluster::word`), on `CLOCK_MONOTONIC`,
+//! times and its commit count in a small shared file (`words::SharedWords`), on `CLOCK_MONOTONIC`,
 //! which all processes of the host share. This process only injects failures and reads those
 //! words, sleeping in between, so it takes no CPU from the replicas when it matters.
 //!
@@ -29,10 +29,9 @@
 //! pause failovers, unless the fabric fenced (killed) the stopped leader because it was stopped in
 //! the middle of a write the new leader had to revoke; then a fresh cluster takes over.
 
-use crate::cluster::{
-    self, word, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice, Words,
-};
+use crate::cluster::{self, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice};
 use crate::interrupt;
+use crate::words::{self, Words};
 use mu_fabric::NodeId;
 use mu_procs::run_dir::RunDir;
 use mu_replica::{ReplicaConfig, VelosStep};
@@ -170,7 +169,7 @@ struct Failover {
     /// (Velos): the time they took and how many there were (`None` if none was timed).
     setup_busy: Option<(u64, u64)>,
     /// Mu only: attempts the new leader aborted before its first commit, and the last one's
-    /// kind (`word::abort_kind`).
+    /// kind (`words::abort_kind`).
     setup_aborts: u64,
     last_abort_kind: u64,
     /// Either engine: the new leader's busy polls (`ReplicaStatus::setup_polls`), each one's
@@ -241,30 +240,32 @@ fn counts(named: impl IntoIterator<Item = (String, Vec<u64>)>) -> serde_json::Va
 /// Reads a term's words consistently: the replica writes them before bumping its term count.
 fn read_term(words: &Words) -> Term {
     loop {
-        let terms = words.get(word::TERMS);
+        let terms = words.terms.get();
         let term = Term {
-            first_commit_ns: words.get(word::FIRST_COMMIT_NS),
-            elected_ns: words.get(word::ELECTED_NS),
-            ready_ns: words.get(word::READY_NS),
-            permitted_ns: words.get(word::PERMITTED_NS),
-            phases_ns: std::array::from_fn(|i| words.get(word::PHASES_NS + i)),
-            velos_steps_ns: std::array::from_fn(|i| words.get(word::VELOS_STEPS_NS + i)),
-            phase_busy_ns: std::array::from_fn(|i| words.get(word::PHASE_BUSY_NS + i)),
-            phase_polls: std::array::from_fn(|i| words.get(word::PHASE_POLLS + i)),
-            velos_busy_ns: words.get(word::VELOS_BUSY_NS),
-            velos_polls: words.get(word::VELOS_POLLS),
-            setup_aborts: words.get(word::SETUP_ABORTS),
-            last_abort_kind: words.get(word::LAST_ABORT_KIND),
-            setup_polls: (0..words.get(word::SETUP_POLLS_LEN) as usize)
+            first_commit_ns: words.first_commit_ns.get(),
+            elected_ns: words.elected_ns.get(),
+            ready_ns: words.ready_ns.get(),
+            permitted_ns: words.permitted_ns.get(),
+            phases_ns: std::array::from_fn(|i| words.phases_ns[i].get()),
+            velos_steps_ns: std::array::from_fn(|i| words.velos_steps_ns[i].get()),
+            phase_busy_ns: std::array::from_fn(|i| words.phase_busy_ns[i].get()),
+            phase_polls: std::array::from_fn(|i| words.phase_polls[i].get()),
+            velos_busy_ns: words.velos_busy_ns.get(),
+            velos_polls: words.velos_polls.get(),
+            setup_aborts: words.setup_aborts.get(),
+            last_abort_kind: words.last_abort_kind.get(),
+            setup_polls: (0..words.setup_polls_len.get() as usize)
                 .take(mu_replica::SETUP_TRACE_POLLS)
                 .filter_map(|i| {
-                    let at = word::SETUP_POLLS + 3 * i;
-                    let figures = [words.get(at + 1), words.get(at + 2)];
-                    mu_replica::SetupPoll::unpack(words.get(at), figures)
+                    let [start_ns, figures @ ..] = &words.setup_polls[i];
+                    mu_replica::SetupPoll::unpack(
+                        start_ns.get(),
+                        figures.each_ref().map(|w| w.get()),
+                    )
                 })
                 .collect(),
         };
-        if words.get(word::TERMS) == terms {
+        if words.terms.get() == terms {
             return term;
         }
     }
@@ -397,7 +398,7 @@ impl Sampler {
             let mut samples = Vec::with_capacity(1 << 16);
             let mut last = u64::MAX;
             while !flag.load(Ordering::Relaxed) {
-                let applied = words.get(word::APPLIED);
+                let applied = words.applied.get();
                 if applied != last {
                     samples.push((cluster::monotonic_ns(), applied));
                     last = applied;
@@ -744,13 +745,13 @@ fn start_cluster(dir: RunDir, spec: &Spec) -> Result<Cluster, String> {
     // Slowly until both followers apply: a follower whose grant came after the leader's
     // permission round is admitted at a later one, which at full speed would find it more than
     // a log behind.
-    c.set_go(word::GO_SLOW);
+    c.set_go(words::GO_SLOW);
     cluster::poll_until("both followers to apply replica 0's first values", START_TIMEOUT, || {
         c.check_alive(&[])?;
-        Ok((1..REPLICAS).all(|r| c.words(r).get(word::APPLIED) >= 2).then_some(()))
+        Ok((1..REPLICAS).all(|r| c.words(r).applied.get() >= 2).then_some(()))
     })
     .map_err(|e| format!("{e}:{}", describe(&c)))?;
-    c.set_go(word::GO_FULL_SPEED);
+    c.set_go(words::GO_FULL_SPEED);
     Ok(c)
 }
 
@@ -766,18 +767,18 @@ fn wait_steady(
     loop {
         c.check_alive(&[])?;
         let leader = c.words(OLD_LEADER);
-        let (terms, commits) = (leader.get(word::TERMS), leader.get(word::COMMITS));
+        let (terms, commits) = (leader.terms.get(), leader.commits.get());
         let window = Instant::now();
         while window.elapsed() < STEADY_WINDOW {
             interrupt::check()?;
             std::thread::sleep(Duration::from_millis(1));
         }
         let all_see_0 =
-            (0..REPLICAS).all(|r| c.words(r).get(word::LEADER_SEEN) == u64::from(OLD_LEADER) + 1);
+            (0..REPLICAS).all(|r| c.words(r).leader_seen.get() == u64::from(OLD_LEADER) + 1);
         let leader = c.words(OLD_LEADER);
-        let applied = leader.get(word::APPLIED);
+        let applied = leader.applied.get();
         let (lag_max, laggard) = (1..REPLICAS)
-            .map(|r| (applied.saturating_sub(c.words(r).get(word::APPLIED)), r))
+            .map(|r| (applied.saturating_sub(c.words(r).applied.get()), r))
             .max()
             .unwrap_or((0, 0));
         if lag_max > slots_count {
@@ -789,8 +790,8 @@ fn wait_steady(
         if all_see_0
             && lag_max <= slots_count / 4
             && terms >= 1
-            && leader.get(word::TERMS) == terms
-            && leader.get(word::COMMITS) >= commits + STEADY_COMMITS
+            && leader.terms.get() == terms
+            && leader.commits.get() >= commits + STEADY_COMMITS
         {
             return Ok(None);
         }
@@ -813,15 +814,15 @@ fn describe(c: &Cluster) -> String {
             format!(
                 "\n  replica {r}: sees leader {}, {} terms, {} commits, {} lost proposals, {} \
                  waits for a full log, {} applied; last status: {status}",
-                match w.get(word::LEADER_SEEN) {
+                match w.leader_seen.get() {
                     0 => "none".to_string(),
                     l => (l - 1).to_string(),
                 },
-                w.get(word::TERMS),
-                w.get(word::COMMITS),
-                w.get(word::LOST_PROPOSALS),
-                w.get(word::LOG_FULL_WAITS),
-                w.get(word::APPLIED)
+                w.terms.get(),
+                w.commits.get(),
+                w.lost_proposals.get(),
+                w.log_full_waits.get(),
+                w.applied.get()
             )
         })
         .collect()
@@ -834,7 +835,7 @@ fn inject(
     mode: FailureMode,
     timeout: Duration,
 ) -> Result<(u16, Result<Failover, String>), String> {
-    let terms_before: Vec<u64> = (0..REPLICAS).map(|r| c.words(r).get(word::TERMS)).collect();
+    let terms_before: Vec<u64> = (0..REPLICAS).map(|r| c.words(r).terms.get()).collect();
     let injected_ns = cluster::monotonic_ns();
     match mode {
         FailureMode::Kill => {
@@ -846,11 +847,11 @@ fn inject(
     let new_leader = cluster::poll_until("a new leader's first commit", timeout, || {
         // Replica 0 is dead, or stopped (and maybe fenced); the others must live.
         c.check_alive(&[OLD_LEADER]).map_err(|e| format!("{e} after replica 0 failed"))?;
-        Ok((1..REPLICAS).find(|&r| c.words(r).get(word::TERMS) > terms_before[usize::from(r)]))
+        Ok((1..REPLICAS).find(|&r| c.words(r).terms.get() > terms_before[usize::from(r)]))
     })
     .map_err(|e| format!("{e}:{}", describe(c)))?;
     let term = read_term(c.words(new_leader));
-    let old_last_commit_ns = c.words(OLD_LEADER).get(word::LAST_COMMIT_NS);
+    let old_last_commit_ns = c.words(OLD_LEADER).last_commit_ns.get();
     let counted = if term.elected_ns == 0 || term.ready_ns == 0 {
         Err(format!("replica {new_leader} did not report its election and readiness times"))
     } else if term.elected_ns < injected_ns {
@@ -916,8 +917,8 @@ fn fail_back(
     if let Some(status) = c.exit_status(OLD_LEADER)? {
         return fenced(status);
     }
-    let terms_before = c.words(OLD_LEADER).get(word::TERMS);
-    let resumes_before = c.words(OLD_LEADER).get(word::RESUMES);
+    let terms_before = c.words(OLD_LEADER).terms.get();
+    let resumes_before = c.words(OLD_LEADER).resumes.get();
     c.signal(OLD_LEADER, libc::SIGCONT)?;
     let what = "replica 0 to lead again after SIGCONT (if it fell more than a log behind, it \
                 needs a state transfer, which these replicas cannot serve)";
@@ -933,10 +934,10 @@ fn fail_back(
         let words = c.words(OLD_LEADER);
         let back_ns = match protocol {
             mu_replica::Protocol::Mu => {
-                (words.get(word::TERMS) > terms_before).then(|| read_term(words).first_commit_ns)
+                (words.terms.get() > terms_before).then(|| read_term(words).first_commit_ns)
             }
             mu_replica::Protocol::Velos => {
-                (words.get(word::RESUMES) > resumes_before).then(|| words.get(word::RESUMED_NS))
+                (words.resumes.get() > resumes_before).then(|| words.resumed_ns.get())
             }
         };
         Ok(back_ns.map(Ok))
@@ -946,7 +947,7 @@ fn fail_back(
         Ok(ns) => ns,
         Err(status) => return fenced(status),
     };
-    let interim_last_ns = c.words(interim).get(word::LAST_COMMIT_NS);
+    let interim_last_ns = c.words(interim).last_commit_ns.get();
     Ok(Some(back_ns.saturating_sub(interim_last_ns)))
 }
 
@@ -1056,7 +1057,7 @@ fn document(
     // Mu: how often a new leader's set-up or first proposal was aborted and started again.
     let mut kinds = serde_json::Map::new();
     for f in m.failovers.iter().filter(|f| f.setup_aborts > 0) {
-        let name = word::ABORT_KINDS.get(f.last_abort_kind as usize).copied().unwrap_or("unknown");
+        let name = words::ABORT_KINDS.get(f.last_abort_kind as usize).copied().unwrap_or("unknown");
         let count = kinds.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
         kinds.insert(name.to_string(), json!(count + 1));
     }

@@ -20,5 +20,6 @@ pub mod replication;
 pub mod suite;
 pub mod targets;
 pub mod throughput;
+pub mod words;
 
 use mu_procs::{counts, interrupt};

@@ -5,10 +5,11 @@
 //! it has applied, and does nothing else (standalone, as in the Mu paper §7.1) or first applies
 //! the entry to a key-value store (`--app kv`, attached); and, if asked to, proposes values
 //! of a given size in a loop whenever it leads. It publishes what the benchmark needs in its
-//! words file ([`crate::cluster::word`]) and runs until the benchmark kills it (or exits: it dies
+//! words file ([`crate::words::SharedWords`]) and runs until the benchmark kills it (or exits: it dies
 //! with it).
 
-use crate::cluster::{self, word, App, ClockMap, FabricChoice, ReplicaMode, ThreadsChoice, Words};
+use crate::cluster::{self, App, ClockMap, FabricChoice, ReplicaMode, ThreadsChoice};
+use crate::words::{self, Words};
 use mu_fabric::NodeId;
 use mu_replica::{ProposeError, ReplicaConfig, ReplicaStatus};
 use std::path::PathBuf;
@@ -132,7 +133,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
-    let on_commit = args.app.commit_handler(move |index| applied.set(word::APPLIED, index + 1));
+    let on_commit = args.app.commit_handler(move |index| applied.applied.set(index + 1));
     let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
     // Once the replica's threads run: they would inherit this thread's CPU.
     if let Some(cpu) = cpus.proposer {
@@ -143,7 +144,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // Status times count from the replica's start; the benchmark compares them across processes.
     let to_monotonic =
         |ns_since_start: u64| clock.monotonic_ns(started_at + Duration::from_nanos(ns_since_start));
-    words.set(word::STARTED, 1);
+    words.started.set(1);
     let leader_changes = replica.watch_leader();
     let mut value = Vec::new();
     // The readiness time of the term whose first commit was published; `None` outside a term.
@@ -164,14 +165,14 @@ pub fn run(args: Args) -> Result<(), String> {
             let _ = std::fs::write(&status_path, format!("{:?}", replica.status()));
         }
         let leader = replica.leader();
-        words.set(word::LEADER_SEEN, leader.map_or(0, |l| u64::from(l.0) + 1));
-        let go = words.get(word::GO);
+        words.leader_seen.set(leader.map_or(0, |l| u64::from(l.0) + 1));
+        let go = words.go.get();
         let elected = leader == Some(NodeId(me));
         if was_elected && !elected {
             aborts_base = replica.status().aborts;
         }
         was_elected = elected;
-        if args.propose_bytes == 0 || !elected || go == word::GO_WAIT {
+        if args.propose_bytes == 0 || !elected || go == words::GO_WAIT {
             term = None;
             if args.threads == ThreadsChoice::Dedicated && args.propose_bytes > 0 {
                 // A core of its own: a wake-up from sleep would be part of every failover.
@@ -200,27 +201,27 @@ pub fn run(args: Args) -> Result<(), String> {
                 // A leader stopped and continued may go on in its term (Velos: its next CAS
                 // fails, and it prepares again without stepping down): the pause dates its
                 // return instead.
-                let last_ns = words.get(word::LAST_COMMIT_NS);
-                if last_ns != 0 && now_ns.saturating_sub(last_ns) > word::RESUME_GAP_NS {
-                    words.set(word::RESUMED_NS, now_ns);
-                    words.add(word::RESUMES, 1);
+                let last_ns = words.last_commit_ns.get();
+                if last_ns != 0 && now_ns.saturating_sub(last_ns) > words::RESUME_GAP_NS {
+                    words.resumed_ns.set(now_ns);
+                    words.resumes.add(1);
                 }
-                words.set(word::LAST_COMMIT_NS, now_ns);
-                words.add(word::COMMITS, 1);
-                if go == word::GO_SLOW {
+                words.last_commit_ns.set(now_ns);
+                words.commits.add(1);
+                if go == words::GO_SLOW {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
             Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {
                 // Leadership moved while proposing: expected around a failover.
                 term = None;
-                words.add(word::LOST_PROPOSALS, 1);
+                words.lost_proposals.add(1);
             }
             Err(ProposeError::LogFull { .. }) => {
                 // A live follower is slow (on a loaded machine, its threads wait for a CPU): the
                 // leader overwrites nothing and waits. The benchmark's own timeouts catch a
                 // follower that never catches up.
-                words.add(word::LOG_FULL_WAITS, 1);
+                words.log_full_waits.add(1);
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) => return Err(format!("replica {me}: propose failed: {e}")),
@@ -235,36 +236,36 @@ fn publish_term(
     aborts_base: u64,
     to_monotonic: &impl Fn(u64) -> u64,
 ) {
-    words.set(word::FIRST_COMMIT_NS, first_commit_ns);
+    words.first_commit_ns.set(first_commit_ns);
     let aborts = status.aborts.saturating_sub(aborts_base);
-    words.set(word::SETUP_ABORTS, aborts);
+    words.setup_aborts.set(aborts);
     let last = if aborts > 0 { status.last_abort } else { None };
-    words.set(word::LAST_ABORT_KIND, word::abort_kind(last));
-    words.set(word::ELECTED_NS, status.elected_at_ns.map_or(0, to_monotonic));
-    words.set(word::READY_NS, status.ready_at_ns.map_or(0, to_monotonic));
-    words.set(word::PERMITTED_NS, status.permitted_at_ns.map_or(0, to_monotonic));
+    words.last_abort_kind.set(words::abort_kind(last));
+    words.elected_ns.set(status.elected_at_ns.map_or(0, to_monotonic));
+    words.ready_ns.set(status.ready_at_ns.map_or(0, to_monotonic));
+    words.permitted_ns.set(status.permitted_at_ns.map_or(0, to_monotonic));
     for phase in mu_replication::Phase::ALL {
         let at = status.phases_entered_at_ns.iter().find(|(p, _)| *p == phase);
-        words.set(word::PHASES_NS + phase as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
+        words.phases_ns[phase as usize].set(at.map_or(0, |(_, ns)| to_monotonic(*ns)));
     }
     for phase in mu_replication::Phase::ALL {
         let busy = status.phases_busy_ns.iter().find(|(p, _, _)| *p == phase);
         let (ns, polls) = busy.map_or((0, 0), |&(_, ns, polls)| (ns, polls));
-        words.set(word::PHASE_BUSY_NS + phase as usize, ns);
-        words.set(word::PHASE_POLLS + phase as usize, polls);
+        words.phase_busy_ns[phase as usize].set(ns);
+        words.phase_polls[phase as usize].set(polls);
     }
-    words.set(word::VELOS_BUSY_NS, status.velos_busy_ns.0);
-    words.set(word::SETUP_POLLS_LEN, status.setup_polls.len() as u64);
+    words.velos_busy_ns.set(status.velos_busy_ns.0);
+    words.setup_polls_len.set(status.setup_polls.len() as u64);
     for (i, poll) in status.setup_polls.iter().enumerate() {
         let [figures, idle] = poll.pack();
-        words.set(word::SETUP_POLLS + 3 * i, to_monotonic(poll.start_ns));
-        words.set(word::SETUP_POLLS + 3 * i + 1, figures);
-        words.set(word::SETUP_POLLS + 3 * i + 2, idle);
+        words.setup_polls[i][0].set(to_monotonic(poll.start_ns));
+        words.setup_polls[i][1].set(figures);
+        words.setup_polls[i][2].set(idle);
     }
-    words.set(word::VELOS_POLLS, status.velos_busy_ns.1);
+    words.velos_polls.set(status.velos_busy_ns.1);
     for step in mu_replica::VelosStep::ALL {
         let at = status.velos_steps_at_ns.iter().find(|(s, _)| *s == step);
-        words.set(word::VELOS_STEPS_NS + step as usize, at.map_or(0, |(_, ns)| to_monotonic(*ns)));
+        words.velos_steps_ns[step as usize].set(at.map_or(0, |(_, ns)| to_monotonic(*ns)));
     }
-    words.add(word::TERMS, 1);
+    words.terms.add(1);
 }

@@ -15,9 +15,10 @@
 //! the floor the protocol's own work (prepare omitted, accept on two followers and the own log,
 //! commit) costs, not how fast a network is.
 
-use crate::cluster::{word, App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice, Words};
+use crate::cluster::{App, Cluster, FabricChoice, ReplicaMode, Spec, ThreadsChoice};
 use crate::fabric;
 use crate::measure::Summary;
+use crate::words::Words;
 use crate::{interrupt, replica_child};
 use hdrhistogram::Histogram;
 use mu_fabric::NodeId;
@@ -552,7 +553,7 @@ fn lead(
         .map(|r| Words::open(&run_dir.join(format!("words-{r}.mem"))))
         .collect::<Result<_, _>>()?;
     let lags = |leader_applied: u64| -> Vec<u64> {
-        followers.iter().map(|w| leader_applied.saturating_sub(w.get(word::APPLIED))).collect()
+        followers.iter().map(|w| leader_applied.saturating_sub(w.applied.get())).collect()
     };
 
     // Elected, then a first value committed, then slowly until both followers apply: a
