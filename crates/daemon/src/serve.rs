@@ -106,39 +106,7 @@ pub fn run(args: Args) -> Result<(), String> {
         background: args.background_cpu,
     };
     let pid_path = config.pid_path(args.id);
-    // The same check `mu cluster` makes: a pid reused by another program is not "running".
-    match inspect_pid_file(&config, args.id)? {
-        PidFile::Running(target) => {
-            return Err(format!(
-                "replica {} already runs (pid {} in {})",
-                args.id,
-                target.pid,
-                pid_path.display()
-            ))
-        }
-        // A replica that stops removes its pid file: one left behind is a crash, and the
-        // replica's log (in memory) went with it.
-        PidFile::Stale(why) if !args.rejoin => {
-            return Err(format!(
-                "replica {} did not stop cleanly last time ({} is left behind: {why}), so it \
-                 lost its log: start it with --rejoin, which brings it back as recovering. \
-                 Started as a new replica it could undo entries its lost log helped decide. \
-                 If the whole cluster is starting anew, `mu cluster up` clears such files",
-                args.id,
-                pid_path.display()
-            ))
-        }
-        PidFile::Foreign(target, other) => {
-            return Err(format!(
-                "replica {} of cluster {other:#x} already runs in {} (pid {}): two clusters \
-                 cannot share a run directory",
-                args.id,
-                config.run_dir.display(),
-                target.pid
-            ))
-        }
-        PidFile::Stale(_) | PidFile::Missing => {}
-    }
+    refuse_unsafe_start(&config, &args)?;
     let machine = SharedMachine::new();
     let started = Instant::now();
     let replica = start_replica(&config, args.id, replica_config, machine.clone())?;
@@ -195,34 +163,12 @@ pub fn run(args: Args) -> Result<(), String> {
         "serving"
     );
     // Leader changes are logged by the replica's background plane as its election sees them.
-    let mut recovering_noted = Instant::now();
-    while interrupt::check().is_ok() {
-        std::thread::sleep(Duration::from_millis(20));
-        if let Some(failure) = replica.failure() {
-            // Stopped on its own (refused as restarted without --rejoin, say): it serves
-            // nothing more. Its pid file stays, so it restarts only with --rejoin, as after a
-            // crash.
-            drop(metrics);
-            drop(server);
-            return Err(format!("replica {} stopped: {failure}", args.id));
-        }
-        if recovering_noted.elapsed() >= RECOVERING_NOTE_EVERY {
-            recovering_noted = Instant::now();
-            let status = replica.status();
-            if status.recovering {
-                // A rejoining replica waits for a leader to take it back; say so now and then,
-                // or an operator sees a replica that serves nothing and says nothing (a lone
-                // replica started with --rejoin waits for ever: nobody can take it back).
-                warn!(
-                    target: LOG_TARGET,
-                    replica = args.id,
-                    leader = status.leader.map(|l| l.0),
-                    since_s = started.elapsed().as_secs(),
-                    "still recovering: waiting for a leader of a majority to take this replica \
-                     back and bring it up to date"
-                );
-            }
-        }
+    let stopped = serve_until_interrupted(&replica, args.id, started);
+    if stopped.is_err() {
+        // Its pid file stays, so it restarts only with --rejoin, as after a crash.
+        drop(metrics);
+        drop(server);
+        return stopped;
     }
     info!(
         target: LOG_TARGET,
@@ -234,6 +180,71 @@ pub fn run(args: Args) -> Result<(), String> {
     drop(metrics);
     drop(server);
     let _ = std::fs::remove_file(&pid_path);
+    Ok(())
+}
+
+/// Refuses to start a replica that already runs, one that crashed (and so lost its log) unless
+/// started with `--rejoin`, and one whose run directory another cluster's replica uses.
+fn refuse_unsafe_start(config: &ClusterConfig, args: &Args) -> Result<(), String> {
+    let pid_path = config.pid_path(args.id);
+    // The same check `mu cluster` makes: a pid reused by another program is not "running".
+    match inspect_pid_file(config, args.id)? {
+        PidFile::Running(target) => Err(format!(
+            "replica {} already runs (pid {} in {})",
+            args.id,
+            target.pid,
+            pid_path.display()
+        )),
+        // A replica that stops removes its pid file: one left behind is a crash, and the
+        // replica's log (in memory) went with it.
+        PidFile::Stale(why) if !args.rejoin => Err(format!(
+            "replica {} did not stop cleanly last time ({} is left behind: {why}), so it \
+             lost its log: start it with --rejoin, which brings it back as recovering. \
+             Started as a new replica it could undo entries its lost log helped decide. \
+             If the whole cluster is starting anew, `mu cluster up` clears such files",
+            args.id,
+            pid_path.display()
+        )),
+        PidFile::Foreign(target, other) => Err(format!(
+            "replica {} of cluster {other:#x} already runs in {} (pid {}): two clusters \
+             cannot share a run directory",
+            args.id,
+            config.run_dir.display(),
+            target.pid
+        )),
+        PidFile::Stale(_) | PidFile::Missing => Ok(()),
+    }
+}
+
+/// Watches the replica until SIGINT or SIGTERM (`Ok`) or until it stops on its own (`Err`),
+/// saying now and then that a rejoining replica is still waiting to be taken back.
+fn serve_until_interrupted(replica: &Replica, id: u16, started: Instant) -> Result<(), String> {
+    let mut recovering_noted = Instant::now();
+    while interrupt::check().is_ok() {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(failure) = replica.failure() {
+            // Stopped on its own (refused as restarted without --rejoin, say): it serves
+            // nothing more.
+            return Err(format!("replica {id} stopped: {failure}"));
+        }
+        if recovering_noted.elapsed() >= RECOVERING_NOTE_EVERY {
+            recovering_noted = Instant::now();
+            let status = replica.status();
+            if status.recovering {
+                // A rejoining replica waits for a leader to take it back; say so now and then,
+                // or an operator sees a replica that serves nothing and says nothing (a lone
+                // replica started with --rejoin waits for ever: nobody can take it back).
+                warn!(
+                    target: LOG_TARGET,
+                    replica = id,
+                    leader = status.leader.map(|l| l.0),
+                    since_s = started.elapsed().as_secs(),
+                    "still recovering: waiting for a leader of a majority to take this replica \
+                     back and bring it up to date"
+                );
+            }
+        }
+    }
     Ok(())
 }
 
