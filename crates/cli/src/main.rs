@@ -10,7 +10,7 @@ mod demo;
 mod sim;
 
 use mu_bench as bench;
-use mu_daemon::{cluster_cmd, kv_cmd, serve};
+use mu_daemon::{cluster, kv_cmd, serve};
 
 #[derive(Parser)]
 #[command(
@@ -41,7 +41,7 @@ enum Command {
     Demo(demo::Args),
     /// A key-value cluster's replicas as background processes on this host: start them, show
     /// their status, stop them.
-    Cluster(cluster_cmd::Args),
+    Cluster(cluster::Args),
     /// One key-value operation on a running cluster: get, put, del, cas.
     Kv(kv_cmd::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
@@ -163,7 +163,7 @@ fn run(command: Command) -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Cluster(args) => cluster_cmd::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Kv(args) => match kv_cmd::run(args, usage_error) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(kv_cmd::EXIT_NO),

@@ -5,7 +5,7 @@
 #[macro_use]
 extern crate mu_procs;
 
-pub mod cluster_cmd;
+pub mod cluster;
 pub mod config;
 pub mod kv_cluster;
 pub mod kv_cmd;

@@ -1,0 +1,238 @@
+//! `mu cluster status`: every replica's report, as a table or JSON.
+
+use super::*;
+
+pub(super) fn status(args: &StatusArgs) -> Result<(), String> {
+    let config = crate::config::load_config(&args.config)?;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
+    let answers: Vec<(u16, Result<ReplicaReport, String>)> =
+        config.replicas.iter().map(|&id| (id, client.status(id))).collect();
+    let up = answers.iter().filter(|(_, a)| a.is_ok()).count();
+    if args.json {
+        let items: Vec<serde_json::Value> = answers
+            .iter()
+            .map(|(id, answer)| match answer {
+                Ok(report) => {
+                    let mut v = serde_json::to_value(report).unwrap_or_else(
+                        |e| serde_json::json!({ "id": id, "error": e.to_string() }),
+                    );
+                    if let Some(map) = v.as_object_mut() {
+                        map.insert("up".into(), serde_json::Value::Bool(true));
+                    }
+                    v
+                }
+                Err(e) => {
+                    let (_, why) = why_silent(&config, &args.config, *id, e);
+                    serde_json::json!({ "id": id, "up": false, "error": why })
+                }
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+    } else {
+        print_table(&config, &args.config, &answers);
+    }
+    if up == 0 {
+        // Say why: "nobody listens", "they run but do not answer" and "the replicas refuse
+        // this client" need other fixes.
+        let silent: Vec<(Option<u32>, String)> = answers
+            .iter()
+            .filter_map(|(id, a)| {
+                a.as_ref().err().map(|e| why_silent(&config, &args.config, *id, e))
+            })
+            .collect();
+        let mut reasons: Vec<&str> =
+            answers.iter().filter_map(|(_, a)| a.as_ref().err().map(String::as_str)).collect();
+        reasons.dedup();
+        if silent.iter().any(|(pid, _)| pid.is_some()) {
+            return Err(format!("no replica answers: {}", reasons.join("; ")));
+        }
+        return Err(format!(
+            "no replica answers (is the cluster up? start it with `mu cluster up --config {}`): {}",
+            args.config.display(),
+            reasons.join("; ")
+        ));
+    }
+    Ok(())
+}
+
+fn print_table(
+    config: &ClusterConfig,
+    config_path: &Path,
+    answers: &[(u16, Result<ReplicaReport, String>)],
+) {
+    let header = [
+        "ID",
+        "PID",
+        "STATE",
+        "LEADER",
+        "FUO",
+        "APPLIED",
+        "COMMITS",
+        "ABORTS",
+        "LEADER CHG",
+        "PERM SW",
+        "CONFIRMED",
+        "LOG WRITER",
+        "SCORES",
+        "DIGEST",
+        "UPTIME",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut problems = Vec::new();
+    for (id, answer) in answers {
+        match answer {
+            Ok(r) => {
+                let confirmed = if r.confirmed.is_empty() {
+                    "-".to_string()
+                } else {
+                    r.confirmed.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+                };
+                let switches = if r.slow_permission_switches > 0 {
+                    format!("{} ({} slow)", r.permission_switches, r.slow_permission_switches)
+                } else {
+                    r.permission_switches.to_string()
+                };
+                rows.push(vec![
+                    id.to_string(),
+                    r.pid.to_string(),
+                    // Not counted in majorities yet: restart no other replica meanwhile.
+                    if r.recovering { "recovering" } else { "up" }.into(),
+                    leader_name(r.leader),
+                    r.fuo.to_string(),
+                    r.applied.to_string(),
+                    r.commits.to_string(),
+                    r.aborts.to_string(),
+                    r.leader_changes.to_string(),
+                    switches,
+                    confirmed,
+                    r.log_holder.map_or("-".into(), |h| h.to_string()),
+                    // Each peer's failure-detector score (0-15), as peer:score.
+                    r.scores
+                        .iter()
+                        .map(|(p, sc)| format!("{p}:{sc}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    r.digest.clone(),
+                    uptime(r.uptime_ms),
+                ]);
+                let ids = |v: &[u16]| v.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+                if !r.restarted_without_rejoin.is_empty() {
+                    problems.push(format!(
+                        "replica {id} refuses replica(s) {}: restarted without --rejoin after \
+                         losing its log; stop it and start it with --rejoin",
+                        ids(&r.restarted_without_rejoin)
+                    ));
+                }
+                if !r.other_configuration.is_empty() {
+                    problems.push(format!(
+                        "replica {id} does not count replica(s) {}: they run with another \
+                         configuration (protocol, log shape or replica list)",
+                        ids(&r.other_configuration)
+                    ));
+                }
+            }
+            Err(e) => {
+                let (pid, why) = why_silent(config, config_path, *id, e);
+                let state = if pid.is_some() { "no answer" } else { "down" };
+                let mut row =
+                    vec![id.to_string(), pid.map_or("-".into(), |p| p.to_string()), state.into()];
+                row.resize(header.len(), "-".into());
+                rows.push(row);
+                problems.push(format!("replica {id}: {why}"));
+            }
+        }
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in &rows {
+        let cells: Vec<String> =
+            row.iter().zip(&widths).map(|(cell, &w)| format!("{cell:<w$}")).collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+    let reports: Vec<&ReplicaReport> =
+        answers.iter().filter_map(|(_, a)| a.as_ref().ok()).collect();
+    match ReplicaReport::agreed_leader(reports.iter().copied(), config.replicas.len()) {
+        Some(l) => {
+            let votes = reports.iter().filter(|r| r.leader == Some(l)).count();
+            println!(
+                "leader: replica {l} (agreed by {votes} of {} replicas)",
+                config.replicas.len()
+            );
+        }
+        None => println!("leader: none agreed by a majority"),
+    }
+    for p in problems {
+        println!("{p}");
+    }
+}
+
+/// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
+fn why_silent(
+    config: &ClusterConfig,
+    config_path: &Path,
+    id: u16,
+    error: &str,
+) -> (Option<u32>, String) {
+    let error = error.strip_prefix(&format!("replica {id}: ")).unwrap_or(error);
+    match inspect_pid_file(config, id) {
+        // Stopped (SIGSTOP), or stuck.
+        Ok(PidFile::Running(target)) => {
+            return (
+                Some(target.pid),
+                format!("pid {} runs but does not answer ({error})", target.pid),
+            );
+        }
+        Ok(PidFile::Foreign(target, other)) => {
+            return (Some(target.pid), foreign(config, id, &target, other));
+        }
+        // A replica that stops removes its pid file.
+        Ok(PidFile::Stale(why)) => {
+            return (
+                None,
+                format!(
+                    "crashed ({why}; its pid file is left): restart it with `mu replica --config \
+                     {} --id {id} --rejoin`",
+                    config_path.display()
+                ),
+            );
+        }
+        _ => {}
+    }
+    if config.clients.is_some() {
+        // Reached over TCP: its host may be another, and a socket here says nothing.
+        return (None, format!("no answer over TCP ({error})"));
+    }
+    let socket = config.socket_path(id);
+    if !socket.exists() {
+        return (None, "not running (no socket)".into());
+    }
+    match std::os::unix::net::UnixStream::connect(&socket) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            (None, "not running (its socket was left by a replica that died)".into())
+        }
+        _ => (None, format!("not running ({error})")),
+    }
+}
+
+fn uptime(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{:.1}s", ms as f64 / 1000.0),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptimes_read_well() {
+        assert_eq!(uptime(1_500), "1.5s");
+        assert_eq!(uptime(61_000), "1m01s");
+        assert_eq!(uptime(3_723_000), "1h02m03s");
+    }
+}

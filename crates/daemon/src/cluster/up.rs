@@ -1,0 +1,303 @@
+//! `mu cluster up`: every replica started in a session of its own, and the wait until a
+//! majority agree on a leader.
+
+use super::down::{remove_if_exists, remove_shared_memory};
+use super::*;
+
+/// A replica process `up` started, until it is known to run.
+struct Started {
+    id: u16,
+    child: Child,
+}
+
+pub(super) fn up(args: &UpArgs) -> Result<(), String> {
+    interrupt::catch();
+    // The replicas run with `/` as their directory (a daemon must not keep another directory
+    // busy), so they are given the configuration's absolute path.
+    let config_path = std::fs::canonicalize(&args.config)
+        .map_err(|e| format!("reading the configuration {}: {e}", args.config.display()))?;
+    // The fabric's own checks (an ofi provider and its addresses) too, before any replica
+    // starts.
+    let config = crate::config::load_config(&config_path)?;
+    config.prepare_run_dir()?;
+    let warnings = crate::config::run_dir_warning(&config)
+        .into_iter()
+        .chain(crate::config::threads_warning(&config));
+    for warning in warnings {
+        note!("mu cluster up: warning: {warning}");
+    }
+    refuse_if_running(&config)?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
+    let mut started: Vec<Started> = Vec::new();
+    for &id in &config.replicas {
+        match spawn_replica(&exe, &config_path, &config, id) {
+            Ok(child) => started.push(Started { id, child }),
+            Err(e) => {
+                stop_started(&config, &mut started);
+                return Err(e);
+            }
+        }
+    }
+    let timeout = Duration::from_secs(args.timeout_s);
+    match wait_until_up(&config, &mut started, timeout) {
+        Ok((leader, reports)) => {
+            for s in &started {
+                let state = match reports.get(&s.id) {
+                    Some(r) => format!("sees leader {}", leader_name(r.leader)),
+                    None => "started".into(),
+                };
+                println!(
+                    "replica {}: pid {}, {state}, socket {}, log {}",
+                    s.id,
+                    s.child.id(),
+                    config.socket_path(s.id).display(),
+                    config.log_path(s.id).display()
+                );
+            }
+            let votes = reports.values().filter(|r| r.leader == Some(leader)).count();
+            println!(
+                "leader: replica {leader} (agreed by {votes} of {} replicas)",
+                config.replicas.len()
+            );
+            // The children are left running: they are in their own sessions and outlive us.
+            Ok(())
+        }
+        Err(e) => {
+            stop_started(&config, &mut started);
+            Err(e)
+        }
+    }
+}
+
+/// Fails if a replica of `config` already runs (by its pid file, or because its socket
+/// answers), or one of another cluster runs in the same run directory; otherwise removes pid
+/// files that name no running replica. Those are removed only once nothing runs: a crashed
+/// replica's pid file is what keeps it from being started again without `--rejoin` while the
+/// rest of its cluster runs.
+fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
+    let mut running = Vec::new();
+    let mut stale = Vec::new();
+    for &id in &config.replicas {
+        match inspect_pid_file(config, id)? {
+            PidFile::Missing => {}
+            PidFile::Stale(why) => stale.push((id, why)),
+            PidFile::Running(target) => running.push(format!("replica {id} (pid {})", target.pid)),
+            PidFile::Foreign(target, other) => {
+                return Err(foreign(config, id, &target, other));
+            }
+        }
+    }
+    if running.is_empty() {
+        // A replica started by hand may not have written its pid file yet, or lost it.
+        let mut client =
+            Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
+        for &id in &config.replicas {
+            if let Ok(report) = client.status(id) {
+                running.push(format!("replica {id} (pid {}, answering)", report.pid));
+            }
+        }
+    }
+    if running.is_empty() {
+        for (id, why) in stale {
+            remove_if_exists(&config.pid_path(id))?;
+            note!("mu cluster up: replica {id}: removed a stale pid file ({why})");
+        }
+        return Ok(());
+    }
+    Err(format!(
+        "{} already running: see `mu cluster status`, or stop the cluster with `mu cluster down` \
+         first (a single replica that stopped rejoins with `mu replica --config FILE --id N \
+         --rejoin`)",
+        running.join(", ")
+    ))
+}
+
+fn spawn_replica(
+    exe: &Path,
+    config_path: &Path,
+    config: &ClusterConfig,
+    id: u16,
+) -> Result<Child, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let log_path = config.log_path(id);
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    writeln!(log, "{LOG_MARK} {id} (unix time {now}) ---")
+        .map_err(|e| format!("writing {}: {e}", log_path.display()))?;
+    let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("replica")
+        .arg("--config")
+        .arg(config_path)
+        .arg("--id")
+        .arg(id.to_string())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err);
+    // A session of its own: no controlling terminal, so closing the terminal (SIGHUP) or its
+    // Ctrl-C does not reach it; only `mu cluster down` or a signal sent on purpose stops it.
+    mu_procs::child::own_session(&mut cmd);
+    cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))
+}
+
+/// Waits until every replica answers a status request and a majority of the replicas agree on
+/// a leader; returns it and the reports. Fails if a replica exits, on an interrupt, or after
+/// `timeout`.
+fn wait_until_up(
+    config: &ClusterConfig,
+    started: &mut [Started],
+    timeout: Duration,
+) -> Result<(u16, BTreeMap<u16, ReplicaReport>), String> {
+    let deadline = Instant::now() + timeout;
+    let mut client =
+        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
+    loop {
+        interrupt::check()?;
+        for s in started.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(format!(
+                    "replica {} exited during start-up ({status}); the end of {}:\n{}",
+                    s.id,
+                    config.log_path(s.id).display(),
+                    log_tail(&config.log_path(s.id))
+                ));
+            }
+        }
+        let mut reports = BTreeMap::new();
+        let mut silent = Vec::new();
+        for &id in &config.replicas {
+            match client.status(id) {
+                Ok(r) => {
+                    reports.insert(id, r);
+                }
+                Err(e) => silent.push(format!("replica {id}: {e}")),
+            }
+        }
+        // A replica writes its pid file as it starts (before it serves): wait for that too, so
+        // that a `down` right after this returns finds every replica.
+        for s in started.iter() {
+            if pid_in(&config.pid_path(s.id)) != Some(s.child.id()) && reports.contains_key(&s.id) {
+                silent.push(format!("replica {}: no pid file yet", s.id));
+            }
+        }
+        let leader = ReplicaReport::agreed_leader(reports.values(), config.replicas.len());
+        if silent.is_empty() {
+            if let Some(leader) = leader {
+                return Ok((leader, reports));
+            }
+        }
+        if Instant::now() >= deadline {
+            let seen: Vec<String> = reports
+                .values()
+                .map(|r| format!("replica {} sees leader {}", r.id, leader_name(r.leader)))
+                .collect();
+            let mut why = format!("the cluster did not come up within {} s: ", timeout.as_secs());
+            if silent.is_empty() {
+                why.push_str(&format!("no leader agreed by a majority ({})", seen.join(", ")));
+            } else {
+                why.push_str(&format!("not answering: {}", silent.join("; ")));
+            }
+            for s in started.iter() {
+                why.push_str(&format!(
+                    "\nthe end of {}:\n{}",
+                    config.log_path(s.id).display(),
+                    log_tail(&config.log_path(s.id))
+                ));
+            }
+            return Err(why);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops the replicas this `up` started (SIGTERM, then SIGKILL) and reaps them.
+fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
+    for s in started.iter() {
+        let _ = mu_procs::child::signal(&s.child, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + TERM_WAIT;
+    for mut s in started.drain(..) {
+        let exited = loop {
+            match s.child.try_wait() {
+                Ok(Some(_)) => break true,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break false,
+            }
+        };
+        if !exited {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+        // A replica killed, or one that failed early, leaves its pid file behind.
+        let pid_path = config.pid_path(s.id);
+        if pid_in(&pid_path) == Some(s.child.id()) {
+            let _ = std::fs::remove_file(&pid_path);
+        }
+        note!("mu cluster up: stopped replica {} (pid {})", s.id, s.child.id());
+    }
+    // What the stopped replicas left (sockets, locks, the directory's cluster file), as `down`
+    // removes it; a node whose lock is still held is left alone.
+    let _ = remove_shared_memory(config);
+}
+
+/// How much of the end of a replica's log `log_tail` reads.
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The last lines of this start's part of a replica's log.
+fn log_tail(path: &Path) -> String {
+    // The last bytes only: the log grows with every run (a debug run's by gigabytes). Without
+    // this run's mark among them, the first line read may be cut: it is skipped like the mark.
+    let read_tail = || -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
+        let mut bytes = Vec::new();
+        file.take(LOG_TAIL_BYTES).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let text = match read_tail() {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => return format!("  (cannot read it: {e})"),
+    };
+    let this_start = text.rfind(LOG_MARK).map_or(&text[..], |at| &text[at..]);
+    let lines: Vec<&str> = this_start.lines().skip(1).collect();
+    if lines.is_empty() {
+        return "  (nothing)".into();
+    }
+    let from = lines.len().saturating_sub(LOG_TAIL_LINES);
+    lines[from..].iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_tail_is_this_start_only() {
+        let dir = std::env::temp_dir().join(format!("mu-cluster-cmd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("replica-0.log");
+        std::fs::write(
+            &log,
+            format!("{LOG_MARK} 0 (unix time 1) ---\nold run\n{LOG_MARK} 0 (unix time 2) ---\nnew run\n"),
+        )
+        .unwrap();
+        assert_eq!(log_tail(&log), "  new run");
+        // A long run: only its end is read, and the line cut at the edge is not shown.
+        let long: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, format!("{LOG_MARK} 0 (unix time 3) ---\n{long}")).unwrap();
+        let tail = log_tail(&log);
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
+        assert!(tail.ends_with("  line 19999"), "{tail}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
