@@ -522,6 +522,87 @@ fn lead(
     load: Load,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
+    let replica = start_leader(run_dir, spec, load)?;
+    let mut value = Vec::new();
+    spec.app.value(payload_bytes, 0, &mut value);
+    let followers: Vec<Words> = (1..REPLICAS)
+        .map(|r| Words::open(&run_dir.join(format!("words-{r}.mem"))))
+        .collect::<Result<_, _>>()?;
+    let lags = |leader_applied: u64| -> Vec<u64> {
+        followers.iter().map(|w| leader_applied.saturating_sub(w.applied.get())).collect()
+    };
+    wait_until_followed(&replica, &value, &lags, progress)?;
+    let mut proposer = TimedProposer {
+        replica: &replica,
+        load,
+        progress,
+        outcomes: Vec::with_capacity(load.requests_per_call()),
+        lost_proposals: 0,
+    };
+
+    // Once round the log (see `log_shape`), then caches, branch predictors and the followers'
+    // replayers warm up.
+    progress.set_phase(format!("warming up with {payload_bytes}-byte proposals"));
+    let mut values = vec![value; load.requests_per_call()];
+    let fill = |values: &mut [Vec<u8>], call: u64| {
+        for (j, v) in values.iter_mut().enumerate() {
+            spec.app.value(payload_bytes, call * load.requests_per_call() as u64 + j as u64, v);
+        }
+    };
+    let laps_calls = spec.slots_count / load.outstanding as u64;
+    for i in 0..laps_calls + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
+        progress.check_stop()?;
+        fill(&mut values, i);
+        proposer.propose(&values)?;
+    }
+
+    progress.set_phase(format!("measuring {payload_bytes}-byte proposals"));
+    let mut latency = histogram();
+    let step = (samples / 10).max(1);
+    note_part!("  payload {payload_bytes:>4} B   ");
+    let mut i: u64 = laps_calls + WARMUP_MAX;
+    let timed = Instant::now();
+    let cpu_start_ns = mu_procs::clock::thread_cpu_ns();
+    while latency.len() < samples {
+        progress.check_stop()?;
+        i += 1;
+        fill(&mut values, i);
+        if let Some(ns) = proposer.propose(&values)? {
+            latency.saturating_record(ns);
+            if latency.len() % step == 0 {
+                note_part!(".");
+            }
+        }
+    }
+    let timed_ns = timed.elapsed().as_nanos() as u64;
+    let cpu_ns = mu_procs::clock::thread_cpu_ns().saturating_sub(cpu_start_ns);
+    note!(" p50 {} ns", latency.value_at_quantile(0.5));
+    // A follower more than a log behind was dropped on the way (the leader does not wait for a
+    // follower that slow): later proposals went to one follower only, and the report says so.
+    let committed = replica.status().fuo;
+    let followers_dropped = lags(committed).iter().filter(|&&lag| lag > spec.slots_count).count();
+    let lost_proposals = proposer.lost_proposals;
+    replica.shutdown();
+    Ok(PayloadResult {
+        payload_bytes,
+        slot_bytes: spec.slot_bytes,
+        slots_count: spec.slots_count,
+        lost_proposals,
+        followers_dropped,
+        requests: latency.len() * load.requests_per_call() as u64,
+        timed_ns,
+        cpu_ns,
+        latency,
+    })
+}
+
+/// Starts replica 0, with `load`'s batching, and pins the calling (proposing) thread where
+/// `spec` says.
+fn start_leader(
+    run_dir: &std::path::Path,
+    spec: &Spec,
+    load: Load,
+) -> Result<mu_replica::Replica, String> {
     let mut config = replica_child::config(
         0,
         REPLICAS,
@@ -546,20 +627,19 @@ fn lead(
     if let Some(cpu) = cpus.proposer {
         mu_cpu::pin_to(cpu).map_err(|e| format!("replica 0: the proposing thread: {e}"))?;
     }
-    let mut value = Vec::new();
-    spec.app.value(payload_bytes, 0, &mut value);
-    let mut lost_proposals = 0;
-    let followers: Vec<Words> = (1..REPLICAS)
-        .map(|r| Words::open(&run_dir.join(format!("words-{r}.mem"))))
-        .collect::<Result<_, _>>()?;
-    let lags = |leader_applied: u64| -> Vec<u64> {
-        followers.iter().map(|w| leader_applied.saturating_sub(w.applied.get())).collect()
-    };
+    Ok(replica)
+}
 
-    // Elected, then a first value committed, then slowly until both followers apply: a
-    // follower whose grant came after the leader's permission round is admitted at a later
-    // one, which at full speed would find it more than a log behind (and the benchmark would
-    // measure a leader with one follower).
+/// Elected, then a first value committed, then slowly until both followers apply: a
+/// follower whose grant came after the leader's permission round is admitted at a later
+/// one, which at full speed would find it more than a log behind (and the benchmark would
+/// measure a leader with one follower). `lags` says how far behind each follower is.
+fn wait_until_followed(
+    replica: &mu_replica::Replica,
+    value: &[u8],
+    lags: &dyn Fn(u64) -> Vec<u64>,
+    progress: &Progress,
+) -> Result<(), String> {
     progress.set_phase("waiting for replica 0 to be elected and both followers to apply");
     let start = Instant::now();
     let mut index = 0;
@@ -578,107 +658,68 @@ fn lead(
         // wait for the next (with Velos, the empty entry an idle leader decides): one behind
         // is following.
         if index > 0 && lags(index + 1).iter().all(|&lag| lag <= 1) {
-            break;
+            return Ok(());
         }
         if replica.leader() != Some(NodeId(0)) {
             continue;
         }
-        match replica.propose(&value) {
+        match replica.propose(value) {
             Ok(i) => index = i,
             Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {}
             Err(e) => return Err(format!("replica 0: first proposals: {e}")),
         }
     }
+}
 
-    // One proposal (one call of `load`), timed; `None` if leadership moved (then wait until
-    // replica 0 leads again).
-    let mut outcomes = Vec::with_capacity(load.requests_per_call());
-    let mut propose = |values: &[Vec<u8>], lost: &mut u64| -> Result<Option<u64>, String> {
+/// Replica 0's timed proposals, one call of the load each.
+struct TimedProposer<'a> {
+    replica: &'a mu_replica::Replica,
+    load: Load,
+    progress: &'a Progress,
+    outcomes: Vec<Result<u64, ProposeError>>,
+    /// Proposals that failed because leadership moved.
+    lost_proposals: u64,
+}
+
+impl TimedProposer<'_> {
+    /// One proposal (one call of the load), timed; `None` if leadership moved (then it waits
+    /// until replica 0 leads again).
+    fn propose(&mut self, values: &[Vec<u8>]) -> Result<Option<u64>, String> {
         let t = Instant::now();
-        let outcome = if load == Load::SINGLE {
-            replica.propose(&values[0]).map(|_| ())
+        let outcome = if self.load == Load::SINGLE {
+            self.replica.propose(&values[0]).map(|_| ())
         } else {
             let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-            replica.propose_many(&refs, &mut outcomes);
-            outcomes.drain(..).find_map(Result::err).map_or(Ok(()), Err)
+            self.replica.propose_many(&refs, &mut self.outcomes);
+            self.outcomes.drain(..).find_map(Result::err).map_or(Ok(()), Err)
         };
         let ns = t.elapsed().as_nanos() as u64;
-        progress.proposals.fetch_add(1, Ordering::Relaxed);
+        self.progress.proposals.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Ok(()) => Ok(Some(ns.max(1))),
             Err(ProposeError::NotLeader { .. } | ProposeError::Aborted) => {
-                *lost += 1;
-                let since = Instant::now();
-                while replica.leader() != Some(NodeId(0)) {
-                    progress.check_stop()?;
-                    if since.elapsed() > ELECTION_TIMEOUT {
-                        return Err(format!(
-                            "replica 0 lost leadership and did not regain it within \
-                             {ELECTION_TIMEOUT:?} (status: {:?})",
-                            replica.status()
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Ok(None)
+                self.lost_proposals += 1;
+                self.wait_to_lead_again().map(|()| None)
             }
             Err(e) => Err(format!("replica 0: propose failed: {e}")),
         }
-    };
-
-    // Once round the log (see `log_shape`), then caches, branch predictors and the followers'
-    // replayers warm up.
-    progress.set_phase(format!("warming up with {payload_bytes}-byte proposals"));
-    let mut values = vec![value; load.requests_per_call()];
-    let fill = |values: &mut [Vec<u8>], call: u64| {
-        for (j, v) in values.iter_mut().enumerate() {
-            spec.app.value(payload_bytes, call * load.requests_per_call() as u64 + j as u64, v);
-        }
-    };
-    let laps_calls = spec.slots_count / load.outstanding as u64;
-    for i in 0..laps_calls + samples.clamp(WARMUP_MIN, WARMUP_MAX) {
-        progress.check_stop()?;
-        fill(&mut values, i);
-        propose(&values, &mut lost_proposals)?;
     }
 
-    progress.set_phase(format!("measuring {payload_bytes}-byte proposals"));
-    let mut latency = histogram();
-    let step = (samples / 10).max(1);
-    note_part!("  payload {payload_bytes:>4} B   ");
-    let mut i: u64 = laps_calls + WARMUP_MAX;
-    let timed = Instant::now();
-    let cpu_start_ns = mu_procs::clock::thread_cpu_ns();
-    while latency.len() < samples {
-        progress.check_stop()?;
-        i += 1;
-        fill(&mut values, i);
-        if let Some(ns) = propose(&values, &mut lost_proposals)? {
-            latency.saturating_record(ns);
-            if latency.len() % step == 0 {
-                note_part!(".");
+    fn wait_to_lead_again(&self) -> Result<(), String> {
+        let since = Instant::now();
+        while self.replica.leader() != Some(NodeId(0)) {
+            self.progress.check_stop()?;
+            if since.elapsed() > ELECTION_TIMEOUT {
+                return Err(format!(
+                    "replica 0 lost leadership and did not regain it within \
+                     {ELECTION_TIMEOUT:?} (status: {:?})",
+                    self.replica.status()
+                ));
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
+        Ok(())
     }
-    let timed_ns = timed.elapsed().as_nanos() as u64;
-    let cpu_ns = mu_procs::clock::thread_cpu_ns().saturating_sub(cpu_start_ns);
-    note!(" p50 {} ns", latency.value_at_quantile(0.5));
-    // A follower more than a log behind was dropped on the way (the leader does not wait for a
-    // follower that slow): later proposals went to one follower only, and the report says so.
-    let committed = replica.status().fuo;
-    let followers_dropped = lags(committed).iter().filter(|&&lag| lag > spec.slots_count).count();
-    replica.shutdown();
-    Ok(PayloadResult {
-        payload_bytes,
-        slot_bytes: spec.slot_bytes,
-        slots_count: spec.slots_count,
-        lost_proposals,
-        followers_dropped,
-        requests: latency.len() * load.requests_per_call() as u64,
-        timed_ns,
-        cpu_ns,
-        latency,
-    })
 }
 
 /// `a / b` to four significant digits (a fixed number of decimals turned a small ratio, with
