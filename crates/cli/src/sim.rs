@@ -225,12 +225,69 @@ fn sweep(
     config_of: &(dyn Fn(u64) -> RunConfig + Sync),
 ) -> Result<(), String> {
     let started = Instant::now();
+    let jobs = jobs.min(count as usize).max(1);
+    let (totals, mut failures) = run_seeds(first, count, jobs, json, config_of, started);
+    failures.sort_by_key(|(r, _)| r.seed);
+    let done = SweepDone { first, count, jobs, seconds: started.elapsed().as_secs_f64(), lincheck };
+    if json {
+        print_sweep_json(&done, &totals, &failures, config_of);
+    } else {
+        print_sweep_text(&done, &totals, &failures);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} of {count} seeds failed", failures.len()))
+    }
+}
+
+/// What a sweep's seeds add up to.
+#[derive(Default)]
+struct Totals {
+    acked: u64,
+    answered: u64,
+    unknown: u64,
+    leader_changes: u64,
+    refused: u64,
+    membership_changes: u64,
+}
+
+impl Totals {
+    fn add(&mut self, report: &SeedReport) {
+        self.acked += report.acked as u64;
+        self.answered += report.ops_returned as u64;
+        self.unknown += report.ops_unknown as u64;
+        self.leader_changes += report.leader_changes as u64;
+        self.refused += report.ops_refused as u64;
+        self.membership_changes += report.membership_changes as u64;
+    }
+}
+
+/// A finished sweep's shape, for its report.
+struct SweepDone {
+    first: u64,
+    count: u64,
+    jobs: usize,
+    seconds: f64,
+    lincheck: bool,
+}
+
+type Failures = Vec<(SeedReport, RunConfig)>;
+
+/// Runs seeds `first..first + count` on `jobs` threads, with a progress line on stderr once a
+/// second; failures are printed as they come unless `json`.
+fn run_seeds(
+    first: u64,
+    count: u64,
+    jobs: usize,
+    json: bool,
+    config_of: &(dyn Fn(u64) -> RunConfig + Sync),
+    started: Instant,
+) -> (Totals, Failures) {
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let failures: Mutex<Vec<(SeedReport, RunConfig)>> = Mutex::new(Vec::new());
-    // acked, answered, unknown, leader changes, refused, membership changes
-    let totals = Mutex::new([0u64; 6]);
-    let jobs = jobs.min(count as usize).max(1);
+    let failures: Mutex<Failures> = Mutex::new(Vec::new());
+    let totals = Mutex::new(Totals::default());
     // Workers still running: the progress loop ends when they do, even if one panicked (the
     // scope then passes the panic on) rather than waiting for seeds nobody will finish.
     let running = AtomicU64::new(jobs as u64);
@@ -251,15 +308,7 @@ fn sweep(
                     }
                     let config = config_of(first + k);
                     let report = mu_sim::run(&config);
-                    {
-                        let mut t = totals.lock().expect("totals");
-                        t[0] += report.acked as u64;
-                        t[1] += report.ops_returned as u64;
-                        t[2] += report.ops_unknown as u64;
-                        t[3] += report.leader_changes as u64;
-                        t[4] += report.ops_refused as u64;
-                        t[5] += report.membership_changes as u64;
-                    }
+                    totals.lock().expect("totals").add(&report);
                     if report.violation.is_some() {
                         if !json {
                             print_failure(&report, &config);
@@ -270,82 +319,81 @@ fn sweep(
                 }
             });
         }
-        {
-            // Progress, once a second, on stderr (with --json too: the object goes to stdout
-            // at the end, and a long sweep should not look hung meanwhile).
-            let mut last = Instant::now();
-            while done.load(Ordering::Relaxed) < count && running.load(Ordering::Acquire) > 0 {
-                std::thread::sleep(Duration::from_millis(50));
-                if last.elapsed() >= Duration::from_secs(1) {
-                    last = Instant::now();
-                    let d = done.load(Ordering::Relaxed);
-                    note!(
-                        "mu sim: {d}/{count} seeds, {:.1} seeds/s, {} failed",
-                        d as f64 / started.elapsed().as_secs_f64(),
-                        failures.lock().expect("failures").len()
-                    );
-                }
+        // Progress, once a second, on stderr (with --json too: the object goes to stdout at
+        // the end, and a long sweep should not look hung meanwhile).
+        let mut last = Instant::now();
+        while done.load(Ordering::Relaxed) < count && running.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(Duration::from_millis(50));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                let d = done.load(Ordering::Relaxed);
+                note!(
+                    "mu sim: {d}/{count} seeds, {:.1} seeds/s, {} failed",
+                    d as f64 / started.elapsed().as_secs_f64(),
+                    failures.lock().expect("failures").len()
+                );
             }
         }
     });
-    let seconds = started.elapsed().as_secs_f64();
-    let mut failures = failures.into_inner().expect("failures");
-    failures.sort_by_key(|(r, _)| r.seed);
-    let t = totals.into_inner().expect("totals");
-    let rate = count as f64 / seconds;
-    if json {
-        let f: Vec<_> = failures
-            .iter()
-            .map(|(r, c)| {
-                let v = r.violation.as_ref().expect("a failure");
-                json!({"seed": r.seed, "replicas": r.replicas, "checker": v.checker,
-                       "message": v.message, "replay": replay_command(r, c)})
-            })
-            .collect();
-        let doc = json!({
-            "protocol": config_of(first).protocol.name(),
-            "first_seed": first,
-            "seeds": count,
-            "faults": config_of(first).faults.describe(),
-            "jobs": jobs,
-            "seconds": seconds,
-            "seeds_per_second": rate,
-            "acked": t[0],
-            "ops_answered": t[1],
-            "ops_unknown": t[2],
-            "ops_refused": t[4],
-            "leader_changes": t[3],
-            "membership_changes": t[5],
-            "linearizability_checked": lincheck,
-            "failures": f,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of plain values"));
-    } else {
-        println!(
-            "mu sim: {count} seed{} ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
-             thread{}: {} proposals acknowledged, {} client operations answered, {} unknown, \
-             {} refused, {} leader changes, {} membership changes; histories {}; {} failed",
-            if count == 1 { "" } else { "s" },
-            first + (count - 1),
-            if jobs == 1 { "" } else { "s" },
-            t[0],
-            t[1],
-            t[2],
-            t[4],
-            t[3],
-            t[5],
-            if lincheck { "checked by lincheck" } else { "NOT checked for linearizability" },
-            failures.len()
-        );
-        for (r, c) in &failures {
+    (totals.into_inner().expect("totals"), failures.into_inner().expect("failures"))
+}
+
+fn print_sweep_json(
+    done: &SweepDone,
+    t: &Totals,
+    failures: &Failures,
+    config_of: &(dyn Fn(u64) -> RunConfig + Sync),
+) {
+    let f: Vec<_> = failures
+        .iter()
+        .map(|(r, c)| {
             let v = r.violation.as_ref().expect("a failure");
-            println!("  seed {} ({}): replay with: {}", r.seed, v.checker, replay_command(r, c));
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{} of {count} seeds failed", failures.len()))
+            json!({"seed": r.seed, "replicas": r.replicas, "checker": v.checker,
+                   "message": v.message, "replay": replay_command(r, c)})
+        })
+        .collect();
+    let doc = json!({
+        "protocol": config_of(done.first).protocol.name(),
+        "first_seed": done.first,
+        "seeds": done.count,
+        "faults": config_of(done.first).faults.describe(),
+        "jobs": done.jobs,
+        "seconds": done.seconds,
+        "seeds_per_second": done.count as f64 / done.seconds,
+        "acked": t.acked,
+        "ops_answered": t.answered,
+        "ops_unknown": t.unknown,
+        "ops_refused": t.refused,
+        "leader_changes": t.leader_changes,
+        "membership_changes": t.membership_changes,
+        "linearizability_checked": done.lincheck,
+        "failures": f,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON of plain values"));
+}
+
+fn print_sweep_text(done: &SweepDone, t: &Totals, failures: &Failures) {
+    let SweepDone { first, count, jobs, seconds, lincheck } = *done;
+    let rate = count as f64 / seconds;
+    println!(
+        "mu sim: {count} seed{} ({first}..{}) in {seconds:.1} s, {rate:.1} seeds/s on {jobs} \
+         thread{}: {} proposals acknowledged, {} client operations answered, {} unknown, \
+         {} refused, {} leader changes, {} membership changes; histories {}; {} failed",
+        if count == 1 { "" } else { "s" },
+        first + (count - 1),
+        if jobs == 1 { "" } else { "s" },
+        t.acked,
+        t.answered,
+        t.unknown,
+        t.refused,
+        t.leader_changes,
+        t.membership_changes,
+        if lincheck { "checked by lincheck" } else { "NOT checked for linearizability" },
+        failures.len()
+    );
+    for (r, c) in failures {
+        let v = r.violation.as_ref().expect("a failure");
+        println!("  seed {} ({}): replay with: {}", r.seed, v.checker, replay_command(r, c));
     }
 }
 
