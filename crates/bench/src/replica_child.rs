@@ -111,34 +111,7 @@ pub fn run(args: Args) -> Result<(), String> {
     mu_procs::parent::die_with_parent(args.parent)?;
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
-    let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
-        ("shm", _) => FabricChoice::Shm,
-        #[cfg(feature = "ofi")]
-        ("ofi", Some(base_port)) => FabricChoice::Ofi {
-            base_port,
-            provider: crate::ofi_loopback::provider(args.ofi_provider.as_deref())?,
-        },
-        (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
-    };
-    let mut config = config(
-        me,
-        args.replicas,
-        (args.slots, args.slot_bytes),
-        args.read_period_us,
-        args.threads,
-        args.protocol,
-    );
-    let cpus = args.cpus();
-    config.cpus = cpus.replica;
-    // The commit handler only says how far this replica has applied (a follower more than a log
-    // behind needs a state transfer, which a replica without snapshots cannot have).
-    let applied = words.clone();
-    let on_commit = args.app.commit_handler(move |index| applied.applied.set(index + 1));
-    let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
-    // Once the replica's threads run: they would inherit this thread's CPU.
-    if let Some(cpu) = cpus.proposer {
-        mu_cpu::pin_to(cpu).map_err(|e| format!("replica {me}: the proposing thread: {e}"))?;
-    }
+    let replica = start(&args, &words)?;
     let clock = ClockMap::sample();
     let started_at = replica.started_at();
     // Status times count from the replica's start; the benchmark compares them across processes.
@@ -201,13 +174,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 // A leader stopped and continued may go on in its term (Velos: its next CAS
                 // fails, and it prepares again without stepping down): the pause dates its
                 // return instead.
-                let last_ns = words.last_commit_ns.get();
-                if last_ns != 0 && now_ns.saturating_sub(last_ns) > words::RESUME_GAP_NS {
-                    words.resumed_ns.set(now_ns);
-                    words.resumes.add(1);
-                }
-                words.last_commit_ns.set(now_ns);
-                words.commits.add(1);
+                record_commit(&words, now_ns);
                 if go == words::GO_SLOW {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -227,6 +194,52 @@ pub fn run(args: Args) -> Result<(), String> {
             Err(e) => return Err(format!("replica {me}: propose failed: {e}")),
         }
     }
+}
+
+/// Starts this process's replica as `args` say, its commit handler publishing how far it has
+/// applied, and pins the calling (proposing) thread where they say.
+fn start(args: &Args, words: &std::sync::Arc<Words>) -> Result<mu_replica::Replica, String> {
+    let me = args.node;
+    let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
+        ("shm", _) => FabricChoice::Shm,
+        #[cfg(feature = "ofi")]
+        ("ofi", Some(base_port)) => FabricChoice::Ofi {
+            base_port,
+            provider: crate::ofi_loopback::provider(args.ofi_provider.as_deref())?,
+        },
+        (other, _) => return Err(format!("replica {me}: fabric {other:?} without its ports")),
+    };
+    let mut config = config(
+        me,
+        args.replicas,
+        (args.slots, args.slot_bytes),
+        args.read_period_us,
+        args.threads,
+        args.protocol,
+    );
+    let cpus = args.cpus();
+    config.cpus = cpus.replica;
+    // The commit handler only says how far this replica has applied (a follower more than a log
+    // behind needs a state transfer, which a replica without snapshots cannot have).
+    let applied = words.clone();
+    let on_commit = args.app.commit_handler(move |index| applied.applied.set(index + 1));
+    let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
+    // Once the replica's threads run: they would inherit this thread's CPU.
+    if let Some(cpu) = cpus.proposer {
+        mu_cpu::pin_to(cpu).map_err(|e| format!("replica {me}: the proposing thread: {e}"))?;
+    }
+    Ok(replica)
+}
+
+/// Publishes a commit at `now_ns`, and a resume if it came long after the one before.
+fn record_commit(words: &Words, now_ns: u64) {
+    let last_ns = words.last_commit_ns.get();
+    if last_ns != 0 && now_ns.saturating_sub(last_ns) > words::RESUME_GAP_NS {
+        words.resumed_ns.set(now_ns);
+        words.resumes.add(1);
+    }
+    words.last_commit_ns.set(now_ns);
+    words.commits.add(1);
 }
 
 fn publish_term(
