@@ -83,54 +83,8 @@ fn print_table(
     for (id, answer) in answers {
         match answer {
             Ok(r) => {
-                let confirmed = if r.confirmed.is_empty() {
-                    "-".to_string()
-                } else {
-                    r.confirmed.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
-                };
-                let switches = if r.slow_permission_switches > 0 {
-                    format!("{} ({} slow)", r.permission_switches, r.slow_permission_switches)
-                } else {
-                    r.permission_switches.to_string()
-                };
-                rows.push(vec![
-                    id.to_string(),
-                    r.pid.to_string(),
-                    // Not counted in majorities yet: restart no other replica meanwhile.
-                    if r.recovering { "recovering" } else { "up" }.into(),
-                    leader_name(r.leader),
-                    r.fuo.to_string(),
-                    r.applied.to_string(),
-                    r.commits.to_string(),
-                    r.aborts.to_string(),
-                    r.leader_changes.to_string(),
-                    switches,
-                    confirmed,
-                    r.log_holder.map_or("-".into(), |h| h.to_string()),
-                    // Each peer's failure-detector score (0-15), as peer:score.
-                    r.scores
-                        .iter()
-                        .map(|(p, sc)| format!("{p}:{sc}"))
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    r.digest.clone(),
-                    uptime(r.uptime_ms),
-                ]);
-                let ids = |v: &[u16]| v.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
-                if !r.restarted_without_rejoin.is_empty() {
-                    problems.push(format!(
-                        "replica {id} refuses replica(s) {}: restarted without --rejoin after \
-                         losing its log; stop it and start it with --rejoin",
-                        ids(&r.restarted_without_rejoin)
-                    ));
-                }
-                if !r.other_configuration.is_empty() {
-                    problems.push(format!(
-                        "replica {id} does not count replica(s) {}: they run with another \
-                         configuration (protocol, log shape or replica list)",
-                        ids(&r.other_configuration)
-                    ));
-                }
+                rows.push(report_row(*id, r));
+                problems.extend(report_problems(*id, r));
             }
             Err(e) => {
                 let (pid, why) = why_silent(config, config_path, *id, e);
@@ -166,6 +120,60 @@ fn print_table(
     for p in problems {
         println!("{p}");
     }
+}
+
+/// A replica's row of the status table, from its report.
+fn report_row(id: u16, r: &ReplicaReport) -> Vec<String> {
+    let confirmed = if r.confirmed.is_empty() {
+        "-".to_string()
+    } else {
+        r.confirmed.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+    };
+    let switches = if r.slow_permission_switches > 0 {
+        format!("{} ({} slow)", r.permission_switches, r.slow_permission_switches)
+    } else {
+        r.permission_switches.to_string()
+    };
+    vec![
+        id.to_string(),
+        r.pid.to_string(),
+        // Not counted in majorities yet: restart no other replica meanwhile.
+        if r.recovering { "recovering" } else { "up" }.into(),
+        leader_name(r.leader),
+        r.fuo.to_string(),
+        r.applied.to_string(),
+        r.commits.to_string(),
+        r.aborts.to_string(),
+        r.leader_changes.to_string(),
+        switches,
+        confirmed,
+        r.log_holder.map_or("-".into(), |h| h.to_string()),
+        // Each peer's failure-detector score (0-15), as peer:score.
+        r.scores.iter().map(|(p, sc)| format!("{p}:{sc}")).collect::<Vec<_>>().join(","),
+        r.digest.clone(),
+        uptime(r.uptime_ms),
+    ]
+}
+
+/// What a replica's report says is wrong with its peers.
+fn report_problems(id: u16, r: &ReplicaReport) -> Vec<String> {
+    let mut problems = Vec::new();
+    let ids = |v: &[u16]| v.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+    if !r.restarted_without_rejoin.is_empty() {
+        problems.push(format!(
+            "replica {id} refuses replica(s) {}: restarted without --rejoin after \
+             losing its log; stop it and start it with --rejoin",
+            ids(&r.restarted_without_rejoin)
+        ));
+    }
+    if !r.other_configuration.is_empty() {
+        problems.push(format!(
+            "replica {id} does not count replica(s) {}: they run with another \
+             configuration (protocol, log shape or replica list)",
+            ids(&r.other_configuration)
+        ));
+    }
+    problems
 }
 
 /// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
