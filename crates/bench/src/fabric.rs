@@ -606,64 +606,12 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
     let samples = args.samples;
 
     // The pair figures, interleaved in chunks so that each samples the same conditions.
-    let [bare, write, read, cas] = {
-        let bare_path = run_dir.join("bare.mem");
-        let _ = std::fs::remove_file(&bare_path); // left by an earlier run in the same directory
-        let map = Mapping::create(&bare_path, REGION_BYTES).map_err(|e| e.to_string())?;
-        let mut peer = spawn_peer(run_dir, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
-        let b = a.connect(1)?;
-        peer.start()?;
-        let mut hs = [histogram(), histogram(), histogram(), histogram()];
-        let chunks = chunks_per_figure(samples);
-        note_part!("  {:<14} ", "pairs");
-        for chunk in 0..chunks * PAIR_FIGURES.len() as u64 {
-            let figure = PAIR_FIGURES[(chunk % PAIR_FIGURES.len() as u64) as usize];
-            let first = chunk / PAIR_FIGURES.len() as u64 * CHUNK + 1;
-            let recorded = chunk >= PAIR_FIGURES.len() as u64; // the first round warms up
-            for i in first..first + CHUNK {
-                let start = Instant::now();
-                a.pair_iteration(figure, &map, b, i, pair_spin)?;
-                if recorded {
-                    hs[figure as usize]
-                        .saturating_record((start.elapsed().as_nanos() as u64).max(1));
-                }
-            }
-            if chunk % (chunks * PAIR_FIGURES.len() as u64 / 10).max(1) == 0 {
-                note_part!(".");
-            }
-        }
-        note!(" done");
-        peer.finish()?;
-        hs.map(|h| Summary::of(&h))
-    };
+    let [bare, write, read, cas] = measure_pairs(&mut a, run_dir, &placement, samples, pair_spin)?;
 
     let write2 = measure_write2(&mut a, run_dir, &placement, samples)?;
 
-    // Permission changes on A's side of a connection to an idle peer: revoke write, grant it back.
-    let (perm_fast, perm_slow) = {
-        let mut peer = spawn_peer(run_dir, 1, "idle", 0, placement.cpu(1), false, 0)?;
-        let b = a.connect(1)?;
-        let mut fast = histogram();
-        let mut slow = histogram();
-        note_part!("  {:<14} ", "perm_fast/slow");
-        for k in 0..args.perm_samples.unwrap_or(PERM_SAMPLES) {
-            if k % 1024 == 0 {
-                crate::interrupt::check()?;
-            }
-            let t = Instant::now();
-            a.fabric.set_access_fast(b, Access::READ).map_err(|e| e.to_string())?;
-            fast.saturating_record((t.elapsed().as_nanos() as u64).max(1));
-            a.fabric.set_access_fast(b, Access::ALL).map_err(|e| e.to_string())?;
-            let t = Instant::now();
-            a.fabric.set_access_slow(b, Access::READ).map_err(|e| e.to_string())?;
-            slow.saturating_record((t.elapsed().as_nanos() as u64).max(1));
-            a.fabric.set_access_slow(b, Access::ALL).map_err(|e| e.to_string())?;
-        }
-        note!("done");
-        peer.start()?;
-        peer.finish()?;
-        (Summary::of(&fast), Summary::of(&slow))
-    };
+    let perm_samples = args.perm_samples.unwrap_or(PERM_SAMPLES);
+    let (perm_fast, perm_slow) = measure_permissions(&mut a, run_dir, &placement, perm_samples)?;
 
     let (crash_notice, crash_reaped) = measure_crash_notice(
         &mut a,
@@ -718,6 +666,76 @@ fn run_in(args: &Args, run_dir: &Path) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The pair figures (bare ping-pong, write, read and CAS round trips to one peer), interleaved
+/// in chunks so that each samples the same conditions.
+fn measure_pairs(
+    a: &mut Local,
+    run_dir: &Path,
+    placement: &Placement,
+    samples: u64,
+    pair_spin: bool,
+) -> Result<[Summary; 4], String> {
+    let bare_path = run_dir.join("bare.mem");
+    let _ = std::fs::remove_file(&bare_path); // left by an earlier run in the same directory
+    let map = Mapping::create(&bare_path, REGION_BYTES).map_err(|e| e.to_string())?;
+    let mut peer = spawn_peer(run_dir, 1, "pairs", samples, placement.cpu(1), pair_spin, 0)?;
+    let b = a.connect(1)?;
+    peer.start()?;
+    let mut hs = [histogram(), histogram(), histogram(), histogram()];
+    let chunks = chunks_per_figure(samples);
+    note_part!("  {:<14} ", "pairs");
+    for chunk in 0..chunks * PAIR_FIGURES.len() as u64 {
+        let figure = PAIR_FIGURES[(chunk % PAIR_FIGURES.len() as u64) as usize];
+        let first = chunk / PAIR_FIGURES.len() as u64 * CHUNK + 1;
+        let recorded = chunk >= PAIR_FIGURES.len() as u64; // the first round warms up
+        for i in first..first + CHUNK {
+            let start = Instant::now();
+            a.pair_iteration(figure, &map, b, i, pair_spin)?;
+            if recorded {
+                hs[figure as usize].saturating_record((start.elapsed().as_nanos() as u64).max(1));
+            }
+        }
+        if chunk % (chunks * PAIR_FIGURES.len() as u64 / 10).max(1) == 0 {
+            note_part!(".");
+        }
+    }
+    note!(" done");
+    peer.finish()?;
+    Ok(hs.map(|h| Summary::of(&h)))
+}
+
+/// Permission changes on A's side of a connection to an idle peer: revoke write, grant it back,
+/// by the fast path and by the slow one.
+fn measure_permissions(
+    a: &mut Local,
+    run_dir: &Path,
+    placement: &Placement,
+    perm_samples: u64,
+) -> Result<(Summary, Summary), String> {
+    let mut peer = spawn_peer(run_dir, 1, "idle", 0, placement.cpu(1), false, 0)?;
+    let b = a.connect(1)?;
+    let mut fast = histogram();
+    let mut slow = histogram();
+    note_part!("  {:<14} ", "perm_fast/slow");
+    for k in 0..perm_samples {
+        if k % 1024 == 0 {
+            crate::interrupt::check()?;
+        }
+        let t = Instant::now();
+        a.fabric.set_access_fast(b, Access::READ).map_err(|e| e.to_string())?;
+        fast.saturating_record((t.elapsed().as_nanos() as u64).max(1));
+        a.fabric.set_access_fast(b, Access::ALL).map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        a.fabric.set_access_slow(b, Access::READ).map_err(|e| e.to_string())?;
+        slow.saturating_record((t.elapsed().as_nanos() as u64).max(1));
+        a.fabric.set_access_slow(b, Access::ALL).map_err(|e| e.to_string())?;
+    }
+    note!("done");
+    peer.start()?;
+    peer.finish()?;
+    Ok((Summary::of(&fast), Summary::of(&slow)))
 }
 
 /// A benchmark peer: node `--node`, answering node 0.
