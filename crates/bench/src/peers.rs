@@ -52,47 +52,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut rows = Vec::new();
 
     // Mu first, alone on the machine as every peer is.
-    note!("mu bench peers: mu (3 replicas on shm, standalone, direct):");
-    let run_dir = RunDir::create("peers")?;
-    let mu = replication::sweep(
-        &run_dir,
-        (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
-        (FabricChoice::Shm, None, ThreadsChoice::Shared, false),
-        &[payload],
-        samples,
-        0,
-    )?;
-    drop(run_dir);
-    let mu = mu.into_iter().next().ok_or("no result for mu")?;
-    rows.push(Row {
-        system: "mu".into(),
-        version: format!(
-            "mu {} (protocol {})",
-            env!("CARGO_PKG_VERSION"),
-            mu_replica::protocol_tag()
-        ),
-        notes: "propose on the leader, 3 replicas on shm".into(),
-        h: mu.latency,
-    });
+    rows.push(measure_mu(payload, samples)?);
 
     let warmup = (samples / 10).clamp(100, 2_000);
     for system in systems {
         interrupt::check()?;
-        let mut progress = report.progress(&format!("peers {}", system.name()), samples);
-        let options = Options { payload_bytes: payload, samples, warmup };
-        let measured = mu_peers::measure(system, &options, &mut |done| progress.set(done))
-            .map_err(|e| format!("{}: {e}", system.name()))?;
-        progress.finish();
-        let mut h = latency_histogram();
-        for ns in &measured.latencies_ns {
-            h.record((*ns).max(1)).map_err(|e| e.to_string())?;
-        }
-        rows.push(Row {
-            system: system.name().into(),
-            version: measured.version,
-            notes: measured.notes,
-            h,
-        });
+        rows.push(measure_peer(&report, system, payload, samples, warmup)?);
     }
 
     let mu_p50 = quantiles_us(&rows[0].h)[1];
@@ -135,20 +100,7 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
     }
-    let chart = BarChart {
-        title: format!("Replication latency, {payload}-byte values (median, p1-p99)"),
-        x_label: "system".into(),
-        y_label: "latency (µs)".into(),
-        categories: vec![format!("{payload} B")],
-        series: rows
-            .iter()
-            .map(|r| {
-                let [p1, p50, p99] = quantiles_us(&r.h);
-                BarSeries { name: r.system.clone(), points: vec![Some(Bar::new(p50, p1, p99))] }
-            })
-            .collect(),
-        log_y: true,
-    };
+    let chart = chart(&rows, payload);
     let svg = report.path(".svg");
     chart.write_svg(&svg).map_err(|e| e.to_string())?;
     report.finish(json!({
@@ -163,4 +115,68 @@ pub fn run(args: Args) -> Result<(), String> {
             "required": TARGET_FACTOR, "met": met})),
     }));
     Ok(())
+}
+
+/// Mu's replication latency: three replicas on shm, standalone, direct mode.
+fn measure_mu(payload: usize, samples: u64) -> Result<Row, String> {
+    note!("mu bench peers: mu (3 replicas on shm, standalone, direct):");
+    let run_dir = RunDir::create("peers")?;
+    let mu = replication::sweep(
+        &run_dir,
+        (ReplicaMode::Direct, App::Standalone, mu_replica::Protocol::Mu),
+        (FabricChoice::Shm, None, ThreadsChoice::Shared, false),
+        &[payload],
+        samples,
+        0,
+    )?;
+    drop(run_dir);
+    let mu = mu.into_iter().next().ok_or("no result for mu")?;
+    Ok(Row {
+        system: "mu".into(),
+        version: format!(
+            "mu {} (protocol {})",
+            env!("CARGO_PKG_VERSION"),
+            mu_replica::protocol_tag()
+        ),
+        notes: "propose on the leader, 3 replicas on shm".into(),
+        h: mu.latency,
+    })
+}
+
+/// One peer's replication latency, with a progress bar.
+fn measure_peer(
+    report: &Report,
+    system: System,
+    payload: usize,
+    samples: u64,
+    warmup: u64,
+) -> Result<Row, String> {
+    let mut progress = report.progress(&format!("peers {}", system.name()), samples);
+    let options = Options { payload_bytes: payload, samples, warmup };
+    let measured = mu_peers::measure(system, &options, &mut |done| progress.set(done))
+        .map_err(|e| format!("{}: {e}", system.name()))?;
+    progress.finish();
+    let mut h = latency_histogram();
+    for ns in &measured.latencies_ns {
+        h.record((*ns).max(1)).map_err(|e| e.to_string())?;
+    }
+    Ok(Row { system: system.name().into(), version: measured.version, notes: measured.notes, h })
+}
+
+/// The figure: every system's median with its p1-p99 range, on a log scale.
+fn chart(rows: &[Row], payload: usize) -> BarChart {
+    BarChart {
+        title: format!("Replication latency, {payload}-byte values (median, p1-p99)"),
+        x_label: "system".into(),
+        y_label: "latency (µs)".into(),
+        categories: vec![format!("{payload} B")],
+        series: rows
+            .iter()
+            .map(|r| {
+                let [p1, p50, p99] = quantiles_us(&r.h);
+                BarSeries { name: r.system.clone(), points: vec![Some(Bar::new(p50, p1, p99))] }
+            })
+            .collect(),
+        log_y: true,
+    }
 }
