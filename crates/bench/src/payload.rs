@@ -61,27 +61,7 @@ pub fn run(args: Args) -> Result<(), String> {
         sweeps.push((config, results));
     }
 
-    let mut table = Table::new(
-        "Propose latency on the leader of 3 replicas on shm (µs); ratio to the write2 round trip",
-        &["app", "mode", "payload", "samples", "p1", "p50", "p99", "p50 / write2"],
-    );
-    let q = |r: &PayloadResult| quantiles_us(&r.latency);
-    for ((app, mode), results) in &sweeps {
-        for r in results {
-            let [p1, p50, p99] = q(r);
-            table.row(vec![
-                app.name().into(),
-                mode.name().into(),
-                format!("{} B", r.payload_bytes),
-                r.latency.len().to_string(),
-                us(p1),
-                us(p50),
-                us(p99),
-                format!("{:.3}", p50 * 1000.0 / write2.p50.max(1) as f64),
-            ]);
-        }
-    }
-    report.table(&table, "")?;
+    report.table(&table(&sweeps, &write2), "")?;
     if !args.suite.json {
         println!(
             "fabric write2 round trip: p50 {} µs, p99 {} µs ({} samples, before any replica \
@@ -106,7 +86,48 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
     }
-    let chart = BarChart {
+    let chart = chart(&sweeps);
+    let svg = report.path(".svg");
+    chart.write_svg(&svg).map_err(|e| e.to_string())?;
+    let results = results_json(&sweeps);
+    report.finish(json!({
+        "protocol": "mu",
+        "results": results,
+        "fabric_write2_ns": {"p50": write2.p50, "p99": write2.p99},
+    }));
+    Ok(())
+}
+
+/// Each configuration's results, in the order measured.
+type Sweeps = [((App, ReplicaMode), Vec<PayloadResult>)];
+
+/// Every configuration and size: percentiles and the ratio to the fabric's write2.
+fn table(sweeps: &Sweeps, write2: &crate::measure::Summary) -> Table {
+    let mut table = Table::new(
+        "Propose latency on the leader of 3 replicas on shm (µs); ratio to the write2 round trip",
+        &["app", "mode", "payload", "samples", "p1", "p50", "p99", "p50 / write2"],
+    );
+    for ((app, mode), results) in sweeps {
+        for r in results {
+            let [p1, p50, p99] = quantiles_us(&r.latency);
+            table.row(vec![
+                app.name().into(),
+                mode.name().into(),
+                format!("{} B", r.payload_bytes),
+                r.latency.len().to_string(),
+                us(p1),
+                us(p50),
+                us(p99),
+                format!("{:.3}", p50 * 1000.0 / write2.p50.max(1) as f64),
+            ]);
+        }
+    }
+    table
+}
+
+/// The figure: every configuration's median with its p1-p99 range, by payload.
+fn chart(sweeps: &Sweeps) -> BarChart {
+    BarChart {
         title: "Replication latency vs payload (median, p1-p99)".into(),
         x_label: "payload".into(),
         y_label: "propose latency (µs)".into(),
@@ -118,17 +139,18 @@ pub fn run(args: Args) -> Result<(), String> {
                 points: results
                     .iter()
                     .map(|r| {
-                        let [p1, p50, p99] = q(r);
+                        let [p1, p50, p99] = quantiles_us(&r.latency);
                         Some(Bar::new(p50, p1, p99))
                     })
                     .collect(),
             })
             .collect(),
         log_y: true,
-    };
-    let svg = report.path(".svg");
-    chart.write_svg(&svg).map_err(|e| e.to_string())?;
-    let results: Vec<serde_json::Value> = sweeps
+    }
+}
+
+fn results_json(sweeps: &Sweeps) -> Vec<serde_json::Value> {
+    sweeps
         .iter()
         .flat_map(|((app, mode), results)| {
             results.iter().map(move |r| {
@@ -141,11 +163,5 @@ pub fn run(args: Args) -> Result<(), String> {
                 })
             })
         })
-        .collect();
-    report.finish(json!({
-        "protocol": "mu",
-        "results": results,
-        "fabric_write2_ns": {"p50": write2.p50, "p99": write2.p99},
-    }));
-    Ok(())
+        .collect()
 }
