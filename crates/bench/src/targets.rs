@@ -224,51 +224,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let started = Instant::now();
     let plan = measurements(&args, dedicated);
     // Each measurement's object, or why there is none.
-    let mut results: Vec<(&'static str, Result<Value, String>)> = Vec::new();
-    for (i, m) in plan.iter().enumerate() {
-        interrupt::check()?;
-        note!(
-            "\n== mu bench targets: {}/{}: {} (mu bench {})",
-            i + 1,
-            plan.len(),
-            m.name,
-            m.args.join(" ".as_ref()).to_string_lossy()
-        );
-        let result = crate::suite::child_json(&exe, &m.args, m.name).and_then(|value| {
-            let path = out.join(format!("{}.json", m.name));
-            std::fs::write(&path, format!("{value}\n"))
-                .map_err(|e| format!("writing {}: {e}", path.display()))?;
-            Ok(value)
-        });
-        if let Err(e) = &result {
-            note!("mu bench targets: {}: {e}", m.name);
-        }
-        results.push((m.name, result));
-    }
+    let results = run_measurements(&plan, &exe, &out)?;
 
-    let rows: Vec<Value> = TARGETS
-        .iter()
-        .filter_map(|t| {
-            let (_, result) = results.iter().find(|(name, _)| *name == t.measurement)?;
-            let (measured, why) = match result {
-                Ok(v) => match (t.figure)(v) {
-                    Some(x) => (Some(x), None),
-                    None => (None, Some("its JSON object lacks the figure".to_string())),
-                },
-                Err(e) => (None, Some(e.clone())),
-            };
-            Some(json!({
-                "target": t.what,
-                "issue": t.issue,
-                "measurement": t.measurement,
-                "measured": measured,
-                "limit": t.limit,
-                "unit": t.unit,
-                "met": measured.map(|x| x <= t.limit),
-                "not_measured": why,
-            }))
-        })
-        .collect();
+    let rows = verdicts(&results);
     let floor = kill_mode_floor(&results);
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
@@ -322,6 +280,67 @@ pub fn run(args: Args) -> Result<(), String> {
     } else {
         Err(format!("not measured: {}", failed.join(", ")))
     }
+}
+
+/// Each measurement's object, or why there is none.
+type Results = Vec<(&'static str, Result<Value, String>)>;
+
+/// Runs each measurement of `plan` as a child `mu bench` and keeps its JSON object (also
+/// written to `out`).
+fn run_measurements(
+    plan: &[Measurement],
+    exe: &std::path::Path,
+    out: &std::path::Path,
+) -> Result<Results, String> {
+    let mut results: Vec<(&'static str, Result<Value, String>)> = Vec::new();
+    for (i, m) in plan.iter().enumerate() {
+        interrupt::check()?;
+        note!(
+            "\n== mu bench targets: {}/{}: {} (mu bench {})",
+            i + 1,
+            plan.len(),
+            m.name,
+            m.args.join(" ".as_ref()).to_string_lossy()
+        );
+        let result = crate::suite::child_json(exe, &m.args, m.name).and_then(|value| {
+            let path = out.join(format!("{}.json", m.name));
+            std::fs::write(&path, format!("{value}\n"))
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            Ok(value)
+        });
+        if let Err(e) = &result {
+            note!("mu bench targets: {}: {e}", m.name);
+        }
+        results.push((m.name, result));
+    }
+    Ok(results)
+}
+
+/// Each target's figure, limit and verdict, from the measurements' objects.
+fn verdicts(results: &Results) -> Vec<Value> {
+    TARGETS
+        .iter()
+        .filter_map(|t| {
+            let (_, result) = results.iter().find(|(name, _)| *name == t.measurement)?;
+            let (measured, why) = match result {
+                Ok(v) => match (t.figure)(v) {
+                    Some(x) => (Some(x), None),
+                    None => (None, Some("its JSON object lacks the figure".to_string())),
+                },
+                Err(e) => (None, Some(e.clone())),
+            };
+            Some(json!({
+                "target": t.what,
+                "issue": t.issue,
+                "measurement": t.measurement,
+                "measured": measured,
+                "limit": t.limit,
+                "unit": t.unit,
+                "met": measured.map(|x| x <= t.limit),
+                "not_measured": why,
+            }))
+        })
+        .collect()
 }
 
 /// The kill-mode failover's floor beside Mu's detection, from the `fabric` and `failover-kill`
