@@ -5,8 +5,7 @@
 use super::proposals::Proposal;
 use super::wr_id::{ACCEPT_STEP, STEP_MASK};
 use super::{Leader, Phase};
-use crate::membership;
-use crate::{Action, Area, Memory, RemoteOp};
+use crate::{Action, Area, Memory, PositionSet, RemoteOp};
 use mu_log::{EntryKind, Slot, FUO_OFFSET};
 
 /// An entry in the accept phase.
@@ -15,9 +14,9 @@ pub(super) struct InFlight {
     /// It holds a proposal of ours (the oldest not yet committed), not a value adopted in prepare.
     pub(super) mine: bool,
     /// A membership entry: the configuration once it is decided.
-    pub(super) members_after: Option<u64>,
+    pub(super) members_after: Option<PositionSet>,
     /// Followers whose write of it completed, by position.
-    pub(super) acks: u64,
+    pub(super) acks: PositionSet,
 }
 
 /// How long a leader stays idle before it writes its FUO to the followers, so that they apply
@@ -94,11 +93,9 @@ impl Leader {
         }
         self.fuo_published = self.fuo;
         let wr = (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16);
-        for pos in 0..self.replicas.len() {
-            if self.is_follower(pos) {
-                let op = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
-                self.post(out, pos, wr, op, false);
-            }
+        for pos in self.followers() {
+            let op = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
+            self.post(out, pos, wr, op, false);
         }
     }
 
@@ -155,8 +152,7 @@ impl Leader {
                 (p.kind, &p.value[..])
             }
         };
-        let members_after = (kind == EntryKind::Membership)
-            .then(|| membership::apply(&self.replicas, self.members, value));
+        let members_after = (kind == EntryKind::Membership).then(|| self.apply_change(value));
         let bytes = self
             .layout
             .encode_pipelined(
@@ -189,14 +185,12 @@ impl Leader {
             }
             self.mine_in_flight += 1;
         }
-        self.in_flight.push_back(InFlight { index, mine, members_after, acks: 0 });
+        self.in_flight.push_back(InFlight { index, mine, members_after, acks: PositionSet::EMPTY });
         let step = ACCEPT_STEP | (index as u16 & STEP_MASK);
         let wr = (u64::from(self.attempt) << 32) | (u64::from(step) << 16);
-        for pos in 0..self.replicas.len() {
-            if self.is_follower(pos) {
-                let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
-                self.post(out, pos, wr, op, true);
-            }
+        for pos in self.followers() {
+            let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
+            self.post(out, pos, wr, op, true);
         }
         true
     }
@@ -207,7 +201,7 @@ impl Leader {
     pub(super) fn try_commit(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         let mut committed = false;
         while let Some(front) = self.in_flight.front() {
-            if front.acks.count_ones() as usize + 1 < self.majority() {
+            if front.acks.count() + 1 < self.majority() {
                 break;
             }
             let (index, mine, members_after) = (front.index, front.mine, front.members_after);

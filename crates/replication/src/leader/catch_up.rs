@@ -37,13 +37,11 @@ impl Leader {
     /// Takes the log heads the FUO step read (a newly confirmed follower's head counts for
     /// recycling from now on).
     fn note_heads_read(&mut self, mem: &impl Memory) {
-        for pos in 0..self.replicas.len() {
-            if self.is_follower(pos) {
-                // As read now, not the largest ever seen: a replica that restarted applies
-                // again from its snapshot or from 0.
-                self.heads[pos] = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
-                self.room_below = 0;
-            }
+        for pos in self.followers() {
+            // As read now, not the largest ever seen: a replica that restarted applies again
+            // from its snapshot or from 0.
+            self.heads[pos] = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
+            self.room_below = 0;
         }
     }
 
@@ -51,7 +49,8 @@ impl Leader {
     pub(super) fn begin_catch_up(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         self.note_heads_read(mem);
         let (source, fuo) = self
-            .confirmed_positions()
+            .confirmed
+            .iter()
             .map(|pos| (pos, self.read_fuo(mem, pos)))
             .max_by_key(|&(pos, fuo)| (fuo, pos == self.me_pos))
             .expect("we are confirmed");

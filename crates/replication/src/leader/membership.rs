@@ -3,36 +3,37 @@
 
 use super::{Leader, ProposeError};
 use crate::membership::{self, Change};
+use crate::PositionSet;
 use crate::{Area, Memory};
 use mu_log::{EntryKind, Slot, HEAD_OFFSET};
 
 impl Leader {
     /// The configuration that decides our FUO (§5.4), as a mask of positions in the replica set.
     pub fn members_mask(&self) -> u64 {
-        self.members
+        self.members.bits()
     }
 
     pub(super) fn is_member(&self, pos: usize) -> bool {
-        self.members >> pos & 1 != 0
+        self.members.contains(pos)
     }
 
     /// More than half of the current configuration's members.
     pub(super) fn majority(&self) -> usize {
-        membership::majority(self.members)
+        membership::majority(self.members.bits())
     }
 
     /// The runtime's replayer applied entries up to our log head, and the configuration after
     /// them is `members` (the initial one at first; after a snapshot is installed, the one it
     /// carries).
     pub fn set_applied_members(&mut self, members: u64) {
-        self.applied_members = members;
+        self.applied_members = PositionSet::from_bits(members);
     }
 
     /// The configuration that decides our FUO: the applied one, changed by the membership
     /// entries between our log head and our FUO (decided entries, still in our log: a slot is
     /// reused only once we applied its entry). Only headers are read, and whole slots where a
     /// header says membership.
-    pub(super) fn members_at_fuo(&mut self, mem: &impl Memory) -> u64 {
+    pub(super) fn members_at_fuo(&mut self, mem: &impl Memory) -> PositionSet {
         let head = mem.load_u64(Area::Log, HEAD_OFFSET);
         let mut members = self.applied_members;
         let mut slot = std::mem::take(&mut self.scan_buf);
@@ -48,7 +49,7 @@ impl Leader {
             mem.read(Area::Log, offset, &mut slot);
             if let Slot::Entry(e) = self.layout.decode(index, &slot) {
                 if e.kind == EntryKind::Membership {
-                    members = membership::apply(&self.replicas, members, e.value);
+                    members = self.apply_change_to(members, e.value);
                 }
             }
         }
@@ -66,6 +67,19 @@ impl Leader {
         if self.queue.iter().any(|p| p.kind == EntryKind::Membership) {
             return Err(ProposeError::Membership("another change is in progress".into()));
         }
-        change.check(&self.replicas, self.members).map(|_| ()).map_err(ProposeError::Membership)
+        change
+            .check(&self.replicas, self.members.bits())
+            .map(|_| ())
+            .map_err(ProposeError::Membership)
+    }
+
+    /// The current configuration after a membership entry with `value` (see
+    /// [`membership::apply`]).
+    pub(super) fn apply_change(&self, value: &[u8]) -> PositionSet {
+        self.apply_change_to(self.members, value)
+    }
+
+    fn apply_change_to(&self, members: PositionSet, value: &[u8]) -> PositionSet {
+        PositionSet::from_bits(membership::apply(&self.replicas, members.bits(), value))
     }
 }

@@ -21,7 +21,7 @@ use steps::Wait;
 use update_followers::UPDATE_DONE;
 use wr_id::{ACCEPT_STEP, FENCE_STEP, STEP_MASK};
 
-use crate::{Action, Area, Memory, ReplicaSet, OUTSTANDING_MAX};
+use crate::{Action, Area, Memory, PositionSet, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
 use mu_log::{LogLayout, FUO_OFFSET, HEAD_OFFSET};
 use std::collections::VecDeque;
@@ -135,19 +135,20 @@ pub enum ProposeError {
 pub struct Leader {
     me: NodeId,
     me_pos: usize,
-    /// Every replica that may be a member (§5.4): positions index the per-replica vectors.
+    /// Every replica that may be a member (§5.4): positions index the per-replica vectors and
+    /// sets.
     replicas: ReplicaSet,
-    /// The configuration that decides our FUO, as a mask of positions: only members are asked
-    /// for permission and counted.
-    members: u64,
+    /// The configuration that decides our FUO: only members are asked for permission and
+    /// counted.
+    members: PositionSet,
     /// The configuration after the entries our replayer applied (below our log head), as the
     /// runtime tells it: where working out `members` starts.
-    applied_members: u64,
+    applied_members: PositionSet,
     layout: LogLayout,
     permission_grace_ns: u64,
     /// Positions the runtime's failure detector considers failed ([`Leader::set_suspected`]):
     /// the grace period of the permission phase does not wait for them.
-    suspected: u64,
+    suspected: PositionSet,
     scratch_block: u64,
 
     phase: Phase,
@@ -156,8 +157,8 @@ pub struct Leader {
     /// Bumped on every step: completions of older steps of this attempt are only checked for
     /// failures.
     step: u16,
-    granted: Vec<bool>,
-    confirmed: Vec<bool>,
+    granted: PositionSet,
+    confirmed: PositionSet,
     /// Indices below this have room in the log ([`Leader::log_limit`] when
     /// [`Leader::make_room`] last computed it; 0: not known). The limit only falls when a
     /// replica joins the confirmed set or a head is read lower, and those reset it; heads
@@ -168,9 +169,9 @@ pub struct Leader {
     /// Replicas that granted permission after the confirmed set was formed, or while
     /// recovering: they join it once brought up to date ("growing the confirmed set later",
     /// §4.2).
-    late: Vec<bool>,
+    late: PositionSet,
     /// Replicas whose last grant said they are recovering ([`Grant::Recovering`]).
-    recovering: Vec<bool>,
+    recovering: PositionSet,
     waits: Vec<Wait>,
     majority_granted_at_ns: Option<u64>,
 
@@ -178,17 +179,17 @@ pub struct Leader {
     /// lead without again).
     round: u32,
     /// Positions asked for permission in this round: grants from others are not counted.
-    asked: u64,
+    asked: PositionSet,
     /// Positions we posted to since the last fence: our operations may still be on the way.
-    unfenced: u64,
+    unfenced: PositionSet,
     /// Positions with a fence in flight.
-    fencing: u64,
+    fencing: PositionSet,
     /// Followers reported corrupt ([`Action::CorruptPeer`]) since we became leader: their
     /// minProposal is never rewritten (they take no part in prepare), so every prepare after a
     /// late grant let them back would find it again, and once a leadership says enough.
-    corrupt_reported: u64,
+    corrupt_reported: PositionSet,
     /// Positions to ask for permission once their fence completes.
-    ask_after_fence: u64,
+    ask_after_fence: PositionSet,
 
     fuo: u64,
     proposal_number: u64,
@@ -241,10 +242,8 @@ impl Leader {
             .replicas
             .position(config.me)
             .ok_or_else(|| format!("replica {} is not in the replica set", config.me))?;
+        // At most `REPLICAS_MAX` (`ReplicaSet::new`): one bit of a `PositionSet` each.
         let n = config.replicas.len();
-        if n > 64 {
-            return Err(format!("{n} replicas: a leader tracks at most 64"));
-        }
         if !(1..=OUTSTANDING_MAX).contains(&config.outstanding_max) {
             return Err(format!(
                 "outstanding_max {} is out of range (1 to {OUTSTANDING_MAX})",
@@ -258,26 +257,26 @@ impl Leader {
             scratch_block: Leader::scratch_block(&config.layout),
             layout: config.layout,
             permission_grace_ns: config.permission_grace_ns,
-            suspected: 0,
-            members: crate::membership::all(&config.replicas),
-            applied_members: crate::membership::all(&config.replicas),
+            suspected: PositionSet::EMPTY,
+            members: PositionSet::all(&config.replicas),
+            applied_members: PositionSet::all(&config.replicas),
             replicas: config.replicas,
             phase: Phase::Follower,
             attempt: 0,
             step: 0,
-            granted: vec![false; n],
-            confirmed: vec![false; n],
+            granted: PositionSet::EMPTY,
+            confirmed: PositionSet::EMPTY,
             room_below: 0,
-            late: vec![false; n],
-            recovering: vec![false; n],
+            late: PositionSet::EMPTY,
+            recovering: PositionSet::EMPTY,
             waits: vec![Wait::Idle; n],
             majority_granted_at_ns: None,
             round: 0,
-            asked: 0,
-            unfenced: 0,
-            fencing: 0,
-            corrupt_reported: 0,
-            ask_after_fence: 0,
+            asked: PositionSet::EMPTY,
+            unfenced: PositionSet::EMPTY,
+            fencing: PositionSet::EMPTY,
+            corrupt_reported: PositionSet::EMPTY,
+            ask_after_fence: PositionSet::EMPTY,
             fuo: 0,
             proposal_number: 0,
             prepared: false,
@@ -327,12 +326,12 @@ impl Leader {
 
     /// The confirmed followers, ourselves included.
     pub fn confirmed(&self) -> Vec<NodeId> {
-        self.positions(&self.confirmed)
+        self.confirmed.ids(self.replicas.ids())
     }
 
     /// The confirmed followers, ourselves included, as a bit mask of positions (no allocation).
     pub fn confirmed_mask(&self) -> u64 {
-        self.confirmed_positions().fold(0, |mask, pos| mask | (1 << pos))
+        self.confirmed.bits()
     }
 
     /// This replica now believes it leads (leader election, §5.1): start from permissions.
@@ -346,7 +345,7 @@ impl Leader {
         if !self.refresh(mem).0 {
             return false;
         }
-        self.corrupt_reported = 0;
+        self.corrupt_reported = PositionSet::EMPTY;
         self.ask_permissions(out);
         true
     }
@@ -359,7 +358,7 @@ impl Leader {
         // A fence completing later must not send a request: a follower asking for a log would
         // take it from the leader that has it. (What we posted stays marked: if we lead again,
         // those replicas are fenced before they are asked.)
-        self.ask_after_fence = 0;
+        self.ask_after_fence = PositionSet::EMPTY;
         self.drop_proposals();
         self.prepared = false;
     }
@@ -404,7 +403,7 @@ impl Leader {
             let low = u64::from(step & STEP_MASK);
             let entry = self.in_flight.iter_mut().find(|e| e.index & u64::from(STEP_MASK) == low);
             if let Some(entry) = entry {
-                entry.acks |= 1 << pos;
+                entry.acks.insert(pos);
                 self.try_commit(mem, out);
             }
             return; // or a straggler of an entry committed already

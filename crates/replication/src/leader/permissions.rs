@@ -6,7 +6,7 @@ use super::scratch::SCRATCH_FENCE;
 use super::steps::Wait;
 use super::wr_id::FENCE_STEP;
 use super::{Grant, Leader, Phase};
-use crate::{Action, Memory, RemoteOp};
+use crate::{Action, Memory, PositionSet, RemoteOp};
 use mu_fabric::NodeId;
 use mu_log::FUO_OFFSET;
 
@@ -33,15 +33,15 @@ impl Leader {
         if self.phase == Phase::Follower || !self.is_member(pos) {
             return; // not leading, or not a replica of the configuration we lead
         }
-        if self.asked & (1 << pos) == 0 {
+        if !self.asked.contains(pos) {
             return; // not asked in this round (maybe waiting for a fence): not a grant to use
         }
-        self.recovering[pos] = grant == Grant::Recovering;
-        if self.phase != Phase::Permissions || self.recovering[pos] {
+        self.recovering.set(pos, grant == Grant::Recovering);
+        if self.phase != Phase::Permissions || self.recovering.contains(pos) {
             // Too late for the confirmed set being used, or not to be counted in it: it joins
             // at the next quiet moment it may.
-            if !self.confirmed[pos] {
-                self.late[pos] = true;
+            if !self.confirmed.contains(pos) {
+                self.late.insert(pos);
                 let quiet = self.phase == Phase::Ready && self.queue.is_empty();
                 if quiet && (self.any_admissible() || self.recovering_waits()) {
                     self.start_replicating(mem, out);
@@ -50,9 +50,8 @@ impl Leader {
             return;
         }
         self.now_ns = self.now_ns.max(now_ns);
-        self.granted[pos] = true;
-        let count = self.granted.iter().filter(|&&g| g).count();
-        if count >= self.majority() && self.majority_granted_at_ns.is_none() {
+        self.granted.insert(pos);
+        if self.granted.count() >= self.majority() && self.majority_granted_at_ns.is_none() {
             self.majority_granted_at_ns = Some(now_ns);
         }
         self.maybe_confirm(now_ns, mem, out);
@@ -66,7 +65,7 @@ impl Leader {
     /// the confirmed set is still formed of replicas that granted, a majority at least, and a
     /// suspected replica that grants later joins it as a late one.
     pub fn set_suspected(&mut self, mask: u64) {
-        self.suspected = mask;
+        self.suspected = PositionSet::from_bits(mask);
     }
 
     /// A new attempt under the configuration `refresh` found: asks its members for permission.
@@ -78,15 +77,15 @@ impl Leader {
         // flight may have been accepted somewhere, and prepare finds it if it matters.
         self.in_flight.clear();
         self.mine_in_flight = 0;
-        self.granted.fill(false);
-        self.confirmed.fill(false);
+        self.granted = PositionSet::EMPTY;
+        self.confirmed = PositionSet::EMPTY;
         self.room_below = 0;
-        self.late.fill(false);
+        self.late = PositionSet::EMPTY;
         self.waits.fill(Wait::Idle);
         self.majority_granted_at_ns = None;
         self.round = self.round.wrapping_add(1);
-        self.asked = 0;
-        self.ask_after_fence = 0;
+        self.asked = PositionSet::EMPTY;
+        self.ask_after_fence = PositionSet::EMPTY;
         for pos in 0..self.replicas.len() {
             if self.is_member(pos) {
                 self.ask(pos, out);
@@ -106,8 +105,8 @@ impl Leader {
         }
         self.round = self.round.wrapping_add(1);
         for pos in 0..self.replicas.len() {
-            if self.is_member(pos) && !self.confirmed[pos] {
-                self.asked &= !(1 << pos);
+            if self.is_member(pos) && !self.confirmed.contains(pos) {
+                self.asked.remove(pos);
                 self.ask(pos, out);
             }
         }
@@ -125,16 +124,15 @@ impl Leader {
     /// after that follower granted it permission again, and the old leader caught up from that
     /// follower's log, taking back its own never-chosen value as decided.)
     fn ask(&mut self, pos: usize, out: &mut Vec<Action>) {
-        let bit = 1u64 << pos;
-        if pos != self.me_pos && (self.unfenced | self.fencing) & bit != 0 {
-            self.ask_after_fence |= bit;
-            if self.fencing & bit == 0 {
+        if pos != self.me_pos && self.unfenced.union(self.fencing).contains(pos) {
+            self.ask_after_fence.insert(pos);
+            if !self.fencing.contains(pos) {
                 self.post_fence(pos, out);
             }
             return;
         }
-        self.ask_after_fence &= !bit;
-        self.asked |= bit;
+        self.ask_after_fence.remove(pos);
+        self.asked.insert(pos);
         out.push(Action::RequestPermission { peer: self.replicas.ids()[pos], round: self.round });
     }
 
@@ -150,15 +148,14 @@ impl Leader {
             len: 8,
         };
         out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id: wr, op, signaled: true });
-        self.unfenced &= !(1 << pos);
-        self.fencing |= 1 << pos;
+        self.unfenced.remove(pos);
+        self.fencing.insert(pos);
     }
 
     /// A fence to `pos` completed: ask it now if that was waiting.
     pub(super) fn on_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
-        let bit = 1u64 << pos;
-        self.fencing &= !bit;
-        if self.ask_after_fence & bit != 0 {
+        self.fencing.remove(pos);
+        if self.ask_after_fence.contains(pos) {
             self.ask(pos, out);
         }
     }
@@ -166,7 +163,7 @@ impl Leader {
     /// Whether a request for permission waits for a fence (operations we posted to that replica
     /// may still land); for status and tests.
     pub fn fence_pending(&self) -> bool {
-        self.ask_after_fence != 0
+        !self.ask_after_fence.is_empty()
     }
 
     pub(super) fn maybe_confirm(
@@ -176,14 +173,15 @@ impl Leader {
         out: &mut Vec<Action>,
     ) {
         let Some(since) = self.majority_granted_at_ns else { return };
-        let everyone = (0..self.replicas.len())
-            .all(|pos| self.granted[pos] || !self.is_member(pos) || self.suspected >> pos & 1 != 0);
+        let everyone = (0..self.replicas.len()).all(|pos| {
+            self.granted.contains(pos) || !self.is_member(pos) || self.suspected.contains(pos)
+        });
         let grace_over = now_ns.saturating_sub(since) >= self.permission_grace_ns;
         // We must own our own log before touching it.
-        if !self.granted[self.me_pos] || !(everyone || grace_over) {
+        if !self.granted.contains(self.me_pos) || !(everyone || grace_over) {
             return;
         }
-        self.confirmed.copy_from_slice(&self.granted);
+        self.confirmed = self.granted;
         self.room_below = 0;
         self.begin_read_fuos(mem, out);
     }
@@ -194,11 +192,11 @@ impl Leader {
     /// which replication goes on. Prepare omission stays: the newcomers hold no decided value the
     /// old majority did not.
     pub(super) fn admit_late(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        for pos in 0..self.replicas.len() {
+        for pos in self.late {
             if self.admissible(pos) {
-                self.confirmed[pos] = true;
+                self.confirmed.insert(pos);
                 self.room_below = 0;
-                self.late[pos] = false;
+                self.late.remove(pos);
             }
         }
         self.begin_read_fuos(mem, out);
@@ -209,15 +207,15 @@ impl Leader {
     /// that did not include it, so every value ever chosen is below our FUO, in our log, and
     /// update-followers gives it to the newcomer; what it forgot no longer matters.
     fn admissible(&self, pos: usize) -> bool {
-        self.late[pos] && (!self.recovering[pos] || self.prepared)
+        self.late.contains(pos) && (!self.recovering.contains(pos) || self.prepared)
     }
 
     pub(super) fn any_admissible(&self) -> bool {
-        (0..self.replicas.len()).any(|pos| self.admissible(pos))
+        self.late.iter().any(|pos| self.admissible(pos))
     }
 
     /// Whether a late, recovering replica waits for us to prepare before it may join.
     pub(super) fn recovering_waits(&self) -> bool {
-        !self.prepared && (0..self.replicas.len()).any(|pos| self.late[pos] && self.recovering[pos])
+        !self.prepared && !self.late.intersection(self.recovering).is_empty()
     }
 }

@@ -5,7 +5,7 @@ use super::scratch::{SCRATCH_MIN_PROPOSAL, SCRATCH_SLOT};
 use super::steps::Wait;
 use super::{AbortReason, Leader, Phase};
 use crate::mutation::Mutation;
-use crate::{Action, Area, Memory, RemoteOp};
+use crate::{Action, Area, Memory, PositionSet, RemoteOp};
 use mu_log::{EntryKind, Slot, MIN_PROPOSAL_OFFSET};
 
 /// Rounds of proposal numbers: a number is its round above the low 16 bits (our position), and
@@ -23,7 +23,7 @@ impl Leader {
         // Prepare runs at or above every confirmed replica's decided prefix, as catch-up made
         // sure (Listing 3): below it a slot may hold an entry of a later lap, which prepare
         // would take for a free slot at an index long decided.
-        for pos in self.confirmed_positions() {
+        for pos in self.confirmed.iter() {
             let decided = self.read_fuo(mem, pos);
             assert!(
                 decided <= self.fuo,
@@ -55,21 +55,21 @@ impl Leader {
         // prepare are out of reach. Only corrupted memory or a faulty peer holds one. Such a
         // follower is dropped, as an unreachable one would be, rather than stopping every
         // leader in turn; our own is about to be overwritten.
-        let corrupt: Vec<usize> = self
+        let corrupt: PositionSet = self
             .followers()
-            .into_iter()
+            .iter()
             .filter(|&pos| self.has_answered(pos) && !exceedable(self.min_proposal_read(mem, pos)))
             .collect();
         if !corrupt.is_empty() {
             for pos in corrupt {
-                self.confirmed[pos] = false;
+                self.confirmed.remove(pos);
                 self.waits[pos] = Wait::Idle;
-                if self.corrupt_reported & (1 << pos) == 0 {
-                    self.corrupt_reported |= 1 << pos;
+                if !self.corrupt_reported.contains(pos) {
+                    self.corrupt_reported.insert(pos);
                     out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
                 }
             }
-            if self.confirmed_count() < self.majority() {
+            if self.confirmed.count() < self.majority() {
                 return self.abort(AbortReason::LostMajority, mem, out);
             }
             // Without them, a majority may not have answered yet: wait for it (this step

@@ -17,7 +17,8 @@ impl Leader {
     /// later leader catching up from it, or preparing with it, could take an overwritten slot for
     /// an empty one and decide a different value at a decided index.
     pub fn log_limit(&self) -> u64 {
-        self.confirmed_positions()
+        self.confirmed
+            .iter()
             .map(|pos| self.heads[pos])
             .min()
             .unwrap_or(0)
@@ -75,15 +76,16 @@ impl Leader {
         self.heads[self.me_pos] = self.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
         while index >= self.log_limit() {
             let slowest = self
-                .confirmed_positions()
+                .confirmed
+                .iter()
                 .filter(|&pos| pos != self.me_pos)
                 .min_by_key(|&pos| self.heads[pos]);
             match slowest {
                 Some(pos)
                     if self.heads[pos] < self.heads[self.me_pos]
-                        && self.confirmed_count() > self.majority() =>
+                        && self.confirmed.count() > self.majority() =>
                 {
-                    self.confirmed[pos] = false;
+                    self.confirmed.remove(pos);
                     self.waits[pos] = Wait::Idle;
                 }
                 _ => return false,

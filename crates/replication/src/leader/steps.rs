@@ -3,8 +3,8 @@
 
 use super::wr_id::{FENCE_STEP, STEP_MASK};
 use super::{AbortReason, Leader, Phase};
-use crate::{Action, Area, Memory, RemoteOp};
-use mu_fabric::{NodeId, Status};
+use crate::{Action, Area, Memory, PositionSet, RemoteOp};
+use mu_fabric::Status;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Wait {
@@ -21,8 +21,9 @@ impl Leader {
         if self.step == FENCE_STEP {
             self.step = 0;
         }
+        let followers = self.followers();
         for (pos, w) in self.waits.iter_mut().enumerate() {
-            *w = if self.confirmed[pos] && pos != self.me_pos { Wait::Pending } else { Wait::Idle };
+            *w = if followers.contains(pos) { Wait::Pending } else { Wait::Idle };
         }
         (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16)
     }
@@ -36,7 +37,7 @@ impl Leader {
         op: RemoteOp,
         signaled: bool,
     ) {
-        self.unfenced |= 1 << pos;
+        self.unfenced.insert(pos);
         out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id, op, signaled });
     }
 
@@ -102,12 +103,12 @@ impl Leader {
     ) {
         let peer = self.replicas.ids()[pos];
         match status {
-            Status::PeerUnreachable if !self.confirmed[pos] => {} // dropped already
+            Status::PeerUnreachable if !self.confirmed.contains(pos) => {} // dropped already
             Status::PeerUnreachable => {
                 // A dead follower: drop it, and go on while a majority remains.
-                self.confirmed[pos] = false;
+                self.confirmed.remove(pos);
                 self.waits[pos] = Wait::Idle;
-                if self.confirmed_count() < self.majority() {
+                if self.confirmed.count() < self.majority() {
                     self.abort(AbortReason::LostMajority, mem, out);
                 } else if self.phase == Phase::CatchUp && pos == self.source {
                     self.abort(AbortReason::CatchUpSourceLost { peer }, mem, out);
@@ -145,30 +146,14 @@ impl Leader {
         self.restart(mem, out);
     }
 
-    pub(super) fn positions(&self, set: &[bool]) -> Vec<NodeId> {
-        set.iter().enumerate().filter(|(_, &c)| c).map(|(i, _)| self.replicas.ids()[i]).collect()
-    }
-
-    pub(super) fn confirmed_count(&self) -> usize {
-        self.confirmed.iter().filter(|&&c| c).count()
-    }
-
-    pub(super) fn confirmed_positions(&self) -> impl Iterator<Item = usize> + '_ {
-        self.confirmed.iter().enumerate().filter(|(_, &c)| c).map(|(i, _)| i)
-    }
-
-    /// Confirmed followers other than ourselves (the update steps only: it allocates).
-    pub(super) fn followers(&self) -> Vec<usize> {
-        (0..self.replicas.len()).filter(|&p| self.is_follower(p)).collect()
-    }
-
-    pub(super) fn is_follower(&self, pos: usize) -> bool {
-        self.confirmed[pos] && pos != self.me_pos
+    /// Confirmed followers other than ourselves.
+    pub(super) fn followers(&self) -> PositionSet {
+        self.confirmed.difference(PositionSet::single(self.me_pos))
     }
 
     /// Whether `pos` answered the current step (we always have).
     pub(super) fn has_answered(&self, pos: usize) -> bool {
-        pos == self.me_pos || (self.confirmed[pos] && self.waits[pos] == Wait::Done)
+        pos == self.me_pos || (self.confirmed.contains(pos) && self.waits[pos] == Wait::Done)
     }
 
     pub(super) fn answered(&self) -> impl Iterator<Item = usize> + '_ {

@@ -27,14 +27,14 @@ impl Leader {
             if self.fuo - first > self.layout.slots_count() {
                 // Our log no longer holds what it misses: it needs a state transfer, and cannot
                 // be a confirmed follower until it had one.
-                self.confirmed[pos] = false;
+                self.confirmed.remove(pos);
                 self.waits[pos] = Wait::Idle;
                 continue;
             }
             self.update_next[pos] = first;
             self.post_update_chunk(pos, wr, out);
         }
-        if self.confirmed_count() < self.majority() {
+        if self.confirmed.count() < self.majority() {
             return self.abort(AbortReason::LostMajority, mem, out);
         }
         self.maybe_finish_step(mem, out);
