@@ -3,7 +3,7 @@
 //! order once a majority holds them.
 
 use super::proposals::Proposal;
-use super::wr_id::{ACCEPT_STEP, STEP_MASK};
+use super::wr_id;
 use super::{Leader, Phase};
 use crate::{Action, Area, Memory, PositionSet, RemoteOp};
 use mu_log::{EntryKind, Slot, FUO_OFFSET};
@@ -92,7 +92,7 @@ impl Leader {
             return;
         }
         self.fuo_published = self.fuo;
-        let wr = (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16);
+        let wr = self.step_wr_id();
         for pos in self.followers() {
             let op = RemoteOp::WriteWord { offset: FUO_OFFSET, value: self.fuo };
             self.post(out, pos, wr, op, false);
@@ -186,8 +186,7 @@ impl Leader {
             self.mine_in_flight += 1;
         }
         self.in_flight.push_back(InFlight { index, mine, members_after, acks: PositionSet::EMPTY });
-        let step = ACCEPT_STEP | (index as u16 & STEP_MASK);
-        let wr = (u64::from(self.attempt) << 32) | (u64::from(step) << 16);
+        let wr = wr_id::wr_id(self.attempt, wr_id::accept_step(index));
         for pos in self.followers() {
             let op = RemoteOp::WriteFromLog { offset, len: bytes as u32 };
             self.post(out, pos, wr, op, true);

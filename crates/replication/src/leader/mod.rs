@@ -19,7 +19,6 @@ use accept::InFlight;
 use proposals::Proposal;
 use steps::Wait;
 use update_followers::UPDATE_DONE;
-use wr_id::{ACCEPT_STEP, FENCE_STEP, STEP_MASK};
 
 use crate::{Action, Area, Memory, PositionSet, ReplicaSet, OUTSTANDING_MAX};
 use mu_fabric::{Completion, NodeId, Status};
@@ -386,9 +385,9 @@ impl Leader {
         mem: &mut impl Memory,
         out: &mut Vec<Action>,
     ) {
-        let (attempt, step) = ((c.wr_id >> 32) as u32, (c.wr_id >> 16) as u16);
+        let (attempt, step) = wr_id::split(c.wr_id);
         let Some(pos) = self.replicas.position(peer) else { return };
-        if step == FENCE_STEP {
+        if wr_id::is_fence(step) {
             // Whatever the attempt, and whether or not we lead: the fence only orders.
             return self.on_fence(pos, out);
         }
@@ -399,9 +398,8 @@ impl Leader {
             self.fail(pos, c.status, mem, out);
             return;
         }
-        if step & ACCEPT_STEP != 0 {
-            let low = u64::from(step & STEP_MASK);
-            let entry = self.in_flight.iter_mut().find(|e| e.index & u64::from(STEP_MASK) == low);
+        if let Some(low) = wr_id::accepted_index_bits(step) {
+            let entry = self.in_flight.iter_mut().find(|e| wr_id::index_bits(e.index) == low);
             if let Some(entry) = entry {
                 entry.acks.insert(pos);
                 self.try_commit(mem, out);
@@ -413,8 +411,7 @@ impl Leader {
         }
         if self.phase == Phase::UpdateFollowers && self.update_next[pos] != UPDATE_DONE {
             // A chunk of its slots landed: the next one, or its FUO.
-            let wr = (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16);
-            return self.post_update_chunk(pos, wr, out);
+            return self.post_update_chunk(pos, self.step_wr_id(), out);
         }
         self.waits[pos] = Wait::Done;
         self.maybe_finish_step(mem, out);

@@ -4,7 +4,7 @@
 
 use super::scratch::SCRATCH_FENCE;
 use super::steps::Wait;
-use super::wr_id::FENCE_STEP;
+use super::wr_id;
 use super::{Grant, Leader, Phase};
 use crate::{Action, Memory, PositionSet, RemoteOp};
 use mu_fabric::NodeId;
@@ -141,7 +141,7 @@ impl Leader {
     /// earlier operation has landed or never will (after a failure the connection flushes what
     /// follows).
     fn post_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
-        let wr = (u64::from(self.round) << 32) | (u64::from(FENCE_STEP) << 16);
+        let wr = wr_id::fence(self.round);
         let op = RemoteOp::ReadIntoScratch {
             offset: FUO_OFFSET,
             scratch_offset: self.scratch(pos, SCRATCH_FENCE),

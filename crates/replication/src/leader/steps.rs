@@ -1,7 +1,7 @@
 //! The steps of an attempt: which confirmed followers each waits for, posting, finishing a step,
 //! and failures and aborts.
 
-use super::wr_id::{FENCE_STEP, STEP_MASK};
+use super::wr_id;
 use super::{AbortReason, Leader, Phase};
 use crate::{Action, Area, Memory, PositionSet, RemoteOp};
 use mu_fabric::Status;
@@ -17,15 +17,17 @@ pub(super) enum Wait {
 impl Leader {
     pub(super) fn next_step(&mut self, phase: Phase) -> u64 {
         self.phase = phase;
-        self.step = self.step.wrapping_add(1) & STEP_MASK;
-        if self.step == FENCE_STEP {
-            self.step = 0;
-        }
+        self.step = wr_id::next_step(self.step);
         let followers = self.followers();
         for (pos, w) in self.waits.iter_mut().enumerate() {
             *w = if followers.contains(pos) { Wait::Pending } else { Wait::Idle };
         }
-        (u64::from(self.attempt) << 32) | (u64::from(self.step) << 16)
+        self.step_wr_id()
+    }
+
+    /// The work-request id of the current step's posts.
+    pub(super) fn step_wr_id(&self) -> u64 {
+        wr_id::wr_id(self.attempt, self.step)
     }
 
     /// Posts `op` to the replica at `pos`; it may be on the way until a fence says otherwise.
