@@ -41,13 +41,13 @@ impl Leader {
         if self.any_admissible() {
             return self.admit_late(mem, out);
         }
-        if self.queue.is_empty() && self.recovering_waits() {
+        if self.proposals.queue.is_empty() && self.recovering_waits() {
             // A recovering replica joins only once we have prepared without it (`admissible`),
             // and prepare runs for a value: with none of the application's, decide an empty
             // entry of our own. Waiting for the next request instead left such a replica out
             // for as long as none came, and with it every client it answers (membership sweep,
             // seed 1120: it still believed a configuration whose members were gone).
-            let mut value = self.spare.pop().unwrap_or_default();
+            let mut value = self.proposals.spare.pop().unwrap_or_default();
             value.clear();
             let noop = Proposal {
                 kind: EntryKind::Noop,
@@ -57,9 +57,9 @@ impl Leader {
                 exposed_span: (0, 0),
                 decided_at: None,
             };
-            self.queue.push_back(noop);
+            self.proposals.queue.push_back(noop);
         }
-        if self.queue.is_empty() {
+        if self.proposals.queue.is_empty() {
             self.phase = Phase::Ready;
             // Idle: the followers learn the last entries from our FUO, soon (a tick writes it),
             // unless a next entry tells them first (commit piggybacking).
@@ -74,7 +74,7 @@ impl Leader {
             self.phase = Phase::Ready;
             return;
         }
-        if self.prepared {
+        if self.prepare.prepared {
             self.next_step(Phase::Accept);
             self.pump(mem, out);
         } else {
@@ -103,17 +103,18 @@ impl Leader {
     /// while fewer than `outstanding_max` are (§7.4) and the log has room. Replicas joining
     /// late wait until nothing is in flight.
     pub(super) fn pump(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        debug_assert!(self.phase == Phase::Accept && self.prepared);
-        while self.mine_in_flight < self.queue.len()
+        debug_assert!(self.phase == Phase::Accept && self.prepare.prepared);
+        while self.proposals.mine_in_flight < self.proposals.queue.len()
             && self.in_flight.len() < self.outstanding_max
             && !self.any_admissible()
         {
             // A membership entry travels alone (§5.4): the entries after it are decided by the
             // configuration it makes, which this leader has not prepared with yet.
-            if self.queue[self.mine_in_flight].decided_at.is_some() {
+            if self.proposals.queue[self.proposals.mine_in_flight].decided_at.is_some() {
                 break; // committed as ours once the ones before it are
             }
-            let change_next = self.queue[self.mine_in_flight].kind == EntryKind::Membership;
+            let change_next =
+                self.proposals.queue[self.proposals.mine_in_flight].kind == EntryKind::Membership;
             let change_in_flight = self.in_flight.back().is_some_and(|e| e.members_after.is_some());
             if change_in_flight || (change_next && !self.in_flight.is_empty()) {
                 break;
@@ -148,7 +149,7 @@ impl Leader {
         let (kind, value) = match adopted {
             Some((kind, len)) => (kind, &self.entry[..len]),
             None => {
-                let p = &self.queue[self.mine_in_flight];
+                let p = &self.proposals.queue[self.proposals.mine_in_flight];
                 (p.kind, &p.value[..])
             }
         };
@@ -157,7 +158,7 @@ impl Leader {
             .layout
             .encode_pipelined(
                 index,
-                self.proposal_number,
+                self.prepare.proposal_number,
                 kind,
                 value,
                 in_flight_before,
@@ -173,7 +174,7 @@ impl Leader {
         }
         let mine = adopted.is_none();
         if mine {
-            let p = &mut self.queue[self.mine_in_flight];
+            let p = &mut self.proposals.queue[self.proposals.mine_in_flight];
             if !p.exposed {
                 p.exposed = true;
                 p.exposed_span = (index, index);
@@ -183,7 +184,7 @@ impl Leader {
             } else {
                 p.exposed_span = (p.exposed_span.0.min(index), p.exposed_span.1.max(index));
             }
-            self.mine_in_flight += 1;
+            self.proposals.mine_in_flight += 1;
         }
         self.in_flight.push_back(InFlight { index, mine, members_after, acks: PositionSet::EMPTY });
         let wr = wr_id::wr_id(self.attempt, wr_id::accept_step(index));
@@ -210,12 +211,12 @@ impl Leader {
             }
             self.in_flight.pop_front();
             self.fuo = index + 1;
-            let internal = mine && self.queue.front().is_some_and(|p| p.internal);
+            let internal = mine && self.proposals.queue.front().is_some_and(|p| p.internal);
             out.push(Action::Committed { index, mine: mine && !internal });
             if mine {
-                let p = self.queue.pop_front().expect("a proposal of ours was in flight");
-                self.spare.push(p.value);
-                self.mine_in_flight -= 1;
+                let p = self.proposals.queue.pop_front().expect("a proposal of ours was in flight");
+                self.proposals.spare.push(p.value);
+                self.proposals.mine_in_flight -= 1;
             } else {
                 // A value adopted in prepare: it may be one of ours, not the oldest.
                 let mut slot = std::mem::take(&mut self.scan_buf);
@@ -227,7 +228,7 @@ impl Leader {
                 self.scan_buf = slot;
             }
             committed = true;
-            if members_after.is_some_and(|m| m != self.members) {
+            if members_after.is_some_and(|m| m != self.config.members) {
                 assert!(self.in_flight.is_empty(), "a membership entry is alone in flight");
                 // Tell the followers at once that it is decided: a replica it removes gets no
                 // later entry to learn it from. Then start over under the new configuration
@@ -240,7 +241,7 @@ impl Leader {
             // Go on with what is queued. We may have committed someone else's value, found in
             // prepare: ours goes to the next index.
             self.start_replicating(mem, out);
-        } else if committed && self.prepared {
+        } else if committed && self.prepare.prepared {
             self.pump(mem, out);
         }
     }

@@ -7,6 +7,24 @@ use super::{AbortReason, Leader, Phase};
 use crate::{Action, Area, Memory, RemoteOp};
 use mu_log::{Slot, FUO_OFFSET, HEAD_OFFSET};
 
+/// The catch-up in progress: from which follower, up to where, and the batch being read.
+pub(super) struct CatchUp {
+    /// Which confirmed follower is the most advanced (catch-up source).
+    pub(super) source: usize,
+    /// The index being caught up to.
+    pub(super) target: u64,
+    /// The first index of the batch being read.
+    pub(super) next: u64,
+    /// How many slots the batch being read holds.
+    pub(super) count: u64,
+}
+
+impl CatchUp {
+    pub(super) fn new(me_pos: usize) -> CatchUp {
+        CatchUp { source: me_pos, target: 0, next: 0, count: 0 }
+    }
+}
+
 impl Leader {
     /// Listing 3, lines 1–3: read every confirmed follower's FUO (and its log head, see
     /// [`Leader::decided_below`]).
@@ -40,8 +58,9 @@ impl Leader {
         for pos in self.followers() {
             // As read now, not the largest ever seen: a replica that restarted applies again
             // from its snapshot or from 0.
-            self.heads[pos] = mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
-            self.room_below = 0;
+            self.recycling.heads[pos] =
+                mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
+            self.recycling.room_below = 0;
         }
     }
 
@@ -64,9 +83,9 @@ impl Leader {
             self.step_down();
             return;
         }
-        self.source = source;
-        self.target = fuo;
-        self.catch_up_next = self.fuo;
+        self.catch_up.source = source;
+        self.catch_up.target = fuo;
+        self.catch_up.next = self.fuo;
         self.read_catch_up_batch(out);
     }
 
@@ -75,20 +94,20 @@ impl Leader {
         let wr = self.next_step(Phase::CatchUp);
         // Only the source is waited for in this step.
         for (pos, w) in self.waits.iter_mut().enumerate() {
-            if pos != self.source {
+            if pos != self.catch_up.source {
                 *w = Wait::Idle;
             }
         }
-        self.catch_up_count = (self.target - self.catch_up_next).min(CATCH_UP_BATCH_SLOTS);
+        self.catch_up.count = (self.catch_up.target - self.catch_up.next).min(CATCH_UP_BATCH_SLOTS);
         let slot_bytes = self.layout.slot_bytes();
-        let source = self.source;
-        for k in 0..self.catch_up_count {
+        let source = self.catch_up.source;
+        for k in 0..self.catch_up.count {
             let op = RemoteOp::ReadIntoScratch {
-                offset: self.layout.slot_offset(self.catch_up_next + k),
+                offset: self.layout.slot_offset(self.catch_up.next + k),
                 scratch_offset: self.staging_slot(k),
                 len: slot_bytes,
             };
-            let last = k + 1 == self.catch_up_count;
+            let last = k + 1 == self.catch_up.count;
             self.post(out, source, wr, op, last);
         }
     }
@@ -112,8 +131,8 @@ impl Leader {
         let mut slot = std::mem::take(&mut self.slot_buf);
         let mut copied = 0;
         let mut missing = None;
-        for k in 0..self.catch_up_count {
-            let index = self.catch_up_next + k;
+        for k in 0..self.catch_up.count {
+            let index = self.catch_up.next + k;
             mem.read(Area::Scratch, self.staging_slot(k), &mut slot);
             match self.layout.decode(index, &slot) {
                 Slot::Entry(e) => self.note_decided_elsewhere(index, e.kind, e.value),
@@ -131,19 +150,19 @@ impl Leader {
         self.slot_buf = slot;
         if let Some(index) = missing {
             out.push(Action::Aborted {
-                reason: AbortReason::NeedsStateTransfer { behind: self.target - index },
+                reason: AbortReason::NeedsStateTransfer { behind: self.catch_up.target - index },
             });
             self.step_down();
             return;
         }
-        self.catch_up_next += copied;
-        if self.catch_up_next < self.target {
+        self.catch_up.next += copied;
+        if self.catch_up.next < self.catch_up.target {
             return self.read_catch_up_batch(out);
         }
-        if self.write_own_log(mem, FUO_OFFSET, &self.target.to_le_bytes(), out) {
-            self.fuo = self.target;
+        if self.write_own_log(mem, FUO_OFFSET, &self.catch_up.target.to_le_bytes(), out) {
+            self.fuo = self.catch_up.target;
             let members = self.members_at_fuo(mem);
-            if members != self.members {
+            if members != self.config.members {
                 // The entries we caught up on changed the configuration (§5.4): our permissions
                 // and confirmed set belong to the old one.
                 return self.restart(mem, out);

@@ -3,30 +3,46 @@
 
 use super::{Leader, ProposeError};
 use crate::membership::{self, Change};
-use crate::PositionSet;
-use crate::{Area, Memory};
+use crate::{Area, Memory, PositionSet, ReplicaSet};
 use mu_log::{EntryKind, Slot, HEAD_OFFSET};
+
+/// The configurations the leader knows of, as positions in the replica set.
+pub(super) struct Configuration {
+    /// The configuration that decides our FUO: only members are asked for permission and
+    /// counted.
+    pub(super) members: PositionSet,
+    /// The configuration after the entries our replayer applied (below our log head), as the
+    /// runtime tells it: where working out `members` starts.
+    pub(super) applied: PositionSet,
+}
+
+impl Configuration {
+    /// Every replica of the set, until the runtime says otherwise.
+    pub(super) fn new(replicas: &ReplicaSet) -> Configuration {
+        Configuration { members: PositionSet::all(replicas), applied: PositionSet::all(replicas) }
+    }
+}
 
 impl Leader {
     /// The configuration that decides our FUO (§5.4), as a mask of positions in the replica set.
     pub fn members_mask(&self) -> u64 {
-        self.members.bits()
+        self.config.members.bits()
     }
 
     pub(super) fn is_member(&self, pos: usize) -> bool {
-        self.members.contains(pos)
+        self.config.members.contains(pos)
     }
 
     /// More than half of the current configuration's members.
     pub(super) fn majority(&self) -> usize {
-        membership::majority(self.members.bits())
+        membership::majority(self.config.members.bits())
     }
 
     /// The runtime's replayer applied entries up to our log head, and the configuration after
     /// them is `members` (the initial one at first; after a snapshot is installed, the one it
     /// carries).
     pub fn set_applied_members(&mut self, members: u64) {
-        self.applied_members = PositionSet::from_bits(members);
+        self.config.applied = PositionSet::from_bits(members);
     }
 
     /// The configuration that decides our FUO: the applied one, changed by the membership
@@ -35,7 +51,7 @@ impl Leader {
     /// header says membership.
     pub(super) fn members_at_fuo(&mut self, mem: &impl Memory) -> PositionSet {
         let head = mem.load_u64(Area::Log, HEAD_OFFSET);
-        let mut members = self.applied_members;
+        let mut members = self.config.applied;
         let mut slot = std::mem::take(&mut self.scan_buf);
         // Not past a lap from the head: no slot there holds an entry we have not applied (a
         // leader writes no further), and an FUO word a faulty leader wrote far on would keep
@@ -64,11 +80,11 @@ impl Leader {
     pub fn check_change(&self, value: &[u8]) -> Result<(), ProposeError> {
         let change = Change::decode(value)
             .ok_or_else(|| ProposeError::Membership("malformed membership entry".into()))?;
-        if self.queue.iter().any(|p| p.kind == EntryKind::Membership) {
+        if self.proposals.queue.iter().any(|p| p.kind == EntryKind::Membership) {
             return Err(ProposeError::Membership("another change is in progress".into()));
         }
         change
-            .check(&self.replicas, self.members.bits())
+            .check(&self.replicas, self.config.members.bits())
             .map(|_| ())
             .map_err(ProposeError::Membership)
     }
@@ -76,7 +92,7 @@ impl Leader {
     /// The current configuration after a membership entry with `value` (see
     /// [`membership::apply`]).
     pub(super) fn apply_change(&self, value: &[u8]) -> PositionSet {
-        self.apply_change_to(self.members, value)
+        self.apply_change_to(self.config.members, value)
     }
 
     fn apply_change_to(&self, members: PositionSet, value: &[u8]) -> PositionSet {

@@ -16,7 +16,12 @@ pub use scratch::CATCH_UP_BATCH_SLOTS;
 pub use update_followers::UPDATE_CHUNK_SLOTS;
 
 use accept::InFlight;
-use proposals::Proposal;
+use catch_up::CatchUp;
+use membership::Configuration;
+use permissions::Permissions;
+use prepare::Prepare;
+use proposals::Proposals;
+use recycling::Recycling;
 use steps::Wait;
 use update_followers::UPDATE_DONE;
 
@@ -137,18 +142,20 @@ pub struct Leader {
     /// Every replica that may be a member (§5.4): positions index the per-replica vectors and
     /// sets.
     replicas: ReplicaSet,
-    /// The configuration that decides our FUO: only members are asked for permission and
-    /// counted.
-    members: PositionSet,
-    /// The configuration after the entries our replayer applied (below our log head), as the
-    /// runtime tells it: where working out `members` starts.
-    applied_members: PositionSet,
     layout: LogLayout,
-    permission_grace_ns: u64,
-    /// Positions the runtime's failure detector considers failed ([`Leader::set_suspected`]):
-    /// the grace period of the permission phase does not wait for them.
-    suspected: PositionSet,
     scratch_block: u64,
+    /// The configuration we lead (§5.4).
+    config: Configuration,
+    /// Asking for permission, fences, and grants (§5.2, §4.2).
+    permissions: Permissions,
+    /// The catch-up in progress (Listing 3).
+    catch_up: CatchUp,
+    /// Proposal numbers and prepare omission (Listing 2, lines 18–28; §4.2).
+    prepare: Prepare,
+    /// The application's proposals (and the engine's own empty entries).
+    proposals: Proposals,
+    /// Log heads and the room they leave (§5.3).
+    recycling: Recycling,
 
     phase: Phase,
     /// Bumped on every abort and every new leadership: completions of older attempts are stale.
@@ -156,63 +163,15 @@ pub struct Leader {
     /// Bumped on every step: completions of older steps of this attempt are only checked for
     /// failures.
     step: u16,
-    granted: PositionSet,
+    /// The confirmed followers, ourselves included: the replicas whose logs this attempt
+    /// writes (§4.2).
     confirmed: PositionSet,
-    /// Indices below this have room in the log ([`Leader::log_limit`] when
-    /// [`Leader::make_room`] last computed it; 0: not known). The limit only falls when a
-    /// replica joins the confirmed set or a head is read lower, and those reset it; heads
-    /// that rise and replicas that leave the set only raise the limit, so the value stays a
-    /// safe bound meanwhile, and a proposal is spared computing the minimum head (about 100
-    /// instructions, `scripts/propose-instructions.sh`).
-    room_below: u64,
-    /// Replicas that granted permission after the confirmed set was formed, or while
-    /// recovering: they join it once brought up to date ("growing the confirmed set later",
-    /// §4.2).
-    late: PositionSet,
-    /// Replicas whose last grant said they are recovering ([`Grant::Recovering`]).
-    recovering: PositionSet,
+    /// Per position, whether the current step waits for that replica's answer.
     waits: Vec<Wait>,
-    majority_granted_at_ns: Option<u64>,
 
-    /// Bumped on every round of permission requests (a new attempt, or asking the replicas we
-    /// lead without again).
-    round: u32,
-    /// Positions asked for permission in this round: grants from others are not counted.
-    asked: PositionSet,
-    /// Positions we posted to since the last fence: our operations may still be on the way.
-    unfenced: PositionSet,
-    /// Positions with a fence in flight.
-    fencing: PositionSet,
-    /// Followers reported corrupt ([`Action::CorruptPeer`]) since we became leader: their
-    /// minProposal is never rewritten (they take no part in prepare), so every prepare after a
-    /// late grant let them back would find it again, and once a leadership says enough.
-    corrupt_reported: PositionSet,
-    /// Positions to ask for permission once their fence completes.
-    ask_after_fence: PositionSet,
-
+    /// Our first undecided offset: the entries below it are decided and in our log.
     fuo: u64,
-    proposal_number: u64,
-    /// Prepare found only empty slots: later indexes may skip it until the next abort (§4.2).
-    prepared: bool,
-    /// The index being caught up to.
-    target: u64,
-    /// Catch-up: the first index of the batch being read.
-    catch_up_next: u64,
-    /// Catch-up: how many slots the batch being read holds.
-    catch_up_count: u64,
-    /// The log head of each replica as last read (first index not applied there; only grows).
-    /// The leader writes index `i` into a confirmed log only once that replica applied
-    /// `i - slots_count`, the entry whose slot `i` reuses (log recycling, §5.3).
-    heads: Vec<u64>,
-    /// Which confirmed follower is the most advanced (catch-up source).
-    source: usize,
     outstanding_max: usize,
-    /// The application's values not yet committed, oldest first; the first `mine_in_flight` are
-    /// in the accept phase.
-    queue: VecDeque<Proposal>,
-    mine_in_flight: usize,
-    /// Value buffers of committed proposals, for reuse: the accept path does not allocate.
-    spare: Vec<Vec<u8>>,
     /// The FUO last written to the followers when going idle.
     fuo_published: u64,
     /// When the FUO is due to be written to the followers, the leader having gone idle (see
@@ -254,40 +213,21 @@ impl Leader {
             me: config.me,
             me_pos,
             scratch_block: Leader::scratch_block(&config.layout),
+            config: Configuration::new(&config.replicas),
+            permissions: Permissions::new(config.permission_grace_ns),
+            catch_up: CatchUp::new(me_pos),
+            prepare: Prepare::default(),
+            proposals: Proposals::new(config.outstanding_max, slot_bytes),
+            recycling: Recycling::new(n),
             layout: config.layout,
-            permission_grace_ns: config.permission_grace_ns,
-            suspected: PositionSet::EMPTY,
-            members: PositionSet::all(&config.replicas),
-            applied_members: PositionSet::all(&config.replicas),
             replicas: config.replicas,
             phase: Phase::Follower,
             attempt: 0,
             step: 0,
-            granted: PositionSet::EMPTY,
             confirmed: PositionSet::EMPTY,
-            room_below: 0,
-            late: PositionSet::EMPTY,
-            recovering: PositionSet::EMPTY,
             waits: vec![Wait::Idle; n],
-            majority_granted_at_ns: None,
-            round: 0,
-            asked: PositionSet::EMPTY,
-            unfenced: PositionSet::EMPTY,
-            fencing: PositionSet::EMPTY,
-            corrupt_reported: PositionSet::EMPTY,
-            ask_after_fence: PositionSet::EMPTY,
             fuo: 0,
-            proposal_number: 0,
-            prepared: false,
-            target: 0,
-            catch_up_next: 0,
-            catch_up_count: 0,
-            heads: vec![0; n],
-            source: me_pos,
             outstanding_max: config.outstanding_max,
-            queue: VecDeque::with_capacity(config.outstanding_max),
-            mine_in_flight: 0,
-            spare: (0..config.outstanding_max).map(|_| mu_log::written_room(slot_bytes)).collect(),
             fuo_published: 0,
             fuo_due_at_ns: None,
             now_ns: 0,
@@ -315,12 +255,12 @@ impl Leader {
     }
 
     pub fn proposal_number(&self) -> u64 {
-        self.proposal_number
+        self.prepare.proposal_number
     }
 
     /// Whether prepare is being omitted (§4.2).
     pub fn prepared(&self) -> bool {
-        self.prepared
+        self.prepare.prepared
     }
 
     /// The confirmed followers, ourselves included.
@@ -344,7 +284,7 @@ impl Leader {
         if !self.refresh(mem).0 {
             return false;
         }
-        self.corrupt_reported = PositionSet::EMPTY;
+        self.prepare.corrupt_reported = PositionSet::EMPTY;
         self.ask_permissions(out);
         true
     }
@@ -357,9 +297,9 @@ impl Leader {
         // A fence completing later must not send a request: a follower asking for a log would
         // take it from the leader that has it. (What we posted stays marked: if we lead again,
         // those replicas are fenced before they are asked.)
-        self.ask_after_fence = PositionSet::EMPTY;
+        self.permissions.ask_after_fence = PositionSet::EMPTY;
         self.drop_proposals();
-        self.prepared = false;
+        self.prepare.prepared = false;
     }
 
     /// Time passes: ends the grace period of the permission phase; tells the followers our FUO
@@ -429,7 +369,7 @@ impl Leader {
             mem.load_u64(Area::Log, HEAD_OFFSET),
         ));
         let unknown_outcome = self.note_log_decided(mem, before, self.fuo);
-        self.members = self.members_at_fuo(mem);
+        self.config.members = self.members_at_fuo(mem);
         (self.is_member(self.me_pos), unknown_outcome)
     }
 

@@ -10,6 +10,54 @@ use crate::{Action, Memory, PositionSet, RemoteOp};
 use mu_fabric::NodeId;
 use mu_log::FUO_OFFSET;
 
+/// What the leader knows of its permission requests and grants.
+pub(super) struct Permissions {
+    /// After a majority granted, how long to wait for the others ([`super::LeaderConfig`]).
+    pub(super) grace_ns: u64,
+    /// Positions the runtime's failure detector considers failed ([`Leader::set_suspected`]):
+    /// the grace period of the permission phase does not wait for them.
+    pub(super) suspected: PositionSet,
+    /// Positions that granted in this attempt's permission phase.
+    pub(super) granted: PositionSet,
+    /// When the grants of this attempt first made a majority.
+    pub(super) majority_granted_at_ns: Option<u64>,
+    /// Bumped on every round of permission requests (a new attempt, or asking the replicas we
+    /// lead without again).
+    pub(super) round: u32,
+    /// Positions asked for permission in this round: grants from others are not counted.
+    pub(super) asked: PositionSet,
+    /// Positions we posted to since the last fence: our operations may still be on the way.
+    pub(super) unfenced: PositionSet,
+    /// Positions with a fence in flight.
+    pub(super) fencing: PositionSet,
+    /// Positions to ask for permission once their fence completes.
+    pub(super) ask_after_fence: PositionSet,
+    /// Replicas that granted permission after the confirmed set was formed, or while
+    /// recovering: they join it once brought up to date ("growing the confirmed set later",
+    /// §4.2).
+    pub(super) late: PositionSet,
+    /// Replicas whose last grant said they are recovering ([`Grant::Recovering`]).
+    pub(super) recovering: PositionSet,
+}
+
+impl Permissions {
+    pub(super) fn new(grace_ns: u64) -> Permissions {
+        Permissions {
+            grace_ns,
+            suspected: PositionSet::EMPTY,
+            granted: PositionSet::EMPTY,
+            majority_granted_at_ns: None,
+            round: 0,
+            asked: PositionSet::EMPTY,
+            unfenced: PositionSet::EMPTY,
+            fencing: PositionSet::EMPTY,
+            ask_after_fence: PositionSet::EMPTY,
+            late: PositionSet::EMPTY,
+            recovering: PositionSet::EMPTY,
+        }
+    }
+}
+
 impl Leader {
     /// Asks every replica for permission again, keeping a pending proposal: the runtime calls
     /// this when a majority has not answered in time (requests or answers lost with a
@@ -33,16 +81,16 @@ impl Leader {
         if self.phase == Phase::Follower || !self.is_member(pos) {
             return; // not leading, or not a replica of the configuration we lead
         }
-        if !self.asked.contains(pos) {
+        if !self.permissions.asked.contains(pos) {
             return; // not asked in this round (maybe waiting for a fence): not a grant to use
         }
-        self.recovering.set(pos, grant == Grant::Recovering);
-        if self.phase != Phase::Permissions || self.recovering.contains(pos) {
+        self.permissions.recovering.set(pos, grant == Grant::Recovering);
+        if self.phase != Phase::Permissions || self.permissions.recovering.contains(pos) {
             // Too late for the confirmed set being used, or not to be counted in it: it joins
             // at the next quiet moment it may.
             if !self.confirmed.contains(pos) {
-                self.late.insert(pos);
-                let quiet = self.phase == Phase::Ready && self.queue.is_empty();
+                self.permissions.late.insert(pos);
+                let quiet = self.phase == Phase::Ready && self.proposals.queue.is_empty();
                 if quiet && (self.any_admissible() || self.recovering_waits()) {
                     self.start_replicating(mem, out);
                 }
@@ -50,9 +98,11 @@ impl Leader {
             return;
         }
         self.now_ns = self.now_ns.max(now_ns);
-        self.granted.insert(pos);
-        if self.granted.count() >= self.majority() && self.majority_granted_at_ns.is_none() {
-            self.majority_granted_at_ns = Some(now_ns);
+        self.permissions.granted.insert(pos);
+        if self.permissions.granted.count() >= self.majority()
+            && self.permissions.majority_granted_at_ns.is_none()
+        {
+            self.permissions.majority_granted_at_ns = Some(now_ns);
         }
         self.maybe_confirm(now_ns, mem, out);
     }
@@ -65,27 +115,27 @@ impl Leader {
     /// the confirmed set is still formed of replicas that granted, a majority at least, and a
     /// suspected replica that grants later joins it as a late one.
     pub fn set_suspected(&mut self, mask: u64) {
-        self.suspected = PositionSet::from_bits(mask);
+        self.permissions.suspected = PositionSet::from_bits(mask);
     }
 
     /// A new attempt under the configuration `refresh` found: asks its members for permission.
     pub(super) fn ask_permissions(&mut self, out: &mut Vec<Action>) {
         self.attempt = self.attempt.wrapping_add(1);
         self.phase = Phase::Permissions;
-        self.prepared = false;
+        self.prepare.prepared = false;
         // Proposals stay queued, to be proposed again from the oldest: an entry that was in
         // flight may have been accepted somewhere, and prepare finds it if it matters.
         self.in_flight.clear();
-        self.mine_in_flight = 0;
-        self.granted = PositionSet::EMPTY;
+        self.proposals.mine_in_flight = 0;
+        self.permissions.granted = PositionSet::EMPTY;
         self.confirmed = PositionSet::EMPTY;
-        self.room_below = 0;
-        self.late = PositionSet::EMPTY;
+        self.recycling.room_below = 0;
+        self.permissions.late = PositionSet::EMPTY;
         self.waits.fill(Wait::Idle);
-        self.majority_granted_at_ns = None;
-        self.round = self.round.wrapping_add(1);
-        self.asked = PositionSet::EMPTY;
-        self.ask_after_fence = PositionSet::EMPTY;
+        self.permissions.majority_granted_at_ns = None;
+        self.permissions.round = self.permissions.round.wrapping_add(1);
+        self.permissions.asked = PositionSet::EMPTY;
+        self.permissions.ask_after_fence = PositionSet::EMPTY;
         for pos in 0..self.replicas.len() {
             if self.is_member(pos) {
                 self.ask(pos, out);
@@ -103,10 +153,10 @@ impl Leader {
         if matches!(self.phase, Phase::Follower | Phase::Permissions) {
             return;
         }
-        self.round = self.round.wrapping_add(1);
+        self.permissions.round = self.permissions.round.wrapping_add(1);
         for pos in 0..self.replicas.len() {
             if self.is_member(pos) && !self.confirmed.contains(pos) {
-                self.asked.remove(pos);
+                self.permissions.asked.remove(pos);
                 self.ask(pos, out);
             }
         }
@@ -124,16 +174,21 @@ impl Leader {
     /// after that follower granted it permission again, and the old leader caught up from that
     /// follower's log, taking back its own never-chosen value as decided.)
     fn ask(&mut self, pos: usize, out: &mut Vec<Action>) {
-        if pos != self.me_pos && self.unfenced.union(self.fencing).contains(pos) {
-            self.ask_after_fence.insert(pos);
-            if !self.fencing.contains(pos) {
+        if pos != self.me_pos
+            && self.permissions.unfenced.union(self.permissions.fencing).contains(pos)
+        {
+            self.permissions.ask_after_fence.insert(pos);
+            if !self.permissions.fencing.contains(pos) {
                 self.post_fence(pos, out);
             }
             return;
         }
-        self.ask_after_fence.remove(pos);
-        self.asked.insert(pos);
-        out.push(Action::RequestPermission { peer: self.replicas.ids()[pos], round: self.round });
+        self.permissions.ask_after_fence.remove(pos);
+        self.permissions.asked.insert(pos);
+        out.push(Action::RequestPermission {
+            peer: self.replicas.ids()[pos],
+            round: self.permissions.round,
+        });
     }
 
     /// A signaled read behind everything we posted to `pos`: operations on one connection land
@@ -141,21 +196,21 @@ impl Leader {
     /// earlier operation has landed or never will (after a failure the connection flushes what
     /// follows).
     fn post_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
-        let wr = wr_id::fence(self.round);
+        let wr = wr_id::fence(self.permissions.round);
         let op = RemoteOp::ReadIntoScratch {
             offset: FUO_OFFSET,
             scratch_offset: self.scratch(pos, SCRATCH_FENCE),
             len: 8,
         };
         out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id: wr, op, signaled: true });
-        self.unfenced.remove(pos);
-        self.fencing.insert(pos);
+        self.permissions.unfenced.remove(pos);
+        self.permissions.fencing.insert(pos);
     }
 
     /// A fence to `pos` completed: ask it now if that was waiting.
     pub(super) fn on_fence(&mut self, pos: usize, out: &mut Vec<Action>) {
-        self.fencing.remove(pos);
-        if self.ask_after_fence.contains(pos) {
+        self.permissions.fencing.remove(pos);
+        if self.permissions.ask_after_fence.contains(pos) {
             self.ask(pos, out);
         }
     }
@@ -163,7 +218,7 @@ impl Leader {
     /// Whether a request for permission waits for a fence (operations we posted to that replica
     /// may still land); for status and tests.
     pub fn fence_pending(&self) -> bool {
-        !self.ask_after_fence.is_empty()
+        !self.permissions.ask_after_fence.is_empty()
     }
 
     pub(super) fn maybe_confirm(
@@ -172,17 +227,19 @@ impl Leader {
         mem: &mut impl Memory,
         out: &mut Vec<Action>,
     ) {
-        let Some(since) = self.majority_granted_at_ns else { return };
+        let Some(since) = self.permissions.majority_granted_at_ns else { return };
         let everyone = (0..self.replicas.len()).all(|pos| {
-            self.granted.contains(pos) || !self.is_member(pos) || self.suspected.contains(pos)
+            self.permissions.granted.contains(pos)
+                || !self.is_member(pos)
+                || self.permissions.suspected.contains(pos)
         });
-        let grace_over = now_ns.saturating_sub(since) >= self.permission_grace_ns;
+        let grace_over = now_ns.saturating_sub(since) >= self.permissions.grace_ns;
         // We must own our own log before touching it.
-        if !self.granted.contains(self.me_pos) || !(everyone || grace_over) {
+        if !self.permissions.granted.contains(self.me_pos) || !(everyone || grace_over) {
             return;
         }
-        self.confirmed = self.granted;
-        self.room_below = 0;
+        self.confirmed = self.permissions.granted;
+        self.recycling.room_below = 0;
         self.begin_read_fuos(mem, out);
     }
 
@@ -192,11 +249,11 @@ impl Leader {
     /// which replication goes on. Prepare omission stays: the newcomers hold no decided value the
     /// old majority did not.
     pub(super) fn admit_late(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        for pos in self.late {
+        for pos in self.permissions.late {
             if self.admissible(pos) {
                 self.confirmed.insert(pos);
-                self.room_below = 0;
-                self.late.remove(pos);
+                self.recycling.room_below = 0;
+                self.permissions.late.remove(pos);
             }
         }
         self.begin_read_fuos(mem, out);
@@ -207,15 +264,17 @@ impl Leader {
     /// that did not include it, so every value ever chosen is below our FUO, in our log, and
     /// update-followers gives it to the newcomer; what it forgot no longer matters.
     fn admissible(&self, pos: usize) -> bool {
-        self.late.contains(pos) && (!self.recovering.contains(pos) || self.prepared)
+        self.permissions.late.contains(pos)
+            && (!self.permissions.recovering.contains(pos) || self.prepare.prepared)
     }
 
     pub(super) fn any_admissible(&self) -> bool {
-        self.late.iter().any(|pos| self.admissible(pos))
+        self.permissions.late.iter().any(|pos| self.admissible(pos))
     }
 
     /// Whether a late, recovering replica waits for us to prepare before it may join.
     pub(super) fn recovering_waits(&self) -> bool {
-        !self.prepared && !self.late.intersection(self.recovering).is_empty()
+        !self.prepare.prepared
+            && !self.permissions.late.intersection(self.permissions.recovering).is_empty()
     }
 }

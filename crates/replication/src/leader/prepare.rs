@@ -8,6 +8,19 @@ use crate::mutation::Mutation;
 use crate::{Action, Area, Memory, PositionSet, RemoteOp};
 use mu_log::{EntryKind, Slot, MIN_PROPOSAL_OFFSET};
 
+/// What prepare decided.
+#[derive(Default)]
+pub(super) struct Prepare {
+    /// The proposal number of our accepts, picked by the last prepare.
+    pub(super) proposal_number: u64,
+    /// Prepare found only empty slots: later indexes may skip it until the next abort (§4.2).
+    pub(super) prepared: bool,
+    /// Followers reported corrupt ([`Action::CorruptPeer`]) since we became leader: their
+    /// minProposal is never rewritten (they take no part in prepare), so every prepare after a
+    /// late grant let them back would find it again, and once a leadership says enough.
+    pub(super) corrupt_reported: PositionSet,
+}
+
 /// Rounds of proposal numbers: a number is its round above the low 16 bits (our position), and
 /// it stays below 2^63.
 const ROUNDS: u64 = 1 << 47;
@@ -64,8 +77,8 @@ impl Leader {
             for pos in corrupt {
                 self.confirmed.remove(pos);
                 self.waits[pos] = Wait::Idle;
-                if !self.corrupt_reported.contains(pos) {
-                    self.corrupt_reported.insert(pos);
+                if !self.prepare.corrupt_reported.contains(pos) {
+                    self.prepare.corrupt_reported.insert(pos);
                     out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
                 }
             }
@@ -86,25 +99,32 @@ impl Leader {
             .filter(|&min| exceedable(min))
             .max()
             .unwrap_or(0)
-            .max(self.proposal_number);
+            .max(self.prepare.proposal_number);
         // Rounds in the high bits, our position in the low ones: numbers of different leaders
         // never collide, and every number we pick is above every one seen.
         let round = (highest >> 16) + 1;
         assert!(round < ROUNDS, "proposal numbers exhausted");
-        self.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
-        assert!(self.proposal_number > highest);
+        self.prepare.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
+        assert!(self.prepare.proposal_number > highest);
 
         let wr = self.next_step(Phase::PrepareWrite);
         let slot_offset = self.layout.slot_offset(self.fuo);
         let slot_bytes = self.layout.slot_bytes();
-        if !self.write_own_log(mem, MIN_PROPOSAL_OFFSET, &self.proposal_number.to_le_bytes(), out) {
+        if !self.write_own_log(
+            mem,
+            MIN_PROPOSAL_OFFSET,
+            &self.prepare.proposal_number.to_le_bytes(),
+            out,
+        ) {
             return;
         }
         mem.read(Area::Log, slot_offset, &mut self.slot_buf);
         mem.write(Area::Scratch, self.scratch(self.me_pos, SCRATCH_SLOT), &self.slot_buf);
         for pos in self.followers() {
-            let write =
-                RemoteOp::WriteWord { offset: MIN_PROPOSAL_OFFSET, value: self.proposal_number };
+            let write = RemoteOp::WriteWord {
+                offset: MIN_PROPOSAL_OFFSET,
+                value: self.prepare.proposal_number,
+            };
             // FIFO: the read lands after the write, so its completion vouches for both.
             self.post(out, pos, wr, write, false);
             let read = RemoteOp::ReadIntoScratch {
@@ -151,6 +171,7 @@ impl Leader {
                 // Listing 2, line 34, "If value == myValue": the value found may be our own,
                 // accepted by some replicas before an abort; it must not be proposed twice.
                 let mine = self
+                    .proposals
                     .queue
                     .front()
                     .is_some_and(|p| p.kind == kind && p.value[..] == self.entry[..len]);
@@ -162,10 +183,10 @@ impl Leader {
             }
             None => {
                 // §4.2 "Omitting the prepare phase": nothing accepted here or above.
-                self.prepared = all_empty;
+                self.prepare.prepared = all_empty;
                 self.next_step(Phase::Accept);
                 if self.accept(self.fuo, None, mem, out) {
-                    if self.prepared {
+                    if self.prepare.prepared {
                         self.pump(mem, out); // more of ours, right behind it
                     } else {
                         self.try_commit(mem, out);

@@ -4,6 +4,28 @@
 use super::{Leader, Phase, ProposeError};
 use crate::{Action, Area, Memory};
 use mu_log::{EntryKind, Slot};
+use std::collections::VecDeque;
+
+/// The values the leader was asked to get decided.
+pub(super) struct Proposals {
+    /// The application's values not yet committed, oldest first; the first `mine_in_flight` are
+    /// in the accept phase.
+    pub(super) queue: VecDeque<Proposal>,
+    pub(super) mine_in_flight: usize,
+    /// Value buffers of committed proposals, for reuse: the accept path does not allocate.
+    pub(super) spare: Vec<Vec<u8>>,
+}
+
+impl Proposals {
+    /// Room for `outstanding_max` proposals of up to `slot_bytes`, allocated now.
+    pub(super) fn new(outstanding_max: usize, slot_bytes: usize) -> Proposals {
+        Proposals {
+            queue: VecDeque::with_capacity(outstanding_max),
+            mine_in_flight: 0,
+            spare: (0..outstanding_max).map(|_| mu_log::written_room(slot_bytes)).collect(),
+        }
+    }
+}
 
 /// A value the leader is trying to get decided.
 pub(super) struct Proposal {
@@ -26,7 +48,7 @@ impl Leader {
     /// The application's proposals not committed yet (in flight or waiting), not the engine's
     /// own empty entries.
     pub fn proposals_count(&self) -> usize {
-        self.queue.iter().filter(|p| !p.internal).count()
+        self.proposals.queue.iter().filter(|p| !p.internal).count()
     }
 
     /// Proposes `value`. Its decision arrives as `Action::Committed { mine: true, .. }`; the
@@ -51,10 +73,10 @@ impl Leader {
         if kind == EntryKind::Membership {
             self.check_change(value)?;
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
+        let mut buf = self.proposals.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(value);
-        self.queue.push_back(Proposal {
+        self.proposals.queue.push_back(Proposal {
             kind,
             value: buf,
             internal: false,
@@ -66,18 +88,18 @@ impl Leader {
             Phase::Ready => self.start_replicating(mem, out),
             // Not while prepare's own values are in flight (it found slots taken, so it must run
             // again before ours): they go out once those commit (`start_replicating`).
-            Phase::Accept if self.prepared => self.pump(mem, out),
+            Phase::Accept if self.prepare.prepared => self.pump(mem, out),
             _ => {}
         }
         Ok(())
     }
 
     pub(super) fn drop_proposals(&mut self) {
-        for p in self.queue.drain(..) {
-            self.spare.push(p.value);
+        for p in self.proposals.queue.drain(..) {
+            self.proposals.spare.push(p.value);
         }
         self.in_flight.clear();
-        self.mine_in_flight = 0;
+        self.proposals.mine_in_flight = 0;
     }
 
     /// Drops the proposals waiting for room in the log (the runtime gave up on them: "log
@@ -100,7 +122,7 @@ impl Leader {
     /// take effect twice (simulator seed 120028, two leaders at once). It is marked decided at
     /// `index` instead, and committed as ours once the proposals before it are.
     pub(super) fn note_decided_elsewhere(&mut self, index: u64, kind: EntryKind, value: &[u8]) {
-        let waiting = self.queue.iter_mut();
+        let waiting = self.proposals.queue.iter_mut();
         let mut mine = waiting.filter(|p| p.exposed && !p.internal && p.decided_at.is_none());
         if let Some(p) = mine.find(|p| p.kind == kind && p.value[..] == *value) {
             p.decided_at = Some(index);
@@ -125,11 +147,13 @@ impl Leader {
         from: u64,
         to: u64,
     ) -> Option<u64> {
-        if !self.queue.iter().any(|p| p.exposed && !p.internal && p.decided_at.is_none()) {
+        if !self.proposals.queue.iter().any(|p| p.exposed && !p.internal && p.decided_at.is_none())
+        {
             return None;
         }
         let readable = from.max(to.saturating_sub(self.layout.slots_count()));
         let unread = self
+            .proposals
             .queue
             .iter()
             .filter(|p| p.exposed && !p.internal && p.decided_at.is_none())
@@ -155,10 +179,12 @@ impl Leader {
     /// Commits, as ours, the oldest proposals already decided elsewhere
     /// ([`Leader::note_decided_elsewhere`]).
     pub(super) fn commit_decided_elsewhere(&mut self, out: &mut Vec<Action>) {
-        while self.mine_in_flight == 0 {
-            let Some(index) = self.queue.front().and_then(|p| p.decided_at) else { break };
-            let p = self.queue.pop_front().expect("a front");
-            self.spare.push(p.value);
+        while self.proposals.mine_in_flight == 0 {
+            let Some(index) = self.proposals.queue.front().and_then(|p| p.decided_at) else {
+                break;
+            };
+            let p = self.proposals.queue.pop_front().expect("a front");
+            self.proposals.spare.push(p.value);
             out.push(Action::Committed { index, mine: true });
         }
     }

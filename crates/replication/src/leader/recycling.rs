@@ -6,6 +6,27 @@ use crate::{Action, Area, Memory};
 use mu_fabric::NodeId;
 use mu_log::HEAD_OFFSET;
 
+/// What the leader knows of the replicas' log heads.
+pub(super) struct Recycling {
+    /// The log head of each replica as last read (first index not applied there; only grows).
+    /// The leader writes index `i` into a confirmed log only once that replica applied
+    /// `i - slots_count`, the entry whose slot `i` reuses (log recycling, §5.3).
+    pub(super) heads: Vec<u64>,
+    /// Indices below this have room in the log ([`Leader::log_limit`] when
+    /// [`Leader::make_room`] last computed it; 0: not known). The limit only falls when a
+    /// replica joins the confirmed set or a head is read lower, and those reset it; heads
+    /// that rise and replicas that leave the set only raise the limit, so the value stays a
+    /// safe bound meanwhile, and a proposal is spared computing the minimum head (about 100
+    /// instructions, `scripts/propose-instructions.sh`).
+    pub(super) room_below: u64,
+}
+
+impl Recycling {
+    pub(super) fn new(replicas_count: usize) -> Recycling {
+        Recycling { heads: vec![0; replicas_count], room_below: 0 }
+    }
+}
+
 impl Leader {
     /// The first index the leader may not accept at yet (log recycling, §5.3): every confirmed
     /// replica, ourselves included, must have applied the entry whose slot it reuses, and one
@@ -19,7 +40,7 @@ impl Leader {
     pub fn log_limit(&self) -> u64 {
         self.confirmed
             .iter()
-            .map(|pos| self.heads[pos])
+            .map(|pos| self.recycling.heads[pos])
             .min()
             .unwrap_or(0)
             .saturating_add(self.layout.slots_count() - 1)
@@ -41,8 +62,8 @@ impl Leader {
         out: &mut Vec<Action>,
     ) {
         let Some(pos) = self.replicas.position(peer) else { return };
-        if head > self.heads[pos] {
-            self.heads[pos] = head;
+        if head > self.recycling.heads[pos] {
+            self.recycling.heads[pos] = head;
             self.room_changed(mem, out);
         }
     }
@@ -50,7 +71,7 @@ impl Leader {
     /// Every replica has applied the entries below `min_head` ([`Leader::set_head`] for all).
     pub fn set_min_head(&mut self, min_head: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
         for pos in 0..self.replicas.len() {
-            self.heads[pos] = self.heads[pos].max(min_head);
+            self.recycling.heads[pos] = self.recycling.heads[pos].max(min_head);
         }
         self.room_changed(mem, out);
     }
@@ -59,7 +80,7 @@ impl Leader {
     fn room_changed(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
         if self.waiting_for_room() {
             self.start_replicating(mem, out);
-        } else if self.phase == Phase::Accept && self.prepared {
+        } else if self.phase == Phase::Accept && self.prepare.prepared {
             self.pump(mem, out);
         }
     }
@@ -69,20 +90,21 @@ impl Leader {
     /// from the confirmed set, with its log intact) rather than stalling everyone: it joins
     /// again when it asks, if it is still within a log of us.
     pub(super) fn make_room(&mut self, index: u64, mem: &impl Memory) -> bool {
-        if index < self.room_below {
+        if index < self.recycling.room_below {
             debug_assert!(index < self.log_limit(), "the cached room is a bound");
             return true;
         }
-        self.heads[self.me_pos] = self.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
+        self.recycling.heads[self.me_pos] =
+            self.recycling.heads[self.me_pos].max(mem.load_u64(Area::Log, HEAD_OFFSET));
         while index >= self.log_limit() {
             let slowest = self
                 .confirmed
                 .iter()
                 .filter(|&pos| pos != self.me_pos)
-                .min_by_key(|&pos| self.heads[pos]);
+                .min_by_key(|&pos| self.recycling.heads[pos]);
             match slowest {
                 Some(pos)
-                    if self.heads[pos] < self.heads[self.me_pos]
+                    if self.recycling.heads[pos] < self.recycling.heads[self.me_pos]
                         && self.confirmed.count() > self.majority() =>
                 {
                     self.confirmed.remove(pos);
@@ -91,7 +113,7 @@ impl Leader {
                 _ => return false,
             }
         }
-        self.room_below = self.log_limit();
+        self.recycling.room_below = self.log_limit();
         true
     }
 }

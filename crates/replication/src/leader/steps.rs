@@ -39,7 +39,7 @@ impl Leader {
         op: RemoteOp,
         signaled: bool,
     ) {
-        self.unfenced.insert(pos);
+        self.permissions.unfenced.insert(pos);
         out.push(Action::Post { peer: self.replicas.ids()[pos], wr_id, op, signaled });
     }
 
@@ -78,7 +78,7 @@ impl Leader {
         let enough = match self.phase {
             Phase::PrepareRead | Phase::PrepareWrite => done >= self.majority(),
             Phase::Accept => unreachable!("handled above"),
-            Phase::CatchUp => self.waits[self.source] == Wait::Done,
+            Phase::CatchUp => self.waits[self.catch_up.source] == Wait::Done,
             Phase::ReadFuos | Phase::UpdateFollowers => !pending,
             Phase::Follower | Phase::Permissions | Phase::Ready => return,
         };
@@ -112,7 +112,7 @@ impl Leader {
                 self.waits[pos] = Wait::Idle;
                 if self.confirmed.count() < self.majority() {
                     self.abort(AbortReason::LostMajority, mem, out);
-                } else if self.phase == Phase::CatchUp && pos == self.source {
+                } else if self.phase == Phase::CatchUp && pos == self.catch_up.source {
                     self.abort(AbortReason::CatchUpSourceLost { peer }, mem, out);
                 } else {
                     self.maybe_finish_step(mem, out);
