@@ -64,49 +64,10 @@ impl Leader {
 
     /// Listing 2, lines 20–23: pick a higher proposal number, write it, read the slot at FUO.
     pub(super) fn begin_prepare_write(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
-        // A minProposal no number of ours can exceed was written by no leader: 2^47 rounds of
-        // prepare are out of reach. Only corrupted memory or a faulty peer holds one. Such a
-        // follower is dropped, as an unreachable one would be, rather than stopping every
-        // leader in turn; our own is about to be overwritten.
-        let corrupt: PositionSet = self
-            .followers()
-            .iter()
-            .filter(|&pos| self.has_answered(pos) && !exceedable(self.min_proposal_read(mem, pos)))
-            .collect();
-        if !corrupt.is_empty() {
-            for pos in corrupt {
-                self.confirmed.remove(pos);
-                self.waits[pos] = Wait::Idle;
-                if !self.prepare.corrupt_reported.contains(pos) {
-                    self.prepare.corrupt_reported.insert(pos);
-                    out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
-                }
-            }
-            if self.confirmed.count() < self.majority() {
-                return self.abort(AbortReason::LostMajority, mem, out);
-            }
-            // Without them, a majority may not have answered yet: wait for it (this step
-            // comes back here once it has).
-            return self.maybe_finish_step(mem, out);
+        if self.drop_corrupt_followers(mem, out) {
+            return;
         }
-        if !exceedable(self.min_proposal_read(mem, self.me_pos)) {
-            // Reported too, once; overwritten just below.
-            out.push(Action::CorruptPeer { peer: self.me });
-        }
-        let highest = self
-            .answered()
-            .map(|pos| self.min_proposal_read(mem, pos))
-            .filter(|&min| exceedable(min))
-            .max()
-            .unwrap_or(0)
-            .max(self.prepare.proposal_number);
-        // Rounds in the high bits, our position in the low ones: numbers of different leaders
-        // never collide, and every number we pick is above every one seen.
-        let round = (highest >> 16) + 1;
-        assert!(round < ROUNDS, "proposal numbers exhausted");
-        self.prepare.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
-        assert!(self.prepare.proposal_number > highest);
-
+        self.pick_proposal_number(mem, out);
         let wr = self.next_step(Phase::PrepareWrite);
         let slot_offset = self.layout.slot_offset(self.fuo);
         let slot_bytes = self.layout.slot_bytes();
@@ -135,6 +96,60 @@ impl Leader {
             self.post(out, pos, wr, read, true);
         }
         self.maybe_finish_step(mem, out);
+    }
+
+    /// A minProposal no number of ours can exceed was written by no leader: 2^47 rounds of
+    /// prepare are out of reach. Only corrupted memory or a faulty peer holds one. Such a
+    /// follower is dropped, as an unreachable one would be, rather than stopping every leader
+    /// in turn; our own is about to be overwritten. Returns whether it dropped any: then the
+    /// step goes on without them, or aborts.
+    fn drop_corrupt_followers(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) -> bool {
+        let corrupt: PositionSet = self
+            .followers()
+            .iter()
+            .filter(|&pos| self.has_answered(pos) && !exceedable(self.min_proposal_read(mem, pos)))
+            .collect();
+        if corrupt.is_empty() {
+            return false;
+        }
+        for pos in corrupt {
+            self.confirmed.remove(pos);
+            self.waits[pos] = Wait::Idle;
+            if !self.prepare.corrupt_reported.contains(pos) {
+                self.prepare.corrupt_reported.insert(pos);
+                out.push(Action::CorruptPeer { peer: self.replicas.ids()[pos] });
+            }
+        }
+        if self.confirmed.count() < self.majority() {
+            self.abort(AbortReason::LostMajority, mem, out);
+        } else {
+            // Without them, a majority may not have answered yet: wait for it (this step
+            // comes back here once it has).
+            self.maybe_finish_step(mem, out);
+        }
+        true
+    }
+
+    /// Listing 2, line 20: a proposal number above every minProposal read (the valid ones) and
+    /// every number we used before.
+    fn pick_proposal_number(&mut self, mem: &impl Memory, out: &mut Vec<Action>) {
+        if !exceedable(self.min_proposal_read(mem, self.me_pos)) {
+            // Reported too, once; overwritten just below.
+            out.push(Action::CorruptPeer { peer: self.me });
+        }
+        let highest = self
+            .answered()
+            .map(|pos| self.min_proposal_read(mem, pos))
+            .filter(|&min| exceedable(min))
+            .max()
+            .unwrap_or(0)
+            .max(self.prepare.proposal_number);
+        // Rounds in the high bits, our position in the low ones: numbers of different leaders
+        // never collide, and every number we pick is above every one seen.
+        let round = (highest >> 16) + 1;
+        assert!(round < ROUNDS, "proposal numbers exhausted");
+        self.prepare.proposal_number = (round << 16) | (self.me_pos as u64 + 1);
+        assert!(self.prepare.proposal_number > highest);
     }
 
     /// Listing 2, lines 24–28: adopt the highest-numbered value found, or ours.
