@@ -25,7 +25,7 @@ mod replayer;
 pub use detector::{Detector, DetectorConfig, FateSharing};
 pub use leader::{
     AbortReason, Grant, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS,
-    UPDATE_CHUNK_SLOTS,
+    FUO_PUBLISH_AFTER_NS, UPDATE_CHUNK_SLOTS,
 };
 pub use permissions::{
     request_word, split_request, PermStep, PermissionManager, ACK_RECOVERING, REQUEST_SEQ_MAX,

@@ -1,4 +1,19 @@
 //! The leader's replicator (Mu paper §4.1 Listing 2, §4.2 Listings 3 and 4).
+//!
+//! [`Leader`] holds the state of each mechanism in that mechanism's module, and its events
+//! (`become_leader`, `on_permission`, `on_completion`, `tick`, `propose`) run them in turn:
+//!
+//! * `permissions`: asking the members for write permission, fences before asking again, the
+//!   confirmed set and late grants (Listing 2, lines 9–12; §4.2, §5.2).
+//! * `catch_up`: reading the followers' FUOs and copying the most advanced log (Listing 3).
+//! * `update_followers`: copying our log into the followers that lag (Listing 4).
+//! * `prepare`: proposal numbers, and adopting the highest accepted value (lines 18–28).
+//! * `accept`: writing entries, several in flight, and committing them in order (lines 29–36).
+//! * `proposals`: the application's values, and those found decided by another leader.
+//! * `recycling`: log heads and the room they leave (§5.3).
+//! * `membership`: the configuration that decides our FUO (§5.4).
+//! * `steps`: the steps of an attempt (waiting for answers, failures, aborts); `scratch`: where
+//!   reads of the followers' logs land; `wr_id`: the work-request ids of our posts.
 
 mod accept;
 mod catch_up;
@@ -12,6 +27,7 @@ mod steps;
 mod update_followers;
 mod wr_id;
 
+pub use accept::FUO_PUBLISH_AFTER_NS;
 pub use scratch::CATCH_UP_BATCH_SLOTS;
 pub use update_followers::UPDATE_CHUNK_SLOTS;
 
@@ -129,8 +145,8 @@ pub enum ProposeError {
     Busy,
     #[error("value of {len} bytes is larger than a log slot holds ({max})")]
     TooLarge { len: usize, max: usize },
-    /// A membership change that cannot be proposed (see [`Change::check`]), or one while another
-    /// is waiting: one at a time.
+    /// A membership change that cannot be proposed (see [`crate::membership::Change::check`]),
+    /// or one while another is waiting: one at a time.
     #[error("membership change refused: {0}")]
     Membership(String),
 }

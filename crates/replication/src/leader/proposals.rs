@@ -137,9 +137,9 @@ impl Leader {
     ///
     /// Returns the index of an exposure of a proposal still waiting that falls in `from..to`
     /// but before the lap the log still holds, if there is one: whether that proposal was
-    /// decided there cannot be read any more (see [`AbortReason::OutcomeUnknown`]). Exposures
-    /// below `from` were looked at when the FUO passed them. The check takes the span from a
-    /// proposal's lowest to its highest exposure, so it may report one that skipped those
+    /// decided there cannot be read any more (see [`super::AbortReason::OutcomeUnknown`]).
+    /// Exposures below `from` were looked at when the FUO passed them. The check takes the span
+    /// from a proposal's lowest to its highest exposure, so it may report one that skipped those
     /// indices: a needless step-down, never a missed one.
     pub(super) fn note_log_decided(
         &mut self,
