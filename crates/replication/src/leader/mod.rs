@@ -136,7 +136,10 @@ pub enum AbortReason {
     Removed,
 }
 
-/// Why a value could not be proposed.
+/// Why the engine refused a value at once: the engine's layer of errors. Nothing of the value
+/// reached a log. The runtime's own error (`mu_replica::ProposeError`) is what an application
+/// sees: it adds what only the runtime knows (which replica leads, aborts after a value was
+/// handed over, a full log, shutdown) and takes these over unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
     #[error("this replica is not the leader")]
