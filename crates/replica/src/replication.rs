@@ -86,6 +86,21 @@ pub enum ProposeError {
     Membership(String),
 }
 
+/// The engine's refusals, as the application sees them: the one place where the engine's layer
+/// of errors becomes this one. (The runtime checks leadership and size before it hands a value
+/// over, so in practice only `Busy`, which it takes as back-pressure, and `Membership` come.)
+impl From<mu_replication::ProposeError> for ProposeError {
+    fn from(refused: mu_replication::ProposeError) -> ProposeError {
+        use mu_replication::ProposeError as Engine;
+        match refused {
+            Engine::NotLeader => ProposeError::NotLeader { leader: None },
+            Engine::Busy => ProposeError::Busy,
+            Engine::TooLarge { len, max } => ProposeError::TooLarge { len, max },
+            Engine::Membership(why) => ProposeError::Membership(why),
+        }
+    }
+}
+
 impl ProposeError {
     /// Whether the request can never take effect, whatever happens next: it was refused before
     /// it reached a log, or reached none (`NotLeader`, `Busy`, `TooLarge`, `Empty`, `LogFull`,
@@ -311,10 +326,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             return Err(ProposeError::NotLeader { leader: self.shared.leader() });
         }
         let value = change.encode();
-        self.leader.check_change(&value).map_err(|e| match e {
-            mu_replication::ProposeError::Membership(why) => ProposeError::Membership(why),
-            other => ProposeError::Membership(other.to_string()),
-        })?;
+        self.leader.check_change(&value)?;
         self.group.change = true;
         self.stage(std::iter::once(&value[..]), now_ns)
     }
@@ -363,11 +375,11 @@ impl<F: Fabric> ReplicationDriver<F> {
             match self.leader.propose(kind, value, &mut self.mem, &mut self.actions) {
                 Ok(()) => g.handed += 1,
                 Err(mu_replication::ProposeError::Busy) => return, // as many as allowed
-                Err(mu_replication::ProposeError::Membership(why)) => {
+                Err(refused @ mu_replication::ProposeError::Membership(_)) => {
                     // The configuration changed between the check and now (a new leadership
                     // adopted another change): nothing was proposed.
                     let e = g.entries.pop_front().expect("the entry being handed over");
-                    g.answer(e, Err(ProposeError::Membership(why)));
+                    g.answer(e, Err(refused.into()));
                     if g.unanswered == 0 {
                         self.finish_group();
                     }

@@ -19,16 +19,18 @@ mod leader;
 pub mod membership;
 pub mod mutation;
 mod permissions;
+mod position_set;
 mod replayer;
 
 pub use detector::{Detector, DetectorConfig, FateSharing};
 pub use leader::{
     AbortReason, Grant, Leader, LeaderConfig, Phase, ProposeError, CATCH_UP_BATCH_SLOTS,
-    UPDATE_CHUNK_SLOTS,
+    FUO_PUBLISH_AFTER_NS, UPDATE_CHUNK_SLOTS,
 };
 pub use permissions::{
     request_word, split_request, PermStep, PermissionManager, ACK_RECOVERING, REQUEST_SEQ_MAX,
 };
+pub use position_set::{PositionSet, Positions, REPLICAS_MAX};
 pub use replayer::Replayer;
 
 use mu_fabric::NodeId;
@@ -67,11 +69,14 @@ pub struct ReplicaSet {
 }
 
 impl ReplicaSet {
-    /// A set of distinct replicas.
+    /// A set of distinct replicas, at most [`REPLICAS_MAX`].
     pub fn new(mut ids: Vec<NodeId>) -> Result<ReplicaSet, String> {
         ids.sort();
         if ids.is_empty() {
             return Err("a cluster needs at least one replica".into());
+        }
+        if ids.len() > REPLICAS_MAX {
+            return Err(format!("{} replicas, at most {REPLICAS_MAX} are supported", ids.len()));
         }
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(format!("replica ids must be distinct: {ids:?}"));

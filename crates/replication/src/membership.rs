@@ -23,7 +23,7 @@
 //! member or removing a non-member changes nothing, and so does removing the last member or a
 //! malformed value; every replica computes the same result from the same bytes.
 
-use crate::ReplicaSet;
+use crate::{PositionSet, ReplicaSet};
 use mu_fabric::NodeId;
 
 /// One change of the configuration.
@@ -78,17 +78,25 @@ impl Change {
                 universe.ids()
             ));
         };
-        let bit = 1u64 << pos;
+        let mut members = PositionSet::from_bits(members);
         match self {
-            Change::Add(_) if members & bit != 0 => {
+            Change::Add(_) if members.contains(pos) => {
                 Err(format!("replica {id} is a member already"))
             }
-            Change::Remove(_) if members & bit == 0 => Err(format!("replica {id} is not a member")),
-            Change::Remove(_) if members == bit => {
+            Change::Remove(_) if !members.contains(pos) => {
+                Err(format!("replica {id} is not a member"))
+            }
+            Change::Remove(_) if members == PositionSet::single(pos) => {
                 Err(format!("replica {id} is the last member; a cluster needs one"))
             }
-            Change::Add(_) => Ok(members | bit),
-            Change::Remove(_) => Ok(members & !bit),
+            Change::Add(_) => {
+                members.insert(pos);
+                Ok(members.bits())
+            }
+            Change::Remove(_) => {
+                members.remove(pos);
+                Ok(members.bits())
+            }
         }
     }
 }
@@ -101,28 +109,28 @@ pub fn apply(universe: &ReplicaSet, members: u64, value: &[u8]) -> u64 {
 
 /// The smallest number of members that any two groups of that size share one of.
 pub fn majority(members: u64) -> usize {
-    members.count_ones() as usize / 2 + 1
+    PositionSet::from_bits(members).count() / 2 + 1
 }
 
 /// The mask of `ids` (each must be in the universe).
 pub fn mask_of(universe: &ReplicaSet, ids: &[NodeId]) -> Result<u64, String> {
-    ids.iter().try_fold(0u64, |mask, &id| match universe.position(id) {
-        Some(pos) => Ok(mask | 1 << pos),
-        None => {
-            Err(format!("replica {id} is not one of the cluster's replicas {:?}", universe.ids()))
-        }
-    })
+    let positions = ids.iter().map(|&id| {
+        universe.position(id).ok_or_else(|| {
+            format!("replica {id} is not one of the cluster's replicas {:?}", universe.ids())
+        })
+    });
+    positions.collect::<Result<PositionSet, String>>().map(PositionSet::bits)
 }
 
 /// Every replica of the universe as members.
 pub fn all(universe: &ReplicaSet) -> u64 {
-    u64::MAX >> (64 - universe.len())
+    PositionSet::all(universe).bits()
 }
 
 /// The ids at the positions set in `members`, in order (`ids` by position, as
 /// [`ReplicaSet::ids`] gives them).
 pub fn ids_of(ids: &[NodeId], members: u64) -> Vec<NodeId> {
-    ids.iter().enumerate().filter(|(pos, _)| members >> pos & 1 != 0).map(|(_, &id)| id).collect()
+    PositionSet::from_bits(members).ids(ids)
 }
 
 #[cfg(test)]

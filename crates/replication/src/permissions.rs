@@ -8,7 +8,7 @@
 //! on the fabric (the fast flag change and, when that fails, the slow connection cycle, are the
 //! runtime's business) and reports back with [`PermissionManager::done`].
 
-use crate::ReplicaSet;
+use crate::{PositionSet, ReplicaSet};
 use mu_fabric::NodeId;
 
 /// Set in an acknowledgement (which otherwise repeats the request word) by a permission manager
@@ -78,7 +78,7 @@ pub struct PermissionManager {
     /// The replica granted by the last successful plan, while it still has our log.
     holder: Option<usize>,
     /// Who may write our log, by position: the holder, and requesters whose plan failed since.
-    may_write: Vec<bool>,
+    may_write: PositionSet,
     /// The incarnation our side of each peer's connection is bound to, when we know it.
     bound: Vec<Option<u32>>,
     /// The last request word handled (served or dropped), per requester position (0: none
@@ -97,7 +97,7 @@ impl PermissionManager {
             me_pos,
             ids: replicas.ids().to_vec(),
             holder: None,
-            may_write: vec![false; n],
+            may_write: PositionSet::EMPTY,
             bound: vec![None; n],
             handled: vec![0; n],
             plan: None,
@@ -145,7 +145,7 @@ impl PermissionManager {
         for other in 0..n {
             // A requester keeps its access across a re-request; an old incarnation of it does not.
             let mutated = crate::mutation::active(crate::mutation::Mutation::SkipRevoke);
-            if self.may_write[other] && (other != pos || rebind) && !mutated {
+            if self.may_write.contains(other) && (other != pos || rebind) && !mutated {
                 out.push(self.revoke(other));
             }
         }
@@ -187,18 +187,17 @@ impl PermissionManager {
             None => panic!("done({requester}) but no permission plan is in flight"),
         };
         if ok {
-            self.may_write.fill(false);
-            self.may_write[plan.pos] = true;
+            self.may_write = PositionSet::single(plan.pos);
             self.holder = Some(plan.pos);
             if plan.pos != self.me_pos {
                 self.bound[plan.pos] = Some(plan.incarnation);
             }
         } else {
-            self.may_write[plan.pos] = true;
+            self.may_write.insert(plan.pos);
         }
         self.handled[plan.pos] = plan.word;
-        assert!(self.holder.is_none_or(|pos| self.may_write[pos]), "the holder may write");
-        assert!(!ok || self.may_write.iter().filter(|&&w| w).count() == 1, "one writer");
+        assert!(self.holder.is_none_or(|pos| self.may_write.contains(pos)), "the holder may write");
+        assert!(!ok || self.may_write.count() == 1, "one writer");
     }
 
     /// `peer` was found to have restarted or died, and the runtime broke or reconnected its
@@ -213,7 +212,7 @@ impl PermissionManager {
         if self.holder == Some(pos) {
             self.holder = None;
         }
-        self.may_write[pos] = false;
+        self.may_write.remove(pos);
         self.bound[pos] = None;
     }
 
