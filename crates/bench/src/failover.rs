@@ -1012,60 +1012,7 @@ fn document(
     if !permissions.is_empty() {
         out["permission_us"] = summary_us(&permissions);
     }
-    // Mu: when the new leader first entered each phase, counted from its election.
-    let phases = Phase::ALL.map(|phase| {
-        (format!("{phase:?}"), m.failovers.iter().map(|f| f.phases_ns[phase as usize]).collect())
-    });
-    if let Some(phases) = moments_us(phases) {
-        out["phase_entered_us"] = phases;
-    }
-    // Mu: the time the new leader's polls took, and how many there were, by the phase each
-    // began in ("Follower": the poll that took up the leadership), until it was set up and had
-    // committed. Set beside `switch_us` + `ramp_us`, the rest of the time lay between polls.
-    let busy = Phase::ALL.map(|phase| {
-        (
-            format!("{phase:?}"),
-            m.failovers.iter().map(|f| f.phase_busy_ns[phase as usize]).collect(),
-        )
-    });
-    if let Some(busy) = moments_us(busy) {
-        out["phase_busy_us"] = busy;
-        let polls = Phase::ALL.map(|phase| {
-            let polls: Vec<u64> =
-                m.failovers.iter().filter_map(|f| f.phase_polls[phase as usize]).collect();
-            (format!("{phase:?}"), polls)
-        });
-        out["phase_polls"] = counts(polls);
-    }
-    // Either engine: the new leader's polls until its first commit, all together.
-    let busy: Vec<(u64, u64)> = m.failovers.iter().filter_map(|f| f.setup_busy).collect();
-    if !busy.is_empty() {
-        out["setup_busy_us"] = summary_us(&busy.iter().map(|b| b.0).collect::<Vec<_>>());
-        out["setup_polls"] = count_summary(busy.iter().map(|b| b.1).collect());
-    }
-    if let Some(trace) = setup_trace_json(&m.failovers) {
-        out["setup_trace"] = trace;
-    }
-    // Velos: when the new leader first took each step, counted from its readiness.
-    let steps = VelosStep::ALL.map(|step| {
-        let taken = m.failovers.iter().map(|f| f.velos_steps_ns[step as usize]).collect();
-        (format!("{step:?}"), taken)
-    });
-    if let Some(steps) = moments_us(steps) {
-        out["velos_step_after_ready_us"] = steps;
-    }
-    // Mu: how often a new leader's set-up or first proposal was aborted and started again.
-    let mut kinds = serde_json::Map::new();
-    for f in m.failovers.iter().filter(|f| f.setup_aborts > 0) {
-        let name = words::ABORT_KINDS.get(f.last_abort_kind as usize).copied().unwrap_or("unknown");
-        let count = kinds.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
-        kinds.insert(name.to_string(), json!(count + 1));
-    }
-    out["setup_aborts"] = json!({
-        "failovers_with_aborts": m.failovers.iter().filter(|f| f.setup_aborts > 0).count(),
-        "aborts": m.failovers.iter().map(|f| f.setup_aborts).sum::<u64>(),
-        "last_kind_counts": kinds,
-    });
+    add_setup_figures(&mut out, &m.failovers);
     if args.mode == FailureMode::Pause {
         out["fenced"] = json!(m.fenced);
         out["failbacks"] = json!(m.failbacks_ns.len());
@@ -1074,6 +1021,62 @@ fn document(
         }
     }
     out
+}
+
+/// The new leader's set-up as the engines traced it: Mu's phases and the polls in each,
+/// either engine's busy polls, Velos's steps, and Mu's aborted attempts.
+fn add_setup_figures(out: &mut serde_json::Value, failovers: &[Failover]) {
+    // Mu: when the new leader first entered each phase, counted from its election.
+    let phases = Phase::ALL.map(|phase| {
+        (format!("{phase:?}"), failovers.iter().map(|f| f.phases_ns[phase as usize]).collect())
+    });
+    if let Some(phases) = moments_us(phases) {
+        out["phase_entered_us"] = phases;
+    }
+    // Mu: the time the new leader's polls took, and how many there were, by the phase each
+    // began in ("Follower": the poll that took up the leadership), until it was set up and had
+    // committed. Set beside `switch_us` + `ramp_us`, the rest of the time lay between polls.
+    let busy = Phase::ALL.map(|phase| {
+        (format!("{phase:?}"), failovers.iter().map(|f| f.phase_busy_ns[phase as usize]).collect())
+    });
+    if let Some(busy) = moments_us(busy) {
+        out["phase_busy_us"] = busy;
+        let polls = Phase::ALL.map(|phase| {
+            let polls: Vec<u64> =
+                failovers.iter().filter_map(|f| f.phase_polls[phase as usize]).collect();
+            (format!("{phase:?}"), polls)
+        });
+        out["phase_polls"] = counts(polls);
+    }
+    // Either engine: the new leader's polls until its first commit, all together.
+    let busy: Vec<(u64, u64)> = failovers.iter().filter_map(|f| f.setup_busy).collect();
+    if !busy.is_empty() {
+        out["setup_busy_us"] = summary_us(&busy.iter().map(|b| b.0).collect::<Vec<_>>());
+        out["setup_polls"] = count_summary(busy.iter().map(|b| b.1).collect());
+    }
+    if let Some(trace) = setup_trace_json(failovers) {
+        out["setup_trace"] = trace;
+    }
+    // Velos: when the new leader first took each step, counted from its readiness.
+    let steps = VelosStep::ALL.map(|step| {
+        let taken = failovers.iter().map(|f| f.velos_steps_ns[step as usize]).collect();
+        (format!("{step:?}"), taken)
+    });
+    if let Some(steps) = moments_us(steps) {
+        out["velos_step_after_ready_us"] = steps;
+    }
+    // Mu: how often a new leader's set-up or first proposal was aborted and started again.
+    let mut kinds = serde_json::Map::new();
+    for f in failovers.iter().filter(|f| f.setup_aborts > 0) {
+        let name = words::ABORT_KINDS.get(f.last_abort_kind as usize).copied().unwrap_or("unknown");
+        let count = kinds.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+        kinds.insert(name.to_string(), json!(count + 1));
+    }
+    out["setup_aborts"] = json!({
+        "failovers_with_aborts": failovers.iter().filter(|f| f.setup_aborts > 0).count(),
+        "aborts": failovers.iter().map(|f| f.setup_aborts).sum::<u64>(),
+        "last_kind_counts": kinds,
+    });
 }
 
 fn report(args: &Args, protocol: mu_replica::Protocol, read_period_ns: u64, m: &Measured) {
