@@ -191,39 +191,8 @@ impl BarChart {
     /// The SVG text [`BarChart::write_svg`] writes; `path` only names the figure in errors.
     pub fn render_svg(&self, path: &Path) -> Result<String, FigureError> {
         let title = self.title.as_str();
-        if self.categories.is_empty() {
-            return Err(no_data(path, title, "no categories"));
-        }
-        if self.series.is_empty() {
-            return Err(no_data(path, title, "no series"));
-        }
-        for series in &self.series {
-            if series.points.len() != self.categories.len() {
-                return Err(malformed(
-                    path,
-                    title,
-                    format!(
-                        "series {:?} has {} points for {} categories",
-                        series.name,
-                        series.points.len(),
-                        self.categories.len()
-                    ),
-                ));
-            }
-        }
-
-        let mut left_out_count = 0;
-        let mut bars_shown = Vec::new(); // (series index, category index, bar)
-        for (series_index, series) in self.series.iter().enumerate() {
-            for (category_index, point) in series.points.iter().enumerate() {
-                let Some(bar) = point else { continue };
-                if showable(bar.value, self.log_y) {
-                    bars_shown.push((series_index, category_index, *bar));
-                } else {
-                    left_out_count += 1;
-                }
-            }
-        }
+        self.check_shape(path)?;
+        let (bars_shown, left_out_count) = self.bars_shown();
         let extent = min_max(bars_shown.iter().flat_map(|(_, _, bar)| {
             [bar.value, bar.low, bar.high].into_iter().filter(|value| showable(*value, self.log_y))
         }));
@@ -295,6 +264,51 @@ impl BarChart {
             plot.draw_series(error_bars)?;
             Ok(())
         })
+    }
+
+    /// Fails on a chart without categories or series, or with a series whose points do not
+    /// match the categories.
+    fn check_shape(&self, path: &Path) -> Result<(), FigureError> {
+        let title = self.title.as_str();
+        if self.categories.is_empty() {
+            return Err(no_data(path, title, "no categories"));
+        }
+        if self.series.is_empty() {
+            return Err(no_data(path, title, "no series"));
+        }
+        for series in &self.series {
+            if series.points.len() != self.categories.len() {
+                return Err(malformed(
+                    path,
+                    title,
+                    format!(
+                        "series {:?} has {} points for {} categories",
+                        series.name,
+                        series.points.len(),
+                        self.categories.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The bars that can be drawn, as (series index, category index, bar), and how many were
+    /// left out (no finite value, or none above zero on a log axis).
+    fn bars_shown(&self) -> (Vec<(usize, usize, Bar)>, usize) {
+        let mut left_out_count = 0;
+        let mut bars_shown = Vec::new(); // (series index, category index, bar)
+        for (series_index, series) in self.series.iter().enumerate() {
+            for (category_index, point) in series.points.iter().enumerate() {
+                let Some(bar) = point else { continue };
+                if showable(bar.value, self.log_y) {
+                    bars_shown.push((series_index, category_index, *bar));
+                } else {
+                    left_out_count += 1;
+                }
+            }
+        }
+        (bars_shown, left_out_count)
     }
 }
 
