@@ -122,7 +122,7 @@ fn execute(
         None if !liveness::is_alive(&bound.peer.ctl) => {
             return Executed::fail(Status::PeerUnreachable)
         }
-        None => match bound.peer.region(node, remote.region) {
+        None => match bound.peer.region(&node.config, &node.prefault, remote.region) {
             Some(r) => {
                 bound.regions.push((remote.region, r));
                 bound.regions.len() - 1

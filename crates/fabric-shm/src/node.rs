@@ -111,7 +111,7 @@ pub(crate) struct Node {
     /// the other's state and neither wait for a writer admitted in between.
     control: Mutex<()>,
     /// Fills in the page tables of peers' regions as they are mapped (see `crate::prefault`).
-    prefault: Prefaulter,
+    pub(crate) prefault: Prefaulter,
     /// Held for the node's life: a second process (or a second `create` in this one) for the same
     /// node id fails instead of running beside it.
     _lock: File,
@@ -414,7 +414,7 @@ impl Node {
             }
             _ => self.open_peer(peer)?,
         };
-        entry.map_registered(self);
+        entry.map_registered(&self.config, &self.prefault);
         Ok(entry)
     }
 
@@ -743,34 +743,34 @@ impl Peer {
     /// microseconds, and the first operation can be a new leader's first round (it was most of
     /// a new Velos leader's first batch of compare-and-swaps). One load when nothing is new. A
     /// region registered after the last binding is mapped by its first operation.
-    fn map_registered(&self, node: &Node) {
+    fn map_registered(&self, config: &ShmConfig, prefault: &Prefaulter) {
         let registered = self.ctl.u64_at(layout::H_REGIONS).load(Ordering::Acquire);
         if self.regions_seen.swap(registered, Ordering::AcqRel) == registered {
             return;
         }
-        for id in layout::region_files(&node.config.run_dir, self.node, self.incarnation) {
-            let _ = self.region(node, id);
+        for id in layout::region_files(&config.run_dir, self.node, self.incarnation) {
+            let _ = self.region(config, prefault, id);
         }
     }
 
-    /// The peer's region `id`, mapped on first use; `node` pre-faults a new mapping in the
+    /// The peer's region `id`, mapped on first use; `prefault` pre-faults a new mapping in the
     /// background.
-    pub(crate) fn region(&self, node: &Node, id: RegionId) -> Option<Arc<RemoteRegion>> {
+    pub(crate) fn region(
+        &self,
+        config: &ShmConfig,
+        prefault: &Prefaulter,
+        id: RegionId,
+    ) -> Option<Arc<RemoteRegion>> {
         let mut regions = lock(&self.regions);
         if let Some(r) = regions.get(&id) {
             return Some(r.clone());
         }
-        let run_dir = &node.config.run_dir;
+        let run_dir = &config.run_dir;
         let path = layout::region_file(run_dir, self.node, self.incarnation, id);
         let map = Mapping::open(&path, HEADER_BYTES).ok()?;
-        let h = layout::read_region_header(
-            &map,
-            &path,
-            self.node,
-            node.config.cluster_id,
-            self.incarnation,
-        )
-        .ok()?;
+        let h =
+            layout::read_region_header(&map, &path, self.node, config.cluster_id, self.incarnation)
+                .ok()?;
         // A header of another region (a file copied or renamed by hand), or larger than any
         // node registers (another build's, whose pages the pre-fault would all allocate), is
         // not this region.
@@ -779,7 +779,7 @@ impl Peer {
         }
         let r = Arc::new(RemoteRegion { map, len_bytes: h.len_bytes, access: h.access });
         regions.insert(id, r.clone());
-        node.prefault.queue(r.clone());
+        prefault.queue(r.clone());
         Some(r)
     }
 }
