@@ -1,10 +1,14 @@
 //! The data path: an endpoint posts one-sided operations and executes them under the guard.
 
+use crate::config::{COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
 use crate::guard::{Refusal, Slot};
 use crate::layout::{self, HEADER_BYTES, MAX_CHANNELS, MAX_NODES};
 use crate::liveness;
-use crate::node::{lock, Node, Peer, RemoteRegion, COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
-use crate::{ShmFabric, ShmRegion};
+use crate::lock;
+use crate::node::{Node, ShmFabric};
+use crate::peer::Peer;
+use crate::region::ShmRegion;
+use crate::remote_region::RemoteRegion;
 use mu_fabric::{
     check_bounds, Access, Completion, ConnId, Endpoint, FabricError, Op, PostError, QpState,
     RegionId, Source, Status, WorkRequest,
