@@ -7,8 +7,10 @@
 //! which is what makes a revocation a barrier; once it has finished landing (or failed), its
 //! completion is scheduled one trip later and the next operation on the connection may land.
 
+use crate::node::ConnSide;
+use crate::pending::{Body, PendingOp, WriteSource};
 use crate::trace::{digest, TraceEvent, TraceKind};
-use crate::world::{Body, ConnSide, Event, PendingOp, World, WriteSource};
+use crate::world::{Event, World};
 use mu_fabric::{
     check_bounds, Access, Completion, ConnId, NodeId, Op, OpKind, PostError, QpState, Source,
     Status, WorkRequest,
@@ -172,7 +174,7 @@ impl World {
     pub(crate) fn side_mut(&mut self, node: NodeId, conn: ConnId) -> &mut ConnSide {
         self.nodes
             .entry(node)
-            .or_insert_with(|| crate::world::Node::new(0))
+            .or_insert_with(|| crate::node::Node::new(0))
             .conns
             .entry(conn)
             .or_insert_with(ConnSide::new)
