@@ -1,11 +1,12 @@
 //! The data path: posting writes, reads and compare-and-swaps on a channel's endpoint, and
 //! turning the provider's completions into the fabric API's.
 
+use crate::channel::{context, Channel, TOKEN_SHIFT};
 use crate::ffi::{PostFailure, RawCompletion};
 use crate::keys::{data_key, Kind};
-use crate::node::{context, Channel, Side, TOKEN_SHIFT};
+use crate::node::OfiFabric;
 use crate::region::OfiRegion;
-use crate::OfiFabric;
+use crate::side::Side;
 use mu_fabric::{
     check_bounds, Completion, ConnId, Endpoint, FabricError, LocalRegion, Op, OpKind, PostError,
     QpState, RegionId, Source, Status, WorkRequest,
@@ -199,7 +200,7 @@ impl Endpoint for OfiEndpoint {
         let channel = a.channel.clone();
         let dest = match a.dest {
             Some(d) => Some(d),
-            None => channel.address(&self.fabric.node, conn.peer).ok(),
+            None => channel.address(&self.fabric.node.config, conn.peer).ok(),
         };
         if let (Some(d), Some(a)) = (dest, self.conns.get_mut(&conn)) {
             a.dest = Some(d);
