@@ -1,6 +1,6 @@
 //! An operation in flight, from posting until its completion is delivered.
 
-use mu_fabric::{ConnId, LocalSlice, NodeId, OpKind, RemoteAddr, Status};
+use mu_fabric::{ConnId, LocalSlice, NodeId, Op, OpKind, RemoteAddr, Source, Status};
 
 pub(crate) enum WriteSource {
     /// Copied at post time.
@@ -29,6 +29,27 @@ pub(crate) enum Body {
 }
 
 impl Body {
+    /// The body of operation `op`, posted on a side ready to send.
+    pub(crate) fn of(op: Op<'_>) -> Body {
+        match op {
+            Op::Write { source, remote } => Body::write(source, remote),
+            Op::Read { local, remote } => Body::Read { local, remote },
+            Op::CompareSwap { remote, expected, desired } => {
+                Body::CompareSwap { remote, expected, desired }
+            }
+        }
+    }
+
+    /// A write's body: inline data is copied now, a local slice is read as each chunk lands.
+    fn write(source: Source<'_>, remote: RemoteAddr) -> Body {
+        let len_bytes = source.len() as u64;
+        let source = match source {
+            Source::Inline(data) => WriteSource::Inline(data.to_vec()),
+            Source::Local(slice) => WriteSource::Local(slice),
+        };
+        Body::Write { source, remote, len_bytes }
+    }
+
     pub(crate) fn kind(&self) -> OpKind {
         match self {
             Body::Write { .. } => OpKind::Write,
