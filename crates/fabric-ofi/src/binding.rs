@@ -1,6 +1,7 @@
 //! Binding a connection: reading the peer's identity through the channel, once at a time per
 //! (channel, peer), and remembering a binding that is under way or failed.
 
+use crate::channel::Channel;
 use crate::config::LIVENESS_PORT_OFFSET;
 use crate::keys::Identity;
 use crate::liveness::Liveness;
@@ -26,6 +27,13 @@ pub(crate) fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
     unreachable(peer, why.unwrap_or_else(|| REFUSED_AGAIN.into()))
 }
 
+/// A binding read out: its number, when it was posted, and until when this call waits for it.
+struct BindRead {
+    number: u64,
+    posted: Instant,
+    wait_until: Instant,
+}
+
 impl Node {
     /// Binds `conn` to the peer's current incarnation: reads its identity through the channel.
     pub(crate) fn bind(&self, conn: ConnId) -> Result<Binding, FabricError> {
@@ -47,24 +55,43 @@ impl Node {
         result
     }
 
+    /// One binding: the identity read (an earlier call's, still out, or a new one), its answer,
+    /// the pair's one stream, and the identity checked.
     pub(crate) fn bind_once(&self, conn: ConnId) -> Result<Binding, FabricError> {
         let channel = self.channel(conn.channel)?;
         // The address stays in the table: removing it would make the provider open another
         // connection to the peer while the peer may go on writing on the first (see `fence`).
         // The provider itself replaces a connection that broke (the peer restarted).
         let dest = channel.address(&self.config, conn.peer)?;
+        let read = self.bind_read(conn, &channel, dest)?;
+        let bytes = self.await_bind_read(conn, &channel, dest, read)?;
+        self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
+        self.limit_unacknowledged(conn);
+        self.accept_identity(conn, &bytes)
+    }
+
+    /// The binding read this call waits for: one an earlier call left out (looked at briefly),
+    /// or a new one ([`Node::post_bind_read`]) — unless the last binding failed too recently
+    /// to try again.
+    fn bind_read(
+        &self,
+        conn: ConnId,
+        channel: &Channel,
+        dest: u64,
+    ) -> Result<BindRead, FabricError> {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let key = (conn.channel, conn.peer);
         let earlier = self.binds_under_way.lock().expect("binds").remove(&key);
         let now = Instant::now();
-        let (mut number, posted, wait_until) = match earlier {
+        match earlier {
             // A read from an earlier call is still out: a short look, not a second full wait,
             // so that a peer that stopped answering holds up its callers (the background
             // plane's heartbeat among them) once, not on every retry.
             Some(BindAttempt::UnderWay { number, posted })
                 if posted.elapsed() < timeout * BIND_PATIENCE =>
             {
-                (number, posted, self.call_deadline(now, now + Duration::from_millis(1)))
+                let wait_until = self.call_deadline(now, now + Duration::from_millis(1));
+                Ok(BindRead { number, posted, wait_until })
             }
             // The last one failed slowly (a post that waited for a connection the provider
             // could not open, a read that went unanswered and then broke): not again yet. A
@@ -76,57 +103,85 @@ impl Node {
                     .lock()
                     .expect("binds")
                     .insert(key, BindAttempt::Failed { at, held, why });
-                return Err(unreachable(conn.peer, said));
+                Err(unreachable(conn.peer, said))
             }
-            stale => {
-                let since = match stale {
-                    Some(BindAttempt::UnderWay { number, .. }) => {
-                        self.abandon_control(&channel, number);
-                        now
-                    }
-                    Some(BindAttempt::Posting { since }) if since.elapsed() < timeout => since,
-                    // Refused for the whole connect timeout: unreachable, as one call that
-                    // waited that long would have found it. `bind` records the failure as
-                    // having held this call only, so the next call tries again soon: these
-                    // calls held nobody up, and a live peer whose connection is slow to open
-                    // must not be shut out for ten connect timeouts.
-                    Some(BindAttempt::Posting { .. }) => {
-                        return Err(unreachable(conn.peer, REFUSED_AGAIN));
-                    }
-                    _ => now,
-                };
-                let deadline = since + timeout;
-                let call_until = self.call_deadline(now, deadline);
-                self.check_not_dead(conn.peer, call_until)?;
-                // Unless the provider keeps one stream per pair itself, only the lower node of
-                // the pair opens their stream (`enforce_opener`): it says hello first, on the
-                // stream this read follows; the higher one posts nothing until that hello has
-                // landed.
-                if !self.ways.one_stream_per_pair {
-                    if conn.peer < self.id {
-                        self.await_hello(conn, call_until, deadline)?;
-                    } else {
-                        self.hello(conn.channel, conn.peer, call_until);
-                    }
-                }
-                let number = match self.post_identity_read(&channel, conn.peer, dest, call_until) {
-                    Ok(number) => number,
-                    Err(None) if call_until < deadline => {
-                        let posting = BindAttempt::Posting { since };
-                        self.binds_under_way.lock().expect("binds").insert(key, posting);
-                        return Err(in_progress(
-                            conn.peer,
-                            "binding: the provider has not taken the read yet (it is opening a \
-                             connection)",
-                        ));
-                    }
-                    Err(why) => return Err(post_refused(conn.peer, why)),
-                };
-                (number, Instant::now(), call_until)
+            stale => self.post_bind_read(conn, channel, dest, stale, now),
+        }
+    }
+
+    /// Posts a new binding read, after what an earlier, `stale` attempt left: its read is
+    /// abandoned, and a provider refusing to take one shares the connect timeout with it.
+    /// Before posting: a peer whose process died must answer on its liveness port, and the
+    /// pair's hello goes first.
+    fn post_bind_read(
+        &self,
+        conn: ConnId,
+        channel: &Channel,
+        dest: u64,
+        stale: Option<BindAttempt>,
+        now: Instant,
+    ) -> Result<BindRead, FabricError> {
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        let since = match stale {
+            Some(BindAttempt::UnderWay { number, .. }) => {
+                self.abandon_control(channel, number);
+                now
             }
+            Some(BindAttempt::Posting { since }) if since.elapsed() < timeout => since,
+            // Refused for the whole connect timeout: unreachable, as one call that
+            // waited that long would have found it. `bind` records the failure as
+            // having held this call only, so the next call tries again soon: these
+            // calls held nobody up, and a live peer whose connection is slow to open
+            // must not be shut out for ten connect timeouts.
+            Some(BindAttempt::Posting { .. }) => {
+                return Err(unreachable(conn.peer, REFUSED_AGAIN));
+            }
+            _ => now,
         };
-        let bytes = loop {
-            match self.wait_control(&channel, number, wait_until) {
+        let deadline = since + timeout;
+        let call_until = self.call_deadline(now, deadline);
+        self.check_not_dead(conn.peer, call_until)?;
+        // Unless the provider keeps one stream per pair itself, only the lower node of
+        // the pair opens their stream (`enforce_opener`): it says hello first, on the
+        // stream this read follows; the higher one posts nothing until that hello has
+        // landed.
+        if !self.ways.one_stream_per_pair {
+            if conn.peer < self.id {
+                self.await_hello(conn, call_until, deadline)?;
+            } else {
+                self.hello(conn.channel, conn.peer, call_until);
+            }
+        }
+        let number = match self.post_identity_read(channel, conn.peer, dest, call_until) {
+            Ok(number) => number,
+            Err(None) if call_until < deadline => {
+                let posting = BindAttempt::Posting { since };
+                let key = (conn.channel, conn.peer);
+                self.binds_under_way.lock().expect("binds").insert(key, posting);
+                return Err(in_progress(
+                    conn.peer,
+                    "binding: the provider has not taken the read yet (it is opening a \
+                     connection)",
+                ));
+            }
+            Err(why) => return Err(post_refused(conn.peer, why)),
+        };
+        Ok(BindRead { number, posted: Instant::now(), wait_until: call_until })
+    }
+
+    /// Waits for the binding read's answer until `read.wait_until`: the peer's identity bytes.
+    /// A read left unanswered stays out for the next call (`BindAttempt::UnderWay`).
+    fn await_bind_read(
+        &self,
+        conn: ConnId,
+        channel: &Channel,
+        dest: u64,
+        read: BindRead,
+    ) -> Result<Box<[u8]>, FabricError> {
+        let BindRead { mut number, posted, wait_until } = read;
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        loop {
+            match self.wait_control(channel, number, wait_until) {
                 // A connection that closed (an operation was refused, the peer restarted) is
                 // not replaced yet: the read goes out again until the provider has (see
                 // `ProviderWays::reconnects_lazily`).
@@ -138,14 +193,15 @@ impl Node {
                     channel.progress();
                     std::thread::sleep(Duration::from_micros(100));
                     number = self
-                        .post_identity_read(&channel, conn.peer, dest, wait_until)
+                        .post_identity_read(channel, conn.peer, dest, wait_until)
                         .map_err(|e| post_refused(conn.peer, e))?;
                 }
                 Some(result) => {
-                    break result
-                        .map_err(|e| unreachable(conn.peer, crate::ffi::strerror(e as i64)))?
+                    return result
+                        .map_err(|e| unreachable(conn.peer, crate::ffi::strerror(e as i64)))
                 }
                 None => {
+                    let key = (conn.channel, conn.peer);
                     self.binds_under_way
                         .lock()
                         .expect("binds")
@@ -159,11 +215,14 @@ impl Node {
                     ));
                 }
             }
-        };
-        self.enforce_opener(conn).map_err(|e| unreachable(conn.peer, e))?;
-        self.limit_unacknowledged(conn);
+        }
+    }
+
+    /// What the identity read says, checked: a node of this cluster, the one addressed. Its
+    /// process is watched from now on.
+    fn accept_identity(&self, conn: ConnId, bytes: &[u8]) -> Result<Binding, FabricError> {
         let identity =
-            Identity::decode(&bytes).map_err(|e| match Identity::of_this_build(&bytes) {
+            Identity::decode(bytes).map_err(|e| match Identity::of_this_build(bytes) {
                 // Read while it was rewritten, or damaged: tried again later.
                 true => unreachable(conn.peer, e),
                 false => FabricError::Incompatible(format!("node {}: {e}", conn.peer)),
@@ -175,6 +234,7 @@ impl Node {
             )));
         }
         let addr = self.config.addr(conn.peer)?;
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
         self.liveness.watch(conn.peer, &addr.host, addr.base_port + LIVENESS_PORT_OFFSET, timeout);
         Ok(Binding {
             peer_incarnation: identity.incarnation,
