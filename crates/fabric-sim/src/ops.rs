@@ -7,7 +7,7 @@
 //! which is what makes a revocation a barrier; once it has finished landing (or failed), its
 //! completion is scheduled one trip later and the next operation on the connection may land.
 
-use crate::node::ConnSide;
+use crate::node::{ConnSide, Node};
 use crate::pending::{Body, PendingOp, WriteSource};
 use crate::trace::{digest, TraceEvent, TraceKind};
 use crate::world::{Event, World};
@@ -210,12 +210,11 @@ impl World {
         }
     }
 
-    /// Everything the initiator's NIC and the target check before a landing, in the order they
-    /// would find it. Done again for every chunk of a write: a right revoked in the middle of a
-    /// write stops its remaining chunks.
-    fn check_landing(&self, op: &PendingOp) -> Result<(), Status> {
-        let from = op.from;
-        let Some(from_node) = self.nodes.get(&from) else {
+    /// The initiator's part of [`World::check_landing`]: its side still the one the operation
+    /// was posted on, and (before the first landing) its local slice. Returns the initiator, its
+    /// side, and the right the operation needs at the target.
+    fn check_initiator(&self, op: &PendingOp) -> Result<(&Node, &ConnSide, Access), Status> {
+        let Some(from_node) = self.nodes.get(&op.from) else {
             return Err(Status::Flushed);
         };
         let Some(side) = from_node.conns.get(&op.conn) else {
@@ -245,6 +244,15 @@ impl World {
             Body::CompareSwap { .. } => Access::ATOMIC,
             Body::Flush(_) => return Err(Status::Flushed),
         };
+        Ok((from_node, side, needed))
+    }
+
+    /// Everything the initiator's NIC and the target check before a landing, in the order they
+    /// would find it. Done again for every chunk of a write: a right revoked in the middle of a
+    /// write stops its remaining chunks.
+    fn check_landing(&self, op: &PendingOp) -> Result<(), Status> {
+        let from = op.from;
+        let (from_node, side, needed) = self.check_initiator(op)?;
 
         // Reachability: a dead, restarted or cut-off target never acknowledges.
         let target = op.conn.peer;
