@@ -18,12 +18,11 @@ use std::time::{Duration, Instant};
 pub(crate) const BIND_PATIENCE: u32 = 10;
 
 /// Why a binding failed whose read the provider kept refusing with "again".
-pub(crate) const REFUSED_AGAIN: &str =
-    "the provider did not take the read in time (it could not open a \
+const REFUSED_AGAIN: &str = "the provider did not take the read in time (it could not open a \
                              connection, or its queue stayed full)";
 
 /// A binding's read that the provider would not take.
-pub(crate) fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
+fn post_refused(peer: NodeId, why: Option<String>) -> FabricError {
     unreachable(peer, why.unwrap_or_else(|| REFUSED_AGAIN.into()))
 }
 
@@ -248,7 +247,7 @@ impl Node {
     /// thread that runs the background plane.
     ///
     /// The question waits until `until` (at least 1 ms: a TCP exchange).
-    pub(crate) fn check_not_dead(&self, peer: NodeId, until: Instant) -> Result<(), FabricError> {
+    fn check_not_dead(&self, peer: NodeId, until: Instant) -> Result<(), FabricError> {
         if !self.liveness.dead(peer) {
             return Ok(());
         }
@@ -259,8 +258,6 @@ impl Node {
             .map_err(|e| unreachable(peer, format!("its process died, and since then: {e}")))
     }
 
-    /// Makes a side's registrations match its state after the data path changed it (an error
-    /// completion moved it to the error state).
     /// What an operation to `peer` that completed as "canceled" means, on a provider that
     /// reports a refused key and a dead target alike (`ProviderWays::cancel_is_ambiguous`):
     /// a refusal if the incarnation it was posted to still answers on its liveness port, and

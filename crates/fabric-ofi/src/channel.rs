@@ -33,7 +33,7 @@ pub(crate) struct Channel {
 #[derive(Default)]
 pub(crate) struct Mail {
     /// Completions of each live endpoint, by token.
-    pub(crate) boxes: HashMap<u16, VecDeque<RawCompletion>>,
+    boxes: HashMap<u16, VecDeque<RawCompletion>>,
     /// Buffers of control reads under way, by number: kept until the provider is done.
     pub(crate) pending: HashMap<u64, Box<[u8]>>,
     /// Control-plane completions by number, with their buffers.

@@ -182,12 +182,7 @@ impl Node {
     /// `cut` shut down; then the revocation holds. Closed means its descriptor is gone, not
     /// that the kernel's table no longer lists it: once the peer has sent its end too, a stream
     /// leaves that table while bytes that came before the end may still wait to be read.
-    pub(crate) fn await_cut(
-        &self,
-        conn: ConnId,
-        st: &mut SideState,
-        now: Instant,
-    ) -> Result<(), FenceWait> {
+    fn await_cut(&self, conn: ConnId, st: &mut SideState, now: Instant) -> Result<(), FenceWait> {
         let until = self.call_deadline(now, now + Duration::from_millis(self.config.cut_wait_ms));
         loop {
             let open = crate::streams::open_sockets().map_err(|e| {

@@ -40,7 +40,7 @@ impl Node {
     }
 
     /// The hello word `from` last wrote here on `channel`.
-    pub(crate) fn hello_word(&self, channel: u8, from: NodeId) -> u64 {
+    fn hello_word(&self, channel: u8, from: NodeId) -> u64 {
         let at = hello_offset(channel, from);
         debug_assert!(at + 8 <= HELLO_BYTES);
         // SAFETY: in bounds of the board (`hello_offset`) and 8-byte aligned (the board is

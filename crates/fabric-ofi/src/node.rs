@@ -29,10 +29,10 @@ pub(crate) enum BindAttempt {
 }
 
 /// Held while posting control operations to one peer on one channel (`post_control`).
-pub(crate) type Turn = Arc<Mutex<()>>;
+type Turn = Arc<Mutex<()>>;
 
 /// Completion-queue entries per channel endpoint.
-pub(crate) const CHANNEL_CQ_DEPTH: usize = 4096;
+const CHANNEL_CQ_DEPTH: usize = 4096;
 
 pub(crate) struct RegionEntry {
     pub(crate) region: OfiRegion,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub(crate) fn new_incarnation() -> u32 {
+fn new_incarnation() -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -132,7 +132,7 @@ impl OfiFabric {
     }
 }
 
-pub(crate) fn progress_loop(node: std::sync::Weak<Node>, stop: Arc<AtomicBool>) {
+fn progress_loop(node: std::sync::Weak<Node>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
         let Some(node) = node.upgrade() else { return };
         let channels: Vec<Arc<Channel>> =

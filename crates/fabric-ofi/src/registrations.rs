@@ -100,6 +100,8 @@ impl Node {
         Ok(())
     }
 
+    /// Makes a side's registrations match its state after the data path changed it (an error
+    /// completion moved it to the error state).
     pub(crate) fn refresh_registrations(&self, conn: ConnId) {
         let control = self.control.lock().expect("control");
         if let Some(side) = control.sides.get(&conn).cloned() {

@@ -19,7 +19,7 @@ pub(crate) fn opener_key(host: &str) -> String {
 }
 
 /// The first IPv4 address `host` resolves to, with `port`.
-pub(crate) fn first_ipv4(host: &str, port: u16) -> Result<SocketAddrV4, String> {
+fn first_ipv4(host: &str, port: u16) -> Result<SocketAddrV4, String> {
     (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("{host}:{port}: {e}"))?
