@@ -1,5 +1,5 @@
-//! The node: opening the device, the connection sides, regions, and the control plane
-//! ([`VerbsFabric`]).
+//! The node: opening the device, its connection sides and regions — the state the control plane
+//! ([`VerbsFabric`], `control`) and the data path share.
 
 use super::device::{errno_text, Destination, Device, RawQp, Retry};
 use super::loopback::Loopback;
