@@ -1,5 +1,6 @@
 //! What a node needs to know: its provider, its cluster, and every node's address.
 
+use crate::unreachable;
 use mu_fabric::{FabricError, NodeId};
 use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
@@ -110,6 +111,11 @@ pub struct OfiConfig {
 }
 
 impl OfiConfig {
+    /// Where `peer` listens, as configured.
+    pub(crate) fn addr(&self, peer: NodeId) -> Result<&NodeAddr, FabricError> {
+        self.nodes.get(&peer).ok_or_else(|| unreachable(peer, "no address configured"))
+    }
+
     /// A configuration with the default timeouts.
     pub fn new(
         provider: &str,

@@ -1,14 +1,15 @@
 //! The data path: posting writes, reads and compare-and-swaps on a channel's endpoint, and
 //! turning the provider's completions into the fabric API's.
 
+use crate::channel::{context, Channel, TOKEN_SHIFT};
 use crate::ffi::{PostFailure, RawCompletion};
 use crate::keys::{data_key, Kind};
-use crate::node::{context, Channel, Side, TOKEN_SHIFT};
+use crate::node::OfiFabric;
 use crate::region::OfiRegion;
-use crate::OfiFabric;
+use crate::side::Side;
 use mu_fabric::{
     check_bounds, Completion, ConnId, Endpoint, FabricError, LocalRegion, Op, OpKind, PostError,
-    QpState, RegionId, Source, Status, WorkRequest,
+    QpState, RegionId, RemoteAddr, Source, Status, WorkRequest,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -165,19 +166,36 @@ impl OfiEndpoint {
     }
 }
 
-impl Endpoint for OfiEndpoint {
-    fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
-        if self.conns.contains_key(&conn) {
-            return Err(FabricError::AlreadyAttached { conn });
-        }
-        let channel = self.fabric.node.channel(conn.channel)?;
-        let side = self.fabric.attach_side(conn)?;
-        channel.open_box(self.token);
-        self.conns.insert(conn, Attached { side, channel, dest: None });
-        Ok(())
-    }
+/// An operation that passed the checks before posting: where it goes, and what it reads or
+/// writes locally.
+struct Checked {
+    channel: Arc<Channel>,
+    dest: u64,
+    /// The side's epoch when posted.
+    epoch: u64,
+    peer_incarnation: u32,
+    remote: RemoteAddr,
+    kind: Kind,
+    /// The local region a write reads from or a read writes into, and the offset there.
+    local: Option<(OfiRegion, usize)>,
+}
 
-    fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
+/// What every kind of operation is posted with.
+struct Posting<'a> {
+    op: &'a Checked,
+    key: u64,
+    ctx: u64,
+    /// Until when a provider that answers "again" is asked again.
+    deadline: Instant,
+}
+
+impl OfiEndpoint {
+    /// The checks of a post, in order: the side's state (a side in error flushes at once), the
+    /// inline size, the binding and the peer's address, and what the initiator can check itself,
+    /// as a NIC checks its own scatter-gather list and the target's address range before
+    /// sending. `Ok(None)`: the operation's completion is queued already.
+    #[inline(always)]
+    fn check(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<Option<Checked>, PostError> {
         let Some(a) = self.conns.get(&conn) else { return Err(PostError::NotAttached(conn)) };
         let (state, epoch, binding) = {
             let st = a.side.st.lock().expect("side");
@@ -192,14 +210,14 @@ impl Endpoint for OfiEndpoint {
                     status: Status::Flushed,
                     value: 0,
                 });
-                return Ok(());
+                return Ok(None);
             }
             state => return Err(PostError::NotReadyToSend { conn, state }),
         }
         let channel = a.channel.clone();
         let dest = match a.dest {
             Some(d) => Some(d),
-            None => channel.address(&self.fabric.node, conn.peer).ok(),
+            None => channel.address(&self.fabric.node.config, conn.peer).ok(),
         };
         if let (Some(d), Some(a)) = (dest, self.conns.get_mut(&conn)) {
             a.dest = Some(d);
@@ -212,10 +230,8 @@ impl Endpoint for OfiEndpoint {
         }
         let (Some(binding), Some(dest)) = (binding, dest) else {
             self.fail_now(wr, conn, epoch, Status::PeerUnreachable);
-            return Ok(());
+            return Ok(None);
         };
-        // What the initiator can check itself, as a NIC checks its own scatter-gather list and
-        // the target's address range before sending.
         let (remote, len, kind) = match wr.op {
             Op::Write { source, remote } => (remote, source.len() as u64, Kind::Write),
             Op::Read { local, remote } => (remote, local.len as u64, Kind::Read),
@@ -227,11 +243,11 @@ impl Endpoint for OfiEndpoint {
             .is_some_and(|&region_len| check_bounds(remote.offset, len, region_len as u64));
         if !remote_ok {
             self.fail_now(wr, conn, epoch, Status::RemoteOutOfBounds);
-            return Ok(());
+            return Ok(None);
         }
         if kind == Kind::Atomic && remote.offset % 8 != 0 {
             self.fail_now(wr, conn, epoch, Status::RemoteInvalidRequest);
-            return Ok(());
+            return Ok(None);
         }
         let local = match wr.op {
             Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
@@ -241,12 +257,124 @@ impl Endpoint for OfiEndpoint {
                     }
                     _ => {
                         self.fail_now(wr, conn, epoch, Status::LocalProtection);
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
             }
             _ => None,
         };
+        let peer_incarnation = binding.peer_incarnation;
+        Ok(Some(Checked { channel, dest, epoch, peer_incarnation, remote, kind, local }))
+    }
+
+    /// Posts with `post` until the provider takes the operation, or refuses it otherwise, or
+    /// `deadline` passes: "again" means its queue is full or its connection is still being set
+    /// up.
+    #[inline(always)]
+    fn post_until_taken(
+        &mut self,
+        deadline: Instant,
+        mut post: impl FnMut() -> Result<(), PostFailure>,
+    ) -> Result<(), PostFailure> {
+        loop {
+            match post() {
+                Err(PostFailure::Again) if Instant::now() < deadline => {
+                    self.drive();
+                    std::thread::yield_now();
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A write of inline data.
+    #[inline]
+    fn write_inline(&mut self, to: &Posting<'_>, data: &[u8]) -> Result<(), PostFailure> {
+        let (op, ep) = (to.op, &to.op.channel.ep);
+        self.post_until_taken(to.deadline, || {
+            // SAFETY: inline data is copied by the provider before the call returns (FI_INJECT).
+            unsafe {
+                ep.write(
+                    data.as_ptr(),
+                    data.len(),
+                    op.dest,
+                    op.remote.offset,
+                    to.key,
+                    to.ctx,
+                    true,
+                    true,
+                )
+            }
+        })
+    }
+
+    /// A write from `len` bytes of a local region at an offset.
+    #[inline]
+    fn write_local(
+        &mut self,
+        to: &Posting<'_>,
+        (region, at): &(OfiRegion, usize),
+        len: u32,
+    ) -> Result<(), PostFailure> {
+        let (op, ep) = (to.op, &to.op.channel.ep);
+        self.post_until_taken(to.deadline, || {
+            // SAFETY: the bytes stay put until the operation completes: local region memory is
+            // kept alive by the slot's region (and leaked with the slot if the endpoint drops
+            // first).
+            unsafe {
+                let from = region.mem.ptr().add(*at);
+                ep.write(from, len as usize, op.dest, op.remote.offset, to.key, to.ctx, true, false)
+            }
+        })
+    }
+
+    /// A read into `len` bytes of a local region at an offset.
+    #[inline]
+    fn read(
+        &mut self,
+        to: &Posting<'_>,
+        (region, at): &(OfiRegion, usize),
+        len: u32,
+    ) -> Result<(), PostFailure> {
+        let (op, ep) = (to.op, &to.op.channel.ep);
+        self.post_until_taken(to.deadline, || {
+            // SAFETY: the bytes stay put until the operation completes: local region memory is
+            // kept alive by the slot's region (and leaked with the slot if the endpoint drops
+            // first).
+            unsafe {
+                let into = region.mem.ptr().add(*at);
+                ep.read(into, len as usize, op.dest, op.remote.offset, to.key, to.ctx)
+            }
+        })
+    }
+
+    /// A compare-and-swap whose `[desired, expected, previous]` words are the slot's box.
+    #[inline]
+    fn compare_swap(&mut self, to: &Posting<'_>, words: &mut [u64; 3]) -> Result<(), PostFailure> {
+        let (op, ep) = (to.op, &to.op.channel.ep);
+        let words: *mut [u64; 3] = words;
+        self.post_until_taken(to.deadline, || {
+            // SAFETY: the words are the slot's box, which stays put until the operation
+            // completes (the slot is kept, or leaked with it if the endpoint drops first).
+            unsafe { ep.compare_swap(words, op.dest, op.remote.offset, to.key, to.ctx) }
+        })
+    }
+}
+
+impl Endpoint for OfiEndpoint {
+    fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
+        if self.conns.contains_key(&conn) {
+            return Err(FabricError::AlreadyAttached { conn });
+        }
+        let channel = self.fabric.node.channel(conn.channel)?;
+        let side = self.fabric.attach_side(conn)?;
+        channel.open_box(self.token);
+        self.conns.insert(conn, Attached { side, channel, dest: None });
+        Ok(())
+    }
+
+    fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
+        let Some(op) = self.check(conn, wr)? else { return Ok(()) };
         if self.free.is_empty() {
             self.drive();
         }
@@ -260,54 +388,24 @@ impl Endpoint for OfiEndpoint {
             kind: wr.op.kind(),
             signaled: wr.signaled,
             conn,
-            epoch,
-            peer_incarnation: binding.peer_incarnation,
+            epoch: op.epoch,
+            peer_incarnation: op.peer_incarnation,
             words: Box::new([desired, expected, 0]),
-            _region: local.as_ref().map(|(r, _)| r.clone()),
+            _region: op.local.as_ref().map(|(r, _)| r.clone()),
         };
         let me = self.fabric.node.id;
-        let key = data_key(remote.region, kind, me, conn.channel, self.fabric.node.incarnation);
+        let node_incarnation = self.fabric.node.incarnation;
+        let key = data_key(op.remote.region, op.kind, me, conn.channel, node_incarnation);
         let ctx = context(self.token, index as u64);
-        let words: *mut [u64; 3] = &mut *slot.words;
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let ep = &channel.ep;
-        let posted = loop {
-            // SAFETY: the bytes an operation reads or writes stay put until it completes: local
-            // region memory is kept alive by the slot's region (and leaked with the slot if the
-            // endpoint drops first), a compare-and-swap's words are the slot's box, and inline
-            // data is copied by the provider before the call returns (FI_INJECT).
-            let r = unsafe {
-                match (wr.op, &local) {
-                    (Op::Write { source: Source::Inline(d), .. }, _) => {
-                        ep.write(d.as_ptr(), d.len(), dest, remote.offset, key, ctx, true, true)
-                    }
-                    (Op::Write { source: Source::Local(s), .. }, Some((r, at))) => ep.write(
-                        r.mem.ptr().add(*at),
-                        s.len as usize,
-                        dest,
-                        remote.offset,
-                        key,
-                        ctx,
-                        true,
-                        false,
-                    ),
-                    (Op::Read { local: s, .. }, Some((r, at))) => {
-                        ep.read(r.mem.ptr().add(*at), s.len as usize, dest, remote.offset, key, ctx)
-                    }
-                    (Op::CompareSwap { .. }, _) => {
-                        ep.compare_swap(words, dest, remote.offset, key, ctx)
-                    }
-                    _ => unreachable!("local slices were resolved above"),
-                }
-            };
-            match r {
-                // The provider's queue is full or its connection is still being set up.
-                Err(PostFailure::Again) if Instant::now() < deadline => {
-                    self.drive();
-                    std::thread::yield_now();
-                }
-                other => break other,
+        let to = Posting { op: &op, key, ctx, deadline: Instant::now() + Duration::from_secs(2) };
+        let posted = match (wr.op, &op.local) {
+            (Op::Write { source: Source::Inline(d), .. }, _) => self.write_inline(&to, d),
+            (Op::Write { source: Source::Local(s), .. }, Some(local)) => {
+                self.write_local(&to, local, s.len)
             }
+            (Op::Read { local: s, .. }, Some(local)) => self.read(&to, local, s.len),
+            (Op::CompareSwap { .. }, _) => self.compare_swap(&to, &mut slot.words),
+            _ => unreachable!("local slices were resolved above"),
         };
         match posted {
             Ok(()) => {
@@ -316,12 +414,12 @@ impl Endpoint for OfiEndpoint {
             }
             Err(PostFailure::Again) => {
                 self.free.push(index);
-                self.fail_now(wr, conn, epoch, Status::PeerUnreachable);
+                self.fail_now(wr, conn, op.epoch, Status::PeerUnreachable);
                 Ok(())
             }
             Err(PostFailure::Error(e)) => {
                 self.free.push(index);
-                self.fail_now(wr, conn, epoch, status_of(e));
+                self.fail_now(wr, conn, op.epoch, status_of(e));
                 Ok(())
             }
         }

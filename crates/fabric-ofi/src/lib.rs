@@ -35,14 +35,24 @@
 //! `docs/fabric.md` says what holds and how it is checked; the C shim (`csrc/shim.c`) is the
 //! only code that touches libfabric's structures.
 
+mod binding;
+mod channel;
+mod channel_ops;
 mod config;
 mod endpoint;
+mod fabric;
+mod fencing;
 mod ffi;
+mod hello;
 pub mod keys;
 mod liveness;
 mod node;
+mod open;
 mod region;
+mod registrations;
+mod side;
 pub mod streams;
+mod streams_rule;
 
 /// Unit tests that read the kernel's socket table (`streams`) and those that open and close
 /// hundreds of sockets (`liveness`) take turns: the table is read in pieces, and a row can be
@@ -54,3 +64,17 @@ pub use config::{NodeAddr, OfiConfig, CHANNELS, PORTS_PER_NODE, PROVIDERS};
 pub use endpoint::OfiEndpoint;
 pub use node::OfiFabric;
 pub use region::OfiRegion;
+
+pub(crate) fn unreachable(
+    peer: mu_fabric::NodeId,
+    why: impl Into<String>,
+) -> mu_fabric::FabricError {
+    mu_fabric::FabricError::PeerUnreachable(peer, why.into())
+}
+
+pub(crate) fn in_progress(
+    peer: mu_fabric::NodeId,
+    why: impl Into<String>,
+) -> mu_fabric::FabricError {
+    mu_fabric::FabricError::InProgress(peer, why.into())
+}

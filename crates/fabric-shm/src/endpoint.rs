@@ -1,10 +1,15 @@
 //! The data path: an endpoint posts one-sided operations and executes them under the guard.
 
+use crate::config::{COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
 use crate::guard::{Refusal, Slot};
 use crate::layout::{self, HEADER_BYTES, MAX_CHANNELS, MAX_NODES};
 use crate::liveness;
-use crate::node::{lock, Node, Peer, RemoteRegion, COPY_CHUNK_BYTES, MAX_INLINE_BYTES};
-use crate::{ShmFabric, ShmRegion};
+use crate::lock;
+use crate::mapping::Mapping;
+use crate::node::{Node, ShmFabric};
+use crate::peer::Peer;
+use crate::region::ShmRegion;
+use crate::remote_region::RemoteRegion;
 use mu_fabric::{
     check_bounds, Access, Completion, ConnId, Endpoint, FabricError, Op, PostError, QpState,
     RegionId, Source, Status, WorkRequest,
@@ -77,6 +82,9 @@ fn local_index(node: &Node, locals: &mut Vec<ShmRegion>, id: RegionId) -> Option
 
 /// Executes one operation on an attached connection whose side is ready to send and bound to
 /// `peer_incarnation`. Borrows everything it needs: no reference count is touched on the fast path.
+///
+/// The checks come first ([`check`]), then the operation's guarded section (one function per
+/// kind), then the liveness check that keeps a dead target from acknowledging.
 fn execute(
     node: &Node,
     ac: &mut AttachedConn,
@@ -96,40 +104,94 @@ fn execute(
             peer.ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel)).writer_start_seq();
         ac.bound = Some(Bound { peer, regions: Vec::new() });
     }
+    let bound = ac.bound.as_mut().expect("bound above");
+    let target = match check(node, bound, locals, wr) {
+        Ok(target) => target,
+        Err(status) => return Executed::fail(status),
+    };
 
-    // Remote address checks, as a responder would make them, before anything moves.
+    // The guarded section: the target's side is checked and the bytes move while we are marked
+    // in flight, so a revoke either stops us here or waits for us.
+    let mut guard = Guard {
+        slot: target.peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel)),
+        seq: &mut ac.seq,
+        incarnation: node.incarnation,
+        needed: target.needed,
+    };
+    let done = match wr.op {
+        Op::Write { source: Source::Inline(data), .. } => {
+            write_inline(&mut guard, &target, data).map(|()| 0)
+        }
+        Op::Write { .. } => write_local(&mut guard, &target).map(|()| 0),
+        Op::Read { .. } => read(&mut guard, &target).map(|()| 0),
+        Op::CompareSwap { expected, desired, .. } => {
+            compare_swap(&mut guard, &target, expected, desired)
+        }
+    };
+    let value = match done {
+        Ok(value) => value,
+        Err(status) => return Executed::fail(status),
+    };
+
+    // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
+    // no longer exists.
+    if !liveness::is_alive(target.peer_ctl) {
+        return Executed::fail(Status::PeerUnreachable);
+    }
+    Executed { status: Status::Success, value }
+}
+
+/// What the checks before an operation found: where it goes and what it needs there.
+struct Target<'a> {
+    /// The target incarnation's control segment (its guard slots and death flag).
+    peer_ctl: &'a Mapping,
+    region: &'a RemoteRegion,
+    /// Where the operation starts in `region`'s mapping (past its header).
+    at_remote: usize,
+    len: u64,
+    needed: Access,
+    /// The local region a write copies from or a read into, and the offset there.
+    local: Option<(&'a ShmRegion, usize)>,
+}
+
+/// The checks of an operation, in the order a responder would make them, before anything moves:
+/// the local slice, the remote region and its bounds, alignment, rights, and the target's life.
+#[inline(always)]
+fn check<'a>(
+    node: &Node,
+    bound: &'a mut Bound,
+    locals: &'a mut Vec<ShmRegion>,
+    wr: &WorkRequest<'_>,
+) -> Result<Target<'a>, Status> {
     let (remote, len, needed) = match wr.op {
         Op::Write { source, remote } => (remote, source.len() as u64, Access::WRITE),
         Op::Read { local, remote } => (remote, u64::from(local.len), Access::READ),
         Op::CompareSwap { remote, .. } => (remote, 8, Access::ATOMIC),
     };
-    let local = match wr.op {
+    let local_at = match wr.op {
         Op::Write { source: Source::Local(s), .. } | Op::Read { local: s, .. } => {
             match local_index(node, locals, s.region) {
                 Some(i) if check_bounds(s.offset, u64::from(s.len), locals[i].len_bytes as u64) => {
-                    Some((&locals[i], s.offset as usize))
+                    Some((i, s.offset as usize))
                 }
-                _ => return Executed::fail(Status::LocalProtection),
+                _ => return Err(Status::LocalProtection),
             }
         }
         _ => None,
     };
-    let bound = ac.bound.as_mut().expect("bound above");
     let region_at = match bound.regions.iter().position(|(id, _)| *id == remote.region) {
         Some(i) => i,
         // A dead peer's region is not worth opening: say so at once (a new leader's first
         // round goes to the dead old leader too).
-        None if !liveness::is_alive(&bound.peer.ctl) => {
-            return Executed::fail(Status::PeerUnreachable)
-        }
-        None => match bound.peer.region(node, remote.region) {
+        None if !liveness::is_alive(&bound.peer.ctl) => return Err(Status::PeerUnreachable),
+        None => match bound.peer.region(&node.config, &node.prefault, remote.region) {
             Some(r) => {
                 bound.regions.push((remote.region, r));
                 bound.regions.len() - 1
             }
             None => {
                 let alive = liveness::is_alive(&bound.peer.ctl);
-                return Executed::fail(if alive {
+                return Err(if alive {
                     Status::RemoteOutOfBounds
                 } else {
                     Status::PeerUnreachable
@@ -137,88 +199,127 @@ fn execute(
             }
         },
     };
+    let bound: &'a Bound = bound;
+    let locals: &'a Vec<ShmRegion> = locals;
     let region = &bound.regions[region_at].1;
     if !check_bounds(remote.offset, len, region.len_bytes) {
-        return Executed::fail(Status::RemoteOutOfBounds);
+        return Err(Status::RemoteOutOfBounds);
     }
     if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
-        return Executed::fail(Status::RemoteInvalidRequest);
+        return Err(Status::RemoteInvalidRequest);
     }
     if !region.access.contains(needed) {
-        return Executed::fail(Status::RemoteAccessDenied);
+        return Err(Status::RemoteAccessDenied);
     }
     // A dead peer's memory is left alone, as a dead host's would be; the check after the copy is
     // the one that keeps a peer that dies meanwhile from acknowledging.
     let peer_ctl = &bound.peer.ctl;
     if !liveness::is_alive(peer_ctl) {
-        return Executed::fail(Status::PeerUnreachable);
+        return Err(Status::PeerUnreachable);
     }
+    Ok(Target {
+        peer_ctl,
+        region,
+        at_remote: HEADER_BYTES + remote.offset as usize,
+        len,
+        needed,
+        local: local_at.map(|(i, offset)| (&locals[i], offset)),
+    })
+}
 
-    // The guarded section: the target's side is checked and the bytes move while we are marked
-    // in flight, so a revoke either stops us here or waits for us.
-    //
-    // Long copies go chunk by chunk, each its own guarded section, as an RDMA NIC checks each
-    // packet: a revoke then waits for one chunk at most, never for a multi-gigabyte copy, and the
-    // rest of a revoked write does not land (its completion reports the refusal).
-    let slot = peer_ctl.atomics_at::<Slot>(layout::slot_offset(me, conn.channel));
-    let refused = |refusal| {
-        Executed::fail(match refusal {
+/// This writer's in-flight marker on the target's side of the connection.
+struct Guard<'a> {
+    slot: &'a Slot,
+    seq: &'a mut u64,
+    incarnation: u32,
+    needed: Access,
+}
+
+impl Guard<'_> {
+    /// Marks us in flight and checks the target's side: refused, we stay out.
+    #[inline(always)]
+    fn enter(&mut self) -> Result<(), Status> {
+        self.slot.enter(self.seq, self.incarnation, self.needed).map_err(|refusal| match refusal {
             Refusal::WrongIncarnation => Status::PeerUnreachable,
             Refusal::Denied => Status::RemoteAccessDenied,
         })
-    };
-    let at_remote = HEADER_BYTES + remote.offset as usize;
-    let mut value = 0;
-    if let Op::CompareSwap { expected, desired, .. } = wr.op {
-        if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
-            return refused(refusal);
-        }
-        value = match region.map.u64_at(at_remote).compare_exchange(
-            expected,
-            desired,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(v) | Err(v) => v,
-        };
-        slot.exit(&mut ac.seq, node.incarnation);
-    } else {
-        let len = len as usize;
-        let mut done = 0;
-        // A zero-length operation still checks the rights once, as on RDMA.
-        while done < len || (len == 0 && done == 0) {
-            let n = (len - done).min(COPY_CHUNK_BYTES);
-            if let Err(refusal) = slot.enter(&mut ac.seq, node.incarnation, needed) {
-                return refused(refusal);
-            }
-            match wr.op {
-                Op::Write { source: Source::Inline(data), .. } => {
-                    region.map.copy_in(at_remote + done, &data[done..done + n])
-                }
-                Op::Write { .. } => {
-                    let (src, off) = local.expect("checked above");
-                    region.map.copy_from(at_remote + done, &src.map, HEADER_BYTES + off + done, n);
-                }
-                Op::Read { .. } => {
-                    let (dst, off) = local.expect("checked above");
-                    dst.map.copy_from(HEADER_BYTES + off + done, &region.map, at_remote + done, n);
-                }
-                Op::CompareSwap { .. } => unreachable!("handled above"),
-            }
-            slot.exit(&mut ac.seq, node.incarnation);
-            if len == 0 {
-                break;
-            }
-            done += n;
-        }
     }
 
-    // A dead target cannot acknowledge: the bytes may have gone into the memory of a process that
-    // no longer exists.
-    if !liveness::is_alive(peer_ctl) {
-        return Executed::fail(Status::PeerUnreachable);
+    #[inline(always)]
+    fn exit(&mut self) {
+        self.slot.exit(self.seq, self.incarnation);
     }
-    Executed { status: Status::Success, value }
+}
+
+/// Copies `len` bytes with `copy(done, n)` in guarded sections.
+///
+/// Long copies go chunk by chunk, each its own guarded section, as an RDMA NIC checks each
+/// packet: a revoke then waits for one chunk at most, never for a multi-gigabyte copy, and the
+/// rest of a revoked write does not land (its completion reports the refusal).
+#[inline(always)]
+fn copy_chunks(
+    guard: &mut Guard<'_>,
+    len: u64,
+    mut copy: impl FnMut(usize, usize),
+) -> Result<(), Status> {
+    let len = len as usize;
+    let mut done = 0;
+    // A zero-length operation still checks the rights once, as on RDMA.
+    while done < len || (len == 0 && done == 0) {
+        let n = (len - done).min(COPY_CHUNK_BYTES);
+        guard.enter()?;
+        copy(done, n);
+        guard.exit();
+        if len == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// A write of inline data (copied in when posted).
+#[inline(always)]
+fn write_inline(guard: &mut Guard<'_>, target: &Target<'_>, data: &[u8]) -> Result<(), Status> {
+    copy_chunks(guard, target.len, |done, n| {
+        target.region.map.copy_in(target.at_remote + done, &data[done..done + n])
+    })
+}
+
+/// A write from a local region.
+#[inline(always)]
+fn write_local(guard: &mut Guard<'_>, target: &Target<'_>) -> Result<(), Status> {
+    let (src, off) = target.local.expect("checked above");
+    copy_chunks(guard, target.len, |done, n| {
+        target.region.map.copy_from(target.at_remote + done, &src.map, HEADER_BYTES + off + done, n)
+    })
+}
+
+/// A read into a local region.
+#[inline(always)]
+fn read(guard: &mut Guard<'_>, target: &Target<'_>) -> Result<(), Status> {
+    let (dst, off) = target.local.expect("checked above");
+    copy_chunks(guard, target.len, |done, n| {
+        dst.map.copy_from(HEADER_BYTES + off + done, &target.region.map, target.at_remote + done, n)
+    })
+}
+
+/// A compare-and-swap: one atomic instruction on the target's word, in one guarded section.
+/// Returns the word's previous value.
+#[inline(always)]
+fn compare_swap(
+    guard: &mut Guard<'_>,
+    target: &Target<'_>,
+    expected: u64,
+    desired: u64,
+) -> Result<u64, Status> {
+    guard.enter()?;
+    let word = target.region.map.u64_at(target.at_remote);
+    let value = match word.compare_exchange(expected, desired, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(v) | Err(v) => v,
+    };
+    guard.exit();
+    Ok(value)
 }
 
 impl Endpoint for ShmEndpoint {

@@ -20,19 +20,32 @@
 //!
 //! Node liveness and fencing rely on Linux (robust futexes, pidfds) and glibc's mutex layout.
 
+mod barrier;
+mod config;
+mod control;
 mod endpoint;
 pub mod fence;
 pub mod guard;
 pub mod layout;
 pub mod liveness;
+mod lookup;
 pub mod mapping;
 mod node;
+mod peer;
 mod prefault;
 mod region;
+mod remote_region;
+mod start;
 
-pub use endpoint::ShmEndpoint;
-pub use node::{
-    ShmConfig, ShmFabric, COPY_CHUNK_BYTES, DEFAULT_PROTOCOL, MAX_CQ_DEPTH, MAX_INLINE_BYTES,
-    MAX_REGION_BYTES,
+pub use config::{
+    ShmConfig, COPY_CHUNK_BYTES, DEFAULT_PROTOCOL, MAX_CQ_DEPTH, MAX_INLINE_BYTES, MAX_REGION_BYTES,
 };
+pub use endpoint::ShmEndpoint;
+pub use node::ShmFabric;
 pub use region::ShmRegion;
+
+/// Locks one of the node's mutexes.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind, still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

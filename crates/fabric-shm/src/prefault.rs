@@ -14,7 +14,7 @@
 //! pre-faulting only where a new leader will write (which pages those are is the protocol's
 //! business, not the fabric's).
 
-use crate::node::RemoteRegion;
+use crate::remote_region::RemoteRegion;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;

@@ -4,8 +4,9 @@
 //! RDMA are charged to the node's `busy_until_ns` instead of moving the global clock, so that
 //! one node's slow permission change does not stall the whole simulated cluster.
 
+use crate::node::{CompletionQueue, Node, Region};
 use crate::trace::{TraceEvent, TraceKind};
-use crate::world::{CompletionQueue, Node, Region, World};
+use crate::world::World;
 use mu_fabric::{check_bounds, Access, ConnId, FabricError, NodeId, PermError, QpState, RegionId};
 use std::collections::{BTreeSet, VecDeque};
 

@@ -1,5 +1,6 @@
 //! The handles that implement the fabric API on top of the world.
 
+use crate::node::Node;
 use crate::world::{lock, Shared, SimWorld};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId, PermError,
@@ -25,6 +26,15 @@ impl SimFabric {
     /// The world this node lives in.
     pub fn world(&self) -> SimWorld {
         SimWorld { shared: self.shared.clone() }
+    }
+}
+
+impl SimWorld {
+    /// The node `id`, created (with no regions and every connection in reset) on first use.
+    pub fn node(&self, id: NodeId) -> SimFabric {
+        let mut w = lock(&self.shared);
+        w.nodes.entry(id).or_insert_with(|| Node::new(0));
+        SimFabric::new(self.shared.clone(), id)
     }
 }
 

@@ -2,8 +2,9 @@
 //! of what is in flight.
 
 use crate::config::LinkDelay;
+use crate::node::Node;
 use crate::trace::{TraceEvent, TraceKind};
-use crate::world::{link_key, lock, Event, Node, SimWorld};
+use crate::world::{link_key, lock, Event, SimWorld};
 use mu_fabric::{ConnId, FabricError, NodeId, OpKind};
 
 /// An operation that has been posted and has not finished landing.

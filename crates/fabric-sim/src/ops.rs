@@ -7,12 +7,24 @@
 //! which is what makes a revocation a barrier; once it has finished landing (or failed), its
 //! completion is scheduled one trip later and the next operation on the connection may land.
 
+use crate::node::{ConnSide, Node};
+use crate::pending::{Body, PendingOp, WriteSource};
 use crate::trace::{digest, TraceEvent, TraceKind};
-use crate::world::{Body, ConnSide, Event, PendingOp, World, WriteSource};
+use crate::world::{Event, World};
 use mu_fabric::{
     check_bounds, Access, Completion, ConnId, NodeId, Op, OpKind, PostError, QpState, Source,
     Status, WorkRequest,
 };
+
+/// What `post` found, once it has accepted a request.
+struct Accepted {
+    from: NodeId,
+    from_incarnation: u32,
+    /// Ready to send, or in error (the request is flushed).
+    state: QpState,
+    /// The initiator side's epoch.
+    epoch: u64,
+}
 
 impl World {
     /// Posts `wr` on `conn` through endpoint `ep`.
@@ -22,62 +34,16 @@ impl World {
         conn: ConnId,
         wr: &WorkRequest<'_>,
     ) -> Result<(), PostError> {
-        let Some(cq) = self.endpoints.get(&ep) else {
-            // The endpoint's node restarted: its connections are gone with it.
-            return Err(PostError::NotAttached(conn));
-        };
-        let (from, depth, busy) = (cq.node, cq.depth, cq.outstanding + cq.queue.len());
-        let Some(node) = self.nodes.get(&from) else {
-            return Err(PostError::NotAttached(conn));
-        };
-        if node.crashed || node.paused {
-            // A stopped or dead CPU posts nothing.
-            return Err(PostError::Paused(from));
-        }
-        let from_incarnation = node.incarnation;
-        let side = match node.conns.get(&conn) {
-            Some(side) if side.attached == Some(ep) => side,
-            _ => return Err(PostError::NotAttached(conn)),
-        };
-        let state = side.state;
-        if !matches!(state, QpState::ReadyToSend | QpState::Error) {
-            return Err(PostError::NotReadyToSend { conn, state });
-        }
-        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
-            let max = self.config.max_inline_bytes;
-            if data.len() > max {
-                return Err(PostError::InlineTooLarge { len: data.len(), max });
-            }
-        }
-        if busy >= depth || side.unfinished >= self.config.connection_depth {
-            return Err(PostError::QueueFull);
-        }
+        let Accepted { from, from_incarnation, state, epoch } = self.check_post(ep, conn, wr)?;
 
         // Accepted: from here on the request will produce its completion (if any) in time.
         if let Some(cq) = self.endpoints.get_mut(&ep) {
             cq.outstanding += 1;
         }
-        let body = if state == QpState::Error {
-            Body::Flush(wr.op.kind())
-        } else {
-            match wr.op {
-                Op::Write { source, remote } => {
-                    let len_bytes = source.len() as u64;
-                    let source = match source {
-                        Source::Inline(data) => WriteSource::Inline(data.to_vec()),
-                        Source::Local(slice) => WriteSource::Local(slice),
-                    };
-                    Body::Write { source, remote, len_bytes }
-                }
-                Op::Read { local, remote } => Body::Read { local, remote },
-                Op::CompareSwap { remote, expected, desired } => {
-                    Body::CompareSwap { remote, expected, desired }
-                }
-            }
-        };
+        let body =
+            if state == QpState::Error { Body::Flush(wr.op.kind()) } else { Body::of(wr.op) };
         let id = self.next_op_id;
         self.next_op_id += 1;
-        let epoch = side.epoch;
         let (land_start_ns, land_span_ns, chunks, order) = self.landing_schedule(from, conn, &body);
         let op = PendingOp {
             from,
@@ -108,7 +74,55 @@ impl World {
                 .bytes(len_bytes)
                 .detail(wr.wr_id),
         );
+        self.queue_posted(id, from, conn, flush, land_start_ns);
+        Ok(())
+    }
 
+    /// What verbs checks at post time, in its order: a node that can post, the connection
+    /// attached to `ep`, its side ready to send (or in error, to flush), the inline size, and
+    /// room in the queues.
+    fn check_post(
+        &self,
+        ep: u64,
+        conn: ConnId,
+        wr: &WorkRequest<'_>,
+    ) -> Result<Accepted, PostError> {
+        let Some(cq) = self.endpoints.get(&ep) else {
+            // The endpoint's node restarted: its connections are gone with it.
+            return Err(PostError::NotAttached(conn));
+        };
+        let (from, depth, busy) = (cq.node, cq.depth, cq.outstanding + cq.queue.len());
+        let Some(node) = self.nodes.get(&from) else {
+            return Err(PostError::NotAttached(conn));
+        };
+        if node.crashed || node.paused {
+            // A stopped or dead CPU posts nothing.
+            return Err(PostError::Paused(from));
+        }
+        let from_incarnation = node.incarnation;
+        let side = match node.conns.get(&conn) {
+            Some(side) if side.attached == Some(ep) => side,
+            _ => return Err(PostError::NotAttached(conn)),
+        };
+        let state = side.state;
+        if !matches!(state, QpState::ReadyToSend | QpState::Error) {
+            return Err(PostError::NotReadyToSend { conn, state });
+        }
+        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
+            let max = self.config.max_inline_bytes;
+            if data.len() > max {
+                return Err(PostError::InlineTooLarge { len: data.len(), max });
+            }
+        }
+        if busy >= depth || side.unfinished >= self.config.connection_depth {
+            return Err(PostError::QueueFull);
+        }
+        Ok(Accepted { from, from_incarnation, state, epoch: side.epoch })
+    }
+
+    /// Puts posted operation `id` on its connection: a flush completes once the completions
+    /// before it have; anything else waits its turn to land.
+    fn queue_posted(&mut self, id: u64, from: NodeId, conn: ConnId, flush: bool, land_ns: u64) {
         let now = self.now_ns;
         let side = self.side_mut(from, conn);
         side.unfinished += 1;
@@ -123,10 +137,9 @@ impl World {
         } else {
             side.flight.push_back(id);
             if side.flight.len() == 1 {
-                self.schedule(land_start_ns, Event::Land(id));
+                self.schedule(land_ns, Event::Land(id));
             }
         }
-        Ok(())
     }
 
     /// When an operation about to be posted starts landing, over how long, in how many chunks
@@ -172,7 +185,7 @@ impl World {
     pub(crate) fn side_mut(&mut self, node: NodeId, conn: ConnId) -> &mut ConnSide {
         self.nodes
             .entry(node)
-            .or_insert_with(|| crate::world::Node::new(0))
+            .or_insert_with(|| crate::node::Node::new(0))
             .conns
             .entry(conn)
             .or_insert_with(ConnSide::new)
@@ -197,12 +210,11 @@ impl World {
         }
     }
 
-    /// Everything the initiator's NIC and the target check before a landing, in the order they
-    /// would find it. Done again for every chunk of a write: a right revoked in the middle of a
-    /// write stops its remaining chunks.
-    fn check_landing(&self, op: &PendingOp) -> Result<(), Status> {
-        let from = op.from;
-        let Some(from_node) = self.nodes.get(&from) else {
+    /// The initiator's part of [`World::check_landing`]: its side still the one the operation
+    /// was posted on, and (before the first landing) its local slice. Returns the initiator, its
+    /// side, and the right the operation needs at the target.
+    fn check_initiator(&self, op: &PendingOp) -> Result<(&Node, &ConnSide, Access), Status> {
+        let Some(from_node) = self.nodes.get(&op.from) else {
             return Err(Status::Flushed);
         };
         let Some(side) = from_node.conns.get(&op.conn) else {
@@ -232,6 +244,15 @@ impl World {
             Body::CompareSwap { .. } => Access::ATOMIC,
             Body::Flush(_) => return Err(Status::Flushed),
         };
+        Ok((from_node, side, needed))
+    }
+
+    /// Everything the initiator's NIC and the target check before a landing, in the order they
+    /// would find it. Done again for every chunk of a write: a right revoked in the middle of a
+    /// write stops its remaining chunks.
+    fn check_landing(&self, op: &PendingOp) -> Result<(), Status> {
+        let from = op.from;
+        let (from_node, side, needed) = self.check_initiator(op)?;
 
         // Reachability: a dead, restarted or cut-off target never acknowledges.
         let target = op.conn.peer;

@@ -5,14 +5,13 @@
 //! run deterministic. All collections iterate in key order (`BTreeMap`), never in hash order.
 
 use crate::config::{FaultConfig, LinkDelay, SimConfig};
-use crate::fabric::SimFabric;
+use crate::node::{CompletionQueue, Node};
+use crate::pending::PendingOp;
 use crate::rng::SimRng;
 use crate::trace::{Trace, TraceEvent, TraceKind};
-use mu_fabric::{
-    Access, Completion, ConnId, LocalSlice, NodeId, OpKind, QpState, RegionId, RemoteAddr, Status,
-};
+use mu_fabric::NodeId;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub(crate) type Shared = Arc<Mutex<World>>;
@@ -38,178 +37,6 @@ struct Scheduled {
     /// Ties at one time run in the order they were scheduled.
     seq: u64,
     event: Event,
-}
-
-/// One node: its memory, its connection sides, and what the fault injector did to it.
-pub(crate) struct Node {
-    /// Bumped by each restart; regions, endpoints and connections of an earlier incarnation are
-    /// dead.
-    pub(crate) incarnation: u32,
-    pub(crate) crashed: bool,
-    pub(crate) paused: bool,
-    /// Until when the node's CPU is busy with synchronous control-plane calls that cost time on
-    /// RDMA (permission changes, queue-pair transitions); a runtime may charge it.
-    pub(crate) busy_until_ns: u64,
-    pub(crate) regions: BTreeMap<RegionId, Region>,
-    pub(crate) conns: BTreeMap<ConnId, ConnSide>,
-}
-
-impl Node {
-    pub(crate) fn new(incarnation: u32) -> Node {
-        Node {
-            incarnation,
-            crashed: false,
-            paused: false,
-            busy_until_ns: 0,
-            regions: BTreeMap::new(),
-            conns: BTreeMap::new(),
-        }
-    }
-}
-
-pub(crate) struct Region {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) access: Access,
-}
-
-/// One node's side of a connection.
-pub(crate) struct ConnSide {
-    pub(crate) state: QpState,
-    /// What the peer may do to this node through this connection.
-    pub(crate) access: Access,
-    /// The peer incarnation bound when this side moved to ready-to-receive.
-    pub(crate) peer_incarnation: Option<u32>,
-    /// Bumped when this side goes to reset or error: operations it posted before are flushed.
-    pub(crate) epoch: u64,
-    /// An operation of this epoch failed at its target: those behind it are flushed (the
-    /// responder would not accept them out of sequence), even before the failure's completion
-    /// moves this side to the error state.
-    pub(crate) broken: bool,
-    /// The endpoint the send side is bound to.
-    pub(crate) attached: Option<u64>,
-    /// Operations posted on this side that have not finished landing, oldest first. Only the
-    /// head has a scheduled landing: that is what keeps the connection FIFO even when landings
-    /// are parked or delayed.
-    pub(crate) flight: VecDeque<u64>,
-    /// Operations posted on this side whose completion has not been generated yet: what an RDMA
-    /// send queue holds ([`crate::SimConfig::connection_depth`] bounds it).
-    pub(crate) unfinished: usize,
-    /// When the last posted operation is due to finish landing, to clamp the next one after it.
-    pub(crate) last_land_ns: u64,
-    /// When the last completion on this side is due, so that completions stay in order.
-    pub(crate) last_completion_ns: u64,
-}
-
-impl ConnSide {
-    pub(crate) fn new() -> ConnSide {
-        ConnSide {
-            state: QpState::Reset,
-            access: Access::NONE,
-            peer_incarnation: None,
-            epoch: 0,
-            broken: false,
-            attached: None,
-            flight: VecDeque::new(),
-            unfinished: 0,
-            last_land_ns: 0,
-            last_completion_ns: 0,
-        }
-    }
-}
-
-/// A completion queue and the connections bound to it.
-pub(crate) struct CompletionQueue {
-    pub(crate) node: NodeId,
-    pub(crate) depth: usize,
-    /// Posted operations whose completion (maybe none, if unsignaled) has not arrived.
-    pub(crate) outstanding: usize,
-    pub(crate) queue: VecDeque<Completion>,
-    pub(crate) conns: BTreeSet<ConnId>,
-}
-
-pub(crate) enum WriteSource {
-    /// Copied at post time.
-    Inline(Vec<u8>),
-    /// Read from the initiator's region as each chunk lands, as a NIC DMA-reads it.
-    Local(LocalSlice),
-}
-
-pub(crate) enum Body {
-    Write {
-        source: WriteSource,
-        remote: RemoteAddr,
-        len_bytes: u64,
-    },
-    Read {
-        local: LocalSlice,
-        remote: RemoteAddr,
-    },
-    CompareSwap {
-        remote: RemoteAddr,
-        expected: u64,
-        desired: u64,
-    },
-    /// Posted on a connection in the error state: never executed.
-    Flush(OpKind),
-}
-
-impl Body {
-    pub(crate) fn kind(&self) -> OpKind {
-        match self {
-            Body::Write { .. } => OpKind::Write,
-            Body::Read { .. } => OpKind::Read,
-            Body::CompareSwap { .. } => OpKind::CompareSwap,
-            Body::Flush(kind) => *kind,
-        }
-    }
-
-    pub(crate) fn len_bytes(&self) -> u64 {
-        match self {
-            Body::Write { len_bytes, .. } => *len_bytes,
-            Body::Read { local, .. } => u64::from(local.len),
-            Body::CompareSwap { .. } => 8,
-            Body::Flush(_) => 0,
-        }
-    }
-}
-
-/// A posted operation, from posting until its completion is delivered.
-pub(crate) struct PendingOp {
-    pub(crate) from: NodeId,
-    pub(crate) from_incarnation: u32,
-    pub(crate) conn: ConnId,
-    /// The initiator side's epoch when posted.
-    pub(crate) epoch: u64,
-    pub(crate) endpoint: u64,
-    pub(crate) wr_id: u64,
-    pub(crate) signaled: bool,
-    pub(crate) posted_ns: u64,
-    pub(crate) body: Body,
-    /// When the first chunk is due, and over how long the rest follow.
-    pub(crate) land_start_ns: u64,
-    pub(crate) land_span_ns: u64,
-    pub(crate) chunks: u32,
-    pub(crate) next_chunk: u32,
-    /// Landing order of the chunks when out-of-order landing was on at post time.
-    pub(crate) order: Option<Vec<u32>>,
-    pub(crate) landed_bytes: u64,
-    /// Decided when the operation stops landing.
-    pub(crate) status: Option<Status>,
-    /// A CAS's previous value.
-    pub(crate) value: u64,
-    /// A read's bytes, snapshotted when it lands, written locally when it completes.
-    pub(crate) read_data: Vec<u8>,
-}
-
-impl PendingOp {
-    /// When the `k`-th landing of this operation is due.
-    pub(crate) fn chunk_time_ns(&self, k: u32) -> u64 {
-        if self.chunks <= 1 {
-            return self.land_start_ns;
-        }
-        let offset = u128::from(self.land_span_ns) * u128::from(k) / u128::from(self.chunks - 1);
-        self.land_start_ns.saturating_add(u64::try_from(offset).unwrap_or(u64::MAX))
-    }
 }
 
 pub(crate) struct World {
@@ -365,13 +192,6 @@ impl SimWorld {
     /// A world with no nodes at virtual time 0, whose every random choice comes from `seed`.
     pub fn new(config: SimConfig, seed: u64) -> SimWorld {
         SimWorld { shared: Arc::new(Mutex::new(World::new(config, seed))) }
-    }
-
-    /// The node `id`, created (with no regions and every connection in reset) on first use.
-    pub fn node(&self, id: NodeId) -> SimFabric {
-        let mut w = lock(&self.shared);
-        w.nodes.entry(id).or_insert_with(|| Node::new(0));
-        SimFabric::new(self.shared.clone(), id)
     }
 
     /// The nodes created so far.

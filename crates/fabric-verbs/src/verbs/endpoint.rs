@@ -10,13 +10,13 @@
 //! recognized and skipped.
 
 use super::memory::Memory;
-use super::node::{lock, VerbsFabric};
+use super::node::{lock, Node, VerbsFabric};
 use super::region::VerbsRegion;
-use super::side::{Binding, Side};
+use super::side::{Binding, Side, SideWord};
 use crate::rundir;
 use mu_fabric::{
     check_bounds, Completion, ConnId, Endpoint, FabricError, LocalRegion, LocalSlice, Op, OpKind,
-    PostError, QpState, Source, Status, WorkRequest,
+    PostError, QpState, RemoteAddr, Source, Status, WorkRequest,
 };
 use rdma_mummy_sys::{ibv_sge, ibv_wc_status};
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -335,35 +335,164 @@ impl VerbsEndpoint {
         Ok((info.rkey, info.addr + offset))
     }
 
+    /// The checks of a post, in order: the connection attached here, the inline size, the side
+    /// ready to send (or in error, to flush), and room for the request. Returns the connection's
+    /// index and the side's word.
+    #[inline(always)]
+    fn check_post(
+        &mut self,
+        node: &Node,
+        conn: ConnId,
+        wr: &WorkRequest<'_>,
+    ) -> Result<(usize, SideWord), PostError> {
+        let at = match node.config.side_index(conn.peer, conn.channel).map(|k| self.index[k]) {
+            Some(i) if i != u16::MAX => usize::from(i),
+            _ => return Err(PostError::NotAttached(conn)),
+        };
+        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
+            if data.len() > node.max_inline_bytes {
+                return Err(PostError::InlineTooLarge {
+                    len: data.len(),
+                    max: node.max_inline_bytes,
+                });
+            }
+        }
+        let word = self.conns[at].side.load();
+        if !matches!(word.state, QpState::ReadyToSend | QpState::Error) {
+            return Err(PostError::NotReadyToSend { conn, state: word.state });
+        }
+        self.sync_epoch(at, word.epoch);
+        if !self.has_room(at) {
+            self.reap();
+            if !self.has_room(at) {
+                return Err(PostError::QueueFull);
+            }
+        }
+        Ok((at, word))
+    }
+
+    /// What the hardware gets: the request, or a marker standing for it with the status it
+    /// reports.
+    #[inline(always)]
+    fn request<'a>(
+        &mut self,
+        node: &Node,
+        at: usize,
+        word: SideWord,
+        wr: &WorkRequest<'a>,
+    ) -> (Prepared<'a>, Option<Status>) {
+        if word.state == QpState::Error {
+            // Verbs flushes what is posted on a queue pair in error; the marker goes through the
+            // flush in order and reports the request as flushed.
+            return (Prepared::Marker, Some(Status::Flushed));
+        }
+        match self.prepare(at, wr) {
+            Ok(request) => (request, None),
+            Err(status) => {
+                // Found before sending: the queue pair goes to error as the NIC would move it,
+                // and the marker reports the failure behind what was posted before.
+                node.fail_side(&self.conns[at].side, word.epoch);
+                (Prepared::Marker, Some(status))
+            }
+        }
+    }
+
+    /// Takes a free slot for `wr` (there is one: `check_post` made room) and fills it in;
+    /// returns it and whether the request is posted signaled. Unsignaled requests are signaled
+    /// anyway before the send queue or the endpoint could fill with requests nothing reports.
+    #[inline(always)]
+    fn take_slot(
+        &mut self,
+        node: &Node,
+        at: usize,
+        wr: &WorkRequest<'_>,
+        preset: Option<Status>,
+        epoch: u64,
+    ) -> (u16, bool) {
+        let slot = self.free.pop().expect("has_room checked a free slot");
+        let sq_half = node.device.send_queue_depth / 2;
+        let signaled = wr.signaled
+            || preset.is_some()
+            || self.conns[at].unsignaled_run + 1 >= sq_half
+            || 2 * (self.in_use() + self.ready.len()) > self.depth;
+        let s = &mut self.slots[usize::from(slot)];
+        s.in_use = true;
+        s.user_wr_id = wr.wr_id;
+        s.kind = wr.op.kind();
+        s.user_signaled = wr.signaled;
+        s.preset = preset;
+        s.epoch = epoch;
+        (slot, signaled)
+    }
+
     /// Checks a request's addresses and turns them into the hardware's; the status it fails with
     /// otherwise, checked in the order a NIC would find them (local, then remote).
+    #[inline(always)]
     fn prepare<'a>(&mut self, at: usize, wr: &WorkRequest<'a>) -> Result<Prepared<'a>, Status> {
-        Ok(match wr.op {
+        match wr.op {
             Op::Write { source: Source::Inline(data), remote } => {
-                let (rkey, addr) =
-                    self.remote(at, remote.region, remote.offset, data.len() as u64)?;
-                Prepared::WriteInline { rkey, addr, data }
+                self.prepare_write_inline(at, remote, data)
             }
-            Op::Write { source: Source::Local(s), remote } => {
-                let (lkey, local_addr) = self.local(s).ok_or(Status::LocalProtection)?;
-                let (rkey, addr) =
-                    self.remote(at, remote.region, remote.offset, u64::from(s.len))?;
-                Prepared::Write { rkey, addr, lkey, local_addr, len: s.len }
-            }
-            Op::Read { local: s, remote } => {
-                let (lkey, local_addr) = self.local(s).ok_or(Status::LocalProtection)?;
-                let (rkey, addr) =
-                    self.remote(at, remote.region, remote.offset, u64::from(s.len))?;
-                Prepared::Read { rkey, addr, lkey, local_addr, len: s.len }
-            }
+            Op::Write { source: Source::Local(s), remote } => self.prepare_write(at, s, remote),
+            Op::Read { local: s, remote } => self.prepare_read(at, s, remote),
             Op::CompareSwap { remote, expected, desired } => {
-                let (rkey, addr) = self.remote(at, remote.region, remote.offset, 8)?;
-                if addr % 8 != 0 {
-                    return Err(Status::RemoteInvalidRequest);
-                }
-                Prepared::CompareSwap { rkey, addr, expected, desired }
+                self.prepare_compare_swap(at, remote, expected, desired)
             }
-        })
+        }
+    }
+
+    /// A write of inline data.
+    #[inline]
+    fn prepare_write_inline<'a>(
+        &mut self,
+        at: usize,
+        remote: RemoteAddr,
+        data: &'a [u8],
+    ) -> Result<Prepared<'a>, Status> {
+        let (rkey, addr) = self.remote(at, remote.region, remote.offset, data.len() as u64)?;
+        Ok(Prepared::WriteInline { rkey, addr, data })
+    }
+
+    /// A write from a local region.
+    #[inline]
+    fn prepare_write(
+        &mut self,
+        at: usize,
+        s: LocalSlice,
+        remote: RemoteAddr,
+    ) -> Result<Prepared<'static>, Status> {
+        let (lkey, local_addr) = self.local(s).ok_or(Status::LocalProtection)?;
+        let (rkey, addr) = self.remote(at, remote.region, remote.offset, u64::from(s.len))?;
+        Ok(Prepared::Write { rkey, addr, lkey, local_addr, len: s.len })
+    }
+
+    /// A read into a local region.
+    #[inline]
+    fn prepare_read(
+        &mut self,
+        at: usize,
+        s: LocalSlice,
+        remote: RemoteAddr,
+    ) -> Result<Prepared<'static>, Status> {
+        let (lkey, local_addr) = self.local(s).ok_or(Status::LocalProtection)?;
+        let (rkey, addr) = self.remote(at, remote.region, remote.offset, u64::from(s.len))?;
+        Ok(Prepared::Read { rkey, addr, lkey, local_addr, len: s.len })
+    }
+
+    /// A compare-and-swap of an 8-byte-aligned remote word.
+    #[inline]
+    fn prepare_compare_swap(
+        &mut self,
+        at: usize,
+        remote: RemoteAddr,
+        expected: u64,
+        desired: u64,
+    ) -> Result<Prepared<'static>, Status> {
+        let (rkey, addr) = self.remote(at, remote.region, remote.offset, 8)?;
+        if addr % 8 != 0 {
+            return Err(Status::RemoteInvalidRequest);
+        }
+        Ok(Prepared::CompareSwap { rkey, addr, expected, desired })
     }
 
     /// Posts `request` on connection `at` in slot `slot` (already taken and filled in).
@@ -453,60 +582,9 @@ impl Endpoint for VerbsEndpoint {
 
     fn post(&mut self, conn: ConnId, wr: &WorkRequest<'_>) -> Result<(), PostError> {
         let node = Arc::clone(&self.fabric.node);
-        let at = match node.config.side_index(conn.peer, conn.channel).map(|k| self.index[k]) {
-            Some(i) if i != u16::MAX => usize::from(i),
-            _ => return Err(PostError::NotAttached(conn)),
-        };
-        if let Op::Write { source: Source::Inline(data), .. } = wr.op {
-            if data.len() > node.max_inline_bytes {
-                return Err(PostError::InlineTooLarge {
-                    len: data.len(),
-                    max: node.max_inline_bytes,
-                });
-            }
-        }
-        let word = self.conns[at].side.load();
-        if !matches!(word.state, QpState::ReadyToSend | QpState::Error) {
-            return Err(PostError::NotReadyToSend { conn, state: word.state });
-        }
-        self.sync_epoch(at, word.epoch);
-        if !self.has_room(at) {
-            self.reap();
-            if !self.has_room(at) {
-                return Err(PostError::QueueFull);
-            }
-        }
-
-        // What the hardware gets: the request, or a marker standing for it.
-        let (request, preset) = if word.state == QpState::Error {
-            // Verbs flushes what is posted on a queue pair in error; the marker goes through the
-            // flush in order and reports the request as flushed.
-            (Prepared::Marker, Some(Status::Flushed))
-        } else {
-            match self.prepare(at, wr) {
-                Ok(request) => (request, None),
-                Err(status) => {
-                    // Found before sending: the queue pair goes to error as the NIC would move it,
-                    // and the marker reports the failure behind what was posted before.
-                    node.fail_side(&self.conns[at].side, word.epoch);
-                    (Prepared::Marker, Some(status))
-                }
-            }
-        };
-
-        let slot = self.free.pop().expect("has_room checked a free slot");
-        let sq_half = node.device.send_queue_depth / 2;
-        let signaled = wr.signaled
-            || preset.is_some()
-            || self.conns[at].unsignaled_run + 1 >= sq_half
-            || 2 * (self.in_use() + self.ready.len()) > self.depth;
-        let s = &mut self.slots[usize::from(slot)];
-        s.in_use = true;
-        s.user_wr_id = wr.wr_id;
-        s.kind = wr.op.kind();
-        s.user_signaled = wr.signaled;
-        s.preset = preset;
-        s.epoch = word.epoch;
+        let (at, word) = self.check_post(&node, conn, wr)?;
+        let (request, preset) = self.request(&node, at, word, wr);
+        let (slot, signaled) = self.take_slot(&node, at, wr, preset, word.epoch);
         match self.post_hw(at, slot, &request, signaled) {
             Ok(()) => {
                 let ac = &mut self.conns[at];

@@ -1,5 +1,6 @@
 //! The RDMA backend proper (feature `verbs`).
 
+mod control;
 mod device;
 mod endpoint;
 mod loopback;

@@ -1,15 +1,14 @@
-//! The node: opening the device, the connection sides, regions, and the control plane
-//! ([`VerbsFabric`]).
+//! The node: opening the device, its connection sides and regions — the state the control plane
+//! ([`VerbsFabric`], `control`) and the data path share.
 
-use super::device::{access_flags, errno_text, Destination, Device, RawQp, Retry};
-use super::endpoint::VerbsEndpoint;
+use super::device::{errno_text, Destination, Device, RawQp, Retry};
 use super::loopback::Loopback;
 use super::memory::Memory;
-use super::region::{LocalCas, RegionInner, VerbsRegion};
+use super::region::{LocalCas, VerbsRegion};
 use super::side::{Binding, Side, SideWord};
 use crate::rundir::{self, NodeInfo, QpInfo, RegionInfo};
 use crate::{VerbsConfig, VerbsError};
-use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{Access, ConnId, FabricError, NodeId, QpState, RegionId};
 use sideway::ibverbs::device_context::AtomicCapability;
 use sideway::ibverbs::queue_pair::QueuePair;
 use sideway::ibverbs::AccessFlags;
@@ -40,11 +39,11 @@ pub(crate) struct Node {
     pub(crate) attached: Mutex<HashSet<ConnId>>,
     /// Serializes control-plane changes to this node's sides, and moves to error by the data path.
     pub(crate) control: Mutex<()>,
-    local_cas: Arc<LocalCas>,
+    pub(crate) local_cas: Arc<LocalCas>,
     crashed: AtomicBool,
     /// Per peer, the latest incarnation a side was bound to, watched through its lock file for
-    /// [`Fabric::crash_notified`].
-    deaths: Mutex<HashMap<NodeId, rundir::DeathWatch>>,
+    /// [`mu_fabric::Fabric::crash_notified`].
+    pub(crate) deaths: Mutex<HashMap<NodeId, rundir::DeathWatch>>,
     pub(crate) device: Device,
     /// Held for the node's life (let go by [`VerbsFabric::crash`]): a second process for the same
     /// node id is refused, and peers learn of the node's death when it is free.
@@ -56,10 +55,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// How often [`Fabric::crash_notified`] looks at a peer's lock file at most: callers ask on
+/// How often [`mu_fabric::Fabric::crash_notified`] looks at a peer's lock file at most: callers ask on
 /// every poll of a loop that may spin, and each look costs two system calls. A crash is told
 /// this much later at worst.
-const CRASH_CHECK_GAP: std::time::Duration = std::time::Duration::from_micros(20);
+pub(crate) const CRASH_CHECK_GAP: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// A packet sequence number (24 bits) for queue pair `index` of incarnation `incarnation`: a
 /// restarted node does not start where its previous life's packets may still be in flight.
@@ -216,7 +215,7 @@ impl Node {
             .ok_or(FabricError::UnknownConnection(conn, "a node does not connect to itself"))
     }
 
-    fn check_alive(&self) -> Result<(), FabricError> {
+    pub(crate) fn check_alive(&self) -> Result<(), FabricError> {
         if self.crashed.load(Ordering::SeqCst) {
             return Err(FabricError::Config(format!("node {} has crashed", self.config.node)));
         }
@@ -224,7 +223,7 @@ impl Node {
     }
 
     /// Writes this node's file: address, queue pairs, regions.
-    fn publish(&self) -> Result<(), FabricError> {
+    pub(crate) fn publish(&self) -> Result<(), FabricError> {
         let address = &self.device.address;
         let qps = self
             .sides
@@ -263,9 +262,9 @@ impl Node {
         )
     }
 
-    /// Watches `incarnation` of `peer` for [`Fabric::crash_notified`], once a side is bound to
+    /// Watches `incarnation` of `peer` for [`mu_fabric::Fabric::crash_notified`], once a side is bound to
     /// it, unless a later one is watched already.
-    fn watch_death(&self, peer: NodeId, incarnation: u64) {
+    pub(crate) fn watch_death(&self, peer: NodeId, incarnation: u64) {
         let mut deaths = lock(&self.deaths);
         if deaths.get(&peer).is_none_or(|w| w.incarnation() < incarnation) {
             deaths.insert(peer, rundir::DeathWatch::new(&self.config.run_dir, peer, incarnation));
@@ -288,7 +287,7 @@ impl Node {
         Ok(Binding { peer, qp_number: qp.qp_number, psn: qp.psn })
     }
 
-    fn destination(&self, binding: &Binding) -> Destination {
+    pub(crate) fn destination(&self, binding: &Binding) -> Destination {
         Destination {
             qp_number: binding.qp_number,
             psn: binding.psn,
@@ -312,7 +311,7 @@ impl Node {
         side.store(SideWord { state: QpState::Error, ..before });
     }
 
-    fn hw(conn: ConnId, what: &str, r: Result<(), i32>) -> Result<(), FabricError> {
+    pub(crate) fn hw(conn: ConnId, what: &str, r: Result<(), i32>) -> Result<(), FabricError> {
         r.map_err(|errno| FabricError::Io {
             context: format!("moving {conn} to {what}"),
             message: errno_text(errno),
@@ -328,219 +327,5 @@ impl Drop for Node {
             self.config.node,
             self.incarnation,
         );
-    }
-}
-
-impl Fabric for VerbsFabric {
-    type Region = VerbsRegion;
-    type Endpoint = VerbsEndpoint;
-
-    fn backend_name(&self) -> &'static str {
-        "verbs"
-    }
-
-    fn node(&self) -> NodeId {
-        self.node.config.node
-    }
-
-    fn max_inline_bytes(&self) -> usize {
-        self.node.max_inline_bytes
-    }
-
-    fn register_region(
-        &self,
-        id: RegionId,
-        len_bytes: usize,
-        access: Access,
-    ) -> Result<VerbsRegion, FabricError> {
-        let node = &self.node;
-        node.check_alive()?;
-        if len_bytes == 0 {
-            return Err(FabricError::BadRegionSize {
-                len_bytes,
-                why: "a region needs at least one byte",
-            });
-        }
-        if len_bytes as u64 > node.device.max_mr_bytes {
-            return Err(FabricError::BadRegionSize {
-                len_bytes,
-                why: "larger than the device registers",
-            });
-        }
-        let mut regions = lock(&node.regions);
-        if regions.contains_key(&id) {
-            return Err(FabricError::RegionExists(id));
-        }
-        let memory = Memory::new(len_bytes)?;
-        let register = |flags| {
-            // SAFETY: `memory` maps at least `len_bytes` bytes and lives in the same
-            // `RegionInner` as the registration, declared after it (dropped after it).
-            unsafe { node.device.pd.reg_mr(memory.addr() as usize, len_bytes, flags) }.map_err(
-                |e| FabricError::Io {
-                    context: format!("registering region {id} ({len_bytes} bytes)"),
-                    message: format!("{e}: {:?}", std::error::Error::source(&e)),
-                },
-            )
-        };
-        let mr = register(access_flags(access))?;
-        let cas_mr = match *node.local_cas {
-            LocalCas::Nic(_) => Some(register(access_flags(Access::ATOMIC))?),
-            _ => None,
-        };
-        let region = VerbsRegion {
-            inner: Arc::new(RegionInner {
-                id,
-                len_bytes,
-                access,
-                mr,
-                cas_mr,
-                memory,
-                local_cas: Arc::clone(&node.local_cas),
-            }),
-        };
-        regions.insert(id, region.clone());
-        drop(regions);
-        node.publish()?;
-        Ok(region)
-    }
-
-    fn endpoint(&self, depth: usize) -> Result<VerbsEndpoint, FabricError> {
-        self.node.check_alive()?;
-        if depth == 0 || depth > MAX_ENDPOINT_DEPTH {
-            return Err(FabricError::Config(format!(
-                "a completion queue depth of {depth} is out of range: 1 to {MAX_ENDPOINT_DEPTH}"
-            )));
-        }
-        VerbsEndpoint::new(self.clone(), depth)
-    }
-
-    fn qp_state(&self, conn: ConnId) -> Result<QpState, FabricError> {
-        Ok(self.node.side(conn)?.load().state)
-    }
-
-    fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError> {
-        Ok(self.node.side(conn)?.load().access)
-    }
-
-    /// Whether the latest incarnation of `peer` a side was bound to has died, as its lock file
-    /// in the run directory says (see [`rundir::DeathWatch`]). Not the device's asynchronous
-    /// events: on RC a peer's death raises none until a request to it runs out of retries,
-    /// which is the timeout this notification is there to beat.
-    fn crash_notified(&self, peer: NodeId) -> bool {
-        lock(&self.node.deaths).get_mut(&peer).is_some_and(|w| w.died_within(CRASH_CHECK_GAP))
-    }
-
-    fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {
-        let node = &self.node;
-        node.check_alive()?;
-        let side = node.side(conn)?;
-        let _control = lock(&node.control);
-        let before = side.load();
-        if !before.state.can_move_to(to) {
-            return Err(FabricError::InvalidTransition { conn, from: before.state, to });
-        }
-        let after = match to {
-            QpState::Reset => {
-                Node::hw(conn, "reset", side.raw.move_to_reset())?;
-                SideWord { state: to, access: Access::NONE, epoch: before.epoch + 1 }
-            }
-            QpState::Error => {
-                Node::hw(conn, "error", side.raw.move_to_error())?;
-                SideWord { state: to, ..before }
-            }
-            QpState::Init => {
-                Node::hw(conn, "init", side.raw.move_to_init(node.device.address.port, access))?;
-                SideWord { state: to, access, ..before }
-            }
-            QpState::ReadyToReceive => {
-                let binding = node.lookup_peer(conn)?;
-                let destination = node.destination(&binding);
-                Node::hw(
-                    conn,
-                    "ready-to-receive",
-                    side.raw.move_to_rtr(&node.device.address, &destination, access),
-                )?;
-                node.watch_death(conn.peer, binding.peer.incarnation);
-                *lock(&side.binding) = Some(Arc::new(binding));
-                SideWord { state: to, access, epoch: before.epoch + 1 }
-            }
-            QpState::ReadyToSend => {
-                if before.state == QpState::ReadyToSend {
-                    Node::hw(conn, "ready-to-send", side.raw.change_access(access))?;
-                } else {
-                    Node::hw(
-                        conn,
-                        "ready-to-send",
-                        side.raw.move_to_rts(side.psn, node.retry, access),
-                    )?;
-                }
-                SideWord { state: to, access, ..before }
-            }
-        };
-        side.store(after);
-        Ok(())
-    }
-
-    fn set_access_fast(&self, conn: ConnId, access: Access) -> Result<(), PermError> {
-        let node = &self.node;
-        node.check_alive()?;
-        let side = node.side(conn)?;
-        let _control = lock(&node.control);
-        let before = side.load();
-        if before.state != QpState::ReadyToSend {
-            // Verbs changes flags in place only in ready-to-send (RTS→RTS).
-            return Err(FabricError::InvalidTransition {
-                conn,
-                from: before.state,
-                to: before.state,
-            }
-            .into());
-        }
-        match side.raw.change_access(access) {
-            Ok(()) => {
-                side.store(SideWord { access, ..before });
-                Ok(())
-            }
-            Err(_) => {
-                // As the Mu paper saw on its NICs: a flag change that does not go through leaves
-                // the queue pair unusable; the slow path (state cycling) finishes the job.
-                let _ = side.raw.move_to_error();
-                side.store(SideWord { state: QpState::Error, ..before });
-                Err(PermError::Busy(conn))
-            }
-        }
-    }
-
-    fn set_access_slow(&self, conn: ConnId, access: Access) -> Result<(), FabricError> {
-        let node = &self.node;
-        node.check_alive()?;
-        let side = node.side(conn)?;
-        let _control = lock(&node.control);
-        let before = side.load();
-        let Some(binding) = lock(&side.binding).clone() else {
-            return Err(FabricError::InvalidTransition {
-                conn,
-                from: before.state,
-                to: QpState::ReadyToSend,
-            });
-        };
-        // Reset is the barrier: once it returns the queue pair accepts nothing. Init,
-        // ready-to-receive and ready-to-send re-open it with the new flags, toward the same peer
-        // queue pair (the published information it was bound with).
-        Node::hw(conn, "reset", side.raw.move_to_reset())?;
-        let epoch = before.epoch + 1;
-        side.store(SideWord { state: QpState::Reset, access: Access::NONE, epoch });
-        Node::hw(conn, "init", side.raw.move_to_init(node.device.address.port, access))?;
-        side.store(SideWord { state: QpState::Init, access, epoch });
-        let destination = node.destination(&binding);
-        Node::hw(
-            conn,
-            "ready-to-receive",
-            side.raw.move_to_rtr(&node.device.address, &destination, access),
-        )?;
-        side.store(SideWord { state: QpState::ReadyToReceive, access, epoch: epoch + 1 });
-        Node::hw(conn, "ready-to-send", side.raw.move_to_rts(side.psn, node.retry, access))?;
-        side.store(SideWord { state: QpState::ReadyToSend, access, epoch: epoch + 1 });
-        Ok(())
     }
 }
