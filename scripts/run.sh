@@ -13,7 +13,7 @@ features=()
 if ! { [ -f /usr/include/rdma/fabric.h ] && ldconfig -p 2>/dev/null | grep -q 'libfabric\.so\.1'; }; then
   echo "run.sh: libfabric-dev is not installed: building mu without its libfabric fabric" \
     "(scripts/install-fabric-deps.sh installs it)" >&2
-  features=(--no-default-features)
+  features=(--no-default-features --features bench)
 fi
 cargo build --release --bin mu "${features[@]}"
 exec ./target/release/mu demo "$@"

@@ -31,7 +31,7 @@ cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
-step "a build without libfabric (mu-cli's default feature ofi off): it builds without warnings, and refuses an ofi cluster clearly"
+step "a build without mu-cli's default features (ofi: libfabric; bench: the benchmarks): it builds without warnings, and refuses an ofi cluster clearly"
 cargo clippy -p mu-cli --no-default-features --quiet -- -D warnings
 cargo test -q -p mu-daemon --lib ofi_feature
 

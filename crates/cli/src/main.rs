@@ -9,6 +9,7 @@ extern crate mu_procs;
 mod demo;
 mod sim;
 
+#[cfg(feature = "bench")]
 use mu_bench as bench;
 use mu_daemon::{cluster, kv_cmd, serve};
 
@@ -26,9 +27,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Benchmarks.
+    #[cfg(feature = "bench")]
     Bench {
         #[command(subcommand)]
-        which: Bench,
+        which: bench::Command,
     },
     /// Whole clusters in the deterministic simulator: replay one seed, or sweep many, with
     /// key-value clients, faults drawn from the seed, and every checker on.
@@ -45,49 +47,13 @@ enum Command {
     /// One key-value operation on a running cluster: get, put, del, cas.
     Kv(kv_cmd::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
+    #[cfg(feature = "bench")]
     #[command(hide = true)]
     BenchPeer(bench::fabric::PeerArgs),
     /// One replica process of a benchmark (started by the benchmark itself).
+    #[cfg(feature = "bench")]
     #[command(hide = true)]
     BenchReplica(bench::replica_child::Args),
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// One-sided operation round trips on the shared-memory fabric, beside a bare cache-line
-    /// ping-pong: the floor every later latency figure is divided by.
-    Fabric(bench::fabric::Args),
-    /// Propose latency on the leader of three replicas on the shared-memory fabric, standalone,
-    /// over payloads of 32 to 4096 bytes, beside the fabric's write2 round trip.
-    Replication(bench::replication::Args),
-    /// Failover time under load: the leader is killed (SIGKILL) or stopped (SIGSTOP) again and
-    /// again; total, detection and permission-switch times per failover.
-    ///
-    /// In kill mode every failover runs on a fresh three-replica cluster: a killed replica could
-    /// rejoin only by a state transfer, which the benchmark's replicas (a commit handler, no
-    /// state machine that takes snapshots) cannot serve. In pause mode one cluster serves all
-    /// failovers: the stopped leader is continued after the new leader's first commit and, as
-    /// the lowest id, leads again (a fail-back, reported apart).
-    Failover(bench::failover::Args),
-    /// Replication latency against payload size, standalone and attached to the key-value
-    /// store, direct and handover mode (Mu paper Fig. 3).
-    Payload(bench::payload::Args),
-    /// Mu's replication latency beside Redis (WAIT), etcd and openraft, measured in the same
-    /// run on this machine (Mu paper Fig. 4). Installs nothing: run scripts/install-peers.sh.
-    Peers(bench::peers::Args),
-    /// Throughput against latency for 1 to 8 outstanding entries and 1 to 128 requests per
-    /// entry, 64-byte requests (Mu paper Fig. 7).
-    Throughput(bench::throughput::Args),
-    /// Every benchmark of the suite into one output directory (payload, peers, e2e, failover
-    /// in kill and pause mode, throughput); `--quick` for a smoke run of a few minutes.
-    All(bench::all::Args),
-    /// Key-value operations end to end through the client library (Mu paper Fig. 5): the
-    /// client transport alone, an unreplicated server, and the replicated service.
-    E2e(bench::e2e::Args),
-    /// The replication and failover targets (replication against the fabric's write2, Velos
-    /// against Mu, failover in kill and pause mode, Mu on libfabric), measured on this machine
-    /// in one run, each with its verdict.
-    Targets(bench::targets::Args),
 }
 
 /// What a panic says, where it says it in text.
@@ -151,15 +117,8 @@ fn main() -> ExitCode {
 /// Runs one command; what it returns is the process's exit status.
 fn run(command: Command) -> ExitCode {
     let result = match command {
-        Command::Bench { which: Bench::Fabric(args) } => bench::fabric::run(args),
-        Command::Bench { which: Bench::Replication(args) } => bench::replication::run(args),
-        Command::Bench { which: Bench::Failover(args) } => bench::failover::run(args),
-        Command::Bench { which: Bench::E2e(args) } => bench::e2e::run(args),
-        Command::Bench { which: Bench::All(args) } => bench::all::run(args),
-        Command::Bench { which: Bench::Throughput(args) } => bench::throughput::run(args),
-        Command::Bench { which: Bench::Payload(args) } => bench::payload::run(args),
-        Command::Bench { which: Bench::Peers(args) } => bench::peers::run(args),
-        Command::Bench { which: Bench::Targets(args) } => bench::targets::run(args),
+        #[cfg(feature = "bench")]
+        Command::Bench { which } => bench::run(which),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
@@ -169,7 +128,9 @@ fn run(command: Command) -> ExitCode {
             Ok(false) => return ExitCode::from(kv_cmd::EXIT_NO),
             Err(e) => Err(e),
         },
+        #[cfg(feature = "bench")]
         Command::BenchPeer(args) => bench::fabric::peer(args),
+        #[cfg(feature = "bench")]
         Command::BenchReplica(args) => bench::replica_child::run(args),
     };
     match result {
