@@ -694,7 +694,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         );
         // The checked copy is what is installed: a late read of an earlier fetch, given up,
         // may still land in the regions it came through.
-        let fetched = crate::transfer::FetchedSnapshot { index, members, last_word: last, bytes };
+        let fetched = crate::shared::FetchedSnapshot { index, members, last_word: last, bytes };
         *self.shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fetched);
         self.shared.snapshot_fetched.store(true, Ordering::Release);
     }

@@ -198,7 +198,7 @@ pub(crate) struct Shared {
     pub snapshot_fetched: AtomicBool,
     /// That snapshot: the checked copy, not the regions it was read into, where a read of an
     /// earlier fetch that was given up may still land (`transfer::install`).
-    pub fetched_snapshot: std::sync::Mutex<Option<crate::transfer::FetchedSnapshot>>,
+    pub fetched_snapshot: std::sync::Mutex<Option<FetchedSnapshot>>,
     /// Set by the replication plane when its replayer has been blocked for longer than the
     /// transfer timeout (a decided entry that is not coming): the background plane then fetches a
     /// snapshot from any peer further on, not only from one a whole log ahead.
@@ -519,6 +519,20 @@ impl OwnLogGuard {
             }
         }
     }
+}
+
+/// A snapshot the background plane fetched and checked against the digest its donor published
+/// with it, for the replication plane to install.
+pub(crate) struct FetchedSnapshot {
+    /// The next index to apply after it.
+    pub index: u64,
+    /// Its configuration (a mask of positions).
+    pub members: u64,
+    /// The entry below `index` that travels after the state: its kind in the high half, its
+    /// length in the low half (`SNAPSHOT_LAST_KIND`, `SNAPSHOT_LAST_LEN`).
+    pub last_word: u64,
+    /// The state, then that entry's value.
+    pub bytes: Vec<u8>,
 }
 
 #[cfg(test)]

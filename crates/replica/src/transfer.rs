@@ -9,7 +9,7 @@ use crate::layout::{
     SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
 };
 use crate::replication::Applier;
-use crate::shared::Shared;
+use crate::shared::{FetchedSnapshot, Shared};
 use mu_fabric::{LocalRegion, NodeId};
 use mu_log::EntryKind;
 use mu_replication::ReplicaSet;
@@ -113,20 +113,6 @@ pub(crate) fn serve<R: LocalRegion>(
     }
     // A newer request may have replaced this one meanwhile: leave it for the next poll.
     let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
-}
-
-/// A snapshot the background plane fetched and checked against the digest its donor published
-/// with it, for the replication plane to install.
-pub(crate) struct FetchedSnapshot {
-    /// The next index to apply after it.
-    pub index: u64,
-    /// Its configuration (a mask of positions).
-    pub members: u64,
-    /// The entry below `index` that travels after the state: its kind in the high half, its
-    /// length in the low half (`SNAPSHOT_LAST_KIND`, `SNAPSHOT_LAST_LEN`).
-    pub last_word: u64,
-    /// The state, then that entry's value.
-    pub bytes: Vec<u8>,
 }
 
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
