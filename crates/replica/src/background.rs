@@ -19,6 +19,7 @@ use mu_fabric::{
     PermError, QpState, RemoteAddr, Source, WorkRequest,
 };
 use mu_log::HEAD_OFFSET;
+use mu_replication::standing;
 use mu_replication::{
     split_request, Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
     ACK_RECOVERING,
@@ -360,10 +361,13 @@ impl<F: Fabric> BackgroundDriver<F> {
                 members >> pos & 1 != 0 && self.detector.is_alive(self.replicas.ids()[pos])
             })
             .count();
-        let eligible = self.shared.eligible.load(Ordering::Acquire)
-            && members >> self.me_pos & 1 != 0
-            && alive >= mu_replication::membership::majority(members)
-            && !self.behind_a_change(members);
+        let eligible = standing::stands(
+            self.me_pos,
+            self.shared.eligible.load(Ordering::Acquire),
+            members,
+            alive,
+            || self.behind_a_change(members),
+        );
         self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
@@ -705,14 +709,14 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// member in this run concludes so: a replica that restarted or joined replays history
     /// until it is taken back, and what history says of an earlier run of it does not count.
     fn notice_removal(&self, head: u64, members: u64) {
-        let me = 1u64 << self.me_pos;
         let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-        if members != 0
-            && members & me == 0
-            && head > own_head
-            && self.shared.eligible.load(Ordering::Acquire)
-            && self.shared.is_member(self.me_pos)
-        {
+        if standing::removed_by_peer(
+            self.me_pos,
+            (head, members),
+            own_head,
+            || self.shared.eligible.load(Ordering::Acquire),
+            || self.shared.is_member(self.me_pos),
+        ) {
             if !self.shared.removed.load(Ordering::Acquire) {
                 warn!(
                     replica = self.me.0,
@@ -728,23 +732,25 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Whether a live peer that stands for election has applied entries beyond everything we
     /// know to be decided, under a configuration other than ours (`members`): our log lacks a
-    /// decided change (§5.4), and we do not stand while it does. That peer leads and brings
-    /// our log up to date, after which we stand again. Standing under the configuration our
-    /// log gives, we could ask for ever a majority that no longer answers: members since
-    /// removed, which stopped, and restarted ones that count in no majority until a leader
-    /// takes them back, while the peer that could lead the new configuration followed us
-    /// (`mu sim` membership sweep, seed 307494, `t99`). A leader is never behind this way: it
-    /// knows every decided entry, and its FUO is past them all.
+    /// decided change, and we do not stand while it does ([`standing::claims_a_later_change`]).
+    /// Standing under the configuration our log gives, we could ask for ever a majority that no
+    /// longer answers: members since removed, which stopped, and restarted ones that count in
+    /// no majority until a leader takes them back, while the peer that could lead the new
+    /// configuration followed us.
     fn behind_a_change(&self, members: u64) -> bool {
         let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-        let decided_below = own_head.max(self.shared.progress.fuo.load(Ordering::Acquire));
+        let fuo = self.shared.progress.fuo.load(Ordering::Acquire);
+        let decided_below = standing::decided_below(own_head, fuo);
         (0..self.replicas.len()).any(|pos| {
             let peer = &self.peers[pos];
             pos != self.me_pos
-                && peer.standing
-                && peer.members != 0
-                && peer.members != members
-                && self.shared.heads[pos].load(Ordering::Acquire) > decided_below
+                && standing::claims_a_later_change(
+                    peer.standing,
+                    peer.members,
+                    members,
+                    || self.shared.heads[pos].load(Ordering::Acquire),
+                    decided_below,
+                )
                 && self.detector.is_alive(self.replicas.ids()[pos])
         })
     }

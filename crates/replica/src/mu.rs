@@ -15,6 +15,7 @@ use mu_fabric::{
 };
 use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET, HEAD_OFFSET};
 use mu_replication::membership::{self, Change};
+use mu_replication::standing::{self, BlockedWatch};
 use mu_replication::{
     request_word, AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer,
     ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
@@ -94,8 +95,8 @@ pub struct ReplicationDriver<F: Fabric> {
     eligible_again_at: Option<u64>,
     /// The configuration after the entries the replayer applied (§5.4), by position.
     members_applied: u64,
-    /// Since when the replayer has been blocked at which head: (head, since).
-    blocked_since: Option<(u64, u64)>,
+    /// Whether the replayer has been blocked at one head for too long.
+    blocked: BlockedWatch,
 }
 
 impl<F: Fabric> ReplicationDriver<F> {
@@ -153,7 +154,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             leading_to_log: None,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
-            blocked_since: None,
+            blocked: BlockedWatch::default(),
         }
     }
 
@@ -346,9 +347,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             // Recovering (restarted with its log lost): eligible once a leader took it back and
             // it applied what that leader had decided then.
             let admitted = self.mem.load_u64(Area::Log, ADMITTED_OFFSET);
-            if admitted != 0 {
-                self.eligible_again_at = Some(admitted - 1);
-            }
+            self.eligible_again_at = standing::eligible_again_at(admitted);
         }
         if self.eligible_again_at.is_some_and(|at| self.replayer.head() >= at) {
             self.eligible_again_at = None;
@@ -369,14 +368,8 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// (see [`mu_replication::Replayer::blocked`]): only a state transfer gets past it.
     fn note_blocked(&mut self, now_ns: u64) {
         let head = self.replayer.head();
-        if !self.replayer.blocked() {
-            self.blocked_since = None;
-        } else if self.blocked_since.is_none_or(|(at, _)| at != head) {
-            self.blocked_since = Some((head, now_ns));
-        }
-        let stuck = self.blocked_since.is_some_and(|(_, since)| {
-            now_ns.saturating_sub(since) > self.settings.permission_timeout_ns
-        });
+        let timeout_ns = self.settings.permission_timeout_ns;
+        let stuck = self.blocked.poll(self.replayer.blocked(), head, now_ns, timeout_ns);
         if self.shared.replayer_stuck.load(Ordering::Relaxed) != stuck {
             if stuck {
                 warn!(
@@ -434,7 +427,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             return;
         }
         let me_pos = self.replicas.position(self.me).expect("we are a replica");
-        let was_member = self.members_applied >> me_pos & 1 != 0;
+        let was = self.members_applied;
         self.members_applied = members;
         self.leader.set_applied_members(members);
         self.shared.set_members(members);
@@ -444,8 +437,8 @@ impl<F: Fabric> ReplicationDriver<F> {
             head = self.replayer.head(),
             "membership changed"
         );
-        let member = members >> me_pos & 1 != 0;
-        if was_member && !member && self.shared.eligible.load(Ordering::Acquire) {
+        let eligible = self.shared.eligible.load(Ordering::Acquire);
+        if standing::removed_by_applied(me_pos, (was, members), eligible) {
             if !self.shared.removed.load(Ordering::Acquire) {
                 warn!(
                     replica = self.me.0,
@@ -882,8 +875,8 @@ impl<F: Fabric> ReplicationDriver<F> {
             && (0..self.replicas.len()).any(|pos| {
                 missing >> pos & 1 != 0 && {
                     let head = self.shared.heads[pos].load(Ordering::Acquire);
-                    head != self.heads_at_request[pos]
-                        && self.leader.fuo().saturating_sub(head) < self.layout.slots_count()
+                    let (fuo, slots_count) = (self.leader.fuo(), self.layout.slots_count());
+                    standing::may_join(head, self.heads_at_request[pos], fuo, slots_count)
                 }
             })
     }

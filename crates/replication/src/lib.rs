@@ -20,6 +20,7 @@ pub mod membership;
 pub mod mutation;
 mod permissions;
 mod replayer;
+pub mod standing;
 
 pub use detector::{Detector, DetectorConfig, FateSharing};
 pub use leader::{
