@@ -907,15 +907,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             panic!("background completion with wr_id {:#x} names no peer", c.wr_id);
         }
         if !c.status.is_success() {
-            self.lost(pos);
-            if self.fetch.is_some_and(|f| f.donor == pos) {
-                warn!(
-                    replica = self.me.0,
-                    donor = self.replicas.ids()[pos].0,
-                    "state transfer: the donor became unreachable; asking again"
-                );
-                self.fetch = None; // asked again of whoever is most advanced then
-            }
+            self.on_failed(pos);
             return;
         }
         let kind = c.wr_id & KIND_BITS;
@@ -931,114 +923,149 @@ impl<F: Fabric> BackgroundDriver<F> {
             return;
         }
         if c.wr_id & !POS_BITS == KIND_HEARTBEAT {
-            self.peers[pos].reading = false;
-            let view = view_offset(pos);
-            let counter = self.load(view + HEARTBEAT_OFFSET);
-            let head = self.load(view + HEAD_COPY_OFFSET);
-            let flags = self.load(view + FLAGS_OFFSET);
-            if flags >> FLAGS_CONFIG_SHIFT & 0xffff == 0 {
-                // The peer has not published its flags yet (its first beat is under way): a
-                // heartbeat of a replica that does not stand, as before it beats. Its
-                // configuration is not known, so its requests wait.
-                self.peers[pos].last_counter = Some(counter);
-                self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
-                return;
-            }
-            let boot = (flags >> 32) as u32;
-            self.peers[pos].last_read_boot = boot;
-            // Our side of the peer's connection is kept bound to its current run, whether that
-            // run is counted or not: a run refused below must still read our refusal.
-            let peer_view = &mut self.peers[pos];
-            if peer_view.target_connected && peer_view.target_boot != boot {
-                if peer_view.target_boot == 0 {
-                    peer_view.target_boot = boot;
-                } else {
-                    // Our side the peer initiates on was bound to an earlier run of it (while
-                    // it was down, between its crash and its restart): the restarted peer could
-                    // never read our heartbeat, and would judge us failed for good while we
-                    // read it fine (`mu sim` seed 21361, a 3,000-seed sweep). Bound again at
-                    // the next read.
-                    peer_view.target_connected = false;
-                }
-            }
-            if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
-                // A peer with another log shape or protocol never counts as alive, nor as
-                // eligible; nor does one that restarted without rejoining.
-                self.detector.on_unreachable(self.replicas.ids()[pos]);
-                return;
-            }
-            let eligible = flags & FLAG_ELIGIBLE != 0;
-            if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
-                self.stop_refused(pos);
-                return;
-            }
-            if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
-                self.shared.peer_boots[pos].store(boot, Ordering::Release);
-            }
-            self.shared.peer_reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
-            // The peer reads, we hear it, yet it has not heard us for many reads in a row:
-            // nothing on our side failed, so nothing else would ever bind our side again. The
-            // case the boot id misses: our side was bound before we read any boot of the peer,
-            // and the peer crashed and restarted before that first read (`mu sim --seed 50301
-            // --replicas 4`). The count is far above what a peer that reaches us needs to hear
-            // us again, so a slow start or a pause does not cycle a working side; and after a
-            // rebind it starts again from 0, so the peer has that many reads to recover before
-            // the next one.
-            let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
-            let peer_view = &mut self.peers[pos];
-            // Saturating: a peer that never hears us (a one-way partition) counts for ever.
-            peer_view.unheard_reads =
-                if unheard { peer_view.unheard_reads.saturating_add(1) } else { 0 };
-            if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
-                && peer_view.target_connected
-            {
-                debug!(
-                    replica = self.me.0,
-                    peer = self.replicas.ids()[pos].0,
-                    reads = peer_view.unheard_reads,
-                    "the peer has not heard us for many reads: binding its side of us again"
-                );
-                peer_view.unheard_reads = 0;
-                peer_view.target_connected = false;
-            }
-            let bit = 1u64 << pos;
-            if flags & FLAG_ABSTAINING != 0 {
-                self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
-            } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
-                self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
-            }
-            let rejoin = self.load(view + REJOIN_OFFSET);
-            if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
-                // The request first, then the mask that sends a leader to read it.
-                self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
-                if rejoin != 0 {
-                    self.shared.peers_rejoining.fetch_or(1 << pos, Ordering::Release);
-                } else {
-                    self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
-                }
-            }
-            let members = self.load(view + MEMBERS_COPY_OFFSET);
-            self.notice_removal(head, members);
-            self.peers[pos].last_counter = Some(counter);
-            // For log recycling (§5.3): the leader engine limits itself by its confirmed
-            // followers' heads.
-            // A restarted peer's head starts again from its snapshot or from 0. Stored only
-            // when it moved: the replication thread reads it on every poll.
-            let word = &self.shared.heads[pos];
-            if word.load(Ordering::Relaxed) != head {
-                word.store(head, Ordering::Release);
-            }
-            let posted_ns = self.peers[pos].read_posted_ns;
-            self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
-            let eligible = eligible && self.shared.is_member(pos);
-            (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
-            self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
+            self.on_heartbeat_read(pos);
+            return;
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
         debug_assert!(matches!(
             c.wr_id & !POS_BITS,
             KIND_HEARTBEAT | KIND_REQUEST | KIND_ACK | KIND_SNAPSHOT_REQUEST
         ));
+    }
+
+    /// An operation to `pos` failed: the peer is lost, and a fetch from it is asked again.
+    fn on_failed(&mut self, pos: usize) {
+        self.lost(pos);
+        if self.fetch.is_some_and(|f| f.donor == pos) {
+            warn!(
+                replica = self.me.0,
+                donor = self.replicas.ids()[pos].0,
+                "state transfer: the donor became unreachable; asking again"
+            );
+            self.fetch = None; // asked again of whoever is most advanced then
+        }
+    }
+
+    /// A read of `pos`'s heartbeat, head and flags came back (in its view in our region): the
+    /// failure detector hears it, and what the peer publishes is passed on to the replication
+    /// plane, unless the peer is refused.
+    fn on_heartbeat_read(&mut self, pos: usize) {
+        self.peers[pos].reading = false;
+        let view = view_offset(pos);
+        let counter = self.load(view + HEARTBEAT_OFFSET);
+        let head = self.load(view + HEAD_COPY_OFFSET);
+        let flags = self.load(view + FLAGS_OFFSET);
+        if flags >> FLAGS_CONFIG_SHIFT & 0xffff == 0 {
+            // The peer has not published its flags yet (its first beat is under way): a
+            // heartbeat of a replica that does not stand, as before it beats. Its
+            // configuration is not known, so its requests wait.
+            self.peers[pos].last_counter = Some(counter);
+            self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
+            return;
+        }
+        let boot = (flags >> 32) as u32;
+        self.note_peer_boot(pos, boot);
+        if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
+            // A peer with another log shape or protocol never counts as alive, nor as
+            // eligible; nor does one that restarted without rejoining.
+            self.detector.on_unreachable(self.replicas.ids()[pos]);
+            return;
+        }
+        let eligible = flags & FLAG_ELIGIBLE != 0;
+        if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
+            self.stop_refused(pos);
+            return;
+        }
+        if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
+            self.shared.peer_boots[pos].store(boot, Ordering::Release);
+        }
+        self.shared.peer_reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
+        self.count_unheard(pos, view);
+        self.publish_peer_requests(pos, flags, view);
+        let members = self.load(view + MEMBERS_COPY_OFFSET);
+        self.notice_removal(head, members);
+        self.peers[pos].last_counter = Some(counter);
+        // For log recycling (§5.3): the leader engine limits itself by its confirmed
+        // followers' heads.
+        // A restarted peer's head starts again from its snapshot or from 0. Stored only
+        // when it moved: the replication thread reads it on every poll.
+        let word = &self.shared.heads[pos];
+        if word.load(Ordering::Relaxed) != head {
+            word.store(head, Ordering::Release);
+        }
+        let posted_ns = self.peers[pos].read_posted_ns;
+        self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
+        let eligible = eligible && self.shared.is_member(pos);
+        (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
+        self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
+    }
+
+    /// Our side of the peer's connection is kept bound to its current run (`boot`), whether
+    /// that run is counted or not: a run refused must still read our refusal.
+    fn note_peer_boot(&mut self, pos: usize, boot: u32) {
+        self.peers[pos].last_read_boot = boot;
+        let peer_view = &mut self.peers[pos];
+        if peer_view.target_connected && peer_view.target_boot != boot {
+            if peer_view.target_boot == 0 {
+                peer_view.target_boot = boot;
+            } else {
+                // Our side the peer initiates on was bound to an earlier run of it (while
+                // it was down, between its crash and its restart): the restarted peer could
+                // never read our heartbeat, and would judge us failed for good while we
+                // read it fine (`mu sim` seed 21361, a 3,000-seed sweep). Bound again at
+                // the next read.
+                peer_view.target_connected = false;
+            }
+        }
+    }
+
+    /// The peer reads, we hear it, yet it has not heard us for many reads in a row (its
+    /// heartbeat view at `view` says so): nothing on our side failed, so nothing else would
+    /// ever bind our side again. The case the boot id misses: our side was bound before we
+    /// read any boot of the peer, and the peer crashed and restarted before that first read
+    /// (`mu sim --seed 50301 --replicas 4`). The count is far above what a peer that reaches
+    /// us needs to hear us again, so a slow start or a pause does not cycle a working side;
+    /// and after a rebind it starts again from 0, so the peer has that many reads to recover
+    /// before the next one.
+    fn count_unheard(&mut self, pos: usize, view: u64) {
+        let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
+        let peer_view = &mut self.peers[pos];
+        // Saturating: a peer that never hears us (a one-way partition) counts for ever.
+        peer_view.unheard_reads =
+            if unheard { peer_view.unheard_reads.saturating_add(1) } else { 0 };
+        if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
+            && peer_view.target_connected
+        {
+            debug!(
+                replica = self.me.0,
+                peer = self.replicas.ids()[pos].0,
+                reads = peer_view.unheard_reads,
+                "the peer has not heard us for many reads: binding its side of us again"
+            );
+            peer_view.unheard_reads = 0;
+            peer_view.target_connected = false;
+        }
+    }
+
+    /// Velos: publishes for the replication plane whether the peer abstains (`flags`) and its
+    /// rejoin request (at `view`).
+    fn publish_peer_requests(&mut self, pos: usize, flags: u64, view: u64) {
+        let bit = 1u64 << pos;
+        if flags & FLAG_ABSTAINING != 0 {
+            self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
+        } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
+            self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
+        }
+        let rejoin = self.load(view + REJOIN_OFFSET);
+        if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
+            // The request first, then the mask that sends a leader to read it.
+            self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
+            if rejoin != 0 {
+                self.shared.peers_rejoining.fetch_or(1 << pos, Ordering::Release);
+            } else {
+                self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
+            }
+        }
     }
 
     /// Delivers our replication plane's permission request to every permission manager,
