@@ -41,6 +41,7 @@ mod group;
 pub mod layout;
 mod memory;
 mod mu;
+mod probe;
 mod replica;
 mod replication;
 mod setup_trace;

@@ -545,9 +545,9 @@ impl<F: Fabric> ReplicationDriver<F> {
             return;
         }
         let phase = self.poll_started_in;
-        self.shared.phase_busy_ns[phase as usize].fetch_add(busy_ns, Ordering::Relaxed);
-        self.shared.phase_polls[phase as usize].fetch_add(1, Ordering::Relaxed);
-        let trace = &self.shared.setup_trace;
+        self.shared.probe.phase_busy_ns[phase as usize].fetch_add(busy_ns, Ordering::Relaxed);
+        self.shared.probe.phase_polls[phase as usize].fetch_add(1, Ordering::Relaxed);
+        let trace = &self.shared.probe.setup_trace;
         self.idle_polls.note(trace, start_ns, busy_ns, busy, Some(phase), poller);
     }
 
@@ -558,21 +558,24 @@ impl<F: Fabric> ReplicationDriver<F> {
         if phase == Phase::Follower {
             if self.phases_stamped != 0 {
                 self.phases_stamped = 0;
-                for at in &self.shared.phase_entered_at_ns {
+                for at in &self.shared.probe.phase_entered_at_ns {
                     at.store(0, Ordering::Release);
                 }
-                for counter in self.shared.phase_busy_ns.iter().chain(&self.shared.phase_polls) {
+                for counter in
+                    self.shared.probe.phase_busy_ns.iter().chain(&self.shared.probe.phase_polls)
+                {
                     counter.store(0, Ordering::Relaxed);
                 }
-                self.shared.setup_trace.clear();
+                self.shared.probe.setup_trace.clear();
                 self.idle_polls.reset();
             }
         } else if self.phases_stamped & 1 << phase as u32 == 0 {
             self.phases_stamped |= 1 << phase as u32;
-            self.shared.phase_entered_at_ns[phase as usize].store(now_ns + 1, Ordering::Release);
+            self.shared.probe.phase_entered_at_ns[phase as usize]
+                .store(now_ns + 1, Ordering::Release);
         }
         let asking = matches!(phase, Phase::Follower | Phase::Permissions);
-        date_once(&self.shared.permitted_at_ns, !asking, now_ns);
+        date_once(&self.shared.probe.permitted_at_ns, !asking, now_ns);
         let setting_up = matches!(
             phase,
             Phase::Follower
@@ -581,8 +584,8 @@ impl<F: Fabric> ReplicationDriver<F> {
                 | Phase::CatchUp
                 | Phase::UpdateFollowers
         );
-        if date_once(&self.shared.ready_at_ns, !setting_up, now_ns) {
-            let elected_at = self.shared.elected_at_ns.load(Ordering::Acquire);
+        if date_once(&self.shared.probe.ready_at_ns, !setting_up, now_ns) {
+            let elected_at = self.shared.probe.elected_at_ns.load(Ordering::Acquire);
             info!(
                 replica = self.me.0,
                 fuo = self.leader.fuo(),

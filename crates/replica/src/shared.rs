@@ -11,6 +11,7 @@
 //! the leader, liveness and eligibility words the background thread reads on every loop. What
 //! that cost has not been measured with a core per thread.
 
+use crate::probe::FailoverProbe;
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
 use mu_replication::Phase;
@@ -158,38 +159,8 @@ pub(crate) struct Shared {
     pub leader_changes: AtomicU64,
     pub permission_switches: AtomicU64,
     pub slow_permission_switches: AtomicU64,
-    /// When (ns on the replica's clock, plus one so that 0 means never) the failure detector
-    /// last elected this replica, 0 while another leads (background).
-    pub elected_at_ns: AtomicU64,
-    /// When (same clock, plus one) Mu's leader engine last got past its permission round; 0
-    /// while not leading or still asking (replication).
-    pub permitted_at_ns: AtomicU64,
-    /// Mu: when (same clock, plus one) the leader engine first entered each phase
-    /// (`Phase::ALL`, by `phase as usize`) in its current leadership; all 0 while not leading
-    /// (replication). Failover timing: where a new leader's set-up and first proposal go.
-    pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
-    /// Mu: the time a new leadership's polls took, from the one that took it up to the one in
-    /// which its first own proposal committed, by the phase each poll began in (`Follower`: the
-    /// poll that took it up), and how many polls; reset with `phase_entered_at_ns`
-    /// (replication).
-    pub phase_busy_ns: [AtomicU64; Phase::ALL.len()],
-    pub phase_polls: [AtomicU64; Phase::ALL.len()],
-    /// Velos: when (same clock, plus one) the leader first took each step of
-    /// [`crate::VelosStep::ALL`] in its current leadership; all 0 while not leading
-    /// (replication).
-    pub velos_step_at_ns: [AtomicU64; crate::VelosStep::ALL.len()],
-    /// Velos: the time a new leadership's polls took, from the one that took it up to the one
-    /// that answered the application's first value, and how many polls; reset with
-    /// `velos_step_at_ns` (replication).
-    pub velos_busy_ns: AtomicU64,
-    pub velos_polls: AtomicU64,
-    /// Either engine: a new leadership's busy polls, from the one that took it up until it is
-    /// timed no more; cleared with the phase stamps or the Velos steps (replication).
-    pub setup_trace: crate::setup_trace::SetupTrace,
-    /// When (same clock, plus one) the leader engine last finished setting up as leader:
-    /// permissions held, its log and its followers' up to date; 0 while not leading
-    /// (replication).
-    pub ready_at_ns: AtomicU64,
+    /// Failover timing: when a new leader took each step, and how its polls went.
+    pub probe: FailoverProbe,
     /// State transfer: the ticket of the snapshot request to serve next, 0 for none
     /// (background sets it, replication clears it once served).
     pub snapshot_wanted: AtomicU64,
@@ -290,16 +261,7 @@ impl Shared {
             snapshots_installed: AtomicU64::new(0),
             state_transfer_error: std::sync::Mutex::new(None),
             failure: std::sync::Mutex::new(None),
-            elected_at_ns: AtomicU64::new(0),
-            permitted_at_ns: AtomicU64::new(0),
-            phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            phase_busy_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            phase_polls: std::array::from_fn(|_| AtomicU64::new(0)),
-            velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            velos_busy_ns: AtomicU64::new(0),
-            velos_polls: AtomicU64::new(0),
-            setup_trace: Default::default(),
-            ready_at_ns: AtomicU64::new(0),
+            probe: FailoverProbe::new(),
             last_abort: std::sync::Mutex::new(None),
             guard: OwnLines(OwnLogGuard::new()),
             members: AtomicU64::new(members),
@@ -323,18 +285,18 @@ impl Shared {
             heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
             eligible: self.eligible.load(Ordering::Acquire),
             recovering: self.recovering.load(Ordering::Acquire),
-            elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
-            permitted_at_ns: self.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
+            elected_at_ns: self.probe.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
+            permitted_at_ns: self.probe.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
             phases_entered_at_ns: Phase::ALL
                 .iter()
-                .zip(&self.phase_entered_at_ns)
+                .zip(&self.probe.phase_entered_at_ns)
                 .filter_map(|(phase, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*phase, ns))
                 })
                 .collect(),
             phases_busy_ns: Phase::ALL
                 .iter()
-                .zip(self.phase_busy_ns.iter().zip(&self.phase_polls))
+                .zip(self.probe.phase_busy_ns.iter().zip(&self.probe.phase_polls))
                 .filter_map(|(phase, (ns, polls))| {
                     let polls = polls.load(Ordering::Relaxed);
                     (polls > 0).then(|| (*phase, ns.load(Ordering::Relaxed), polls))
@@ -342,17 +304,17 @@ impl Shared {
                 .collect(),
             velos_steps_at_ns: crate::VelosStep::ALL
                 .iter()
-                .zip(&self.velos_step_at_ns)
+                .zip(&self.probe.velos_step_at_ns)
                 .filter_map(|(step, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*step, ns))
                 })
                 .collect(),
             velos_busy_ns: (
-                self.velos_busy_ns.load(Ordering::Relaxed),
-                self.velos_polls.load(Ordering::Relaxed),
+                self.probe.velos_busy_ns.load(Ordering::Relaxed),
+                self.probe.velos_polls.load(Ordering::Relaxed),
             ),
-            setup_polls: self.setup_trace.polls(),
-            ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
+            setup_polls: self.probe.setup_trace.polls(),
+            ready_at_ns: self.probe.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
             last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),
             members: ids_of(ids, self.members.load(Ordering::Acquire)),
@@ -448,7 +410,7 @@ impl Shared {
         }
         // Dated before it is published: whoever sees us elected sees when.
         let elected = if leader == Some(me) { now_ns + 1 } else { 0 };
-        self.elected_at_ns.store(elected, Ordering::Release);
+        self.probe.elected_at_ns.store(elected, Ordering::Release);
         self.leader.store(word, Ordering::Release);
         self.leader_changes.fetch_add(1, Ordering::Relaxed);
         true

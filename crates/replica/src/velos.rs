@@ -431,7 +431,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn stamp(&mut self, step: VelosStep, now_ns: u64) {
         if self.steps_stamped & 1 << step as u32 == 0 {
             self.steps_stamped |= 1 << step as u32;
-            self.shared.velos_step_at_ns[step as usize].store(now_ns + 1, Ordering::Release);
+            self.shared.probe.velos_step_at_ns[step as usize].store(now_ns + 1, Ordering::Release);
         }
     }
 
@@ -439,12 +439,12 @@ impl<F: Fabric> VelosDriver<F> {
     fn clear_steps(&mut self) {
         self.steps_stamped = 0;
         self.first_answered = false;
-        for at in &self.shared.velos_step_at_ns {
+        for at in &self.shared.probe.velos_step_at_ns {
             at.store(0, Ordering::Release);
         }
-        self.shared.velos_busy_ns.store(0, Ordering::Relaxed);
-        self.shared.velos_polls.store(0, Ordering::Relaxed);
-        self.shared.setup_trace.clear();
+        self.shared.probe.velos_busy_ns.store(0, Ordering::Relaxed);
+        self.shared.probe.velos_polls.store(0, Ordering::Relaxed);
+        self.shared.probe.setup_trace.clear();
         self.idle_polls.reset();
     }
 
@@ -462,9 +462,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// The poll is also traced (`ReplicaStatus::setup_polls`), as under Mu.
     pub fn note_setup_poll(&mut self, start_ns: u64, busy_ns: u64, busy: bool, poller: Poller) {
         if self.proposer.is_leading() {
-            self.shared.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
-            self.shared.velos_polls.fetch_add(1, Ordering::Relaxed);
-            let trace = &self.shared.setup_trace;
+            self.shared.probe.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+            self.shared.probe.velos_polls.fetch_add(1, Ordering::Relaxed);
+            let trace = &self.shared.probe.setup_trace;
             self.idle_polls.note(trace, start_ns, busy_ns, busy, None, poller);
         }
     }
@@ -798,7 +798,7 @@ impl<F: Fabric> VelosDriver<F> {
         let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
         self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
         let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
-        self.shared.ready_at_ns.store(now_ns + 1, Ordering::Release);
+        self.shared.probe.ready_at_ns.store(now_ns + 1, Ordering::Release);
         self.clear_steps();
         // Idle, it decides an empty entry soon: followers learn the last one from it.
         self.last_decision = (now_ns, false);
@@ -814,7 +814,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.stop_taking_part();
         }
         self.last_decision = (0, true);
-        self.shared.ready_at_ns.store(0, Ordering::Release);
+        self.shared.probe.ready_at_ns.store(0, Ordering::Release);
         self.clear_steps();
         if self.group.pending {
             // The entry in the proposer may have been accepted somewhere: its outcome is
