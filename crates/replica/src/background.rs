@@ -222,7 +222,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         detector.set_self_eligible(founding);
         let permissions = PermissionManager::new(me, &replicas)?;
         // Our own requests are served: we run with our configuration.
-        shared.peers_config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
+        shared.peers.config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
         let n = replicas.len();
         Ok(BackgroundDriver {
             fabric,
@@ -281,7 +281,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         let mut alive = 0u64;
         for (pos, &peer) in self.replicas.ids().iter().enumerate() {
             if let Some(score) = self.detector.score(peer) {
-                let word = &self.shared.scores[pos];
+                let word = &self.shared.peers.scores[pos];
                 if word.load(Ordering::Relaxed) != score {
                     word.store(score, Ordering::Relaxed);
                 }
@@ -290,8 +290,8 @@ impl<F: Fabric> BackgroundDriver<F> {
                 alive |= 1 << pos;
             }
         }
-        if self.shared.alive_mask.load(Ordering::Relaxed) != alive {
-            self.shared.alive_mask.store(alive, Ordering::Release);
+        if self.shared.peers.alive_mask.load(Ordering::Relaxed) != alive {
+            self.shared.peers.alive_mask.store(alive, Ordering::Release);
         }
         let holder = self.permissions.holder().map_or(0, |h| u64::from(h.0) + 1);
         if self.shared.log_holder.load(Ordering::Relaxed) != holder {
@@ -415,7 +415,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// `leader_changes` counts it.
     fn note_leader_change(&self, leader: Option<NodeId>, alive: usize, eligible: bool) {
         let replica = self.me.0;
-        let leader_changes = self.shared.leader_changes.load(Ordering::Relaxed);
+        let leader_changes = self.shared.stats.leader_changes.load(Ordering::Relaxed);
         match leader {
             Some(l) if l == self.me => info!(
                 replica,
@@ -452,14 +452,14 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// State transfer, donor side: hands the next peer's request to our replication plane,
     /// which takes the snapshot between two entries. One at a time, lowest position first.
     fn take_snapshot_request(&mut self) {
-        if self.shared.snapshot_wanted.load(Ordering::Acquire) != 0 {
+        if self.shared.transfer.snapshot_wanted.load(Ordering::Acquire) != 0 {
             return;
         }
         for pos in 0..self.replicas.len() {
             let ticket = self.load(snapshot_request_offset(pos));
             if pos != self.me_pos && ticket != 0 && ticket != self.tickets_taken[pos] {
                 self.tickets_taken[pos] = ticket;
-                self.shared.snapshot_wanted.store(ticket, Ordering::Release);
+                self.shared.transfer.snapshot_wanted.store(ticket, Ordering::Release);
                 return;
             }
         }
@@ -470,11 +470,11 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// it asks the most advanced peer for a snapshot, reads it with one-sided reads, checks it,
     /// and leaves it to the replication plane to install. Returns whether it did anything.
     fn fetch_state(&mut self, now_ns: u64) -> bool {
-        if self.shared.snapshot_fetched.load(Ordering::Acquire) {
+        if self.shared.transfer.snapshot_fetched.load(Ordering::Acquire) {
             return false; // the last one is not installed yet
         }
         let Some(mut fetch) = self.fetch else {
-            let failures = self.shared.restore_failures.load(Ordering::Acquire);
+            let failures = self.shared.transfer.restore_failures.load(Ordering::Acquire);
             if failures != self.restore_failures_seen {
                 // Each refused snapshot doubles the wait, from a read period up to
                 // RESTORE_RETRY_NS_MAX; one installed starts the count again.
@@ -490,7 +490,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     .min(SERVE_RETRY_NS_MAX);
                 self.next_fetch_ns = now_ns + self.serve_backoff_ns;
             }
-            let installed = self.shared.snapshots_installed.load(Ordering::Relaxed);
+            let installed = self.shared.transfer.snapshots_installed.load(Ordering::Relaxed);
             if installed != self.installs_seen {
                 self.installs_seen = installed;
                 self.restore_backoff_ns = 0;
@@ -511,13 +511,14 @@ impl<F: Fabric> BackgroundDriver<F> {
                         && self.peers[pos].connected
                         && self.detector.is_alive(self.replicas.ids()[pos])
                 })
-                .max_by_key(|&pos| self.shared.heads[pos].load(Ordering::Acquire));
+                .max_by_key(|&pos| self.shared.peers.heads[pos].load(Ordering::Acquire));
             let Some(donor) = donor else { return false };
-            let donor_head = self.shared.heads[donor].load(Ordering::Acquire);
+            let donor_head = self.shared.peers.heads[donor].load(Ordering::Acquire);
             // A whole log behind: the entries we lack were overwritten. Or our replayer waits
             // for a decided entry our log will never get (it was skipped): any peer further on
             // has what we need.
-            let stuck = self.shared.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
+            let stuck =
+                self.shared.transfer.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
             if donor_head < own + self.transfer.slots_count && !stuck {
                 return false;
             }
@@ -698,9 +699,10 @@ impl<F: Fabric> BackgroundDriver<F> {
         );
         // The checked copy is what is installed: a late read of an earlier fetch, given up,
         // may still land in the regions it came through.
-        let fetched = crate::shared::FetchedSnapshot { index, members, last_word: last, bytes };
-        *self.shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fetched);
-        self.shared.snapshot_fetched.store(true, Ordering::Release);
+        let fetched = crate::signals::FetchedSnapshot { index, members, last_word: last, bytes };
+        *self.shared.transfer.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(fetched);
+        self.shared.transfer.snapshot_fetched.store(true, Ordering::Release);
     }
 
     /// A peer that applied further than us (up to `head`) has a configuration without us: we
@@ -748,7 +750,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     peer.standing,
                     peer.members,
                     members,
-                    || self.shared.heads[pos].load(Ordering::Acquire),
+                    || self.shared.peers.heads[pos].load(Ordering::Acquire),
                     decided_below,
                 )
                 && self.detector.is_alive(self.replicas.ids()[pos])
@@ -793,9 +795,9 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.store(FLAGS_OFFSET, flags | fingerprint | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
         let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
-        self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
+        self.store(UNHEARD_OFFSET, others & !self.shared.peers.alive_mask.load(Ordering::Acquire));
         self.store(REJOIN_OFFSET, self.shared.rejoin_request.load(Ordering::Acquire));
-        self.store(REFUSED_OFFSET, self.shared.peers_refused.load(Ordering::Acquire));
+        self.store(REFUSED_OFFSET, self.shared.peers.refused.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -976,10 +978,10 @@ impl<F: Fabric> BackgroundDriver<F> {
             self.stop_refused(pos);
             return;
         }
-        if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
-            self.shared.peer_boots[pos].store(boot, Ordering::Release);
+        if self.shared.peers.boots[pos].load(Ordering::Relaxed) != boot {
+            self.shared.peers.boots[pos].store(boot, Ordering::Release);
         }
-        self.shared.peer_reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
+        self.shared.peers.reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
         self.count_unheard(pos, view);
         self.publish_peer_requests(pos, flags, view);
         let members = self.load(view + MEMBERS_COPY_OFFSET);
@@ -989,12 +991,12 @@ impl<F: Fabric> BackgroundDriver<F> {
         // followers' heads.
         // A restarted peer's head starts again from its snapshot or from 0. Stored only
         // when it moved: the replication thread reads it on every poll.
-        let word = &self.shared.heads[pos];
+        let word = &self.shared.peers.heads[pos];
         if word.load(Ordering::Relaxed) != head {
             word.store(head, Ordering::Release);
         }
         let posted_ns = self.peers[pos].read_posted_ns;
-        self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
+        self.shared.peers.heads_read_ns[pos].store(posted_ns, Ordering::Release);
         let eligible = eligible && self.shared.is_member(pos);
         (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
         self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
@@ -1052,18 +1054,18 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn publish_peer_requests(&mut self, pos: usize, flags: u64, view: u64) {
         let bit = 1u64 << pos;
         if flags & FLAG_ABSTAINING != 0 {
-            self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
-        } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
-            self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
+            self.shared.peers.abstaining.fetch_or(bit, Ordering::Release);
+        } else if self.shared.peers.abstaining.load(Ordering::Relaxed) & bit != 0 {
+            self.shared.peers.abstaining.fetch_and(!bit, Ordering::Release);
         }
         let rejoin = self.load(view + REJOIN_OFFSET);
-        if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
+        if self.shared.peers.rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
             // The request first, then the mask that sends a leader to read it.
-            self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
+            self.shared.peers.rejoin_requests[pos].store(rejoin, Ordering::Release);
             if rejoin != 0 {
-                self.shared.peers_rejoining.fetch_or(1 << pos, Ordering::Release);
+                self.shared.peers.rejoining.fetch_or(1 << pos, Ordering::Release);
             } else {
-                self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
+                self.shared.peers.rejoining.fetch_and(!(1 << pos), Ordering::Release);
             }
         }
     }
@@ -1102,10 +1104,10 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn refuse_if_restarted(&mut self, pos: usize, flags: u64) -> bool {
         let boot = (flags >> 32) as u32;
         // The run we last accepted (`peer_boots` is set only for accepted heartbeats).
-        let seen = self.shared.peer_boots[pos].load(Ordering::Relaxed);
+        let seen = self.shared.peers.boots[pos].load(Ordering::Relaxed);
         let refuse = flags & FLAG_FOUNDING != 0 && seen != 0 && seen != boot;
         let bit = 1u64 << pos;
-        let refused = &self.shared.peers_refused;
+        let refused = &self.shared.peers.refused;
         let was_refused = refused.load(Ordering::Relaxed) & bit != 0;
         if refuse {
             if !was_refused {
@@ -1119,7 +1121,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 refused.fetch_or(bit, Ordering::AcqRel);
             }
             // Its requests are not served, and Velos does not bind its side.
-            self.shared.peers_config_same.fetch_and(!bit, Ordering::AcqRel);
+            self.shared.peers.config_same.fetch_and(!bit, Ordering::AcqRel);
         } else if was_refused {
             refused.fetch_and(!bit, Ordering::AcqRel);
         }
@@ -1154,7 +1156,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         let same = theirs == self.shared.config_fingerprint;
         let bit = 1u64 << pos;
         let (agreeing, other) = if same { (bit, 0) } else { (0, bit) };
-        let was_other = self.shared.peers_config_other.load(Ordering::Relaxed) & bit != 0;
+        let was_other = self.shared.peers.config_other.load(Ordering::Relaxed) & bit != 0;
         if !same && !was_other {
             error!(
                 replica = self.me.0,
@@ -1166,9 +1168,9 @@ impl<F: Fabric> BackgroundDriver<F> {
                  until it runs with ours"
             );
         }
-        let same_mask = &self.shared.peers_config_same;
+        let same_mask = &self.shared.peers.config_same;
         same_mask.store((same_mask.load(Ordering::Relaxed) & !bit) | agreeing, Ordering::Release);
-        let other_mask = &self.shared.peers_config_other;
+        let other_mask = &self.shared.peers.config_other;
         other_mask.store((other_mask.load(Ordering::Relaxed) & !bit) | other, Ordering::Release);
         same
     }
@@ -1214,11 +1216,11 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // (a peer restarted with another configuration, not read since, still has
                     // the bit of its earlier run).
                     let same_config =
-                        self.shared.peers_config_same.load(Ordering::Acquire) & 1 << pos != 0;
+                        self.shared.peers.config_same.load(Ordering::Acquire) & 1 << pos != 0;
                     let word = self.load(request_offset(pos));
                     let (boot, _) = split_request(word);
                     let this_run = pos == self.me_pos
-                        || boot == self.shared.peer_boots[pos].load(Ordering::Acquire);
+                        || boot == self.shared.peers.boots[pos].load(Ordering::Acquire);
                     self.requests[pos] = if self.shared.is_removed(pos) || !same_config || !this_run
                     {
                         0
@@ -1233,7 +1235,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     requester,
                     step: 0,
                     holder_before: self.permissions.holder(),
-                    slow_before: self.shared.slow_permission_switches.load(Ordering::Relaxed),
+                    slow_before: self.shared.stats.slow_permission_switches.load(Ordering::Relaxed),
                 }
             }
         };
@@ -1254,9 +1256,10 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
         self.permissions.done(requester, ok);
         if ok {
-            self.shared.permission_switches.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.permission_switches.fetch_add(1, Ordering::Relaxed);
         }
-        let slow = self.shared.slow_permission_switches.load(Ordering::Relaxed) != slow_before;
+        let slow =
+            self.shared.stats.slow_permission_switches.load(Ordering::Relaxed) != slow_before;
         self.note_permission_switch(requester, holder_before, ok, slow);
         true
     }
@@ -1367,7 +1370,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Counts a step that cycled a connection once it is over (a step under way is made again).
     fn slow_step(&self, outcome: StepOutcome) -> StepOutcome {
         if outcome != StepOutcome::UnderWay {
-            self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
         }
         outcome
     }

@@ -39,6 +39,7 @@ mod config;
 mod core;
 mod group;
 pub mod layout;
+mod lines;
 mod memory;
 mod mu;
 mod probe;
@@ -46,6 +47,7 @@ mod replica;
 mod replication;
 mod setup_trace;
 mod shared;
+mod signals;
 mod transfer;
 mod velos;
 

@@ -299,7 +299,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             busy |= self.collect_acks(now_ns);
         }
         for pos in 0..self.replicas.len() {
-            let head = self.shared.heads[pos].load(Ordering::Acquire);
+            let head = self.shared.peers.heads[pos].load(Ordering::Acquire);
             if head != self.heads_seen[pos] {
                 self.heads_seen[pos] = head;
                 let peer = self.replicas.ids()[pos];
@@ -370,7 +370,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         let head = self.replayer.head();
         let timeout_ns = self.settings.permission_timeout_ns;
         let stuck = self.blocked.poll(self.replayer.blocked(), head, now_ns, timeout_ns);
-        if self.shared.replayer_stuck.load(Ordering::Relaxed) != stuck {
+        if self.shared.transfer.replayer_stuck.load(Ordering::Relaxed) != stuck {
             if stuck {
                 warn!(
                     replica = self.me.0,
@@ -381,7 +381,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             } else {
                 info!(replica = self.me.0, head, "the replayer moves again");
             }
-            self.shared.replayer_stuck.store(stuck, Ordering::Release);
+            self.shared.transfer.replayer_stuck.store(stuck, Ordering::Release);
             if stuck {
                 self.stand_aside_until_applied();
             }
@@ -625,7 +625,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             self.acked.fill(true);
             // Refused if the configuration at our FUO leaves us out (§5.4).
             if self.leader.become_leader(&self.mem, &mut self.actions) {
-                let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+                let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
                 self.leading_to_log = Some(leaderships);
                 return true;
             }
@@ -674,7 +674,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 // log must not count (`layout::FLAG_FOUNDING`); it is refused once read. A
                 // granter restarted as it should be is counted once its heartbeat is read.
                 let granter_boot = self.background.load_u64(ack_boot_offset(pos) as usize);
-                let accepted_boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+                let accepted_boot = self.shared.peers.boots[pos].load(Ordering::Acquire);
                 if peer != self.me && granter_boot != Ok(u64::from(accepted_boot)) {
                     continue;
                 }
@@ -790,8 +790,8 @@ impl<F: Fabric> ReplicationDriver<F> {
                 ),
                 Action::Aborted { reason } => {
                     self.note_abort(reason);
-                    self.shared.aborts.fetch_add(1, Ordering::Relaxed);
-                    *self.shared.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
+                    self.shared.stats.aborts.fetch_add(1, Ordering::Relaxed);
+                    *self.shared.stats.last_abort.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(reason);
                     if matches!(reason, AbortReason::Removed | AbortReason::OutcomeUnknown { .. }) {
                         // The engine stepped down; with `OutcomeUnknown` it leads again from
@@ -877,7 +877,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         missing != 0
             && (0..self.replicas.len()).any(|pos| {
                 missing >> pos & 1 != 0 && {
-                    let head = self.shared.heads[pos].load(Ordering::Acquire);
+                    let head = self.shared.peers.heads[pos].load(Ordering::Acquire);
                     let (fuo, slots_count) = (self.leader.fuo(), self.layout.slots_count());
                     standing::may_join(head, self.heads_at_request[pos], fuo, slots_count)
                 }
@@ -945,7 +945,7 @@ impl<F: Fabric> ReplicationDriver<F> {
     /// here, and a missing replica whose head moves from here may be asked again early.
     fn note_asked(&mut self, now_ns: u64) {
         self.permissions_since_ns = now_ns;
-        for (seen, head) in self.heads_at_request.iter_mut().zip(&self.shared.heads) {
+        for (seen, head) in self.heads_at_request.iter_mut().zip(&self.shared.peers.heads) {
             *seen = head.load(Ordering::Acquire);
         }
     }

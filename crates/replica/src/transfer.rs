@@ -9,7 +9,8 @@ use crate::layout::{
     SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
 };
 use crate::replication::Applier;
-use crate::shared::{FetchedSnapshot, Shared};
+use crate::shared::Shared;
+use crate::signals::FetchedSnapshot;
 use mu_fabric::{LocalRegion, NodeId};
 use mu_log::EntryKind;
 use mu_replication::ReplicaSet;
@@ -38,7 +39,7 @@ pub(crate) fn serve<R: LocalRegion>(
     last: Option<(EntryKind, &[u8])>,
     app: &mut dyn Applier,
 ) {
-    let ticket = shared.snapshot_wanted.load(Ordering::Acquire);
+    let ticket = shared.transfer.snapshot_wanted.load(Ordering::Acquire);
     if ticket == 0 {
         return;
     }
@@ -104,7 +105,7 @@ pub(crate) fn serve<R: LocalRegion>(
     put(SNAPSHOT_DIGEST, snapshot_digest(index, members, last_word, &buf[..len]));
     put(SNAPSHOT_ERROR, error);
     put(SNAPSHOT_TICKET, ticket);
-    shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
+    shared.transfer.snapshots_served.fetch_add(1, Ordering::Relaxed);
     // The buffer lives as long as the replica: one that an oversized snapshot grew would
     // otherwise hold that memory for good. A snapshot that fits leaves it at most about
     // twice `bytes_max`, as the vector doubled to hold it.
@@ -112,7 +113,12 @@ pub(crate) fn serve<R: LocalRegion>(
         *buf = Vec::new();
     }
     // A newer request may have replaced this one meanwhile: leave it for the next poll.
-    let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
+    let _ = shared.transfer.snapshot_wanted.compare_exchange(
+        ticket,
+        0,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
 }
 
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
@@ -127,12 +133,12 @@ pub(crate) fn install(
     leading: bool,
     app: &mut dyn Applier,
 ) -> Option<(u64, u64, Option<LastEntry>)> {
-    if !shared.snapshot_fetched.load(Ordering::Acquire) {
+    if !shared.transfer.snapshot_fetched.load(Ordering::Acquire) {
         return None;
     }
-    let fetched = shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let fetched = shared.transfer.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(FetchedSnapshot { index, members, last_word, bytes }) = fetched else {
-        shared.snapshot_fetched.store(false, Ordering::Release);
+        shared.transfer.snapshot_fetched.store(false, Ordering::Release);
         return None;
     };
     let len = bytes.len();
@@ -157,12 +163,12 @@ pub(crate) fn install(
                     from_head = head,
                     "state transfer: snapshot installed"
                 );
-                shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+                shared.transfer.snapshots_installed.fetch_add(1, Ordering::Relaxed);
                 installed = Some((index, members, last));
             }
             Err(e) => {
                 warn!(replica = me.0, index, error = %e, "state transfer: restore failed");
-                shared.restore_failures.fetch_add(1, Ordering::Release);
+                shared.transfer.restore_failures.fetch_add(1, Ordering::Release);
                 shared.transfer_failed(format!("restoring a snapshot: {e}"))
             }
         }
@@ -172,7 +178,7 @@ pub(crate) fn install(
             index, head, "state transfer: fetched snapshot not installed (not ahead, or leading)"
         );
     }
-    shared.snapshot_fetched.store(false, Ordering::Release);
+    shared.transfer.snapshot_fetched.store(false, Ordering::Release);
     installed
 }
 
@@ -245,7 +251,7 @@ mod tests {
         let region = Memory(Arc::new(Mutex::new(vec![0; snapshot_region_bytes(bytes_max)])));
         let mut buf = Vec::new();
         let mut serve_one = |app: &mut Sized, seq| {
-            shared.snapshot_wanted.store(snapshot_ticket(1, seq), Ordering::Release);
+            shared.transfer.snapshot_wanted.store(snapshot_ticket(1, seq), Ordering::Release);
             let at = (NodeId(0), &replicas);
             serve(&shared, &region, &mut buf, bytes_max, at, (5, 0b111), None, app);
             let word = |field| region.load_u64(field as usize).unwrap();

@@ -691,11 +691,11 @@ impl<F: Fabric> VelosDriver<F> {
     fn connect(&mut self, now_ns: u64) {
         let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
-            let reads = self.shared.peer_reads_accepted[pos].load(Ordering::Acquire);
+            let reads = self.shared.peers.reads_accepted[pos].load(Ordering::Acquire);
             if !self.connected[pos] && self.down_at_reads[pos].is_none() {
                 self.down_at_reads[pos] = Some(reads);
             }
-            let boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+            let boot = self.shared.peers.boots[pos].load(Ordering::Acquire);
             if self.target_connected[pos] && boot != self.bound_boots[pos] {
                 // The peer restarted (or we bound before we knew its run): the side it
                 // initiates on is bound again, to its current run. Ours it reaches it through
@@ -708,7 +708,7 @@ impl<F: Fabric> VelosDriver<F> {
             // noted, so that a restart after it is noticed.
             // Nor a peer whose heartbeat has not shown our configuration: it would write its
             // values and words into our memory at its own offsets.
-            let same_config = self.shared.peers_config_same.load(Ordering::Acquire) >> pos & 1 != 0;
+            let same_config = self.shared.peers.config_same.load(Ordering::Acquire) >> pos & 1 != 0;
             let bind_target = !self.target_connected[pos]
                 && self.recovery.is_none()
                 && boot != 0
@@ -750,7 +750,7 @@ impl<F: Fabric> VelosDriver<F> {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
         let behind = Candidacy::behind(self.a_log_behind(), leading, || {
-            self.heads().live_ahead_by(self.shared.alive_mask.load(Ordering::Acquire), 2)
+            self.heads().live_ahead_by(self.shared.peers.alive_mask.load(Ordering::Acquire), 2)
         });
         let candidacy = Candidacy {
             elected: elected == Some(self.me),
@@ -797,7 +797,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn take_up_leadership(&mut self, now_ns: u64) {
         let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
         self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
-        let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+        let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
         self.shared.probe.ready_at_ns.store(now_ns + 1, Ordering::Release);
         self.clear_steps();
         // Idle, it decides an empty entry soon: followers learn the last one from it.
@@ -869,9 +869,9 @@ impl<F: Fabric> VelosDriver<F> {
             return true;
         };
         let fresh = (0..self.replicas.len())
-            .filter(|&pos| self.shared.heads_read_ns[pos].load(Ordering::Acquire) >= since)
+            .filter(|&pos| self.shared.peers.heads_read_ns[pos].load(Ordering::Acquire) >= since)
             .fold(0u64, |mask, pos| mask | 1 << pos);
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
         self.resync.settle(self.me_pos, alive, self.members_applied(), fresh)
     }
 
@@ -883,7 +883,7 @@ impl<F: Fabric> VelosDriver<F> {
             count: self.replicas.len(),
             applied: self.applied,
             slots_count: self.layout.slots_count(),
-            head: |pos: usize| self.shared.heads[pos].load(Ordering::Acquire),
+            head: |pos: usize| self.shared.peers.heads[pos].load(Ordering::Acquire),
         }
     }
 
@@ -892,7 +892,7 @@ impl<F: Fabric> VelosDriver<F> {
     /// [`Heads::floor`]). A peer that comes back after the log went round without it needs a
     /// state transfer.
     fn floor(&self) -> u64 {
-        let alive = self.shared.alive_mask.load(Ordering::Acquire) & self.members_applied();
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire) & self.members_applied();
         self.heads().floor(alive)
     }
 
@@ -902,8 +902,8 @@ impl<F: Fabric> VelosDriver<F> {
     /// ([`VelosDriver::refresh_words`]) and says so, as a restarted one does, by abstaining
     /// (`FLAG_ABSTAINING`): it is used again at once, before its state transfer.
     fn update_exclusions(&mut self) {
-        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire);
-        let refused = self.shared.peers_refused.load(Ordering::Acquire);
+        let abstaining = self.shared.peers.abstaining.load(Ordering::Acquire);
+        let refused = self.shared.peers.refused.load(Ordering::Acquire);
         for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
             let bit = 1u64 << pos;
             let behind = self.heads().keeps_away(pos, abstaining, refused);
@@ -950,14 +950,14 @@ impl<F: Fabric> VelosDriver<F> {
 
     /// Whether a live peer has applied the entry that removed this (leaving) leader.
     fn removal_applied_elsewhere(&self) -> bool {
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
         self.heads().reached_by_live(alive, self.left_at)
     }
 
     /// Whether a live peer applied a whole log more than this replica
     /// ([`Heads::a_log_behind`]).
     fn a_log_behind(&self) -> bool {
-        self.heads().a_log_behind(self.shared.alive_mask.load(Ordering::Acquire))
+        self.heads().a_log_behind(self.shared.peers.alive_mask.load(Ordering::Acquire))
     }
 
     /// Posts what the proposer asks for.
@@ -1178,8 +1178,8 @@ impl<F: Fabric> VelosDriver<F> {
         if self.group.pending || self.proposer.has_pending() {
             return;
         }
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire) & alive != 0;
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
+        let abstaining = self.shared.peers.abstaining.load(Ordering::Acquire) & alive != 0;
         if !standing::noop_due(abstaining, self.leaving, self.last_decision, now_ns) {
             return;
         }
@@ -1196,8 +1196,8 @@ impl<F: Fabric> VelosDriver<F> {
             return;
         }
         // One word on the hot path; the requests only when a peer asks.
-        let asking = self.shared.peers_rejoining.load(Ordering::Acquire)
-            & self.shared.alive_mask.load(Ordering::Acquire);
+        let asking = self.shared.peers.rejoining.load(Ordering::Acquire)
+            & self.shared.peers.alive_mask.load(Ordering::Acquire);
         if asking == 0 {
             return;
         }
@@ -1205,7 +1205,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.me_pos,
             self.replicas.len(),
             asking,
-            |pos| self.shared.peer_rejoin_requests[pos].load(Ordering::Acquire),
+            |pos| self.shared.peers.rejoin_requests[pos].load(Ordering::Acquire),
             &self.rejoined,
             |pos| self.replicas.ids()[pos],
         ) else {
