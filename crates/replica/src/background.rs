@@ -473,79 +473,95 @@ impl<F: Fabric> BackgroundDriver<F> {
         if self.shared.transfer.snapshot_fetched.load(Ordering::Acquire) {
             return false; // the last one is not installed yet
         }
-        let Some(mut fetch) = self.fetch else {
-            let failures = self.shared.transfer.restore_failures.load(Ordering::Acquire);
-            if failures != self.restore_failures_seen {
-                // Each refused snapshot doubles the wait, from a read period up to
-                // RESTORE_RETRY_NS_MAX; one installed starts the count again.
-                self.restore_failures_seen = failures;
-                self.restore_backoff_ns = (self.restore_backoff_ns * 2)
-                    .max(self.config.read_period_ns)
-                    .min(RESTORE_RETRY_NS_MAX);
-                self.next_fetch_ns = now_ns + self.restore_backoff_ns;
-            }
-            if std::mem::take(&mut self.serve_refused) {
-                self.serve_backoff_ns = (self.serve_backoff_ns * 2)
-                    .max(self.config.read_period_ns)
-                    .min(SERVE_RETRY_NS_MAX);
-                self.next_fetch_ns = now_ns + self.serve_backoff_ns;
-            }
-            let installed = self.shared.transfer.snapshots_installed.load(Ordering::Relaxed);
-            if installed != self.installs_seen {
-                self.installs_seen = installed;
-                self.restore_backoff_ns = 0;
-                self.serve_backoff_ns = 0;
-            }
-            if now_ns < self.next_fetch_ns {
-                return false;
-            }
-            let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-            // Among the peers alive to the failure detector: a removed replica stops (no
-            // heartbeat, and it serves no snapshot), but its connection stays up and the head
-            // it last published stays the highest; asked, it never answered, and the fetch
-            // timed out and was asked of it again, for good (Velos, `scenarios.rs: t98`, seed
-            // 300927).
-            let donor = (0..self.replicas.len())
-                .filter(|&pos| {
-                    pos != self.me_pos
-                        && self.peers[pos].connected
-                        && self.detector.is_alive(self.replicas.ids()[pos])
-                })
-                .max_by_key(|&pos| self.shared.peers.heads[pos].load(Ordering::Acquire));
-            let Some(donor) = donor else { return false };
-            let donor_head = self.shared.peers.heads[donor].load(Ordering::Acquire);
-            // A whole log behind: the entries we lack were overwritten. Or our replayer waits
-            // for a decided entry our log will never get (it was skipped): any peer further on
-            // has what we need.
-            let stuck =
-                self.shared.transfer.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
-            if donor_head < own + self.transfer.slots_count && !stuck {
-                return false;
-            }
-            self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);
-            let ticket = snapshot_ticket(self.me_pos, self.fetch_seq);
-            let at = snapshot_request_offset(self.me_pos);
-            if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
-                return false;
-            }
-            self.fetch = Some(Fetch {
-                seq: self.fetch_seq,
-                donor,
-                ticket,
-                body: None,
-                reading: false,
-                since_ns: now_ns,
-            });
-            info!(
-                replica = self.me.0,
-                donor = self.replicas.ids()[donor].0,
-                own_head = own,
-                donor_head,
-                stuck,
-                "state transfer: asking for a snapshot"
-            );
-            return true;
-        };
+        match self.fetch {
+            None => self.start_fetch(now_ns),
+            Some(fetch) => self.go_on_fetching(fetch, now_ns),
+        }
+    }
+
+    /// Waits longer after each snapshot the application refused to restore and after each
+    /// refusal to serve one; an installed snapshot starts the waits again.
+    fn note_fetch_backoff(&mut self, now_ns: u64) {
+        let failures = self.shared.transfer.restore_failures.load(Ordering::Acquire);
+        if failures != self.restore_failures_seen {
+            // Each refused snapshot doubles the wait, from a read period up to
+            // RESTORE_RETRY_NS_MAX; one installed starts the count again.
+            self.restore_failures_seen = failures;
+            self.restore_backoff_ns = (self.restore_backoff_ns * 2)
+                .max(self.config.read_period_ns)
+                .min(RESTORE_RETRY_NS_MAX);
+            self.next_fetch_ns = now_ns + self.restore_backoff_ns;
+        }
+        if std::mem::take(&mut self.serve_refused) {
+            self.serve_backoff_ns =
+                (self.serve_backoff_ns * 2).max(self.config.read_period_ns).min(SERVE_RETRY_NS_MAX);
+            self.next_fetch_ns = now_ns + self.serve_backoff_ns;
+        }
+        let installed = self.shared.transfer.snapshots_installed.load(Ordering::Relaxed);
+        if installed != self.installs_seen {
+            self.installs_seen = installed;
+            self.restore_backoff_ns = 0;
+            self.serve_backoff_ns = 0;
+        }
+    }
+
+    /// Asks the most advanced live peer for a snapshot if this replica is a whole log behind
+    /// it (or its replayer is stuck and the peer is further on), once the backoff allows.
+    fn start_fetch(&mut self, now_ns: u64) -> bool {
+        self.note_fetch_backoff(now_ns);
+        if now_ns < self.next_fetch_ns {
+            return false;
+        }
+        let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        // Among the peers alive to the failure detector: a removed replica stops (no
+        // heartbeat, and it serves no snapshot), but its connection stays up and the head
+        // it last published stays the highest; asked, it never answered, and the fetch
+        // timed out and was asked of it again, for good (Velos, `scenarios.rs: t98`, seed
+        // 300927).
+        let donor = (0..self.replicas.len())
+            .filter(|&pos| {
+                pos != self.me_pos
+                    && self.peers[pos].connected
+                    && self.detector.is_alive(self.replicas.ids()[pos])
+            })
+            .max_by_key(|&pos| self.shared.peers.heads[pos].load(Ordering::Acquire));
+        let Some(donor) = donor else { return false };
+        let donor_head = self.shared.peers.heads[donor].load(Ordering::Acquire);
+        // A whole log behind: the entries we lack were overwritten. Or our replayer waits
+        // for a decided entry our log will never get (it was skipped): any peer further on
+        // has what we need.
+        let stuck = self.shared.transfer.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
+        if donor_head < own + self.transfer.slots_count && !stuck {
+            return false;
+        }
+        self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);
+        let ticket = snapshot_ticket(self.me_pos, self.fetch_seq);
+        let at = snapshot_request_offset(self.me_pos);
+        if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
+            return false;
+        }
+        self.fetch = Some(Fetch {
+            seq: self.fetch_seq,
+            donor,
+            ticket,
+            body: None,
+            reading: false,
+            since_ns: now_ns,
+        });
+        info!(
+            replica = self.me.0,
+            donor = self.replicas.ids()[donor].0,
+            own_head = own,
+            donor_head,
+            stuck,
+            "state transfer: asking for a snapshot"
+        );
+        true
+    }
+
+    /// A fetch under way: gives up after the transfer timeout, or posts its next read (the
+    /// header, then the body) once the last one came back.
+    fn go_on_fetching(&mut self, mut fetch: Fetch, now_ns: u64) -> bool {
         if now_ns.saturating_sub(fetch.since_ns) > self.transfer.timeout_ns {
             self.give_up_fetch(now_ns, "timed out");
             return false;
@@ -607,59 +623,77 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn on_fetch_read(&mut self, kind: u64) {
         let Some(mut fetch) = self.fetch else { return };
         fetch.reading = false;
-        let header = |field: u64| self.load(FETCHED_HEADER_OFFSET + field);
         if kind == KIND_SNAPSHOT_HEADER {
-            if header(SNAPSHOT_TICKET) != fetch.ticket {
-                self.fetch = Some(fetch); // not served yet: read the header again
-                return;
-            }
-            let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
-            let error = header(SNAPSHOT_ERROR);
-            if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
-                // The donor's own status has the hook's message; what its header says is the
-                // kind of failure alone.
-                let bytes_max = self.transfer.snapshot_bytes_max;
-                let why = match error {
-                    SNAPSHOT_TOO_LARGE => "its snapshot is larger than its snapshot_bytes_max \
-                                           (its status says how large)"
-                        .to_string(),
-                    SNAPSHOT_UNSUPPORTED => "its application's snapshot hook failed (its \
-                                             status says why)"
-                        .to_string(),
-                    SNAPSHOT_OK => format!(
-                        "its snapshot of {len} bytes is larger than this replica's \
-                         snapshot_bytes_max ({bytes_max})"
-                    ),
-                    _ => format!("unknown error code {error}"),
-                };
-                let donor = self.replicas.ids()[fetch.donor];
-                if self.serve_backoff_ns < SERVE_RETRY_NS_MAX {
-                    warn!(
-                        replica = self.me.0,
-                        donor = donor.0,
-                        why = why.as_str(),
-                        "state transfer failed: the donor cannot serve; asking again later"
-                    );
-                } else {
-                    // Asked every 10 s by now: the status keeps the reason, the log a trace.
-                    debug!(
-                        replica = self.me.0,
-                        donor = donor.0,
-                        why = why.as_str(),
-                        "state transfer failed again: the donor cannot serve"
-                    );
-                }
-                self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
-                self.fetch = None;
-                self.serve_refused = true;
-                return;
-            }
-            let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);
-            let members = header(SNAPSHOT_MEMBERS);
-            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), members, last));
-            self.fetch = Some(fetch);
+            self.on_fetch_header(fetch);
+        } else {
+            self.on_fetch_body(fetch);
+        }
+    }
+
+    /// The header of the donor's snapshot was read: the body is read next if the donor served
+    /// our ticket and could.
+    fn on_fetch_header(&mut self, mut fetch: Fetch) {
+        let header = |field: u64| self.load(FETCHED_HEADER_OFFSET + field);
+        if header(SNAPSHOT_TICKET) != fetch.ticket {
+            self.fetch = Some(fetch); // not served yet: read the header again
             return;
         }
+        let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
+        let error = header(SNAPSHOT_ERROR);
+        if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
+            self.donor_cannot_serve(fetch.donor, error, len);
+            return;
+        }
+        let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);
+        let members = header(SNAPSHOT_MEMBERS);
+        fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), members, last));
+        self.fetch = Some(fetch);
+    }
+
+    /// The donor (a position) says it cannot serve (`error`), or its snapshot (`len` bytes) is
+    /// larger than ours may be: the fetch ends, and the next waits longer.
+    fn donor_cannot_serve(&mut self, donor: usize, error: u64, len: u64) {
+        // The donor's own status has the hook's message; what its header says is the
+        // kind of failure alone.
+        let bytes_max = self.transfer.snapshot_bytes_max;
+        let why = match error {
+            SNAPSHOT_TOO_LARGE => "its snapshot is larger than its snapshot_bytes_max \
+                                           (its status says how large)"
+                .to_string(),
+            SNAPSHOT_UNSUPPORTED => "its application's snapshot hook failed (its \
+                                             status says why)"
+                .to_string(),
+            SNAPSHOT_OK => format!(
+                "its snapshot of {len} bytes is larger than this replica's \
+                         snapshot_bytes_max ({bytes_max})"
+            ),
+            _ => format!("unknown error code {error}"),
+        };
+        let donor = self.replicas.ids()[donor];
+        if self.serve_backoff_ns < SERVE_RETRY_NS_MAX {
+            warn!(
+                replica = self.me.0,
+                donor = donor.0,
+                why = why.as_str(),
+                "state transfer failed: the donor cannot serve; asking again later"
+            );
+        } else {
+            // Asked every 10 s by now: the status keeps the reason, the log a trace.
+            debug!(
+                replica = self.me.0,
+                donor = donor.0,
+                why = why.as_str(),
+                "state transfer failed again: the donor cannot serve"
+            );
+        }
+        self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
+        self.fetch = None;
+        self.serve_refused = true;
+    }
+
+    /// The body of the donor's snapshot was read: checked against the digest its header gave,
+    /// it waits for the replication plane to install it.
+    fn on_fetch_body(&mut self, fetch: Fetch) {
         let (index, len, digest, members, last) =
             fetch.body.expect("the body is read after the header");
         let mut bytes = vec![0; len as usize];

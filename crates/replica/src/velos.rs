@@ -538,20 +538,48 @@ impl<F: Fabric> VelosDriver<F> {
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
         busy |= self.take_events(app, now_ns);
-        if self.leaving && self.removal_applied_elsewhere() {
-            // The others can learn the removal from that peer: no entry of ours is needed, and
-            // the members of the new configuration, electing by it, compete with us for it
-            // (`mu sim --protocol velos --seed 22664 --replicas 3 --faults all,membership`:
-            // elected under the old configuration by the replica that had not applied the
-            // removal, we decided it again, then duelled for ever with the leader that had
-            // decided it first for the index after it).
-            info!(
-                replica = self.me.0,
-                "stepping down: removed, and a live peer has applied the removal"
-            );
-            self.step_down(None);
-            busy = true;
+        busy |= self.step_down_if_removal_applied();
+        let resynced = self.resynced_or_stale();
+        if self.proposer.is_leading() && !resynced {
+            // Stalled: nothing goes out until we know how far the others went. What the
+            // proposer decides meanwhile from completions is sound (each a CAS that found the
+            // word it expected); what it would post next may rest on words it misreads.
+        } else if self.proposer.is_leading() {
+            busy |= self.lead(now_ns, app, answered_before);
+        } else {
+            busy |= self.follow(now_ns, app);
         }
+        self.check_abstention(now_ns);
+        self.serve_and_publish(app);
+        if let Some((first, leaderships)) = self.leading_to_log.take() {
+            // After the first moves of the leadership taken up in this poll: formatting the
+            // event takes microseconds, which they need not wait for.
+            info!(replica = self.me.0, first, leaderships, "leading (velos)");
+        }
+        busy
+    }
+
+    /// A leaving leader steps down once a live peer applied its removal. The others can learn
+    /// the removal from that peer: no entry of ours is needed, and the members of the new
+    /// configuration, electing by it, compete with us for it (`mu sim --protocol velos --seed
+    /// 22664 --replicas 3 --faults all,membership`: elected under the old configuration by the
+    /// replica that had not applied the removal, we decided it again, then duelled for ever
+    /// with the leader that had decided it first for the index after it).
+    fn step_down_if_removal_applied(&mut self) -> bool {
+        if !(self.leaving && self.removal_applied_elsewhere()) {
+            return false;
+        }
+        info!(
+            replica = self.me.0,
+            "stepping down: removed, and a live peer has applied the removal"
+        );
+        self.step_down(None);
+        true
+    }
+
+    /// Whether the heads can be trusted ([`VelosDriver::resynced`]); a leader that can trust
+    /// them and finds a peer a whole log ahead steps down for a state transfer.
+    fn resynced_or_stale(&mut self) -> bool {
         let resynced = self.resynced();
         // Any head read, of a peer alive now or not: the detector may have dropped the very
         // peer whose head shows the log went on without us.
@@ -565,55 +593,50 @@ impl<F: Fabric> VelosDriver<F> {
             );
             self.stop_stale();
         }
-        if self.proposer.is_leading() && !resynced {
-            // Stalled: nothing goes out until we know how far the others went. What the
-            // proposer decides meanwhile from completions is sound (each a CAS that found the
-            // word it expected); what it would post next may rest on words it misreads.
-        } else if self.proposer.is_leading() {
-            // Before the next group's entry: a restarted peer waits for nothing else.
-            self.propose_rejoin();
-            self.hand_over();
-            if self.handed {
-                self.stamp(VelosStep::Submitted, now_ns);
-            }
-            self.propose_noop_if_idle(now_ns);
-            self.proposer.set_applied_floor(self.floor());
-            // Outcomes answered in this poll: their caller goes first, and the proposer's next
-            // moves (preparing the indices ahead, §5.1) wait for the next poll, off their path.
-            if !self.group.answered || answered_before {
-                self.proposer.poll(&mut RegionMemory(&self.region));
-            }
-            busy |= self.run_actions();
-            busy |= self.take_events(app, now_ns);
-            if matches!(
-                self.proposer.phase(),
-                Some(
-                    mu_velos::Phase::Prepared
-                        | mu_velos::Phase::Reading
-                        | mu_velos::Phase::Accepting
-                )
-            ) {
-                self.stamp(VelosStep::Prepared, now_ns);
-            }
-            self.check_log_full(now_ns);
-        } else if guards::refresh_due(&self.heads(), self.proposer.is_member(), self.words_taken_at)
-        {
+        resynced
+    }
+
+    /// A leader's turn: rejoin and empty entries of its own, the application's next entry, the
+    /// proposer's moves and what they decided. `answered_before`: outcomes were waiting to be
+    /// taken before this poll.
+    fn lead(&mut self, now_ns: u64, app: &mut dyn Applier, answered_before: bool) -> bool {
+        // Before the next group's entry: a restarted peer waits for nothing else.
+        self.propose_rejoin();
+        self.hand_over();
+        if self.handed {
+            self.stamp(VelosStep::Submitted, now_ns);
+        }
+        self.propose_noop_if_idle(now_ns);
+        self.proposer.set_applied_floor(self.floor());
+        // Outcomes answered in this poll: their caller goes first, and the proposer's next
+        // moves (preparing the indices ahead, §5.1) wait for the next poll, off their path.
+        if !self.group.answered || answered_before {
+            self.proposer.poll(&mut RegionMemory(&self.region));
+        }
+        let mut busy = self.run_actions();
+        busy |= self.take_events(app, now_ns);
+        if matches!(
+            self.proposer.phase(),
+            Some(mu_velos::Phase::Prepared | mu_velos::Phase::Reading | mu_velos::Phase::Accepting)
+        ) {
+            self.stamp(VelosStep::Prepared, now_ns);
+        }
+        self.check_log_full(now_ns);
+        busy
+    }
+
+    /// A follower's turn: new slot words if a peer is far ahead, else what it can learn, from
+    /// its own words, a snapshot, or the leader's memory.
+    fn follow(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        if guards::refresh_due(&self.heads(), self.proposer.is_member(), self.words_taken_at) {
             // New words first: the state transfer comes while it waits for its rejoin entry.
             self.shared.set_replayer_stuck(true);
             self.refresh_words();
-        } else {
-            let learned = self.learn(app) | self.install_snapshot(app);
-            self.catch_up_or_transfer(learned, now_ns);
-            busy |= learned;
+            return false;
         }
-        self.check_abstention(now_ns);
-        self.serve_and_publish(app);
-        if let Some((first, leaderships)) = self.leading_to_log.take() {
-            // After the first moves of the leadership taken up in this poll: formatting the
-            // event takes microseconds, which they need not wait for.
-            info!(replica = self.me.0, first, leaderships, "leading (velos)");
-        }
-        busy
+        let learned = self.learn(app) | self.install_snapshot(app);
+        self.catch_up_or_transfer(learned, now_ns);
+        learned
     }
 
     /// Serves a peer's request for a snapshot, if one waits, and publishes how far this
