@@ -81,6 +81,7 @@ pub(crate) struct Shared {
     /// their log changed hands in between.
     pub requests: Vec<OwnLines<AtomicU64>>,
     /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
+    /// Fixed at start.
     pub boot_id: u32,
     /// The replication plane's hot words (replication).
     pub progress: OwnLines<Progress>,
@@ -91,19 +92,20 @@ pub(crate) struct Shared {
     pub transfer: TransferSignals,
     /// Counters and records for status only.
     pub stats: Stats,
-    /// This replica may lead (replication clears it when it finds it needs a state transfer).
+    /// This replica may lead (replication: it clears it when it finds it needs a state transfer,
+    /// and sets it again; the background plane reads it to stand for election).
     pub eligible: AtomicBool,
     /// This replica restarted with its log lost (or joined new): it may have forgotten values it
     /// accepted, so its grants say so and a leader does not count it until it has prepared
     /// without it. Distinct from `eligible`: a replica that stepped down because it needs a
     /// state transfer has its log intact and counts in majorities as before (with both in one
-    /// flag, two such replicas of five stopped every leader).
+    /// flag, two such replicas of five stopped every leader). Replication clears it.
     pub recovering: AtomicBool,
     /// Velos: this replica abstains in an index some live replica has not applied (replication;
     /// published by the background plane as `FLAG_ABSTAINING`).
     pub abstaining: AtomicBool,
     /// This replica's configuration fingerprint (`ReplicaConfig::fingerprint`), published with
-    /// its heartbeat.
+    /// its heartbeat. Fixed at start.
     pub config_fingerprint: u16,
     /// A peer refused this replica as restarted without rejoining: it stopped taking part, as a
     /// removed one does, and `failure` says why (background).
@@ -114,12 +116,15 @@ pub(crate) struct Shared {
     /// Who the permission manager lets write this replica's log, as an id plus one; 0: nobody
     /// (background; for status).
     pub log_holder: AtomicU64,
-    /// The heartbeat is going (background; for status).
+    /// The heartbeat is going (background, fate sharing and a replica that follows no leader;
+    /// for status).
     pub heartbeat_on: AtomicBool,
     /// Failover timing: when a new leader took each step, and how its polls went.
     pub probe: FailoverProbe,
     /// Why the replica stopped on its own: a panic on one of its threads, or in the plane
-    /// under an application's call (the commit handler's, most likely).
+    /// under an application's call (the commit handler's, most likely). Whichever thread
+    /// caught it (`Replica::fail`), or the background plane when refused by a peer; the first
+    /// reason is kept.
     pub failure: std::sync::Mutex<Option<String>>,
     /// While leading, the confirmed followers (ourselves included) by position, as a bit mask
     /// (replication).
@@ -127,11 +132,15 @@ pub(crate) struct Shared {
     /// Write access to our own log (background grants and revokes; replication writes, with a
     /// store to it before and after every write of its own log).
     pub guard: OwnLines<OwnLogGuard>,
-    /// The configuration after the entries this replica applied (§5.4), by position.
+    /// The configuration after the entries this replica applied (§5.4), by position
+    /// (replication, through [`Shared::set_members`]).
     pub members: AtomicU64,
-    /// Every replica that was a member in a configuration this replica applied.
+    /// Every replica that was a member in a configuration this replica applied (replication,
+    /// with `members`).
     pub ever_members: AtomicU64,
-    /// A decided membership entry removed this replica: it stopped taking part.
+    /// A decided membership entry removed this replica: it stopped taking part. Set, never
+    /// cleared, by the plane that finds it out: the replication plane applying the entry, or
+    /// the background plane reading a peer that applied it (`notice_removal`).
     pub removed: AtomicBool,
 }
 
