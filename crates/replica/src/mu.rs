@@ -6,6 +6,7 @@
 use crate::group::Group;
 use crate::layout::{ack_boot_offset, ack_offset, replication_channel, BACKGROUND_REGION};
 use crate::memory::FabricMemory;
+use crate::probe::DateOnce;
 use crate::replication::{Applier, ProposeError, Settings};
 use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
@@ -21,7 +22,7 @@ use mu_replication::{
     ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
 };
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tracing::{error, info, warn};
 
@@ -83,6 +84,10 @@ pub struct ReplicationDriver<F: Fabric> {
     leading_to_log: Option<u64>,
     /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
     phases_stamped: u16,
+    /// Whether `probe.permitted_at_ns` and `probe.ready_at_ns` are dated (this driver is their
+    /// one writer).
+    permitted_date: DateOnce,
+    ready_date: DateOnce,
     /// The engine's phase when the current (or last) poll began, for [`Self::note_setup_poll`].
     poll_started_in: Phase,
     /// Idle polls since the last busy one, for the set-up trace.
@@ -149,6 +154,8 @@ impl<F: Fabric> ReplicationDriver<F> {
             group: Group::with_room(layout.max_value_bytes(), settings.batch_requests_max),
             heads_seen: vec![0; n],
             phases_stamped: 0,
+            permitted_date: DateOnce::default(),
+            ready_date: DateOnce::default(),
             poll_started_in: Phase::Follower,
             idle_polls: Default::default(),
             leading_to_log: None,
@@ -575,7 +582,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 .store(now_ns + 1, Ordering::Release);
         }
         let asking = matches!(phase, Phase::Follower | Phase::Permissions);
-        date_once(&self.shared.probe.permitted_at_ns, !asking, now_ns);
+        self.permitted_date.update(&self.shared.probe.permitted_at_ns, !asking, now_ns);
         let setting_up = matches!(
             phase,
             Phase::Follower
@@ -584,7 +591,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 | Phase::CatchUp
                 | Phase::UpdateFollowers
         );
-        if date_once(&self.shared.probe.ready_at_ns, !setting_up, now_ns) {
+        if self.ready_date.update(&self.shared.probe.ready_at_ns, !setting_up, now_ns) {
             let elected_at = self.shared.probe.elected_at_ns.load(Ordering::Acquire);
             info!(
                 replica = self.me.0,
@@ -1069,17 +1076,3 @@ const _: () = assert!(LOG_REGION.0 != SCRATCH_REGION.0 && SCRATCH_REGION.0 != BA
 
 /// The bit of `phases_stamped` past the phases': the leadership committed a proposal of its own.
 const FIRST_COMMIT_STAMP: u16 = 1 << Phase::ALL.len();
-
-/// A status time stamp (nanoseconds plus one; 0: none) that dates the first poll of a stretch in
-/// which `reached` holds, and is cleared when it stops holding. Returns whether it was dated now.
-fn date_once(at: &AtomicU64, reached: bool, now_ns: u64) -> bool {
-    let dated = at.load(Ordering::Relaxed) != 0;
-    if reached && !dated {
-        at.store(now_ns + 1, Ordering::Release);
-        return true;
-    }
-    if !reached && dated {
-        at.store(0, Ordering::Release);
-    }
-    false
-}

@@ -3,12 +3,12 @@
 //! which `mu bench failover` reads. Written by the replication plane (the election date by the
 //! background plane) while a new leadership sets up: each stamp is taken once per leadership
 //! (the drivers keep a bit per step, so a later poll tests a bit), and polls are timed only
-//! until the first answer (`setup_timed`). Past its set-up, a Mu leader's poll still loads
-//! `permitted_at_ns` and `ready_at_ns` (stored only when they change); a Velos leader's reads
-//! none of these words.
+//! until the first answer (`setup_timed`); the dates a Mu leader takes once per stretch of
+//! phases are mirrored in the driver ([`DateOnce`]). So a leader past its set-up neither
+//! writes nor reads any of these words.
 
 use mu_replication::Phase;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The words of failover timing, in [`crate::shared::Shared`].
 pub(crate) struct FailoverProbe {
@@ -61,5 +61,31 @@ impl FailoverProbe {
             setup_trace: Default::default(),
             ready_at_ns: AtomicU64::new(0),
         }
+    }
+}
+
+/// A status time stamp (nanoseconds plus one; 0: none) in a probe word that dates the first poll
+/// of a stretch in which a condition holds, and is cleared when it stops holding. Whether it is
+/// dated is kept here, beside its one writer, so that a poll with nothing to change reads no
+/// shared word.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DateOnce {
+    dated: bool,
+}
+
+impl DateOnce {
+    /// Dates `at` at `now_ns` if `reached` holds and it is not dated, clears it if `reached`
+    /// does not hold and it is. Returns whether it was dated now.
+    pub fn update(&mut self, at: &AtomicU64, reached: bool, now_ns: u64) -> bool {
+        if reached && !self.dated {
+            self.dated = true;
+            at.store(now_ns + 1, Ordering::Release);
+            return true;
+        }
+        if !reached && self.dated {
+            self.dated = false;
+            at.store(0, Ordering::Release);
+        }
+        false
     }
 }
