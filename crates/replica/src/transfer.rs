@@ -49,12 +49,40 @@ pub(crate) fn serve<R: LocalRegion>(
         .checked_sub(1)
         .and_then(|pos| replicas.ids().get(pos))
         .map(|id| id.0);
-    let replica = me.0;
+    let error = take(shared, buf, bytes_max, (me.0, requester), index, last, app);
+    publish(region, &buf[..], (index, members), last, error, ticket);
+    shared.transfer.snapshots_served.fetch_add(1, Ordering::Relaxed);
+    // The buffer lives as long as the replica: one that an oversized snapshot grew would
+    // otherwise hold that memory for good. A snapshot that fits leaves it at most about
+    // twice `bytes_max`, as the vector doubled to hold it.
+    if buf.capacity() > 2 * bytes_max {
+        *buf = Vec::new();
+    }
+    // A newer request may have replaced this one meanwhile: leave it for the next poll.
+    let _ = shared.transfer.snapshot_wanted.compare_exchange(
+        ticket,
+        0,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}
+
+/// Takes the application's snapshot into `buf` (empty), `last`'s value after it, for
+/// `requester` (an id, if the ticket named one); returns the header's error code.
+fn take(
+    shared: &Shared,
+    buf: &mut Vec<u8>,
+    bytes_max: usize,
+    (replica, requester): (u16, Option<u16>),
+    index: u64,
+    last: Option<(EntryKind, &[u8])>,
+    app: &mut dyn Applier,
+) -> u64 {
     let taken = app.snapshot(buf);
     if let Some((_, value)) = last {
         buf.extend_from_slice(value);
     }
-    let error = match taken {
+    match taken {
         Err(e) => {
             warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
             shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
@@ -84,7 +112,19 @@ pub(crate) fn serve<R: LocalRegion>(
             );
             SNAPSHOT_OK
         }
-    };
+    }
+}
+
+/// Writes the snapshot in `buf` (none unless `error` is `SNAPSHOT_OK`) and its header into our
+/// state-transfer region, the ticket cleared first and written last, where the peer reads it.
+fn publish<R: LocalRegion>(
+    region: &R,
+    buf: &[u8],
+    (index, members): (u64, u64),
+    last: Option<(EntryKind, &[u8])>,
+    error: u64,
+    ticket: u64,
+) {
     let put = |offset: u64, value: u64| {
         region.store_u64(offset as usize, value).expect("snapshot header in the region")
     };
@@ -105,20 +145,6 @@ pub(crate) fn serve<R: LocalRegion>(
     put(SNAPSHOT_DIGEST, snapshot_digest(index, members, last_word, &buf[..len]));
     put(SNAPSHOT_ERROR, error);
     put(SNAPSHOT_TICKET, ticket);
-    shared.transfer.snapshots_served.fetch_add(1, Ordering::Relaxed);
-    // The buffer lives as long as the replica: one that an oversized snapshot grew would
-    // otherwise hold that memory for good. A snapshot that fits leaves it at most about
-    // twice `bytes_max`, as the vector doubled to hold it.
-    if buf.capacity() > 2 * bytes_max {
-        *buf = Vec::new();
-    }
-    // A newer request may have replaced this one meanwhile: leave it for the next poll.
-    let _ = shared.transfer.snapshot_wanted.compare_exchange(
-        ticket,
-        0,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
 }
 
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
