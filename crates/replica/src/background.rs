@@ -107,7 +107,7 @@ struct PeerView {
     request_sent: u64,
     /// When the heartbeat read in flight (or the last one) was posted.
     read_posted_ns: u64,
-    /// What the peer's last heartbeat said (its head is in `Shared::heads`): its configuration
+    /// What the peer's last heartbeat said (its head is in `PeerSignals::heads`): its configuration
     /// (by position, 0 before any read), and whether it stood for election.
     members: u64,
     standing: bool,

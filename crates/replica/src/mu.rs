@@ -82,7 +82,7 @@ pub struct ReplicationDriver<F: Fabric> {
     heads_seen: Vec<u64>,
     /// A leadership taken up in this poll, logged once the poll's requests are out.
     leading_to_log: Option<u64>,
-    /// The phases whose first entry in this leadership is stamped in `Shared`, by bit.
+    /// The phases whose first entry in this leadership is stamped in `Shared::probe`, by bit.
     phases_stamped: u16,
     /// Whether `probe.permitted_at_ns` and `probe.ready_at_ns` are dated (this driver is their
     /// one writer).

@@ -287,7 +287,7 @@ impl Shared {
         self.members.store(members, Ordering::Release);
     }
 
-    /// Sets [`Shared::replayer_stuck`], storing only when it changes (a follower's replication
+    /// Sets `transfer.replayer_stuck`, storing only when it changes (a follower's replication
     /// plane says so on every poll that applies something).
     pub fn set_replayer_stuck(&self, stuck: bool) {
         if self.transfer.replayer_stuck.load(Ordering::Relaxed) != stuck {

@@ -241,7 +241,7 @@ pub struct VelosDriver<F: Fabric> {
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
     /// Per position, while our side to the peer is down: the count of its accepted heartbeat
-    /// reads (`Shared::peer_reads_accepted`) when we found it down. It is bound again only
+    /// reads (`PeerSignals::reads_accepted`) when we found it down. It is bound again only
     /// once that count moved on: the peer's current run is then one our background plane
     /// read and counted, not one restarted without rejoining that it has yet to refuse.
     down_at_reads: Vec<Option<u64>>,
