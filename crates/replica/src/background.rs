@@ -19,6 +19,7 @@ use mu_fabric::{
     PermError, QpState, RemoteAddr, Source, WorkRequest,
 };
 use mu_log::HEAD_OFFSET;
+use mu_replication::standing;
 use mu_replication::{
     split_request, Detector, DetectorConfig, FateSharing, PermStep, PermissionManager, ReplicaSet,
     ACK_RECOVERING,
@@ -106,7 +107,7 @@ struct PeerView {
     request_sent: u64,
     /// When the heartbeat read in flight (or the last one) was posted.
     read_posted_ns: u64,
-    /// What the peer's last heartbeat said (its head is in `Shared::heads`): its configuration
+    /// What the peer's last heartbeat said (its head is in `PeerSignals::heads`): its configuration
     /// (by position, 0 before any read), and whether it stood for election.
     members: u64,
     standing: bool,
@@ -221,7 +222,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         detector.set_self_eligible(founding);
         let permissions = PermissionManager::new(me, &replicas)?;
         // Our own requests are served: we run with our configuration.
-        shared.peers_config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
+        shared.peers.config_same.fetch_or(1 << me_pos, Ordering::AcqRel);
         let n = replicas.len();
         Ok(BackgroundDriver {
             fabric,
@@ -280,7 +281,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         let mut alive = 0u64;
         for (pos, &peer) in self.replicas.ids().iter().enumerate() {
             if let Some(score) = self.detector.score(peer) {
-                let word = &self.shared.scores[pos];
+                let word = &self.shared.peers.scores[pos];
                 if word.load(Ordering::Relaxed) != score {
                     word.store(score, Ordering::Relaxed);
                 }
@@ -289,8 +290,8 @@ impl<F: Fabric> BackgroundDriver<F> {
                 alive |= 1 << pos;
             }
         }
-        if self.shared.alive_mask.load(Ordering::Relaxed) != alive {
-            self.shared.alive_mask.store(alive, Ordering::Release);
+        if self.shared.peers.alive_mask.load(Ordering::Relaxed) != alive {
+            self.shared.peers.alive_mask.store(alive, Ordering::Release);
         }
         let holder = self.permissions.holder().map_or(0, |h| u64::from(h.0) + 1);
         if self.shared.log_holder.load(Ordering::Relaxed) != holder {
@@ -360,10 +361,13 @@ impl<F: Fabric> BackgroundDriver<F> {
                 members >> pos & 1 != 0 && self.detector.is_alive(self.replicas.ids()[pos])
             })
             .count();
-        let eligible = self.shared.eligible.load(Ordering::Acquire)
-            && members >> self.me_pos & 1 != 0
-            && alive >= mu_replication::membership::majority(members)
-            && !self.behind_a_change(members);
+        let eligible = standing::stands(
+            self.me_pos,
+            self.shared.eligible.load(Ordering::Acquire),
+            members,
+            alive,
+            || self.behind_a_change(members),
+        );
         self.detector.set_self_eligible(eligible);
         let leader = self.detector.leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
@@ -411,7 +415,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// `leader_changes` counts it.
     fn note_leader_change(&self, leader: Option<NodeId>, alive: usize, eligible: bool) {
         let replica = self.me.0;
-        let leader_changes = self.shared.leader_changes.load(Ordering::Relaxed);
+        let leader_changes = self.shared.stats.leader_changes.load(Ordering::Relaxed);
         match leader {
             Some(l) if l == self.me => info!(
                 replica,
@@ -448,14 +452,14 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// State transfer, donor side: hands the next peer's request to our replication plane,
     /// which takes the snapshot between two entries. One at a time, lowest position first.
     fn take_snapshot_request(&mut self) {
-        if self.shared.snapshot_wanted.load(Ordering::Acquire) != 0 {
+        if self.shared.transfer.snapshot_wanted.load(Ordering::Acquire) != 0 {
             return;
         }
         for pos in 0..self.replicas.len() {
             let ticket = self.load(snapshot_request_offset(pos));
             if pos != self.me_pos && ticket != 0 && ticket != self.tickets_taken[pos] {
                 self.tickets_taken[pos] = ticket;
-                self.shared.snapshot_wanted.store(ticket, Ordering::Release);
+                self.shared.transfer.snapshot_wanted.store(ticket, Ordering::Release);
                 return;
             }
         }
@@ -466,81 +470,98 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// it asks the most advanced peer for a snapshot, reads it with one-sided reads, checks it,
     /// and leaves it to the replication plane to install. Returns whether it did anything.
     fn fetch_state(&mut self, now_ns: u64) -> bool {
-        if self.shared.snapshot_fetched.load(Ordering::Acquire) {
+        if self.shared.transfer.snapshot_fetched.load(Ordering::Acquire) {
             return false; // the last one is not installed yet
         }
-        let Some(mut fetch) = self.fetch else {
-            let failures = self.shared.restore_failures.load(Ordering::Acquire);
-            if failures != self.restore_failures_seen {
-                // Each refused snapshot doubles the wait, from a read period up to
-                // RESTORE_RETRY_NS_MAX; one installed starts the count again.
-                self.restore_failures_seen = failures;
-                self.restore_backoff_ns = (self.restore_backoff_ns * 2)
-                    .max(self.config.read_period_ns)
-                    .min(RESTORE_RETRY_NS_MAX);
-                self.next_fetch_ns = now_ns + self.restore_backoff_ns;
-            }
-            if std::mem::take(&mut self.serve_refused) {
-                self.serve_backoff_ns = (self.serve_backoff_ns * 2)
-                    .max(self.config.read_period_ns)
-                    .min(SERVE_RETRY_NS_MAX);
-                self.next_fetch_ns = now_ns + self.serve_backoff_ns;
-            }
-            let installed = self.shared.snapshots_installed.load(Ordering::Relaxed);
-            if installed != self.installs_seen {
-                self.installs_seen = installed;
-                self.restore_backoff_ns = 0;
-                self.serve_backoff_ns = 0;
-            }
-            if now_ns < self.next_fetch_ns {
-                return false;
-            }
-            let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-            // Among the peers alive to the failure detector: a removed replica stops (no
-            // heartbeat, and it serves no snapshot), but its connection stays up and the head
-            // it last published stays the highest; asked, it never answered, and the fetch
-            // timed out and was asked of it again, for good (Velos, `scenarios.rs: t98`, seed
-            // 300927).
-            let donor = (0..self.replicas.len())
-                .filter(|&pos| {
-                    pos != self.me_pos
-                        && self.peers[pos].connected
-                        && self.detector.is_alive(self.replicas.ids()[pos])
-                })
-                .max_by_key(|&pos| self.shared.heads[pos].load(Ordering::Acquire));
-            let Some(donor) = donor else { return false };
-            let donor_head = self.shared.heads[donor].load(Ordering::Acquire);
-            // A whole log behind: the entries we lack were overwritten. Or our replayer waits
-            // for a decided entry our log will never get (it was skipped): any peer further on
-            // has what we need.
-            let stuck = self.shared.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
-            if donor_head < own + self.transfer.slots_count && !stuck {
-                return false;
-            }
-            self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);
-            let ticket = snapshot_ticket(self.me_pos, self.fetch_seq);
-            let at = snapshot_request_offset(self.me_pos);
-            if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
-                return false;
-            }
-            self.fetch = Some(Fetch {
-                seq: self.fetch_seq,
-                donor,
-                ticket,
-                body: None,
-                reading: false,
-                since_ns: now_ns,
-            });
-            info!(
-                replica = self.me.0,
-                donor = self.replicas.ids()[donor].0,
-                own_head = own,
-                donor_head,
-                stuck,
-                "state transfer: asking for a snapshot"
-            );
-            return true;
-        };
+        match self.fetch {
+            None => self.start_fetch(now_ns),
+            Some(fetch) => self.go_on_fetching(fetch, now_ns),
+        }
+    }
+
+    /// Waits longer after each snapshot the application refused to restore and after each
+    /// refusal to serve one; an installed snapshot starts the waits again.
+    fn note_fetch_backoff(&mut self, now_ns: u64) {
+        let failures = self.shared.transfer.restore_failures.load(Ordering::Acquire);
+        if failures != self.restore_failures_seen {
+            // Each refused snapshot doubles the wait, from a read period up to
+            // RESTORE_RETRY_NS_MAX; one installed starts the count again.
+            self.restore_failures_seen = failures;
+            self.restore_backoff_ns = (self.restore_backoff_ns * 2)
+                .max(self.config.read_period_ns)
+                .min(RESTORE_RETRY_NS_MAX);
+            self.next_fetch_ns = now_ns + self.restore_backoff_ns;
+        }
+        if std::mem::take(&mut self.serve_refused) {
+            self.serve_backoff_ns =
+                (self.serve_backoff_ns * 2).max(self.config.read_period_ns).min(SERVE_RETRY_NS_MAX);
+            self.next_fetch_ns = now_ns + self.serve_backoff_ns;
+        }
+        let installed = self.shared.transfer.snapshots_installed.load(Ordering::Relaxed);
+        if installed != self.installs_seen {
+            self.installs_seen = installed;
+            self.restore_backoff_ns = 0;
+            self.serve_backoff_ns = 0;
+        }
+    }
+
+    /// Asks the most advanced live peer for a snapshot if this replica is a whole log behind
+    /// it (or its replayer is stuck and the peer is further on), once the backoff allows.
+    fn start_fetch(&mut self, now_ns: u64) -> bool {
+        self.note_fetch_backoff(now_ns);
+        if now_ns < self.next_fetch_ns {
+            return false;
+        }
+        let own = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
+        // Among the peers alive to the failure detector: a removed replica stops (no
+        // heartbeat, and it serves no snapshot), but its connection stays up and the head
+        // it last published stays the highest; asked, it never answered, and the fetch
+        // timed out and was asked of it again, for good (Velos, `scenarios.rs: t98`, seed
+        // 300927).
+        let donor = (0..self.replicas.len())
+            .filter(|&pos| {
+                pos != self.me_pos
+                    && self.peers[pos].connected
+                    && self.detector.is_alive(self.replicas.ids()[pos])
+            })
+            .max_by_key(|&pos| self.shared.peers.heads[pos].load(Ordering::Acquire));
+        let Some(donor) = donor else { return false };
+        let donor_head = self.shared.peers.heads[donor].load(Ordering::Acquire);
+        // A whole log behind: the entries we lack were overwritten. Or our replayer waits
+        // for a decided entry our log will never get (it was skipped): any peer further on
+        // has what we need.
+        let stuck = self.shared.transfer.replayer_stuck.load(Ordering::Acquire) && donor_head > own;
+        if donor_head < own + self.transfer.slots_count && !stuck {
+            return false;
+        }
+        self.fetch_seq = self.fetch_seq.wrapping_add(1).max(1);
+        let ticket = snapshot_ticket(self.me_pos, self.fetch_seq);
+        let at = snapshot_request_offset(self.me_pos);
+        if !self.write_word(donor, KIND_SNAPSHOT_REQUEST, at, ticket) {
+            return false;
+        }
+        self.fetch = Some(Fetch {
+            seq: self.fetch_seq,
+            donor,
+            ticket,
+            body: None,
+            reading: false,
+            since_ns: now_ns,
+        });
+        info!(
+            replica = self.me.0,
+            donor = self.replicas.ids()[donor].0,
+            own_head = own,
+            donor_head,
+            stuck,
+            "state transfer: asking for a snapshot"
+        );
+        true
+    }
+
+    /// A fetch under way: gives up after the transfer timeout, or posts its next read (the
+    /// header, then the body) once the last one came back.
+    fn go_on_fetching(&mut self, mut fetch: Fetch, now_ns: u64) -> bool {
         if now_ns.saturating_sub(fetch.since_ns) > self.transfer.timeout_ns {
             self.give_up_fetch(now_ns, "timed out");
             return false;
@@ -602,59 +623,77 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn on_fetch_read(&mut self, kind: u64) {
         let Some(mut fetch) = self.fetch else { return };
         fetch.reading = false;
-        let header = |field: u64| self.load(FETCHED_HEADER_OFFSET + field);
         if kind == KIND_SNAPSHOT_HEADER {
-            if header(SNAPSHOT_TICKET) != fetch.ticket {
-                self.fetch = Some(fetch); // not served yet: read the header again
-                return;
-            }
-            let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
-            let error = header(SNAPSHOT_ERROR);
-            if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
-                // The donor's own status has the hook's message; what its header says is the
-                // kind of failure alone.
-                let bytes_max = self.transfer.snapshot_bytes_max;
-                let why = match error {
-                    SNAPSHOT_TOO_LARGE => "its snapshot is larger than its snapshot_bytes_max \
-                                           (its status says how large)"
-                        .to_string(),
-                    SNAPSHOT_UNSUPPORTED => "its application's snapshot hook failed (its \
-                                             status says why)"
-                        .to_string(),
-                    SNAPSHOT_OK => format!(
-                        "its snapshot of {len} bytes is larger than this replica's \
-                         snapshot_bytes_max ({bytes_max})"
-                    ),
-                    _ => format!("unknown error code {error}"),
-                };
-                let donor = self.replicas.ids()[fetch.donor];
-                if self.serve_backoff_ns < SERVE_RETRY_NS_MAX {
-                    warn!(
-                        replica = self.me.0,
-                        donor = donor.0,
-                        why = why.as_str(),
-                        "state transfer failed: the donor cannot serve; asking again later"
-                    );
-                } else {
-                    // Asked every 10 s by now: the status keeps the reason, the log a trace.
-                    debug!(
-                        replica = self.me.0,
-                        donor = donor.0,
-                        why = why.as_str(),
-                        "state transfer failed again: the donor cannot serve"
-                    );
-                }
-                self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
-                self.fetch = None;
-                self.serve_refused = true;
-                return;
-            }
-            let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);
-            let members = header(SNAPSHOT_MEMBERS);
-            fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), members, last));
-            self.fetch = Some(fetch);
+            self.on_fetch_header(fetch);
+        } else {
+            self.on_fetch_body(fetch);
+        }
+    }
+
+    /// The header of the donor's snapshot was read: the body is read next if the donor served
+    /// our ticket and could.
+    fn on_fetch_header(&mut self, mut fetch: Fetch) {
+        let header = |field: u64| self.load(FETCHED_HEADER_OFFSET + field);
+        if header(SNAPSHOT_TICKET) != fetch.ticket {
+            self.fetch = Some(fetch); // not served yet: read the header again
             return;
         }
+        let (index, len) = (header(SNAPSHOT_INDEX), header(SNAPSHOT_LEN));
+        let error = header(SNAPSHOT_ERROR);
+        if error != SNAPSHOT_OK || len > self.transfer.snapshot_bytes_max as u64 {
+            self.donor_cannot_serve(fetch.donor, error, len);
+            return;
+        }
+        let last = header(SNAPSHOT_LAST_KIND) << 32 | header(SNAPSHOT_LAST_LEN);
+        let members = header(SNAPSHOT_MEMBERS);
+        fetch.body = Some((index, len, header(SNAPSHOT_DIGEST), members, last));
+        self.fetch = Some(fetch);
+    }
+
+    /// The donor (a position) says it cannot serve (`error`), or its snapshot (`len` bytes) is
+    /// larger than ours may be: the fetch ends, and the next waits longer.
+    fn donor_cannot_serve(&mut self, donor: usize, error: u64, len: u64) {
+        // The donor's own status has the hook's message; what its header says is the
+        // kind of failure alone.
+        let bytes_max = self.transfer.snapshot_bytes_max;
+        let why = match error {
+            SNAPSHOT_TOO_LARGE => "its snapshot is larger than its snapshot_bytes_max \
+                                           (its status says how large)"
+                .to_string(),
+            SNAPSHOT_UNSUPPORTED => "its application's snapshot hook failed (its \
+                                             status says why)"
+                .to_string(),
+            SNAPSHOT_OK => format!(
+                "its snapshot of {len} bytes is larger than this replica's \
+                         snapshot_bytes_max ({bytes_max})"
+            ),
+            _ => format!("unknown error code {error}"),
+        };
+        let donor = self.replicas.ids()[donor];
+        if self.serve_backoff_ns < SERVE_RETRY_NS_MAX {
+            warn!(
+                replica = self.me.0,
+                donor = donor.0,
+                why = why.as_str(),
+                "state transfer failed: the donor cannot serve; asking again later"
+            );
+        } else {
+            // Asked every 10 s by now: the status keeps the reason, the log a trace.
+            debug!(
+                replica = self.me.0,
+                donor = donor.0,
+                why = why.as_str(),
+                "state transfer failed again: the donor cannot serve"
+            );
+        }
+        self.shared.transfer_failed(format!("replica {donor} could not serve: {why}"));
+        self.fetch = None;
+        self.serve_refused = true;
+    }
+
+    /// The body of the donor's snapshot was read: checked against the digest its header gave,
+    /// it waits for the replication plane to install it.
+    fn on_fetch_body(&mut self, fetch: Fetch) {
         let (index, len, digest, members, last) =
             fetch.body.expect("the body is read after the header");
         let mut bytes = vec![0; len as usize];
@@ -694,9 +733,10 @@ impl<F: Fabric> BackgroundDriver<F> {
         );
         // The checked copy is what is installed: a late read of an earlier fetch, given up,
         // may still land in the regions it came through.
-        let fetched = crate::transfer::FetchedSnapshot { index, members, last_word: last, bytes };
-        *self.shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fetched);
-        self.shared.snapshot_fetched.store(true, Ordering::Release);
+        let fetched = crate::signals::FetchedSnapshot { index, members, last_word: last, bytes };
+        *self.shared.transfer.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(fetched);
+        self.shared.transfer.snapshot_fetched.store(true, Ordering::Release);
     }
 
     /// A peer that applied further than us (up to `head`) has a configuration without us: we
@@ -705,14 +745,14 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// member in this run concludes so: a replica that restarted or joined replays history
     /// until it is taken back, and what history says of an earlier run of it does not count.
     fn notice_removal(&self, head: u64, members: u64) {
-        let me = 1u64 << self.me_pos;
         let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-        if members != 0
-            && members & me == 0
-            && head > own_head
-            && self.shared.eligible.load(Ordering::Acquire)
-            && self.shared.is_member(self.me_pos)
-        {
+        if standing::removed_by_peer(
+            self.me_pos,
+            (head, members),
+            own_head,
+            || self.shared.eligible.load(Ordering::Acquire),
+            || self.shared.is_member(self.me_pos),
+        ) {
             if !self.shared.removed.load(Ordering::Acquire) {
                 warn!(
                     replica = self.me.0,
@@ -728,23 +768,25 @@ impl<F: Fabric> BackgroundDriver<F> {
 
     /// Whether a live peer that stands for election has applied entries beyond everything we
     /// know to be decided, under a configuration other than ours (`members`): our log lacks a
-    /// decided change (§5.4), and we do not stand while it does. That peer leads and brings
-    /// our log up to date, after which we stand again. Standing under the configuration our
-    /// log gives, we could ask for ever a majority that no longer answers: members since
-    /// removed, which stopped, and restarted ones that count in no majority until a leader
-    /// takes them back, while the peer that could lead the new configuration followed us
-    /// (`mu sim` membership sweep, seed 307494, `t99`). A leader is never behind this way: it
-    /// knows every decided entry, and its FUO is past them all.
+    /// decided change, and we do not stand while it does ([`standing::claims_a_later_change`]).
+    /// Standing under the configuration our log gives, we could ask for ever a majority that no
+    /// longer answers: members since removed, which stopped, and restarted ones that count in
+    /// no majority until a leader takes them back, while the peer that could lead the new
+    /// configuration followed us.
     fn behind_a_change(&self, members: u64) -> bool {
         let own_head = self.log.load_u64(HEAD_OFFSET as usize).expect("log header");
-        let decided_below = own_head.max(self.shared.progress.fuo.load(Ordering::Acquire));
+        let fuo = self.shared.progress.fuo.load(Ordering::Acquire);
+        let decided_below = standing::decided_below(own_head, fuo);
         (0..self.replicas.len()).any(|pos| {
             let peer = &self.peers[pos];
             pos != self.me_pos
-                && peer.standing
-                && peer.members != 0
-                && peer.members != members
-                && self.shared.heads[pos].load(Ordering::Acquire) > decided_below
+                && standing::claims_a_later_change(
+                    peer.standing,
+                    peer.members,
+                    members,
+                    || self.shared.peers.heads[pos].load(Ordering::Acquire),
+                    decided_below,
+                )
                 && self.detector.is_alive(self.replicas.ids()[pos])
         })
     }
@@ -787,9 +829,9 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.store(FLAGS_OFFSET, flags | fingerprint | u64::from(self.shared.boot_id) << 32);
         self.store(MEMBERS_COPY_OFFSET, self.shared.members.load(Ordering::Acquire));
         let others = mu_replication::membership::all(&self.replicas) & !(1u64 << self.me_pos);
-        self.store(UNHEARD_OFFSET, others & !self.shared.alive_mask.load(Ordering::Acquire));
+        self.store(UNHEARD_OFFSET, others & !self.shared.peers.alive_mask.load(Ordering::Acquire));
         self.store(REJOIN_OFFSET, self.shared.rejoin_request.load(Ordering::Acquire));
-        self.store(REFUSED_OFFSET, self.shared.peers_refused.load(Ordering::Acquire));
+        self.store(REFUSED_OFFSET, self.shared.peers.refused.load(Ordering::Acquire));
     }
 
     fn store(&self, offset: u64, value: u64) {
@@ -901,15 +943,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             panic!("background completion with wr_id {:#x} names no peer", c.wr_id);
         }
         if !c.status.is_success() {
-            self.lost(pos);
-            if self.fetch.is_some_and(|f| f.donor == pos) {
-                warn!(
-                    replica = self.me.0,
-                    donor = self.replicas.ids()[pos].0,
-                    "state transfer: the donor became unreachable; asking again"
-                );
-                self.fetch = None; // asked again of whoever is most advanced then
-            }
+            self.on_failed(pos);
             return;
         }
         let kind = c.wr_id & KIND_BITS;
@@ -925,114 +959,149 @@ impl<F: Fabric> BackgroundDriver<F> {
             return;
         }
         if c.wr_id & !POS_BITS == KIND_HEARTBEAT {
-            self.peers[pos].reading = false;
-            let view = view_offset(pos);
-            let counter = self.load(view + HEARTBEAT_OFFSET);
-            let head = self.load(view + HEAD_COPY_OFFSET);
-            let flags = self.load(view + FLAGS_OFFSET);
-            if flags >> FLAGS_CONFIG_SHIFT & 0xffff == 0 {
-                // The peer has not published its flags yet (its first beat is under way): a
-                // heartbeat of a replica that does not stand, as before it beats. Its
-                // configuration is not known, so its requests wait.
-                self.peers[pos].last_counter = Some(counter);
-                self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
-                return;
-            }
-            let boot = (flags >> 32) as u32;
-            self.peers[pos].last_read_boot = boot;
-            // Our side of the peer's connection is kept bound to its current run, whether that
-            // run is counted or not: a run refused below must still read our refusal.
-            let peer_view = &mut self.peers[pos];
-            if peer_view.target_connected && peer_view.target_boot != boot {
-                if peer_view.target_boot == 0 {
-                    peer_view.target_boot = boot;
-                } else {
-                    // Our side the peer initiates on was bound to an earlier run of it (while
-                    // it was down, between its crash and its restart): the restarted peer could
-                    // never read our heartbeat, and would judge us failed for good while we
-                    // read it fine (`mu sim` seed 21361, a 3,000-seed sweep). Bound again at
-                    // the next read.
-                    peer_view.target_connected = false;
-                }
-            }
-            if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
-                // A peer with another log shape or protocol never counts as alive, nor as
-                // eligible; nor does one that restarted without rejoining.
-                self.detector.on_unreachable(self.replicas.ids()[pos]);
-                return;
-            }
-            let eligible = flags & FLAG_ELIGIBLE != 0;
-            if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
-                self.stop_refused(pos);
-                return;
-            }
-            if self.shared.peer_boots[pos].load(Ordering::Relaxed) != boot {
-                self.shared.peer_boots[pos].store(boot, Ordering::Release);
-            }
-            self.shared.peer_reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
-            // The peer reads, we hear it, yet it has not heard us for many reads in a row:
-            // nothing on our side failed, so nothing else would ever bind our side again. The
-            // case the boot id misses: our side was bound before we read any boot of the peer,
-            // and the peer crashed and restarted before that first read (`mu sim --seed 50301
-            // --replicas 4`). The count is far above what a peer that reaches us needs to hear
-            // us again, so a slow start or a pause does not cycle a working side; and after a
-            // rebind it starts again from 0, so the peer has that many reads to recover before
-            // the next one.
-            let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
-            let peer_view = &mut self.peers[pos];
-            // Saturating: a peer that never hears us (a one-way partition) counts for ever.
-            peer_view.unheard_reads =
-                if unheard { peer_view.unheard_reads.saturating_add(1) } else { 0 };
-            if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
-                && peer_view.target_connected
-            {
-                debug!(
-                    replica = self.me.0,
-                    peer = self.replicas.ids()[pos].0,
-                    reads = peer_view.unheard_reads,
-                    "the peer has not heard us for many reads: binding its side of us again"
-                );
-                peer_view.unheard_reads = 0;
-                peer_view.target_connected = false;
-            }
-            let bit = 1u64 << pos;
-            if flags & FLAG_ABSTAINING != 0 {
-                self.shared.peers_abstaining.fetch_or(bit, Ordering::Release);
-            } else if self.shared.peers_abstaining.load(Ordering::Relaxed) & bit != 0 {
-                self.shared.peers_abstaining.fetch_and(!bit, Ordering::Release);
-            }
-            let rejoin = self.load(view + REJOIN_OFFSET);
-            if self.shared.peer_rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
-                // The request first, then the mask that sends a leader to read it.
-                self.shared.peer_rejoin_requests[pos].store(rejoin, Ordering::Release);
-                if rejoin != 0 {
-                    self.shared.peers_rejoining.fetch_or(1 << pos, Ordering::Release);
-                } else {
-                    self.shared.peers_rejoining.fetch_and(!(1 << pos), Ordering::Release);
-                }
-            }
-            let members = self.load(view + MEMBERS_COPY_OFFSET);
-            self.notice_removal(head, members);
-            self.peers[pos].last_counter = Some(counter);
-            // For log recycling (§5.3): the leader engine limits itself by its confirmed
-            // followers' heads.
-            // A restarted peer's head starts again from its snapshot or from 0. Stored only
-            // when it moved: the replication thread reads it on every poll.
-            let word = &self.shared.heads[pos];
-            if word.load(Ordering::Relaxed) != head {
-                word.store(head, Ordering::Release);
-            }
-            let posted_ns = self.peers[pos].read_posted_ns;
-            self.shared.heads_read_ns[pos].store(posted_ns, Ordering::Release);
-            let eligible = eligible && self.shared.is_member(pos);
-            (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
-            self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
+            self.on_heartbeat_read(pos);
+            return;
         }
         // Requests and acknowledgements are posted unsignaled: only their failures arrive.
         debug_assert!(matches!(
             c.wr_id & !POS_BITS,
             KIND_HEARTBEAT | KIND_REQUEST | KIND_ACK | KIND_SNAPSHOT_REQUEST
         ));
+    }
+
+    /// An operation to `pos` failed: the peer is lost, and a fetch from it is asked again.
+    fn on_failed(&mut self, pos: usize) {
+        self.lost(pos);
+        if self.fetch.is_some_and(|f| f.donor == pos) {
+            warn!(
+                replica = self.me.0,
+                donor = self.replicas.ids()[pos].0,
+                "state transfer: the donor became unreachable; asking again"
+            );
+            self.fetch = None; // asked again of whoever is most advanced then
+        }
+    }
+
+    /// A read of `pos`'s heartbeat, head and flags came back (in its view in our region): the
+    /// failure detector hears it, and what the peer publishes is passed on to the replication
+    /// plane, unless the peer is refused.
+    fn on_heartbeat_read(&mut self, pos: usize) {
+        self.peers[pos].reading = false;
+        let view = view_offset(pos);
+        let counter = self.load(view + HEARTBEAT_OFFSET);
+        let head = self.load(view + HEAD_COPY_OFFSET);
+        let flags = self.load(view + FLAGS_OFFSET);
+        if flags >> FLAGS_CONFIG_SHIFT & 0xffff == 0 {
+            // The peer has not published its flags yet (its first beat is under way): a
+            // heartbeat of a replica that does not stand, as before it beats. Its
+            // configuration is not known, so its requests wait.
+            self.peers[pos].last_counter = Some(counter);
+            self.detector.on_heartbeat(self.replicas.ids()[pos], counter, false);
+            return;
+        }
+        let boot = (flags >> 32) as u32;
+        self.note_peer_boot(pos, boot);
+        if self.refuse_if_restarted(pos, flags) || !self.config_agrees(pos, flags) {
+            // A peer with another log shape or protocol never counts as alive, nor as
+            // eligible; nor does one that restarted without rejoining.
+            self.detector.on_unreachable(self.replicas.ids()[pos]);
+            return;
+        }
+        let eligible = flags & FLAG_ELIGIBLE != 0;
+        if self.founding && self.load(view + REFUSED_OFFSET) & (1 << self.me_pos) != 0 {
+            self.stop_refused(pos);
+            return;
+        }
+        if self.shared.peers.boots[pos].load(Ordering::Relaxed) != boot {
+            self.shared.peers.boots[pos].store(boot, Ordering::Release);
+        }
+        self.shared.peers.reads_accepted[pos].fetch_add(1, Ordering::AcqRel);
+        self.count_unheard(pos, view);
+        self.publish_peer_requests(pos, flags, view);
+        let members = self.load(view + MEMBERS_COPY_OFFSET);
+        self.notice_removal(head, members);
+        self.peers[pos].last_counter = Some(counter);
+        // For log recycling (§5.3): the leader engine limits itself by its confirmed
+        // followers' heads.
+        // A restarted peer's head starts again from its snapshot or from 0. Stored only
+        // when it moved: the replication thread reads it on every poll.
+        let word = &self.shared.peers.heads[pos];
+        if word.load(Ordering::Relaxed) != head {
+            word.store(head, Ordering::Release);
+        }
+        let posted_ns = self.peers[pos].read_posted_ns;
+        self.shared.peers.heads_read_ns[pos].store(posted_ns, Ordering::Release);
+        let eligible = eligible && self.shared.is_member(pos);
+        (self.peers[pos].members, self.peers[pos].standing) = (members, eligible);
+        self.detector.on_heartbeat(self.replicas.ids()[pos], counter, eligible);
+    }
+
+    /// Our side of the peer's connection is kept bound to its current run (`boot`), whether
+    /// that run is counted or not: a run refused must still read our refusal.
+    fn note_peer_boot(&mut self, pos: usize, boot: u32) {
+        self.peers[pos].last_read_boot = boot;
+        let peer_view = &mut self.peers[pos];
+        if peer_view.target_connected && peer_view.target_boot != boot {
+            if peer_view.target_boot == 0 {
+                peer_view.target_boot = boot;
+            } else {
+                // Our side the peer initiates on was bound to an earlier run of it (while
+                // it was down, between its crash and its restart): the restarted peer could
+                // never read our heartbeat, and would judge us failed for good while we
+                // read it fine (`mu sim` seed 21361, a 3,000-seed sweep). Bound again at
+                // the next read.
+                peer_view.target_connected = false;
+            }
+        }
+    }
+
+    /// The peer reads, we hear it, yet it has not heard us for many reads in a row (its
+    /// heartbeat view at `view` says so): nothing on our side failed, so nothing else would
+    /// ever bind our side again. The case the boot id misses: our side was bound before we
+    /// read any boot of the peer, and the peer crashed and restarted before that first read
+    /// (`mu sim --seed 50301 --replicas 4`). The count is far above what a peer that reaches
+    /// us needs to hear us again, so a slow start or a pause does not cycle a working side;
+    /// and after a rebind it starts again from 0, so the peer has that many reads to recover
+    /// before the next one.
+    fn count_unheard(&mut self, pos: usize, view: u64) {
+        let unheard = self.load(view + UNHEARD_OFFSET) & (1u64 << self.me_pos) != 0;
+        let peer_view = &mut self.peers[pos];
+        // Saturating: a peer that never hears us (a one-way partition) counts for ever.
+        peer_view.unheard_reads =
+            if unheard { peer_view.unheard_reads.saturating_add(1) } else { 0 };
+        if peer_view.unheard_reads >= unheard_rebind_reads(&self.config)
+            && peer_view.target_connected
+        {
+            debug!(
+                replica = self.me.0,
+                peer = self.replicas.ids()[pos].0,
+                reads = peer_view.unheard_reads,
+                "the peer has not heard us for many reads: binding its side of us again"
+            );
+            peer_view.unheard_reads = 0;
+            peer_view.target_connected = false;
+        }
+    }
+
+    /// Velos: publishes for the replication plane whether the peer abstains (`flags`) and its
+    /// rejoin request (at `view`).
+    fn publish_peer_requests(&mut self, pos: usize, flags: u64, view: u64) {
+        let bit = 1u64 << pos;
+        if flags & FLAG_ABSTAINING != 0 {
+            self.shared.peers.abstaining.fetch_or(bit, Ordering::Release);
+        } else if self.shared.peers.abstaining.load(Ordering::Relaxed) & bit != 0 {
+            self.shared.peers.abstaining.fetch_and(!bit, Ordering::Release);
+        }
+        let rejoin = self.load(view + REJOIN_OFFSET);
+        if self.shared.peers.rejoin_requests[pos].load(Ordering::Relaxed) != rejoin {
+            // The request first, then the mask that sends a leader to read it.
+            self.shared.peers.rejoin_requests[pos].store(rejoin, Ordering::Release);
+            if rejoin != 0 {
+                self.shared.peers.rejoining.fetch_or(1 << pos, Ordering::Release);
+            } else {
+                self.shared.peers.rejoining.fetch_and(!(1 << pos), Ordering::Release);
+            }
+        }
     }
 
     /// Delivers our replication plane's permission request to every permission manager,
@@ -1069,10 +1138,10 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn refuse_if_restarted(&mut self, pos: usize, flags: u64) -> bool {
         let boot = (flags >> 32) as u32;
         // The run we last accepted (`peer_boots` is set only for accepted heartbeats).
-        let seen = self.shared.peer_boots[pos].load(Ordering::Relaxed);
+        let seen = self.shared.peers.boots[pos].load(Ordering::Relaxed);
         let refuse = flags & FLAG_FOUNDING != 0 && seen != 0 && seen != boot;
         let bit = 1u64 << pos;
-        let refused = &self.shared.peers_refused;
+        let refused = &self.shared.peers.refused;
         let was_refused = refused.load(Ordering::Relaxed) & bit != 0;
         if refuse {
             if !was_refused {
@@ -1086,7 +1155,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                 refused.fetch_or(bit, Ordering::AcqRel);
             }
             // Its requests are not served, and Velos does not bind its side.
-            self.shared.peers_config_same.fetch_and(!bit, Ordering::AcqRel);
+            self.shared.peers.config_same.fetch_and(!bit, Ordering::AcqRel);
         } else if was_refused {
             refused.fetch_and(!bit, Ordering::AcqRel);
         }
@@ -1121,7 +1190,7 @@ impl<F: Fabric> BackgroundDriver<F> {
         let same = theirs == self.shared.config_fingerprint;
         let bit = 1u64 << pos;
         let (agreeing, other) = if same { (bit, 0) } else { (0, bit) };
-        let was_other = self.shared.peers_config_other.load(Ordering::Relaxed) & bit != 0;
+        let was_other = self.shared.peers.config_other.load(Ordering::Relaxed) & bit != 0;
         if !same && !was_other {
             error!(
                 replica = self.me.0,
@@ -1133,9 +1202,9 @@ impl<F: Fabric> BackgroundDriver<F> {
                  until it runs with ours"
             );
         }
-        let same_mask = &self.shared.peers_config_same;
+        let same_mask = &self.shared.peers.config_same;
         same_mask.store((same_mask.load(Ordering::Relaxed) & !bit) | agreeing, Ordering::Release);
-        let other_mask = &self.shared.peers_config_other;
+        let other_mask = &self.shared.peers.config_other;
         other_mask.store((other_mask.load(Ordering::Relaxed) & !bit) | other, Ordering::Release);
         same
     }
@@ -1181,11 +1250,11 @@ impl<F: Fabric> BackgroundDriver<F> {
                     // (a peer restarted with another configuration, not read since, still has
                     // the bit of its earlier run).
                     let same_config =
-                        self.shared.peers_config_same.load(Ordering::Acquire) & 1 << pos != 0;
+                        self.shared.peers.config_same.load(Ordering::Acquire) & 1 << pos != 0;
                     let word = self.load(request_offset(pos));
                     let (boot, _) = split_request(word);
                     let this_run = pos == self.me_pos
-                        || boot == self.shared.peer_boots[pos].load(Ordering::Acquire);
+                        || boot == self.shared.peers.boots[pos].load(Ordering::Acquire);
                     self.requests[pos] = if self.shared.is_removed(pos) || !same_config || !this_run
                     {
                         0
@@ -1200,7 +1269,7 @@ impl<F: Fabric> BackgroundDriver<F> {
                     requester,
                     step: 0,
                     holder_before: self.permissions.holder(),
-                    slow_before: self.shared.slow_permission_switches.load(Ordering::Relaxed),
+                    slow_before: self.shared.stats.slow_permission_switches.load(Ordering::Relaxed),
                 }
             }
         };
@@ -1221,9 +1290,10 @@ impl<F: Fabric> BackgroundDriver<F> {
         }
         self.permissions.done(requester, ok);
         if ok {
-            self.shared.permission_switches.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.permission_switches.fetch_add(1, Ordering::Relaxed);
         }
-        let slow = self.shared.slow_permission_switches.load(Ordering::Relaxed) != slow_before;
+        let slow =
+            self.shared.stats.slow_permission_switches.load(Ordering::Relaxed) != slow_before;
         self.note_permission_switch(requester, holder_before, ok, slow);
         true
     }
@@ -1334,7 +1404,7 @@ impl<F: Fabric> BackgroundDriver<F> {
     /// Counts a step that cycled a connection once it is over (a step under way is made again).
     fn slow_step(&self, outcome: StepOutcome) -> StepOutcome {
         if outcome != StepOutcome::UnderWay {
-            self.shared.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.slow_permission_switches.fetch_add(1, Ordering::Relaxed);
         }
         outcome
     }

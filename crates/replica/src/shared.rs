@@ -1,5 +1,8 @@
 //! What the replication plane and the background plane of one replica share: a few words, each
-//! written by one side only, and the guard of the replica's own log.
+//! written by one side only, and the guard of the replica's own log. In groups: what the
+//! background plane read of the peers, state transfer's hand-offs and the status counters
+//! (`signals.rs`), and failover timing (`probe.rs`); the rest, here, is each plane's word about
+//! itself (leader, eligibility, configuration, the replication plane's hot [`Progress`]).
 //!
 //! **Cache lines.** The two planes run on different cores, and a store takes its cache line away
 //! from every other core that holds it. So the words written on the hot path (every poll, every
@@ -11,31 +14,17 @@
 //! the leader, liveness and eligibility words the background thread reads on every loop. What
 //! that cost has not been measured with a core per thread.
 
+use crate::lines::OwnLines;
+use crate::probe::FailoverProbe;
+use crate::signals::{PeerSignals, Stats, TransferSignals, SCORE_NONE};
 use mu_fabric::NodeId;
 use mu_replication::membership::ids_of;
 use mu_replication::Phase;
-use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const NO_LEADER: u32 = u32::MAX;
 
-/// [`Shared::scores`] of this replica itself, or of a peer not scored yet.
-pub(crate) const SCORE_NONE: u8 = u8::MAX;
-
-/// Holds `T` on cache lines no other data uses: 128 bytes, because x86 cores fetch lines in
-/// adjacent pairs (the spatial prefetcher), so words 64 bytes apart can still bounce together.
-#[repr(align(128))]
-pub(crate) struct OwnLines<T>(pub T);
-
-const _: () = assert!(std::mem::align_of::<OwnLines<AtomicBool>>() == 128);
 const _: () = assert!(std::mem::size_of::<OwnLines<Progress>>() == 128);
-
-impl<T> Deref for OwnLines<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
 
 /// What the replication plane writes on its hot path, read by the background plane only every
 /// fate-sharing period (and by status).
@@ -91,147 +80,68 @@ pub(crate) struct Shared {
     /// leader meanwhile would give it back silently, and we would go on without noticing that
     /// their log changed hands in between.
     pub requests: Vec<OwnLines<AtomicU64>>,
-    /// Each replica's log head as last read, by position (background; stored when it moved, on
-    /// a heartbeat read; read by the replication plane on every poll).
-    pub heads: Vec<OwnLines<AtomicU64>>,
-    /// By position, when (on the replica's clock) the background plane posted the read that
-    /// last brought that replica's heartbeat and head; 0 before any. A Velos leader that
-    /// stalled waits for reads posted after the stall before it trusts `heads` again.
-    pub heads_read_ns: Vec<AtomicU64>,
     /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
+    /// Fixed at start.
     pub boot_id: u32,
-    /// Per position: the boot id of the peer's run whose heartbeat was last accepted (same
-    /// configuration, not refused), 0 until one is (background). Velos binds its replication side again when it changes: a side bound to
-    /// a peer's earlier run never lets the restarted peer in.
-    pub peer_boots: Vec<AtomicU32>,
-    /// Per position: how many heartbeat reads of the peer were accepted (same configuration,
-    /// not refused) (background). Velos binds its own side to a peer again only after one more:
-    /// a side bound to a run it has not read could reach one restarted without rejoining.
-    pub peer_reads_accepted: Vec<AtomicU64>,
     /// The replication plane's hot words (replication).
     pub progress: OwnLines<Progress>,
-    /// This replica may lead (replication clears it when it finds it needs a state transfer).
+    /// What the background plane read of the peers (background writes, the replication plane
+    /// reads).
+    pub peers: PeerSignals,
+    /// State transfer between the planes (each word's writer in its comment).
+    pub transfer: TransferSignals,
+    /// Counters and records for status only.
+    pub stats: Stats,
+    /// This replica may lead (replication: it clears it when it finds it needs a state transfer,
+    /// and sets it again; the background plane reads it to stand for election).
     pub eligible: AtomicBool,
     /// This replica restarted with its log lost (or joined new): it may have forgotten values it
     /// accepted, so its grants say so and a leader does not count it until it has prepared
     /// without it. Distinct from `eligible`: a replica that stepped down because it needs a
     /// state transfer has its log intact and counts in majorities as before (with both in one
-    /// flag, two such replicas of five stopped every leader).
+    /// flag, two such replicas of five stopped every leader). Replication clears it.
     pub recovering: AtomicBool,
     /// Velos: this replica abstains in an index some live replica has not applied (replication;
     /// published by the background plane as `FLAG_ABSTAINING`).
     pub abstaining: AtomicBool,
-    /// The peers whose last heartbeat read said `FLAG_ABSTAINING`, by position (background).
-    pub peers_abstaining: AtomicU64,
     /// This replica's configuration fingerprint (`ReplicaConfig::fingerprint`), published with
-    /// its heartbeat.
+    /// its heartbeat. Fixed at start.
     pub config_fingerprint: u16,
-    /// The peers whose last heartbeat read gave our fingerprint, by position (background): the
-    /// only ones whose permission requests are served.
-    pub peers_config_same: AtomicU64,
-    /// The peers whose last heartbeat read gave another fingerprint: never counted alive.
-    pub peers_config_other: AtomicU64,
-    /// The peers refused as restarted without rejoining (`layout::FLAG_FOUNDING`): never
-    /// counted alive, their permission requests not served (background; published at
-    /// `REFUSED_OFFSET`).
-    pub peers_refused: AtomicU64,
     /// A peer refused this replica as restarted without rejoining: it stopped taking part, as a
     /// removed one does, and `failure` says why (background).
     pub refused: AtomicBool,
     /// Velos: this replica's request to rejoin as an acceptor, or 0 (replication; published by
     /// the background plane at `REJOIN_OFFSET`).
     pub rejoin_request: AtomicU64,
-    /// Per position: the peer's rejoin request as last read with its heartbeat (background).
-    pub peer_rejoin_requests: Vec<AtomicU64>,
-    /// The positions whose request there is not 0: a leader's poll looks at this one word.
-    pub peers_rejoining: AtomicU64,
-    /// The failure detector's score of each replica, by position (background; for status).
-    /// `SCORE_NONE` for this replica itself.
-    pub scores: Vec<AtomicU8>,
     /// Who the permission manager lets write this replica's log, as an id plus one; 0: nobody
     /// (background; for status).
     pub log_holder: AtomicU64,
-    /// The heartbeat is going (background; for status).
+    /// The heartbeat is going (background, fate sharing and a replica that follows no leader;
+    /// for status).
     pub heartbeat_on: AtomicBool,
-    /// Counters for status and metrics.
-    pub aborts: AtomicU64,
-    pub leader_changes: AtomicU64,
-    pub permission_switches: AtomicU64,
-    pub slow_permission_switches: AtomicU64,
-    /// When (ns on the replica's clock, plus one so that 0 means never) the failure detector
-    /// last elected this replica, 0 while another leads (background).
-    pub elected_at_ns: AtomicU64,
-    /// When (same clock, plus one) Mu's leader engine last got past its permission round; 0
-    /// while not leading or still asking (replication).
-    pub permitted_at_ns: AtomicU64,
-    /// Mu: when (same clock, plus one) the leader engine first entered each phase
-    /// (`Phase::ALL`, by `phase as usize`) in its current leadership; all 0 while not leading
-    /// (replication). Failover timing: where a new leader's set-up and first proposal go.
-    pub phase_entered_at_ns: [AtomicU64; Phase::ALL.len()],
-    /// Mu: the time a new leadership's polls took, from the one that took it up to the one in
-    /// which its first own proposal committed, by the phase each poll began in (`Follower`: the
-    /// poll that took it up), and how many polls; reset with `phase_entered_at_ns`
-    /// (replication).
-    pub phase_busy_ns: [AtomicU64; Phase::ALL.len()],
-    pub phase_polls: [AtomicU64; Phase::ALL.len()],
-    /// Velos: when (same clock, plus one) the leader first took each step of
-    /// [`crate::VelosStep::ALL`] in its current leadership; all 0 while not leading
-    /// (replication).
-    pub velos_step_at_ns: [AtomicU64; crate::VelosStep::ALL.len()],
-    /// Velos: the time a new leadership's polls took, from the one that took it up to the one
-    /// that answered the application's first value, and how many polls; reset with
-    /// `velos_step_at_ns` (replication).
-    pub velos_busy_ns: AtomicU64,
-    pub velos_polls: AtomicU64,
-    /// Either engine: a new leadership's busy polls, from the one that took it up until it is
-    /// timed no more; cleared with the phase stamps or the Velos steps (replication).
-    pub setup_trace: crate::setup_trace::SetupTrace,
-    /// When (same clock, plus one) the leader engine last finished setting up as leader:
-    /// permissions held, its log and its followers' up to date; 0 while not leading
-    /// (replication).
-    pub ready_at_ns: AtomicU64,
-    /// State transfer: the ticket of the snapshot request to serve next, 0 for none
-    /// (background sets it, replication clears it once served).
-    pub snapshot_wanted: AtomicU64,
-    /// A snapshot fetched from a donor and checked waits in `fetched_snapshot` (background
-    /// sets it, replication clears it once installed or refused).
-    pub snapshot_fetched: AtomicBool,
-    /// That snapshot: the checked copy, not the regions it was read into, where a read of an
-    /// earlier fetch that was given up may still land (`transfer::install`).
-    pub fetched_snapshot: std::sync::Mutex<Option<crate::transfer::FetchedSnapshot>>,
-    /// Set by the replication plane when its replayer has been blocked for longer than the
-    /// transfer timeout (a decided entry that is not coming): the background plane then fetches a
-    /// snapshot from any peer further on, not only from one a whole log ahead.
-    pub replayer_stuck: AtomicBool,
-    pub snapshots_served: AtomicU64,
-    pub snapshots_installed: AtomicU64,
-    /// Snapshots the application refused to restore (replication; the background plane waits
-    /// longer after each before it fetches another).
-    pub restore_failures: AtomicU64,
-    /// What last went wrong in a state transfer, either side (rare: a mutex is fine).
-    pub state_transfer_error: std::sync::Mutex<Option<String>>,
+    /// Failover timing: when a new leader took each step, and how its polls went.
+    pub probe: FailoverProbe,
     /// Why the replica stopped on its own: a panic on one of its threads, or in the plane
-    /// under an application's call (the commit handler's, most likely).
+    /// under an application's call (the commit handler's, most likely). Whichever thread
+    /// caught it (`Replica::fail`), or the background plane when refused by a peer; the first
+    /// reason is kept.
     pub failure: std::sync::Mutex<Option<String>>,
     /// While leading, the confirmed followers (ourselves included) by position, as a bit mask
     /// (replication).
     pub confirmed_mask: AtomicU64,
-    /// How many times this replica's engine started leading (replication).
-    pub leaderships: AtomicU64,
-    /// Why the leader engine last aborted (rare: a mutex is fine).
-    pub last_abort: std::sync::Mutex<Option<mu_replication::AbortReason>>,
     /// Write access to our own log (background grants and revokes; replication writes, with a
     /// store to it before and after every write of its own log).
     pub guard: OwnLines<OwnLogGuard>,
-    /// The configuration after the entries this replica applied (§5.4), by position.
+    /// The configuration after the entries this replica applied (§5.4), by position
+    /// (replication, through [`Shared::set_members`]).
     pub members: AtomicU64,
-    /// Every replica that was a member in a configuration this replica applied.
+    /// Every replica that was a member in a configuration this replica applied (replication,
+    /// with `members`).
     pub ever_members: AtomicU64,
-    /// A decided membership entry removed this replica: it stopped taking part.
+    /// A decided membership entry removed this replica: it stopped taking part. Set, never
+    /// cleared, by the plane that finds it out: the replication plane applying the entry, or
+    /// the background plane reading a peer that applied it (`notice_removal`).
     pub removed: AtomicBool,
-    /// The replicas the failure detector considers alive, by position, this one included
-    /// (background).
-    pub alive_mask: AtomicU64,
 }
 
 impl Shared {
@@ -249,11 +159,7 @@ impl Shared {
             ids,
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
-            heads: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
-            heads_read_ns: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             boot_id,
-            peer_boots: (0..replicas_count).map(|_| AtomicU32::new(0)).collect(),
-            peer_reads_accepted: (0..replicas_count).map(|_| AtomicU64::new(0)).collect(),
             progress: OwnLines(Progress {
                 loop_count: AtomicU64::new(0),
                 in_propose: AtomicBool::new(false),
@@ -263,49 +169,21 @@ impl Shared {
             eligible: AtomicBool::new(eligible),
             recovering: AtomicBool::new(!eligible),
             abstaining: AtomicBool::new(false),
-            peers_abstaining: AtomicU64::new(0),
             config_fingerprint,
-            peers_config_same: AtomicU64::new(0),
-            peers_config_other: AtomicU64::new(0),
-            peers_refused: AtomicU64::new(0),
             refused: AtomicBool::new(false),
             rejoin_request: AtomicU64::new(0),
-            peer_rejoin_requests: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            peers_rejoining: AtomicU64::new(0),
-            scores: (0..n).map(|_| AtomicU8::new(SCORE_NONE)).collect(),
             log_holder: AtomicU64::new(0),
             heartbeat_on: AtomicBool::new(true),
-            aborts: AtomicU64::new(0),
-            leader_changes: AtomicU64::new(0),
-            permission_switches: AtomicU64::new(0),
-            slow_permission_switches: AtomicU64::new(0),
             confirmed_mask: AtomicU64::new(0),
-            leaderships: AtomicU64::new(0),
-            snapshot_wanted: AtomicU64::new(0),
-            snapshot_fetched: AtomicBool::new(false),
-            fetched_snapshot: std::sync::Mutex::new(None),
-            replayer_stuck: AtomicBool::new(false),
-            snapshots_served: AtomicU64::new(0),
-            restore_failures: AtomicU64::new(0),
-            snapshots_installed: AtomicU64::new(0),
-            state_transfer_error: std::sync::Mutex::new(None),
             failure: std::sync::Mutex::new(None),
-            elected_at_ns: AtomicU64::new(0),
-            permitted_at_ns: AtomicU64::new(0),
-            phase_entered_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            phase_busy_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            phase_polls: std::array::from_fn(|_| AtomicU64::new(0)),
-            velos_step_at_ns: std::array::from_fn(|_| AtomicU64::new(0)),
-            velos_busy_ns: AtomicU64::new(0),
-            velos_polls: AtomicU64::new(0),
-            setup_trace: Default::default(),
-            ready_at_ns: AtomicU64::new(0),
-            last_abort: std::sync::Mutex::new(None),
+            probe: FailoverProbe::new(),
+            peers: PeerSignals::new(n),
+            transfer: TransferSignals::new(),
+            stats: Stats::new(),
             guard: OwnLines(OwnLogGuard::new()),
             members: AtomicU64::new(members),
             ever_members: AtomicU64::new(members),
             removed: AtomicBool::new(false),
-            alive_mask: AtomicU64::new(0),
         }
     }
 
@@ -316,25 +194,25 @@ impl Shared {
             leader: self.leader(),
             fuo: self.progress.fuo.load(Ordering::Acquire),
             commits: self.progress.commits.load(Ordering::Relaxed),
-            aborts: self.aborts.load(Ordering::Relaxed),
-            leader_changes: self.leader_changes.load(Ordering::Relaxed),
-            permission_switches: self.permission_switches.load(Ordering::Relaxed),
-            slow_permission_switches: self.slow_permission_switches.load(Ordering::Relaxed),
+            aborts: self.stats.aborts.load(Ordering::Relaxed),
+            leader_changes: self.stats.leader_changes.load(Ordering::Relaxed),
+            permission_switches: self.stats.permission_switches.load(Ordering::Relaxed),
+            slow_permission_switches: self.stats.slow_permission_switches.load(Ordering::Relaxed),
             heartbeat_on: self.heartbeat_on.load(Ordering::Acquire),
             eligible: self.eligible.load(Ordering::Acquire),
             recovering: self.recovering.load(Ordering::Acquire),
-            elected_at_ns: self.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
-            permitted_at_ns: self.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
+            elected_at_ns: self.probe.elected_at_ns.load(Ordering::Acquire).checked_sub(1),
+            permitted_at_ns: self.probe.permitted_at_ns.load(Ordering::Acquire).checked_sub(1),
             phases_entered_at_ns: Phase::ALL
                 .iter()
-                .zip(&self.phase_entered_at_ns)
+                .zip(&self.probe.phase_entered_at_ns)
                 .filter_map(|(phase, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*phase, ns))
                 })
                 .collect(),
             phases_busy_ns: Phase::ALL
                 .iter()
-                .zip(self.phase_busy_ns.iter().zip(&self.phase_polls))
+                .zip(self.probe.phase_busy_ns.iter().zip(&self.probe.phase_polls))
                 .filter_map(|(phase, (ns, polls))| {
                     let polls = polls.load(Ordering::Relaxed);
                     (polls > 0).then(|| (*phase, ns.load(Ordering::Relaxed), polls))
@@ -342,24 +220,24 @@ impl Shared {
                 .collect(),
             velos_steps_at_ns: crate::VelosStep::ALL
                 .iter()
-                .zip(&self.velos_step_at_ns)
+                .zip(&self.probe.velos_step_at_ns)
                 .filter_map(|(step, at)| {
                     at.load(Ordering::Acquire).checked_sub(1).map(|ns| (*step, ns))
                 })
                 .collect(),
             velos_busy_ns: (
-                self.velos_busy_ns.load(Ordering::Relaxed),
-                self.velos_polls.load(Ordering::Relaxed),
+                self.probe.velos_busy_ns.load(Ordering::Relaxed),
+                self.probe.velos_polls.load(Ordering::Relaxed),
             ),
-            setup_polls: self.setup_trace.polls(),
-            ready_at_ns: self.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
-            last_abort: *self.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
+            setup_polls: self.probe.setup_trace.polls(),
+            ready_at_ns: self.probe.ready_at_ns.load(Ordering::Acquire).checked_sub(1),
+            last_abort: *self.stats.last_abort.lock().unwrap_or_else(|p| p.into_inner()),
             confirmed: ids_of(ids, self.confirmed_mask.load(Ordering::Acquire)),
             members: ids_of(ids, self.members.load(Ordering::Acquire)),
             removed: self.removed.load(Ordering::Acquire),
             scores: ids
                 .iter()
-                .zip(&self.scores)
+                .zip(&self.peers.scores)
                 .filter_map(|(&id, s)| {
                     let score = s.load(Ordering::Relaxed);
                     (score != SCORE_NONE).then_some((id, score))
@@ -370,17 +248,18 @@ impl Shared {
                 .load(Ordering::Acquire)
                 .checked_sub(1)
                 .map(|id| NodeId(id as u16)),
-            leaderships: self.leaderships.load(Ordering::Relaxed),
-            snapshots_served: self.snapshots_served.load(Ordering::Relaxed),
-            snapshots_installed: self.snapshots_installed.load(Ordering::Relaxed),
+            leaderships: self.stats.leaderships.load(Ordering::Relaxed),
+            snapshots_served: self.transfer.snapshots_served.load(Ordering::Relaxed),
+            snapshots_installed: self.transfer.snapshots_installed.load(Ordering::Relaxed),
             state_transfer_error: self
+                .transfer
                 .state_transfer_error
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             failure: self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            other_configuration: ids_of(ids, self.peers_config_other.load(Ordering::Acquire)),
-            restarted_without_rejoin: ids_of(ids, self.peers_refused.load(Ordering::Acquire)),
+            other_configuration: ids_of(ids, self.peers.config_other.load(Ordering::Acquire)),
+            restarted_without_rejoin: ids_of(ids, self.peers.refused.load(Ordering::Acquire)),
         }
     }
 
@@ -408,23 +287,23 @@ impl Shared {
         self.members.store(members, Ordering::Release);
     }
 
-    /// Sets [`Shared::replayer_stuck`], storing only when it changes (a follower's replication
+    /// Sets `transfer.replayer_stuck`, storing only when it changes (a follower's replication
     /// plane says so on every poll that applies something).
     pub fn set_replayer_stuck(&self, stuck: bool) {
-        if self.replayer_stuck.load(Ordering::Relaxed) != stuck {
-            self.replayer_stuck.store(stuck, Ordering::Release);
+        if self.transfer.replayer_stuck.load(Ordering::Relaxed) != stuck {
+            self.transfer.replayer_stuck.store(stuck, Ordering::Release);
         }
     }
 
     /// Records what went wrong in a state transfer, for status.
     pub fn transfer_failed(&self, why: String) {
-        *self.state_transfer_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *self.transfer.state_transfer_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     /// The replicas the failure detector considers failed, as a mask of positions; none until
     /// the background plane has published its view (`me_bit`, ours, is always set in it).
     pub fn suspected(&self, me_bit: u64) -> u64 {
-        let alive = self.alive_mask.load(Ordering::Acquire);
+        let alive = self.peers.alive_mask.load(Ordering::Acquire);
         if alive & me_bit == 0 {
             0
         } else {
@@ -448,9 +327,9 @@ impl Shared {
         }
         // Dated before it is published: whoever sees us elected sees when.
         let elected = if leader == Some(me) { now_ns + 1 } else { 0 };
-        self.elected_at_ns.store(elected, Ordering::Release);
+        self.probe.elected_at_ns.store(elected, Ordering::Release);
         self.leader.store(word, Ordering::Release);
-        self.leader_changes.fetch_add(1, Ordering::Relaxed);
+        self.stats.leader_changes.fetch_add(1, Ordering::Relaxed);
         true
     }
 }

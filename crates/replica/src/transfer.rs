@@ -10,6 +10,7 @@ use crate::layout::{
 };
 use crate::replication::Applier;
 use crate::shared::Shared;
+use crate::signals::FetchedSnapshot;
 use mu_fabric::{LocalRegion, NodeId};
 use mu_log::EntryKind;
 use mu_replication::ReplicaSet;
@@ -38,7 +39,7 @@ pub(crate) fn serve<R: LocalRegion>(
     last: Option<(EntryKind, &[u8])>,
     app: &mut dyn Applier,
 ) {
-    let ticket = shared.snapshot_wanted.load(Ordering::Acquire);
+    let ticket = shared.transfer.snapshot_wanted.load(Ordering::Acquire);
     if ticket == 0 {
         return;
     }
@@ -48,12 +49,40 @@ pub(crate) fn serve<R: LocalRegion>(
         .checked_sub(1)
         .and_then(|pos| replicas.ids().get(pos))
         .map(|id| id.0);
-    let replica = me.0;
+    let error = take(shared, buf, bytes_max, (me.0, requester), index, last, app);
+    publish(region, &buf[..], (index, members), last, error, ticket);
+    shared.transfer.snapshots_served.fetch_add(1, Ordering::Relaxed);
+    // The buffer lives as long as the replica: one that an oversized snapshot grew would
+    // otherwise hold that memory for good. A snapshot that fits leaves it at most about
+    // twice `bytes_max`, as the vector doubled to hold it.
+    if buf.capacity() > 2 * bytes_max {
+        *buf = Vec::new();
+    }
+    // A newer request may have replaced this one meanwhile: leave it for the next poll.
+    let _ = shared.transfer.snapshot_wanted.compare_exchange(
+        ticket,
+        0,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}
+
+/// Takes the application's snapshot into `buf` (empty), `last`'s value after it, for
+/// `requester` (an id, if the ticket named one); returns the header's error code.
+fn take(
+    shared: &Shared,
+    buf: &mut Vec<u8>,
+    bytes_max: usize,
+    (replica, requester): (u16, Option<u16>),
+    index: u64,
+    last: Option<(EntryKind, &[u8])>,
+    app: &mut dyn Applier,
+) -> u64 {
     let taken = app.snapshot(buf);
     if let Some((_, value)) = last {
         buf.extend_from_slice(value);
     }
-    let error = match taken {
+    match taken {
         Err(e) => {
             warn!(replica, requester, error = %e, "state transfer: cannot take a snapshot");
             shared.transfer_failed(format!("taking a snapshot for a peer: {e}"));
@@ -83,7 +112,19 @@ pub(crate) fn serve<R: LocalRegion>(
             );
             SNAPSHOT_OK
         }
-    };
+    }
+}
+
+/// Writes the snapshot in `buf` (none unless `error` is `SNAPSHOT_OK`) and its header into our
+/// state-transfer region, the ticket cleared first and written last, where the peer reads it.
+fn publish<R: LocalRegion>(
+    region: &R,
+    buf: &[u8],
+    (index, members): (u64, u64),
+    last: Option<(EntryKind, &[u8])>,
+    error: u64,
+    ticket: u64,
+) {
     let put = |offset: u64, value: u64| {
         region.store_u64(offset as usize, value).expect("snapshot header in the region")
     };
@@ -104,29 +145,6 @@ pub(crate) fn serve<R: LocalRegion>(
     put(SNAPSHOT_DIGEST, snapshot_digest(index, members, last_word, &buf[..len]));
     put(SNAPSHOT_ERROR, error);
     put(SNAPSHOT_TICKET, ticket);
-    shared.snapshots_served.fetch_add(1, Ordering::Relaxed);
-    // The buffer lives as long as the replica: one that an oversized snapshot grew would
-    // otherwise hold that memory for good. A snapshot that fits leaves it at most about
-    // twice `bytes_max`, as the vector doubled to hold it.
-    if buf.capacity() > 2 * bytes_max {
-        *buf = Vec::new();
-    }
-    // A newer request may have replaced this one meanwhile: leave it for the next poll.
-    let _ = shared.snapshot_wanted.compare_exchange(ticket, 0, Ordering::AcqRel, Ordering::Acquire);
-}
-
-/// A snapshot the background plane fetched and checked against the digest its donor published
-/// with it, for the replication plane to install.
-pub(crate) struct FetchedSnapshot {
-    /// The next index to apply after it.
-    pub index: u64,
-    /// Its configuration (a mask of positions).
-    pub members: u64,
-    /// The entry below `index` that travels after the state: its kind in the high half, its
-    /// length in the low half (`SNAPSHOT_LAST_KIND`, `SNAPSHOT_LAST_LEN`).
-    pub last_word: u64,
-    /// The state, then that entry's value.
-    pub bytes: Vec<u8>,
 }
 
 /// Receiving side: the background plane fetched and checked a snapshot. Restores it if it is
@@ -141,12 +159,12 @@ pub(crate) fn install(
     leading: bool,
     app: &mut dyn Applier,
 ) -> Option<(u64, u64, Option<LastEntry>)> {
-    if !shared.snapshot_fetched.load(Ordering::Acquire) {
+    if !shared.transfer.snapshot_fetched.load(Ordering::Acquire) {
         return None;
     }
-    let fetched = shared.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let fetched = shared.transfer.fetched_snapshot.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(FetchedSnapshot { index, members, last_word, bytes }) = fetched else {
-        shared.snapshot_fetched.store(false, Ordering::Release);
+        shared.transfer.snapshot_fetched.store(false, Ordering::Release);
         return None;
     };
     let len = bytes.len();
@@ -171,12 +189,12 @@ pub(crate) fn install(
                     from_head = head,
                     "state transfer: snapshot installed"
                 );
-                shared.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+                shared.transfer.snapshots_installed.fetch_add(1, Ordering::Relaxed);
                 installed = Some((index, members, last));
             }
             Err(e) => {
                 warn!(replica = me.0, index, error = %e, "state transfer: restore failed");
-                shared.restore_failures.fetch_add(1, Ordering::Release);
+                shared.transfer.restore_failures.fetch_add(1, Ordering::Release);
                 shared.transfer_failed(format!("restoring a snapshot: {e}"))
             }
         }
@@ -186,7 +204,7 @@ pub(crate) fn install(
             index, head, "state transfer: fetched snapshot not installed (not ahead, or leading)"
         );
     }
-    shared.snapshot_fetched.store(false, Ordering::Release);
+    shared.transfer.snapshot_fetched.store(false, Ordering::Release);
     installed
 }
 
@@ -259,7 +277,7 @@ mod tests {
         let region = Memory(Arc::new(Mutex::new(vec![0; snapshot_region_bytes(bytes_max)])));
         let mut buf = Vec::new();
         let mut serve_one = |app: &mut Sized, seq| {
-            shared.snapshot_wanted.store(snapshot_ticket(1, seq), Ordering::Release);
+            shared.transfer.snapshot_wanted.store(snapshot_ticket(1, seq), Ordering::Release);
             let at = (NodeId(0), &replicas);
             serve(&shared, &region, &mut buf, bytes_max, at, (5, 0b111), None, app);
             let word = |field| region.load_u64(field as usize).unwrap();

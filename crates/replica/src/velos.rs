@@ -19,6 +19,10 @@ use mu_fabric::{
 use mu_log::{Entry, EntryKind, Slot, HEAD_OFFSET};
 use mu_replication::membership::{self, Change};
 use mu_replication::ReplicaSet;
+use mu_velos::guards::{self, Resync};
+use mu_velos::heads::Heads;
+use mu_velos::rejoin::{self, Fence, Rejoin};
+use mu_velos::standing::{self, Candidacy, ElectionMove, LeaderlessWait, Removal};
 use mu_velos::{learner, Action, Event, Proposer, StopReason, VelosLayout, OP_BITS, VELOS_REGION};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -36,9 +40,6 @@ const POS_MASK: u64 = 0xffff;
 /// progress before it reads the leader's memory to catch up.
 const RECONNECT_PERIOD_NS: u64 = 1_000_000;
 const CATCH_UP_AFTER_NS: u64 = 2_000_000;
-/// A leader with nothing to propose for this long after its last decision decides an empty
-/// entry, so that followers learn the last one (they learn an entry from the next, §5.4).
-const IDLE_NOOP_AFTER_NS: u64 = 200_000;
 
 /// The replication endpoint's depth: a write and a CAS per acceptor for the accept and for each
 /// prepare of the window, and at least 256.
@@ -129,102 +130,6 @@ enum CatchUp {
     Word { from: usize, index: u64 },
     Entry { from: usize, index: u64 },
 }
-
-/// A replica restarted without its memory (or taking new slot words, its own too far behind),
-/// before it answers as an acceptor again (`mu_velos::recovery`): with the sides peers reach
-/// its memory through down, it asks the leader for a rejoin entry, catches up from the others'
-/// memories until it applies that entry, then abstains below one lap past it and lets peers in.
-struct Recovery {
-    /// Positions whose side of the connection they initiate on is not yet known closed, for a
-    /// replica refreshing its words (a restarted one never opened them). Nothing is asked
-    /// before every such side is down, as a barrier.
-    unfenced: u64,
-    /// Of those, the ones we had up.
-    was_up: u64,
-    /// The rejoin request published (`mu_velos::recovery::request`), 0 until the barrier is
-    /// passed, and again after a state transfer (whose snapshot may hold the entry that
-    /// answered the request before it, which would then never be applied here).
-    request: u64,
-    /// The index of the rejoin entry that answered `request`, once applied here.
-    rejoined_at: Option<u64>,
-    /// When recovery started, and whether it said it is taking long.
-    since_ns: Option<u64>,
-    warned: bool,
-    /// A restarted (or new) replica, applying history before its rejoin entry: a removal it
-    /// applies there was of an earlier run of it. Not so for a refresh, in the same run.
-    restarted: bool,
-}
-
-impl Recovery {
-    fn new((unfenced, was_up): (u64, u64), restarted: bool) -> Recovery {
-        Recovery {
-            unfenced,
-            was_up,
-            request: 0,
-            rejoined_at: None,
-            since_ns: None,
-            warned: false,
-            restarted,
-        }
-    }
-}
-
-/// A replica that finds a live peer this many laps ahead refreshes its slot words (goes
-/// through recovery as a restarted one does) before it answers as an acceptor again: words
-/// left that far behind may soon be read wrongly (laps count modulo 2048, telling older from
-/// newer up to 1,024 laps apart), and one left behind by fewer laps is still read rightly.
-const REFRESH_AFTER_LAPS: u64 = mu_velos::word::LAPS / 8;
-
-/// Read periods between two polls of the replication thread that count as a stall, after
-/// which a leader resyncs ([`VelosDriver::resynced`]): more than one, so that ordinary
-/// preemption does not hold a leader back. Capped by what the log's length allows
-/// ([`stall_ns`]).
-const STALL_READ_PERIODS: u64 = 2;
-
-/// Less time than any fabric takes to decide one index (a compare-and-swap on a majority's
-/// words, one after another on the leader's thread: about a microsecond over RDMA, and a few
-/// hundred nanoseconds on shared memory, where each is a cache miss), for the bound in
-/// [`stall_ns`].
-const DECISION_NS_MIN: u64 = 10;
-
-/// The longest gap between two polls of the replication thread that does not count as a
-/// stall: [`STALL_READ_PERIODS`] read periods, or less where the log is so short that the
-/// others could go round it half the laps a slot word tells apart in that time (at one decision
-/// every [`DECISION_NS_MIN`]; half of them, for a margin).
-///
-/// The failure detector cannot bound it: an alive replica whose score sits just above the
-/// failure threshold is found failed after a single stale read, so a leader may be deposed
-/// within any gap, however short. What keeps a shorter gap safe is that the others cannot have
-/// decided so many entries meanwhile that a slot word's lap reads wrongly (`LAPS / 2` laps of
-/// the log apart).
-fn stall_ns(read_period_ns: u64, slots_count: u64) -> u64 {
-    let laps_apart_ns =
-        (mu_velos::word::LAPS / 2).saturating_mul(slots_count).saturating_mul(DECISION_NS_MIN);
-    STALL_READ_PERIODS.saturating_mul(read_period_ns).min(laps_apart_ns / 2)
-}
-
-/// Whether a stalled leader at position `me` may trust the heads it has: every peer `alive`
-/// (as the failure detector says now) has one in `fresh` (read by a read posted after the
-/// stall), and so do enough of the other `members`, whatever the detector says, that one of
-/// them is in any majority that decided without the leader: all but `others − majority` of the
-/// `others` members are in it (`n − majority` reads where the leader is a member, one more
-/// where it was just removed and leads on until it steps down).
-fn resync_complete(me: usize, alive: u64, members: u64, fresh: u64) -> bool {
-    let others = |mask: u64| mask & !(1 << me);
-    let n = members.count_ones();
-    let needed = (others(members).count_ones() + 1).saturating_sub(n / 2 + 1);
-    others(alive) & !fresh == 0 && (others(members) & fresh).count_ones() >= needed
-}
-
-/// Detector read periods without an elected leader after which a replica that installed a
-/// snapshot stands for election without waiting to apply an entry
-/// ([`VelosDriver::stand_if_leaderless`]): longer than a replica at the recovery threshold (6)
-/// takes to be found failed (five stale reads), so that a leader being replaced is usually
-/// seen first. It only decides when such a replica stands, never what is safe.
-const LEADERLESS_READ_PERIODS: u64 = 8;
-
-/// A recovery whose rejoin entry has not come after this long says so.
-const RECOVERY_WARN_AFTER_NS: u64 = 1_000_000_000;
 
 /// Steps of a new Velos leader between its start ([`crate::ReplicaStatus::ready_at_ns`]) and
 /// its first commit, dated for failover timing as Mu's phases are.
@@ -317,9 +222,9 @@ pub struct VelosDriver<F: Fabric> {
     /// poll's end.
     leading_to_log: Option<(u64, u64)>,
     /// Set while this replica, restarted, is not an acceptor yet.
-    recovery: Option<Recovery>,
-    /// Since when a replica waiting to stand after a snapshot has seen no leader elected.
-    leaderless_since_ns: Option<u64>,
+    recovery: Option<Rejoin>,
+    /// A replica waiting to stand after a snapshot, while no leader is elected.
+    leaderless: LeaderlessWait,
     /// Rejoin requests made in this run (each one a new request id), and the run's nonce they
     /// are made from ([`crate::core::Boot::nonce`]).
     rejoin_attempts: u32,
@@ -336,26 +241,22 @@ pub struct VelosDriver<F: Fabric> {
     /// Per position: the peer's boot id when our side it initiates on was bound.
     bound_boots: Vec<u32>,
     /// Per position, while our side to the peer is down: the count of its accepted heartbeat
-    /// reads (`Shared::peer_reads_accepted`) when we found it down. It is bound again only
+    /// reads (`PeerSignals::reads_accepted`) when we found it down. It is bound again only
     /// once that count moved on: the peer's current run is then one our background plane
     /// read and counted, not one restarted without rejoining that it has yet to refuse.
     down_at_reads: Vec<Option<u64>>,
     /// When to look again whether this replica, restarted, still abstains where it matters.
     next_abstention_check_ns: u64,
-    /// When the last poll began (`None` before the first).
-    last_poll_ns: Option<u64>,
-    /// Set when a poll came more than [`stall_ns`] after the one before: the thread stalled
-    /// (descheduled, the process stopped), and the others may have gone round the log more
-    /// than laps tell apart meanwhile. This replica neither starts nor goes on leading until
-    /// the background plane has read enough peers' heads with reads posted after it
-    /// ([`VelosDriver::resynced`]).
-    resync_since_ns: Option<u64>,
+    /// Whether the heads can be trusted after a stall ([`Resync`]): this replica neither starts
+    /// nor goes on leading until the background plane has read enough peers' heads with reads
+    /// posted after it ([`VelosDriver::resynced`]).
+    resync: Resync,
     /// Peers the proposer is kept from ([`Proposer::exclude`]): their heads are two logs or
     /// more behind ours, so their slot words may be too old to read rightly.
     excluded: u64,
     /// Where the log was (the highest of `applied` and every peer's head) when this replica
     /// last took new slot words (restarted or refreshed): its words are as new as that, so it
-    /// refreshes again only once a peer is [`REFRESH_AFTER_LAPS`] past it.
+    /// refreshes again only once a peer is [`guards::REFRESH_AFTER_LAPS`] past it.
     words_taken_at: u64,
 }
 
@@ -380,7 +281,7 @@ impl<F: Fabric> VelosDriver<F> {
         let window = proposer.window();
         // A replica that starts ineligible restarted: what it promised and accepted is lost.
         let recovery =
-            (!shared.eligible.load(Ordering::Acquire)).then(|| Recovery::new((0, 0), true));
+            (!shared.eligible.load(Ordering::Acquire)).then(|| Rejoin::new((0, 0), true));
         debug_assert_eq!(proposer.members(), shared.members.load(Ordering::Acquire));
         VelosDriver {
             fabric,
@@ -426,7 +327,7 @@ impl<F: Fabric> VelosDriver<F> {
             last_decision: (0, true),
             leading_to_log: None,
             recovery,
-            leaderless_since_ns: None,
+            leaderless: LeaderlessWait::default(),
             rejoin_attempts: 0,
             run_nonce,
             rejoined: vec![0; n],
@@ -435,8 +336,7 @@ impl<F: Fabric> VelosDriver<F> {
             bound_boots: vec![0; n],
             down_at_reads: vec![None; n],
             next_abstention_check_ns: 0,
-            last_poll_ns: None,
-            resync_since_ns: None,
+            resync: Resync::default(),
             excluded: 0,
             words_taken_at: 0,
         }
@@ -531,7 +431,7 @@ impl<F: Fabric> VelosDriver<F> {
     fn stamp(&mut self, step: VelosStep, now_ns: u64) {
         if self.steps_stamped & 1 << step as u32 == 0 {
             self.steps_stamped |= 1 << step as u32;
-            self.shared.velos_step_at_ns[step as usize].store(now_ns + 1, Ordering::Release);
+            self.shared.probe.velos_step_at_ns[step as usize].store(now_ns + 1, Ordering::Release);
         }
     }
 
@@ -539,12 +439,12 @@ impl<F: Fabric> VelosDriver<F> {
     fn clear_steps(&mut self) {
         self.steps_stamped = 0;
         self.first_answered = false;
-        for at in &self.shared.velos_step_at_ns {
+        for at in &self.shared.probe.velos_step_at_ns {
             at.store(0, Ordering::Release);
         }
-        self.shared.velos_busy_ns.store(0, Ordering::Relaxed);
-        self.shared.velos_polls.store(0, Ordering::Relaxed);
-        self.shared.setup_trace.clear();
+        self.shared.probe.velos_busy_ns.store(0, Ordering::Relaxed);
+        self.shared.probe.velos_polls.store(0, Ordering::Relaxed);
+        self.shared.probe.setup_trace.clear();
         self.idle_polls.reset();
     }
 
@@ -562,9 +462,9 @@ impl<F: Fabric> VelosDriver<F> {
     /// The poll is also traced (`ReplicaStatus::setup_polls`), as under Mu.
     pub fn note_setup_poll(&mut self, start_ns: u64, busy_ns: u64, busy: bool, poller: Poller) {
         if self.proposer.is_leading() {
-            self.shared.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
-            self.shared.velos_polls.fetch_add(1, Ordering::Relaxed);
-            let trace = &self.shared.setup_trace;
+            self.shared.probe.velos_busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+            self.shared.probe.velos_polls.fetch_add(1, Ordering::Relaxed);
+            let trace = &self.shared.probe.setup_trace;
             self.idle_polls.note(trace, start_ns, busy_ns, busy, None, poller);
         }
     }
@@ -613,11 +513,8 @@ impl<F: Fabric> VelosDriver<F> {
     /// applying decided entries with `app`. Returns whether anything happened.
     pub fn poll(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         self.shared.progress.bump_loop();
-        let stall_ns = stall_ns(self.settings.read_period_ns, self.layout.slots_count());
-        if self.last_poll_ns.is_some_and(|last| now_ns.saturating_sub(last) > stall_ns) {
-            self.resync_since_ns = Some(now_ns);
-        }
-        self.last_poll_ns = Some(now_ns);
+        let stall_ns = guards::stall_ns(self.settings.read_period_ns, self.layout.slots_count());
+        self.resync.on_poll(now_ns, stall_ns);
         let answered_before = self.group.answered;
         self.update_exclusions();
         self.connect(now_ns);
@@ -641,81 +538,16 @@ impl<F: Fabric> VelosDriver<F> {
         busy |= self.poll_completions(app);
         // Decisions first: what the proposer decided frees it for the next entry.
         busy |= self.take_events(app, now_ns);
-        if self.leaving && self.removal_applied_elsewhere() {
-            // The others can learn the removal from that peer: no entry of ours is needed, and
-            // the members of the new configuration, electing by it, compete with us for it
-            // (`mu sim --protocol velos --seed 22664 --replicas 3 --faults all,membership`:
-            // elected under the old configuration by the replica that had not applied the
-            // removal, we decided it again, then duelled for ever with the leader that had
-            // decided it first for the index after it).
-            info!(
-                replica = self.me.0,
-                "stepping down: removed, and a live peer has applied the removal"
-            );
-            self.step_down(None);
-            busy = true;
-        }
-        let resynced = self.resynced();
-        // Any head read, of a peer alive now or not: the detector may have dropped the very
-        // peer whose head shows the log went on without us.
-        let log_behind = self.peers_ahead_by(self.applied, self.layout.slots_count());
-        if self.proposer.is_leading() && resynced && log_behind {
-            warn!(
-                replica = self.me.0,
-                applied = self.applied,
-                "a live peer is a whole log ahead of this leader: stepping down for a state \
-                 transfer"
-            );
-            self.stop_stale();
-        }
+        busy |= self.step_down_if_removal_applied();
+        let resynced = self.resynced_or_stale();
         if self.proposer.is_leading() && !resynced {
             // Stalled: nothing goes out until we know how far the others went. What the
             // proposer decides meanwhile from completions is sound (each a CAS that found the
             // word it expected); what it would post next may rest on words it misreads.
         } else if self.proposer.is_leading() {
-            // Before the next group's entry: a restarted peer waits for nothing else.
-            self.propose_rejoin();
-            self.hand_over();
-            if self.handed {
-                self.stamp(VelosStep::Submitted, now_ns);
-            }
-            self.propose_noop_if_idle(now_ns);
-            self.proposer.set_applied_floor(self.floor());
-            // Outcomes answered in this poll: their caller goes first, and the proposer's next
-            // moves (preparing the indices ahead, §5.1) wait for the next poll, off their path.
-            if !self.group.answered || answered_before {
-                self.proposer.poll(&mut RegionMemory(&self.region));
-            }
-            busy |= self.run_actions();
-            busy |= self.take_events(app, now_ns);
-            if matches!(
-                self.proposer.phase(),
-                Some(
-                    mu_velos::Phase::Prepared
-                        | mu_velos::Phase::Reading
-                        | mu_velos::Phase::Accepting
-                )
-            ) {
-                self.stamp(VelosStep::Prepared, now_ns);
-            }
-            self.check_log_full(now_ns);
-        } else if self.peers_ahead_by(
-            // A non-member's words are never written (proposers ask members only), however
-            // well it keeps up by catching up: their age is when it last took them.
-            if self.proposer.is_member() {
-                self.applied.max(self.words_taken_at)
-            } else {
-                self.words_taken_at
-            },
-            REFRESH_AFTER_LAPS * self.layout.slots_count(),
-        ) {
-            // New words first: the state transfer comes while it waits for its rejoin entry.
-            self.shared.set_replayer_stuck(true);
-            self.refresh_words();
+            busy |= self.lead(now_ns, app, answered_before);
         } else {
-            let learned = self.learn(app) | self.install_snapshot(app);
-            self.catch_up_or_transfer(learned, now_ns);
-            busy |= learned;
+            busy |= self.follow(now_ns, app);
         }
         self.check_abstention(now_ns);
         self.serve_and_publish(app);
@@ -725,6 +557,86 @@ impl<F: Fabric> VelosDriver<F> {
             info!(replica = self.me.0, first, leaderships, "leading (velos)");
         }
         busy
+    }
+
+    /// A leaving leader steps down once a live peer applied its removal. The others can learn
+    /// the removal from that peer: no entry of ours is needed, and the members of the new
+    /// configuration, electing by it, compete with us for it (`mu sim --protocol velos --seed
+    /// 22664 --replicas 3 --faults all,membership`: elected under the old configuration by the
+    /// replica that had not applied the removal, we decided it again, then duelled for ever
+    /// with the leader that had decided it first for the index after it).
+    fn step_down_if_removal_applied(&mut self) -> bool {
+        if !(self.leaving && self.removal_applied_elsewhere()) {
+            return false;
+        }
+        info!(
+            replica = self.me.0,
+            "stepping down: removed, and a live peer has applied the removal"
+        );
+        self.step_down(None);
+        true
+    }
+
+    /// Whether the heads can be trusted ([`VelosDriver::resynced`]); a leader that can trust
+    /// them and finds a peer a whole log ahead steps down for a state transfer.
+    fn resynced_or_stale(&mut self) -> bool {
+        let resynced = self.resynced();
+        // Any head read, of a peer alive now or not: the detector may have dropped the very
+        // peer whose head shows the log went on without us.
+        let log_behind = self.heads().any_a_log_ahead();
+        if self.proposer.is_leading() && resynced && log_behind {
+            warn!(
+                replica = self.me.0,
+                applied = self.applied,
+                "a live peer is a whole log ahead of this leader: stepping down for a state \
+                 transfer"
+            );
+            self.stop_stale();
+        }
+        resynced
+    }
+
+    /// A leader's turn: rejoin and empty entries of its own, the application's next entry, the
+    /// proposer's moves and what they decided. `answered_before`: outcomes were waiting to be
+    /// taken before this poll.
+    fn lead(&mut self, now_ns: u64, app: &mut dyn Applier, answered_before: bool) -> bool {
+        // Before the next group's entry: a restarted peer waits for nothing else.
+        self.propose_rejoin();
+        self.hand_over();
+        if self.handed {
+            self.stamp(VelosStep::Submitted, now_ns);
+        }
+        self.propose_noop_if_idle(now_ns);
+        self.proposer.set_applied_floor(self.floor());
+        // Outcomes answered in this poll: their caller goes first, and the proposer's next
+        // moves (preparing the indices ahead, §5.1) wait for the next poll, off their path.
+        if !self.group.answered || answered_before {
+            self.proposer.poll(&mut RegionMemory(&self.region));
+        }
+        let mut busy = self.run_actions();
+        busy |= self.take_events(app, now_ns);
+        if matches!(
+            self.proposer.phase(),
+            Some(mu_velos::Phase::Prepared | mu_velos::Phase::Reading | mu_velos::Phase::Accepting)
+        ) {
+            self.stamp(VelosStep::Prepared, now_ns);
+        }
+        self.check_log_full(now_ns);
+        busy
+    }
+
+    /// A follower's turn: new slot words if a peer is far ahead, else what it can learn, from
+    /// its own words, a snapshot, or the leader's memory.
+    fn follow(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
+        if guards::refresh_due(&self.heads(), self.proposer.is_member(), self.words_taken_at) {
+            // New words first: the state transfer comes while it waits for its rejoin entry.
+            self.shared.set_replayer_stuck(true);
+            self.refresh_words();
+            return false;
+        }
+        let learned = self.learn(app) | self.install_snapshot(app);
+        self.catch_up_or_transfer(learned, now_ns);
+        learned
     }
 
     /// Serves a peer's request for a snapshot, if one waits, and publishes how far this
@@ -768,35 +680,26 @@ impl<F: Fabric> VelosDriver<F> {
         self.note_members(members);
         self.log.store_u64(HEAD_OFFSET as usize, index).expect("log header");
         self.shared.eligible.store(false, Ordering::Release);
-        self.leaderless_since_ns = None;
+        self.leaderless.reset();
         true
     }
 
-    /// A replica that installed a snapshot, with the entry below its index, stays out of
-    /// elections until it applies an entry the usual way, so that a leader already there goes
-    /// on first: one that removed itself publishes the new configuration only when it steps
-    /// down, and a replica standing meanwhile under the configuration the snapshot gave would
-    /// compete with it for its last entry, for good (`scenarios.rs: t98`, seed 302432). But if
-    /// no leader is elected for [`LEADERLESS_READ_PERIODS`], it stands: every live member may
-    /// be waiting so, and none would lead to decide an entry (seed 302768, `t101`).
+    /// A replica that installed a snapshot, with the entry below its index, stands for
+    /// election once no leader was elected for a while ([`LeaderlessWait`]).
     fn stand_if_leaderless(&mut self, now_ns: u64) {
-        let waiting = !self.shared.eligible.load(Ordering::Relaxed)
-            && self.last.is_some()
-            && self.stopped.is_none()
-            && self.shared.leader().is_none();
-        if !waiting {
-            self.leaderless_since_ns = None;
-            return;
-        }
-        let since = *self.leaderless_since_ns.get_or_insert(now_ns);
-        if now_ns.saturating_sub(since) >= LEADERLESS_READ_PERIODS * self.settings.read_period_ns {
+        let waiting = LeaderlessWait::waiting(
+            self.shared.eligible.load(Ordering::Relaxed),
+            self.last.is_some(),
+            self.stopped.is_some(),
+            self.shared.leader().is_none(),
+        );
+        if self.leaderless.poll(waiting, now_ns, self.settings.read_period_ns) {
             info!(
                 replica = self.me.0,
                 applied = self.applied,
                 "no leader elected: standing for election with the snapshot's last entry"
             );
             self.stand_again();
-            self.leaderless_since_ns = None;
         }
     }
 
@@ -811,11 +714,11 @@ impl<F: Fabric> VelosDriver<F> {
     fn connect(&mut self, now_ns: u64) {
         let suspected = self.shared.suspected(1 << self.me_pos);
         for pos in 0..self.replicas.len() {
-            let reads = self.shared.peer_reads_accepted[pos].load(Ordering::Acquire);
+            let reads = self.shared.peers.reads_accepted[pos].load(Ordering::Acquire);
             if !self.connected[pos] && self.down_at_reads[pos].is_none() {
                 self.down_at_reads[pos] = Some(reads);
             }
-            let boot = self.shared.peer_boots[pos].load(Ordering::Acquire);
+            let boot = self.shared.peers.boots[pos].load(Ordering::Acquire);
             if self.target_connected[pos] && boot != self.bound_boots[pos] {
                 // The peer restarted (or we bound before we knew its run): the side it
                 // initiates on is bound again, to its current run. Ours it reaches it through
@@ -828,7 +731,7 @@ impl<F: Fabric> VelosDriver<F> {
             // noted, so that a restart after it is noticed.
             // Nor a peer whose heartbeat has not shown our configuration: it would write its
             // values and words into our memory at its own offsets.
-            let same_config = self.shared.peers_config_same.load(Ordering::Acquire) >> pos & 1 != 0;
+            let same_config = self.shared.peers.config_same.load(Ordering::Acquire) >> pos & 1 != 0;
             let bind_target = !self.target_connected[pos]
                 && self.recovery.is_none()
                 && boot != 0
@@ -865,62 +768,65 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Starts leading when elected, stops when not.
+    /// Starts leading when elected, stops when not ([`Candidacy`]).
     fn follow_election(&mut self, now_ns: u64) -> bool {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
-        // More than an entry behind a live peer, a new leader would decide again, one by one,
-        // indices the others applied, each in its own configuration: one that changed since
-        // may have no live majority left (`scenarios.rs: t98`, seed 10655). The peer further
-        // on leads instead, and this one catches up by state transfer.
-        let behind = self.a_log_behind() || (!leading && self.live_peer_ahead_by(2));
-        let may_lead = self.stopped.is_none()
-            && self.recovery.is_none()
-            && self.proposer.is_member()
-            && self.shared.takes_part()
-            && (self.applied == 0 || self.last.is_some())
-            && self.resync_since_ns.is_none()
-            && !behind;
-        if elected == Some(self.me)
-            && !leading
-            && self.recovery.is_none()
-            && self.shared.eligible.load(Ordering::Relaxed)
-            && behind
-        {
-            // Elected (it came back before the others noticed how far they went), but behind a
-            // live peer: it does not lead, so it stops standing for election, and another leads
-            // while it catches up.
-            info!(
-                replica = self.me.0,
-                applied = self.applied,
-                "elected behind a live peer: not leading, catching up by state transfer"
-            );
-            self.shared.eligible.store(false, Ordering::Release);
-            self.need_state_transfer();
-            return true;
+        let behind = Candidacy::behind(self.a_log_behind(), leading, || {
+            self.heads().live_ahead_by(self.shared.peers.alive_mask.load(Ordering::Acquire), 2)
+        });
+        let candidacy = Candidacy {
+            elected: elected == Some(self.me),
+            leading,
+            eligible: self.shared.eligible.load(Ordering::Relaxed),
+            stopped: self.stopped.is_some(),
+            recovering: self.recovery.is_some(),
+            member: self.proposer.is_member(),
+            takes_part: self.shared.takes_part(),
+            holds_last: self.applied == 0 || self.last.is_some(),
+            resyncing: self.resync.pending(),
+            behind,
+        };
+        match candidacy.next() {
+            ElectionMove::StandDown => self.stand_down_behind(),
+            ElectionMove::Lead => self.take_up_leadership(now_ns),
+            ElectionMove::StepDown => {
+                info!(
+                    replica = self.me.0,
+                    leader = elected.map(|l| l.0),
+                    "stepping down: this replica is no longer elected"
+                );
+                self.step_down(elected);
+            }
+            ElectionMove::Stay => return false,
         }
-        if elected == Some(self.me) && !leading && may_lead {
-            let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
-            self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
-            let leaderships = self.shared.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
-            self.shared.ready_at_ns.store(now_ns + 1, Ordering::Release);
-            self.clear_steps();
-            // Idle, it decides an empty entry soon: followers learn the last one from it.
-            self.last_decision = (now_ns, false);
-            self.leading_to_log = Some((self.applied, leaderships));
-            self.catch_up = CatchUp::Idle;
-            return true;
-        }
-        if elected != Some(self.me) && leading {
-            info!(
-                replica = self.me.0,
-                leader = elected.map(|l| l.0),
-                "stepping down: this replica is no longer elected"
-            );
-            self.step_down(elected);
-            return true;
-        }
-        false
+        true
+    }
+
+    /// Elected (it came back before the others noticed how far they went), but behind a live
+    /// peer: it does not lead, so it stops standing for election, and another leads while it
+    /// catches up.
+    fn stand_down_behind(&mut self) {
+        info!(
+            replica = self.me.0,
+            applied = self.applied,
+            "elected behind a live peer: not leading, catching up by state transfer"
+        );
+        self.shared.eligible.store(false, Ordering::Release);
+        self.need_state_transfer();
+    }
+
+    /// Elected and fit to lead: the proposer starts from the next index to apply.
+    fn take_up_leadership(&mut self, now_ns: u64) {
+        let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
+        self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
+        let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+        self.shared.probe.ready_at_ns.store(now_ns + 1, Ordering::Release);
+        self.clear_steps();
+        // Idle, it decides an empty entry soon: followers learn the last one from it.
+        self.last_decision = (now_ns, false);
+        self.leading_to_log = Some((self.applied, leaderships));
+        self.catch_up = CatchUp::Idle;
     }
 
     fn step_down(&mut self, leader: Option<NodeId>) {
@@ -931,7 +837,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.stop_taking_part();
         }
         self.last_decision = (0, true);
-        self.shared.ready_at_ns.store(0, Ordering::Release);
+        self.shared.probe.ready_at_ns.store(0, Ordering::Release);
         self.clear_steps();
         if self.group.pending {
             // The entry in the proposer may have been accepted somewhere: its outcome is
@@ -971,10 +877,10 @@ impl<F: Fabric> VelosDriver<F> {
     /// Whether the peers' heads can be trusted: no stall was noticed, or, with reads posted
     /// after it, the background plane has read the head of every peer the failure detector
     /// considers alive and of enough members that any majority that decided without this
-    /// replica has one among them ([`resync_complete`]). Laps count modulo 2048 in the slot
-    /// words, so a leader that stalled while the others went round the log 1,024 times or more
-    /// would misread their words (as older than its index, and CAS them back a lap); a head
-    /// counts entries and tells how far they went.
+    /// replica has one among them ([`guards::resync_complete`]). Laps count modulo 2048 in the
+    /// slot words, so a leader that stalled while the others went round the log 1,024 times or
+    /// more would misread their words (as older than its index, and CAS them back a lap); a
+    /// head counts entries and tells how far they went.
     ///
     /// The count of members does not rest on the detector, which may drop a peer at once (one
     /// stale read at a score just above the failure threshold, or a connection that failed):
@@ -982,60 +888,48 @@ impl<F: Fabric> VelosDriver<F> {
     /// never waits for more than a leader needs to decide anything: `n − majority` peers, fewer
     /// than the `majority − 1` it decides with.
     fn resynced(&mut self) -> bool {
-        let Some(since) = self.resync_since_ns else {
+        let Some(since) = self.resync.since_ns() else {
             return true;
         };
         let fresh = (0..self.replicas.len())
-            .filter(|&pos| self.shared.heads_read_ns[pos].load(Ordering::Acquire) >= since)
+            .filter(|&pos| self.shared.peers.heads_read_ns[pos].load(Ordering::Acquire) >= since)
             .fold(0u64, |mask, pos| mask | 1 << pos);
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        if resync_complete(self.me_pos, alive, self.members_applied(), fresh) {
-            self.resync_since_ns = None;
-            return true;
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
+        self.resync.settle(self.me_pos, alive, self.members_applied(), fresh)
+    }
+
+    /// The peers' heads as the background plane last read them, beside this replica's
+    /// progress: what the rules of [`mu_velos::heads`] and [`mu_velos::guards`] look at.
+    fn heads(&self) -> Heads<impl Fn(usize) -> u64 + '_> {
+        Heads {
+            me: self.me_pos,
+            count: self.replicas.len(),
+            applied: self.applied,
+            slots_count: self.layout.slots_count(),
+            head: |pos: usize| self.shared.peers.heads[pos].load(Ordering::Acquire),
         }
-        false
     }
 
     /// Every live acceptor has applied the indices below this one (heads as the background
-    /// plane last read them, of the peers its failure detector considers alive). A peer that
-    /// comes back after the log went round without it needs a state transfer.
+    /// plane last read them, of the peers its failure detector considers alive; see
+    /// [`Heads::floor`]). A peer that comes back after the log went round without it needs a
+    /// state transfer.
     fn floor(&self) -> u64 {
-        // Members only: nobody asks a replica outside the configuration to accept anything,
-        // and it learns by catching up from the leader's memory or by state transfer.
-        let alive = self.shared.alive_mask.load(Ordering::Acquire) & self.members_applied();
-        (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
-            .filter(|&pos| !self.two_logs_behind(pos))
-            .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
-            .fold(self.applied, u64::min)
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire) & self.members_applied();
+        self.heads().floor(alive)
     }
 
-    /// Whether peer `pos`'s head (as last read) is two logs or more behind this replica. The
-    /// floor keeps a live peer within a log of the leader's proposals, so only a peer that was
-    /// away (cut off, down, restarted) falls this far; it catches up by state transfer, and
-    /// the floor leaves it out meanwhile.
-    fn two_logs_behind(&self, pos: usize) -> bool {
-        let far = self.applied.saturating_sub(2 * self.layout.slots_count());
-        self.shared.heads[pos].load(Ordering::Acquire) < far
-    }
-
-    /// Keeps the proposer from peers two logs or more behind this replica
-    /// ([`VelosDriver::two_logs_behind`]) and gives them back once they are not. Such a peer's
-    /// slot words are as old as its absence, and past 1,024 laps they read as newer than the
-    /// index a proposer works on (or, a multiple of 2,048 laps old, as its current state). A
-    /// peer that came back this far behind takes new words ([`VelosDriver::refresh_words`])
-    /// and says so, as a restarted one does, by abstaining (`FLAG_ABSTAINING`): its words are
-    /// then markers of the current laps, and it is used again at once, before its state
-    /// transfer.
-    ///
-    /// Also kept from it: a peer refused as restarted without rejoining
-    /// (`layout::FLAG_FOUNDING`): its words are those of an empty memory, not an acceptor's.
+    /// Keeps the proposer from the peers [`Heads::keeps_away`] names (two logs or more behind
+    /// this replica and not abstaining, or refused as restarted without rejoining) and gives
+    /// them back once it does not. A peer that came back this far behind takes new words
+    /// ([`VelosDriver::refresh_words`]) and says so, as a restarted one does, by abstaining
+    /// (`FLAG_ABSTAINING`): it is used again at once, before its state transfer.
     fn update_exclusions(&mut self) {
-        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire);
-        let refused = self.shared.peers_refused.load(Ordering::Acquire);
+        let abstaining = self.shared.peers.abstaining.load(Ordering::Acquire);
+        let refused = self.shared.peers.refused.load(Ordering::Acquire);
         for pos in (0..self.replicas.len()).filter(|&pos| pos != self.me_pos) {
             let bit = 1u64 << pos;
-            let behind = (self.two_logs_behind(pos) && abstaining & bit == 0) || refused & bit != 0;
+            let behind = self.heads().keeps_away(pos, abstaining, refused);
             if behind && self.excluded & bit == 0 {
                 self.excluded |= bit;
                 self.proposer.exclude(pos);
@@ -1048,25 +942,10 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Whether a peer applied at least `entries` past `from`, by any head read of it (alive
-    /// now or not: the log went that far round either way; a replica just back reads heads
-    /// before its detector trusts the peers again).
-    fn peers_ahead_by(&self, from: u64, entries: u64) -> bool {
-        self.highest_head() >= from.saturating_add(entries)
-    }
-
-    /// The highest of `applied` and every peer's head as last read.
-    fn highest_head(&self) -> u64 {
-        (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos)
-            .map(|pos| self.shared.heads[pos].load(Ordering::Acquire))
-            .fold(self.applied, u64::max)
-    }
-
     /// Gives this replica new slot words, as a restarted one gets: it closes the sides peers
     /// reach its memory through (a barrier: nothing of theirs lands after), asks for a rejoin
     /// entry and abstains below one lap past it (`mu_velos::recovery`). Its own words were
-    /// left behind while the log went round without it ([`REFRESH_AFTER_LAPS`]); the new ones
+    /// left behind while the log went round without it ([`guards::refresh_due`]); the new ones
     /// are read rightly by every proposer. Its state transfer is installed meanwhile: a leader
     /// that uses it again once its head moves ([`VelosDriver::update_exclusions`]) finds its
     /// sides down, as for any replica that is down, until the new words are in.
@@ -1087,32 +966,21 @@ impl<F: Fabric> VelosDriver<F> {
             applied = self.applied,
             "a live peer is far ahead: taking new slot words before answering as an acceptor"
         );
-        self.recovery = Some(Recovery::new((unfenced, was_up), false));
+        self.recovery = Some(Rejoin::new((unfenced, was_up), false));
         self.shared.recovering.store(true, Ordering::Release);
         self.shared.eligible.store(false, Ordering::Release);
     }
 
     /// Whether a live peer has applied the entry that removed this (leaving) leader.
     fn removal_applied_elsewhere(&self) -> bool {
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
-            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= self.left_at)
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
+        self.heads().reached_by_live(alive, self.left_at)
     }
 
-    /// Whether a live peer applied at least `entries` more than this replica.
-    fn live_peer_ahead_by(&self, entries: u64) -> bool {
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        let far = self.applied.saturating_add(entries);
-        (0..self.replicas.len())
-            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
-            .any(|pos| self.shared.heads[pos].load(Ordering::Acquire) >= far)
-    }
-
-    /// Whether a live peer applied a whole log more than this replica (a restarted one, or one
-    /// cut off for long). Heads count entries, not laps, so this holds however far it is.
+    /// Whether a live peer applied a whole log more than this replica
+    /// ([`Heads::a_log_behind`]).
     fn a_log_behind(&self) -> bool {
-        self.live_peer_ahead_by(self.layout.slots_count())
+        self.heads().a_log_behind(self.shared.peers.alive_mask.load(Ordering::Acquire))
     }
 
     /// Posts what the proposer asks for.
@@ -1327,25 +1195,15 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Decides an empty entry when the leader went idle after deciding requests: followers
-    /// learn an entry only from the next one (§5.4), so without it they would stay one entry
-    /// behind for as long as no request comes.
-    ///
-    /// While a live peer abstains (it restarted without its memory, `mu_velos::recovery`), it
-    /// decides empty entries back to back whenever it has nothing else to do: the peer counts
-    /// in majorities again only once the log has passed the indices it abstains in, and an
-    /// idle cluster would never get there.
+    /// Decides an empty entry when the leader went idle after deciding requests, or back to
+    /// back while a live peer abstains ([`standing::noop_due`]).
     fn propose_noop_if_idle(&mut self, now_ns: u64) {
-        let (at, was_noop) = self.last_decision;
         if self.group.pending || self.proposer.has_pending() {
             return;
         }
-        let alive = self.shared.alive_mask.load(Ordering::Acquire);
-        let abstaining = self.shared.peers_abstaining.load(Ordering::Acquire) & alive != 0;
-        if !abstaining
-            && !self.leaving
-            && (was_noop || now_ns.saturating_sub(at) < IDLE_NOOP_AFTER_NS)
-        {
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire);
+        let abstaining = self.shared.peers.abstaining.load(Ordering::Acquire) & alive != 0;
+        if !standing::noop_due(abstaining, self.leaving, self.last_decision, now_ns) {
             return;
         }
         if self.proposer.submit(EntryKind::Noop, &[]).is_ok() {
@@ -1354,31 +1212,32 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     /// Decides a rejoin entry for a live peer that asks for one and has none answering its
-    /// request in our log yet (`mu_velos::recovery`): a replica restarted without its memory
-    /// answers as an acceptor only after one. One at a time, each alone in the proposer, like
-    /// an empty entry; several peers asking are answered in turn.
+    /// request in our log yet ([`rejoin::entry_to_decide`]): a replica restarted without its
+    /// memory answers as an acceptor only after one.
     fn propose_rejoin(&mut self) {
         if self.own_pending.is_some() || self.handed || self.proposer.has_pending() {
             return;
         }
         // One word on the hot path; the requests only when a peer asks.
-        let asking = self.shared.peers_rejoining.load(Ordering::Acquire)
-            & self.shared.alive_mask.load(Ordering::Acquire);
+        let asking = self.shared.peers.rejoining.load(Ordering::Acquire)
+            & self.shared.peers.alive_mask.load(Ordering::Acquire);
         if asking == 0 {
             return;
         }
-        for pos in (0..self.replicas.len()).filter(|&p| p != self.me_pos && asking >> p & 1 != 0) {
-            let request = self.shared.peer_rejoin_requests[pos].load(Ordering::Acquire);
-            if request == 0 || self.rejoined[pos] == request {
-                continue;
-            }
-            let replica = self.replicas.ids()[pos];
-            let entry = mu_velos::recovery::RejoinEntry { replica, request }.encode();
-            if self.proposer.submit(EntryKind::Rejoin, &entry).is_ok() {
-                self.own_pending = Some(EntryKind::Rejoin);
-                info!(replica = self.me.0, peer = replica.0, request, "deciding a rejoin entry");
-            }
+        let Some(entry) = rejoin::entry_to_decide(
+            self.me_pos,
+            self.replicas.len(),
+            asking,
+            |pos| self.shared.peers.rejoin_requests[pos].load(Ordering::Acquire),
+            &self.rejoined,
+            |pos| self.replicas.ids()[pos],
+        ) else {
             return;
+        };
+        if self.proposer.submit(EntryKind::Rejoin, &entry.encode()).is_ok() {
+            self.own_pending = Some(EntryKind::Rejoin);
+            let (peer, request) = (entry.replica.0, entry.request);
+            info!(replica = self.me.0, peer, request, "deciding a rejoin entry");
         }
     }
 
@@ -1502,16 +1361,14 @@ impl<F: Fabric> VelosDriver<F> {
         Some(())
     }
 
-    /// Holding the entry before its next index, this replica may stand for election again.
-    /// Not while recovering: elected, it could not lead, and nobody would decide its rejoin
-    /// entry. Nor while it abstains: a follower learns from the leader's words, and a leader's
-    /// own that abstain tell it nothing (a second replica restarting would wait for ever in an
-    /// idle cluster).
+    /// Holding the entry before its next index, this replica may stand for election again
+    /// ([`standing::stands_again`]).
     fn stand_again(&self) {
-        if self.recovery.is_none()
-            && !self.shared.abstaining.load(Ordering::Relaxed)
-            && !self.shared.eligible.load(Ordering::Relaxed)
-        {
+        if standing::stands_again(
+            self.recovery.is_some(),
+            self.shared.abstaining.load(Ordering::Relaxed),
+            self.shared.eligible.load(Ordering::Relaxed),
+        ) {
             self.shared.eligible.store(true, Ordering::Release);
         }
     }
@@ -1533,12 +1390,10 @@ impl<F: Fabric> VelosDriver<F> {
         if members == self.members_applied() {
             return;
         }
-        let was_member = self.members_applied() >> self.me_pos & 1 != 0;
-        let member = members >> self.me_pos & 1 != 0;
+        let was = self.members_applied();
         self.proposer.set_members(members);
-        // A leader removed publishes the configuration once it steps down: the background
-        // plane elects by it, and would elect another before the entry that tells the others.
-        if member || !self.proposer.is_leading() {
+        let leading = self.proposer.is_leading();
+        if standing::publishes_members_now(self.me_pos, members, leading) {
             self.shared.set_members(members);
         }
         info!(
@@ -1547,19 +1402,20 @@ impl<F: Fabric> VelosDriver<F> {
             applied = self.applied,
             "membership changed"
         );
-        let earlier_run = self.recovery.as_ref().is_some_and(|r| r.restarted);
-        if was_member && !member && !earlier_run {
-            if self.proposer.is_leading() {
+        let earlier_run = self.recovery.as_ref().is_some_and(|r| r.restarted());
+        // Called before `applied` moves past the entry.
+        match standing::removal(self.me_pos, (was, members), leading, earlier_run, self.applied) {
+            Removal::Leave { left_at } => {
                 info!(
                     replica = self.me.0,
                     "removed: deciding one entry more, from which the others learn it, before \
                      stepping down"
                 );
                 self.leaving = true;
-                self.left_at = self.applied + 1; // called before `applied` moves past the entry
-            } else {
-                self.stop_taking_part();
+                self.left_at = left_at;
             }
+            Removal::Stop => self.stop_taking_part(),
+            Removal::None => {}
         }
     }
 
@@ -1582,9 +1438,7 @@ impl<F: Fabric> VelosDriver<F> {
             self.rejoined[pos] = e.request;
         }
         if let Some(r) = self.recovery.as_mut().filter(|_| e.replica == self.me) {
-            if r.request == e.request && r.rejoined_at.is_none() {
-                r.rejoined_at = Some(index);
-            }
+            r.on_entry(e.request, index);
         }
     }
 
@@ -1711,40 +1565,36 @@ impl<F: Fabric> VelosDriver<F> {
     fn recover(&mut self, now_ns: u64, app: &mut dyn Applier) -> bool {
         let behind = self.a_log_behind();
         let Some(r) = &mut self.recovery else { return false };
-        let since = *r.since_ns.get_or_insert(now_ns);
-        let unfenced = r.unfenced;
+        r.start_at(now_ns);
+        let unfenced = r.unfenced();
         for pos in (0..self.replicas.len()).filter(|&pos| unfenced >> pos & 1 != 0) {
             let peer = self.replicas.ids()[pos];
             let conn = ConnId::new(peer, replication_channel(peer, self.me));
             // Moving to error waits for the peer's operations in flight (fencing a stuck
             // peer): a barrier. One that has not finished is tried again on the next poll; a
             // side we never had up may refuse it, and nothing lands through that.
-            let was_up = r.was_up >> pos & 1 != 0;
-            match self.fabric.modify_qp(conn, QpState::Error, Access::NONE) {
-                Ok(()) => r.unfenced &= !(1 << pos),
-                Err(FabricError::InProgress(..)) => {}
-                Err(_) if !was_up => r.unfenced &= !(1 << pos),
-                Err(_) => {}
-            }
+            let fence = match self.fabric.modify_qp(conn, QpState::Error, Access::NONE) {
+                Ok(()) => Fence::Done,
+                Err(FabricError::InProgress(..)) => Fence::InProgress,
+                Err(_) => Fence::Refused,
+            };
+            r.fenced(pos, fence);
         }
-        if r.unfenced != 0 {
+        if r.unfenced() != 0 {
             return false;
         }
-        // A log behind, the state transfer comes first: its snapshot would likely hold the
-        // entry, and it would have to ask again.
-        if r.request == 0 && !behind {
+        if r.asks(behind) {
             self.rejoin_attempts += 1;
-            r.request = mu_velos::recovery::request(self.run_nonce, self.rejoin_attempts);
-            self.shared.rejoin_request.store(r.request, Ordering::Release);
+            r.ask(mu_velos::recovery::request(self.run_nonce, self.rejoin_attempts));
+            self.shared.rejoin_request.store(r.request(), Ordering::Release);
             info!(
                 replica = self.me.0,
-                request = r.request,
+                request = r.request(),
                 applied = self.applied,
                 "asking for a rejoin entry before answering as an acceptor again"
             );
         }
-        if !r.warned && now_ns.saturating_sub(since) > RECOVERY_WARN_AFTER_NS {
-            r.warned = true;
+        if r.warns(now_ns) {
             warn!(
                 replica = self.me.0,
                 applied = self.applied,
@@ -1752,7 +1602,7 @@ impl<F: Fabric> VelosDriver<F> {
                  (a leader and a majority of the others must be up to decide it)"
             );
         }
-        if let Some(rejoined_at) = r.rejoined_at {
+        if let Some(rejoined_at) = r.rejoined_at() {
             let slots_count = self.layout.slots_count();
             let words = self.layout.word_offset(0) as usize;
             for (k, marker) in mu_velos::recovery::markers(rejoined_at, slots_count).enumerate() {
@@ -1766,7 +1616,8 @@ impl<F: Fabric> VelosDriver<F> {
             );
             self.recovery = None;
             self.shared.rejoin_request.store(0, Ordering::Release);
-            self.words_taken_at = self.highest_head();
+            let highest = self.heads().highest();
+            self.words_taken_at = highest;
             self.shared.abstaining.store(true, Ordering::Release);
             // Let peers in at once.
             self.next_bind_ns.fill(0);
@@ -1779,7 +1630,7 @@ impl<F: Fabric> VelosDriver<F> {
         if installed {
             // The snapshot may hold the entry that answered the request: ask again.
             if let Some(r) = self.recovery.as_mut() {
-                r.request = 0;
+                r.ask_again();
             }
         }
         self.catch_up_or_transfer(installed, now_ns);
@@ -1801,14 +1652,12 @@ impl<F: Fabric> VelosDriver<F> {
         }
         self.next_abstention_check_ns = now_ns + RECONNECT_PERIOD_NS;
         let from = self.floor();
-        let abstains = (from..from + self.layout.slots_count()).any(|index| {
-            let word = self
-                .region
-                .load_u64(self.layout.word_offset(index) as usize)
-                .expect("Velos region layout");
-            let lap = mu_velos::word::lap_of(index, self.layout.slots_count());
-            mu_velos::SlotWord::unpack(word).view(lap) == mu_velos::View::Abstains
-        });
+        let abstains =
+            mu_velos::recovery::abstains_from(from, self.layout.slots_count(), |index| {
+                self.region
+                    .load_u64(self.layout.word_offset(index) as usize)
+                    .expect("Velos region layout")
+            });
         if !abstains {
             info!(replica = self.me.0, from, "an acceptor again in every index from here on");
             self.shared.recovering.store(false, Ordering::Release);
@@ -1860,57 +1709,5 @@ mod tests {
             count_completed(&mut in_flight, &Completion { wr_id, ..Completion::EMPTY });
         }
         assert_eq!(in_flight, [4, 4, 4, 4, 4, 3, 4, 3]);
-    }
-
-    /// A stalled leader waits for the heads of every peer alive and of `n − majority` members
-    /// whatever the detector says: with the detector's live set alone (all it used to wait
-    /// for), a peer dropped at once could leave only peers outside the majority that decided.
-    #[test]
-    fn a_resync_needs_enough_members_whatever_the_detector_says() {
-        let all = |n: u32| (1u64 << n) - 1;
-        // Three replicas, leader 0: one other member read is enough, and it must be one.
-        assert!(!resync_complete(0, 0b001, all(3), 0b000), "no head read at all");
-        assert!(resync_complete(0, 0b001, all(3), 0b010));
-        // Every peer alive must be read, as before.
-        assert!(!resync_complete(0, 0b111, all(3), 0b010));
-        assert!(resync_complete(0, 0b111, all(3), 0b110));
-        // Five: two others, whichever they are; our own read does not count.
-        assert!(!resync_complete(0, 0b00001, all(5), 0b00011));
-        assert!(resync_complete(0, 0b00001, all(5), 0b10100));
-        // Seven: three others.
-        assert!(!resync_complete(3, 0b0001000, all(7), 0b0000011));
-        assert!(resync_complete(3, 0b0001000, all(7), 0b1000011));
-        // Replicas outside the configuration do not count towards the members read.
-        assert!(!resync_complete(0, 0b00001, 0b00111, 0b11000));
-        assert!(resync_complete(0, 0b00001, 0b00111, 0b11100));
-        // A leader just removed (not a member, leading on until it steps down): one more, as
-        // a majority of {1, 2, 3} may leave out any one of them.
-        assert!(!resync_complete(0, 0b0001, 0b1110, 0b0010));
-        assert!(resync_complete(0, 0b0001, 0b1110, 0b0110));
-        // Never more than a leader decides with: majority − 1 others, for n = 1 to 9.
-        for n in 1..=9u32 {
-            let fresh = all(n / 2 + 1) & !1;
-            assert!(resync_complete(0, 1, all(n), fresh), "{n} members");
-        }
-    }
-
-    /// A gap shorter than the stall bound leaves the others too little time to go round the log
-    /// half the laps a word tells apart, even at one decision every `DECISION_NS_MIN`, whatever
-    /// the read period; with the default log it is the two read periods.
-    #[test]
-    fn the_stall_bound_is_below_the_time_laps_take() {
-        for slots_count in [2, 8, 64, 4096, 1 << 20] {
-            for read_period_ns in [1_000, 20_000, 1_000_000, 1_000_000_000] {
-                let bound_ns = stall_ns(read_period_ns, slots_count);
-                let decisions = bound_ns / DECISION_NS_MIN;
-                let laps = decisions / slots_count;
-                assert!(laps < mu_velos::word::LAPS / 2, "{slots_count} slots: {laps} laps");
-                assert!(bound_ns <= STALL_READ_PERIODS * read_period_ns);
-                assert!(bound_ns > 0);
-            }
-        }
-        assert_eq!(stall_ns(1_000_000, 4096), 2_000_000, "the defaults: two read periods");
-        assert_eq!(stall_ns(1_000_000, 8), 40_960, "8 slots: 1,024 laps at 10 ns, halved");
-        assert_eq!(stall_ns(1_000_000_000, 4096), 20_971_520, "a 1 s read period, capped");
     }
 }

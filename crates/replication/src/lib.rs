@@ -21,6 +21,7 @@ pub mod mutation;
 mod permissions;
 mod position_set;
 mod replayer;
+pub mod standing;
 
 pub use detector::{Detector, DetectorConfig, FateSharing};
 pub use leader::{

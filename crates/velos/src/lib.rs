@@ -11,14 +11,28 @@
 //! * [`learner`]: what a follower learns from its own words.
 //! * [`recovery`]: the slots a replica that restarted without its memory abstains in.
 //!
+//! The rules a replica's driver applies around them, as pure functions of numbers and sets:
+//!
+//! * [`heads`]: what the peers' log heads (counts of entries, not laps) say: how far behind or
+//!   ahead a replica is, the recycling floor, which peers the proposer keeps away from.
+//! * [`guards`]: the lap guards: a stalled leader resyncs, a replica far behind takes new words.
+//! * [`standing`]: who leads (the election's outcome, standing after a snapshot), when a leader
+//!   decides an empty entry, and what a removal does.
+//! * [`rejoin`]: a restarted replica's way back (fence, request, rejoin entry), and which rejoin
+//!   entry a leader decides next.
+//!
 //! `docs/protocols/velos.md` traces each mechanism to the paper.
 
 #![forbid(unsafe_code)]
 
+pub mod guards;
+pub mod heads;
 pub mod layout;
 pub mod learner;
 mod proposer;
 pub mod recovery;
+pub mod rejoin;
+pub mod standing;
 pub mod word;
 
 pub use layout::VelosLayout;

@@ -97,6 +97,18 @@ pub fn request(run_nonce: u64, attempt: u32) -> u64 {
     }
 }
 
+/// Whether a replica that rejoined still abstains in some index of the lap from `from` (the
+/// recycling floor: an index some live replica has not applied, which a new leader may have to
+/// decide again, without it), reading its own slot words with `word_at(index)`. While it does,
+/// it counts as failed (`ReplicaStatus::recovering`), and it stands for election only once it
+/// does not ("Restarting a replica", step 4, and "Its cost").
+pub fn abstains_from(from: u64, slots_count: u64, word_at: impl Fn(u64) -> u64) -> bool {
+    (from..from + slots_count).any(|index| {
+        let lap = lap_of(index, slots_count);
+        SlotWord::unpack(word_at(index)).view(lap) == crate::View::Abstains
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +135,21 @@ mod tests {
                     assert_eq!(view(m[slot], index, slots), View::Fresh, "a={a} index={index}");
                 }
             }
+        }
+    }
+
+    /// A replica that rejoined at `a` abstains in the lap from any floor below `a + slots`, and
+    /// no longer from there on.
+    #[test]
+    fn abstention_ends_one_lap_past_the_rejoin_index() {
+        let slots = 8;
+        for a in [0, 5, 100] {
+            let m: Vec<u64> = markers(a, slots).collect();
+            let word_at = |index: u64| m[(index % slots) as usize];
+            for from in a.saturating_sub(3)..a + slots {
+                assert!(abstains_from(from, slots, word_at), "a={a} from={from}");
+            }
+            assert!(!abstains_from(a + slots, slots, word_at), "a={a}");
         }
     }
 
