@@ -135,21 +135,20 @@ pub fn run(args: Args) -> Result<(), String> {
     )
     .map_err(|e| took_part(e.to_string()))?;
     // The metrics endpoint serves until it is dropped, with the server at the end.
-    let mut metrics = None;
-    if let Some(base) = config.metrics.port_base {
-        let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
-        let sources = mu_service::metrics::Sources {
-            replica: replica.clone(),
-            machine,
-            counters: server.counters.clone(),
-            started,
-            slots_count: config.log.slots,
-        };
-        let endpoint = mu_service::metrics::serve(port, sources).map_err(took_part)?;
-        let addr = endpoint.address();
-        info!(target: LOG_TARGET, replica = args.id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
-        metrics = Some(endpoint);
-    }
+    let metrics = match config.metrics.port_base {
+        Some(base) => {
+            let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
+            let sources = mu_service::metrics::Sources {
+                replica: replica.clone(),
+                machine,
+                counters: server.counters.clone(),
+                started,
+                slots_count: config.log.slots,
+            };
+            Some(serve_metrics(port, sources, args.id).map_err(took_part)?)
+        }
+        None => None,
+    };
     info!(
         target: LOG_TARGET,
         replica = args.id,
@@ -181,6 +180,18 @@ pub fn run(args: Args) -> Result<(), String> {
     drop(server);
     let _ = std::fs::remove_file(&pid_path);
     Ok(())
+}
+
+/// Serves Prometheus text on `port` until the endpoint is dropped, and says where.
+fn serve_metrics(
+    port: u16,
+    sources: mu_service::metrics::Sources,
+    id: u16,
+) -> Result<mu_service::metrics::MetricsServer, String> {
+    let endpoint = mu_service::metrics::serve(port, sources)?;
+    let addr = endpoint.address();
+    info!(target: LOG_TARGET, replica = id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
+    Ok(endpoint)
 }
 
 /// Refuses to start a replica that already runs, one that crashed (and so lost its log) unless
