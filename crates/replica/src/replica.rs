@@ -709,82 +709,98 @@ fn propose<F: Fabric>(
     outcomes: &mut Vec<Result<u64, ProposeError>>,
 ) {
     outcomes.clear();
-    let fail = |outcomes: &mut Vec<_>, e: ProposeError| {
-        outcomes.clear();
-        outcomes.extend(requests.iter().map(|_| Err(e.clone())));
-    };
     if requests.is_empty() {
         return;
     }
     if inner.stop.load(Ordering::Acquire) {
-        return fail(outcomes, ProposeError::ShuttingDown);
+        return fail(requests, outcomes, ProposeError::ShuttingDown);
     }
     if InPlane::inside(&inner.shared) {
-        return fail(outcomes, ProposeError::Reentrant);
+        return fail(requests, outcomes, ProposeError::Reentrant);
     }
     match inner.mode {
-        Mode::Handover => {
-            let mailbox = &inner.mailbox;
-            let _caller = lock(&mailbox.callers);
-            {
-                let mut mailed = lock(&mailbox.requests);
-                mailed.clear();
-                requests.iter().for_each(|r| mailed.push(r));
-                *lock(&mailbox.change) = change;
-            }
-            mailbox.state.store(SUBMITTED, Ordering::Release);
-            loop {
-                let done = Backoff::FAST_PATH.wait_for(Duration::from_millis(100), || {
-                    (mailbox.state.load(Ordering::Acquire) == DONE).then_some(())
-                });
-                if done.is_some() {
-                    break;
-                }
-                if inner.stop.load(Ordering::Acquire)
-                    && mailbox.state.load(Ordering::Acquire) != DONE
-                {
-                    // The replication thread has gone; nothing will answer.
-                    std::thread::sleep(Duration::from_millis(10));
-                    if mailbox.state.load(Ordering::Acquire) != DONE {
-                        mailbox.state.store(EMPTY, Ordering::Release);
-                        return fail(outcomes, ProposeError::ShuttingDown);
-                    }
-                }
-            }
-            std::mem::swap(outcomes, &mut *lock(&mailbox.outcomes));
-            mailbox.state.store(EMPTY, Ordering::Release);
-            if outcomes.len() != requests.len() {
-                fail(outcomes, ProposeError::ShuttingDown);
+        Mode::Handover => handover_propose(inner, requests, change, outcomes),
+        Mode::Direct => direct_propose_locked(inner, requests, change, outcomes),
+    }
+}
+
+/// Every one of `requests` fails with `e`.
+fn fail(requests: &[&[u8]], outcomes: &mut Vec<Result<u64, ProposeError>>, e: ProposeError) {
+    outcomes.clear();
+    outcomes.extend(requests.iter().map(|_| Err(e.clone())));
+}
+
+/// Handover mode: mails `requests` (or `change`) to the replication thread and waits for its
+/// answer.
+#[inline]
+fn handover_propose<F: Fabric>(
+    inner: &Inner<F>,
+    requests: &[&[u8]],
+    change: Option<Change>,
+    outcomes: &mut Vec<Result<u64, ProposeError>>,
+) {
+    let mailbox = &inner.mailbox;
+    let _caller = lock(&mailbox.callers);
+    {
+        let mut mailed = lock(&mailbox.requests);
+        mailed.clear();
+        requests.iter().for_each(|r| mailed.push(r));
+        *lock(&mailbox.change) = change;
+    }
+    mailbox.state.store(SUBMITTED, Ordering::Release);
+    loop {
+        let done = Backoff::FAST_PATH.wait_for(Duration::from_millis(100), || {
+            (mailbox.state.load(Ordering::Acquire) == DONE).then_some(())
+        });
+        if done.is_some() {
+            break;
+        }
+        if inner.stop.load(Ordering::Acquire) && mailbox.state.load(Ordering::Acquire) != DONE {
+            // The replication thread has gone; nothing will answer.
+            std::thread::sleep(Duration::from_millis(10));
+            if mailbox.state.load(Ordering::Acquire) != DONE {
+                mailbox.state.store(EMPTY, Ordering::Release);
+                return fail(requests, outcomes, ProposeError::ShuttingDown);
             }
         }
-        Mode::Direct => {
-            let Some(mut guard) = app_lock_plane(inner) else {
-                return fail(outcomes, ProposeError::ShuttingDown);
-            };
-            let Some(plane) = guard.as_mut() else {
-                return fail(outcomes, ProposeError::ShuttingDown);
-            };
-            // Stopped, by a shutdown or a failure, while this call waited for the plane.
-            if inner.stop.load(Ordering::Acquire) {
-                return fail(outcomes, ProposeError::ShuttingDown);
-            }
-            // A panic in the plane (the commit handler's, most likely) stops the replica before
-            // the plane is let go: no other thread may poll a plane left half way through a
-            // poll, or the entry in hand would be applied twice. The panic then goes on to the
-            // caller.
-            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                direct_propose(inner, plane, requests, change, outcomes)
-            }));
-            if let Err(payload) = polled {
-                inner.fail(
-                    "the commit handler or the plane, under propose,",
-                    Some(payload.as_ref()),
-                );
-                *guard = None;
-                drop(guard);
-                std::panic::resume_unwind(payload);
-            }
-        }
+    }
+    std::mem::swap(outcomes, &mut *lock(&mailbox.outcomes));
+    mailbox.state.store(EMPTY, Ordering::Release);
+    if outcomes.len() != requests.len() {
+        fail(requests, outcomes, ProposeError::ShuttingDown);
+    }
+}
+
+/// Direct mode: takes the plane from the application's side and proposes on this thread.
+#[inline]
+fn direct_propose_locked<F: Fabric>(
+    inner: &Inner<F>,
+    requests: &[&[u8]],
+    change: Option<Change>,
+    outcomes: &mut Vec<Result<u64, ProposeError>>,
+) {
+    let Some(mut guard) = app_lock_plane(inner) else {
+        return fail(requests, outcomes, ProposeError::ShuttingDown);
+    };
+    let Some(plane) = guard.as_mut() else {
+        return fail(requests, outcomes, ProposeError::ShuttingDown);
+    };
+    // Stopped, by a shutdown or a failure, while this call waited for the plane.
+    if inner.stop.load(Ordering::Acquire) {
+        return fail(requests, outcomes, ProposeError::ShuttingDown);
+    }
+    // A panic in the plane (the commit handler's, most likely) stops the replica before
+    // the plane is let go: no other thread may poll a plane left half way through a
+    // poll, or the entry in hand would be applied twice. The panic then goes on to the
+    // caller.
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        direct_propose(inner, plane, requests, change, outcomes)
+    }));
+    if let Err(payload) = polled {
+        inner.fail("the commit handler or the plane, under propose,", Some(payload.as_ref()));
+        *guard = None;
+        drop(guard);
+        std::panic::resume_unwind(payload);
     }
 }
 
