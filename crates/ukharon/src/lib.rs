@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod changes;
 pub mod view;
 
 pub use view::{Member, View, ViewError};
