@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod changes;
+pub mod coordinator;
 pub mod view;
 
 pub use view::{Member, View, ViewError};
