@@ -41,6 +41,9 @@ impl Memory for Mem {
     }
 }
 
+/// An operation posted and not landed yet, with the bytes a write carries.
+type InFlight = (Action, Vec<u8>);
+
 enum Done {
     Cas { op: u64, old: u64 },
     Read { op: u64 },
@@ -50,7 +53,7 @@ enum Done {
 struct Cluster {
     coordinators: Vec<Coordinator>,
     regions: Vec<Region>,
-    queues: Vec<Vec<VecDeque<(Action, Vec<u8>)>>>,
+    queues: Vec<Vec<VecDeque<InFlight>>>,
     done: Vec<VecDeque<Done>>,
     cas_failed: Vec<usize>,
     cas_posted: Vec<usize>,
