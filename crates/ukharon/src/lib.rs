@@ -3,6 +3,8 @@
 //! (`now_ns`, a reading of the caller's monotonic clock); every remote operation is an action
 //! for the runtime to post and a completion it hands back.
 //!
+//! * [`mailbox`]: one-sided mailboxes for what the paper sends two-sided (joins, leaves,
+//!   reports, renewals): checksummed frames numbered per sender, each taken once.
 //! * [`view`]: views (the paper's memberships): epoch, members with their unique ids, the
 //!   application's primary, the lease duration, and how long a node waits before a lease on the
 //!   view may start; their checksummed bytes.
@@ -13,6 +15,7 @@
 
 pub mod changes;
 pub mod coordinator;
+pub mod mailbox;
 pub mod view;
 
 pub use view::{Member, View, ViewError};

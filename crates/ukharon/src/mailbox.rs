@@ -1,0 +1,276 @@
+//! Mailboxes: how the messages the paper sends two-sided (joins and leaves to the coordinator
+//! leader, failure reports, cache renewals, §3.2) travel as one-sided writes.
+//!
+//! A mailbox is an area of the receiver's memory that exactly one sender writes; the receiver
+//! polls it. Each message is one frame, written whole over the previous one:
+//!
+//! ```text
+//! 0   cluster   u64   the sender's cluster id: a frame of another cluster is refused
+//! 8   seq       u64   1, 2, 3, ... per mailbox: the receiver takes each number once
+//! 16  from      u16   the sender's node id
+//! 18  kind      u16   what the payload is
+//! 20  len       u32   payload bytes
+//! 24  payload
+//! ..  checksum  u64   over everything before it
+//! ```
+//!
+//! The checksum makes a frame read while it was being overwritten (or landed out of order)
+//! a torn frame, which the receiver skips: it reads the mailbox again at its next poll, and
+//! senders repeat what is not answered yet. Frames are never partly believed.
+
+use crate::view::Member;
+
+const HEADER_BYTES: usize = 24;
+const CHECKSUM_BYTES: usize = 8;
+const CHECKSUM_SEED: u64 = 0x756b_6d61_696c_626f;
+
+/// Bytes of a frame with `payload_len` payload bytes.
+pub fn frame_len(payload_len: usize) -> usize {
+    HEADER_BYTES + payload_len + CHECKSUM_BYTES
+}
+
+/// What a frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Kind {
+    Join = 1,
+    Leave = 2,
+    Report = 3,
+    Renew = 4,
+    Answer = 5,
+}
+
+impl Kind {
+    fn from_u16(v: u16) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Join,
+            2 => Kind::Leave,
+            3 => Kind::Report,
+            4 => Kind::Renew,
+            5 => Kind::Answer,
+            _ => return None,
+        })
+    }
+}
+
+/// A frame read from a mailbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub seq: u64,
+    pub from: u16,
+    pub kind: Kind,
+    pub payload: &'a [u8],
+}
+
+/// Why a mailbox holds no new message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("torn frame (checksum mismatch): read again later")]
+    Torn,
+    #[error("a frame of cluster {found:#x}, this is cluster {expected:#x}")]
+    OtherCluster { found: u64, expected: u64 },
+    #[error("frame kind {0} unknown")]
+    UnknownKind(u16),
+    #[error("frame of {len} payload bytes does not fit the {room}-byte mailbox")]
+    TooLong { len: usize, room: usize },
+    #[error("frame from node {found}, the mailbox is node {expected}'s")]
+    WrongSender { found: u16, expected: u16 },
+}
+
+/// Appends a frame to `out`.
+pub fn encode(cluster: u64, seq: u64, from: u16, kind: Kind, payload: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&cluster.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&from.to_le_bytes());
+    out.extend_from_slice(&(kind as u16).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    let sum = mu_log::digest(CHECKSUM_SEED, &out[start..]);
+    out.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// The receiving side of one mailbox: `sender`'s, in a cluster.
+#[derive(Clone, Debug)]
+pub struct Inbox {
+    cluster: u64,
+    sender: u16,
+    /// The sequence number of the last frame taken.
+    taken: u64,
+}
+
+impl Inbox {
+    pub fn new(cluster: u64, sender: u16) -> Inbox {
+        Inbox { cluster, sender, taken: 0 }
+    }
+
+    /// The new frame in the mailbox's bytes, if there is one: `Ok(None)` when it is empty or
+    /// holds a frame already taken; an error for a torn or foreign frame (nothing is taken).
+    pub fn take<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<Frame<'a>>, FrameError> {
+        if bytes.len() < HEADER_BYTES + CHECKSUM_BYTES {
+            return Ok(None);
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let seq = word(8);
+        if seq <= self.taken {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes(bytes[20..24].try_into().expect("4")) as usize;
+        let room = bytes.len() - HEADER_BYTES - CHECKSUM_BYTES;
+        if len > room {
+            // A torn length field looks the same; the checksum cannot be found to tell.
+            return Err(FrameError::TooLong { len, room });
+        }
+        let end = HEADER_BYTES + len;
+        if mu_log::digest(CHECKSUM_SEED, &bytes[..end]) != word(end) {
+            return Err(FrameError::Torn);
+        }
+        let cluster = word(0);
+        if cluster != self.cluster {
+            return Err(FrameError::OtherCluster { found: cluster, expected: self.cluster });
+        }
+        let from = u16::from_le_bytes([bytes[16], bytes[17]]);
+        if from != self.sender {
+            return Err(FrameError::WrongSender { found: from, expected: self.sender });
+        }
+        let kind = u16::from_le_bytes([bytes[18], bytes[19]]);
+        let kind = Kind::from_u16(kind).ok_or(FrameError::UnknownKind(kind))?;
+        self.taken = seq;
+        Ok(Some(Frame { seq, from, kind, payload: &bytes[HEADER_BYTES..end] }))
+    }
+}
+
+/// The sending side of one mailbox: numbers its frames.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    cluster: u64,
+    me: u16,
+    seq: u64,
+    frame: Vec<u8>,
+}
+
+impl Outbox {
+    pub fn new(cluster: u64, me: u16) -> Outbox {
+        Outbox { cluster, me, seq: 0, frame: Vec::new() }
+    }
+
+    /// The bytes of the next frame, to be written whole at the mailbox's start.
+    pub fn next(&mut self, kind: Kind, payload: &[u8]) -> &[u8] {
+        self.seq += 1;
+        self.frame.clear();
+        encode(self.cluster, self.seq, self.me, kind, payload, &mut self.frame);
+        &self.frame
+    }
+}
+
+/// A request to the coordinator leader (§3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Join; `incarnation` is the process's own random number (see `changes::Change::Join`).
+    Join {
+        incarnation: u64,
+    },
+    Leave {
+        member: Member,
+    },
+}
+
+impl Request {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Request::Join { .. } => Kind::Join,
+            Request::Leave { .. } => Kind::Leave,
+        }
+    }
+
+    /// The payload bytes.
+    pub fn payload(&self) -> [u8; 16] {
+        let (a, b) = match *self {
+            Request::Join { incarnation } => (incarnation, 0),
+            Request::Leave { member } => (u64::from(member.node), member.uid),
+        };
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&a.to_le_bytes());
+        out[8..].copy_from_slice(&b.to_le_bytes());
+        out
+    }
+
+    /// The request a frame carries, if it carries one (a malformed payload is `None`).
+    pub fn from_frame(frame: &Frame<'_>) -> Option<Request> {
+        let p: &[u8; 16] = frame.payload.try_into().ok()?;
+        let a = u64::from_le_bytes(p[..8].try_into().expect("8"));
+        let b = u64::from_le_bytes(p[8..].try_into().expect("8"));
+        match frame.kind {
+            Kind::Join if b == 0 => Some(Request::Join { incarnation: a }),
+            Kind::Leave if a < u64::from(u16::MAX) && a == u64::from(frame.from) => {
+                Some(Request::Leave { member: Member { node: a as u16, uid: b } })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mailbox(frame: &[u8], room: usize) -> Vec<u8> {
+        let mut m = vec![0u8; frame_len(room).max(frame.len())];
+        m[..frame.len()].copy_from_slice(frame);
+        m
+    }
+
+    /// §3.2's requests as one-sided writes: each frame is taken once, in order.
+    #[test]
+    fn frames_are_taken_once() {
+        let mut out = Outbox::new(7, 3);
+        let mut inbox = Inbox::new(7, 3);
+        let join = Request::Join { incarnation: 99 };
+        let m = mailbox(out.next(join.kind(), &join.payload()), 32);
+        let frame = inbox.take(&m).unwrap().expect("a new frame");
+        assert_eq!((frame.seq, frame.from, frame.kind), (1, 3, Kind::Join));
+        assert_eq!(Request::from_frame(&frame), Some(join));
+        assert_eq!(inbox.take(&m).unwrap(), None, "taken once");
+        let leave = Request::Leave { member: Member { node: 3, uid: 1 << 16 | 3 } };
+        let m = mailbox(out.next(leave.kind(), &leave.payload()), 32);
+        let frame = inbox.take(&m).unwrap().unwrap();
+        assert_eq!(Request::from_frame(&frame), Some(leave));
+        assert_eq!(inbox.take(&[0u8; 64]).unwrap(), None, "an empty mailbox");
+    }
+
+    /// A frame read half-written is skipped whole, never partly believed.
+    #[test]
+    fn torn_and_foreign_frames_are_refused() {
+        let mut out = Outbox::new(7, 3);
+        let frame = out.next(Kind::Join, &Request::Join { incarnation: 5 }.payload()).to_vec();
+        for bit in (128..frame.len() * 8).step_by(7) {
+            let mut torn = frame.clone();
+            torn[bit / 8] ^= 1 << (bit % 8);
+            let mut inbox = Inbox::new(7, 3);
+            assert!(inbox.take(&mailbox(&torn, 32)).is_err(), "bit {bit}");
+            assert!(inbox.take(&mailbox(&frame, 32)).unwrap().is_some(), "then the whole one");
+        }
+        let mut other = Inbox::new(8, 3);
+        assert_eq!(
+            other.take(&mailbox(&frame, 32)),
+            Err(FrameError::OtherCluster { found: 7, expected: 8 })
+        );
+        let mut wrong = Inbox::new(7, 4);
+        assert_eq!(
+            wrong.take(&mailbox(&frame, 32)),
+            Err(FrameError::WrongSender { found: 3, expected: 4 })
+        );
+        let mut small = Inbox::new(7, 3);
+        assert!(small.take(&mailbox(&frame, 8)[..frame_len(8)]).is_err());
+    }
+
+    /// A leave names the sender itself: a node cannot ask another's removal.
+    #[test]
+    fn a_leave_for_another_node_is_no_request() {
+        let mut out = Outbox::new(7, 3);
+        let leave = Request::Leave { member: Member { node: 4, uid: 9 } };
+        let m = mailbox(out.next(leave.kind(), &leave.payload()), 32);
+        let frame = Inbox::new(7, 3).take(&m).unwrap().unwrap();
+        assert_eq!(Request::from_frame(&frame), None);
+    }
+}
