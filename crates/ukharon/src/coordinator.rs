@@ -86,6 +86,8 @@ pub struct Coordinator {
     events: Vec<Event>,
     value: Vec<u8>,
     slot: Vec<u8>,
+    /// A deliberately broken variant for tests ([`Coordinator::break_keeping_lost_views`]).
+    keeps_lost_views: bool,
 }
 
 /// The leader among the coordinators `alive` says are alive (a mask of positions): the lowest.
@@ -128,6 +130,7 @@ impl Coordinator {
             events: Vec::new(),
             value: Vec::with_capacity(needed),
             slot: vec![0; slot_bytes],
+            keeps_lost_views: false,
             config,
         })
     }
@@ -318,6 +321,12 @@ impl Coordinator {
         self.proposed = None;
         self.adopt_latest(view);
         self.outputs.push(Output::Decided(self.latest.clone().expect("just set")));
+        if self.keeps_lost_views {
+            if !submitted && self.proposer.has_pending() {
+                self.proposed = Some(index + 1);
+            }
+            return;
+        }
         if !submitted && self.proposer.has_pending() && !self.proposer.withdraw() {
             // Our view was written for an index another view won: start one index further on,
             // which drops it (module docs).
@@ -325,6 +334,13 @@ impl Coordinator {
             self.proposer.stop();
             self.proposer.start(first, Some(last), mem);
         }
+    }
+
+    /// Breaks this coordinator on purpose, for tests that show their checks catch it: a view
+    /// that lost its index is kept and offered at the next one, where it does not follow.
+    #[doc(hidden)]
+    pub fn break_keeping_lost_views(&mut self) {
+        self.keeps_lost_views = true;
     }
 
     /// What every decided value must be: a view of this cluster for its index, following the

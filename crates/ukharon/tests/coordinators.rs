@@ -63,6 +63,8 @@ struct Cluster {
     last_output: Vec<Option<u64>>,
     now_ns: u64,
     rng: u64,
+    /// Decisions a coordinator refused as not following (never with the real engine).
+    bad: Vec<String>,
 }
 
 fn initial() -> View {
@@ -72,6 +74,10 @@ fn initial() -> View {
 
 impl Cluster {
     fn new(seed: u64) -> Cluster {
+        Cluster::with(seed, false)
+    }
+
+    fn with(seed: u64, broken: bool) -> Cluster {
         let layout: VelosLayout = CoordinatorConfig::layout_for(3, 16).unwrap();
         let regions: Vec<Region> =
             (0..3).map(|_| Rc::new(RefCell::new(vec![0u8; layout.region_bytes()]))).collect();
@@ -86,7 +92,11 @@ impl Cluster {
                 })
                 .unwrap()
             })
-            .collect();
+            .collect::<Vec<Coordinator>>();
+        let mut coordinators = coordinators;
+        if broken {
+            coordinators.iter_mut().for_each(Coordinator::break_keeping_lost_views);
+        }
         Cluster {
             coordinators,
             regions,
@@ -97,6 +107,7 @@ impl Cluster {
             decided: BTreeMap::new(),
             last_output: vec![None; 3],
             now_ns: 0,
+            bad: Vec::new(),
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
         }
     }
@@ -137,7 +148,9 @@ impl Cluster {
         for out in outputs {
             match out {
                 Output::Decided(view) => self.check_decided(i, view),
-                Output::BadDecision { index, why } => panic!("bad decision at {index}: {why}"),
+                Output::BadDecision { index, why } => {
+                    self.bad.push(format!("bad decision at {index}: {why}"))
+                }
                 _ => {}
             }
         }
@@ -233,6 +246,47 @@ fn join(node: u16, incarnation: u64) -> Change {
     Change::Join { node, incarnation }
 }
 
+/// The safety phase: random beliefs about who is alive, random delivery order on the FIFO
+/// connections, random changes sent to random coordinators. Whether two led at once.
+fn duel(c: &mut Cluster) -> bool {
+    let mut dueled = false;
+    for step in 0..3_000u64 {
+        dueled |= c.coordinators[0].is_leading() && c.coordinators[1].is_leading();
+        let r = c.random();
+        let i = (r % 3) as usize;
+        match (r >> 8) % 30 {
+            0 => {
+                // Each coordinator's own belief: often everyone, sometimes without 0.
+                let alive = if (r >> 16) % 3 == 0 { 0b110 } else { 0b111 };
+                c.coordinators[i].set_alive(alive);
+            }
+            1 => {
+                let node = 10 + ((r >> 20) % 6) as u16;
+                c.coordinators[i].request(join(node, r >> 32));
+                c.after(i);
+            }
+            2 => {
+                if let Some(m) = c.coordinators[i].latest().and_then(|v| v.members.last()) {
+                    let m = *m;
+                    c.coordinators[i].request(Change::Leave { member: m });
+                    c.after(i);
+                }
+            }
+            3 => c.coordinators[i].request(Change::Lease { lease_ns: 1_000 * (step % 40) }),
+            4..=15 => {
+                let j = ((r >> 24) % 3) as usize;
+                c.deliver(i, j);
+            }
+            16..=25 => {
+                c.complete(i);
+            }
+            _ => c.poll(i),
+        }
+        c.now_ns += 100;
+    }
+    dueled
+}
+
 /// §5.3.1: several coordinators may believe they lead (a partial partition); safety holds.
 /// Random beliefs about who is alive, random delivery order on FIFO connections, random
 /// changes: every epoch is decided with one view, without gaps, each view following the
@@ -242,41 +296,8 @@ fn dueling_coordinators_agree_without_gaps() {
     let (mut duels, mut decided_in_duels, mut cas_failed) = (0, 0, 0);
     for seed in 0..150 {
         let mut c = Cluster::new(seed);
-        let mut dueled = false;
-        for step in 0..3_000u64 {
-            dueled |= c.coordinators[0].is_leading() && c.coordinators[1].is_leading();
-            let r = c.random();
-            let i = (r % 3) as usize;
-            match (r >> 8) % 30 {
-                0 => {
-                    // Each coordinator's own belief: often everyone, sometimes without 0.
-                    let alive = if (r >> 16) % 3 == 0 { 0b110 } else { 0b111 };
-                    c.coordinators[i].set_alive(alive);
-                }
-                1 => {
-                    let node = 10 + ((r >> 20) % 6) as u16;
-                    c.coordinators[i].request(join(node, r >> 32));
-                    c.after(i);
-                }
-                2 => {
-                    if let Some(m) = c.coordinators[i].latest().and_then(|v| v.members.last()) {
-                        let m = *m;
-                        c.coordinators[i].request(Change::Leave { member: m });
-                        c.after(i);
-                    }
-                }
-                3 => c.coordinators[i].request(Change::Lease { lease_ns: 1_000 * (step % 40) }),
-                4..=15 => {
-                    let j = ((r >> 24) % 3) as usize;
-                    c.deliver(i, j);
-                }
-                16..=25 => {
-                    c.complete(i);
-                }
-                _ => c.poll(i),
-            }
-            c.now_ns += 100;
-        }
+        let dueled = duel(&mut c);
+        assert!(c.bad.is_empty(), "seed {seed}: {:?}", c.bad);
         duels += usize::from(dueled);
         decided_in_duels += c.decided.len();
         cas_failed += c.cas_failed.iter().sum::<usize>();
@@ -341,4 +362,16 @@ fn only_the_leader_takes_changes() {
     c.coordinators[1].request(join(30, 1));
     let outputs: Vec<Output> = c.coordinators[1].drain_outputs().collect();
     assert!(matches!(outputs[..], [Output::NotLeader { .. }]), "{outputs:?}");
+}
+
+/// The dueling test catches a broken driver: one that keeps a view whose index another view
+/// won, and offers it at the next index, where it does not follow.
+#[test]
+fn a_driver_that_keeps_lost_views_is_caught() {
+    let caught = (0..150).find(|&seed| {
+        let mut c = Cluster::with(seed, true);
+        duel(&mut c);
+        !c.bad.is_empty()
+    });
+    assert!(caught.is_some(), "no seed caught the broken driver");
 }
