@@ -76,6 +76,8 @@ pub struct Coordinator {
     /// The latest decided view this coordinator knows, and its bytes.
     latest: Option<View>,
     latest_bytes: Vec<u8>,
+    /// The view right before the latest, when this coordinator knows it.
+    previous: Option<View>,
     changes: Changes,
     /// The epoch of the view submitted and not decided yet.
     proposed: Option<u64>,
@@ -121,6 +123,7 @@ impl Coordinator {
             proposer,
             latest: None,
             latest_bytes: Vec::new(),
+            previous: None,
             changes: Changes::default(),
             proposed: None,
             alive: all,
@@ -138,6 +141,12 @@ impl Coordinator {
     /// The latest decided view this coordinator knows.
     pub fn latest(&self) -> Option<&View> {
         self.latest.as_ref()
+    }
+
+    /// The view right before the latest, when this coordinator knows it (its members are
+    /// told of the latest view too, so that a removed node learns it is out).
+    pub fn previous(&self) -> Option<&View> {
+        self.previous.as_ref()
     }
 
     pub fn is_leading(&self) -> bool {
@@ -367,6 +376,8 @@ impl Coordinator {
         self.changes.settle(&view);
         self.latest_bytes.clear();
         view.encode(&mut self.latest_bytes);
-        self.latest = Some(view);
+        let before = self.latest.replace(view);
+        let epoch = self.latest.as_ref().map(|v| v.epoch);
+        self.previous = before.filter(|b| Some(b.epoch + 1) == epoch);
     }
 }

@@ -21,11 +21,14 @@
 use crate::view::Member;
 
 const HEADER_BYTES: usize = 24;
+/// Offset of the sequence number in a frame: a receiver may read this word alone to see
+/// whether a mailbox holds a new frame ([`Inbox::taken`]) before it reads the frame.
+pub const SEQ_OFFSET: usize = 8;
 const CHECKSUM_BYTES: usize = 8;
 const CHECKSUM_SEED: u64 = 0x756b_6d61_696c_626f;
 
 /// Bytes of a frame with `payload_len` payload bytes.
-pub fn frame_len(payload_len: usize) -> usize {
+pub const fn frame_len(payload_len: usize) -> usize {
     HEADER_BYTES + payload_len + CHECKSUM_BYTES
 }
 
@@ -104,6 +107,11 @@ impl Inbox {
         Inbox { cluster, sender, taken: 0 }
     }
 
+    /// The sequence number of the last frame taken (0 before the first).
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
     /// The new frame in the mailbox's bytes, if there is one: `Ok(None)` when it is empty or
     /// holds a frame already taken; an error for a torn or foreign frame (nothing is taken).
     pub fn take<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<Frame<'a>>, FrameError> {
@@ -111,7 +119,7 @@ impl Inbox {
             return Ok(None);
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
-        let seq = word(8);
+        let seq = word(SEQ_OFFSET);
         if seq <= self.taken {
             return Ok(None);
         }
@@ -210,6 +218,53 @@ impl Request {
     }
 }
 
+/// A coordinator's answer to a request that the next view does not answer itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// This coordinator does not lead; `leader` is the one it believes leads.
+    NotLeader { leader: Option<u16> },
+    /// The view is full.
+    Full,
+    /// The request named a unique id the latest view (of epoch `epoch`) does not give.
+    StaleUid { epoch: u64 },
+    /// The node id is reserved.
+    ReservedNode,
+}
+
+impl Answer {
+    pub fn payload(&self) -> [u8; 16] {
+        let (code, value) = match *self {
+            Answer::NotLeader { leader } => (1u64, leader.map_or(u64::MAX, u64::from)),
+            Answer::Full => (2, 0),
+            Answer::StaleUid { epoch } => (3, epoch),
+            Answer::ReservedNode => (4, 0),
+        };
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&code.to_le_bytes());
+        out[8..].copy_from_slice(&value.to_le_bytes());
+        out
+    }
+
+    pub fn from_frame(frame: &Frame<'_>) -> Option<Answer> {
+        let p: &[u8; 16] = frame.payload.try_into().ok()?;
+        let code = u64::from_le_bytes(p[..8].try_into().expect("8"));
+        let value = u64::from_le_bytes(p[8..].try_into().expect("8"));
+        if frame.kind != Kind::Answer {
+            return None;
+        }
+        match code {
+            1 if value == u64::MAX => Some(Answer::NotLeader { leader: None }),
+            1 if value < u64::from(u16::MAX) => {
+                Some(Answer::NotLeader { leader: Some(value as u16) })
+            }
+            2 => Some(Answer::Full),
+            3 => Some(Answer::StaleUid { epoch: value }),
+            4 => Some(Answer::ReservedNode),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +317,23 @@ mod tests {
         );
         let mut small = Inbox::new(7, 3);
         assert!(small.take(&mailbox(&frame, 8)[..frame_len(8)]).is_err());
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let mut out = Outbox::new(7, 0);
+        for a in [
+            Answer::NotLeader { leader: None },
+            Answer::NotLeader { leader: Some(2) },
+            Answer::Full,
+            Answer::StaleUid { epoch: 9 },
+            Answer::ReservedNode,
+        ] {
+            let m = mailbox(out.next(Kind::Answer, &a.payload()), 32);
+            let mut inbox = Inbox::new(7, 0);
+            let frame = inbox.take(&m).unwrap().unwrap();
+            assert_eq!(Answer::from_frame(&frame), Some(a));
+        }
     }
 
     /// A leave names the sender itself: a node cannot ask another's removal.

@@ -200,7 +200,7 @@ impl View {
     }
 
     /// Bytes of an encoded view of `members_count` members.
-    pub fn encoded_len_of(members_count: usize) -> usize {
+    pub const fn encoded_len_of(members_count: usize) -> usize {
         HEADER_BYTES + members_count * MEMBER_BYTES + CHECKSUM_BYTES
     }
 

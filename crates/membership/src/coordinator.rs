@@ -1,0 +1,445 @@
+//! A coordinator on a fabric: the consensus engine (`mu_ukharon::coordinator`) with its
+//! connections to the other coordinators, the requests nodes write into its inbox, and the
+//! decided views it writes to every node's board (§3.1: coordinators broadcast decided views).
+//! No threads and no clock: [`CoordinatorDriver::poll`] is called with the time by a thread or
+//! by the simulator.
+
+use crate::config::MembershipConfig;
+use crate::layout::{
+    board_channel, consensus_channel, consensus_layout, BoardLayout, BOARD_REGION,
+    CONSENSUS_REGION, FINGERPRINT_OFFSET, MAILBOX_BYTES, VIEW_OFFSET,
+};
+use crate::links::Links;
+use crate::memory::RegionMemory;
+use mu_fabric::{
+    Access, Completion, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, OpKind,
+    RemoteAddr, Source, WorkRequest,
+};
+use mu_ukharon::changes::{Change, Refusal};
+use mu_ukharon::coordinator::{leader, Coordinator, CoordinatorConfig, Output};
+use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
+use mu_ukharon::view::View;
+use mu_velos::Action;
+
+/// What a coordinator's driver saw, for its runtime to log and for tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CoordinatorEvent {
+    Decided(View),
+    /// A peer coordinator's board holds another configuration's fingerprint: no consensus
+    /// with it (a configuration file edited on one machine only).
+    ConfigMismatch {
+        peer: u16,
+    },
+    BadDecision {
+        index: u64,
+        why: String,
+    },
+    /// A frame in the inbox of `from` could not be taken (torn frames are not reported).
+    BadFrame {
+        from: u16,
+        why: String,
+    },
+}
+
+/// Work request ids: the proposer's own (below 2^62), its value writes, and the driver's.
+const PROPOSER_WRITE: u64 = 1 << 62;
+const DRIVER: u64 = 1 << 63;
+const VIEW_WRITE: u64 = DRIVER | 1 << 32;
+const ANSWER_WRITE: u64 = DRIVER | 2 << 32;
+const FINGERPRINT_READ: u64 = DRIVER | 3 << 32;
+const KIND_MASK: u64 = DRIVER | 0xFF << 32;
+
+/// See the module docs.
+pub struct CoordinatorDriver<F: Fabric> {
+    fabric: F,
+    config: MembershipConfig,
+    boards: BoardLayout,
+    position: usize,
+    engine: Coordinator,
+    board: F::Region,
+    consensus: F::Region,
+    endpoint: F::Endpoint,
+    /// Board connections to every other node id; consensus ones to the other coordinators.
+    board_links: Links,
+    consensus_links: Links,
+    inboxes: Vec<Inbox>,
+    answers: Vec<Outbox>,
+    /// Coordinator positions whose board showed our fingerprint, and those that did not.
+    verified: u64,
+    mismatched: u64,
+    completions: Vec<Completion>,
+    actions: Vec<Action>,
+    frame: Vec<u8>,
+    view_bytes: Vec<u8>,
+    rng: u64,
+    events: Vec<CoordinatorEvent>,
+}
+
+impl<F: Fabric> CoordinatorDriver<F> {
+    /// Registers the board and the consensus region on `fabric`, whose node must be one of
+    /// the configured coordinators. `initial` is the cluster's first view.
+    pub fn new(
+        fabric: F,
+        config: MembershipConfig,
+        initial: View,
+        seed: u64,
+    ) -> Result<CoordinatorDriver<F>, String> {
+        config.check().map_err(|e| e.to_string())?;
+        let me = fabric.node().0;
+        let position =
+            config.position(me).ok_or(format!("node {me} is not one of the coordinators"))?;
+        let consensus_layout = consensus_layout(&config)?;
+        let engine = Coordinator::new(CoordinatorConfig {
+            me: position,
+            layout: consensus_layout,
+            prepare_ahead: 1,
+            initial,
+            backoff_max_ns: config.backoff_max_ns,
+        })?;
+        let boards = BoardLayout::new(&config);
+        let err = |e: FabricError| e.to_string();
+        let board = fabric.register_region(BOARD_REGION, boards.board_bytes(), Access::ALL);
+        let board = board.map_err(err)?;
+        board.store_u64(FINGERPRINT_OFFSET as usize, config.fingerprint()).map_err(err)?;
+        let consensus =
+            fabric.register_region(CONSENSUS_REGION, consensus_layout.region_bytes(), Access::ALL);
+        let consensus = consensus.map_err(err)?;
+        let endpoint = fabric.endpoint(4096).map_err(err)?;
+        let others = |nodes: &mut dyn Iterator<Item = u16>| -> Vec<NodeId> {
+            nodes.filter(|&n| n != me).map(NodeId).collect()
+        };
+        let board_links = Links::new(
+            NodeId(me),
+            others(&mut (0..config.nodes_max)),
+            board_channel,
+            Access::READ_WRITE,
+            config.reconnect_ns,
+        );
+        let consensus_links = Links::new(
+            NodeId(me),
+            others(&mut config.coordinators.iter().copied()),
+            consensus_channel,
+            Access::ALL,
+            config.reconnect_ns,
+        );
+        let cluster = config.cluster;
+        Ok(CoordinatorDriver {
+            inboxes: (0..config.nodes_max).map(|n| Inbox::new(cluster, n)).collect(),
+            answers: (0..config.nodes_max).map(|_| Outbox::new(cluster, me)).collect(),
+            verified: 1 << position,
+            mismatched: 0,
+            completions: vec![Completion::EMPTY; 64],
+            actions: Vec::new(),
+            frame: vec![0; MAILBOX_BYTES as usize],
+            view_bytes: Vec::new(),
+            rng: seed | 1,
+            events: Vec::new(),
+            fabric,
+            boards,
+            position,
+            engine,
+            board,
+            consensus,
+            endpoint,
+            board_links,
+            consensus_links,
+            config,
+        })
+    }
+
+    /// The latest decided view this coordinator knows.
+    pub fn latest(&self) -> Option<&View> {
+        self.engine.latest()
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.engine.is_leading()
+    }
+
+    /// What happened since the last call.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, CoordinatorEvent> {
+        self.events.drain(..)
+    }
+
+    fn random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// One round of work at `now_ns`.
+    pub fn poll(&mut self, now_ns: u64) {
+        self.upkeep(now_ns);
+        self.take_completions(now_ns);
+        self.take_requests();
+        self.engine.set_alive(self.alive());
+        let random = self.random();
+        self.engine.poll(now_ns, random, &mut RegionMemory(&self.consensus));
+        self.post_actions(now_ns);
+        self.take_outputs(now_ns);
+    }
+
+    /// The coordinators this one believes alive: itself, and those whose board showed our
+    /// configuration and of whose crash the fabric has not told.
+    fn alive(&self) -> u64 {
+        let mut alive = 1 << self.position;
+        for (p, &node) in self.config.coordinators.iter().enumerate() {
+            let ok = self.verified >> p & 1 == 1 && self.mismatched >> p & 1 == 0;
+            if p != self.position && ok && !self.fabric.crash_notified(NodeId(node)) {
+                alive |= 1 << p;
+            }
+        }
+        alive
+    }
+
+    fn upkeep(&mut self, now_ns: u64) {
+        for i in self.consensus_links.upkeep(&self.fabric, &mut self.endpoint, now_ns) {
+            let peer = self.consensus_links.peers()[i].0;
+            let p = self.config.position(peer).expect("consensus links go to coordinators");
+            self.engine.reconnected(p);
+        }
+        for i in self.board_links.upkeep(&self.fabric, &mut self.endpoint, now_ns) {
+            let peer = self.board_links.peers()[i].0;
+            if let Some(p) = self.config.position(peer) {
+                self.read_fingerprint(peer, p, now_ns);
+            }
+        }
+    }
+
+    fn read_fingerprint(&mut self, peer: u16, position: usize, now_ns: u64) {
+        let local = LocalSlice {
+            region: BOARD_REGION,
+            offset: self.boards.fingerprint_read_offset(position),
+            len: 8,
+        };
+        let remote = RemoteAddr { region: BOARD_REGION, offset: FINGERPRINT_OFFSET };
+        let wr = WorkRequest::read(FINGERPRINT_READ | position as u64, local, remote);
+        self.post_board(peer, &wr, now_ns);
+    }
+
+    /// Posts on the board connection to `peer`; a post that fails marks it down.
+    fn post_board(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) {
+        let Some(i) = self.board_links.index_of(NodeId(peer)) else { return };
+        if !self.board_links.is_up(i) {
+            return;
+        }
+        let conn = self.board_links.conn(NodeId(peer));
+        if self.endpoint.post(conn, wr).is_err() {
+            self.board_links.down(i, now_ns);
+        }
+    }
+}
+
+impl<F: Fabric> CoordinatorDriver<F> {
+    fn take_completions(&mut self, now_ns: u64) {
+        loop {
+            let n = self.endpoint.poll(&mut self.completions);
+            if n == 0 {
+                return;
+            }
+            for i in 0..n {
+                let c = self.completions[i];
+                if c.wr_id & DRIVER != 0 {
+                    self.driver_completion(c, now_ns);
+                } else {
+                    self.proposer_completion(c, now_ns);
+                }
+            }
+        }
+    }
+
+    fn proposer_completion(&mut self, c: Completion, now_ns: u64) {
+        let mem = &mut RegionMemory(&self.consensus);
+        if c.wr_id & PROPOSER_WRITE != 0 {
+            // Value writes are unsignaled: this one failed.
+            let p = (c.wr_id & 0xFF) as usize;
+            self.consensus_down(p, now_ns);
+            return self.engine.on_write_error(p);
+        }
+        let random = self.rng;
+        match (c.status.is_success(), c.kind) {
+            (true, OpKind::CompareSwap) => {
+                self.engine.on_cas(c.wr_id, c.value, now_ns, random, mem)
+            }
+            (true, _) => self.engine.on_read(c.wr_id, now_ns, random, mem),
+            (false, _) => {
+                let p = (c.wr_id & 63) as usize; // the proposer's op ids end with the peer
+                self.consensus_down(p, now_ns);
+                self.engine.on_error(c.wr_id);
+            }
+        }
+    }
+
+    fn consensus_down(&mut self, position: usize, now_ns: u64) {
+        let peer = NodeId(self.config.coordinators[position]);
+        if let Some(i) = self.consensus_links.index_of(peer) {
+            self.consensus_links.down(i, now_ns);
+        }
+    }
+
+    fn driver_completion(&mut self, c: Completion, now_ns: u64) {
+        let low = (c.wr_id & 0xFFFF_FFFF) as usize;
+        if !c.status.is_success() {
+            let peer = match c.wr_id & KIND_MASK {
+                FINGERPRINT_READ => self.config.coordinators[low],
+                _ => low as u16,
+            };
+            if let Some(i) = self.board_links.index_of(NodeId(peer)) {
+                self.board_links.down(i, now_ns);
+            }
+            return;
+        }
+        if c.wr_id & KIND_MASK == FINGERPRINT_READ {
+            let offset = self.boards.fingerprint_read_offset(low) as usize;
+            let found = self.board.load_u64(offset).unwrap_or(0);
+            if found == self.config.fingerprint() {
+                self.verified |= 1 << low;
+            } else if found != 0 {
+                self.mismatched |= 1 << low;
+                let peer = self.config.coordinators[low];
+                self.events.push(CoordinatorEvent::ConfigMismatch { peer });
+            } else {
+                // Not set up yet: read again once the board connection is set up again.
+                let i = self.board_links.index_of(NodeId(self.config.coordinators[low]));
+                self.board_links.down(i.expect("a coordinator's board link"), now_ns);
+            }
+        }
+    }
+
+    /// Requests in the inbox: each node's mailbox is looked at when its sequence word moved.
+    fn take_requests(&mut self) {
+        for from in 0..self.config.nodes_max {
+            let offset = self.boards.inbox_offset(from) as usize;
+            let seq = self.board.load_u64(offset + mailbox::SEQ_OFFSET).unwrap_or(0);
+            if seq <= self.inboxes[usize::from(from)].taken() {
+                continue;
+            }
+            if self.board.read(offset, &mut self.frame).is_err() {
+                continue;
+            }
+            let request = match self.inboxes[usize::from(from)].take(&self.frame) {
+                Ok(Some(frame)) => Request::from_frame(&frame),
+                Ok(None) | Err(mailbox::FrameError::Torn) => continue,
+                Err(e) => {
+                    let why = e.to_string();
+                    self.events.push(CoordinatorEvent::BadFrame { from, why });
+                    continue;
+                }
+            };
+            let change = match request {
+                Some(Request::Join { incarnation }) => Change::Join { node: from, incarnation },
+                Some(Request::Leave { member }) => Change::Leave { member },
+                None => continue,
+            };
+            self.engine.request(change);
+        }
+    }
+
+    /// Posts the proposer's operations; one that cannot go out fails as if posted.
+    fn post_actions(&mut self, now_ns: u64) {
+        let mut actions = std::mem::take(&mut self.actions);
+        self.engine.take_actions(&mut actions);
+        for a in actions.drain(..) {
+            let (p, wr) = consensus_request(a);
+            let peer = NodeId(self.config.coordinators[p]);
+            let i = self.consensus_links.index_of(peer).expect("actions go to other coordinators");
+            let posted = self.consensus_links.is_up(i)
+                && self.endpoint.post(self.consensus_links.conn(peer), &wr).is_ok();
+            if !posted {
+                self.consensus_links.down(i, now_ns);
+                match a {
+                    Action::Write { peer, .. } => self.engine.on_write_error(peer),
+                    Action::Cas { op, .. } | Action::Read { op, .. } => self.engine.on_error(op),
+                }
+            }
+        }
+        self.actions = actions;
+    }
+
+    fn take_outputs(&mut self, now_ns: u64) {
+        let outputs: Vec<Output> = self.engine.drain_outputs().collect();
+        for out in outputs {
+            match out {
+                Output::Decided(view) => self.broadcast(view, now_ns),
+                Output::Refused { change, why } => {
+                    let answer = match why {
+                        Refusal::Full => Answer::Full,
+                        Refusal::ReservedNode(_) => Answer::ReservedNode,
+                        Refusal::StaleUid { epoch, .. } => Answer::StaleUid { epoch },
+                    };
+                    self.answer(&change, answer, now_ns);
+                }
+                Output::NotLeader { change } => {
+                    let leader = leader(self.alive()).map(|p| self.config.coordinators[p]);
+                    self.answer(&change, Answer::NotLeader { leader }, now_ns);
+                }
+                Output::BadDecision { index, why } => {
+                    self.events.push(CoordinatorEvent::BadDecision { index, why })
+                }
+                Output::Stopped(_) => {}
+            }
+        }
+    }
+
+    /// Writes a decided view to this node's board, then to the boards of the coordinators,
+    /// of its members and of the members of the view before it (so that a removed node
+    /// learns it is out).
+    fn broadcast(&mut self, view: View, now_ns: u64) {
+        self.view_bytes.clear();
+        view.encode(&mut self.view_bytes);
+        let len = self.view_bytes.len() as u32;
+        if self.board.write(VIEW_OFFSET as usize, &self.view_bytes).is_err() {
+            return;
+        }
+        let mut targets: Vec<u16> = self.config.coordinators.clone();
+        targets.extend(view.nodes());
+        if let Some(before) = self.engine.previous() {
+            targets.extend(before.nodes());
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        let source = Source::Local(LocalSlice { region: BOARD_REGION, offset: VIEW_OFFSET, len });
+        let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
+        for node in targets {
+            if node != self.fabric.node().0 {
+                let wr = WorkRequest::write(VIEW_WRITE | u64::from(node), source, remote);
+                self.post_board(node, &wr.unsignaled(), now_ns);
+            }
+        }
+        self.events.push(CoordinatorEvent::Decided(view));
+    }
+
+    fn answer(&mut self, change: &Change, answer: Answer, now_ns: u64) {
+        let node = match *change {
+            Change::Join { node, .. } => node,
+            Change::Leave { member } | Change::Remove { member } => member.node,
+            _ => return,
+        };
+        let frame = self.answers[usize::from(node)].next(Kind::Answer, &answer.payload()).to_vec();
+        let remote =
+            RemoteAddr { region: BOARD_REGION, offset: self.boards.answer_offset(self.position) };
+        let wr = WorkRequest::write(ANSWER_WRITE | u64::from(node), Source::Inline(&frame), remote);
+        self.post_board(node, &wr.unsignaled(), now_ns);
+    }
+}
+
+/// The work request for one of the proposer's operations, and the coordinator position it
+/// goes to.
+fn consensus_request(a: Action) -> (usize, WorkRequest<'static>) {
+    let remote = |offset| RemoteAddr { region: CONSENSUS_REGION, offset };
+    match a {
+        Action::Write { peer, offset, len } => {
+            let source = Source::Local(LocalSlice { region: CONSENSUS_REGION, offset, len });
+            let wr = WorkRequest::write(PROPOSER_WRITE | peer as u64, source, remote(offset));
+            (peer, wr.unsignaled())
+        }
+        Action::Cas { peer, offset, expected, desired, op } => {
+            (peer, WorkRequest::compare_swap(op, remote(offset), expected, desired))
+        }
+        Action::Read { peer, remote: at, local, len, op } => {
+            let local = LocalSlice { region: CONSENSUS_REGION, offset: local, len };
+            (peer, WorkRequest::read(op, local, remote(at)))
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Coordinators on the simulated fabric: they connect, check each other's configuration,
+//! decide the initial view, admit a node that writes a join request into the leader's inbox,
+//! write each decided view to the boards, and go on when the leader crashes.
+
+use mu_fabric::{Access, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RemoteAddr, Source};
+use mu_fabric::{Completion, WorkRequest};
+use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
+use mu_membership::layout::{board_channel, BoardLayout, BOARD_REGION, VIEW_BYTES, VIEW_OFFSET};
+use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig};
+use mu_ukharon::changes::uid_for;
+use mu_ukharon::mailbox::{Kind, Outbox, Request};
+use mu_ukharon::view::{Member, View};
+
+const NODE: u16 = 5;
+
+fn config() -> MembershipConfig {
+    MembershipConfig::new(0xC0FFEE, vec![0, 1, 2], 8)
+}
+
+fn initial() -> View {
+    let members = (0..3u16).map(|n| Member { node: n, uid: uid_for(0, n) }).collect();
+    View::initial(0xC0FFEE, members, Some(0), 20_000)
+}
+
+struct Sim {
+    world: SimWorld,
+    coordinators: Vec<Option<CoordinatorDriver<SimFabric>>>,
+    decided: Vec<View>,
+}
+
+impl Sim {
+    fn new(seed: u64, configs: Vec<MembershipConfig>) -> Sim {
+        let world = SimWorld::new(SimConfig::default(), seed);
+        let coordinators = configs
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let fabric = world.node(NodeId(i as u16));
+                Some(CoordinatorDriver::new(fabric, c, initial(), seed + i as u64).unwrap())
+            })
+            .collect();
+        Sim { world, coordinators, decided: Vec::new() }
+    }
+
+    /// Polls every live coordinator, then lets the fabric run for `step_ns`.
+    fn run_for(&mut self, ns: u64, step_ns: u64) -> Vec<CoordinatorEvent> {
+        let end = self.world.now_ns() + ns;
+        let mut events = Vec::new();
+        while self.world.now_ns() < end {
+            let now = self.world.now_ns();
+            for c in self.coordinators.iter_mut().flatten() {
+                c.poll(now);
+                for e in c.drain_events() {
+                    if let CoordinatorEvent::Decided(v) = &e {
+                        match self.decided.iter().find(|d| d.epoch == v.epoch) {
+                            Some(d) => assert_eq!(d, v, "two views at epoch {}", v.epoch),
+                            None => self.decided.push(v.clone()),
+                        }
+                    }
+                    events.push(e);
+                }
+            }
+            self.world.run_until(now + step_ns);
+        }
+        events
+    }
+}
+
+/// A node that is not a coordinator: its board, and connections to the coordinators' boards.
+struct Node {
+    fabric: SimFabric,
+    board: <SimFabric as Fabric>::Region,
+    endpoint: <SimFabric as Fabric>::Endpoint,
+    outbox: Outbox,
+}
+
+impl Node {
+    fn new(world: &SimWorld, config: &MembershipConfig) -> Node {
+        let fabric = world.node(NodeId(NODE));
+        let layout = BoardLayout::new(config);
+        let board =
+            fabric.register_region(BOARD_REGION, layout.board_bytes(), Access::ALL).unwrap();
+        let endpoint = fabric.endpoint(64).unwrap();
+        Node { fabric, board, endpoint, outbox: Outbox::new(config.cluster, NODE) }
+    }
+
+    fn connect(&mut self, coordinator: u16) -> bool {
+        let (me, c) = (NodeId(NODE), NodeId(coordinator));
+        let out = ConnId::new(c, board_channel(me, c));
+        self.fabric.connect(ConnId::new(c, board_channel(c, me)), Access::READ_WRITE).is_ok()
+            && self.fabric.connect(out, Access::NONE).is_ok()
+            && self.endpoint.attach(out).is_ok()
+    }
+
+    /// Writes a join request into `coordinator`'s inbox.
+    fn join(&mut self, coordinator: u16, config: &MembershipConfig) {
+        let request = Request::Join { incarnation: 42 };
+        let frame = self.outbox.next(request.kind(), &request.payload()).to_vec();
+        let offset = BoardLayout::new(config).inbox_offset(NODE);
+        let remote = RemoteAddr { region: BOARD_REGION, offset };
+        let conn =
+            ConnId::new(NodeId(coordinator), board_channel(NodeId(NODE), NodeId(coordinator)));
+        let wr = WorkRequest::write(1, Source::Inline(&frame), remote);
+        self.endpoint.post(conn, &wr).unwrap();
+    }
+
+    fn completions(&mut self) -> Vec<Completion> {
+        let mut out = vec![Completion::EMPTY; 8];
+        let n = self.endpoint.poll(&mut out);
+        out.truncate(n);
+        out
+    }
+
+    /// The view on this node's board, if one is there whole.
+    fn view(&self) -> Option<View> {
+        let mut bytes = vec![0u8; VIEW_BYTES as usize];
+        self.board.read(VIEW_OFFSET as usize, &mut bytes).unwrap();
+        View::decode(&bytes).ok()
+    }
+}
+
+/// §3.2 and §5.3.1: the initial view is decided, a join written into the leader's mailbox is
+/// answered with the next view on the joiner's board, and a crash of the leader hands over
+/// to the next coordinator, which decides the next change.
+#[test]
+fn coordinators_admit_a_node_and_survive_their_leader() {
+    let mut sim = Sim::new(3, vec![config(); 3]);
+    sim.run_for(2_000_000, 1_000);
+    assert_eq!(sim.decided.first(), Some(&initial()), "the initial view is decided");
+    assert!(sim.coordinators[0].as_ref().unwrap().is_leading());
+
+    let mut node = Node::new(&sim.world, &config());
+    assert!((0..3).all(|c| node.connect(c)), "the node connects to every coordinator");
+    node.join(0, &config());
+    sim.run_for(500_000, 1_000);
+    let done = node.completions();
+    assert!(done.len() == 1 && done[0].status.is_success(), "the request was written: {done:?}");
+    let view = node.view().expect("the view reached the node's board");
+    assert_eq!(view.epoch, 1);
+    assert_eq!(view.uid_of(NODE), Some(uid_for(1, NODE)));
+
+    sim.world.crash(NodeId(0)).unwrap();
+    sim.coordinators[0] = None;
+    sim.run_for(3_000_000, 1_000);
+    assert!(sim.coordinators[1].as_ref().unwrap().is_leading(), "coordinator 1 took over");
+    let member = Member { node: NODE, uid: uid_for(1, NODE) };
+    let leave = Request::Leave { member };
+    let frame = node.outbox.next(Kind::Leave, &leave.payload()).to_vec();
+    let offset = BoardLayout::new(&config()).inbox_offset(NODE);
+    let conn = ConnId::new(NodeId(1), board_channel(NodeId(NODE), NodeId(1)));
+    let remote = RemoteAddr { region: BOARD_REGION, offset };
+    node.endpoint.post(conn, &WorkRequest::write(2, Source::Inline(&frame), remote)).unwrap();
+    sim.run_for(1_000_000, 1_000);
+    let view = node.view().unwrap();
+    assert_eq!(view.epoch, 2, "the removed node is told of the view that removes it");
+    assert_eq!(view.uid_of(NODE), None);
+    assert_eq!(sim.decided.len(), 3);
+}
+
+/// Coordinators whose configurations differ refuse consensus with each other.
+#[test]
+fn a_coordinator_with_another_configuration_is_refused() {
+    let mut other = config();
+    other.nodes_max = 9;
+    let mut sim = Sim::new(4, vec![config(), config(), other]);
+    let events = sim.run_for(2_000_000, 1_000);
+    let mismatches: Vec<u16> = events
+        .iter()
+        .filter_map(|e| match e {
+            CoordinatorEvent::ConfigMismatch { peer } => Some(*peer),
+            _ => None,
+        })
+        .collect();
+    assert!(mismatches.contains(&2), "{events:?}");
+    assert!(mismatches.contains(&0) || mismatches.contains(&1), "{events:?}");
+    assert_eq!(sim.decided.first(), Some(&initial()), "0 and 1 are a majority");
+}
