@@ -9,6 +9,8 @@
 //!   words, mailboxes, read scratch), the consensus region, the channels.
 //! * [`links`]: initiated connections, set up again after a failure.
 //! * [`memory`]: a registered region as the engines' memory.
+//! * [`published`]: the lease the core publishes for lock-free `Active` in application
+//!   threads (a sequence word over three).
 //! * [`coordinator`]: a coordinator: consensus with its peers, requests from its inbox,
 //!   decided views written to every node's board.
 
@@ -19,6 +21,7 @@ pub mod coordinator;
 pub mod layout;
 pub mod links;
 pub mod memory;
+pub mod published;
 
 pub use config::{ConfigError, MembershipConfig};
 pub use coordinator::{CoordinatorDriver, CoordinatorEvent};
