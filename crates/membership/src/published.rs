@@ -90,8 +90,11 @@ mod tests {
         let writer = {
             let p = p.clone();
             std::thread::spawn(move || {
-                for i in 1..200_000u64 {
+                for i in 1..50_000u64 {
                     p.store(Lease { epoch: i, start_ns: i, end_ns: i + 10 });
+                    if i % 64 == 0 {
+                        std::thread::yield_now(); // let the reader in on a busy machine
+                    }
                 }
             })
         };
@@ -103,6 +106,8 @@ mod tests {
             }
         }
         writer.join().unwrap();
-        assert!(seen > 0);
+        let last = Lease { epoch: 49_999, start_ns: 49_999, end_ns: 50_009 };
+        assert_eq!(p.load(), Some(last));
+        assert!(seen > 0, "no read succeeded while the writer ran");
     }
 }
