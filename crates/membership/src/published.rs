@@ -102,18 +102,14 @@ mod tests {
                 }
             })
         };
-        let mut seen = 0;
         reading.store(true, Ordering::Release);
         while !writer.is_finished() {
             if let Some(l) = p.load() {
                 assert_eq!((l.start_ns, l.end_ns), (l.epoch, l.epoch + 10), "torn: {l:?}");
-                seen += 1;
             }
         }
         writer.join().unwrap();
         let last = Lease { epoch: 49_999, start_ns: 49_999, end_ns: 50_009 };
         assert_eq!(p.load(), Some(last));
-        // How many reads overlapped the writer depends on scheduling; on one core, maybe none.
-        let _ = seen;
     }
 }
