@@ -6,11 +6,19 @@
 //! * [`view`]: views (the paper's memberships): epoch, members with their unique ids, the
 //!   application's primary, the lease duration, and how long a node waits before a lease on the
 //!   view may start; their checksummed bytes.
+//! * [`check`]: the non-leased check of a view (Algorithm 6): the coordinators' slot words for
+//!   the next index, and a majority of answers.
+//! * [`lease`]: leases and `Active` (Algorithm 2, Appendix C): the lease keeper of a node's core,
+//!   its margins for clock drift and cross-core skew, compatible successors.
+//! * [`cache`]: lease caches (§6.3): a cache's lease on the view and the δ leases it hands out.
 //!
 //! `docs/protocols/ukharon.md` traces each mechanism to the paper.
 
 #![forbid(unsafe_code)]
 
+pub mod cache;
+pub mod check;
+pub mod lease;
 pub mod view;
 
 pub use view::{Member, View, ViewError};
