@@ -131,7 +131,7 @@ impl LeaseCache {
 }
 
 /// A request to a cache: which cache, and the application's time before it was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Request {
     pub cache: usize,
     pub t_ns: u64,
