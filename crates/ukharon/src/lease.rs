@@ -104,7 +104,7 @@ impl LeaseConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key, why: String| Err(ConfigError { key, why });
         if self.drift_ppm >= PPM / 2 {
-            return bad("drift_ppm", format!("{} ppm, below {} needed", self.drift_ppm, PPM / 2));
+            return bad("drift_ppm", format!("{} ppm, must be below {}", self.drift_ppm, PPM / 2));
         }
         if self.cross_core_ns > 1_000_000 {
             return bad("cross_core_ns", format!("{} ns, at most 1 ms", self.cross_core_ns));

@@ -178,6 +178,20 @@ struct Checker {
     down_until: u64,
 }
 
+impl Checker {
+    fn new(rng: &mut Rng, engine: Engine) -> Checker {
+        Checker {
+            clock: Clock::random(rng),
+            engine,
+            known: 0,
+            checks: BTreeMap::new(),
+            reader: ActiveReader::default(),
+            core_skew_ns: rng.below(2 * EPSILON_NS + 1) as i64 - EPSILON_NS as i64,
+            down_until: 0,
+        }
+    }
+}
+
 struct App {
     clock: Clock,
     client: CacheClient,
@@ -237,25 +251,16 @@ impl Sim {
         let config = lease_config(mutation);
         let cache_config =
             CacheConfig { cache_lease_ns: 25 * US, app_lease_ns: 15 * US, lease: config };
-        let mut checkers = Vec::new();
-        for who in 0..NODES + CACHES {
-            let engine = if who < NODES {
-                Engine::Node(LeaseKeeper::new(config, Durations::FromViews).unwrap())
-            } else {
-                Engine::Cache(LeaseCache::new(&cache_config).unwrap())
-            };
-            let clock = Clock::random(&mut rng);
-            let core_skew_ns = rng.below(2 * EPSILON_NS + 1) as i64 - EPSILON_NS as i64;
-            checkers.push(Checker {
-                clock,
-                engine,
-                known: 0,
-                checks: BTreeMap::new(),
-                reader: ActiveReader::default(),
-                core_skew_ns,
-                down_until: 0,
-            });
-        }
+        let checkers = (0..NODES + CACHES)
+            .map(|who| {
+                let engine = if who < NODES {
+                    Engine::Node(LeaseKeeper::new(config, Durations::FromViews).unwrap())
+                } else {
+                    Engine::Cache(LeaseCache::new(&cache_config).unwrap())
+                };
+                Checker::new(&mut rng, engine)
+            })
+            .collect();
         let apps = (0..APPS)
             .map(|a| App {
                 clock: Clock::random(&mut rng),
