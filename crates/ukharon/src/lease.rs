@@ -37,6 +37,13 @@
 //! `1 + ρ` as fast). With `w` covering every lease of a view before `W` that may still be held,
 //! every such lease ended before any lease on `W` starts. Leases moved to compatible successors
 //! keep their start, so the bound carries to the whole run.
+//!
+//! What this assumes of the views: `W.wait_ns` covers every lease of an older view that may
+//! still be held when `W` is decided. [`View::successor`] sets it to the previous run's longest
+//! lease, which misses the leases of the runs before it when the previous run lasted less than
+//! its own wait (a long lease, then two membership changes in quick succession); the randomized
+//! test `waits_of_the_previous_run_only_are_caught` shows the overlap. Coordinators must carry
+//! what may remain of older runs' leases into the wait.
 
 use crate::view::View;
 use thiserror::Error;
