@@ -19,8 +19,8 @@
 //!   checked with [`View::is_compatible_successor`] and [`View::follows`] against the view it
 //!   holds), moves to `W` without waiting: its lease on `W` keeps the start of its lease on `V`,
 //!   which already waited for everything before `V`'s run. A node that holds no lease on the
-//!   predecessor cannot use `W.wait_ns = 0`: it does not know how long the run started; it waits
-//!   `lease_max_ns`, the longest lease any view may carry.
+//!   predecessor waits `W.wait_ns`, which a view of a compatible run carries from the run's
+//!   first view ([`View::successor`]).
 //! * **`Active(V)` at `now`**: `V` is the view leased, and `start ≤ now < end`. A reading that is
 //!   older than a reading the keeper already saw is refused (false, or an error), never a true.
 //! * **Without a valid lease** (line 12, and δ = 0): a check that started at `t` and found the
@@ -39,11 +39,9 @@
 //! keep their start, so the bound carries to the whole run.
 //!
 //! What this assumes of the views: `W.wait_ns` covers every lease of an older view that may
-//! still be held when `W` is decided. [`View::successor`] sets it to the previous run's longest
-//! lease, which misses the leases of the runs before it when the previous run lasted less than
-//! its own wait (a long lease, then two membership changes in quick succession); the randomized
-//! test `waits_of_the_previous_run_only_are_caught` shows the overlap. Coordinators must carry
-//! what may remain of older runs' leases into the wait.
+//! still be held when `W` is decided. [`View::successor`] sets it to the longest lease of every
+//! earlier run (the module docs of [`crate::view`] say why the previous run alone is not
+//! enough; the randomized test `waits_of_the_previous_run_only_are_caught` shows the overlap).
 
 use crate::view::View;
 use thiserror::Error;
@@ -80,8 +78,8 @@ pub struct LeaseConfig {
     pub cross_core_ns: u64,
     /// A lease is renewed in the background once it ends within this margin.
     pub renew_margin_ns: u64,
-    /// The longest lease any view may carry: what a first lease on a compatible view waits when
-    /// its predecessor's lease is not held. Views with longer leases are refused.
+    /// The longest lease or wait a view may carry: views with longer ones are refused (a
+    /// corrupted or misconfigured view would otherwise keep `Active` false for that long).
     pub lease_max_ns: u64,
     pub mutation: LeaseMutation,
 }
@@ -375,7 +373,7 @@ impl LeaseKeeper {
                 Held { view: view.clone(), start_ns: h.start_ns, end_ns }
             }
             held => {
-                let wait_ns = self.wait_ns(held.as_ref().map(|h| &h.view), view);
+                let wait_ns = self.wait_ns(view);
                 let start_ns = if self.config.mutation == LeaseMutation::StartAtT {
                     start_from_ns
                 } else {
@@ -401,23 +399,11 @@ impl LeaseKeeper {
         }
     }
 
-    /// The wait of a first lease on `view` that is not moved from its predecessor. A view that
-    /// waits 0 is either a compatible successor (whose run's wait this node cannot know) or the
-    /// first of a run after leases of 0 ns; only a node that holds the predecessor and sees that
-    /// `view` is not compatible with it can tell the second case: the others wait the longest.
-    fn wait_ns(&self, held: Option<&View>, view: &View) -> u64 {
+    /// The wait of a first lease on `view` that is not moved from its predecessor: the view's
+    /// own (a cache's or an application's through caches: its fixed lease, every run alike).
+    fn wait_ns(&self, view: &View) -> u64 {
         match self.durations {
-            Durations::FromViews if view.wait_ns > 0 || view.epoch == 0 => view.wait_ns,
-            Durations::FromViews => {
-                let after_held = held.is_some_and(|h| {
-                    view.epoch == h.epoch.wrapping_add(1) && !view.is_compatible_successor(h)
-                });
-                if after_held {
-                    0
-                } else {
-                    self.config.lease_max_ns
-                }
-            }
+            Durations::FromViews => view.wait_ns,
             Durations::Fixed { .. } if view.epoch == 0 => 0,
             Durations::Fixed { lease_ns } => lease_ns,
         }
@@ -506,23 +492,24 @@ mod tests {
     /// first lease has started.
     #[test]
     fn zero_leases_answer_through_fresh_checks() {
-        let v0 = View::initial(1, members(3), Some(0), 20 * US);
+        let v0 = View::initial(1, members(3), Some(0), 0);
         let v1 = v0.successor(members(2), Some(0), 0);
         let v2 = v1.successor(members(1), Some(0), 0);
-        assert_eq!(v2.wait_ns, 0, "a zero lease before it");
-        let mut k = keeper(LeaseConfig::default());
-        let out = checked(&mut k, &v2, 10 * US, 11 * US);
-        assert_eq!(out.publish.unwrap().start_ns, 10 * US + 1_010_064, "compatible or not?");
+        assert_eq!(v2.wait_ns, 0, "zero leases before it");
         let mut k = keeper(LeaseConfig::default());
         checked(&mut k, &v1, 0, US);
         assert!(!checked(&mut k, &v2, 10 * US, 11 * US).active_at_t, "first check: waits ε");
         assert!(!k.active_at(2, 12 * US), "no lease is ever valid");
         assert!(k.wants_check(2, 12 * US));
         assert!(checked(&mut k, &v2, 12 * US, 13 * US).active_at_t);
+        let long = View::initial(1, members(3), Some(0), 20 * US);
+        let v1 = long.successor(members(2), Some(0), 0);
+        let v2 = v1.successor(members(1), Some(0), 0);
+        assert_eq!((v1.wait_ns, v2.wait_ns), (20 * US, 20 * US), "the 20 µs lease of view 0");
         let mut k = keeper(LeaseConfig::default());
-        assert!(!checked(&mut k, &v1, 10 * US, 11 * US).active_at_t);
-        assert!(!checked(&mut k, &v1, 20 * US, 21 * US).active_at_t, "v1 waits v0's 20 µs");
-        assert!(checked(&mut k, &v1, 31 * US, 32 * US).active_at_t);
+        assert!(!checked(&mut k, &v2, 10 * US, 11 * US).active_at_t);
+        assert!(!checked(&mut k, &v2, 20 * US, 21 * US).active_at_t, "v2 waits v0's 20 µs");
+        assert!(checked(&mut k, &v2, 31 * US, 32 * US).active_at_t);
     }
 
     /// §6.3 adaptive leases: a compatible successor of the leased view is moved to without
@@ -542,7 +529,12 @@ mod tests {
         assert_eq!(p.start_ns, 40 * US + 50 * US + 500 + 64, "waits the run's longest lease");
         let mut fresh = keeper(LeaseConfig::default());
         let p = checked(&mut fresh, &v1, 40 * US, 41 * US).publish.unwrap();
-        assert_eq!(p.start_ns, 40 * US + 1_000 * US + 10 * US + 64, "waits lease_max_ns");
+        assert_eq!(p.start_ns, 40 * US + 64, "no run before v1's: nothing to wait for");
+        let v3 = v2.successor(v2.members.clone(), Some(0), 10 * US);
+        assert!(v3.is_compatible_successor(&v2));
+        let mut fresh = keeper(LeaseConfig::default());
+        let p = checked(&mut fresh, &v3, 40 * US, 41 * US).publish.unwrap();
+        assert_eq!(p.start_ns, 40 * US + 50 * US + 500 + 64, "v3 carries its run's wait");
         let mut shortcut = keeper(LeaseConfig {
             mutation: LeaseMutation::CompatibleShortcutOnIncompatible,
             ..Default::default()

@@ -7,26 +7,38 @@
 //!
 //! Leases (§6.2–§6.3). A view carries the lease duration its holders use, and how long a node
 //! waits, from the time it took before reading that the view is the latest, before its first
-//! lease on the view starts: the longest lease of the views before it that may still be held.
-//! A view that differs from its predecessor only in its lease duration is *compatible* with it
-//! (the paper's adaptive leases): nodes move to it without waiting, because the two are the same
-//! membership and an application cannot tell which one it ran an operation in. The precise rule
-//! and why it keeps incompatible views from being active at overlapping times:
+//! lease on the view starts. A view that differs from its predecessor only in its lease
+//! duration is *compatible* with it (the paper's adaptive leases): a node that holds a lease on
+//! the predecessor moves to it without waiting, because the two are the same membership and an
+//! application cannot tell which one it ran an operation in. The precise rule and why it keeps
+//! incompatible views from being active at overlapping times:
 //!
 //! * `V'` is a compatible successor of `V` when it has the same cluster, members (node and unique
 //!   id) and primary, and epoch `V.epoch + 1` ([`View::is_compatible_successor`]).
 //! * A *run* is a maximal sequence of views, each a compatible successor of the one before.
 //!   `run_lease_ns` is the longest lease of the run up to this view.
-//! * The first view of a run waits the previous run's `run_lease_ns`; the others wait 0.
+//! * The first view `W` of a run waits `max(P.run_lease_ns, P.wait_ns)`, `P` the view before
+//!   it: the longest lease of every earlier run. The other views of a run carry their run's
+//!   wait, for nodes that hold no lease on their predecessor.
 //!
-//! Why: a lease on a view `V` of a run `R` is taken only after a read of index `V.epoch + 1` found
-//! it empty, and it ends at most `V.lease_ns` (at most `run_lease_ns` of `R`) after that read
-//! began. Once the first view `W` of the next run is decided, every index of `R`'s views plus
-//! one is taken, so no lease on `R` is taken from a read that begins later. A node's first lease
-//! on `W` starts `W.wait_ns = run_lease_ns(R)` (plus the drift margin) after its own read began,
-//! which is after `W` was decided. So every lease on `R` ends before any lease on `W` starts,
-//! and by induction before any lease on a later run. Views of one run may be active at
-//! overlapping times: that is what compatible means.
+//! Why: a lease on a view `V` is taken only after a read of index `V.epoch + 1` found it empty,
+//! and it ends at most `V.lease_ns` after that read began. Take an earlier run `R` and the first
+//! view `Y` of the run after it: once `Y` is decided, no lease on `R` is taken from a read that
+//! begins later, so every lease on `R` ends at most `run_lease_ns(R)` after `Y` was decided. A
+//! node's first lease on `W` (not moved from a compatible predecessor) starts `W.wait_ns` after
+//! its own read began, which is after `W` was decided, which is no earlier than `Y`'s decision;
+//! and `W.wait_ns` is at least `run_lease_ns(R)` for every earlier run `R`. So every lease on an
+//! earlier run ends before any lease on `W` starts. A lease moved along a compatible run keeps a
+//! start that already waited. Views of one run may be active at overlapping times: that is what
+//! compatible means.
+//!
+//! Rejected: the previous run's longest lease alone as the wait. A long lease, then two
+//! membership changes within a few microseconds: the second view waited only the short run's
+//! lease while leases on the long one were still held (the randomized lease test catches it,
+//! `tests/leases.rs`). Also rejected: waits that count the time since each earlier run ended —
+//! shorter, but a coordinator would need to know when every earlier view was decided, which a
+//! new leader does not. The cost of the rule kept: once a long lease was used, every later
+//! membership change waits that long (the wait never shrinks again).
 
 use thiserror::Error;
 
@@ -66,8 +78,8 @@ pub struct View {
     pub primary: Option<u16>,
     /// How long a lease on this view lasts (δ).
     pub lease_ns: u64,
-    /// How long a node waits before its first lease on this view starts: 0 for a compatible
-    /// successor, the previous run's `run_lease_ns` otherwise.
+    /// How long a node waits before its first lease on this view starts, unless it moves a
+    /// lease from a compatible predecessor: the longest lease of every earlier run.
     pub wait_ns: u64,
     /// The longest lease of the run of compatible views this one ends.
     pub run_lease_ns: u64,
@@ -112,9 +124,10 @@ impl View {
             run_lease_ns: 0,
         };
         if next.is_compatible_successor(self) {
+            next.wait_ns = self.wait_ns;
             next.run_lease_ns = self.run_lease_ns.max(lease_ns);
         } else {
-            next.wait_ns = self.run_lease_ns;
+            next.wait_ns = self.run_lease_ns.max(self.wait_ns);
             next.run_lease_ns = lease_ns;
         }
         next
@@ -137,11 +150,6 @@ impl View {
             && self.cluster == expected.cluster
             && self.wait_ns == expected.wait_ns
             && self.run_lease_ns == expected.run_lease_ns
-    }
-
-    /// Whether the view moves to itself without waiting (a compatible successor).
-    pub fn is_compatible(&self) -> bool {
-        self.epoch > 0 && self.wait_ns == 0
     }
 
     /// Whether `node` is a member, and under which unique id.
@@ -344,23 +352,30 @@ mod tests {
     }
 
     /// §6.3 adaptive leases: a view that changes only the lease duration is compatible and
-    /// waits nothing; the first incompatible one waits the longest lease of the whole run.
+    /// carries its run's wait; the first incompatible one waits the longest lease of every
+    /// earlier run, not only of the run right before it.
     #[test]
-    fn a_compatible_run_is_waited_for_as_a_whole() {
+    fn a_new_run_waits_for_every_earlier_run() {
         let v0 = sample();
         let v1 = v0.successor(v0.members.clone(), v0.primary, 50_000);
-        assert!(v1.is_compatible_successor(&v0) && v1.is_compatible());
+        assert!(v1.is_compatible_successor(&v0));
         assert_eq!((v1.wait_ns, v1.run_lease_ns), (0, 50_000));
         let v2 = v1.successor(v1.members.clone(), v1.primary, 10_000);
         assert_eq!((v2.wait_ns, v2.run_lease_ns), (0, 50_000));
         let v3 = v2.successor(members(&[(0, 1), (1, 2)]), Some(1), 10_000);
-        assert!(!v3.is_compatible_successor(&v2) && !v3.is_compatible());
+        assert!(!v3.is_compatible_successor(&v2));
         assert_eq!((v3.wait_ns, v3.run_lease_ns), (50_000, 10_000));
-        assert!(v3.follows(&v2) && v2.follows(&v1));
-        let mut shortcut = v3.clone();
-        shortcut.wait_ns = 0;
-        assert!(!shortcut.follows(&v2), "an incompatible view may not skip the wait");
+        // A second change right after: leases on v0..v2 (50 µs) may still be held.
+        let v4 = v3.successor(members(&[(0, 1)]), Some(0), 10_000);
+        assert_eq!((v4.wait_ns, v4.run_lease_ns), (50_000, 10_000));
+        let v5 = v4.successor(v4.members.clone(), v4.primary, 5_000);
+        assert!(v5.is_compatible_successor(&v4));
+        assert_eq!((v5.wait_ns, v5.run_lease_ns), (50_000, 10_000), "carries the run's wait");
+        assert!(v5.follows(&v4) && v4.follows(&v3) && v3.follows(&v2));
+        let mut shortcut = v4.clone();
+        shortcut.wait_ns = 10_000;
+        assert!(!shortcut.follows(&v3), "a view may not wait less than the rule says");
         let other_primary = v0.successor(v0.members.clone(), Some(0), 20_000);
-        assert!(!other_primary.is_compatible());
+        assert!(!other_primary.is_compatible_successor(&v0));
     }
 }

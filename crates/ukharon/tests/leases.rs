@@ -108,8 +108,10 @@ impl Clock {
 /// How the simulation's coordinators set the waits of incompatible views.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WaitRule {
-    /// `View::successor`: the previous run's longest lease.
+    /// `View::successor`: the longest lease of every earlier run.
     ViewSuccessor,
+    /// The rule `View::successor` replaced, rejected: the previous run's longest lease only.
+    PreviousRunOnly,
     /// The longest time, counted from the proposal, that a lease on any older run may still be
     /// held: the previous run's longest lease, and for each run before it, its longest lease
     /// after the decision of the run that followed it. (The simulation's coordinators know the
@@ -379,8 +381,12 @@ impl Sim {
     /// did.
     fn propose(&mut self, index: u64) {
         let k = index as usize;
-        if self.rule == WaitRule::ElapsedAware && self.run_of[k] != self.run_of[k - 1] {
-            self.views[k].wait_ns = self.elapsed_aware_wait(k);
+        if self.run_of[k] != self.run_of[k - 1] {
+            match self.rule {
+                WaitRule::ElapsedAware => self.views[k].wait_ns = self.elapsed_aware_wait(k),
+                WaitRule::PreviousRunOnly => self.views[k].wait_ns = self.previous_run_lease(k),
+                WaitRule::ViewSuccessor => {}
+            }
         }
         let mut times: Vec<u64> = (0..self.coordinators)
             .map(|_| self.now + self.rng.delay(self.net_ns, 15 * US, 20))
@@ -391,6 +397,12 @@ impl Sim {
         times.sort_unstable();
         let decided = times[self.coordinators / 2];
         self.at(decided, Event::Decide { index });
+    }
+
+    /// [`WaitRule::PreviousRunOnly`]'s wait for view `k`, the first of its run.
+    fn previous_run_lease(&self, k: usize) -> u64 {
+        let run = self.run_of[k] - 1;
+        (0..k).filter(|&i| self.run_of[i] == run).map(|i| self.views[i].lease_ns).max().unwrap_or(0)
     }
 
     /// [`WaitRule::ElapsedAware`]'s wait for view `k`, the first of its run, proposed now.
@@ -827,14 +839,27 @@ fn a_first_cache_lease_from_the_request_is_caught() {
     caught(LeaseMutation::FirstLeaseFromRequest);
 }
 
-/// Why the simulation's coordinators carry the previous run's wait: with `View::successor`'s
-/// waits alone (the previous run's longest lease), a short run after a long one lets leases of
-/// the run before it outlive the wait of the next incompatible view.
+/// Why a view waits for every earlier run (`View::successor`): with the previous run's longest
+/// lease alone, a short run after a long one lets leases of the run before it outlive the wait
+/// of the next incompatible view.
 #[test]
 fn waits_of_the_previous_run_only_are_caught() {
     let failing = (0..SEEDS).find_map(|seed| {
-        run(seed, LeaseMutation::None, WaitRule::ViewSuccessor).err().map(|e| (seed, e))
+        run(seed, LeaseMutation::None, WaitRule::PreviousRunOnly).err().map(|e| (seed, e))
     });
-    let (seed, e) = failing.expect("View::successor's waits not caught");
-    eprintln!("View::successor's waits caught at seed {seed}: {e}");
+    let (seed, e) = failing.expect("waits of the previous run only not caught");
+    eprintln!("waits of the previous run only caught at seed {seed}: {e}");
+    let kept = run(seed, LeaseMutation::None, WaitRule::ViewSuccessor);
+    assert!(kept.is_ok(), "seed {seed} fails with View::successor's waits: {kept:?}");
+}
+
+/// The waits `View::successor` sets (the longest lease of every earlier run) keep every seed
+/// apart, as the tight waits of the other tests do.
+#[test]
+fn the_waits_views_carry_keep_views_apart() {
+    for seed in 0..SEEDS {
+        if let Err(e) = run(seed, LeaseMutation::None, WaitRule::ViewSuccessor) {
+            panic!("seed {seed}: {e}");
+        }
+    }
 }
