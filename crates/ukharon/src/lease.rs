@@ -372,7 +372,7 @@ impl LeaseKeeper {
             Some(h) if self.inherits(&h.view, view) => {
                 Held { view: view.clone(), start_ns: h.start_ns, end_ns }
             }
-            held => {
+            _ => {
                 let wait_ns = self.wait_ns(view);
                 let start_ns = if self.config.mutation == LeaseMutation::StartAtT {
                     start_from_ns
