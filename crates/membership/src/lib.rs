@@ -21,7 +21,9 @@ pub mod coordinator;
 pub mod layout;
 pub mod links;
 pub mod memory;
+pub mod node;
 pub mod published;
 
 pub use config::{ConfigError, MembershipConfig};
 pub use coordinator::{CoordinatorDriver, CoordinatorEvent};
+pub use node::{NodeCore, NodeEvent};

@@ -2,69 +2,19 @@
 //! decide the initial view, admit a node that writes a join request into the leader's inbox,
 //! write each decided view to the boards, and go on when the leader crashes.
 
+mod common;
+
+use common::{config, initial, Sim};
 use mu_fabric::{Access, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RemoteAddr, Source};
 use mu_fabric::{Completion, WorkRequest};
-use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
+use mu_fabric_sim::{SimFabric, SimWorld};
 use mu_membership::layout::{board_channel, BoardLayout, BOARD_REGION, VIEW_BYTES, VIEW_OFFSET};
-use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig};
+use mu_membership::{CoordinatorEvent, MembershipConfig};
 use mu_ukharon::changes::uid_for;
 use mu_ukharon::mailbox::{Kind, Outbox, Request};
 use mu_ukharon::view::{Member, View};
 
 const NODE: u16 = 5;
-
-fn config() -> MembershipConfig {
-    MembershipConfig::new(0xC0FFEE, vec![0, 1, 2], 8)
-}
-
-fn initial() -> View {
-    let members = (0..3u16).map(|n| Member { node: n, uid: uid_for(0, n) }).collect();
-    View::initial(0xC0FFEE, members, Some(0), 20_000)
-}
-
-struct Sim {
-    world: SimWorld,
-    coordinators: Vec<Option<CoordinatorDriver<SimFabric>>>,
-    decided: Vec<View>,
-}
-
-impl Sim {
-    fn new(seed: u64, configs: Vec<MembershipConfig>) -> Sim {
-        let world = SimWorld::new(SimConfig::default(), seed);
-        let coordinators = configs
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let fabric = world.node(NodeId(i as u16));
-                Some(CoordinatorDriver::new(fabric, c, initial(), seed + i as u64).unwrap())
-            })
-            .collect();
-        Sim { world, coordinators, decided: Vec::new() }
-    }
-
-    /// Polls every live coordinator, then lets the fabric run for `step_ns`.
-    fn run_for(&mut self, ns: u64, step_ns: u64) -> Vec<CoordinatorEvent> {
-        let end = self.world.now_ns() + ns;
-        let mut events = Vec::new();
-        while self.world.now_ns() < end {
-            let now = self.world.now_ns();
-            for c in self.coordinators.iter_mut().flatten() {
-                c.poll(now);
-                for e in c.drain_events() {
-                    if let CoordinatorEvent::Decided(v) = &e {
-                        match self.decided.iter().find(|d| d.epoch == v.epoch) {
-                            Some(d) => assert_eq!(d, v, "two views at epoch {}", v.epoch),
-                            None => self.decided.push(v.clone()),
-                        }
-                    }
-                    events.push(e);
-                }
-            }
-            self.world.run_until(now + step_ns);
-        }
-        events
-    }
-}
 
 /// A node that is not a coordinator: its board, and connections to the coordinators' boards.
 struct Node {

@@ -1,0 +1,450 @@
+//! uKharon Core on a fabric (§3.1): one node's single-threaded core. It joins and leaves
+//! through the coordinator leader's inbox, learns decided views from its board (where the
+//! leader writes them) or, when a check finds a newer one, from a coordinator's board, keeps
+//! the lease on the latest view with Algorithm 6's checks (`mu_ukharon::check`,
+//! `mu_ukharon::lease`) and publishes it for lock-free `Active` in application threads, bumps
+//! the heartbeat the ring reads, and runs the failure detectors ([`crate::detectors`]).
+//! No threads and no clock: [`NodeCore::poll`] is called with the time.
+
+use crate::config::MembershipConfig;
+use crate::layout::{
+    board_channel, consensus_layout, BoardLayout, BOARD_REGION, CONSENSUS_REGION,
+    FINGERPRINT_OFFSET, HEARTBEAT_OFFSET, INCARNATION_OFFSET, VIEW_BYTES, VIEW_OFFSET,
+};
+use crate::links::Links;
+use crate::published::{Lease, PublishedLease};
+use mu_fabric::{
+    Access, Completion, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, RemoteAddr,
+    Source, WorkRequest,
+};
+use mu_ukharon::check::{CheckState, MajorityCheck};
+use mu_ukharon::lease::{Durations, LeaseConfig, LeaseKeeper, Ticket};
+use mu_ukharon::mailbox::{self, Answer, Inbox, Outbox, Request};
+use mu_ukharon::view::{Member, View};
+use mu_velos::VelosLayout;
+use std::sync::Arc;
+
+/// What the core saw, for the application's streams and for tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A newer decided view (each once, in epoch order, though epochs may be skipped).
+    View(View),
+    /// This node is a member, under this unique id (after a join).
+    Joined(Member),
+    /// A view without this node was learnt: it left or was removed.
+    Out { epoch: u64 },
+    /// A coordinator refused a request.
+    Refused(Answer),
+    /// A view on a board could not be read whole or is not this cluster's (torn views are
+    /// read again and not reported).
+    BadView(String),
+}
+
+/// What the node wants of the membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// To be a member: join requests go out until a view admits this incarnation.
+    Member,
+    /// To leave: leave requests go out until a view excludes it.
+    Out,
+}
+
+const SLOT_READ: u64 = 1 << 32;
+const VIEW_READ: u64 = 2 << 32;
+const REQUEST_WRITE: u64 = 3 << 32;
+const KIND_MASK: u64 = 0xFF << 32;
+
+/// See the module docs.
+pub struct NodeCore<F: Fabric> {
+    fabric: F,
+    config: MembershipConfig,
+    boards: BoardLayout,
+    consensus: VelosLayout,
+    me: u16,
+    board: F::Region,
+    endpoint: F::Endpoint,
+    links: Links,
+    view: Option<View>,
+    member: Option<Member>,
+    want: Want,
+    /// Unique ids of views decided before this incarnation first asked to join are not its.
+    joined_after_epoch: Option<u64>,
+    next_request_ns: u64,
+    leader_hint: usize,
+    outboxes: Vec<Outbox>,
+    answers: Vec<Inbox>,
+    keeper: LeaseKeeper,
+    check: Option<(MajorityCheck, Ticket, View)>,
+    /// A coordinator whose board holds a newer view than ours, to read it from.
+    pull_from: Option<usize>,
+    pulling: bool,
+    published: Arc<PublishedLease>,
+    heartbeat: u64,
+    completions: Vec<Completion>,
+    scratch: Vec<u8>,
+    events: Vec<NodeEvent>,
+}
+
+impl<F: Fabric> NodeCore<F> {
+    /// Registers this node's board on `fabric`. `incarnation` is this process's random number
+    /// (it tells a repeated join request from a restarted node's).
+    pub fn new(
+        fabric: F,
+        config: MembershipConfig,
+        lease: LeaseConfig,
+        incarnation: u64,
+    ) -> Result<NodeCore<F>, String> {
+        config.check().map_err(|e| e.to_string())?;
+        let me = fabric.node().0;
+        if me >= config.nodes_max {
+            return Err(format!("node {me} is not below nodes_max ({})", config.nodes_max));
+        }
+        let keeper = LeaseKeeper::new(lease, Durations::FromViews).map_err(|e| e.to_string())?;
+        let boards = BoardLayout::new(&config);
+        let err = |e: FabricError| e.to_string();
+        let board = fabric.register_region(BOARD_REGION, boards.board_bytes(), Access::ALL);
+        let board = board.map_err(err)?;
+        board.store_u64(INCARNATION_OFFSET as usize, incarnation).map_err(err)?;
+        board.store_u64(FINGERPRINT_OFFSET as usize, config.fingerprint()).map_err(err)?;
+        let endpoint = fabric.endpoint(1024).map_err(err)?;
+        let peers = (0..config.nodes_max).filter(|&n| n != me).map(NodeId).collect();
+        let links =
+            Links::new(NodeId(me), peers, board_channel, Access::READ_WRITE, config.reconnect_ns);
+        let cluster = config.cluster;
+        let coordinators = config.coordinators.clone();
+        Ok(NodeCore {
+            consensus: consensus_layout(&config)?,
+            outboxes: coordinators.iter().map(|_| Outbox::new(cluster, me)).collect(),
+            answers: coordinators.iter().map(|&c| Inbox::new(cluster, c)).collect(),
+            view: None,
+            member: None,
+            want: Want::Member,
+            joined_after_epoch: None,
+            next_request_ns: 0,
+            leader_hint: 0,
+            keeper,
+            check: None,
+            pull_from: None,
+            pulling: false,
+            published: Arc::new(PublishedLease::default()),
+            heartbeat: 0,
+            completions: vec![Completion::EMPTY; 64],
+            scratch: vec![0; VIEW_BYTES as usize],
+            events: Vec::new(),
+            fabric,
+            boards,
+            me,
+            board,
+            endpoint,
+            links,
+            config,
+        })
+    }
+
+    /// The lease application threads read.
+    pub fn published(&self) -> Arc<PublishedLease> {
+        self.published.clone()
+    }
+
+    /// The latest view this node learnt.
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// This node as a member of the latest view, if it is one.
+    pub fn member(&self) -> Option<Member> {
+        self.member
+    }
+
+    /// Asks to leave: leave requests go out until a view excludes this node.
+    pub fn leave(&mut self) {
+        self.want = Want::Out;
+        self.next_request_ns = 0;
+    }
+
+    /// What happened since the last call.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, NodeEvent> {
+        self.events.drain(..)
+    }
+
+    /// One round of work at `now_ns` (a reading of the clock application threads compare
+    /// leases with).
+    pub fn poll(&mut self, now_ns: u64) {
+        self.heartbeat += 1;
+        let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
+        self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns);
+        self.take_completions(now_ns);
+        self.read_own_board();
+        self.take_answers();
+        self.request(now_ns);
+        self.renew(now_ns);
+        self.pull(now_ns);
+    }
+
+    fn post(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) -> bool {
+        let Some(i) = self.links.index_of(NodeId(peer)) else { return false };
+        if !self.links.is_up(i) {
+            return false;
+        }
+        let ok = self.endpoint.post(self.links.conn(NodeId(peer)), wr).is_ok();
+        if !ok {
+            self.links.down(i, now_ns);
+        }
+        ok
+    }
+}
+
+impl<F: Fabric> NodeCore<F> {
+    fn take_completions(&mut self, now_ns: u64) {
+        loop {
+            let n = self.endpoint.poll(&mut self.completions);
+            if n == 0 {
+                return;
+            }
+            for i in 0..n {
+                self.completion(self.completions[i], now_ns);
+            }
+        }
+    }
+
+    fn completion(&mut self, c: Completion, now_ns: u64) {
+        let position = (c.wr_id & 0xFFFF) as usize;
+        let failed = !c.status.is_success();
+        if failed {
+            let peer = match c.wr_id & KIND_MASK {
+                SLOT_READ | VIEW_READ => self.config.coordinators[position],
+                _ => position as u16,
+            };
+            if let Some(i) = self.links.index_of(NodeId(peer)) {
+                self.links.down(i, now_ns);
+            }
+        }
+        match c.wr_id & KIND_MASK {
+            SLOT_READ => self.slot_read(position, failed, now_ns),
+            VIEW_READ => {
+                self.pulling = false;
+                if !failed {
+                    self.read_pulled_view();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A coordinator's slot word for the checked view's next index arrived (or its read failed).
+    fn slot_read(&mut self, position: usize, failed: bool, now_ns: u64) {
+        let Some((check, _, _)) = &mut self.check else { return };
+        let state = if failed {
+            check.on_error(position)
+        } else {
+            let offset = self.boards.slot_read_offset(position) as usize;
+            let word = self.board.load_u64(offset).unwrap_or(0);
+            check.on_word(position, word)
+        };
+        match state {
+            Ok(CheckState::Pending) => {}
+            Ok(CheckState::Empty) => {
+                let (_, ticket, view) = self.check.take().expect("checked above");
+                if let Ok(outcome) = self.keeper.on_empty(&view, ticket, now_ns) {
+                    if let Some(p) = outcome.publish {
+                        let lease =
+                            Lease { epoch: p.epoch, start_ns: p.start_ns, end_ns: p.end_ns };
+                        self.published.store(lease);
+                    }
+                }
+            }
+            Ok(CheckState::Taken { coordinator }) => {
+                self.check = None;
+                self.pull_from = Some(coordinator);
+            }
+            Ok(CheckState::Failed) | Err(_) => self.check = None,
+        }
+    }
+
+    /// The view the coordinator leader wrote to this node's board.
+    fn read_own_board(&mut self) {
+        let at = VIEW_OFFSET as usize + 16; // the epoch word of a view's bytes
+        let epoch = self.board.load_u64(at).unwrap_or(0);
+        let known = self.view.as_ref().map(|v| v.epoch);
+        if known.is_some_and(|k| epoch <= k) {
+            return;
+        }
+        if self.board.read(VIEW_OFFSET as usize, &mut self.scratch).is_ok() {
+            self.decode_and_learn();
+        }
+    }
+
+    fn read_pulled_view(&mut self) {
+        let at = self.boards.view_read_offset() as usize;
+        if self.board.read(at, &mut self.scratch).is_ok() {
+            self.decode_and_learn();
+        }
+    }
+
+    fn decode_and_learn(&mut self) {
+        match View::decode(&self.scratch) {
+            Ok(view) if view.cluster == self.config.cluster => self.learn(view),
+            Ok(view) => self.events.push(NodeEvent::BadView(format!(
+                "a view of cluster {:#x}, this is {:#x}",
+                view.cluster, self.config.cluster
+            ))),
+            // Torn (being written) or not written yet: read again at the next poll.
+            Err(_) => {}
+        }
+    }
+
+    /// A decided view, newer than the latest known.
+    fn learn(&mut self, view: View) {
+        if let Some(latest) = &self.view {
+            if view.epoch <= latest.epoch {
+                return;
+            }
+            if view.epoch == latest.epoch + 1 && !view.follows(latest) {
+                let why = format!("view {} does not follow view {}", view.epoch, latest.epoch);
+                return self.events.push(NodeEvent::BadView(why));
+            }
+        }
+        let mine = view.uid_of(self.me).map(|uid| Member { node: self.me, uid });
+        let mine = mine.filter(|m| self.is_this_incarnation(m.uid));
+        match (self.member, mine) {
+            (None, Some(m)) if self.want == Want::Member => {
+                self.member = Some(m);
+                self.events.push(NodeEvent::Joined(m));
+            }
+            (Some(old), m) if m != Some(old) => {
+                self.member = None;
+                self.events.push(NodeEvent::Out { epoch: view.epoch });
+            }
+            _ => {}
+        }
+        if self.check.as_ref().is_some_and(|(c, _, _)| c.index() <= view.epoch) {
+            self.check = None;
+        }
+        self.events.push(NodeEvent::View(view.clone()));
+        self.view = Some(view);
+    }
+
+    /// Whether unique id `uid` was given to this incarnation's join (module `changes`: the id
+    /// names the epoch of the view that admitted the node).
+    fn is_this_incarnation(&self, uid: u64) -> bool {
+        let admitted_by = (uid >> 16).saturating_sub(1);
+        self.joined_after_epoch.is_some_and(|e| admitted_by > e)
+    }
+
+    fn take_answers(&mut self) {
+        for p in 0..self.answers.len() {
+            let offset = self.boards.answer_offset(p) as usize;
+            let seq = self.board.load_u64(offset + mailbox::SEQ_OFFSET).unwrap_or(0);
+            if seq <= self.answers[p].taken() {
+                continue;
+            }
+            let mut frame = vec![0u8; crate::layout::MAILBOX_BYTES as usize];
+            if self.board.read(offset, &mut frame).is_err() {
+                continue;
+            }
+            let answer = match self.answers[p].take(&frame) {
+                Ok(Some(f)) => Answer::from_frame(&f),
+                _ => None,
+            };
+            match answer {
+                Some(Answer::NotLeader { leader: Some(l) }) => {
+                    if let Some(pos) = self.config.position(l) {
+                        self.leader_hint = pos;
+                        self.next_request_ns = 0;
+                    }
+                }
+                Some(Answer::NotLeader { leader: None }) | None => {}
+                Some(refusal) => self.events.push(NodeEvent::Refused(refusal)),
+            }
+        }
+    }
+}
+
+impl<F: Fabric> NodeCore<F> {
+    /// Sends the pending request again when it is due: a join until a view admits this
+    /// incarnation, a leave until a view excludes it. A join waits until some view is known
+    /// (pulled from a coordinator), so that the ids of earlier incarnations are told apart.
+    fn request(&mut self, now_ns: u64) {
+        let request = match (self.want, self.member) {
+            (Want::Member, None) => {
+                let Some(view) = &self.view else {
+                    self.pull_from.get_or_insert(self.leader_hint);
+                    return;
+                };
+                self.joined_after_epoch.get_or_insert(view.epoch);
+                Request::Join { incarnation: self.incarnation() }
+            }
+            (Want::Out, Some(member)) => Request::Leave { member },
+            _ => return,
+        };
+        if now_ns < self.next_request_ns {
+            return;
+        }
+        self.next_request_ns = now_ns + self.config.repeat_ns;
+        let position = self.leader_hint;
+        let frame = self.outboxes[position].next(request.kind(), &request.payload()).to_vec();
+        let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.inbox_offset(self.me) };
+        let leader = self.config.coordinators[position];
+        let wr =
+            WorkRequest::write(REQUEST_WRITE | u64::from(leader), Source::Inline(&frame), remote);
+        if !self.post(leader, &wr.unsignaled(), now_ns) {
+            // That coordinator is out of reach: ask the next one, which redirects if need be.
+            self.leader_hint = (position + 1) % self.config.coordinators.len();
+        }
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.board.load_u64(INCARNATION_OFFSET as usize).unwrap_or(0)
+    }
+
+    /// Starts a check of the latest view when the lease wants one (Algorithm 2 line 10): the
+    /// timestamp first, then a read of every coordinator's slot word for the next index.
+    fn renew(&mut self, now_ns: u64) {
+        let Some(view) = &self.view else { return };
+        if self.check.is_some() || !self.keeper.wants_check(view.epoch, now_ns) {
+            return;
+        }
+        let view = view.clone();
+        let Ok(ticket) = self.keeper.start_check(&view, now_ns) else { return };
+        let count = self.config.coordinators.len();
+        let Ok(check) = MajorityCheck::new(view.epoch, count, self.consensus.slots_count()) else {
+            return;
+        };
+        let remote_offset = self.consensus.word_offset(check.index());
+        self.check = Some((check, ticket, view));
+        for p in 0..count {
+            let local = LocalSlice {
+                region: BOARD_REGION,
+                offset: self.boards.slot_read_offset(p),
+                len: 8,
+            };
+            let remote = RemoteAddr { region: CONSENSUS_REGION, offset: remote_offset };
+            let wr = WorkRequest::read(SLOT_READ | p as u64, local, remote);
+            let coordinator = self.config.coordinators[p];
+            if !self.post(coordinator, &wr, now_ns) {
+                self.slot_read(p, true, now_ns);
+            }
+        }
+    }
+
+    /// Reads the view on a coordinator's board, when a check found a newer one there (or no
+    /// view is known yet).
+    fn pull(&mut self, now_ns: u64) {
+        if self.pulling {
+            return;
+        }
+        let Some(p) = self.pull_from.take() else { return };
+        let local = LocalSlice {
+            region: BOARD_REGION,
+            offset: self.boards.view_read_offset(),
+            len: VIEW_BYTES as u32,
+        };
+        let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
+        let wr = WorkRequest::read(VIEW_READ | p as u64, local, remote);
+        let coordinator = self.config.coordinators[p];
+        self.pulling = self.post(coordinator, &wr, now_ns);
+        if !self.pulling {
+            self.pull_from = Some((p + 1) % self.config.coordinators.len());
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Node cores with coordinators on the simulated fabric: nodes join, hold leases on the latest
+//! view, learn each new view, and `Active` of an older view is false everywhere before the
+//! newer one is true anywhere (on the simulator's one clock).
+
+mod common;
+
+use common::{config, Sim};
+use mu_fabric::NodeId;
+use mu_fabric_sim::{LinkDelay, SimFabric};
+use mu_membership::{NodeCore, NodeEvent};
+use mu_ukharon::lease::{LeaseConfig, LeaseMutation};
+use mu_ukharon::view::View;
+use std::collections::BTreeMap;
+
+/// Per view epoch, the first and last time `Active` was true on any node.
+#[derive(Default)]
+struct ActiveSpans {
+    spans: BTreeMap<u64, (u64, u64)>,
+    views: BTreeMap<u64, View>,
+}
+
+impl ActiveSpans {
+    fn record(&mut self, view: &View, now_ns: u64) {
+        let span = self.spans.entry(view.epoch).or_insert((now_ns, now_ns));
+        span.0 = span.0.min(now_ns);
+        span.1 = span.1.max(now_ns);
+        self.views.entry(view.epoch).or_insert_with(|| view.clone());
+    }
+
+    /// Appendix B: no two views of different runs active at overlapping times.
+    fn check(&self) -> Result<(), String> {
+        let epochs: Vec<u64> = self.spans.keys().copied().collect();
+        for (i, &a) in epochs.iter().enumerate() {
+            for &b in &epochs[i + 1..] {
+                let compatible = (a + 1..=b).all(|e| {
+                    let (prev, next) = (self.views.get(&(e - 1)), self.views.get(&e));
+                    prev.zip(next).is_some_and(|(p, n)| n.is_compatible_successor(p))
+                });
+                if !compatible {
+                    let (ea, eb) = (self.spans[&a], self.spans[&b]);
+                    if ea.1 >= eb.0 {
+                        return Err(format!(
+                            "view {a} active until {} ns, view {b} from {} ns",
+                            ea.1, eb.0
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Cluster {
+    sim: Sim,
+    nodes: BTreeMap<u16, NodeCore<SimFabric>>,
+    spans: ActiveSpans,
+    events: Vec<(u16, NodeEvent)>,
+}
+
+impl Cluster {
+    fn new(seed: u64, nodes: &[u16]) -> Cluster {
+        Cluster::with(seed, nodes, LeaseConfig::default())
+    }
+
+    fn with(seed: u64, nodes: &[u16], lease: LeaseConfig) -> Cluster {
+        let sim = Sim::new(seed, vec![config(); 3]);
+        let nodes = nodes
+            .iter()
+            .map(|&n| {
+                let fabric = sim.world.node(NodeId(n));
+                let core = NodeCore::new(fabric, config(), lease, seed ^ u64::from(n));
+                (n, core.unwrap())
+            })
+            .collect();
+        Cluster { sim, nodes, spans: ActiveSpans::default(), events: Vec::new() }
+    }
+
+    fn run_for(&mut self, ns: u64) {
+        let end = self.sim.world.now_ns() + ns;
+        while self.sim.world.now_ns() < end {
+            let now = self.sim.world.now_ns();
+            self.sim.poll();
+            for (&n, core) in self.nodes.iter_mut() {
+                core.poll(now);
+                self.events.extend(core.drain_events().map(|e| (n, e)));
+                // Whatever view the published lease is on, as an application asking about any
+                // view it knows would see it.
+                if let Some(lease) = core.published().load() {
+                    if lease.start_ns <= now && now < lease.end_ns {
+                        let view = self.sim.decided.iter().find(|v| v.epoch == lease.epoch);
+                        self.spans.record(view.expect("a lease on a decided view"), now);
+                    }
+                }
+            }
+            self.sim.world.run_until(now + 500);
+        }
+        if let Err(e) = self.spans.check() {
+            panic!("{e}");
+        }
+    }
+
+    /// Runs for `ns` without stopping at a violation; what the checker says at the end.
+    fn run_checked(&mut self, ns: u64) -> Result<(), String> {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_for(ns)));
+        run.map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
+    }
+
+    fn active(&self, node: u16) -> Option<u64> {
+        let core = &self.nodes[&node];
+        let now = self.sim.world.now_ns();
+        core.view().filter(|v| core.published().active_at(v.epoch, now)).map(|v| v.epoch)
+    }
+}
+
+/// §3.2 join, §6.2 leases: nodes join through the leader's inbox, learn the view that admits
+/// them, and hold a lease on it; a node that leaves is excluded by the next view, which every
+/// other node learns and makes active only after the older one is inactive everywhere.
+#[test]
+fn nodes_join_hold_leases_and_leave() {
+    let mut c = Cluster::new(11, &[5, 6]);
+    c.run_for(3_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert!(latest.uid_of(5).is_some() && latest.uid_of(6).is_some(), "{latest:?}");
+    assert_eq!(c.active(5), Some(latest.epoch), "node 5 holds a lease on the latest view");
+    assert_eq!(c.active(6), Some(latest.epoch));
+    assert!(c.events.iter().any(|(n, e)| *n == 5 && matches!(e, NodeEvent::Joined(_))));
+
+    c.nodes.get_mut(&6).unwrap().leave();
+    c.run_for(2_000_000);
+    let after = c.sim.decided.last().unwrap().clone();
+    assert!(after.epoch > latest.epoch && after.uid_of(6).is_none(), "{after:?}");
+    assert_eq!(c.active(5), Some(after.epoch), "node 5 moved to the view without 6");
+    assert!(c.events.iter().any(|(n, e)| *n == 6 && matches!(e, NodeEvent::Out { .. })));
+    assert!(c.spans.spans.len() >= 2, "more than one view was active: {:?}", c.spans.spans);
+}
+
+/// §5.3.1: the coordinator leader crashes; the next one takes over and nodes keep their
+/// leases on the latest view, renewed through the remaining majority.
+#[test]
+fn leases_outlive_the_coordinator_leader() {
+    let mut c = Cluster::new(12, &[5]);
+    c.run_for(2_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert_eq!(c.active(5), Some(latest.epoch));
+    c.sim.world.crash(NodeId(0)).unwrap();
+    c.sim.coordinators[0] = None;
+    c.run_for(2_000_000);
+    assert_eq!(c.active(5), Some(latest.epoch), "renewed by coordinators 1 and 2");
+}
+
+/// The checker catches a broken lease: a first lease that starts at its check's timestamp
+/// (no wait for older leases, Algorithm 2 line 7 without `+ δ`) makes the view without the
+/// leaving node active while a node slow to hear of it still holds its lease on the older
+/// view. The same run with the real engine passes.
+#[test]
+fn a_lease_without_its_wait_is_caught() {
+    let run = |lease: LeaseConfig| {
+        let mut c = Cluster::with(11, &[5, 6, 7], lease);
+        c.run_for(3_000_000);
+        for coordinator in 0..3 {
+            let slow = LinkDelay { extra_ns: 8_000, jitter_ns: 0 };
+            c.sim.world.set_link_delay(NodeId(coordinator), NodeId(6), slow);
+        }
+        c.nodes.get_mut(&7).unwrap().leave();
+        c.run_checked(2_000_000)
+    };
+    let broken = LeaseConfig { mutation: LeaseMutation::StartAtT, ..LeaseConfig::default() };
+    assert!(run(broken).is_err_and(|e| e.contains("active until")), "not caught");
+    assert_eq!(run(LeaseConfig::default()), Ok(()));
+}
