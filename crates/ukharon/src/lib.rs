@@ -6,11 +6,16 @@
 //! * [`view`]: views (the paper's memberships): epoch, members with their unique ids, the
 //!   application's primary, the lease duration, and how long a node waits before a lease on the
 //!   view may start; their checksummed bytes.
+//! * [`clique`]: the catastrophic detector's choice of the next view, the largest clique that
+//!   contains the coordinator leader, exact on up to 64 nodes.
+//! * [`detect`]: the failure detectors of §4.2 (crash notification, the heartbeat ring,
+//!   broadcast heartbeats) with their repeated reports, and the leader's connectivity graph.
 //!
 //! `docs/protocols/ukharon.md` traces each mechanism to the paper.
 
 #![forbid(unsafe_code)]
 
+pub mod clique;
 pub mod view;
 
 pub use view::{Member, View, ViewError};
