@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clique;
+pub mod detect;
 pub mod view;
 
 pub use view::{Member, View, ViewError};
