@@ -19,7 +19,9 @@
 //! node that rejoined under a new one, and the reporter's epoch, so the leader ignores reports
 //! made against another view.
 
+pub mod beat;
 pub mod crash;
+pub mod graph;
 pub mod ring;
 
 use crate::view::{Member, View};
