@@ -23,6 +23,8 @@ pub mod beat;
 pub mod crash;
 pub mod graph;
 pub mod ring;
+#[cfg(test)]
+mod scenarios;
 
 use crate::view::{Member, View};
 
