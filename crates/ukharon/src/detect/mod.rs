@@ -17,7 +17,8 @@
 //! rebroadcasts a failure notification until a new membership excludes the failed node" (§4.2).
 //! A report names the suspect's unique id, so a report about an old incarnation never excludes a
 //! node that rejoined under a new one, and the reporter's epoch, so the leader ignores reports
-//! made against another view.
+//! made against another view. A report travels as [`REPORT_BYTES`] checksummed bytes
+//! ([`Report::encode`]), written into the reporter's mailbox at the leader.
 
 pub mod beat;
 pub mod crash;
@@ -27,6 +28,7 @@ pub mod ring;
 mod scenarios;
 
 use crate::view::{Member, View};
+use thiserror::Error;
 
 /// What a report says about its suspect, by the detector that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,6 +51,91 @@ pub struct Report {
     pub level: Level,
     /// The epoch of the reporter's view when this copy was sent.
     pub reporter_epoch: u64,
+}
+
+const REPORT_MAGIC: u32 = u32::from_le_bytes(*b"UKrp");
+/// The version of a report's bytes.
+pub const REPORT_VERSION: u16 = 1;
+/// The length of a report's bytes ([`Report::encode`]).
+pub const REPORT_BYTES: usize = 48;
+const REPORT_CHECKSUM_SEED: u64 = 0x756b_6861_726f_6e52;
+
+/// Why bytes are not a report.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ReportError {
+    #[error("{len} bytes are too few for a report ({REPORT_BYTES} needed)")]
+    TooShort { len: usize },
+    #[error("not a report (magic {found:#010x})")]
+    Magic { found: u32 },
+    #[error("report version {found}, this build reads {REPORT_VERSION}")]
+    Version { found: u16 },
+    #[error("report checksum mismatch: torn or corrupted bytes")]
+    Checksum,
+    #[error("unknown report level {found}")]
+    Level { found: u16 },
+}
+
+impl Level {
+    fn code(self) -> u16 {
+        match self {
+            Level::Crash => 1,
+            Level::Ring => 2,
+            Level::Link => 3,
+            Level::LinkBack => 4,
+        }
+    }
+
+    fn from_code(code: u16) -> Option<Level> {
+        [Level::Crash, Level::Ring, Level::Link, Level::LinkBack]
+            .into_iter()
+            .find(|l| l.code() == code)
+    }
+}
+
+impl Report {
+    /// Appends the report's [`REPORT_BYTES`] bytes (little endian, checksum last) to `out`: what
+    /// a node writes into its mailbox at the leader.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&REPORT_MAGIC.to_le_bytes());
+        out.extend_from_slice(&REPORT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.level.code().to_le_bytes());
+        out.extend_from_slice(&self.reporter.node.to_le_bytes());
+        out.extend_from_slice(&self.suspect.node.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        for word in [self.reporter.uid, self.suspect.uid, self.reporter_epoch] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        let sum = mu_log::digest(REPORT_CHECKSUM_SEED, &out[start..]);
+        out.extend_from_slice(&sum.to_le_bytes());
+        debug_assert_eq!(out.len() - start, REPORT_BYTES);
+    }
+
+    /// The report whose bytes start `bytes` (bytes after it are ignored), checked.
+    pub fn decode(bytes: &[u8]) -> Result<Report, ReportError> {
+        if bytes.len() < REPORT_BYTES {
+            return Err(ReportError::TooShort { len: bytes.len() });
+        }
+        let half = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let magic = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+        if magic != REPORT_MAGIC {
+            return Err(ReportError::Magic { found: magic });
+        }
+        if half(4) != REPORT_VERSION {
+            return Err(ReportError::Version { found: half(4) });
+        }
+        if mu_log::digest(REPORT_CHECKSUM_SEED, &bytes[..REPORT_BYTES - 8]) != word(40) {
+            return Err(ReportError::Checksum);
+        }
+        let level = Level::from_code(half(6)).ok_or(ReportError::Level { found: half(6) })?;
+        Ok(Report {
+            reporter: Member { node: half(8), uid: word(16) },
+            suspect: Member { node: half(10), uid: word(24) },
+            level,
+            reporter_epoch: word(32),
+        })
+    }
 }
 
 /// One report waiting to be (re)sent.
@@ -211,6 +298,28 @@ mod tests {
         reports.raise(m(2, 20), Level::Crash, 0);
         reports.on_view(&view(1, &[me, m(2, 21)]), 10);
         assert!(reports.is_empty() && reports.due(10).is_empty());
+    }
+
+    /// §4.2's notifications travel here as one-sided writes into mailboxes: a report's bytes
+    /// round-trip, and every single-bit change is refused, never read as another report.
+    #[test]
+    fn reports_round_trip_and_torn_bytes_are_refused() {
+        for level in [Level::Crash, Level::Ring, Level::Link, Level::LinkBack] {
+            let report =
+                Report { reporter: m(3, 77), suspect: m(9, u64::MAX), level, reporter_epoch: 12 };
+            let mut bytes = vec![0xEE];
+            report.encode(&mut bytes);
+            assert_eq!(bytes.len(), 1 + REPORT_BYTES);
+            bytes.push(0xAB);
+            assert_eq!(Report::decode(&bytes[1..]), Ok(report));
+            for bit in 8..REPORT_BYTES * 8 + 8 {
+                let mut torn = bytes.clone();
+                torn[bit / 8] ^= 1 << (bit % 8);
+                assert!(Report::decode(&torn[1..]).is_err(), "bit {bit} flipped still decodes");
+            }
+            assert_eq!(Report::decode(&bytes[1..40]), Err(ReportError::TooShort { len: 39 }));
+        }
+        assert_eq!(Report::decode(&[0; 48]), Err(ReportError::Magic { found: 0 }));
     }
 
     /// A one-off (the catastrophic detector's "the link is back") is sent once, and replaces a
