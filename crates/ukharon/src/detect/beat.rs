@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(beats.poll(1_100), Some(2));
     }
 
-    /// §4.2 "a timeout-based scheme [...] We set the timeout to 1ms": a member heard within the
+    /// §4.2 "a timeout-based scheme \[...\] We set the timeout to 1ms": a member heard within the
     /// timeout is never suspected; one whose value stops changing is reported as a lost link
     /// exactly one timeout after its last change, and repeatedly after that.
     #[test]

@@ -1,6 +1,6 @@
 //! Crash notification without a timeout (§4.2, "Userspace failures"). The paper's deadbeat is a
 //! kernel patch: when a registered process dies, the kernel's exit path has a module multicast
-//! a notification, which "does not use timeouts, [so] it has no false positives".
+//! a notification, which "does not use timeouts, \[so\] it has no false positives".
 //!
 //! On this project's fabrics the kernel already keeps such a signal without a patch (shm's
 //! robust-futex flag, ofi's liveness port, the lock file on verbs): set by the kernel when the

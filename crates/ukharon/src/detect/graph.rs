@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(nodes(graph.decide(0)), Some(vec![1, 2]));
     }
 
-    /// §4.2: "report [...] to the coordinator leader" and §3.1 unique ids: reports from a
+    /// §4.2: "report \[...\] to the coordinator leader" and §3.1 unique ids: reports from a
     /// non-member, about an old incarnation, against another view, or about the reporter
     /// itself change nothing.
     #[test]

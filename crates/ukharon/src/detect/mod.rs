@@ -13,7 +13,7 @@
 //!   reports, and the next view's members, the largest clique that contains the leader.
 //!
 //! All three detectors report the same way ([`Report`], [`Reports`]): "the first two detectors
-//! broadcast failure notifications [...] Dropping these notifications is safe, as uKharon-Core
+//! broadcast failure notifications \[...\] Dropping these notifications is safe, as uKharon-Core
 //! rebroadcasts a failure notification until a new membership excludes the failed node" (§4.2).
 //! A report names the suspect's unique id, so a report about an old incarnation never excludes a
 //! node that rejoined under a new one, and the reporter's epoch, so the leader ignores reports

@@ -1,5 +1,5 @@
 //! The heartbeat ring (§4.2, "Kernel failures"): "processes are arranged in a logical ring where
-//! every process monitors its successor [...] uKharon Core increments this counter to indicate
+//! every process monitors its successor \[...\] uKharon Core increments this counter to indicate
 //! that the process is alive. This counter is read by the predecessor process. If a process
 //! RDMA-reads the same value twice, it reports its successor as having failed."
 //!

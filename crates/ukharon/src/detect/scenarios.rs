@@ -164,7 +164,7 @@ impl Cluster {
     }
 }
 
-/// §4.1 "A complete and accurate failure detector [...]": five healthy members for 5 ms (five
+/// §4.1 "A complete and accurate failure detector \[...\]": five healthy members for 5 ms (five
 /// catastrophic timeouts, 150 ring reads each): no report, no view.
 #[test]
 fn healthy_members_are_never_reported() {
@@ -173,7 +173,7 @@ fn healthy_members_are_never_reported() {
     assert!(cluster.sent.is_empty(), "{:?}", cluster.sent);
 }
 
-/// §4.2 "Userspace failures [...] does not use timeouts": a crash is reported within a loop
+/// §4.2 "Userspace failures \[...\] does not use timeouts": a crash is reported within a loop
 /// turn, and the next view excludes exactly the dead member.
 #[test]
 fn a_crash_is_caught_at_once() {
