@@ -21,20 +21,28 @@
 //! clique of size `k` still contains it with those taken so far (a search that stops at the
 //! first witness; a witness from an earlier step answers yes for free).
 //!
-//! Cost, measured (the `worst_case_times` test, `cargo test -p mu-ukharon clique -- --ignored
-//! --nocapture`, test profile (optimized), one shared x86 core; a search node costs about 50 ns):
+//! The colouring bound is tightened by MaxSAT reasoning (Li and Quan, 2010), unit propagation
+//! only: sets of colour classes from which no clique takes one vertex each lower the bound by
+//! one each. Without it, `k` joined five-cycles (each needs 3 colours but gives a clique 2
+//! vertices) took 5.8 s on 60 vertices (1.2·10⁸ search nodes); with it, one node.
 //!
-//! * random graphs on 64 vertices, densities 5% to 99%, 20 seeds each: at most 117 µs and 630
-//!   search nodes (the hardest band is 70–85%); a complete graph or one with a few cut links,
-//!   the detector's usual case, takes a few µs.
-//! * the worst found: `k` five-cycles with every vertex joined to all the other cycles (the
-//!   complement of `k` disjoint 5-cycles: each cycle needs 3 colours but gives 2 vertices, so the
-//!   bound is off by `k/2`): 30 vertices 117 µs, 40 vertices 3.9 ms, 50 vertices 0.16 s,
-//!   60 vertices 5.8 s (1.2·10⁸ nodes).
+//! Cost, measured (the `worst_case_times` test, `cargo test -p mu-ukharon clique -- --ignored
+//! --nocapture`, test profile (optimized), on a shared x86 core; whole calls, ties included):
+//!
+//! * random graphs on 64 vertices, densities 5% to 99%, 20 seeds each: at most about 150 µs
+//!   and 300 search nodes; a complete graph or one with a few cut links, the detector's usual
+//!   case, a few µs.
+//! * structured graphs on up to 64 vertices (joined odd cycles, joined Grötzsch and Mycielski
+//!   graphs and their complements, hamming6-2 and hamming6-4, 21 joined triples with 3²¹
+//!   largest cliques): at most 0.6 ms (five joined Grötzsch graphs, 7·10³ nodes).
+//! * the worst found: a hill climb that toggled edges of a 64-vertex graph of density about 75%
+//!   for 25 000 moves, keeping every change that made the search longer: 3.3·10⁵ nodes, 36 ms.
+//!   Longer climbs would likely find worse: the problem is NP-hard.
 //!
 //! So a coordinator calls [`largest_clique_within`] with a budget of search nodes: exact
-//! whenever the budget suffices (every graph above but the last two), otherwise the largest
-//! clique found so far, which is still a clique with the leader, flagged as not exact.
+//! whenever the budget suffices (every graph above at 20 000 nodes but the climbed one),
+//! otherwise the largest clique found so far, still a clique with the leader, flagged as not
+//! exact.
 
 /// The most vertices a [`Graph`] holds.
 pub const VERTICES_MAX: usize = 64;
@@ -370,6 +378,13 @@ impl<'g> Search<'g> {
         let mut colour_of = [0u8; VERTICES_MAX];
         let count = self.colour(candidates, &mut order, &mut colour_of);
         let size = clique.count_ones();
+        let colours = if count == 0 { 0 } else { u32::from(colour_of[count - 1]) };
+        if size + colours > goal.floor {
+            let wanted = size + colours - goal.floor;
+            if self.conflicts(&order[..count], &colour_of[..count], wanted) >= wanted {
+                return false;
+            }
+        }
         for i in (0..count).rev() {
             if size + u32::from(colour_of[i]) <= goal.floor {
                 return false;
@@ -391,6 +406,63 @@ impl<'g> Search<'g> {
             candidates &= !(1u64 << v);
         }
         false
+    }
+
+    /// How many disjoint *inconsistent* sets of colour classes there are, counting up to
+    /// `wanted`: sets from which a clique takes at most one vertex fewer than it has classes,
+    /// so each lowers the colouring bound by one (Li and Quan's MaxSAT reasoning for maximum
+    /// clique, by unit propagation only). A class of one vertex forces it; every class loses the
+    /// vertices not joined to it; a class left empty is a conflict, and the forced classes with
+    /// it make one set. This is what makes a five-cycle count 2, not its 3 colours.
+    fn conflicts(&self, order: &[u8], colour_of: &[u8], wanted: u32) -> u32 {
+        let mut classes = [0u64; VERTICES_MAX];
+        let mut count = 0;
+        for (&v, &c) in order.iter().zip(colour_of) {
+            classes[usize::from(c) - 1] |= 1u64 << v;
+            count = usize::from(c);
+        }
+        let mut free = all_below(count);
+        let mut found = 0;
+        while found < wanted {
+            match self.propagate(&classes, free) {
+                Some(used) => {
+                    free &= !used;
+                    found += 1;
+                }
+                None => break,
+            }
+        }
+        found
+    }
+
+    /// Unit propagation over the classes in `free`: the classes of one conflict, if any.
+    fn propagate(&self, classes: &[u64; VERTICES_MAX], free: u64) -> Option<u64> {
+        let mut left = *classes;
+        let mut forced = 0u64;
+        loop {
+            let mut open = free & !forced;
+            let unit = loop {
+                if open == 0 {
+                    return None;
+                }
+                let i = open.trailing_zeros() as usize;
+                open &= open - 1;
+                if left[i].count_ones() == 1 {
+                    break i;
+                }
+            };
+            forced |= 1u64 << unit;
+            let v = left[unit].trailing_zeros() as usize;
+            let mut others = free & !forced;
+            while others != 0 {
+                let j = others.trailing_zeros() as usize;
+                others &= others - 1;
+                left[j] &= self.graph.adjacent[v];
+                if left[j] == 0 {
+                    return Some(forced | (1u64 << j));
+                }
+            }
+        }
     }
 
     /// Greedy sequential colouring of `candidates` in bit order: `order[..count]` lists them by
@@ -464,7 +536,7 @@ mod tests {
 
     /// §4.2 "the maximum clique in which it is included": the search agrees with brute force,
     /// size and tie-break, on random graphs of 1 to 16 vertices at densities from sparse to
-    /// nearly complete.
+    /// nearly complete, and on small graphs with odd cycles (where the conflicts cut).
     #[test]
     fn agrees_with_brute_force_on_random_graphs() {
         let mut graphs = 0;
@@ -484,6 +556,25 @@ mod tests {
             }
         }
         assert!(graphs > 4000);
+        let grotzsch = mycielski(&cycle(5));
+        let cut = |mut g: Graph, a: usize, b: usize| {
+            g.cut(a, b).unwrap();
+            g
+        };
+        let structured = [
+            joined_five_cycles(3),
+            cut(joined_five_cycles(3), 0, 7),
+            joined_copies(&cycle(7), 2),
+            grotzsch.clone(),
+            complement(&grotzsch),
+            joined_copies(&complement(&cycle(5)), 3),
+        ];
+        for (i, g) in structured.iter().enumerate() {
+            for leader in 0..g.len() {
+                let expected = brute_force(g, leader);
+                assert_eq!(largest_clique_with(g, leader).unwrap(), expected, "graph {i}");
+            }
+        }
     }
 
     /// Ties (module docs): of the two triangles through the leader, the one with the lower
@@ -558,35 +649,112 @@ mod tests {
         }
     }
 
-    /// `cycles` five-cycles, every vertex joined to every vertex of the other cycles: each
-    /// cycle gives at most 2 vertices to a clique but needs 3 colours, the case where the
-    /// colouring bound is furthest from the answer.
-    fn joined_five_cycles(cycles: usize) -> Graph {
-        let mut g = Graph::complete(5 * cycles).unwrap();
-        for c in 0..cycles {
-            for i in 0..5 {
-                // Inside a cycle, keep only the ring's edges i ~ i+1.
-                g.cut(5 * c + i, 5 * c + (i + 2) % 5).unwrap();
+    /// `copies` copies of `h`, every vertex joined to every vertex of the other copies: the
+    /// largest clique is `copies` times `h`'s, the colouring bound `copies` times `h`'s
+    /// chromatic number.
+    fn joined_copies(h: &Graph, copies: usize) -> Graph {
+        let mut g = Graph::complete(h.len() * copies).unwrap();
+        for c in 0..copies {
+            for a in 0..h.len() {
+                for b in a + 1..h.len() {
+                    if !h.joined(a, b) {
+                        g.cut(c * h.len() + a, c * h.len() + b).unwrap();
+                    }
+                }
             }
         }
         g
     }
 
-    /// The budget: on the hardest graph found, a bounded search stops after its steps with a
-    /// clique that contains the leader, flagged inexact; with enough steps it is exact and
-    /// agrees with the unbounded search.
+    fn cycle(len: usize) -> Graph {
+        let mut g = Graph::empty(len).unwrap();
+        for i in 0..len {
+            g.join(i, (i + 1) % len).unwrap();
+        }
+        g
+    }
+
+    fn complement(h: &Graph) -> Graph {
+        let mut g = Graph::complete(h.len()).unwrap();
+        for a in 0..h.len() {
+            for b in a + 1..h.len() {
+                if h.joined(a, b) {
+                    g.cut(a, b).unwrap();
+                }
+            }
+        }
+        g
+    }
+
+    /// Mycielski's construction: the same largest clique (2 for triangle-free `h`), one more
+    /// colour. From a five-cycle, the Grötzsch graph (11 vertices, clique 2, 4 colours).
+    fn mycielski(h: &Graph) -> Graph {
+        let n = h.len();
+        let mut g = Graph::empty(2 * n + 1).unwrap();
+        for a in 0..n {
+            for b in 0..n {
+                if h.joined(a, b) {
+                    g.join(a, b).unwrap();
+                    g.join(n + a, b).unwrap();
+                }
+            }
+            g.join(n + a, 2 * n).unwrap();
+        }
+        g
+    }
+
+    /// Words of 6 bits, joined when they differ in at least `distance` bits (the DIMACS
+    /// benchmarks hamming6-2 and hamming6-4).
+    fn hamming6(distance: u32) -> Graph {
+        let mut g = Graph::empty(64).unwrap();
+        for a in 0..64usize {
+            for b in a + 1..64 {
+                if (a ^ b).count_ones() >= distance {
+                    g.join(a, b).unwrap();
+                }
+            }
+        }
+        g
+    }
+
+    /// `cycles` five-cycles joined: each cycle gives at most 2 vertices to a clique but needs 3
+    /// colours, the case where the colouring bound alone is furthest from the answer (5.8 s on
+    /// 60 vertices before the conflicts of `Search::conflicts`).
+    fn joined_five_cycles(cycles: usize) -> Graph {
+        joined_copies(&cycle(5), cycles)
+    }
+
+    /// The budget: a search cut short stops after its steps with a clique that contains the
+    /// leader, flagged inexact; with enough steps it is exact and agrees with the unbounded
+    /// search.
     #[test]
     fn a_bounded_search_returns_a_clique_in_time() {
+        for seed in 0..20u64 {
+            let g = random_graph(seed, 64, 85);
+            let exact = largest_clique_with(&g, 3).unwrap();
+            let cut_short = largest_clique_within(&g, 3, 3).unwrap();
+            assert!(!cut_short.exact && cut_short.steps <= 4, "seed {seed}: {cut_short:?}");
+            assert!(g.is_clique(cut_short.clique) && cut_short.clique & (1 << 3) != 0);
+            assert!(cut_short.clique.count_ones() <= exact.count_ones());
+            let ample = largest_clique_within(&g, 3, 1_000_000).unwrap();
+            assert!(ample.exact, "seed {seed}");
+            assert_eq!(ample.clique, exact, "seed {seed}");
+        }
+    }
+
+    /// The colouring bound alone needs 3 colours per five-cycle where a clique takes 2; the
+    /// conflicts (`Search::conflicts`) count it right, so twelve joined five-cycles take one
+    /// search node instead of 10⁸.
+    #[test]
+    fn odd_cycles_are_bounded_by_their_conflicts() {
         let g = joined_five_cycles(12);
-        let choice = largest_clique_within(&g, 3, 20_000).unwrap();
-        assert!(!choice.exact && choice.steps <= 20_001);
-        assert!(g.is_clique(choice.clique) && choice.clique & (1 << 3) != 0);
-        assert!(choice.clique.count_ones() >= 12, "greedy start at least: {:#x}", choice.clique);
-        let g = joined_five_cycles(5);
-        let choice = largest_clique_within(&g, 3, 1_000_000).unwrap();
-        assert!(choice.exact);
-        assert_eq!(choice.clique, largest_clique_with(&g, 3).unwrap());
-        assert_eq!(choice.clique.count_ones(), 10);
+        let choice = largest_clique_within(&g, 7, 100).unwrap();
+        assert!(choice.exact, "{choice:?}");
+        assert_eq!(choice.clique.count_ones(), 24);
+        assert!(g.is_clique(choice.clique) && choice.clique & (1 << 7) != 0);
+        let g = joined_copies(&cycle(7), 9);
+        let choice = largest_clique_within(&g, 0, 100).unwrap();
+        assert!(choice.exact && choice.clique.count_ones() == 18, "{choice:?}");
     }
 
     /// Cost of the exact search on 64 vertices: every density from 5% to 99% on several seeds,
@@ -610,16 +778,34 @@ mod tests {
                  largest clique {size}"
             );
         }
-        for cycles in [4, 6, 8, 10, 12] {
-            let g = joined_five_cycles(cycles);
+        let grotzsch = mycielski(&cycle(5));
+        let structured = [
+            ("12 joined five-cycles", joined_five_cycles(12)),
+            ("9 joined seven-cycles", joined_copies(&cycle(7), 9)),
+            ("7 joined nine-cycles", joined_copies(&cycle(9), 7)),
+            ("9 joined complements of seven-cycles", joined_copies(&complement(&cycle(7)), 9)),
+            ("5 joined Grötzsch graphs", joined_copies(&grotzsch, 5)),
+            ("2 joined Mycielski(Grötzsch)", joined_copies(&mycielski(&grotzsch), 2)),
+            (
+                "complement of 2 Mycielski(Grötzsch)",
+                complement(&joined_copies(&mycielski(&grotzsch), 2)),
+            ),
+            ("hamming6-2", hamming6(2)),
+            ("hamming6-4", hamming6(4)),
+            (
+                "21 joined triples (3^21 largest cliques)",
+                joined_copies(&Graph::empty(3).unwrap(), 21),
+            ),
+        ];
+        for (name, g) in structured {
             let start = std::time::Instant::now();
             let got = largest_clique_within(&g, 0, u64::MAX).unwrap();
             let us = start.elapsed().as_micros();
-            assert_eq!(got.clique.count_ones() as usize, 2 * cycles);
             println!(
-                "{cycles} joined five-cycles ({} vertices): {us} us, {} nodes",
+                "{name} ({} vertices): {us} us, {} nodes, largest clique {}",
                 g.len(),
-                got.steps
+                got.steps,
+                got.clique.count_ones()
             );
         }
     }
