@@ -11,7 +11,7 @@
 //! leader, not this node, decides who leaves (the [`super::graph`] module). The report repeats
 //! until a view excludes X, or until X is heard again, which sends one "the link is back".
 
-use super::{Level, Reports};
+use super::{Detector, Level, Reports};
 use crate::view::{Member, View};
 
 /// The catastrophic detector's parameters.
@@ -131,11 +131,13 @@ impl Beats {
     pub fn suspected(&self) -> impl Iterator<Item = Member> + '_ {
         self.peers.iter().filter(|p| p.suspected).map(|p| p.member)
     }
+}
 
+impl Detector for Beats {
     /// A new view: its new members are watched from `now_ns`; members it keeps keep their
     /// state (a suspicion goes on being reported under the new epoch); the others are dropped
     /// with their reports.
-    pub fn on_view(&mut self, view: &View, now_ns: u64) {
+    fn on_view(&mut self, view: &View, now_ns: u64) {
         if view.epoch <= self.reports.epoch() {
             return;
         }
@@ -143,8 +145,7 @@ impl Beats {
         self.watch(view, now_ns);
     }
 
-    /// The reports this detector makes: [`Reports::due`] says what to send.
-    pub fn reports(&mut self) -> &mut Reports {
+    fn reports(&mut self) -> &mut Reports {
         &mut self.reports
     }
 }

@@ -8,7 +8,7 @@
 //! polls it for each peer [`Crashes::watched`] lists and hands a death here, which becomes a
 //! report to the leader, repeated until a view excludes the peer.
 
-use super::{Level, Reports};
+use super::{Detector, Level, Reports};
 use crate::view::{Member, View};
 
 /// One node's crash detector: the peers it watches, the deaths it reports.
@@ -22,7 +22,7 @@ pub struct Crashes {
 
 impl Crashes {
     /// `me` in `view`; reports repeat every `repeat_ns`.
-    pub fn new(me: Member, view: &View, repeat_ns: u64) -> Crashes {
+    pub fn new(repeat_ns: u64, me: Member, view: &View) -> Crashes {
         let mut crashes =
             Crashes { me, peers: Vec::new(), reports: Reports::new(me, view.epoch, repeat_ns) };
         crashes.watch(view);
@@ -52,10 +52,12 @@ impl Crashes {
             self.reports.raise(peer, Level::Crash, now_ns);
         }
     }
+}
 
+impl Detector for Crashes {
     /// A new view: watch its members; a dead peer it still holds stays reported (under the new
     /// epoch), one it excludes is forgotten.
-    pub fn on_view(&mut self, view: &View, now_ns: u64) {
+    fn on_view(&mut self, view: &View, now_ns: u64) {
         if view.epoch <= self.reports.epoch() {
             return;
         }
@@ -63,8 +65,7 @@ impl Crashes {
         self.watch(view);
     }
 
-    /// The reports this detector makes: [`Reports::due`] says what to send.
-    pub fn reports(&mut self) -> &mut Reports {
+    fn reports(&mut self) -> &mut Reports {
         &mut self.reports
     }
 }
@@ -89,7 +90,7 @@ mod tests {
     #[test]
     fn a_death_is_reported_until_a_view_excludes_it() {
         let (me, x, y) = (m(1, 11), m(2, 12), m(3, 13));
-        let mut crashes = Crashes::new(me, &view(0, &[me, x, y]), 100);
+        let mut crashes = Crashes::new(100, me, &view(0, &[me, x, y]));
         assert_eq!(crashes.watched().collect::<Vec<_>>(), vec![x, y]);
         crashes.on_death(x, 1_000);
         assert_eq!(crashes.watched().collect::<Vec<_>>(), vec![y]);
@@ -110,7 +111,7 @@ mod tests {
     #[test]
     fn an_old_incarnation_is_not_the_new_one() {
         let (me, old, new) = (m(1, 11), m(2, 12), m(2, 22));
-        let mut crashes = Crashes::new(me, &view(0, &[me, old]), 100);
+        let mut crashes = Crashes::new(100, me, &view(0, &[me, old]));
         crashes.on_death(old, 10);
         crashes.on_view(&view(1, &[me, new]), 20);
         assert_eq!(crashes.watched().collect::<Vec<_>>(), vec![new]);

@@ -138,6 +138,15 @@ impl Report {
     }
 }
 
+/// What the node core does alike with every detector: hand it each new view, and send what its
+/// reports say is due.
+pub trait Detector {
+    /// A new view (an older or the same one is ignored).
+    fn on_view(&mut self, view: &View, now_ns: u64);
+    /// The detector's reports: [`Reports::due`] says what to send.
+    fn reports(&mut self) -> &mut Reports;
+}
+
 /// One report waiting to be (re)sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pending {

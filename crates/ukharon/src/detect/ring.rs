@@ -12,7 +12,7 @@
 //! accuracy of this failure detector": the gap (`read_gap_ns`) runs from each completion, and
 //! only one read is ever in flight.
 
-use super::{Level, Reports};
+use super::{Detector, Level, Reports};
 use crate::view::{Member, View};
 
 /// The ring's parameters.
@@ -143,11 +143,13 @@ impl Ring {
     pub fn suspects(&self) -> Option<Member> {
         self.successor.filter(|_| self.suspected)
     }
+}
 
+impl Detector for Ring {
     /// A new view: a new successor starts fresh (no value yet, a first read due at once, any
     /// read in flight to the old one ignored); the same successor keeps its state, suspicion
     /// included, so its report repeats under the new epoch until a view excludes it.
-    pub fn on_view(&mut self, view: &View, now_ns: u64) {
+    fn on_view(&mut self, view: &View, now_ns: u64) {
         if view.epoch <= self.reports.epoch() {
             return;
         }
@@ -162,8 +164,7 @@ impl Ring {
         }
     }
 
-    /// The reports this ring makes: [`Reports::due`] says what to send.
-    pub fn reports(&mut self) -> &mut Reports {
+    fn reports(&mut self) -> &mut Reports {
         &mut self.reports
     }
 }

@@ -9,7 +9,7 @@ use super::beat::{BeatConfig, Beats};
 use super::crash::Crashes;
 use super::graph::{Connectivity, GraphConfig};
 use super::ring::{ReadTicket, Reading, Ring, RingConfig};
-use super::{Level, Report};
+use super::{Detector, Level, Report};
 use crate::view::{Member, View};
 
 const US: u64 = 1_000;
@@ -47,6 +47,13 @@ struct Cluster {
     sent: Vec<Report>,
 }
 
+impl Node {
+    /// The three levels, handled alike.
+    fn detectors(&mut self) -> [&mut dyn Detector; 3] {
+        [&mut self.ring, &mut self.beats, &mut self.crashes]
+    }
+}
+
 fn member(node: u16) -> Member {
     Member { node, uid: 10 + u64::from(node) }
 }
@@ -61,7 +68,7 @@ impl Cluster {
                 member: m,
                 ring: Ring::new(RingConfig::default(), m, &view, 0),
                 beats: Beats::new(BeatConfig::default(), m, &view, 0),
-                crashes: Crashes::new(m, &view, 100 * US),
+                crashes: Crashes::new(100 * US, m, &view),
                 published: 0,
                 board: vec![0; 6],
                 read: None,
@@ -95,9 +102,10 @@ impl Cluster {
                     node.crashes.on_death(peer, now);
                 }
             }
-            let mut reports = node.ring.reports().due(now);
-            reports.extend(node.beats.reports().due(now));
-            reports.extend(node.crashes.reports().due(now));
+            let mut reports = Vec::new();
+            for detector in node.detectors() {
+                reports.extend(detector.reports().due(now));
+            }
             for report in reports {
                 self.sent.push(report);
                 let _ = self.graph.on_report(&report, now);
@@ -144,9 +152,9 @@ impl Cluster {
     fn install(&mut self, members: Vec<Member>, now: u64) {
         self.view = self.view.successor(members, None, 20_000);
         for node in &mut self.nodes {
-            node.ring.on_view(&self.view, now);
-            node.beats.on_view(&self.view, now);
-            node.crashes.on_view(&self.view, now);
+            for detector in node.detectors() {
+                detector.on_view(&self.view, now);
+            }
         }
         self.graph.on_view(&self.view).unwrap();
     }
