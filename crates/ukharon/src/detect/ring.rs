@@ -39,6 +39,11 @@ pub fn successor(view: &View, me: u16) -> Option<Member> {
     (next.node != me).then_some(next)
 }
 
+/// Whom `me` watches in `view`: its successor, if `me` is a member under its unique id.
+fn watched(view: &View, me: Member) -> Option<Member> {
+    successor(view, me.node).filter(|_| view.contains(me))
+}
+
 /// A read of `target`'s heartbeat counter for the runtime to post; handed back with its result
 /// to [`Ring::on_read`]. A ticket from before a change of successor is recognised and ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +85,7 @@ impl Ring {
             config,
             me,
             counter: 0,
-            successor: successor(view, me.node),
+            successor: watched(view, me),
             last_value: None,
             in_flight: None,
             serial: 0,
@@ -139,7 +144,7 @@ impl Ring {
         }
     }
 
-    /// Whether the successor is reported.
+    /// The successor, if this node reports it.
     pub fn suspects(&self) -> Option<Member> {
         self.successor.filter(|_| self.suspected)
     }
@@ -154,7 +159,7 @@ impl Detector for Ring {
             return;
         }
         self.reports.on_view(view, now_ns);
-        let next = successor(view, self.me.node).filter(|_| view.contains(self.me));
+        let next = watched(view, self.me);
         if next != self.successor {
             self.successor = next;
             self.last_value = None;
