@@ -18,6 +18,10 @@
 //! * [`lease`]: leases and `Active` (Algorithm 2, Appendix C): the lease keeper of a node's core,
 //!   its margins for clock drift and cross-core skew, compatible successors.
 //! * [`cache`]: lease caches (§6.3): a cache's lease on the view and the δ leases it hands out.
+//! * [`detect`]: the failure detectors of §4.2 (crash notification, the heartbeat ring,
+//!   broadcast heartbeats) with their repeated reports, and the leader's connectivity graph.
+//! * [`clique`]: the catastrophic detector's choice of the next view, the largest clique that
+//!   contains the coordinator leader, exact on up to 64 nodes.
 //!
 //! `docs/protocols/ukharon.md` traces each mechanism to the paper.
 
@@ -26,7 +30,9 @@
 pub mod cache;
 pub mod changes;
 pub mod check;
+pub mod clique;
 pub mod coordinator;
+pub mod detect;
 pub mod lease;
 pub mod mailbox;
 pub mod view;
