@@ -5,9 +5,10 @@
 //! by the simulator.
 
 use crate::config::MembershipConfig;
+use crate::detectors::decode_reports;
 use crate::layout::{
     board_channel, consensus_channel, consensus_layout, BoardLayout, BOARD_REGION,
-    CONSENSUS_REGION, FINGERPRINT_OFFSET, MAILBOX_BYTES, VIEW_OFFSET,
+    CONSENSUS_REGION, FINGERPRINT_OFFSET, MAILBOX_BYTES, VIEW_BYTES, VIEW_OFFSET,
 };
 use crate::links::Links;
 use crate::memory::RegionMemory;
@@ -17,6 +18,8 @@ use mu_fabric::{
 };
 use mu_ukharon::changes::{Change, Refusal};
 use mu_ukharon::coordinator::{leader, Coordinator, CoordinatorConfig, Output};
+use mu_ukharon::detect::graph::{Connectivity, GraphConfig};
+use mu_ukharon::detect::Report;
 use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
 use mu_ukharon::view::View;
 use mu_velos::Action;
@@ -73,6 +76,8 @@ pub struct CoordinatorDriver<F: Fabric> {
     view_bytes: Vec<u8>,
     rng: u64,
     events: Vec<CoordinatorEvent>,
+    /// The leader's connectivity graph of the latest view (§4.2, catastrophic failures).
+    graph: Option<Connectivity>,
 }
 
 impl<F: Fabric> CoordinatorDriver<F> {
@@ -134,6 +139,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             view_bytes: Vec::new(),
             rng: seed | 1,
             events: Vec::new(),
+            graph: None,
             fabric,
             boards,
             position,
@@ -172,7 +178,8 @@ impl<F: Fabric> CoordinatorDriver<F> {
     pub fn poll(&mut self, now_ns: u64) {
         self.upkeep(now_ns);
         self.take_completions(now_ns);
-        self.take_requests();
+        self.learn_from_board();
+        self.take_requests(now_ns);
         self.engine.set_alive(self.alive());
         let random = self.random();
         self.engine.poll(now_ns, random, &mut RegionMemory(&self.consensus));
@@ -307,8 +314,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
         }
     }
 
-    /// Requests in the inbox: each node's mailbox is looked at when its sequence word moved.
-    fn take_requests(&mut self) {
+    /// Requests and reports in the inbox: each node's mailbox is looked at when its sequence
+    /// word moved.
+    fn take_requests(&mut self, now_ns: u64) {
         for from in 0..self.config.nodes_max {
             let offset = self.boards.inbox_offset(from) as usize;
             let seq = self.board.load_u64(offset + mailbox::SEQ_OFFSET).unwrap_or(0);
@@ -318,8 +326,10 @@ impl<F: Fabric> CoordinatorDriver<F> {
             if self.board.read(offset, &mut self.frame).is_err() {
                 continue;
             }
-            let request = match self.inboxes[usize::from(from)].take(&self.frame) {
-                Ok(Some(frame)) => Request::from_frame(&frame),
+            let (kind, change, reports) = match self.inboxes[usize::from(from)].take(&self.frame) {
+                Ok(Some(frame)) => {
+                    (frame.kind, Request::from_frame(&frame), decode_reports(frame.payload))
+                }
                 Ok(None) | Err(mailbox::FrameError::Torn) => continue,
                 Err(e) => {
                     let why = e.to_string();
@@ -327,13 +337,44 @@ impl<F: Fabric> CoordinatorDriver<F> {
                     continue;
                 }
             };
-            let change = match request {
-                Some(Request::Join { incarnation }) => Change::Join { node: from, incarnation },
-                Some(Request::Leave { member }) => Change::Leave { member },
-                None => continue,
-            };
-            self.engine.request(change);
+            match (kind, change) {
+                (Kind::Report, _) => self.take_reports(from, &reports, now_ns),
+                (_, Some(Request::Join { incarnation })) => {
+                    self.engine.request(Change::Join { node: from, incarnation })
+                }
+                (_, Some(Request::Leave { member })) => {
+                    self.engine.request(Change::Leave { member })
+                }
+                _ => {}
+            }
         }
+        self.decide_from_graph(now_ns);
+    }
+
+    /// Failure reports (§4.2) go into the leader's connectivity graph; a coordinator that does
+    /// not lead tells the reporter who does.
+    fn take_reports(&mut self, from: u16, reports: &[Report], now_ns: u64) {
+        let Some(graph) = self.graph.as_mut().filter(|_| self.engine.is_leading()) else {
+            let leader = leader(self.alive()).map(|p| self.config.coordinators[p]);
+            return self.answer_node(from, Answer::NotLeader { leader }, now_ns);
+        };
+        for report in reports {
+            // Reports about another view, or from or about non-members, are ignored: the
+            // reporters repeat theirs once they have the current view.
+            let _ = graph.on_report(report, now_ns);
+        }
+    }
+
+    /// The next view's members when the graph wants a change: the largest clique that contains
+    /// this leader (crash and ring reports cut every link of their suspect).
+    fn decide_from_graph(&mut self, now_ns: u64) {
+        if !self.engine.is_leading() {
+            return;
+        }
+        let Some(decision) = self.graph.as_ref().and_then(|g| g.decide(now_ns)) else {
+            return;
+        };
+        self.engine.request(Change::KeepOnly { keep: decision.members });
     }
 
     /// Posts the proposer's operations; one that cannot go out fails as if posted.
@@ -407,15 +448,53 @@ impl<F: Fabric> CoordinatorDriver<F> {
                 self.post_board(node, &wr.unsignaled(), now_ns);
             }
         }
+        self.graph_on_view(&view);
         self.events.push(CoordinatorEvent::Decided(view));
     }
 
+    /// A follower learns decided views from its board, where the leader writes them.
+    fn learn_from_board(&mut self) {
+        if self.engine.is_leading() {
+            return;
+        }
+        let epoch = self.board.load_u64(VIEW_OFFSET as usize + 16).unwrap_or(0);
+        if self.engine.latest().is_some_and(|v| v.epoch >= epoch) {
+            return;
+        }
+        self.view_bytes.resize(VIEW_BYTES as usize, 0);
+        if self.board.read(VIEW_OFFSET as usize, &mut self.view_bytes).is_err() {
+            return;
+        }
+        // A torn view (being written) is read again at the next poll.
+        if let Ok(view) = View::decode(&self.view_bytes) {
+            self.engine.learned(view.clone());
+            if self.engine.latest() == Some(&view) {
+                self.graph_on_view(&view);
+            }
+        }
+    }
+
+    fn graph_on_view(&mut self, view: &View) {
+        let me = self.fabric.node().0;
+        match &mut self.graph {
+            Some(graph) => {
+                let _ = graph.on_view(view);
+            }
+            None => self.graph = Connectivity::new(GraphConfig::default(), view, me).ok(),
+        }
+    }
+
     fn answer(&mut self, change: &Change, answer: Answer, now_ns: u64) {
-        let node = match *change {
-            Change::Join { node, .. } => node,
-            Change::Leave { member } | Change::Remove { member } => member.node,
-            _ => return,
-        };
+        match *change {
+            Change::Join { node, .. } => self.answer_node(node, answer, now_ns),
+            Change::Leave { member } | Change::Remove { member } => {
+                self.answer_node(member.node, answer, now_ns)
+            }
+            _ => {}
+        }
+    }
+
+    fn answer_node(&mut self, node: u16, answer: Answer, now_ns: u64) {
         let frame = self.answers[usize::from(node)].next(Kind::Answer, &answer.payload()).to_vec();
         let remote =
             RemoteAddr { region: BOARD_REGION, offset: self.boards.answer_offset(self.position) };

@@ -13,6 +13,7 @@
 //! inbox_offset      one mailbox per node id (read on coordinators and caches)
 //! scratch_offset    where this node's reads land: a word per coordinator (slot words), the
 //!                   ring word, a word per coordinator (fingerprints), a view
+//! send_offset       a frame too large to post inline, written from here
 //! ```
 
 use crate::config::MembershipConfig;
@@ -125,9 +126,14 @@ impl BoardLayout {
         (self.fingerprint_read_offset(0) + 8 * self.coordinators).next_multiple_of(64)
     }
 
+    /// Where a frame too large to post inline is put before it is written from there.
+    pub fn send_offset(&self) -> u64 {
+        self.view_read_offset() + VIEW_BYTES
+    }
+
     /// Bytes of the whole board.
     pub fn board_bytes(&self) -> usize {
-        (self.view_read_offset() + VIEW_BYTES) as usize
+        (self.send_offset() + MAILBOX_BYTES) as usize
     }
 }
 
@@ -157,11 +163,12 @@ mod tests {
             (l.ring_read_offset(), 8),
             (l.fingerprint_read_offset(0), 8 * 3),
             (l.view_read_offset(), VIEW_BYTES),
+            (l.send_offset(), MAILBOX_BYTES),
         ];
         for pair in areas.windows(2) {
             assert!(pair[0].0 + pair[0].1 <= pair[1].0, "{pair:?} overlap");
         }
-        assert_eq!(l.board_bytes() as u64, l.view_read_offset() + VIEW_BYTES);
+        assert_eq!(l.board_bytes() as u64, l.send_offset() + MAILBOX_BYTES);
         assert_eq!(l.beat_offset(7) % 8, 0);
         assert_ne!(board_channel(NodeId(1), NodeId(2)), board_channel(NodeId(2), NodeId(1)));
     }

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod detectors;
 pub mod layout;
 pub mod links;
 pub mod memory;

@@ -7,6 +7,7 @@
 //! No threads and no clock: [`NodeCore::poll`] is called with the time.
 
 use crate::config::MembershipConfig;
+use crate::detectors::Detectors;
 use crate::layout::{
     board_channel, consensus_layout, BoardLayout, BOARD_REGION, CONSENSUS_REGION,
     FINGERPRINT_OFFSET, HEARTBEAT_OFFSET, INCARNATION_OFFSET, VIEW_BYTES, VIEW_OFFSET,
@@ -19,7 +20,7 @@ use mu_fabric::{
 };
 use mu_ukharon::check::{CheckState, MajorityCheck};
 use mu_ukharon::lease::{Durations, LeaseConfig, LeaseKeeper, Ticket};
-use mu_ukharon::mailbox::{self, Answer, Inbox, Outbox, Request};
+use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
 use mu_ukharon::view::{Member, View};
 use mu_velos::VelosLayout;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ enum Want {
 const SLOT_READ: u64 = 1 << 32;
 const VIEW_READ: u64 = 2 << 32;
 const REQUEST_WRITE: u64 = 3 << 32;
+const RING_READ: u64 = 4 << 32;
+const BEAT_WRITE: u64 = 5 << 32;
 const KIND_MASK: u64 = 0xFF << 32;
 
 /// See the module docs.
@@ -75,11 +78,16 @@ pub struct NodeCore<F: Fabric> {
     answers: Vec<Inbox>,
     keeper: LeaseKeeper,
     check: Option<(MajorityCheck, Ticket, View)>,
+    /// Numbers the checks, so that a read is counted only by the check that posted it.
+    check_serial: u64,
     /// A coordinator whose board holds a newer view than ours, to read it from.
     pull_from: Option<usize>,
     pulling: bool,
     published: Arc<PublishedLease>,
     heartbeat: u64,
+    /// The failure detectors, while this node is a member.
+    detectors: Option<Detectors>,
+    report_payload: Vec<u8>,
     completions: Vec<Completion>,
     scratch: Vec<u8>,
     events: Vec<NodeEvent>,
@@ -124,10 +132,13 @@ impl<F: Fabric> NodeCore<F> {
             leader_hint: 0,
             keeper,
             check: None,
+            check_serial: 0,
             pull_from: None,
             pulling: false,
             published: Arc::new(PublishedLease::default()),
             heartbeat: 0,
+            detectors: None,
+            report_payload: Vec::new(),
             completions: vec![Completion::EMPTY; 64],
             scratch: vec![0; VIEW_BYTES as usize],
             events: Vec::new(),
@@ -170,15 +181,19 @@ impl<F: Fabric> NodeCore<F> {
     /// One round of work at `now_ns` (a reading of the clock application threads compare
     /// leases with).
     pub fn poll(&mut self, now_ns: u64) {
-        self.heartbeat += 1;
+        self.heartbeat = match &mut self.detectors {
+            Some(d) => d.heartbeat(),
+            None => self.heartbeat + 1,
+        };
         let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
         self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns);
         self.take_completions(now_ns);
-        self.read_own_board();
+        self.read_own_board(now_ns);
         self.take_answers();
         self.request(now_ns);
         self.renew(now_ns);
         self.pull(now_ns);
+        self.detect(now_ns);
     }
 
     fn post(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) -> bool {
@@ -213,6 +228,7 @@ impl<F: Fabric> NodeCore<F> {
         if failed {
             let peer = match c.wr_id & KIND_MASK {
                 SLOT_READ | VIEW_READ => self.config.coordinators[position],
+                // A beat that did not land: the beat detector at the other end notices.
                 _ => position as u16,
             };
             if let Some(i) = self.links.index_of(NodeId(peer)) {
@@ -220,11 +236,27 @@ impl<F: Fabric> NodeCore<F> {
             }
         }
         match c.wr_id & KIND_MASK {
-            SLOT_READ => self.slot_read(position, failed, now_ns),
+            SLOT_READ => {
+                // A read of an earlier check (abandoned, or finished by a majority before it
+                // completed) says nothing about this one: it began before this check's
+                // timestamp. Counting it made a slow node extend a lease on a view already
+                // superseded (found by the simulation with a slow link).
+                let serial = (c.wr_id >> 16) & 0xFFFF;
+                if serial == self.check_serial & 0xFFFF {
+                    self.slot_read(position, failed, now_ns);
+                }
+            }
             VIEW_READ => {
                 self.pulling = false;
                 if !failed {
-                    self.read_pulled_view();
+                    self.read_pulled_view(now_ns);
+                }
+            }
+            RING_READ => {
+                let offset = self.boards.ring_read_offset() as usize;
+                let value = (!failed).then(|| self.board.load_u64(offset).unwrap_or(0));
+                if let Some(d) = &mut self.detectors {
+                    d.on_ring_read(value, now_ns);
                 }
             }
             _ => {}
@@ -262,7 +294,7 @@ impl<F: Fabric> NodeCore<F> {
     }
 
     /// The view the coordinator leader wrote to this node's board.
-    fn read_own_board(&mut self) {
+    fn read_own_board(&mut self, now_ns: u64) {
         let at = VIEW_OFFSET as usize + 16; // the epoch word of a view's bytes
         let epoch = self.board.load_u64(at).unwrap_or(0);
         let known = self.view.as_ref().map(|v| v.epoch);
@@ -270,20 +302,20 @@ impl<F: Fabric> NodeCore<F> {
             return;
         }
         if self.board.read(VIEW_OFFSET as usize, &mut self.scratch).is_ok() {
-            self.decode_and_learn();
+            self.decode_and_learn(now_ns);
         }
     }
 
-    fn read_pulled_view(&mut self) {
+    fn read_pulled_view(&mut self, now_ns: u64) {
         let at = self.boards.view_read_offset() as usize;
         if self.board.read(at, &mut self.scratch).is_ok() {
-            self.decode_and_learn();
+            self.decode_and_learn(now_ns);
         }
     }
 
-    fn decode_and_learn(&mut self) {
+    fn decode_and_learn(&mut self, now_ns: u64) {
         match View::decode(&self.scratch) {
-            Ok(view) if view.cluster == self.config.cluster => self.learn(view),
+            Ok(view) if view.cluster == self.config.cluster => self.learn(view, now_ns),
             Ok(view) => self.events.push(NodeEvent::BadView(format!(
                 "a view of cluster {:#x}, this is {:#x}",
                 view.cluster, self.config.cluster
@@ -294,7 +326,7 @@ impl<F: Fabric> NodeCore<F> {
     }
 
     /// A decided view, newer than the latest known.
-    fn learn(&mut self, view: View) {
+    fn learn(&mut self, view: View, now_ns: u64) {
         if let Some(latest) = &self.view {
             if view.epoch <= latest.epoch {
                 return;
@@ -309,13 +341,19 @@ impl<F: Fabric> NodeCore<F> {
         match (self.member, mine) {
             (None, Some(m)) if self.want == Want::Member => {
                 self.member = Some(m);
+                self.detectors = Some(Detectors::new(&self.config, m, &view, now_ns));
                 self.events.push(NodeEvent::Joined(m));
             }
             (Some(old), m) if m != Some(old) => {
                 self.member = None;
+                self.detectors = None;
                 self.events.push(NodeEvent::Out { epoch: view.epoch });
             }
-            _ => {}
+            _ => {
+                if let Some(d) = &mut self.detectors {
+                    d.on_view(&view, now_ns);
+                }
+            }
         }
         if self.check.as_ref().is_some_and(|(c, _, _)| c.index() <= view.epoch) {
             self.check = None;
@@ -412,6 +450,7 @@ impl<F: Fabric> NodeCore<F> {
         };
         let remote_offset = self.consensus.word_offset(check.index());
         self.check = Some((check, ticket, view));
+        self.check_serial += 1;
         for p in 0..count {
             let local = LocalSlice {
                 region: BOARD_REGION,
@@ -419,7 +458,8 @@ impl<F: Fabric> NodeCore<F> {
                 len: 8,
             };
             let remote = RemoteAddr { region: CONSENSUS_REGION, offset: remote_offset };
-            let wr = WorkRequest::read(SLOT_READ | p as u64, local, remote);
+            let serial = (self.check_serial & 0xFFFF) << 16;
+            let wr = WorkRequest::read(SLOT_READ | serial | p as u64, local, remote);
             let coordinator = self.config.coordinators[p];
             if !self.post(coordinator, &wr, now_ns) {
                 self.slot_read(p, true, now_ns);
@@ -446,5 +486,79 @@ impl<F: Fabric> NodeCore<F> {
         if !self.pulling {
             self.pull_from = Some((p + 1) % self.config.coordinators.len());
         }
+    }
+}
+
+impl<F: Fabric> NodeCore<F> {
+    /// The failure detectors' reads, writes and reports (§4.2).
+    fn detect(&mut self, now_ns: u64) {
+        let (Some(detectors), Some(view)) = (&mut self.detectors, &self.view) else { return };
+        let me = self.me;
+        let mut beats = Vec::new();
+        for m in view.members.iter().filter(|m| m.node != me) {
+            let offset = self.boards.beat_offset(m.node) as usize;
+            beats.push((m.node, self.board.load_u64(offset).unwrap_or(0)));
+        }
+        for (node, value) in beats {
+            detectors.on_beat(node, value, now_ns);
+        }
+        for m in detectors.watched() {
+            if self.fabric.crash_notified(NodeId(m.node)) {
+                detectors.on_death(m, now_ns);
+            }
+        }
+        let ring = detectors.ring_read_due(now_ns);
+        let beat = detectors.beat_due(now_ns);
+        let reports = detectors.reports_due(now_ns, &mut self.report_payload);
+        let members: Vec<u16> = view.nodes().filter(|&n| n != me).collect();
+        if let Some(target) = ring {
+            self.read_heartbeat(target.node, now_ns);
+        }
+        if let Some(value) = beat {
+            let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.beat_offset(me) };
+            let bytes = value.to_le_bytes();
+            for node in members {
+                let wr = WorkRequest::write(
+                    BEAT_WRITE | u64::from(node),
+                    Source::Inline(&bytes),
+                    remote,
+                );
+                self.post(node, &wr.unsignaled(), now_ns);
+            }
+        }
+        if reports {
+            self.send_reports(now_ns);
+        }
+    }
+
+    fn read_heartbeat(&mut self, node: u16, now_ns: u64) {
+        let local =
+            LocalSlice { region: BOARD_REGION, offset: self.boards.ring_read_offset(), len: 8 };
+        let remote = RemoteAddr { region: BOARD_REGION, offset: HEARTBEAT_OFFSET };
+        let wr = WorkRequest::read(RING_READ | u64::from(node), local, remote);
+        if !self.post(node, &wr, now_ns) {
+            if let Some(d) = &mut self.detectors {
+                d.on_ring_read(None, now_ns);
+            }
+        }
+    }
+
+    /// Writes the due reports into this node's mailbox at the coordinator it believes leads.
+    fn send_reports(&mut self, now_ns: u64) {
+        let position = self.leader_hint;
+        let frame = self.outboxes[position].next(Kind::Report, &self.report_payload);
+        // Ten reports do not fit inline: the frame is written from the board's send area (a
+        // later frame put there before this one landed tears it; the checksum refuses it and
+        // the reports are repeated).
+        let send = self.boards.send_offset();
+        if self.board.write(send as usize, frame).is_err() {
+            return;
+        }
+        let len = frame.len() as u32;
+        let source = Source::Local(LocalSlice { region: BOARD_REGION, offset: send, len });
+        let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.inbox_offset(self.me) };
+        let leader = self.config.coordinators[position];
+        let wr = WorkRequest::write(REQUEST_WRITE | u64::from(leader), source, remote);
+        self.post(leader, &wr.unsignaled(), now_ns);
     }
 }

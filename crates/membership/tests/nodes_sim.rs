@@ -17,13 +17,20 @@ use std::collections::BTreeMap;
 struct ActiveSpans {
     spans: BTreeMap<u64, (u64, u64)>,
     views: BTreeMap<u64, View>,
+    /// Per view, the node that was active first and the one active last.
+    who: BTreeMap<u64, (u16, u16)>,
 }
 
 impl ActiveSpans {
-    fn record(&mut self, view: &View, now_ns: u64) {
+    fn record(&mut self, node: u16, view: &View, now_ns: u64) {
         let span = self.spans.entry(view.epoch).or_insert((now_ns, now_ns));
-        span.0 = span.0.min(now_ns);
-        span.1 = span.1.max(now_ns);
+        let who = self.who.entry(view.epoch).or_insert((node, node));
+        if now_ns < span.0 {
+            (span.0, who.0) = (now_ns, node);
+        }
+        if now_ns >= span.1 {
+            (span.1, who.1) = (now_ns, node);
+        }
         self.views.entry(view.epoch).or_insert_with(|| view.clone());
     }
 
@@ -39,8 +46,9 @@ impl ActiveSpans {
                 if !compatible {
                     let (ea, eb) = (self.spans[&a], self.spans[&b]);
                     if ea.1 >= eb.0 {
+                        let (wa, wb) = (self.who[&a].1, self.who[&b].0);
                         return Err(format!(
-                            "view {a} active until {} ns, view {b} from {} ns",
+                            "view {a} active until {} ns (node {wa}), view {b} from {} ns (node {wb})",
                             ea.1, eb.0
                         ));
                     }
@@ -56,6 +64,8 @@ struct Cluster {
     nodes: BTreeMap<u16, NodeCore<SimFabric>>,
     spans: ActiveSpans,
     events: Vec<(u16, NodeEvent)>,
+    /// Nodes crashed or paused: their cores are not polled.
+    stopped: std::collections::BTreeSet<u16>,
 }
 
 impl Cluster {
@@ -73,7 +83,8 @@ impl Cluster {
                 (n, core.unwrap())
             })
             .collect();
-        Cluster { sim, nodes, spans: ActiveSpans::default(), events: Vec::new() }
+        let stopped = Default::default();
+        Cluster { sim, nodes, spans: ActiveSpans::default(), events: Vec::new(), stopped }
     }
 
     fn run_for(&mut self, ns: u64) {
@@ -82,6 +93,9 @@ impl Cluster {
             let now = self.sim.world.now_ns();
             self.sim.poll();
             for (&n, core) in self.nodes.iter_mut() {
+                if self.stopped.contains(&n) {
+                    continue;
+                }
                 core.poll(now);
                 self.events.extend(core.drain_events().map(|e| (n, e)));
                 // Whatever view the published lease is on, as an application asking about any
@@ -89,7 +103,7 @@ impl Cluster {
                 if let Some(lease) = core.published().load() {
                     if lease.start_ns <= now && now < lease.end_ns {
                         let view = self.sim.decided.iter().find(|v| v.epoch == lease.epoch);
-                        self.spans.record(view.expect("a lease on a decided view"), now);
+                        self.spans.record(n, view.expect("a lease on a decided view"), now);
                     }
                 }
             }
@@ -125,6 +139,7 @@ fn nodes_join_hold_leases_and_leave() {
     assert_eq!(c.active(5), Some(latest.epoch), "node 5 holds a lease on the latest view");
     assert_eq!(c.active(6), Some(latest.epoch));
     assert!(c.events.iter().any(|(n, e)| *n == 5 && matches!(e, NodeEvent::Joined(_))));
+    assert!(latest.epoch <= 2, "views beyond the joins: {:?}", c.sim.decided);
 
     c.nodes.get_mut(&6).unwrap().leave();
     c.run_for(2_000_000);
@@ -168,4 +183,69 @@ fn a_lease_without_its_wait_is_caught() {
     let broken = LeaseConfig { mutation: LeaseMutation::StartAtT, ..LeaseConfig::default() };
     assert!(run(broken).is_err_and(|e| e.contains("active until")), "not caught");
     assert_eq!(run(LeaseConfig::default()), Ok(()));
+}
+
+impl Cluster {
+    /// Runs until the latest decided view lacks `node`, at most `ns`; the time it took.
+    fn until_removed(&mut self, node: u16, ns: u64) -> u64 {
+        let start = self.sim.world.now_ns();
+        while self.sim.world.now_ns() < start + ns {
+            self.run_for(10_000);
+            if self.sim.decided.last().is_some_and(|v| v.uid_of(node).is_none()) {
+                return self.sim.world.now_ns() - start;
+            }
+        }
+        panic!("node {node} still a member after {ns} ns: {:?}", self.sim.decided.last());
+    }
+
+    /// Every live node learnt the latest view and holds a lease on it.
+    fn converged(&mut self) {
+        self.run_for(500_000);
+        let latest = self.sim.decided.last().unwrap().epoch;
+        for (&n, _) in self.nodes.iter().filter(|(n, _)| !self.stopped.contains(n)) {
+            assert_eq!(self.active(n), Some(latest), "node {n} is not active in view {latest}");
+        }
+    }
+}
+
+/// §4.2 "Userspace failures": a crashed member is reported at once from the fabric's death
+/// signal and removed by the next view.
+#[test]
+fn a_crashed_member_is_removed() {
+    let mut c = Cluster::new(21, &[5, 6, 7]);
+    c.run_for(3_000_000);
+    assert!(c.sim.decided.last().unwrap().uid_of(6).is_some());
+    c.sim.world.crash(NodeId(6)).unwrap();
+    c.stopped.insert(6);
+    let took_ns = c.until_removed(6, 2_000_000);
+    assert!(took_ns < 200_000, "a crash took {took_ns} ns to remove");
+    c.converged();
+}
+
+/// §4.2 "Kernel failures": a member whose process stops (its memory still readable, as a
+/// SIGSTOPped process on shared memory) is caught by the heartbeat ring.
+#[test]
+fn a_paused_member_is_removed_by_the_ring() {
+    let mut c = Cluster::new(22, &[5, 6, 7]);
+    c.run_for(3_000_000);
+    c.sim.world.pause(NodeId(6)).unwrap();
+    c.stopped.insert(6);
+    let took_ns = c.until_removed(6, 2_000_000);
+    assert!(took_ns < 500_000, "a stopped member took {took_ns} ns to remove");
+    c.converged();
+}
+
+/// §4.2 "Catastrophic failures": a cut link between two members is found by the broadcast
+/// heartbeats' timeout, and the next view is the largest clique with the leader.
+#[test]
+fn a_cut_link_leaves_one_side_out() {
+    let mut c = Cluster::new(23, &[5, 6, 7]);
+    c.run_for(3_000_000);
+    c.sim.world.partition(NodeId(6), NodeId(7));
+    let took_ns = c.until_removed(7, 5_000_000);
+    assert!(took_ns > 1_000_000, "found before the 1 ms timeout: {took_ns} ns");
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert!(latest.uid_of(6).is_some() && latest.uid_of(5).is_some(), "{latest:?}");
+    c.stopped.insert(7);
+    c.converged();
 }

@@ -5,8 +5,7 @@
 use mu_fabric::NodeId;
 use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
 use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig};
-use mu_ukharon::changes::uid_for;
-use mu_ukharon::view::{Member, View};
+use mu_ukharon::view::View;
 
 pub const CLUSTER: u64 = 0xC0FFEE;
 
@@ -14,9 +13,10 @@ pub fn config() -> MembershipConfig {
     MembershipConfig::new(CLUSTER, vec![0, 1, 2], 8)
 }
 
+/// The first view: no members yet (the coordinators here run no node core, so they are not
+/// members: members that heard no beats from them would report them).
 pub fn initial() -> View {
-    let members = (0..3u16).map(|n| Member { node: n, uid: uid_for(0, n) }).collect();
-    View::initial(CLUSTER, members, Some(0), 20_000)
+    View::initial(CLUSTER, Vec::new(), None, 20_000)
 }
 
 pub struct Sim {
