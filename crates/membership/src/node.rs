@@ -70,6 +70,8 @@ pub struct NodeCore<F: Fabric> {
     view: Option<View>,
     member: Option<Member>,
     want: Want,
+    /// A lease duration asked for and not yet in the latest view.
+    lease_wanted: Option<u64>,
     /// Unique ids of views decided before this incarnation first asked to join are not its.
     joined_after_epoch: Option<u64>,
     next_request_ns: u64,
@@ -127,6 +129,7 @@ impl<F: Fabric> NodeCore<F> {
             view: None,
             member: None,
             want: Want::Member,
+            lease_wanted: None,
             joined_after_epoch: None,
             next_request_ns: 0,
             leader_hint: 0,
@@ -165,6 +168,13 @@ impl<F: Fabric> NodeCore<F> {
     /// This node as a member of the latest view, if it is one.
     pub fn member(&self) -> Option<Member> {
         self.member
+    }
+
+    /// Asks the coordinators for views with leases of `lease_ns` (§6.3 adaptive leases): the
+    /// request goes out until a view carries that lease.
+    pub fn ask_lease(&mut self, lease_ns: u64) {
+        self.lease_wanted = Some(lease_ns);
+        self.next_request_ns = 0;
     }
 
     /// Asks to leave: leave requests go out until a view excludes this node.
@@ -413,6 +423,12 @@ impl<F: Fabric> NodeCore<F> {
                 Request::Join { incarnation: self.incarnation() }
             }
             (Want::Out, Some(member)) => Request::Leave { member },
+            (Want::Member, Some(_)) => match self.lease_wanted {
+                Some(lease_ns) if self.view.as_ref().is_some_and(|v| v.lease_ns != lease_ns) => {
+                    Request::Lease { lease_ns }
+                }
+                _ => return,
+            },
             _ => return,
         };
         if now_ns < self.next_request_ns {

@@ -41,6 +41,7 @@ pub enum Kind {
     Report = 3,
     Renew = 4,
     Answer = 5,
+    Lease = 6,
 }
 
 impl Kind {
@@ -51,6 +52,7 @@ impl Kind {
             3 => Kind::Report,
             4 => Kind::Renew,
             5 => Kind::Answer,
+            6 => Kind::Lease,
             _ => return None,
         })
     }
@@ -181,6 +183,11 @@ pub enum Request {
     Leave {
         member: Member,
     },
+    /// A longer or shorter lease for the next views (§6.3 adaptive leases: a compatible view
+    /// when nothing else changes).
+    Lease {
+        lease_ns: u64,
+    },
 }
 
 impl Request {
@@ -188,6 +195,7 @@ impl Request {
         match self {
             Request::Join { .. } => Kind::Join,
             Request::Leave { .. } => Kind::Leave,
+            Request::Lease { .. } => Kind::Lease,
         }
     }
 
@@ -196,6 +204,7 @@ impl Request {
         let (a, b) = match *self {
             Request::Join { incarnation } => (incarnation, 0),
             Request::Leave { member } => (u64::from(member.node), member.uid),
+            Request::Lease { lease_ns } => (lease_ns, 0),
         };
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&a.to_le_bytes());
@@ -213,6 +222,7 @@ impl Request {
             Kind::Leave if a < u64::from(u16::MAX) && a == u64::from(frame.from) => {
                 Some(Request::Leave { member: Member { node: a as u16, uid: b } })
             }
+            Kind::Lease if b == 0 => Some(Request::Lease { lease_ns: a }),
             _ => None,
         }
     }
@@ -290,6 +300,10 @@ mod tests {
         let m = mailbox(out.next(leave.kind(), &leave.payload()), 32);
         let frame = inbox.take(&m).unwrap().unwrap();
         assert_eq!(Request::from_frame(&frame), Some(leave));
+        let lease = Request::Lease { lease_ns: 40_000 };
+        let m = mailbox(out.next(lease.kind(), &lease.payload()), 32);
+        let frame = inbox.take(&m).unwrap().unwrap();
+        assert_eq!(Request::from_frame(&frame), Some(lease));
         assert_eq!(inbox.take(&[0u8; 64]).unwrap(), None, "an empty mailbox");
     }
 
