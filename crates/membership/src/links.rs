@@ -74,6 +74,13 @@ impl Links {
     ) -> Vec<usize> {
         let mut up = Vec::new();
         for i in 0..self.peers.len() {
+            // A peer whose process died: both sides are bound to that incarnation, and
+            // whatever its next incarnation initiates into this node would be dropped until
+            // they are bound again. Binding fails while it is dead, so this rebinds to the
+            // next one as soon as it runs.
+            if self.states[i] == State::Up && fabric.crash_notified(self.peers[i]) {
+                self.states[i] = State::Down { retry_at_ns: now_ns };
+            }
             let State::Down { retry_at_ns } = self.states[i] else { continue };
             if now_ns < retry_at_ns {
                 continue;

@@ -183,6 +183,25 @@ impl<F: Fabric> NodeCore<F> {
         self.next_request_ns = 0;
     }
 
+    /// A one-line account of the core's state, for status output and failed tests.
+    pub fn describe(&self) -> String {
+        let links: Vec<u16> = (0..self.links.peers().len())
+            .filter(|&i| self.links.is_up(i))
+            .map(|i| self.links.peers()[i].0)
+            .collect();
+        format!(
+            "node {} view {:?} member {:?} lease {:?} check {:?} pull {:?}/{} leader hint {} links up {links:?}",
+            self.me,
+            self.view.as_ref().map(|v| v.epoch),
+            self.member,
+            self.published.load(),
+            self.check.as_ref().map(|(c, t, _)| (c.index(), c.state(), t.t_ns)),
+            self.pull_from,
+            self.pulling,
+            self.leader_hint,
+        )
+    }
+
     /// What happened since the last call.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, NodeEvent> {
         self.events.drain(..)

@@ -9,6 +9,9 @@
 //!   file: agreement, validity, durability (no acknowledged proposal lost), a single writer per
 //!   log, linearizability of the client history (through the `lincheck` helper).
 //!
+//! [`ukharon`] runs the uKharon membership service the same way (`mu sim --protocol ukharon`):
+//! coordinators and node cores, its own faults (clock drift among them) and checkers.
+//!
 //! A run is a function of its seed and configuration: [`SeedReport::trace_hash`] is equal for
 //! two runs of one seed, which a test checks.
 
@@ -19,6 +22,7 @@ pub mod faults;
 pub mod history;
 pub mod membership;
 pub mod run;
+pub mod ukharon;
 pub mod workload;
 
 pub use cluster::{change_label, SimCluster};

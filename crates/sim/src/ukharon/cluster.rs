@@ -1,0 +1,207 @@
+//! A uKharon cluster on the simulated fabric: coordinators and node cores, each node with its
+//! own clock (an offset and a rate within the drift bound), polled in rounds of virtual time;
+//! what every round shows goes to the checkers.
+
+use super::check::active::ActiveSpans;
+use super::check::views::ViewLog;
+use mu_fabric::NodeId;
+use mu_fabric_sim::{LinkDelay, SimConfig, SimFabric, SimWorld};
+use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig, NodeCore, NodeEvent};
+use mu_ukharon::lease::LeaseConfig;
+use mu_ukharon::view::View;
+use std::collections::BTreeMap;
+
+/// A node's clock: `local = offset + global + global × rate_ppm / 10⁶`.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub offset_ns: u64,
+    pub rate_ppm: i64,
+}
+
+impl Clock {
+    pub fn local(&self, global_ns: u64) -> u64 {
+        let skew = (global_ns as i128 * self.rate_ppm as i128) / 1_000_000;
+        (self.offset_ns as i128 + global_ns as i128 + skew) as u64
+    }
+}
+
+/// One node: its core (none while crashed), its clock, whether it is paused.
+pub struct Node {
+    pub core: Option<NodeCore<SimFabric>>,
+    pub clock: Clock,
+    pub paused: bool,
+    pub incarnations: u64,
+}
+
+/// See the module docs.
+pub struct UkCluster {
+    pub world: SimWorld,
+    pub config: MembershipConfig,
+    pub lease: LeaseConfig,
+    pub coordinators: Vec<Option<CoordinatorDriver<SimFabric>>>,
+    pub coordinator_clocks: Vec<Clock>,
+    pub nodes: BTreeMap<u16, Node>,
+    pub spans: ActiveSpans,
+    pub log: ViewLog,
+    pub seed: u64,
+    pub node_events: u64,
+}
+
+impl UkCluster {
+    /// Coordinators 0..coordinators, nodes after them, all joining at once.
+    pub fn new(
+        seed: u64,
+        coordinators: u16,
+        nodes: u16,
+        lease: LeaseConfig,
+        clocks: &[Clock],
+    ) -> Result<UkCluster, String> {
+        assert_eq!(clocks.len(), usize::from(coordinators + nodes), "a clock per node");
+        let world = SimWorld::new(SimConfig::default(), seed);
+        let ids = (0..coordinators).collect();
+        let config = MembershipConfig::new(0x5EED ^ seed, ids, coordinators + nodes);
+        let initial = View::initial(config.cluster, Vec::new(), None, config.lease_ns);
+        let mut cs = Vec::new();
+        let mut coordinator_clocks = Vec::new();
+        for c in 0..coordinators {
+            let fabric = world.node(NodeId(c));
+            let driver = CoordinatorDriver::new(
+                fabric,
+                config.clone(),
+                initial.clone(),
+                seed + 7 * u64::from(c),
+            );
+            cs.push(Some(driver?));
+            coordinator_clocks.push(clocks[usize::from(c)]);
+        }
+        let mut cluster = UkCluster {
+            world,
+            config,
+            lease,
+            coordinators: cs,
+            coordinator_clocks,
+            nodes: BTreeMap::new(),
+            spans: ActiveSpans::default(),
+            log: ViewLog::default(),
+            seed,
+            node_events: 0,
+        };
+        for n in coordinators..coordinators + nodes {
+            let core = cluster.start_core(n, 0)?;
+            let clock = clocks[usize::from(n)];
+            cluster
+                .nodes
+                .insert(n, Node { core: Some(core), clock, paused: false, incarnations: 1 });
+        }
+        Ok(cluster)
+    }
+
+    fn start_core(&self, node: u16, incarnation: u64) -> Result<NodeCore<SimFabric>, String> {
+        let fabric = self.world.node(NodeId(node));
+        let random = self.seed.rotate_left(17) ^ (u64::from(node) << 32) ^ incarnation;
+        NodeCore::new(fabric, self.config.clone(), self.lease, random)
+    }
+
+    /// Restarts a crashed node as a new process.
+    pub fn restart(&mut self, node: u16) -> Result<(), String> {
+        self.world.restart(NodeId(node)).map_err(|e| e.to_string())?;
+        let incarnation = self.nodes[&node].incarnations;
+        let core = self.start_core(node, incarnation)?;
+        let slot = self.nodes.get_mut(&node).expect("a node of the cluster");
+        slot.core = Some(core);
+        slot.incarnations += 1;
+        Ok(())
+    }
+
+    /// One round: every live coordinator and node polls at its clock's reading, then the
+    /// fabric runs for `step_ns`. An error is a checker's finding.
+    pub fn round(&mut self, step_ns: u64) -> Result<(), String> {
+        let now = self.world.now_ns();
+        for (c, driver) in self.coordinators.iter_mut().enumerate() {
+            let Some(driver) = driver else { continue };
+            driver.poll(self.coordinator_clocks[c].local(now));
+            for event in driver.drain_events() {
+                match event {
+                    CoordinatorEvent::Decided(view) => {
+                        self.log.saw(&format!("coordinator {c}"), &view)?
+                    }
+                    CoordinatorEvent::BadDecision { index, why } => {
+                        return Err(format!("coordinator {c}: bad decision at {index}: {why}"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (&n, node) in self.nodes.iter_mut() {
+            let Some(core) = node.core.as_mut().filter(|_| !node.paused) else { continue };
+            let local = node.clock.local(now);
+            core.poll(local);
+            for event in core.drain_events() {
+                self.node_events += 1;
+                if let NodeEvent::View(view) = event {
+                    self.log.saw(&format!("node {n}"), &view)?;
+                }
+            }
+            if let Some(lease) = core.published().load() {
+                if lease.start_ns <= local && local < lease.end_ns {
+                    self.spans.record(n, lease.epoch, now);
+                }
+            }
+        }
+        self.world.run_until(now + step_ns);
+        Ok(())
+    }
+
+    /// Runs rounds of `step_ns` for `ns`.
+    pub fn run_for(&mut self, ns: u64, step_ns: u64) -> Result<(), String> {
+        let end = self.world.now_ns() + ns;
+        while self.world.now_ns() < end {
+            self.round(step_ns)?;
+        }
+        self.spans.check(&self.log.views)
+    }
+
+    /// Removes every link delay and partition among `nodes`.
+    pub fn heal_links(&mut self) {
+        let all: Vec<u16> = (0..self.config.nodes_max).collect();
+        for &a in &all {
+            for &b in all.iter().filter(|&&b| b > a) {
+                self.world.heal(NodeId(a), NodeId(b));
+                self.world.set_link_delay(NodeId(a), NodeId(b), LinkDelay::default());
+            }
+        }
+    }
+
+    /// Nodes whose process runs (not crashed).
+    pub fn live_nodes(&self) -> Vec<u16> {
+        self.nodes.iter().filter(|(_, n)| n.core.is_some()).map(|(&id, _)| id).collect()
+    }
+
+    /// Whether every live node holds a lease on the latest decided view, and that view's
+    /// members are exactly the live nodes.
+    pub fn converged(&self) -> Result<(), String> {
+        let latest = self.log.latest().ok_or("no view decided")?;
+        let now = self.world.now_ns();
+        let live = self.live_nodes();
+        let members: Vec<u16> = latest.nodes().collect();
+        if members != live {
+            return Err(format!(
+                "view {} has members {members:?}, live nodes {live:?}",
+                latest.epoch
+            ));
+        }
+        for n in live {
+            let node = &self.nodes[&n];
+            let core = node.core.as_ref().expect("live");
+            if !core.published().active_at(latest.epoch, node.clock.local(now)) {
+                let at = node.clock.local(now);
+                return Err(format!(
+                    "node {n} is not active in view {} at {at} ns: {}",
+                    latest.epoch,
+                    core.describe()
+                ));
+            }
+        }
+        Ok(())
+    }
+}

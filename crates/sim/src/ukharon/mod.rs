@@ -1,0 +1,275 @@
+//! uKharon in the simulator (`mu sim --protocol ukharon`): coordinators and node cores on the
+//! simulated fabric, with crashes, restarts (as new unique ids), pauses, delays, partitions,
+//! coordinator crashes, adaptive lease requests, and per-node clock drift and offset within
+//! the bound. A safety phase injects faults; a liveness phase heals everything and requires
+//! convergence: every live node a member of the latest view and active in it.
+//!
+//! Checkers ([`check`]): one active view at a time on the simulator's one clock, view
+//! agreement and the wait rule, no readmitted unique id, convergence.
+
+pub mod check;
+pub mod cluster;
+pub mod faults;
+
+use cluster::{Clock, UkCluster};
+pub use faults::{UkFaults, UK_FAULT_NAMES};
+use mu_fabric::NodeId;
+use mu_fabric_sim::LinkDelay;
+use mu_ukharon::lease::{LeaseConfig, LeaseMutation};
+
+/// One run's setup.
+#[derive(Clone, Debug)]
+pub struct UkRunConfig {
+    pub seed: u64,
+    pub coordinators: u16,
+    pub nodes: u16,
+    pub faults: UkFaults,
+    /// Fault steps of the safety phase, each followed by 50 to 300 µs of virtual time.
+    pub steps: u32,
+    /// Clocks drift by up to this (parts per million), when `faults.drift`.
+    pub drift_ppm: i64,
+    /// A deliberately broken lease engine every node runs.
+    pub mutation: LeaseMutation,
+    /// How long the healed cluster has to converge.
+    pub liveness_bound_ns: u64,
+}
+
+impl UkRunConfig {
+    pub fn new(seed: u64) -> UkRunConfig {
+        UkRunConfig {
+            seed,
+            coordinators: 3,
+            nodes: 4,
+            faults: UkFaults::ALL,
+            steps: 40,
+            drift_ppm: 20_000,
+            mutation: LeaseMutation::None,
+            liveness_bound_ns: 20_000_000,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Clone, Debug)]
+pub struct UkReport {
+    pub seed: u64,
+    /// Views decided.
+    pub views: u64,
+    /// Views active somewhere at some time.
+    pub active_views: usize,
+    pub faults_injected: u32,
+    /// The checker that failed, and why.
+    pub violation: Option<String>,
+    pub trace_hash: u64,
+}
+
+/// The lease names of `--mutation`.
+pub fn parse_mutation(name: &str) -> Result<LeaseMutation, String> {
+    Ok(match name {
+        "start-at-t" => LeaseMutation::StartAtT,
+        "timestamp-after-reads" => LeaseMutation::TimestampAfterReads,
+        "no-drift-margin" => LeaseMutation::NoDriftMargin,
+        "compatible-shortcut" => LeaseMutation::CompatibleShortcutOnIncompatible,
+        other => {
+            return Err(format!(
+                "unknown mutation {other:?}: start-at-t, timestamp-after-reads, \
+                 no-drift-margin or compatible-shortcut"
+            ))
+        }
+    })
+}
+
+/// A small generator of the run's choices (the fabric has its own, from the same seed).
+struct Choices(u64);
+
+impl Choices {
+    fn next(&mut self) -> u64 {
+        // SplitMix64.
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Runs one seed.
+pub fn run(config: &UkRunConfig) -> UkReport {
+    let mut choices = Choices(config.seed ^ 0x756b_6861_726f_6e);
+    let drift = config.faults.drift;
+    let bound = config.drift_ppm;
+    let lease = LeaseConfig {
+        drift_ppm: bound.unsigned_abs(),
+        mutation: config.mutation,
+        ..LeaseConfig::default()
+    };
+    let clocks: Vec<Clock> = (0..config.coordinators + config.nodes)
+        .map(|_| match drift {
+            false => Clock { offset_ns: 0, rate_ppm: 0 },
+            true => Clock {
+                offset_ns: choices.below(1_000_000_000),
+                rate_ppm: choices.below(2 * bound.unsigned_abs() + 1) as i64 - bound,
+            },
+        })
+        .collect();
+    let mut report = UkReport {
+        seed: config.seed,
+        views: 0,
+        active_views: 0,
+        faults_injected: 0,
+        violation: None,
+        trace_hash: 0,
+    };
+    let result = UkCluster::new(config.seed, config.coordinators, config.nodes, lease, &clocks)
+        .and_then(|mut cluster| {
+            let r = phases(&mut cluster, config, &mut choices, &mut report);
+            report.views = cluster.log.views.len() as u64;
+            report.active_views = cluster.spans.epochs();
+            report.trace_hash = cluster.world.trace_hash();
+            r
+        });
+    report.violation = result.err();
+    report
+}
+
+fn phases(
+    cluster: &mut UkCluster,
+    config: &UkRunConfig,
+    choices: &mut Choices,
+    report: &mut UkReport,
+) -> Result<(), String> {
+    // Everyone joins before the faults start.
+    cluster.run_for(3_000_000, 500)?;
+    for _ in 0..config.steps {
+        if inject(cluster, config, choices)? {
+            report.faults_injected += 1;
+        }
+        cluster.run_for(50_000 + choices.below(250_000), 500)?;
+    }
+    heal(cluster)?;
+    let deadline = cluster.world.now_ns() + config.liveness_bound_ns;
+    let mut last = Err(String::new());
+    while cluster.world.now_ns() < deadline {
+        cluster.run_for(500_000, 500)?;
+        last = cluster.converged();
+        if last.is_ok() {
+            return Ok(());
+        }
+    }
+    last.map_err(|e| format!("no convergence within the liveness bound: {e}"))
+}
+
+/// The liveness phase's start: every paused node resumes, links heal, crashed nodes stay down.
+fn heal(cluster: &mut UkCluster) -> Result<(), String> {
+    cluster.heal_links();
+    for (&n, node) in cluster.nodes.iter_mut() {
+        if node.paused {
+            node.paused = false;
+            cluster.world.resume(NodeId(n)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// One fault step: picks an enabled fault and where it strikes. Whether one was injected.
+fn inject(
+    cluster: &mut UkCluster,
+    config: &UkRunConfig,
+    choices: &mut Choices,
+) -> Result<bool, String> {
+    let f = config.faults;
+    let kinds: Vec<&str> = [
+        (f.crash, "crash"),
+        (f.restart, "restart"),
+        (f.pause, "pause"),
+        (f.delay, "delay"),
+        (f.partition, "partition"),
+        (f.lease, "lease"),
+        (f.coordinator, "coordinator"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if kinds.is_empty() {
+        return Ok(false);
+    }
+    let kind = kinds[choices.below(kinds.len() as u64) as usize];
+    let live: Vec<u16> = cluster.live_nodes();
+    let running: Vec<u16> = live.iter().copied().filter(|n| !cluster.nodes[n].paused).collect();
+    let pick =
+        |choices: &mut Choices, from: &[u16]| from[choices.below(from.len() as u64) as usize];
+    let world = cluster.world.clone();
+    let err = |e: mu_fabric::FabricError| e.to_string();
+    match kind {
+        "crash" if running.len() > 2 => {
+            let n = pick(choices, &running);
+            world.crash(NodeId(n)).map_err(err)?;
+            cluster.nodes.get_mut(&n).expect("a node").core = None;
+        }
+        "restart" => {
+            let crashed: Vec<u16> =
+                cluster.nodes.iter().filter(|(_, n)| n.core.is_none()).map(|(&id, _)| id).collect();
+            if crashed.is_empty() {
+                return Ok(false);
+            }
+            cluster.restart(pick(choices, &crashed))?;
+        }
+        "pause" => {
+            let paused: Vec<u16> =
+                live.iter().copied().filter(|n| cluster.nodes[n].paused).collect();
+            if !paused.is_empty() && choices.below(2) == 0 {
+                let n = pick(choices, &paused);
+                world.resume(NodeId(n)).map_err(err)?;
+                cluster.nodes.get_mut(&n).expect("a node").paused = false;
+            } else if running.len() > 2 {
+                let n = pick(choices, &running);
+                world.pause(NodeId(n)).map_err(err)?;
+                cluster.nodes.get_mut(&n).expect("a node").paused = true;
+            } else {
+                return Ok(false);
+            }
+        }
+        "delay" => {
+            let count = u64::from(config.coordinators + config.nodes);
+            let (a, b) = (choices.below(count) as u16, choices.below(count) as u16);
+            let delay =
+                LinkDelay { extra_ns: choices.below(20_000), jitter_ns: choices.below(5_000) };
+            world.set_link_delay(NodeId(a), NodeId(b), delay);
+        }
+        "partition" if live.len() > 1 => {
+            let (a, b) = (pick(choices, &live), pick(choices, &live));
+            if a == b {
+                return Ok(false);
+            }
+            if world.is_partitioned(NodeId(a), NodeId(b)) {
+                world.heal(NodeId(a), NodeId(b));
+            } else {
+                world.partition(NodeId(a), NodeId(b));
+            }
+        }
+        "lease" if !running.is_empty() => {
+            let n = pick(choices, &running);
+            let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
+            if let Some(core) = cluster.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
+                core.ask_lease(lease_ns);
+            }
+        }
+        "coordinator" => {
+            let down = cluster.coordinators.iter().filter(|c| c.is_none()).count();
+            if 2 * (down + 1) >= cluster.coordinators.len() {
+                return Ok(false); // a majority stays up
+            }
+            let c = choices.below(cluster.coordinators.len() as u64) as usize;
+            if cluster.coordinators[c].take().is_none() {
+                return Ok(false);
+            }
+            world.crash(NodeId(c as u16)).map_err(err)?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
