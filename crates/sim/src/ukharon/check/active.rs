@@ -29,6 +29,26 @@ impl ActiveSpans {
         self.spans.len()
     }
 
+    /// The smallest gap between the end of a view's span and the start of a later view's of
+    /// another run: how close the run came to an overlap.
+    pub fn slack_ns(&self, views: &BTreeMap<u64, View>) -> Option<i64> {
+        let epochs: Vec<u64> = self.spans.keys().copied().collect();
+        let mut slack = None;
+        for (i, &a) in epochs.iter().enumerate() {
+            for &b in &epochs[i + 1..] {
+                let same_run = (a + 1..=b).all(|e| {
+                    let (prev, next) = (views.get(&(e - 1)), views.get(&e));
+                    prev.zip(next).is_some_and(|(p, n)| n.is_compatible_successor(p))
+                });
+                if !same_run {
+                    let gap = self.spans[&b].0 as i64 - self.spans[&a].2 as i64;
+                    slack = Some(slack.map_or(gap, |s: i64| s.min(gap)));
+                }
+            }
+        }
+        slack
+    }
+
     /// Checks the spans against the decided views (`views[e]` is the view of epoch `e`).
     pub fn check(&self, views: &BTreeMap<u64, View>) -> Result<(), String> {
         let epochs: Vec<u64> = self.spans.keys().copied().collect();
