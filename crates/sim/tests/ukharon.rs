@@ -1,7 +1,7 @@
 //! uKharon in the simulator: seeds with every fault pass every checker, a seed replays
 //! identically, and each broken lease engine is caught within a bounded number of seeds.
 
-use mu_sim::ukharon::{run, UkFaults, UkRunConfig};
+use mu_sim::ukharon::{run, UkRunConfig};
 use mu_ukharon::lease::LeaseMutation;
 
 fn seeds() -> u64 {
