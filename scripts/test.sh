@@ -78,6 +78,20 @@ sim_sweep velos all 200 0
 step "simulator sweep: mu sim --seeds 100 --faults all,membership, on Mu and on Velos (replicas added and removed, lincheck)"
 sim_sweep mu all,membership 100 0
 sim_sweep velos all,membership 100 0
+step "simulator sweep: mu sim --protocol ukharon --seeds 200 (coordinators and members; crashes, restarts, pauses, delays, partitions, clock drift, lease changes; one active view at a time, agreement, ids, convergence) and a mutation it must catch"
+out=$(./target/release/mu sim --protocol ukharon --seeds 200 --json)
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["protocol"] == "ukharon" and d["seeds"] == 200 and d["failed"] == [], d
+assert d["views"] > 1000 and d["faults_injected"] > 1000 and d["slack_ns_min"] > 0, d
+print("ukharon sim: 200 seeds, %d views, %d faults, smallest slack %d ns, no failure"
+      % (d["views"], d["faults_injected"], d["slack_ns_min"]))
+PY
+if ./target/release/mu sim --protocol ukharon --seeds 20 --mutation no-drift-margin >/dev/null 2>&1; then
+  echo "the ukharon simulator missed a lease engine without its drift margin" >&2
+  exit 1
+fi
 
 step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 6 minutes)"
 bash scripts/tlc.sh

@@ -8,6 +8,7 @@ extern crate mu_procs;
 
 mod demo;
 mod sim;
+mod sim_ukharon;
 
 #[cfg(feature = "bench")]
 use mu_bench as bench;

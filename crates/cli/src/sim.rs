@@ -18,29 +18,34 @@ use std::time::{Duration, Instant};
 pub struct Args {
     /// Replay one seed and print its whole trace.
     #[arg(long, conflicts_with_all = ["seeds", "first_seed"])]
-    seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Sweep this many seeds (default 100).
     #[arg(long, value_parser = mu_procs::counts::count)]
-    seeds: Option<u64>,
+    pub(crate) seeds: Option<u64>,
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]
-    first_seed: u64,
-    /// The protocol to run: mu or velos.
-    #[arg(long, default_value = "mu", value_parser = parse_protocol)]
-    protocol: Protocol,
+    pub(crate) first_seed: u64,
+    /// The protocol to run: mu, velos, or ukharon (the membership service: coordinators and
+    /// member nodes, its own faults and checkers).
+    #[arg(long, default_value = "mu")]
+    pub(crate) protocol: String,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=9))]
     replicas: Option<u16>,
+    /// uKharon: member nodes, 2 to 32 (default 4; coordinators: 3).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(2..=32))]
+    pub(crate) nodes: Option<u16>,
     /// Faults to inject: none, or a comma-separated list of all (every fault but membership),
     /// crash, restart, pause, delay, partition, perm-failure, out-of-order, membership (replicas
     /// added and removed; --replicas is then how many there may be, at least 3 of them members
-    /// at first).
-    #[arg(long, default_value = "all", value_parser = Faults::parse)]
-    faults: Faults,
+    /// at first). uKharon's: all, or some of crash, restart, pause, delay, partition, drift,
+    /// lease, coordinator.
+    #[arg(long, default_value = "all")]
+    pub(crate) faults: String,
     /// Steps of the safety phase per seed (each a fault or client operations, then up to
-    /// 200 µs of virtual time).
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    steps: u32,
+    /// 200 µs of virtual time; uKharon: a fault, then 50 to 300 µs). Default 60 (uKharon 40).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) steps: Option<u32>,
     /// Key-value clients per cluster, 1 to 64.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     clients: u64,
@@ -55,15 +60,16 @@ pub struct Args {
     #[arg(long)]
     history_dir: Option<PathBuf>,
     /// Run a deliberately broken engine variant: skip-revoke or skip-prepare-adopt (builds with
-    /// the `mutations` feature only).
+    /// the `mutations` feature only); uKharon: start-at-t, timestamp-after-reads,
+    /// no-drift-margin or compatible-shortcut.
     #[arg(long)]
-    mutation: Option<String>,
+    pub(crate) mutation: Option<String>,
     /// Worker threads for a sweep (default: the cores available).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
-    jobs: Option<u64>,
+    pub(crate) jobs: Option<u64>,
     /// Print a summary as JSON on stdout instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Requests a connection holds before a post on it is refused as a full queue, as an RDMA
     /// send queue (34 to 65536). Default: no limit.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65536))]
@@ -74,14 +80,19 @@ pub struct Args {
     watch: bool,
 }
 
-fn parse_protocol(name: &str) -> Result<Protocol, String> {
-    Protocol::parse(name)
-}
-
 /// Trace lines shown with a failure found by a sweep (a replay shows them all).
 const TRACE_TAIL_LINES: usize = 40;
 
 pub fn run(args: Args) -> Result<(), String> {
+    if args.protocol == "ukharon" {
+        return crate::sim_ukharon::run(&args);
+    }
+    let protocol = Protocol::parse(&args.protocol)
+        .map_err(|e| format!("{e} (or ukharon, the membership service)"))?;
+    let faults = Faults::parse(&args.faults)?;
+    if args.nodes.is_some() {
+        return Err("--nodes is uKharon's: give --replicas for mu and velos".into());
+    }
     let lincheck = if args.no_lincheck {
         None
     } else {
@@ -113,12 +124,12 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let config_of = |seed: u64| {
         let mut c = RunConfig::new(seed);
-        c.protocol = args.protocol;
+        c.protocol = protocol;
         if let Some(r) = args.replicas {
             c.replicas = r;
         }
-        c.faults = args.faults;
-        c.steps = args.steps;
+        c.faults = faults;
+        c.steps = args.steps.unwrap_or(60);
         c.clients = args.clients as usize;
         c.lincheck = lincheck.clone();
         c.history_dir = args.history_dir.clone();
