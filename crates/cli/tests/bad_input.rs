@@ -71,6 +71,14 @@ fn a_connection_smaller_than_what_mu_writes_at_once_is_refused() {
 }
 
 #[test]
+fn ukharon_sims_refuse_what_they_do_not_know() {
+    refused(&["sim", "--protocol", "ukharon", "--faults", "crush"], "unknown fault \"crush\"");
+    refused(&["sim", "--protocol", "ukharon", "--mutation", "skip-revoke"], "start-at-t");
+    refused(&["sim", "--protocol", "paxos", "--seeds", "1"], "or ukharon");
+    refused(&["sim", "--nodes", "4", "--seeds", "1", "--no-lincheck"], "--nodes is uKharon's");
+}
+
+#[test]
 fn membership_changes_need_three_replicas() {
     refused(
         &["sim", "--faults", "membership", "--replicas", "2", "--seeds", "1", "--no-lincheck"],
