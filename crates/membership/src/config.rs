@@ -26,8 +26,16 @@ pub struct MembershipConfig {
     pub coordinators: Vec<u16>,
     /// Every node id is below this: boards hold one beat word and one mailbox per node id.
     pub nodes_max: u16,
-    /// The lease duration δ of the views the coordinators propose (§6.2: about 20 µs).
+    /// The lease duration δ of the views the coordinators propose (§6.2: about 20 µs); through
+    /// caches, the lease every application holds.
     pub lease_ns: u64,
+    /// Lease caches' node ids (§6.3). When there are some, every member renews its lease
+    /// through them, never with the coordinators directly: leases of both kinds in one cluster
+    /// could overlap (a cache's lease outlives a member's wait by up to ∆).
+    pub caches: Vec<u16>,
+    /// ∆: how long a cache's lease lasts, and how long its first lease on a view waits (§6.3:
+    /// 25 µs).
+    pub cache_lease_ns: u64,
     /// Slot words of the coordinators' consensus region (a view's index is its epoch modulo).
     pub slots_count: u64,
     /// Heartbeat ring: the wait after a read completed before the next (§4.2: 30 µs).
@@ -53,6 +61,8 @@ impl MembershipConfig {
             coordinators,
             nodes_max,
             lease_ns: 20_000,
+            caches: Vec::new(),
+            cache_lease_ns: 25_000,
             slots_count: 1024,
             ring_read_gap_ns: 30_000,
             beat_period_ns: 100_000,
@@ -79,6 +89,17 @@ impl MembershipConfig {
             if c[..i].contains(&node) {
                 return bad("coordinators", format!("node {node} listed twice"));
             }
+        }
+        for (i, &node) in self.caches.iter().enumerate() {
+            if node >= self.nodes_max || c.contains(&node) || self.caches[..i].contains(&node) {
+                let why = format!("node {node}: below nodes_max, not a coordinator, listed once");
+                return bad("caches", why);
+            }
+        }
+        if !self.caches.is_empty()
+            && (self.cache_lease_ns == 0 || self.cache_lease_ns > 10_000_000_000)
+        {
+            return bad("cache_lease_ns", format!("{} ns: from 1 ns to 10 s", self.cache_lease_ns));
         }
         if !self.slots_count.is_power_of_two() || self.slots_count < 4 {
             return bad("slots_count", format!("{}: a power of two, at least 4", self.slots_count));
@@ -115,6 +136,11 @@ impl MembershipConfig {
     pub fn fingerprint(&self) -> u64 {
         let mut words = vec![self.cluster, u64::from(self.nodes_max), self.slots_count];
         words.extend(self.coordinators.iter().map(|&n| u64::from(n)));
+        words.push(u64::MAX); // between the lists
+        words.extend(self.caches.iter().map(|&n| u64::from(n)));
+        if !self.caches.is_empty() {
+            words.extend([self.lease_ns, self.cache_lease_ns]); // δ and ∆ must agree too
+        }
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         // Never 0: a board whose fingerprint word is 0 has not been set up yet.
         mu_log::digest(0x6d65_6d62_6572_7368, &bytes) | 1
@@ -146,6 +172,9 @@ mod tests {
         assert_eq!(key(|c| c.slots_count = 1000), "slots_count");
         assert_eq!(key(|c| c.repeat_ns = 0), "repeat_ns");
         assert_eq!(key(|c| c.beat_timeout_ns = c.beat_period_ns), "beat_timeout_ns");
+        assert_eq!(key(|c| c.caches = vec![1]), "caches");
+        assert_eq!(key(|c| c.caches = vec![5, 5]), "caches");
+        assert_eq!(key(|c| (c.caches, c.cache_lease_ns) = (vec![5], 0)), "cache_lease_ns");
     }
 
     #[test]

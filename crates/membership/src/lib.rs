@@ -24,6 +24,7 @@ pub mod links;
 pub mod memory;
 pub mod node;
 pub mod published;
+pub mod renewal;
 
 pub use config::{ConfigError, MembershipConfig};
 pub use coordinator::{CoordinatorDriver, CoordinatorEvent};

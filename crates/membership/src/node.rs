@@ -4,6 +4,9 @@
 //! the lease on the latest view with Algorithm 6's checks (`mu_ukharon::check`,
 //! `mu_ukharon::lease`) and publishes it for lock-free `Active` in application threads, bumps
 //! the heartbeat the ring reads, and runs the failure detectors ([`crate::detectors`]).
+//! Where the cluster has lease caches (§6.3), a member renews through them instead
+//! ([`crate::renewal`]), and a cache is a core of its own kind ([`NodeCore::new_cache`]): it
+//! does not join, renews by checks with its own lease ∆, and answers members' requests.
 //! No threads and no clock: [`NodeCore::poll`] is called with the time.
 
 use crate::config::MembershipConfig;
@@ -14,12 +17,13 @@ use crate::layout::{
 };
 use crate::links::Links;
 use crate::published::{Lease, PublishedLease};
+use crate::renewal::{Outcome, Renewal, Step};
 use mu_fabric::{
     Access, Completion, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, RemoteAddr,
     Source, WorkRequest,
 };
-use mu_ukharon::check::{CheckState, MajorityCheck};
-use mu_ukharon::lease::{Durations, LeaseConfig, LeaseKeeper, Ticket};
+use mu_ukharon::cache::{CacheClient, CacheConfig};
+use mu_ukharon::lease::{Durations, LeaseConfig, LeaseKeeper};
 use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
 use mu_ukharon::view::{Member, View};
 use mu_velos::VelosLayout;
@@ -48,6 +52,8 @@ enum Want {
     Member,
     /// To leave: leave requests go out until a view excludes it.
     Out,
+    /// Nothing: a lease cache, which serves the members without being one.
+    Serve,
 }
 
 const SLOT_READ: u64 = 1 << 32;
@@ -55,6 +61,7 @@ const VIEW_READ: u64 = 2 << 32;
 const REQUEST_WRITE: u64 = 3 << 32;
 const RING_READ: u64 = 4 << 32;
 const BEAT_WRITE: u64 = 5 << 32;
+const CACHE_WRITE: u64 = 6 << 32;
 const KIND_MASK: u64 = 0xFF << 32;
 
 /// See the module docs.
@@ -78,10 +85,12 @@ pub struct NodeCore<F: Fabric> {
     leader_hint: usize,
     outboxes: Vec<Outbox>,
     answers: Vec<Inbox>,
-    keeper: LeaseKeeper,
-    check: Option<(MajorityCheck, Ticket, View)>,
-    /// Numbers the checks, so that a read is counted only by the check that posted it.
-    check_serial: u64,
+    renewal: Renewal,
+    /// A cache's answers to members, and a member's view of the caches' answers.
+    cache_outboxes: Vec<Outbox>,
+    cache_inboxes: Vec<Inbox>,
+    /// Requests in this node's inbox, looked at on a cache.
+    inboxes: Vec<Inbox>,
     /// A coordinator whose board holds a newer view than ours, to read it from.
     pull_from: Option<usize>,
     pulling: bool,
@@ -96,20 +105,62 @@ pub struct NodeCore<F: Fabric> {
 }
 
 impl<F: Fabric> NodeCore<F> {
-    /// Registers this node's board on `fabric`. `incarnation` is this process's random number
-    /// (it tells a repeated join request from a restarted node's).
+    /// A member: registers this node's board on `fabric` and joins. `incarnation` is this
+    /// process's random number (it tells a repeated join request from a restarted node's).
+    /// Through caches when the configuration has some.
     pub fn new(
         fabric: F,
         config: MembershipConfig,
         lease: LeaseConfig,
         incarnation: u64,
     ) -> Result<NodeCore<F>, String> {
+        let consensus = consensus_layout(&config)?;
+        let renewal = if config.caches.is_empty() {
+            let keeper = LeaseKeeper::new(lease, Durations::FromViews);
+            let keeper = keeper.map_err(|e| e.to_string())?;
+            Renewal::by_checks(keeper, config.coordinators.len(), consensus.slots_count())
+        } else {
+            let first = usize::from(fabric.node().0) % config.caches.len();
+            let client =
+                CacheClient::new(&cache_config(&config, lease), config.caches.len(), first);
+            let timeout_ns = config.repeat_ns.max(4 * config.lease_ns);
+            Renewal::through_caches(client.map_err(|e| e.to_string())?, timeout_ns)
+        };
+        NodeCore::build(fabric, config, renewal, incarnation, Want::Member)
+    }
+
+    /// A lease cache (§6.3): its node must be one of the configuration's caches. It never
+    /// joins; it leases the latest view from the coordinators for ∆ and answers members.
+    pub fn new_cache(
+        fabric: F,
+        config: MembershipConfig,
+        lease: LeaseConfig,
+        incarnation: u64,
+    ) -> Result<NodeCore<F>, String> {
+        let me = fabric.node().0;
+        if !config.caches.contains(&me) {
+            return Err(format!("node {me} is not one of the caches {:?}", config.caches));
+        }
+        let consensus = consensus_layout(&config)?;
+        let durations = Durations::Fixed { lease_ns: config.cache_lease_ns };
+        let keeper = LeaseKeeper::new(lease, durations).map_err(|e| e.to_string())?;
+        let renewal =
+            Renewal::by_checks(keeper, config.coordinators.len(), consensus.slots_count());
+        NodeCore::build(fabric, config, renewal, incarnation, Want::Serve)
+    }
+
+    fn build(
+        fabric: F,
+        config: MembershipConfig,
+        renewal: Renewal,
+        incarnation: u64,
+        want: Want,
+    ) -> Result<NodeCore<F>, String> {
         config.check().map_err(|e| e.to_string())?;
         let me = fabric.node().0;
         if me >= config.nodes_max {
             return Err(format!("node {me} is not below nodes_max ({})", config.nodes_max));
         }
-        let keeper = LeaseKeeper::new(lease, Durations::FromViews).map_err(|e| e.to_string())?;
         let boards = BoardLayout::new(&config);
         let err = |e: FabricError| e.to_string();
         let board = fabric.register_region(BOARD_REGION, boards.board_bytes(), Access::ALL);
@@ -121,21 +172,22 @@ impl<F: Fabric> NodeCore<F> {
         let links =
             Links::new(NodeId(me), peers, board_channel, Access::READ_WRITE, config.reconnect_ns);
         let cluster = config.cluster;
-        let coordinators = config.coordinators.clone();
+        let mailboxes = |nodes: &[u16]| nodes.iter().map(|&n| Inbox::new(cluster, n)).collect();
         Ok(NodeCore {
             consensus: consensus_layout(&config)?,
-            outboxes: coordinators.iter().map(|_| Outbox::new(cluster, me)).collect(),
-            answers: coordinators.iter().map(|&c| Inbox::new(cluster, c)).collect(),
+            outboxes: config.coordinators.iter().map(|_| Outbox::new(cluster, me)).collect(),
+            answers: mailboxes(&config.coordinators),
+            cache_outboxes: (0..config.nodes_max).map(|_| Outbox::new(cluster, me)).collect(),
+            cache_inboxes: mailboxes(&config.caches),
+            inboxes: (0..config.nodes_max).map(|n| Inbox::new(cluster, n)).collect(),
             view: None,
             member: None,
-            want: Want::Member,
+            want,
             lease_wanted: None,
             joined_after_epoch: None,
             next_request_ns: 0,
             leader_hint: 0,
-            keeper,
-            check: None,
-            check_serial: 0,
+            renewal,
             pull_from: None,
             pulling: false,
             published: Arc::new(PublishedLease::default()),
@@ -190,12 +242,12 @@ impl<F: Fabric> NodeCore<F> {
             .map(|i| self.links.peers()[i].0)
             .collect();
         format!(
-            "node {} view {:?} member {:?} lease {:?} check {:?} pull {:?}/{} leader hint {} links up {links:?}",
+            "node {} view {:?} member {:?} lease {:?} renewal {} pull {:?}/{} leader hint {} links up {links:?}",
             self.me,
             self.view.as_ref().map(|v| v.epoch),
             self.member,
             self.published.load(),
-            self.check.as_ref().map(|(c, t, _)| (c.index(), c.state(), t.t_ns)),
+            self.renewal.describe(),
             self.pull_from,
             self.pulling,
             self.leader_hint,
@@ -221,6 +273,7 @@ impl<F: Fabric> NodeCore<F> {
         self.take_answers();
         self.request(now_ns);
         self.renew(now_ns);
+        self.serve(now_ns);
         self.pull(now_ns);
         self.detect(now_ns);
     }
@@ -269,11 +322,10 @@ impl<F: Fabric> NodeCore<F> {
                 // A read of an earlier check (abandoned, or finished by a majority before it
                 // completed) says nothing about this one: it began before this check's
                 // timestamp. Counting it made a slow node extend a lease on a view already
-                // superseded (found by the simulation with a slow link).
+                // superseded (found by the simulation with a slow link): `Renewal` counts a
+                // read only for the check of its serial.
                 let serial = (c.wr_id >> 16) & 0xFFFF;
-                if serial == self.check_serial & 0xFFFF {
-                    self.slot_read(position, failed, now_ns);
-                }
+                self.slot_read(serial, position, failed, now_ns);
             }
             VIEW_READ => {
                 self.pulling = false;
@@ -293,32 +345,22 @@ impl<F: Fabric> NodeCore<F> {
     }
 
     /// A coordinator's slot word for the checked view's next index arrived (or its read failed).
-    fn slot_read(&mut self, position: usize, failed: bool, now_ns: u64) {
-        let Some((check, _, _)) = &mut self.check else { return };
-        let state = if failed {
-            check.on_error(position)
-        } else {
-            let offset = self.boards.slot_read_offset(position) as usize;
-            let word = self.board.load_u64(offset).unwrap_or(0);
-            check.on_word(position, word)
-        };
-        match state {
-            Ok(CheckState::Pending) => {}
-            Ok(CheckState::Empty) => {
-                let (_, ticket, view) = self.check.take().expect("checked above");
-                if let Ok(outcome) = self.keeper.on_empty(&view, ticket, now_ns) {
-                    if let Some(p) = outcome.publish {
-                        let lease =
-                            Lease { epoch: p.epoch, start_ns: p.start_ns, end_ns: p.end_ns };
-                        self.published.store(lease);
-                    }
-                }
-            }
-            Ok(CheckState::Taken { coordinator }) => {
-                self.check = None;
-                self.pull_from = Some(coordinator);
-            }
-            Ok(CheckState::Failed) | Err(_) => self.check = None,
+    fn slot_read(&mut self, serial: u64, position: usize, failed: bool, now_ns: u64) {
+        let offset = self.boards.slot_read_offset(position) as usize;
+        let word = (!failed).then(|| self.board.load_u64(offset).unwrap_or(0));
+        let outcome = self.renewal.on_slot_word(serial, position, word, now_ns);
+        self.apply(outcome);
+    }
+
+    fn apply(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Publish(p) => self.published.store(Lease {
+                epoch: p.epoch,
+                start_ns: p.start_ns,
+                end_ns: p.end_ns,
+            }),
+            Outcome::Newer { coordinator } => self.pull_from = Some(coordinator),
+            Outcome::Pending | Outcome::Done => {}
         }
     }
 
@@ -384,9 +426,7 @@ impl<F: Fabric> NodeCore<F> {
                 }
             }
         }
-        if self.check.as_ref().is_some_and(|(c, _, _)| c.index() <= view.epoch) {
-            self.check = None;
-        }
+        self.renewal.on_view(&view);
         self.events.push(NodeEvent::View(view.clone()));
         self.view = Some(view);
     }
@@ -442,6 +482,12 @@ impl<F: Fabric> NodeCore<F> {
                 Request::Join { incarnation: self.incarnation() }
             }
             (Want::Out, Some(member)) => Request::Leave { member },
+            (Want::Serve, _) => {
+                if self.view.is_none() {
+                    self.pull_from.get_or_insert(self.leader_hint);
+                }
+                return;
+            }
             (Want::Member, Some(_)) => match self.lease_wanted {
                 Some(lease_ns) if self.view.as_ref().is_some_and(|v| v.lease_ns != lease_ns) => {
                     Request::Lease { lease_ns }
@@ -470,34 +516,45 @@ impl<F: Fabric> NodeCore<F> {
         self.board.load_u64(INCARNATION_OFFSET as usize).unwrap_or(0)
     }
 
-    /// Starts a check of the latest view when the lease wants one (Algorithm 2 line 10): the
-    /// timestamp first, then a read of every coordinator's slot word for the next index.
+    /// Renews the lease on the latest view when it is due (Algorithm 2 line 10): the timestamp
+    /// first, then a read of every coordinator's slot word for the next index, or a request to
+    /// a cache.
     fn renew(&mut self, now_ns: u64) {
         let Some(view) = &self.view else { return };
-        if self.check.is_some() || !self.keeper.wants_check(view.epoch, now_ns) {
-            return;
-        }
         let view = view.clone();
-        let Ok(ticket) = self.keeper.start_check(&view, now_ns) else { return };
-        let count = self.config.coordinators.len();
-        let Ok(check) = MajorityCheck::new(view.epoch, count, self.consensus.slots_count()) else {
-            return;
-        };
-        let remote_offset = self.consensus.word_offset(check.index());
-        self.check = Some((check, ticket, view));
-        self.check_serial += 1;
-        for p in 0..count {
-            let local = LocalSlice {
-                region: BOARD_REGION,
-                offset: self.boards.slot_read_offset(p),
-                len: 8,
-            };
+        match self.renewal.due(&view, now_ns) {
+            None => {}
+            Some(Step::ReadSlots { index, serial }) => self.read_slots(index, serial, now_ns),
+            Some(Step::AskCache { cache, id, epoch }) => {
+                let payload = cache_payload(id, Some(epoch));
+                let frame = self.cache_outboxes[usize::from(self.me)].next(Kind::Renew, &payload);
+                let frame = frame.to_vec();
+                let node = self.config.caches[cache];
+                let remote =
+                    RemoteAddr { region: BOARD_REGION, offset: self.boards.inbox_offset(self.me) };
+                let wr = WorkRequest::write(
+                    CACHE_WRITE | u64::from(node),
+                    Source::Inline(&frame),
+                    remote,
+                );
+                if !self.post(node, &wr.unsignaled(), now_ns) {
+                    let outcome = self.renewal.on_cache_answer(id, None, now_ns);
+                    self.apply(outcome);
+                }
+            }
+        }
+    }
+
+    fn read_slots(&mut self, index: u64, serial: u64, now_ns: u64) {
+        let remote_offset = self.consensus.word_offset(index);
+        for p in 0..self.config.coordinators.len() {
+            let offset = self.boards.slot_read_offset(p);
+            let local = LocalSlice { region: BOARD_REGION, offset, len: 8 };
             let remote = RemoteAddr { region: CONSENSUS_REGION, offset: remote_offset };
-            let serial = (self.check_serial & 0xFFFF) << 16;
-            let wr = WorkRequest::read(SLOT_READ | serial | p as u64, local, remote);
+            let wr = WorkRequest::read(SLOT_READ | serial << 16 | p as u64, local, remote);
             let coordinator = self.config.coordinators[p];
             if !self.post(coordinator, &wr, now_ns) {
-                self.slot_read(p, true, now_ns);
+                self.slot_read(serial, p, true, now_ns);
             }
         }
     }
@@ -595,5 +652,85 @@ impl<F: Fabric> NodeCore<F> {
         let leader = self.config.coordinators[position];
         let wr = WorkRequest::write(REQUEST_WRITE | u64::from(leader), source, remote);
         self.post(leader, &wr.unsignaled(), now_ns);
+    }
+}
+
+/// The 16 bytes of a request to a cache and of its answer: the request's id, and the epoch
+/// asked about or answered (all ones: no answer).
+fn cache_payload(id: u64, epoch: Option<u64>) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&id.to_le_bytes());
+    out[8..].copy_from_slice(&epoch.unwrap_or(u64::MAX).to_le_bytes());
+    out
+}
+
+fn parse_cache_payload(payload: &[u8]) -> Option<(u64, Option<u64>)> {
+    let p: &[u8; 16] = payload.try_into().ok()?;
+    let id = u64::from_le_bytes(p[..8].try_into().expect("8"));
+    let epoch = u64::from_le_bytes(p[8..].try_into().expect("8"));
+    Some((id, (epoch != u64::MAX).then_some(epoch)))
+}
+
+/// The lease caches' parameters of a configuration.
+fn cache_config(config: &MembershipConfig, lease: LeaseConfig) -> CacheConfig {
+    CacheConfig { cache_lease_ns: config.cache_lease_ns, app_lease_ns: config.lease_ns, lease }
+}
+
+impl<F: Fabric> NodeCore<F> {
+    /// On a cache: answers every new request in the inbox with the view it holds a valid lease
+    /// on, if any. On a member: takes the caches' answers.
+    fn serve(&mut self, now_ns: u64) {
+        if self.want == Want::Serve {
+            for from in 0..self.config.nodes_max {
+                let Some(payload) = self.new_frame(self.boards.inbox_offset(from), from) else {
+                    continue;
+                };
+                let Some((id, _)) = parse_cache_payload(&payload) else { continue };
+                let answer = cache_payload(id, self.renewal.answer(now_ns));
+                let frame =
+                    self.cache_outboxes[usize::from(from)].next(Kind::Renew, &answer).to_vec();
+                let offset = self.boards.cache_answer_offset();
+                let remote = RemoteAddr { region: BOARD_REGION, offset };
+                let wr = WorkRequest::write(
+                    CACHE_WRITE | u64::from(from),
+                    Source::Inline(&frame),
+                    remote,
+                );
+                self.post(from, &wr.unsignaled(), now_ns);
+            }
+        } else if !self.config.caches.is_empty() {
+            let offset = self.boards.cache_answer_offset();
+            let mut header = [0u8; 18];
+            if self.board.read(offset as usize, &mut header).is_err() {
+                return;
+            }
+            let from = u16::from_le_bytes([header[16], header[17]]);
+            let Some(payload) = self.new_frame(offset, from) else { return };
+            if let Some((id, epoch)) = parse_cache_payload(&payload) {
+                let outcome = self.renewal.on_cache_answer(id, epoch, now_ns);
+                self.apply(outcome);
+            }
+        }
+    }
+
+    /// The payload of a new frame in the mailbox at `offset` from `from`, if there is one
+    /// (mailboxes of caches' answers keep one inbox per cache).
+    fn new_frame(&mut self, offset: u64, from: u16) -> Option<Vec<u8>> {
+        let inbox = if offset == self.boards.cache_answer_offset() {
+            let i = self.config.caches.iter().position(|&c| c == from)?;
+            &mut self.cache_inboxes[i]
+        } else {
+            &mut self.inboxes[usize::from(from)]
+        };
+        let seq = self.board.load_u64(offset as usize + mailbox::SEQ_OFFSET).unwrap_or(0);
+        if seq <= inbox.taken() {
+            return None;
+        }
+        let mut frame = vec![0u8; crate::layout::MAILBOX_BYTES as usize];
+        self.board.read(offset as usize, &mut frame).ok()?;
+        match inbox.take(&frame) {
+            Ok(Some(f)) if f.kind == Kind::Renew => Some(f.payload.to_vec()),
+            _ => None,
+        }
     }
 }

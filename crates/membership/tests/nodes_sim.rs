@@ -7,6 +7,7 @@ mod common;
 use common::{config, Sim};
 use mu_fabric::NodeId;
 use mu_fabric_sim::{LinkDelay, SimFabric};
+use mu_membership::MembershipConfig;
 use mu_membership::{NodeCore, NodeEvent};
 use mu_ukharon::lease::{LeaseConfig, LeaseMutation};
 use mu_ukharon::view::View;
@@ -74,14 +75,28 @@ impl Cluster {
     }
 
     fn with(seed: u64, nodes: &[u16], lease: LeaseConfig) -> Cluster {
-        let sim = Sim::new(seed, vec![config(); 3]);
+        Cluster::configured(seed, nodes, lease, config())
+    }
+
+    /// Members `nodes`, and caches where `config` names some (after the members).
+    fn configured(
+        seed: u64,
+        nodes: &[u16],
+        lease: LeaseConfig,
+        config: MembershipConfig,
+    ) -> Cluster {
+        let sim = Sim::new(seed, vec![config.clone(); 3]);
         let nodes = nodes
             .iter()
             .map(|&n| {
                 let fabric = sim.world.node(NodeId(n));
-                let core = NodeCore::new(fabric, config(), lease, seed ^ u64::from(n));
+                let core = NodeCore::new(fabric, config.clone(), lease, seed ^ u64::from(n));
                 (n, core.unwrap())
             })
+            .chain(config.caches.iter().map(|&n| {
+                let fabric = sim.world.node(NodeId(n));
+                (n, NodeCore::new_cache(fabric, config.clone(), lease, u64::from(n)).unwrap())
+            }))
             .collect();
         let stopped = Default::default();
         Cluster { sim, nodes, spans: ActiveSpans::default(), events: Vec::new(), stopped }
@@ -248,4 +263,33 @@ fn a_cut_link_leaves_one_side_out() {
     assert!(latest.uid_of(6).is_some() && latest.uid_of(5).is_some(), "{latest:?}");
     c.stopped.insert(7);
     c.converged();
+}
+
+/// §6.3 lease caches: members renew through a cache instead of the coordinators; when their
+/// cache crashes they ask the other, and keep their leases; a leave still makes the next view
+/// active only after the older one is inactive everywhere.
+#[test]
+fn members_renew_through_caches_and_outlive_one() {
+    let mut with_caches = config();
+    with_caches.nodes_max = 10;
+    with_caches.caches = vec![8, 9];
+    let mut c = Cluster::configured(31, &[5, 6, 7], LeaseConfig::default(), with_caches);
+    c.run_for(3_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert!(latest.uid_of(8).is_none() && latest.uid_of(9).is_none(), "caches do not join");
+    for n in [5, 6, 7] {
+        assert_eq!(c.active(n), Some(latest.epoch), "node {n} holds a lease through a cache");
+    }
+    c.sim.world.crash(NodeId(8)).unwrap();
+    c.stopped.insert(8);
+    c.run_for(1_000_000);
+    for n in [5, 6, 7] {
+        assert_eq!(c.active(n), Some(latest.epoch), "node {n} renews through cache 9");
+    }
+    c.nodes.get_mut(&7).unwrap().leave();
+    c.run_for(2_000_000);
+    let after = c.sim.decided.last().unwrap().clone();
+    assert!(after.epoch > latest.epoch && after.uid_of(7).is_none());
+    assert_eq!(c.active(5), Some(after.epoch));
+    assert_eq!(c.active(6), Some(after.epoch));
 }
