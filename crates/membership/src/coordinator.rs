@@ -130,7 +130,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
         let cluster = config.cluster;
         Ok(CoordinatorDriver {
             inboxes: (0..config.nodes_max).map(|n| Inbox::new(cluster, n)).collect(),
-            answers: (0..config.nodes_max).map(|_| Outbox::new(cluster, me)).collect(),
+            answers: (0..config.nodes_max).map(|_| Outbox::new(cluster, me, seed)).collect(),
             verified: 1 << position,
             mismatched: 0,
             completions: vec![Completion::EMPTY; 64],
@@ -320,7 +320,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
         for from in 0..self.config.nodes_max {
             let offset = self.boards.inbox_offset(from) as usize;
             let seq = self.board.load_u64(offset + mailbox::SEQ_OFFSET).unwrap_or(0);
-            if seq <= self.inboxes[usize::from(from)].taken() {
+            let incarnation =
+                self.board.load_u64(offset + mailbox::INCARNATION_OFFSET).unwrap_or(0);
+            if !self.inboxes[usize::from(from)].is_new(seq, incarnation) {
                 continue;
             }
             if self.board.read(offset, &mut self.frame).is_err() {
@@ -423,9 +425,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
         }
     }
 
-    /// Writes a decided view to this node's board, then to the boards of the coordinators,
-    /// of its members and of the members of the view before it (so that a removed node
-    /// learns it is out).
+    /// Writes a decided view to this node's board, then to the boards of the coordinators, the
+    /// lease caches, its members and the members of the view before it (so that a removed
+    /// node learns it is out).
     fn broadcast(&mut self, view: View, now_ns: u64) {
         self.view_bytes.clear();
         view.encode(&mut self.view_bytes);
@@ -434,6 +436,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             return;
         }
         let mut targets: Vec<u16> = self.config.coordinators.clone();
+        targets.extend(&self.config.caches);
         targets.extend(view.nodes());
         if let Some(before) = self.engine.previous() {
             targets.extend(before.nodes());

@@ -94,6 +94,8 @@ pub struct NodeCore<F: Fabric> {
     /// A coordinator whose board holds a newer view than ours, to read it from.
     pull_from: Option<usize>,
     pulling: bool,
+    /// Added to the coordinator a pull reads from, after pulls that brought nothing newer.
+    pull_rotation: usize,
     published: Arc<PublishedLease>,
     heartbeat: u64,
     /// The failure detectors, while this node is a member.
@@ -175,9 +177,15 @@ impl<F: Fabric> NodeCore<F> {
         let mailboxes = |nodes: &[u16]| nodes.iter().map(|&n| Inbox::new(cluster, n)).collect();
         Ok(NodeCore {
             consensus: consensus_layout(&config)?,
-            outboxes: config.coordinators.iter().map(|_| Outbox::new(cluster, me)).collect(),
+            outboxes: config
+                .coordinators
+                .iter()
+                .map(|_| Outbox::new(cluster, me, incarnation))
+                .collect(),
             answers: mailboxes(&config.coordinators),
-            cache_outboxes: (0..config.nodes_max).map(|_| Outbox::new(cluster, me)).collect(),
+            cache_outboxes: (0..config.nodes_max)
+                .map(|_| Outbox::new(cluster, me, incarnation))
+                .collect(),
             cache_inboxes: mailboxes(&config.caches),
             inboxes: (0..config.nodes_max).map(|n| Inbox::new(cluster, n)).collect(),
             view: None,
@@ -190,6 +198,7 @@ impl<F: Fabric> NodeCore<F> {
             renewal,
             pull_from: None,
             pulling: false,
+            pull_rotation: 0,
             published: Arc::new(PublishedLease::default()),
             heartbeat: 0,
             detectors: None,
@@ -329,8 +338,14 @@ impl<F: Fabric> NodeCore<F> {
             }
             VIEW_READ => {
                 self.pulling = false;
+                let before = self.view.as_ref().map(|v| v.epoch);
                 if !failed {
                     self.read_pulled_view(now_ns);
+                }
+                if self.view.as_ref().map(|v| v.epoch) == before {
+                    // That coordinator's board lags (it missed a broadcast while its link was
+                    // down): the next pull reads the next coordinator's.
+                    self.pull_rotation += 1;
                 }
             }
             RING_READ => {
@@ -442,7 +457,9 @@ impl<F: Fabric> NodeCore<F> {
         for p in 0..self.answers.len() {
             let offset = self.boards.answer_offset(p) as usize;
             let seq = self.board.load_u64(offset + mailbox::SEQ_OFFSET).unwrap_or(0);
-            if seq <= self.answers[p].taken() {
+            let incarnation =
+                self.board.load_u64(offset + mailbox::INCARNATION_OFFSET).unwrap_or(0);
+            if !self.answers[p].is_new(seq, incarnation) {
                 continue;
             }
             let mut frame = vec![0u8; crate::layout::MAILBOX_BYTES as usize];
@@ -565,7 +582,8 @@ impl<F: Fabric> NodeCore<F> {
         if self.pulling {
             return;
         }
-        let Some(p) = self.pull_from.take() else { return };
+        let Some(asked) = self.pull_from.take() else { return };
+        let p = (asked + self.pull_rotation) % self.config.coordinators.len();
         let local = LocalSlice {
             region: BOARD_REGION,
             offset: self.boards.view_read_offset(),
@@ -576,7 +594,8 @@ impl<F: Fabric> NodeCore<F> {
         let coordinator = self.config.coordinators[p];
         self.pulling = self.post(coordinator, &wr, now_ns);
         if !self.pulling {
-            self.pull_from = Some((p + 1) % self.config.coordinators.len());
+            self.pull_rotation += 1; // out of reach: the next one
+            self.pull_from = Some(asked);
         }
     }
 }
@@ -700,11 +719,11 @@ impl<F: Fabric> NodeCore<F> {
             }
         } else if !self.config.caches.is_empty() {
             let offset = self.boards.cache_answer_offset();
-            let mut header = [0u8; 18];
+            let mut header = [0u8; 26];
             if self.board.read(offset as usize, &mut header).is_err() {
                 return;
             }
-            let from = u16::from_le_bytes([header[16], header[17]]);
+            let from = u16::from_le_bytes([header[24], header[25]]);
             let Some(payload) = self.new_frame(offset, from) else { return };
             if let Some((id, epoch)) = parse_cache_payload(&payload) {
                 let outcome = self.renewal.on_cache_answer(id, epoch, now_ns);
@@ -723,7 +742,9 @@ impl<F: Fabric> NodeCore<F> {
             &mut self.inboxes[usize::from(from)]
         };
         let seq = self.board.load_u64(offset as usize + mailbox::SEQ_OFFSET).unwrap_or(0);
-        if seq <= inbox.taken() {
+        let incarnation =
+            self.board.load_u64(offset as usize + mailbox::INCARNATION_OFFSET).unwrap_or(0);
+        if !inbox.is_new(seq, incarnation) {
             return None;
         }
         let mut frame = vec![0u8; crate::layout::MAILBOX_BYTES as usize];

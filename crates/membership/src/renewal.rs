@@ -211,7 +211,12 @@ impl Renewal {
                 None => "no check".to_string(),
             },
             Source::Cache { client, asked, .. } => {
-                format!("cache {} asked {:?}", client.cache(), asked.as_ref().map(|a| a.id))
+                let asked = asked.as_ref().map(|a| (a.id, a.view.epoch, a.sent_ns));
+                format!(
+                    "cache {} asked (id, epoch, at) {asked:?} leased {:?}",
+                    client.cache(),
+                    client.published()
+                )
             }
         }
     }

@@ -31,7 +31,7 @@ impl Node {
         let board =
             fabric.register_region(BOARD_REGION, layout.board_bytes(), Access::ALL).unwrap();
         let endpoint = fabric.endpoint(64).unwrap();
-        Node { fabric, board, endpoint, outbox: Outbox::new(config.cluster, NODE) }
+        Node { fabric, board, endpoint, outbox: Outbox::new(config.cluster, NODE, 42) }
     }
 
     fn connect(&mut self, coordinator: u16) -> bool {

@@ -5,12 +5,13 @@
 //! polls it. Each message is one frame, written whole over the previous one:
 //!
 //! ```text
-//! 0   cluster   u64   the sender's cluster id: a frame of another cluster is refused
-//! 8   seq       u64   1, 2, 3, ... per mailbox: the receiver takes each number once
-//! 16  from      u16   the sender's node id
-//! 18  kind      u16   what the payload is
-//! 20  len       u32   payload bytes
-//! 24  payload
+//! 0   cluster      u64   the sender's cluster id: a frame of another cluster is refused
+//! 8   seq          u64   1, 2, 3, ... per mailbox and sender process: taken once each
+//! 16  incarnation  u64   the sender process's random number: a restarted sender counts anew
+//! 24  from         u16   the sender's node id
+//! 26  kind         u16   what the payload is
+//! 28  len          u32   payload bytes
+//! 32  payload
 //! ..  checksum  u64   over everything before it
 //! ```
 //!
@@ -20,10 +21,12 @@
 
 use crate::view::Member;
 
-const HEADER_BYTES: usize = 24;
-/// Offset of the sequence number in a frame: a receiver may read this word alone to see
-/// whether a mailbox holds a new frame ([`Inbox::taken`]) before it reads the frame.
+const HEADER_BYTES: usize = 32;
+/// Offsets of the sequence number and of the sender's incarnation in a frame: a receiver may
+/// read these two words alone to see whether a mailbox holds a new frame ([`Inbox::is_new`])
+/// before it reads the frame.
 pub const SEQ_OFFSET: usize = 8;
+pub const INCARNATION_OFFSET: usize = 16;
 const CHECKSUM_BYTES: usize = 8;
 const CHECKSUM_SEED: u64 = 0x756b_6d61_696c_626f;
 
@@ -83,10 +86,17 @@ pub enum FrameError {
 }
 
 /// Appends a frame to `out`.
-pub fn encode(cluster: u64, seq: u64, from: u16, kind: Kind, payload: &[u8], out: &mut Vec<u8>) {
+pub fn encode(
+    (cluster, seq, incarnation): (u64, u64, u64),
+    from: u16,
+    kind: Kind,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     out.extend_from_slice(&cluster.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&incarnation.to_le_bytes());
     out.extend_from_slice(&from.to_le_bytes());
     out.extend_from_slice(&(kind as u16).to_le_bytes());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -100,18 +110,19 @@ pub fn encode(cluster: u64, seq: u64, from: u16, kind: Kind, payload: &[u8], out
 pub struct Inbox {
     cluster: u64,
     sender: u16,
-    /// The sequence number of the last frame taken.
-    taken: u64,
+    /// The sender incarnation and sequence number of the last frame taken.
+    taken: (u64, u64),
 }
 
 impl Inbox {
     pub fn new(cluster: u64, sender: u16) -> Inbox {
-        Inbox { cluster, sender, taken: 0 }
+        Inbox { cluster, sender, taken: (0, 0) }
     }
 
-    /// The sequence number of the last frame taken (0 before the first).
-    pub fn taken(&self) -> u64 {
-        self.taken
+    /// Whether a frame numbered `seq` by a sender process of `incarnation` would be new: a
+    /// higher number, or any number from another process (a restarted sender numbers anew).
+    pub fn is_new(&self, seq: u64, incarnation: u64) -> bool {
+        seq != 0 && (incarnation != self.taken.0 || seq > self.taken.1)
     }
 
     /// The new frame in the mailbox's bytes, if there is one: `Ok(None)` when it is empty or
@@ -121,11 +132,11 @@ impl Inbox {
             return Ok(None);
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
-        let seq = word(SEQ_OFFSET);
-        if seq <= self.taken {
+        let (seq, incarnation) = (word(SEQ_OFFSET), word(INCARNATION_OFFSET));
+        if !self.is_new(seq, incarnation) {
             return Ok(None);
         }
-        let len = u32::from_le_bytes(bytes[20..24].try_into().expect("4")) as usize;
+        let len = u32::from_le_bytes(bytes[28..32].try_into().expect("4")) as usize;
         let room = bytes.len() - HEADER_BYTES - CHECKSUM_BYTES;
         if len > room {
             // A torn length field looks the same; the checksum cannot be found to tell.
@@ -139,13 +150,13 @@ impl Inbox {
         if cluster != self.cluster {
             return Err(FrameError::OtherCluster { found: cluster, expected: self.cluster });
         }
-        let from = u16::from_le_bytes([bytes[16], bytes[17]]);
+        let from = u16::from_le_bytes([bytes[24], bytes[25]]);
         if from != self.sender {
             return Err(FrameError::WrongSender { found: from, expected: self.sender });
         }
-        let kind = u16::from_le_bytes([bytes[18], bytes[19]]);
+        let kind = u16::from_le_bytes([bytes[26], bytes[27]]);
         let kind = Kind::from_u16(kind).ok_or(FrameError::UnknownKind(kind))?;
-        self.taken = seq;
+        self.taken = (incarnation, seq);
         Ok(Some(Frame { seq, from, kind, payload: &bytes[HEADER_BYTES..end] }))
     }
 }
@@ -155,20 +166,23 @@ impl Inbox {
 pub struct Outbox {
     cluster: u64,
     me: u16,
+    incarnation: u64,
     seq: u64,
     frame: Vec<u8>,
 }
 
 impl Outbox {
-    pub fn new(cluster: u64, me: u16) -> Outbox {
-        Outbox { cluster, me, seq: 0, frame: Vec::new() }
+    /// The outbox of node `me`'s process `incarnation` (a random number of the process).
+    pub fn new(cluster: u64, me: u16, incarnation: u64) -> Outbox {
+        Outbox { cluster, me, incarnation, seq: 0, frame: Vec::new() }
     }
 
     /// The bytes of the next frame, to be written whole at the mailbox's start.
     pub fn next(&mut self, kind: Kind, payload: &[u8]) -> &[u8] {
         self.seq += 1;
         self.frame.clear();
-        encode(self.cluster, self.seq, self.me, kind, payload, &mut self.frame);
+        let header = (self.cluster, self.seq, self.incarnation);
+        encode(header, self.me, kind, payload, &mut self.frame);
         &self.frame
     }
 }
@@ -288,7 +302,7 @@ mod tests {
     /// §3.2's requests as one-sided writes: each frame is taken once, in order.
     #[test]
     fn frames_are_taken_once() {
-        let mut out = Outbox::new(7, 3);
+        let mut out = Outbox::new(7, 3, 11);
         let mut inbox = Inbox::new(7, 3);
         let join = Request::Join { incarnation: 99 };
         let m = mailbox(out.next(join.kind(), &join.payload()), 32);
@@ -310,7 +324,7 @@ mod tests {
     /// A frame read half-written is skipped whole, never partly believed.
     #[test]
     fn torn_and_foreign_frames_are_refused() {
-        let mut out = Outbox::new(7, 3);
+        let mut out = Outbox::new(7, 3, 11);
         let frame = out.next(Kind::Join, &Request::Join { incarnation: 5 }.payload()).to_vec();
         for bit in (128..frame.len() * 8).step_by(7) {
             let mut torn = frame.clone();
@@ -335,7 +349,7 @@ mod tests {
 
     #[test]
     fn answers_round_trip() {
-        let mut out = Outbox::new(7, 0);
+        let mut out = Outbox::new(7, 0, 11);
         for a in [
             Answer::NotLeader { leader: None },
             Answer::NotLeader { leader: Some(2) },
@@ -350,10 +364,26 @@ mod tests {
         }
     }
 
+    /// A restarted sender numbers its frames from 1 again: they are new all the same.
+    #[test]
+    fn a_restarted_sender_is_heard() {
+        let mut inbox = Inbox::new(7, 3);
+        let mut first = Outbox::new(7, 3, 11);
+        for _ in 0..5 {
+            let m =
+                mailbox(first.next(Kind::Join, &Request::Join { incarnation: 11 }.payload()), 32);
+            assert!(inbox.take(&m).unwrap().is_some());
+        }
+        let mut second = Outbox::new(7, 3, 12);
+        let m = mailbox(second.next(Kind::Join, &Request::Join { incarnation: 12 }.payload()), 32);
+        assert_eq!(inbox.take(&m).unwrap().map(|f| f.seq), Some(1));
+        assert_eq!(inbox.take(&m).unwrap(), None, "and taken once");
+    }
+
     /// A leave names the sender itself: a node cannot ask another's removal.
     #[test]
     fn a_leave_for_another_node_is_no_request() {
-        let mut out = Outbox::new(7, 3);
+        let mut out = Outbox::new(7, 3, 11);
         let leave = Request::Leave { member: Member { node: 4, uid: 9 } };
         let m = mailbox(out.next(leave.kind(), &leave.payload()), 32);
         let frame = Inbox::new(7, 3).take(&m).unwrap().unwrap();

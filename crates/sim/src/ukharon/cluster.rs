@@ -48,18 +48,20 @@ pub struct UkCluster {
 }
 
 impl UkCluster {
-    /// Coordinators 0..coordinators, nodes after them, all joining at once.
+    /// Coordinators 0..coordinators, member nodes after them, all joining at once, then lease
+    /// caches (§6.3; with caches, members renew through them).
     pub fn new(
         seed: u64,
-        coordinators: u16,
-        nodes: u16,
+        (coordinators, nodes, caches): (u16, u16, u16),
         lease: LeaseConfig,
         clocks: &[Clock],
     ) -> Result<UkCluster, String> {
-        assert_eq!(clocks.len(), usize::from(coordinators + nodes), "a clock per node");
+        let total = coordinators + nodes + caches;
+        assert_eq!(clocks.len(), usize::from(total), "a clock per node");
         let world = SimWorld::new(SimConfig::default(), seed);
         let ids = (0..coordinators).collect();
-        let config = MembershipConfig::new(0x5EED ^ seed, ids, coordinators + nodes);
+        let mut config = MembershipConfig::new(0x5EED ^ seed, ids, total);
+        config.caches = (coordinators + nodes..total).collect();
         let initial = View::initial(config.cluster, Vec::new(), None, config.lease_ns);
         let mut cs = Vec::new();
         let mut coordinator_clocks = Vec::new();
@@ -86,7 +88,7 @@ impl UkCluster {
             seed,
             node_events: 0,
         };
-        for n in coordinators..coordinators + nodes {
+        for n in coordinators..total {
             let core = cluster.start_core(n, 0)?;
             let clock = clocks[usize::from(n)];
             cluster
@@ -99,7 +101,11 @@ impl UkCluster {
     fn start_core(&self, node: u16, incarnation: u64) -> Result<NodeCore<SimFabric>, String> {
         let fabric = self.world.node(NodeId(node));
         let random = self.seed.rotate_left(17) ^ (u64::from(node) << 32) ^ incarnation;
-        NodeCore::new(fabric, self.config.clone(), self.lease, random)
+        if self.config.caches.contains(&node) {
+            NodeCore::new_cache(fabric, self.config.clone(), self.lease, random)
+        } else {
+            NodeCore::new(fabric, self.config.clone(), self.lease, random)
+        }
     }
 
     /// Restarts a crashed node as a new process.
@@ -172,9 +178,16 @@ impl UkCluster {
         }
     }
 
-    /// Nodes whose process runs (not crashed).
+    /// Member nodes whose process runs (not crashed; caches are not members).
     pub fn live_nodes(&self) -> Vec<u16> {
-        self.nodes.iter().filter(|(_, n)| n.core.is_some()).map(|(&id, _)| id).collect()
+        let members = self.nodes.iter().filter(|(id, _)| !self.config.caches.contains(id));
+        members.filter(|(_, n)| n.core.is_some()).map(|(&id, _)| id).collect()
+    }
+
+    /// Caches whose process runs.
+    pub fn live_caches(&self) -> Vec<u16> {
+        let caches = self.config.caches.iter().filter(|id| self.nodes[id].core.is_some());
+        caches.copied().collect()
     }
 
     /// Whether every live node holds a lease on the latest decided view, and that view's
@@ -195,8 +208,13 @@ impl UkCluster {
             let core = node.core.as_ref().expect("live");
             if !core.published().active_at(latest.epoch, node.clock.local(now)) {
                 let at = node.clock.local(now);
+                let caches: Vec<String> = self
+                    .live_caches()
+                    .iter()
+                    .filter_map(|c| self.nodes[c].core.as_ref().map(|core| core.describe()))
+                    .collect();
                 return Err(format!(
-                    "node {n} is not active in view {} at {at} ns: {}",
+                    "node {n} is not active in view {} at {at} ns: {}; caches: {caches:?}",
                     latest.epoch,
                     core.describe()
                 ));

@@ -23,6 +23,8 @@ pub struct UkRunConfig {
     pub seed: u64,
     pub coordinators: u16,
     pub nodes: u16,
+    /// Lease caches (§6.3): with some, every member renews through them.
+    pub caches: u16,
     pub faults: UkFaults,
     /// Fault steps of the safety phase, each followed by 50 to 300 µs of virtual time.
     pub steps: u32,
@@ -42,6 +44,8 @@ impl UkRunConfig {
             seed,
             coordinators: 3,
             nodes: 4,
+            // Every third seed runs with two caches.
+            caches: if seed % 3 == 2 { 2 } else { 0 },
             faults: UkFaults::ALL,
             steps: 40,
             drift_ppm: 200_000,
@@ -112,7 +116,7 @@ pub fn run(config: &UkRunConfig) -> UkReport {
         mutation: config.mutation,
         ..LeaseConfig::default()
     };
-    let clocks: Vec<Clock> = (0..config.coordinators + config.nodes)
+    let clocks: Vec<Clock> = (0..config.coordinators + config.nodes + config.caches)
         .map(|_| match drift {
             false => Clock { offset_ns: 0, rate_ppm: 0 },
             true => Clock {
@@ -135,15 +139,20 @@ pub fn run(config: &UkRunConfig) -> UkReport {
         slack_ns: None,
         trace_hash: 0,
     };
-    let result = UkCluster::new(config.seed, config.coordinators, config.nodes, lease, &clocks)
-        .and_then(|mut cluster| {
-            let r = phases(&mut cluster, config, &mut choices, &mut report);
-            report.views = cluster.log.views.len() as u64;
-            report.active_views = cluster.spans.epochs();
-            report.slack_ns = cluster.spans.slack_ns(&cluster.log.views);
-            report.trace_hash = cluster.world.trace_hash();
-            r
-        });
+    let result = UkCluster::new(
+        config.seed,
+        (config.coordinators, config.nodes, config.caches),
+        lease,
+        &clocks,
+    )
+    .and_then(|mut cluster| {
+        let r = phases(&mut cluster, config, &mut choices, &mut report);
+        report.views = cluster.log.views.len() as u64;
+        report.active_views = cluster.spans.epochs();
+        report.slack_ns = cluster.spans.slack_ns(&cluster.log.views);
+        report.trace_hash = cluster.world.trace_hash();
+        r
+    });
     report.violation = result.err();
     report
 }
@@ -217,6 +226,16 @@ fn inject(
     let world = cluster.world.clone();
     let err = |e: mu_fabric::FabricError| e.to_string();
     match kind {
+        "crash" if !cluster.live_caches().is_empty() && choices.below(4) == 0 => {
+            // A cache: the members that asked it ask another (at least one stays up).
+            let caches = cluster.live_caches();
+            if caches.len() < 2 {
+                return Ok(false);
+            }
+            let n = pick(choices, &caches);
+            world.crash(NodeId(n)).map_err(err)?;
+            cluster.nodes.get_mut(&n).expect("a cache").core = None;
+        }
         "crash" if running.len() > 2 => {
             let n = pick(choices, &running);
             world.crash(NodeId(n)).map_err(err)?;
