@@ -316,6 +316,6 @@ NoOverlap ==
 Monotonicity ==
     \A n \in Nodes : Active(n) /\ maxActive > lview[n] => SameRun(lview[n], maxActive)
 
-\* A node leases only decided views, and its lease never starts before its run's wait.
+\* A node leases only decided views (Algorithm 2: M is always a decided membership).
 LeasedDecided == \A n \in Nodes : lview[n] # None => Decided(lview[n])
 =============================================================================
