@@ -61,9 +61,9 @@
 (*  "ShortcutOnIncompatible": a node moves to an INCOMPATIBLE successor of *)
 (*    the view it leases as to a compatible one, keeping its start;        *)
 (*  "PreviousRunOnly": the first view of a run waits only the longest      *)
-(*    lease of the previous run (view.rs's run_lease_ns as documented);    *)
+(*    lease of the previous run (the rule view.rs replaced);               *)
 (*  "ShortcutWithoutLease": a compatible view waits 0 for every node, also *)
-(*    for one that does not lease its predecessor (view.rs's wait_ns = 0). *)
+(*    for one that does not lease its predecessor (also replaced).        *)
 (***************************************************************************)
 EXTENDS Integers, FiniteSets, TLC
 
