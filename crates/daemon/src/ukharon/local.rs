@@ -87,6 +87,28 @@ impl LocalGroup {
         Ok(())
     }
 
+    /// Asks node `id` to stop (SIGTERM: a member leaves first) and reaps it; fails if it has
+    /// not exited within `wait` (it is then killed) or exited with an error.
+    pub fn terminate(&mut self, id: u16, wait: Duration) -> Result<(), String> {
+        let mut child = self.children.remove(&id).ok_or(format!("no node {id}"))?;
+        let _ = mu_procs::child::signal(&child, libc::SIGTERM);
+        let deadline = Instant::now() + wait;
+        loop {
+            match child.try_wait() {
+                Ok(Some(exit)) if exit.success() => return Ok(()),
+                Ok(Some(exit)) => return Err(format!("node {id} exited with {exit}")),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("node {id} did not exit within {wait:?} of SIGTERM"));
+                }
+            }
+        }
+    }
+
     /// Fails if a node exited: its log's last lines say why.
     pub fn check_alive(&mut self) -> Result<(), String> {
         for (&id, child) in self.children.iter_mut() {

@@ -3,7 +3,7 @@
 
 use super::config::{Role, UkharonConfig};
 use super::pid::{inspect, NodePid};
-use mu_membership::ActiveSpan;
+pub use mu_membership::ActiveSpan;
 use mu_ukharon::view::View;
 use serde_json::{json, Value};
 use std::path::Path;
