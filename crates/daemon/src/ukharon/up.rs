@@ -6,7 +6,7 @@
 use super::config::UkharonConfig;
 use super::demo::agreed_active;
 use super::pid::{inspect, NodePid};
-use super::status::{node_list, NodeStatus};
+use super::status::{node_list, NodeStatus, ViewSummary};
 use crate::interrupt;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -34,7 +34,7 @@ pub fn up(config_path: &Path, timeout: Duration) -> Result<(), String> {
         }
     }
     match wait_until_up(&config, &mut started, timeout) {
-        Ok(statuses) => {
+        Ok((view, statuses)) => {
             for (id, child) in &started {
                 let s = &statuses[id];
                 let role = config.role(*id).expect("a node of the file").name();
@@ -46,7 +46,6 @@ pub fn up(config_path: &Path, timeout: Duration) -> Result<(), String> {
                     config.log_path(*id).display()
                 );
             }
-            let view = statuses.values().find_map(|s| s.view.clone()).expect("agreed");
             println!(
                 "view {}: members {}, active on every member",
                 view.epoch,
@@ -119,7 +118,7 @@ fn wait_until_up(
     config: &UkharonConfig,
     started: &mut [(u16, Child)],
     timeout: Duration,
-) -> Result<BTreeMap<u16, NodeStatus>, String> {
+) -> Result<(ViewSummary, BTreeMap<u16, NodeStatus>), String> {
     let start = Instant::now();
     loop {
         interrupt::check()?;
@@ -138,8 +137,8 @@ fn wait_until_up(
                 (s.pid == c.id()).then_some((*id, s))
             })
             .collect();
-        if agreed_active(&statuses, &config.members).is_some() {
-            return Ok(statuses);
+        if let Some(view) = agreed_active(&statuses, &config.members) {
+            return Ok((view, statuses));
         }
         if start.elapsed() > timeout {
             return Err(format!(
