@@ -72,6 +72,9 @@ fn removed(
     let change = group.wait_for(WAIT, |s| change_without(s, &live, gone), "view without it");
     let change = change.unwrap_or_else(|e| panic!("member {gone}: {e}"));
     let epoch = change.view.epoch;
+    for (&(id, active), &(_, learnt)) in change.active_from_ns.iter().zip(&change.learnt_ns) {
+        assert!(learnt <= active, "member {id}: view {epoch} active before it was learnt");
+    }
     let active_ns = change.active_from_ns.iter().map(|&(_, t)| t).max().unwrap_or(0);
     eprintln!(
         "member {gone} out of view {epoch}: active on every live member {:.3} ms after the fault",

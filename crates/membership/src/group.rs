@@ -177,6 +177,12 @@ impl Membership {
         lock(&self.shared.state).spans.spans()
     }
 
+    /// (epoch, when this node learnt that view) for the latest 64 views, on the clock of
+    /// `active`.
+    pub fn learnt_times(&self) -> Vec<(u64, u64)> {
+        lock(&self.shared.state).spans.learnt_times()
+    }
+
     /// The last refusal or bad view the core reported, if any.
     pub fn last_problem(&self) -> Option<String> {
         lock(&self.shared.state).last_problem.clone()
@@ -269,11 +275,12 @@ fn run<F: Fabric>(mut core: NodeCore<F>, shared: &Shared, polling: Polling) {
         core.poll(now_ns());
         events.extend(core.drain_events());
         let lease = shared.published.load();
+        let seen_ns = now_ns();
         let mut state = lock(&shared.state);
-        state.spans.observe(lease, now_ns());
+        state.spans.observe(lease, seen_ns);
         if !events.is_empty() {
             for event in events.drain(..) {
-                apply(&mut state, event);
+                apply(&mut state, event, seen_ns);
             }
             drop(state);
             shared.changed.notify_all();
@@ -284,9 +291,10 @@ fn run<F: Fabric>(mut core: NodeCore<F>, shared: &Shared, polling: Polling) {
     }
 }
 
-fn apply(state: &mut State, event: NodeEvent) {
+fn apply(state: &mut State, event: NodeEvent, seen_ns: u64) {
     match event {
         NodeEvent::View(view) => {
+            state.spans.learnt(view.epoch, seen_ns);
             if let Some(previous) = &state.latest {
                 let gone = previous.members.iter().filter(|m| !view.contains(**m));
                 let failures: Vec<Failure> =

@@ -1,5 +1,5 @@
 //! When `Active` was true on this node, per view: the union of the leases the core published,
-//! on the host's monotonic clock. Processes record theirs so that a test can check, across
+//! on the host's monotonic clock; and when each view was learnt. Processes record theirs so that a test can check, across
 //! processes, that no two views were active at overlapping times (Appendix B).
 
 use crate::published::Lease;
@@ -21,6 +21,8 @@ const SPANS_KEPT: usize = 64;
 pub struct SpanRecorder {
     spans: BTreeMap<u64, ActiveSpan>,
     last: Option<Lease>,
+    /// Per epoch, when the view was learnt (seen after the poll that learnt it).
+    learnt: BTreeMap<u64, u64>,
 }
 
 impl SpanRecorder {
@@ -51,6 +53,19 @@ impl SpanRecorder {
         while self.spans.len() > SPANS_KEPT {
             self.spans.pop_first();
         }
+    }
+
+    /// View `epoch` was learnt at or before `seen_ns`.
+    pub fn learnt(&mut self, epoch: u64, seen_ns: u64) {
+        self.learnt.entry(epoch).or_insert(seen_ns);
+        while self.learnt.len() > SPANS_KEPT {
+            self.learnt.pop_first();
+        }
+    }
+
+    /// (epoch, when it was learnt), by epoch.
+    pub fn learnt_times(&self) -> Vec<(u64, u64)> {
+        self.learnt.iter().map(|(&e, &t)| (e, t)).collect()
     }
 
     /// The spans, by epoch.

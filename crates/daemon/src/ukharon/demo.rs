@@ -41,6 +41,8 @@ pub struct Change {
     pub view: ViewSummary,
     /// (member, the first time `Active(view)` was true there).
     pub active_from_ns: Vec<(u16, u64)>,
+    /// (member, when it learnt the view).
+    pub learnt_ns: Vec<(u16, u64)>,
     /// The last time `Active` of any earlier view was true on a live member.
     pub older_until_ns: u64,
 }
@@ -52,6 +54,7 @@ pub fn change_without(s: &BTreeMap<u16, NodeStatus>, live: &[u16], gone: u16) ->
         return None;
     }
     let mut active_from_ns = Vec::new();
+    let mut learnt_ns = Vec::new();
     let mut older_until_ns = 0;
     for id in live {
         let status = s.get(id)?;
@@ -60,10 +63,12 @@ pub fn change_without(s: &BTreeMap<u16, NodeStatus>, live: &[u16], gone: u16) ->
         }
         let span = status.spans.iter().find(|sp| sp.epoch == view.epoch)?;
         active_from_ns.push((*id, span.from_ns));
+        let learnt = status.learnt.iter().find(|&&(e, _)| e == view.epoch)?;
+        learnt_ns.push((*id, learnt.1));
         let older = status.spans.iter().filter(|sp| sp.epoch < view.epoch);
         older_until_ns = older.map(|sp| sp.until_ns).fold(older_until_ns, u64::max);
     }
-    Some(Change { view, active_from_ns, older_until_ns })
+    Some(Change { view, active_from_ns, learnt_ns, older_until_ns })
 }
 
 pub fn demo(args: &DemoArgs) -> Result<(), String> {
@@ -108,10 +113,13 @@ fn report(as_json: bool, kill_ns: u64, first: &ViewSummary, change: &Change) {
     if as_json {
         let per_member: BTreeMap<String, u64> =
             change.active_from_ns.iter().map(|&(id, t)| (id.to_string(), after(t))).collect();
+        let learnt: BTreeMap<String, u64> =
+            change.learnt_ns.iter().map(|&(id, t)| (id.to_string(), after(t))).collect();
         let out = json!({
             "killed": VICTIM,
             "old_epoch": first.epoch,
             "view": {"epoch": change.view.epoch, "members": change.view.nodes()},
+            "learnt_after_kill_ns": learnt,
             "active_after_kill_ns": per_member,
             "took_ns": took_ns,
             "old_inactive_before_new_active_ns": margin_ns,
@@ -124,15 +132,18 @@ fn report(as_json: bool, kill_ns: u64, first: &ViewSummary, change: &Change) {
         change.view.epoch,
         node_list(&change.view.nodes())
     );
-    for &(id, t) in &change.active_from_ns {
+    for (&(id, active), &(_, learnt)) in change.active_from_ns.iter().zip(&change.learnt_ns) {
         println!(
-            "  member {id}: Active(view {}) true {} after the kill",
+            "  member {id}: learnt view {} at +{}, Active(view {}) true from +{} (after the \
+             wait for older leases)",
             change.view.epoch,
-            ms(after(t))
+            ms(after(learnt)),
+            change.view.epoch,
+            ms(after(active))
         );
     }
     println!(
-        "from the kill until Active(view {}) was true on every live member: {}",
+        "(+: since the kill, on the host's CLOCK_MONOTONIC)\nfrom the kill until Active(view {}) was true on every live member: {}",
         change.view.epoch,
         ms(took_ns)
     );

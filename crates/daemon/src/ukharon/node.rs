@@ -69,6 +69,7 @@ fn base_status(id: u16, role: Role) -> NodeStatus {
         uid: None,
         active: false,
         spans: Vec::new(),
+        learnt: Vec::new(),
         problem: None,
     }
 }
@@ -121,6 +122,7 @@ fn member(
         status.view = latest.as_ref().map(ViewSummary::of);
         status.uid = m.member().map(|m| m.uid);
         status.spans = m.active_spans();
+        status.learnt = m.learnt_times();
         status.problem = m.last_problem();
         status.written_ns = monotonic_ns();
         status.write(&path)

@@ -49,6 +49,8 @@ pub struct NodeStatus {
     pub active: bool,
     /// A member: when `Active` was true, per view.
     pub spans: Vec<ActiveSpan>,
+    /// A member: (epoch, when it learnt that view).
+    pub learnt: Vec<(u64, u64)>,
     pub problem: Option<String>,
 }
 
@@ -64,6 +66,11 @@ impl NodeStatus {
             .iter()
             .map(|s| json!({"epoch": s.epoch, "from_ns": s.from_ns, "until_ns": s.until_ns}))
             .collect();
+        let learnt: Vec<Value> = self
+            .learnt
+            .iter()
+            .map(|&(epoch, at_ns)| json!({"epoch": epoch, "at_ns": at_ns}))
+            .collect();
         json!({
             "id": self.id,
             "role": self.role.name(),
@@ -74,6 +81,7 @@ impl NodeStatus {
             "uid": self.uid,
             "active": self.active,
             "spans": spans,
+            "learnt": learnt,
             "problem": self.problem,
         })
     }
@@ -107,6 +115,12 @@ impl NodeStatus {
                 Some(ActiveSpan { epoch, from_ns, until_ns: u(s, "until_ns")? })
             })
             .collect::<Option<_>>()?;
+        let learnt = v
+            .get("learnt")?
+            .as_array()?
+            .iter()
+            .map(|l| Some((u(l, "epoch")?, u(l, "at_ns")?)))
+            .collect::<Option<_>>()?;
         Some(NodeStatus {
             id: u(v, "id")? as u16,
             role,
@@ -117,6 +131,7 @@ impl NodeStatus {
             uid: u(v, "uid"),
             active: v.get("active")?.as_bool()?,
             spans,
+            learnt,
             problem: v.get("problem").and_then(Value::as_str).map(str::to_string),
         })
     }
@@ -242,6 +257,7 @@ mod tests {
             uid: Some(10),
             active: true,
             spans: vec![ActiveSpan { epoch: 3, from_ns: 5, until_ns: 8 }],
+            learnt: vec![(3, 4)],
             problem: Some("refused".into()),
         };
         assert_eq!(NodeStatus::from_json(&s.to_json()), Some(s));
