@@ -196,7 +196,8 @@ impl Membership {
     }
 
     /// Asks to leave and waits until a view without this node is learnt, then stops the
-    /// node's thread. A node that is not a member stops at once.
+    /// node's thread. A node that is not a member stops at once (should a join still in
+    /// flight admit it, the detectors remove it, as a crashed node).
     pub fn leave(mut self, timeout: Duration) -> Result<(), MembershipError> {
         self.shared.leave.store(true, Ordering::Release);
         let left = self.wait_for("without this node", timeout, |s| s.member.is_none());
