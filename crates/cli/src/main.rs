@@ -12,7 +12,7 @@ mod sim_ukharon;
 
 #[cfg(feature = "bench")]
 use mu_bench as bench;
-use mu_daemon::{cluster, kv_cmd, serve};
+use mu_daemon::{cluster, kv_cmd, serve, ukharon};
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +47,9 @@ enum Command {
     Cluster(cluster::Args),
     /// One key-value operation on a running cluster: get, put, del, cas.
     Kv(kv_cmd::Args),
+    /// A uKharon membership group's coordinators and members as processes on this host: up,
+    /// status, down, one node, and a demo that kills a member.
+    Ukharon(ukharon::Args),
     /// One peer process of a benchmark (started by the benchmark itself).
     #[cfg(feature = "bench")]
     #[command(hide = true)]
@@ -124,6 +127,7 @@ fn run(command: Command) -> ExitCode {
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::Ukharon(args) => ukharon::run(args),
         Command::Kv(args) => match kv_cmd::run(args, usage_error) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(kv_cmd::EXIT_NO),
@@ -185,6 +189,10 @@ mod tests {
             &["mu", "kv", "get", "a", "--config", "c.toml", "--timeout-ms", "0"],
             &["mu", "kv", "cas", "--config", "c.toml"],
             &["mu", "kv", "cas", "a", "b", "c", "d", "--config", "c.toml"],
+            &["mu", "ukharon", "up"],
+            &["mu", "ukharon", "node", "--config", "u.toml"],
+            &["mu", "ukharon", "node", "--config", "u.toml", "--id", "70000"],
+            &["mu", "ukharon", "restart", "--config", "u.toml"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -205,6 +213,11 @@ mod tests {
             &["mu", "kv", "cas", "--absent", "a", "2", "--config", "c.toml"],
             &["mu", "demo", "--seconds", "1", "--json"],
             &["mu", "replica", "--config", "c.toml", "--id", "0", "--rejoin"],
+            &["mu", "ukharon", "up", "--config", "u.toml", "--timeout-s", "30"],
+            &["mu", "ukharon", "status", "--config", "u.toml", "--json"],
+            &["mu", "ukharon", "down", "--config", "u.toml", "--purge"],
+            &["mu", "ukharon", "node", "--config", "u.toml", "--id", "3"],
+            &["mu", "ukharon", "demo", "--json"],
         ] {
             assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
         }

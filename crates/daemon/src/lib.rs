@@ -1,5 +1,6 @@
 //! The replica daemon and cluster operations of the `mu` command: `mu replica` (one replica of
-//! a key-value cluster), `mu cluster up|status|down`, `mu kv`, and the local clusters the demo
+//! a key-value cluster), `mu cluster up|status|down`, `mu kv`, `mu ukharon` (a uKharon membership group's
+//! processes), and the local clusters the demo
 //! and benchmarks start.
 
 #[macro_use]
@@ -12,5 +13,6 @@ pub mod kv_cmd;
 pub mod log_buffer;
 pub mod replica_pid;
 pub mod serve;
+pub mod ukharon;
 
 use mu_procs::interrupt;

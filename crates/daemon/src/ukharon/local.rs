@@ -1,0 +1,194 @@
+//! A group of node processes on this host for the demo and tests: a private run directory
+//! with the group's file ([`super::config::shared_host`]), `mu ukharon node` children that die
+//! with this process, their statuses, and signals to them. Dropping it kills every child and
+//! removes the directory.
+
+use super::config::UkharonConfig;
+use super::status::NodeStatus;
+use mu_procs::run_dir::RunDir;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// See the module docs.
+pub struct LocalGroup {
+    pub config: UkharonConfig,
+    config_path: PathBuf,
+    children: BTreeMap<u16, Child>,
+    dir: RunDir,
+}
+
+impl LocalGroup {
+    /// Starts `coordinators` and `members` as children of `exe` (the `mu` binary).
+    pub fn start(
+        exe: &Path,
+        tag: &str,
+        coordinators: &[u16],
+        members: &[u16],
+    ) -> Result<LocalGroup, String> {
+        let dir = RunDir::create(tag)?;
+        let config_path = dir.path().join("ukharon.toml");
+        let cluster = 0x756b_0000 | u64::from(std::process::id() & 0xFFFF);
+        let text = super::config::shared_host(cluster, dir.path(), coordinators, members);
+        std::fs::write(&config_path, text)
+            .map_err(|e| format!("writing {}: {e}", config_path.display()))?;
+        let config = UkharonConfig::load(&config_path)?;
+        let mut group = LocalGroup { config, config_path, children: BTreeMap::new(), dir };
+        for id in group.config.nodes() {
+            group.spawn(exe, id)?;
+        }
+        Ok(group)
+    }
+
+    fn spawn(&mut self, exe: &Path, id: u16) -> Result<(), String> {
+        let log_path = self.config.log_path(id);
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+        let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let child = Command::new(exe)
+            .args(["ukharon", "node", "--config"])
+            .arg(&self.config_path)
+            .args(["--id", &id.to_string(), "--parent", &std::process::id().to_string()])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting node {id} ({}): {e}", exe.display()))?;
+        self.children.insert(id, child);
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The latest status node `id` wrote, if any.
+    pub fn status(&self, id: u16) -> Option<NodeStatus> {
+        NodeStatus::read(&self.config.status_path(id))
+    }
+
+    pub fn pid(&self, id: u16) -> Option<u32> {
+        self.children.get(&id).map(Child::id)
+    }
+
+    /// Sends `signal` to node `id`.
+    pub fn signal(&self, id: u16, signal: libc::c_int) -> Result<(), String> {
+        let child = self.children.get(&id).ok_or(format!("no node {id}"))?;
+        mu_procs::child::signal(child, signal).map_err(|e| format!("signal to node {id}: {e}"))
+    }
+
+    /// Kills node `id` (SIGKILL) and reaps it.
+    pub fn kill(&mut self, id: u16) -> Result<(), String> {
+        let mut child = self.children.remove(&id).ok_or(format!("no node {id}"))?;
+        let _ = mu_procs::child::signal(&child, libc::SIGCONT);
+        child.kill().map_err(|e| format!("killing node {id}: {e}"))?;
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// Asks node `id` to stop (SIGTERM: a member leaves first) and reaps it; fails if it has
+    /// not exited within `wait` (it is then killed) or exited with an error.
+    pub fn terminate(&mut self, id: u16, wait: Duration) -> Result<(), String> {
+        let mut child = self.children.remove(&id).ok_or(format!("no node {id}"))?;
+        let _ = mu_procs::child::signal(&child, libc::SIGTERM);
+        let deadline = Instant::now() + wait;
+        loop {
+            match child.try_wait() {
+                Ok(Some(exit)) if exit.success() => return Ok(()),
+                Ok(Some(exit)) => return Err(format!("node {id} exited with {exit}")),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("node {id} did not exit within {wait:?} of SIGTERM"));
+                }
+            }
+        }
+    }
+
+    /// Fails if a node exited: its log's last lines say why.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        for (&id, child) in self.children.iter_mut() {
+            if let Ok(Some(exit)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.config.log_path(id)).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(format!("node {id} exited ({exit}):\n{}", tail.join("\n")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the statuses until `ready` returns something, or fails after `timeout` (saying
+    /// what `describe` says of the statuses then) or when a node exits.
+    pub fn wait_for<T>(
+        &mut self,
+        timeout: Duration,
+        mut ready: impl FnMut(&BTreeMap<u16, NodeStatus>) -> Option<T>,
+        describe: &str,
+    ) -> Result<T, String> {
+        let start = Instant::now();
+        loop {
+            let statuses = self.statuses();
+            if let Some(v) = ready(&statuses) {
+                return Ok(v);
+            }
+            self.check_alive()?;
+            crate::interrupt::check()?;
+            if start.elapsed() > timeout {
+                let seen: Vec<String> = statuses
+                    .values()
+                    .map(|s| {
+                        let view = s.view.as_ref().map(|v| (v.epoch, v.nodes()));
+                        format!("node {}: view {view:?} active {}", s.id, s.active)
+                    })
+                    .collect();
+                return Err(format!(
+                    "no {describe} after {} s; {}",
+                    timeout.as_secs(),
+                    seen.join("; ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The statuses of the nodes still running as this group's children.
+    pub fn statuses(&self) -> BTreeMap<u16, NodeStatus> {
+        self.children.keys().filter_map(|&id| self.status(id).map(|s| (id, s))).collect()
+    }
+
+    /// The running members.
+    pub fn live_members(&self) -> Vec<u16> {
+        let members = &self.config.members;
+        self.children.keys().copied().filter(|id| members.contains(id)).collect()
+    }
+
+    /// Stops every node: SIGTERM (members leave), then SIGKILL for any left after `wait`.
+    pub fn stop(&mut self, wait: Duration) {
+        for child in self.children.values() {
+            let _ = mu_procs::child::signal(child, libc::SIGCONT);
+            let _ = mu_procs::child::signal(child, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + wait;
+        for (_, mut child) in std::mem::take(&mut self.children) {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for LocalGroup {
+    fn drop(&mut self) {
+        for (_, mut child) in std::mem::take(&mut self.children) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

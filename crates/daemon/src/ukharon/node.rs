@@ -1,0 +1,139 @@
+//! `mu ukharon node --config FILE --id N`: one node of a uKharon group, a coordinator or a
+//! member by its id, on this host's shm fabric, until SIGINT or SIGTERM (a member then leaves,
+//! waiting up to a second for a view without it). It writes its pid file and, every few
+//! milliseconds, its status (see [`super::status`]).
+
+use super::config::{Role, UkharonConfig};
+use super::status::{NodeStatus, ViewSummary};
+use crate::interrupt;
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_membership::channels::{Shifted, SHIFT_TO_FOUR_CHANNELS};
+use mu_membership::{CoordinatorService, JoinOptions, Membership, Polling};
+use mu_procs::clock::monotonic_ns;
+use mu_ukharon::view::View;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What runs on the fabric (see `ShmConfig::protocol`): a Mu replica refuses the directory.
+pub const SHM_PROTOCOL: &str = "ukharon/1";
+/// How often a node writes its status.
+const STATUS_PERIOD: Duration = Duration::from_millis(5);
+/// How long a member that is asked to stop waits for a view without it.
+const LEAVE_WAIT: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// The group's configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// This node's id: one of the file's coordinators or members.
+    #[arg(long)]
+    pub id: u16,
+    /// Exit when this process exits (for the demo's and tests' children).
+    #[arg(long, hide = true)]
+    pub parent: Option<u32>,
+}
+
+pub fn run(args: &NodeArgs) -> Result<(), String> {
+    if let Some(parent) = args.parent {
+        mu_procs::parent::die_with_parent(parent)?;
+    }
+    interrupt::catch();
+    let config = UkharonConfig::load(&args.config)?;
+    let id = args.id;
+    let role = config.role(id).ok_or_else(|| {
+        format!("node {id} is neither a coordinator nor a member in {}", args.config.display())
+    })?;
+    config.prepare_run_dir()?;
+    let _pid = super::pid::write_own(&config, id)?;
+    let mut shm = ShmConfig::new(&config.run_dir, config.membership.cluster, NodeId(id));
+    shm.protocol = SHM_PROTOCOL.into();
+    let shm = ShmFabric::create(shm).map_err(|e| format!("node {id}: fabric: {e}"))?;
+    let fabric = Shifted::new(shm, SHIFT_TO_FOUR_CHANNELS);
+    let polling = Polling::from_gap_ns(config.poll_gap_ns);
+    match role {
+        Role::Coordinator => coordinator(&config, id, fabric, polling),
+        Role::Member => member(&config, id, fabric, polling),
+    }
+}
+
+fn base_status(id: u16, role: Role) -> NodeStatus {
+    NodeStatus {
+        id,
+        role,
+        pid: std::process::id(),
+        written_ns: 0,
+        view: None,
+        leading: false,
+        uid: None,
+        active: false,
+        spans: Vec::new(),
+        learnt: Vec::new(),
+        problem: None,
+    }
+}
+
+fn coordinator(
+    config: &UkharonConfig,
+    id: u16,
+    fabric: Shifted<ShmFabric>,
+    polling: Polling,
+) -> Result<(), String> {
+    // Coordinators are not members (they run no node core): the first view is empty and
+    // members join it.
+    let initial =
+        View::initial(config.membership.cluster, Vec::new(), None, config.membership.lease_ns);
+    let seed = monotonic_ns() ^ u64::from(id);
+    let service =
+        CoordinatorService::start(fabric, config.membership.clone(), initial, seed, polling)?;
+    let path = config.status_path(id);
+    while interrupt::check().is_ok() {
+        if !service.is_running() {
+            return Err(format!("coordinator {id}: its thread stopped"));
+        }
+        let s = service.status();
+        let mut status = base_status(id, Role::Coordinator);
+        status.view = s.latest.as_ref().map(ViewSummary::of);
+        status.leading = s.leading;
+        status.problem = s.last_problem;
+        status.written_ns = monotonic_ns();
+        status.write(&path)?;
+        std::thread::sleep(STATUS_PERIOD);
+    }
+    service.stop();
+    Ok(())
+}
+
+fn member(
+    config: &UkharonConfig,
+    id: u16,
+    fabric: Shifted<ShmFabric>,
+    polling: Polling,
+) -> Result<(), String> {
+    let options = JoinOptions { polling, ..JoinOptions::default() };
+    let membership = Membership::start(fabric, config.membership.clone(), config.lease, options)
+        .map_err(|e| format!("member {id}: {e}"))?;
+    let path = config.status_path(id);
+    let write = |m: &Membership| -> Result<(), String> {
+        let latest = m.latest();
+        let mut status = base_status(id, Role::Member);
+        status.active = latest.as_ref().is_some_and(|v| m.active(v));
+        status.view = latest.as_ref().map(ViewSummary::of);
+        status.uid = m.member().map(|m| m.uid);
+        status.spans = m.active_spans();
+        status.learnt = m.learnt_times();
+        status.problem = m.last_problem();
+        status.written_ns = monotonic_ns();
+        status.write(&path)
+    };
+    while interrupt::check().is_ok() {
+        write(&membership)?;
+        std::thread::sleep(STATUS_PERIOD);
+    }
+    let left = membership.leave(LEAVE_WAIT);
+    if let Err(e) = left {
+        note!("mu ukharon node {id}: leaving: {e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! What each node process publishes in the run directory (`ukharon-<id>.status.json`,
+//! replaced whole every few milliseconds), and `mu ukharon status`, which shows them.
+
+use super::config::{Role, UkharonConfig};
+use super::pid::{inspect, NodePid};
+pub use mu_membership::ActiveSpan;
+use mu_ukharon::view::View;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A view as a status shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewSummary {
+    pub epoch: u64,
+    /// (node, unique id), by node.
+    pub members: Vec<(u16, u64)>,
+    pub primary: Option<u16>,
+}
+
+impl ViewSummary {
+    pub fn of(view: &View) -> ViewSummary {
+        let members = view.members.iter().map(|m| (m.node, m.uid)).collect();
+        ViewSummary { epoch: view.epoch, members, primary: view.primary }
+    }
+
+    pub fn nodes(&self) -> Vec<u16> {
+        self.members.iter().map(|&(n, _)| n).collect()
+    }
+
+    pub fn has(&self, node: u16) -> bool {
+        self.members.iter().any(|&(n, _)| n == node)
+    }
+}
+
+/// One node's status file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub id: u16,
+    pub role: Role,
+    pub pid: u32,
+    /// When it was written, on the host's `CLOCK_MONOTONIC`.
+    pub written_ns: u64,
+    pub view: Option<ViewSummary>,
+    /// A coordinator: whether it leads.
+    pub leading: bool,
+    /// A member: its unique id in the latest view, if it is a member.
+    pub uid: Option<u64>,
+    /// A member: whether `Active(latest view)` was true when the status was written.
+    pub active: bool,
+    /// A member: when `Active` was true, per view.
+    pub spans: Vec<ActiveSpan>,
+    /// A member: (epoch, when it learnt that view).
+    pub learnt: Vec<(u64, u64)>,
+    pub problem: Option<String>,
+}
+
+impl NodeStatus {
+    pub fn to_json(&self) -> Value {
+        let view = self.view.as_ref().map(|v| {
+            let members: Vec<Value> =
+                v.members.iter().map(|&(node, uid)| json!({"node": node, "uid": uid})).collect();
+            json!({"epoch": v.epoch, "members": members, "primary": v.primary})
+        });
+        let spans: Vec<Value> = self
+            .spans
+            .iter()
+            .map(|s| json!({"epoch": s.epoch, "from_ns": s.from_ns, "until_ns": s.until_ns}))
+            .collect();
+        let learnt: Vec<Value> = self
+            .learnt
+            .iter()
+            .map(|&(epoch, at_ns)| json!({"epoch": epoch, "at_ns": at_ns}))
+            .collect();
+        json!({
+            "id": self.id,
+            "role": self.role.name(),
+            "pid": self.pid,
+            "written_ns": self.written_ns,
+            "view": view,
+            "leading": self.leading,
+            "uid": self.uid,
+            "active": self.active,
+            "spans": spans,
+            "learnt": learnt,
+            "problem": self.problem,
+        })
+    }
+
+    pub fn from_json(v: &Value) -> Option<NodeStatus> {
+        let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+        let role = match v.get("role")?.as_str()? {
+            "coordinator" => Role::Coordinator,
+            "member" => Role::Member,
+            _ => return None,
+        };
+        let view = match v.get("view")? {
+            Value::Null => None,
+            view => Some(ViewSummary {
+                epoch: u(view, "epoch")?,
+                members: view
+                    .get("members")?
+                    .as_array()?
+                    .iter()
+                    .map(|m| Some((u(m, "node")? as u16, u(m, "uid")?)))
+                    .collect::<Option<_>>()?,
+                primary: u(view, "primary").map(|p| p as u16),
+            }),
+        };
+        let spans = v
+            .get("spans")?
+            .as_array()?
+            .iter()
+            .map(|s| {
+                let (epoch, from_ns) = (u(s, "epoch")?, u(s, "from_ns")?);
+                Some(ActiveSpan { epoch, from_ns, until_ns: u(s, "until_ns")? })
+            })
+            .collect::<Option<_>>()?;
+        let learnt = v
+            .get("learnt")?
+            .as_array()?
+            .iter()
+            .map(|l| Some((u(l, "epoch")?, u(l, "at_ns")?)))
+            .collect::<Option<_>>()?;
+        Some(NodeStatus {
+            id: u(v, "id")? as u16,
+            role,
+            pid: u(v, "pid")? as u32,
+            written_ns: u(v, "written_ns")?,
+            view,
+            leading: v.get("leading")?.as_bool()?,
+            uid: u(v, "uid"),
+            active: v.get("active")?.as_bool()?,
+            spans,
+            learnt,
+            problem: v.get("problem").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+
+    /// Writes the status whole: into a file beside it, then renamed over it, so that a reader
+    /// never sees half of one.
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let partial = path.with_extension("json.partial");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(|e| format!("writing {}: {e}", partial.display()))?;
+        file.write_all(self.to_json().to_string().as_bytes())
+            .map_err(|e| format!("writing {}: {e}", partial.display()))?;
+        std::fs::rename(&partial, path).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// The status in `path`, if there is one that reads whole.
+    pub fn read(path: &Path) -> Option<NodeStatus> {
+        let text = std::fs::read_to_string(path).ok()?;
+        NodeStatus::from_json(&serde_json::from_str(&text).ok()?)
+    }
+}
+
+/// A status older than this, of a process that runs, is shown as stale (the process is
+/// stopped or starved).
+const STALE_NS: u64 = 1_000_000_000;
+
+/// `mu ukharon status`.
+pub fn status(config_path: &Path, as_json: bool) -> Result<(), String> {
+    let config = UkharonConfig::load(config_path)?;
+    let now_ns = mu_procs::clock::monotonic_ns();
+    let mut rows = Vec::new();
+    for id in config.nodes() {
+        let running = match inspect(&config, id)? {
+            NodePid::Running(target) => Some(target.pid),
+            _ => None,
+        };
+        let status = NodeStatus::read(&config.status_path(id)).filter(|s| Some(s.pid) == running);
+        let state = match (&status, running) {
+            (_, None) => "down",
+            (None, Some(_)) => "starting",
+            (Some(s), Some(_)) if now_ns.saturating_sub(s.written_ns) > STALE_NS => "stale",
+            (Some(_), Some(_)) => "up",
+        };
+        rows.push((id, config.role(id).expect("a node of the file"), running, state, status));
+    }
+    if as_json {
+        let out: Vec<Value> = rows
+            .iter()
+            .map(|(id, role, pid, state, status)| match status {
+                Some(s) => {
+                    let mut v = s.to_json();
+                    v["state"] = json!(state);
+                    v["up"] = json!(*state == "up");
+                    v
+                }
+                None => json!({"id": id, "role": role.name(), "pid": pid, "state": state,
+                               "up": false}),
+            })
+            .collect();
+        println!("{}", Value::Array(out));
+        return Ok(());
+    }
+    println!(
+        "{:<5} {:<12} {:>8} {:<9} {:>6} {:<16} {:<7} {:<7}",
+        "node", "role", "pid", "state", "epoch", "members", "active", "leading"
+    );
+    for (id, role, pid, state, status) in &rows {
+        let pid = pid.map_or("-".to_string(), |p| p.to_string());
+        let view = status.as_ref().and_then(|s| s.view.as_ref());
+        let epoch = view.map_or("-".to_string(), |v| v.epoch.to_string());
+        let members = view.map_or("-".to_string(), |v| node_list(&v.nodes()));
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let (active, leading) = match (role, status) {
+            (Role::Member, Some(s)) => (yes(s.active), "-"),
+            (Role::Coordinator, Some(s)) => ("-", yes(s.leading)),
+            (_, None) => ("-", "-"),
+        };
+        println!(
+            "{id:<5} {:<12} {pid:>8} {state:<9} {epoch:>6} {members:<16} {active:<7} {leading:<7}",
+            role.name()
+        );
+    }
+    let leaders: Vec<String> = rows
+        .iter()
+        .filter(|r| r.3 == "up" && r.4.as_ref().is_some_and(|s| s.leading))
+        .map(|r| r.0.to_string())
+        .collect();
+    match leaders.is_empty() {
+        true => println!("leader: none"),
+        false => println!("leader: coordinator {}", leaders.join(", ")),
+    }
+    Ok(())
+}
+
+/// `3,4,5`, or `none`.
+pub fn node_list(nodes: &[u16]) -> String {
+    if nodes.is_empty() {
+        return "none".into();
+    }
+    nodes.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_reads_back_as_written() {
+        let s = NodeStatus {
+            id: 4,
+            role: Role::Member,
+            pid: 77,
+            written_ns: 123,
+            view: Some(ViewSummary { epoch: 3, members: vec![(3, 9), (4, 10)], primary: None }),
+            leading: false,
+            uid: Some(10),
+            active: true,
+            spans: vec![ActiveSpan { epoch: 3, from_ns: 5, until_ns: 8 }],
+            learnt: vec![(3, 4)],
+            problem: Some("refused".into()),
+        };
+        assert_eq!(NodeStatus::from_json(&s.to_json()), Some(s));
+        assert_eq!(NodeStatus::from_json(&json!({"id": 1})), None);
+    }
+}
