@@ -139,11 +139,10 @@ fn leader_of(group: &LocalGroup) -> u16 {
     leader.expect("a coordinator leads")
 }
 
-/// A member killed after the coordinator leader died: its failure reports must reach the new
-/// leader. They do not yet: the node core sends reports to the coordinator it last believed
-/// led and moves on to the next one only for join and leave requests.
+/// A member killed after the coordinator leader died: the others' failure reports reach the
+/// new leader (a node moves its leader hint past coordinators the fabric reports dead, and
+/// past those it cannot reach).
 #[test]
-#[ignore = "mu-membership's node core does not redirect failure reports after the leader dies"]
 fn a_member_killed_after_the_leader_is_removed_by_the_next_leader() {
     let exe = Path::new(env!("CARGO_BIN_EXE_mu"));
     let members = [3, 4, 5];

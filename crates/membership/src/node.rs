@@ -517,7 +517,7 @@ impl<F: Fabric> NodeCore<F> {
             return;
         }
         self.next_request_ns = now_ns + self.config.repeat_ns;
-        let position = self.leader_hint;
+        let position = self.leader();
         let frame = self.outboxes[position].next(request.kind(), &request.payload()).to_vec();
         let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.inbox_offset(self.me) };
         let leader = self.config.coordinators[position];
@@ -656,7 +656,7 @@ impl<F: Fabric> NodeCore<F> {
 
     /// Writes the due reports into this node's mailbox at the coordinator it believes leads.
     fn send_reports(&mut self, now_ns: u64) {
-        let position = self.leader_hint;
+        let position = self.leader();
         let frame = self.outboxes[position].next(Kind::Report, &self.report_payload);
         // Ten reports do not fit inline: the frame is written from the board's send area (a
         // later frame put there before this one landed tears it; the checksum refuses it and
@@ -670,7 +670,24 @@ impl<F: Fabric> NodeCore<F> {
         let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.inbox_offset(self.me) };
         let leader = self.config.coordinators[position];
         let wr = WorkRequest::write(REQUEST_WRITE | u64::from(leader), source, remote);
-        self.post(leader, &wr.unsignaled(), now_ns);
+        if !self.post(leader, &wr.unsignaled(), now_ns) {
+            // Out of reach: the reports go to the next coordinator, which redirects if need be.
+            self.leader_hint = (position + 1) % self.config.coordinators.len();
+        }
+    }
+
+    /// The coordinator this node believes leads: its hint, moved past coordinators whose death
+    /// the fabric reported (their successor leads, §5.3.1).
+    fn leader(&mut self) -> usize {
+        let n = self.config.coordinators.len();
+        for _ in 0..n {
+            let node = NodeId(self.config.coordinators[self.leader_hint]);
+            if !self.fabric.crash_notified(node) {
+                break;
+            }
+            self.leader_hint = (self.leader_hint + 1) % n;
+        }
+        self.leader_hint
     }
 }
 
