@@ -123,6 +123,7 @@ fn run(command: Command) -> ExitCode {
     let result = match command {
         #[cfg(feature = "bench")]
         Command::Bench { which } => bench::run(which),
+        Command::Sim(args) if args.protocol == "ukharon" => sim_ukharon::run(&args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),

@@ -84,9 +84,6 @@ pub struct Args {
 const TRACE_TAIL_LINES: usize = 40;
 
 pub fn run(args: Args) -> Result<(), String> {
-    if args.protocol == "ukharon" {
-        return crate::sim_ukharon::run(&args);
-    }
     let protocol = Protocol::parse(&args.protocol)
         .map_err(|e| format!("{e} (or ukharon, the membership service)"))?;
     let faults = Faults::parse(&args.faults)?;

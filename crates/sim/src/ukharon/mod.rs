@@ -218,89 +218,125 @@ fn inject(
     if kinds.is_empty() {
         return Ok(false);
     }
-    let kind = kinds[choices.below(kinds.len() as u64) as usize];
-    let live: Vec<u16> = cluster.live_nodes();
-    let running: Vec<u16> = live.iter().copied().filter(|n| !cluster.nodes[n].paused).collect();
-    let pick =
-        |choices: &mut Choices, from: &[u16]| from[choices.below(from.len() as u64) as usize];
-    let world = cluster.world.clone();
-    let err = |e: mu_fabric::FabricError| e.to_string();
-    match kind {
-        "crash" if !cluster.live_caches().is_empty() && choices.below(4) == 0 => {
-            // A cache: the members that asked it ask another (at least one stays up).
-            let caches = cluster.live_caches();
-            if caches.len() < 2 {
-                return Ok(false);
-            }
-            let n = pick(choices, &caches);
-            world.crash(NodeId(n)).map_err(err)?;
-            cluster.nodes.get_mut(&n).expect("a cache").core = None;
-        }
-        "crash" if running.len() > 2 => {
-            let n = pick(choices, &running);
-            world.crash(NodeId(n)).map_err(err)?;
-            cluster.nodes.get_mut(&n).expect("a node").core = None;
-        }
+    match kinds[choices.below(kinds.len() as u64) as usize] {
+        "crash" => crash(cluster, choices),
         "restart" => {
             let crashed: Vec<u16> =
                 cluster.nodes.iter().filter(|(_, n)| n.core.is_none()).map(|(&id, _)| id).collect();
             if crashed.is_empty() {
                 return Ok(false);
             }
-            cluster.restart(pick(choices, &crashed))?;
+            cluster.restart(pick(choices, &crashed)).map(|()| true)
         }
-        "pause" => {
-            let paused: Vec<u16> =
-                live.iter().copied().filter(|n| cluster.nodes[n].paused).collect();
-            if !paused.is_empty() && choices.below(2) == 0 {
-                let n = pick(choices, &paused);
-                world.resume(NodeId(n)).map_err(err)?;
-                cluster.nodes.get_mut(&n).expect("a node").paused = false;
-            } else if running.len() > 2 {
-                let n = pick(choices, &running);
-                world.pause(NodeId(n)).map_err(err)?;
-                cluster.nodes.get_mut(&n).expect("a node").paused = true;
-            } else {
-                return Ok(false);
-            }
-        }
+        "pause" => pause(cluster, choices),
         "delay" => {
-            let count = u64::from(config.coordinators + config.nodes);
+            let count = u64::from(config.coordinators + config.nodes + config.caches);
             let (a, b) = (choices.below(count) as u16, choices.below(count) as u16);
             let delay =
                 LinkDelay { extra_ns: choices.below(20_000), jitter_ns: choices.below(5_000) };
-            world.set_link_delay(NodeId(a), NodeId(b), delay);
+            cluster.world.set_link_delay(NodeId(a), NodeId(b), delay);
+            Ok(true)
         }
-        "partition" if live.len() > 1 => {
-            let (a, b) = (pick(choices, &live), pick(choices, &live));
-            if a == b {
-                return Ok(false);
-            }
-            if world.is_partitioned(NodeId(a), NodeId(b)) {
-                world.heal(NodeId(a), NodeId(b));
-            } else {
-                world.partition(NodeId(a), NodeId(b));
-            }
-        }
-        "lease" if !running.is_empty() => {
-            let n = pick(choices, &running);
-            let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
-            if let Some(core) = cluster.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
-                core.ask_lease(lease_ns);
-            }
-        }
-        "coordinator" => {
-            let down = cluster.coordinators.iter().filter(|c| c.is_none()).count();
-            if 2 * (down + 1) >= cluster.coordinators.len() {
-                return Ok(false); // a majority stays up
-            }
-            let c = choices.below(cluster.coordinators.len() as u64) as usize;
-            if cluster.coordinators[c].take().is_none() {
-                return Ok(false);
-            }
-            world.crash(NodeId(c as u16)).map_err(err)?;
-        }
-        _ => return Ok(false),
+        "partition" => Ok(partition(cluster, choices)),
+        "lease" => Ok(ask_lease(cluster, choices)),
+        _ => crash_coordinator(cluster, choices),
     }
+}
+
+fn pick(choices: &mut Choices, from: &[u16]) -> u16 {
+    from[choices.below(from.len() as u64) as usize]
+}
+
+/// Member nodes that run (not crashed, not paused).
+fn running(cluster: &UkCluster) -> Vec<u16> {
+    cluster.live_nodes().into_iter().filter(|n| !cluster.nodes[n].paused).collect()
+}
+
+/// Crashes a member (at least two stay running) or, now and then, a cache (one stays up).
+fn crash(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+    let caches = cluster.live_caches();
+    let running = running(cluster);
+    let victims = if !caches.is_empty() && choices.below(4) == 0 {
+        // A cache: the members that asked it ask another.
+        if caches.len() < 2 {
+            return Ok(false);
+        }
+        caches
+    } else if running.len() > 2 {
+        running
+    } else {
+        return Ok(false);
+    };
+    let n = pick(choices, &victims);
+    cluster.world.crash(NodeId(n)).map_err(|e| e.to_string())?;
+    cluster.nodes.get_mut(&n).expect("a node").core = None;
+    Ok(true)
+}
+
+/// Pauses a running member (at least two stay running), or resumes a paused one.
+fn pause(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+    let paused: Vec<u16> =
+        cluster.live_nodes().into_iter().filter(|n| cluster.nodes[n].paused).collect();
+    let running = running(cluster);
+    let (n, pause) = if !paused.is_empty() && choices.below(2) == 0 {
+        (pick(choices, &paused), false)
+    } else if running.len() > 2 {
+        (pick(choices, &running), true)
+    } else {
+        return Ok(false);
+    };
+    let result =
+        if pause { cluster.world.pause(NodeId(n)) } else { cluster.world.resume(NodeId(n)) };
+    result.map_err(|e| e.to_string())?;
+    cluster.nodes.get_mut(&n).expect("a node").paused = pause;
+    Ok(true)
+}
+
+/// Cuts the link between two live members, or heals it if it is cut.
+fn partition(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
+    let live = cluster.live_nodes();
+    if live.len() < 2 {
+        return false;
+    }
+    let (a, b) = (pick(choices, &live), pick(choices, &live));
+    if a == b {
+        return false;
+    }
+    if cluster.world.is_partitioned(NodeId(a), NodeId(b)) {
+        cluster.world.heal(NodeId(a), NodeId(b));
+    } else {
+        cluster.world.partition(NodeId(a), NodeId(b));
+    }
+    true
+}
+
+/// A running member asks for another lease duration (§6.3: a compatible view).
+fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
+    let running = running(cluster);
+    if running.is_empty() {
+        return false;
+    }
+    let n = pick(choices, &running);
+    let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
+    match cluster.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
+        Some(core) => {
+            core.ask_lease(lease_ns);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Crashes a coordinator, the leader maybe, while a majority stays up.
+fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+    let down = cluster.coordinators.iter().filter(|c| c.is_none()).count();
+    if 2 * (down + 1) >= cluster.coordinators.len() {
+        return Ok(false);
+    }
+    let c = choices.below(cluster.coordinators.len() as u64) as usize;
+    if cluster.coordinators[c].take().is_none() {
+        return Ok(false);
+    }
+    cluster.world.crash(NodeId(c as u16)).map_err(|e| e.to_string())?;
     Ok(true)
 }
