@@ -221,3 +221,65 @@ impl Renewal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mu_ukharon::cache::CacheConfig;
+    use mu_ukharon::lease::{Durations, LeaseConfig};
+    use mu_ukharon::view::Member;
+    use mu_velos::SlotWord;
+
+    const US: u64 = 1_000;
+
+    fn view(epoch: u64) -> View {
+        let mut v = View::initial(1, vec![Member { node: 3, uid: 1 << 16 | 3 }], None, 20 * US);
+        for _ in 0..epoch {
+            v = v.successor(v.members.clone(), None, 20 * US);
+        }
+        v
+    }
+
+    fn by_checks() -> Renewal {
+        let keeper = LeaseKeeper::new(LeaseConfig::default(), Durations::FromViews).unwrap();
+        Renewal::by_checks(keeper, 3, 64)
+    }
+
+    /// Algorithm 2 with Algorithm 6: a majority of empty words gives a lease; a read posted by
+    /// an earlier check is not counted by a later one (it began before the later timestamp).
+    #[test]
+    fn a_check_counts_only_its_own_reads() {
+        let mut r = by_checks();
+        let v = view(2);
+        let Some(Step::ReadSlots { index, serial }) = r.due(&v, 100 * US) else { panic!() };
+        assert_eq!(index, 3);
+        assert_eq!(r.on_slot_word(serial, 0, Some(0), 101 * US), Outcome::Pending);
+        assert!(matches!(r.on_slot_word(serial, 1, Some(0), 101 * US), Outcome::Publish(_)));
+        assert_eq!(r.due(&v, 102 * US), None, "the lease is fresh");
+        let Some(Step::ReadSlots { serial: next, .. }) = r.due(&v, 120 * US) else { panic!() };
+        assert_ne!(next, serial);
+        // The first check's third read arrives now: it must not count for the second check.
+        assert_eq!(r.on_slot_word(serial, 2, Some(0), 121 * US), Outcome::Pending);
+        assert_eq!(r.on_slot_word(next, 0, Some(0), 121 * US), Outcome::Pending);
+        let taken = SlotWord { min: 1, accepted: 1, lap: 0, prev_decided: false }.pack();
+        assert_eq!(
+            r.on_slot_word(next, 2, Some(taken), 122 * US),
+            Outcome::Newer { coordinator: 2 }
+        );
+    }
+
+    /// §6.3: a member asks its cache; an answer to another request is ignored; a cache that
+    /// does not answer in time is left for the next one.
+    #[test]
+    fn a_silent_cache_is_left_for_the_next() {
+        let config = CacheConfig::default();
+        let client = CacheClient::new(&config, 2, 0).unwrap();
+        let mut r = Renewal::through_caches(client, 50 * US);
+        let v = view(1);
+        let Some(Step::AskCache { cache: 0, id, epoch: 1 }) = r.due(&v, 10 * US) else { panic!() };
+        assert_eq!(r.on_cache_answer(id + 1, Some(1), 11 * US), Outcome::Pending);
+        assert_eq!(r.due(&v, 40 * US), None, "waiting for the answer");
+        let Some(Step::AskCache { cache: 1, .. }) = r.due(&v, 61 * US) else { panic!() };
+        assert_eq!(r.answer(61 * US), None, "a member answers no one");
+    }
+}
