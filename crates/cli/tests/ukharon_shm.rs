@@ -157,3 +157,29 @@ fn a_member_killed_after_the_leader_is_removed_by_the_next_leader() {
     removed(&mut group, &mut spans, 5, &rest, fault_ns);
     group.stop(Duration::from_secs(2));
 }
+
+/// §6.3 lease caches as processes: the members renew through two caches; one is killed, the
+/// members stay active (they ask the other), and a member killed afterwards is still removed
+/// with no overlap.
+#[test]
+fn members_renew_through_caches_and_outlive_one() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_mu"));
+    let members = [3, 4, 5];
+    let mut group =
+        LocalGroup::start_with_caches(exe, "ukharon-caches", &COORDINATORS, &members, &[6, 7])
+            .unwrap();
+    let mut spans = Spans::default();
+    let first = group.wait_for(WAIT, |s| agreed_active(s, &members), "first view").unwrap();
+    assert!(first.members.iter().all(|&(n, _)| members.contains(&n)), "caches do not join");
+    group.kill(6).unwrap();
+    // Still active through cache 7, in the same view, well after the killed cache's leases
+    // would have run out.
+    std::thread::sleep(Duration::from_millis(100));
+    let still = group.wait_for(WAIT, |s| agreed_active(s, &members), "active after").unwrap();
+    assert_eq!(still.epoch, first.epoch, "killing a cache changes no view");
+    spans.take(&group.statuses());
+    let fault_ns = monotonic_ns();
+    group.kill(5).unwrap();
+    removed(&mut group, &mut spans, 5, &COORDINATORS, fault_ns);
+    group.stop(Duration::from_secs(2));
+}

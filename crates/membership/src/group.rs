@@ -111,10 +111,30 @@ impl Membership {
         lease: LeaseConfig,
         options: JoinOptions,
     ) -> Result<Membership, MembershipError> {
-        let node = fabric.node().0;
         let incarnation = options.incarnation.unwrap_or_else(random_incarnation);
         let core = NodeCore::new(fabric, config, lease, incarnation);
-        let core = core.map_err(MembershipError::Start)?;
+        Membership::run_core(core.map_err(MembershipError::Start)?, options)
+    }
+
+    /// Starts a lease cache (§6.3) on `fabric`, one of the configuration's caches: it does not
+    /// join; it leases the latest view for ∆ and answers the members that renew through it.
+    /// `active` and `latest` say what it holds.
+    pub fn serve_cache<F: Fabric>(
+        fabric: F,
+        config: MembershipConfig,
+        lease: LeaseConfig,
+        options: JoinOptions,
+    ) -> Result<Membership, MembershipError> {
+        let incarnation = options.incarnation.unwrap_or_else(random_incarnation);
+        let core = NodeCore::new_cache(fabric, config, lease, incarnation);
+        Membership::run_core(core.map_err(MembershipError::Start)?, options)
+    }
+
+    fn run_core<F: Fabric>(
+        core: NodeCore<F>,
+        options: JoinOptions,
+    ) -> Result<Membership, MembershipError> {
+        let node = core.node();
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             leave: AtomicBool::new(false),

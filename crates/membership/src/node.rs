@@ -216,6 +216,11 @@ impl<F: Fabric> NodeCore<F> {
         })
     }
 
+    /// This node's fabric id.
+    pub fn node(&self) -> u16 {
+        self.me
+    }
+
     /// The lease application threads read.
     pub fn published(&self) -> Arc<PublishedLease> {
         self.published.clone()

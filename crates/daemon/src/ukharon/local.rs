@@ -27,10 +27,27 @@ impl LocalGroup {
         coordinators: &[u16],
         members: &[u16],
     ) -> Result<LocalGroup, String> {
+        LocalGroup::start_with_caches(exe, tag, coordinators, members, &[])
+    }
+
+    /// [`LocalGroup::start`] with lease caches, through which the members renew.
+    pub fn start_with_caches(
+        exe: &Path,
+        tag: &str,
+        coordinators: &[u16],
+        members: &[u16],
+        caches: &[u16],
+    ) -> Result<LocalGroup, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("ukharon.toml");
         let cluster = 0x756b_0000 | u64::from(std::process::id() & 0xFFFF);
-        let text = super::config::shared_host(cluster, dir.path(), coordinators, members);
+        let text = super::config::shared_host_with_caches(
+            cluster,
+            dir.path(),
+            coordinators,
+            members,
+            caches,
+        );
         std::fs::write(&config_path, text)
             .map_err(|e| format!("writing {}: {e}", config_path.display()))?;
         let config = UkharonConfig::load(&config_path)?;

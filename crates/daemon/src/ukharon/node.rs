@@ -54,7 +54,8 @@ pub fn run(args: &NodeArgs) -> Result<(), String> {
     let polling = Polling::from_gap_ns(config.poll_gap_ns);
     match role {
         Role::Coordinator => coordinator(&config, id, fabric, polling),
-        Role::Member => member(&config, id, fabric, polling),
+        Role::Member => member(&config, id, fabric, polling, Role::Member),
+        Role::Cache => member(&config, id, fabric, polling, Role::Cache),
     }
 }
 
@@ -105,19 +106,26 @@ fn coordinator(
     Ok(())
 }
 
+/// A member, or a lease cache (`role`): a node core in a thread, its status written
+/// periodically.
 fn member(
     config: &UkharonConfig,
     id: u16,
     fabric: Shifted<ShmFabric>,
     polling: Polling,
+    role: Role,
 ) -> Result<(), String> {
     let options = JoinOptions { polling, ..JoinOptions::default() };
-    let membership = Membership::start(fabric, config.membership.clone(), config.lease, options)
-        .map_err(|e| format!("member {id}: {e}"))?;
+    let (membership, lease) = (config.membership.clone(), config.lease);
+    let membership = match role {
+        Role::Cache => Membership::serve_cache(fabric, membership, lease, options),
+        _ => Membership::start(fabric, membership, lease, options),
+    };
+    let membership = membership.map_err(|e| format!("{} {id}: {e}", role.name()))?;
     let path = config.status_path(id);
     let write = |m: &Membership| -> Result<(), String> {
         let latest = m.latest();
-        let mut status = base_status(id, Role::Member);
+        let mut status = base_status(id, role);
         status.active = latest.as_ref().is_some_and(|v| m.active(v));
         status.view = latest.as_ref().map(ViewSummary::of);
         status.uid = m.member().map(|m| m.uid);
@@ -131,9 +139,10 @@ fn member(
         write(&membership)?;
         std::thread::sleep(STATUS_PERIOD);
     }
-    let left = membership.leave(LEAVE_WAIT);
-    if let Err(e) = left {
-        note!("mu ukharon node {id}: leaving: {e}");
+    if role == Role::Member {
+        if let Err(e) = membership.leave(LEAVE_WAIT) {
+            note!("mu ukharon node {id}: leaving: {e}");
+        }
     }
     Ok(())
 }

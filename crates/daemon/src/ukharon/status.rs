@@ -91,6 +91,7 @@ impl NodeStatus {
         let role = match v.get("role")?.as_str()? {
             "coordinator" => Role::Coordinator,
             "member" => Role::Member,
+            "cache" => Role::Cache,
             _ => return None,
         };
         let view = match v.get("view")? {
@@ -212,7 +213,7 @@ pub fn status(config_path: &Path, as_json: bool) -> Result<(), String> {
         let members = view.map_or("-".to_string(), |v| node_list(&v.nodes()));
         let yes = |b: bool| if b { "yes" } else { "no" };
         let (active, leading) = match (role, status) {
-            (Role::Member, Some(s)) => (yes(s.active), "-"),
+            (Role::Member | Role::Cache, Some(s)) => (yes(s.active), "-"),
             (Role::Coordinator, Some(s)) => ("-", yes(s.leading)),
             (_, None) => ("-", "-"),
         };
