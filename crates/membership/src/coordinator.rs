@@ -8,10 +8,12 @@ use crate::config::MembershipConfig;
 use crate::detectors::decode_reports;
 use crate::layout::{
     board_channel, consensus_channel, consensus_layout, BoardLayout, BOARD_REGION,
-    CONSENSUS_REGION, FINGERPRINT_OFFSET, MAILBOX_BYTES, VIEW_BYTES, VIEW_OFFSET,
+    CONSENSUS_REGION, FINGERPRINT_OFFSET, HEARTBEAT_OFFSET, INCARNATION_OFFSET, MAILBOX_BYTES,
+    VIEW_BYTES, VIEW_OFFSET,
 };
 use crate::links::Links;
 use crate::memory::RegionMemory;
+use crate::peer_watch::PeerWatch;
 use mu_fabric::{
     Access, Completion, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, OpKind,
     RemoteAddr, Source, WorkRequest,
@@ -50,6 +52,8 @@ const DRIVER: u64 = 1 << 63;
 const VIEW_WRITE: u64 = DRIVER | 1 << 32;
 const ANSWER_WRITE: u64 = DRIVER | 2 << 32;
 const FINGERPRINT_READ: u64 = DRIVER | 3 << 32;
+const BEAT_READ: u64 = DRIVER | 4 << 32;
+const PROBE_READ: u64 = DRIVER | 5 << 32;
 const KIND_MASK: u64 = DRIVER | 0xFF << 32;
 
 /// See the module docs.
@@ -78,6 +82,13 @@ pub struct CoordinatorDriver<F: Fabric> {
     events: Vec<CoordinatorEvent>,
     /// The leader's connectivity graph of the latest view (§4.2, catastrophic failures).
     graph: Option<Connectivity>,
+    /// Each coordinator's heartbeat as this one reads it ([`crate::peer_watch`]), this
+    /// coordinator's own, and who is alive as of this poll.
+    watches: Vec<PeerWatch>,
+    heartbeat: u64,
+    alive_mask: u64,
+    /// When the boards of the members and caches are next probed.
+    probe_due_ns: u64,
 }
 
 impl<F: Fabric> CoordinatorDriver<F> {
@@ -140,6 +151,10 @@ impl<F: Fabric> CoordinatorDriver<F> {
             rng: seed | 1,
             events: Vec::new(),
             graph: None,
+            watches: Vec::new(),
+            heartbeat: 0,
+            alive_mask: 1 << position,
+            probe_due_ns: 0,
             fabric,
             boards,
             position,
@@ -162,6 +177,18 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.engine.is_leading()
     }
 
+    /// A one-line account of the driver's state, for status output and failed tests.
+    pub fn describe(&self) -> String {
+        let l = &self.consensus_links;
+        let up: Vec<u16> =
+            (0..l.peers().len()).filter(|&i| l.is_up(i)).map(|i| l.peers()[i].0).collect();
+        format!(
+            "{}; consensus links up {up:?}; alive {:#x}",
+            self.engine.describe(),
+            self.alive_mask
+        )
+    }
+
     /// What happened since the last call.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, CoordinatorEvent> {
         self.events.drain(..)
@@ -176,8 +203,17 @@ impl<F: Fabric> CoordinatorDriver<F> {
 
     /// One round of work at `now_ns`.
     pub fn poll(&mut self, now_ns: u64) {
+        self.heartbeat += 1;
+        let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
+        if self.watches.is_empty() {
+            // Watching starts at the first poll: every peer has a timeout to show itself.
+            self.watches = vec![PeerWatch::new(now_ns); self.config.coordinators.len()];
+        }
         self.upkeep(now_ns);
         self.take_completions(now_ns);
+        self.watch_peers(now_ns);
+        self.probe_boards(now_ns);
+        self.alive_mask = self.alive_now(now_ns);
         self.learn_from_board();
         self.take_requests(now_ns);
         self.engine.set_alive(self.alive());
@@ -187,17 +223,62 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.take_outputs(now_ns);
     }
 
-    /// The coordinators this one believes alive: itself, and those whose board showed our
-    /// configuration and of whose crash the fabric has not told.
+    /// The coordinators this one believes alive, as of this poll.
     fn alive(&self) -> u64 {
+        self.alive_mask
+    }
+
+    /// Itself, and the coordinators whose board showed our configuration, of whose crash the
+    /// fabric has not told, and whose heartbeat moved within the beat timeout.
+    fn alive_now(&self, now_ns: u64) -> u64 {
         let mut alive = 1 << self.position;
         for (p, &node) in self.config.coordinators.iter().enumerate() {
             let ok = self.verified >> p & 1 == 1 && self.mismatched >> p & 1 == 0;
-            if p != self.position && ok && !self.fabric.crash_notified(NodeId(node)) {
+            let silent = self.watches[p].silent(now_ns, self.config.beat_timeout_ns);
+            if p != self.position && ok && !silent && !self.fabric.crash_notified(NodeId(node)) {
                 alive |= 1 << p;
             }
         }
         alive
+    }
+
+    /// Reads a word of every member's and cache's board once a beat period. A node that
+    /// restarted while this coordinator was stopped is bound here to its dead process, and
+    /// everything it initiates into this node is dropped; only a failed operation from this
+    /// side tells (followers post nothing to members otherwise), and the link is then set up
+    /// again, bound to the running process.
+    fn probe_boards(&mut self, now_ns: u64) {
+        if now_ns < self.probe_due_ns {
+            return;
+        }
+        self.probe_due_ns = now_ns.saturating_add(self.config.beat_period_ns);
+        let Some(view) = self.engine.latest() else { return };
+        let mut nodes: Vec<u16> = view.nodes().chain(self.config.caches.iter().copied()).collect();
+        nodes.retain(|&n| n != self.fabric.node().0);
+        let offset = self.boards.ring_read_offset(); // a word no coordinator reads otherwise
+        for node in nodes {
+            let local = LocalSlice { region: BOARD_REGION, offset, len: 8 };
+            let remote = RemoteAddr { region: BOARD_REGION, offset: INCARNATION_OFFSET };
+            let wr = WorkRequest::read(PROBE_READ | u64::from(node), local, remote);
+            self.post_board(node, &wr, now_ns);
+        }
+    }
+
+    /// Reads the peer coordinators' heartbeats when due.
+    fn watch_peers(&mut self, now_ns: u64) {
+        for p in 0..self.config.coordinators.len() {
+            if p == self.position || !self.watches[p].read_due(now_ns) {
+                continue;
+            }
+            let peer = self.config.coordinators[p];
+            let offset = self.boards.peer_beat_read_offset(p);
+            let local = LocalSlice { region: BOARD_REGION, offset, len: 8 };
+            let remote = RemoteAddr { region: BOARD_REGION, offset: HEARTBEAT_OFFSET };
+            let wr = WorkRequest::read(BEAT_READ | p as u64, local, remote);
+            if !self.post_board(peer, &wr, now_ns) {
+                self.watches[p].on_read(None, now_ns, self.config.ring_read_gap_ns);
+            }
+        }
     }
 
     fn upkeep(&mut self, now_ns: u64) {
@@ -225,16 +306,19 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.post_board(peer, &wr, now_ns);
     }
 
-    /// Posts on the board connection to `peer`; a post that fails marks it down.
-    fn post_board(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) {
-        let Some(i) = self.board_links.index_of(NodeId(peer)) else { return };
+    /// Posts on the board connection to `peer`; a post that fails marks it down. Whether it
+    /// was posted.
+    fn post_board(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) -> bool {
+        let Some(i) = self.board_links.index_of(NodeId(peer)) else { return false };
         if !self.board_links.is_up(i) {
-            return;
+            return false;
         }
         let conn = self.board_links.conn(NodeId(peer));
-        if self.endpoint.post(conn, wr).is_err() {
+        let posted = self.endpoint.post(conn, wr).is_ok();
+        if !posted {
             self.board_links.down(i, now_ns);
         }
+        posted
     }
 }
 
@@ -287,9 +371,14 @@ impl<F: Fabric> CoordinatorDriver<F> {
 
     fn driver_completion(&mut self, c: Completion, now_ns: u64) {
         let low = (c.wr_id & 0xFFFF_FFFF) as usize;
+        if c.wr_id & KIND_MASK == BEAT_READ {
+            let offset = self.boards.peer_beat_read_offset(low) as usize;
+            let value = c.status.is_success().then(|| self.board.load_u64(offset).unwrap_or(0));
+            self.watches[low].on_read(value, now_ns, self.config.ring_read_gap_ns);
+        }
         if !c.status.is_success() {
             let peer = match c.wr_id & KIND_MASK {
-                FINGERPRINT_READ => self.config.coordinators[low],
+                FINGERPRINT_READ | BEAT_READ => self.config.coordinators[low],
                 _ => low as u16,
             };
             if let Some(i) = self.board_links.index_of(NodeId(peer)) {
@@ -455,11 +544,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.events.push(CoordinatorEvent::Decided(view));
     }
 
-    /// A follower learns decided views from its board, where the leader writes them.
+    /// Decided views from this coordinator's board, where the leader writes them: how a
+    /// follower keeps up, and how a leader finds it is stale.
     fn learn_from_board(&mut self) {
-        if self.engine.is_leading() {
-            return;
-        }
         let epoch = self.board.load_u64(VIEW_OFFSET as usize + 16).unwrap_or(0);
         if self.engine.latest().is_some_and(|v| v.epoch >= epoch) {
             return;

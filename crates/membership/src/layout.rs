@@ -14,6 +14,7 @@
 //! scratch_offset    where this node's reads land: a word per coordinator (slot words), the
 //!                   ring word, a word per coordinator (fingerprints), a view
 //! send_offset       a frame too large to post inline, written from here
+//! then              a word per coordinator: a coordinator's reads of its peers' heartbeats
 //! ```
 
 use crate::config::MembershipConfig;
@@ -131,9 +132,15 @@ impl BoardLayout {
         self.view_read_offset() + VIEW_BYTES
     }
 
+    /// Where a coordinator's read of coordinator `position`'s heartbeat lands.
+    pub fn peer_beat_read_offset(&self, position: usize) -> u64 {
+        debug_assert!((position as u64) < self.coordinators);
+        self.send_offset() + MAILBOX_BYTES + 8 * position as u64
+    }
+
     /// Bytes of the whole board.
     pub fn board_bytes(&self) -> usize {
-        (self.send_offset() + MAILBOX_BYTES) as usize
+        (self.peer_beat_read_offset(0) + 8 * self.coordinators) as usize
     }
 }
 
@@ -164,11 +171,12 @@ mod tests {
             (l.fingerprint_read_offset(0), 8 * 3),
             (l.view_read_offset(), VIEW_BYTES),
             (l.send_offset(), MAILBOX_BYTES),
+            (l.peer_beat_read_offset(0), 8 * 3),
         ];
         for pair in areas.windows(2) {
             assert!(pair[0].0 + pair[0].1 <= pair[1].0, "{pair:?} overlap");
         }
-        assert_eq!(l.board_bytes() as u64, l.send_offset() + MAILBOX_BYTES);
+        assert_eq!(l.board_bytes() as u64, l.peer_beat_read_offset(2) + 8);
         assert_eq!(l.beat_offset(7) % 8, 0);
         assert_ne!(board_channel(NodeId(1), NodeId(2)), board_channel(NodeId(2), NodeId(1)));
     }

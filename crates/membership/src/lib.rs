@@ -36,6 +36,7 @@ pub mod layout;
 pub mod links;
 pub mod memory;
 pub mod node;
+pub mod peer_watch;
 pub mod published;
 pub mod renewal;
 pub mod service;

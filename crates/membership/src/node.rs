@@ -64,6 +64,9 @@ const BEAT_WRITE: u64 = 5 << 32;
 const CACHE_WRITE: u64 = 6 << 32;
 const KIND_MASK: u64 = 0xFF << 32;
 
+/// Frames sent to a coordinator without a sign of it at work before the next one is tried.
+const UNANSWERED_MAX: u32 = 4;
+
 /// See the module docs.
 pub struct NodeCore<F: Fabric> {
     fabric: F,
@@ -83,6 +86,9 @@ pub struct NodeCore<F: Fabric> {
     joined_after_epoch: Option<u64>,
     next_request_ns: u64,
     leader_hint: usize,
+    /// Requests and report frames sent since the last sign of a leader at work (a new view,
+    /// an answer): a stopped leader's memory still takes them, and no one answers.
+    unanswered: u32,
     outboxes: Vec<Outbox>,
     answers: Vec<Inbox>,
     renewal: Renewal,
@@ -195,6 +201,7 @@ impl<F: Fabric> NodeCore<F> {
             joined_after_epoch: None,
             next_request_ns: 0,
             leader_hint: 0,
+            unanswered: 0,
             renewal,
             pull_from: None,
             pulling: false,
@@ -447,6 +454,7 @@ impl<F: Fabric> NodeCore<F> {
             }
         }
         self.renewal.on_view(&view);
+        self.unanswered = 0;
         self.events.push(NodeEvent::View(view.clone()));
         self.view = Some(view);
     }
@@ -475,6 +483,7 @@ impl<F: Fabric> NodeCore<F> {
                 Ok(Some(f)) => Answer::from_frame(&f),
                 _ => None,
             };
+            self.unanswered = 0;
             match answer {
                 Some(Answer::NotLeader { leader: Some(l) }) => {
                     if let Some(pos) = self.config.position(l) {
@@ -682,9 +691,16 @@ impl<F: Fabric> NodeCore<F> {
     }
 
     /// The coordinator this node believes leads: its hint, moved past coordinators whose death
-    /// the fabric reported (their successor leads, §5.3.1).
+    /// the fabric reported (their successor leads, §5.3.1), and past one that let
+    /// [`UNANSWERED_MAX`] frames go without a sign of work (stopped, or no longer leading and
+    /// not answering).
     fn leader(&mut self) -> usize {
         let n = self.config.coordinators.len();
+        self.unanswered += 1;
+        if self.unanswered > UNANSWERED_MAX {
+            self.unanswered = 0;
+            self.leader_hint = (self.leader_hint + 1) % n;
+        }
         for _ in 0..n {
             let node = NodeId(self.config.coordinators[self.leader_hint]);
             if !self.fabric.crash_notified(node) {

@@ -293,3 +293,29 @@ fn members_renew_through_caches_and_outlive_one() {
     assert_eq!(c.active(5), Some(after.epoch));
     assert_eq!(c.active(6), Some(after.epoch));
 }
+
+/// §5.3.1 with §4.2's kernel failures: a coordinator leader that stops (its memory still
+/// readable, its process never dead) is passed over once its heartbeat stops moving; the next
+/// coordinator decides the next change.
+#[test]
+fn a_stopped_coordinator_leader_is_passed_over() {
+    let mut c = Cluster::new(41, &[5, 6]);
+    c.run_for(2_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert!(c.sim.coordinators[0].as_ref().unwrap().is_leading());
+    c.sim.world.pause(NodeId(0)).unwrap();
+    let paused = c.sim.coordinators[0].take();
+    c.nodes.get_mut(&6).unwrap().leave();
+    c.run_for(5_000_000);
+    let after = c.sim.decided.last().unwrap().clone();
+    assert!(after.epoch > latest.epoch && after.uid_of(6).is_none(), "{after:?}");
+    assert!(c.sim.coordinators[1].as_ref().unwrap().is_leading());
+    assert_eq!(c.active(5), Some(after.epoch));
+    // Resumed, the lowest coordinator leads again, and views go on.
+    c.sim.world.resume(NodeId(0)).unwrap();
+    c.sim.coordinators[0] = paused;
+    c.nodes.get_mut(&5).unwrap().leave();
+    c.run_for(5_000_000);
+    let last = c.sim.decided.last().unwrap().clone();
+    assert!(last.epoch > after.epoch && last.members.is_empty(), "{last:?}");
+}

@@ -153,6 +153,23 @@ impl Coordinator {
         self.leading
     }
 
+    /// A one-line account of the engine's state, for status output and failed tests.
+    pub fn describe(&self) -> String {
+        format!(
+            "leading {} (proposer {}), latest {:?}, proposed {:?}, alive {:#x}, back-off until \
+             {} ns, next index {}, phase {:?}, down {:#x}",
+            self.leading,
+            self.proposer.is_leading(),
+            self.latest.as_ref().map(|v| v.epoch),
+            self.proposed,
+            self.alive,
+            self.backoff_until_ns,
+            self.proposer.next_index(),
+            self.proposer.phase(),
+            self.proposer.down()
+        )
+    }
+
     /// The coordinators the runtime believes alive (a mask of positions, from the failure
     /// detectors): the lowest leads.
     pub fn set_alive(&mut self, alive: u64) {
@@ -160,8 +177,9 @@ impl Coordinator {
     }
 
     /// A decided view learnt from another coordinator's broadcast (a follower's way to keep
-    /// up; a leader learns from its own decisions). Views not newer than the latest known, or
-    /// that do not follow it when they come right after it, are ignored.
+    /// up; a leader learns from its own decisions, and one that learns a newer view this way
+    /// is stale: it starts leading again from that view). Views not newer than the latest
+    /// known, or that do not follow it when they come right after it, are ignored.
     pub fn learned(&mut self, view: View) {
         if view.cluster != self.config.initial.cluster || view.check().is_err() {
             return;
@@ -172,9 +190,13 @@ impl Coordinator {
                 return;
             }
         }
-        if !self.leading {
-            self.adopt_latest(view);
+        if self.leading {
+            // Another leader decided views this one does not know: it was stopped, or cut
+            // off, while the others went on. Its proposer holds indices prepared long ago
+            // and its changes rest on an old view; it starts again from the newer view.
+            self.step_down();
         }
+        self.adopt_latest(view);
     }
 
     /// A change for the next view. Only the leader takes changes.

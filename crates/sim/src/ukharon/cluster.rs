@@ -40,6 +40,8 @@ pub struct UkCluster {
     pub lease: LeaseConfig,
     pub coordinators: Vec<Option<CoordinatorDriver<SimFabric>>>,
     pub coordinator_clocks: Vec<Clock>,
+    /// Coordinators stopped (not polled; their memory still answers).
+    pub coordinator_paused: Vec<bool>,
     pub nodes: BTreeMap<u16, Node>,
     pub spans: ActiveSpans,
     pub log: ViewLog,
@@ -80,6 +82,7 @@ impl UkCluster {
             world,
             config,
             lease,
+            coordinator_paused: vec![false; cs.len()],
             coordinators: cs,
             coordinator_clocks,
             nodes: BTreeMap::new(),
@@ -124,7 +127,9 @@ impl UkCluster {
     pub fn round(&mut self, step_ns: u64) -> Result<(), String> {
         let now = self.world.now_ns();
         for (c, driver) in self.coordinators.iter_mut().enumerate() {
-            let Some(driver) = driver else { continue };
+            let Some(driver) = driver.as_mut().filter(|_| !self.coordinator_paused[c]) else {
+                continue;
+            };
             driver.poll(self.coordinator_clocks[c].local(now));
             for event in driver.drain_events() {
                 match event {
@@ -190,6 +195,19 @@ impl UkCluster {
         caches.copied().collect()
     }
 
+    /// The coordinators' state, for messages.
+    fn describe_coordinators(&self) -> String {
+        let one = |c: usize| match &self.coordinators[c] {
+            None => format!("{c}: crashed"),
+            Some(d) => format!(
+                "{c}: {}{}",
+                if self.coordinator_paused[c] { "paused, " } else { "" },
+                d.describe()
+            ),
+        };
+        (0..self.coordinators.len()).map(one).collect::<Vec<_>>().join("; ")
+    }
+
     /// Whether every live node holds a lease on the latest decided view, and that view's
     /// members are exactly the live nodes.
     pub fn converged(&self) -> Result<(), String> {
@@ -198,9 +216,15 @@ impl UkCluster {
         let live = self.live_nodes();
         let members: Vec<u16> = latest.nodes().collect();
         if members != live {
+            let outside: Vec<String> = live
+                .iter()
+                .filter(|n| !members.contains(n))
+                .filter_map(|n| self.nodes[n].core.as_ref().map(|c| c.describe()))
+                .collect();
             return Err(format!(
-                "view {} has members {members:?}, live nodes {live:?}",
-                latest.epoch
+                "view {} has members {members:?}, live nodes {live:?} ({outside:?}); coordinators {}",
+                latest.epoch,
+                self.describe_coordinators()
             ));
         }
         for n in live {
@@ -214,9 +238,11 @@ impl UkCluster {
                     .filter_map(|c| self.nodes[c].core.as_ref().map(|core| core.describe()))
                     .collect();
                 return Err(format!(
-                    "node {n} is not active in view {} at {at} ns: {}; caches: {caches:?}",
+                    "node {n} is not active in view {} at {at} ns: {}; caches: {caches:?}; \
+                     coordinators {}",
                     latest.epoch,
-                    core.describe()
+                    core.describe(),
+                    self.describe_coordinators()
                 ));
             }
         }

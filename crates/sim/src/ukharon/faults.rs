@@ -19,7 +19,8 @@ pub struct UkFaults {
     pub drift: bool,
     /// Nodes ask for other lease durations: compatible views.
     pub lease: bool,
-    /// A coordinator crashes (at most a minority of them), the leader included.
+    /// A coordinator crashes or stops, and a stopped one resumes (at most a minority of them
+    /// down at once), the leader included.
     pub coordinator: bool,
 }
 

@@ -184,9 +184,15 @@ fn phases(
     last.map_err(|e| format!("no convergence within the liveness bound: {e}"))
 }
 
-/// The liveness phase's start: every paused node resumes, links heal, crashed nodes stay down.
+/// The liveness phase's start: every paused node and coordinator resumes, links heal, crashed
+/// nodes stay down.
 fn heal(cluster: &mut UkCluster) -> Result<(), String> {
     cluster.heal_links();
+    for c in 0..cluster.coordinators.len() {
+        if std::mem::take(&mut cluster.coordinator_paused[c]) {
+            cluster.world.resume(NodeId(c as u16)).map_err(|e| e.to_string())?;
+        }
+    }
     for (&n, node) in cluster.nodes.iter_mut() {
         if node.paused {
             node.paused = false;
@@ -327,16 +333,29 @@ fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
     }
 }
 
-/// Crashes a coordinator, the leader maybe, while a majority stays up.
+/// Crashes or stops a coordinator, the leader maybe, while a majority stays up; or resumes a
+/// stopped one.
 fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
-    let down = cluster.coordinators.iter().filter(|c| c.is_none()).count();
-    if 2 * (down + 1) >= cluster.coordinators.len() {
+    let count = cluster.coordinators.len();
+    let c = choices.below(count as u64) as usize;
+    let err = |e: mu_fabric::FabricError| e.to_string();
+    if cluster.coordinator_paused[c] {
+        cluster.coordinator_paused[c] = false;
+        cluster.world.resume(NodeId(c as u16)).map_err(err)?;
+        return Ok(true);
+    }
+    let down = (0..count)
+        .filter(|&i| cluster.coordinators[i].is_none() || cluster.coordinator_paused[i])
+        .count();
+    if 2 * (down + 1) >= count || cluster.coordinators[c].is_none() {
         return Ok(false);
     }
-    let c = choices.below(cluster.coordinators.len() as u64) as usize;
-    if cluster.coordinators[c].take().is_none() {
-        return Ok(false);
+    if choices.below(2) == 0 {
+        cluster.coordinator_paused[c] = true;
+        cluster.world.pause(NodeId(c as u16)).map_err(err)?;
+    } else {
+        cluster.coordinators[c] = None;
+        cluster.world.crash(NodeId(c as u16)).map_err(err)?;
     }
-    cluster.world.crash(NodeId(c as u16)).map_err(|e| e.to_string())?;
     Ok(true)
 }
