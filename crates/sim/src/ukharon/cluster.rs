@@ -43,7 +43,11 @@ pub struct UkCluster {
     /// Coordinators stopped (not polled; their memory still answers).
     pub coordinator_paused: Vec<bool>,
     pub nodes: BTreeMap<u16, Node>,
+    /// When each view was active on the members, and apart on the caches: a cache's lease is
+    /// no application's `Active`, and the two kinds are ordered each among its own (a member's
+    /// lease through a cache may outlive a cache's wait, `mu_ukharon::cache`).
     pub spans: ActiveSpans,
+    pub cache_spans: ActiveSpans,
     pub log: ViewLog,
     pub seed: u64,
     pub node_events: u64,
@@ -87,6 +91,7 @@ impl UkCluster {
             coordinator_clocks,
             nodes: BTreeMap::new(),
             spans: ActiveSpans::default(),
+            cache_spans: ActiveSpans::default(),
             log: ViewLog::default(),
             seed,
             node_events: 0,
@@ -155,7 +160,10 @@ impl UkCluster {
             }
             if let Some(lease) = core.published().load() {
                 if lease.start_ns <= local && local < lease.end_ns {
-                    self.spans.record(n, lease.epoch, now);
+                    match self.config.caches.contains(&n) {
+                        true => self.cache_spans.record(n, lease.epoch, now),
+                        false => self.spans.record(n, lease.epoch, now),
+                    }
                 }
             }
         }
@@ -169,7 +177,8 @@ impl UkCluster {
         while self.world.now_ns() < end {
             self.round(step_ns)?;
         }
-        self.spans.check(&self.log.views)
+        self.spans.check(&self.log.views)?;
+        self.cache_spans.check(&self.log.views).map_err(|e| format!("caches: {e}"))
     }
 
     /// Removes every link delay and partition among `nodes`.
