@@ -26,7 +26,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [Fault::Member, Fault::MemberLeader, Fault::MemberCache, Fault::All];
+    pub const ALL: [Fault; 4] =
+        [Fault::Member, Fault::MemberLeader, Fault::MemberCache, Fault::All];
 
     pub fn name(self) -> &'static str {
         match self {

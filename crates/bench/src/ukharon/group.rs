@@ -3,19 +3,19 @@
 //! death, which the fabric signals to the others), as `mu-membership`'s `group_shm` test runs
 //! them.
 
+use mu_fabric::Fabric;
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_membership::channels::{Shifted, SHIFT_TO_FOUR_CHANNELS};
-use mu_fabric::Fabric;
 use mu_membership::{
     CoordinatorService, JoinOptions, Membership, MembershipConfig, NodeCore, Polling,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use mu_procs::run_dir::RunDir;
 use mu_ukharon::lease::LeaseConfig;
 use mu_ukharon::view::View;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub const CLUSTER: u64 = 0x75_6b62;
@@ -46,9 +46,16 @@ impl Timings {
         Timings { lease_ns, renew_margin_ns: lease_ns / 2, polling: Polling::Spin }
     }
 
+    /// The host timings with a lease of `lease_ns`, renewed half-way.
+    pub fn sleeping(lease_ns: u64) -> Timings {
+        Timings { lease_ns, renew_margin_ns: lease_ns / 2, ..Timings::host() }
+    }
+
     fn config(&self) -> MembershipConfig {
         let mut c = MembershipConfig::new(CLUSTER, (0..COORDINATORS).collect(), 16);
         c.lease_ns = self.lease_ns;
+        // ∆ in the paper's proportion to δ (25 µs to 20 µs).
+        c.cache_lease_ns = self.lease_ns * 5 / 4;
         c.ring_read_gap_ns = 10_000_000;
         c.beat_period_ns = 10_000_000;
         c.beat_timeout_ns = 150_000_000;
@@ -147,7 +154,11 @@ impl Group {
         }
         let mut cache_threads = Vec::new();
         for &c in &config.caches {
-            cache_threads.push(Some(CacheThread::start(fabric(&dir, c)?, config.clone(), timings)?));
+            cache_threads.push(Some(CacheThread::start(
+                fabric(&dir, c)?,
+                config.clone(),
+                timings,
+            )?));
         }
         let options =
             JoinOptions { polling: timings.polling, timeout: JOIN_TIMEOUT, incarnation: None };

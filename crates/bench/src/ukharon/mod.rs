@@ -55,12 +55,19 @@ pub fn run(args: Args) -> Result<(), String> {
     report.table(&active_table(&act), "-active")?;
 
     let deltas: &[u64] = if quick { &renewal::QUICK_DELTAS_US } else { &renewal::DELTAS_US };
+    let host_deltas: &[u64] =
+        if quick { &renewal::QUICK_HOST_DELTAS_US } else { &renewal::HOST_DELTAS_US };
     let window = if quick { QUICK_WINDOW } else { DEFAULT_WINDOW };
-    note!("2. Active true at once, δ {deltas:?} µs x idle/cpu/memory, {window:?} each");
+    note!(
+        "2. Active true at once, δ {deltas:?} µs spinning and {host_deltas:?} µs sleeping, \
+         x idle/cpu/memory, {window:?} each"
+    );
     let mut points = Vec::new();
-    for load in renewal::Load::ALL {
-        for &delta_us in deltas {
-            points.push(renewal::measure(delta_us, load, window)?);
+    for (spinning, deltas) in [(true, deltas), (false, host_deltas)] {
+        for load in renewal::Load::ALL {
+            for &delta_us in deltas {
+                points.push(renewal::measure(spinning, delta_us, load, window)?);
+            }
         }
     }
     report.table(&renewal_table(&points), "-renewal")?;
@@ -77,7 +84,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let svg = report.path("-failover.svg");
     failover_chart(&failovers).write_svg(&svg).map_err(|e| e.to_string())?;
 
-    let renewals = [("coordinators", bytes::from_coordinators()), ("cache", bytes::through_cache())];
+    let renewals =
+        [("coordinators", bytes::from_coordinators()), ("cache", bytes::through_cache())];
     report.table(&bytes_table(&renewals), "-bytes")?;
 
     report.finish(json!({
@@ -110,38 +118,46 @@ fn active_table(a: &active::ActiveFigure) -> Table {
 
 fn renewal_table(points: &[renewal::Point]) -> Table {
     let mut table = Table::new(
-        "Share of Active calls true at once (lease valid), 3 coordinators, threads spinning",
-        &["load", "δ (µs)", "calls", "true (%)", "note"],
+        "Share of Active calls true at once (lease valid), 3 coordinators, 1 member",
+        &["threads", "load", "δ (µs)", "calls", "true (%)", "note"],
     );
     for p in points {
         let share = p.share_true.map_or("-".into(), |s| format!("{:.4}", s * 100.0));
         let note = p.problem.clone().unwrap_or_default();
-        let row = [p.load.name().into(), p.delta_us.to_string(), p.calls.to_string(), share, note];
-        table.row(row.into());
+        let threads = if p.spinning { "spin" } else { "sleep 200 µs" };
+        let (load, delta, calls) = (p.load.name(), p.delta_us.to_string(), p.calls.to_string());
+        table.row(vec![threads.into(), load.into(), delta, calls, share, note]);
     }
     table
 }
 
 fn renewal_chart(points: &[renewal::Point]) -> LineChart {
-    let series = renewal::Load::ALL.map(|load| LineSeries {
-        name: load.name().into(),
-        points: points
-            .iter()
-            .filter(|p| p.load == load)
-            .map(|p| (p.delta_us as f64, p.share_true.unwrap_or(0.0) * 100.0))
-            .collect(),
-    });
+    let mut series = Vec::new();
+    for spinning in [true, false] {
+        for load in renewal::Load::ALL {
+            let threads = if spinning { "spin" } else { "sleep" };
+            series.push(LineSeries {
+                name: format!("{threads}, {}", load.name()),
+                points: points
+                    .iter()
+                    .filter(|p| p.load == load && p.spinning == spinning)
+                    .map(|p| (p.delta_us as f64, p.share_true.unwrap_or(0.0) * 100.0))
+                    .collect(),
+            });
+        }
+    }
     LineChart {
         title: "Active true at once against the lease δ (3 coordinators, shm)".into(),
         x_label: "δ (µs)".into(),
         y_label: "calls true at once (%)".into(),
-        series: series.into(),
+        series,
+        log_x: true,
         ..LineChart::default()
     }
 }
 
 fn point_json(p: &renewal::Point) -> serde_json::Value {
-    json!({"load": p.load.name(), "delta_us": p.delta_us, "calls": p.calls,
+    json!({"spinning": p.spinning, "load": p.load.name(), "delta_us": p.delta_us, "calls": p.calls,
            "share_true": p.share_true, "problem": p.problem})
 }
 
@@ -175,7 +191,10 @@ fn failover_chart(failovers: &[failover::Failovers]) -> BarChart {
         title: "uKharon failover time on shm, median (min to max)".into(),
         x_label: "failure".into(),
         y_label: "failover (ms)".into(),
-        series: vec![BarSeries { name: "crash".into(), points: failovers.iter().map(bar).collect() }],
+        series: vec![BarSeries {
+            name: "crash".into(),
+            points: failovers.iter().map(bar).collect(),
+        }],
         categories: failovers.iter().map(|f| f.fault.name().into()).collect(),
         log_y: false,
     }

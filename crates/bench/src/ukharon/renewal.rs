@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 pub const DELTAS_US: [u64; 7] = [18, 20, 22, 24, 26, 28, 30];
 pub const QUICK_DELTAS_US: [u64; 3] = [18, 24, 30];
+/// The same sweep with threads that sleep 200 µs between polls (`mu ukharon`'s setting for
+/// this kind of host), in milliseconds: where the defaults for a two-core host come from.
+pub const HOST_DELTAS_US: [u64; 4] = [1_000, 2_000, 3_000, 5_000];
+pub const QUICK_HOST_DELTAS_US: [u64; 2] = [1_000, 3_000];
 const MEMORY_LOAD_BYTES: usize = 256 << 20;
 const CPU_LOAD_THREADS: usize = 2;
 
@@ -38,6 +42,8 @@ impl Load {
 
 /// One point: `None` when the member was never admitted at that δ (the group could not form).
 pub struct Point {
+    /// Whether the group's threads spin (else they sleep between polls).
+    pub spinning: bool,
     pub delta_us: u64,
     pub load: Load,
     pub share_true: Option<f64>,
@@ -101,10 +107,17 @@ fn stream(stop: &AtomicBool) {
     }
 }
 
-pub fn measure(delta_us: u64, load: Load, window: Duration) -> Result<Point, String> {
+pub fn measure(
+    spinning: bool,
+    delta_us: u64,
+    load: Load,
+    window: Duration,
+) -> Result<Point, String> {
     let _load = LoadThreads::start(load);
-    let mut point = Point { delta_us, load, share_true: None, calls: 0, problem: None };
-    let group = match Group::start(Timings::spinning(delta_us * 1_000), 0, 1) {
+    let mut point = Point { spinning, delta_us, load, share_true: None, calls: 0, problem: None };
+    let lease_ns = delta_us * 1_000;
+    let timings = if spinning { Timings::spinning(lease_ns) } else { Timings::sleeping(lease_ns) };
+    let group = match Group::start(timings, 0, 1) {
         Ok(group) => group,
         Err(e) => {
             point.problem = Some(e);
