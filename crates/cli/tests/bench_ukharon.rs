@@ -18,7 +18,7 @@ fn positive(v: &serde_json::Value, path: &str) -> u64 {
 fn quick_json_has_every_figure() {
     let out_dir = std::env::temp_dir().join(format!("mu-bench-ukharon-{}", std::process::id()));
     let out = mu()
-        .args(["bench", "ukharon", "--quick", "--json", "--calls", "20000", "--runs", "2"])
+        .args(["bench", "ukharon", "--quick", "--json", "--calls", "20000", "--runs", "1"])
         .arg("--out")
         .arg(&out_dir)
         .output()
@@ -48,10 +48,11 @@ fn quick_json_has_every_figure() {
     }
     let failovers = v["failover"].as_array().expect("failovers");
     let names: Vec<&str> = failovers.iter().filter_map(|f| f["failure"].as_str()).collect();
-    assert_eq!(names, ["member", "member+leader", "member+cache", "member+leader+cache"]);
+    assert_eq!(names[..4], ["member", "member+leader", "member+cache", "member+leader+cache"]);
+    assert_eq!(names.len(), 6, "{names:?}");
     for f in failovers {
         let runs = f["runs"].as_u64().unwrap() + f["failed_runs"].as_u64().unwrap();
-        assert_eq!(runs, 2, "{f}");
+        assert_eq!(runs, 1, "{f}");
         if f["runs"].as_u64() > Some(0) {
             positive(f, "/p50_ns");
         }

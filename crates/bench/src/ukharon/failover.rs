@@ -10,9 +10,8 @@
 //! 20 µs by this thread). A crashed thread ends after its current pause (up to the 200 µs poll
 //! gap), and that time is inside the figure.
 //!
-//! Not measured here: the heartbeat ring against crash notification (the paper's SIGSTOP
-//! against SIGKILL). A thread cannot be stopped while its fabric node lives on; that needs the
-//! members as processes (`mu ukharon node`), which this benchmark does not start yet.
+//! The heartbeat ring against crash notification (SIGSTOP against SIGKILL) needs members as
+//! processes (a thread cannot be stopped while its fabric node lives on): [`super::processes`].
 
 use crate::ukharon::group::{Group, Timings};
 use mu_membership::clock::now_ns;
@@ -54,7 +53,7 @@ impl Fault {
 
 /// The failovers of one fault, in nanoseconds, and the runs that did not converge.
 pub struct Failovers {
-    pub fault: Fault,
+    pub name: &'static str,
     pub times_ns: Vec<u64>,
     pub failed_runs: u32,
     pub last_problem: Option<String>,
@@ -69,10 +68,19 @@ impl Failovers {
 }
 
 pub fn measure(fault: Fault, runs: u32) -> Result<Failovers, String> {
-    let mut out = Failovers { fault, times_ns: Vec::new(), failed_runs: 0, last_problem: None };
+    repeat(fault.name(), runs, || one(fault))
+}
+
+/// `runs` failovers timed by `one`; a run that fails is counted and the next one starts.
+pub fn repeat(
+    name: &'static str,
+    runs: u32,
+    mut one: impl FnMut() -> Result<u64, String>,
+) -> Result<Failovers, String> {
+    let mut out = Failovers { name, times_ns: Vec::new(), failed_runs: 0, last_problem: None };
     for _ in 0..runs {
         crate::interrupt::check()?;
-        match one(fault) {
+        match one() {
             Ok(ns) => out.times_ns.push(ns),
             Err(e) => {
                 out.failed_runs += 1;

@@ -4,7 +4,8 @@
 //! 1. [`active`]: `Active` with a valid lease beside a bare clock read (paper: 38 ns p99).
 //! 2. [`renewal`]: the share of `Active` calls that return true at once for leases δ of 18 to
 //!    30 µs, idle and under CPU and memory load (paper's Fig. 3).
-//! 3. [`failover`]: median failover time per kind of failure (paper's Table 2).
+//! 3. [`failover`]: median failover time per kind of failure (paper's Table 2), threads in
+//!    this process; [`processes`]: crash notification against the heartbeat ring, processes.
 //! 4. [`bytes`]: bytes per lease renewal (paper: 240 B from three coordinators, 132 B from a
 //!    cache), counted from the code path.
 //!
@@ -15,6 +16,7 @@ mod active;
 mod bytes;
 mod failover;
 mod group;
+mod processes;
 mod renewal;
 
 use crate::suite::{us, Report, SuiteArgs};
@@ -79,6 +81,10 @@ pub fn run(args: Args) -> Result<(), String> {
     for fault in failover::Fault::ALL {
         note!("  {}", fault.name());
         failovers.push(failover::measure(fault, runs)?);
+    }
+    for signal in processes::Signal::ALL {
+        note!("  {}", signal.name());
+        failovers.push(failover::repeat(signal.name(), runs, || processes::one(signal))?);
     }
     report.table(&failover_table(&failovers), "-failover")?;
     let svg = report.path("-failover.svg");
@@ -169,7 +175,7 @@ fn failover_table(failovers: &[failover::Failovers]) -> Table {
     for f in failovers {
         let ms = |ns: Option<u64>| ns.map_or("-".into(), |ns| us(ns as f64 / 1e6));
         table.row(vec![
-            f.fault.name().into(),
+            f.name.into(),
             f.times_ns.len().to_string(),
             f.failed_runs.to_string(),
             ms(f.median_ns()),
@@ -195,13 +201,13 @@ fn failover_chart(failovers: &[failover::Failovers]) -> BarChart {
             name: "crash".into(),
             points: failovers.iter().map(bar).collect(),
         }],
-        categories: failovers.iter().map(|f| f.fault.name().into()).collect(),
+        categories: failovers.iter().map(|f| f.name.into()).collect(),
         log_y: false,
     }
 }
 
 fn failover_json(f: &failover::Failovers) -> serde_json::Value {
-    json!({"failure": f.fault.name(), "runs": f.times_ns.len(), "failed_runs": f.failed_runs,
+    json!({"failure": f.name, "runs": f.times_ns.len(), "failed_runs": f.failed_runs,
            "p50_ns": f.median_ns(), "times_ns": f.times_ns, "last_problem": f.last_problem})
 }
 
