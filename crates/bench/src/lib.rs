@@ -20,6 +20,7 @@ pub mod replication;
 pub mod suite;
 pub mod targets;
 pub mod throughput;
+pub mod ukharon;
 pub mod words;
 
 use mu_procs::{counts, interrupt};
@@ -61,6 +62,10 @@ pub enum Command {
     /// against Mu, failover in kill and pause mode, Mu on libfabric), measured on this machine
     /// in one run, each with its verdict.
     Targets(crate::targets::Args),
+    /// The uKharon paper's figures on this host: Active beside a clock read, Active true at
+    /// once against the lease δ idle and under load, failover time per kind of failure, and
+    /// bytes per lease renewal (threads of this process on shm).
+    Ukharon(crate::ukharon::Args),
 }
 
 /// Runs one `mu bench` command.
@@ -75,5 +80,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Payload(args) => payload::run(args),
         Command::Peers(args) => peers::run(args),
         Command::Targets(args) => targets::run(args),
+        Command::Ukharon(args) => ukharon::run(args),
     }
 }
