@@ -27,7 +27,7 @@ pub struct Args {
     pub(crate) first_seed: u64,
     /// The protocol to run: mu, velos, or ukharon (the membership service: coordinators and
     /// member nodes, its own faults and checkers).
-    #[arg(long, default_value = "mu")]
+    #[arg(long, default_value = "mu", value_parser = parse_protocol)]
     pub(crate) protocol: String,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=9))]
@@ -40,7 +40,7 @@ pub struct Args {
     /// added and removed; --replicas is then how many there may be, at least 3 of them members
     /// at first). uKharon's: all, or some of crash, restart, pause, delay, partition, drift,
     /// lease, coordinator.
-    #[arg(long, default_value = "all")]
+    #[arg(long, default_value = "all", value_parser = parse_faults)]
     pub(crate) faults: String,
     /// Steps of the safety phase per seed (each a fault or client operations, then up to
     /// 200 µs of virtual time; uKharon: a fault, then 50 to 300 µs). Default 60 (uKharon 40).
@@ -78,6 +78,22 @@ pub struct Args {
     /// followers, prepare omitted), applied count, leader and log writers.
     #[arg(long, requires = "seed")]
     watch: bool,
+}
+
+/// A protocol the simulator runs: mu, velos or ukharon.
+fn parse_protocol(name: &str) -> Result<String, String> {
+    if name == "ukharon" {
+        return Ok(name.to_string());
+    }
+    Protocol::parse(name).map(|_| name.to_string()).map_err(|e| format!("{e} (or ukharon)"))
+}
+
+/// Faults one of the protocols knows (each protocol checks its own list again when it runs).
+fn parse_faults(text: &str) -> Result<String, String> {
+    match (Faults::parse(text), mu_sim::ukharon::UkFaults::parse(text)) {
+        (Err(mu), Err(ukharon)) => Err(format!("{mu}; for --protocol ukharon: {ukharon}")),
+        _ => Ok(text.to_string()),
+    }
 }
 
 /// Trace lines shown with a failure found by a sweep (a replay shows them all).

@@ -72,9 +72,16 @@ fn a_connection_smaller_than_what_mu_writes_at_once_is_refused() {
 
 #[test]
 fn ukharon_sims_refuse_what_they_do_not_know() {
-    refused(&["sim", "--protocol", "ukharon", "--faults", "crush"], "unknown fault \"crush\"");
+    // The parser refuses what no protocol knows (status 2); each protocol refuses the rest.
+    refused_with(
+        2,
+        &["sim", "--protocol", "ukharon", "--faults", "crush"],
+        "unknown fault \"crush\"",
+    );
+    refused(&["sim", "--protocol", "ukharon", "--faults", "perm-failure"], "unknown fault");
     refused(&["sim", "--protocol", "ukharon", "--mutation", "skip-revoke"], "start-at-t");
-    refused(&["sim", "--protocol", "paxos", "--seeds", "1"], "or ukharon");
+    refused_with(2, &["sim", "--protocol", "paxos", "--seeds", "1"], "or ukharon");
+    refused(&["sim", "--faults", "drift", "--seeds", "1", "--no-lincheck"], "unknown fault");
     refused(&["sim", "--nodes", "4", "--seeds", "1", "--no-lincheck"], "--nodes is uKharon's");
 }
 
