@@ -54,12 +54,6 @@ fn a_timestamp_after_the_reads_is_caught() {
     assert!(caught_within(LeaseMutation::TimestampAfterReads, 20).is_some());
 }
 
-/// Appendix C: waits and leases that do not allow for drifting clocks.
-#[test]
-fn no_drift_margin_is_caught() {
-    assert!(caught_within(LeaseMutation::NoDriftMargin, 20).is_some());
-}
-
 /// §6.3: the compatible-view shortcut taken on a view that is not compatible.
 #[test]
 fn the_compatible_shortcut_on_incompatible_views_is_caught() {
