@@ -8,6 +8,7 @@
 
 use mu_daemon::ukharon::demo::{agreed_active, change_without};
 use mu_daemon::ukharon::local::LocalGroup;
+use mu_daemon::ukharon::config::Role;
 use mu_daemon::ukharon::status::{ActiveSpan, NodeStatus};
 
 use mu_procs::clock::monotonic_ns;
@@ -18,13 +19,15 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(15);
 const COORDINATORS: [u16; 3] = [0, 1, 2];
 
-/// Every member's spans seen so far (a dead member's from its last status).
+/// Every member's spans seen so far (a dead member's from its last status). Lease caches are
+/// left out: a cache's lease is no application's `Active`, and a member's lease through a
+/// cache may outlive a cache's wait (`mu_ukharon::cache`).
 #[derive(Default)]
 struct Spans(BTreeMap<u16, Vec<ActiveSpan>>);
 
 impl Spans {
     fn take(&mut self, statuses: &BTreeMap<u16, NodeStatus>) {
-        for (&id, s) in statuses {
+        for (&id, s) in statuses.iter().filter(|(_, s)| s.role == Role::Member) {
             let known = self.0.entry(id).or_default();
             for span in &s.spans {
                 match known.iter_mut().find(|k| k.epoch == span.epoch) {
