@@ -6,9 +6,9 @@
 //! each member records, on the host's `CLOCK_MONOTONIC`, when `Active` was true per view (from
 //! the leases it published), and the test compares them across processes.
 
+use mu_daemon::ukharon::config::Role;
 use mu_daemon::ukharon::demo::{agreed_active, change_without};
 use mu_daemon::ukharon::local::LocalGroup;
-use mu_daemon::ukharon::config::Role;
 use mu_daemon::ukharon::status::{ActiveSpan, NodeStatus};
 
 use mu_procs::clock::monotonic_ns;
