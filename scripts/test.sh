@@ -186,4 +186,18 @@ if ls /dev/shm 2>/dev/null | grep -q '^mu-bench-demo-'; then
 fi
 done
 
+step "the membership demo: mu demo --protocol ukharon (coordinators and members as processes, a member killed; JSON checked)"
+out=$(./target/release/mu demo --protocol ukharon --json)
+echo "$out"
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["killed"] not in d["view"]["members"] and d["view"]["epoch"] > d["old_epoch"], d
+assert set(d["active_after_kill_ns"]) == {str(m) for m in d["view"]["members"]}, d
+# Appendix B across processes: the old view is inactive everywhere before the new one is active.
+assert d["old_inactive_before_new_active_ns"] >= 0, d
+print("mu demo --protocol ukharon: view %d without member %d, active on every member %.2f ms after the kill"
+      % (d["view"]["epoch"], d["killed"], d["took_ns"] / 1e6))
+PY
+
 step "all gates passed"

@@ -7,6 +7,9 @@
 //! summary with latency percentiles is printed. Nothing is left behind: the processes die with
 //! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
 //! and the run directory and its shared memory are removed.
+//!
+//! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
+//! coordinators and members as processes, one member killed, the new view and how long it took.
 
 use hdrhistogram::Histogram;
 use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
@@ -37,21 +40,56 @@ fn seconds(text: &str) -> Result<f64, String> {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds of workload before the leader is killed, and again after (0.1 to 86400).
-    #[arg(long, default_value_t = 3.0, value_parser = seconds, allow_negative_numbers = true)]
-    seconds: f64,
-    /// Client threads (1 to 1024).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=CLIENTS_MAX))]
-    clients: u16,
-    /// Keys each client writes (1 to 1000000).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=KEYS_MAX))]
-    keys: u32,
+    /// Seconds of workload before the leader is killed, and again after (0.1 to 86400;
+    /// default 3).
+    #[arg(long, value_parser = seconds, allow_negative_numbers = true)]
+    seconds: Option<f64>,
+    /// Client threads (1 to 1024; default 4).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=CLIENTS_MAX))]
+    clients: Option<u16>,
+    /// Keys each client writes (1 to 1000000; default 16).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=KEYS_MAX))]
+    keys: Option<u32>,
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
-    /// The replication engine: mu or velos.
-    #[arg(long, default_value = "mu")]
-    protocol: mu_replica::Protocol,
+    /// The replication engine, mu or velos; or ukharon, the membership service's demo
+    /// (`mu ukharon demo`, which takes none of the options above but --json).
+    #[arg(long, default_value = "mu", value_parser = demo_protocol)]
+    protocol: DemoProtocol,
+}
+
+/// What `mu demo` shows: a key-value cluster on a replication engine, or uKharon.
+#[derive(Clone, Copy)]
+enum DemoProtocol {
+    Replica(mu_replica::Protocol),
+    Ukharon,
+}
+
+fn demo_protocol(text: &str) -> Result<DemoProtocol, String> {
+    match text {
+        "ukharon" => Ok(DemoProtocol::Ukharon),
+        other => other.parse().map(DemoProtocol::Replica).map_err(|_| {
+            format!("unknown protocol {other:?}: expected \"mu\", \"velos\" or \"ukharon\"")
+        }),
+    }
+}
+
+/// `mu demo --protocol ukharon`: the membership demo, which has no clients, keys or phases, so
+/// an option given for them is refused rather than ignored.
+fn ukharon(args: &Args) -> Result<(), String> {
+    let given = [
+        ("--seconds", args.seconds.is_some()),
+        ("--clients", args.clients.is_some()),
+        ("--keys", args.keys.is_some()),
+    ];
+    if let Some((option, _)) = given.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{option} is an option of the key-value demo: `mu demo --protocol ukharon` takes \
+             only --json"
+        ));
+    }
+    mu_daemon::ukharon::demo::demo(&mu_daemon::ukharon::demo::DemoArgs { json: args.json })
 }
 
 /// What the client threads share.
@@ -82,12 +120,24 @@ struct KeyTruth {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    let protocol = match args.protocol {
+        DemoProtocol::Replica(protocol) => protocol,
+        DemoProtocol::Ukharon => return ukharon(&args),
+    };
+    let kv = KvDemo {
+        protocol,
+        seconds: args.seconds.unwrap_or(3.0),
+        clients: args.clients.unwrap_or(4),
+        keys: args.keys.unwrap_or(16),
+        json: args.json,
+    };
+    let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
     let mut cluster =
-        KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, args.protocol)?;
+        KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?;
     note!(
         "mu demo: 3 replica processes ({}) on the shared-memory fabric, run directory {}",
-        args.protocol,
+        protocol,
         cluster.run_dir().display()
     );
     let start = Instant::now();
@@ -106,15 +156,15 @@ pub fn run(args: Args) -> Result<(), String> {
         killed: AtomicU16::new(u16::MAX),
         last_served_by: AtomicU16::new(u16::MAX),
     });
-    let workers: Vec<_> = (0..usize::from(args.clients))
+    let workers: Vec<_> = (0..usize::from(clients))
         .map(|t| {
             let (shared, endpoints) = (shared.clone(), config.endpoints());
-            let keys = args.keys as usize;
+            let keys = keys as usize;
             let cluster_id = config.cluster_id;
             std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared, start))
         })
         .collect();
-    let phase = Duration::from_secs_f64(args.seconds);
+    let phase = Duration::from_secs_f64(seconds);
     let result = (|| -> Result<u16, String> {
         watch(&shared, &mut cluster, start, phase, "before the kill")?;
         let leader = leader_serving_clients(&shared, &cluster)?;
@@ -143,7 +193,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let checked = read_back_acknowledged(&shared, &config)?;
     // The live replicas end in the same state.
     let digests = wait_for_same_state(&config, killed, Duration::from_secs(10))?;
-    print_summary(&args, &shared, killed, failover_us, checked, &digests);
+    print_summary(&kv, &shared, killed, failover_us, checked, &digests);
     Ok(())
 }
 
@@ -171,9 +221,18 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
     Ok(checked)
 }
 
+/// The key-value demo's settings, defaults filled in.
+struct KvDemo {
+    protocol: mu_replica::Protocol,
+    seconds: f64,
+    clients: u16,
+    keys: u32,
+    json: bool,
+}
+
 /// The demo's outcome: one JSON object, or a few lines for a person.
 fn print_summary(
-    args: &Args,
+    args: &KvDemo,
     shared: &Shared,
     killed: u16,
     failover_us: u64,

@@ -194,6 +194,7 @@ mod tests {
             &["mu", "ukharon", "node", "--config", "u.toml"],
             &["mu", "ukharon", "node", "--config", "u.toml", "--id", "70000"],
             &["mu", "ukharon", "restart", "--config", "u.toml"],
+            &["mu", "demo", "--protocol", "raft"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -213,6 +214,7 @@ mod tests {
             &["mu", "kv", "cas", "a", "1", "2", "--config", "c.toml"],
             &["mu", "kv", "cas", "--absent", "a", "2", "--config", "c.toml"],
             &["mu", "demo", "--seconds", "1", "--json"],
+            &["mu", "demo", "--protocol", "ukharon", "--json"],
             &["mu", "replica", "--config", "c.toml", "--id", "0", "--rejoin"],
             &["mu", "ukharon", "up", "--config", "u.toml", "--timeout-s", "30"],
             &["mu", "ukharon", "status", "--config", "u.toml", "--json"],

@@ -125,6 +125,13 @@ fn a_demo_out_of_range_is_a_usage_error() {
     }
     usage_refused(&["demo", "--clients", "100000"], "1..=1024");
     usage_refused(&["demo", "--keys", "0"], "1..=1000000");
+    usage_refused(&["demo", "--protocol", "raft"], "\"mu\", \"velos\" or \"ukharon\"");
+}
+
+/// The membership demo has no clients: an option of the key-value demo is refused, not ignored.
+#[test]
+fn a_key_value_option_with_the_membership_demo_is_refused() {
+    refused(&["demo", "--protocol", "ukharon", "--clients", "3"], "--clients is an option");
 }
 
 #[test]

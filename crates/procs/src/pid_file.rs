@@ -139,6 +139,65 @@ impl Target {
     }
 }
 
+/// What a pid file says about the process it names.
+pub enum PidFile {
+    Missing,
+    /// It names no running process of ours (why).
+    Stale(String),
+    Running(Target),
+    /// It names a running process of ours that serves another cluster (its id), which shares
+    /// the run directory: left alone.
+    Foreign(Target, u64),
+}
+
+/// The command line a pid file's process must have to be ours: `mu <words...> ... --id <id>`.
+pub struct OurCommand<'a> {
+    /// The words after the program's name, in order (`["replica"]`, `["ukharon", "node"]`).
+    pub words: &'a [&'a str],
+    pub id: u16,
+}
+
+/// Reads the pid file at `path` and finds out whether it names a running process of `ours`
+/// that serves `cluster`. The process is believed only once `/proc` shows it runs `ours`,
+/// read through a pidfd taken first, so that a reused pid is not taken for it.
+pub fn inspect(path: &Path, cluster: u64, ours: &OurCommand) -> Result<PidFile, String> {
+    let PidText { pid, cluster: named } = match read_pid(path)? {
+        None => return Ok(PidFile::Missing),
+        Some(Err(why)) => return Ok(PidFile::Stale(why)),
+        Some(Ok(text)) => text,
+    };
+    let Some(target) = Target::open(pid)? else {
+        return Ok(PidFile::Stale(format!("pid {pid} is not running")));
+    };
+    match runs(pid, ours) {
+        // `/proc/<pid>` was read while the pidfd was open: if its process is still alive now,
+        // the pid was not reused in between, and what was read is that process.
+        Some(true) if !target.exited() => match named {
+            Some(other) if other != cluster => Ok(PidFile::Foreign(target, other)),
+            _ => Ok(PidFile::Running(target)),
+        },
+        Some(false) => {
+            Ok(PidFile::Stale(format!("pid {pid} is another program, which was left alone")))
+        }
+        _ => Ok(PidFile::Stale(format!("pid {pid} is not running"))),
+    }
+}
+
+/// Whether process `pid` runs `ours`; `None` if it is gone.
+fn runs(pid: u32, ours: &OurCommand) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which is in parentheses and may hold anything.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    if matches!(state, Some('Z' | 'X') | None) {
+        return None;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let id = ours.id.to_string();
+    let words = ours.words.iter().enumerate().all(|(i, w)| argv.get(i + 1) == Some(&w.as_bytes()));
+    Some(words && argv.windows(2).any(|w| w[0] == b"--id" && w[1] == id.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +225,22 @@ mod tests {
         std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
         assert!(matches!(read_pid(&path), Ok(Some(Err(_)))));
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn only_a_process_running_our_command_counts_as_ours() {
+        // This test process runs neither command.
+        for words in [&["replica"][..], &["ukharon", "node"][..]] {
+            assert_eq!(runs(std::process::id(), &OurCommand { words, id: 0 }), Some(false));
+        }
+        let target = Target::open(std::process::id()).unwrap().expect("we run");
+        assert!(!target.exited());
+        // A pid file naming this process is stale: it is another program.
+        let path = std::env::temp_dir().join(format!("mu-pid-ours-{}.pid", std::process::id()));
+        std::fs::write(&path, pid_file_text(std::process::id(), 7)).unwrap();
+        let ours = OurCommand { words: &["replica"], id: 0 };
+        assert!(matches!(inspect(&path, 7, &ours), Ok(PidFile::Stale(_))));
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(inspect(&path, 7, &ours), Ok(PidFile::Missing)));
     }
 }

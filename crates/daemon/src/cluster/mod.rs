@@ -27,10 +27,9 @@ use mu_procs::pid_file::{pid_in, Target};
 use mu_service::{Client, ClusterConfig, ReplicaReport};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -84,8 +83,6 @@ pub struct DownArgs {
 /// How long `down` waits for a replica to exit after SIGTERM, then after SIGKILL.
 const TERM_WAIT: Duration = Duration::from_secs(5);
 const KILL_WAIT: Duration = Duration::from_secs(2);
-/// Lines of a replica's log shown when it failed to start.
-const LOG_TAIL_LINES: usize = 12;
 /// The first words of what `up` appends to a replica's log before starting it, so that the
 /// tail shown after a failed start is this start's output only.
 const LOG_MARK: &str = "--- mu cluster up: starting replica";

@@ -3,6 +3,7 @@
 
 use super::down::{remove_if_exists, remove_shared_memory};
 use super::*;
+use crate::node_log::spawn_logged;
 
 /// A replica process `up` started, until it is known to run.
 struct Started {
@@ -118,32 +119,9 @@ fn spawn_replica(
     config: &ClusterConfig,
     id: u16,
 ) -> Result<Child, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let log_path = config.log_path(id);
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    writeln!(log, "{LOG_MARK} {id} (unix time {now}) ---")
-        .map_err(|e| format!("writing {}: {e}", log_path.display()))?;
-    let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("replica")
-        .arg("--config")
-        .arg(config_path)
-        .arg("--id")
-        .arg(id.to_string())
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err);
-    // A session of its own: no controlling terminal, so closing the terminal (SIGHUP) or its
-    // Ctrl-C does not reach it; only `mu cluster down` or a signal sent on purpose stops it.
-    mu_procs::child::own_session(&mut cmd);
-    cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))
+    cmd.arg("replica").arg("--config").arg(config_path).arg("--id").arg(id.to_string());
+    spawn_logged(cmd, &config.log_path(id), &format!("{LOG_MARK} {id}"), &format!("replica {id}"))
 }
 
 /// Waits until every replica answers a status request and a majority of the replicas agree on
@@ -248,56 +226,7 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
     let _ = remove_shared_memory(config);
 }
 
-/// How much of the end of a replica's log `log_tail` reads.
-const LOG_TAIL_BYTES: u64 = 64 * 1024;
-
-/// The last lines of this start's part of a replica's log.
+/// The end of this start's part of a replica's log.
 fn log_tail(path: &Path) -> String {
-    // The last bytes only: the log grows with every run (a debug run's by gigabytes). Without
-    // this run's mark among them, the first line read may be cut: it is skipped like the mark.
-    let read_tail = || -> std::io::Result<Vec<u8>> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = std::fs::File::open(path)?;
-        let len = file.metadata()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
-        let mut bytes = Vec::new();
-        file.take(LOG_TAIL_BYTES).read_to_end(&mut bytes)?;
-        Ok(bytes)
-    };
-    let text = match read_tail() {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => return format!("  (cannot read it: {e})"),
-    };
-    let this_start = text.rfind(LOG_MARK).map_or(&text[..], |at| &text[at..]);
-    let lines: Vec<&str> = this_start.lines().skip(1).collect();
-    if lines.is_empty() {
-        return "  (nothing)".into();
-    }
-    let from = lines.len().saturating_sub(LOG_TAIL_LINES);
-    lines[from..].iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_log_tail_is_this_start_only() {
-        let dir = std::env::temp_dir().join(format!("mu-cluster-cmd-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("replica-0.log");
-        std::fs::write(
-            &log,
-            format!("{LOG_MARK} 0 (unix time 1) ---\nold run\n{LOG_MARK} 0 (unix time 2) ---\nnew run\n"),
-        )
-        .unwrap();
-        assert_eq!(log_tail(&log), "  new run");
-        // A long run: only its end is read, and the line cut at the edge is not shown.
-        let long: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
-        std::fs::write(&log, format!("{LOG_MARK} 0 (unix time 3) ---\n{long}")).unwrap();
-        let tail = log_tail(&log);
-        assert_eq!(tail.lines().count(), LOG_TAIL_LINES);
-        assert!(tail.ends_with("  line 19999"), "{tail}");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    crate::node_log::log_tail(path, LOG_MARK)
 }

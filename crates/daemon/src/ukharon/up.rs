@@ -8,10 +8,10 @@ use super::demo::agreed_active;
 use super::pid::{inspect, NodePid};
 use super::status::{node_list, NodeStatus, ViewSummary};
 use crate::interrupt;
+use crate::node_log::{log_tail, spawn_logged};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 pub fn up(config_path: &Path, timeout: Duration) -> Result<(), String> {
@@ -90,28 +90,14 @@ fn refuse_if_running(config: &UkharonConfig) -> Result<(), String> {
     ))
 }
 
+/// The first words of what `up` appends to a node's log before starting it, so that the tail
+/// shown after a failed start is this start's output only.
+const LOG_MARK: &str = "--- mu ukharon up: starting node";
+
 fn spawn(exe: &Path, config_path: &Path, config: &UkharonConfig, id: u16) -> Result<Child, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let log_path = config.log_path(id);
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
-    writeln!(log, "--- mu ukharon up: starting node {id} ---")
-        .map_err(|e| format!("writing {}: {e}", log_path.display()))?;
-    let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
     let mut cmd = Command::new(exe);
-    cmd.args(["ukharon", "node", "--config"])
-        .arg(config_path)
-        .args(["--id", &id.to_string()])
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err);
-    mu_procs::child::own_session(&mut cmd);
-    cmd.spawn().map_err(|e| format!("starting node {id}: {e}"))
+    cmd.args(["ukharon", "node", "--config"]).arg(config_path).args(["--id", &id.to_string()]);
+    spawn_logged(cmd, &config.log_path(id), &format!("{LOG_MARK} {id}"), &format!("node {id}"))
 }
 
 fn wait_until_up(
@@ -125,8 +111,9 @@ fn wait_until_up(
         for (id, child) in started.iter_mut() {
             if let Ok(Some(exit)) = child.try_wait() {
                 return Err(format!(
-                    "node {id} exited during start-up ({exit}); see {}",
-                    config.log_path(*id).display()
+                    "node {id} exited during start-up ({exit}); the end of {}:\n{}",
+                    config.log_path(*id).display(),
+                    log_tail(&config.log_path(*id), LOG_MARK)
                 ));
             }
         }
