@@ -5,7 +5,7 @@
 
 use crate::mutation::Mutation;
 use crate::primary::{Node, Primary};
-use crate::record::Ring;
+use crate::record::{FollowWord, Ring};
 use mu_kv::{Request, Store};
 use std::collections::VecDeque;
 
@@ -17,19 +17,6 @@ pub enum BackupAction {
     Revoke { node: Node },
     /// Publish the follow word in this node's memory, where the primary reads it.
     Publish(FollowWord),
-}
-
-/// What a backup publishes for its primary to read: the view it follows (once the old
-/// primary's access is gone), the last position it applied, and whether its state is a prefix
-/// of every later primary's: false when it restored a snapshot that held records not yet known
-/// to be held by every backup (a primary's store is speculative), until it learns they were.
-/// A torn read of it is harmless: `applied` only grows, and an older one only makes the primary
-/// send again what the backup skips.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FollowWord {
-    pub epoch: u64,
-    pub applied: u64,
-    pub whole: bool,
 }
 
 /// Why a backup cannot become the primary.

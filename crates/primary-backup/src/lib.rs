@@ -20,7 +20,7 @@ pub mod mutation;
 mod primary;
 mod record;
 
-pub use backup::{Backup, BackupAction, FollowWord, Takeover, TakeoverError};
+pub use backup::{Backup, BackupAction, Takeover, TakeoverError};
 pub use mutation::Mutation;
 pub use primary::{Action, Node, Primary, Refusal};
-pub use record::{Record, Ring, RingError, SlotError, HEADER_BYTES, TRAILER_BYTES};
+pub use record::{FollowWord, Record, Ring, RingError, SlotError, HEADER_BYTES, TRAILER_BYTES};

@@ -4,9 +4,8 @@
 //! executed before the answer and `Active(view)` still holds; otherwise it drops the request,
 //! and the client retries (`docs/protocols/ukharon-kv.md`).
 
-use crate::backup::FollowWord;
 use crate::mutation::Mutation;
-use crate::record::{Record, Ring};
+use crate::record::{FollowWord, Record, Ring};
 use mu_kv::{Op, Reply, Request, Store};
 use std::collections::{BTreeMap, VecDeque};
 

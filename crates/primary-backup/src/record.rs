@@ -1,5 +1,5 @@
-//! Records and the ring a backup keeps them in: what the primary writes into a backup's memory
-//! with one one-sided write per record.
+//! What lies in a backup's memory: the ring of records the primary writes into, one one-sided
+//! write per record, and the follow word the backup publishes for the primary to read.
 //!
 //! A record's bytes, little endian:
 //!
@@ -69,6 +69,19 @@ impl std::fmt::Display for RingError {
             ),
         }
     }
+}
+
+/// What a backup publishes for its primary to read: the view it follows (once the old
+/// primary's access is gone), the last position it applied, and whether its state is a prefix
+/// of every later primary's: false when it restored a snapshot that held records not yet known
+/// to be held by every backup (a primary's store is speculative), until it learns they were.
+/// A torn read of it is harmless: `applied` only grows, and an older one only makes the primary
+/// send again what the backup skips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowWord {
+    pub epoch: u64,
+    pub applied: u64,
+    pub whole: bool,
 }
 
 impl Ring {
