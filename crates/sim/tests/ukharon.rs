@@ -22,10 +22,12 @@ fn every_fault_keeps_every_checker_happy() {
 
 #[test]
 fn a_seed_replays_identically() {
-    let a = run(&UkRunConfig::new(3));
-    let b = run(&UkRunConfig::new(3));
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.views, b.views);
+    for config_of in [UkRunConfig::new, UkRunConfig::drift_edge] {
+        let a = run(&config_of(3));
+        let b = run(&config_of(3));
+        assert_eq!(a.trace_hash, b.trace_hash);
+        assert_eq!(a.views, b.views);
+    }
 }
 
 /// The drift-edge scenario ([`mu_sim::ukharon::scenario`]) keeps every checker happy with the
