@@ -8,8 +8,8 @@
 //! The margins are what keep the two apart when A's clock runs slow (its lease lasts
 //! `L / (1 − ρ)` of true time without them) and B's runs fast (its wait lasts `w / (1 + ρ)`):
 //! without them, with `w = L`, the lease and the wait overlap whenever `t' − t` is below about
-//! `2ρL` (8 µs for a 20 µs lease at 20 % drift), less the time A keeps its lease. Three things must hold at once, and random
-//! faults seldom give all three:
+//! `2ρL` (8 µs for a 20 µs lease at 20 % drift), less what A's lease loses if A replaces it
+//! before its end. Three things must hold at once, and random faults seldom give all three:
 //!
 //! * **Clocks at the bound:** the members are split into slow ones (rate `−ρ`) and fast ones
 //!   (`+ρ`), not drawn within the bound.
