@@ -92,6 +92,20 @@ if ./target/release/mu sim --protocol ukharon --seeds 20 --mutation timestamp-af
   echo "the ukharon simulator missed a lease engine that takes its timestamp after the reads" >&2
   exit 1
 fi
+step "simulator sweep: mu sim --protocol ukharon --scenario drift-edge --seeds 50 (clocks at the drift bound, slow members that learn views late, views changed at random moments) and the lease engine without its drift margin it must catch"
+out=$(./target/release/mu sim --protocol ukharon --scenario drift-edge --seeds 50 --json)
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["scenario"] == "drift-edge" and d["seeds"] == 50 and d["failed"] == [], d
+assert d["views"] > 1000 and 0 < d["slack_ns_min"] < 5000, d
+print("ukharon drift edge: 50 seeds, %d views, smallest slack %d ns, no failure"
+      % (d["views"], d["slack_ns_min"]))
+PY
+if ./target/release/mu sim --protocol ukharon --scenario drift-edge --seeds 3 --mutation no-drift-margin >/dev/null 2>&1; then
+  echo "the ukharon simulator missed a lease engine without its drift margin" >&2
+  exit 1
+fi
 
 step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 6 minutes)"
 bash scripts/tlc.sh

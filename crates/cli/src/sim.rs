@@ -35,6 +35,13 @@ pub struct Args {
     /// uKharon: member nodes, 2 to 32 (default 4; coordinators: 3).
     #[arg(long, value_parser = clap::value_parser!(u16).range(2..=32))]
     pub(crate) nodes: Option<u16>,
+    /// uKharon: what the safety phase does. faults (the default): the --faults, at random.
+    /// drift-edge: clocks at the drift bound, half the members slow and half fast, the slow
+    /// ones learning new views late, and a fast member crashed and restarted in turn (6 members
+    /// by default; --faults does not apply): the schedule that catches a lease engine without
+    /// its drift margin.
+    #[arg(long, value_parser = mu_sim::ukharon::UkScenario::parse)]
+    pub(crate) scenario: Option<mu_sim::ukharon::UkScenario>,
     /// Faults to inject: none, or a comma-separated list of all (every fault but membership),
     /// crash, restart, pause, delay, partition, perm-failure, out-of-order, membership (replicas
     /// added and removed; --replicas is then how many there may be, at least 3 of them members
@@ -61,7 +68,7 @@ pub struct Args {
     history_dir: Option<PathBuf>,
     /// Run a deliberately broken engine variant: skip-revoke or skip-prepare-adopt (builds with
     /// the `mutations` feature only); uKharon: start-at-t, timestamp-after-reads,
-    /// no-drift-margin or compatible-shortcut.
+    /// no-drift-margin (caught by --scenario drift-edge) or compatible-shortcut.
     #[arg(long)]
     pub(crate) mutation: Option<String>,
     /// Worker threads for a sweep (default: the cores available).
@@ -105,6 +112,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let faults = Faults::parse(&args.faults)?;
     if args.nodes.is_some() {
         return Err("--nodes is uKharon's: give --replicas for mu and velos".into());
+    }
+    if args.scenario.is_some() {
+        return Err("--scenario is uKharon's: mu and velos inject the --faults".into());
     }
     let lincheck = if args.no_lincheck {
         None

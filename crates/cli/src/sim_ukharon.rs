@@ -4,7 +4,9 @@
 
 use crate::sim::Args;
 use mu_procs::note;
-use mu_sim::ukharon::{parse_mutation, run as run_seed, UkFaults, UkReport, UkRunConfig};
+use mu_sim::ukharon::{
+    parse_mutation, run as run_seed, UkFaults, UkReport, UkRunConfig, UkScenario,
+};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -13,9 +15,17 @@ use std::time::{Duration, Instant};
 pub fn run(args: &Args) -> Result<(), String> {
     let faults = UkFaults::parse(&args.faults)?;
     let mutation = args.mutation.as_deref().map(parse_mutation).transpose()?;
+    let scenario = args.scenario.unwrap_or_default();
+    if scenario == UkScenario::DriftEdge && args.faults != "all" {
+        return Err("--faults chooses the faults scenario's faults: --scenario drift-edge \
+                    injects its own"
+            .into());
+    }
     let config_of = |seed: u64| {
-        let mut c = UkRunConfig::new(seed);
-        c.faults = faults;
+        let mut c = match scenario {
+            UkScenario::Faults => UkRunConfig { faults, ..UkRunConfig::new(seed) },
+            UkScenario::DriftEdge => UkRunConfig::drift_edge(seed),
+        };
         if let Some(n) = args.nodes {
             c.nodes = n;
         }
@@ -77,7 +87,12 @@ fn report_json(r: &UkReport) -> serde_json::Value {
 }
 
 fn replay_command(seed: u64, args: &Args) -> String {
-    let mut cmd = format!("mu sim --protocol ukharon --seed {seed} --faults {}", args.faults);
+    let mut cmd = match args.scenario.unwrap_or_default() {
+        UkScenario::Faults => {
+            format!("mu sim --protocol ukharon --seed {seed} --faults {}", args.faults)
+        }
+        s => format!("mu sim --protocol ukharon --seed {seed} --scenario {}", s.name()),
+    };
     if let Some(n) = args.nodes {
         cmd.push_str(&format!(" --nodes {n}"));
     }
@@ -152,6 +167,7 @@ fn summarize(
     if args.json {
         let out = json!({
             "protocol": "ukharon",
+            "scenario": args.scenario.unwrap_or_default().name(),
             "first_seed": first,
             "seeds": count,
             "failed": failed.iter().map(|r| report_json(r)).collect::<Vec<_>>(),
@@ -163,8 +179,9 @@ fn summarize(
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     } else {
         println!(
-            "ukharon: {count} seeds from {first}, {} failed; {views} views decided, {faults} faults \
-             injected, smallest slack between incompatible views {} ns; {seconds:.1} s",
+            "ukharon, {}: {count} seeds from {first}, {} failed; {views} views decided, {faults} \
+             faults injected, smallest slack between incompatible views {} ns; {seconds:.1} s",
+            args.scenario.unwrap_or_default().name(),
             failed.len(),
             slack.map_or("-".to_string(), |s| s.to_string()),
         );

@@ -22,20 +22,48 @@ fn every_fault_keeps_every_checker_happy() {
 
 #[test]
 fn a_seed_replays_identically() {
-    let a = run(&UkRunConfig::new(3));
-    let b = run(&UkRunConfig::new(3));
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.views, b.views);
+    for config_of in [UkRunConfig::new, UkRunConfig::drift_edge] {
+        let a = run(&config_of(3));
+        let b = run(&config_of(3));
+        assert_eq!(a.trace_hash, b.trace_hash);
+        assert_eq!(a.views, b.views);
+    }
+}
+
+/// The drift-edge scenario ([`mu_sim::ukharon::scenario`]) keeps every checker happy with the
+/// real engine, and comes close: within 5 µs of an overlap (the real engine's margins and the
+/// slow members' renewal, which replaces their old lease a few microseconds before its end).
+#[test]
+fn the_drift_edge_keeps_every_checker_happy() {
+    let mut slack_min = i64::MAX;
+    for seed in 0..seeds() {
+        let report = run(&UkRunConfig::drift_edge(seed));
+        eprintln!("{report:?}");
+        assert!(report.violation.is_none(), "seed {seed}: {:?}", report.violation);
+        assert!(report.views >= 20, "seed {seed}: {report:?}");
+        slack_min = slack_min.min(report.slack_ns.expect("incompatible views active"));
+    }
+    assert!((1..5_000).contains(&slack_min), "smallest slack {slack_min} ns");
 }
 
 /// The first seed below `bound` whose run `mutation` breaks, checking that the real engine
 /// passes that seed.
 fn caught_within(mutation: LeaseMutation, bound: u64) -> Option<(u64, String)> {
+    caught_in(UkRunConfig::new, mutation, bound)
+}
+
+/// As [`caught_within`], with the runs of `config_of`.
+fn caught_in(
+    config_of: fn(u64) -> UkRunConfig,
+    mutation: LeaseMutation,
+    bound: u64,
+) -> Option<(u64, String)> {
     for seed in 0..bound {
-        let broken = run(&UkRunConfig { mutation, ..UkRunConfig::new(seed) });
+        let broken = run(&UkRunConfig { mutation, ..config_of(seed) });
         if let Some(why) = broken.violation {
-            let real = run(&UkRunConfig::new(seed));
+            let real = run(&config_of(seed));
             assert!(real.violation.is_none(), "seed {seed} fails unmutated: {:?}", real.violation);
+            eprintln!("seed {seed}: {why}");
             return Some((seed, why));
         }
     }
@@ -58,4 +86,14 @@ fn a_timestamp_after_the_reads_is_caught() {
 #[test]
 fn the_compatible_shortcut_on_incompatible_views_is_caught() {
     assert!(caught_within(LeaseMutation::CompatibleShortcutOnIncompatible, 20).is_some());
+}
+
+/// Appendix C: a lease engine that ignores the clock-drift margin (the lease shortened by
+/// `drift(L) + 2ε`, the wait lengthened by `drift(w) + ε`) overlaps a slow node's renewed lease
+/// on a view with a fast node's first lease on the next, in the drift-edge scenario.
+#[test]
+fn a_lease_without_its_drift_margin_is_caught() {
+    let caught = caught_in(UkRunConfig::drift_edge, LeaseMutation::NoDriftMargin, 20);
+    let (_, why) = caught.expect("caught within 20 seeds");
+    assert!(why.contains("active until"), "an overlap, not another failure: {why}");
 }

@@ -2,7 +2,9 @@
 //! simulated fabric, with crashes, restarts (as new unique ids), pauses, delays, partitions,
 //! coordinator crashes, adaptive lease requests, and per-node clock drift and offset within
 //! the bound. A safety phase injects faults; a liveness phase heals everything and requires
-//! convergence: every live node a member of the latest view and active in it.
+//! convergence: every live node a member of the latest view and active in it. The drift-edge
+//! scenario ([`scenario`]) replaces the random faults with a schedule that brings a slow
+//! node's lease and a fast node's next first lease as close as the drift margin allows.
 //!
 //! Checkers ([`check`]): one active view at a time on the simulator's one clock, view
 //! agreement and the wait rule, no readmitted unique id, convergence.
@@ -10,12 +12,14 @@
 pub mod check;
 pub mod cluster;
 pub mod faults;
+pub mod scenario;
 
 use cluster::{Clock, UkCluster};
 pub use faults::{UkFaults, UK_FAULT_NAMES};
 use mu_fabric::NodeId;
 use mu_fabric_sim::LinkDelay;
 use mu_ukharon::lease::{LeaseConfig, LeaseMutation};
+pub use scenario::{UkScenario, UK_SCENARIO_NAMES};
 
 /// One run's setup.
 #[derive(Clone, Debug)]
@@ -25,8 +29,12 @@ pub struct UkRunConfig {
     pub nodes: u16,
     /// Lease caches (§6.3): with some, every member renews through them.
     pub caches: u16,
+    /// What the safety phase does: [`UkScenario::Faults`] injects `faults`; the drift edge
+    /// ([`scenario`]) has its own schedule and ignores them.
+    pub scenario: UkScenario,
     pub faults: UkFaults,
-    /// Fault steps of the safety phase, each followed by 50 to 300 µs of virtual time.
+    /// Fault steps of the safety phase, each followed by 50 to 300 µs of virtual time (60 to
+    /// 200 µs in the drift-edge scenario).
     pub steps: u32,
     /// Clocks drift by up to this (parts per million), when `faults.drift`; the nodes' lease
     /// engines allow for it. 20 %: far above real clocks (the paper measured 0.001 %), so that
@@ -46,11 +54,23 @@ impl UkRunConfig {
             nodes: 4,
             // Every third seed runs with two caches.
             caches: if seed % 3 == 2 { 2 } else { 0 },
+            scenario: UkScenario::Faults,
             faults: UkFaults::ALL,
             steps: 40,
             drift_ppm: 200_000,
             mutation: LeaseMutation::None,
             liveness_bound_ns: 20_000_000,
+        }
+    }
+
+    /// The drift-edge scenario ([`scenario`]): six members, half of them slow, no caches.
+    pub fn drift_edge(seed: u64) -> UkRunConfig {
+        UkRunConfig {
+            nodes: 6,
+            caches: 0,
+            scenario: UkScenario::DriftEdge,
+            faults: UkFaults { drift: true, ..UkFaults::NONE },
+            ..UkRunConfig::new(seed)
         }
     }
 }
@@ -109,27 +129,12 @@ impl Choices {
 /// Runs one seed.
 pub fn run(config: &UkRunConfig) -> UkReport {
     let mut choices = Choices(config.seed ^ 0x0075_6b68_6172_6f6e);
-    let drift = config.faults.drift;
-    let bound = config.drift_ppm;
     let lease = LeaseConfig {
-        drift_ppm: bound.unsigned_abs(),
+        drift_ppm: config.drift_ppm.unsigned_abs(),
         mutation: config.mutation,
         ..LeaseConfig::default()
     };
-    let clocks: Vec<Clock> = (0..config.coordinators + config.nodes + config.caches)
-        .map(|_| match drift {
-            false => Clock { offset_ns: 0, rate_ppm: 0 },
-            true => Clock {
-                offset_ns: choices.below(1_000_000_000),
-                // At the bound or near it, mostly: the margins matter where clocks differ most.
-                rate_ppm: match choices.below(4) {
-                    0 => bound,
-                    1 => -bound,
-                    _ => choices.below(2 * bound.unsigned_abs() + 1) as i64 - bound,
-                },
-            },
-        })
-        .collect();
+    let clocks = clocks(config, &mut choices);
     let mut report = UkReport {
         seed: config.seed,
         views: 0,
@@ -157,6 +162,32 @@ pub fn run(config: &UkRunConfig) -> UkReport {
     report
 }
 
+/// A clock per node: coordinators, members, caches. Drawn within the bound (mostly at it) with
+/// drift faults; in the drift-edge scenario, the slow members' at `−bound` and the fast ones' at
+/// `+bound`.
+fn clocks(config: &UkRunConfig, choices: &mut Choices) -> Vec<Clock> {
+    let bound = config.drift_ppm;
+    let (c, n) = (config.coordinators, config.nodes);
+    let edge = config.scenario == UkScenario::DriftEdge;
+    (0..c + n + config.caches)
+        .map(|node| match config.faults.drift || edge {
+            false => Clock { offset_ns: 0, rate_ppm: 0 },
+            true => {
+                let offset_ns = choices.below(1_000_000_000);
+                let at_edge = edge.then(|| scenario::edge_rate_ppm(c, n, node, bound));
+                // Elsewhere at the bound or near it, mostly: the margins matter where clocks
+                // differ most.
+                let rate_ppm = at_edge.flatten().unwrap_or_else(|| match choices.below(4) {
+                    0 => bound,
+                    1 => -bound,
+                    _ => choices.below(2 * bound.unsigned_abs() + 1) as i64 - bound,
+                });
+                Clock { offset_ns, rate_ppm }
+            }
+        })
+        .collect()
+}
+
 fn phases(
     cluster: &mut UkCluster,
     config: &UkRunConfig,
@@ -165,11 +196,16 @@ fn phases(
 ) -> Result<(), String> {
     // Everyone joins before the faults start.
     cluster.run_for(3_000_000, 500)?;
-    for _ in 0..config.steps {
-        if inject(cluster, config, choices)? {
-            report.faults_injected += 1;
+    match config.scenario {
+        UkScenario::Faults => {
+            for _ in 0..config.steps {
+                if inject(cluster, config, choices)? {
+                    report.faults_injected += 1;
+                }
+                cluster.run_for(50_000 + choices.below(250_000), 500)?;
+            }
         }
-        cluster.run_for(50_000 + choices.below(250_000), 500)?;
+        UkScenario::DriftEdge => drift_edge(cluster, config, choices, report)?,
     }
     heal(cluster)?;
     let deadline = cluster.world.now_ns() + config.liveness_bound_ns;
@@ -182,6 +218,43 @@ fn phases(
         }
     }
     last.map_err(|e| format!("no convergence within the liveness bound: {e}"))
+}
+
+/// The drift-edge scenario's safety phase ([`scenario`]): the leader's links to the slow
+/// members slowed, then a fast member crashed and restarted in turn, at random intervals.
+fn drift_edge(
+    cluster: &mut UkCluster,
+    config: &UkRunConfig,
+    choices: &mut Choices,
+    report: &mut UkReport,
+) -> Result<(), String> {
+    let (c, n) = (config.coordinators, config.nodes);
+    // No coordinator faults: the lowest position leads throughout.
+    let leader = NodeId(cluster.config.coordinators[0]);
+    let slow = LinkDelay { extra_ns: scenario::BROADCAST_DELAY_NS, jitter_ns: 0 };
+    for node in scenario::slow_members(c, n) {
+        cluster.world.set_link_delay(leader, NodeId(node), slow);
+    }
+    let fast: Vec<u16> = scenario::fast_members(c, n).collect();
+    if fast.is_empty() {
+        return Err("the drift-edge scenario needs at least one member".into());
+    }
+    for _ in 0..config.steps {
+        let crashed = fast.iter().copied().find(|f| cluster.nodes[f].core.is_none());
+        match crashed {
+            Some(node) => cluster.restart(node)?,
+            None => {
+                let node = pick(choices, &fast);
+                cluster.world.crash(NodeId(node)).map_err(|e| e.to_string())?;
+                cluster.nodes.get_mut(&node).expect("a member").core = None;
+            }
+        }
+        report.faults_injected += 1;
+        // Long enough for the slow members to learn the new view and lease it again; the
+        // decision of the next change falls anywhere in their renewal period.
+        cluster.run_for(60_000 + choices.below(140_000), 500)?;
+    }
+    Ok(())
 }
 
 /// The liveness phase's start: every paused node and coordinator resumes, links heal, crashed
