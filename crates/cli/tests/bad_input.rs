@@ -293,3 +293,17 @@ fn a_result_with_stdout_full_stops_with_an_error() {
     assert!(stderr.contains("mu: cannot write to stdout"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The drift-edge scenario is uKharon's, with a fixed fault schedule of its own.
+#[test]
+fn a_scenario_where_it_does_not_apply_is_refused() {
+    refused(
+        &["sim", "--protocol", "ukharon", "--scenario", "drift-edge", "--faults", "crash"],
+        "--scenario drift-edge",
+    );
+    refused(
+        &["sim", "--scenario", "drift-edge", "--seeds", "1", "--no-lincheck"],
+        "--scenario is uKharon's",
+    );
+    refused_with(2, &["sim", "--protocol", "ukharon", "--scenario", "drift"], "faults, drift-edge");
+}
