@@ -16,8 +16,13 @@
 //! says are alive leads. Several may believe they lead (a partial partition): safety holds
 //! (Paxos), and a leader whose proposer stopped backs off for a random time before it starts
 //! again, so that dueling leaders end.
+//!
+//! A coordinator restarted without its memory ([`restart::Memory::Forgotten`]) neither leads nor lets
+//! anyone into its memory until [`Coordinator::rejoin`] gave it words that abstain wherever it
+//! may have answered before (`crate::restart`).
 
 use crate::changes::{Change, Changes, Refusal};
+use crate::restart::{self, RejoinError};
 use crate::view::{View, ViewError, MEMBERS_MAX};
 use mu_log::{EntryKind, Integrity, LogLayout, Slot};
 use mu_velos::{Action, Event, Memory, Proposer, ProposerConfig, StopReason, VelosLayout};
@@ -90,6 +95,12 @@ pub struct Coordinator {
     slot: Vec<u8>,
     /// A deliberately broken variant for tests ([`Coordinator::break_keeping_lost_views`]).
     keeps_lost_views: bool,
+    /// Restarted without its memory and not rejoined yet: it neither leads nor answers.
+    rejoining: bool,
+    /// Once rejoined: the first index it answers in (modulo `slots_count * LAPS`).
+    fresh_from: Option<u64>,
+    /// A deliberately broken variant for tests ([`Coordinator::break_forgetting_on_restart`]).
+    forgets: bool,
 }
 
 /// The leader among the coordinators `alive` says are alive (a mask of positions): the lowest.
@@ -98,7 +109,17 @@ pub fn leader(alive: u64) -> Option<usize> {
 }
 
 impl Coordinator {
+    /// A coordinator whose memory is as its earlier run left it, or that never ran.
     pub fn new(config: CoordinatorConfig) -> Result<Coordinator, String> {
+        Coordinator::with_memory(config, restart::Memory::Remembered)
+    }
+
+    /// A coordinator that starts with `memory`: one that lost it waits for
+    /// [`Coordinator::rejoin`] before it takes part (`crate::restart`).
+    pub fn with_memory(
+        config: CoordinatorConfig,
+        memory: restart::Memory,
+    ) -> Result<Coordinator, String> {
         let n = config.layout.positions();
         config.initial.check().map_err(|e| format!("initial view: {e}"))?;
         if config.initial.epoch != 0 {
@@ -134,8 +155,76 @@ impl Coordinator {
             value: Vec::with_capacity(needed),
             slot: vec![0; slot_bytes],
             keeps_lost_views: false,
+            rejoining: memory == restart::Memory::Forgotten,
+            fresh_from: None,
+            forgets: false,
             config,
         })
+    }
+
+    /// Whether this coordinator restarted without its memory and has not rejoined yet: its
+    /// runtime keeps every connection into its consensus region closed, and reads the slot
+    /// words of [`restart::words_needed`] other coordinators for [`Coordinator::rejoin`].
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// Once rejoined after a restart without its memory: the first index this coordinator
+    /// answers in, modulo `slots_count * LAPS` ([`Coordinator::rejoin`]).
+    pub fn answers_from(&self) -> Option<u64> {
+        self.fresh_from
+    }
+
+    /// Rejoins from the slot words (one per slot, all of them) of other coordinators, read
+    /// after this one restarted: writes into its own region words that abstain in every index
+    /// it may have taken part in before (`crate::restart`). The runtime opens the connections
+    /// into its consensus region only after this returned `Ok`. Returns the first index it
+    /// answers in (modulo `slots_count * LAPS`).
+    pub fn rejoin(
+        &mut self,
+        words: &[(usize, &[u64])],
+        mem: &mut dyn Memory,
+    ) -> Result<u64, RejoinError> {
+        if !self.rejoining {
+            return Err(RejoinError::NotRejoining);
+        }
+        let n = self.config.layout.positions();
+        let slots = self.config.layout.slots_count();
+        let needed = restart::words_needed(n);
+        if words.len() < needed {
+            return Err(RejoinError::TooFew { got: words.len(), needed });
+        }
+        for (i, &(position, peer)) in words.iter().enumerate() {
+            let twice = words[..i].iter().any(|&(p, _)| p == position);
+            if position >= n || position == self.config.me || twice {
+                return Err(RejoinError::BadPosition { position, count: n });
+            }
+            if peer.len() as u64 != slots {
+                return Err(RejoinError::WrongLength {
+                    position,
+                    got: peer.len(),
+                    expected: slots,
+                });
+            }
+        }
+        let fresh =
+            restart::fresh_from(words.iter().map(|&(_, w)| w), slots, self.config.prepare_ahead);
+        if !self.forgets {
+            for (slot, word) in restart::markers(fresh, slots).enumerate() {
+                mem.write(self.config.layout.word_offset(slot as u64), &word.to_le_bytes());
+            }
+        }
+        self.rejoining = false;
+        self.fresh_from = Some(fresh);
+        Ok(fresh)
+    }
+
+    /// Breaks this coordinator on purpose, for tests that show their checks catch it: a
+    /// rejoin that writes no abstaining words, so that it answers at once with zero words as if
+    /// it had never taken part.
+    #[doc(hidden)]
+    pub fn break_forgetting_on_restart(&mut self) {
+        self.forgets = true;
     }
 
     /// The latest decided view this coordinator knows.
@@ -155,9 +244,16 @@ impl Coordinator {
 
     /// A one-line account of the engine's state, for status output and failed tests.
     pub fn describe(&self) -> String {
+        let memory = match (self.rejoining, self.fresh_from) {
+            (true, _) => "restarted without its memory: rejoining, takes no part yet; ".to_string(),
+            (false, Some(b)) => {
+                format!("restarted without its memory: abstains below index {b} (mod laps); ")
+            }
+            (false, None) => String::new(),
+        };
         format!(
-            "leading {} (proposer {}), latest {:?}, proposed {:?}, alive {:#x}, back-off until \
-             {} ns, next index {}, phase {:?}, down {:#x}",
+            "{memory}leading {} (proposer {}), latest {:?}, proposed {:?}, alive {:#x}, back-off \
+             until {} ns, next index {}, phase {:?}, down {:#x}",
             self.leading,
             self.proposer.is_leading(),
             self.latest.as_ref().map(|v| v.epoch),
@@ -214,7 +310,7 @@ impl Coordinator {
     /// the latest is decided and something changes, and polls the proposer.
     /// `random` is a fresh random number from the runtime (for the back-off).
     pub fn poll(&mut self, now_ns: u64, random: u64, mem: &mut dyn Memory) {
-        let elected = leader(self.alive) == Some(self.config.me);
+        let elected = leader(self.alive) == Some(self.config.me) && !self.rejoining;
         if self.leading && !elected {
             self.step_down();
         } else if !self.leading && elected && now_ns >= self.backoff_until_ns {
