@@ -101,6 +101,9 @@ pub struct Coordinator {
     fresh_from: Option<u64>,
     /// A deliberately broken variant for tests ([`Coordinator::break_forgetting_on_restart`]).
     forgets: bool,
+    /// Per position: the first index a coordinator that rejoined answers in, as its runtime
+    /// read it ([`Coordinator::set_answers_from`]).
+    peers_answer_from: Vec<Option<u64>>,
 }
 
 /// The leader among the coordinators `alive` says are alive (a mask of positions): the lowest.
@@ -158,6 +161,7 @@ impl Coordinator {
             rejoining: memory == restart::Memory::Forgotten,
             fresh_from: None,
             forgets: false,
+            peers_answer_from: vec![None; n],
             config,
         })
     }
@@ -173,6 +177,30 @@ impl Coordinator {
     /// answers in, modulo `slots_count * LAPS` ([`Coordinator::rejoin`]).
     pub fn answers_from(&self) -> Option<u64> {
         self.fresh_from
+    }
+
+    /// Coordinator `position` rejoined after a restart without its memory and answers from
+    /// index `answers_from` on (modulo `slots_count * LAPS`; its runtime publishes it). While
+    /// an alive one still abstains in the next index, a leader with nothing to change decides
+    /// views that change nothing (compatible successors: nodes move their leases to them
+    /// without waiting), so that the cluster is soon past the indices it abstains in and
+    /// tolerates another failure again.
+    pub fn set_answers_from(&mut self, position: usize, answers_from: u64) {
+        if let Some(slot) = self.peers_answer_from.get_mut(position) {
+            *slot = Some(answers_from);
+        }
+    }
+
+    /// A view that changes nothing, when an alive coordinator abstains in the next index
+    /// ([`Coordinator::set_answers_from`]).
+    fn rejoin_view(&self, latest: &View) -> Option<View> {
+        let next = latest.epoch + 1;
+        let slots = self.config.layout.slots_count();
+        let abstains = self.peers_answer_from.iter().enumerate().any(|(p, from)| {
+            let alive = self.alive >> p & 1 == 1;
+            alive && from.is_some_and(|b| restart::is_before(next, b, slots))
+        });
+        abstains.then(|| latest.successor(latest.members.clone(), latest.primary, latest.lease_ns))
     }
 
     /// Rejoins from the slot words (one per slot, all of them) of other coordinators, read
@@ -345,7 +373,7 @@ impl Coordinator {
     fn submit_next(&mut self) {
         let next = match &self.latest {
             None => Some(self.config.initial.clone()),
-            Some(latest) => self.changes.next_view(latest),
+            Some(latest) => self.changes.next_view(latest).or_else(|| self.rejoin_view(latest)),
         };
         let Some(view) = next else { return };
         self.value.clear();
@@ -447,6 +475,14 @@ impl Coordinator {
         );
         self.proposed = None;
         self.adopt_latest(view);
+        // Past a rejoined coordinator's bound, its record is dropped (an old bound would read
+        // as ahead again after half the laps went round).
+        let slots = self.config.layout.slots_count();
+        for from in &mut self.peers_answer_from {
+            if from.is_some_and(|b| !restart::is_before(index + 1, b, slots)) {
+                *from = None;
+            }
+        }
         self.outputs.push(Output::Decided(self.latest.clone().expect("just set")));
         if self.keeps_lost_views {
             if !submitted && self.proposer.has_pending() {

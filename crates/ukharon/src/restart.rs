@@ -133,6 +133,13 @@ pub fn markers(fresh: u64, slots_count: u64) -> impl Iterator<Item = u64> {
     recovery::markers((fresh + p - slots_count) % p, slots_count)
 }
 
+/// Whether index `index` (absolute) comes before `fresh` (modulo `slots_count * LAPS`, as
+/// [`fresh_from`] gives it): a coordinator that answers from `fresh` still abstains there.
+pub fn is_before(index: u64, fresh: u64, slots_count: u64) -> bool {
+    let p = period(slots_count);
+    after(fresh % p, index % p, p)
+}
+
 /// Whether the word `word` abstains for index `index`.
 pub fn abstains(word: u64, index: u64, slots_count: u64) -> bool {
     SlotWord::unpack(word).view(lap_of(index, slots_count)) == mu_velos::View::Abstains
@@ -183,6 +190,18 @@ mod tests {
         let old = [word((LAPS - 1) as u16, 3); 8];
         let new = [word(0, 3); 8];
         assert_eq!(fresh_from([&old[..], &new[..]], slots, 1), 7 + 3);
+    }
+
+    #[test]
+    fn indices_before_the_bound_across_the_wrap() {
+        let slots = 4;
+        assert!(is_before(5, 7, slots));
+        assert!(!is_before(7, 7, slots));
+        assert!(!is_before(9, 7, slots));
+        let p = period(slots);
+        assert!(is_before(p - 1, 2, slots));
+        assert!(is_before(3 * p + 1, 2, slots));
+        assert!(!is_before(3 * p + 2, 2, slots));
     }
 
     #[test]
