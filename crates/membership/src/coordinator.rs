@@ -70,6 +70,7 @@ const BEAT_READ: u64 = DRIVER | 4 << 32;
 const PROBE_READ: u64 = DRIVER | 5 << 32;
 const WORDS_READ: u64 = DRIVER | 6 << 32;
 const REJOIN_VIEW_READ: u64 = DRIVER | 7 << 32;
+const REJOINED_WRITE: u64 = DRIVER | 8 << 32;
 const KIND_MASK: u64 = DRIVER | 0xFF << 32;
 
 /// See the module docs.
@@ -283,6 +284,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.upkeep(now_ns);
         self.take_completions(now_ns);
         self.rejoin(now_ns);
+        self.take_rejoined();
         self.watch_peers(now_ns);
         self.probe_boards(now_ns);
         self.alive_mask = self.alive_now(now_ns);
@@ -363,6 +365,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             let peer = self.board_links.peers()[i].0;
             if let Some(p) = self.config.position(peer) {
                 self.read_fingerprint(peer, p, now_ns);
+                self.write_rejoined(peer, now_ns);
             }
         }
     }
@@ -785,7 +788,8 @@ impl<F: Fabric> CoordinatorDriver<F> {
             .map(|p| {
                 let mut bytes = vec![0u8; slots * 8];
                 let at = self.words_landing(p) as usize;
-                let _ = self.consensus.read(at, &mut bytes);
+                // Never guessed: zero words would name no index, and the bound would be short.
+                self.consensus.read(at, &mut bytes).expect("the landing lies inside the region");
                 let words = bytes
                     .chunks_exact(8)
                     .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
@@ -811,5 +815,41 @@ impl<F: Fabric> CoordinatorDriver<F> {
             Links::new(me, coordinators, consensus_channel, Access::ALL, self.config.reconnect_ns);
         self.upkeep(now_ns);
         self.events.push(CoordinatorEvent::Rejoined { answers_from });
+    }
+
+    /// Tells coordinator `peer` (when the board connection to it comes up) where this one
+    /// answers from, while it still abstains in the index after its latest view: its leader
+    /// then decides views that change nothing until it is past it. Nothing is posted by a
+    /// coordinator that never restarted without its memory.
+    fn write_rejoined(&mut self, peer: u16, now_ns: u64) {
+        let Some(b) = self.engine.answers_from() else { return };
+        let next = self.engine.latest().map_or(0, |v| v.epoch + 1);
+        if !restart::is_before(next, b, self.config.slots_count) {
+            return;
+        }
+        let value = (b + 1).to_le_bytes();
+        let offset = self.boards.rejoined_offset(self.position);
+        let remote = RemoteAddr { region: BOARD_REGION, offset };
+        let wr =
+            WorkRequest::write(REJOINED_WRITE | u64::from(peer), Source::Inline(&value), remote);
+        self.post_board(peer, &wr.unsignaled(), now_ns);
+    }
+
+    /// What rejoined peers wrote into this board ([`Self::write_rejoined`]), for the engine;
+    /// a bound this coordinator's latest view is past is cleared (an old bound would read as
+    /// ahead again after half the laps went round).
+    fn take_rejoined(&mut self) {
+        let next = self.engine.latest().map_or(0, |v| v.epoch + 1);
+        for p in (0..self.config.coordinators.len()).filter(|&p| p != self.position) {
+            let offset = self.boards.rejoined_offset(p) as usize;
+            let Some(b) = self.board.load_u64(offset).unwrap_or(0).checked_sub(1) else {
+                continue;
+            };
+            if restart::is_before(next, b, self.config.slots_count) {
+                self.engine.set_answers_from(p, b);
+            } else {
+                let _ = self.board.store_u64(offset, 0);
+            }
+        }
     }
 }
