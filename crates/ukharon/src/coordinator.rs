@@ -275,7 +275,15 @@ impl Coordinator {
         let memory = match (self.rejoining, self.fresh_from) {
             (true, _) => "restarted without its memory: rejoining, takes no part yet; ".to_string(),
             (false, Some(b)) => {
-                format!("restarted without its memory: abstains below index {b} (mod laps); ")
+                let next = self.latest.as_ref().map_or(0, |v| v.epoch + 1);
+                if restart::is_before(next, b, self.config.layout.slots_count()) {
+                    format!(
+                        "restarted without its memory: abstains below index {b} (mod laps), the \
+                         next one among them; "
+                    )
+                } else {
+                    format!("restarted without its memory: answers again from index {b}; ")
+                }
             }
             (false, None) => String::new(),
         };

@@ -44,14 +44,31 @@
 //!
 //! From `b` on its words are fresh, and the others' words were never touched by it: Paxos as
 //! if it had just joined. Below `b`, proposers ask it nothing and decide with the others, whose
-//! majority meets every earlier majority outside it. The cost: it helps decide nothing for the
-//! two or three indices after the newest one when it read; if fewer than `n - n/2` others can be
-//! read, it waits (the others could not decide without it then either, for odd `n`).
+//! majority meets every earlier majority outside it. Each word must be read whole (an aligned
+//! 8-byte read); the array need not be one snapshot, as each word only moves forward.
+//!
+//! **The cost, and closing it.** It helps decide nothing in the three or four indices after
+//! the newest one when it read, and views are decided only when something changes: an idle
+//! cluster could stay there for hours, tolerating no further coordinator failure (with three).
+//! So its runtime tells the others `b` ([`crate::coordinator::Coordinator::set_answers_from`]),
+//! and a leader with nothing to change decides views that change nothing (compatible
+//! successors, which nodes move their leases to without waiting) until it is past `b`. If fewer
+//! than `n - n/2` others can be read, it waits (for odd `n` the others could not decide without
+//! it then either).
+//!
+//! **One at a time.** A second coordinator restarted without its memory while the cluster is
+//! still below the first one's `b` abstains there too: with three coordinators no majority is
+//! left at that index, and nothing is decided again. That is not this rule's weakness: two of
+//! three that forgot an index decided with them leave no one who knows it. An operator restarts
+//! another coordinator without its memory only once the first one's `describe()` no longer says
+//! it abstains past the latest view (the leader takes microseconds to get past it).
 //!
 //! **Assumptions.** Every coordinator prepares at most `prepare_ahead` indices ahead (the
 //! runtime gives them all the same). Laps count modulo [`mu_velos::word::LAPS`]: the words read
 //! must lie within half that many laps of each other, as the proposer already needs; indices
-//! here are taken modulo `slots_count * LAPS` for that reason.
+//! here are taken modulo `slots_count * LAPS` for that reason. The rule is argued here, not
+//! model-checked: `spec/tla/VelosRestart.tla` checks the per-slot read rule it refines (one lap
+//! past each slot's newest lap), not this index bound, which rests on the one-index window.
 
 use mu_velos::recovery;
 use mu_velos::word::{lap_of, SlotWord, LAPS};
