@@ -135,6 +135,11 @@ impl Coordinator {
                 config.layout.max_value_bytes()
             ));
         }
+        if memory == restart::Memory::Forgotten && n - 1 < restart::words_needed(n) {
+            return Err(format!(
+                "{n} coordinator(s): one that lost its memory has no others to rejoin from"
+            ));
+        }
         let all = if n == 64 { u64::MAX } else { (1 << n) - 1 };
         let proposer = Proposer::new(ProposerConfig {
             me: config.me,

@@ -610,3 +610,32 @@ fn a_restarted_coordinator_abstains_below_its_bound() {
     c.settle();
     assert_eq!(c.leader_latest(0), before, "decided with an acceptor that forgot");
 }
+
+/// A rejoin takes the words of enough distinct other coordinators, every slot of each, once.
+#[test]
+fn a_rejoin_refuses_what_it_cannot_rest_on() {
+    use mu_ukharon::restart::RejoinError;
+    let words = vec![0u64; SLOTS as usize];
+    let mut mem = Mem(Rc::new(RefCell::new(vec![0u8; Cluster::layout().region_bytes()])));
+    let mut c = Coordinator::with_memory(Cluster::config(0), Recall::Forgotten).unwrap();
+    let too_few = c.rejoin(&[(1, &words)], &mut mem);
+    assert_eq!(too_few, Err(RejoinError::TooFew { got: 1, needed: 2 }));
+    let itself = c.rejoin(&[(0, &words), (1, &words)], &mut mem);
+    assert_eq!(itself, Err(RejoinError::BadPosition { position: 0, count: 3 }));
+    let twice = c.rejoin(&[(1, &words), (1, &words)], &mut mem);
+    assert_eq!(twice, Err(RejoinError::BadPosition { position: 1, count: 3 }));
+    let short = c.rejoin(&[(1, &words[1..]), (2, &words)], &mut mem);
+    assert!(matches!(short, Err(RejoinError::WrongLength { position: 1, .. })), "{short:?}");
+    assert!(c.is_rejoining());
+    // Nothing decided anywhere: it abstains in the indices up to prepare_ahead only.
+    assert_eq!(c.rejoin(&[(1, &words), (2, &words)], &mut mem), Ok(2));
+    assert_eq!(c.rejoin(&[(1, &words), (2, &words)], &mut mem), Err(RejoinError::NotRejoining));
+    let mut remembered = Coordinator::new(Cluster::config(1)).unwrap();
+    let again = remembered.rejoin(&[(0, &words), (2, &words)], &mut mem);
+    assert_eq!(again, Err(RejoinError::NotRejoining));
+    let one = CoordinatorConfig {
+        layout: CoordinatorConfig::layout_for(1, SLOTS).unwrap(),
+        ..Cluster::config(0)
+    };
+    assert!(Coordinator::with_memory(one, Recall::Forgotten).is_err());
+}
