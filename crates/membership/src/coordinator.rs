@@ -3,6 +3,14 @@
 //! decided views it writes to every node's board (§3.1: coordinators broadcast decided views).
 //! No threads and no clock: [`CoordinatorDriver::poll`] is called with the time by a thread or
 //! by the simulator.
+//!
+//! A coordinator started without its memory ([`Memory::Forgotten`]: its host rebooted, or its
+//! run directory is new) rejoins first (`mu_ukharon::restart`): every connection peers
+//! initiate into it grants nothing, so that no proposer and no node's check reads or swaps its
+//! zeroed words; it does not beat, so that no one elects it; it reads the slot words of
+//! `n - n/2` other coordinators (and the view on their boards) over its own connections,
+//! writes its abstaining words, and only then sets its connections up again with their usual
+//! rights and beats.
 
 use crate::config::MembershipConfig;
 use crate::detectors::decode_reports;
@@ -23,6 +31,7 @@ use mu_ukharon::coordinator::{leader, Coordinator, CoordinatorConfig, Output};
 use mu_ukharon::detect::graph::{Connectivity, GraphConfig};
 use mu_ukharon::detect::Report;
 use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
+use mu_ukharon::restart::{self, Memory};
 use mu_ukharon::view::View;
 use mu_velos::Action;
 
@@ -44,6 +53,11 @@ pub enum CoordinatorEvent {
         from: u16,
         why: String,
     },
+    /// Restarted without its memory, this coordinator rejoined: it answers from the index
+    /// `answers_from` on (modulo `slots_count * 2048`), and abstains below it.
+    Rejoined {
+        answers_from: u64,
+    },
 }
 
 /// Work request ids: the proposer's own (below 2^62), its value writes, and the driver's.
@@ -54,6 +68,9 @@ const ANSWER_WRITE: u64 = DRIVER | 2 << 32;
 const FINGERPRINT_READ: u64 = DRIVER | 3 << 32;
 const BEAT_READ: u64 = DRIVER | 4 << 32;
 const PROBE_READ: u64 = DRIVER | 5 << 32;
+const WORDS_READ: u64 = DRIVER | 6 << 32;
+const REJOIN_VIEW_READ: u64 = DRIVER | 7 << 32;
+const REJOINED_WRITE: u64 = DRIVER | 8 << 32;
 const KIND_MASK: u64 = DRIVER | 0xFF << 32;
 
 /// See the module docs.
@@ -89,29 +106,56 @@ pub struct CoordinatorDriver<F: Fabric> {
     alive_mask: u64,
     /// When the boards of the members and caches are next probed.
     probe_due_ns: u64,
+    /// While rejoining: the coordinator positions whose slot words were read, and those with a
+    /// read in flight.
+    words_read: u64,
+    words_posted: u64,
+    /// While rejoining: the read of a peer's view is in flight, or completed.
+    view_posted: bool,
+    view_done: bool,
 }
 
 impl<F: Fabric> CoordinatorDriver<F> {
     /// Registers the board and the consensus region on `fabric`, whose node must be one of
-    /// the configured coordinators. `initial` is the cluster's first view.
+    /// the configured coordinators. `initial` is the cluster's first view. Its memory is the
+    /// one its earlier run left, or it never ran ([`Memory::Remembered`]).
     pub fn new(
         fabric: F,
         config: MembershipConfig,
         initial: View,
         seed: u64,
     ) -> Result<CoordinatorDriver<F>, String> {
+        CoordinatorDriver::with_memory(fabric, config, initial, seed, Memory::Remembered)
+    }
+
+    /// [`CoordinatorDriver::new`] for a coordinator that starts with `memory`. One whose
+    /// consensus region was lost must start [`Memory::Forgotten`]; that is safe for one whose
+    /// region survived too (it then abstains a little longer than needed), but not when every
+    /// coordinator starts so (each waits to read the others): a cluster's first start is
+    /// [`Memory::Remembered`] everywhere.
+    pub fn with_memory(
+        fabric: F,
+        config: MembershipConfig,
+        initial: View,
+        seed: u64,
+        memory: Memory,
+    ) -> Result<CoordinatorDriver<F>, String> {
         config.check().map_err(|e| e.to_string())?;
         let me = fabric.node().0;
         let position =
             config.position(me).ok_or(format!("node {me} is not one of the coordinators"))?;
         let consensus_layout = consensus_layout(&config)?;
-        let engine = Coordinator::new(CoordinatorConfig {
-            me: position,
-            layout: consensus_layout,
-            prepare_ahead: 1,
-            initial,
-            backoff_max_ns: config.backoff_max_ns,
-        })?;
+        let engine = Coordinator::with_memory(
+            CoordinatorConfig {
+                me: position,
+                layout: consensus_layout,
+                prepare_ahead: 1,
+                initial,
+                backoff_max_ns: config.backoff_max_ns,
+            },
+            memory,
+        )?;
+        let rejoining = engine.is_rejoining();
         let boards = BoardLayout::new(&config);
         let err = |e: FabricError| e.to_string();
         let board = fabric.register_region(BOARD_REGION, boards.board_bytes(), Access::ALL);
@@ -124,18 +168,20 @@ impl<F: Fabric> CoordinatorDriver<F> {
         let others = |nodes: &mut dyn Iterator<Item = u16>| -> Vec<NodeId> {
             nodes.filter(|&n| n != me).map(NodeId).collect()
         };
+        // While rejoining, peers get no rights through the connections they initiate.
+        let grant = |access: Access| if rejoining { Access::NONE } else { access };
         let board_links = Links::new(
             NodeId(me),
             others(&mut (0..config.nodes_max)),
             board_channel,
-            Access::READ_WRITE,
+            grant(Access::READ_WRITE),
             config.reconnect_ns,
         );
         let consensus_links = Links::new(
             NodeId(me),
             others(&mut config.coordinators.iter().copied()),
             consensus_channel,
-            Access::ALL,
+            grant(Access::ALL),
             config.reconnect_ns,
         );
         let cluster = config.cluster;
@@ -155,6 +201,10 @@ impl<F: Fabric> CoordinatorDriver<F> {
             heartbeat: 0,
             alive_mask: 1 << position,
             probe_due_ns: 0,
+            words_read: 0,
+            words_posted: 0,
+            view_posted: false,
+            view_done: false,
             fabric,
             boards,
             position,
@@ -182,8 +232,16 @@ impl<F: Fabric> CoordinatorDriver<F> {
         let l = &self.consensus_links;
         let up: Vec<u16> =
             (0..l.peers().len()).filter(|&i| l.is_up(i)).map(|i| l.peers()[i].0).collect();
+        let rejoin = if self.engine.is_rejoining() {
+            let needed = restart::words_needed(self.config.coordinators.len());
+            format!("; slot words read from {} of the {needed} peers needed", {
+                self.words_read.count_ones()
+            })
+        } else {
+            String::new()
+        };
         format!(
-            "{}; consensus links up {up:?}; alive {:#x}",
+            "{}; consensus links up {up:?}; alive {:#x}{rejoin}",
             self.engine.describe(),
             self.alive_mask
         )
@@ -201,16 +259,32 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.rng
     }
 
+    /// Whether this coordinator restarted without its memory and has not rejoined yet.
+    pub fn is_rejoining(&self) -> bool {
+        self.engine.is_rejoining()
+    }
+
+    /// Once rejoined after a restart without its memory: the first index it answers in
+    /// (modulo `slots_count * 2048`).
+    pub fn answers_from(&self) -> Option<u64> {
+        self.engine.answers_from()
+    }
+
     /// One round of work at `now_ns`.
     pub fn poll(&mut self, now_ns: u64) {
-        self.heartbeat += 1;
-        let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
+        if !self.engine.is_rejoining() {
+            // A rejoining coordinator does not beat: no one elects it.
+            self.heartbeat += 1;
+            let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
+        }
         if self.watches.is_empty() {
             // Watching starts at the first poll: every peer has a timeout to show itself.
             self.watches = vec![PeerWatch::new(now_ns); self.config.coordinators.len()];
         }
         self.upkeep(now_ns);
         self.take_completions(now_ns);
+        self.rejoin(now_ns);
+        self.take_rejoined();
         self.watch_peers(now_ns);
         self.probe_boards(now_ns);
         self.alive_mask = self.alive_now(now_ns);
@@ -291,6 +365,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             let peer = self.board_links.peers()[i].0;
             if let Some(p) = self.config.position(peer) {
                 self.read_fingerprint(peer, p, now_ns);
+                self.write_rejoined(peer, now_ns);
             }
         }
     }
@@ -371,6 +446,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
 
     fn driver_completion(&mut self, c: Completion, now_ns: u64) {
         let low = (c.wr_id & 0xFFFF_FFFF) as usize;
+        if matches!(c.wr_id & KIND_MASK, WORDS_READ | REJOIN_VIEW_READ) {
+            return self.rejoin_completion(c, low, now_ns);
+        }
         if c.wr_id & KIND_MASK == BEAT_READ {
             let offset = self.boards.peer_beat_read_offset(low) as usize;
             let value = c.status.is_success().then(|| self.board.load_u64(offset).unwrap_or(0));
@@ -609,6 +687,169 @@ fn consensus_request(a: Action) -> (usize, WorkRequest<'static>) {
         Action::Read { peer, remote: at, local, len, op } => {
             let local = LocalSlice { region: CONSENSUS_REGION, offset: local, len };
             (peer, WorkRequest::read(op, local, remote(at)))
+        }
+    }
+}
+
+/// Rejoining after a restart without memory (module docs, `mu_ukharon::restart`).
+impl<F: Fabric> CoordinatorDriver<F> {
+    /// Where the slot words read from coordinator `position` land: its value log here, which
+    /// holds nothing while this coordinator rejoins, and is zeroed again after.
+    fn words_landing(&self, position: usize) -> u64 {
+        self.engine_layout().values_offset(position)
+    }
+
+    fn engine_layout(&self) -> mu_velos::VelosLayout {
+        consensus_layout(&self.config).expect("checked when the driver was made")
+    }
+
+    /// Posts the reads a rejoin needs, and rejoins once enough words are in.
+    fn rejoin(&mut self, now_ns: u64) {
+        if !self.engine.is_rejoining() {
+            return;
+        }
+        let n = self.config.coordinators.len();
+        if (self.words_read.count_ones() as usize) >= restart::words_needed(n) && self.view_done {
+            return self.finish_rejoin(now_ns);
+        }
+        let layout = self.engine_layout();
+        let len = (layout.slots_count() * 8) as u32;
+        for p in (0..n).filter(|&p| p != self.position) {
+            let bit = 1u64 << p;
+            if (self.words_read | self.words_posted) & bit != 0 {
+                continue;
+            }
+            let peer = NodeId(self.config.coordinators[p]);
+            let Some(i) = self.consensus_links.index_of(peer) else { continue };
+            if !self.consensus_links.is_up(i) {
+                continue;
+            }
+            let local = LocalSlice { region: CONSENSUS_REGION, offset: self.words_landing(p), len };
+            let remote = RemoteAddr { region: CONSENSUS_REGION, offset: layout.word_offset(0) };
+            let wr = WorkRequest::read(WORDS_READ | p as u64, local, remote);
+            if self.endpoint.post(self.consensus_links.conn(peer), &wr).is_ok() {
+                self.words_posted |= bit;
+            } else {
+                self.consensus_links.down(i, now_ns);
+            }
+        }
+        if !self.view_posted && self.words_read != 0 {
+            // The latest view on a coordinator whose words came in, so that this one does not
+            // lead from the first view (a torn or missing view is not read again: the next
+            // decided view is broadcast to this one too).
+            let p = self.words_read.trailing_zeros() as usize;
+            let local = LocalSlice {
+                region: BOARD_REGION,
+                offset: self.boards.view_read_offset(),
+                len: VIEW_BYTES as u32,
+            };
+            let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
+            let wr = WorkRequest::read(REJOIN_VIEW_READ | p as u64, local, remote);
+            self.view_posted = self.post_board(self.config.coordinators[p], &wr, now_ns);
+        }
+    }
+
+    fn rejoin_completion(&mut self, c: Completion, position: usize, now_ns: u64) {
+        let bit = 1u64 << position;
+        let peer = NodeId(self.config.coordinators[position]);
+        if c.wr_id & KIND_MASK == REJOIN_VIEW_READ {
+            if !c.status.is_success() {
+                self.view_posted = false;
+                if let Some(i) = self.board_links.index_of(peer) {
+                    self.board_links.down(i, now_ns);
+                }
+                return;
+            }
+            self.view_done = true;
+            self.view_bytes.resize(VIEW_BYTES as usize, 0);
+            let offset = self.boards.view_read_offset() as usize;
+            if self.board.read(offset, &mut self.view_bytes).is_ok() {
+                if let Ok(view) = View::decode(&self.view_bytes) {
+                    self.engine.learned(view);
+                }
+            }
+            return;
+        }
+        self.words_posted &= !bit;
+        if c.status.is_success() {
+            self.words_read |= bit;
+        } else if let Some(i) = self.consensus_links.index_of(peer) {
+            self.consensus_links.down(i, now_ns);
+        }
+    }
+
+    /// Writes the abstaining words, clears where the words landed, and sets every connection
+    /// up again with its usual rights.
+    fn finish_rejoin(&mut self, now_ns: u64) {
+        let layout = self.engine_layout();
+        let slots = layout.slots_count() as usize;
+        let read: Vec<(usize, Vec<u64>)> = (0..self.config.coordinators.len())
+            .filter(|&p| self.words_read >> p & 1 == 1)
+            .map(|p| {
+                let mut bytes = vec![0u8; slots * 8];
+                let at = self.words_landing(p) as usize;
+                // Never guessed: zero words would name no index, and the bound would be short.
+                self.consensus.read(at, &mut bytes).expect("the landing lies inside the region");
+                let words = bytes
+                    .chunks_exact(8)
+                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                (p, words.collect())
+            })
+            .collect();
+        let words: Vec<(usize, &[u64])> = read.iter().map(|(p, w)| (*p, &w[..])).collect();
+        let answers_from = match self.engine.rejoin(&words, &mut RegionMemory(&self.consensus)) {
+            Ok(b) => b,
+            Err(e) => unreachable!("a rejoin from the words of distinct peers, all slots: {e}"),
+        };
+        for &(p, _) in &words {
+            let _ = self.consensus.write(self.words_landing(p) as usize, &vec![0u8; slots * 8]);
+        }
+        let me = self.fabric.node();
+        let others: Vec<NodeId> =
+            (0..self.config.nodes_max).filter(|&n| n != me.0).map(NodeId).collect();
+        self.board_links =
+            Links::new(me, others, board_channel, Access::READ_WRITE, self.config.reconnect_ns);
+        let coordinators: Vec<NodeId> =
+            self.config.coordinators.iter().copied().filter(|&n| n != me.0).map(NodeId).collect();
+        self.consensus_links =
+            Links::new(me, coordinators, consensus_channel, Access::ALL, self.config.reconnect_ns);
+        self.upkeep(now_ns);
+        self.events.push(CoordinatorEvent::Rejoined { answers_from });
+    }
+
+    /// Tells coordinator `peer` (when the board connection to it comes up) where this one
+    /// answers from, while it still abstains in the index after its latest view: its leader
+    /// then decides views that change nothing until it is past it. Nothing is posted by a
+    /// coordinator that never restarted without its memory.
+    fn write_rejoined(&mut self, peer: u16, now_ns: u64) {
+        let Some(b) = self.engine.answers_from() else { return };
+        let next = self.engine.latest().map_or(0, |v| v.epoch + 1);
+        if !restart::is_before(next, b, self.config.slots_count) {
+            return;
+        }
+        let value = (b + 1).to_le_bytes();
+        let offset = self.boards.rejoined_offset(self.position);
+        let remote = RemoteAddr { region: BOARD_REGION, offset };
+        let wr =
+            WorkRequest::write(REJOINED_WRITE | u64::from(peer), Source::Inline(&value), remote);
+        self.post_board(peer, &wr.unsignaled(), now_ns);
+    }
+
+    /// What rejoined peers wrote into this board ([`Self::write_rejoined`]), for the engine;
+    /// a bound this coordinator's latest view is past is cleared (an old bound would read as
+    /// ahead again after half the laps went round).
+    fn take_rejoined(&mut self) {
+        let next = self.engine.latest().map_or(0, |v| v.epoch + 1);
+        for p in (0..self.config.coordinators.len()).filter(|&p| p != self.position) {
+            let offset = self.boards.rejoined_offset(p) as usize;
+            let Some(b) = self.board.load_u64(offset).unwrap_or(0).checked_sub(1) else {
+                continue;
+            };
+            if restart::is_before(next, b, self.config.slots_count) {
+                self.engine.set_answers_from(p, b);
+            } else {
+                let _ = self.board.store_u64(offset, 0);
+            }
         }
     }
 }

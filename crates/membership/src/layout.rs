@@ -15,6 +15,9 @@
 //!                   ring word, a word per coordinator (fingerprints), a view
 //! send_offset       a frame too large to post inline, written from here
 //! then              a word per coordinator: a coordinator's reads of its peers' heartbeats
+//! then              a word per coordinator (on coordinators): written by coordinator p once
+//!                   it rejoined after a restart without its memory: 1 + the first index it
+//!                   answers in (0: none)
 //! ```
 
 use crate::config::MembershipConfig;
@@ -138,9 +141,16 @@ impl BoardLayout {
         self.send_offset() + MAILBOX_BYTES + 8 * position as u64
     }
 
+    /// The word coordinator `position` writes once it rejoined after a restart without its
+    /// memory: 1 + the first index it answers in (0: none).
+    pub fn rejoined_offset(&self, position: usize) -> u64 {
+        debug_assert!((position as u64) < self.coordinators);
+        self.peer_beat_read_offset(0) + 8 * self.coordinators + 8 * position as u64
+    }
+
     /// Bytes of the whole board.
     pub fn board_bytes(&self) -> usize {
-        (self.peer_beat_read_offset(0) + 8 * self.coordinators) as usize
+        (self.rejoined_offset(0) + 8 * self.coordinators) as usize
     }
 }
 
@@ -172,11 +182,12 @@ mod tests {
             (l.view_read_offset(), VIEW_BYTES),
             (l.send_offset(), MAILBOX_BYTES),
             (l.peer_beat_read_offset(0), 8 * 3),
+            (l.rejoined_offset(0), 8 * 3),
         ];
         for pair in areas.windows(2) {
             assert!(pair[0].0 + pair[0].1 <= pair[1].0, "{pair:?} overlap");
         }
-        assert_eq!(l.board_bytes() as u64, l.peer_beat_read_offset(2) + 8);
+        assert_eq!(l.board_bytes() as u64, l.rejoined_offset(2) + 8);
         assert_eq!(l.beat_offset(7) % 8, 0);
         assert_ne!(board_channel(NodeId(1), NodeId(2)), board_channel(NodeId(2), NodeId(1)));
     }

@@ -6,6 +6,7 @@ use crate::clock::{now_ns, Polling};
 use crate::config::MembershipConfig;
 use crate::coordinator::{CoordinatorDriver, CoordinatorEvent};
 use mu_fabric::Fabric;
+use mu_ukharon::restart::Memory;
 use mu_ukharon::view::View;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,21 @@ impl CoordinatorService {
         seed: u64,
         polling: Polling,
     ) -> Result<CoordinatorService, String> {
-        let driver = CoordinatorDriver::new(fabric, config, initial, seed)?;
+        Self::start_with_memory(fabric, config, initial, seed, polling, Memory::Remembered)
+    }
+
+    /// [`CoordinatorService::start`] for a coordinator that starts with `memory`
+    /// ([`CoordinatorDriver::with_memory`]: [`Memory::Forgotten`] when its consensus region
+    /// was lost).
+    pub fn start_with_memory<F: Fabric>(
+        fabric: F,
+        config: MembershipConfig,
+        initial: View,
+        seed: u64,
+        polling: Polling,
+        memory: Memory,
+    ) -> Result<CoordinatorService, String> {
+        let driver = CoordinatorDriver::with_memory(fabric, config, initial, seed, memory)?;
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), status: Mutex::default() });
         let thread = {
             let shared = shared.clone();
@@ -100,6 +115,7 @@ fn run<F: Fabric>(mut driver: CoordinatorDriver<F>, shared: &Shared, polling: Po
                 CoordinatorEvent::BadFrame { from, why } => {
                     Some(format!("a bad frame from node {from}: {why}"))
                 }
+                CoordinatorEvent::Rejoined { .. } => problem,
             };
         }
         let latest_epoch = driver.latest().map(|v| v.epoch);

@@ -1,6 +1,7 @@
 //! Coordinators on the simulated fabric: they connect, check each other's configuration,
 //! decide the initial view, admit a node that writes a join request into the leader's inbox,
-//! write each decided view to the boards, and go on when the leader crashes.
+//! write each decided view to the boards, and go on when the leader crashes; one restarted
+//! without its memory rejoins and takes part again.
 
 mod common;
 
@@ -9,9 +10,10 @@ use mu_fabric::{Access, ConnId, Endpoint, Fabric, LocalRegion, NodeId, RemoteAdd
 use mu_fabric::{Completion, WorkRequest};
 use mu_fabric_sim::{SimFabric, SimWorld};
 use mu_membership::layout::{board_channel, BoardLayout, BOARD_REGION, VIEW_BYTES, VIEW_OFFSET};
-use mu_membership::{CoordinatorEvent, MembershipConfig};
+use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig};
 use mu_ukharon::changes::uid_for;
 use mu_ukharon::mailbox::{Kind, Outbox, Request};
+use mu_ukharon::restart::Memory;
 use mu_ukharon::view::{Member, View};
 
 const NODE: u16 = 5;
@@ -44,7 +46,13 @@ impl Node {
 
     /// Writes a join request into `coordinator`'s inbox.
     fn join(&mut self, coordinator: u16, config: &MembershipConfig) {
-        let request = Request::Join { incarnation: 42 };
+        self.join_as(42, coordinator, config)
+    }
+
+    /// Writes a join request of incarnation `incarnation` into `coordinator`'s inbox (a new
+    /// incarnation is admitted under a new unique id: a new view).
+    fn join_as(&mut self, incarnation: u64, coordinator: u16, config: &MembershipConfig) {
+        let request = Request::Join { incarnation };
         let frame = self.outbox.next(request.kind(), &request.payload()).to_vec();
         let offset = BoardLayout::new(config).inbox_offset(NODE);
         let remote = RemoteAddr { region: BOARD_REGION, offset };
@@ -124,4 +132,79 @@ fn a_coordinator_with_another_configuration_is_refused() {
     assert!(mismatches.contains(&2), "{events:?}");
     assert!(mismatches.contains(&0) || mismatches.contains(&1), "{events:?}");
     assert_eq!(sim.decided.first(), Some(&initial()), "0 and 1 are a majority");
+}
+
+/// Decides view 1 (the node joins), then restarts coordinator 2 without its memory and runs
+/// until it rejoined. Returns the first index it answers in.
+fn restart_without_memory(sim: &mut Sim, node: &mut Node) -> u64 {
+    sim.run_for(2_000_000, 1_000);
+    assert!((0..3).all(|c| node.connect(c)), "the node connects to every coordinator");
+    node.join_as(1, 0, &config());
+    sim.run_for(500_000, 1_000);
+    assert_eq!(sim.decided.len(), 2);
+
+    sim.world.crash(NodeId(2)).unwrap();
+    sim.coordinators[2] = None;
+    sim.run_for(200_000, 1_000);
+    sim.world.restart(NodeId(2)).unwrap();
+    let fabric = sim.world.node(NodeId(2));
+    let driver = CoordinatorDriver::with_memory(fabric, config(), initial(), 9, Memory::Forgotten);
+    sim.coordinators[2] = Some(driver.unwrap());
+    let mut events = Vec::new();
+    let deadline = sim.world.now_ns() + 3_000_000;
+    while sim.coordinators[2].as_ref().unwrap().is_rejoining() {
+        let restarted = sim.coordinators[2].as_ref().unwrap();
+        assert!(sim.world.now_ns() < deadline, "never rejoined: {}", restarted.describe());
+        assert!(restarted.describe().contains("rejoining"), "{}", restarted.describe());
+        assert!(!restarted.is_leading());
+        events.extend(sim.run_for(1_000, 1_000));
+    }
+    assert!(events.iter().any(|e| matches!(e, CoordinatorEvent::Rejoined { .. })), "{events:?}");
+    let restarted = sim.coordinators[2].as_ref().unwrap();
+    assert!(restarted.describe().contains("restarted without its memory"));
+    assert_eq!(restarted.latest(), sim.decided.last(), "it learned the latest view");
+    let answers_from = restarted.answers_from().expect("rejoined");
+    assert!(answers_from > sim.decided.len() as u64, "it abstains in the next index");
+    answers_from
+}
+
+/// A coordinator restarted without its memory (`mu_ukharon::restart`) reads the others' slot
+/// words and rejoins; the leader, with nothing to change, decides views that change nothing
+/// until the cluster is past the indices it abstains in; then the leader and it decide a view
+/// without the third coordinator.
+#[test]
+fn a_coordinator_restarted_without_its_memory_rejoins_and_takes_part_again() {
+    let mut sim = Sim::new(5, vec![config(); 3]);
+    let mut node = Node::new(&sim.world, &config());
+    let answers_from = restart_without_memory(&mut sim, &mut node);
+    let members = sim.decided.last().unwrap().members.clone();
+    sim.run_for(2_000_000, 1_000);
+    assert_eq!(sim.decided.len() as u64, answers_from, "the leader went past its bound");
+    assert!(sim.decided.iter().skip(2).all(|v| v.members == members), "{:?}", sim.decided);
+    // Coordinator 1 crashes: 0 decides the next view with 2.
+    sim.world.crash(NodeId(1)).unwrap();
+    sim.coordinators[1] = None;
+    let before = sim.decided.len();
+    node.join_as(2, 0, &config());
+    sim.run_for(3_000_000, 1_000);
+    let leader = sim.coordinators[0].as_ref().unwrap();
+    assert_eq!(sim.decided.len(), before + 1, "{}", leader.describe());
+    let restarted = sim.coordinators[2].as_ref().unwrap();
+    assert_eq!(restarted.latest(), sim.decided.last());
+}
+
+/// Right after its rejoin it abstains: with coordinator 1 crashed at that moment, the leader
+/// and the restarted coordinator decide nothing (it may have accepted the next index before).
+#[test]
+fn a_coordinator_restarted_without_its_memory_abstains_in_the_next_index() {
+    let mut sim = Sim::new(6, vec![config(); 3]);
+    let mut node = Node::new(&sim.world, &config());
+    restart_without_memory(&mut sim, &mut node);
+    sim.world.crash(NodeId(1)).unwrap();
+    sim.coordinators[1] = None;
+    let before = sim.decided.len();
+    node.join_as(2, 0, &config());
+    sim.run_for(3_000_000, 1_000);
+    assert_eq!(sim.decided.len(), before, "decided with a coordinator that forgot");
+    assert!(sim.coordinators[0].as_ref().unwrap().is_leading());
 }

@@ -16,8 +16,13 @@
 //! says are alive leads. Several may believe they lead (a partial partition): safety holds
 //! (Paxos), and a leader whose proposer stopped backs off for a random time before it starts
 //! again, so that dueling leaders end.
+//!
+//! A coordinator restarted without its memory ([`restart::Memory::Forgotten`]) neither leads nor lets
+//! anyone into its memory until [`Coordinator::rejoin`] gave it words that abstain wherever it
+//! may have answered before (`crate::restart`).
 
 use crate::changes::{Change, Changes, Refusal};
+use crate::restart::{self, RejoinError};
 use crate::view::{View, ViewError, MEMBERS_MAX};
 use mu_log::{EntryKind, Integrity, LogLayout, Slot};
 use mu_velos::{Action, Event, Memory, Proposer, ProposerConfig, StopReason, VelosLayout};
@@ -90,6 +95,15 @@ pub struct Coordinator {
     slot: Vec<u8>,
     /// A deliberately broken variant for tests ([`Coordinator::break_keeping_lost_views`]).
     keeps_lost_views: bool,
+    /// Restarted without its memory and not rejoined yet: it neither leads nor answers.
+    rejoining: bool,
+    /// Once rejoined: the first index it answers in (modulo `slots_count * LAPS`).
+    fresh_from: Option<u64>,
+    /// A deliberately broken variant for tests ([`Coordinator::break_forgetting_on_restart`]).
+    forgets: bool,
+    /// Per position: the first index a coordinator that rejoined answers in, as its runtime
+    /// read it ([`Coordinator::set_answers_from`]).
+    peers_answer_from: Vec<Option<u64>>,
 }
 
 /// The leader among the coordinators `alive` says are alive (a mask of positions): the lowest.
@@ -98,7 +112,17 @@ pub fn leader(alive: u64) -> Option<usize> {
 }
 
 impl Coordinator {
+    /// A coordinator whose memory is as its earlier run left it, or that never ran.
     pub fn new(config: CoordinatorConfig) -> Result<Coordinator, String> {
+        Coordinator::with_memory(config, restart::Memory::Remembered)
+    }
+
+    /// A coordinator that starts with `memory`: one that lost it waits for
+    /// [`Coordinator::rejoin`] before it takes part (`crate::restart`).
+    pub fn with_memory(
+        config: CoordinatorConfig,
+        memory: restart::Memory,
+    ) -> Result<Coordinator, String> {
         let n = config.layout.positions();
         config.initial.check().map_err(|e| format!("initial view: {e}"))?;
         if config.initial.epoch != 0 {
@@ -109,6 +133,11 @@ impl Coordinator {
             return Err(format!(
                 "value slots hold {} bytes, a view needs up to {needed}",
                 config.layout.max_value_bytes()
+            ));
+        }
+        if memory == restart::Memory::Forgotten && n - 1 < restart::words_needed(n) {
+            return Err(format!(
+                "{n} coordinator(s): one that lost its memory has no others to rejoin from"
             ));
         }
         let all = if n == 64 { u64::MAX } else { (1 << n) - 1 };
@@ -134,8 +163,101 @@ impl Coordinator {
             value: Vec::with_capacity(needed),
             slot: vec![0; slot_bytes],
             keeps_lost_views: false,
+            rejoining: memory == restart::Memory::Forgotten,
+            fresh_from: None,
+            forgets: false,
+            peers_answer_from: vec![None; n],
             config,
         })
+    }
+
+    /// Whether this coordinator restarted without its memory and has not rejoined yet: its
+    /// runtime keeps every connection into its consensus region closed, and reads the slot
+    /// words of [`restart::words_needed`] other coordinators for [`Coordinator::rejoin`].
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// Once rejoined after a restart without its memory: the first index this coordinator
+    /// answers in, modulo `slots_count * LAPS` ([`Coordinator::rejoin`]).
+    pub fn answers_from(&self) -> Option<u64> {
+        self.fresh_from
+    }
+
+    /// Coordinator `position` rejoined after a restart without its memory and answers from
+    /// index `answers_from` on (modulo `slots_count * LAPS`; its runtime publishes it). While
+    /// an alive one still abstains in the next index, a leader with nothing to change decides
+    /// views that change nothing (compatible successors: nodes move their leases to them
+    /// without waiting), so that the cluster is soon past the indices it abstains in and
+    /// tolerates another failure again.
+    pub fn set_answers_from(&mut self, position: usize, answers_from: u64) {
+        if let Some(slot) = self.peers_answer_from.get_mut(position) {
+            *slot = Some(answers_from);
+        }
+    }
+
+    /// A view that changes nothing, when an alive coordinator abstains in the next index
+    /// ([`Coordinator::set_answers_from`]).
+    fn rejoin_view(&self, latest: &View) -> Option<View> {
+        let next = latest.epoch + 1;
+        let slots = self.config.layout.slots_count();
+        let abstains = self.peers_answer_from.iter().enumerate().any(|(p, from)| {
+            let alive = self.alive >> p & 1 == 1;
+            alive && from.is_some_and(|b| restart::is_before(next, b, slots))
+        });
+        abstains.then(|| latest.successor(latest.members.clone(), latest.primary, latest.lease_ns))
+    }
+
+    /// Rejoins from the slot words (one per slot, all of them) of other coordinators, read
+    /// after this one restarted: writes into its own region words that abstain in every index
+    /// it may have taken part in before (`crate::restart`). The runtime opens the connections
+    /// into its consensus region only after this returned `Ok`. Returns the first index it
+    /// answers in (modulo `slots_count * LAPS`).
+    pub fn rejoin(
+        &mut self,
+        words: &[(usize, &[u64])],
+        mem: &mut dyn Memory,
+    ) -> Result<u64, RejoinError> {
+        if !self.rejoining {
+            return Err(RejoinError::NotRejoining);
+        }
+        let n = self.config.layout.positions();
+        let slots = self.config.layout.slots_count();
+        let needed = restart::words_needed(n);
+        if words.len() < needed {
+            return Err(RejoinError::TooFew { got: words.len(), needed });
+        }
+        for (i, &(position, peer)) in words.iter().enumerate() {
+            let twice = words[..i].iter().any(|&(p, _)| p == position);
+            if position >= n || position == self.config.me || twice {
+                return Err(RejoinError::BadPosition { position, count: n });
+            }
+            if peer.len() as u64 != slots {
+                return Err(RejoinError::WrongLength {
+                    position,
+                    got: peer.len(),
+                    expected: slots,
+                });
+            }
+        }
+        let fresh =
+            restart::fresh_from(words.iter().map(|&(_, w)| w), slots, self.config.prepare_ahead);
+        if !self.forgets {
+            for (slot, word) in restart::markers(fresh, slots).enumerate() {
+                mem.write(self.config.layout.word_offset(slot as u64), &word.to_le_bytes());
+            }
+        }
+        self.rejoining = false;
+        self.fresh_from = Some(fresh);
+        Ok(fresh)
+    }
+
+    /// Breaks this coordinator on purpose, for tests that show their checks catch it: a
+    /// rejoin that writes no abstaining words, so that it answers at once with zero words as if
+    /// it had never taken part.
+    #[doc(hidden)]
+    pub fn break_forgetting_on_restart(&mut self) {
+        self.forgets = true;
     }
 
     /// The latest decided view this coordinator knows.
@@ -155,9 +277,24 @@ impl Coordinator {
 
     /// A one-line account of the engine's state, for status output and failed tests.
     pub fn describe(&self) -> String {
+        let memory = match (self.rejoining, self.fresh_from) {
+            (true, _) => "restarted without its memory: rejoining, takes no part yet; ".to_string(),
+            (false, Some(b)) => {
+                let next = self.latest.as_ref().map_or(0, |v| v.epoch + 1);
+                if restart::is_before(next, b, self.config.layout.slots_count()) {
+                    format!(
+                        "restarted without its memory: abstains below index {b} (mod laps), the \
+                         next one among them; "
+                    )
+                } else {
+                    format!("restarted without its memory: answers again from index {b}; ")
+                }
+            }
+            (false, None) => String::new(),
+        };
         format!(
-            "leading {} (proposer {}), latest {:?}, proposed {:?}, alive {:#x}, back-off until \
-             {} ns, next index {}, phase {:?}, down {:#x}",
+            "{memory}leading {} (proposer {}), latest {:?}, proposed {:?}, alive {:#x}, back-off \
+             until {} ns, next index {}, phase {:?}, down {:#x}",
             self.leading,
             self.proposer.is_leading(),
             self.latest.as_ref().map(|v| v.epoch),
@@ -214,7 +351,7 @@ impl Coordinator {
     /// the latest is decided and something changes, and polls the proposer.
     /// `random` is a fresh random number from the runtime (for the back-off).
     pub fn poll(&mut self, now_ns: u64, random: u64, mem: &mut dyn Memory) {
-        let elected = leader(self.alive) == Some(self.config.me);
+        let elected = leader(self.alive) == Some(self.config.me) && !self.rejoining;
         if self.leading && !elected {
             self.step_down();
         } else if !self.leading && elected && now_ns >= self.backoff_until_ns {
@@ -249,7 +386,7 @@ impl Coordinator {
     fn submit_next(&mut self) {
         let next = match &self.latest {
             None => Some(self.config.initial.clone()),
-            Some(latest) => self.changes.next_view(latest),
+            Some(latest) => self.changes.next_view(latest).or_else(|| self.rejoin_view(latest)),
         };
         let Some(view) = next else { return };
         self.value.clear();
@@ -351,6 +488,14 @@ impl Coordinator {
         );
         self.proposed = None;
         self.adopt_latest(view);
+        // Past a rejoined coordinator's bound, its record is dropped (an old bound would read
+        // as ahead again after half the laps went round).
+        let slots = self.config.layout.slots_count();
+        for from in &mut self.peers_answer_from {
+            if from.is_some_and(|b| !restart::is_before(index + 1, b, slots)) {
+                *from = None;
+            }
+        }
         self.outputs.push(Output::Decided(self.latest.clone().expect("just set")));
         if self.keeps_lost_views {
             if !submitted && self.proposer.has_pending() {

@@ -11,6 +11,8 @@
 //! * [`coordinator`]: the coordinators' consensus on views: Velos's proposer (CAS Paxos with
 //!   predicted states, pre-preparation, one-round leader change) driven so that index `k`
 //!   holds view `k` and nothing else; the lowest live coordinator leads.
+//! * [`restart`]: a coordinator restarted without its memory: the indices it abstains in,
+//!   bounded from the other coordinators' slot words.
 //! * [`mailbox`]: one-sided mailboxes for what the paper sends two-sided (joins, leaves,
 //!   reports, renewals): checksummed frames numbered per sender, each taken once.
 //! * [`check`]: the non-leased check of a view (Algorithm 6): the coordinators' slot words for
@@ -35,6 +37,7 @@ pub mod coordinator;
 pub mod detect;
 pub mod lease;
 pub mod mailbox;
+pub mod restart;
 pub mod view;
 
 pub use view::{Member, View, ViewError};

@@ -1,9 +1,11 @@
 //! The coordinators' consensus on views (§5, Appendix A) with operations landing in an order
 //! the test chooses: agreement, no gaps, a chain of views that follow each other, progress
-//! once one leader is left, and a new leader's one-round re-preparation (§5.3.1).
+//! once one leader is left, and a new leader's one-round re-preparation (§5.3.1); and the same
+//! with coordinators restarted without their memory mid-run (`mu_ukharon::restart`).
 
 use mu_ukharon::changes::{uid_for, Change};
 use mu_ukharon::coordinator::{Coordinator, CoordinatorConfig, Output};
+use mu_ukharon::restart::Memory as Recall;
 use mu_ukharon::view::{Member, View};
 use mu_velos::{Action, Memory, VelosLayout};
 use std::cell::RefCell;
@@ -11,6 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 type Region = Rc<RefCell<Vec<u8>>>;
+
+const SLOTS: u64 = 16;
 
 struct Mem(Region);
 
@@ -41,8 +45,9 @@ impl Memory for Mem {
     }
 }
 
-/// An operation posted and not landed yet, with the bytes a write carries.
-type InFlight = (Action, Vec<u8>);
+/// An operation posted and not landed yet, with the bytes a write carries and the incarnation
+/// of its poster (a restarted poster never sees the completions of its earlier incarnation).
+type InFlight = (Action, Vec<u8>, u32);
 
 enum Done {
     Cas { op: u64, old: u64 },
@@ -65,6 +70,16 @@ struct Cluster {
     rng: u64,
     /// Decisions a coordinator refused as not following (never with the real engine).
     bad: Vec<String>,
+    /// Two views decided at one epoch, or a view decided after a gap.
+    disagreements: Vec<String>,
+    incarnations: Vec<u32>,
+    /// Restarted coordinators forget and write no abstaining words (a broken variant).
+    forgetful: bool,
+    restarts: usize,
+    /// Half of the decided views broadcast to the other coordinators are lost.
+    lossy: bool,
+    /// A coordinator whose acceptor answers nothing: what is posted to it stays in flight.
+    cut: Option<usize>,
 }
 
 fn initial() -> View {
@@ -78,20 +93,11 @@ impl Cluster {
     }
 
     fn with(seed: u64, broken: bool) -> Cluster {
-        let layout: VelosLayout = CoordinatorConfig::layout_for(3, 16).unwrap();
+        let layout = Cluster::layout();
         let regions: Vec<Region> =
             (0..3).map(|_| Rc::new(RefCell::new(vec![0u8; layout.region_bytes()]))).collect();
         let coordinators = (0..3)
-            .map(|me| {
-                Coordinator::new(CoordinatorConfig {
-                    me,
-                    layout,
-                    prepare_ahead: 1,
-                    initial: initial(),
-                    backoff_max_ns: 50_000,
-                })
-                .unwrap()
-            })
+            .map(|me| Coordinator::new(Cluster::config(me)).unwrap())
             .collect::<Vec<Coordinator>>();
         let mut coordinators = coordinators;
         if broken {
@@ -108,7 +114,79 @@ impl Cluster {
             last_output: vec![None; 3],
             now_ns: 0,
             bad: Vec::new(),
+            disagreements: Vec::new(),
+            incarnations: vec![0; 3],
+            forgetful: false,
+            restarts: 0,
+            lossy: false,
+            cut: None,
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        }
+    }
+
+    fn layout() -> VelosLayout {
+        CoordinatorConfig::layout_for(3, SLOTS).unwrap()
+    }
+
+    fn config(me: usize) -> CoordinatorConfig {
+        CoordinatorConfig {
+            me,
+            layout: Cluster::layout(),
+            prepare_ahead: 1,
+            initial: initial(),
+            backoff_max_ns: 50_000,
+        }
+    }
+
+    /// Coordinator `i` restarts without its memory: its region is zero again, what was posted
+    /// to it never lands (its posters see the connection fail, then set it up again), what it
+    /// had posted may still land but its completions reach nobody. It reads the slot words of
+    /// the two others and a view from one of their boards, and rejoins.
+    fn restart(&mut self, i: usize) {
+        self.restarts += 1;
+        self.incarnations[i] += 1;
+        self.regions[i].borrow_mut().fill(0);
+        self.done[i].clear();
+        for from in 0..3 {
+            let lost: Vec<InFlight> = self.queues[from][i].drain(..).collect();
+            for (action, _, incarnation) in lost {
+                if from == i || incarnation != self.incarnations[from] {
+                    continue;
+                }
+                match action {
+                    Action::Write { .. } => self.coordinators[from].on_write_error(i),
+                    Action::Cas { op, .. } | Action::Read { op, .. } => {
+                        self.coordinators[from].on_error(op)
+                    }
+                }
+            }
+        }
+        let mut fresh = Coordinator::with_memory(Cluster::config(i), Recall::Forgotten).unwrap();
+        if self.forgetful {
+            fresh.break_forgetting_on_restart();
+        }
+        let layout = Cluster::layout();
+        let others: Vec<usize> = (0..3).filter(|&j| j != i).collect();
+        let words: Vec<Vec<u64>> = others
+            .iter()
+            .map(|&j| {
+                let r = self.regions[j].borrow();
+                (0..SLOTS).map(|slot| word_at(&r, layout.word_offset(slot))).collect()
+            })
+            .collect();
+        let read: Vec<(usize, &[u64])> =
+            others.iter().zip(&words).map(|(&j, w)| (j, &w[..])).collect();
+        let answers_from = fresh.rejoin(&read, &mut Mem(self.regions[i].clone())).unwrap();
+        assert!(!fresh.is_rejoining());
+        if let Some(view) = self.coordinators[others[0]].latest() {
+            fresh.learned(view.clone());
+        }
+        self.last_output[i] = fresh.latest().map(|v| v.epoch);
+        self.coordinators[i] = fresh;
+        for j in others {
+            self.coordinators[j].reconnected(i);
+            // What its runtime publishes, and the others' runtimes read.
+            self.coordinators[j].set_answers_from(i, answers_from);
         }
     }
 
@@ -142,7 +220,7 @@ impl Cluster {
                 }
                 Action::Read { peer, .. } => (peer, Vec::new()),
             };
-            self.queues[i][to].push_back((a, data));
+            self.queues[i][to].push_back((a, data, self.incarnations[i]));
         }
         let outputs: Vec<Output> = self.coordinators[i].drain_outputs().collect();
         for out in outputs {
@@ -163,17 +241,27 @@ impl Cluster {
         }
         self.last_output[i] = Some(epoch);
         match self.decided.get(&epoch) {
-            Some(v) => assert_eq!(v, &view, "two views decided at epoch {epoch}"),
+            Some(v) if v != &view => {
+                self.disagreements.push(format!("two views decided at epoch {epoch}"))
+            }
+            Some(_) => {}
             None => {
                 if epoch > 0 {
-                    let prev = self.decided.get(&(epoch - 1)).expect("a gap before this view");
-                    assert!(view.follows(prev), "view {epoch} does not follow its predecessor");
+                    match self.decided.get(&(epoch - 1)) {
+                        None => self.disagreements.push(format!("a gap before view {epoch}")),
+                        Some(prev) if !view.follows(prev) => self
+                            .disagreements
+                            .push(format!("view {epoch} does not follow its predecessor")),
+                        Some(_) => {}
+                    }
                 }
                 self.decided.insert(epoch, view.clone());
             }
         }
         for j in 0..3 {
-            if j != i {
+            // A lost broadcast (board writes are unsignaled) leaves a coordinator behind, to
+            // lead later from an older view.
+            if j != i && !(self.lossy && self.random() % 2 == 0) {
                 self.coordinators[j].learned(view.clone());
             }
         }
@@ -181,7 +269,14 @@ impl Cluster {
 
     /// Lands the oldest operation from `from` to `to`.
     fn deliver(&mut self, from: usize, to: usize) -> bool {
-        let Some((action, data)) = self.queues[from][to].pop_front() else { return false };
+        if self.cut == Some(to) {
+            return false;
+        }
+        let Some((action, data, incarnation)) = self.queues[from][to].pop_front() else {
+            return false;
+        };
+        // The completion of an operation of an earlier incarnation of its poster reaches nobody.
+        let current = incarnation == self.incarnations[from];
         let mut target = Mem(self.regions[to].clone());
         match action {
             Action::Write { offset, .. } => target.write(offset, &data),
@@ -190,13 +285,17 @@ impl Cluster {
                 if old != expected {
                     self.cas_failed[from] += 1;
                 }
-                self.done[from].push_back(Done::Cas { op, old });
+                if current {
+                    self.done[from].push_back(Done::Cas { op, old });
+                }
             }
             Action::Read { remote, local, len, op, .. } => {
                 let mut bytes = vec![0u8; len as usize];
                 target.read(remote, &mut bytes);
-                Mem(self.regions[from].clone()).write(local, &bytes);
-                self.done[from].push_back(Done::Read { op });
+                if current {
+                    Mem(self.regions[from].clone()).write(local, &bytes);
+                    self.done[from].push_back(Done::Read { op });
+                }
             }
         }
         true
@@ -230,7 +329,10 @@ impl Cluster {
                 self.poll(i);
             }
             self.now_ns += 1_000;
-            if !moved && self.queues.iter().flatten().all(|q| q.is_empty()) {
+            let cut = self.cut;
+            let landed =
+                (0..3).all(|to| cut == Some(to) || self.queues.iter().all(|q| q[to].is_empty()));
+            if !moved && landed {
                 return;
             }
         }
@@ -249,9 +351,30 @@ fn join(node: u16, incarnation: u64) -> Change {
 /// The safety phase: random beliefs about who is alive, random delivery order on the FIFO
 /// connections, random changes sent to random coordinators. Whether two led at once.
 fn duel(c: &mut Cluster) -> bool {
+    duel_with(c, false)
+}
+
+/// [`duel`], and with `restarts` a random coordinator restarts without its memory every 200
+/// steps while half of the broadcasts of decided views are lost (so that some coordinator
+/// leads from an older view, and prepares again an index decided without it).
+fn duel_with(c: &mut Cluster, restarts: bool) -> bool {
     let mut dueled = false;
+    c.lossy = restarts;
     for step in 0..3_000u64 {
         dueled |= c.coordinators[0].is_leading() && c.coordinators[1].is_leading();
+        if restarts && step % 200 == 100 {
+            let i = (c.random() % 3) as usize;
+            // One at a time: the others answer at the next index to decide. Two coordinators
+            // of three that abstain there leave no majority, and nothing is decided again
+            // (two that forgot an index decided with them leave no one who knows it).
+            let next = c.decided.keys().next_back().map_or(0, |e| e + 1);
+            let others_answer = (0..3)
+                .filter(|&j| j != i)
+                .all(|j| c.coordinators[j].answers_from().is_none_or(|b| b <= next));
+            if others_answer {
+                c.restart(i);
+            }
+        }
         let r = c.random();
         let i = (r % 3) as usize;
         match (r >> 8) % 30 {
@@ -311,7 +434,8 @@ fn dueling_coordinators_agree_without_gaps() {
         c.coordinators[0].request(join(40, seed));
         c.settle();
         let latest = c.coordinators[0].latest().expect("decided views").clone();
-        assert!(latest.epoch > before, "seed {seed}: no view decided after the duel");
+        let states: Vec<String> = c.coordinators.iter().map(Coordinator::describe).collect();
+        assert!(latest.epoch > before, "seed {seed}: no view decided after the duel: {states:#?}");
         assert!(latest.uid_of(40).is_some(), "seed {seed}: the join was not carried out");
         for i in 1..3 {
             assert_eq!(c.coordinators[i].latest(), Some(&latest), "seed {seed}: {i} behind");
@@ -374,4 +498,144 @@ fn a_driver_that_keeps_lost_views_is_caught() {
         !c.bad.is_empty()
     });
     assert!(caught.is_some(), "no seed caught the broken driver");
+}
+
+/// The liveness phase after a duel: one leader for everyone, a join, and every coordinator
+/// ends with the view that carries it, without gaps.
+fn converge(c: &mut Cluster, seed: u64) {
+    c.lossy = false;
+    let latest = c.decided.values().next_back().cloned();
+    for i in 0..3 {
+        c.coordinators[i].set_alive(0b111);
+        if let Some(view) = &latest {
+            c.coordinators[i].learned(view.clone());
+        }
+    }
+    c.now_ns += 1_000_000;
+    c.settle();
+    let before = c.leader_latest(0);
+    c.coordinators[0].request(join(40, seed));
+    c.settle();
+    let latest = c.coordinators[0].latest().expect("decided views").clone();
+    let states: Vec<String> = c.coordinators.iter().map(Coordinator::describe).collect();
+    assert!(latest.epoch > before, "seed {seed}: no view decided after the duel: {states:#?}");
+    assert!(latest.uid_of(40).is_some(), "seed {seed}: the join was not carried out");
+    for i in 1..3 {
+        assert_eq!(c.coordinators[i].latest(), Some(&latest), "seed {seed}: {i} behind");
+    }
+    assert_eq!(c.decided.len() as u64, latest.epoch + 1, "seed {seed}: gaps");
+}
+
+/// A coordinator restarted without its memory abstains wherever it may have answered before
+/// (`mu_ukharon::restart`): the dueling test with a random coordinator restarted every 500
+/// steps (its region zeroed, what was posted to it lost) keeps agreement and has no gaps, and
+/// the cluster decides again once one leader is left.
+#[test]
+fn coordinators_restarted_without_memory_agree_without_gaps() {
+    let (mut restarts, mut decided_in_duels) = (0, 0);
+    for seed in 0..500 {
+        let mut c = Cluster::new(seed);
+        duel_with(&mut c, true);
+        assert!(c.disagreements.is_empty(), "seed {seed}: {:?}", c.disagreements);
+        assert!(c.bad.is_empty(), "seed {seed}: {:?}", c.bad);
+        restarts += c.restarts;
+        decided_in_duels += c.decided.len();
+        converge(&mut c, seed);
+        assert!(c.disagreements.is_empty(), "seed {seed}: {:?}", c.disagreements);
+    }
+    println!("{restarts} restarts, {decided_in_duels} views decided in the duels");
+    assert!(restarts > 500 * 3, "{restarts} restarts");
+    assert!(decided_in_duels > 500 * 6, "{decided_in_duels} views");
+}
+
+/// The restart test catches a restarted coordinator that does not abstain (it answers at once
+/// with zero words, as if it had never taken part): two views are decided at one epoch.
+#[test]
+fn a_restarted_coordinator_that_does_not_abstain_is_caught() {
+    let caught: Vec<u64> = (0..1000)
+        .filter(|&seed| {
+            let mut c = Cluster::new(seed);
+            c.forgetful = true;
+            duel_with(&mut c, true);
+            !c.disagreements.is_empty()
+        })
+        .collect();
+    println!("the forgetful coordinator is caught at {} of 1000 seeds: {caught:?}", caught.len());
+    assert!(!caught.is_empty(), "no seed caught the forgetful coordinator");
+}
+
+/// A restarted coordinator takes part again from the index its rejoin named: once the others
+/// decided past it, the cluster decides with it when another coordinator answers nothing.
+#[test]
+fn a_restarted_coordinator_answers_again_past_its_bound() {
+    let mut c = Cluster::new(3);
+    c.settle();
+    for node in 10..13u16 {
+        c.coordinators[0].request(join(node, u64::from(node)));
+        c.settle();
+    }
+    c.restart(2);
+    let from = c.coordinators[2].answers_from().expect("rejoined");
+    assert!(c.coordinators[2].describe().contains("the next one among them"));
+    // With nothing to change, the leader decides views that change nothing until it is past
+    // the indices 2 abstains in.
+    c.settle();
+    assert_eq!(c.leader_latest(0) + 1, from, "{}", c.coordinators[0].describe());
+    let latest = c.coordinators[0].latest().unwrap().clone();
+    let members = c.decided[&(from - 2)].members.clone();
+    assert_eq!(latest.members, members, "views that change nothing");
+    assert!(c.coordinators[2].describe().contains("answers again"));
+    // Coordinator 1 answers nothing from now on: 0 decides with 2 only.
+    c.cut = Some(1);
+    let before = c.leader_latest(0);
+    c.coordinators[0].request(join(40, 40));
+    c.settle();
+    assert_eq!(c.leader_latest(0), before + 1, "{}", c.coordinators[0].describe());
+    assert_eq!(c.coordinators[2].latest().map(|v| v.epoch), Some(before + 1));
+    assert!(c.disagreements.is_empty(), "{:?}", c.disagreements);
+}
+
+/// Before its bound, it answers nothing: with coordinator 1 cut off right after the restart,
+/// the index after the latest view is not decided.
+#[test]
+fn a_restarted_coordinator_abstains_below_its_bound() {
+    let mut c = Cluster::new(4);
+    c.settle();
+    c.coordinators[0].request(join(10, 10));
+    c.settle();
+    c.restart(2);
+    c.cut = Some(1);
+    let before = c.leader_latest(0);
+    c.coordinators[0].request(join(11, 11));
+    c.settle();
+    assert_eq!(c.leader_latest(0), before, "decided with an acceptor that forgot");
+}
+
+/// A rejoin takes the words of enough distinct other coordinators, every slot of each, once.
+#[test]
+fn a_rejoin_refuses_what_it_cannot_rest_on() {
+    use mu_ukharon::restart::RejoinError;
+    let words = vec![0u64; SLOTS as usize];
+    let mut mem = Mem(Rc::new(RefCell::new(vec![0u8; Cluster::layout().region_bytes()])));
+    let mut c = Coordinator::with_memory(Cluster::config(0), Recall::Forgotten).unwrap();
+    let too_few = c.rejoin(&[(1, &words)], &mut mem);
+    assert_eq!(too_few, Err(RejoinError::TooFew { got: 1, needed: 2 }));
+    let itself = c.rejoin(&[(0, &words), (1, &words)], &mut mem);
+    assert_eq!(itself, Err(RejoinError::BadPosition { position: 0, count: 3 }));
+    let twice = c.rejoin(&[(1, &words), (1, &words)], &mut mem);
+    assert_eq!(twice, Err(RejoinError::BadPosition { position: 1, count: 3 }));
+    let short = c.rejoin(&[(1, &words[1..]), (2, &words)], &mut mem);
+    assert!(matches!(short, Err(RejoinError::WrongLength { position: 1, .. })), "{short:?}");
+    assert!(c.is_rejoining());
+    // Nothing decided anywhere: it abstains in the indices up to prepare_ahead only.
+    assert_eq!(c.rejoin(&[(1, &words), (2, &words)], &mut mem), Ok(2));
+    assert_eq!(c.rejoin(&[(1, &words), (2, &words)], &mut mem), Err(RejoinError::NotRejoining));
+    let mut remembered = Coordinator::new(Cluster::config(1)).unwrap();
+    let again = remembered.rejoin(&[(0, &words), (2, &words)], &mut mem);
+    assert_eq!(again, Err(RejoinError::NotRejoining));
+    let one = CoordinatorConfig {
+        layout: CoordinatorConfig::layout_for(1, SLOTS).unwrap(),
+        ..Cluster::config(0)
+    };
+    assert!(Coordinator::with_memory(one, Recall::Forgotten).is_err());
 }
