@@ -89,6 +89,9 @@ pub struct NodeCore<F: Fabric> {
     /// Requests and report frames sent since the last sign of a leader at work (a new view,
     /// an answer): a stopped leader's memory still takes them, and no one answers.
     unanswered: u32,
+    /// A view was learnt in this poll: no check begins on it before the next poll, whose clock
+    /// reading is taken after this poll read the view.
+    learnt_this_poll: bool,
     outboxes: Vec<Outbox>,
     answers: Vec<Inbox>,
     renewal: Renewal,
@@ -202,6 +205,7 @@ impl<F: Fabric> NodeCore<F> {
             next_request_ns: 0,
             leader_hint: 0,
             unanswered: 0,
+            learnt_this_poll: false,
             renewal,
             pull_from: None,
             pulling: false,
@@ -283,6 +287,7 @@ impl<F: Fabric> NodeCore<F> {
     /// One round of work at `now_ns` (a reading of the clock application threads compare
     /// leases with).
     pub fn poll(&mut self, now_ns: u64) {
+        self.learnt_this_poll = false;
         self.heartbeat = match &mut self.detectors {
             Some(d) => d.heartbeat(),
             None => self.heartbeat + 1,
@@ -454,6 +459,7 @@ impl<F: Fabric> NodeCore<F> {
             }
         }
         self.renewal.on_view(&view);
+        self.learnt_this_poll = true;
         self.unanswered = 0;
         self.events.push(NodeEvent::View(view.clone()));
         self.view = Some(view);
@@ -550,7 +556,15 @@ impl<F: Fabric> NodeCore<F> {
     /// Renews the lease on the latest view when it is due (Algorithm 2 line 10): the timestamp
     /// first, then a read of every coordinator's slot word for the next index, or a request to
     /// a cache.
+    ///
+    /// Not in the poll that learnt the view: `now_ns` was read before the poll began, maybe
+    /// before the view was decided (the thread preempted in between, or a slow connect), and a
+    /// first lease counted from it would end its wait early (Algorithm 2 line 7 needs the
+    /// timestamp taken after the view was learnt). The next poll's reading is.
     fn renew(&mut self, now_ns: u64) {
+        if self.learnt_this_poll {
+            return;
+        }
         let Some(view) = &self.view else { return };
         let view = view.clone();
         match self.renewal.due(&view, now_ns) {

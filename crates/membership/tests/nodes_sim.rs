@@ -67,6 +67,9 @@ struct Cluster {
     events: Vec<(u16, NodeEvent)>,
     /// Nodes crashed or paused: their cores are not polled.
     stopped: std::collections::BTreeSet<u16>,
+    /// Nodes whose core thread is preempted: it is not polled, but the application's threads
+    /// still ask `Active` of the lease it published.
+    preempted: std::collections::BTreeSet<u16>,
 }
 
 impl Cluster {
@@ -99,7 +102,9 @@ impl Cluster {
             }))
             .collect();
         let stopped = Default::default();
-        Cluster { sim, nodes, spans: ActiveSpans::default(), events: Vec::new(), stopped }
+        let preempted = Default::default();
+        let events = Vec::new();
+        Cluster { sim, nodes, spans: ActiveSpans::default(), events, stopped, preempted }
     }
 
     fn run_for(&mut self, ns: u64) {
@@ -111,8 +116,10 @@ impl Cluster {
                 if self.stopped.contains(&n) {
                     continue;
                 }
-                core.poll(now);
-                self.events.extend(core.drain_events().map(|e| (n, e)));
+                if !self.preempted.contains(&n) {
+                    core.poll(now);
+                    self.events.extend(core.drain_events().map(|e| (n, e)));
+                }
                 // Whatever view the published lease is on, as an application asking about any
                 // view it knows would see it.
                 if let Some(lease) = core.published().load() {
@@ -318,4 +325,38 @@ fn a_stopped_coordinator_leader_is_passed_over() {
     c.run_for(5_000_000);
     let last = c.sim.decided.last().unwrap().clone();
     assert!(last.epoch > after.epoch && last.members.is_empty(), "{last:?}");
+}
+
+/// Algorithm 2 line 7 with a stale clock reading: node 6's core thread reads the clock and is
+/// preempted; node 5 renews its lease on the current view, and its core thread is preempted
+/// too (its application threads still see that lease); the next view is decided; then node 6
+/// reads it on its board in the poll that began before the decision. Its first lease on the
+/// view must not count from that poll's clock reading: the wait would end early, and `Active`
+/// of the new view on node 6 would overlap node 5's lease on the old one.
+#[test]
+fn a_clock_reading_older_than_the_view_does_not_start_its_lease() {
+    for seed in 0..4 {
+        let mut c = Cluster::new(40 + seed, &[5, 6, 7]);
+        c.run_for(3_000_000);
+        let clock_read = c.sim.world.now_ns();
+        c.preempted.insert(6);
+        let lease_end = |c: &Cluster| c.nodes[&5].published().load().map(|l| l.end_ns);
+        let before = lease_end(&c);
+        while lease_end(&c) == before {
+            c.run_for(500);
+        }
+        c.preempted.insert(5);
+        c.nodes.get_mut(&7).unwrap().leave();
+        let epoch = c.sim.decided.last().unwrap().epoch;
+        while c.sim.decided.last().unwrap().epoch == epoch {
+            c.run_for(500);
+        }
+        c.run_for(1_000); // the view reaches node 6's board
+        c.preempted.remove(&6);
+        c.nodes.get_mut(&6).unwrap().poll(clock_read);
+        let run = c.run_checked(30_000);
+        c.preempted.remove(&5);
+        let run = run.and_then(|()| c.run_checked(500_000));
+        assert_eq!(run, Ok(()), "seed {seed}");
+    }
 }
