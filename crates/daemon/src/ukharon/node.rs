@@ -4,7 +4,7 @@
 //! milliseconds, its status (see [`super::status`]).
 
 use super::config::{FabricChoice, Role, UkharonConfig};
-use super::status::{NodeStatus, ViewSummary};
+use super::status::{NodeStatus, ViewSummary, HISTORY_KEPT};
 use crate::interrupt;
 use mu_fabric::{Fabric, NodeId};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
@@ -95,6 +95,7 @@ fn base_status(id: u16, role: Role) -> NodeStatus {
         active: false,
         spans: Vec::new(),
         learnt: Vec::new(),
+        history: Vec::new(),
         problem: None,
     }
 }
@@ -147,7 +148,11 @@ fn member<F: Fabric>(
     };
     let membership = membership.map_err(|e| format!("{} {id}: {e}", role.name()))?;
     let path = config.status_path(id);
-    let write = |m: &Membership| -> Result<(), String> {
+    let views = membership.views();
+    let mut history: Vec<ViewSummary> = Vec::new();
+    let mut write = |m: &Membership| -> Result<(), String> {
+        history.extend(views.try_iter().map(|v| ViewSummary::of(&v)));
+        history.drain(..history.len().saturating_sub(HISTORY_KEPT));
         let latest = m.latest();
         let mut status = base_status(id, role);
         status.active = latest.as_ref().is_some_and(|v| m.active(v));
@@ -155,6 +160,7 @@ fn member<F: Fabric>(
         status.uid = m.member().map(|m| m.uid);
         status.spans = m.active_spans();
         status.learnt = m.learnt_times();
+        status.history = history.clone();
         status.problem = m.last_problem();
         status.written_ns = monotonic_ns();
         status.write(&path)

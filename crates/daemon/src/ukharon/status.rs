@@ -30,6 +30,26 @@ impl ViewSummary {
     pub fn has(&self, node: u16) -> bool {
         self.members.iter().any(|&(n, _)| n == node)
     }
+
+    fn to_json(&self) -> Value {
+        let members: Vec<Value> =
+            self.members.iter().map(|&(node, uid)| json!({"node": node, "uid": uid})).collect();
+        json!({"epoch": self.epoch, "members": members, "primary": self.primary})
+    }
+
+    fn from_json(view: &Value) -> Option<ViewSummary> {
+        let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+        Some(ViewSummary {
+            epoch: u(view, "epoch")?,
+            members: view
+                .get("members")?
+                .as_array()?
+                .iter()
+                .map(|m| Some((u(m, "node")? as u16, u(m, "uid")?)))
+                .collect::<Option<_>>()?,
+            primary: u(view, "primary").map(|p| p as u16),
+        })
+    }
 }
 
 /// One node's status file.
@@ -51,16 +71,19 @@ pub struct NodeStatus {
     pub spans: Vec<ActiveSpan>,
     /// A member: (epoch, when it learnt that view).
     pub learnt: Vec<(u64, u64)>,
+    /// A member: the latest views it learnt, oldest first (at most [`HISTORY_KEPT`]), so that
+    /// a view that lasted less than a status period is still seen.
+    pub history: Vec<ViewSummary>,
     pub problem: Option<String>,
 }
 
+/// How many views a member's status keeps in its `history`.
+pub const HISTORY_KEPT: usize = 16;
+
 impl NodeStatus {
     pub fn to_json(&self) -> Value {
-        let view = self.view.as_ref().map(|v| {
-            let members: Vec<Value> =
-                v.members.iter().map(|&(node, uid)| json!({"node": node, "uid": uid})).collect();
-            json!({"epoch": v.epoch, "members": members, "primary": v.primary})
-        });
+        let view = self.view.as_ref().map(ViewSummary::to_json);
+        let history: Vec<Value> = self.history.iter().map(ViewSummary::to_json).collect();
         let spans: Vec<Value> = self
             .spans
             .iter()
@@ -82,6 +105,7 @@ impl NodeStatus {
             "active": self.active,
             "spans": spans,
             "learnt": learnt,
+            "history": history,
             "problem": self.problem,
         })
     }
@@ -96,16 +120,12 @@ impl NodeStatus {
         };
         let view = match v.get("view")? {
             Value::Null => None,
-            view => Some(ViewSummary {
-                epoch: u(view, "epoch")?,
-                members: view
-                    .get("members")?
-                    .as_array()?
-                    .iter()
-                    .map(|m| Some((u(m, "node")? as u16, u(m, "uid")?)))
-                    .collect::<Option<_>>()?,
-                primary: u(view, "primary").map(|p| p as u16),
-            }),
+            view => Some(ViewSummary::from_json(view)?),
+        };
+        // Absent in the statuses of builds from before it was added.
+        let history = match v.get("history") {
+            None => Vec::new(),
+            Some(h) => h.as_array()?.iter().map(ViewSummary::from_json).collect::<Option<_>>()?,
         };
         let spans = v
             .get("spans")?
@@ -133,6 +153,7 @@ impl NodeStatus {
             active: v.get("active")?.as_bool()?,
             spans,
             learnt,
+            history,
             problem: v.get("problem").and_then(Value::as_str).map(str::to_string),
         })
     }
@@ -259,6 +280,7 @@ mod tests {
             active: true,
             spans: vec![ActiveSpan { epoch: 3, from_ns: 5, until_ns: 8 }],
             learnt: vec![(3, 4)],
+            history: vec![ViewSummary { epoch: 2, members: vec![(3, 9)], primary: Some(3) }],
             problem: Some("refused".into()),
         };
         assert_eq!(NodeStatus::from_json(&s.to_json()), Some(s));
