@@ -288,7 +288,6 @@ impl<F: Fabric> NodeCore<F> {
             None => self.heartbeat + 1,
         };
         let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
-        self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns);
         self.take_completions(now_ns);
         self.read_own_board(now_ns);
         self.take_answers();
@@ -297,6 +296,12 @@ impl<F: Fabric> NodeCore<F> {
         self.serve(now_ns);
         self.pull(now_ns);
         self.detect(now_ns);
+        // Last: setting a link up may wait on the network (on ofi, up to the fabric's call
+        // wait per connection, milliseconds for a few peers), and `now_ns` must not be older
+        // than what this poll reads. A view read after such a wait was learnt "at" a time
+        // before it was decided, and its first lease began too early: Active of two views
+        // overlapped by milliseconds on ofi (`crates/cli/tests/ukharon_ofi_netns.rs`).
+        self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns);
     }
 
     fn post(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) -> bool {
