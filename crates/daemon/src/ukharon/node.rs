@@ -4,7 +4,7 @@
 //! milliseconds, its status (see [`super::status`]).
 
 use super::config::{FabricChoice, Role, UkharonConfig};
-use super::status::{NodeStatus, ViewSummary, HISTORY_KEPT};
+use super::status::{CliqueSummary, NodeStatus, ViewSummary, HISTORY_KEPT};
 use crate::interrupt;
 use mu_fabric::{Fabric, NodeId};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
@@ -91,6 +91,7 @@ fn base_status(id: u16, role: Role) -> NodeStatus {
         written_ns: 0,
         view: None,
         leading: false,
+        clique: None,
         uid: None,
         active: false,
         spans: Vec::new(),
@@ -122,6 +123,7 @@ fn coordinator<F: Fabric>(
         let mut status = base_status(id, Role::Coordinator);
         status.view = s.latest.as_ref().map(ViewSummary::of);
         status.leading = s.leading;
+        status.clique = s.last_clique.as_ref().map(CliqueSummary::of);
         status.problem = s.last_problem;
         status.written_ns = monotonic_ns();
         status.write(&path)?;

@@ -52,6 +52,49 @@ impl ViewSummary {
     }
 }
 
+/// A coordinator leader's last clique (§4.2): the view its graph was of, the members it kept,
+/// and why the others went: links the catastrophic detector's reports held down, members the
+/// crash detector or the ring reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliqueSummary {
+    pub epoch: u64,
+    pub keep: Vec<u16>,
+    pub links_down: Vec<(u16, u16)>,
+    pub isolated: Vec<u16>,
+}
+
+impl CliqueSummary {
+    pub fn of(d: &mu_ukharon::detect::graph::Decision) -> CliqueSummary {
+        let keep = d.members.iter().map(|m| m.node).collect();
+        let (links_down, isolated) = (d.links_down.clone(), d.isolated.clone());
+        CliqueSummary { epoch: d.epoch, keep, links_down, isolated }
+    }
+
+    fn to_json(&self) -> Value {
+        let links: Vec<Value> = self.links_down.iter().map(|&(a, b)| json!([a, b])).collect();
+        json!({"epoch": self.epoch, "keep": self.keep, "links_down": links,
+               "isolated": self.isolated})
+    }
+
+    fn from_json(v: &Value) -> Option<CliqueSummary> {
+        let nodes = |k: &str| -> Option<Vec<u16>> {
+            v.get(k)?.as_array()?.iter().map(|n| n.as_u64().map(|n| n as u16)).collect()
+        };
+        let links_down = v
+            .get("links_down")?
+            .as_array()?
+            .iter()
+            .map(|l| Some((l.get(0)?.as_u64()? as u16, l.get(1)?.as_u64()? as u16)))
+            .collect::<Option<_>>()?;
+        Some(CliqueSummary {
+            epoch: v.get("epoch")?.as_u64()?,
+            keep: nodes("keep")?,
+            links_down,
+            isolated: nodes("isolated")?,
+        })
+    }
+}
+
 /// One node's status file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -63,6 +106,8 @@ pub struct NodeStatus {
     pub view: Option<ViewSummary>,
     /// A coordinator: whether it leads.
     pub leading: bool,
+    /// A coordinator: the last clique it asked for as the leader, if any.
+    pub clique: Option<CliqueSummary>,
     /// A member: its unique id in the latest view, if it is a member.
     pub uid: Option<u64>,
     /// A member: whether `Active(latest view)` was true when the status was written.
@@ -101,6 +146,7 @@ impl NodeStatus {
             "written_ns": self.written_ns,
             "view": view,
             "leading": self.leading,
+            "clique": self.clique.as_ref().map(CliqueSummary::to_json),
             "uid": self.uid,
             "active": self.active,
             "spans": spans,
@@ -149,6 +195,7 @@ impl NodeStatus {
             written_ns: u(v, "written_ns")?,
             view,
             leading: v.get("leading")?.as_bool()?,
+            clique: v.get("clique").and_then(CliqueSummary::from_json),
             uid: u(v, "uid"),
             active: v.get("active")?.as_bool()?,
             spans,
@@ -276,6 +323,12 @@ mod tests {
             written_ns: 123,
             view: Some(ViewSummary { epoch: 3, members: vec![(3, 9), (4, 10)], primary: None }),
             leading: false,
+            clique: Some(CliqueSummary {
+                epoch: 3,
+                keep: vec![3],
+                links_down: vec![(3, 4)],
+                isolated: vec![],
+            }),
             uid: Some(10),
             active: true,
             spans: vec![ActiveSpan { epoch: 3, from_ns: 5, until_ns: 8 }],
