@@ -11,8 +11,10 @@
 //! The two ends are not neighbours in the heartbeat ring (members 3, 4, 5, 6 each read the
 //! next: 3 reads 4, ..., 6 reads 3), and neither process dies or stops, so neither the ring nor
 //! the crash detector can remove either: only the broadcast beats see the cut. The test
-//! checks that this is what happened: the removed end's process still runs, the same one, and
-//! its status keeps being written (it was not stopped).
+//! checks that this is what happened: the coordinator leader's status says which links its
+//! graph held down and which members crash or ring reports isolated when it asked for the
+//! clique (the link between the ends, and none), and the removed end's process still runs,
+//! the same one, and writes its status on (it was not stopped).
 //!
 //! It needs root (network namespaces) and iproute2 (`scripts/install-fabric-deps.sh` installs
 //! it); without root it says so and passes.
@@ -25,7 +27,7 @@ mod ukharon_spans;
 use mu_daemon::ukharon::config::shared_host;
 use mu_daemon::ukharon::demo::agreed_active;
 use mu_daemon::ukharon::local::{cluster_id, LocalGroup};
-use mu_daemon::ukharon::status::{NodeStatus, ViewSummary};
+use mu_daemon::ukharon::status::{CliqueSummary, NodeStatus, ViewSummary};
 use mu_procs::clock::monotonic_ns;
 use netns::Network;
 use std::collections::BTreeMap;
@@ -82,7 +84,7 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
     net.cut_between(usize::from(ENDS[0]), usize::from(ENDS[1])).expect("cutting the link");
     // Views are decided one epoch after the other: the next one is the cut's.
     let epoch = first.epoch + 1;
-    let next = group
+    let (next, learnt_ns) = group
         .wait_for(WAIT, |s| learnt_by_every_member(s, epoch), "view after the cut")
         .unwrap_or_else(|e| panic!("{e}\n{}\n{}", histories(&group), logs(&group)));
     let gone: Vec<u16> = MEMBERS.into_iter().filter(|&m| !next.has(m)).collect();
@@ -91,10 +93,9 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
         "view {epoch} must drop exactly one end of the cut link {ENDS:?}: {next:?}"
     );
     let gone = gone[0];
-    let learnt_ns = learnt_at(&group.statuses(), epoch);
     eprintln!(
-        "the cut link {}-{} dropped member {gone} from view {epoch} ({:?}): learnt by every \
-         member {:.1} ms after the cut",
+        "the cut link {}-{} dropped member {gone} from view {epoch} ({:?}): every member knew it \
+         (or a later view) {:.1} ms after the cut",
         ENDS[0],
         ENDS[1],
         next.nodes(),
@@ -109,6 +110,26 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
     };
     group.wait_for(WAIT, known, "view at the coordinators").unwrap();
 
+    // The catastrophic detector did it: the leader asked for that clique because the link
+    // between the two ends was reported down, and no member was reported by the crash
+    // detector or the ring. (The leader may have changed since: a coordinator starved of the
+    // CPU for a beat timeout is taken for dead by the others; each keeps its last clique.)
+    let statuses = group.statuses();
+    let cliques: Vec<CliqueSummary> = COORDINATORS
+        .iter()
+        .filter_map(|c| statuses.get(c)?.clique.clone())
+        .filter(|c| c.epoch >= first.epoch)
+        .collect();
+    assert!(!cliques.is_empty(), "no clique at a coordinator: {statuses:?}");
+    for clique in &cliques {
+        // The removed end asks to join again at once, and the cut removes it again: a clique
+        // may be of a later view, for the same reason.
+        assert_eq!(clique.keep, next.nodes(), "{clique:?}");
+        assert!(clique.links_down.contains(&(ENDS[0], ENDS[1])), "{clique:?}");
+        assert!(clique.isolated.is_empty(), "a crash or ring report: {clique:?}");
+    }
+    eprintln!("the coordinators' cliques: {cliques:?}");
+
     // Not a crash notification, nor the ring: the removed end runs, the same process, and
     // writes its status on (a stopped process would not), and every member is still there.
     group.check_alive().unwrap_or_else(|e| panic!("{e}\n{}", logs(&group)));
@@ -122,36 +143,28 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
 
     // Appendix B: no member's Active of the old view after the new one was true on any.
     spans.take(&group.statuses());
-    let before = spans.overlaps(0);
-    if !before.is_empty() {
-        eprintln!("overlaps:\n{}", before.join("\n"));
-    }
-    let overlaps = spans.overlaps(first.epoch);
-    assert!(overlaps.is_empty(), "{}", overlaps.join("\n"));
+    spans.check();
     group.stop(Duration::from_secs(2));
 }
 
-/// View `epoch` once every member, the cut ends included, has learnt it and holds it in its
-/// history (it may already have been replaced: the removed end asks to join again at once).
-fn learnt_by_every_member(s: &BTreeMap<u16, NodeStatus>, epoch: u64) -> Option<ViewSummary> {
-    let mut view = None;
+/// View `epoch` as the members' histories hold it (they agree), and when the last member
+/// learnt it or a later view, once every member has: a member may skip a view (it learns the
+/// latest when it looks), and the removed end asks to join again at once, so that view may be
+/// replaced within milliseconds.
+fn learnt_by_every_member(s: &BTreeMap<u16, NodeStatus>, epoch: u64) -> Option<(ViewSummary, u64)> {
+    let mut view: Option<ViewSummary> = None;
+    let mut last_ns = 0;
     for m in MEMBERS {
         let status = s.get(&m)?;
-        status.learnt.iter().find(|&&(e, _)| e == epoch)?;
-        let seen = status.history.iter().find(|v| v.epoch == epoch)?;
+        let learnt = status.learnt.iter().filter(|&&(e, _)| e >= epoch).map(|&(_, at)| at);
+        last_ns = last_ns.max(learnt.min()?);
+        let Some(seen) = status.history.iter().find(|v| v.epoch == epoch) else { continue };
         if let Some(other) = &view {
-            assert_eq!(seen, other, "members {} and {m} disagree on view {epoch}", MEMBERS[0]);
+            assert_eq!(seen, other, "members disagree on view {epoch}");
         }
         view = Some(seen.clone());
     }
-    view
-}
-
-/// When the last member learnt view `epoch`.
-fn learnt_at(s: &BTreeMap<u16, NodeStatus>, epoch: u64) -> u64 {
-    let learnt = MEMBERS.iter().filter_map(|m| s.get(m));
-    let at = learnt.filter_map(|s| s.learnt.iter().find(|&&(e, _)| e == epoch).map(|l| l.1));
-    at.max().expect("learnt by every member")
+    Some((view?, last_ns))
 }
 
 /// Every member's latest views and when it learnt them, for a failure.
