@@ -32,7 +32,7 @@ use mu_procs::clock::monotonic_ns;
 use netns::Network;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use ukharon_spans::Spans;
 
 const COORDINATORS: [u16; 3] = [0, 1, 2];
@@ -45,6 +45,8 @@ const BASE_PORT: u16 = 7100;
 /// Starting seven processes with their provider threads on a small machine takes a while.
 const START_WAIT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(30);
+/// How long the first view must stay the latest before the cut: two beat timeouts.
+const SETTLED: Duration = Duration::from_millis(300);
 
 /// The group's file: `shared_host`'s timings (a 150 ms beat timeout) on libfabric.
 fn ofi_file(dir: &Path, net: &Network) -> String {
@@ -73,9 +75,7 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
         |id| net.command(usize::from(id), exe),
     )
     .unwrap();
-    let first = group
-        .wait_for(START_WAIT, |s| agreed_active(s, &MEMBERS), "view of every member")
-        .unwrap_or_else(|e| panic!("{e}\n{}", logs(&group)));
+    let first = settled_view(&mut group);
     let mut spans = Spans::default();
     spans.take(&group.statuses());
     let pids: Vec<Option<u32>> = MEMBERS.iter().map(|&m| group.pid(m)).collect();
@@ -110,25 +110,7 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
     };
     group.wait_for(WAIT, known, "view at the coordinators").unwrap();
 
-    // The catastrophic detector did it: the leader asked for that clique because the link
-    // between the two ends was reported down, and no member was reported by the crash
-    // detector or the ring. (The leader may have changed since: a coordinator starved of the
-    // CPU for a beat timeout is taken for dead by the others; each keeps its last clique.)
-    let statuses = group.statuses();
-    let cliques: Vec<CliqueSummary> = COORDINATORS
-        .iter()
-        .filter_map(|c| statuses.get(c)?.clique.clone())
-        .filter(|c| c.epoch >= first.epoch)
-        .collect();
-    assert!(!cliques.is_empty(), "no clique at a coordinator: {statuses:?}");
-    for clique in &cliques {
-        // The removed end asks to join again at once, and the cut removes it again: a clique
-        // may be of a later view, for the same reason.
-        assert_eq!(clique.keep, next.nodes(), "{clique:?}");
-        assert!(clique.links_down.contains(&(ENDS[0], ENDS[1])), "{clique:?}");
-        assert!(clique.isolated.is_empty(), "a crash or ring report: {clique:?}");
-    }
-    eprintln!("the coordinators' cliques: {cliques:?}");
+    assert_the_beats_did_it(&group.statuses(), first.epoch, &next);
 
     // Not a crash notification, nor the ring: the removed end runs, the same process, and
     // writes its status on (a stopped process would not), and every member is still there.
@@ -145,6 +127,51 @@ fn a_cut_link_between_two_members_is_found_by_the_beats_and_the_clique_becomes_t
     spans.take(&group.statuses());
     spans.check();
     group.stop(Duration::from_secs(2));
+}
+
+/// A view of every member, on which every member is active, and no other for [`SETTLED`]:
+/// start-up's joins are over (a member the others were slow to hear from may have been
+/// removed and joined again).
+fn settled_view(group: &mut LocalGroup) -> ViewSummary {
+    let mut since: Option<(u64, Instant)> = None;
+    let settled = |s: &BTreeMap<u16, NodeStatus>| {
+        let view = agreed_active(s, &MEMBERS)?;
+        match since {
+            Some((epoch, at)) if epoch == view.epoch => (at.elapsed() > SETTLED).then_some(view),
+            _ => {
+                since = Some((view.epoch, Instant::now()));
+                None
+            }
+        }
+    };
+    let view = group.wait_for(START_WAIT, settled, "settled view of every member");
+    view.unwrap_or_else(|e| panic!("{e}\n{}", logs(group)))
+}
+
+/// The catastrophic detector removed the end: the leader asked for the clique of `next`'s
+/// members, in a view from `first_epoch` on, because the link between the two ends was
+/// reported down, and no member was reported by the crash detector or the ring. The leader
+/// may have changed since (a coordinator starved of the CPU for a beat timeout is taken for
+/// dead by the others): each coordinator keeps its last clique.
+fn assert_the_beats_did_it(
+    statuses: &BTreeMap<u16, NodeStatus>,
+    first_epoch: u64,
+    next: &ViewSummary,
+) {
+    let cliques: Vec<CliqueSummary> = COORDINATORS
+        .iter()
+        .filter_map(|c| statuses.get(c)?.clique.clone())
+        .filter(|c| c.epoch >= first_epoch)
+        .collect();
+    assert!(!cliques.is_empty(), "no clique at a coordinator: {statuses:?}");
+    for clique in &cliques {
+        // The removed end asks to join again at once, and the cut removes it again: a clique
+        // may be of a later view, for the same reason.
+        assert_eq!(clique.keep, next.nodes(), "{clique:?}");
+        assert!(clique.links_down.contains(&(ENDS[0], ENDS[1])), "{clique:?}");
+        assert!(clique.isolated.is_empty(), "a crash or ring report: {clique:?}");
+    }
+    eprintln!("the coordinators' cliques: {cliques:?}");
 }
 
 /// View `epoch` as the members' histories hold it (they agree), and when the last member
