@@ -4,6 +4,7 @@
 
 mod common;
 mod multihost;
+mod netns;
 
 #[test]
 fn a_kv_cluster_on_three_hosts_survives_its_leader_cut_off_then_killed() {

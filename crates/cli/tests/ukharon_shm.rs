@@ -6,59 +6,19 @@
 //! each member records, on the host's `CLOCK_MONOTONIC`, when `Active` was true per view (from
 //! the leases it published), and the test compares them across processes.
 
-use mu_daemon::ukharon::config::Role;
+mod ukharon_spans;
+
 use mu_daemon::ukharon::demo::{agreed_active, change_without};
 use mu_daemon::ukharon::local::LocalGroup;
-use mu_daemon::ukharon::status::{ActiveSpan, NodeStatus};
-
+use mu_daemon::ukharon::status::NodeStatus;
 use mu_procs::clock::monotonic_ns;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+use ukharon_spans::Spans;
 
 const WAIT: Duration = Duration::from_secs(15);
 const COORDINATORS: [u16; 3] = [0, 1, 2];
-
-/// Every member's spans seen so far (a dead member's from its last status). Lease caches are
-/// left out: a cache's lease is no application's `Active`, and a member's lease through a
-/// cache may outlive a cache's wait (`mu_ukharon::cache`).
-#[derive(Default)]
-struct Spans(BTreeMap<u16, Vec<ActiveSpan>>);
-
-impl Spans {
-    fn take(&mut self, statuses: &BTreeMap<u16, NodeStatus>) {
-        for (&id, s) in statuses.iter().filter(|(_, s)| s.role == Role::Member) {
-            let known = self.0.entry(id).or_default();
-            for span in &s.spans {
-                match known.iter_mut().find(|k| k.epoch == span.epoch) {
-                    Some(k) => {
-                        k.from_ns = k.from_ns.min(span.from_ns);
-                        k.until_ns = k.until_ns.max(span.until_ns);
-                    }
-                    None => known.push(*span),
-                }
-            }
-        }
-    }
-
-    /// Appendix B: an older view's last `Active` on any node is before a newer view's first.
-    fn check(&self) {
-        let all: Vec<(u16, ActiveSpan)> =
-            self.0.iter().flat_map(|(&id, s)| s.iter().map(move |&sp| (id, sp))).collect();
-        for &(a, old) in &all {
-            for &(b, new) in &all {
-                assert!(
-                    old.epoch >= new.epoch || old.until_ns <= new.from_ns,
-                    "view {} active on member {a} until {} ns, view {} on member {b} from {} ns",
-                    old.epoch,
-                    old.until_ns,
-                    new.epoch,
-                    new.from_ns
-                );
-            }
-        }
-    }
-}
 
 /// Waits until the live members agree on a view without `gone` and are active in it, and the
 /// live coordinators know it too; checks the spans.

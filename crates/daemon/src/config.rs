@@ -32,14 +32,26 @@ pub const OFI_NOT_BUILT: &str = "this mu was built without the libfabric fabric 
 /// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).
 #[cfg(feature = "ofi")]
 pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> {
-    let nodes = config
-        .ofi_addresses()?
-        .into_iter()
-        .map(|a| (NodeId(a.id), NodeAddr { host: a.host, base_port: a.base_port }))
-        .collect();
-    let mut ofi = OfiConfig::new(config.ofi_provider(), config.cluster_id, NodeId(id), nodes);
+    let addresses = config.ofi_addresses()?;
+    let mut ofi = ofi_config_from(config.ofi_provider(), config.cluster_id, id, &addresses);
     ofi.call_wait_us = Some(call_wait_us(config.detector.read_period_us));
     Ok(ofi)
+}
+
+/// Node `id`'s configuration of the libfabric fabric, with the default timeouts, from an
+/// `[ofi]` section's provider and addresses (a cluster's file, or a uKharon group's).
+#[cfg(feature = "ofi")]
+pub fn ofi_config_from(
+    provider: &str,
+    cluster_id: u64,
+    id: u16,
+    addresses: &[mu_service::config::OfiAddress],
+) -> OfiConfig {
+    let nodes = addresses
+        .iter()
+        .map(|a| (NodeId(a.id), NodeAddr { host: a.host.clone(), base_port: a.base_port }))
+        .collect();
+    OfiConfig::new(provider, cluster_id, NodeId(id), nodes)
 }
 
 /// How long one of a replica's fabric control calls may wait on the network: a quarter of the

@@ -363,8 +363,10 @@ impl OfiEndpoint {
 
 impl Endpoint for OfiEndpoint {
     fn attach(&mut self, conn: ConnId) -> Result<(), FabricError> {
+        // Attached here already: nothing to do, as on the other backends (a driver that sets a
+        // link up again attaches it again; only another endpoint's hold is an error).
         if self.conns.contains_key(&conn) {
-            return Err(FabricError::AlreadyAttached { conn });
+            return Ok(());
         }
         let channel = self.fabric.node.channel(conn.channel)?;
         let side = self.fabric.attach_side(conn)?;

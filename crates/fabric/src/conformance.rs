@@ -619,6 +619,7 @@ pub fn connection_state_machine<H: Harness>(h: &mut H) {
 
     let mut ep = fa.endpoint(16).unwrap();
     ep.attach(conn(b)).unwrap();
+    ep.attach(conn(b)).expect("attaching again to the same endpoint does nothing");
     let wr = WorkRequest::write(1, Source::Inline(b"x"), remote(0));
     assert!(matches!(ep.post(conn(b), &wr), Err(PostError::NotReadyToSend { .. })));
     fa.modify_qp(conn(b), QpState::Init, Access::ALL).unwrap();

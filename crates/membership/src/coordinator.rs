@@ -28,17 +28,20 @@ use mu_fabric::{
 };
 use mu_ukharon::changes::{Change, Refusal};
 use mu_ukharon::coordinator::{leader, Coordinator, CoordinatorConfig, Output};
-use mu_ukharon::detect::graph::{Connectivity, GraphConfig};
+use mu_ukharon::detect::graph::{Connectivity, Decision, GraphConfig};
 use mu_ukharon::detect::Report;
 use mu_ukharon::mailbox::{self, Answer, Inbox, Kind, Outbox, Request};
 use mu_ukharon::restart::{self, Memory};
-use mu_ukharon::view::View;
+use mu_ukharon::view::{Member, View};
 use mu_velos::Action;
 
 /// What a coordinator's driver saw, for its runtime to log and for tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CoordinatorEvent {
     Decided(View),
+    /// As the leader, it asks for a view of the largest clique with it in its connectivity
+    /// graph, for these reasons (once per different set of members).
+    Clique(Decision),
     /// A peer coordinator's board holds another configuration's fingerprint: no consensus
     /// with it (a configuration file edited on one machine only).
     ConfigMismatch {
@@ -99,6 +102,8 @@ pub struct CoordinatorDriver<F: Fabric> {
     events: Vec<CoordinatorEvent>,
     /// The leader's connectivity graph of the latest view (§4.2, catastrophic failures).
     graph: Option<Connectivity>,
+    /// The members of the last clique asked for in this view (told once as an event).
+    last_clique: Vec<Member>,
     /// Each coordinator's heartbeat as this one reads it ([`crate::peer_watch`]), this
     /// coordinator's own, and who is alive as of this poll.
     watches: Vec<PeerWatch>,
@@ -197,6 +202,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             rng: seed | 1,
             events: Vec::new(),
             graph: None,
+            last_clique: Vec::new(),
             watches: Vec::new(),
             heartbeat: 0,
             alive_mask: 1 << position,
@@ -543,6 +549,10 @@ impl<F: Fabric> CoordinatorDriver<F> {
         let Some(decision) = self.graph.as_ref().and_then(|g| g.decide(now_ns)) else {
             return;
         };
+        if decision.members != self.last_clique {
+            self.last_clique = decision.members.clone();
+            self.events.push(CoordinatorEvent::Clique(decision.clone()));
+        }
         self.engine.request(Change::KeepOnly { keep: decision.members });
     }
 
@@ -644,6 +654,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
 
     fn graph_on_view(&mut self, view: &View) {
         let me = self.fabric.node().0;
+        self.last_clique.clear();
         match &mut self.graph {
             Some(graph) => {
                 let _ = graph.on_view(view);

@@ -67,6 +67,13 @@ const KIND_MASK: u64 = 0xFF << 32;
 /// Frames sent to a coordinator without a sign of it at work before the next one is tried.
 const UNANSWERED_MAX: u32 = 4;
 
+/// Beats to one member posted and not yet completed, past which its next beats are skipped. A
+/// member cut off from this node takes none of them, and on a fabric whose posts wait for room
+/// in a full queue (ofi waits up to 2 s) more beats would stall this core, its lease and its
+/// ring counter: the member at the other end of a cut link would then be removed as if it had
+/// stopped.
+const BEATS_IN_FLIGHT_MAX: u8 = 4;
+
 /// See the module docs.
 pub struct NodeCore<F: Fabric> {
     fabric: F,
@@ -109,6 +116,8 @@ pub struct NodeCore<F: Fabric> {
     heartbeat: u64,
     /// The failure detectors, while this node is a member.
     detectors: Option<Detectors>,
+    /// Per node id, the beats posted to it and not completed ([`BEATS_IN_FLIGHT_MAX`]).
+    beats_in_flight: Vec<u8>,
     report_payload: Vec<u8>,
     completions: Vec<Completion>,
     scratch: Vec<u8>,
@@ -213,6 +222,7 @@ impl<F: Fabric> NodeCore<F> {
             published: Arc::new(PublishedLease::default()),
             heartbeat: 0,
             detectors: None,
+            beats_in_flight: vec![0; usize::from(config.nodes_max)],
             report_payload: Vec::new(),
             completions: vec![Completion::EMPTY; 64],
             scratch: vec![0; VIEW_BYTES as usize],
@@ -293,7 +303,6 @@ impl<F: Fabric> NodeCore<F> {
             None => self.heartbeat + 1,
         };
         let _ = self.board.store_u64(HEARTBEAT_OFFSET as usize, self.heartbeat);
-        self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns);
         self.take_completions(now_ns);
         self.read_own_board(now_ns);
         self.take_answers();
@@ -302,6 +311,18 @@ impl<F: Fabric> NodeCore<F> {
         self.serve(now_ns);
         self.pull(now_ns);
         self.detect(now_ns);
+        // Last: setting a link up may wait on the network (on ofi, up to the fabric's call
+        // wait per connection, milliseconds for a few peers), which would leave the rest of
+        // the poll with a clock reading that old. A view read after such a wait was learnt
+        // "at" a time before it was decided, and its first lease began too early: Active of
+        // two views overlapped by milliseconds on ofi (`crates/cli/tests/ukharon_ofi_netns.rs`).
+        // No first lease counts from this poll's reading any more (`renew`), and timeouts
+        // should not either.
+        for i in self.links.upkeep(&self.fabric, &mut self.endpoint, now_ns) {
+            // A link set up again: what was posted on the old one is gone, completed or not.
+            let node = usize::from(self.links.peers()[i].0);
+            self.beats_in_flight[node] = 0;
+        }
     }
 
     fn post(&mut self, peer: u16, wr: &WorkRequest<'_>, now_ns: u64) -> bool {
@@ -363,6 +384,11 @@ impl<F: Fabric> NodeCore<F> {
                     // That coordinator's board lags (it missed a broadcast while its link was
                     // down): the next pull reads the next coordinator's.
                     self.pull_rotation += 1;
+                }
+            }
+            BEAT_WRITE => {
+                if let Some(n) = self.beats_in_flight.get_mut(position) {
+                    *n = n.saturating_sub(1);
                 }
             }
             RING_READ => {
@@ -657,12 +683,18 @@ impl<F: Fabric> NodeCore<F> {
             let remote = RemoteAddr { region: BOARD_REGION, offset: self.boards.beat_offset(me) };
             let bytes = value.to_le_bytes();
             for node in members {
+                let in_flight = self.beats_in_flight[usize::from(node)];
+                if in_flight >= BEATS_IN_FLIGHT_MAX {
+                    continue;
+                }
                 let wr = WorkRequest::write(
                     BEAT_WRITE | u64::from(node),
                     Source::Inline(&bytes),
                     remote,
                 );
-                self.post(node, &wr.unsignaled(), now_ns);
+                if self.post(node, &wr, now_ns) {
+                    self.beats_in_flight[usize::from(node)] = in_flight + 1;
+                }
             }
         }
         if reports {

@@ -6,6 +6,7 @@ use crate::clock::{now_ns, Polling};
 use crate::config::MembershipConfig;
 use crate::coordinator::{CoordinatorDriver, CoordinatorEvent};
 use mu_fabric::Fabric;
+use mu_ukharon::detect::graph::Decision;
 use mu_ukharon::restart::Memory;
 use mu_ukharon::view::View;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,9 @@ pub struct CoordinatorStatus {
     pub leading: bool,
     /// The last problem its driver reported (a peer of another configuration, a bad frame).
     pub last_problem: Option<String>,
+    /// The last clique it asked for as the leader, and why (§4.2): which detector removed
+    /// whom.
+    pub last_clique: Option<Decision>,
 }
 
 struct Shared {
@@ -103,9 +107,14 @@ fn run<F: Fabric>(mut driver: CoordinatorDriver<F>, shared: &Shared, polling: Po
     while !shared.stop.load(Ordering::Acquire) {
         driver.poll(now_ns());
         let mut problem = None;
+        let mut clique = None;
         for event in driver.drain_events() {
             problem = match event {
                 CoordinatorEvent::Decided(_) => problem,
+                CoordinatorEvent::Clique(decision) => {
+                    clique = Some(decision);
+                    problem
+                }
                 CoordinatorEvent::ConfigMismatch { peer } => {
                     Some(format!("coordinator {peer} has another configuration"))
                 }
@@ -126,6 +135,9 @@ fn run<F: Fabric>(mut driver: CoordinatorDriver<F>, shared: &Shared, polling: Po
         status.leading = driver.is_leading();
         if problem.is_some() {
             status.last_problem = problem;
+        }
+        if clique.is_some() {
+            status.last_clique = clique;
         }
         drop(status);
         polling.pause();

@@ -265,7 +265,8 @@ fn a_cut_link_leaves_one_side_out() {
     c.run_for(3_000_000);
     c.sim.world.partition(NodeId(6), NodeId(7));
     let took_ns = c.until_removed(7, 5_000_000);
-    assert!(took_ns > 1_000_000, "found before the 1 ms timeout: {took_ns} ns");
+    // The timeout runs from the last beat heard, up to a beat period (100 µs) before the cut.
+    assert!(took_ns > 900_000, "found before the 1 ms timeout: {took_ns} ns");
     let latest = c.sim.decided.last().unwrap().clone();
     assert!(latest.uid_of(6).is_some() && latest.uid_of(5).is_some(), "{latest:?}");
     c.stopped.insert(7);

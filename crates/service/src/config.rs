@@ -102,6 +102,68 @@ pub struct OfiAddress {
     pub base_port: u16,
 }
 
+impl OfiSection {
+    /// Every node's address, in id order: one per node of `ids` (called `nodes.noun` in
+    /// messages), each key one of them, every port above zero. Other files with an `[ofi]`
+    /// section (a uKharon group's) read it with this too.
+    pub fn addresses_of(&self, nodes: &NodeNames, ids: &[u16]) -> Result<Vec<OfiAddress>, String> {
+        Ok(host_ports("ofi.addresses", &self.addresses, nodes, ids)?
+            .into_iter()
+            .map(|(id, host, base_port)| OfiAddress { id, host, base_port })
+            .collect())
+    }
+}
+
+/// How messages about a table of addresses name its nodes.
+pub struct NodeNames {
+    /// One node: "replica".
+    pub noun: &'static str,
+    /// The key that lists them: "replicas".
+    pub list_key: &'static str,
+}
+
+/// A cluster's replicas.
+pub const REPLICAS: NodeNames = NodeNames { noun: "replica", list_key: "replicas" };
+
+/// A table of one `"host:port"` per node of `ids` (`name` in messages), in id order: every key
+/// one of `ids`, every node present, every port above zero.
+pub fn host_ports(
+    name: &str,
+    table: &std::collections::BTreeMap<String, String>,
+    nodes: &NodeNames,
+    ids: &[u16],
+) -> Result<Vec<(u16, String, u16)>, String> {
+    let (noun, list_key) = (nodes.noun, nodes.list_key);
+    let mut out = Vec::new();
+    for (key, value) in table {
+        let id: u16 = key.parse().map_err(|_| format!("{name}: key {key:?} is not a {noun} id"))?;
+        if id.to_string() != *key {
+            // "0", "00" and "+0" would all be node 0, each with its own address.
+            return Err(format!("{name}: write key {key:?} as \"{id}\""));
+        }
+        if !ids.contains(&id) {
+            return Err(format!("{name}: {noun} {id} is not in {list_key}"));
+        }
+        let (host, port) = value
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{name}.{id} = {value:?}: write \"host:port\""))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("{name}.{id} = {value:?}: bad port {port:?}"))?;
+        if host.is_empty() {
+            return Err(format!("{name}.{id} = {value:?}: empty host"));
+        }
+        out.push((id, host.to_string(), port));
+    }
+    if let Some(missing) = ids.iter().find(|r| !out.iter().any(|a| a.0 == **r)) {
+        return Err(format!("{name}: no address for {noun} {missing}"));
+    }
+    out.sort_by_key(|a| a.0);
+    Ok(out)
+}
+
 /// A section may name only some settings: the others keep their defaults.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -298,59 +360,18 @@ impl ClusterConfig {
     /// Every replica's address on the libfabric fabric, in id order (`fabric = "ofi"`).
     pub fn ofi_addresses(&self) -> Result<Vec<OfiAddress>, String> {
         let Some(ofi) = &self.ofi else { return Err("no [ofi] section".into()) };
-        Ok(self
-            .addresses("ofi.addresses", &ofi.addresses)?
-            .into_iter()
-            .map(|(id, host, base_port)| OfiAddress { id, host, base_port })
-            .collect())
+        ofi.addresses_of(&REPLICAS, &self.replicas)
     }
 
     /// Every replica's TCP address for clients (`"host:port"`), in id order, if the
     /// configuration has a `[clients]` section.
     pub fn client_addresses(&self) -> Result<Option<Vec<(u16, String)>>, String> {
         let Some(clients) = &self.clients else { return Ok(None) };
-        let addresses = self.addresses("clients.addresses", &clients.addresses)?;
+        let addresses =
+            host_ports("clients.addresses", &clients.addresses, &REPLICAS, &self.replicas)?;
         Ok(Some(
             addresses.into_iter().map(|(id, host, port)| (id, format!("{host}:{port}"))).collect(),
         ))
-    }
-
-    /// A table of one `"host:port"` per replica (`name` in messages), in id order: every key a
-    /// replica of this cluster, every replica present, every port above zero.
-    fn addresses(
-        &self,
-        name: &str,
-        table: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<(u16, String, u16)>, String> {
-        let mut out = Vec::new();
-        for (key, value) in table {
-            let id: u16 =
-                key.parse().map_err(|_| format!("{name}: key {key:?} is not a replica id"))?;
-            if id.to_string() != *key {
-                // "0", "00" and "+0" would all be replica 0, each with its own address.
-                return Err(format!("{name}: write key {key:?} as \"{id}\""));
-            }
-            if !self.replicas.contains(&id) {
-                return Err(format!("{name}: replica {id} is not in replicas"));
-            }
-            let (host, port) = value
-                .rsplit_once(':')
-                .ok_or_else(|| format!("{name}.{id} = {value:?}: write \"host:port\""))?;
-            let port: u16 = port
-                .parse()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| format!("{name}.{id} = {value:?}: bad port {port:?}"))?;
-            if host.is_empty() {
-                return Err(format!("{name}.{id} = {value:?}: empty host"));
-            }
-            out.push((id, host.to_string(), port));
-        }
-        if let Some(missing) = self.replicas.iter().find(|r| !out.iter().any(|a| a.0 == **r)) {
-            return Err(format!("{name}: no address for replica {missing}"));
-        }
-        out.sort_by_key(|a| a.0);
-        Ok(out)
     }
 
     /// The libfabric provider (`fabric = "ofi"`).

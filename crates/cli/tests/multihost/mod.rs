@@ -14,135 +14,34 @@
 //! to the switch, so cutting the leader's link cuts it off from them too.
 
 use crate::common::Setup;
+use crate::netns::Network;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// The replicas' hosts: 10.99.0.1, .2, .3 on the switch's bridge.
 const REPLICAS: u16 = 3;
+const SUBNET: &str = "10.99.0";
 const BASE_PORT: u16 = 31_000;
 /// Where each replica accepts clients over TCP (`[clients]`).
 const CLIENT_PORT: u16 = 31_100;
-/// The test's own address on the switch: its clients reach the replicas as another host's would.
-const CLIENT_HOST: &str = "10.99.0.254";
+/// The test's own address on the switch (10.99.0.254): its clients reach the replicas as
+/// another host's would.
+const CLIENT_LAST: u8 = 254;
 
-/// `ip ARGS`, which must succeed.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {}: {e} (install iproute2)", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// The namespaces and links of one run; removed when dropped (deleting a namespace deletes
-/// the links and the bridge in it).
-struct Network {
-    hosts: Vec<String>,
-    switch: String,
-    /// The switch's end of each host's link: setting it down cuts the host off.
-    ports: Vec<String>,
-    /// The test's own link to the switch, from this namespace.
-    client_nic: String,
-}
-
-impl Network {
-    fn create() -> Result<Network, String> {
-        let tag = std::process::id() % 100_000;
-        let net = Network {
-            hosts: (0..REPLICAS).map(|i| format!("mu{tag}-{i}")).collect(),
-            switch: format!("mu{tag}-sw"),
-            ports: (0..REPLICAS).map(|i| format!("mu{tag}s{i}")).collect(),
-            client_nic: format!("mu{tag}c"),
-        };
-        // Left from an earlier run with the same process id: gone before anything is made.
-        for ns in net.hosts.iter().chain([&net.switch]) {
-            let _ = ip(&["netns", "del", ns]);
-        }
-        let _ = ip(&["link", "del", &net.client_nic]);
-        // An early return drops `net`, which removes whatever was made.
-        ip(&["netns", "add", &net.switch])?;
-        ip(&["-n", &net.switch, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &net.switch, "link", "set", "br0", "up"])?;
-        for i in 0..REPLICAS as usize {
-            let host = net.hosts[i].clone();
-            let port = net.ports[i].clone();
-            let nic = format!("mu{tag}h{i}");
-            ip(&["netns", "add", &host])?;
-            ip(&[
-                "link",
-                "add",
-                &port,
-                "netns",
-                &net.switch,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &nic,
-                "netns",
-                &host,
-            ])?;
-            ip(&["-n", &net.switch, "link", "set", &port, "master", "br0", "up"])?;
-            ip(&["-n", &host, "addr", "add", &format!("10.99.0.{}/24", i + 1), "dev", &nic])?;
-            ip(&["-n", &host, "link", "set", &nic, "up"])?;
-            ip(&["-n", &host, "link", "set", "lo", "up"])?;
-        }
-        // The test's clients, in this namespace, reach the replicas over TCP through a link of
-        // their own to the switch (clients never touch the replicas' run directory).
-        let switch_end = format!("{}s", net.client_nic);
-        ip(&[
-            "link",
-            "add",
-            &net.client_nic,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &switch_end,
-            "netns",
-            &net.switch,
-        ])?;
-        ip(&["-n", &net.switch, "link", "set", &switch_end, "master", "br0", "up"])?;
-        ip(&["addr", "add", &format!("{CLIENT_HOST}/24"), "dev", &net.client_nic])?;
-        ip(&["link", "set", &net.client_nic, "up"])?;
-        Ok(net)
-    }
-
-    /// Cuts host `i` off: its link goes down at the switch, and nothing it sends arrives.
-    fn cut(&self, i: usize) -> Result<(), String> {
-        ip(&["-n", &self.switch, "link", "set", &self.ports[i], "down"])
-    }
-
-    /// Runs `mu replica` for replica `i` in its host's namespace, its output in `log`.
-    fn start_replica(&self, i: usize, config: &str, log: &Path) -> Child {
-        let out = std::fs::File::create(log).expect("replica log");
-        Command::new("ip")
-            .args(["netns", "exec", &self.hosts[i], env!("CARGO_BIN_EXE_mu"), "replica"])
-            .args(["--config", config, "--id", &i.to_string()])
-            .env_remove("MU_LOG")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log handle"))
-            .stderr(out)
-            .spawn()
-            .expect("ip netns exec runs")
-    }
-}
-
-impl Drop for Network {
-    fn drop(&mut self) {
-        // Deleting the switch's namespace deletes the test's link too (one end of a pair
-        // takes the other); deleted here as well in case the namespace never existed.
-        let _ = ip(&["link", "del", &self.client_nic]);
-        for ns in self.hosts.iter().chain([&self.switch]) {
-            let _ = ip(&["netns", "del", ns]);
-        }
-    }
+/// Runs `mu replica` for replica `i` in its host's namespace, its output in `log`.
+fn start_replica(net: &Network, i: usize, config: &str, log: &Path) -> Child {
+    let out = std::fs::File::create(log).expect("replica log");
+    net.command(i, env!("CARGO_BIN_EXE_mu"))
+        .arg("replica")
+        .args(["--config", config, "--id", &i.to_string()])
+        .env_remove("MU_LOG")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log handle"))
+        .stderr(out)
+        .spawn()
+        .expect("ip netns exec runs")
 }
 
 /// The replicas' processes: killed and reaped when dropped.
@@ -173,33 +72,13 @@ fn reports(config: &ClusterConfig, ids: &[u16]) -> Vec<Result<mu_service::Replic
 
 /// The whole story on `provider`, for cluster `cluster_id`.
 pub fn three_hosts(provider: &str, cluster_id: u64) {
-    // Network namespaces cannot be made without root (and its right to make them, which a
-    // container may withhold): the only reason to skip.
-    if !is_root() {
-        eprintln!("skipped: creating network namespaces needs root");
-        return;
-    }
-    let net = match Network::create() {
-        Ok(net) => net,
-        Err(e) if e.contains("Operation not permitted") || e.contains("Permission denied") => {
-            eprintln!("skipped: this root may not create network namespaces: {e}");
-            return;
-        }
+    let mut net = match Network::create("mu", REPLICAS as usize, SUBNET) {
+        Ok(Some(net)) => net,
+        Ok(None) => return, // no root: said why
         Err(e) => panic!("the test network: {e}"),
     };
+    net.join_switch(CLIENT_LAST).expect("the test's link to the switch");
     run(net, provider, cluster_id);
-}
-
-/// Whether this process runs as root (its effective uid, from `/proc/self/status`).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| {
-                l.split_whitespace().nth(2) == Some("0") // the effective uid
-            })
-        })
-        .unwrap_or(false)
 }
 
 fn run(net: Network, provider: &str, cluster_id: u64) {
@@ -221,7 +100,7 @@ fn run(net: Network, provider: &str, cluster_id: u64) {
     let ids: Vec<u16> = (0..REPLICAS).collect();
     let mut replicas = Replicas(
         (0..REPLICAS as usize)
-            .map(|i| Some(net.start_replica(i, setup.config(), &config.log_path(i as u16))))
+            .map(|i| Some(start_replica(&net, i, setup.config(), &config.log_path(i as u16))))
             .collect(),
     );
 

@@ -1,10 +1,15 @@
-//! A uKharon group's TOML file: its coordinators and members on this host's shm fabric, where
+//! A uKharon group's TOML file: its coordinators and members, the fabric they run on, where
 //! they keep their run files, and every key of `MembershipConfig` and of the lease engine's
 //! `LeaseConfig` under the field's own name. Errors name the key.
 //!
 //! ```toml
 //! cluster = 0x756b      # the cluster id
 //! run_dir = "/dev/shm/mu-ukharon"
+//! fabric = "shm"        # processes on this host; or "ofi" (libfabric over TCP, any hosts):
+//! # [ofi]               # then, as in a cluster's file (`mu_service::config`):
+//! # provider = "sockets"  # or "tcp;ofi_rxm" (then one node per address)
+//! # [ofi.addresses]     # every node's host and first port (it uses 5 from there)
+//! # 0 = "10.77.0.1:7100"
 //! coordinators = [0, 1, 2]
 //! members = [3, 4, 5]
 //! # nodes_max = 6       # default: the highest id plus one
@@ -42,6 +47,7 @@
 //! * `lease_max_ns` 100 ms: above `lease_ns`, which the default (1 ms) is not.
 
 use mu_membership::MembershipConfig;
+use mu_service::config::{NodeNames, OfiAddress, OfiSection};
 use mu_ukharon::lease::LeaseConfig;
 use std::path::{Path, PathBuf};
 use toml::{Table, Value};
@@ -54,7 +60,20 @@ pub struct UkharonConfig {
     pub members: Vec<u16>,
     pub run_dir: PathBuf,
     pub poll_gap_ns: u64,
+    pub fabric: FabricChoice,
 }
+
+/// The fabric the nodes run on (`fabric`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FabricChoice {
+    /// Processes on this host, over shared memory in `run_dir`.
+    Shm,
+    /// libfabric over TCP (`[ofi]`): every node at its address, on any host.
+    Ofi { provider: String, addresses: Vec<OfiAddress> },
+}
+
+/// How messages about `ofi.addresses` name a group's nodes.
+const NODES: NodeNames = NodeNames { noun: "node", list_key: "coordinators, members or caches" };
 
 /// What a node is in the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +99,8 @@ impl Role {
 const TOP_KEYS: &[&str] = &[
     "cluster",
     "run_dir",
+    "fabric",
+    "ofi",
     "coordinators",
     "members",
     "caches",
@@ -147,6 +168,8 @@ impl UkharonConfig {
         if highest >= mu_fabric_shm::layout::MAX_NODES as u16 {
             return Err(format!("members: node {highest}: shm node ids are below 64"));
         }
+        let all: Vec<u16> = coordinators.iter().chain(&members).chain(&caches).copied().collect();
+        let fabric = fabric_choice(&table, &all)?;
         let mut m = MembershipConfig::new(cluster, coordinators, nodes_max);
         m.caches = caches;
         let fields: [(&'static str, &mut u64); 9] = [
@@ -182,7 +205,46 @@ impl UkharonConfig {
                 m.lease_ns
             ));
         }
-        Ok(UkharonConfig { membership: m, lease, members, run_dir, poll_gap_ns })
+        let config = UkharonConfig { membership: m, lease, members, run_dir, poll_gap_ns, fabric };
+        config.check_fabric()?;
+        Ok(config)
+    }
+
+    /// The libfabric fabric's own checks (provider, ports), made when the file is read so that
+    /// every command refuses the same mistakes; a build without it refuses `fabric = "ofi"`.
+    #[cfg(feature = "ofi")]
+    fn check_fabric(&self) -> Result<(), String> {
+        let Some(ofi) = self.ofi_config(self.nodes()[0]) else { return Ok(()) };
+        if !mu_fabric_ofi::PROVIDERS.contains(&ofi.provider.as_str()) {
+            let known = mu_fabric_ofi::PROVIDERS.join(", ");
+            return Err(format!(
+                "ofi.provider: {:?} is not supported: use one of {known}",
+                ofi.provider
+            ));
+        }
+        ofi.validate().map_err(|e| format!("ofi.addresses: {e}"))
+    }
+
+    #[cfg(not(feature = "ofi"))]
+    fn check_fabric(&self) -> Result<(), String> {
+        match self.fabric {
+            FabricChoice::Shm => Ok(()),
+            FabricChoice::Ofi { .. } => {
+                Err(format!("fabric: \"ofi\": {}", crate::config::OFI_NOT_BUILT))
+            }
+        }
+    }
+
+    /// Node `node`'s configuration of the libfabric fabric, if the group runs on it. Its
+    /// control calls wait at most a quarter of `lease_ns` (within [50 µs, 1 ms]): the node's
+    /// core makes them in its polls, between which it renews its lease and beats.
+    #[cfg(feature = "ofi")]
+    pub fn ofi_config(&self, node: u16) -> Option<mu_fabric_ofi::OfiConfig> {
+        let FabricChoice::Ofi { provider, addresses } = &self.fabric else { return None };
+        let m = &self.membership;
+        let mut ofi = crate::config::ofi_config_from(provider, m.cluster, node, addresses);
+        ofi.call_wait_us = Some(crate::config::call_wait_us(m.lease_ns / 1000));
+        Some(ofi)
     }
 
     /// Every node id: the coordinators, the members, then the lease caches.
@@ -259,6 +321,33 @@ pub fn shared_host_with_caches(
             list(coordinators),
             list(members)
         )
+}
+
+/// `fabric` and, with `fabric = "ofi"`, `[ofi]` read as a cluster's file reads it: the
+/// provider, and an address for every node of `nodes`.
+fn fabric_choice(table: &Table, nodes: &[u16]) -> Result<FabricChoice, String> {
+    let fabric = match table.get("fabric") {
+        None => "shm",
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => return Err(format!("fabric: \"shm\" or \"ofi\" is expected, not {}", shown(v))),
+    };
+    let ofi = table.get("ofi");
+    match (fabric, ofi) {
+        ("shm", None) => Ok(FabricChoice::Shm),
+        ("shm", Some(_)) => {
+            Err("ofi: a section for fabric = \"ofi\" only (fabric is \"shm\")".into())
+        }
+        ("ofi", None) => {
+            Err("ofi: missing (fabric = \"ofi\" needs [ofi] with every node's address)".into())
+        }
+        ("ofi", Some(section)) => {
+            let section: OfiSection =
+                section.clone().try_into().map_err(|e| format!("ofi: {}", e.message()))?;
+            let addresses = section.addresses_of(&NODES, nodes)?;
+            Ok(FabricChoice::Ofi { provider: section.provider, addresses })
+        }
+        (other, _) => Err(format!("fabric: {other:?}: use \"shm\" or \"ofi\"")),
+    }
 }
 
 fn refuse_unknown(table: &Table, known: &[&str], prefix: &str) -> Result<(), String> {
@@ -338,6 +427,8 @@ fn lease_config(table: &Table) -> Result<LeaseConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "ofi")]
+    use mu_fabric::NodeId;
 
     fn good() -> String {
         shared_host(0x756b, Path::new("/dev/shm/x"), &[0, 1, 2], &[3, 4, 5])
@@ -384,5 +475,56 @@ mod tests {
         for (key, edit) in cases {
             assert_eq!(key_of(*edit), *key);
         }
+    }
+
+    /// Three coordinators and two members on libfabric, one host each.
+    fn on_ofi() -> String {
+        let addresses: String =
+            (0..5).map(|n| format!("{n} = \"10.77.0.{}:7100\"\n", n + 1)).collect();
+        shared_host(0x756b, Path::new("/dev/shm/x"), &[0, 1, 2], &[3, 4])
+            .replace("poll_gap_ns", "fabric = \"ofi\"\npoll_gap_ns")
+            + &format!("\n[ofi]\nprovider = \"sockets\"\n[ofi.addresses]\n{addresses}")
+    }
+
+    #[test]
+    fn shm_is_the_default_fabric() {
+        assert_eq!(UkharonConfig::parse(&good()).unwrap().fabric, FabricChoice::Shm);
+    }
+
+    /// `[ofi]` as a cluster's file has it: the provider and an address for every node.
+    #[cfg(feature = "ofi")]
+    #[test]
+    fn an_ofi_group_has_every_nodes_address() {
+        let c = UkharonConfig::parse(&on_ofi()).unwrap();
+        let FabricChoice::Ofi { provider, addresses } = &c.fabric else { panic!("{c:?}") };
+        assert_eq!(provider, "sockets");
+        let hosts: Vec<(u16, &str, u16)> =
+            addresses.iter().map(|a| (a.id, a.host.as_str(), a.base_port)).collect();
+        assert_eq!(hosts[4], (4, "10.77.0.5", 7100));
+        assert_eq!(hosts.len(), 5);
+        let ofi = c.ofi_config(3).unwrap();
+        assert_eq!((ofi.node, ofi.cluster_id, ofi.nodes.len()), (NodeId(3), 0x756b, 5));
+        assert_eq!(ofi.call_wait_us, Some(750), "a quarter of the 3 ms lease");
+    }
+
+    #[test]
+    fn ofi_errors_name_the_key() {
+        let key_of = |text: String| {
+            let err = UkharonConfig::parse(&text).unwrap_err();
+            err.split(':').next().unwrap().to_string()
+        };
+        let ofi = on_ofi();
+        assert_eq!(key_of(ofi.replace("\"ofi\"\npoll", "\"rdma\"\npoll")), "fabric");
+        assert_eq!(key_of(ofi.replace("fabric = \"ofi\"", "fabric = 3")), "fabric");
+        assert_eq!(key_of(ofi.replace("fabric = \"ofi\"", "fabric = \"shm\"")), "ofi");
+        assert_eq!(key_of(ofi.split("\n[ofi]").next().unwrap().to_string()), "ofi");
+        if cfg!(feature = "ofi") {
+            assert_eq!(key_of(ofi.replace("\"sockets\"", "\"verbs\"")), "ofi.provider");
+            assert_eq!(key_of(ofi.replace(":7100\"\n", ":65535\"\n")), "ofi.addresses");
+        }
+        let err = UkharonConfig::parse(&ofi.replace("4 = ", "9 = ")).unwrap_err();
+        assert!(err.starts_with("ofi.addresses: node 9 is not in"), "{err}");
+        let err = UkharonConfig::parse(&ofi.replace("provider", "provder")).unwrap_err();
+        assert!(err.starts_with("ofi: unknown field `provder`"), "{err}");
     }
 }

@@ -1,7 +1,8 @@
-//! A group of node processes on this host for the demo and tests: a private run directory
-//! with the group's file ([`super::config::shared_host`]), `mu ukharon node` children that die
-//! with this process, their statuses, and signals to them. Dropping it kills every child and
-//! removes the directory.
+//! A group of node processes for the demo and tests: a private run directory with the group's
+//! file ([`super::config::shared_host`], or any file), `mu ukharon node` children that die
+//! with this process (started as they are, or through a wrapper such as `ip netns exec`),
+//! their statuses, and signals to them. Dropping it kills every child and removes the
+//! directory.
 
 use super::config::UkharonConfig;
 use super::status::NodeStatus;
@@ -38,32 +39,40 @@ impl LocalGroup {
         members: &[u16],
         caches: &[u16],
     ) -> Result<LocalGroup, String> {
+        let cluster = cluster_id();
+        let text = |dir: &Path| {
+            super::config::shared_host_with_caches(cluster, dir, coordinators, members, caches)
+        };
+        LocalGroup::start_from(tag, text, |_| Command::new(exe))
+    }
+
+    /// A group from the file `text` makes for its run directory: each node started by
+    /// `launch(id)` (a command that runs `mu` with the arguments this adds) and its output in
+    /// its log.
+    pub fn start_from(
+        tag: &str,
+        text: impl FnOnce(&Path) -> String,
+        launch: impl Fn(u16) -> Command,
+    ) -> Result<LocalGroup, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("ukharon.toml");
-        let cluster = 0x756b_0000 | u64::from(std::process::id() & 0xFFFF);
-        let text = super::config::shared_host_with_caches(
-            cluster,
-            dir.path(),
-            coordinators,
-            members,
-            caches,
-        );
-        std::fs::write(&config_path, text)
+        std::fs::write(&config_path, text(dir.path()))
             .map_err(|e| format!("writing {}: {e}", config_path.display()))?;
         let config = UkharonConfig::load(&config_path)?;
         let mut group = LocalGroup { config, config_path, children: BTreeMap::new(), dir };
         for id in group.config.nodes() {
-            group.spawn(exe, id)?;
+            group.spawn(launch(id), id)?;
         }
         Ok(group)
     }
 
-    fn spawn(&mut self, exe: &Path, id: u16) -> Result<(), String> {
+    fn spawn(&mut self, mut command: Command, id: u16) -> Result<(), String> {
         let log_path = self.config.log_path(id);
         let log = std::fs::File::create(&log_path)
             .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
         let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
-        let child = Command::new(exe)
+        let shown = format!("{command:?}");
+        let child = command
             .args(["ukharon", "node", "--config"])
             .arg(&self.config_path)
             .args(["--id", &id.to_string(), "--parent", &std::process::id().to_string()])
@@ -71,7 +80,7 @@ impl LocalGroup {
             .stdout(log)
             .stderr(err)
             .spawn()
-            .map_err(|e| format!("starting node {id} ({}): {e}", exe.display()))?;
+            .map_err(|e| format!("starting node {id} ({shown}): {e}"))?;
         self.children.insert(id, child);
         Ok(())
     }
@@ -199,6 +208,11 @@ impl LocalGroup {
             let _ = child.wait();
         }
     }
+}
+
+/// A cluster id of this process's own, for a test's or the demo's group.
+pub fn cluster_id() -> u64 {
+    0x756b_0000 | u64::from(std::process::id() & 0xFFFF)
 }
 
 impl Drop for LocalGroup {

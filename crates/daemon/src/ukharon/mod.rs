@@ -1,5 +1,6 @@
-//! `mu ukharon`: a uKharon membership group's coordinators and members as processes on this
-//! host's shm fabric, from a TOML file ([`config`]), like `mu cluster` for replicas.
+//! `mu ukharon`: a uKharon membership group's coordinators and members as processes on shm
+//! or on libfabric (`fabric = "ofi"`), from a TOML file ([`config`]), like `mu cluster` for
+//! replicas.
 //!
 //! * `up` starts every node in the background and returns once every member is active in one
 //!   view; `status` shows what each node publishes (its latest view, whether it leads or holds
@@ -8,7 +9,7 @@
 //! * `demo` starts a group, kills a member and shows the new view and how long it took.
 //!
 //! Run files, in the file's `run_dir`: `ukharon-<id>.pid`, `ukharon-<id>.log`,
-//! `ukharon-<id>.status.json`, and the shm fabric's `n<id>.*`.
+//! `ukharon-<id>.status.json`, and, on shm, the fabric's `n<id>.*`.
 
 pub mod config;
 pub mod demo;

@@ -1,12 +1,12 @@
 //! `mu ukharon node --config FILE --id N`: one node of a uKharon group, a coordinator or a
-//! member by its id, on this host's shm fabric, until SIGINT or SIGTERM (a member then leaves,
+//! member by its id, on the file's fabric (shm or libfabric), until SIGINT or SIGTERM (a member then leaves,
 //! waiting up to a second for a view without it). It writes its pid file and, every few
 //! milliseconds, its status (see [`super::status`]).
 
-use super::config::{Role, UkharonConfig};
-use super::status::{NodeStatus, ViewSummary};
+use super::config::{FabricChoice, Role, UkharonConfig};
+use super::status::{CliqueSummary, NodeStatus, ViewSummary, HISTORY_KEPT};
 use crate::interrupt;
-use mu_fabric::NodeId;
+use mu_fabric::{Fabric, NodeId};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_membership::channels::{Shifted, SHIFT_TO_FOUR_CHANNELS};
 use mu_membership::{CoordinatorService, JoinOptions, Membership, Polling};
@@ -47,15 +47,39 @@ pub fn run(args: &NodeArgs) -> Result<(), String> {
     })?;
     config.prepare_run_dir()?;
     let _pid = super::pid::write_own(&config, id)?;
-    let mut shm = ShmConfig::new(&config.run_dir, config.membership.cluster, NodeId(id));
-    shm.protocol = SHM_PROTOCOL.into();
-    let shm = ShmFabric::create(shm).map_err(|e| format!("node {id}: fabric: {e}"))?;
-    let fabric = Shifted::new(shm, SHIFT_TO_FOUR_CHANNELS);
+    let fabric_error = |e: mu_fabric::FabricError| format!("node {id}: fabric: {e}");
+    match &config.fabric {
+        FabricChoice::Shm => {
+            let mut shm = ShmConfig::new(&config.run_dir, config.membership.cluster, NodeId(id));
+            shm.protocol = SHM_PROTOCOL.into();
+            let shm = ShmFabric::create(shm).map_err(fabric_error)?;
+            run_role(&config, id, role, shm)
+        }
+        #[cfg(feature = "ofi")]
+        FabricChoice::Ofi { .. } => {
+            let ofi = config.ofi_config(id).expect("an ofi group");
+            let ofi = mu_fabric_ofi::OfiFabric::open(ofi).map_err(fabric_error)?;
+            run_role(&config, id, role, ofi)
+        }
+        #[cfg(not(feature = "ofi"))]
+        FabricChoice::Ofi { .. } => Err(crate::config::OFI_NOT_BUILT.into()),
+    }
+}
+
+/// Node `id` in its `role` on `fabric`, which offers four channels per pair of nodes (shm and
+/// ofi both): the membership's channels are moved onto them ([`Shifted`]).
+fn run_role<F: Fabric>(
+    config: &UkharonConfig,
+    id: u16,
+    role: Role,
+    fabric: F,
+) -> Result<(), String> {
+    let fabric = Shifted::new(fabric, SHIFT_TO_FOUR_CHANNELS);
     let polling = Polling::from_gap_ns(config.poll_gap_ns);
     match role {
-        Role::Coordinator => coordinator(&config, id, fabric, polling),
-        Role::Member => member(&config, id, fabric, polling, Role::Member),
-        Role::Cache => member(&config, id, fabric, polling, Role::Cache),
+        Role::Coordinator => coordinator(config, id, fabric, polling),
+        Role::Member => member(config, id, fabric, polling, Role::Member),
+        Role::Cache => member(config, id, fabric, polling, Role::Cache),
     }
 }
 
@@ -67,18 +91,20 @@ fn base_status(id: u16, role: Role) -> NodeStatus {
         written_ns: 0,
         view: None,
         leading: false,
+        clique: None,
         uid: None,
         active: false,
         spans: Vec::new(),
         learnt: Vec::new(),
+        history: Vec::new(),
         problem: None,
     }
 }
 
-fn coordinator(
+fn coordinator<F: Fabric>(
     config: &UkharonConfig,
     id: u16,
-    fabric: Shifted<ShmFabric>,
+    fabric: Shifted<F>,
     polling: Polling,
 ) -> Result<(), String> {
     // Coordinators are not members (they run no node core): the first view is empty and
@@ -97,6 +123,7 @@ fn coordinator(
         let mut status = base_status(id, Role::Coordinator);
         status.view = s.latest.as_ref().map(ViewSummary::of);
         status.leading = s.leading;
+        status.clique = s.last_clique.as_ref().map(CliqueSummary::of);
         status.problem = s.last_problem;
         status.written_ns = monotonic_ns();
         status.write(&path)?;
@@ -108,10 +135,10 @@ fn coordinator(
 
 /// A member, or a lease cache (`role`): a node core in a thread, its status written
 /// periodically.
-fn member(
+fn member<F: Fabric>(
     config: &UkharonConfig,
     id: u16,
-    fabric: Shifted<ShmFabric>,
+    fabric: Shifted<F>,
     polling: Polling,
     role: Role,
 ) -> Result<(), String> {
@@ -123,7 +150,11 @@ fn member(
     };
     let membership = membership.map_err(|e| format!("{} {id}: {e}", role.name()))?;
     let path = config.status_path(id);
-    let write = |m: &Membership| -> Result<(), String> {
+    let views = membership.views();
+    let mut history: Vec<ViewSummary> = Vec::new();
+    let mut write = |m: &Membership| -> Result<(), String> {
+        history.extend(views.try_iter().map(|v| ViewSummary::of(&v)));
+        history.drain(..history.len().saturating_sub(HISTORY_KEPT));
         let latest = m.latest();
         let mut status = base_status(id, role);
         status.active = latest.as_ref().is_some_and(|v| m.active(v));
@@ -131,6 +162,7 @@ fn member(
         status.uid = m.member().map(|m| m.uid);
         status.spans = m.active_spans();
         status.learnt = m.learnt_times();
+        status.history = history.clone();
         status.problem = m.last_problem();
         status.written_ns = monotonic_ns();
         status.write(&path)

@@ -30,6 +30,69 @@ impl ViewSummary {
     pub fn has(&self, node: u16) -> bool {
         self.members.iter().any(|&(n, _)| n == node)
     }
+
+    fn to_json(&self) -> Value {
+        let members: Vec<Value> =
+            self.members.iter().map(|&(node, uid)| json!({"node": node, "uid": uid})).collect();
+        json!({"epoch": self.epoch, "members": members, "primary": self.primary})
+    }
+
+    fn from_json(view: &Value) -> Option<ViewSummary> {
+        let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+        Some(ViewSummary {
+            epoch: u(view, "epoch")?,
+            members: view
+                .get("members")?
+                .as_array()?
+                .iter()
+                .map(|m| Some((u(m, "node")? as u16, u(m, "uid")?)))
+                .collect::<Option<_>>()?,
+            primary: u(view, "primary").map(|p| p as u16),
+        })
+    }
+}
+
+/// A coordinator leader's last clique (§4.2): the view its graph was of, the members it kept,
+/// and why the others went: links the catastrophic detector's reports held down, members the
+/// crash detector or the ring reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliqueSummary {
+    pub epoch: u64,
+    pub keep: Vec<u16>,
+    pub links_down: Vec<(u16, u16)>,
+    pub isolated: Vec<u16>,
+}
+
+impl CliqueSummary {
+    pub fn of(d: &mu_ukharon::detect::graph::Decision) -> CliqueSummary {
+        let keep = d.members.iter().map(|m| m.node).collect();
+        let (links_down, isolated) = (d.links_down.clone(), d.isolated.clone());
+        CliqueSummary { epoch: d.epoch, keep, links_down, isolated }
+    }
+
+    fn to_json(&self) -> Value {
+        let links: Vec<Value> = self.links_down.iter().map(|&(a, b)| json!([a, b])).collect();
+        json!({"epoch": self.epoch, "keep": self.keep, "links_down": links,
+               "isolated": self.isolated})
+    }
+
+    fn from_json(v: &Value) -> Option<CliqueSummary> {
+        let nodes = |k: &str| -> Option<Vec<u16>> {
+            v.get(k)?.as_array()?.iter().map(|n| n.as_u64().map(|n| n as u16)).collect()
+        };
+        let links_down = v
+            .get("links_down")?
+            .as_array()?
+            .iter()
+            .map(|l| Some((l.get(0)?.as_u64()? as u16, l.get(1)?.as_u64()? as u16)))
+            .collect::<Option<_>>()?;
+        Some(CliqueSummary {
+            epoch: v.get("epoch")?.as_u64()?,
+            keep: nodes("keep")?,
+            links_down,
+            isolated: nodes("isolated")?,
+        })
+    }
 }
 
 /// One node's status file.
@@ -43,6 +106,8 @@ pub struct NodeStatus {
     pub view: Option<ViewSummary>,
     /// A coordinator: whether it leads.
     pub leading: bool,
+    /// A coordinator: the last clique it asked for as the leader, if any.
+    pub clique: Option<CliqueSummary>,
     /// A member: its unique id in the latest view, if it is a member.
     pub uid: Option<u64>,
     /// A member: whether `Active(latest view)` was true when the status was written.
@@ -51,16 +116,19 @@ pub struct NodeStatus {
     pub spans: Vec<ActiveSpan>,
     /// A member: (epoch, when it learnt that view).
     pub learnt: Vec<(u64, u64)>,
+    /// A member: the latest views it learnt, oldest first (at most [`HISTORY_KEPT`]), so that
+    /// a view that lasted less than a status period is still seen.
+    pub history: Vec<ViewSummary>,
     pub problem: Option<String>,
 }
 
+/// How many views a member's status keeps in its `history`.
+pub const HISTORY_KEPT: usize = 16;
+
 impl NodeStatus {
     pub fn to_json(&self) -> Value {
-        let view = self.view.as_ref().map(|v| {
-            let members: Vec<Value> =
-                v.members.iter().map(|&(node, uid)| json!({"node": node, "uid": uid})).collect();
-            json!({"epoch": v.epoch, "members": members, "primary": v.primary})
-        });
+        let view = self.view.as_ref().map(ViewSummary::to_json);
+        let history: Vec<Value> = self.history.iter().map(ViewSummary::to_json).collect();
         let spans: Vec<Value> = self
             .spans
             .iter()
@@ -78,10 +146,12 @@ impl NodeStatus {
             "written_ns": self.written_ns,
             "view": view,
             "leading": self.leading,
+            "clique": self.clique.as_ref().map(CliqueSummary::to_json),
             "uid": self.uid,
             "active": self.active,
             "spans": spans,
             "learnt": learnt,
+            "history": history,
             "problem": self.problem,
         })
     }
@@ -96,16 +166,12 @@ impl NodeStatus {
         };
         let view = match v.get("view")? {
             Value::Null => None,
-            view => Some(ViewSummary {
-                epoch: u(view, "epoch")?,
-                members: view
-                    .get("members")?
-                    .as_array()?
-                    .iter()
-                    .map(|m| Some((u(m, "node")? as u16, u(m, "uid")?)))
-                    .collect::<Option<_>>()?,
-                primary: u(view, "primary").map(|p| p as u16),
-            }),
+            view => Some(ViewSummary::from_json(view)?),
+        };
+        // Absent in the statuses of builds from before it was added.
+        let history = match v.get("history") {
+            None => Vec::new(),
+            Some(h) => h.as_array()?.iter().map(ViewSummary::from_json).collect::<Option<_>>()?,
         };
         let spans = v
             .get("spans")?
@@ -129,10 +195,12 @@ impl NodeStatus {
             written_ns: u(v, "written_ns")?,
             view,
             leading: v.get("leading")?.as_bool()?,
+            clique: v.get("clique").and_then(CliqueSummary::from_json),
             uid: u(v, "uid"),
             active: v.get("active")?.as_bool()?,
             spans,
             learnt,
+            history,
             problem: v.get("problem").and_then(Value::as_str).map(str::to_string),
         })
     }
@@ -255,10 +323,17 @@ mod tests {
             written_ns: 123,
             view: Some(ViewSummary { epoch: 3, members: vec![(3, 9), (4, 10)], primary: None }),
             leading: false,
+            clique: Some(CliqueSummary {
+                epoch: 3,
+                keep: vec![3],
+                links_down: vec![(3, 4)],
+                isolated: vec![],
+            }),
             uid: Some(10),
             active: true,
             spans: vec![ActiveSpan { epoch: 3, from_ns: 5, until_ns: 8 }],
             learnt: vec![(3, 4)],
+            history: vec![ViewSummary { epoch: 2, members: vec![(3, 9)], primary: Some(3) }],
             problem: Some("refused".into()),
         };
         assert_eq!(NodeStatus::from_json(&s.to_json()), Some(s));

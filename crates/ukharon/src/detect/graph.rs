@@ -60,7 +60,7 @@ pub enum Ignored {
     AboutItself,
 }
 
-/// The next view's members, as the graph decides them.
+/// The next view's members, as the graph decides them, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     /// In the view's order.
@@ -68,6 +68,13 @@ pub struct Decision {
     /// Whether the clique search finished (always, but for adversarial graphs: see
     /// [`crate::clique`]).
     pub exact: bool,
+    /// The epoch of the view the graph is of.
+    pub epoch: u64,
+    /// The links held down by `Link` reports (the catastrophic detector), as node ids, the
+    /// lower first.
+    pub links_down: Vec<(u16, u16)>,
+    /// The members reported by the crash detector or the ring.
+    pub isolated: Vec<u16>,
 }
 
 /// The leader's connectivity graph for the current view.
@@ -195,7 +202,30 @@ impl Connectivity {
             .filter(|&v| choice.clique & (1u64 << v) != 0)
             .map(|v| self.members[v])
             .collect();
-        (members != self.members).then_some(Decision { members, exact: choice.exact })
+        if members == self.members {
+            return None;
+        }
+        let (links_down, isolated) = self.reasons(now_ns);
+        Some(Decision { members, exact: choice.exact, epoch: self.epoch, links_down, isolated })
+    }
+
+    /// The links `Link` reports hold down at `now_ns`, and the members crash or ring reports
+    /// removed, by node id.
+    fn reasons(&self, now_ns: u64) -> (Vec<(u16, u16)>, Vec<u16>) {
+        let node = |v: usize| self.members.get(v).map_or(self.leader, |m| m.node);
+        let mut links = Vec::new();
+        for a in 0..self.vertices {
+            for b in a + 1..self.vertices {
+                let n = self.vertices;
+                if self.down_until_ns[a * n + b] > now_ns || self.down_until_ns[b * n + a] > now_ns
+                {
+                    let (x, y) = (node(a), node(b));
+                    links.push((x.min(y), x.max(y)));
+                }
+            }
+        }
+        let isolated = (0..self.vertices).filter(|v| self.dead & (1u64 << v) != 0).map(node);
+        (links, isolated.collect())
     }
 }
 
@@ -232,6 +262,8 @@ mod tests {
         graph.on_report(&report(3, 2, Level::Link, 3), 0).unwrap();
         assert!(!graph.graph(0).joined(1, 2) && !graph.graph(0).joined(2, 1));
         assert_eq!(nodes(graph.decide(0)), Some(vec![1, 2, 4]));
+        let why = graph.decide(0).unwrap();
+        assert_eq!((why.epoch, why.links_down, why.isolated), (3, vec![(2, 3)], vec![]));
         let next = v.successor(graph.decide(0).unwrap().members, None, 20_000);
         graph.on_view(&next).unwrap();
         assert_eq!(graph.decide(0), None, "a new view starts all joined");
@@ -284,6 +316,8 @@ mod tests {
         graph.on_report(&report(1, 3, Level::Crash, 2), 0).unwrap();
         graph.on_report(&report(3, 4, Level::Ring, 2), 0).unwrap();
         assert_eq!(nodes(graph.decide(0)), Some(vec![1, 2]));
+        let why = graph.decide(0).unwrap();
+        assert_eq!((why.links_down, why.isolated), (vec![], vec![3, 4]), "no link reported");
         let about_leader = graph.on_report(&report(1, 2, Level::Ring, 2), 0);
         assert_eq!(about_leader, Err(Ignored::AboutTheLeader));
         assert_eq!(nodes(graph.decide(0)), Some(vec![1, 2]));
