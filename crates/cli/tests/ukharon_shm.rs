@@ -121,6 +121,36 @@ fn a_member_killed_after_the_leader_is_removed_by_the_next_leader() {
     group.stop(Duration::from_secs(2));
 }
 
+/// A coordinator killed and started again by hand (`mu ukharon node`, no `--new-group`): the
+/// fabric kept none of its memory, so it rejoins (`mu_ukharon::restart`), and then takes part:
+/// with another coordinator killed, it and the last one are the majority that decides the view
+/// removing a killed member.
+#[test]
+fn a_coordinator_restarted_without_its_memory_rejoins_and_decides() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_mu"));
+    let members = [3, 4, 5];
+    let mut group = LocalGroup::start(exe, "ukharon-rejoin", &COORDINATORS, &members).unwrap();
+    let mut spans = Spans::default();
+    let first = group.wait_for(WAIT, |s| agreed_active(s, &members), "first view").unwrap();
+    let leader = leader_of(&group);
+    let restarted = COORDINATORS.into_iter().find(|&c| c != leader).unwrap();
+    group.kill(restarted).unwrap();
+    group.restart(exe, restarted).unwrap();
+    let pid = group.pid(restarted).unwrap();
+    let rejoined = |s: &BTreeMap<u16, NodeStatus>| {
+        let s = s.get(&restarted)?;
+        let knows_first = s.view.as_ref().is_some_and(|v| v.epoch >= first.epoch);
+        (s.pid == pid && knows_first && s.problem.is_none()).then_some(())
+    };
+    group.wait_for(WAIT, rejoined, "the restarted coordinator rejoined").unwrap();
+    let other = COORDINATORS.into_iter().find(|&c| c != leader && c != restarted).unwrap();
+    group.kill(other).unwrap();
+    let fault_ns = monotonic_ns();
+    group.kill(5).unwrap();
+    removed(&mut group, &mut spans, 5, &[leader, restarted], fault_ns);
+    group.stop(Duration::from_secs(2));
+}
+
 /// §6.3 lease caches as processes: the members renew through two caches; one is killed, the
 /// members stay active (they ask the other), and a member killed afterwards is still removed
 /// with no overlap.

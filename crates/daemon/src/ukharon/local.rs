@@ -4,7 +4,7 @@
 //! their statuses, and signals to them. Dropping it kills every child and removes the
 //! directory.
 
-use super::config::UkharonConfig;
+use super::config::{Role, UkharonConfig};
 use super::status::NodeStatus;
 use mu_procs::run_dir::RunDir;
 use std::collections::BTreeMap;
@@ -61,12 +61,14 @@ impl LocalGroup {
         let config = UkharonConfig::load(&config_path)?;
         let mut group = LocalGroup { config, config_path, children: BTreeMap::new(), dir };
         for id in group.config.nodes() {
-            group.spawn(launch(id), id)?;
+            group.spawn(launch(id), id, true)?;
         }
         Ok(group)
     }
 
-    fn spawn(&mut self, mut command: Command, id: u16) -> Result<(), String> {
+    /// Starts node `id` through `command`; `with_group`: it starts with the whole group (a
+    /// coordinator then has nothing to forget), otherwise it restarts.
+    fn spawn(&mut self, mut command: Command, id: u16, with_group: bool) -> Result<(), String> {
         let log_path = self.config.log_path(id);
         let log = std::fs::File::create(&log_path)
             .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
@@ -76,6 +78,7 @@ impl LocalGroup {
             .args(["ukharon", "node", "--config"])
             .arg(&self.config_path)
             .args(["--id", &id.to_string(), "--parent", &std::process::id().to_string()])
+            .args(if with_group { self.new_group_flag(id) } else { &[] })
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -83,6 +86,23 @@ impl LocalGroup {
             .map_err(|e| format!("starting node {id} ({shown}): {e}"))?;
         self.children.insert(id, child);
         Ok(())
+    }
+
+    /// A coordinator starts with the whole group: nothing decided yet for it to forget.
+    fn new_group_flag(&self, id: u16) -> &'static [&'static str] {
+        match self.config.role(id) {
+            Some(Role::Coordinator) => &["--new-group"],
+            _ => &[],
+        }
+    }
+
+    /// Starts node `id` again, after it was killed, as `mu ukharon node` run by hand would: a
+    /// coordinator rejoins without its memory (the fabric kept none).
+    pub fn restart(&mut self, exe: &Path, id: u16) -> Result<(), String> {
+        if self.children.contains_key(&id) {
+            return Err(format!("node {id} still runs"));
+        }
+        self.spawn(Command::new(exe), id, false)
     }
 
     pub fn dir(&self) -> &Path {

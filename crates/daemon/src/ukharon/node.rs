@@ -11,6 +11,7 @@ use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_membership::channels::{Shifted, SHIFT_TO_FOUR_CHANNELS};
 use mu_membership::{CoordinatorService, JoinOptions, Membership, Polling};
 use mu_procs::clock::monotonic_ns;
+use mu_ukharon::restart::Memory;
 use mu_ukharon::view::View;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +34,12 @@ pub struct NodeArgs {
     /// Exit when this process exits (for the demo's and tests' children).
     #[arg(long, hide = true)]
     pub parent: Option<u32>,
+    /// A coordinator that starts with the whole group, which has decided nothing yet (`mu
+    /// ukharon up` passes it). Without it a coordinator rejoins: the fabric kept none of its
+    /// memory across the restart, so it first reads the other coordinators' words and abstains
+    /// wherever it may have answered before. Restart one coordinator at a time.
+    #[arg(long)]
+    pub new_group: bool,
 }
 
 pub fn run(args: &NodeArgs) -> Result<(), String> {
@@ -45,21 +52,28 @@ pub fn run(args: &NodeArgs) -> Result<(), String> {
     let role = config.role(id).ok_or_else(|| {
         format!("node {id} is neither a coordinator nor a member in {}", args.config.display())
     })?;
+    if args.new_group && role != Role::Coordinator {
+        return Err(format!(
+            "node {id}: --new-group is for coordinators, and node {id} is a {}",
+            role.name()
+        ));
+    }
     config.prepare_run_dir()?;
     let _pid = super::pid::write_own(&config, id)?;
+    let memory = if args.new_group { Memory::Remembered } else { Memory::Forgotten };
     let fabric_error = |e: mu_fabric::FabricError| format!("node {id}: fabric: {e}");
     match &config.fabric {
         FabricChoice::Shm => {
             let mut shm = ShmConfig::new(&config.run_dir, config.membership.cluster, NodeId(id));
             shm.protocol = SHM_PROTOCOL.into();
             let shm = ShmFabric::create(shm).map_err(fabric_error)?;
-            run_role(&config, id, role, shm)
+            run_role(&config, id, role, shm, memory)
         }
         #[cfg(feature = "ofi")]
         FabricChoice::Ofi { .. } => {
             let ofi = config.ofi_config(id).expect("an ofi group");
             let ofi = mu_fabric_ofi::OfiFabric::open(ofi).map_err(fabric_error)?;
-            run_role(&config, id, role, ofi)
+            run_role(&config, id, role, ofi, memory)
         }
         #[cfg(not(feature = "ofi"))]
         FabricChoice::Ofi { .. } => Err(crate::config::OFI_NOT_BUILT.into()),
@@ -67,17 +81,19 @@ pub fn run(args: &NodeArgs) -> Result<(), String> {
 }
 
 /// Node `id` in its `role` on `fabric`, which offers four channels per pair of nodes (shm and
-/// ofi both): the membership's channels are moved onto them ([`Shifted`]).
+/// ofi both): the membership's channels are moved onto them ([`Shifted`]). A coordinator
+/// starts with `memory`.
 fn run_role<F: Fabric>(
     config: &UkharonConfig,
     id: u16,
     role: Role,
     fabric: F,
+    memory: Memory,
 ) -> Result<(), String> {
     let fabric = Shifted::new(fabric, SHIFT_TO_FOUR_CHANNELS);
     let polling = Polling::from_gap_ns(config.poll_gap_ns);
     match role {
-        Role::Coordinator => coordinator(config, id, fabric, polling),
+        Role::Coordinator => coordinator(config, id, fabric, polling, memory),
         Role::Member => member(config, id, fabric, polling, Role::Member),
         Role::Cache => member(config, id, fabric, polling, Role::Cache),
     }
@@ -106,14 +122,16 @@ fn coordinator<F: Fabric>(
     id: u16,
     fabric: Shifted<F>,
     polling: Polling,
+    memory: Memory,
 ) -> Result<(), String> {
     // Coordinators are not members (they run no node core): the first view is empty and
     // members join it.
     let initial =
         View::initial(config.membership.cluster, Vec::new(), None, config.membership.lease_ns);
     let seed = monotonic_ns() ^ u64::from(id);
+    let membership = config.membership.clone();
     let service =
-        CoordinatorService::start(fabric, config.membership.clone(), initial, seed, polling)?;
+        CoordinatorService::start_with_memory(fabric, membership, initial, seed, polling, memory)?;
     let path = config.status_path(id);
     while interrupt::check().is_ok() {
         if !service.is_running() {
@@ -124,7 +142,15 @@ fn coordinator<F: Fabric>(
         status.view = s.latest.as_ref().map(ViewSummary::of);
         status.leading = s.leading;
         status.clique = s.last_clique.as_ref().map(CliqueSummary::of);
-        status.problem = s.last_problem;
+        status.problem = match s.rejoining {
+            true => Some(format!(
+                "rejoining: restarted without its memory, it waits to read the words of {} other \
+                 coordinators (a whole group that starts anew starts its coordinators with \
+                 --new-group, as `mu ukharon up` does)",
+                config.membership.coordinators.len() - config.membership.coordinators.len() / 2
+            )),
+            false => s.last_problem,
+        };
         status.written_ns = monotonic_ns();
         status.write(&path)?;
         std::thread::sleep(STATUS_PERIOD);

@@ -3,7 +3,7 @@
 //! view and `Active` on it. If a node exits during start-up, or the view does not come in
 //! time, it stops the ones it started and shows why.
 
-use super::config::UkharonConfig;
+use super::config::{Role, UkharonConfig};
 use super::demo::agreed_active;
 use super::pid::{inspect, NodePid};
 use super::status::{node_list, NodeStatus, ViewSummary};
@@ -97,6 +97,9 @@ const LOG_MARK: &str = "--- mu ukharon up: starting node";
 fn spawn(exe: &Path, config_path: &Path, config: &UkharonConfig, id: u16) -> Result<Child, String> {
     let mut cmd = Command::new(exe);
     cmd.args(["ukharon", "node", "--config"]).arg(config_path).args(["--id", &id.to_string()]);
+    if config.role(id) == Some(Role::Coordinator) {
+        cmd.arg("--new-group"); // every coordinator starts now, with nothing decided yet
+    }
     spawn_logged(cmd, &config.log_path(id), &format!("{LOG_MARK} {id}"), &format!("node {id}"))
 }
 
