@@ -270,6 +270,14 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.engine.answers_from()
     }
 
+    /// Breaks this coordinator on purpose, for the simulator's check that it catches it
+    /// ([`Coordinator::break_forgetting_on_restart`]): restarted without its memory, it rejoins
+    /// without abstaining. Call before the first poll.
+    #[doc(hidden)]
+    pub fn break_forgetting_on_restart(&mut self) {
+        self.engine.break_forgetting_on_restart();
+    }
+
     /// One round of work at `now_ns`.
     pub fn poll(&mut self, now_ns: u64) {
         if !self.engine.is_rejoining() {
