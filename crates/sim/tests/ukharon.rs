@@ -116,5 +116,9 @@ fn a_restarted_coordinator_that_does_not_abstain_is_caught() {
     let (seed, why) = caught.expect("caught within 40 seeds");
     eprintln!("seed {seed}: {why}");
     let real = run(&UkRunConfig::new(seed));
-    assert!(real.violation.is_none(), "seed {seed} fails with the real rejoin: {:?}", real.violation);
+    assert!(
+        real.violation.is_none(),
+        "seed {seed} fails with the real rejoin: {:?}",
+        real.violation
+    );
 }
