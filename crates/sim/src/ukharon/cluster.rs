@@ -179,7 +179,7 @@ impl UkCluster {
     /// `mu_ukharon::restart`). Its own latest view, not the cluster's: a leader that got past
     /// its bound and crashed before it learnt so leaves it leading from an index it abstains
     /// in, for good.
-    pub fn coordinator_rejoins(&self, c: usize) -> bool {
+    pub fn coordinator_still_rejoining(&self, c: usize) -> bool {
         let Some(driver) = &self.coordinators[c] else { return false };
         if driver.is_rejoining() {
             return true;

@@ -436,7 +436,7 @@ fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<b
         return Ok(false);
     }
     let crash = choices.below(2) != 0;
-    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_rejoins(i));
+    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_still_rejoining(i));
     if crash && rejoining_other {
         return Ok(false);
     }
@@ -474,7 +474,7 @@ fn restart_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result
         return cluster.restart_coordinator(usize::from(c)).map(|()| true);
     }
     let c = choices.below(count as u64) as usize;
-    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_rejoins(i));
+    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_still_rejoining(i));
     if !may_stop_coordinator(cluster, c) || rejoining_other {
         return Ok(false);
     }
