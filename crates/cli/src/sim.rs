@@ -46,7 +46,7 @@ pub struct Args {
     /// crash, restart, pause, delay, partition, perm-failure, out-of-order, membership (replicas
     /// added and removed; --replicas is then how many there may be, at least 3 of them members
     /// at first). uKharon's: all, or some of crash, restart, pause, delay, partition, drift,
-    /// lease, coordinator.
+    /// lease, coordinator, coordinator-restart (a crashed coordinator back without its memory).
     #[arg(long, default_value = "all", value_parser = parse_faults)]
     pub(crate) faults: String,
     /// Steps of the safety phase per seed (each a fault or client operations, then up to

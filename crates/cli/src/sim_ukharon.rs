@@ -80,6 +80,7 @@ fn report_json(r: &UkReport) -> serde_json::Value {
         "views": r.views,
         "active_views": r.active_views,
         "faults_injected": r.faults_injected,
+        "coordinator_rejoins": r.coordinator_rejoins,
         "slack_ns": r.slack_ns,
         "trace_hash": format!("{:016x}", r.trace_hash),
         "violation": r.violation,

@@ -109,7 +109,7 @@ pub struct CoordinatorDriver<F: Fabric> {
     watches: Vec<PeerWatch>,
     heartbeat: u64,
     alive_mask: u64,
-    /// When the boards of the members and caches are next probed.
+    /// When the boards of the nodes are next probed.
     probe_due_ns: u64,
     /// While rejoining: the coordinator positions whose slot words were read, and those with a
     /// read in flight.
@@ -276,6 +276,14 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.engine.answers_from()
     }
 
+    /// Breaks this coordinator on purpose, for the simulator's check that it catches it
+    /// ([`Coordinator::break_forgetting_on_restart`]): restarted without its memory, it rejoins
+    /// without abstaining. Call before the first poll.
+    #[doc(hidden)]
+    pub fn break_forgetting_on_restart(&mut self) {
+        self.engine.break_forgetting_on_restart();
+    }
+
     /// One round of work at `now_ns`.
     pub fn poll(&mut self, now_ns: u64) {
         if !self.engine.is_rejoining() {
@@ -322,19 +330,23 @@ impl<F: Fabric> CoordinatorDriver<F> {
         alive
     }
 
-    /// Reads a word of every member's and cache's board once a beat period. A node that
-    /// restarted while this coordinator was stopped is bound here to its dead process, and
-    /// everything it initiates into this node is dropped; only a failed operation from this
-    /// side tells (followers post nothing to members otherwise), and the link is then set up
-    /// again, bound to the running process.
+    /// Reads a word of the board of every node but the coordinators once a beat period, where
+    /// the connection is up. A node that restarted while this coordinator was stopped is bound
+    /// here to its dead process, and everything it initiates into this node is dropped; only a
+    /// failed operation from this side tells (followers post nothing to members otherwise),
+    /// and the link is then set up again, bound to the running process. Not only members: a
+    /// restarted node is no member until its join, which it sends into this node.
     fn probe_boards(&mut self, now_ns: u64) {
         if now_ns < self.probe_due_ns {
             return;
         }
         self.probe_due_ns = now_ns.saturating_add(self.config.beat_period_ns);
-        let Some(view) = self.engine.latest() else { return };
-        let mut nodes: Vec<u16> = view.nodes().chain(self.config.caches.iter().copied()).collect();
-        nodes.retain(|&n| n != self.fabric.node().0);
+        let links = &self.board_links;
+        let nodes: Vec<u16> = (0..links.peers().len())
+            .filter(|&i| links.is_up(i))
+            .map(|i| links.peers()[i].0)
+            .filter(|n| !self.config.coordinators.contains(n))
+            .collect();
         let offset = self.boards.ring_read_offset(); // a word no coordinator reads otherwise
         for node in nodes {
             let local = LocalSlice { region: BOARD_REGION, offset, len: 8 };

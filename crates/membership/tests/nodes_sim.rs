@@ -360,4 +360,42 @@ fn a_clock_reading_older_than_the_view_does_not_start_its_lease() {
         let run = run.and_then(|()| c.run_checked(500_000));
         assert_eq!(run, Ok(()), "seed {seed}");
     }
+
+/// A node that joined, crashed and restarted while a coordinator was stopped: the death signal
+/// came and went unseen there, and the node was no member in the latest view it knew, so that
+/// coordinator's side of their board connection stayed bound to the dead process. Once it
+/// leads, the restarted node's join still reaches it (coordinators probe every node's board,
+/// not only members'; found by `mu sim --protocol ukharon`, seed 394).
+#[test]
+fn a_node_restarted_while_a_coordinator_was_stopped_joins_through_it() {
+    let mut c = Cluster::new(42, &[5, 6, 7]);
+    // 6 runs but asks nothing yet: every coordinator connects to it.
+    c.stopped.insert(6);
+    c.run_for(3_000_000);
+    assert!(c.sim.decided.last().unwrap().uid_of(6).is_none());
+    c.sim.world.pause(NodeId(1)).unwrap();
+    let paused = c.sim.coordinators[1].take();
+    c.stopped.remove(&6);
+    c.run_for(2_000_000);
+    assert!(c.sim.decided.last().unwrap().uid_of(6).is_some(), "node 6 joined through 0");
+    c.sim.world.crash(NodeId(6)).unwrap();
+    c.stopped.insert(6);
+    c.until_removed(6, 2_000_000);
+    c.sim.world.restart(NodeId(6)).unwrap();
+    let fabric = c.sim.world.node(NodeId(6));
+    let core = NodeCore::new(fabric, config(), LeaseConfig::default(), 0x6_0002).unwrap();
+    c.nodes.insert(6, core);
+    // 1 resumes and, with 0 crashed, leads; only then does the new process ask to join.
+    c.sim.world.resume(NodeId(1)).unwrap();
+    c.sim.coordinators[1] = paused;
+    c.run_for(500_000);
+    c.sim.world.crash(NodeId(0)).unwrap();
+    c.sim.coordinators[0] = None;
+    c.run_for(1_000_000);
+    assert!(c.sim.coordinators[1].as_ref().unwrap().is_leading());
+    c.stopped.remove(&6);
+    c.run_for(3_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert!(latest.uid_of(6).is_some(), "the restarted node was not admitted: {latest:?}");
+    c.converged();
 }

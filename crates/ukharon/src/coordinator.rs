@@ -197,14 +197,18 @@ impl Coordinator {
     }
 
     /// A view that changes nothing, when an alive coordinator abstains in the next index
-    /// ([`Coordinator::set_answers_from`]).
+    /// ([`Coordinator::set_answers_from`]), this one included: a restarted coordinator that
+    /// leads may have missed views decided while it rejoined, and one that submits nothing
+    /// never adopts them from the index it prepared.
     fn rejoin_view(&self, latest: &View) -> Option<View> {
         let next = latest.epoch + 1;
         let slots = self.config.layout.slots_count();
-        let abstains = self.peers_answer_from.iter().enumerate().any(|(p, from)| {
-            let alive = self.alive >> p & 1 == 1;
-            alive && from.is_some_and(|b| restart::is_before(next, b, slots))
-        });
+        let own = self.fresh_from.is_some_and(|b| restart::is_before(next, b, slots));
+        let abstains = own
+            || self.peers_answer_from.iter().enumerate().any(|(p, from)| {
+                let alive = self.alive >> p & 1 == 1;
+                alive && from.is_some_and(|b| restart::is_before(next, b, slots))
+            });
         abstains.then(|| latest.successor(latest.members.clone(), latest.primary, latest.lease_ns))
     }
 

@@ -595,6 +595,29 @@ fn a_restarted_coordinator_answers_again_past_its_bound() {
     assert!(c.disagreements.is_empty(), "{:?}", c.disagreements);
 }
 
+/// The leader itself restarted without its memory: leading again once it rejoined, with
+/// nothing to change, it decides views that change nothing until it is past its own bound
+/// (otherwise it sat on the index it prepared; had it missed views decided while it rejoined,
+/// it never adopted them, found by `mu sim --protocol ukharon`).
+#[test]
+fn a_restarted_leader_goes_past_its_own_bound() {
+    let mut c = Cluster::new(5);
+    c.settle();
+    c.coordinators[0].request(join(10, 10));
+    c.settle();
+    let before = c.leader_latest(0);
+    c.restart(0);
+    let from = c.coordinators[0].answers_from().expect("rejoined");
+    assert!(from > before + 1, "it abstains in the next index");
+    c.settle();
+    assert!(c.coordinators[0].is_leading(), "{}", c.coordinators[0].describe());
+    assert_eq!(c.leader_latest(0) + 1, from, "{}", c.coordinators[0].describe());
+    assert!(c.coordinators[0].describe().contains("answers again"));
+    let members = c.decided[&before].members.clone();
+    assert!((before..from).all(|e| c.decided[&e].members == members), "views that change nothing");
+    assert!(c.disagreements.is_empty() && c.bad.is_empty(), "{:?} {:?}", c.disagreements, c.bad);
+}
+
 /// Before its bound, it answers nothing: with coordinator 1 cut off right after the restart,
 /// the index after the latest view is not decided.
 #[test]

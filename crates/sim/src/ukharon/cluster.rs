@@ -1,6 +1,8 @@
 //! A uKharon cluster on the simulated fabric: coordinators and node cores, each node with its
 //! own clock (an offset and a rate within the drift bound), polled in rounds of virtual time;
-//! what every round shows goes to the checkers.
+//! what every round shows goes to the checkers. A crashed coordinator may start again without
+//! its memory ([`UkCluster::restart_coordinator`]): a new incarnation of its fabric node, whose
+//! regions are zero, rejoining by `mu_ukharon::restart`.
 
 use super::check::active::ActiveSpans;
 use super::check::views::ViewLog;
@@ -8,6 +10,7 @@ use mu_fabric::NodeId;
 use mu_fabric_sim::{LinkDelay, SimConfig, SimFabric, SimWorld};
 use mu_membership::{CoordinatorDriver, CoordinatorEvent, MembershipConfig, NodeCore, NodeEvent};
 use mu_ukharon::lease::LeaseConfig;
+use mu_ukharon::restart::{self, Memory};
 use mu_ukharon::view::View;
 use std::collections::BTreeMap;
 
@@ -42,6 +45,17 @@ pub struct UkCluster {
     pub coordinator_clocks: Vec<Clock>,
     /// Coordinators stopped (not polled; their memory still answers).
     pub coordinator_paused: Vec<bool>,
+    /// Per coordinator: its restarts without memory, and the latest epoch decided when it last
+    /// crashed (the rejoin's bound must be past the indices it could have answered in then).
+    pub coordinator_restarts: Vec<u32>,
+    coordinator_crash_epochs: Vec<Option<u64>>,
+    /// Rejoins completed by restarted coordinators.
+    pub rejoins: u32,
+    /// A deliberately broken rejoin (`break_forgetting_on_restart`): restarted coordinators
+    /// answer at once, abstaining nowhere.
+    pub rejoin_forgets: bool,
+    /// The cluster's first view, which a restarted coordinator is configured with.
+    initial: View,
     pub nodes: BTreeMap<u16, Node>,
     /// When each view was active on the members, and apart on the caches: a cache's lease is
     /// no application's `Active`, and the two kinds are ordered each among its own (a member's
@@ -77,7 +91,7 @@ impl UkCluster {
                 fabric,
                 config.clone(),
                 initial.clone(),
-                seed + 7 * u64::from(c),
+                coordinator_seed(seed, c, 0),
             );
             cs.push(Some(driver?));
             coordinator_clocks.push(clocks[usize::from(c)]);
@@ -87,6 +101,11 @@ impl UkCluster {
             config,
             lease,
             coordinator_paused: vec![false; cs.len()],
+            coordinator_restarts: vec![0; cs.len()],
+            coordinator_crash_epochs: vec![None; cs.len()],
+            rejoins: 0,
+            rejoin_forgets: false,
+            initial,
             coordinators: cs,
             coordinator_clocks,
             nodes: BTreeMap::new(),
@@ -127,27 +146,105 @@ impl UkCluster {
         Ok(())
     }
 
-    /// One round: every live coordinator and node polls at its clock's reading, then the
-    /// fabric runs for `step_ns`. An error is a checker's finding.
-    pub fn round(&mut self, step_ns: u64) -> Result<(), String> {
-        let now = self.world.now_ns();
-        for (c, driver) in self.coordinators.iter_mut().enumerate() {
-            let Some(driver) = driver.as_mut().filter(|_| !self.coordinator_paused[c]) else {
+    /// Crashes coordinator `c`: its process and its memory are gone.
+    pub fn crash_coordinator(&mut self, c: usize) -> Result<(), String> {
+        self.world.crash(NodeId(c as u16)).map_err(|e| e.to_string())?;
+        self.coordinators[c] = None;
+        self.coordinator_crash_epochs[c] = Some(self.log.latest().map_or(0, |v| v.epoch));
+        Ok(())
+    }
+
+    /// Starts crashed coordinator `c` again without its memory: a new incarnation of its node
+    /// (zeroed regions, earlier connections dead), rejoining before it takes part.
+    pub fn restart_coordinator(&mut self, c: usize) -> Result<(), String> {
+        assert!(self.coordinators[c].is_none(), "coordinator {c} is running");
+        self.world.restart(NodeId(c as u16)).map_err(|e| e.to_string())?;
+        self.coordinator_restarts[c] += 1;
+        let fabric = self.world.node(NodeId(c as u16));
+        let seed = coordinator_seed(self.seed, c as u16, self.coordinator_restarts[c]);
+        let config = self.config.clone();
+        let initial = self.initial.clone();
+        let mut driver =
+            CoordinatorDriver::with_memory(fabric, config, initial, seed, Memory::Forgotten)?;
+        if self.rejoin_forgets {
+            driver.break_forgetting_on_restart();
+        }
+        self.coordinators[c] = Some(driver);
+        Ok(())
+    }
+
+    /// Whether coordinator `c` runs, restarted without its memory, and is still rejoining or
+    /// abstains in the index after the latest view it knows (what its `describe()` says):
+    /// another coordinator lost now could leave no majority there (the one-at-a-time limit of
+    /// `mu_ukharon::restart`). Its own latest view, not the cluster's: a leader that got past
+    /// its bound and crashed before it learnt so leaves it leading from an index it abstains
+    /// in, for good.
+    pub fn coordinator_still_rejoining(&self, c: usize) -> bool {
+        let Some(driver) = &self.coordinators[c] else { return false };
+        if driver.is_rejoining() {
+            return true;
+        }
+        let next = driver.latest().map_or(0, |v| v.epoch + 1);
+        driver.answers_from().is_some_and(|b| restart::is_before(next, b, self.config.slots_count))
+    }
+
+    /// Checks a rejoined coordinator's bound: past every index it could have answered in
+    /// before its crash, the one after the latest decided then and `prepare_ahead` (1) more.
+    fn check_rejoin(&mut self, c: usize, answers_from: u64) -> Result<(), String> {
+        self.rejoins += 1;
+        let crashed_at = self.coordinator_crash_epochs[c].unwrap_or(0);
+        let last_touched = crashed_at + 2;
+        if !restart::is_before(last_touched, answers_from, self.config.slots_count) {
+            return Err(format!(
+                "{}: rejoined answering from index {answers_from}, but view {crashed_at} was \
+                 decided when it crashed: it may have answered in index {last_touched}",
+                self.coordinator_name(c)
+            ));
+        }
+        Ok(())
+    }
+
+    /// "coordinator c", with its restarts without memory.
+    fn coordinator_name(&self, c: usize) -> String {
+        match self.coordinator_restarts[c] {
+            0 => format!("coordinator {c}"),
+            r => format!("coordinator {c} (restarted without its memory, {r}×)"),
+        }
+    }
+
+    /// Every live coordinator polls at its clock's reading; what it decided goes to the log.
+    fn poll_coordinators(&mut self, now: u64) -> Result<(), String> {
+        for c in 0..self.coordinators.len() {
+            if self.coordinator_paused[c] {
                 continue;
-            };
+            }
+            let Some(driver) = self.coordinators[c].as_mut() else { continue };
             driver.poll(self.coordinator_clocks[c].local(now));
-            for event in driver.drain_events() {
+            let events: Vec<CoordinatorEvent> = driver.drain_events().collect();
+            for event in events {
                 match event {
                     CoordinatorEvent::Decided(view) => {
-                        self.log.saw(&format!("coordinator {c}"), &view)?
+                        self.log.saw(&self.coordinator_name(c), &view)?
                     }
                     CoordinatorEvent::BadDecision { index, why } => {
-                        return Err(format!("coordinator {c}: bad decision at {index}: {why}"))
+                        let name = self.coordinator_name(c);
+                        return Err(format!("{name}: bad decision at {index}: {why}"));
+                    }
+                    CoordinatorEvent::Rejoined { answers_from } => {
+                        self.check_rejoin(c, answers_from)?
                     }
                     _ => {}
                 }
             }
         }
+        Ok(())
+    }
+
+    /// One round: every live coordinator and node polls at its clock's reading, then the
+    /// fabric runs for `step_ns`. An error is a checker's finding.
+    pub fn round(&mut self, step_ns: u64) -> Result<(), String> {
+        let now = self.world.now_ns();
+        self.poll_coordinators(now)?;
         for (&n, node) in self.nodes.iter_mut() {
             let Some(core) = node.core.as_mut().filter(|_| !node.paused) else { continue };
             let local = node.clock.local(now);
@@ -209,7 +306,8 @@ impl UkCluster {
         let one = |c: usize| match &self.coordinators[c] {
             None => format!("{c}: crashed"),
             Some(d) => format!(
-                "{c}: {}{}",
+                "{}: {}{}",
+                self.coordinator_name(c),
                 if self.coordinator_paused[c] { "paused, " } else { "" },
                 d.describe()
             ),
@@ -257,4 +355,9 @@ impl UkCluster {
         }
         Ok(())
     }
+}
+
+/// The random seed of coordinator `c`'s driver in its `restarts`-th restart.
+fn coordinator_seed(seed: u64, c: u16, restarts: u32) -> u64 {
+    seed + 7 * u64::from(c) + 1_000_003 * u64::from(restarts)
 }

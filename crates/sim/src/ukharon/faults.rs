@@ -22,11 +22,25 @@ pub struct UkFaults {
     /// A coordinator crashes or stops, and a stopped one resumes (at most a minority of them
     /// down at once), the leader included.
     pub coordinator: bool,
+    /// A crashed coordinator starts again without its memory (a fresh node, zeroed regions)
+    /// and rejoins (`mu_ukharon::restart`); with none crashed, one crashes. One at a time: no
+    /// other coordinator crashes while a restarted one rejoins or still abstains in the next
+    /// index.
+    pub coordinator_restart: bool,
 }
 
 /// The names on the command line, in field order.
-pub const UK_FAULT_NAMES: [&str; 8] =
-    ["crash", "restart", "pause", "delay", "partition", "drift", "lease", "coordinator"];
+pub const UK_FAULT_NAMES: [&str; 9] = [
+    "crash",
+    "restart",
+    "pause",
+    "delay",
+    "partition",
+    "drift",
+    "lease",
+    "coordinator",
+    "coordinator-restart",
+];
 
 impl UkFaults {
     pub const ALL: UkFaults = UkFaults {
@@ -38,6 +52,7 @@ impl UkFaults {
         drift: true,
         lease: true,
         coordinator: true,
+        coordinator_restart: true,
     };
 
     pub const NONE: UkFaults = UkFaults {
@@ -49,6 +64,7 @@ impl UkFaults {
         drift: false,
         lease: false,
         coordinator: false,
+        coordinator_restart: false,
     };
 
     /// `none`, `all`, or a comma-separated list of [`UK_FAULT_NAMES`].
@@ -69,6 +85,7 @@ impl UkFaults {
                 "drift" => &mut f.drift,
                 "lease" => &mut f.lease,
                 "coordinator" => &mut f.coordinator,
+                "coordinator-restart" => &mut f.coordinator_restart,
                 other => {
                     return Err(format!(
                         "unknown fault {other:?}: none, all, or some of {}",
@@ -91,6 +108,9 @@ mod tests {
         assert_eq!(UkFaults::parse("all"), Ok(UkFaults::ALL));
         let f = UkFaults::parse("crash, drift").unwrap();
         assert!(f.crash && f.drift && !f.pause);
+        let f = UkFaults::parse("coordinator-restart").unwrap();
+        assert!(f.coordinator_restart && !f.coordinator);
+        assert!(UkFaults::parse("coordinator-reboot").unwrap_err().contains("coordinator-restart"));
         assert!(UkFaults::parse("crush").unwrap_err().contains("crash, restart"));
     }
 }

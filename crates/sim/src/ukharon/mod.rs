@@ -1,13 +1,15 @@
 //! uKharon in the simulator (`mu sim --protocol ukharon`): coordinators and node cores on the
 //! simulated fabric, with crashes, restarts (as new unique ids), pauses, delays, partitions,
-//! coordinator crashes, adaptive lease requests, and per-node clock drift and offset within
+//! coordinator crashes, coordinators restarted without their memory, adaptive lease requests, and per-node clock drift and offset within
 //! the bound. A safety phase injects faults; a liveness phase heals everything and requires
 //! convergence: every live node a member of the latest view and active in it. The drift-edge
 //! scenario ([`scenario`]) replaces the random faults with a schedule that brings a slow
 //! node's lease and a fast node's next first lease as close as the drift margin allows.
 //!
 //! Checkers ([`check`]): one active view at a time on the simulator's one clock, view
-//! agreement and the wait rule, no readmitted unique id, convergence.
+//! agreement (every coordinator's decisions, across its restarts, and every node's views) and
+//! the wait rule, no readmitted unique id, a restarted coordinator's rejoin bound past the
+//! indices it could have answered in, convergence.
 
 pub mod check;
 pub mod cluster;
@@ -42,6 +44,9 @@ pub struct UkRunConfig {
     pub drift_ppm: i64,
     /// A deliberately broken lease engine every node runs.
     pub mutation: LeaseMutation,
+    /// A deliberately broken rejoin: a coordinator restarted without its memory abstains
+    /// nowhere (`Coordinator::break_forgetting_on_restart`).
+    pub rejoin_forgets: bool,
     /// How long the healed cluster has to converge.
     pub liveness_bound_ns: u64,
 }
@@ -59,6 +64,7 @@ impl UkRunConfig {
             steps: 40,
             drift_ppm: 200_000,
             mutation: LeaseMutation::None,
+            rejoin_forgets: false,
             liveness_bound_ns: 20_000_000,
         }
     }
@@ -84,6 +90,8 @@ pub struct UkReport {
     /// Views active somewhere at some time.
     pub active_views: usize,
     pub faults_injected: u32,
+    /// Rejoins completed by coordinators restarted without their memory.
+    pub coordinator_rejoins: u32,
     /// The checker that failed, and why.
     pub violation: Option<String>,
     /// How close the run came to two views active at once: the smallest gap between one
@@ -140,6 +148,7 @@ pub fn run(config: &UkRunConfig) -> UkReport {
         views: 0,
         active_views: 0,
         faults_injected: 0,
+        coordinator_rejoins: 0,
         violation: None,
         slack_ns: None,
         trace_hash: 0,
@@ -151,7 +160,9 @@ pub fn run(config: &UkRunConfig) -> UkReport {
         &clocks,
     )
     .and_then(|mut cluster| {
+        cluster.rejoin_forgets = config.rejoin_forgets;
         let r = phases(&mut cluster, config, &mut choices, &mut report);
+        report.coordinator_rejoins = cluster.rejoins;
         report.views = cluster.log.views.len() as u64;
         report.active_views = cluster.spans.epochs();
         report.slack_ns = cluster.spans.slack_ns(&cluster.log.views);
@@ -290,6 +301,7 @@ fn inject(
         (f.partition, "partition"),
         (f.lease, "lease"),
         (f.coordinator, "coordinator"),
+        (f.coordinator_restart, "coordinator-restart"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -318,7 +330,8 @@ fn inject(
         }
         "partition" => Ok(partition(cluster, choices)),
         "lease" => Ok(ask_lease(cluster, choices)),
-        _ => crash_coordinator(cluster, choices),
+        "coordinator" => crash_coordinator(cluster, choices),
+        _ => restart_coordinator(cluster, choices),
     }
 }
 
@@ -407,7 +420,9 @@ fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
 }
 
 /// Crashes or stops a coordinator, the leader maybe, while a majority stays up; or resumes a
-/// stopped one.
+/// stopped one. A restarted coordinator still rejoining counts as down; while one rejoins or
+/// abstains in the next index, no other crashes (it would stay down and leave no majority
+/// there), but one may stop.
 fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
     let count = cluster.coordinators.len();
     let c = choices.below(count as u64) as usize;
@@ -417,18 +432,51 @@ fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<b
         cluster.world.resume(NodeId(c as u16)).map_err(err)?;
         return Ok(true);
     }
-    let down = (0..count)
-        .filter(|&i| cluster.coordinators[i].is_none() || cluster.coordinator_paused[i])
-        .count();
-    if 2 * (down + 1) >= count || cluster.coordinators[c].is_none() {
+    if !may_stop_coordinator(cluster, c) {
         return Ok(false);
     }
-    if choices.below(2) == 0 {
+    let crash = choices.below(2) != 0;
+    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_still_rejoining(i));
+    if crash && rejoining_other {
+        return Ok(false);
+    }
+    if crash {
+        cluster.crash_coordinator(c)?;
+    } else {
         cluster.coordinator_paused[c] = true;
         cluster.world.pause(NodeId(c as u16)).map_err(err)?;
-    } else {
-        cluster.coordinators[c] = None;
-        cluster.world.crash(NodeId(c as u16)).map_err(err)?;
     }
     Ok(true)
+}
+
+/// Whether coordinator `c` runs and a majority stays up without it: the others not crashed,
+/// stopped or still rejoining.
+fn may_stop_coordinator(cluster: &UkCluster, c: usize) -> bool {
+    let count = cluster.coordinators.len();
+    let down = (0..count)
+        .filter(|&i| match &cluster.coordinators[i] {
+            None => true,
+            Some(d) => cluster.coordinator_paused[i] || d.is_rejoining(),
+        })
+        .count();
+    cluster.coordinators[c].is_some() && 2 * (down + 1) < count
+}
+
+/// Restarts the crashed coordinator without its memory (`mu_ukharon::restart`) or, with none
+/// crashed, crashes one, the leader maybe: while a majority stays up and no other coordinator
+/// rejoins or abstains in the next index (one restart at a time).
+fn restart_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+    let count = cluster.coordinators.len();
+    let crashed: Vec<u16> =
+        (0..count as u16).filter(|&i| cluster.coordinators[usize::from(i)].is_none()).collect();
+    if !crashed.is_empty() {
+        let c = pick(choices, &crashed);
+        return cluster.restart_coordinator(usize::from(c)).map(|()| true);
+    }
+    let c = choices.below(count as u64) as usize;
+    let rejoining_other = (0..count).any(|i| i != c && cluster.coordinator_still_rejoining(i));
+    if !may_stop_coordinator(cluster, c) || rejoining_other {
+        return Ok(false);
+    }
+    cluster.crash_coordinator(c).map(|()| true)
 }
