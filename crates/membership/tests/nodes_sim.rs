@@ -360,6 +360,7 @@ fn a_clock_reading_older_than_the_view_does_not_start_its_lease() {
         let run = run.and_then(|()| c.run_checked(500_000));
         assert_eq!(run, Ok(()), "seed {seed}");
     }
+}
 
 /// A node that joined, crashed and restarted while a coordinator was stopped: the death signal
 /// came and went unseen there, and the node was no member in the latest view it knew, so that
