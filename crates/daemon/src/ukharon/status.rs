@@ -270,11 +270,20 @@ pub fn status(config_path: &Path, as_json: bool) -> Result<(), String> {
         println!("{}", Value::Array(out));
         return Ok(());
     }
+    print_table(&rows);
+    print_notes(&rows);
+    Ok(())
+}
+
+/// A node of the file as `status` found it: id, role, running pid, state, its status file.
+type Row = (u16, Role, Option<u32>, &'static str, Option<NodeStatus>);
+
+fn print_table(rows: &[Row]) {
     println!(
         "{:<5} {:<12} {:>8} {:<9} {:>6} {:<16} {:<7} {:<7}",
         "node", "role", "pid", "state", "epoch", "members", "active", "leading"
     );
-    for (id, role, pid, state, status) in &rows {
+    for (id, role, pid, state, status) in rows {
         let pid = pid.map_or("-".to_string(), |p| p.to_string());
         let view = status.as_ref().and_then(|s| s.view.as_ref());
         let epoch = view.map_or("-".to_string(), |v| v.epoch.to_string());
@@ -299,7 +308,27 @@ pub fn status(config_path: &Path, as_json: bool) -> Result<(), String> {
         true => println!("leader: none"),
         false => println!("leader: coordinator {}", leaders.join(", ")),
     }
-    Ok(())
+}
+
+/// What the table has no room for: the leader's last clique and why it left nodes out (§4.2),
+/// and each running node's last problem (a coordinator still rejoining says so).
+fn print_notes(rows: &[Row]) {
+    for (id, _, _, state, status) in rows {
+        let Some(s) = status.as_ref().filter(|_| *state == "up") else { continue };
+        if let Some(c) = s.clique.as_ref().filter(|_| s.leading) {
+            let links: Vec<String> = c.links_down.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+            let links = if links.is_empty() { "none".into() } else { links.join(",") };
+            println!(
+                "coordinator {id}: last clique of view {}: kept {}, links down {links}, isolated {}",
+                c.epoch,
+                node_list(&c.keep),
+                node_list(&c.isolated)
+            );
+        }
+        if let Some(problem) = &s.problem {
+            println!("node {id}: {problem}");
+        }
+    }
 }
 
 /// `3,4,5`, or `none`.
