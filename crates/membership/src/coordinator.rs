@@ -270,6 +270,19 @@ impl<F: Fabric> CoordinatorDriver<F> {
         self.engine.is_rejoining()
     }
 
+    /// Whether it is still short of taking part after a restart without its memory: rejoining,
+    /// or still abstaining in the index after the latest view it knows. Until then, losing
+    /// another coordinator may leave no majority anywhere (`mu_ukharon::restart`: one at a
+    /// time).
+    pub fn still_abstains(&self) -> bool {
+        if self.is_rejoining() {
+            return true;
+        }
+        let next = self.latest().map_or(0, |v| v.epoch + 1);
+        let slots_count = self.config.slots_count;
+        self.answers_from().is_some_and(|b| restart::is_before(next, b, slots_count))
+    }
+
     /// Once rejoined after a restart without its memory: the first index it answers in
     /// (modulo `slots_count * 2048`).
     pub fn answers_from(&self) -> Option<u64> {

@@ -24,8 +24,9 @@ pub struct CoordinatorStatus {
     /// The last clique it asked for as the leader, and why (§4.2): which detector removed
     /// whom.
     pub last_clique: Option<Decision>,
-    /// Restarted without its memory, it has not yet read its peers' words and rejoined
-    /// (`mu_ukharon::restart`): it grants nothing and answers for nothing meanwhile.
+    /// Restarted without its memory, it has not yet rejoined, or still abstains in the next
+    /// index (`CoordinatorDriver::still_abstains`): another coordinator lost meanwhile may
+    /// leave no majority.
     pub rejoining: bool,
 }
 
@@ -67,7 +68,7 @@ impl CoordinatorService {
         let driver = CoordinatorDriver::with_memory(fabric, config, initial, seed, memory)?;
         // Rejoining from the start, so that no status read before the first poll says
         // otherwise.
-        let status = CoordinatorStatus { rejoining: driver.is_rejoining(), ..Default::default() };
+        let status = CoordinatorStatus { rejoining: driver.still_abstains(), ..Default::default() };
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), status: Mutex::new(status) });
         let thread = {
             let shared = shared.clone();
@@ -139,7 +140,7 @@ fn run<F: Fabric>(mut driver: CoordinatorDriver<F>, shared: &Shared, polling: Po
             status.latest = driver.latest().cloned();
         }
         status.leading = driver.is_leading();
-        status.rejoining = driver.is_rejoining();
+        status.rejoining = driver.still_abstains();
         if problem.is_some() {
             status.last_problem = problem;
         }

@@ -144,9 +144,10 @@ fn coordinator<F: Fabric>(
         status.clique = s.last_clique.as_ref().map(CliqueSummary::of);
         status.problem = match s.rejoining {
             true => Some(format!(
-                "rejoining: restarted without its memory, it waits to read the words of {} other \
-                 coordinators (a whole group that starts anew starts its coordinators with \
-                 --new-group, as `mu ukharon up` does)",
+                "rejoining: restarted without its memory, it reads the words of {} other \
+                 coordinators, then abstains until the views pass its bound; stop no other \
+                 coordinator meanwhile (a whole group that starts anew starts its coordinators \
+                 with --new-group, as `mu ukharon up` does)",
                 config.membership.coordinators.len() - config.membership.coordinators.len() / 2
             )),
             false => s.last_problem,

@@ -180,12 +180,7 @@ impl UkCluster {
     /// its bound and crashed before it learnt so leaves it leading from an index it abstains
     /// in, for good.
     pub fn coordinator_still_rejoining(&self, c: usize) -> bool {
-        let Some(driver) = &self.coordinators[c] else { return false };
-        if driver.is_rejoining() {
-            return true;
-        }
-        let next = driver.latest().map_or(0, |v| v.epoch + 1);
-        driver.answers_from().is_some_and(|b| restart::is_before(next, b, self.config.slots_count))
+        self.coordinators[c].as_ref().is_some_and(|driver| driver.still_abstains())
     }
 
     /// Checks a rejoined coordinator's bound: past every index it could have answered in
