@@ -774,13 +774,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
             // lead from the first view (a torn or missing view is not read again: the next
             // decided view is broadcast to this one too).
             let p = self.words_read.trailing_zeros() as usize;
-            let local = LocalSlice {
-                region: BOARD_REGION,
-                offset: self.boards.view_read_offset(),
-                len: VIEW_BYTES as u32,
-            };
-            let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
-            let wr = WorkRequest::read(REJOIN_VIEW_READ | p as u64, local, remote);
+            let wr = self.boards.view_read(REJOIN_VIEW_READ | p as u64);
             self.view_posted = self.post_board(self.config.coordinators[p], &wr, now_ns);
         }
     }

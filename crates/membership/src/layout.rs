@@ -21,7 +21,7 @@
 //! ```
 
 use crate::config::MembershipConfig;
-use mu_fabric::{NodeId, RegionId};
+use mu_fabric::{LocalSlice, NodeId, RegionId, RemoteAddr, WorkRequest};
 use mu_ukharon::coordinator::CoordinatorConfig;
 use mu_ukharon::mailbox;
 use mu_ukharon::view::{View, MEMBERS_MAX};
@@ -128,6 +128,14 @@ impl BoardLayout {
     /// Where a read of a view lands.
     pub fn view_read_offset(&self) -> u64 {
         (self.fingerprint_read_offset(0) + 8 * self.coordinators).next_multiple_of(64)
+    }
+
+    /// A read of the view on another node's board into this one's, at [`Self::view_read_offset`].
+    pub fn view_read(&self, wr_id: u64) -> WorkRequest<'static> {
+        let len = VIEW_BYTES as u32;
+        let local = LocalSlice { region: BOARD_REGION, offset: self.view_read_offset(), len };
+        let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
+        WorkRequest::read(wr_id, local, remote)
     }
 
     /// Where a frame too large to post inline is put before it is written from there.

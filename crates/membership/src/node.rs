@@ -638,13 +638,7 @@ impl<F: Fabric> NodeCore<F> {
         }
         let Some(asked) = self.pull_from.take() else { return };
         let p = (asked + self.pull_rotation) % self.config.coordinators.len();
-        let local = LocalSlice {
-            region: BOARD_REGION,
-            offset: self.boards.view_read_offset(),
-            len: VIEW_BYTES as u32,
-        };
-        let remote = RemoteAddr { region: BOARD_REGION, offset: VIEW_OFFSET };
-        let wr = WorkRequest::read(VIEW_READ | p as u64, local, remote);
+        let wr = self.boards.view_read(VIEW_READ | p as u64);
         let coordinator = self.config.coordinators[p];
         self.pulling = self.post(coordinator, &wr, now_ns);
         if !self.pulling {
