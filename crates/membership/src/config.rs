@@ -51,6 +51,9 @@ pub struct MembershipConfig {
     pub backoff_max_ns: u64,
     /// How often a broken connection is set up again.
     pub reconnect_ns: u64,
+    /// Every view with members names a primary: the oldest member when the last primary left
+    /// or none was named yet (uKharon-KV's groups). Otherwise views name none.
+    pub name_primary: bool,
 }
 
 impl MembershipConfig {
@@ -70,6 +73,7 @@ impl MembershipConfig {
             repeat_ns: 50_000,
             backoff_max_ns: 100_000,
             reconnect_ns: 200_000,
+            name_primary: false,
         }
     }
 
@@ -135,6 +139,9 @@ impl MembershipConfig {
     /// edited on one machine only).
     pub fn fingerprint(&self) -> u64 {
         let mut words = vec![self.cluster, u64::from(self.nodes_max), self.slots_count];
+        if self.name_primary {
+            words.push(1); // coordinators must agree on it; groups without it keep their digest
+        }
         words.extend(self.coordinators.iter().map(|&n| u64::from(n)));
         words.push(u64::MAX); // between the lists
         words.extend(self.caches.iter().map(|&n| u64::from(n)));

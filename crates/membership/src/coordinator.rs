@@ -157,6 +157,7 @@ impl<F: Fabric> CoordinatorDriver<F> {
                 prepare_ahead: 1,
                 initial,
                 backoff_max_ns: config.backoff_max_ns,
+                name_primary: config.name_primary,
             },
             memory,
         )?;

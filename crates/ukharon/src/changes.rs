@@ -66,9 +66,23 @@ pub struct Changes {
     keep: Option<BTreeSet<Member>>,
     primary: Option<u16>,
     lease_ns: Option<u64>,
+    /// Every view with members names a primary (an application such as uKharon-KV needs one):
+    /// the oldest member when none is named yet.
+    name_primary: bool,
 }
 
 impl Changes {
+    /// Changes for a group whose views always name a primary when they have members
+    /// (`name_primary`), or only the one the application names ([`Change::Primary`]).
+    pub fn new(name_primary: bool) -> Changes {
+        Changes { name_primary, ..Changes::default() }
+    }
+
+    /// The same policy, nothing gathered (a leader that steps down drops what it gathered).
+    pub fn cleared(&self) -> Changes {
+        Changes::new(self.name_primary)
+    }
+
     /// Takes a change for the next view, or refuses it against `latest`, the latest view.
     pub fn add(&mut self, change: Change, latest: &View) -> Result<(), Refusal> {
         match change {
@@ -120,11 +134,15 @@ impl Changes {
         members.sort_unstable();
         members.truncate(MEMBERS_MAX);
         let wanted = self.primary.or(latest.primary);
+        // The oldest member (lowest unique id: admitted first) has had the longest to catch
+        // up with the primary's state, so it is the likeliest to hold all of it.
+        let oldest = || members.iter().min_by_key(|m| m.uid).map(|m| m.node);
         let primary = match wanted {
             Some(p) if members.iter().any(|m| m.node == p) => Some(p),
-            // The primary left: the lowest remaining node takes over (the application may
+            // The primary left: the oldest remaining member takes over (the application may
             // name another with `Change::Primary`).
-            Some(_) => members.first().map(|m| m.node),
+            Some(_) => oldest(),
+            None if self.name_primary => oldest(),
             None => None,
         };
         let lease_ns = self.lease_ns.unwrap_or(latest.lease_ns);
@@ -267,6 +285,34 @@ mod tests {
         assert_eq!(v1.primary, Some(1));
         c.settle(&v1);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_group_that_names_a_primary_takes_the_oldest_member() {
+        let empty = View::initial(9, Vec::new(), None, 20_000);
+        let mut plain = Changes::default();
+        plain.add(Change::Join { node: 5, incarnation: 1 }, &empty).unwrap();
+        assert_eq!(plain.next_view(&empty).unwrap().primary, None);
+        let mut c = Changes::new(true);
+        c.add(Change::Join { node: 5, incarnation: 1 }, &empty).unwrap();
+        let v1 = c.next_view(&empty).unwrap();
+        assert_eq!(v1.primary, Some(5));
+        c.settle(&v1);
+        // A lower node id that joins later is younger: the primary stays, then goes to the
+        // oldest remaining member when it leaves.
+        c.add(Change::Join { node: 2, incarnation: 1 }, &v1).unwrap();
+        c.add(Change::Join { node: 3, incarnation: 1 }, &v1).unwrap();
+        let v2 = c.next_view(&v1).unwrap();
+        assert_eq!(v2.primary, Some(5));
+        c.settle(&v2);
+        c.add(Change::Join { node: 1, incarnation: 1 }, &v2).unwrap();
+        let v3 = c.next_view(&v2).unwrap();
+        c.settle(&v3);
+        c.add(Change::Remove { member: v3.members[3] }, &v3).unwrap();
+        let v4 = c.next_view(&v3).unwrap();
+        assert_eq!(v4.nodes().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(v4.primary, Some(2), "2 and 3 joined together, before 1");
+        assert_eq!(c.cleared().next_view(&v4), None);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct CoordinatorConfig {
     pub initial: View,
     /// A leader whose proposer stopped waits a random time below this before it leads again.
     pub backoff_max_ns: u64,
+    /// Every view with members names a primary ([`crate::changes::Changes::new`]).
+    pub name_primary: bool,
 }
 
 impl CoordinatorConfig {
@@ -153,7 +155,7 @@ impl Coordinator {
             latest: None,
             latest_bytes: Vec::new(),
             previous: None,
-            changes: Changes::default(),
+            changes: Changes::new(config.name_primary),
             proposed: None,
             alive: all,
             leading: false,
@@ -384,7 +386,7 @@ impl Coordinator {
         self.proposer.stop();
         self.leading = false;
         self.proposed = None;
-        self.changes = Changes::default();
+        self.changes = self.changes.cleared();
     }
 
     fn submit_next(&mut self) {

@@ -135,6 +135,7 @@ impl Cluster {
             prepare_ahead: 1,
             initial: initial(),
             backoff_max_ns: 50_000,
+            name_primary: false,
         }
     }
 
