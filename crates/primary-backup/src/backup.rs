@@ -125,7 +125,10 @@ impl Backup {
     }
 
     fn publish(&mut self) {
-        let whole = self.applied <= self.committed_known;
+        // A fresh backup says it is not whole, so that the primary sends it a snapshot: records
+        // replayed from position 1 would bring it up too, but it could not tell when it held
+        // every write answered before it joined, and so whether it may become the primary.
+        let whole = self.complete && self.applied <= self.committed_known;
         let word = FollowWord { epoch: self.epoch, applied: self.applied, whole };
         self.actions.push(BackupAction::Publish(word));
     }

@@ -102,7 +102,7 @@ pub struct Primary<T> {
     retained_from: u64,
     peers: BTreeMap<Node, Peer>,
     waiting: VecDeque<Waiting<T>>,
-    /// `Active(view)` was found false: nothing more is answered in this view.
+    /// `Active(view)` was found false at the last check: what waited was dropped.
     stopped: bool,
     actions: Vec<Action<T>>,
     mutation: Mutation,
@@ -162,7 +162,9 @@ impl<T> Primary<T> {
         &self.store
     }
 
-    /// Whether `Active(view)` was found false, after which every request is dropped.
+    /// Whether `Active(view)` was found false at the last check (requests that waited then were
+    /// dropped). A lease that lapsed may be renewed while the view is the latest, and
+    /// answering again is safe: each answer is still checked under `Active`.
     pub fn stopped(&self) -> bool {
         self.stopped
     }
@@ -174,9 +176,16 @@ impl<T> Primary<T> {
     /// A client's request. A get is read at once, from a store that may hold records not yet
     /// held by every backup, so its answer waits as a put's does (`docs/protocols/ukharon-kv.md`,
     /// item 1). `active` is `Active(view)` taken before the request is looked at.
-    pub fn request(&mut self, request: &Request, token: T, active: bool) -> Result<(), Refusal> {
+    /// A request refused is not executed, and its token comes back with the refusal.
+    pub fn request(
+        &mut self,
+        request: &Request,
+        token: T,
+        active: bool,
+    ) -> Result<(), (Refusal, T)> {
         let active = active || self.mutation == Mutation::AnswerWithoutActive;
-        if self.stopped || !active {
+        self.stopped = !active;
+        if !active {
             self.stop();
             self.actions.push(Action::Drop { token });
             return Ok(());
@@ -189,10 +198,16 @@ impl<T> Primary<T> {
                     _ => (value, self.executed),
                 }
             }
-            _ => match self.mutation {
-                Mutation::AnswerBeforeComplete => (self.execute(request)?, 0),
-                _ => (self.execute(request)?, self.executed),
-            },
+            _ => {
+                let reply = match self.execute(request) {
+                    Ok(reply) => reply,
+                    Err(refusal) => return Err((refusal, token)),
+                };
+                match self.mutation {
+                    Mutation::AnswerBeforeComplete => (reply, 0),
+                    _ => (reply, self.executed),
+                }
+            }
         };
         self.waiting.push_back(Waiting { position, token, reply });
         Ok(())
@@ -266,6 +281,32 @@ impl<T> Primary<T> {
         if let Some(peer) = self.peers.get_mut(&to) {
             assert!(position <= peer.sent, "a completion for a record never sent");
             peer.completed = peer.completed.max(position);
+        }
+    }
+
+    /// A later view keeps this node primary with `backups` (item 5 of the design): nothing
+    /// is answered until every backup of the new view holds every record executed, so each
+    /// backup's follow word is read again and what it lacks is sent again. Requests waiting
+    /// for an answer are dropped (their clients retry; a retry waits for the records too).
+    /// Completions of writes posted before the call must not be reported after it.
+    pub fn next_view(&mut self, epoch: u64, backups: &[Node]) {
+        assert!(epoch > self.epoch, "views come in order");
+        self.stop();
+        self.epoch = epoch;
+        self.stopped = false;
+        self.peers = backups.iter().map(|&b| (b, Peer::default())).collect();
+        for &b in backups {
+            self.read_follow(b);
+        }
+    }
+
+    /// The connection to backup `to` broke (a write or read on it failed): what is in flight
+    /// on it may not have landed, so its follow word is read again and what it lacks sent
+    /// again. Completions of operations posted before the call must not be reported after it.
+    pub fn reset_peer(&mut self, to: Node) {
+        if let Some(peer) = self.peers.get_mut(&to) {
+            *peer = Peer::default();
+            self.read_follow(to);
         }
     }
 

@@ -73,8 +73,9 @@ impl std::fmt::Display for RingError {
 
 /// What a backup publishes for its primary to read: the view it follows (once the old
 /// primary's access is gone), the last position it applied, and whether its state is a prefix
-/// of every later primary's: false when it restored a snapshot that held records not yet known
-/// to be held by every backup (a primary's store is speculative), until it learns they were.
+/// of every later primary's: false before it holds a state at all (a fresh backup), and when it
+/// restored a snapshot that held records not yet known to be held by every backup (a primary's
+/// store is speculative), until it learns they were.
 /// A torn read of it is harmless: `applied` only grows, and an older one only makes the primary
 /// send again what the backup skips.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
