@@ -73,6 +73,13 @@ impl Detectors {
         self.ring.on_read(ticket, reading, now_ns);
     }
 
+    /// The ring read due could not be posted (no connection to the successor yet): no reading.
+    pub fn ring_read_not_posted(&mut self, now_ns: u64) {
+        if let Some(ticket) = self.ring_read.take() {
+            self.ring.on_not_posted(ticket, now_ns);
+        }
+    }
+
     /// The beat to write into every member's board now, if one is due.
     pub fn beat_due(&mut self, now_ns: u64) -> Option<u64> {
         self.beats.poll(now_ns)

@@ -701,6 +701,15 @@ impl<F: Fabric> NodeCore<F> {
             LocalSlice { region: BOARD_REGION, offset: self.boards.ring_read_offset(), len: 8 };
         let remote = RemoteAddr { region: BOARD_REGION, offset: HEARTBEAT_OFFSET };
         let wr = WorkRequest::read(RING_READ | u64::from(node), local, remote);
+        let up = self.links.index_of(NodeId(node)).is_some_and(|i| self.links.is_up(i));
+        if !up {
+            // A successor that just joined may not be connected yet: reading nothing is not
+            // reading the same value twice (it was reported at once, and removed, before).
+            if let Some(d) = &mut self.detectors {
+                d.ring_read_not_posted(now_ns);
+            }
+            return;
+        }
         if !self.post(node, &wr, now_ns) {
             if let Some(d) = &mut self.detectors {
                 d.on_ring_read(None, now_ns);

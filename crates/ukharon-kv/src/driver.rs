@@ -7,7 +7,7 @@
 
 use crate::layout::{KvLayout, DATA_REGION, STAGING_REGION};
 use crate::links::Links;
-use mu_fabric::{Access, Completion, Fabric, RegionId};
+use mu_fabric::{Access, Completion, Fabric, LocalRegion, RegionId};
 use mu_kv::{Reply, Request, Store};
 use mu_primary_backup::{Backup, BackupAction, Mutation, Primary, Refusal, Takeover};
 use mu_ukharon::changes::uid_for;
@@ -125,6 +125,8 @@ pub struct KvDriver<F: Fabric, T> {
     pub(crate) view: Option<View>,
     /// The primary this node follows as a backup (the one that may write into its ring).
     pub(crate) followed: Option<u16>,
+    /// This node's unique id in the views it serves in (a new one after a removal).
+    pub(crate) uid: Option<u64>,
     pub(crate) posted: HashMap<u64, Posted>,
     pub(crate) next_wr: u64,
     /// Per peer, bumped when what is in flight to it no longer counts (a failure, a view).
@@ -173,6 +175,7 @@ impl<F: Fabric, T> KvDriver<F, T> {
             role: Role::Outside,
             view: None,
             followed: None,
+            uid: None,
             posted: HashMap::new(),
             next_wr: 1,
             gens: BTreeMap::new(),
@@ -277,12 +280,17 @@ impl<F: Fabric, T> KvDriver<F, T> {
         }
         self.view = Some(view.clone());
         self.links.set_peers(view.nodes());
-        if view.uid_of(self.me).is_none() {
-            if !matches!(self.role, Role::Outside) {
+        let uid = view.uid_of(self.me);
+        if uid.is_none() {
+            if !matches!(self.role, Role::Outside | Role::Removed) {
                 self.leave_role("this node is no longer a member of the group's view");
             }
             return;
         }
+        if self.uid.is_some_and(|old| Some(old) != uid) && !self.start_afresh() {
+            return;
+        }
+        self.uid = uid;
         let role = std::mem::replace(&mut self.role, Role::Outside);
         self.role = match (role, view.primary) {
             (Role::Outside, primary) => {
@@ -347,6 +355,38 @@ impl<F: Fabric, T> KvDriver<F, T> {
                 std::mem::replace(&mut self.role, Role::Removed)
             }
         }
+    }
+
+    /// The node was removed and admitted again (its membership rejoins by itself): it serves
+    /// again as a fresh backup, with nothing of its former state. Whoever could write into its
+    /// ring loses that right first, then the ring and words are cleared, so that no record of
+    /// its former life is taken for one of the new. Says whether it could.
+    fn start_afresh(&mut self) -> bool {
+        if matches!(self.role, Role::Primary(_) | Role::Backup(_) | Role::Taking { .. }) {
+            self.leave_role("this node was removed from the group's view");
+        }
+        if let Some(writer) = self.followed.take() {
+            if let Err(e) = self.links.revoke_write(&self.fabric, writer) {
+                self.followed = Some(writer);
+                self.problem =
+                    Some(format!("rejoining: taking node {writer}'s access away: {}", e.0));
+                return false;
+            }
+        }
+        let cleared = vec![0; self.settings.layout.snapshot_offset()];
+        if self.data.write(0, &cleared).is_err() {
+            self.problem = Some("rejoining: clearing the data region failed".into());
+            return false;
+        }
+        self.posted.clear();
+        self.forget_in_flight();
+        self.lost.clear();
+        self.snapshots.clear();
+        self.snapshot_in_flight = false;
+        self.pending_revokes.clear();
+        (self.last_committed, self.last_installed) = (0, (0, 0));
+        self.role = Role::Outside;
+        true
     }
 
     /// This node serves no more: what waits for an answer is dropped.

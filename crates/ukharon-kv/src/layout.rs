@@ -148,7 +148,7 @@ mod tests {
     fn areas_do_not_overlap() {
         let l =
             KvLayout { ring: Ring::new(16, 128).unwrap(), snapshot_bytes_max: 4096, nodes_max: 4 };
-        assert!(RING_OFFSET >= SNAPSHOT_HEADER_OFFSET + SNAPSHOT_HEADER_BYTES);
+        const { assert!(RING_OFFSET >= SNAPSHOT_HEADER_OFFSET + SNAPSHOT_HEADER_BYTES) };
         assert!(l.snapshot_offset() >= RING_OFFSET + l.ring.bytes());
         assert_eq!(
             l.record_staging(3, l.ring.bytes()),

@@ -5,7 +5,8 @@
 //!
 //! What it catches: a process whose memory is still remotely readable but that no longer runs
 //! (a core hung in the kernel; on shm, a stopped process). A process that died cleanly is the
-//! crash detector's; a read that fails (the memory was deregistered) is reported at once here.
+//! crash detector's; a read that fails (the memory was deregistered) is reported at once here,
+//! once the successor was read (before, its side of the connection may not be bound yet).
 //!
 //! "We make processes wait 30µs after the completion of an RDMA READ before issuing the next
 //! one. As RDMA READs are issued sequentially, network delays do not negatively impact the
@@ -135,12 +136,27 @@ impl Ring {
         self.in_flight = None;
         self.next_read_ns = now_ns.saturating_add(self.config.read_gap_ns);
         let stuck = match reading {
+            // A successor never read yet may not have bound its side of the connection to
+            // this node (it just joined, or this node did): its memory was never readable
+            // here, so an error says nothing of its failure (a crash is the crash detector's).
+            Reading::Error if self.last_value.is_none() => false,
             Reading::Error => true,
             Reading::Value(v) => self.last_value.replace(v) == Some(v),
         };
         if stuck {
             self.suspected = true;
             self.reports.raise(ticket.target, Level::Ring, now_ns);
+        }
+    }
+
+    /// The read of `ticket` could not be posted: this node has no connection to its successor
+    /// yet (one that just joined) or at the moment. Nothing was read, so nothing is reported
+    /// (a successor that died is the crash detector's and the beats'); the next read is due
+    /// `read_gap_ns` from now.
+    pub fn on_not_posted(&mut self, ticket: ReadTicket, now_ns: u64) {
+        if self.in_flight == Some(ticket.serial) {
+            self.in_flight = None;
+            self.next_read_ns = now_ns.saturating_add(self.config.read_gap_ns);
         }
     }
 
@@ -250,13 +266,31 @@ mod tests {
         assert_eq!(ring.next_read_ns(), None);
     }
 
-    /// A failed read (the successor's memory is gone) is reported at once, without a second.
+    /// A failed read (the successor's memory is gone) is reported at once, without a second;
+    /// but not before the successor was read once: its side of the connection may not be
+    /// bound yet (it just joined).
     #[test]
-    fn a_read_error_reports_at_once() {
+    fn a_read_error_reports_at_once_once_the_successor_was_read() {
         let mut ring = Ring::new(RingConfig::default(), me(9), &view(0, &[2, 5, 9]), 0);
-        read(&mut ring, 0, 1_000, Reading::Error);
+        let now = read(&mut ring, 0, 1_000, Reading::Error) + GAP;
+        assert!(ring.suspects().is_none() && ring.reports().is_empty());
+        let now = read(&mut ring, now, 1_000, Reading::Value(4)) + GAP;
+        let now = read(&mut ring, now, 1_000, Reading::Error);
         assert_eq!(ring.suspects(), Some(me(2)));
-        assert_eq!(ring.reports().due(1_000)[0].level, Level::Ring);
+        assert_eq!(ring.reports().due(now)[0].level, Level::Ring);
+    }
+
+    /// A read that could not be posted (no connection to a successor that just joined) reads
+    /// nothing: no report, and the next read is due a gap later.
+    #[test]
+    fn a_read_never_posted_reports_nothing() {
+        let mut ring = Ring::new(RingConfig::default(), me(9), &view(0, &[2, 5, 9]), 0);
+        let ticket = ring.poll(0).expect("a read is due");
+        ring.on_not_posted(ticket, 500);
+        assert!(ring.suspects().is_none() && ring.reports().is_empty());
+        assert_eq!(ring.next_read_ns(), Some(500 + GAP));
+        read(&mut ring, 500 + GAP, 1_000, Reading::Value(3));
+        assert!(ring.suspects().is_none(), "one value read is no failure");
     }
 
     /// §4.2 last paragraph: the report repeats until a view excludes the successor; that view
