@@ -109,6 +109,10 @@ pub struct KvSettings {
     pub reconnect_ns: u64,
     /// How often a primary reads the follow word of a backup whose snapshot it waits for.
     pub install_poll_ns: u64,
+    /// Member `m`'s data fabric node is `m + data_node_offset`: 0 when each process's data
+    /// node lives on a fabric of its own (a run directory of its own on shm), more where both
+    /// planes share one fabric (the simulator's world).
+    pub data_node_offset: u16,
 }
 
 /// See the module docs.
@@ -153,9 +157,12 @@ impl<F: Fabric, T> KvDriver<F, T> {
     /// The node on `fabric` (its data fabric node: the node id is the membership node's).
     pub fn new(fabric: F, settings: KvSettings) -> Result<KvDriver<F, T>, String> {
         let layout = settings.layout;
-        let me = fabric.node().0;
+        let offset = settings.data_node_offset;
+        let Some(me) = fabric.node().0.checked_sub(offset) else {
+            return Err(format!("data node {} is below data_node_offset {offset}", fabric.node()));
+        };
         if me >= layout.nodes_max {
-            return Err(format!("node {me} is not below nodes_max {}", layout.nodes_max));
+            return Err(format!("member {me} is not below nodes_max {}", layout.nodes_max));
         }
         let region = |id: RegionId, bytes: usize, access: Access| {
             fabric.register_region(id, bytes, access).map_err(|e| format!("region {id}: {e}"))
@@ -163,7 +170,7 @@ impl<F: Fabric, T> KvDriver<F, T> {
         let data = region(DATA_REGION, layout.data_bytes(), Access::READ_WRITE)?;
         let staging = region(STAGING_REGION, layout.staging_bytes(), Access::NONE)?;
         let endpoint = fabric.endpoint(4096).map_err(|e| format!("endpoint: {e}"))?;
-        let links = Links::new(fabric.node(), settings.reconnect_ns);
+        let links = Links::new(fabric.node(), offset, settings.reconnect_ns);
         Ok(KvDriver {
             fabric,
             endpoint,
@@ -199,6 +206,7 @@ impl<F: Fabric, T> KvDriver<F, T> {
         self.mutation = mutation;
     }
 
+    /// This node's id as a member of the group's views.
     pub fn node(&self) -> u16 {
         self.me
     }

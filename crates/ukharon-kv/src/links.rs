@@ -18,7 +18,10 @@ enum State {
 
 /// See the module docs.
 pub struct Links {
+    /// This node's data fabric node.
     me: NodeId,
+    /// A member `m`'s data fabric node is `m + offset` (`KvSettings::data_node_offset`).
+    offset: u16,
     peers: BTreeMap<u16, State>,
     /// The peer that may write here.
     writer: Option<u16>,
@@ -30,17 +33,25 @@ pub struct Links {
 pub struct NotYet(pub String);
 
 impl Links {
-    pub fn new(me: NodeId, reconnect_ns: u64) -> Links {
-        Links { me, peers: BTreeMap::new(), writer: None, reconnect_ns }
+    /// The links of data node `me`, whose peers are members' nodes moved by `offset`.
+    pub fn new(me: NodeId, offset: u16, reconnect_ns: u64) -> Links {
+        Links { me, offset, peers: BTreeMap::new(), writer: None, reconnect_ns }
     }
 
     /// The side this node posts on to reach `peer`.
     pub fn conn(&self, peer: u16) -> ConnId {
-        ConnId::new(NodeId(peer), channel(self.me, NodeId(peer)))
+        let to = self.node(peer);
+        ConnId::new(to, channel(self.me, to))
     }
 
     fn incoming(&self, peer: u16) -> ConnId {
-        ConnId::new(NodeId(peer), channel(NodeId(peer), self.me))
+        let from = self.node(peer);
+        ConnId::new(from, channel(from, self.me))
+    }
+
+    /// Member `peer`'s data fabric node.
+    fn node(&self, peer: u16) -> NodeId {
+        NodeId(peer + self.offset)
     }
 
     fn access_for(&self, peer: u16) -> Access {
@@ -58,7 +69,7 @@ impl Links {
     /// The peers are now `nodes` (this node left out); those no longer among them are
     /// forgotten (their sides stay as they are: a revoked one stays revoked).
     pub fn set_peers(&mut self, nodes: impl Iterator<Item = u16>) {
-        let me = self.me.0;
+        let me = self.me.0 - self.offset;
         let mut next = BTreeMap::new();
         for n in nodes.filter(|&n| n != me) {
             let state = self.peers.get(&n).copied().unwrap_or(State::Down { retry_at_ns: 0 });
@@ -87,7 +98,7 @@ impl Links {
         let peers: Vec<(u16, State)> = self.peers.iter().map(|(&n, &s)| (n, s)).collect();
         for (peer, state) in peers {
             let state = match state {
-                State::Up if fabric.crash_notified(NodeId(peer)) => {
+                State::Up if fabric.crash_notified(self.node(peer)) => {
                     State::Down { retry_at_ns: now_ns }
                 }
                 s => s,

@@ -68,10 +68,12 @@ impl KvNode {
         polling: Polling,
     ) -> Result<KvNode, String> {
         let node = membership.node();
-        if data.node().0 != node {
+        if u32::from(data.node().0) != u32::from(node) + u32::from(settings.data_node_offset) {
             return Err(format!(
-                "the data node is {}, the membership node {node}: they must be the same id",
-                data.node().0
+                "the data node is {}, the membership node {node}: the data node must be the \
+                 membership node plus data_node_offset ({})",
+                data.node().0,
+                settings.data_node_offset
             ));
         }
         let driver = KvDriver::new(data, settings)?;

@@ -44,7 +44,7 @@ fn lease() -> LeaseConfig {
 fn settings() -> KvSettings {
     let ring = Ring::new(64, 256).unwrap();
     let layout = KvLayout { ring, snapshot_bytes_max: 1 << 20, nodes_max: 8 };
-    KvSettings { layout, reconnect_ns: 5_000_000, install_poll_ns: 200_000 }
+    KvSettings { layout, reconnect_ns: 5_000_000, install_poll_ns: 200_000, data_node_offset: 0 }
 }
 
 struct Group {
