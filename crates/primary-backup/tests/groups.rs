@@ -1,6 +1,7 @@
 //! Randomized groups (`tests/group`): a primary and backups under views that change, with the
-//! old primary crashed or left running cut off, fresh backups added, writes in flight and
-//! revocations that take time. Every seed must keep the gets linearizable, lose no answered
+//! old primary crashed or left running cut off, views that keep the primary and remove a
+//! backup, connections that break, fresh backups added, writes in flight and revocations that
+//! take time. Every seed must keep the gets linearizable, lose no answered
 //! put, and end with every backup's store equal to the primary's; each broken engine of
 //! `Mutation` must be caught within a bounded number of seeds.
 
@@ -16,7 +17,16 @@ fn run(seed: u64, mutation: Mutation) -> Option<String> {
     let mut g = Group::new(seed, mutation, 2, 4);
     let mut rng = group::SplitMix(seed ^ 0x5eed);
     for _ in 0..4 {
-        for _ in 0..400 {
+        for _ in 0..200 {
+            g.step(true);
+        }
+        // Now and then, a view that keeps the primary and removes a backup, or a broken link.
+        match rng.below(4) {
+            0 if g.settled() => g.change_view_keep_primary(rng.below(2) == 0, rng.below(2) == 0),
+            1 => g.lose_link(),
+            _ => {}
+        }
+        for _ in 0..200 {
             g.step(true);
         }
         // A view changes while the primary has writes on the wire, if it comes to that.

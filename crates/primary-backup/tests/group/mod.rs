@@ -45,9 +45,21 @@ enum Role {
 }
 
 enum Wire {
-    Record { offset: usize, position: u64, bytes: Vec<u8> },
+    /// `epoch`: the writer's view when it sent it (a primary kept by a later view no longer
+    /// counts the completion of a write it sent before, as the runtime drops it).
+    Record {
+        offset: usize,
+        position: u64,
+        epoch: u64,
+        bytes: Vec<u8>,
+    },
     Committed(u64),
-    Snapshot { epoch: u64, position: u64, committed: u64, snapshot: Vec<u8> },
+    Snapshot {
+        epoch: u64,
+        position: u64,
+        committed: u64,
+        snapshot: Vec<u8>,
+    },
 }
 
 /// A completed operation, for the checker.
@@ -191,13 +203,7 @@ impl Group {
         self.primary = new;
         self.backups.retain(|&b| b != new);
         if add_fresh {
-            let fresh = self.next_node;
-            self.next_node += 1;
-            self.add_memory(fresh);
-            let mut backup = Backup::new(self.ring, false);
-            backup.set_mutation(self.mutation);
-            self.role.insert(fresh, Role::Backup(backup));
-            self.backups.push(fresh);
+            self.add_fresh_backup();
         }
         let Some(Role::Backup(backup)) = self.role.remove(&new) else {
             panic!("the new primary {new} is a backup");
@@ -216,6 +222,67 @@ impl Group {
             }
             self.backup_actions(b);
         }
+    }
+
+    /// A view that keeps the primary and removes one of its backups (crashed, or left
+    /// running), and now and then adds a fresh one: the primary answers nothing more until
+    /// every backup of the new view holds every record it executed (design, item 5).
+    pub fn change_view_keep_primary(&mut self, crash_removed: bool, add_fresh: bool) {
+        if !matches!(self.role.get(&self.primary), Some(Role::Primary(p)) if p.epoch() == self.epoch)
+        {
+            return; // still taking over
+        }
+        if let Some(i) =
+            (!self.backups.is_empty()).then(|| self.rng.below(self.backups.len() as u64) as usize)
+        {
+            let removed = self.backups.remove(i);
+            if crash_removed {
+                self.role.insert(removed, Role::Crashed);
+            }
+        }
+        if add_fresh {
+            self.add_fresh_backup();
+        }
+        self.epoch += 1;
+        let (epoch, primary, backups) = (self.epoch, self.primary, self.backups.clone());
+        if let Some(Role::Primary(p)) = self.role.get_mut(&primary) {
+            p.next_view(epoch, &backups);
+        }
+        self.primary_actions(primary);
+        for b in backups {
+            if let Some(Role::Backup(backup)) = self.role.get_mut(&b) {
+                backup.follow(epoch, primary);
+            }
+            self.backup_actions(b);
+        }
+    }
+
+    fn add_fresh_backup(&mut self) {
+        let fresh = self.next_node;
+        self.next_node += 1;
+        self.add_memory(fresh);
+        let mut backup = Backup::new(self.ring, false);
+        backup.set_mutation(self.mutation);
+        self.role.insert(fresh, Role::Backup(backup));
+        self.backups.push(fresh);
+    }
+
+    /// The primary's connection to one backup breaks: what is on the wire to it is flushed
+    /// (never lands, never completes), and the primary starts again from its follow word.
+    pub fn lose_link(&mut self) {
+        if self.backups.is_empty() {
+            return;
+        }
+        let b = self.backups[self.rng.below(self.backups.len() as u64) as usize];
+        let primary = self.primary;
+        if let Some(q) = self.wire.get_mut(&(primary, b)) {
+            q.clear();
+        }
+        self.reads.retain(|&(from, to)| (from, to) != (primary, b));
+        if let Some(Role::Primary(p)) = self.role.get_mut(&primary) {
+            p.reset_peer(b);
+        }
+        self.primary_actions(primary);
     }
 
     fn client_step(&mut self, issue: bool) {
@@ -301,13 +368,16 @@ impl Group {
 
     fn primary_actions(&mut self, node: Node) {
         let Some(Role::Primary(p)) = self.role.get_mut(&node) else { return };
+        let p_epoch = p.epoch();
         let actions: Vec<Action<Token>> = p.drain_actions().collect();
         for action in actions {
             match action {
                 Action::Write { to, offset, position, bytes } => {
+                    let epoch = p_epoch;
                     self.wire.entry((node, to)).or_default().push_back(Wire::Record {
                         offset,
                         position,
+                        epoch,
                         bytes,
                     });
                 }
@@ -366,11 +436,12 @@ impl Group {
         let memory = self.memory.get_mut(&to).expect("memory");
         let lands = memory.writers.contains(&from);
         match wire {
-            Wire::Record { offset, position, bytes } => {
+            Wire::Record { offset, position, epoch, bytes } => {
                 if lands {
                     memory.ring[offset..offset + bytes.len()].copy_from_slice(&bytes);
-                    if let Some(Role::Primary(p)) = self.role.get_mut(&from) {
-                        p.completed(to, position);
+                    match self.role.get_mut(&from) {
+                        Some(Role::Primary(p)) if p.epoch() == epoch => p.completed(to, position),
+                        _ => {}
                     }
                 }
             }
