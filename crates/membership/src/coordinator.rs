@@ -546,6 +546,9 @@ impl<F: Fabric> CoordinatorDriver<F> {
                 (_, Some(Request::Leave { member })) => {
                     self.engine.request(Change::Leave { member })
                 }
+                (_, Some(Request::Primary { node })) => {
+                    self.engine.request(Change::Primary { node })
+                }
                 _ => {}
             }
         }

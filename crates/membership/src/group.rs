@@ -21,7 +21,7 @@ use crate::spans::{ActiveSpan, SpanRecorder};
 use mu_fabric::Fabric;
 use mu_ukharon::lease::LeaseConfig;
 use mu_ukharon::view::{Member, View};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -79,6 +79,8 @@ struct State {
 struct Shared {
     stop: AtomicBool,
     leave: AtomicBool,
+    /// A member to ask the coordinators to name primary, plus one (0: none).
+    primary_wanted: AtomicU32,
     published: Arc<PublishedLease>,
     state: Mutex<State>,
     changed: Condvar,
@@ -138,6 +140,7 @@ impl Membership {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             leave: AtomicBool::new(false),
+            primary_wanted: AtomicU32::new(0),
             published: core.published(),
             state: Mutex::new(State { running: true, ..State::default() }),
             changed: Condvar::new(),
@@ -206,6 +209,13 @@ impl Membership {
     /// The last refusal or bad view the core reported, if any.
     pub fn last_problem(&self) -> Option<String> {
         lock(&self.shared.state).last_problem.clone()
+    }
+
+    /// Asks the coordinators to name `node` the application's primary in this node's place (a
+    /// primary that cannot serve names the one to take its place); asked again while the
+    /// views name this node and have `node` as a member.
+    pub fn ask_primary(&self, node: u16) {
+        self.shared.primary_wanted.store(u32::from(node) + 1, Ordering::Release);
     }
 
     /// Waits until a view of at least `epoch` is learnt.
@@ -292,6 +302,9 @@ fn run<F: Fabric>(mut core: NodeCore<F>, shared: &Shared, polling: Polling) {
         if !leaving && shared.leave.load(Ordering::Acquire) {
             core.leave();
             leaving = true;
+        }
+        if let Some(node) = shared.primary_wanted.swap(0, Ordering::AcqRel).checked_sub(1) {
+            core.ask_primary(node as u16);
         }
         core.poll(now_ns());
         events.extend(core.drain_events());

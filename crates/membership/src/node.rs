@@ -89,6 +89,8 @@ pub struct NodeCore<F: Fabric> {
     want: Want,
     /// A lease duration asked for and not yet in the latest view.
     lease_wanted: Option<u64>,
+    /// The member this node asked to be named primary, until a view names it (or drops it).
+    primary_wanted: Option<u16>,
     /// Unique ids of views decided before this incarnation first asked to join are not its.
     joined_after_epoch: Option<u64>,
     next_request_ns: u64,
@@ -210,6 +212,7 @@ impl<F: Fabric> NodeCore<F> {
             member: None,
             want,
             lease_wanted: None,
+            primary_wanted: None,
             joined_after_epoch: None,
             next_request_ns: 0,
             leader_hint: 0,
@@ -261,6 +264,13 @@ impl<F: Fabric> NodeCore<F> {
     /// request goes out until a view carries that lease.
     pub fn ask_lease(&mut self, lease_ns: u64) {
         self.lease_wanted = Some(lease_ns);
+        self.next_request_ns = 0;
+    }
+
+    /// Asks the coordinators to name `node` the application's primary in this node's place:
+    /// the request goes out while the views name this node, and `node` is a member.
+    pub fn ask_primary(&mut self, node: u16) {
+        self.primary_wanted = Some(node);
         self.next_request_ns = 0;
     }
 
@@ -322,6 +332,24 @@ impl<F: Fabric> NodeCore<F> {
             // A link set up again: what was posted on the old one is gone, completed or not.
             let node = usize::from(self.links.peers()[i].0);
             self.beats_in_flight[node] = 0;
+        }
+    }
+
+    /// A lease or primary this member asked for and the latest view does not have yet.
+    fn change_wanted(&mut self) -> Option<Request> {
+        let view = self.view.as_ref()?;
+        // A member asks for another primary in its own place: once a view names another one
+        // (whoever), or no longer has the one asked for, it stops asking (members passing the
+        // role on in turn would otherwise fight over it).
+        if let Some(p) = self.primary_wanted {
+            if view.primary != Some(self.me) || view.uid_of(p).is_none() {
+                self.primary_wanted = None;
+            }
+        }
+        match (self.lease_wanted, self.primary_wanted) {
+            (Some(lease_ns), _) if view.lease_ns != lease_ns => Some(Request::Lease { lease_ns }),
+            (_, Some(node)) => Some(Request::Primary { node }),
+            _ => None,
         }
     }
 
@@ -551,11 +579,9 @@ impl<F: Fabric> NodeCore<F> {
                 }
                 return;
             }
-            (Want::Member, Some(_)) => match self.lease_wanted {
-                Some(lease_ns) if self.view.as_ref().is_some_and(|v| v.lease_ns != lease_ns) => {
-                    Request::Lease { lease_ns }
-                }
-                _ => return,
+            (Want::Member, Some(_)) => match self.change_wanted() {
+                Some(request) => request,
+                None => return,
             },
             _ => return,
         };

@@ -400,3 +400,27 @@ fn a_node_restarted_while_a_coordinator_was_stopped_joins_through_it() {
     assert!(latest.uid_of(6).is_some(), "the restarted node was not admitted: {latest:?}");
     c.converged();
 }
+
+/// A primary that cannot serve asks for another member in its place: the next view names it,
+/// and nobody is removed on the way.
+#[test]
+fn a_primary_asks_for_another_in_its_place() {
+    let mut config = config();
+    config.name_primary = true;
+    let mut c = Cluster::configured(13, &[5, 6, 7], LeaseConfig::default(), config);
+    c.run_for(3_000_000);
+    let latest = c.sim.decided.last().unwrap().clone();
+    assert_eq!(latest.nodes().collect::<Vec<_>>(), vec![5, 6, 7]);
+    let first = latest.primary.expect("a group that names a primary names one");
+    let other = if first == 7 { 6 } else { 7 };
+    c.nodes.get_mut(&other).unwrap().ask_primary(first);
+    c.run_for(1_000_000);
+    assert_eq!(c.sim.decided.last().unwrap().epoch, latest.epoch, "only the primary may ask");
+    c.nodes.get_mut(&first).unwrap().ask_primary(other);
+    c.run_for(3_000_000);
+    let after = c.sim.decided.last().unwrap().clone();
+    assert_eq!(after.primary, Some(other), "{after:?}");
+    assert_eq!(after.nodes().collect::<Vec<_>>(), vec![5, 6, 7], "nobody was removed");
+    assert_eq!(after.epoch, latest.epoch + 1, "one view: the request stops once answered");
+    assert_eq!(c.active(5), Some(after.epoch));
+}

@@ -295,7 +295,11 @@ impl<F: Fabric, T> KvDriver<F, T> {
             }
             return;
         }
-        if self.uid.is_some_and(|old| Some(old) != uid) && !self.start_afresh() {
+        let readmitted = self.uid.is_some_and(|old| Some(old) != uid);
+        // An incomplete node passed over for another primary starts again as a fresh backup
+        // of the new one (it asked for that: `wants_primary`).
+        let passed_over = matches!(self.role, Role::Incomplete) && view.primary != Some(self.me);
+        if (readmitted || passed_over) && !self.start_afresh() {
             return;
         }
         self.uid = uid;
@@ -395,6 +399,22 @@ impl<F: Fabric, T> KvDriver<F, T> {
         (self.last_committed, self.last_installed) = (0, (0, 0));
         self.role = Role::Outside;
         true
+    }
+
+    /// The member this node asks the coordinators to name primary in its place: named primary
+    /// without a whole state (`RoleName::Incomplete`), it cannot serve. The next member after
+    /// it in the order of admission (oldest first, wrapping), so that members that cannot
+    /// serve either pass it on in turn until one that can is named.
+    pub fn wants_primary(&self) -> Option<u16> {
+        if !matches!(self.role, Role::Incomplete) {
+            return None;
+        }
+        let view = self.view.as_ref()?;
+        let mut by_age: Vec<_> = view.members.clone();
+        by_age.sort_by_key(|m| m.uid);
+        let at = by_age.iter().position(|m| m.node == self.me)?;
+        let next = by_age[(at + 1) % by_age.len()].node;
+        (next != self.me).then_some(next)
     }
 
     /// This node serves no more: what waits for an answer is dropped.

@@ -139,6 +139,9 @@ fn run<F: Fabric>(
     }
     let published = membership.published();
     let active = move |epoch: u64| published.active_at(epoch, now_ns());
+    // The primary last asked for in place of this node (named without a whole state), and
+    // in which view.
+    let mut asked = None;
     while !stop.load(Ordering::Acquire) {
         while let Ok(view) = views.try_recv() {
             driver.learn(&view);
@@ -159,6 +162,13 @@ fn run<F: Fabric>(
             }
         }
         driver.poll(now_ns(), &active);
+        if let Some(next) = driver.wants_primary() {
+            let ask = (driver.epoch(), next);
+            if asked != Some(ask) {
+                asked = Some(ask);
+                membership.ask_primary(next);
+            }
+        }
         for event in driver.drain_events() {
             idle = false;
             answer(event);

@@ -45,6 +45,7 @@ pub enum Kind {
     Renew = 4,
     Answer = 5,
     Lease = 6,
+    Primary = 7,
 }
 
 impl Kind {
@@ -56,6 +57,7 @@ impl Kind {
             4 => Kind::Renew,
             5 => Kind::Answer,
             6 => Kind::Lease,
+            7 => Kind::Primary,
             _ => return None,
         })
     }
@@ -202,6 +204,11 @@ pub enum Request {
     Lease {
         lease_ns: u64,
     },
+    /// Another member as the application's primary from the next view on (a primary that
+    /// cannot serve names the one to take its place).
+    Primary {
+        node: u16,
+    },
 }
 
 impl Request {
@@ -210,6 +217,7 @@ impl Request {
             Request::Join { .. } => Kind::Join,
             Request::Leave { .. } => Kind::Leave,
             Request::Lease { .. } => Kind::Lease,
+            Request::Primary { .. } => Kind::Primary,
         }
     }
 
@@ -219,6 +227,7 @@ impl Request {
             Request::Join { incarnation } => (incarnation, 0),
             Request::Leave { member } => (u64::from(member.node), member.uid),
             Request::Lease { lease_ns } => (lease_ns, 0),
+            Request::Primary { node } => (u64::from(node), 0),
         };
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&a.to_le_bytes());
@@ -237,6 +246,9 @@ impl Request {
                 Some(Request::Leave { member: Member { node: a as u16, uid: b } })
             }
             Kind::Lease if b == 0 => Some(Request::Lease { lease_ns: a }),
+            Kind::Primary if b == 0 && a < u64::from(u16::MAX) => {
+                Some(Request::Primary { node: a as u16 })
+            }
             _ => None,
         }
     }
@@ -318,6 +330,10 @@ mod tests {
         let m = mailbox(out.next(lease.kind(), &lease.payload()), 32);
         let frame = inbox.take(&m).unwrap().unwrap();
         assert_eq!(Request::from_frame(&frame), Some(lease));
+        let primary = Request::Primary { node: 4 };
+        let m = mailbox(out.next(primary.kind(), &primary.payload()), 32);
+        let frame = inbox.take(&m).unwrap().unwrap();
+        assert_eq!(Request::from_frame(&frame), Some(primary));
         assert_eq!(inbox.take(&[0u8; 64]).unwrap(), None, "an empty mailbox");
     }
 
