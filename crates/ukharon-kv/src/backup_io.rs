@@ -4,7 +4,7 @@
 
 use crate::driver::{backups_of, KvDriver, Role};
 use crate::layout::{
-    SnapshotHeader, COMMITTED_OFFSET, FOLLOW_OFFSET, INSTALLED_OFFSET, RING_OFFSET,
+    committed_from, SnapshotHeader, COMMITTED_OFFSET, FOLLOW_OFFSET, INSTALLED_OFFSET, RING_OFFSET,
     SNAPSHOT_HEADER_BYTES, SNAPSHOT_HEADER_OFFSET,
 };
 use mu_fabric::{Fabric, LocalRegion};
@@ -69,7 +69,10 @@ impl<F: Fabric, T> KvDriver<F, T> {
             return;
         }
         self.install_landed();
-        let committed = self.data.load_u64(COMMITTED_OFFSET).unwrap_or(0);
+        let word = |at: usize| self.data.load_u64(at).unwrap_or(0);
+        // A word read mid-write is skipped: the primary only raises it, and tells it again.
+        let committed = committed_from(word(COMMITTED_OFFSET), word(COMMITTED_OFFSET + 8))
+            .unwrap_or(self.last_committed);
         let Role::Backup(b) = &self.role else { return };
         let fresh = self.copy_slots(b.applied());
         if fresh || committed > self.last_committed {

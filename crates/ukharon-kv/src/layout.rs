@@ -5,7 +5,7 @@
 //! ```text
 //! 0     follow word: epoch, applied, whole (three u64; the backup writes it)
 //! 24    installed: epoch, position of the last snapshot restored (two u64)
-//! 64    committed word (u64; the primary writes it)
+//! 64    committed word: the value and its complement (two u64; the primary writes them)
 //! 128   snapshot header: epoch, position, committed, len, checksum (five u64)
 //! 192   the ring of records (`mu_primary_backup::Ring`)
 //! ...   the snapshot's bytes (at most `snapshot_bytes_max`)
@@ -27,6 +27,24 @@ pub const INSTALLED_OFFSET: usize = 24;
 /// What the primary reads at once: the follow word and the installed words.
 pub const FOLLOW_AREA_BYTES: usize = 64;
 pub const COMMITTED_OFFSET: usize = 64;
+const COMMITTED_MASK: u64 = u64::MAX;
+
+/// The committed word's bytes: the value, then its complement, so that a word read while
+/// it was being written (two stores, or a copy byte by byte) is told from a whole one.
+pub fn committed_bytes(committed: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&committed.to_le_bytes());
+    out[8..].copy_from_slice(&(committed ^ COMMITTED_MASK).to_le_bytes());
+    out
+}
+
+/// The committed value from its two words, if they agree (zero before any was written).
+pub fn committed_from(value: u64, complement: u64) -> Option<u64> {
+    match (value, complement) {
+        (0, 0) => Some(0),
+        _ => (value ^ COMMITTED_MASK == complement).then_some(value),
+    }
+}
 pub const SNAPSHOT_HEADER_OFFSET: usize = 128;
 pub const SNAPSHOT_HEADER_BYTES: usize = 40;
 pub const RING_OFFSET: usize = 192;
@@ -142,6 +160,23 @@ mod tests {
         assert!(h.checks(b"state"));
         assert!(!h.checks(b"statf") && !h.checks(b"stat"));
         assert_eq!(SnapshotHeader::decode(&h.encode()), h);
+    }
+
+    #[test]
+    fn a_torn_committed_word_is_never_a_value() {
+        let (old, new) = (committed_bytes(0x1_0000_00ff), committed_bytes(0x1_0000_0100));
+        let word = |b: &[u8; 16], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        assert_eq!(committed_from(word(&new, 0), word(&new, 8)), Some(0x1_0000_0100));
+        assert_eq!(committed_from(0, 0), Some(0));
+        for cut in 1..16 {
+            let mut torn = old;
+            torn[..cut].copy_from_slice(&new[..cut]);
+            let read = committed_from(word(&torn, 0), word(&torn, 8));
+            // Where the rest of the bytes are the same, a torn copy is the whole new word.
+            let whole = [None, Some(0x1_0000_00ff), Some(0x1_0000_0100)];
+            assert!(whole.contains(&read), "cut {cut}: {read:?}");
+            assert!(cut > 8 || read != Some(0x1_0000_0100), "cut {cut}: half a value taken");
+        }
     }
 
     #[test]

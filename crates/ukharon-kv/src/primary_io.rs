@@ -4,8 +4,8 @@
 
 use crate::driver::{Installing, KvDriver, KvEvent, Outgoing, Posted, Role};
 use crate::layout::{
-    SnapshotHeader, COMMITTED_OFFSET, DATA_REGION, FOLLOW_AREA_BYTES, INSTALLED_OFFSET,
-    RING_OFFSET, SNAPSHOT_HEADER_OFFSET, STAGING_REGION,
+    committed_bytes, SnapshotHeader, COMMITTED_OFFSET, DATA_REGION, FOLLOW_AREA_BYTES,
+    INSTALLED_OFFSET, RING_OFFSET, SNAPSHOT_HEADER_OFFSET, STAGING_REGION,
 };
 use mu_fabric::{
     Endpoint, Fabric, LocalRegion, LocalSlice, RemoteAddr, Source, Status, WorkRequest,
@@ -37,17 +37,24 @@ impl<F: Fabric, T> KvDriver<F, T> {
 
     /// Posts `wr` to `to`, or, when the connection is down or the post fails, leaves the peer
     /// to be reset in the engine once the connection is up again.
-    fn post<'a>(&mut self, to: u16, posted: Posted, wr: impl FnOnce(u64) -> WorkRequest<'a>) {
+    fn post<'a>(
+        &mut self,
+        to: u16,
+        posted: Posted,
+        wr: impl FnOnce(u64) -> WorkRequest<'a>,
+    ) -> bool {
         if !self.links.is_up(to) || self.lost.contains(&to) {
             self.peer_lost(to);
-            return;
+            return false;
         }
         let id = self.next_wr_id(posted);
         let conn = self.links.conn(to);
         if self.endpoint.post(conn, &wr(id)).is_err() {
             self.posted.remove(&id);
             self.peer_lost(to);
+            return false;
         }
+        true
     }
 
     /// What is in flight to `to` no longer counts; the engine resends from its follow word
@@ -55,6 +62,9 @@ impl<F: Fabric, T> KvDriver<F, T> {
     pub(crate) fn peer_lost(&mut self, to: u16) {
         *self.gens.entry(to).or_default() += 1;
         self.installing.remove(&to);
+        // The engine sends it a new one if it still needs one: an older one sent after that
+        // would take the backup back.
+        self.snapshots.retain(|s| s.to != to);
         if !self.lost.contains(&to) {
             self.lost.push(to);
         }
@@ -86,7 +96,7 @@ impl<F: Fabric, T> KvDriver<F, T> {
     fn post_committed(&mut self, to: u16, committed: u64) {
         let remote = RemoteAddr { region: DATA_REGION, offset: COMMITTED_OFFSET as u64 };
         let posted = Posted::Committed { to, gen: self.gen(to) };
-        let bytes = committed.to_le_bytes();
+        let bytes = committed_bytes(committed);
         self.post(to, posted, |id| WorkRequest::write(id, Source::Inline(&bytes), remote));
     }
 
@@ -135,9 +145,12 @@ impl<F: Fabric, T> KvDriver<F, T> {
             offset: body_at as u64,
             len: s.bytes.len() as u32,
         };
-        self.post(s.to, Posted::SnapshotBody { to: s.to, gen }, |id| {
+        let body_posted = self.post(s.to, Posted::SnapshotBody { to: s.to, gen }, |id| {
             WorkRequest::write(id, Source::Local(body), body_remote)
         });
+        if !body_posted {
+            return; // the engine sends another once the connection is up again
+        }
         let header_local = LocalSlice {
             region: STAGING_REGION,
             offset: staged as u64,
@@ -146,10 +159,9 @@ impl<F: Fabric, T> KvDriver<F, T> {
         let header_remote =
             RemoteAddr { region: DATA_REGION, offset: SNAPSHOT_HEADER_OFFSET as u64 };
         let posted = Posted::SnapshotHeader { to: s.to, gen, epoch: s.epoch, position: s.position };
-        self.post(s.to, posted, |id| {
+        self.snapshot_in_flight = self.post(s.to, posted, |id| {
             WorkRequest::write(id, Source::Local(header_local), header_remote)
         });
-        self.snapshot_in_flight = true;
     }
 
     /// Completions of every role's work requests: one batch per round. A completion may post
