@@ -78,7 +78,7 @@ sim_sweep velos all 200 0
 step "simulator sweep: mu sim --seeds 100 --faults all,membership, on Mu and on Velos (replicas added and removed, lincheck)"
 sim_sweep mu all,membership 100 0
 sim_sweep velos all,membership 100 0
-step "simulator sweep: mu sim --protocol ukharon --seeds 200 (coordinators, members and caches; crashes, restarts, pauses, delays, partitions, clock drift, lease changes; one active view at a time, agreement, ids, convergence) and a broken lease engine it must catch"
+step "simulator sweep: mu sim --protocol ukharon --seeds 200 (coordinators, members and caches; crashes, restarts, pauses, delays, partitions, clock drift, lease requests; one active view at a time, agreement, ids, convergence) and a broken lease engine it must catch"
 out=$(./target/release/mu sim --protocol ukharon --seeds 200 --json)
 python3 - "$out" <<'PY'
 import json, sys
