@@ -139,8 +139,7 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(base) => {
             let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
             let sources = mu_service::metrics::Sources {
-                replica: replica.clone(),
-                machine,
+                backend: Arc::new(mu_service::ReplicaBackend { replica: replica.clone(), machine }),
                 counters: server.counters.clone(),
                 started,
                 slots_count: config.log.slots,
