@@ -99,6 +99,10 @@ pub fn run(args: Args) -> Result<(), String> {
     for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
         warn!(target: LOG_TARGET, replica = args.id, "{warning}");
     }
+    if config.is_ukharon_kv() {
+        refuse_unsafe_start(&config, &args)?;
+        return crate::ukharon_kv::run(&config, args.id, args.rejoin);
+    }
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
     replica_config.cpus = mu_replica::ThreadCpus {
@@ -182,7 +186,7 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Serves Prometheus text on `port` until the endpoint is dropped, and says where.
-fn serve_metrics(
+pub(crate) fn serve_metrics(
     port: u16,
     sources: mu_service::metrics::Sources,
     id: u16,
@@ -341,7 +345,7 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
 
 /// Writes `text` to `path`, readable and writable by the owner only, as everything else in a
 /// run directory is.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

@@ -30,7 +30,8 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
     let mut started: Vec<Started> = Vec::new();
-    for &id in &config.replicas {
+    // uKharon-KV's coordinators too: `mu replica` runs them as well.
+    for id in config.processes() {
         match spawn_replica(&exe, &config_path, &config, id) {
             Ok(child) => started.push(Started { id, child }),
             Err(e) => {
@@ -43,6 +44,11 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     match wait_until_up(&config, &mut started, timeout) {
         Ok((leader, reports)) => {
             for s in &started {
+                if !config.replicas.contains(&s.id) {
+                    let log = config.log_path(s.id);
+                    println!("coordinator {}: pid {}, log {}", s.id, s.child.id(), log.display());
+                    continue;
+                }
                 let state = match reports.get(&s.id) {
                     Some(r) => format!("sees leader {}", leader_name(r.leader)),
                     None => "started".into(),
@@ -78,7 +84,7 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
 fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
     let mut running = Vec::new();
     let mut stale = Vec::new();
-    for &id in &config.replicas {
+    for id in config.processes() {
         match inspect_pid_file(config, id)? {
             PidFile::Missing => {}
             PidFile::Stale(why) => stale.push((id, why)),
