@@ -8,6 +8,9 @@
 //! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
 //! and the run directory and its shared memory are removed.
 //!
+//! `mu demo --protocol ukharon-kv` runs the same demo on uKharon-KV: three replica processes
+//! and three coordinators, the view's primary killed, a backup taking over in the next view.
+//!
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
@@ -53,8 +56,9 @@ pub struct Args {
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
-    /// The replication engine, mu or velos; or ukharon, the membership service's demo
-    /// (`mu ukharon demo`, which takes none of the options above but --json).
+    /// The replication engine, mu or velos, or ukharon-kv (primary-backup under uKharon's
+    /// views); or ukharon, the membership service's demo (`mu ukharon demo`, which takes none
+    /// of the options above but --json).
     #[arg(long, default_value = "mu", value_parser = demo_protocol)]
     protocol: DemoProtocol,
 }
@@ -63,14 +67,19 @@ pub struct Args {
 #[derive(Clone, Copy)]
 enum DemoProtocol {
     Replica(mu_replica::Protocol),
+    UkharonKv,
     Ukharon,
 }
 
 fn demo_protocol(text: &str) -> Result<DemoProtocol, String> {
     match text {
         "ukharon" => Ok(DemoProtocol::Ukharon),
+        mu_service::config::UKHARON_KV => Ok(DemoProtocol::UkharonKv),
         other => other.parse().map(DemoProtocol::Replica).map_err(|_| {
-            format!("unknown protocol {other:?}: expected \"mu\", \"velos\" or \"ukharon\"")
+            format!(
+                "unknown protocol {other:?}: expected \"mu\", \"velos\", \"ukharon-kv\" or \
+                 \"ukharon\""
+            )
         }),
     }
 }
@@ -121,11 +130,12 @@ struct KeyTruth {
 
 pub fn run(args: Args) -> Result<(), String> {
     let protocol = match args.protocol {
-        DemoProtocol::Replica(protocol) => protocol,
+        DemoProtocol::Replica(protocol) => Some(protocol),
+        DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
     let kv = KvDemo {
-        protocol,
+        protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
         seconds: args.seconds.unwrap_or(3.0),
         clients: args.clients.unwrap_or(4),
         keys: args.keys.unwrap_or(16),
@@ -133,11 +143,22 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
-    let mut cluster =
-        KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?;
+    let mut cluster = match protocol {
+        Some(protocol) => {
+            KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?
+        }
+        // Each backup holds a ring of the records it has not applied yet, each primary one per
+        // backup for records too long to write inline: a few hundred is plenty here.
+        None => KvCluster::start_ukharon_kv("demo", LogShape { slots: 256, slot_bytes: 1024 })?,
+    };
+    let coordinators = match protocol {
+        Some(_) => String::new(),
+        None => " and 3 uKharon coordinators".into(),
+    };
     note!(
-        "mu demo: 3 replica processes ({}) on the shared-memory fabric, run directory {}",
-        protocol,
+        "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
+         directory {}",
+        kv.protocol,
         cluster.run_dir().display()
     );
     let start = Instant::now();
@@ -223,7 +244,8 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
 
 /// The key-value demo's settings, defaults filled in.
 struct KvDemo {
-    protocol: mu_replica::Protocol,
+    /// "mu", "velos" or "ukharon-kv".
+    protocol: &'static str,
     seconds: f64,
     clients: u16,
     keys: u32,
@@ -245,7 +267,7 @@ fn print_summary(
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     if args.json {
         let json = serde_json::json!({
-            "protocol": args.protocol.name(),
+            "protocol": args.protocol,
             "replicas": REPLICAS,
             "clients": args.clients,
             "operations": ops,

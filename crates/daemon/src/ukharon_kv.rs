@@ -35,6 +35,49 @@ pub const DATA_PROTOCOL: &str = "ukharon-kv/1";
 /// How often a primary reads the follow word of a backup whose snapshot it waits for.
 const INSTALL_POLL_NS: u64 = 200_000;
 
+/// How long a replica waits for a view that admits it (the coordinators may be starting).
+const JOIN_WAIT: Duration = Duration::from_secs(30);
+/// How often [`wait_serving`] asks.
+const SERVING_POLL: Duration = Duration::from_millis(10);
+
+/// Waits until replica `id` serves as the primary or a backup of a view, asking it for its
+/// status; fails on what `check` fails on (the process exited, an interrupt) or after
+/// `timeout`.
+///
+/// The replicas of a new group start one at a time, each once the one before serves: the
+/// first member of a group starts the store and the others get it by snapshot, and a node
+/// learns views, not the history before them. Members admitted in one view with the first,
+/// or the first's node learning a later view before the one that admitted it alone, would
+/// leave nobody that knows it holds the whole (empty) store, and a primary that cannot serve.
+pub fn wait_serving(
+    config: &ClusterConfig,
+    id: u16,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut client = mu_service::Client::new(config.cluster_id, config.endpoints())
+        .map_err(|e| e.to_string())?;
+    loop {
+        check()?;
+        let last = match client.status(id) {
+            Ok(r) if matches!(r.role.as_deref(), Some("primary" | "backup")) => return Ok(()),
+            Ok(r) => {
+                let role = format!("role {}", r.role.as_deref().unwrap_or("none"));
+                r.problem.map_or(role.clone(), |problem| format!("{role} ({problem})"))
+            }
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "replica {id} does not serve a view after {} s: {last}",
+                timeout.as_secs()
+            ));
+        }
+        std::thread::sleep(SERVING_POLL);
+    }
+}
+
 /// The keys of a group file that the cluster's own keys give.
 const GIVEN_KEYS: [(&str, &str); 5] = [
     ("cluster", "cluster_id"),
@@ -161,9 +204,11 @@ fn replica(
     write_pid: impl Fn() -> Result<(), String>,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let options = JoinOptions { polling, ..JoinOptions::default() };
-    let membership = Membership::start(membership, group.membership.clone(), group.lease, options)
-        .map_err(|e| format!("replica {id}: membership: {e}"))?;
+    // Admitted before its node starts, so that the node learns the view that admitted it
+    // (the first member's starts the store).
+    let options = JoinOptions { polling, timeout: JOIN_WAIT, incarnation: None };
+    let membership = Membership::join(membership, group.membership.clone(), group.lease, options)
+        .map_err(|e| format!("replica {id}: joining the group: {e}"))?;
     let data = ShmConfig::new(data_dir(config), config.cluster_id, NodeId(id))
         .with_protocol(DATA_PROTOCOL);
     let data = ShmFabric::create(data).map_err(|e| format!("replica {id}: data fabric: {e}"))?;

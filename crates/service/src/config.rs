@@ -446,10 +446,11 @@ impl ClusterConfig {
         Ok(ids)
     }
 
-    /// Every process of the cluster: the replicas, then uKharon-KV's coordinators.
+    /// Every process of the cluster, in the order they start: uKharon-KV's coordinators (which
+    /// the replicas join), then the replicas.
     pub fn processes(&self) -> Vec<u16> {
         let coordinators = self.coordinators().unwrap_or_default();
-        self.replicas.iter().chain(&coordinators).copied().collect()
+        coordinators.iter().chain(&self.replicas).copied().collect()
     }
 
     /// The largest store snapshot a fresh uKharon-KV backup receives.

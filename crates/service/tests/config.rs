@@ -550,7 +550,7 @@ fn a_ukharon_kv_cluster_has_coordinators_beside_its_replicas() {
     let c = ClusterConfig::parse(&ukharon_kv("[0, 1, 2]", "")).unwrap();
     assert!(c.is_ukharon_kv());
     assert_eq!(c.coordinators().unwrap(), vec![0, 1, 2]);
-    assert_eq!(c.processes(), vec![3, 4, 5, 0, 1, 2]);
+    assert_eq!(c.processes(), vec![0, 1, 2, 3, 4, 5], "coordinators first");
     assert_eq!(c.snapshot_bytes(), mu_service::config::SNAPSHOT_BYTES_DEFAULT);
     let mu = ClusterConfig::parse(&good("")).unwrap();
     assert_eq!(mu.processes(), vec![0, 1, 2], "Mu has no coordinators");

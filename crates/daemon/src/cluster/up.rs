@@ -31,16 +31,17 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
     let mut started: Vec<Started> = Vec::new();
     // uKharon-KV's coordinators too: `mu replica` runs them as well.
+    let timeout = Duration::from_secs(args.timeout_s);
     for id in config.processes() {
-        match spawn_replica(&exe, &config_path, &config, id) {
-            Ok(child) => started.push(Started { id, child }),
-            Err(e) => {
-                stop_started(&config, &mut started);
-                return Err(e);
-            }
+        let spawned = spawn_replica(&exe, &config_path, &config, id).and_then(|child| {
+            started.push(Started { id, child });
+            serving_one_at_a_time(&config, id, &mut started, timeout)
+        });
+        if let Err(e) = spawned {
+            stop_started(&config, &mut started);
+            return Err(e);
         }
     }
-    let timeout = Duration::from_secs(args.timeout_s);
     match wait_until_up(&config, &mut started, timeout) {
         Ok((leader, reports)) => {
             for s in &started {
@@ -74,6 +75,35 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
             Err(e)
         }
     }
+}
+
+/// A uKharon-KV replica just started (the last of `started`) serves before the next starts
+/// (see `ukharon_kv::wait_serving` why); nothing to wait for with Mu and Velos.
+fn serving_one_at_a_time(
+    config: &ClusterConfig,
+    id: u16,
+    started: &mut [Started],
+    timeout: Duration,
+) -> Result<(), String> {
+    if !config.is_ukharon_kv() || !config.replicas.contains(&id) {
+        return Ok(());
+    }
+    let check = || {
+        interrupt::check()?;
+        for s in started.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(format!(
+                    "{} {} exited during start-up ({status}); the end of {}:\n{}",
+                    if config.replicas.contains(&s.id) { "replica" } else { "coordinator" },
+                    s.id,
+                    config.log_path(s.id).display(),
+                    log_tail(&config.log_path(s.id))
+                ));
+            }
+        }
+        Ok(())
+    };
+    crate::ukharon_kv::wait_serving(config, id, timeout, check)
 }
 
 /// Fails if a replica of `config` already runs (by its pid file, or because its socket
