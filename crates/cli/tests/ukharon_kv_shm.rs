@@ -1,9 +1,11 @@
 //! uKharon-KV as processes on shm, through the key-value service's front unchanged (`mu cluster
-//! up` with `protocol = "ukharon-kv"`, the client library): clients put and get a few shared
-//! keys under load while the view's primary is killed (SIGKILL), then while the next primary
-//! is stopped (SIGSTOP) until a view without it is served, and resumed (SIGCONT). A request
-//! sent to the stopped primary after that view was decided, on a connection it had accepted
-//! before, must get no reply: it may only say that it is not the primary, or nothing. Every
+//! up` with `protocol = "ukharon-kv"`, four replicas, the client library): clients put and get
+//! a few shared keys under load while the view's primary is killed (SIGKILL); then the next
+//! primary is stopped (SIGSTOP) until a view without it is served, and resumed (SIGCONT); then
+//! the primary and the leading coordinator are killed together. A request sent to the stopped
+//! primary after the view without it was decided, on a connection it had accepted before, must
+//! get no reply (it may only say that it is not the primary, or nothing), and never take
+//! effect. Every
 //! client recorded what it invoked and was told on the host's `CLOCK_MONOTONIC`, and the whole
 //! history, with every key read back at the end, must be linearizable according to `lincheck`
 //! (porcupine); the replicas serving the last view end with equal digests.
@@ -11,6 +13,7 @@
 mod common;
 
 use common::{mu, ok, Setup};
+use mu_daemon::ukharon::status::NodeStatus;
 use mu_kv::{Op, Reply, Request};
 use mu_procs::clock::monotonic_ns;
 use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage, WIRE_VERSION};
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const REPLICAS: [u16; 3] = [3, 4, 5];
+const REPLICAS: [u16; 4] = [3, 4, 5, 6];
 const CLIENTS: u64 = 4;
 const KEYS: u64 = 6;
 const WAIT: Duration = Duration::from_secs(30);
@@ -35,7 +38,7 @@ const LOAD: Duration = Duration::from_millis(1500);
 fn write_config(setup: &Setup, cluster_id: u64) {
     let text = format!(
         "cluster_id = {cluster_id}\nprotocol = \"ukharon-kv\"\nrun_dir = \"{}\"\n\
-         replicas = [3, 4, 5]\n[log]\nslots = 256\nslot_bytes = 1024\n\
+         replicas = [3, 4, 5, 6]\n[log]\nslots = 256\nslot_bytes = 1024\n\
          snapshot_bytes = 1_048_576\n[ukharon]\ncoordinators = [0, 1, 2]\n\
          poll_gap_ns = 200_000\nlease_ns = 3_000_000\nring_read_gap_ns = 10_000_000\n\
          beat_period_ns = 10_000_000\nbeat_timeout_ns = 150_000_000\nrepeat_ns = 5_000_000\n\
@@ -184,42 +187,76 @@ fn welcomed(config: &ClusterConfig, id: u16) -> UnixStream {
 }
 
 #[test]
-fn the_primary_killed_then_stopped_loses_no_answered_write_and_answers_nothing_late() {
+fn failovers_lose_no_answered_write_and_a_stopped_primary_answers_nothing_late() {
     let cluster_id = 0x6b76_0000 | u64::from(std::process::id() & 0xffff);
     let setup = Setup::new("ukharon-kv", cluster_id);
     write_config(&setup, cluster_id);
     ok(mu(&["cluster", "up", "--config", setup.config(), "--timeout-s", "30"]));
     let config = ClusterConfig::load(&setup.config).expect("the configuration");
-    let (first, _) = wait_for(&config, "settled view", |r| settled(r, &REPLICAS));
-
-    // The primary killed under load.
+    let mut live = REPLICAS.to_vec();
+    wait_for(&config, "settled view", |r| settled(r, &live));
     let load = Load::start(&config);
     std::thread::sleep(LOAD);
-    let pid = statuses(&config).iter().find(|r| r.id == first).expect("the primary").pid;
-    signal(pid, "KILL");
-    eprintln!("killed primary {first} (pid {pid})");
-    let live: Vec<u16> = REPLICAS.iter().copied().filter(|&r| r != first).collect();
-    let (second, epoch) =
-        wait_for(&config, "view without the killed primary", |r| settled(r, &live));
+    kill_primary(&config, &mut live, false);
     std::thread::sleep(LOAD);
+    stop_primary(&config, &live);
+    std::thread::sleep(LOAD);
+    kill_primary(&config, &mut live, true);
+    std::thread::sleep(LOAD);
+    let mut operations = load.finish();
+    operations.extend(read_back(&config));
+    operations.sort_by_key(|o| (o.invoke_ns, o.client));
+    let source = "ukharon-kv on shm: primary killed; primary stopped and resumed; primary and \
+                  leading coordinator killed";
+    let history = History { source: source.into(), operations };
+    check_linearizable(&setup, &history);
+    let digests = wait_for(&config, "equal digests", |r| equal_digests(r, &live));
+    eprintln!("digests of the last view: {digests:?}");
+}
 
-    // The next primary stopped: a view without it, then a request on a connection it had
-    // welcomed, sent once that view is served; then it resumes.
-    let mut stream = welcomed(&config, second);
-    let pid = statuses(&config).iter().find(|r| r.id == second).expect("the primary").pid;
+/// Kills the primary of the view `live` settled on (and, with `coordinator_too`, the leading
+/// coordinator with it) and waits until the other replicas serve a later view.
+fn kill_primary(config: &ClusterConfig, live: &mut Vec<u16>, coordinator_too: bool) {
+    let (primary, epoch) = wait_for(config, "settled view", |r| settled(r, live));
+    let pid = statuses(config).iter().find(|r| r.id == primary).expect("the primary").pid;
+    let coordinator = coordinator_too.then(|| leading_coordinator(config));
+    signal(pid, "KILL");
+    if let Some((id, pid)) = coordinator {
+        signal(pid, "KILL");
+        eprintln!("killed coordinator {id} (pid {pid}), the leader");
+    }
+    eprintln!("killed primary {primary} (pid {pid}) of view {epoch}");
+    live.retain(|&r| r != primary);
+    wait_for(config, "view without the killed primary", |r| {
+        settled(r, live).filter(|&(_, e)| e > epoch)
+    });
+}
+
+/// The coordinator that leads, and its pid, from the status files the coordinators write.
+fn leading_coordinator(config: &ClusterConfig) -> (u16, u32) {
+    let dir = config.run_dir.join("membership");
+    let leading = config.coordinators().unwrap().into_iter().find_map(|id| {
+        let status = NodeStatus::read(&dir.join(format!("ukharon-{id}.status.json")))?;
+        status.leading.then_some((id, status.pid))
+    });
+    leading.expect("a leading coordinator")
+}
+
+/// Stops the primary of the view `live` settled on until the others serve a view without it,
+/// sends it a put on a connection it welcomed before, resumes it, and checks that it does not
+/// reply; waits until it serves again, a fresh backup.
+fn stop_primary(config: &ClusterConfig, live: &[u16]) {
+    let (primary, epoch) = wait_for(config, "settled view", |r| settled(r, live));
+    let mut stream = welcomed(config, primary);
+    let pid = statuses(config).iter().find(|r| r.id == primary).expect("the primary").pid;
     signal(pid, "STOP");
-    eprintln!("stopped primary {second} (pid {pid})");
-    let rest: Vec<u16> = live.iter().copied().filter(|&r| r != second).collect();
-    let (third, later) = wait_for(&config, "view without the stopped primary", |r| {
+    eprintln!("stopped primary {primary} (pid {pid}) of view {epoch}");
+    let rest: Vec<u16> = live.iter().copied().filter(|&r| r != primary).collect();
+    let (next, later) = wait_for(config, "view without the stopped primary", |r| {
         settled(r, &rest).filter(|&(_, e)| e > epoch)
     });
-    let late = Request {
-        client: u64::from(std::process::id()) << 20 | 0xdead,
-        seq: 1,
-        op: Op::Put { key: b"late".to_vec(), value: b"from the stopped primary".to_vec() },
-    };
     let mut out = Vec::new();
-    ClientMessage::Kv(late.encode().expect("a request")).encode(&mut out);
+    ClientMessage::Kv(late_put().encode().expect("a request")).encode(&mut out);
     write_frame(&mut stream, &out).expect("the late request is taken by the socket");
     signal(pid, "CONT");
     let mut body = Vec::new();
@@ -229,50 +266,44 @@ fn the_primary_killed_then_stopped_loses_no_answered_write_and_answers_nothing_l
     };
     assert!(
         !matches!(answer, Some(ServerMessage::Reply(_))),
-        "the stopped primary {second} answered {answer:?} after view {later} (primary {third})"
+        "the stopped primary {primary} answered {answer:?} after view {later} (primary {next})"
     );
-    eprintln!("primary {second} resumed; its answer after view {later}: {answer:?}");
-    std::thread::sleep(LOAD);
-    let mut operations = load.finish();
+    eprintln!("primary {primary} resumed; its answer after view {later}: {answer:?}");
+    wait_for(config, "the resumed replica back", |r| settled(r, live).filter(|&(_, e)| e > later));
+}
 
-    // Every key read back, and the late put never applied.
+/// The put sent to a stopped primary.
+fn late_put() -> Request {
+    Request {
+        client: u64::from(std::process::id()) << 20 | 0xdead,
+        seq: 1,
+        op: Op::Put { key: b"late".to_vec(), value: b"from the stopped primary".to_vec() },
+    }
+}
+
+/// Every key read back, as operations of one more client; the late put must not be there.
+fn read_back(config: &ClusterConfig) -> Vec<Operation> {
     let mut reader = Client::new(config.cluster_id, config.endpoints()).expect("a client");
     reader.set_timeout(WAIT);
-    for k in (0..KEYS).map(key).chain([b"late".to_vec()]) {
-        let invoke_ns = monotonic_ns();
-        let reply = reader.call(Op::Get { key: k.clone() }).expect("a read back");
-        if k == b"late" {
-            assert_eq!(reply, Reply::Value(None), "the late put took effect");
-            continue;
-        }
-        let outcome = Outcome::Returned { at_ns: monotonic_ns(), reply };
-        operations.push(Operation {
-            client: CLIENTS * 1_000,
-            op: Op::Get { key: k },
-            invoke_ns,
-            outcome,
-        });
-    }
-    operations.sort_by_key(|o| (o.invoke_ns, o.client));
-    let history =
-        History { source: "ukharon-kv on shm: primary killed, then stopped".into(), operations };
-    check_linearizable(&setup, &history);
+    let late = reader.get(b"late").expect("a read back");
+    assert_eq!(late, None, "the put sent to the stopped primary took effect");
+    (0..KEYS)
+        .map(|k| {
+            let op = Op::Get { key: key(k) };
+            let invoke_ns = monotonic_ns();
+            let reply = reader.call(op.clone()).expect("a read back");
+            let outcome = Outcome::Returned { at_ns: monotonic_ns(), reply };
+            Operation { client: CLIENTS * 1_000, op, invoke_ns, outcome }
+        })
+        .collect()
+}
 
-    // The replicas of the last view end equal: the stopped one, removed while it was stopped,
-    // joins again and gets the store by snapshot.
-    let digests = wait_for(&config, "equal digests", |reports| {
-        let serving: Vec<&ReplicaReport> = reports
-            .iter()
-            .filter(|r| matches!(r.role.as_deref(), Some("primary" | "backup")))
-            .collect();
-        let top = serving.iter().filter_map(|r| r.epoch).max()?;
-        let view: Vec<&&ReplicaReport> = serving.iter().filter(|r| r.epoch == Some(top)).collect();
-        let same =
-            view.windows(2).all(|w| w[0].applied == w[1].applied && w[0].digest == w[1].digest);
-        (view.len() == live.len() && same)
-            .then(|| view.iter().map(|r| (r.id, r.digest.clone())).collect::<Vec<_>>())
-    });
-    eprintln!("digests of the last view: {digests:?}");
+/// The digests of the replicas `live`, once they serve one view and agree.
+fn equal_digests(reports: &[ReplicaReport], live: &[u16]) -> Option<Vec<(u16, String)>> {
+    settled(reports, live)?;
+    let view: Vec<&ReplicaReport> = reports.iter().filter(|r| live.contains(&r.id)).collect();
+    let same = view.windows(2).all(|w| w[0].applied == w[1].applied && w[0].digest == w[1].digest);
+    same.then(|| view.iter().map(|r| (r.id, r.digest.clone())).collect())
 }
 
 fn check_linearizable(setup: &Setup, history: &History) {
