@@ -44,6 +44,8 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     }
     match wait_until_up(&config, &mut started, timeout) {
         Ok((leader, reports)) => {
+            // uKharon-KV's views name a primary, which clients follow as they follow a leader.
+            let leads = if config.is_ukharon_kv() { "primary" } else { "leader" };
             for s in &started {
                 if !config.replicas.contains(&s.id) {
                     let log = config.log_path(s.id);
@@ -51,7 +53,10 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
                     continue;
                 }
                 let state = match reports.get(&s.id) {
-                    Some(r) => format!("sees leader {}", leader_name(r.leader)),
+                    Some(r) => match &r.role {
+                        Some(role) => format!("{role} of view {}", r.epoch.unwrap_or(0)),
+                        None => format!("sees leader {}", leader_name(r.leader)),
+                    },
                     None => "started".into(),
                 };
                 println!(
@@ -64,7 +69,7 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
             }
             let votes = reports.values().filter(|r| r.leader == Some(leader)).count();
             println!(
-                "leader: replica {leader} (agreed by {votes} of {} replicas)",
+                "{leads}: replica {leader} (agreed by {votes} of {} replicas)",
                 config.replicas.len()
             );
             // The children are left running: they are in their own sessions and outlive us.
