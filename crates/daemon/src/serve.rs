@@ -47,13 +47,16 @@ pub struct Args {
     /// The cluster's configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
-    /// This replica's id (one of the configuration's `replicas`).
+    /// This replica's id (one of the configuration's `replicas`; with `protocol =
+    /// "ukharon-kv"`, or one of its `ukharon.coordinators`: that coordinator's process).
     #[arg(long)]
     id: u16,
     /// This replica restarts after losing its log: it rejoins as recovering (it is not counted
     /// in a leader's majority until that leader has prepared without it) and gets the others'
     /// state. Required after a crash; starting such a replica as new could decide a second
-    /// value where its lost log had helped choose one.
+    /// value where its lost log had helped choose one. A uKharon-KV coordinator restarts with
+    /// it without its memory (it abstains until that is safe); a uKharon-KV replica always
+    /// joins anew, as a fresh backup.
     #[arg(long)]
     rejoin: bool,
     /// How log events are written on stderr (what is logged: the `MU_LOG` environment
