@@ -179,8 +179,8 @@ print("mu bench targets --quick: a figure and a verdict for each of the %d targe
       % (len(t), d["seconds"]))
 PY
 
-for protocol in mu velos; do
-step "the main job: mu demo --protocol $protocol (three replica processes, leader killed; JSON checked)"
+for protocol in mu velos ukharon-kv; do
+step "the main job: mu demo --protocol $protocol (three replica processes, leader killed; JSON checked; ukharon-kv: three coordinators besides, the primary killed)"
 out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol")
 echo "$out"
 python3 - "$out" "$protocol" <<'PY'

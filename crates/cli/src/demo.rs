@@ -8,6 +8,9 @@
 //! the demo (also on Ctrl-C, and if a replica dies unexpectedly the demo stops with an error),
 //! and the run directory and its shared memory are removed.
 //!
+//! `mu demo --protocol ukharon-kv` runs the same demo on uKharon-KV: three replica processes
+//! and three coordinators, the view's primary killed, a backup taking over in the next view.
+//!
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
@@ -53,8 +56,9 @@ pub struct Args {
     /// Print the summary as JSON (the progress line still goes to stderr).
     #[arg(long)]
     json: bool,
-    /// The replication engine, mu or velos; or ukharon, the membership service's demo
-    /// (`mu ukharon demo`, which takes none of the options above but --json).
+    /// The replication engine, mu or velos, or ukharon-kv (primary-backup under uKharon's
+    /// views); or ukharon, the membership service's demo (`mu ukharon demo`, which takes none
+    /// of the options above but --json).
     #[arg(long, default_value = "mu", value_parser = demo_protocol)]
     protocol: DemoProtocol,
 }
@@ -63,14 +67,19 @@ pub struct Args {
 #[derive(Clone, Copy)]
 enum DemoProtocol {
     Replica(mu_replica::Protocol),
+    UkharonKv,
     Ukharon,
 }
 
 fn demo_protocol(text: &str) -> Result<DemoProtocol, String> {
     match text {
         "ukharon" => Ok(DemoProtocol::Ukharon),
+        mu_service::config::UKHARON_KV => Ok(DemoProtocol::UkharonKv),
         other => other.parse().map(DemoProtocol::Replica).map_err(|_| {
-            format!("unknown protocol {other:?}: expected \"mu\", \"velos\" or \"ukharon\"")
+            format!(
+                "unknown protocol {other:?}: expected \"mu\", \"velos\", \"ukharon-kv\" or \
+                 \"ukharon\""
+            )
         }),
     }
 }
@@ -121,11 +130,12 @@ struct KeyTruth {
 
 pub fn run(args: Args) -> Result<(), String> {
     let protocol = match args.protocol {
-        DemoProtocol::Replica(protocol) => protocol,
+        DemoProtocol::Replica(protocol) => Some(protocol),
+        DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
     let kv = KvDemo {
-        protocol,
+        protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
         seconds: args.seconds.unwrap_or(3.0),
         clients: args.clients.unwrap_or(4),
         keys: args.keys.unwrap_or(16),
@@ -133,16 +143,32 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
-    let mut cluster =
-        KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?;
+    let mut cluster = match protocol {
+        Some(protocol) => {
+            KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?
+        }
+        // Each backup holds a ring of the records it has not applied yet, each primary one per
+        // backup for records too long to write inline: a few hundred is plenty here.
+        None => KvCluster::start_ukharon_kv("demo", LogShape { slots: 256, slot_bytes: 1024 })?,
+    };
+    let coordinators = match protocol {
+        Some(_) => String::new(),
+        None => " and 3 uKharon coordinators".into(),
+    };
     note!(
-        "mu demo: 3 replica processes ({}) on the shared-memory fabric, run directory {}",
-        protocol,
+        "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
+         directory {}",
+        kv.protocol,
         cluster.run_dir().display()
     );
     let start = Instant::now();
     let leader = cluster.wait_for_leader(Duration::from_secs(10))?;
-    note!("mu demo: replica {leader} leads ({} ms after start)", start.elapsed().as_millis());
+    // uKharon-KV's views name a primary, which serves as a leader does.
+    let leads = if protocol.is_some() { "leader" } else { "primary" };
+    note!(
+        "mu demo: replica {leader} is the {leads} ({} ms after start)",
+        start.elapsed().as_millis()
+    );
     let config = cluster.config.clone();
 
     let shared = Arc::new(Shared {
@@ -172,7 +198,7 @@ pub fn run(args: Args) -> Result<(), String> {
         shared.killed.store(leader, Ordering::Release);
         shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
         cluster.kill(leader)?;
-        note!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
+        note!("\nmu demo: killed the {leads}, replica {leader} (SIGKILL)");
         watch(&shared, &mut cluster, start, phase, "after the kill")?;
         Ok(leader)
     })();
@@ -185,7 +211,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let kill_at_ns = shared.kill_at_ns.load(Ordering::Acquire);
     let resumed_ns = shared.first_after_kill_ns.load(Ordering::Acquire);
     if resumed_ns == 0 {
-        return Err("no operation completed after the leader was killed".into());
+        return Err(format!("no operation completed after the {leads} was killed"));
     }
     let failover_us = resumed_ns.saturating_sub(kill_at_ns) / 1000;
 
@@ -223,7 +249,8 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
 
 /// The key-value demo's settings, defaults filled in.
 struct KvDemo {
-    protocol: mu_replica::Protocol,
+    /// "mu", "velos" or "ukharon-kv".
+    protocol: &'static str,
     seconds: f64,
     clients: u16,
     keys: u32,
@@ -245,7 +272,7 @@ fn print_summary(
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     if args.json {
         let json = serde_json::json!({
-            "protocol": args.protocol.name(),
+            "protocol": args.protocol,
             "replicas": REPLICAS,
             "clients": args.clients,
             "operations": ops,
@@ -277,7 +304,8 @@ fn print_summary(
             h.max() as f64 / 1000.0
         );
         println!(
-            "  failover       leader {killed} killed; clients served again after {:.3} ms",
+            "  failover       {} {killed} killed; clients served again after {:.3} ms",
+            if args.protocol == mu_service::config::UKHARON_KV { "primary" } else { "leader" },
             failover_us as f64 / 1000.0
         );
         println!("  durability     {checked} keys read back: no acknowledged write lost");

@@ -125,7 +125,10 @@ fn a_demo_out_of_range_is_a_usage_error() {
     }
     usage_refused(&["demo", "--clients", "100000"], "1..=1024");
     usage_refused(&["demo", "--keys", "0"], "1..=1000000");
-    usage_refused(&["demo", "--protocol", "raft"], "\"mu\", \"velos\" or \"ukharon\"");
+    usage_refused(
+        &["demo", "--protocol", "raft"],
+        "\"mu\", \"velos\", \"ukharon-kv\" or \"ukharon\"",
+    );
 }
 
 /// The membership demo has no clients: an option of the key-value demo is refused, not ignored.

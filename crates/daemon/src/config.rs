@@ -21,6 +21,9 @@ pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
     if config.fabric == "ofi" {
         return Err(format!("{}: fabric = \"ofi\": {OFI_NOT_BUILT}", path.display()));
     }
+    if config.is_ukharon_kv() {
+        crate::ukharon_kv::group(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     Ok(config)
 }
 

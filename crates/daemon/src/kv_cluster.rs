@@ -1,16 +1,28 @@
 //! A key-value cluster of three `mu replica` child processes on the shared-memory fabric, in a
-//! private run directory: what `mu demo` and `mu bench e2e` run against. The processes die with
+//! private run directory: what `mu demo` and `mu bench e2e` run against. A uKharon-KV cluster
+//! ([`KvCluster::start_ukharon_kv`]) has three coordinator processes besides. The processes die with
 //! this one (they watch its pid) and are killed and reaped when the cluster is dropped; then the
 //! run directory and its shared memory are removed.
 
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
 use mu_service::{Client, ClusterConfig, ReplicaReport};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const REPLICAS: u16 = 3;
+
+/// How long a uKharon-KV replica may take to serve a view once started.
+const START_WAIT: Duration = Duration::from_secs(20);
+
+/// uKharon's timings for processes that share a few cores, as `ukharon::config::shared_host`
+/// writes them (see there why each), under a uKharon-KV cluster's `[ukharon]`.
+const SHARED_HOST_TIMINGS: &str = "poll_gap_ns = 200_000\nlease_ns = 3_000_000\n\
+    ring_read_gap_ns = 10_000_000\nbeat_period_ns = 10_000_000\nbeat_timeout_ns = 150_000_000\n\
+    repeat_ns = 5_000_000\nbackoff_max_ns = 2_000_000\nreconnect_ns = 5_000_000\n\
+    [ukharon.lease]\nlease_max_ns = 100_000_000\nrenew_margin_ns = 1_500_000\n";
 
 /// The log of each replica.
 pub struct LogShape {
@@ -46,8 +58,33 @@ impl KvCluster {
         );
         std::fs::write(&config_path, text)
             .map_err(|e| format!("writing the configuration: {e}"))?;
-        let config = ClusterConfig::load(&config_path)?;
-        let processes = Processes::spawn(&config_path, &config)?;
+        KvCluster::start_from(dir, &config_path)
+    }
+
+    /// [`KvCluster::start`] for uKharon-KV: replicas 3, 4 and 5 and coordinators 0, 1 and 2,
+    /// with the timings of `mu ukharon`'s shared-host file (`ukharon::config::shared_host`:
+    /// processes that share a few cores).
+    pub fn start_ukharon_kv(tag: &str, log: LogShape) -> Result<KvCluster, String> {
+        let dir = RunDir::create(tag)?;
+        let config_path = dir.path().join("cluster.toml");
+        let cluster_id = u64::from(std::process::id()) << 16 | 0x6b;
+        let text = format!(
+            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"ukharon-kv\"\n\
+             fabric = \"shm\"\nrun_dir = \"{}\"\nreplicas = [3, 4, 5]\n\n[log]\nslots = {}\n\
+             slot_bytes = {}\nsnapshot_bytes = 16_777_216\n\n[ukharon]\n\
+             coordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}",
+            dir.path().display(),
+            log.slots,
+            log.slot_bytes
+        );
+        std::fs::write(&config_path, text)
+            .map_err(|e| format!("writing the configuration: {e}"))?;
+        KvCluster::start_from(dir, &config_path)
+    }
+
+    fn start_from(dir: RunDir, config_path: &Path) -> Result<KvCluster, String> {
+        let config = crate::config::load_config(config_path)?;
+        let processes = Processes::spawn(config_path, &config)?;
         Ok(KvCluster { processes, config, _dir: dir })
     }
 
@@ -91,23 +128,29 @@ impl KvCluster {
         self.processes.kill(id)
     }
 
+    /// Sends `signal` to process `id` (SIGSTOP and SIGCONT, say).
+    pub fn signal(&self, id: u16, signal: libc::c_int) -> Result<(), String> {
+        self.processes.signal(id, signal)
+    }
+
     /// Fails if a replica that was not killed has exited, with the end of its log.
     pub fn check_alive(&mut self) -> Result<(), String> {
         self.processes.check_alive()
     }
 }
 
-/// The replica processes; killed and reaped when dropped.
+/// The cluster's processes (replicas, and uKharon-KV's coordinators), by id; killed and
+/// reaped when dropped.
 struct Processes {
-    children: Vec<Option<Child>>,
-    logs: Vec<PathBuf>,
+    children: BTreeMap<u16, Child>,
+    logs: BTreeMap<u16, PathBuf>,
 }
 
 impl Processes {
     fn spawn(config_path: &Path, config: &ClusterConfig) -> Result<Processes, String> {
         let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
-        let mut p = Processes { children: Vec::new(), logs: Vec::new() };
-        for id in 0..REPLICAS {
+        let mut p = Processes { children: BTreeMap::new(), logs: BTreeMap::new() };
+        for id in config.processes() {
             let log_path = config.log_path(id);
             let log = std::fs::File::create(&log_path)
                 .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
@@ -126,42 +169,50 @@ impl Processes {
             // Own process group: the terminal's Ctrl-C reaches only the demo, which stops them.
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             let child = cmd.spawn().map_err(|e| format!("starting replica {id}: {e}"))?;
-            p.children.push(Some(child));
-            p.logs.push(log_path);
+            p.children.insert(id, child);
+            p.logs.insert(id, log_path);
+            if config.is_ukharon_kv() && config.replicas.contains(&id) {
+                let check = || p.check_alive().and_then(|()| interrupt::check());
+                crate::ukharon_kv::wait_serving(config, id, START_WAIT, check)?;
+            }
         }
         Ok(p)
     }
 
     fn kill(&mut self, id: u16) -> Result<(), String> {
-        let child = self.children[id as usize].as_mut().ok_or("already gone")?;
+        let mut child = self.children.remove(&id).ok_or("already gone")?;
         child.kill().map_err(|e| format!("killing replica {id}: {e}"))?;
         let _ = child.wait();
-        self.children[id as usize] = None;
         Ok(())
     }
 
-    /// Fails if a replica we did not kill has exited, with the end of its log.
+    fn signal(&self, id: u16, signal: libc::c_int) -> Result<(), String> {
+        let child = self.children.get(&id).ok_or(format!("no process {id}"))?;
+        mu_procs::child::signal(child, signal).map_err(|e| format!("signal to {id}: {e}"))
+    }
+
+    /// Fails if a process we did not kill has exited, with the end of its log.
     fn check_alive(&mut self) -> Result<(), String> {
-        for (id, slot) in self.children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(&self.logs[id]).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                *slot = None;
-                return Err(format!(
-                    "replica {id} exited unexpectedly ({status}); its last output:\n  {}",
-                    tail.join("\n  ")
-                ));
-            }
-        }
-        Ok(())
+        let exited = self
+            .children
+            .iter_mut()
+            .find_map(|(&id, child)| child.try_wait().ok().flatten().map(|status| (id, status)));
+        let Some((id, status)) = exited else { return Ok(()) };
+        self.children.remove(&id);
+        let log = std::fs::read_to_string(&self.logs[&id]).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Err(format!(
+            "replica {id} exited unexpectedly ({status}); its last output:\n  {}",
+            tail.join("\n  ")
+        ))
     }
 }
 
 impl Drop for Processes {
     fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
+        for child in self.children.values_mut() {
+            let _ = mu_procs::child::signal(child, libc::SIGCONT);
             let _ = child.kill();
             let _ = child.wait();
         }

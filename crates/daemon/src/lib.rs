@@ -15,5 +15,6 @@ pub mod node_log;
 pub mod replica_pid;
 pub mod serve;
 pub mod ukharon;
+pub mod ukharon_kv;
 
 use mu_procs::interrupt;

@@ -47,13 +47,16 @@ pub struct Args {
     /// The cluster's configuration file (TOML).
     #[arg(long)]
     config: PathBuf,
-    /// This replica's id (one of the configuration's `replicas`).
+    /// This replica's id (one of the configuration's `replicas`; with `protocol =
+    /// "ukharon-kv"`, or one of its `ukharon.coordinators`: that coordinator's process).
     #[arg(long)]
     id: u16,
     /// This replica restarts after losing its log: it rejoins as recovering (it is not counted
     /// in a leader's majority until that leader has prepared without it) and gets the others'
     /// state. Required after a crash; starting such a replica as new could decide a second
-    /// value where its lost log had helped choose one.
+    /// value where its lost log had helped choose one. A uKharon-KV coordinator restarts with
+    /// it without its memory (it abstains until that is safe); a uKharon-KV replica always
+    /// joins anew, as a fresh backup.
     #[arg(long)]
     rejoin: bool,
     /// How log events are written on stderr (what is logged: the `MU_LOG` environment
@@ -99,6 +102,10 @@ pub fn run(args: Args) -> Result<(), String> {
     for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
         warn!(target: LOG_TARGET, replica = args.id, "{warning}");
     }
+    if config.is_ukharon_kv() {
+        refuse_unsafe_start(&config, &args)?;
+        return crate::ukharon_kv::run(&config, args.id, args.rejoin);
+    }
     let mut replica_config = config.replica_config(args.id)?;
     replica_config.eligible = !args.rejoin;
     replica_config.cpus = mu_replica::ThreadCpus {
@@ -139,8 +146,7 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(base) => {
             let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
             let sources = mu_service::metrics::Sources {
-                replica: replica.clone(),
-                machine,
+                backend: Arc::new(mu_service::ReplicaBackend { replica: replica.clone(), machine }),
                 counters: server.counters.clone(),
                 started,
                 slots_count: config.log.slots,
@@ -183,7 +189,7 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Serves Prometheus text on `port` until the endpoint is dropped, and says where.
-fn serve_metrics(
+pub(crate) fn serve_metrics(
     port: u16,
     sources: mu_service::metrics::Sources,
     id: u16,
@@ -342,7 +348,7 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
 
 /// Writes `text` to `path`, readable and writable by the owner only, as everything else in a
 /// run directory is.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

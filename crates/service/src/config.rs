@@ -39,6 +39,33 @@
 //! ```
 //!
 //! Unknown keys are errors (a misspelt setting must not be silently ignored).
+//!
+//! `protocol = "ukharon-kv"` is uKharon-KV (primary-backup under uKharon's views and leases,
+//! `docs/protocols/ukharon-kv.md`): the `replicas` are the group's members, each a `mu replica`
+//! process, and `[ukharon]` names the coordinators (processes too, `mu replica --id` one of
+//! them) and takes every key of a `mu ukharon` group file under its own name (`poll_gap_ns`,
+//! `lease_ns`, `ring_read_gap_ns`, ..., and `[ukharon.lease]`), but for `cluster`, `run_dir`,
+//! `members`, `fabric` and `ofi`, which the cluster's `cluster_id`, `run_dir`, `replicas` and
+//! `fabric` give. `[log]` sizes each backup's ring of records (`slots` of `slot_bytes`), and
+//! `log.snapshot_bytes` the largest store a fresh backup is sent. `mode`, `threads`,
+//! `[detector]` and `log.integrity` are Mu's and Velos's, unused. Shm only, for now:
+//!
+//! ```toml
+//! cluster_id = 8
+//! protocol = "ukharon-kv"
+//! run_dir = "/dev/shm/mu-8"
+//! replicas = [3, 4, 5]
+//! [log]
+//! slots = 256
+//! slot_bytes = 1024
+//! snapshot_bytes = 16_777_216
+//! [ukharon]
+//! coordinators = [0, 1, 2]
+//! poll_gap_ns = 200_000
+//! lease_ns = 3_000_000
+//! [ukharon.lease]
+//! lease_max_ns = 100_000_000
+//! ```
 
 use crate::socket::Endpoint;
 use mu_fabric::NodeId;
@@ -76,7 +103,16 @@ pub struct ClusterConfig {
     pub ofi: Option<OfiSection>,
     /// Client access over TCP; without it, clients use the Unix sockets in `run_dir`.
     pub clients: Option<ClientsSection>,
+    /// uKharon-KV's group (`protocol = "ukharon-kv"`): its coordinators and the keys of a
+    /// `mu ukharon` group file (checked whole by the daemon, which reads that format).
+    pub ukharon: Option<toml::Table>,
 }
+
+/// The protocol name of uKharon-KV.
+pub const UKHARON_KV: &str = "ukharon-kv";
+
+/// The largest store snapshot a fresh uKharon-KV backup receives, by default.
+pub const SNAPSHOT_BYTES_DEFAULT: u64 = 16 << 20;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,6 +207,8 @@ pub struct LogSection {
     pub slots: u64,
     pub slot_bytes: u32,
     pub integrity: String,
+    /// uKharon-KV only: the largest store snapshot a fresh backup receives, in bytes.
+    pub snapshot_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -205,7 +243,12 @@ fn default_mode() -> String {
 
 impl Default for LogSection {
     fn default() -> LogSection {
-        LogSection { slots: 4096, slot_bytes: 4096 + 24, integrity: "checksum".into() }
+        LogSection {
+            slots: 4096,
+            slot_bytes: 4096 + 24,
+            integrity: "checksum".into(),
+            snapshot_bytes: None,
+        }
     }
 }
 
@@ -232,7 +275,23 @@ impl ClusterConfig {
 
     /// Everything that can be checked without touching the machine.
     fn check(&self) -> Result<(), String> {
-        self.protocol()?;
+        if self.is_ukharon_kv() {
+            self.check_ukharon_kv()?;
+        } else {
+            self.protocol()?;
+            if self.ukharon.is_some() {
+                return Err(format!(
+                    "ukharon: a section for protocol = \"{UKHARON_KV}\" only (protocol is \"{}\")",
+                    self.protocol
+                ));
+            }
+            if self.log.snapshot_bytes.is_some() {
+                return Err(format!(
+                    "log.snapshot_bytes: for protocol = \"{UKHARON_KV}\" only (Mu and Velos send \
+                     a snapshot of any size)"
+                ));
+            }
+        }
         match (self.fabric.as_str(), &self.ofi) {
             ("shm", None) => {}
             ("shm", Some(_)) => {
@@ -324,10 +383,79 @@ impl ClusterConfig {
                 mu_kv::PUT_BYTES_MIN
             ));
         }
-        self.replica_config(self.replicas[0])?
-            .validate()
-            .map_err(|e| format!("configuration: {e}"))?;
+        if !self.is_ukharon_kv() {
+            self.replica_config(self.replicas[0])?
+                .validate()
+                .map_err(|e| format!("configuration: {e}"))?;
+        }
         Ok(())
+    }
+
+    /// Whether the cluster runs uKharon-KV rather than a replication engine.
+    pub fn is_ukharon_kv(&self) -> bool {
+        self.protocol == UKHARON_KV
+    }
+
+    /// What `protocol = "ukharon-kv"` asks of the rest of the file: `[ukharon]` with
+    /// coordinators that are not replicas, the shm fabric, a ring the records fit in.
+    fn check_ukharon_kv(&self) -> Result<(), String> {
+        if self.ukharon.is_none() {
+            return Err(format!(
+                "ukharon: missing (protocol = \"{UKHARON_KV}\" needs [ukharon] with the \
+                 coordinators, e.g. coordinators = [0, 1, 2])"
+            ));
+        }
+        if self.fabric != "shm" {
+            return Err(format!(
+                "fabric \"{}\": protocol = \"{UKHARON_KV}\" runs on \"shm\" only, for now",
+                self.fabric
+            ));
+        }
+        let coordinators = self.coordinators()?;
+        if let Some(c) = coordinators.iter().find(|c| self.replicas.contains(c)) {
+            return Err(format!("ukharon.coordinators: node {c} is also a replica"));
+        }
+        mu_primary_backup::Ring::new(self.log.slots, self.log.slot_bytes as usize)
+            .map_err(|e| format!("log: {e} (the ring of records each backup holds)"))?;
+        match self.log.snapshot_bytes {
+            Some(0) => Err("log.snapshot_bytes: 0; a fresh backup needs room for the store".into()),
+            Some(n) if n > LOG_BYTES_MAX => {
+                Err(format!("log.snapshot_bytes: {n}, above {LOG_BYTES_MAX}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// uKharon-KV's coordinators (`ukharon.coordinators`); none for Mu and Velos.
+    pub fn coordinators(&self) -> Result<Vec<u16>, String> {
+        let Some(table) = &self.ukharon else { return Ok(Vec::new()) };
+        let key = "ukharon.coordinators";
+        let Some(toml::Value::Array(items)) = table.get("coordinators") else {
+            return Err(format!("{key}: a list of node ids is expected"));
+        };
+        let ids = items
+            .iter()
+            .map(|v| match v.as_integer() {
+                Some(i) if (0..64).contains(&i) => Ok(i as u16),
+                _ => Err(format!("{key}: {v:?} is not a node id (0 to 63)")),
+            })
+            .collect::<Result<Vec<u16>, String>>()?;
+        if ids.is_empty() {
+            return Err(format!("{key}: at least one coordinator is needed"));
+        }
+        Ok(ids)
+    }
+
+    /// Every process of the cluster, in the order they start: uKharon-KV's coordinators (which
+    /// the replicas join), then the replicas.
+    pub fn processes(&self) -> Vec<u16> {
+        let coordinators = self.coordinators().unwrap_or_default();
+        coordinators.iter().chain(&self.replicas).copied().collect()
+    }
+
+    /// The largest store snapshot a fresh uKharon-KV backup receives.
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.log.snapshot_bytes.unwrap_or(SNAPSHOT_BYTES_DEFAULT)
     }
 
     /// The replica configuration of replica `id`.

@@ -4,7 +4,9 @@
 //!   connection ([`Endpoint`]).
 //! * [`Server`]: a replica serving clients; it proposes their requests (batched) through
 //!   [`mu_replica::Replica`] and answers once they are committed and applied. Replicas that do
-//!   not lead answer with a hint naming the leader.
+//!   not lead answer with a hint naming the leader. It serves any [`Backend`]: a Mu or Velos
+//!   replica ([`ReplicaBackend`]), or a uKharon-KV node ([`ukharon_kv::UkharonKvBackend`]:
+//!   the view's primary answers, the others name it as the leader).
 //! * [`Client`]: the library clients use: follows the hints, retries with the same client id
 //!   and sequence number (applied once, [`mu_kv::Store`]), times out with a clear error.
 //! * [`SharedMachine`]: the [`mu_kv::Store`] as the replica's state machine, with snapshots
@@ -12,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod client;
 pub mod config;
 pub mod machine;
@@ -19,8 +22,10 @@ pub mod metrics;
 pub mod report;
 pub mod server;
 pub mod socket;
+pub mod ukharon_kv;
 pub mod wire;
 
+pub use backend::{Backend, ReplicaBackend};
 pub use client::{Client, ClientError};
 pub use config::ClusterConfig;
 pub use machine::SharedMachine;

@@ -6,10 +6,8 @@
 //! that send nothing, or a request without end, neither delay the others for long nor grow
 //! anything without bound.
 
-use crate::machine::SharedMachine;
-use crate::report::ReplicaReport;
+use crate::backend::Backend;
 use crate::server::ServerCounters;
-use mu_replica::Replica;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -20,8 +18,8 @@ use std::time::{Duration, Instant};
 
 /// What one scrape reads.
 pub struct Sources {
-    pub replica: Arc<Replica>,
-    pub machine: SharedMachine,
+    /// What the server serves: its report gives the replica's numbers.
+    pub backend: Arc<dyn Backend>,
     pub counters: Arc<ServerCounters>,
     pub started: Instant,
     /// The log's slots, for the usage gauge.
@@ -235,7 +233,7 @@ fn is_metrics_request(line: &[u8]) -> bool {
 
 /// The metrics in Prometheus' text format.
 pub fn render(s: &Sources) -> String {
-    let r = ReplicaReport::new(&s.replica, &s.machine, s.started);
+    let r = s.backend.report(s.started);
     let c = &s.counters;
     let mut out = String::new();
     let counter = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

@@ -48,6 +48,17 @@ pub struct ReplicaReport {
     pub other_configuration: Vec<u16>,
     pub uptime_ms: u64,
     pub pid: u32,
+    /// A uKharon-KV node's part in its view: "primary", "backup", "taking over", "outside",
+    /// "removed" or "incomplete" (absent for Mu and Velos). Its `leader` is the view's
+    /// primary, and `fuo` and `applied` its position (records executed, or applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A uKharon-KV node's view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// Why a uKharon-KV node does not serve, if it does not (an incomplete state, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 impl ReplicaReport {
@@ -80,6 +91,9 @@ impl ReplicaReport {
             other_configuration: s.other_configuration.iter().map(|n| n.0).collect(),
             uptime_ms: started.elapsed().as_millis() as u64,
             pid: std::process::id(),
+            role: None,
+            epoch: None,
+            problem: None,
         }
     }
 

@@ -6,8 +6,9 @@
 //! ([`ServerLimits`]): connections open at once (one more is answered with a retry and closed),
 //! the time a connection may stay silent, and the time a frame may take to arrive or an answer
 //! to be taken; a connection past a limit is closed, and nobody else waits for it. A single proposer thread takes the requests of
-//! every connection, proposes what has gathered as one call ([`Replica::propose_many`]: several
-//! requests per entry, several entries in flight, Mu paper §7.4), and hands each its answer.
+//! every connection and hands what has gathered to the [`Backend`] as one batch (a Mu or
+//! Velos replica proposes it as one call, [`mu_replica::Replica::propose_many`]: several
+//! requests per entry, several entries in flight, Mu paper §7.4), then each its answer.
 //! Bad input is answered, never fatal: a malformed request or one over the limits gets
 //! [`ServerMessage::Refused`] and the connection goes on; a frame that cannot be read closes
 //! that connection only. A connection must open with a hello naming this cluster and this wire
@@ -17,15 +18,15 @@
 //! (warn, with the reason), and, at most once per [`WARN_EVERY`], connections refused for
 //! being over the limit and errors accepting connections. Nothing per request.
 
+use crate::backend::{Backend, Pending, ReplicaBackend};
 use crate::machine::SharedMachine;
-use crate::report::ReplicaReport;
 use crate::socket::Stream;
 use crate::wire::{
     read_frame_body, read_frame_length, write_frame, ClientMessage, FrameError, ServerMessage,
     WIRE_VERSION,
 };
 use mu_kv::Request;
-use mu_replica::{ProposeError, Replica};
+use mu_replica::Replica;
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read};
 use std::net::{SocketAddr, TcpListener};
@@ -85,9 +86,7 @@ const BODY_BYTES_KEPT_MAX: usize = 64 * 1024;
 
 /// A request on its way to the proposer, and where its answer goes.
 struct Job {
-    bytes: Vec<u8>,
-    client: u64,
-    seq: u64,
+    pending: Pending,
     answer: Sender<ServerMessage>,
 }
 
@@ -146,8 +145,8 @@ impl ServerCounters {
 pub struct Server {
     path: PathBuf,
     tcp: Option<SocketAddr>,
-    /// The replica served, for the stop event.
-    replica_id: u16,
+    /// The node served, for the stop event.
+    node: u16,
     stop: Arc<AtomicBool>,
     acceptors: Vec<JoinHandle<()>>,
     proposer: Option<JoinHandle<()>>,
@@ -180,11 +179,33 @@ impl Server {
         )
     }
 
+    /// [`Server::start`] for any [`Backend`] (a uKharon-KV node, say), with `limits`.
+    pub fn start_backend(
+        cluster_id: u64,
+        backend: Arc<dyn Backend>,
+        (path, tcp): (&Path, Option<&str>),
+        started: Instant,
+        limits: ServerLimits,
+    ) -> Result<Server, String> {
+        Server::start_served(cluster_id, backend, (path, tcp), started, limits)
+    }
+
     /// [`Server::start`], with `limits` on what clients may hold.
     pub fn start_with_limits(
         cluster_id: u64,
         replica: Arc<Replica>,
         machine: SharedMachine,
+        (path, tcp): (&Path, Option<&str>),
+        started: Instant,
+        limits: ServerLimits,
+    ) -> Result<Server, String> {
+        let backend = Arc::new(ReplicaBackend { replica, machine });
+        Server::start_served(cluster_id, backend, (path, tcp), started, limits)
+    }
+
+    fn start_served(
+        cluster_id: u64,
+        backend: Arc<dyn Backend>,
         (path, tcp): (&Path, Option<&str>),
         started: Instant,
         limits: ServerLimits,
@@ -227,17 +248,16 @@ impl Server {
         let counters = Arc::new(ServerCounters::default());
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let mut acceptors = Vec::new();
-        let replica_id = replica.id().0;
+        let node = backend.node();
         let proposer = {
-            let (replica, machine, counters) = (replica.clone(), machine.clone(), counters.clone());
-            spawn("mu-kv-propose", move || proposer(&replica, &machine, &counters, jobs_rx))?
+            let (backend, counters) = (backend.clone(), counters.clone());
+            spawn("mu-kv-propose", move || proposer(&*backend, &counters, jobs_rx))?
         };
         let connections = Arc::new(Connections::default());
         let base = Connection {
             cluster_id,
             jobs: jobs_tx,
-            replica,
-            machine,
+            backend,
             counters,
             started,
             limits,
@@ -258,7 +278,7 @@ impl Server {
             })?);
         }
         tracing::info!(
-            replica = replica_id,
+            replica = node,
             cluster_id,
             socket = %path.display(),
             tcp = %tcp.map_or("none".to_string(), |a| a.to_string()),
@@ -267,7 +287,7 @@ impl Server {
         Ok(Server {
             path: path.to_path_buf(),
             tcp,
-            replica_id,
+            node,
             stop,
             acceptors,
             proposer: Some(proposer),
@@ -314,7 +334,7 @@ impl Drop for Server {
         }
         let _ = std::fs::remove_file(&self.path);
         tracing::info!(
-            replica = self.replica_id,
+            replica = self.node,
             socket = %self.path.display(),
             "server stopped: socket removed"
         );
@@ -413,7 +433,7 @@ fn accept_loop(
                     base.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
                     if warn_now(&warned.over_limit) {
                         tracing::warn!(
-                            replica = base.replica.id().0,
+                            replica = base.backend.node(),
                             connections_max = max,
                             "connection refused: too many open (further refusals in the next \
                              {} s are not logged)",
@@ -435,7 +455,7 @@ fn accept_loop(
             Err(e) => {
                 if warn_now(&warned.accept_error) {
                     tracing::warn!(
-                        replica = base.replica.id().0,
+                        replica = base.backend.node(),
                         error = %e,
                         "accepting a client connection failed; trying again (further errors \
                          in the next {} s are not logged)",
@@ -503,8 +523,7 @@ impl Read for Timed<'_> {
 struct Connection {
     cluster_id: u64,
     jobs: Sender<Job>,
-    replica: Arc<Replica>,
-    machine: SharedMachine,
+    backend: Arc<dyn Backend>,
     counters: Arc<ServerCounters>,
     started: Instant,
     limits: ServerLimits,
@@ -556,7 +575,7 @@ impl Connection {
                     }
                     Err(why) => {
                         tracing::warn!(
-                            replica = self.replica.id().0,
+                            replica = self.backend.node(),
                             reason = why.as_str(),
                             "connection refused: its hello does not match this replica"
                         );
@@ -584,7 +603,7 @@ impl Connection {
     /// The answer to a connection's first message: welcome a client of this cluster that speaks
     /// this wire version, refuse anything else.
     fn greet(&self, first: &ClientMessage) -> Result<ServerMessage, String> {
-        let me = self.replica.id().0;
+        let me = self.backend.node();
         match *first {
             ClientMessage::Hello { cluster_id, .. } if cluster_id != self.cluster_id => {
                 Err(format!(
@@ -613,8 +632,7 @@ impl Connection {
     fn handle(&self, message: ClientMessage) -> ServerMessage {
         let bytes = match message {
             ClientMessage::Status => {
-                let report = ReplicaReport::new(&self.replica, &self.machine, self.started);
-                return ServerMessage::Status(report.to_json());
+                return ServerMessage::Status(self.backend.report(self.started).to_json());
             }
             ClientMessage::Kv(bytes) => bytes,
             ClientMessage::Hello { .. } => return self.refuse("a second hello".into()),
@@ -628,7 +646,7 @@ impl Connection {
         };
         let arrived = Instant::now();
         let (tx, rx) = mpsc::channel();
-        let job = Job { bytes, client: request.client, seq: request.seq, answer: tx };
+        let job = Job { pending: Pending { request, bytes }, answer: tx };
         if self.jobs.send(job).is_err() {
             return ServerMessage::Retry("the replica is shutting down".into());
         }
@@ -642,109 +660,40 @@ impl Connection {
     }
 }
 
-/// Proposes what the connections bring, in batches, until every connection and the acceptor are
-/// gone.
-fn proposer(
-    replica: &Replica,
-    machine: &SharedMachine,
-    counters: &ServerCounters,
-    jobs: Receiver<Job>,
-) {
-    let mut batch: Vec<Job> = Vec::with_capacity(BATCH_REQUESTS_MAX);
-    let mut outcomes = Vec::with_capacity(BATCH_REQUESTS_MAX);
+/// Hands what the connections bring to `backend`, in batches, until every connection and the
+/// acceptor are gone.
+fn proposer(backend: &dyn Backend, counters: &ServerCounters, jobs: Receiver<Job>) {
+    let mut batch: Vec<Pending> = Vec::with_capacity(BATCH_REQUESTS_MAX);
+    let mut waiting: Vec<Sender<ServerMessage>> = Vec::with_capacity(BATCH_REQUESTS_MAX);
+    let mut answers = Vec::with_capacity(BATCH_REQUESTS_MAX);
     while let Ok(first) = jobs.recv() {
-        batch.push(first);
-        while batch.len() < BATCH_REQUESTS_MAX {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some(job) = next.take() {
+            batch.push(job.pending);
+            waiting.push(job.answer);
+            if batch.len() < BATCH_REQUESTS_MAX {
+                next = jobs.try_recv().ok();
             }
         }
-        {
-            let mut m = machine.lock();
-            for job in &batch {
-                m.expect(job.client, job.seq);
-            }
-        }
-        propose_batch(replica, &batch, &mut outcomes);
-        let mut m = machine.lock();
-        for (job, outcome) in batch.drain(..).zip(outcomes.drain(..)) {
-            let reply = m.take(job.client, job.seq);
-            let answer = match (outcome, reply) {
-                (Ok(_), Some(reply)) => {
-                    counters.committed.fetch_add(1, Ordering::Relaxed);
-                    ServerMessage::Reply(reply)
-                }
-                // Committed, but applied as a duplicate of a request with the same client and
-                // sequence number that another replica had taken: its reply is the session's.
-                (Ok(_), None) => match m.store.reply(job.client, job.seq) {
-                    Some(reply) => ServerMessage::Reply(reply.clone()),
-                    None => ServerMessage::Retry("applied out of order; send it again".into()),
-                },
-                (Err(e), _) => answer_error(e, counters),
-            };
-            let _ = job.answer.send(answer);
+        backend.serve(&batch, &mut answers);
+        batch.clear();
+        let mut answers = answers.drain(..);
+        for answer in waiting.drain(..) {
+            let message = answers
+                .next()
+                .unwrap_or_else(|| ServerMessage::Retry("not answered; send it again".into()));
+            count(&message, counters);
+            let _ = answer.send(message);
         }
     }
 }
 
-/// Proposes the requests of `batch`, an outcome per job into `outcomes`. One request too large
-/// for an entry fails a whole `propose_many` call; the batch holds other clients' requests,
-/// which would be refused for it (for good: a client does not send a refused request again).
-/// So those too large are answered so, and the others proposed again without them.
-fn propose_batch(replica: &Replica, batch: &[Job], outcomes: &mut Vec<Result<u64, ProposeError>>) {
-    let requests: Vec<&[u8]> = batch.iter().map(|j| j.bytes.as_slice()).collect();
-    replica.propose_many(&requests, outcomes);
-    let max = match outcomes.first() {
-        Some(Err(ProposeError::TooLarge { max, .. })) if batch.len() > 1 => *max,
-        _ => return,
+fn count(answer: &ServerMessage, counters: &ServerCounters) {
+    let counter = match answer {
+        ServerMessage::Reply(_) => &counters.committed,
+        ServerMessage::NotLeader { .. } => &counters.not_leader,
+        ServerMessage::Retry(_) => &counters.retries,
+        _ => &counters.refused,
     };
-    let fitting: Vec<&[u8]> = requests.iter().copied().filter(|r| r.len() <= max).collect();
-    let mut fitting_outcomes = Vec::with_capacity(fitting.len());
-    if !fitting.is_empty() {
-        replica.propose_many(&fitting, &mut fitting_outcomes);
-    }
-    let mut fitting_outcomes = fitting_outcomes.into_iter();
-    outcomes.clear();
-    for request in requests {
-        outcomes.push(if request.len() > max {
-            Err(ProposeError::TooLarge { len: request.len(), max })
-        } else {
-            fitting_outcomes.next().expect("an outcome per request proposed")
-        });
-    }
-}
-
-fn answer_error(e: ProposeError, counters: &ServerCounters) -> ServerMessage {
-    match e {
-        ProposeError::NotLeader { leader } => {
-            counters.not_leader.fetch_add(1, Ordering::Relaxed);
-            ServerMessage::NotLeader { leader: leader.map(|l| l.0) }
-        }
-        ProposeError::TooLarge { len, max } => {
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            // `len` is the encoded request, not the value the user gave: say so.
-            ServerMessage::Refused(format!(
-                "the request takes {len} bytes in the log (its key, any values and a header), \
-                 more than an entry holds ({max} bytes)"
-            ))
-        }
-        ProposeError::Empty | ProposeError::Membership(_) | ProposeError::Reentrant => {
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            ServerMessage::Refused(e.to_string())
-        }
-        ProposeError::Aborted
-        | ProposeError::LogFull { .. }
-        | ProposeError::Busy
-        | ProposeError::ShuttingDown => {
-            counters.retries.fetch_add(1, Ordering::Relaxed);
-            ServerMessage::Retry(e.to_string())
-        }
-        // A kind this server does not know yet: a retry with the same sequence number is safe
-        // whatever it means (the state machine applies a request once).
-        _ => {
-            counters.retries.fetch_add(1, Ordering::Relaxed);
-            ServerMessage::Retry(e.to_string())
-        }
-    }
+    counter.fetch_add(1, Ordering::Relaxed);
 }

@@ -534,3 +534,37 @@ fn client_addresses_are_checked_as_ofi_addresses_are() {
     refused(&good(&CLIENTS.replace("host-c:7300", ":7300")), &["empty host"]);
     refused(&good("[clients]\nport = 7\n"), &["unknown field"]);
 }
+
+/// A uKharon-KV cluster: replicas 3 to 5, coordinators as `coordinators` says, and `extra`.
+fn ukharon_kv(coordinators: &str, extra: &str) -> String {
+    config_with(
+        "8",
+        "/tmp/x",
+        "[3, 4, 5]",
+        &format!("protocol = \"ukharon-kv\"\n{extra}\n[ukharon]\ncoordinators = {coordinators}\n"),
+    )
+}
+
+#[test]
+fn a_ukharon_kv_cluster_has_coordinators_beside_its_replicas() {
+    let c = ClusterConfig::parse(&ukharon_kv("[0, 1, 2]", "")).unwrap();
+    assert!(c.is_ukharon_kv());
+    assert_eq!(c.coordinators().unwrap(), vec![0, 1, 2]);
+    assert_eq!(c.processes(), vec![0, 1, 2, 3, 4, 5], "coordinators first");
+    assert_eq!(c.snapshot_bytes(), mu_service::config::SNAPSHOT_BYTES_DEFAULT);
+    let mu = ClusterConfig::parse(&good("")).unwrap();
+    assert_eq!(mu.processes(), vec![0, 1, 2], "Mu has no coordinators");
+}
+
+#[test]
+fn ukharon_kv_errors_name_the_key() {
+    refused(&config_with("8", "/tmp/x", "[3]", "protocol = \"ukharon-kv\""), &["ukharon: missing"]);
+    refused(&ukharon_kv("[0, 3]", ""), &["ukharon.coordinators: node 3 is also a replica"]);
+    refused(&ukharon_kv("[]", ""), &["ukharon.coordinators"]);
+    refused(&ukharon_kv("[0, 99]", ""), &["ukharon.coordinators", "99"]);
+    refused(&ukharon_kv("[0]", "fabric = \"ofi\""), &["fabric", "shm"]);
+    refused(&ukharon_kv("[0]", "[log]\nslots = 0"), &["log:", "at least one slot"]);
+    refused(&ukharon_kv("[0]", "[log]\nsnapshot_bytes = 0"), &["log.snapshot_bytes"]);
+    refused(&good("[ukharon]\ncoordinators = [5]"), &["ukharon: a section for protocol"]);
+    refused(&good("[log]\nsnapshot_bytes = 4096"), &["log.snapshot_bytes: for protocol"]);
+}

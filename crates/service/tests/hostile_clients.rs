@@ -18,7 +18,7 @@ use mu_replica::{Mode, Replica, ReplicaConfig};
 use mu_service::metrics::{self, MetricsServer, Sources, CLIENT_TIME_MAX, SCRAPES_MAX};
 use mu_service::server::ServerLimits;
 use mu_service::wire::{write_frame, ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION};
-use mu_service::{Client, Endpoint, Server, SharedMachine};
+use mu_service::{Client, Endpoint, ReplicaBackend, Server, SharedMachine};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -117,8 +117,10 @@ impl Node {
 
     fn serve_metrics(&mut self) -> std::net::SocketAddr {
         let sources = Sources {
-            replica: self.replica.clone().expect("a replica"),
-            machine: self.machine.clone(),
+            backend: Arc::new(ReplicaBackend {
+                replica: self.replica.clone().expect("a replica"),
+                machine: self.machine.clone(),
+            }),
             counters: self.server().counters.clone(),
             started: Instant::now(),
             slots_count: SLOTS,

@@ -19,7 +19,7 @@ pub(super) fn down(args: &DownArgs) -> Result<(), String> {
     // Every pid file is read before anything is done, so that a run directory another
     // cluster's replicas use is left as it is.
     let mut found = Vec::new();
-    for &id in &config.replicas {
+    for id in config.processes() {
         match inspect_pid_file(&config, id)? {
             PidFile::Foreign(target, other) => return Err(foreign(&config, id, &target, other)),
             pid_file => found.push((id, pid_file)),
@@ -120,7 +120,30 @@ fn remove_own_pid_file(config: &ClusterConfig, id: u16, pid: u32) {
 /// directory's cluster file) and the replicas' sockets, node by node while holding the node's
 /// lock, so that nothing a running node uses is removed. Returns the nodes whose lock is held.
 pub(super) fn remove_shared_memory(config: &ClusterConfig) -> Result<Vec<String>, String> {
-    let dir = &config.run_dir;
+    let mut held = remove_fabric_files(config, &config.run_dir)?;
+    if config.is_ukharon_kv() {
+        // uKharon-KV's two planes, each a fabric of its own in a subdirectory; the membership's
+        // holds the coordinators' status files too.
+        let membership = crate::ukharon_kv::membership_dir(config);
+        for dir in [membership.clone(), crate::ukharon_kv::data_dir(config)] {
+            if dir.is_dir() {
+                held.extend(remove_fabric_files(config, &dir)?);
+            }
+        }
+        for id in config.coordinators().unwrap_or_default() {
+            let _ = std::fs::remove_file(membership.join(format!("ukharon-{id}.status.json")));
+        }
+        if held.is_empty() {
+            for dir in [membership, crate::ukharon_kv::data_dir(config)] {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// [`remove_shared_memory`] in one directory.
+fn remove_fabric_files(config: &ClusterConfig, dir: &Path) -> Result<Vec<String>, String> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| format!("reading the run directory {}: {e}", dir.display()))?;
     // Node ids named by the fabric's files: `n<id>.lock`, `n<id>.ctl`, `n<id>.i<inc>.r<region>`.
@@ -227,7 +250,7 @@ fn shm_wrote(path: &Path) -> bool {
 /// Removes the replicas' logs, then the run directory if nothing else is in it.
 fn purge(config: &ClusterConfig) -> Result<(), String> {
     let dir = &config.run_dir;
-    for &id in &config.replicas {
+    for id in config.processes() {
         remove_if_exists(&config.log_path(id))?;
         remove_if_exists(&config.pid_path(id))?;
     }

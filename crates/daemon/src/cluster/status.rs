@@ -61,7 +61,8 @@ fn print_table(
     config_path: &Path,
     answers: &[(u16, Result<ReplicaReport, String>)],
 ) {
-    let header = [
+    let ukharon_kv = config.is_ukharon_kv();
+    let mu_header = [
         "ID",
         "PID",
         "STATE",
@@ -78,12 +79,16 @@ fn print_table(
         "DIGEST",
         "UPTIME",
     ];
+    let header: &[&str] = if ukharon_kv { &UKHARON_KV_HEADER } else { &mu_header };
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     let mut problems = Vec::new();
     for (id, answer) in answers {
         match answer {
             Ok(r) => {
-                rows.push(report_row(*id, r));
+                rows.push(if ukharon_kv { ukharon_kv_row(*id, r) } else { report_row(*id, r) });
+                if let Some(problem) = &r.problem {
+                    problems.push(format!("replica {id}: {problem}"));
+                }
                 problems.extend(report_problems(*id, r));
             }
             Err(e) => {
@@ -111,10 +116,12 @@ fn print_table(
         Some(l) => {
             let votes = reports.iter().filter(|r| r.leader == Some(l)).count();
             println!(
-                "leader: replica {l} (agreed by {votes} of {} replicas)",
+                "{}: replica {l} (agreed by {votes} of {} replicas)",
+                if ukharon_kv { "primary" } else { "leader" },
                 config.replicas.len()
             );
         }
+        None if ukharon_kv => println!("primary: none named by a majority's views"),
         None => println!("leader: none agreed by a majority"),
     }
     for p in problems {
@@ -151,6 +158,27 @@ fn report_row(id: u16, r: &ReplicaReport) -> Vec<String> {
         // Each peer's failure-detector score (0-15), as peer:score.
         r.scores.iter().map(|(p, sc)| format!("{p}:{sc}")).collect::<Vec<_>>().join(","),
         r.digest.clone(),
+        uptime(r.uptime_ms),
+    ]
+}
+
+/// The columns of a uKharon-KV cluster's table: each replica's part in its view, the view's
+/// primary, the records it executed (the primary) or applied (a backup), its store.
+const UKHARON_KV_HEADER: [&str; 9] =
+    ["ID", "PID", "ROLE", "PRIMARY", "EPOCH", "POSITION", "KEYS", "DIGEST", "UPTIME"];
+
+/// A uKharon-KV replica's row of the status table.
+fn ukharon_kv_row(id: u16, r: &ReplicaReport) -> Vec<String> {
+    let or_dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
+    vec![
+        id.to_string(),
+        r.pid.to_string(),
+        r.role.clone().unwrap_or_else(|| "-".into()),
+        leader_name(r.leader),
+        r.epoch.map_or("-".into(), |e| e.to_string()),
+        r.applied.to_string(),
+        r.keys.to_string(),
+        or_dash(r.digest.clone()),
         uptime(r.uptime_ms),
     ]
 }

@@ -30,21 +30,33 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     refuse_if_running(&config)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding the mu binary: {e}"))?;
     let mut started: Vec<Started> = Vec::new();
-    for &id in &config.replicas {
-        match spawn_replica(&exe, &config_path, &config, id) {
-            Ok(child) => started.push(Started { id, child }),
-            Err(e) => {
-                stop_started(&config, &mut started);
-                return Err(e);
-            }
+    // uKharon-KV's coordinators too: `mu replica` runs them as well.
+    let timeout = Duration::from_secs(args.timeout_s);
+    for id in config.processes() {
+        let spawned = spawn_replica(&exe, &config_path, &config, id).and_then(|child| {
+            started.push(Started { id, child });
+            serving_one_at_a_time(&config, id, &mut started, timeout)
+        });
+        if let Err(e) = spawned {
+            stop_started(&config, &mut started);
+            return Err(e);
         }
     }
-    let timeout = Duration::from_secs(args.timeout_s);
     match wait_until_up(&config, &mut started, timeout) {
         Ok((leader, reports)) => {
+            // uKharon-KV's views name a primary, which clients follow as they follow a leader.
+            let leads = if config.is_ukharon_kv() { "primary" } else { "leader" };
             for s in &started {
+                if !config.replicas.contains(&s.id) {
+                    let log = config.log_path(s.id);
+                    println!("coordinator {}: pid {}, log {}", s.id, s.child.id(), log.display());
+                    continue;
+                }
                 let state = match reports.get(&s.id) {
-                    Some(r) => format!("sees leader {}", leader_name(r.leader)),
+                    Some(r) => match &r.role {
+                        Some(role) => format!("{role} of view {}", r.epoch.unwrap_or(0)),
+                        None => format!("sees leader {}", leader_name(r.leader)),
+                    },
                     None => "started".into(),
                 };
                 println!(
@@ -57,7 +69,7 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
             }
             let votes = reports.values().filter(|r| r.leader == Some(leader)).count();
             println!(
-                "leader: replica {leader} (agreed by {votes} of {} replicas)",
+                "{leads}: replica {leader} (agreed by {votes} of {} replicas)",
                 config.replicas.len()
             );
             // The children are left running: they are in their own sessions and outlive us.
@@ -70,6 +82,35 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     }
 }
 
+/// A uKharon-KV replica just started (the last of `started`) serves before the next starts
+/// (see `ukharon_kv::wait_serving` why); nothing to wait for with Mu and Velos.
+fn serving_one_at_a_time(
+    config: &ClusterConfig,
+    id: u16,
+    started: &mut [Started],
+    timeout: Duration,
+) -> Result<(), String> {
+    if !config.is_ukharon_kv() || !config.replicas.contains(&id) {
+        return Ok(());
+    }
+    let check = || {
+        interrupt::check()?;
+        for s in started.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(format!(
+                    "{} {} exited during start-up ({status}); the end of {}:\n{}",
+                    if config.replicas.contains(&s.id) { "replica" } else { "coordinator" },
+                    s.id,
+                    config.log_path(s.id).display(),
+                    log_tail(&config.log_path(s.id))
+                ));
+            }
+        }
+        Ok(())
+    };
+    crate::ukharon_kv::wait_serving(config, id, timeout, check)
+}
+
 /// Fails if a replica of `config` already runs (by its pid file, or because its socket
 /// answers), or one of another cluster runs in the same run directory; otherwise removes pid
 /// files that name no running replica. Those are removed only once nothing runs: a crashed
@@ -78,7 +119,7 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
 fn refuse_if_running(config: &ClusterConfig) -> Result<(), String> {
     let mut running = Vec::new();
     let mut stale = Vec::new();
-    for &id in &config.replicas {
+    for id in config.processes() {
         match inspect_pid_file(config, id)? {
             PidFile::Missing => {}
             PidFile::Stale(why) => stale.push((id, why)),

@@ -129,6 +129,12 @@ impl UkharonConfig {
     /// Parses and checks a configuration.
     pub fn parse(text: &str) -> Result<UkharonConfig, String> {
         let table: Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        UkharonConfig::from_table(&table)
+    }
+
+    /// Checks a configuration read already (a uKharon-KV cluster's `[ukharon]`, completed).
+    pub fn from_table(table: &Table) -> Result<UkharonConfig, String> {
+        let table = table.clone();
         refuse_unknown(&table, TOP_KEYS, "")?;
         let lease_table = match table.get("lease") {
             None => Table::new(),

@@ -117,7 +117,7 @@ fn base_status(id: u16, role: Role) -> NodeStatus {
     }
 }
 
-fn coordinator<F: Fabric>(
+pub(crate) fn coordinator<F: Fabric>(
     config: &UkharonConfig,
     id: u16,
     fabric: Shifted<F>,
