@@ -84,6 +84,19 @@ pub(crate) enum Posted {
     SnapshotHeader { to: u16, gen: u64, epoch: u64, position: u64 },
 }
 
+impl Posted {
+    /// The peer it was posted to.
+    pub(crate) fn to(&self) -> u16 {
+        match *self {
+            Posted::Record { to, .. }
+            | Posted::Committed { to, .. }
+            | Posted::Follow { to, .. }
+            | Posted::SnapshotBody { to, .. }
+            | Posted::SnapshotHeader { to, .. } => to,
+        }
+    }
+}
+
 /// A snapshot to send: to whom, the engine's numbers, its bytes.
 pub(crate) struct Outgoing {
     pub to: u16,
@@ -239,6 +252,17 @@ impl<F: Fabric, T> KvDriver<F, T> {
             Role::Backup(b) => Some(b.store()),
             Role::Primary(p) => Some(p.store()),
             _ => None,
+        }
+    }
+
+    /// Whether this node holds a whole state: the primary, or a backup that started with the
+    /// group or restored a snapshot (one that may become primary without losing answered
+    /// writes).
+    pub fn whole(&self) -> bool {
+        match &self.role {
+            Role::Primary(_) => true,
+            Role::Backup(b) => b.complete(),
+            _ => false,
         }
     }
 
@@ -409,6 +433,11 @@ impl<F: Fabric, T> KvDriver<F, T> {
 
     /// Everything in flight to peers no longer counts (a view changed the primary's backups).
     pub(crate) fn forget_in_flight(&mut self) {
+        // Every peer with something in flight, the ones never lost (no generation yet) too.
+        let in_flight: Vec<u16> = self.posted.values().map(|p| p.to()).collect();
+        for to in in_flight {
+            self.gens.entry(to).or_default();
+        }
         for g in self.gens.values_mut() {
             *g += 1;
         }
