@@ -311,7 +311,13 @@ impl<F: Fabric, T> KvDriver<F, T> {
             return;
         }
         self.view = Some(view.clone());
-        self.links.set_peers(view.nodes());
+        let was_up: Vec<u16> = view.nodes().filter(|&n| self.links.is_up(n)).collect();
+        self.links.set_peers(view.members.iter().map(|m| (m.node, m.uid)));
+        let restarted: Vec<u16> = was_up.into_iter().filter(|&n| !self.links.is_up(n)).collect();
+        for peer in restarted {
+            // A new process under the old node id: what is in flight to the old one is lost.
+            self.peer_lost(peer);
+        }
         let uid = view.uid_of(self.me);
         if uid.is_none() {
             if !matches!(self.role, Role::Outside | Role::Removed) {
