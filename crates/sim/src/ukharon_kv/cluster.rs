@@ -47,6 +47,10 @@ pub struct KvCluster {
     pub answers: u64,
     /// Primaries seen serving, in order of their first answer (a failover adds one).
     pub primaries: Vec<(u16, u64)>,
+    /// Links (membership node ids) cut or delayed until the next fault step.
+    pub transient_links: Vec<(u16, u16)>,
+    /// Members that asked for another lease until the next fault step.
+    pub transient_leases: Vec<u16>,
 }
 
 impl KvCluster {
@@ -69,6 +73,8 @@ impl KvCluster {
             mutation,
             answers: 0,
             primaries: Vec::new(),
+            transient_links: Vec::new(),
+            transient_leases: Vec::new(),
         };
         for m in cluster.member_ids() {
             cluster.data.insert(m, DataNode { driver: None, inbox: Vec::new(), incarnation: 0 });
@@ -230,6 +236,14 @@ impl KvCluster {
             }
         }
         Ok(primary)
+    }
+
+    /// The latest view's primary, if its driver is `Incomplete`: named primary without a whole
+    /// state (the coordinators name the oldest member, whole or not), it never serves.
+    pub fn incomplete_primary(&self) -> Option<u16> {
+        let primary = self.uk.log.latest()?.primary?;
+        let driver = self.data.get(&primary)?.driver.as_ref()?;
+        (driver.role() == RoleName::Incomplete).then_some(primary)
     }
 
     /// Whether `member` holds the group's state where it counts: running, a member of the

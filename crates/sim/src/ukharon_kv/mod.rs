@@ -93,6 +93,15 @@ pub struct KvReport {
     pub trace_hash: u64,
 }
 
+impl KvReport {
+    /// Whether the run stopped at a view naming a primary without a whole state: the known
+    /// gap of the coordinators' choice (the oldest member, whole or not), not a safety
+    /// finding (`docs/protocols/ukharon-kv.md`).
+    pub fn incomplete_primary(&self) -> bool {
+        self.violation.as_ref().is_some_and(|(checker, _)| *checker == "incomplete-primary")
+    }
+}
+
 /// The names of `--mutation` for uKharon-KV.
 pub fn parse_mutation(name: &str) -> Result<Mutation, String> {
     Ok(match name {
@@ -286,7 +295,9 @@ impl Run<'_> {
         })?;
         // The primary tells its backups what is committed once idle.
         self.run_for(1_000_000, false)?;
-        self.cluster.serving().map_err(|e| ("liveness", e))?;
+        self.until(deadline + 1_000_000, false, "serve after the final reads", |run| {
+            run.cluster.serving().map(|_| ())
+        })?;
         check::digests_equal(self.cluster).map_err(|e| ("digests", e))?;
         Ok(finals)
     }
@@ -306,6 +317,17 @@ impl Run<'_> {
             }
             if self.cluster.uk.world.now_ns() >= deadline {
                 let why = state.err().unwrap_or_default();
+                if let Some(p) = self.cluster.incomplete_primary() {
+                    return Err((
+                        "incomplete-primary",
+                        format!(
+                            "the healed group did not {what}: the latest view names member {p} \
+                             primary, which holds no whole state (the coordinators name the \
+                             oldest member; a member that lost the state to a removal was the \
+                             only one holding it); {why}"
+                        ),
+                    ));
+                }
                 let bound_ms = self.config.liveness_bound_ns / 1_000_000;
                 return Err((
                     "liveness",
