@@ -183,3 +183,28 @@ fn set_access<F: Fabric>(fabric: &F, conn: ConnId, access: Access) -> Result<(),
         Err(PermError::Fabric(e)) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer under a new unique id is set up again, even where this node never saw the old
+    /// process die: a side bound to the old one takes nothing from the new one.
+    #[test]
+    fn a_peer_under_a_new_unique_id_is_set_up_again() {
+        let mut links = Links::new(NodeId(10 + 2), 10, 1_000);
+        links.set_peers([(2, 20), (3, 30), (4, 40)].into_iter());
+        for peer in [3, 4] {
+            links.peers.insert(peer, State::Up);
+        }
+        assert!(!links.peers.contains_key(&2), "this node is no peer of its own");
+        links.set_peers([(2, 20), (3, 30), (4, 41)].into_iter());
+        assert!(links.is_up(3), "the same process stays connected");
+        assert!(!links.is_up(4), "a new process under node 4 is connected anew");
+        links.peers.insert(4, State::Up);
+        // Left out of a view and back: set up again whatever its id.
+        links.set_peers([(3, 30)].into_iter());
+        links.set_peers([(3, 30), (4, 41)].into_iter());
+        assert!(!links.is_up(4));
+    }
+}
