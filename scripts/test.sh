@@ -107,6 +107,29 @@ if ./target/release/mu sim --protocol ukharon --scenario drift-edge --seeds 3 --
   exit 1
 fi
 
+step "simulator sweep: mu sim --protocol ukharon-kv --seeds 200 (uKharon-KV under every uKharon fault, clock drift included, the primary crashed, stopped, and crashed with the leading coordinator; stale answers, lincheck, lost writes, digests) and broken engines it must catch"
+out=$(./target/release/mu sim --protocol ukharon-kv --seeds 200 --lincheck target/lincheck/lincheck --json)
+python3 - "$out" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["protocol"] == "ukharon-kv" and d["seeds"] == 200 and d["failed"] == [], d
+assert d["linearizability_checked"] is True, d
+assert d["ops_returned"] > 100000 and d["failovers"] > 200 and d["faults_injected"] > 1000, d
+# The known gap (docs/protocols/ukharon-kv.md): a view naming a primary without a whole state.
+incomplete = d["incomplete_primary_seeds"]
+assert len(incomplete) <= 20, incomplete
+print("ukharon-kv sim: 200 seeds, %d operations answered, %d failovers, %d faults, no failure; "
+      "%d stopped at a primary without a whole state" % (d["ops_returned"], d["failovers"],
+      d["faults_injected"], len(incomplete)))
+PY
+for mutation in answer-before-complete answer-without-active get-from-speculative-state; do
+  if ./target/release/mu sim --protocol ukharon-kv --seeds 20 --mutation "$mutation" \
+      --lincheck target/lincheck/lincheck >/dev/null 2>&1; then
+    echo "the ukharon-kv simulator missed the broken engine $mutation" >&2
+    exit 1
+  fi
+done
+
 step "TLA+ models of Mu and of Velos's CAS slots (TLC: the models pass, the mutated models are caught; about 6 minutes)"
 bash scripts/tlc.sh
 

@@ -9,6 +9,7 @@ extern crate mu_procs;
 mod demo;
 mod sim;
 mod sim_ukharon;
+mod sim_ukharon_kv;
 
 #[cfg(feature = "bench")]
 use mu_bench as bench;
@@ -124,6 +125,7 @@ fn run(command: Command) -> ExitCode {
         #[cfg(feature = "bench")]
         Command::Bench { which } => bench::run(which),
         Command::Sim(args) if args.protocol == "ukharon" => sim_ukharon::run(&args),
+        Command::Sim(args) if args.protocol == "ukharon-kv" => sim_ukharon_kv::run(&args),
         Command::Sim(args) => sim::run(args),
         Command::Replica(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
@@ -205,6 +207,8 @@ mod tests {
             &["mu", "bench", "failover", "--quick", "--read-period-us", "250"],
             &["mu", "sim", "--seeds", "200", "--protocol", "mu", "--json"],
             &["mu", "sim", "--seed", "7", "--replicas", "5", "--faults", "crash,restart"],
+            &["mu", "sim", "--protocol", "ukharon-kv", "--seeds", "200", "--json"],
+            &["mu", "sim", "--protocol", "ukharon-kv", "--seed", "3", "--faults", "crash,drift"],
             &["mu", "cluster", "up", "--config", "c.toml", "--timeout-s", "30"],
             &["mu", "cluster", "status", "--config", "c.toml", "--json"],
             &["mu", "cluster", "down", "--config", "c.toml", "--purge"],

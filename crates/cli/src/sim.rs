@@ -25,8 +25,9 @@ pub struct Args {
     /// The first seed of a sweep.
     #[arg(long, default_value_t = 0)]
     pub(crate) first_seed: u64,
-    /// The protocol to run: mu, velos, or ukharon (the membership service: coordinators and
-    /// member nodes, its own faults and checkers).
+    /// The protocol to run: mu, velos, ukharon (the membership service: coordinators and
+    /// member nodes, its own faults and checkers), or ukharon-kv (primary-backup under
+    /// uKharon's views: uKharon's faults, client histories checked as Mu's).
     #[arg(long, default_value = "mu", value_parser = parse_protocol)]
     pub(crate) protocol: String,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
@@ -46,7 +47,9 @@ pub struct Args {
     /// crash, restart, pause, delay, partition, perm-failure, out-of-order, membership (replicas
     /// added and removed; --replicas is then how many there may be, at least 3 of them members
     /// at first). uKharon's: all, or some of crash, restart, pause, delay, partition, drift,
-    /// lease, coordinator, coordinator-restart (a crashed coordinator back without its memory).
+    /// lease, coordinator, coordinator-restart (a crashed coordinator back without its memory);
+    /// uKharon-KV's are uKharon's (with crash and coordinator, the primary and the leading
+    /// coordinator also crash together).
     #[arg(long, default_value = "all", value_parser = parse_faults)]
     pub(crate) faults: String,
     /// Steps of the safety phase per seed (each a fault or client operations, then up to
@@ -55,20 +58,22 @@ pub struct Args {
     pub(crate) steps: Option<u32>,
     /// Key-value clients per cluster, 1 to 64.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
-    clients: u64,
+    pub(crate) clients: u64,
     /// The `lincheck` binary that checks client histories (default: $MU_LINCHECK, or
     /// target/lincheck/lincheck as scripts/lincheck.sh builds it).
     #[arg(long)]
-    lincheck: Option<PathBuf>,
+    pub(crate) lincheck: Option<PathBuf>,
     /// Do not check client histories for linearizability.
     #[arg(long, conflicts_with = "lincheck")]
-    no_lincheck: bool,
+    pub(crate) no_lincheck: bool,
     /// Keep each seed's client history here, as DIR/seed-S.json.
     #[arg(long)]
-    history_dir: Option<PathBuf>,
+    pub(crate) history_dir: Option<PathBuf>,
     /// Run a deliberately broken engine variant: skip-revoke or skip-prepare-adopt (builds with
     /// the `mutations` feature only); uKharon: start-at-t, timestamp-after-reads,
-    /// no-drift-margin (caught by --scenario drift-edge) or compatible-shortcut.
+    /// no-drift-margin (caught by --scenario drift-edge) or compatible-shortcut; uKharon-KV:
+    /// answer-before-complete, answer-without-active, get-from-speculative-state or
+    /// follow-before-revoke (any build).
     #[arg(long)]
     pub(crate) mutation: Option<String>,
     /// Worker threads for a sweep (default: the cores available).
@@ -87,12 +92,14 @@ pub struct Args {
     watch: bool,
 }
 
-/// A protocol the simulator runs: mu, velos or ukharon.
+/// A protocol the simulator runs: mu, velos, ukharon or ukharon-kv.
 fn parse_protocol(name: &str) -> Result<String, String> {
-    if name == "ukharon" {
+    if name == "ukharon" || name == "ukharon-kv" {
         return Ok(name.to_string());
     }
-    Protocol::parse(name).map(|_| name.to_string()).map_err(|e| format!("{e} (or ukharon)"))
+    Protocol::parse(name)
+        .map(|_| name.to_string())
+        .map_err(|e| format!("{e} (or ukharon, ukharon-kv)"))
 }
 
 /// Faults one of the protocols knows (each protocol checks its own list again when it runs).
@@ -116,25 +123,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.scenario.is_some() {
         return Err("--scenario is uKharon's: mu and velos inject the --faults".into());
     }
-    let lincheck = if args.no_lincheck {
-        None
-    } else {
-        match args.lincheck.clone().or_else(find_lincheck) {
-            Some(p) if p.is_file() => {
-                mu_sim::check::linearizability::probe(&p)?;
-                Some(p)
-            }
-            Some(p) => return Err(format!("lincheck not found at {}", p.display())),
-            None => {
-                note!(
-                    "mu sim: client histories will not be checked for linearizability: lincheck \
-                     was not found (scripts/lincheck.sh builds it; or pass --lincheck PATH, or \
-                     --no-lincheck to say so)"
-                );
-                None
-            }
-        }
-    };
+    let lincheck = lincheck_of(&args)?;
     if let Some(dir) = &args.history_dir {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the history directory {}: {e}", dir.display()))?;
@@ -447,4 +436,28 @@ fn print_failure(r: &SeedReport, config: &RunConfig) {
     }
     text.push_str(&format!("replay with: {}\n", replay_command(r, config)));
     note_part!("{text}");
+}
+
+/// The `lincheck` that checks histories: `--lincheck`, or where it is found, probed first;
+/// none with `--no-lincheck`, or (said on stderr) when none is found.
+pub(crate) fn lincheck_of(args: &Args) -> Result<Option<PathBuf>, String> {
+    Ok(if args.no_lincheck {
+        None
+    } else {
+        match args.lincheck.clone().or_else(find_lincheck) {
+            Some(p) if p.is_file() => {
+                mu_sim::check::linearizability::probe(&p)?;
+                Some(p)
+            }
+            Some(p) => return Err(format!("lincheck not found at {}", p.display())),
+            None => {
+                note!(
+                    "mu sim: client histories will not be checked for linearizability: lincheck \
+                     was not found (scripts/lincheck.sh builds it; or pass --lincheck PATH, or \
+                     --no-lincheck to say so)"
+                );
+                None
+            }
+        }
+    })
 }

@@ -10,7 +10,9 @@
 //!   log, linearizability of the client history (through the `lincheck` helper).
 //!
 //! [`ukharon`] runs the uKharon membership service the same way (`mu sim --protocol ukharon`):
-//! coordinators and node cores, its own faults (clock drift among them) and checkers.
+//! coordinators and node cores, its own faults (clock drift among them) and checkers;
+//! [`ukharon_kv`] runs uKharon-KV on it (`mu sim --protocol ukharon-kv`): a primary-backup data
+//! plane beside each member, clients whose history is checked as Mu's is.
 //!
 //! A run is a function of its seed and configuration: [`SeedReport::trace_hash`] is equal for
 //! two runs of one seed, which a test checks.
@@ -23,6 +25,7 @@ pub mod history;
 pub mod membership;
 pub mod run;
 pub mod ukharon;
+pub mod ukharon_kv;
 pub mod workload;
 
 pub use cluster::{change_label, SimCluster};

@@ -647,32 +647,13 @@ impl<'a> Runner<'a> {
     }
 
     fn check_history(&self, report: &SeedReport) -> Result<(), Violation> {
-        let json = report.history.to_json().map_err(|e| violation("linearizability", e))?;
-        let path = match &self.config.history_dir {
-            Some(dir) => dir.join(format!("seed-{}.json", self.config.seed)),
-            None if self.config.lincheck.is_some() => std::env::temp_dir().join(format!(
-                "mu-sim-{}-seed-{}.json",
-                std::process::id(),
-                self.config.seed
-            )),
-            None => return Ok(()),
-        };
-        if let Err(e) = std::fs::write(&path, json) {
-            // Not a finding about the protocol (a full disk, say), but the run is not checked:
-            // it fails under a name of its own, and leaves no partial file behind.
-            let _ = std::fs::remove_file(&path);
-            return Err(violation(
-                "history-io",
-                format!("the client history was not checked: cannot write {}: {e}", path.display()),
-            ));
-        }
-        let verdict = match &self.config.lincheck {
-            Some(lincheck) => check::linearizability::check(lincheck, &path),
-            None => Ok(()),
-        };
-        if self.config.history_dir.is_none() {
-            let _ = std::fs::remove_file(&path);
-        }
-        verdict.map_err(|e| violation("linearizability", e))
+        let c = self.config;
+        check::linearizability::check_history(
+            &report.history,
+            c.lincheck.as_deref(),
+            c.history_dir.as_deref(),
+            c.seed,
+        )
+        .map_err(|(checker, message)| violation(checker, message))
     }
 }

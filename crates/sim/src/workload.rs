@@ -23,9 +23,7 @@ use mu_kv::{Op, Request};
 pub struct Workload {
     clients: Vec<Client>,
     next_client_id: u64,
-    keys_count: u64,
-    /// The values written so far, per key (what compare-and-sets expect).
-    written: Vec<Vec<Vec<u8>>>,
+    ops: OpMix,
     /// The operations handed to each replica (by position) and not yet answered: which client
     /// slots, and the boot of the replica's process they were handed to.
     groups: Vec<Option<Group>>,
@@ -68,8 +66,7 @@ impl Workload {
                 .map(|i| Client { id: i as u64, seq: 0, waiting: None })
                 .collect(),
             next_client_id: clients_count as u64,
-            keys_count: keys_count.max(1),
-            written: vec![Vec::new(); keys_count.max(1) as usize],
+            ops: OpMix::new(keys_count),
             groups: (0..replicas_count).map(|_| None).collect(),
             history: History::default(),
             refused_ops: Vec::new(),
@@ -171,28 +168,7 @@ impl Workload {
     fn next_op(&mut self, slot: usize, rng: &mut SimRng) -> Op {
         let client = &mut self.clients[slot];
         client.seq += 1;
-        let key_number = rng.below(self.keys_count) as usize;
-        let key = format!("k{key_number}").into_bytes();
-        let value = format!("c{}s{}", client.id, client.seq).into_bytes();
-        let written = &self.written[key_number];
-        let op = match rng.below(20) {
-            0..=6 => Op::Get { key },
-            7..=12 => Op::Put { key, value },
-            13..=15 => Op::Delete { key },
-            _ => {
-                let expected = if written.is_empty() || rng.below(3) == 0 {
-                    None
-                } else {
-                    let back = rng.below(written.len().min(2) as u64) as usize;
-                    Some(written[written.len() - 1 - back].clone())
-                };
-                Op::Cas { key, expected, value }
-            }
-        };
-        if let Op::Put { value, .. } | Op::Cas { value, .. } = &op {
-            self.written[key_number].push(value.clone());
-        }
-        op
+        self.ops.next(client.id, client.seq, rng)
     }
 
     /// After a round: takes the outcomes of groups that finished, and reads the replies of
@@ -274,5 +250,53 @@ impl Workload {
         client.id = self.next_client_id;
         client.seq = 0;
         self.next_client_id += 1;
+    }
+}
+
+/// The operations clients draw: gets, puts, deletes and compare-and-sets on a few keys (`k0`,
+/// `k1`, ...), so that they contend; each value written is unique (`c<client>s<seq>`).
+pub struct OpMix {
+    keys_count: u64,
+    /// The values written so far, per key (what compare-and-sets expect).
+    written: Vec<Vec<Vec<u8>>>,
+}
+
+impl OpMix {
+    pub fn new(keys_count: u64) -> OpMix {
+        OpMix {
+            keys_count: keys_count.max(1),
+            written: vec![Vec::new(); keys_count.max(1) as usize],
+        }
+    }
+
+    /// The keys operations use.
+    pub fn keys(&self) -> impl Iterator<Item = Vec<u8>> {
+        (0..self.keys_count).map(|k| format!("k{k}").into_bytes())
+    }
+
+    /// The operation of `client`'s request `seq`.
+    pub fn next(&mut self, client: u64, seq: u64, rng: &mut SimRng) -> Op {
+        let key_number = rng.below(self.keys_count) as usize;
+        let key = format!("k{key_number}").into_bytes();
+        let value = format!("c{client}s{seq}").into_bytes();
+        let written = &self.written[key_number];
+        let op = match rng.below(20) {
+            0..=6 => Op::Get { key },
+            7..=12 => Op::Put { key, value },
+            13..=15 => Op::Delete { key },
+            _ => {
+                let expected = if written.is_empty() || rng.below(3) == 0 {
+                    None
+                } else {
+                    let back = rng.below(written.len().min(2) as u64) as usize;
+                    Some(written[written.len() - 1 - back].clone())
+                };
+                Op::Cas { key, expected, value }
+            }
+        };
+        if let Op::Put { value, .. } | Op::Cas { value, .. } = &op {
+            self.written[key_number].push(value.clone());
+        }
+        op
     }
 }

@@ -84,6 +84,19 @@ pub(crate) enum Posted {
     SnapshotHeader { to: u16, gen: u64, epoch: u64, position: u64 },
 }
 
+impl Posted {
+    /// The peer it was posted to.
+    pub(crate) fn to(&self) -> u16 {
+        match *self {
+            Posted::Record { to, .. }
+            | Posted::Committed { to, .. }
+            | Posted::Follow { to, .. }
+            | Posted::SnapshotBody { to, .. }
+            | Posted::SnapshotHeader { to, .. } => to,
+        }
+    }
+}
+
 /// A snapshot to send: to whom, the engine's numbers, its bytes.
 pub(crate) struct Outgoing {
     pub to: u16,
@@ -242,6 +255,17 @@ impl<F: Fabric, T> KvDriver<F, T> {
         }
     }
 
+    /// Whether this node holds a whole state: the primary, or a backup that started with the
+    /// group or restored a snapshot (one that may become primary without losing answered
+    /// writes).
+    pub fn whole(&self) -> bool {
+        match &self.role {
+            Role::Primary(_) => true,
+            Role::Backup(b) => b.complete(),
+            _ => false,
+        }
+    }
+
     /// Records applied (a backup) or executed (the primary).
     pub fn position(&self) -> u64 {
         match &self.role {
@@ -287,7 +311,13 @@ impl<F: Fabric, T> KvDriver<F, T> {
             return;
         }
         self.view = Some(view.clone());
-        self.links.set_peers(view.nodes());
+        let was_up: Vec<u16> = view.nodes().filter(|&n| self.links.is_up(n)).collect();
+        self.links.set_peers(view.members.iter().map(|m| (m.node, m.uid)));
+        let restarted: Vec<u16> = was_up.into_iter().filter(|&n| !self.links.is_up(n)).collect();
+        for peer in restarted {
+            // A new process under the old node id: what is in flight to the old one is lost.
+            self.peer_lost(peer);
+        }
         let uid = view.uid_of(self.me);
         if uid.is_none() {
             if !matches!(self.role, Role::Outside | Role::Removed) {
@@ -429,6 +459,11 @@ impl<F: Fabric, T> KvDriver<F, T> {
 
     /// Everything in flight to peers no longer counts (a view changed the primary's backups).
     pub(crate) fn forget_in_flight(&mut self) {
+        // Every peer with something in flight, the ones never lost (no generation yet) too.
+        let in_flight: Vec<u16> = self.posted.values().map(|p| p.to()).collect();
+        for to in in_flight {
+            self.gens.entry(to).or_default();
+        }
         for g in self.gens.values_mut() {
             *g += 1;
         }

@@ -23,6 +23,8 @@ pub struct Links {
     /// A member `m`'s data fabric node is `m + offset` (`KvSettings::data_node_offset`).
     offset: u16,
     peers: BTreeMap<u16, State>,
+    /// The unique id each peer has in the latest view: a new one is a new process.
+    uids: BTreeMap<u16, u64>,
     /// The peer that may write here.
     writer: Option<u16>,
     reconnect_ns: u64,
@@ -35,7 +37,14 @@ pub struct NotYet(pub String);
 impl Links {
     /// The links of data node `me`, whose peers are members' nodes moved by `offset`.
     pub fn new(me: NodeId, offset: u16, reconnect_ns: u64) -> Links {
-        Links { me, offset, peers: BTreeMap::new(), writer: None, reconnect_ns }
+        Links {
+            me,
+            offset,
+            peers: BTreeMap::new(),
+            uids: BTreeMap::new(),
+            writer: None,
+            reconnect_ns,
+        }
     }
 
     /// The side this node posts on to reach `peer`.
@@ -66,16 +75,26 @@ impl Links {
         self.peers.get(&peer) == Some(&State::Up)
     }
 
-    /// The peers are now `nodes` (this node left out); those no longer among them are
-    /// forgotten (their sides stay as they are: a revoked one stays revoked).
-    pub fn set_peers(&mut self, nodes: impl Iterator<Item = u16>) {
+    /// The peers are now `members` (node and unique id; this node left out); those no longer
+    /// among them are forgotten (their sides stay as they are: a revoked one stays revoked). A
+    /// peer under a new unique id is a new process: both sides are set up again, even where
+    /// this node never saw the old one die (it was stopped then), since a side bound to the old
+    /// process takes nothing from the new one.
+    pub fn set_peers(&mut self, members: impl Iterator<Item = (u16, u64)>) {
         let me = self.me.0 - self.offset;
         let mut next = BTreeMap::new();
-        for n in nodes.filter(|&n| n != me) {
-            let state = self.peers.get(&n).copied().unwrap_or(State::Down { retry_at_ns: 0 });
+        let mut uids = BTreeMap::new();
+        for (n, uid) in members.filter(|&(n, _)| n != me) {
+            let again = State::Down { retry_at_ns: 0 };
+            let state = match self.uids.get(&n) {
+                Some(&old) if old != uid => again,
+                _ => self.peers.get(&n).copied().unwrap_or(again),
+            };
             next.insert(n, state);
+            uids.insert(n, uid);
         }
         self.peers = next;
+        self.uids = uids;
     }
 
     /// An operation to `peer` failed: down until set up again.
@@ -162,5 +181,30 @@ fn set_access<F: Fabric>(fabric: &F, conn: ConnId, access: Access) -> Result<(),
         Ok(()) => Ok(()),
         Err(PermError::Busy(_)) => fabric.set_access_slow(conn, access),
         Err(PermError::Fabric(e)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer under a new unique id is set up again, even where this node never saw the old
+    /// process die: a side bound to the old one takes nothing from the new one.
+    #[test]
+    fn a_peer_under_a_new_unique_id_is_set_up_again() {
+        let mut links = Links::new(NodeId(10 + 2), 10, 1_000);
+        links.set_peers([(2, 20), (3, 30), (4, 40)].into_iter());
+        for peer in [3, 4] {
+            links.peers.insert(peer, State::Up);
+        }
+        assert!(!links.peers.contains_key(&2), "this node is no peer of its own");
+        links.set_peers([(2, 20), (3, 30), (4, 41)].into_iter());
+        assert!(links.is_up(3), "the same process stays connected");
+        assert!(!links.is_up(4), "a new process under node 4 is connected anew");
+        links.peers.insert(4, State::Up);
+        // Left out of a view and back: set up again whatever its id.
+        links.set_peers([(3, 30)].into_iter());
+        links.set_peers([(3, 30), (4, 41)].into_iter());
+        assert!(!links.is_up(4));
     }
 }

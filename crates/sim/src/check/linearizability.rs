@@ -70,3 +70,45 @@ pub fn check(lincheck: &Path, history_json: &Path) -> Result<(), String> {
         _ => Err(format!("lincheck failed ({}):\n{}", out.status, text())),
     }
 }
+
+/// Writes `history` for `lincheck` and checks it: to `DIR/seed-S.json` when `dir` keeps
+/// histories, else to a temporary file (removed afterwards) when there is a checker; with
+/// neither, nothing is written. The error names its checker: `linearizability`, or
+/// `history-io` where the history could not be written (the run was not checked).
+pub fn check_history(
+    history: &crate::history::History,
+    lincheck: Option<&Path>,
+    dir: Option<&Path>,
+    seed: u64,
+) -> Result<(), (&'static str, String)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // Runs of one seed may check at once in one process (tests on threads).
+    static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+    let json = history.to_json().map_err(|e| ("linearizability", e))?;
+    let path = match dir {
+        Some(dir) => dir.join(format!("seed-{seed}.json")),
+        None if lincheck.is_some() => std::env::temp_dir().join(format!(
+            "mu-sim-{}-{}-seed-{seed}.json",
+            std::process::id(),
+            TEMPORARY.fetch_add(1, Ordering::Relaxed)
+        )),
+        None => return Ok(()),
+    };
+    if let Err(e) = std::fs::write(&path, json) {
+        // Not a finding about the protocol (a full disk, say), but the run is not checked:
+        // it fails under a name of its own, and leaves no partial file behind.
+        let _ = std::fs::remove_file(&path);
+        return Err((
+            "history-io",
+            format!("the client history was not checked: cannot write {}: {e}", path.display()),
+        ));
+    }
+    let verdict = match lincheck {
+        Some(lincheck) => check(lincheck, &path),
+        None => Ok(()),
+    };
+    if dir.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    verdict.map_err(|e| ("linearizability", e))
+}

@@ -72,9 +72,21 @@ impl UkCluster {
     /// caches (§6.3; with caches, members renew through them).
     pub fn new(
         seed: u64,
+        counts: (u16, u16, u16),
+        lease: LeaseConfig,
+        clocks: &[Clock],
+    ) -> Result<UkCluster, String> {
+        UkCluster::with_config(seed, counts, lease, clocks, |_| {})
+    }
+
+    /// As [`UkCluster::new`], with the membership configuration adjusted by `tune` before
+    /// anything starts (uKharon-KV's groups name a primary in every view).
+    pub fn with_config(
+        seed: u64,
         (coordinators, nodes, caches): (u16, u16, u16),
         lease: LeaseConfig,
         clocks: &[Clock],
+        tune: impl FnOnce(&mut MembershipConfig),
     ) -> Result<UkCluster, String> {
         let total = coordinators + nodes + caches;
         assert_eq!(clocks.len(), usize::from(total), "a clock per node");
@@ -82,6 +94,7 @@ impl UkCluster {
         let ids = (0..coordinators).collect();
         let mut config = MembershipConfig::new(0x5EED ^ seed, ids, total);
         config.caches = (coordinators + nodes..total).collect();
+        tune(&mut config);
         let initial = View::initial(config.cluster, Vec::new(), None, config.lease_ns);
         let mut cs = Vec::new();
         let mut coordinator_clocks = Vec::new();
@@ -239,6 +252,16 @@ impl UkCluster {
     /// fabric runs for `step_ns`. An error is a checker's finding.
     pub fn round(&mut self, step_ns: u64) -> Result<(), String> {
         let now = self.world.now_ns();
+        self.poll_all()?;
+        self.world.run_until(now + step_ns);
+        Ok(())
+    }
+
+    /// A round without the time that passes after it: every live coordinator and node polls
+    /// at its clock's reading, and what each shows goes to the checkers (what runs beside the
+    /// membership, uKharon-KV's data plane, polls after it, at the same instant).
+    pub fn poll_all(&mut self) -> Result<(), String> {
+        let now = self.world.now_ns();
         self.poll_coordinators(now)?;
         for (&n, node) in self.nodes.iter_mut() {
             let Some(core) = node.core.as_mut().filter(|_| !node.paused) else { continue };
@@ -259,7 +282,6 @@ impl UkCluster {
                 }
             }
         }
-        self.world.run_until(now + step_ns);
         Ok(())
     }
 

@@ -117,10 +117,10 @@ pub fn parse_mutation(name: &str) -> Result<LeaseMutation, String> {
 }
 
 /// A small generator of the run's choices (the fabric has its own, from the same seed).
-struct Choices(u64);
+pub(crate) struct Choices(pub(crate) u64);
 
 impl Choices {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         // SplitMix64.
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -129,7 +129,7 @@ impl Choices {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -176,7 +176,7 @@ pub fn run(config: &UkRunConfig) -> UkReport {
 /// A clock per node: coordinators, members, caches. Drawn within the bound (mostly at it) with
 /// drift faults; in the drift-edge scenario, the slow members' at `−bound` and the fast ones' at
 /// `+bound`.
-fn clocks(config: &UkRunConfig, choices: &mut Choices) -> Vec<Clock> {
+pub(crate) fn clocks(config: &UkRunConfig, choices: &mut Choices) -> Vec<Clock> {
     let bound = config.drift_ppm;
     let (c, n) = (config.coordinators, config.nodes);
     let edge = config.scenario == UkScenario::DriftEdge;
@@ -270,7 +270,7 @@ fn drift_edge(
 
 /// The liveness phase's start: every paused node and coordinator resumes, links heal, crashed
 /// nodes stay down.
-fn heal(cluster: &mut UkCluster) -> Result<(), String> {
+pub(crate) fn heal(cluster: &mut UkCluster) -> Result<(), String> {
     cluster.heal_links();
     for c in 0..cluster.coordinators.len() {
         if std::mem::take(&mut cluster.coordinator_paused[c]) {
@@ -335,7 +335,7 @@ fn inject(
     }
 }
 
-fn pick(choices: &mut Choices, from: &[u16]) -> u16 {
+pub(crate) fn pick(choices: &mut Choices, from: &[u16]) -> u16 {
     from[choices.below(from.len() as u64) as usize]
 }
 
@@ -403,7 +403,7 @@ fn partition(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
 }
 
 /// A running member asks for another lease duration (§6.3: a compatible view).
-fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
+pub(crate) fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
     let running = running(cluster);
     if running.is_empty() {
         return false;
@@ -423,7 +423,10 @@ fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
 /// stopped one. A restarted coordinator still rejoining counts as down; while one rejoins or
 /// abstains in the next index, no other crashes (it would stay down and leave no majority
 /// there), but one may stop.
-fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+pub(crate) fn crash_coordinator(
+    cluster: &mut UkCluster,
+    choices: &mut Choices,
+) -> Result<bool, String> {
     let count = cluster.coordinators.len();
     let c = choices.below(count as u64) as usize;
     let err = |e: mu_fabric::FabricError| e.to_string();
@@ -451,7 +454,7 @@ fn crash_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<b
 
 /// Whether coordinator `c` runs and a majority stays up without it: the others not crashed,
 /// stopped or still rejoining.
-fn may_stop_coordinator(cluster: &UkCluster, c: usize) -> bool {
+pub(crate) fn may_stop_coordinator(cluster: &UkCluster, c: usize) -> bool {
     let count = cluster.coordinators.len();
     let down = (0..count)
         .filter(|&i| match &cluster.coordinators[i] {
@@ -465,7 +468,10 @@ fn may_stop_coordinator(cluster: &UkCluster, c: usize) -> bool {
 /// Restarts the crashed coordinator without its memory (`mu_ukharon::restart`) or, with none
 /// crashed, crashes one, the leader maybe: while a majority stays up and no other coordinator
 /// rejoins or abstains in the next index (one restart at a time).
-fn restart_coordinator(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+pub(crate) fn restart_coordinator(
+    cluster: &mut UkCluster,
+    choices: &mut Choices,
+) -> Result<bool, String> {
     let count = cluster.coordinators.len();
     let crashed: Vec<u16> =
         (0..count as u16).filter(|&i| cluster.coordinators[usize::from(i)].is_none()).collect();

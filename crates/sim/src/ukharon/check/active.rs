@@ -36,11 +36,7 @@ impl ActiveSpans {
         let mut slack = None;
         for (i, &a) in epochs.iter().enumerate() {
             for &b in &epochs[i + 1..] {
-                let same_run = (a + 1..=b).all(|e| {
-                    let (prev, next) = (views.get(&(e - 1)), views.get(&e));
-                    prev.zip(next).is_some_and(|(p, n)| n.is_compatible_successor(p))
-                });
-                if !same_run {
+                if !same_run(a, b, views) {
                     let gap = self.spans[&b].0 as i64 - self.spans[&a].2 as i64;
                     slack = Some(slack.map_or(gap, |s: i64| s.min(gap)));
                 }
@@ -49,17 +45,29 @@ impl ActiveSpans {
         slack
     }
 
+    /// A view after `epoch`, of another run, active somewhere at or before global time
+    /// `at_ns`: its epoch, and when and where it first was. A node that answers for `epoch` at
+    /// `at_ns` then answers for a view that is over.
+    pub fn newer_active_by(
+        &self,
+        epoch: u64,
+        at_ns: u64,
+        views: &BTreeMap<u64, View>,
+    ) -> Option<(u64, u64, u16)> {
+        let later = self.spans.range(epoch + 1..);
+        let mut newer = later.filter(|(_, span)| span.0 <= at_ns);
+        newer
+            .find(|(&b, _)| !same_run(epoch, b, views))
+            .map(|(&b, &(first, node, _, _))| (b, first, node))
+    }
+
     /// Checks the spans against the decided views (`views[e]` is the view of epoch `e`).
     pub fn check(&self, views: &BTreeMap<u64, View>) -> Result<(), String> {
         let epochs: Vec<u64> = self.spans.keys().copied().collect();
         for (i, &a) in epochs.iter().enumerate() {
             for &b in &epochs[i + 1..] {
-                let same_run = (a + 1..=b).all(|e| {
-                    let (prev, next) = (views.get(&(e - 1)), views.get(&e));
-                    prev.zip(next).is_some_and(|(p, n)| n.is_compatible_successor(p))
-                });
                 let (sa, sb) = (self.spans[&a], self.spans[&b]);
-                if !same_run && sa.2 >= sb.0 {
+                if !same_run(a, b, views) && sa.2 >= sb.0 {
                     return Err(format!(
                         "view {a} active until {} ns (node {}), view {b} active from {} ns (node {})",
                         sa.2, sa.3, sb.0, sb.1
@@ -69,6 +77,15 @@ impl ActiveSpans {
         }
         Ok(())
     }
+}
+
+/// Whether the views from `a` to `b` are each a compatible successor of the one before (§6.3):
+/// one run, whose views may be active at once.
+fn same_run(a: u64, b: u64, views: &BTreeMap<u64, View>) -> bool {
+    (a + 1..=b).all(|e| {
+        let (prev, next) = (views.get(&(e - 1)), views.get(&e));
+        prev.zip(next).is_some_and(|(p, n)| n.is_compatible_successor(p))
+    })
 }
 
 #[cfg(test)]
@@ -93,5 +110,19 @@ mod tests {
         assert_eq!(s.check(&views()), Ok(()));
         s.record(3, 2, 150);
         assert!(s.check(&views()).unwrap_err().contains("view 1 active until 150"));
+    }
+
+    #[test]
+    fn an_answer_after_a_newer_view_of_another_run_is_found() {
+        let mut s = ActiveSpans::default();
+        s.record(1, 0, 100);
+        s.record(2, 1, 90);
+        s.record(2, 2, 200);
+        // View 1 is view 0's compatible successor: an answer for 0 at 150 is fine.
+        assert_eq!(s.newer_active_by(0, 150, &views()), None);
+        assert_eq!(s.newer_active_by(0, 199, &views()), None);
+        assert_eq!(s.newer_active_by(0, 200, &views()), Some((2, 200, 2)));
+        assert_eq!(s.newer_active_by(1, 250, &views()), Some((2, 200, 2)));
+        assert_eq!(s.newer_active_by(2, 250, &views()), None);
     }
 }

@@ -1,0 +1,236 @@
+//! The faults of a uKharon-KV run: the uKharon sim's ([`crate::ukharon::UkFaults`]), with
+//! member faults that keep the group's state (a primary-backup group tolerates every member
+//! but one holding the state failing, not all: [`KvCluster::may_lose`]), the primary chosen as
+//! victim now and then, and the primary crashed together with the leading coordinator; cut and
+//! delayed links and lease changes last one step. A member's data plane shares its process's fate ([`KvCluster::sync_data_plane`]).
+
+use super::cluster::KvCluster;
+use crate::ukharon::{self, Choices, UkFaults};
+use mu_fabric::NodeId;
+use mu_fabric_sim::LinkDelay;
+
+/// One fault step: picks an enabled fault and where it strikes. Whether one was injected.
+pub(crate) fn inject(
+    kv: &mut KvCluster,
+    faults: UkFaults,
+    choices: &mut Choices,
+) -> Result<Option<&'static str>, String> {
+    let f = faults;
+    let kinds: Vec<&'static str> = [
+        (f.crash, "crash"),
+        (f.restart, "restart"),
+        (f.pause, "pause"),
+        (f.delay, "delay"),
+        (f.partition, "partition"),
+        (f.lease, "lease"),
+        (f.coordinator, "coordinator"),
+        (f.coordinator_restart, "coordinator-restart"),
+        (f.crash && f.coordinator, "primary-and-leader"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    // While a member lacks the state, nothing else strikes: restarts (joins) and a stopped
+    // member resumed only.
+    .filter(|&name| group_whole(kv) || matches!(name, "restart" | "pause"))
+    .collect();
+    if kinds.is_empty() {
+        return Ok(None);
+    }
+    heal_transient(kv);
+    let kind = kinds[choices.below(kinds.len() as u64) as usize];
+    let injected = match kind {
+        "crash" => crash(kv, choices)?,
+        "restart" => restart(kv, choices)?,
+        "pause" => pause(kv, choices)?,
+        "delay" => delay(kv, choices),
+        "partition" => partition(kv, choices),
+        "lease" => ask_lease(kv, choices),
+        "coordinator" => ukharon::crash_coordinator(&mut kv.uk, choices)?,
+        "coordinator-restart" => ukharon::restart_coordinator(&mut kv.uk, choices)?,
+        _ => primary_and_leader(kv)?,
+    };
+    kv.sync_data_plane()?;
+    Ok(injected.then_some(kind))
+}
+
+/// Heals the links cut or delayed by the step before, and gives back the configured lease to
+/// the members that asked for another. Such faults last one step here: one left in place
+/// strikes again later, when a member joins across it, and may then remove the one member
+/// holding the state and keep the fresh one.
+fn heal_transient(kv: &mut KvCluster) {
+    let lease_ns = kv.uk.config.lease_ns;
+    for n in std::mem::take(&mut kv.transient_leases) {
+        if let Some(core) = kv.uk.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
+            core.ask_lease(lease_ns);
+        }
+    }
+    for (a, b) in std::mem::take(&mut kv.transient_links) {
+        kv.uk.world.heal(NodeId(a), NodeId(b));
+        kv.uk.world.set_link_delay(NodeId(a), NodeId(b), LinkDelay::default());
+        if kv.data.contains_key(&a) && kv.data.contains_key(&b) {
+            kv.set_data_partition(a, b, false);
+            let (da, db) = (kv.data_node(a), kv.data_node(b));
+            kv.uk.world.set_link_delay(da, db, LinkDelay::default());
+        }
+    }
+}
+
+/// A running member asks for another lease duration (§6.3: compatible views), until the
+/// next step. A short lease that stays may get a member removed later, the one holding the
+/// state among them.
+fn ask_lease(kv: &mut KvCluster, choices: &mut Choices) -> bool {
+    let running: Vec<u16> = kv.member_ids().into_iter().filter(|&m| kv.running(m)).collect();
+    if running.is_empty() {
+        return false;
+    }
+    let n = ukharon::pick(choices, &running);
+    let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
+    let Some(core) = kv.uk.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) else {
+        return false;
+    };
+    core.ask_lease(lease_ns);
+    kv.transient_leases.push(n);
+    true
+}
+
+/// Members that run, the primary of the latest view first when `choices` says so.
+fn victims(kv: &KvCluster, choices: &mut Choices) -> Vec<u16> {
+    let running: Vec<u16> = kv.member_ids().into_iter().filter(|&m| kv.running(m)).collect();
+    let losable: Vec<u16> = running.into_iter().filter(|&m| kv.may_lose(m)).collect();
+    let primary = kv.uk.log.latest().and_then(|v| v.primary);
+    match primary.filter(|p| losable.contains(p)) {
+        Some(p) if choices.below(2) == 0 => vec![p],
+        _ => losable,
+    }
+}
+
+/// Whether every member of the latest view holds the state: only then does a fault strike a
+/// member or its links. The membership may remove a member for a fault that did not aim at it
+/// (a delayed link, a stopped neighbour in the heartbeat ring), and one removed while the
+/// others lack a whole state would leave the view's primary, the oldest member, without one.
+fn group_whole(kv: &KvCluster) -> bool {
+    let view = kv.uk.log.latest();
+    view.is_some_and(|v| v.nodes().all(|m| kv.holds_state(m)))
+}
+
+/// Crashes a member whose loss the group survives (the primary half the time it may), or,
+/// now and then, a cache (one stays up).
+fn crash(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
+    let caches = kv.uk.live_caches();
+    let victims = if caches.len() >= 2 && choices.below(4) == 0 {
+        caches
+    } else if group_whole(kv) {
+        victims(kv, choices)
+    } else {
+        return Ok(false);
+    };
+    if victims.is_empty() {
+        return Ok(false);
+    }
+    let n = ukharon::pick(choices, &victims);
+    crash_member(kv, n)?;
+    Ok(true)
+}
+
+fn crash_member(kv: &mut KvCluster, n: u16) -> Result<(), String> {
+    kv.uk.world.crash(NodeId(n)).map_err(|e| e.to_string())?;
+    kv.uk.nodes.get_mut(&n).expect("a node").core = None;
+    Ok(())
+}
+
+/// Starts a crashed node again as a new process: a member joins anew, as a fresh backup that
+/// gets the store by snapshot.
+fn restart(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
+    let crashed: Vec<u16> =
+        kv.uk.nodes.iter().filter(|(_, n)| n.core.is_none()).map(|(&id, _)| id).collect();
+    if crashed.is_empty() {
+        return Ok(false);
+    }
+    kv.uk.restart(ukharon::pick(choices, &crashed))?;
+    Ok(true)
+}
+
+/// Stops a member whose loss the group survives (the primary half the time it may), or
+/// resumes a stopped one. A stopped primary keeps its requests and answers none of them once
+/// it runs again in a view that is over.
+fn pause(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
+    let paused: Vec<u16> =
+        kv.uk.live_nodes().into_iter().filter(|n| kv.uk.nodes[n].paused).collect();
+    let (n, pause) = if !paused.is_empty() && choices.below(2) == 0 {
+        (ukharon::pick(choices, &paused), false)
+    } else {
+        let victims = if group_whole(kv) { victims(kv, choices) } else { Vec::new() };
+        if victims.is_empty() {
+            return Ok(false);
+        }
+        (ukharon::pick(choices, &victims), true)
+    };
+    let world = &kv.uk.world;
+    let result = if pause { world.pause(NodeId(n)) } else { world.resume(NodeId(n)) };
+    result.map_err(|e| e.to_string())?;
+    kv.uk.nodes.get_mut(&n).expect("a node").paused = pause;
+    Ok(true)
+}
+
+/// A link gets an extra delay (up to 20 µs): between two nodes of the membership and, where
+/// both are members, between their data nodes too, until the next step. One that touches a
+/// member only while the group is whole.
+fn delay(kv: &mut KvCluster, choices: &mut Choices) -> bool {
+    let count = u64::from(kv.uk.config.nodes_max);
+    let (a, b) = (choices.below(count) as u16, choices.below(count) as u16);
+    let delay = LinkDelay { extra_ns: choices.below(20_000), jitter_ns: choices.below(5_000) };
+    let members = kv.data.contains_key(&a) || kv.data.contains_key(&b);
+    if members && !group_whole(kv) {
+        return false;
+    }
+    kv.uk.world.set_link_delay(NodeId(a), NodeId(b), delay);
+    kv.transient_links.push((a, b));
+    if kv.data.contains_key(&a) && kv.data.contains_key(&b) {
+        let (da, db) = (kv.data_node(a), kv.data_node(b));
+        kv.uk.world.set_link_delay(da, db, delay);
+    }
+    true
+}
+
+/// Cuts both planes' links between two live members until the next step. A cut may get
+/// either removed: only while the group is whole.
+fn partition(kv: &mut KvCluster, choices: &mut Choices) -> bool {
+    let live = kv.uk.live_nodes();
+    if live.len() < 2 {
+        return false;
+    }
+    let (a, b) = (ukharon::pick(choices, &live), ukharon::pick(choices, &live));
+    if a == b {
+        return false;
+    }
+    if !group_whole(kv) {
+        return false;
+    }
+    kv.uk.world.partition(NodeId(a), NodeId(b));
+    kv.set_data_partition(a, b, true);
+    kv.transient_links.push((a, b));
+    true
+}
+
+/// The primary and the leading coordinator crash at once (the coordinators that are left
+/// elect a leader, which must remove the primary).
+fn primary_and_leader(kv: &mut KvCluster) -> Result<bool, String> {
+    let Some(primary) = kv.uk.log.latest().and_then(|v| v.primary) else { return Ok(false) };
+    let leader = (0..kv.uk.coordinators.len()).find(|&c| {
+        !kv.uk.coordinator_paused[c]
+            && kv.uk.coordinators[c].as_ref().is_some_and(|d| d.is_leading())
+    });
+    let Some(leader) = leader else { return Ok(false) };
+    let rejoining =
+        (0..kv.uk.coordinators.len()).any(|i| i != leader && kv.uk.coordinator_still_rejoining(i));
+    if !group_whole(kv)
+        || !kv.may_lose(primary)
+        || !ukharon::may_stop_coordinator(&kv.uk, leader)
+        || rejoining
+    {
+        return Ok(false);
+    }
+    kv.uk.crash_coordinator(leader)?;
+    crash_member(kv, primary)?;
+    Ok(true)
+}
