@@ -3,10 +3,12 @@
 //! run directory or thread choice that will hurt.
 
 #[cfg(feature = "ofi")]
-use mu_fabric::NodeId;
-#[cfg(feature = "ofi")]
-use mu_fabric_ofi::{NodeAddr, OfiConfig};
+use mu_fabric_ofi::OfiConfig;
 use mu_service::ClusterConfig;
+
+#[cfg(feature = "ofi")]
+pub use crate::fabric_config::ofi_config_from;
+pub use crate::fabric_config::{call_wait_us, OFI_NOT_BUILT};
 
 /// Loads and checks a cluster configuration, the fabric's own checks included (an ofi
 /// provider and its ports), so that every command that reads the file refuses the same
@@ -22,15 +24,10 @@ pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
         return Err(format!("{}: fabric = \"ofi\": {OFI_NOT_BUILT}", path.display()));
     }
     if config.is_ukharon_kv() {
-        crate::ukharon_kv::group(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::ukharon_kv_group::group(&config).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(config)
 }
-
-/// What a build without the libfabric fabric says when asked for it.
-pub const OFI_NOT_BUILT: &str = "this mu was built without the libfabric fabric (cargo feature \
-    `ofi` of mu-cli, on by default; it needs the system's libfabric, Debian libfabric-dev): \
-    rebuild with default features, or use the shm fabric";
 
 /// Replica `id`'s configuration of the libfabric fabric (`fabric = "ofi"`).
 #[cfg(feature = "ofi")]
@@ -39,32 +36,6 @@ pub fn ofi_config(config: &ClusterConfig, id: u16) -> Result<OfiConfig, String> 
     let mut ofi = ofi_config_from(config.ofi_provider(), config.cluster_id, id, &addresses);
     ofi.call_wait_us = Some(call_wait_us(config.detector.read_period_us));
     Ok(ofi)
-}
-
-/// Node `id`'s configuration of the libfabric fabric, with the default timeouts, from an
-/// `[ofi]` section's provider and addresses (a cluster's file, or a uKharon group's).
-#[cfg(feature = "ofi")]
-pub fn ofi_config_from(
-    provider: &str,
-    cluster_id: u64,
-    id: u16,
-    addresses: &[mu_service::config::OfiAddress],
-) -> OfiConfig {
-    let nodes = addresses
-        .iter()
-        .map(|a| (NodeId(a.id), NodeAddr { host: a.host.clone(), base_port: a.base_port }))
-        .collect();
-    OfiConfig::new(provider, cluster_id, NodeId(id), nodes)
-}
-
-/// How long one of a replica's fabric control calls may wait on the network: a quarter of the
-/// heartbeat read period, within [50 µs, 1 ms]. The background plane beats its heartbeat on
-/// the thread that binds connections and fences peers, and a poll may make a few such calls;
-/// together they must stay within about a read period, or the other replicas read the same
-/// counter twice and lower this one's score. A binding or fence not done by then goes on in
-/// the fabric and is taken up on the next poll.
-pub fn call_wait_us(read_period_us: u64) -> u64 {
-    (read_period_us / 4).clamp(50, 1000)
 }
 
 /// A warning for a run directory that the shm fabric would use on a disk file system (see

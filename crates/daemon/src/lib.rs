@@ -8,13 +8,16 @@ extern crate mu_procs;
 
 pub mod cluster;
 pub mod config;
+pub mod fabric_config;
 pub mod kv_cluster;
 pub mod kv_cmd;
 pub mod log_buffer;
 pub mod node_log;
 pub mod replica_pid;
+mod replica_support;
 pub mod serve;
 pub mod ukharon;
 pub mod ukharon_kv;
+pub mod ukharon_kv_group;
 
 use mu_procs::interrupt;

@@ -11,6 +11,7 @@ use crate::config::{load_config, run_dir_warning, threads_warning};
 use crate::interrupt;
 use crate::log_buffer::{self, LogBuffer};
 use crate::replica_pid::{inspect_pid_file, PidFile};
+use crate::replica_support::{serve_metrics, write_private};
 use mu_fabric::NodeId;
 #[cfg(feature = "ofi")]
 use mu_fabric_ofi::OfiFabric;
@@ -188,18 +189,6 @@ pub fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Serves Prometheus text on `port` until the endpoint is dropped, and says where.
-pub(crate) fn serve_metrics(
-    port: u16,
-    sources: mu_service::metrics::Sources,
-    id: u16,
-) -> Result<mu_service::metrics::MetricsServer, String> {
-    let endpoint = mu_service::metrics::serve(port, sources)?;
-    let addr = endpoint.address();
-    info!(target: LOG_TARGET, replica = id, url = %format_args!("http://{addr}/metrics"), "serving metrics");
-    Ok(endpoint)
-}
-
 /// Refuses to start a replica that already runs, one that crashed (and so lost its log) unless
 /// started with `--rejoin`, and one whose run directory another cluster's replica uses.
 fn refuse_unsafe_start(config: &ClusterConfig, args: &Args) -> Result<(), String> {
@@ -344,20 +333,6 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
         "" => Err("a level is missing".into()),
         _ => Err(format!("{text:?} is not a level")),
     }
-}
-
-/// Writes `text` to `path`, readable and writable by the owner only, as everything else in a
-/// run directory is.
-pub(crate) fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(text.as_bytes())
 }
 
 /// Opens this replica's fabric as the configuration says and starts the replica on it.

@@ -236,7 +236,7 @@ impl UkharonConfig {
         match self.fabric {
             FabricChoice::Shm => Ok(()),
             FabricChoice::Ofi { .. } => {
-                Err(format!("fabric: \"ofi\": {}", crate::config::OFI_NOT_BUILT))
+                Err(format!("fabric: \"ofi\": {}", crate::fabric_config::OFI_NOT_BUILT))
             }
         }
     }
@@ -248,8 +248,8 @@ impl UkharonConfig {
     pub fn ofi_config(&self, node: u16) -> Option<mu_fabric_ofi::OfiConfig> {
         let FabricChoice::Ofi { provider, addresses } = &self.fabric else { return None };
         let m = &self.membership;
-        let mut ofi = crate::config::ofi_config_from(provider, m.cluster, node, addresses);
-        ofi.call_wait_us = Some(crate::config::call_wait_us(m.lease_ns / 1000));
+        let mut ofi = crate::fabric_config::ofi_config_from(provider, m.cluster, node, addresses);
+        ofi.call_wait_us = Some(crate::fabric_config::call_wait_us(m.lease_ns / 1000));
         Some(ofi)
     }
 

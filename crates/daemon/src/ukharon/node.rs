@@ -76,7 +76,7 @@ pub fn run(args: &NodeArgs) -> Result<(), String> {
             run_role(&config, id, role, ofi, memory)
         }
         #[cfg(not(feature = "ofi"))]
-        FabricChoice::Ofi { .. } => Err(crate::config::OFI_NOT_BUILT.into()),
+        FabricChoice::Ofi { .. } => Err(crate::fabric_config::OFI_NOT_BUILT.into()),
     }
 }
 
