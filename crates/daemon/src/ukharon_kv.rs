@@ -162,8 +162,9 @@ fn replica(
     // Admitted before its node starts, so that the node learns the view that admitted it
     // (the first member's starts the store).
     let options = JoinOptions { polling, timeout: JOIN_WAIT, incarnation: None };
-    let membership = Membership::join(membership, group.membership.clone(), group.lease, options)
-        .map_err(|e| format!("replica {id}: joining the group: {e}"))?;
+    let membership =
+        Membership::join_watching(membership, group.membership.clone(), group.lease, options)
+            .map_err(|e| format!("replica {id}: joining the group: {e}"))?;
     let data = ShmConfig::new(data_dir(config), config.cluster_id, NodeId(id))
         .with_protocol(DATA_PROTOCOL);
     let data = ShmFabric::create(data).map_err(|e| format!("replica {id}: data fabric: {e}"))?;

@@ -106,6 +106,24 @@ impl Membership {
         Ok(membership)
     }
 
+    /// [`Membership::join`], with every view the node learns from its start on, the one that
+    /// admits it included (an application that must know what the group looked like when it
+    /// came in: [`Membership::views`] taken after `join` may miss views learnt meanwhile).
+    pub fn join_watching<F: Fabric>(
+        fabric: F,
+        config: MembershipConfig,
+        lease: LeaseConfig,
+        options: JoinOptions,
+    ) -> Result<(Membership, Receiver<View>), MembershipError> {
+        let incarnation = options.incarnation.unwrap_or_else(random_incarnation);
+        let core = NodeCore::new(fabric, config, lease, incarnation);
+        let (tx, views) = channel();
+        let membership =
+            Membership::run_core_with(core.map_err(MembershipError::Start)?, options, vec![tx])?;
+        membership.wait_for("admitting this node", options.timeout, |s| s.member.is_some())?;
+        Ok((membership, views))
+    }
+
     /// Starts the node on `fabric` and returns at once; it joins in the background.
     pub fn start<F: Fabric>(
         fabric: F,
@@ -136,13 +154,22 @@ impl Membership {
         core: NodeCore<F>,
         options: JoinOptions,
     ) -> Result<Membership, MembershipError> {
+        Membership::run_core_with(core, options, Vec::new())
+    }
+
+    /// Runs `core` on a thread of its own, `views` receiving every view it learns.
+    fn run_core_with<F: Fabric>(
+        core: NodeCore<F>,
+        options: JoinOptions,
+        views: Vec<Sender<View>>,
+    ) -> Result<Membership, MembershipError> {
         let node = core.node();
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             leave: AtomicBool::new(false),
             primary_wanted: AtomicU32::new(0),
             published: core.published(),
-            state: Mutex::new(State { running: true, ..State::default() }),
+            state: Mutex::new(State { running: true, views, ..State::default() }),
             changed: Condvar::new(),
         });
         let thread = {

@@ -8,6 +8,7 @@ use mu_fabric::Fabric;
 use mu_kv::{Reply, Request};
 use mu_membership::clock::now_ns;
 use mu_membership::{Membership, Polling};
+use mu_ukharon::view::View;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
@@ -60,10 +61,12 @@ const JOBS_PER_ROUND: usize = 64;
 
 impl KvNode {
     /// Starts the node on `data` (its data fabric node) with `membership` (its membership
-    /// node, joined or joining, with the same node id).
+    /// node, with the same id) and `views`, every view it learnt from the one that admitted
+    /// it ([`Membership::join_watching`]): a node that came in with the group's first members
+    /// knows from that view that the empty store it starts is the whole state.
     pub fn start<F: Fabric>(
         data: F,
-        membership: Membership,
+        (membership, views): (Membership, Receiver<View>),
         settings: KvSettings,
         polling: Polling,
     ) -> Result<KvNode, String> {
@@ -83,7 +86,7 @@ impl KvNode {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("ukharon-kv-{node}"))
-                .spawn(move || run(driver, membership, rx, &stop, polling))
+                .spawn(move || run(driver, (membership, views), rx, &stop, polling))
                 .map_err(|e| format!("starting the thread: {e}"))?
         };
         Ok(KvNode { jobs, stop, thread: Some(thread), node })
@@ -128,15 +131,11 @@ impl Drop for KvNode {
 
 fn run<F: Fabric>(
     mut driver: KvDriver<F, Sender<KvAnswer>>,
-    membership: Membership,
+    (membership, views): (Membership, Receiver<View>),
     jobs: Receiver<Job>,
     stop: &AtomicBool,
     polling: Polling,
 ) {
-    let views = membership.views();
-    if let Some(view) = membership.latest() {
-        driver.learn(&view);
-    }
     let published = membership.published();
     let active = move |epoch: u64| published.active_at(epoch, now_ns());
     // The primary last asked for in place of this node (named without a whole state), and

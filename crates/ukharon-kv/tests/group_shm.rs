@@ -82,11 +82,17 @@ impl Group {
     }
 
     fn add(&mut self, node: u16) {
-        let options = JoinOptions { polling: POLLING, timeout: WAIT, incarnation: None };
-        let m = Membership::join(self.membership_fabric(node), config(), lease(), options).unwrap();
-        let data = ShmFabric::create(ShmConfig::new(self.path("data"), CLUSTER + 1, NodeId(node)));
-        let kv = KvNode::start(data.unwrap(), m, settings(), POLLING).unwrap();
+        let kv = self.join(node);
         self.nodes.insert(node, kv);
+    }
+
+    /// Node `node` joins the group and starts its data plane.
+    fn join(&self, node: u16) -> KvNode {
+        let options = JoinOptions { polling: POLLING, timeout: WAIT, incarnation: None };
+        let fabric = self.membership_fabric(node);
+        let m = Membership::join_watching(fabric, config(), lease(), options).unwrap();
+        let data = ShmFabric::create(ShmConfig::new(self.path("data"), CLUSTER, NodeId(node)));
+        KvNode::start(data.unwrap(), m, settings(), POLLING).unwrap()
     }
 
     fn dump(&self) {
@@ -231,4 +237,32 @@ fn members_joining_one_at_a_time_leave_the_primary_in_place() {
         let status = group.nodes[&node].status().unwrap();
         assert_eq!(status.problem, None, "node {node}");
     }
+}
+
+/// Members that start at once: whichever views admit them, each node's driver sees the view
+/// that admitted it (`Membership::join_watching`), so the first members know the empty store
+/// is the whole state and the others get it by snapshot; a primary is named and serves.
+#[test]
+fn members_starting_together_serve() {
+    let mut group = Group::start("ukharon-kv-together");
+    let started: Vec<(u16, KvNode)> = std::thread::scope(|s| {
+        let joins: Vec<_> = [3u16, 4, 5]
+            .map(|n| {
+                (
+                    n,
+                    s.spawn({
+                        let group = &group;
+                        move || group.join(n)
+                    }),
+                )
+            })
+            .into_iter()
+            .collect();
+        joins.into_iter().map(|(n, j)| (n, j.join().unwrap())).collect()
+    });
+    group.nodes.extend(started);
+    let primary = group.settle(&[3, 4, 5]);
+    let mut client = Client { id: 7, seq: 0, primary };
+    assert_eq!(client.call(&group, put(1, 11)), Reply::Stored);
+    assert_eq!(client.call(&group, get(1)), Reply::Value(Some(11u64.to_le_bytes().to_vec())));
 }
