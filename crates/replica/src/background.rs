@@ -3,6 +3,7 @@
 //! own connections (the background channel) and its own region; no threads and no clock of its
 //! own, like the replication driver.
 
+use crate::config::Leaders;
 use crate::layout::{
     ack_boot_offset, ack_offset, background_channel, fetched_body_offset, replication_channel,
     request_offset, snapshot_digest, snapshot_request_offset, snapshot_ticket, view_offset,
@@ -13,6 +14,7 @@ use crate::layout::{
     SNAPSHOT_OK, SNAPSHOT_REGION, SNAPSHOT_TICKET, SNAPSHOT_TOO_LARGE, SNAPSHOT_UNSUPPORTED,
     STATUS_BYTES, UNHEARD_OFFSET,
 };
+use crate::lease::Appointment;
 use crate::shared::Shared;
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId, Op,
@@ -369,7 +371,7 @@ impl<F: Fabric> BackgroundDriver<F> {
             || self.behind_a_change(members),
         );
         self.detector.set_self_eligible(eligible);
-        let leader = self.detector.leader();
+        let leader = self.choose_leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
         // Logged once the leader is published: formatting an event takes microseconds, and a
         // failover need not wait for them. (The replication plane logs its taking up of the
@@ -385,6 +387,20 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.take_snapshot_request();
         busy |= self.fetch_state(now_ns);
         busy
+    }
+
+    /// The detector's choice (§5.1), or the application's appointment where leaders are
+    /// appointed (a replica outside the set appointed is no leader of ours).
+    fn choose_leader(&self) -> Option<NodeId> {
+        match self.shared.leaders {
+            Leaders::Elected => self.detector.leader(),
+            Leaders::Appointed => {
+                let word = self.shared.appointment.load(Ordering::Acquire);
+                Appointment::from_word(word)
+                    .map(|a| a.leader)
+                    .filter(|&l| self.replicas.position(l).is_some())
+            }
+        }
     }
 
     /// Logs the failure detector's verdicts as they change (§5.1). Only the changes: a

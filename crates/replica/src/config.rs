@@ -134,6 +134,25 @@ pub struct ReplicaConfig {
     /// refuse such a run, and it stops ([`crate::ReplicaStatus::failure`] says why; see
     /// [`crate::ReplicaStatus::restarted_without_rejoin`] for what the mechanism cannot see).
     pub eligible: bool,
+    /// Who picks the leader: the failure detector (the default, Mu paper §5.1), or the
+    /// application through [`crate::Replica::appoint`] (leased local reads,
+    /// `docs/protocols/lease-reads.md`). The same on every replica of a cluster (it is part of
+    /// the fingerprint): a replica electing its own leader would answer what the others' lease
+    /// reads cannot see.
+    pub leaders: Leaders,
+}
+
+/// Who picks a replica's leader. See [`ReplicaConfig::leaders`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Leaders {
+    /// The lowest live eligible replica the pull-score detector sees (Mu paper §5.1).
+    #[default]
+    Elected,
+    /// The replica the application appointed last ([`crate::Replica::appoint`]), if any: the
+    /// primary of its membership's latest view. A leadership starts only while the appointment
+    /// names this replica, and ends when it names another, or this replica under another
+    /// admission. The detector still runs, for fate sharing and status.
+    Appointed,
 }
 
 /// How a replica's threads wait when they find nothing to do.
@@ -250,6 +269,7 @@ impl ReplicaConfig {
             outstanding_max: 2,
             snapshot_bytes_max: 1 << 20,
             eligible: true,
+            leaders: Leaders::Elected,
         }
     }
 
@@ -395,6 +415,10 @@ impl ReplicaConfig {
         ids.sort_unstable();
         for id in ids {
             eat(&id.to_le_bytes());
+        }
+        // Only where appointed, so that elected clusters keep the fingerprints they had.
+        if self.leaders == Leaders::Appointed {
+            eat(b"appointed");
         }
         let folded = (hash ^ hash >> 16 ^ hash >> 32 ^ hash >> 48) as u16;
         folded.max(1)

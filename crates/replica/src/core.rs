@@ -5,6 +5,7 @@ use crate::background::{BackgroundDriver, TransferSettings};
 use crate::config::Protocol;
 use crate::config::{ConfigError, ReplicaConfig};
 use crate::layout::{background_channel, BACKGROUND_BYTES};
+use crate::lease::{Appointment, Term};
 use crate::memory::FabricMemory;
 use crate::mu::ReplicationDriver;
 use crate::replication::{Applier, ProposeError, Settings};
@@ -361,8 +362,9 @@ impl<F: Fabric> ReplicaCore<F> {
             crate::layout::snapshot_region_bytes(config.snapshot_bytes_max),
             Access::READ,
         )?;
-        let shared =
+        let mut shared =
             Shared::new(config.eligible, ids.to_vec(), members, boot_id, config.fingerprint());
+        shared.leaders = config.leaders;
         Ok((background, snapshot, Arc::new(shared)))
     }
 
@@ -415,6 +417,20 @@ impl<F: Fabric> ReplicaCore<F> {
     /// The leader this replica's failure detector elected.
     pub fn leader(&self) -> Option<NodeId> {
         self.replication.shared().leader()
+    }
+
+    /// Appoints the leader, where [`crate::ReplicaConfig::leaders`] is `Appointed` (ignored
+    /// otherwise): the primary the membership's latest view names, `None` for nobody. Rule 1
+    /// of leased reads (`docs/protocols/lease-reads.md`) is the caller's: appoint this replica
+    /// only once `Active(view)` held here for the view that names it.
+    pub fn appoint(&self, appointment: Option<Appointment>) {
+        self.replication.shared().appoint(appointment)
+    }
+
+    /// The leadership under way on this replica, if any: the appointment it started under and
+    /// its serial number (for [`crate::LeaseGate`]).
+    pub fn term(&self) -> Option<Term> {
+        self.replication.shared().term()
     }
 
     /// What the replica reports about itself (as [`crate::Replica::status`]).

@@ -39,6 +39,7 @@ mod config;
 mod core;
 mod group;
 pub mod layout;
+pub mod lease;
 mod lines;
 mod memory;
 mod mu;
@@ -52,9 +53,12 @@ mod transfer;
 mod velos;
 
 pub use background::BackgroundDriver;
-pub use config::{ConfigError, Protocol, ReplicaConfig, ThreadCpus, Threads, BATCH_REQUESTS_MAX};
+pub use config::{
+    ConfigError, Leaders, Protocol, ReplicaConfig, ThreadCpus, Threads, BATCH_REQUESTS_MAX,
+};
 pub use core::{Boot, ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
+pub use lease::{Appointment, LeaseGate, Term};
 pub use mu::ReplicationDriver;
 pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};

@@ -5,6 +5,7 @@
 
 use crate::group::Group;
 use crate::layout::{ack_boot_offset, ack_offset, replication_channel, BACKGROUND_REGION};
+use crate::lease::Term;
 use crate::memory::FabricMemory;
 use crate::probe::DateOnce;
 use crate::replication::{Applier, ProposeError, Settings};
@@ -82,6 +83,8 @@ pub struct ReplicationDriver<F: Fabric> {
     heads_seen: Vec<u64>,
     /// A leadership taken up in this poll, logged once the poll's requests are out.
     leading_to_log: Option<u64>,
+    /// The leadership under way, as published in `shared` (for leased reads).
+    term: Option<Term>,
     /// The phases whose first entry in this leadership is stamped in `Shared::probe`, by bit.
     phases_stamped: u16,
     /// Whether `probe.permitted_at_ns` and `probe.ready_at_ns` are dated (this driver is their
@@ -159,6 +162,7 @@ impl<F: Fabric> ReplicationDriver<F> {
             poll_started_in: Phase::Follower,
             idle_polls: Default::default(),
             leading_to_log: None,
+            term: None,
             heads_at_request: vec![0; n],
             eligible_again_at: None,
             blocked: BlockedWatch::default(),
@@ -618,8 +622,10 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn follow_election(&mut self) -> bool {
         let elected = self.shared.leader();
         let leading = self.leader.phase() != Phase::Follower;
+        self.end_term_if_over(leading);
+        let (appointed, appointment) = self.shared.may_lead_appointed(self.me, self.term);
         let may_lead = self.shared.eligible.load(Ordering::Acquire) && self.shared.takes_part();
-        if elected == Some(self.me) && !leading && may_lead {
+        if elected == Some(self.me) && !leading && may_lead && appointed {
             // Nothing is asked until the engine's requests go out (`request_permission`, after
             // this poll's `collect_acks`): an answer to the request word of an earlier
             // leadership (one that came after we stepped down, or the zero words of a replica
@@ -631,11 +637,12 @@ impl<F: Fabric> ReplicationDriver<F> {
             if self.leader.become_leader(&self.mem, &mut self.actions) {
                 let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
                 self.leading_to_log = Some(leaderships);
+                self.term = Some(self.shared.start_term(leaderships, appointment));
                 return true;
             }
             return false;
         }
-        if elected != Some(self.me) && leading {
+        if (elected != Some(self.me) || !appointed) && leading {
             info!(
                 replica = self.me.0,
                 leader = elected.map(|l| l.0),
@@ -643,10 +650,19 @@ impl<F: Fabric> ReplicationDriver<F> {
                 "stepping down: this replica is no longer elected"
             );
             self.leader.step_down();
+            self.end_term_if_over(false);
             self.fail_pending(elected);
             return true;
         }
         false
+    }
+
+    /// Publishes the end of the leadership under way once the engine no longer leads (it
+    /// stepped down here, or on its own).
+    fn end_term_if_over(&mut self, leading: bool) {
+        if !leading && self.term.take().is_some() {
+            self.shared.set_term(None);
+        }
     }
 
     /// The engine dropped the pending requests (it stopped leading).

@@ -4,6 +4,7 @@ use crate::config::{ConfigError, ReplicaConfig, Threads};
 use crate::core::ReplicationPlane;
 use crate::core::{ReplicaCore, StartError};
 use crate::group::Requests;
+use crate::lease::{Appointment, Term};
 use crate::replication::{Applier, ProposeError};
 use crate::setup_trace::Poller;
 use crate::shared::Shared;
@@ -644,6 +645,20 @@ impl Replica {
     /// The leader this replica's failure detector elected.
     pub fn leader(&self) -> Option<NodeId> {
         self.shared.leader()
+    }
+
+    /// Appoints the leader, where [`crate::ReplicaConfig::leaders`] is `Appointed` (ignored
+    /// otherwise): the primary the membership's latest view names, `None` for nobody. Rule 1
+    /// of leased reads (`docs/protocols/lease-reads.md`) is the caller's: appoint this replica
+    /// only once `Active(view)` held here for the view that names it.
+    pub fn appoint(&self, appointment: Option<Appointment>) {
+        self.shared.appoint(appointment)
+    }
+
+    /// The leadership under way on this replica, if any: the appointment it started under and
+    /// its serial number (for [`crate::LeaseGate`]).
+    pub fn term(&self) -> Option<Term> {
+        self.shared.term()
     }
 
     /// Why the replica stopped on its own, if it did ([`ReplicaStatus::failure`]): cheaper

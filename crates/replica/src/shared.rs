@@ -14,6 +14,8 @@
 //! the leader, liveness and eligibility words the background thread reads on every loop. What
 //! that cost has not been measured with a core per thread.
 
+use crate::config::Leaders;
+use crate::lease::{may_lead_appointed, Appointment, Term};
 use crate::lines::OwnLines;
 use crate::probe::FailoverProbe;
 use crate::signals::{PeerSignals, Stats, TransferSignals, SCORE_NONE};
@@ -142,6 +144,17 @@ pub(crate) struct Shared {
     /// cleared, by the plane that finds it out: the replication plane applying the entry, or
     /// the background plane reading a peer that applied it (`notice_removal`).
     pub removed: AtomicBool,
+    /// Who picks the leader (fixed at start, [`crate::ReplicaConfig::leaders`]).
+    pub leaders: Leaders,
+    /// Appointed leaders: the application's latest appointment as a word
+    /// ([`crate::Appointment::word`]), 0 for none (the application; the background plane
+    /// publishes its leader as `leader`, the replication plane checks its term against it).
+    pub appointment: AtomicU64,
+    /// The leadership under way on this replica, as [`Shared::term`] reads it: its serial, 0
+    /// while not leading, stored after `term_appointment` (replication).
+    term_serial: AtomicU64,
+    /// The appointment word the leadership under way started under (replication).
+    term_appointment: AtomicU64,
 }
 
 impl Shared {
@@ -184,6 +197,61 @@ impl Shared {
             members: AtomicU64::new(members),
             ever_members: AtomicU64::new(members),
             removed: AtomicBool::new(false),
+            leaders: Leaders::Elected,
+            appointment: AtomicU64::new(0),
+            term_serial: AtomicU64::new(0),
+            term_appointment: AtomicU64::new(0),
+        }
+    }
+
+    /// The leadership under way, if any. Read as a sequence lock: serials are never reused, so
+    /// an appointment read between two equal serials is that leadership's.
+    pub fn term(&self) -> Option<Term> {
+        loop {
+            let serial = self.term_serial.load(Ordering::Acquire);
+            if serial == 0 {
+                return None;
+            }
+            let word = self.term_appointment.load(Ordering::Acquire);
+            if self.term_serial.load(Ordering::Acquire) == serial {
+                return Some(Term { appointment: Appointment::from_word(word), serial });
+            }
+        }
+    }
+
+    /// The application's appointment ([`crate::Replica::appoint`]).
+    pub fn appoint(&self, appointment: Option<Appointment>) {
+        self.appointment.store(appointment.map_or(0, Appointment::word), Ordering::Release);
+    }
+
+    /// Rule 1 of leased reads (`docs/protocols/lease-reads.md`): whether this replica may take
+    /// up a leadership, or keep `term`, the one under way. Always where leaders are elected;
+    /// where appointed, only while the appointment names `me`, under the admission `term`
+    /// started under. Also returns the appointment word read, for [`Shared::start_term`].
+    pub fn may_lead_appointed(&self, me: NodeId, term: Option<Term>) -> (bool, u64) {
+        if self.leaders == Leaders::Elected {
+            return (true, 0);
+        }
+        let word = self.appointment.load(Ordering::Acquire);
+        let term_word = term.map(|t| t.appointment.map_or(0, |a| a.word()));
+        (may_lead_appointed(me, word, term_word), word)
+    }
+
+    /// Starts the leadership numbered `serial` under the appointment word `appointment` (the
+    /// one [`Shared::may_lead_appointed`] allowed it under) and publishes it.
+    pub fn start_term(&self, serial: u64, appointment: u64) -> Term {
+        let term = Term { appointment: Appointment::from_word(appointment), serial };
+        self.set_term(Some(term));
+        term
+    }
+
+    /// Publishes the leadership under way (`None`: not leading). Only the replication plane
+    /// calls it, and only when it changed.
+    pub fn set_term(&self, term: Option<Term>) {
+        self.term_serial.store(0, Ordering::Release);
+        if let Some(t) = term {
+            self.term_appointment.store(t.appointment.map_or(0, |a| a.word()), Ordering::Release);
+            self.term_serial.store(t.serial, Ordering::Release);
         }
     }
 

@@ -9,6 +9,7 @@
 
 use crate::group::Group;
 use crate::layout::replication_channel;
+use crate::lease::Term;
 use crate::replication::{Applier, ProposeError, Settings};
 use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
@@ -221,6 +222,8 @@ pub struct VelosDriver<F: Fabric> {
     /// A leadership taken up in this poll (the index it starts at, and the count), logged at the
     /// poll's end.
     leading_to_log: Option<(u64, u64)>,
+    /// The leadership under way, as published in `shared` (for leased reads).
+    term: Option<Term>,
     /// Set while this replica, restarted, is not an acceptor yet.
     recovery: Option<Rejoin>,
     /// A replica waiting to stand after a snapshot, while no leader is elected.
@@ -326,6 +329,7 @@ impl<F: Fabric> VelosDriver<F> {
             own_pending: None,
             last_decision: (0, true),
             leading_to_log: None,
+            term: None,
             recovery,
             leaderless: LeaderlessWait::default(),
             rejoin_attempts: 0,
@@ -772,11 +776,15 @@ impl<F: Fabric> VelosDriver<F> {
     fn follow_election(&mut self, now_ns: u64) -> bool {
         let elected = self.shared.leader();
         let leading = self.proposer.is_leading();
+        if !leading && self.term.take().is_some() {
+            self.shared.set_term(None);
+        }
+        let (appointed, appointment) = self.shared.may_lead_appointed(self.me, self.term);
         let behind = Candidacy::behind(self.a_log_behind(), leading, || {
             self.heads().live_ahead_by(self.shared.peers.alive_mask.load(Ordering::Acquire), 2)
         });
         let candidacy = Candidacy {
-            elected: elected == Some(self.me),
+            elected: elected == Some(self.me) && appointed,
             leading,
             eligible: self.shared.eligible.load(Ordering::Relaxed),
             stopped: self.stopped.is_some(),
@@ -789,7 +797,7 @@ impl<F: Fabric> VelosDriver<F> {
         };
         match candidacy.next() {
             ElectionMove::StandDown => self.stand_down_behind(),
-            ElectionMove::Lead => self.take_up_leadership(now_ns),
+            ElectionMove::Lead => self.take_up_leadership(now_ns, appointment),
             ElectionMove::StepDown => {
                 info!(
                     replica = self.me.0,
@@ -817,10 +825,11 @@ impl<F: Fabric> VelosDriver<F> {
     }
 
     /// Elected and fit to lead: the proposer starts from the next index to apply.
-    fn take_up_leadership(&mut self, now_ns: u64) {
+    fn take_up_leadership(&mut self, now_ns: u64, appointment: u64) {
         let last = self.last.as_ref().map(|(k, v)| (*k, &v[..]));
         self.proposer.start(self.applied, last, &mut RegionMemory(&self.region));
         let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
+        self.term = Some(self.shared.start_term(leaderships, appointment));
         self.shared.probe.ready_at_ns.store(now_ns + 1, Ordering::Release);
         self.clear_steps();
         // Idle, it decides an empty entry soon: followers learn the last one from it.
@@ -831,6 +840,9 @@ impl<F: Fabric> VelosDriver<F> {
 
     fn step_down(&mut self, leader: Option<NodeId>) {
         self.proposer.stop();
+        if self.term.take().is_some() {
+            self.shared.set_term(None);
+        }
         self.own_pending = None;
         if std::mem::take(&mut self.leaving) {
             self.shared.set_members(self.members_applied());
