@@ -67,6 +67,22 @@ pub(crate) fn may_lead_appointed(me: NodeId, appointed: u64, term_word: Option<u
     named && term_word.is_none_or(|w| w == appointed)
 }
 
+/// Rule 1 where the application turns its membership's views into appointments: what to
+/// appoint now, given the primary of the latest view (its node on the replicas' fabric and
+/// its admission) and whether that view is `Active` here. Another replica is appointed at
+/// once; this one only once the view naming it is active here. `None`: leave the appointment
+/// as it is (the view names this replica and is not active here yet).
+pub fn next_appointment(
+    me: NodeId,
+    primary: Option<Appointment>,
+    active_here: bool,
+) -> Option<Option<Appointment>> {
+    match primary {
+        Some(p) if p.leader == me && !active_here => None,
+        other => Some(other),
+    }
+}
+
 /// The rules a server applies around a leader's answers (rules 2 and 3). One per server: it
 /// remembers which term has had a proposal of its own applied.
 #[derive(Debug, Default)]
@@ -168,6 +184,15 @@ mod tests {
         let elected = Some(Term { appointment: None, serial: 9 });
         gate.applied_own(elected, elected);
         assert!(!gate.may_read(elected, None, true));
+    }
+
+    #[test]
+    fn this_replica_is_appointed_only_once_its_view_is_active_here() {
+        let me = NodeId(1);
+        assert_eq!(next_appointment(me, Some(a(2, 5)), false), Some(Some(a(2, 5))));
+        assert_eq!(next_appointment(me, Some(a(1, 5)), false), None);
+        assert_eq!(next_appointment(me, Some(a(1, 5)), true), Some(Some(a(1, 5))));
+        assert_eq!(next_appointment(me, None, false), Some(None));
     }
 
     #[test]
