@@ -23,7 +23,7 @@ pub fn load_config(path: &std::path::Path) -> Result<ClusterConfig, String> {
     if config.fabric == "ofi" {
         return Err(format!("{}: fabric = \"ofi\": {OFI_NOT_BUILT}", path.display()));
     }
-    if config.is_ukharon_kv() {
+    if config.has_group() {
         crate::ukharon_kv_group::group(&config).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(config)

@@ -18,6 +18,8 @@ use mu_fabric_ofi::OfiFabric;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_procs::pid_file::pid_file_text;
 use mu_replica::Replica;
+use mu_service::config::Reads;
+use mu_service::server::ServerLimits;
 use mu_service::{ClusterConfig, Server, SharedMachine};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -103,7 +105,8 @@ pub fn run(args: Args) -> Result<(), String> {
     for warning in run_dir_warning(&config).into_iter().chain(threads_warning(&config)) {
         warn!(target: LOG_TARGET, replica = args.id, "{warning}");
     }
-    if config.is_ukharon_kv() {
+    // uKharon-KV's processes, and the coordinators of a Mu or Velos cluster's group.
+    if config.is_ukharon_kv() || (config.has_group() && !config.replicas.contains(&args.id)) {
         refuse_unsafe_start(&config, &args)?;
         return crate::ukharon_kv::run(&config, args.id, args.rejoin);
     }
@@ -117,6 +120,12 @@ pub fn run(args: Args) -> Result<(), String> {
     refuse_unsafe_start(&config, &args)?;
     let machine = SharedMachine::new();
     let started = Instant::now();
+    // Leased reads: the replica's node of the group joins first (its leader is appointed
+    // from the views).
+    let joined = match config.reads()? {
+        Reads::Lease => Some(crate::leased::join(&config, args.id)?),
+        Reads::Log => None,
+    };
     let replica = start_replica(&config, args.id, replica_config, machine.clone())?;
     // From here on the replica takes part (peers grant it access, it holds log entries): a
     // failure below (the socket or a port already taken) leaves the pid file, so that it
@@ -132,14 +141,15 @@ pub fn run(args: Args) -> Result<(), String> {
         )
     };
     let replica = Arc::new(replica);
+    let backend = crate::leased::backend(replica.clone(), machine, joined).map_err(took_part)?;
     let socket = config.socket_path(args.id);
     let tcp = config.client_address(args.id);
-    let server = Server::start(
+    let server = Server::start_backend(
         config.cluster_id,
-        replica.clone(),
-        machine.clone(),
+        backend.clone(),
         (&socket, tcp.as_deref()),
         started,
+        ServerLimits::default(),
     )
     .map_err(|e| took_part(e.to_string()))?;
     // The metrics endpoint serves until it is dropped, with the server at the end.
@@ -147,7 +157,7 @@ pub fn run(args: Args) -> Result<(), String> {
         Some(base) => {
             let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
             let sources = mu_service::metrics::Sources {
-                backend: Arc::new(mu_service::ReplicaBackend { replica: replica.clone(), machine }),
+                backend,
                 counters: server.counters.clone(),
                 started,
                 slots_count: config.log.slots,

@@ -1,5 +1,6 @@
 //! `mu replica` for a uKharon-KV cluster (`protocol = "ukharon-kv"`): the process of one of
-//! its replicas, or of one of its coordinators.
+//! its replicas, or of one of its coordinators (a Mu or Velos cluster with `reads = "lease"`
+//! runs its coordinators here too).
 //!
 //! The group is a `mu ukharon` group ([`crate::ukharon`]) whose file is the cluster's
 //! `[ukharon]` section completed from the cluster's own keys ([`group`]): its members are the
@@ -36,7 +37,7 @@ pub const DATA_PROTOCOL: &str = "ukharon-kv/1";
 const INSTALL_POLL_NS: u64 = 200_000;
 
 /// How long a replica waits for a view that admits it (the coordinators may be starting).
-const JOIN_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const JOIN_WAIT: Duration = Duration::from_secs(30);
 /// How often [`wait_serving`] asks.
 const SERVING_POLL: Duration = Duration::from_millis(10);
 
@@ -84,8 +85,9 @@ pub fn wait_serving(
 /// it, a coordinator starts with the whole group.
 pub fn run(config: &ClusterConfig, id: u16, rejoin: bool) -> Result<(), String> {
     let group = group(config)?;
-    for dir in [membership_dir(config), data_dir(config)] {
-        private_dir(&dir)?;
+    private_dir(&membership_dir(config))?;
+    if config.is_ukharon_kv() {
+        private_dir(&data_dir(config))?;
     }
     if let Some(warning) = run_dir_warning(config) {
         tracing::warn!(replica = id, "{warning}");
@@ -102,7 +104,7 @@ pub fn run(config: &ClusterConfig, id: u16, rejoin: bool) -> Result<(), String> 
         tracing::info!(coordinator = id, cluster_id = config.cluster_id, "coordinating");
         let memory = if rejoin { Memory::Forgotten } else { Memory::Remembered };
         crate::ukharon::node::coordinator(&group, id, membership, polling, memory)
-    } else if config.replicas.contains(&id) {
+    } else if config.replicas.contains(&id) && config.is_ukharon_kv() {
         replica(config, &group, id, membership, polling, write_pid)
     } else {
         return Err(format!(
@@ -117,7 +119,7 @@ pub fn run(config: &ClusterConfig, id: u16, rejoin: bool) -> Result<(), String> 
     stopped
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
+pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -126,7 +128,10 @@ fn private_dir(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("creating {}: {e}", dir.display()))
 }
 
-fn membership_fabric(group: &UkharonConfig, id: u16) -> Result<Shifted<ShmFabric>, String> {
+pub(crate) fn membership_fabric(
+    group: &UkharonConfig,
+    id: u16,
+) -> Result<Shifted<ShmFabric>, String> {
     let shm = ShmConfig::new(&group.run_dir, group.membership.cluster, NodeId(id))
         .with_protocol(SHM_PROTOCOL);
     let shm = ShmFabric::create(shm).map_err(|e| format!("node {id}: membership fabric: {e}"))?;

@@ -432,6 +432,14 @@ impl<F: Fabric> BackgroundDriver<F> {
     fn note_leader_change(&self, leader: Option<NodeId>, alive: usize, eligible: bool) {
         let replica = self.me.0;
         let leader_changes = self.shared.stats.leader_changes.load(Ordering::Relaxed);
+        if self.shared.leaders == Leaders::Appointed {
+            let admission = Appointment::from_word(self.shared.appointment.load(Ordering::Acquire))
+                .map(|a| a.admission);
+            return match leader {
+                Some(l) => info!(replica, leader = l.0, admission, leader_changes, "appointed"),
+                None => info!(replica, leader_changes, "no leader: nobody appointed"),
+            };
+        }
         match leader {
             Some(l) if l == self.me => info!(
                 replica,

@@ -93,6 +93,10 @@ pub struct ClusterConfig {
     /// How the replicas' threads wait when idle: "shared" (back off) or "dedicated" (spin).
     #[serde(default = "default_threads")]
     pub threads: String,
+    /// Mu and Velos: how GETs are answered, "log" (proposed like writes) or "lease" (by the
+    /// leader of uKharon's active view from its own store; needs `[ukharon]`).
+    #[serde(default = "default_reads")]
+    pub reads: String,
     #[serde(default)]
     pub log: LogSection,
     #[serde(default)]
@@ -103,9 +107,19 @@ pub struct ClusterConfig {
     pub ofi: Option<OfiSection>,
     /// Client access over TCP; without it, clients use the Unix sockets in `run_dir`.
     pub clients: Option<ClientsSection>,
-    /// uKharon-KV's group (`protocol = "ukharon-kv"`): its coordinators and the keys of a
-    /// `mu ukharon` group file (checked whole by the daemon, which reads that format).
+    /// uKharon's group (`protocol = "ukharon-kv"`, or `reads = "lease"`): its coordinators and
+    /// the keys of a `mu ukharon` group file (checked whole by the daemon, which reads that
+    /// format).
     pub ukharon: Option<toml::Table>,
+}
+
+/// How a Mu or Velos cluster answers GETs (`reads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Through the log, like writes.
+    Log,
+    /// Locally, by the leader of uKharon's active view (`docs/protocols/lease-reads.md`).
+    Lease,
 }
 
 /// The protocol name of uKharon-KV.
@@ -234,6 +248,10 @@ fn default_provider() -> String {
 fn default_fabric() -> String {
     "shm".into()
 }
+fn default_reads() -> String {
+    "log".into()
+}
+
 fn default_threads() -> String {
     "shared".into()
 }
@@ -275,14 +293,24 @@ impl ClusterConfig {
 
     /// Everything that can be checked without touching the machine.
     fn check(&self) -> Result<(), String> {
+        let reads = self.reads()?;
         if self.is_ukharon_kv() {
+            if self.reads != default_reads() {
+                return Err(format!(
+                    "reads: for Mu and Velos (protocol = \"{UKHARON_KV}\" always answers GETs \
+                     from the primary's store, under its lease)"
+                ));
+            }
             self.check_ukharon_kv()?;
         } else {
             self.protocol()?;
-            if self.ukharon.is_some() {
+            if reads == Reads::Lease {
+                self.check_group("reads = \"lease\"")?;
+            } else if self.ukharon.is_some() {
                 return Err(format!(
-                    "ukharon: a section for protocol = \"{UKHARON_KV}\" only (protocol is \"{}\")",
-                    self.protocol
+                    "ukharon: a section for protocol = \"{UKHARON_KV}\" or reads = \"lease\" \
+                     only (protocol is \"{}\", reads \"{}\")",
+                    self.protocol, self.reads
                 ));
             }
             if self.log.snapshot_bytes.is_some() {
@@ -399,22 +427,7 @@ impl ClusterConfig {
     /// What `protocol = "ukharon-kv"` asks of the rest of the file: `[ukharon]` with
     /// coordinators that are not replicas, the shm fabric, a ring the records fit in.
     fn check_ukharon_kv(&self) -> Result<(), String> {
-        if self.ukharon.is_none() {
-            return Err(format!(
-                "ukharon: missing (protocol = \"{UKHARON_KV}\" needs [ukharon] with the \
-                 coordinators, e.g. coordinators = [0, 1, 2])"
-            ));
-        }
-        if self.fabric != "shm" {
-            return Err(format!(
-                "fabric \"{}\": protocol = \"{UKHARON_KV}\" runs on \"shm\" only, for now",
-                self.fabric
-            ));
-        }
-        let coordinators = self.coordinators()?;
-        if let Some(c) = coordinators.iter().find(|c| self.replicas.contains(c)) {
-            return Err(format!("ukharon.coordinators: node {c} is also a replica"));
-        }
+        self.check_group(&format!("protocol = \"{UKHARON_KV}\""))?;
         mu_primary_backup::Ring::new(self.log.slots, self.log.slot_bytes as usize)
             .map_err(|e| format!("log: {e} (the ring of records each backup holds)"))?;
         match self.log.snapshot_bytes {
@@ -426,7 +439,46 @@ impl ClusterConfig {
         }
     }
 
-    /// uKharon-KV's coordinators (`ukharon.coordinators`); none for Mu and Velos.
+    /// What a cluster with a uKharon group (`what` says why it has one) asks of the file:
+    /// `[ukharon]` with coordinators that are not replicas, and the shm fabric.
+    fn check_group(&self, what: &str) -> Result<(), String> {
+        if self.ukharon.is_none() {
+            return Err(format!(
+                "ukharon: missing ({what} needs [ukharon] with the coordinators, e.g. \
+                 coordinators = [0, 1, 2])"
+            ));
+        }
+        if self.fabric != "shm" {
+            return Err(format!(
+                "fabric \"{}\": {what} runs on \"shm\" only, for now",
+                self.fabric
+            ));
+        }
+        let coordinators = self.coordinators()?;
+        if let Some(c) = coordinators.iter().find(|c| self.replicas.contains(c)) {
+            return Err(format!("ukharon.coordinators: node {c} is also a replica"));
+        }
+        Ok(())
+    }
+
+    /// How GETs are answered (`reads`).
+    pub fn reads(&self) -> Result<Reads, String> {
+        match self.reads.as_str() {
+            "log" => Ok(Reads::Log),
+            "lease" => Ok(Reads::Lease),
+            other => Err(format!(
+                "reads \"{other}\": use \"log\" (GETs go through the log) or \"lease\" (the \
+                 leader of uKharon's active view answers them from its store)"
+            )),
+        }
+    }
+
+    /// Whether the cluster has a uKharon group: uKharon-KV, or Mu and Velos with leased reads.
+    pub fn has_group(&self) -> bool {
+        self.is_ukharon_kv() || self.reads == "lease"
+    }
+
+    /// uKharon's coordinators (`ukharon.coordinators`); none without a group.
     pub fn coordinators(&self) -> Result<Vec<u16>, String> {
         let Some(table) = &self.ukharon else { return Ok(Vec::new()) };
         let key = "ukharon.coordinators";
@@ -482,6 +534,9 @@ impl ClusterConfig {
         c.threads = self.threads()?;
         c.detector.failure_threshold = self.detector.failure_threshold;
         c.detector.recovery_threshold = self.detector.recovery_threshold;
+        if self.reads()? == Reads::Lease {
+            c.leaders = mu_replica::Leaders::Appointed;
+        }
         Ok(c)
     }
 

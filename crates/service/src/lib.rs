@@ -17,6 +17,7 @@
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod lease;
 pub mod machine;
 pub mod metrics;
 pub mod report;
@@ -28,6 +29,7 @@ pub mod wire;
 pub use backend::{Backend, ReplicaBackend};
 pub use client::{Client, ClientError};
 pub use config::ClusterConfig;
+pub use lease::LeasedBackend;
 pub use machine::SharedMachine;
 pub use report::ReplicaReport;
 pub use server::Server;

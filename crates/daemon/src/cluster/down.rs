@@ -121,7 +121,7 @@ fn remove_own_pid_file(config: &ClusterConfig, id: u16, pid: u32) {
 /// lock, so that nothing a running node uses is removed. Returns the nodes whose lock is held.
 pub(super) fn remove_shared_memory(config: &ClusterConfig) -> Result<Vec<String>, String> {
     let mut held = remove_fabric_files(config, &config.run_dir)?;
-    if config.is_ukharon_kv() {
+    if config.has_group() {
         // uKharon-KV's two planes, each a fabric of its own in a subdirectory; the membership's
         // holds the coordinators' status files too.
         let membership = crate::ukharon_kv::membership_dir(config);
