@@ -1,14 +1,15 @@
-//! uKharon-KV as processes on shm, through the key-value service's front unchanged (`mu cluster
-//! up` with `protocol = "ukharon-kv"`, four replicas, the client library): clients put and get
-//! a few shared keys under load while the view's primary is killed (SIGKILL); then the next
+//! uKharon-KV, and Mu and Velos with leased reads, as processes on shm, through the key-value
+//! service's front unchanged (`mu cluster up` with `protocol = "ukharon-kv"`, or `reads =
+//! "lease"`; five replicas, the client library): clients put and get a few shared keys under
+//! load while the view's primary (the appointed leader) is killed (SIGKILL); then the next
 //! primary is stopped (SIGSTOP) until a view without it is served, and resumed (SIGCONT); then
 //! the primary and the leading coordinator are killed together. A request sent to the stopped
 //! primary after the view without it was decided, on a connection it had accepted before, must
 //! get no reply (it may only say that it is not the primary, or nothing), and never take
-//! effect. Every
-//! client recorded what it invoked and was told on the host's `CLOCK_MONOTONIC`, and the whole
-//! history, with every key read back at the end, must be linearizable according to `lincheck`
-//! (porcupine); the replicas serving the last view end with equal digests.
+//! effect. Every client recorded what it invoked and was told on the host's
+//! `CLOCK_MONOTONIC`, and the whole history, with every key read back at the end, must be
+//! linearizable according to `lincheck` (porcupine); the replicas serving the last view end
+//! with equal digests.
 
 mod common;
 
@@ -26,20 +27,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const REPLICAS: [u16; 4] = [3, 4, 5, 6];
+/// Five: Mu and Velos need a majority of them after two are killed.
+const REPLICAS: [u16; 5] = [3, 4, 5, 6, 7];
 const CLIENTS: u64 = 4;
 const KEYS: u64 = 6;
 const WAIT: Duration = Duration::from_secs(30);
 /// How long the clients run between two faults.
 const LOAD: Duration = Duration::from_millis(1500);
 
-/// A uKharon-KV cluster on `setup`'s run directory, with the timings of `mu ukharon`'s file for
-/// processes that share a few cores.
-fn write_config(setup: &Setup, cluster_id: u64) {
+/// A cluster of `protocol` on `setup`'s run directory (uKharon-KV, or Mu or Velos with leased
+/// reads), with the timings of `mu ukharon`'s file for processes that share a few cores.
+fn write_config(setup: &Setup, cluster_id: u64, protocol: &str) {
+    let (protocol_keys, log_keys) = match protocol {
+        "ukharon-kv" => ("protocol = \"ukharon-kv\"".to_string(), "snapshot_bytes = 1_048_576\n"),
+        other => (format!("protocol = \"{other}\"\nreads = \"lease\""), ""),
+    };
     let text = format!(
-        "cluster_id = {cluster_id}\nprotocol = \"ukharon-kv\"\nrun_dir = \"{}\"\n\
-         replicas = [3, 4, 5, 6]\n[log]\nslots = 256\nslot_bytes = 1024\n\
-         snapshot_bytes = 1_048_576\n[ukharon]\ncoordinators = [0, 1, 2]\n\
+        "cluster_id = {cluster_id}\n{protocol_keys}\nrun_dir = \"{}\"\n\
+         replicas = {REPLICAS:?}\n[log]\nslots = 256\nslot_bytes = 1024\n\
+         {log_keys}[ukharon]\ncoordinators = [0, 1, 2]\n\
          poll_gap_ns = 200_000\nlease_ns = 3_000_000\nring_read_gap_ns = 10_000_000\n\
          beat_period_ns = 10_000_000\nbeat_timeout_ns = 150_000_000\nrepeat_ns = 5_000_000\n\
          backoff_max_ns = 2_000_000\nreconnect_ns = 5_000_000\n[ukharon.lease]\n\
@@ -161,8 +167,10 @@ fn settled(reports: &[ReplicaReport], among: &[u16]) -> Option<(u16, u64)> {
     let agreed = serving.len() == among.len()
         && serving.iter().all(|r| r.leader == Some(primary) && r.epoch == Some(epoch))
         && serving.iter().all(|r| {
-            let role = if r.id == primary { "primary" } else { "backup" };
-            r.role.as_deref() == Some(role)
+            // uKharon-KV's roles, or those of Mu and Velos under leases.
+            let roles =
+                if r.id == primary { ["primary", "leader"] } else { ["backup", "follower"] };
+            r.role.as_deref().is_some_and(|role| roles.contains(&role))
         });
     agreed.then_some((primary, epoch))
 }
@@ -188,9 +196,24 @@ fn welcomed(config: &ClusterConfig, id: u16) -> UnixStream {
 
 #[test]
 fn failovers_lose_no_answered_write_and_a_stopped_primary_answers_nothing_late() {
-    let cluster_id = 0x6b76_0000 | u64::from(std::process::id() & 0xffff);
-    let setup = Setup::new("ukharon-kv", cluster_id);
-    write_config(&setup, cluster_id);
+    failovers("ukharon-kv", 0x6b76);
+}
+
+#[test]
+fn mu_with_leased_reads_fails_over_and_a_stopped_leader_answers_nothing_late() {
+    failovers("mu", 0x6c6d);
+}
+
+#[test]
+fn velos_with_leased_reads_fails_over_and_a_stopped_leader_answers_nothing_late() {
+    failovers("velos", 0x6c76);
+}
+
+/// The run of the module docs on a cluster of `protocol`.
+fn failovers(protocol: &str, tag: u64) {
+    let cluster_id = tag << 16 | u64::from(std::process::id() & 0xffff);
+    let setup = Setup::new(protocol, cluster_id);
+    write_config(&setup, cluster_id, protocol);
     ok(mu(&["cluster", "up", "--config", setup.config(), "--timeout-s", "30"]));
     let config = ClusterConfig::load(&setup.config).expect("the configuration");
     let mut live = REPLICAS.to_vec();
@@ -206,9 +229,11 @@ fn failovers_lose_no_answered_write_and_a_stopped_primary_answers_nothing_late()
     let mut operations = load.finish();
     operations.extend(read_back(&config));
     operations.sort_by_key(|o| (o.invoke_ns, o.client));
-    let source = "ukharon-kv on shm: primary killed; primary stopped and resumed; primary and \
-                  leading coordinator killed";
-    let history = History { source: source.into(), operations };
+    let source = format!(
+        "{protocol} on shm: primary killed; primary stopped and resumed; primary and leading \
+         coordinator killed"
+    );
+    let history = History { source, operations };
     check_linearizable(&setup, &history);
     let digests = wait_for(&config, "equal digests", |r| equal_digests(r, &live));
     eprintln!("digests of the last view: {digests:?}");

@@ -31,16 +31,19 @@ const IDLE_WAIT: Duration = Duration::from_millis(20);
 pub struct Named {
     pub epoch: u64,
     pub appointed: Option<Appointment>,
+    /// This replica is a member of the view.
+    pub member: bool,
 }
 
 impl Named {
-    /// What `view` names: its primary's node is the replica of the same id.
-    pub fn of(view: &View) -> Named {
+    /// What `view` names, seen from replica `me`: its primary's node is the replica of the
+    /// same id.
+    pub fn of(view: &View, me: u16) -> Named {
         let appointed = view.primary.and_then(|p| {
             let uid = view.uid_of(p)?;
             Appointment::from_unique_id(NodeId(p), uid)
         });
-        Named { epoch: view.epoch, appointed }
+        Named { epoch: view.epoch, appointed, member: view.uid_of(me).is_some() }
     }
 }
 
@@ -108,7 +111,8 @@ fn appoint_from_views(replica: &Replica, views: &Views, rx: &Receiver<View>) {
             latest = Some(view);
         }
         if let Some(view) = latest {
-            *views.named.lock().unwrap_or_else(|p| p.into_inner()) = Some(Named::of(&view));
+            let named = Named::of(&view, me.0);
+            *views.named.lock().unwrap_or_else(|p| p.into_inner()) = Some(named);
         }
         let named = views.named();
         let Some(n) = named else { continue };
@@ -156,7 +160,7 @@ impl LeasedBackend {
         views: Receiver<View>,
     ) -> Result<LeasedBackend, String> {
         let shared = Arc::new(Views {
-            named: Mutex::new(membership.latest().as_ref().map(Named::of)),
+            named: Mutex::new(membership.latest().map(|v| Named::of(&v, membership.node()))),
             lease: membership.published(),
             stop: AtomicBool::new(false),
         });
@@ -245,8 +249,20 @@ impl Backend for LeasedBackend {
         }
     }
 
+    /// The replica's report, with the view it serves under: `leader` while its answers may go
+    /// out (appointed, and the view naming it active here), `follower` in the view otherwise,
+    /// `outside` while no view it knows has it.
     fn report(&self, started: Instant) -> ReplicaReport {
-        self.inner.report(started)
+        let mut report = self.inner.report(started);
+        let named = self.views.named();
+        report.epoch = named.map(|n| n.epoch);
+        let role = match named {
+            _ if self.may_answer() => "leader",
+            Some(n) if n.member => "follower",
+            _ => "outside",
+        };
+        report.role = Some(role.into());
+        report
     }
 }
 

@@ -49,11 +49,13 @@ pub struct ReplicaReport {
     pub uptime_ms: u64,
     pub pid: u32,
     /// A uKharon-KV node's part in its view: "primary", "backup", "taking over", "outside",
-    /// "removed" or "incomplete" (absent for Mu and Velos). Its `leader` is the view's
-    /// primary, and `fuo` and `applied` its position (records executed, or applied).
+    /// "removed" or "incomplete"; its `leader` is the view's primary, and `fuo` and `applied`
+    /// its position (records executed, or applied). A Mu or Velos replica with `reads =
+    /// "lease"`: "leader" (appointed, its view active here), "follower" or "outside". Absent
+    /// for Mu and Velos otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// A uKharon-KV node's view.
+    /// A uKharon-KV node's view, or that of a Mu or Velos replica with `reads = "lease"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     /// Why a uKharon-KV node does not serve, if it does not (an incomplete state, say).
