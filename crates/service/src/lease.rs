@@ -262,6 +262,7 @@ impl Backend for LeasedBackend {
             _ => "outside",
         };
         report.role = Some(role.into());
+        report.local_reads = Some(self.counts.local_reads.load(Ordering::Relaxed));
         report
     }
 }

@@ -61,6 +61,9 @@ pub struct ReplicaReport {
     /// Why a uKharon-KV node does not serve, if it does not (an incomplete state, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// A Mu or Velos replica with `reads = "lease"`: GETs it answered from its own store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_reads: Option<u64>,
 }
 
 impl ReplicaReport {
@@ -96,6 +99,7 @@ impl ReplicaReport {
             role: None,
             epoch: None,
             problem: None,
+            local_reads: None,
         }
     }
 

@@ -72,6 +72,7 @@ impl Backend for UkharonKvBackend {
             role: Some(s.as_ref().map_or("stopped", |s| s.role.as_str()).to_string()),
             epoch: s.as_ref().and_then(|s| s.epoch),
             problem: s.and_then(|s| s.problem),
+            local_reads: None,
         }
     }
 }
