@@ -40,6 +40,10 @@
 //!
 //! Unknown keys are errors (a misspelt setting must not be silently ignored).
 //!
+//! `reads = "lease"` (Mu and Velos; default `"log"`): the leader of a uKharon group's active
+//! view answers GETs from its own store (`docs/protocols/lease-reads.md`); the file then has
+//! a `[ukharon]` section as uKharon-KV's below, with the same keys, and runs on shm only.
+//!
 //! `protocol = "ukharon-kv"` is uKharon-KV (primary-backup under uKharon's views and leases,
 //! `docs/protocols/ukharon-kv.md`): the `replicas` are the group's members, each a `mu replica`
 //! process, and `[ukharon]` names the coordinators (processes too, `mu replica --id` one of
