@@ -202,20 +202,23 @@ print("mu bench targets --quick: a figure and a verdict for each of the %d targe
       % (len(t), d["seconds"]))
 PY
 
-for protocol in mu velos ukharon-kv; do
-step "the main job: mu demo --protocol $protocol (three replica processes, leader killed; JSON checked; ukharon-kv: three coordinators besides, the primary killed)"
-out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol")
+for run in mu:log velos:log ukharon-kv:log mu:lease velos:lease; do
+protocol=${run%%:*}
+reads=${run##*:}
+step "the main job: mu demo --protocol $protocol --reads $reads (three replica processes, leader killed; JSON checked; ukharon-kv and leased reads: three coordinators besides)"
+out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol" --reads "$reads")
 echo "$out"
-python3 - "$out" "$protocol" <<'PY'
+python3 - "$out" "$protocol" "$reads" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["protocol"] == sys.argv[2], d
+assert d["reads"] == (sys.argv[3] if d["protocol"] != "ukharon-kv" else "primary"), d
 assert d["operations"] > 0 and d["lost_writes"] == 0, d
 assert d["acknowledged_keys_checked"] == 4 * 16, d  # every key of 4 clients x 16 (the defaults)
 assert len(d["digests"]) == 2 and d["digests"][0] == d["digests"][1], d
 assert d["failover_us"] > 0, d
-print("mu demo (%s): %d operations, failover %.2f ms, no acknowledged write lost, digests equal"
-      % (d["protocol"], d["operations"], d["failover_us"] / 1000))
+print("mu demo (%s, reads %s): %d operations, failover %.2f ms, no acknowledged write lost, digests equal"
+      % (d["protocol"], d["reads"], d["operations"], d["failover_us"] / 1000))
 PY
 if ls /dev/shm 2>/dev/null | grep -q '^mu-bench-demo-'; then
   echo "mu demo left its run directory behind" >&2

@@ -11,6 +11,9 @@
 //! `mu demo --protocol ukharon-kv` runs the same demo on uKharon-KV: three replica processes
 //! and three coordinators, the view's primary killed, a backup taking over in the next view.
 //!
+//! `mu demo --reads lease` (with Mu or Velos) runs beside three uKharon coordinators, the
+//! leader appointed from the group's views and answering GETs from its own store.
+//!
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
@@ -61,6 +64,10 @@ pub struct Args {
     /// of the options above but --json).
     #[arg(long, default_value = "mu", value_parser = demo_protocol)]
     protocol: DemoProtocol,
+    /// Mu and Velos: how GETs are answered, "log" or "lease" (the leader of a uKharon group's
+    /// active view answers them from its store; three coordinators run besides).
+    #[arg(long, default_value = "log", value_parser = ["log", "lease"])]
+    reads: String,
 }
 
 /// What `mu demo` shows: a key-value cluster on a replication engine, or uKharon.
@@ -129,13 +136,24 @@ struct KeyTruth {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    let leased = args.reads == "lease";
     let protocol = match args.protocol {
         DemoProtocol::Replica(protocol) => Some(protocol),
+        DemoProtocol::UkharonKv | DemoProtocol::Ukharon if leased => {
+            return Err("--reads lease: for --protocol mu or velos (uKharon-KV's primary always \
+                        reads locally)"
+                .into())
+        }
         DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
     let kv = KvDemo {
         protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
+        reads: match (protocol, leased) {
+            (None, _) => "primary",
+            (Some(_), true) => "lease",
+            (Some(_), false) => "log",
+        },
         seconds: args.seconds.unwrap_or(3.0),
         clients: args.clients.unwrap_or(4),
         keys: args.keys.unwrap_or(16),
@@ -143,17 +161,17 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
+    let shape = LogShape { slots: 4096, slot_bytes: 1024 };
     let mut cluster = match protocol {
-        Some(protocol) => {
-            KvCluster::start("demo", LogShape { slots: 4096, slot_bytes: 1024 }, protocol)?
-        }
+        Some(protocol) if leased => KvCluster::start_leased("demo", shape, protocol)?,
+        Some(protocol) => KvCluster::start("demo", shape, protocol)?,
         // Each backup holds a ring of the records it has not applied yet, each primary one per
         // backup for records too long to write inline: a few hundred is plenty here.
         None => KvCluster::start_ukharon_kv("demo", LogShape { slots: 256, slot_bytes: 1024 })?,
     };
     let coordinators = match protocol {
-        Some(_) => String::new(),
-        None => " and 3 uKharon coordinators".into(),
+        Some(_) if !leased => String::new(),
+        _ => " and 3 uKharon coordinators".into(),
     };
     note!(
         "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
@@ -251,6 +269,8 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
 struct KvDemo {
     /// "mu", "velos" or "ukharon-kv".
     protocol: &'static str,
+    /// How GETs are answered: "log", "lease", or "primary" (uKharon-KV's).
+    reads: &'static str,
     seconds: f64,
     clients: u16,
     keys: u32,
@@ -273,6 +293,7 @@ fn print_summary(
     if args.json {
         let json = serde_json::json!({
             "protocol": args.protocol,
+            "reads": args.reads,
             "replicas": REPLICAS,
             "clients": args.clients,
             "operations": ops,

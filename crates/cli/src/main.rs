@@ -197,6 +197,7 @@ mod tests {
             &["mu", "ukharon", "node", "--config", "u.toml", "--id", "70000"],
             &["mu", "ukharon", "restart", "--config", "u.toml"],
             &["mu", "demo", "--protocol", "raft"],
+            &["mu", "demo", "--reads", "cache"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
@@ -219,6 +220,7 @@ mod tests {
             &["mu", "kv", "cas", "--absent", "a", "2", "--config", "c.toml"],
             &["mu", "demo", "--seconds", "1", "--json"],
             &["mu", "demo", "--protocol", "ukharon", "--json"],
+            &["mu", "demo", "--protocol", "velos", "--reads", "lease"],
             &["mu", "replica", "--config", "c.toml", "--id", "0", "--rejoin"],
             &["mu", "ukharon", "up", "--config", "u.toml", "--timeout-s", "30"],
             &["mu", "ukharon", "status", "--config", "u.toml", "--json"],

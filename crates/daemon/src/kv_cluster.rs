@@ -2,7 +2,8 @@
 //! private run directory: what `mu demo` and `mu bench e2e` run against. A uKharon-KV cluster
 //! ([`KvCluster::start_ukharon_kv`]) has three coordinator processes besides. The processes die with
 //! this one (they watch its pid) and are killed and reaped when the cluster is dropped; then the
-//! run directory and its shared memory are removed.
+//! run directory and its shared memory are removed. A Mu or Velos cluster with leased reads
+//! ([`KvCluster::start_leased`]) has coordinators too.
 
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
@@ -23,6 +24,17 @@ const SHARED_HOST_TIMINGS: &str = "poll_gap_ns = 200_000\nlease_ns = 3_000_000\n
     ring_read_gap_ns = 10_000_000\nbeat_period_ns = 10_000_000\nbeat_timeout_ns = 150_000_000\n\
     repeat_ns = 5_000_000\nbackoff_max_ns = 2_000_000\nreconnect_ns = 5_000_000\n\
     [ukharon.lease]\nlease_max_ns = 100_000_000\nrenew_margin_ns = 1_500_000\n";
+
+/// What a [`KvCluster`] runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Mu or Velos, every request through the log.
+    Replicated(mu_replica::Protocol),
+    /// Mu or Velos with leased reads, beside a uKharon group.
+    Leased(mu_replica::Protocol),
+    /// uKharon-KV.
+    UkharonKv,
+}
 
 /// The log of each replica.
 pub struct LogShape {
@@ -45,34 +57,52 @@ impl KvCluster {
         log: LogShape,
         protocol: mu_replica::Protocol,
     ) -> Result<KvCluster, String> {
-        let dir = RunDir::create(tag)?;
-        let config_path = dir.path().join("cluster.toml");
-        let cluster_id = u64::from(std::process::id()) << 16 | 0xde;
-        let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"{protocol}\"\nfabric = \"shm\"\n\
-             run_dir = \"{}\"\nreplicas = [0, 1, 2]\nmode = \"direct\"\n\n[log]\nslots = {}\n\
-             slot_bytes = {}\nintegrity = \"checksum\"\n",
-            dir.path().display(),
-            log.slots,
-            log.slot_bytes
-        );
-        std::fs::write(&config_path, text)
-            .map_err(|e| format!("writing the configuration: {e}"))?;
-        KvCluster::start_from(dir, &config_path)
+        KvCluster::start_kind(tag, log, Kind::Replicated(protocol))
     }
 
     /// [`KvCluster::start`] for uKharon-KV: replicas 3, 4 and 5 and coordinators 0, 1 and 2,
     /// with the timings of `mu ukharon`'s shared-host file (`ukharon::config::shared_host`:
     /// processes that share a few cores).
     pub fn start_ukharon_kv(tag: &str, log: LogShape) -> Result<KvCluster, String> {
+        KvCluster::start_kind(tag, log, Kind::UkharonKv)
+    }
+
+    /// [`KvCluster::start`] with leased reads (`reads = "lease"`): replicas 3, 4 and 5 of
+    /// `protocol` beside coordinators 0, 1 and 2, with the timings of
+    /// [`KvCluster::start_ukharon_kv`].
+    pub fn start_leased(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+    ) -> Result<KvCluster, String> {
+        KvCluster::start_kind(tag, log, Kind::Leased(protocol))
+    }
+
+    /// One writer for every kind: the keys all share, then the kind's own.
+    fn start_kind(tag: &str, log: LogShape, kind: Kind) -> Result<KvCluster, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("cluster.toml");
-        let cluster_id = u64::from(std::process::id()) << 16 | 0x6b;
+        let (id_tag, protocol_keys, replicas, tail) = match kind {
+            Kind::Replicated(p) => (0xde, format!("protocol = \"{p}\""), "[0, 1, 2]", ""),
+            Kind::Leased(p) => {
+                (0x6c, format!("protocol = \"{p}\"\nreads = \"lease\""), "[3, 4, 5]", "")
+            }
+            Kind::UkharonKv => (
+                0x6b,
+                "protocol = \"ukharon-kv\"".to_string(),
+                "[3, 4, 5]",
+                "snapshot_bytes = 16_777_216\n",
+            ),
+        };
+        let group = match kind {
+            Kind::Replicated(_) => String::new(),
+            _ => format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
+        };
+        let cluster_id = u64::from(std::process::id()) << 16 | id_tag;
         let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"ukharon-kv\"\n\
-             fabric = \"shm\"\nrun_dir = \"{}\"\nreplicas = [3, 4, 5]\n\n[log]\nslots = {}\n\
-             slot_bytes = {}\nsnapshot_bytes = 16_777_216\n\n[ukharon]\n\
-             coordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}",
+            "# written by mu {tag}\ncluster_id = {cluster_id}\n{protocol_keys}\nfabric = \"shm\"\n\
+             run_dir = \"{}\"\nreplicas = {replicas}\nmode = \"direct\"\n\n[log]\nslots = {}\n\
+             slot_bytes = {}\n{tail}{group}",
             dir.path().display(),
             log.slots,
             log.slot_bytes
