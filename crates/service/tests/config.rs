@@ -568,3 +568,46 @@ fn ukharon_kv_errors_name_the_key() {
     refused(&good("[ukharon]\ncoordinators = [5]"), &["ukharon: a section for protocol"]);
     refused(&good("[log]\nsnapshot_bytes = 4096"), &["log.snapshot_bytes: for protocol"]);
 }
+
+/// A Mu or Velos cluster with `reads = "lease"`: replicas 3 to 5, coordinators 0 to 2, and
+/// `extra`.
+fn leased(protocol: &str, extra: &str) -> String {
+    config_with(
+        "9",
+        "/tmp/x",
+        "[3, 4, 5]",
+        &format!(
+            "protocol = \"{protocol}\"\nreads = \"lease\"\n{extra}\n[ukharon]\ncoordinators = [0, 1, 2]\n"
+        ),
+    )
+}
+
+#[test]
+fn leased_reads_appoint_the_leader_and_bring_a_group() {
+    use mu_service::config::Reads;
+    for protocol in ["mu", "velos"] {
+        let c = ClusterConfig::parse(&leased(protocol, "")).unwrap();
+        assert_eq!(c.reads().unwrap(), Reads::Lease);
+        assert!(c.has_group() && !c.is_ukharon_kv());
+        assert_eq!(c.processes(), vec![0, 1, 2, 3, 4, 5], "coordinators first");
+        let r = c.replica_config(4).unwrap();
+        assert_eq!(r.leaders, mu_replica::Leaders::Appointed, "{protocol}");
+    }
+    let log = ClusterConfig::parse(&good("")).unwrap();
+    assert_eq!(log.reads().unwrap(), Reads::Log, "log is the default");
+    assert_eq!(log.replica_config(0).unwrap().leaders, mu_replica::Leaders::Elected);
+    assert!(!log.has_group());
+}
+
+#[test]
+fn leased_reads_errors_name_the_key() {
+    refused(&good("reads = \"cache\""), &["reads \"cache\"", "\"log\"", "\"lease\""]);
+    refused(&good("reads = \"lease\""), &["ukharon: missing", "reads = \"lease\""]);
+    refused(&leased("mu", "fabric = \"ofi\""), &["fabric", "shm"]);
+    refused(
+        &leased("mu", "").replace("coordinators = [0, 1, 2]", "coordinators = [0, 3]"),
+        &["ukharon.coordinators: node 3 is also a replica"],
+    );
+    refused(&ukharon_kv("[0]", "reads = \"lease\""), &["reads: for Mu and Velos"]);
+    refused(&good("reads = \"log\"\n[ukharon]\ncoordinators = [5]"), &["reads = \"lease\""]);
+}
