@@ -161,24 +161,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
-    let shape = LogShape { slots: 4096, slot_bytes: 1024 };
-    let mut cluster = match protocol {
-        Some(protocol) if leased => KvCluster::start_leased("demo", shape, protocol)?,
-        Some(protocol) => KvCluster::start("demo", shape, protocol)?,
-        // Each backup holds a ring of the records it has not applied yet, each primary one per
-        // backup for records too long to write inline: a few hundred is plenty here.
-        None => KvCluster::start_ukharon_kv("demo", LogShape { slots: 256, slot_bytes: 1024 })?,
-    };
-    let coordinators = match protocol {
-        Some(_) if !leased => String::new(),
-        _ => " and 3 uKharon coordinators".into(),
-    };
-    note!(
-        "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
-         directory {}",
-        kv.protocol,
-        cluster.run_dir().display()
-    );
+    let mut cluster = start_cluster(&kv, protocol)?;
     let start = Instant::now();
     let leader = cluster.wait_for_leader(Duration::from_secs(10))?;
     // uKharon-KV's views name a primary, which serves as a leader does.
@@ -266,6 +249,30 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
 }
 
 /// The key-value demo's settings, defaults filled in.
+/// Starts the demo's cluster (`protocol` none: uKharon-KV) and says so.
+fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<KvCluster, String> {
+    let shape = LogShape { slots: 4096, slot_bytes: 1024 };
+    let leased = kv.reads == "lease";
+    let cluster = match protocol {
+        Some(protocol) if leased => KvCluster::start_leased("demo", shape, protocol)?,
+        Some(protocol) => KvCluster::start("demo", shape, protocol)?,
+        // Each backup holds a ring of the records it has not applied yet, each primary one per
+        // backup for records too long to write inline: a few hundred is plenty here.
+        None => KvCluster::start_ukharon_kv("demo", LogShape { slots: 256, slot_bytes: 1024 })?,
+    };
+    let coordinators = match protocol {
+        Some(_) if !leased => "",
+        _ => " and 3 uKharon coordinators",
+    };
+    note!(
+        "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
+         directory {}",
+        kv.protocol,
+        cluster.run_dir().display()
+    );
+    Ok(cluster)
+}
+
 struct KvDemo {
     /// "mu", "velos" or "ukharon-kv".
     protocol: &'static str,

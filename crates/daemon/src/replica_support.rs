@@ -1,13 +1,18 @@
-//! What every replica process of the daemon shares, Mu, Velos or uKharon-KV: its metrics
-//! endpoint and the private files it writes.
+//! What every replica process of the daemon shares, Mu, Velos or uKharon-KV: its client
+//! server, its metrics endpoint and the private files it writes.
 
+use mu_service::metrics::MetricsServer;
+use mu_service::server::ServerLimits;
+use mu_service::{ClusterConfig, Server};
+use std::sync::Arc;
+use std::time::Instant;
 use tracing::info;
 
 /// The target of the replica processes' logs.
 const LOG_TARGET: &str = "mu::serve";
 
 /// Serves Prometheus text on `port` until the endpoint is dropped, and says where.
-pub(crate) fn serve_metrics(
+fn serve_metrics(
     port: u16,
     sources: mu_service::metrics::Sources,
     id: u16,
@@ -30,4 +35,33 @@ pub(crate) fn write_private(path: &std::path::Path, text: &str) -> std::io::Resu
         .mode(0o600)
         .open(path)?;
     file.write_all(text.as_bytes())
+}
+
+/// Serves `backend` to clients (the Unix socket, and TCP where configured) and, where
+/// configured, metrics; both until dropped.
+pub(crate) fn serve_clients(
+    config: &ClusterConfig,
+    id: u16,
+    backend: Arc<dyn mu_service::Backend>,
+    started: Instant,
+) -> Result<(Server, Option<MetricsServer>), String> {
+    let socket = config.socket_path(id);
+    let tcp = config.client_address(id);
+    let server = Server::start_backend(
+        config.cluster_id,
+        backend.clone(),
+        (&socket, tcp.as_deref()),
+        started,
+        ServerLimits::default(),
+    )?;
+    let Some(base) = config.metrics.port_base else { return Ok((server, None)) };
+    let port = base.checked_add(id).ok_or("metrics.port_base + id is above 65535")?;
+    let sources = mu_service::metrics::Sources {
+        backend,
+        counters: server.counters.clone(),
+        started,
+        slots_count: config.log.slots,
+    };
+    let metrics = serve_metrics(port, sources, id)?;
+    Ok((server, Some(metrics)))
 }

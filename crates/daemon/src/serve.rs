@@ -11,7 +11,7 @@ use crate::config::{load_config, run_dir_warning, threads_warning};
 use crate::interrupt;
 use crate::log_buffer::{self, LogBuffer};
 use crate::replica_pid::{inspect_pid_file, PidFile};
-use crate::replica_support::{serve_metrics, write_private};
+use crate::replica_support::{serve_clients, write_private};
 use mu_fabric::NodeId;
 #[cfg(feature = "ofi")]
 use mu_fabric_ofi::OfiFabric;
@@ -19,8 +19,7 @@ use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_procs::pid_file::pid_file_text;
 use mu_replica::Replica;
 use mu_service::config::Reads;
-use mu_service::server::ServerLimits;
-use mu_service::{ClusterConfig, Server, SharedMachine};
+use mu_service::{ClusterConfig, SharedMachine};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,37 +141,15 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let replica = Arc::new(replica);
     let backend = crate::leased::backend(replica.clone(), machine, joined).map_err(took_part)?;
-    let socket = config.socket_path(args.id);
-    let tcp = config.client_address(args.id);
-    let server = Server::start_backend(
-        config.cluster_id,
-        backend.clone(),
-        (&socket, tcp.as_deref()),
-        started,
-        ServerLimits::default(),
-    )
-    .map_err(|e| took_part(e.to_string()))?;
-    // The metrics endpoint serves until it is dropped, with the server at the end.
-    let metrics = match config.metrics.port_base {
-        Some(base) => {
-            let port = base.checked_add(args.id).ok_or("metrics.port_base + id is above 65535")?;
-            let sources = mu_service::metrics::Sources {
-                backend,
-                counters: server.counters.clone(),
-                started,
-                slots_count: config.log.slots,
-            };
-            Some(serve_metrics(port, sources, args.id).map_err(took_part)?)
-        }
-        None => None,
-    };
+    let (server, metrics) = serve_clients(&config, args.id, backend, started).map_err(took_part)?;
     info!(
         target: LOG_TARGET,
         replica = args.id,
         cluster_id = config.cluster_id,
-        socket = %socket.display(),
+        socket = %config.socket_path(args.id).display(),
         pid = std::process::id(),
         rejoin = args.rejoin,
+        reads = config.reads,
         mode = ?config.mode(),
         replication_cpu = args.replication_cpu,
         background_cpu = args.background_cpu,

@@ -13,7 +13,7 @@
 
 use crate::config::run_dir_warning;
 use crate::interrupt;
-use crate::replica_support::{serve_metrics, write_private};
+use crate::replica_support::{serve_clients, write_private};
 use crate::ukharon::config::UkharonConfig;
 use crate::ukharon::node::SHM_PROTOCOL;
 pub use crate::ukharon_kv_group::{data_dir, group, membership_dir};
@@ -22,9 +22,8 @@ use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_membership::channels::{Shifted, SHIFT_TO_FOUR_CHANNELS};
 use mu_membership::{JoinOptions, Membership, Polling};
 use mu_procs::pid_file::pid_file_text;
-use mu_service::server::ServerLimits;
 use mu_service::ukharon_kv::UkharonKvBackend;
-use mu_service::{Backend, ClusterConfig, Server};
+use mu_service::{Backend, ClusterConfig};
 use mu_ukharon::restart::Memory;
 use mu_ukharon_kv::{KvLayout, KvNode, KvSettings};
 use std::path::Path;
@@ -177,32 +176,11 @@ fn replica(
         .map_err(|e| format!("replica {id}: {e}"))?;
     write_pid()?;
     let backend: Arc<dyn Backend> = Arc::new(UkharonKvBackend { node });
-    let socket = config.socket_path(id);
-    let tcp = config.client_address(id);
-    let server = Server::start_backend(
-        config.cluster_id,
-        backend.clone(),
-        (&socket, tcp.as_deref()),
-        started,
-        ServerLimits::default(),
-    )?;
-    let metrics = match config.metrics.port_base {
-        Some(base) => {
-            let port = base.checked_add(id).ok_or("metrics.port_base + id is above 65535")?;
-            let sources = mu_service::metrics::Sources {
-                backend: backend.clone(),
-                counters: server.counters.clone(),
-                started,
-                slots_count: config.log.slots,
-            };
-            Some(serve_metrics(port, sources, id)?)
-        }
-        None => None,
-    };
+    let (server, metrics) = serve_clients(config, id, backend.clone(), started)?;
     tracing::info!(
         replica = id,
         cluster_id = config.cluster_id,
-        socket = %socket.display(),
+        socket = %config.socket_path(id).display(),
         pid = std::process::id(),
         "serving (ukharon-kv)"
     );

@@ -297,33 +297,7 @@ impl ClusterConfig {
 
     /// Everything that can be checked without touching the machine.
     fn check(&self) -> Result<(), String> {
-        let reads = self.reads()?;
-        if self.is_ukharon_kv() {
-            if self.reads != default_reads() {
-                return Err(format!(
-                    "reads: for Mu and Velos (protocol = \"{UKHARON_KV}\" always answers GETs \
-                     from the primary's store, under its lease)"
-                ));
-            }
-            self.check_ukharon_kv()?;
-        } else {
-            self.protocol()?;
-            if reads == Reads::Lease {
-                self.check_group("reads = \"lease\"")?;
-            } else if self.ukharon.is_some() {
-                return Err(format!(
-                    "ukharon: a section for protocol = \"{UKHARON_KV}\" or reads = \"lease\" \
-                     only (protocol is \"{}\", reads \"{}\")",
-                    self.protocol, self.reads
-                ));
-            }
-            if self.log.snapshot_bytes.is_some() {
-                return Err(format!(
-                    "log.snapshot_bytes: for protocol = \"{UKHARON_KV}\" only (Mu and Velos send \
-                     a snapshot of any size)"
-                ));
-            }
-        }
+        self.check_protocol()?;
         match (self.fabric.as_str(), &self.ofi) {
             ("shm", None) => {}
             ("shm", Some(_)) => {
@@ -419,6 +393,37 @@ impl ClusterConfig {
             self.replica_config(self.replicas[0])?
                 .validate()
                 .map_err(|e| format!("configuration: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The protocol, how it reads, and the sections that go with them.
+    fn check_protocol(&self) -> Result<(), String> {
+        let reads = self.reads()?;
+        if self.is_ukharon_kv() {
+            if self.reads != default_reads() {
+                return Err(format!(
+                    "reads: for Mu and Velos (protocol = \"{UKHARON_KV}\" always answers GETs \
+                     from the primary's store, under its lease)"
+                ));
+            }
+            return self.check_ukharon_kv();
+        }
+        self.protocol()?;
+        if reads == Reads::Lease {
+            self.check_group("reads = \"lease\"")?;
+        } else if self.ukharon.is_some() {
+            return Err(format!(
+                "ukharon: a section for protocol = \"{UKHARON_KV}\" or reads = \"lease\" only \
+                 (protocol is \"{}\", reads \"{}\")",
+                self.protocol, self.reads
+            ));
+        }
+        if self.log.snapshot_bytes.is_some() {
+            return Err(format!(
+                "log.snapshot_bytes: for protocol = \"{UKHARON_KV}\" only (Mu and Velos send a \
+                 snapshot of any size)"
+            ));
         }
         Ok(())
     }
