@@ -113,7 +113,7 @@ Names(v, id) ==
     IF Mutation = "NoFreshTerm" THEN id # NoId /\ prim[v][1] = id[1] ELSE prim[v] = id
 
 TypeOK ==
-    /\ prim \in PrimarySequences
+    /\ prim \in [Epochs -> Ids]
     /\ adm \in [Nodes -> 0..MaxAdmit]
     /\ cur \in Epochs
     /\ perm \in Nodes \cup {Nobody}
