@@ -50,7 +50,7 @@ EXTENDS Naturals, FiniteSets, TLC
 CONSTANTS
     Nodes,      \* the replicas (model values, symmetric)
     MaxEpoch,   \* views 0..MaxEpoch
-    MaxAdmit,   \* admissions 0..MaxAdmit per node: readmissions in all
+    MaxAdmit,   \* admissions 0..MaxAdmit: readmissions per node
     MaxWrites,  \* committed writes in all
     Mutation
 
