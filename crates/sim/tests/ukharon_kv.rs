@@ -3,6 +3,7 @@
 //! engine variant is caught within a bounded number of seeds.
 
 use mu_primary_backup::Mutation;
+use mu_sim::caught::first_caught;
 use mu_sim::ukharon_kv::{run, KvReport, KvRunConfig};
 
 fn seeds() -> u64 {
@@ -73,19 +74,21 @@ fn a_seed_replays_identically() {
     assert_eq!((a.views, a.answers, a.ops_returned), (b.views, b.answers, b.ops_returned));
 }
 
+/// Why a run failed a checker, if it did (a run that lost the group's state is no failure).
+fn failed(report: KvReport) -> Option<String> {
+    let lost = report.state_lost();
+    let why = report.violation.filter(|_| !lost);
+    why.map(|(checker, message)| format!("{checker}: {message}"))
+}
+
 /// The first seed below `bound` whose run `mutation` breaks, checking that the real engine
 /// passes that seed.
-fn caught_within(mutation: Mutation, bound: u64) -> Option<(u64, KvReport)> {
-    for seed in 0..bound {
-        let broken = run(&KvRunConfig { mutation, ..checked(seed) });
-        if broken.violation.is_some() && !broken.state_lost() {
-            let real = run(&checked(seed));
-            assert!(real.violation.is_none(), "seed {seed} fails unmutated: {:?}", real.violation);
-            eprintln!("seed {seed}: {:?}", broken.violation);
-            return Some((seed, broken));
-        }
-    }
-    None
+fn caught_within(mutation: Mutation, bound: u64) -> Option<(u64, String)> {
+    let broken = |seed| failed(run(&KvRunConfig { mutation, ..checked(seed) }));
+    let real = |seed| run(&checked(seed)).violation.map(|(checker, m)| format!("{checker}: {m}"));
+    let caught = first_caught(0..bound, broken, real).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{caught:?}");
+    caught
 }
 
 #[test]
