@@ -35,6 +35,22 @@ impl Seeds {
     }
 }
 
+/// The flags a replay command repeats from `args` for either uKharon sim: `--nodes`,
+/// `--steps` and `--mutation` where given.
+pub fn replay_flags(args: &Args) -> String {
+    let mut flags = String::new();
+    if let Some(n) = args.nodes {
+        flags.push_str(&format!(" --nodes {n}"));
+    }
+    if let Some(s) = args.steps {
+        flags.push_str(&format!(" --steps {s}"));
+    }
+    if let Some(m) = &args.mutation {
+        flags.push_str(&format!(" --mutation {m}"));
+    }
+    flags
+}
+
 /// Runs `run_seed` on every seed of `seeds`; `failure` says what to note at once about a
 /// report (why it failed and how to replay it), nothing when it is no failure. Notes and the
 /// progress line are left out when `quiet` (`--json`). The reports, in seed order.

@@ -3,7 +3,7 @@
 //! that replays it.
 
 use crate::sim::Args;
-use crate::sim_seeds::{sweep, Seeds};
+use crate::sim_seeds::{replay_flags, sweep, Seeds};
 use mu_sim::ukharon::{
     parse_mutation, run as run_seed, UkFaults, UkReport, UkRunConfig, UkScenario,
 };
@@ -84,22 +84,11 @@ fn report_json(r: &UkReport) -> serde_json::Value {
 }
 
 fn replay_command(seed: u64, args: &Args) -> String {
-    let mut cmd = match args.scenario.unwrap_or_default() {
-        UkScenario::Faults => {
-            format!("mu sim --protocol ukharon --seed {seed} --faults {}", args.faults)
-        }
-        s => format!("mu sim --protocol ukharon --seed {seed} --scenario {}", s.name()),
+    let what = match args.scenario.unwrap_or_default() {
+        UkScenario::Faults => format!("--faults {}", args.faults),
+        s => format!("--scenario {}", s.name()),
     };
-    if let Some(n) = args.nodes {
-        cmd.push_str(&format!(" --nodes {n}"));
-    }
-    if let Some(s) = args.steps {
-        cmd.push_str(&format!(" --steps {s}"));
-    }
-    if let Some(m) = &args.mutation {
-        cmd.push_str(&format!(" --mutation {m}"));
-    }
-    cmd
+    format!("mu sim --protocol ukharon --seed {seed} {what}{}", replay_flags(args))
 }
 
 fn summarize(

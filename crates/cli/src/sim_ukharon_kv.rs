@@ -5,7 +5,7 @@
 //! counted apart.
 
 use crate::sim::{lincheck_of, Args};
-use crate::sim_seeds::{sweep, Seeds};
+use crate::sim_seeds::{replay_flags, sweep, Seeds};
 use mu_sim::ukharon::UkFaults;
 use mu_sim::ukharon_kv::{parse_mutation, run as run_seed, KvReport, KvRunConfig};
 use serde_json::json;
@@ -102,17 +102,9 @@ fn report_json(r: &KvReport) -> serde_json::Value {
 
 fn replay_command(seed: u64, args: &Args) -> String {
     let mut cmd = format!("mu sim --protocol ukharon-kv --seed {seed} --faults {}", args.faults);
-    if let Some(n) = args.nodes {
-        cmd.push_str(&format!(" --nodes {n}"));
-    }
-    if let Some(s) = args.steps {
-        cmd.push_str(&format!(" --steps {s}"));
-    }
+    cmd.push_str(&replay_flags(args));
     if args.clients != 4 {
         cmd.push_str(&format!(" --clients {}", args.clients));
-    }
-    if let Some(m) = &args.mutation {
-        cmd.push_str(&format!(" --mutation {m}"));
     }
     cmd
 }
