@@ -8,6 +8,7 @@ extern crate mu_procs;
 
 mod demo;
 mod sim;
+mod sim_seeds;
 mod sim_ukharon;
 mod sim_ukharon_kv;
 

@@ -1,16 +1,14 @@
 //! `mu sim --protocol ukharon`: the membership service in the simulator, one seed replayed or
-//! many swept on worker threads, with a progress line on long sweeps; a failure prints its seed,
-//! what broke and the command that replays it.
+//! many swept ([`crate::sim_seeds`]); a failure prints its seed, what broke and the command
+//! that replays it.
 
 use crate::sim::Args;
-use mu_procs::note;
+use crate::sim_seeds::{replay_flags, sweep, Seeds};
 use mu_sim::ukharon::{
     parse_mutation, run as run_seed, UkFaults, UkReport, UkRunConfig, UkScenario,
 };
 use serde_json::json;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub fn run(args: &Args) -> Result<(), String> {
     let faults = UkFaults::parse(&args.faults)?;
@@ -45,16 +43,14 @@ pub fn run(args: &Args) -> Result<(), String> {
             Some(_) => Err(format!("seed {seed} broke a checker")),
         };
     }
-    let count = args.seeds.unwrap_or(100);
-    let first = args.first_seed;
-    if first.checked_add(count - 1).is_none() {
-        return Err(format!("--first-seed {first} with --seeds {count} runs past the last seed"));
-    }
-    let jobs = args.jobs.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |j| j as usize,
-    );
-    sweep(first, count, jobs.min(count as usize).max(1), args, &config_of)
+    let seeds = Seeds::of(args)?;
+    let started = Instant::now();
+    let failure = |r: &UkReport| {
+        let replay = replay_command(r.seed, args);
+        r.violation.as_ref().map(|v| format!("{v}\n  replay: {replay}"))
+    };
+    let reports = sweep(seeds, args.json, &|seed| run_seed(&config_of(seed)), &failure);
+    summarize(&reports, seeds, started, args)
 }
 
 fn print_one(r: &UkReport, json: bool) {
@@ -88,78 +84,20 @@ fn report_json(r: &UkReport) -> serde_json::Value {
 }
 
 fn replay_command(seed: u64, args: &Args) -> String {
-    let mut cmd = match args.scenario.unwrap_or_default() {
-        UkScenario::Faults => {
-            format!("mu sim --protocol ukharon --seed {seed} --faults {}", args.faults)
-        }
-        s => format!("mu sim --protocol ukharon --seed {seed} --scenario {}", s.name()),
+    let what = match args.scenario.unwrap_or_default() {
+        UkScenario::Faults => format!("--faults {}", args.faults),
+        s => format!("--scenario {}", s.name()),
     };
-    if let Some(n) = args.nodes {
-        cmd.push_str(&format!(" --nodes {n}"));
-    }
-    if let Some(s) = args.steps {
-        cmd.push_str(&format!(" --steps {s}"));
-    }
-    if let Some(m) = &args.mutation {
-        cmd.push_str(&format!(" --mutation {m}"));
-    }
-    cmd
-}
-
-/// Seeds `first..first + count` on `jobs` threads.
-fn sweep(
-    first: u64,
-    count: u64,
-    jobs: usize,
-    args: &Args,
-    config_of: &(dyn Fn(u64) -> UkRunConfig + Sync),
-) -> Result<(), String> {
-    let started = Instant::now();
-    let next = AtomicU64::new(0);
-    let done = AtomicU64::new(0);
-    let reports: Mutex<Vec<UkReport>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..jobs)
-            .map(|_| {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count {
-                        return;
-                    }
-                    let report = run_seed(&config_of(first + i));
-                    if let (Some(v), false) = (&report.violation, args.json) {
-                        let replay = replay_command(report.seed, args);
-                        note!("seed {} FAILED: {v}\n  replay: {replay}", report.seed);
-                    }
-                    reports.lock().expect("no worker panics holding it").push(report);
-                    done.fetch_add(1, Ordering::Relaxed);
-                })
-            })
-            .collect();
-        // A progress line every few seconds until every worker is done (a panicking one
-        // included: the scope then passes its panic on).
-        let mut last = Instant::now();
-        while !workers.iter().all(|w| w.is_finished()) {
-            std::thread::sleep(Duration::from_millis(50));
-            if last.elapsed() >= Duration::from_secs(5) && !args.json {
-                last = Instant::now();
-                let (d, secs) = (done.load(Ordering::Relaxed), started.elapsed().as_secs_f64());
-                note!("mu sim: {d} of {count} seeds ({secs:.0} s)");
-            }
-        }
-    });
-    let mut reports = reports.into_inner().expect("workers done");
-    reports.sort_by_key(|r| r.seed);
-    summarize(&reports, first, count, started, args)
+    format!("mu sim --protocol ukharon --seed {seed} {what}{}", replay_flags(args))
 }
 
 fn summarize(
     reports: &[UkReport],
-    first: u64,
-    count: u64,
+    seeds: Seeds,
     started: Instant,
     args: &Args,
 ) -> Result<(), String> {
+    let Seeds { first, count, .. } = seeds;
     let failed: Vec<&UkReport> = reports.iter().filter(|r| r.violation.is_some()).collect();
     let views: u64 = reports.iter().map(|r| r.views).sum();
     let faults: u64 = reports.iter().map(|r| u64::from(r.faults_injected)).sum();

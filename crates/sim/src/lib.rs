@@ -17,6 +17,7 @@
 //! A run is a function of its seed and configuration: [`SeedReport::trace_hash`] is equal for
 //! two runs of one seed, which a test checks.
 
+pub mod caught;
 pub mod check;
 pub mod cluster;
 pub mod describe;

@@ -110,6 +110,10 @@ impl Changes {
                 self.gone.insert(member);
             }
             Change::KeepOnly { keep } => self.keep = Some(keep.into_iter().collect()),
+            // A request for the primary the latest view names already is a copy repeated
+            // while the answer was on its way: kept, it would name that node again in a later
+            // view, once another primary had taken over, or a new process under its id.
+            Change::Primary { node } if latest.primary == Some(node) => {}
             Change::Primary { node } => self.primary = Some(node),
             Change::Lease { lease_ns } => self.lease_ns = Some(lease_ns),
         }
@@ -169,7 +173,9 @@ impl Changes {
                 self.keep = None;
             }
         }
-        if self.primary.is_some_and(|p| decided.primary == Some(p)) {
+        // Carried out, or for a node the view no longer has (a process that comes back under
+        // its id is another one, which nobody asked for).
+        if self.primary.is_some_and(|p| decided.primary == Some(p) || decided.uid_of(p).is_none()) {
             self.primary = None;
         }
         if self.lease_ns == Some(decided.lease_ns) {
@@ -313,6 +319,35 @@ mod tests {
         assert_eq!(v4.nodes().collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(v4.primary, Some(2), "2 and 3 joined together, before 1");
         assert_eq!(c.cleared().next_view(&v4), None);
+    }
+
+    /// A member that asked for another primary repeats its request until a view answers it:
+    /// a copy that arrives after that view, or a request for a member removed before it was
+    /// carried out, names nobody later (such a request once named a node again when a new
+    /// process under its id joined, taking the role from the primary that served meanwhile).
+    #[test]
+    fn a_stale_primary_request_names_nobody_later() {
+        let mut c = Changes::new(true);
+        let mut v0 = v0();
+        v0.members.push(m(4, uid_for(0, 4)));
+        c.add(Change::Primary { node: 4 }, &v0).unwrap();
+        let v1 = c.next_view(&v0).unwrap();
+        assert_eq!(v1.primary, Some(4));
+        c.settle(&v1);
+        // The copy sent before the requester learnt v1.
+        c.add(Change::Primary { node: 4 }, &v1).unwrap();
+        assert_eq!(c.next_view(&v1), None, "v1 answered it already");
+        assert!(c.is_empty());
+        // Asked for, then removed in the same view: the request goes with it.
+        c.add(Change::Primary { node: 1 }, &v1).unwrap();
+        c.add(Change::Remove { member: m(1, uid_for(0, 1)) }, &v1).unwrap();
+        let v2 = c.next_view(&v1).unwrap();
+        assert_eq!(v2.primary, Some(0), "the oldest member, for the one asked for is gone");
+        c.settle(&v2);
+        assert!(c.is_empty());
+        c.add(Change::Join { node: 1, incarnation: 9 }, &v2).unwrap();
+        let v3 = c.next_view(&v2).unwrap();
+        assert_eq!(v3.primary, Some(0), "the new process under node 1 was never asked for");
     }
 
     #[test]

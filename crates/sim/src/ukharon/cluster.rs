@@ -148,6 +148,22 @@ impl UkCluster {
         }
     }
 
+    /// Crashes `node`'s process (a member or a cache): the fabric tells its peers at once.
+    pub fn crash_node(&mut self, node: u16) -> Result<(), String> {
+        self.world.crash(NodeId(node)).map_err(|e| e.to_string())?;
+        self.nodes.get_mut(&node).expect("a node of the cluster").core = None;
+        Ok(())
+    }
+
+    /// Stops `node`'s process (its memory stays readable) or lets it run again.
+    pub fn set_paused(&mut self, node: u16, paused: bool) -> Result<(), String> {
+        let id = NodeId(node);
+        let result = if paused { self.world.pause(id) } else { self.world.resume(id) };
+        result.map_err(|e| e.to_string())?;
+        self.nodes.get_mut(&node).expect("a node of the cluster").paused = paused;
+        Ok(())
+    }
+
     /// Restarts a crashed node as a new process.
     pub fn restart(&mut self, node: u16) -> Result<(), String> {
         self.world.restart(NodeId(node)).map_err(|e| e.to_string())?;

@@ -15,6 +15,7 @@ pub mod check;
 pub mod cluster;
 pub mod faults;
 pub mod scenario;
+pub(crate) mod victims;
 
 use cluster::{Clock, UkCluster};
 pub use faults::{UkFaults, UK_FAULT_NAMES};
@@ -22,6 +23,7 @@ use mu_fabric::NodeId;
 use mu_fabric_sim::LinkDelay;
 use mu_ukharon::lease::{LeaseConfig, LeaseMutation};
 pub use scenario::{UkScenario, UK_SCENARIO_NAMES};
+pub(crate) use victims::pick;
 
 /// One run's setup.
 #[derive(Clone, Debug)]
@@ -255,9 +257,7 @@ fn drift_edge(
         match crashed {
             Some(node) => cluster.restart(node)?,
             None => {
-                let node = pick(choices, &fast);
-                cluster.world.crash(NodeId(node)).map_err(|e| e.to_string())?;
-                cluster.nodes.get_mut(&node).expect("a member").core = None;
+                cluster.crash_node(pick(choices, &fast))?;
             }
         }
         report.faults_injected += 1;
@@ -292,33 +292,13 @@ fn inject(
     config: &UkRunConfig,
     choices: &mut Choices,
 ) -> Result<bool, String> {
-    let f = config.faults;
-    let kinds: Vec<&str> = [
-        (f.crash, "crash"),
-        (f.restart, "restart"),
-        (f.pause, "pause"),
-        (f.delay, "delay"),
-        (f.partition, "partition"),
-        (f.lease, "lease"),
-        (f.coordinator, "coordinator"),
-        (f.coordinator_restart, "coordinator-restart"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect();
+    let kinds = victims::kinds(config.faults);
     if kinds.is_empty() {
         return Ok(false);
     }
     match kinds[choices.below(kinds.len() as u64) as usize] {
         "crash" => crash(cluster, choices),
-        "restart" => {
-            let crashed: Vec<u16> =
-                cluster.nodes.iter().filter(|(_, n)| n.core.is_none()).map(|(&id, _)| id).collect();
-            if crashed.is_empty() {
-                return Ok(false);
-            }
-            cluster.restart(pick(choices, &crashed)).map(|()| true)
-        }
+        "restart" => victims::restart_crashed(cluster, choices),
         "pause" => pause(cluster, choices),
         "delay" => {
             let count = u64::from(config.coordinators + config.nodes + config.caches);
@@ -329,14 +309,13 @@ fn inject(
             Ok(true)
         }
         "partition" => Ok(partition(cluster, choices)),
-        "lease" => Ok(ask_lease(cluster, choices)),
+        "lease" => {
+            let running = running(cluster);
+            Ok(victims::ask_lease(cluster, choices, &running).is_some())
+        }
         "coordinator" => crash_coordinator(cluster, choices),
         _ => restart_coordinator(cluster, choices),
     }
-}
-
-pub(crate) fn pick(choices: &mut Choices, from: &[u16]) -> u16 {
-    from[choices.below(from.len() as u64) as usize]
 }
 
 /// Member nodes that run (not crashed, not paused).
@@ -344,79 +323,43 @@ fn running(cluster: &UkCluster) -> Vec<u16> {
     cluster.live_nodes().into_iter().filter(|n| !cluster.nodes[n].paused).collect()
 }
 
-/// Crashes a member (at least two stay running) or, now and then, a cache (one stays up).
-fn crash(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
-    let caches = cluster.live_caches();
+/// Members that may stop: any running one while two others stay running.
+fn stoppable(cluster: &UkCluster) -> Vec<u16> {
     let running = running(cluster);
-    let victims = if !caches.is_empty() && choices.below(4) == 0 {
-        // A cache: the members that asked it ask another.
-        if caches.len() < 2 {
-            return Ok(false);
-        }
-        caches
-    } else if running.len() > 2 {
+    if running.len() > 2 {
         running
     } else {
-        return Ok(false);
-    };
-    let n = pick(choices, &victims);
-    cluster.world.crash(NodeId(n)).map_err(|e| e.to_string())?;
-    cluster.nodes.get_mut(&n).expect("a node").core = None;
+        Vec::new()
+    }
+}
+
+/// Crashes a member (at least two stay running) or, now and then, a cache (one stays up).
+fn crash(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
+    let members = stoppable(cluster);
+    let Some(n) = victims::crash_victim(cluster, choices, |_| members) else { return Ok(false) };
+    cluster.crash_node(n)?;
     Ok(true)
 }
 
 /// Pauses a running member (at least two stay running), or resumes a paused one.
 fn pause(cluster: &mut UkCluster, choices: &mut Choices) -> Result<bool, String> {
-    let paused: Vec<u16> =
-        cluster.live_nodes().into_iter().filter(|n| cluster.nodes[n].paused).collect();
-    let running = running(cluster);
-    let (n, pause) = if !paused.is_empty() && choices.below(2) == 0 {
-        (pick(choices, &paused), false)
-    } else if running.len() > 2 {
-        (pick(choices, &running), true)
-    } else {
+    let members = stoppable(cluster);
+    let Some((n, pause)) = victims::pause_victim(cluster, choices, |_| members) else {
         return Ok(false);
     };
-    let result =
-        if pause { cluster.world.pause(NodeId(n)) } else { cluster.world.resume(NodeId(n)) };
-    result.map_err(|e| e.to_string())?;
-    cluster.nodes.get_mut(&n).expect("a node").paused = pause;
+    cluster.set_paused(n, pause)?;
     Ok(true)
 }
 
 /// Cuts the link between two live members, or heals it if it is cut.
 fn partition(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
-    let live = cluster.live_nodes();
-    if live.len() < 2 {
-        return false;
-    }
-    let (a, b) = (pick(choices, &live), pick(choices, &live));
-    if a == b {
-        return false;
-    }
+    let Some((a, b)) = victims::pick_two(choices, &cluster.live_nodes()) else { return false };
     if cluster.world.is_partitioned(NodeId(a), NodeId(b)) {
         cluster.world.heal(NodeId(a), NodeId(b));
     } else {
         cluster.world.partition(NodeId(a), NodeId(b));
     }
     true
-}
-
-/// A running member asks for another lease duration (§6.3: a compatible view).
-pub(crate) fn ask_lease(cluster: &mut UkCluster, choices: &mut Choices) -> bool {
-    let running = running(cluster);
-    if running.is_empty() {
-        return false;
-    }
-    let n = pick(choices, &running);
-    let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
-    match cluster.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
-        Some(core) => {
-            core.ask_lease(lease_ns);
-            true
-        }
-        None => false,
-    }
 }
 
 /// Crashes or stops a coordinator, the leader maybe, while a majority stays up; or resumes a

@@ -20,11 +20,13 @@ pub type Token = (usize, u64);
 
 /// A member's data plane: its driver (none while its process is down), the requests sent to
 /// it and not yet read (a stopped process reads them when it runs again), and its process's
-/// incarnation (a request sent to an earlier one is lost).
+/// incarnation (a request sent to an earlier one is lost), and the primary its driver last
+/// asked for in its place, in which view (`KvDriver::wants_primary`).
 pub struct DataNode {
     pub driver: Option<KvDriver<SimFabric, Token>>,
     pub inbox: Vec<(Request, Token)>,
     pub incarnation: u64,
+    pub asked_primary: Option<(u64, u16)>,
 }
 
 /// An answer a driver gave: by which member, for which view, when (global time).
@@ -77,7 +79,9 @@ impl KvCluster {
             transient_leases: Vec::new(),
         };
         for m in cluster.member_ids() {
-            cluster.data.insert(m, DataNode { driver: None, inbox: Vec::new(), incarnation: 0 });
+            let slot =
+                DataNode { driver: None, inbox: Vec::new(), incarnation: 0, asked_primary: None };
+            cluster.data.insert(m, slot);
         }
         cluster.sync_data_plane()?;
         Ok(cluster)
@@ -127,6 +131,7 @@ impl KvCluster {
                     slot.driver = Some(driver);
                     slot.incarnation += 1;
                     slot.inbox.clear();
+                    slot.asked_primary = None;
                 }
                 _ => {}
             }
@@ -162,16 +167,17 @@ impl KvCluster {
     }
 
     /// The data plane's part of a round, after the membership polled: every running member's
-    /// driver reads the requests sent to it, polls, all at the node's clock, and learns its
-    /// core's view. The events for clients, with the member that gave each; an answer for a
-    /// view after a newer view of another run became active somewhere is an error.
+    /// driver reads the requests sent to it, polls, all at the node's clock, asks its core for
+    /// another primary in its place if it wants one, and learns its core's view. The events
+    /// for clients, with the member that gave each; an answer for a view after a newer view of
+    /// another run became active somewhere is an error.
     pub fn poll_drivers(&mut self) -> Result<Vec<(u16, KvEvent<Token>)>, String> {
         let now = self.uk.world.now_ns();
         let mut events = Vec::new();
         let mut answered = Vec::new();
         for (&m, slot) in self.data.iter_mut() {
-            let node = &self.uk.nodes[&m];
-            let (Some(core), false) = (node.core.as_ref(), node.paused) else { continue };
+            let node = self.uk.nodes.get_mut(&m).expect("a node per member");
+            let (Some(core), false) = (node.core.as_mut(), node.paused) else { continue };
             let Some(driver) = slot.driver.as_mut() else { continue };
             let local = node.clock.local(now);
             let published = core.published();
@@ -181,6 +187,15 @@ impl KvCluster {
                 driver.request(&request, token, serving);
             }
             driver.poll(local, &active);
+            // Named primary without a whole state, the driver passes the role on, once per
+            // view and member, as `mu_ukharon_kv::KvNode` does through its `Membership`.
+            if let Some(next) = driver.wants_primary() {
+                let ask = (driver.epoch().unwrap_or(0), next);
+                if slot.asked_primary != Some(ask) {
+                    slot.asked_primary = Some(ask);
+                    core.ask_primary(next);
+                }
+            }
             let epoch = driver.epoch().unwrap_or(0);
             // The view the core learnt this round reaches the data plane after its work (as
             // a channel between two threads would): a process that runs again after a stop
@@ -238,12 +253,33 @@ impl KvCluster {
         Ok(primary)
     }
 
-    /// The latest view's primary, if its driver is `Incomplete`: named primary without a whole
-    /// state (the coordinators name the oldest member, whole or not), it never serves.
-    pub fn incomplete_primary(&self) -> Option<u16> {
-        let primary = self.uk.log.latest()?.primary?;
-        let driver = self.data.get(&primary)?.driver.as_ref()?;
-        (driver.role() == RoleName::Incomplete).then_some(primary)
+    /// Why the group's state is gone for good, if it is: no member of the latest view may
+    /// still hold it. A whole state only passes from a primary holding one to backups, and a
+    /// node removed from the views comes back with nothing ([`KvDriver`] starts afresh), so
+    /// once no member of the latest view is whole (a stopped one counts, with what it held),
+    /// taking over, or yet to learn its first view, none ever is again: a member named
+    /// primary passes the role on, and the next does the same, for ever.
+    pub fn state_lost(&self) -> Option<String> {
+        let view = self.uk.log.latest()?;
+        let mut roles = Vec::new();
+        for m in view.nodes() {
+            let driver = self.data.get(&m).and_then(|d| d.driver.as_ref());
+            let role = driver.map_or(RoleName::Removed, |d| d.role());
+            let whole = driver.is_some_and(|d| d.whole());
+            if whole || matches!(role, RoleName::TakingOver | RoleName::Outside) {
+                return None;
+            }
+            let state = if driver.is_some() { role.as_str() } else { "down" };
+            roles.push(format!("{m} {state}"));
+        }
+        (!roles.is_empty()).then(|| {
+            format!(
+                "no member of view {} holds the group's state any more ({}): every member that \
+                 held it was removed",
+                view.epoch,
+                roles.join(", ")
+            )
+        })
     }
 
     /// Whether `member` holds the group's state where it counts: running, a member of the

@@ -5,7 +5,7 @@
 //! delayed links and lease changes last one step. A member's data plane shares its process's fate ([`KvCluster::sync_data_plane`]).
 
 use super::cluster::KvCluster;
-use crate::ukharon::{self, Choices, UkFaults};
+use crate::ukharon::{self, victims, Choices, UkFaults};
 use mu_fabric::NodeId;
 use mu_fabric_sim::LinkDelay;
 
@@ -15,24 +15,13 @@ pub(crate) fn inject(
     faults: UkFaults,
     choices: &mut Choices,
 ) -> Result<Option<&'static str>, String> {
-    let f = faults;
-    let kinds: Vec<&'static str> = [
-        (f.crash, "crash"),
-        (f.restart, "restart"),
-        (f.pause, "pause"),
-        (f.delay, "delay"),
-        (f.partition, "partition"),
-        (f.lease, "lease"),
-        (f.coordinator, "coordinator"),
-        (f.coordinator_restart, "coordinator-restart"),
-        (f.crash && f.coordinator, "primary-and-leader"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
+    let mut kinds = victims::kinds(faults);
+    if faults.crash && faults.coordinator {
+        kinds.push("primary-and-leader");
+    }
     // While a member lacks the state, nothing else strikes: restarts (joins) and a stopped
     // member resumed only.
-    .filter(|&name| group_whole(kv) || matches!(name, "restart" | "pause"))
-    .collect();
+    kinds.retain(|&name| group_whole(kv) || matches!(name, "restart" | "pause"));
     if kinds.is_empty() {
         return Ok(None);
     }
@@ -40,7 +29,7 @@ pub(crate) fn inject(
     let kind = kinds[choices.below(kinds.len() as u64) as usize];
     let injected = match kind {
         "crash" => crash(kv, choices)?,
-        "restart" => restart(kv, choices)?,
+        "restart" => victims::restart_crashed(&mut kv.uk, choices)?,
         "pause" => pause(kv, choices)?,
         "delay" => delay(kv, choices),
         "partition" => partition(kv, choices),
@@ -80,21 +69,17 @@ fn heal_transient(kv: &mut KvCluster) {
 /// state among them.
 fn ask_lease(kv: &mut KvCluster, choices: &mut Choices) -> bool {
     let running: Vec<u16> = kv.member_ids().into_iter().filter(|&m| kv.running(m)).collect();
-    if running.is_empty() {
-        return false;
-    }
-    let n = ukharon::pick(choices, &running);
-    let lease_ns = [10_000, 20_000, 40_000][choices.below(3) as usize];
-    let Some(core) = kv.uk.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) else {
-        return false;
-    };
-    core.ask_lease(lease_ns);
-    kv.transient_leases.push(n);
-    true
+    let asked = victims::ask_lease(&mut kv.uk, choices, &running);
+    kv.transient_leases.extend(asked);
+    asked.is_some()
 }
 
-/// Members that run, the primary of the latest view first when `choices` says so.
-fn victims(kv: &KvCluster, choices: &mut Choices) -> Vec<u16> {
+/// The members a crash or a stop may strike: while the group is whole, those that run and
+/// whose loss it survives, the primary of the latest view alone when `choices` says so.
+fn members_to_strike(kv: &KvCluster, choices: &mut Choices) -> Vec<u16> {
+    if !group_whole(kv) {
+        return Vec::new();
+    }
     let running: Vec<u16> = kv.member_ids().into_iter().filter(|&m| kv.running(m)).collect();
     let losable: Vec<u16> = running.into_iter().filter(|&m| kv.may_lose(m)).collect();
     let primary = kv.uk.log.latest().and_then(|v| v.primary);
@@ -116,37 +101,10 @@ fn group_whole(kv: &KvCluster) -> bool {
 /// Crashes a member whose loss the group survives (the primary half the time it may), or,
 /// now and then, a cache (one stays up).
 fn crash(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
-    let caches = kv.uk.live_caches();
-    let victims = if caches.len() >= 2 && choices.below(4) == 0 {
-        caches
-    } else if group_whole(kv) {
-        victims(kv, choices)
-    } else {
+    let Some(n) = victims::crash_victim(&kv.uk, choices, |c| members_to_strike(kv, c)) else {
         return Ok(false);
     };
-    if victims.is_empty() {
-        return Ok(false);
-    }
-    let n = ukharon::pick(choices, &victims);
-    crash_member(kv, n)?;
-    Ok(true)
-}
-
-fn crash_member(kv: &mut KvCluster, n: u16) -> Result<(), String> {
-    kv.uk.world.crash(NodeId(n)).map_err(|e| e.to_string())?;
-    kv.uk.nodes.get_mut(&n).expect("a node").core = None;
-    Ok(())
-}
-
-/// Starts a crashed node again as a new process: a member joins anew, as a fresh backup that
-/// gets the store by snapshot.
-fn restart(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
-    let crashed: Vec<u16> =
-        kv.uk.nodes.iter().filter(|(_, n)| n.core.is_none()).map(|(&id, _)| id).collect();
-    if crashed.is_empty() {
-        return Ok(false);
-    }
-    kv.uk.restart(ukharon::pick(choices, &crashed))?;
+    kv.uk.crash_node(n)?;
     Ok(true)
 }
 
@@ -154,21 +112,9 @@ fn restart(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
 /// resumes a stopped one. A stopped primary keeps its requests and answers none of them once
 /// it runs again in a view that is over.
 fn pause(kv: &mut KvCluster, choices: &mut Choices) -> Result<bool, String> {
-    let paused: Vec<u16> =
-        kv.uk.live_nodes().into_iter().filter(|n| kv.uk.nodes[n].paused).collect();
-    let (n, pause) = if !paused.is_empty() && choices.below(2) == 0 {
-        (ukharon::pick(choices, &paused), false)
-    } else {
-        let victims = if group_whole(kv) { victims(kv, choices) } else { Vec::new() };
-        if victims.is_empty() {
-            return Ok(false);
-        }
-        (ukharon::pick(choices, &victims), true)
-    };
-    let world = &kv.uk.world;
-    let result = if pause { world.pause(NodeId(n)) } else { world.resume(NodeId(n)) };
-    result.map_err(|e| e.to_string())?;
-    kv.uk.nodes.get_mut(&n).expect("a node").paused = pause;
+    let picked = victims::pause_victim(&kv.uk, choices, |c| members_to_strike(kv, c));
+    let Some((n, pause)) = picked else { return Ok(false) };
+    kv.uk.set_paused(n, pause)?;
     Ok(true)
 }
 
@@ -195,14 +141,7 @@ fn delay(kv: &mut KvCluster, choices: &mut Choices) -> bool {
 /// Cuts both planes' links between two live members until the next step. A cut may get
 /// either removed: only while the group is whole.
 fn partition(kv: &mut KvCluster, choices: &mut Choices) -> bool {
-    let live = kv.uk.live_nodes();
-    if live.len() < 2 {
-        return false;
-    }
-    let (a, b) = (ukharon::pick(choices, &live), ukharon::pick(choices, &live));
-    if a == b {
-        return false;
-    }
+    let Some((a, b)) = victims::pick_two(choices, &kv.uk.live_nodes()) else { return false };
     if !group_whole(kv) {
         return false;
     }
@@ -231,6 +170,6 @@ fn primary_and_leader(kv: &mut KvCluster) -> Result<bool, String> {
         return Ok(false);
     }
     kv.uk.crash_coordinator(leader)?;
-    crash_member(kv, primary)?;
+    kv.uk.crash_node(primary)?;
     Ok(true)
 }

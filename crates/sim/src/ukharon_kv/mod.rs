@@ -12,6 +12,11 @@
 //! another run became active anywhere ([`cluster::KvCluster::poll_drivers`]), the history
 //! linearizable (porcupine, through `lincheck`), no acknowledged write lost and every member's
 //! store equal at the end ([`check`]).
+//!
+//! A member named primary without a whole state asks its core for another primary in its
+//! place, as the runtime's `KvNode` does ([`cluster::KvCluster::poll_drivers`]). A run in which
+//! no member holds the state any more stops there, as `state-lost`
+//! ([`cluster::KvCluster::state_lost`]): counted, not a failure.
 
 pub mod check;
 pub mod clients;
@@ -94,13 +99,17 @@ pub struct KvReport {
 }
 
 impl KvReport {
-    /// Whether the run stopped at a view naming a primary without a whole state: the known
-    /// gap of the coordinators' choice (the oldest member, whole or not), not a safety
+    /// Whether the run stopped because no member held the group's state any more
+    /// ([`KvCluster::state_lost`]): the faults and the removals they caused took every member
+    /// that held it, which primary-backup does not survive. An outcome to count, not a safety
     /// finding (`docs/protocols/ukharon-kv.md`).
-    pub fn incomplete_primary(&self) -> bool {
-        self.violation.as_ref().is_some_and(|(checker, _)| *checker == "incomplete-primary")
+    pub fn state_lost(&self) -> bool {
+        self.violation.as_ref().is_some_and(|(checker, _)| *checker == STATE_LOST)
     }
 }
+
+/// The checker name of a run that stopped because the group lost its state.
+pub const STATE_LOST: &str = "state-lost";
 
 /// The names of `--mutation` for uKharon-KV.
 pub fn parse_mutation(name: &str) -> Result<Mutation, String> {
@@ -266,6 +275,7 @@ impl Run<'_> {
             }
             let ns = 50_000 + self.choices.below(250_000);
             self.run_for(ns, true)?;
+            self.state_kept()?;
         }
         self.heal()?;
         let deadline = self.cluster.uk.world.now_ns() + self.config.liveness_bound_ns;
@@ -315,19 +325,9 @@ impl Run<'_> {
             if state.is_ok() {
                 return Ok(());
             }
+            self.state_kept()?;
             if self.cluster.uk.world.now_ns() >= deadline {
                 let why = state.err().unwrap_or_default();
-                if let Some(p) = self.cluster.incomplete_primary() {
-                    return Err((
-                        "incomplete-primary",
-                        format!(
-                            "the healed group did not {what}: the latest view names member {p} \
-                             primary, which holds no whole state (the coordinators name the \
-                             oldest member; a member that lost the state to a removal was the \
-                             only one holding it); {why}"
-                        ),
-                    ));
-                }
                 let bound_ms = self.config.liveness_bound_ns / 1_000_000;
                 return Err((
                     "liveness",
@@ -335,6 +335,14 @@ impl Run<'_> {
                 ));
             }
             self.run_for(20_000, start_new)?;
+        }
+    }
+
+    /// Ends the run once the group has lost its state: nothing it does later can serve.
+    fn state_kept(&self) -> Result<(), Found> {
+        match self.cluster.state_lost() {
+            Some(why) => Err((STATE_LOST, why)),
+            None => Ok(()),
         }
     }
 
