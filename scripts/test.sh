@@ -115,12 +115,12 @@ d = json.loads(sys.argv[1])
 assert d["protocol"] == "ukharon-kv" and d["seeds"] == 200 and d["failed"] == [], d
 assert d["linearizability_checked"] is True, d
 assert d["ops_returned"] > 100000 and d["failovers"] > 200 and d["faults_injected"] > 1000, d
-# The known gap (docs/protocols/ukharon-kv.md): a view naming a primary without a whole state.
-incomplete = d["incomplete_primary_seeds"]
-assert len(incomplete) <= 20, incomplete
+# The known gap (docs/protocols/ukharon-kv.md): faults, and the removals they cause, take every
+# member that held the state (4 of these 200 seeds when measured).
+lost = d["state_lost_seeds"]
+assert len(lost) <= 10, lost
 print("ukharon-kv sim: 200 seeds, %d operations answered, %d failovers, %d faults, no failure; "
-      "%d stopped at a primary without a whole state" % (d["ops_returned"], d["failovers"],
-      d["faults_injected"], len(incomplete)))
+      "%d lost the state" % (d["ops_returned"], d["failovers"], d["faults_injected"], len(lost)))
 PY
 for mutation in answer-before-complete answer-without-active get-from-speculative-state; do
   if ./target/release/mu sim --protocol ukharon-kv --seeds 20 --mutation "$mutation" \

@@ -129,9 +129,6 @@ fn summarize(reports: &[KvReport], seeds: Seeds, checked: bool, args: &Args) -> 
             "linearizability_checked": checked,
             "failed": failed.iter().map(|r| report_json(r)).collect::<Vec<_>>(),
             "state_lost_seeds": lost,
-            // The name the test command reads: the same seeds (named primaries without a
-            // whole state now pass the role on; what stops a run is a group without one).
-            "incomplete_primary_seeds": lost,
             "views": views,
             "faults_injected": faults,
             "answers": answers,
