@@ -8,6 +8,8 @@ pub mod cluster;
 pub mod e2e;
 pub mod fabric;
 pub mod failover;
+pub mod kv_ops;
+pub mod local_server;
 pub mod measure;
 #[cfg(feature = "ofi")]
 pub mod ofi;
