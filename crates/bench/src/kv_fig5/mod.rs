@@ -20,7 +20,7 @@ use systems::System;
 
 const DEFAULT_SAMPLES: u64 = 20_000;
 const QUICK_SAMPLES: u64 = 2_000;
-const DEFAULT_FAILOVERS: u32 = 10;
+const DEFAULT_FAILOVERS: u32 = 30;
 const QUICK_FAILOVERS: u32 = 3;
 
 #[derive(clap::Args)]
@@ -33,7 +33,7 @@ pub struct Args {
     /// Timed operations per system and operation [default: 20000; 2000 with --quick].
     #[arg(long, value_parser = counts::count)]
     samples: Option<u64>,
-    /// Failovers per protocol, each on a fresh cluster [default: 10; 3 with --quick].
+    /// Failovers per protocol, each on a fresh cluster [default: 30; 3 with --quick].
     #[arg(long, value_parser = counts::count_u32)]
     failovers: Option<u32>,
 }
