@@ -2,7 +2,8 @@
 //!
 //! 1. GET and PUT latency (p50, p95, p99) through the client library, one operation at a time
 //!    over a Unix socket, for each of [`System::LATENCY`]: the client transport alone (the
-//!    floor), the bare store, the store behind `Active` checks, Mu, Velos and uKharon-KV.
+//!    floor), the bare store, the store behind `Active` checks, Mu, Velos and uKharon-KV,
+//!    taking turns in [`ROUNDS`] rounds.
 //! 2. Failover time (p50, p95) of uKharon-KV, Mu and Velos, kill mode on shm, as a client
 //!    looping puts sees it ([`failover`]).
 //! 3. The targets as ratios of figures of this run: uKharon-KV's GET p50 at most 1.1 ×
@@ -22,6 +23,10 @@ const DEFAULT_SAMPLES: u64 = 20_000;
 const QUICK_SAMPLES: u64 = 2_000;
 const DEFAULT_FAILOVERS: u32 = 30;
 const QUICK_FAILOVERS: u32 = 3;
+/// The latencies are taken in rounds, every system measured in each (a fresh start each time,
+/// its share of the samples), so that a change of load on a shared machine falls on every
+/// system alike rather than on the one measured at that moment.
+const ROUNDS: u64 = 4;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -69,26 +74,39 @@ pub fn run(args: Args) -> Result<(), String> {
     report::write(report, &run)
 }
 
-/// GETs and PUTs of every system of [`System::LATENCY`], one system at a time; also how many
-/// requests the active-checked server found inactive.
+/// GETs and PUTs of every system of [`System::LATENCY`], in [`ROUNDS`] rounds (fewer where
+/// there are fewer samples) whose histograms are merged; also how many requests the
+/// active-checked server found inactive.
 fn measure_latencies(
     report: &Report,
     payload: u32,
     samples: u64,
 ) -> Result<(Vec<Latency>, u64), String> {
     let value = vec![b'v'; payload as usize];
-    let steps = System::LATENCY.len() as u64 * 2 * (samples + warmup(samples));
-    let mut progress = report.progress("latency", steps);
-    let (mut out, mut inactive) = (Vec::new(), 0);
-    for system in System::LATENCY {
-        progress.set_label(&format!("latency {}", system.name()));
-        let mut served = system.start(payload)?;
-        let measured = measure(&mut served.client, &value, samples, warmup(samples), &mut progress);
-        // Stopped (and checked) whether or not the measure failed.
-        let stopped = served.stop();
-        let measured = measured?;
-        inactive += stopped?;
-        out.extend(OPS.iter().zip(measured).map(|(&op, h)| Latency { system, op, h }));
+    let rounds = ROUNDS.min(samples);
+    // The first rounds take one more sample each where `rounds` does not divide `samples`.
+    let share = |round: u64| samples / rounds + u64::from(round < samples % rounds);
+    let steps: u64 = (0..rounds).map(|r| share(r) + warmup(share(r))).sum();
+    let mut progress = report.progress("latency", System::LATENCY.len() as u64 * 2 * steps);
+    let mut out: Vec<Latency> = Vec::new();
+    let mut inactive = 0;
+    for round in 0..rounds {
+        for system in System::LATENCY {
+            progress.set_label(&format!("latency {} ({}/{rounds})", system.name(), round + 1));
+            let n = share(round);
+            let mut served = system.start(payload)?;
+            let measured = measure(&mut served.client, &value, n, warmup(n), &mut progress);
+            // Stopped (and checked) whether or not the measure failed.
+            let stopped = served.stop();
+            let measured = measured?;
+            inactive += stopped?;
+            for (&op, h) in OPS.iter().zip(measured) {
+                match out.iter_mut().find(|l| l.system == system && l.op == op) {
+                    Some(l) => l.h.add(&h).map_err(|e| e.to_string())?,
+                    None => out.push(Latency { system, op, h }),
+                }
+            }
+        }
     }
     progress.finish();
     Ok((out, inactive))
