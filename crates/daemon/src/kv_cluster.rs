@@ -1,8 +1,9 @@
 //! A key-value cluster of three `mu replica` child processes on the shared-memory fabric, in a
-//! private run directory: what `mu demo` and `mu bench e2e` run against. A uKharon-KV cluster
-//! ([`KvCluster::start_ukharon_kv`]) has three coordinator processes besides. The processes die with
-//! this one (they watch its pid) and are killed and reaped when the cluster is dropped; then the
-//! run directory and its shared memory are removed.
+//! private run directory: what `mu demo`, `mu bench e2e` and `mu bench ukharon-kv` run
+//! against. A uKharon-KV cluster ([`KvCluster::start_ukharon_kv`]) has three coordinator
+//! processes besides. The processes die with this one (they watch its pid) and are killed and
+//! reaped when the cluster is dropped; then the run directory and its shared memory are
+//! removed.
 
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
@@ -45,46 +46,29 @@ impl KvCluster {
         log: LogShape,
         protocol: mu_replica::Protocol,
     ) -> Result<KvCluster, String> {
-        let dir = RunDir::create(tag)?;
-        let config_path = dir.path().join("cluster.toml");
-        let cluster_id = u64::from(std::process::id()) << 16 | 0xde;
-        let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"{protocol}\"\nfabric = \"shm\"\n\
-             run_dir = \"{}\"\nreplicas = [0, 1, 2]\nmode = \"direct\"\n\n[log]\nslots = {}\n\
-             slot_bytes = {}\nintegrity = \"checksum\"\n",
-            dir.path().display(),
-            log.slots,
-            log.slot_bytes
-        );
-        std::fs::write(&config_path, text)
-            .map_err(|e| format!("writing the configuration: {e}"))?;
-        KvCluster::start_from(dir, &config_path)
+        KvCluster::start_from(tag, &log, Some(protocol))
     }
 
     /// [`KvCluster::start`] for uKharon-KV: replicas 3, 4 and 5 and coordinators 0, 1 and 2,
     /// with the timings of `mu ukharon`'s shared-host file (`ukharon::config::shared_host`:
-    /// processes that share a few cores).
+    /// processes that share a few cores). Returns once every replica serves.
     pub fn start_ukharon_kv(tag: &str, log: LogShape) -> Result<KvCluster, String> {
-        let dir = RunDir::create(tag)?;
-        let config_path = dir.path().join("cluster.toml");
-        let cluster_id = u64::from(std::process::id()) << 16 | 0x6b;
-        let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"ukharon-kv\"\n\
-             fabric = \"shm\"\nrun_dir = \"{}\"\nreplicas = [3, 4, 5]\n\n[log]\nslots = {}\n\
-             slot_bytes = {}\nsnapshot_bytes = 16_777_216\n\n[ukharon]\n\
-             coordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}",
-            dir.path().display(),
-            log.slots,
-            log.slot_bytes
-        );
-        std::fs::write(&config_path, text)
-            .map_err(|e| format!("writing the configuration: {e}"))?;
-        KvCluster::start_from(dir, &config_path)
+        KvCluster::start_from(tag, &log, None)
     }
 
-    fn start_from(dir: RunDir, config_path: &Path) -> Result<KvCluster, String> {
-        let config = crate::config::load_config(config_path)?;
-        let processes = Processes::spawn(config_path, &config)?;
+    /// Writes the file of a cluster of `engine`'s replicas (none: uKharon-KV's, with its
+    /// `[ukharon]` section) into a fresh run directory and starts its processes.
+    fn start_from(
+        tag: &str,
+        log: &LogShape,
+        engine: Option<mu_replica::Protocol>,
+    ) -> Result<KvCluster, String> {
+        let dir = RunDir::create(tag)?;
+        let config_path = dir.path().join("cluster.toml");
+        std::fs::write(&config_path, cluster_file(tag, dir.path(), log, engine))
+            .map_err(|e| format!("writing the configuration: {e}"))?;
+        let config = crate::config::load_config(&config_path)?;
+        let processes = Processes::spawn(&config_path, &config)?;
         Ok(KvCluster { processes, config, _dir: dir })
     }
 
@@ -137,6 +121,45 @@ impl KvCluster {
     pub fn check_alive(&mut self) -> Result<(), String> {
         self.processes.check_alive()
     }
+}
+
+/// The text of a cluster file in `run_dir`: three replicas of `engine` (ids 0 to 2, direct
+/// mode, checksummed log entries), or without one uKharon-KV's (ids 3 to 5, a snapshot limit,
+/// and a `[ukharon]` section naming coordinators 0 to 2 with [`SHARED_HOST_TIMINGS`]).
+fn cluster_file(
+    tag: &str,
+    run_dir: &Path,
+    log: &LogShape,
+    engine: Option<mu_replica::Protocol>,
+) -> String {
+    // The process id in the cluster id keeps the clusters of runs side by side apart.
+    let (id_bits, protocol, replicas, mode, log_tail, ukharon) = match engine {
+        Some(p) => (
+            0xde,
+            p.name(),
+            "[0, 1, 2]",
+            "mode = \"direct\"\n",
+            "integrity = \"checksum\"\n",
+            String::new(),
+        ),
+        None => (
+            0x6b,
+            mu_service::config::UKHARON_KV,
+            "[3, 4, 5]",
+            "",
+            "snapshot_bytes = 16_777_216\n",
+            format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
+        ),
+    };
+    let cluster_id = u64::from(std::process::id()) << 16 | id_bits;
+    format!(
+        "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"{protocol}\"\n\
+         fabric = \"shm\"\nrun_dir = \"{}\"\nreplicas = {replicas}\n{mode}\n[log]\n\
+         slots = {}\nslot_bytes = {}\n{log_tail}{ukharon}",
+        run_dir.display(),
+        log.slots,
+        log.slot_bytes
+    )
 }
 
 /// The cluster's processes (replicas, and uKharon-KV's coordinators), by id; killed and
@@ -216,5 +239,34 @@ impl Drop for Processes {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both kinds of file are valid cluster files, each with what only its kind has.
+    #[test]
+    fn both_kinds_of_cluster_file_parse() {
+        let log = LogShape { slots: 256, slot_bytes: 1024 };
+        let dir = Path::new("/nonexistent/run");
+        for engine in [mu_replica::Protocol::Mu, mu_replica::Protocol::Velos] {
+            let text = cluster_file("test", dir, &log, Some(engine));
+            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.protocol(), Ok(engine), "{text}");
+            assert_eq!(c.replicas, [0, 1, 2]);
+            assert!(!c.is_ukharon_kv() && c.ukharon.is_none(), "{text}");
+            assert_eq!(c.mode(), mu_replica::Mode::Direct);
+        }
+        let text = cluster_file("test", dir, &log, None);
+        let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(c.is_ukharon_kv(), "{text}");
+        assert_eq!(c.replicas, [3, 4, 5]);
+        assert_eq!(c.coordinators(), Ok(vec![0, 1, 2]));
+        assert_eq!(c.snapshot_bytes(), 16_777_216);
+        let group = crate::ukharon_kv_group::group(&c).expect("a valid [ukharon] section");
+        assert_eq!(group.poll_gap_ns, 200_000);
+        assert_eq!(c.run_dir, dir);
     }
 }
