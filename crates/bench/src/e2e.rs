@@ -109,7 +109,8 @@ fn measure_system(
             let answering =
                 if system == System::Unreplicated { Answering::Store } else { Answering::Canned };
             let server = LocalServer::start("e2e-local", answering)?;
-            measure(&mut server.client()?, value, samples, warmup, progress)
+            let mut client = server.client()?;
+            measure(&mut client, value, samples, warmup, progress)
         }
         System::Replicated => {
             let slot_bytes = (args.payload + 256).next_multiple_of(8);

@@ -12,7 +12,7 @@ use std::io::{BufReader, BufWriter};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// The cluster id the in-process servers answer to.
@@ -45,10 +45,13 @@ impl LeaseCheck {
     }
 }
 
-/// See the module docs. Stops its thread and removes its socket when dropped.
+/// See the module docs. Stops its thread and removes its socket when dropped, whether or not
+/// a client is still connected.
 pub struct LocalServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
+    /// The connection being served, shut down on drop: the thread blocks reading it.
+    serving: Arc<Mutex<Option<UnixStream>>>,
     thread: Option<JoinHandle<()>>,
     _dir: RunDir,
 }
@@ -61,22 +64,24 @@ impl LocalServer {
         let listener = UnixListener::bind(&path)
             .map_err(|e| format!("listening on {}: {e}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+        let serving = Arc::new(Mutex::new(None));
+        let (stopping, current) = (stop.clone(), serving.clone());
         let thread = std::thread::Builder::new()
             .name("mu-kv-local-server".into())
             .spawn(move || {
                 let mut store = Store::new();
                 for stream in listener.incoming() {
+                    let Ok(stream) = stream else { continue };
+                    // Registered before the flag is read: a drop after the read shuts it down.
+                    *lock(&current) = stream.try_clone().ok();
                     if stopping.load(Ordering::Acquire) {
                         return;
                     }
-                    if let Ok(stream) = stream {
-                        serve(stream, &answering, &mut store);
-                    }
+                    serve(stream, &answering, &mut store);
                 }
             })
             .map_err(|e| format!("starting the server thread: {e}"))?;
-        Ok(LocalServer { path, stop, thread: Some(thread), _dir: dir })
+        Ok(LocalServer { path, stop, serving, thread: Some(thread), _dir: dir })
     }
 
     /// A client of this server.
@@ -88,12 +93,20 @@ impl LocalServer {
 impl Drop for LocalServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wakes the accept call up; the thread then sees the flag.
+        // Ends the connection being served, if any, then wakes the accept call up; the thread
+        // then sees the flag.
+        if let Some(stream) = lock(&self.serving).take() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
         let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Serves one connection until the client closes it.
@@ -138,5 +151,54 @@ fn answer(answering: &Answering, store: &mut Store, request: &Request) -> Server
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mu_membership::published::Lease;
+    use std::time::Duration;
+
+    /// Stops `server` on another thread; fails if that takes more than a few seconds.
+    fn stops_soon(server: LocalServer) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(server);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).expect("the server did not stop");
+    }
+
+    #[test]
+    fn a_server_stops_while_its_client_is_still_connected() {
+        let server = LocalServer::start("local-server-test", Answering::Store).unwrap();
+        let mut client = server.client().unwrap();
+        client.put(b"k", b"v").unwrap();
+        assert_eq!(client.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        stops_soon(server);
+    }
+
+    #[test]
+    fn requests_are_answered_only_while_the_view_is_active() {
+        let lease = Arc::new(PublishedLease::default());
+        let inactive = Arc::new(AtomicU64::new(0));
+        let check = LeaseCheck { lease: lease.clone(), epoch: 7, inactive: inactive.clone() };
+        let server = LocalServer::start("local-server-lease", Answering::StoreUnderLease(check));
+        let server = server.unwrap();
+        let mut client = server.client().unwrap();
+        client.set_timeout(Duration::from_millis(50));
+        assert!(client.put(b"k", b"v").is_err(), "answered with no lease");
+        let retried = inactive.load(Ordering::Relaxed);
+        assert!(retried > 0);
+        // A lease on another view does not count.
+        let now = now_ns();
+        lease.store(Lease { epoch: 6, start_ns: now, end_ns: now + 60_000_000_000 });
+        assert!(client.get(b"k").is_err(), "answered under another view's lease");
+        lease.store(Lease { epoch: 7, start_ns: now, end_ns: now + 60_000_000_000 });
+        assert_eq!(client.get(b"k").unwrap(), None, "the put answered with a retry took no effect");
+        client.put(b"k", b"w").unwrap();
+        assert_eq!(client.get(b"k").unwrap().as_deref(), Some(&b"w"[..]));
+        stops_soon(server);
     }
 }
