@@ -8,6 +8,9 @@ pub mod cluster;
 pub mod e2e;
 pub mod fabric;
 pub mod failover;
+pub mod kv_fig5;
+pub mod kv_ops;
+pub mod local_server;
 pub mod measure;
 #[cfg(feature = "ofi")]
 pub mod ofi;
@@ -66,6 +69,13 @@ pub enum Command {
     /// once against the lease δ idle and under load, failover time per kind of failure, and
     /// bytes per lease renewal (threads of this process on shm).
     Ukharon(crate::ukharon::Args),
+    /// The uKharon paper's Fig. 5: GET and PUT latency through the client library of the bare
+    /// store, the store behind `Active` checks, Mu, Velos and uKharon-KV, and failover time of
+    /// uKharon-KV, Mu and Velos (kill mode, shm), with the targets as ratios of the same run.
+    ///
+    /// Every failover runs on a fresh cluster (three replicas; uKharon-KV's three coordinators
+    /// besides), killed once: a second kill would leave Mu and Velos without a majority.
+    UkharonKv(crate::kv_fig5::Args),
 }
 
 /// Runs one `mu bench` command.
@@ -81,5 +91,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Peers(args) => peers::run(args),
         Command::Targets(args) => targets::run(args),
         Command::Ukharon(args) => ukharon::run(args),
+        Command::UkharonKv(args) => kv_fig5::run(args),
     }
 }

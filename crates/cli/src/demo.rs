@@ -19,10 +19,11 @@
 
 use hdrhistogram::Histogram;
 use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
+use mu_daemon::kv_failover::{leader_serving_clients, FailoverClock};
 use mu_procs::interrupt;
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -117,16 +118,9 @@ struct Shared {
     truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
     /// Latencies in nanoseconds, merged from the threads now and then.
     latency: Mutex<Histogram<u64>>,
-    /// When the first operation after the kill completed at another replica than the killed
-    /// one, in ns since the demo started (0: none yet). An answer from the old leader can
-    /// still arrive just after the kill (it was sent before), so completion time alone would
-    /// measure nothing.
-    first_after_kill_ns: AtomicU64,
-    kill_at_ns: AtomicU64,
-    /// The killed replica's id (set before `kill_at_ns`).
-    killed: AtomicU16,
-    /// The replica that answered the latest operation (u16::MAX before the first).
-    last_served_by: AtomicU16,
+    /// The failover as the clients see it: from the kill to the first answer from another
+    /// replica.
+    clock: FailoverClock,
 }
 
 #[derive(Default, Clone)]
@@ -178,26 +172,21 @@ pub fn run(args: Args) -> Result<(), String> {
         errors: AtomicU64::new(0),
         truth: Mutex::new(BTreeMap::new()),
         latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
-        first_after_kill_ns: AtomicU64::new(0),
-        kill_at_ns: AtomicU64::new(0),
-        killed: AtomicU16::new(u16::MAX),
-        last_served_by: AtomicU16::new(u16::MAX),
+        clock: FailoverClock::new(),
     });
     let workers: Vec<_> = (0..usize::from(clients))
         .map(|t| {
             let (shared, endpoints) = (shared.clone(), config.endpoints());
             let keys = keys as usize;
             let cluster_id = config.cluster_id;
-            std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared, start))
+            std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared))
         })
         .collect();
     let phase = Duration::from_secs_f64(seconds);
     let result = (|| -> Result<u16, String> {
         watch(&shared, &mut cluster, start, phase, "before the kill")?;
-        let leader = leader_serving_clients(&shared, &cluster)?;
-        let kill_at = start.elapsed();
-        shared.killed.store(leader, Ordering::Release);
-        shared.kill_at_ns.store(kill_at.as_nanos() as u64, Ordering::Release);
+        let leader = leader_serving_clients(&shared.clock, &cluster)?;
+        shared.clock.killing(leader);
         cluster.kill(leader)?;
         note!("\nmu demo: killed the {leads}, replica {leader} (SIGKILL)");
         watch(&shared, &mut cluster, start, phase, "after the kill")?;
@@ -209,12 +198,10 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     note!();
     let killed = result?;
-    let kill_at_ns = shared.kill_at_ns.load(Ordering::Acquire);
-    let resumed_ns = shared.first_after_kill_ns.load(Ordering::Acquire);
-    if resumed_ns == 0 {
+    let Some(failover_ns) = shared.clock.failover_ns() else {
         return Err(format!("no operation completed after the {leads} was killed"));
-    }
-    let failover_us = resumed_ns.saturating_sub(kill_at_ns) / 1000;
+    };
+    let failover_us = failover_ns / 1000;
 
     // Every acknowledged write is there: read each key back through the log.
     let checked = read_back_acknowledged(&shared, &config)?;
@@ -352,7 +339,6 @@ fn client_loop(
     cluster_id: u64,
     endpoints: Vec<(u16, mu_service::Endpoint)>,
     shared: &Shared,
-    start: Instant,
 ) {
     let Ok(mut client) = Client::new(cluster_id, endpoints) else { return };
     client.set_timeout(Duration::from_secs(5));
@@ -367,22 +353,12 @@ fn client_loop(
         let value = format!("c{t}-v{n}").into_bytes();
         let began = Instant::now();
         let outcome = if put { client.put(&key, &value).map(|()| None) } else { client.get(&key) };
-        let done = start.elapsed().as_nanos() as u64;
+        let done = shared.clock.now_ns();
         match outcome {
             Ok(_) => {
                 h.saturating_record(began.elapsed().as_nanos() as u64);
                 shared.ops.fetch_add(1, Ordering::Relaxed);
-                shared.last_served_by.store(client.target(), Ordering::Relaxed);
-                let kill_at = shared.kill_at_ns.load(Ordering::Acquire);
-                let answered_by_another = client.target() != shared.killed.load(Ordering::Acquire);
-                if kill_at != 0 && done > kill_at && answered_by_another {
-                    let _ = shared.first_after_kill_ns.compare_exchange(
-                        0,
-                        done,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                }
+                shared.clock.answered(client.target(), done);
                 if put {
                     let mut truth = shared.truth.lock().unwrap_or_else(|p| p.into_inner());
                     let k = truth.entry(key).or_default();
@@ -405,40 +381,6 @@ fn client_loop(
     }
     shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
 }
-
-/// The leader to kill: the one a majority of replicas agree on, once it is also the one that
-/// answered the clients' latest operation. Soon after start-up leadership can still move, and
-/// killing a replica the clients had already left would time no failover: the next answer
-/// would come from the new leader at once (a run once reported 4 µs). Looks for up to
-/// [`LEADER_SETTLE`]; a leader that is agreed on but has served no client by then is an error.
-fn leader_serving_clients(shared: &Shared, cluster: &KvCluster) -> Result<u16, String> {
-    let deadline = Instant::now() + LEADER_SETTLE;
-    loop {
-        interrupt::check()?;
-        let agreed = cluster.current_leader();
-        let served_by = shared.last_served_by.load(Ordering::Relaxed);
-        match agreed {
-            Ok(leader) if leader == served_by => return Ok(leader),
-            _ if Instant::now() >= deadline => {
-                return Err(format!(
-                    "no settled leader to kill: after {} s the replicas agree on {} and the \
-                     clients were last served by {}",
-                    LEADER_SETTLE.as_secs(),
-                    agreed.map_or_else(|e| format!("none ({e})"), |l| format!("replica {l}")),
-                    if served_by == u16::MAX {
-                        "none".to_string()
-                    } else {
-                        format!("replica {served_by}")
-                    }
-                ))
-            }
-            _ => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
-/// How long the demo waits for the leader the replicas agree on to be the one serving clients.
-const LEADER_SETTLE: Duration = Duration::from_secs(5);
 
 /// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
 fn watch(

@@ -1,9 +1,9 @@
 //! A key-value cluster of three `mu replica` child processes on the shared-memory fabric, in a
-//! private run directory: what `mu demo` and `mu bench e2e` run against. A uKharon-KV cluster
-//! ([`KvCluster::start_ukharon_kv`]) has three coordinator processes besides. The processes die with
-//! this one (they watch its pid) and are killed and reaped when the cluster is dropped; then the
-//! run directory and its shared memory are removed. A Mu or Velos cluster with leased reads
-//! ([`KvCluster::start_leased`]) has coordinators too.
+//! private run directory: what `mu demo`, `mu bench e2e` and `mu bench ukharon-kv` run
+//! against. A uKharon-KV cluster ([`KvCluster::start_ukharon_kv`]), and a Mu or Velos one with
+//! leased reads ([`KvCluster::start_leased`]), have three coordinator processes besides. The
+//! processes die with this one (they watch its pid) and are killed and reaped when the cluster
+//! is dropped; then the run directory and its shared memory are removed.
 
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
@@ -26,7 +26,7 @@ const SHARED_HOST_TIMINGS: &str = "poll_gap_ns = 200_000\nlease_ns = 3_000_000\n
     [ukharon.lease]\nlease_max_ns = 100_000_000\nrenew_margin_ns = 1_500_000\n";
 
 /// What a [`KvCluster`] runs.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Kind {
     /// Mu or Velos, every request through the log.
     Replicated(mu_replica::Protocol),
@@ -57,14 +57,14 @@ impl KvCluster {
         log: LogShape,
         protocol: mu_replica::Protocol,
     ) -> Result<KvCluster, String> {
-        KvCluster::start_kind(tag, log, Kind::Replicated(protocol))
+        KvCluster::start_from(tag, &log, Kind::Replicated(protocol))
     }
 
     /// [`KvCluster::start`] for uKharon-KV: replicas 3, 4 and 5 and coordinators 0, 1 and 2,
     /// with the timings of `mu ukharon`'s shared-host file (`ukharon::config::shared_host`:
-    /// processes that share a few cores).
+    /// processes that share a few cores). Returns once every replica serves.
     pub fn start_ukharon_kv(tag: &str, log: LogShape) -> Result<KvCluster, String> {
-        KvCluster::start_kind(tag, log, Kind::UkharonKv)
+        KvCluster::start_from(tag, &log, Kind::UkharonKv)
     }
 
     /// [`KvCluster::start`] with leased reads (`reads = "lease"`): replicas 3, 4 and 5 of
@@ -75,46 +75,18 @@ impl KvCluster {
         log: LogShape,
         protocol: mu_replica::Protocol,
     ) -> Result<KvCluster, String> {
-        KvCluster::start_kind(tag, log, Kind::Leased(protocol))
+        KvCluster::start_from(tag, &log, Kind::Leased(protocol))
     }
 
-    /// One writer for every kind: the keys all share, then the kind's own.
-    fn start_kind(tag: &str, log: LogShape, kind: Kind) -> Result<KvCluster, String> {
+    /// Writes the file of a cluster of `kind` into a fresh run directory and starts its
+    /// processes.
+    fn start_from(tag: &str, log: &LogShape, kind: Kind) -> Result<KvCluster, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("cluster.toml");
-        let (id_tag, protocol_keys, replicas, tail) = match kind {
-            Kind::Replicated(p) => (0xde, format!("protocol = \"{p}\""), "[0, 1, 2]", ""),
-            Kind::Leased(p) => {
-                (0x6c, format!("protocol = \"{p}\"\nreads = \"lease\""), "[3, 4, 5]", "")
-            }
-            Kind::UkharonKv => (
-                0x6b,
-                "protocol = \"ukharon-kv\"".to_string(),
-                "[3, 4, 5]",
-                "snapshot_bytes = 16_777_216\n",
-            ),
-        };
-        let group = match kind {
-            Kind::Replicated(_) => String::new(),
-            _ => format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
-        };
-        let cluster_id = u64::from(std::process::id()) << 16 | id_tag;
-        let text = format!(
-            "# written by mu {tag}\ncluster_id = {cluster_id}\n{protocol_keys}\nfabric = \"shm\"\n\
-             run_dir = \"{}\"\nreplicas = {replicas}\nmode = \"direct\"\n\n[log]\nslots = {}\n\
-             slot_bytes = {}\n{tail}{group}",
-            dir.path().display(),
-            log.slots,
-            log.slot_bytes
-        );
-        std::fs::write(&config_path, text)
+        std::fs::write(&config_path, cluster_file(tag, dir.path(), log, kind))
             .map_err(|e| format!("writing the configuration: {e}"))?;
-        KvCluster::start_from(dir, &config_path)
-    }
-
-    fn start_from(dir: RunDir, config_path: &Path) -> Result<KvCluster, String> {
-        let config = crate::config::load_config(config_path)?;
-        let processes = Processes::spawn(config_path, &config)?;
+        let config = crate::config::load_config(&config_path)?;
+        let processes = Processes::spawn(&config_path, &config)?;
         Ok(KvCluster { processes, config, _dir: dir })
     }
 
@@ -167,6 +139,36 @@ impl KvCluster {
     pub fn check_alive(&mut self) -> Result<(), String> {
         self.processes.check_alive()
     }
+}
+
+/// The text of a cluster file in `run_dir`: three replicas of Mu or Velos (ids 0 to 2, direct
+/// mode, checksummed log entries); the same with leased reads (ids 3 to 5, `reads = "lease"`);
+/// or uKharon-KV's (ids 3 to 5, a snapshot limit). The last two have a `[ukharon]` section
+/// naming coordinators 0 to 2 with [`SHARED_HOST_TIMINGS`].
+fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String {
+    // The process id in the cluster id keeps the clusters of runs side by side apart.
+    let (id_bits, protocol, reads, replicas, log_tail) = match kind {
+        Kind::Replicated(p) => (0xde, p.name(), "", "[0, 1, 2]", "integrity = \"checksum\"\n"),
+        Kind::Leased(p) => {
+            (0x6c, p.name(), "reads = \"lease\"\n", "[3, 4, 5]", "integrity = \"checksum\"\n")
+        }
+        Kind::UkharonKv => {
+            (0x6b, mu_service::config::UKHARON_KV, "", "[3, 4, 5]", "snapshot_bytes = 16_777_216\n")
+        }
+    };
+    let ukharon = match kind {
+        Kind::Replicated(_) => String::new(),
+        _ => format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
+    };
+    let cluster_id = u64::from(std::process::id()) << 16 | id_bits;
+    format!(
+        "# written by mu {tag}\ncluster_id = {cluster_id}\nprotocol = \"{protocol}\"\n{reads}\
+         fabric = \"shm\"\nrun_dir = \"{}\"\nreplicas = {replicas}\nmode = \"direct\"\n\n[log]\n\
+         slots = {}\nslot_bytes = {}\n{log_tail}{ukharon}",
+        run_dir.display(),
+        log.slots,
+        log.slot_bytes
+    )
 }
 
 /// The cluster's processes (replicas, and uKharon-KV's coordinators), by id; killed and
@@ -246,5 +248,40 @@ impl Drop for Processes {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of file is a valid cluster file, each with what only its kind has.
+    #[test]
+    fn every_kind_of_cluster_file_parses() {
+        let log = LogShape { slots: 256, slot_bytes: 1024 };
+        let dir = Path::new("/nonexistent/run");
+        for engine in [mu_replica::Protocol::Mu, mu_replica::Protocol::Velos] {
+            let text = cluster_file("test", dir, &log, Kind::Replicated(engine));
+            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.protocol(), Ok(engine), "{text}");
+            assert_eq!(c.replicas, [0, 1, 2]);
+            assert!(!c.has_group() && c.ukharon.is_none(), "{text}");
+            assert_eq!(c.mode(), mu_replica::Mode::Direct);
+            let text = cluster_file("test", dir, &log, Kind::Leased(engine));
+            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.protocol(), Ok(engine), "{text}");
+            assert_eq!(c.reads(), Ok(mu_service::config::Reads::Lease), "{text}");
+            assert_eq!(c.processes(), [0, 1, 2, 3, 4, 5], "{text}");
+            crate::ukharon_kv_group::group(&c).expect("a valid [ukharon] section");
+        }
+        let text = cluster_file("test", dir, &log, Kind::UkharonKv);
+        let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(c.is_ukharon_kv(), "{text}");
+        assert_eq!(c.replicas, [3, 4, 5]);
+        assert_eq!(c.coordinators(), Ok(vec![0, 1, 2]));
+        assert_eq!(c.snapshot_bytes(), 16_777_216);
+        let group = crate::ukharon_kv_group::group(&c).expect("a valid [ukharon] section");
+        assert_eq!(group.poll_gap_ns, 200_000);
+        assert_eq!(c.run_dir, dir);
     }
 }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod fabric_config;
 pub mod kv_cluster;
 pub mod kv_cmd;
+pub mod kv_failover;
 pub mod leased;
 pub mod log_buffer;
 pub mod node_log;

@@ -15,7 +15,7 @@
 mod active;
 mod bytes;
 mod failover;
-mod group;
+pub(crate) mod group;
 mod processes;
 mod renewal;
 
