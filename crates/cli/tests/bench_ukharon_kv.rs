@@ -6,8 +6,16 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-const SYSTEMS: [&str; 6] =
-    ["transport", "unreplicated", "active-checked", "mu", "velos", "ukharon-kv"];
+const SYSTEMS: [&str; 8] = [
+    "transport",
+    "unreplicated",
+    "active-checked",
+    "mu",
+    "velos",
+    "mu-lease",
+    "velos-lease",
+    "ukharon-kv",
+];
 const FAILOVER_SYSTEMS: [&str; 3] = ["ukharon-kv", "mu", "velos"];
 
 /// A private directory for the benchmark's files, removed when dropped (also on a failure).

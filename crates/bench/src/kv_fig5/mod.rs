@@ -2,8 +2,9 @@
 //!
 //! 1. GET and PUT latency (p50, p95, p99) through the client library, one operation at a time
 //!    over a Unix socket, for each of [`System::LATENCY`]: the client transport alone (the
-//!    floor), the bare store, the store behind `Active` checks, Mu, Velos and uKharon-KV,
-//!    taking turns in [`ROUNDS`] rounds.
+//!    floor), the bare store, the store behind `Active` checks, Mu, Velos, Mu and Velos with
+//!    leased reads (`docs/protocols/lease-reads.md`) and uKharon-KV, taking turns in
+//!    [`ROUNDS`] rounds.
 //! 2. Failover time (p50, p95) of uKharon-KV, Mu and Velos, kill mode on shm, as a client
 //!    looping puts sees it ([`failover`]).
 //! 3. The targets as ratios of figures of this run: uKharon-KV's GET p50 at most 1.1 ×

@@ -1,5 +1,4 @@
 //! The systems `mu bench ukharon-kv` measures: each one enum value and its start function.
-//! (Mu and Velos with leased reads join as two more values once they exist.)
 
 use crate::local_server::{Answering, LeaseCheck, LocalServer};
 use crate::ukharon::group::{Group, Timings};
@@ -29,6 +28,11 @@ pub enum System {
     Mu,
     /// The same with Velos.
     Velos,
+    /// Three Mu replica processes with leased reads (`reads = "lease"`) beside three uKharon
+    /// coordinators: PUTs through the log, GETs from the appointed leader's store.
+    MuLease,
+    /// The same with Velos.
+    VelosLease,
     /// Three uKharon-KV replica processes and three coordinator processes: PUTs written to
     /// the backups, GETs answered by the primary under `Active`.
     UkharonKv,
@@ -36,12 +40,14 @@ pub enum System {
 
 impl System {
     /// The systems whose GETs and PUTs are timed, in the order they are shown.
-    pub const LATENCY: [System; 6] = [
+    pub const LATENCY: [System; 8] = [
         System::Transport,
         System::Unreplicated,
         System::ActiveChecked,
         System::Mu,
         System::Velos,
+        System::MuLease,
+        System::VelosLease,
         System::UkharonKv,
     ];
 
@@ -55,6 +61,8 @@ impl System {
             System::ActiveChecked => "active-checked",
             System::Mu => "mu",
             System::Velos => "velos",
+            System::MuLease => "mu-lease",
+            System::VelosLease => "velos-lease",
             System::UkharonKv => "ukharon-kv",
         }
     }
@@ -65,9 +73,11 @@ impl System {
             System::Transport => Running::Local(LocalServer::start(TAG, Answering::Canned)?),
             System::Unreplicated => Running::Local(LocalServer::start(TAG, Answering::Store)?),
             System::ActiveChecked => start_under_lease()?,
-            System::Mu | System::Velos | System::UkharonKv => {
-                Running::Cluster(Box::new(self.start_cluster(payload)?))
-            }
+            System::Mu
+            | System::Velos
+            | System::MuLease
+            | System::VelosLease
+            | System::UkharonKv => Running::Cluster(Box::new(self.start_cluster(payload)?)),
         };
         let client = match &running {
             Running::Local(server) | Running::UnderLease { server, .. } => server.client()?,
@@ -79,9 +89,11 @@ impl System {
     /// A fresh cluster of replica processes for `payload`-byte values, serving: for the
     /// systems that replicate; an error for the others.
     pub fn start_cluster(self, payload: u32) -> Result<KvCluster, String> {
-        let protocol = match self {
-            System::Mu => mu_replica::Protocol::Mu,
-            System::Velos => mu_replica::Protocol::Velos,
+        let (protocol, leased) = match self {
+            System::Mu => (mu_replica::Protocol::Mu, false),
+            System::Velos => (mu_replica::Protocol::Velos, false),
+            System::MuLease => (mu_replica::Protocol::Mu, true),
+            System::VelosLease => (mu_replica::Protocol::Velos, true),
             System::UkharonKv => {
                 // The ring of records a backup has not applied yet: a few hundred is plenty
                 // for one client (as `mu demo` has it).
@@ -94,8 +106,11 @@ impl System {
             }
             other => return Err(format!("{} has no replica processes", other.name())),
         };
-        let slot_bytes = (payload + 256).next_multiple_of(8);
-        let mut cluster = KvCluster::start(TAG, LogShape { slots: 16_384, slot_bytes }, protocol)?;
+        let shape = LogShape { slots: 16_384, slot_bytes: (payload + 256).next_multiple_of(8) };
+        let mut cluster = match leased {
+            true => KvCluster::start_leased(TAG, shape, protocol)?,
+            false => KvCluster::start(TAG, shape, protocol)?,
+        };
         cluster.wait_for_leader(LEADER_WAIT)?;
         Ok(cluster)
     }
