@@ -70,8 +70,9 @@ pub enum Command {
     /// bytes per lease renewal (threads of this process on shm).
     Ukharon(crate::ukharon::Args),
     /// The uKharon paper's Fig. 5: GET and PUT latency through the client library of the bare
-    /// store, the store behind `Active` checks, Mu, Velos, both with leased reads, and uKharon-KV, and failover time of
-    /// uKharon-KV, Mu and Velos (kill mode, shm), with the targets as ratios of the same run.
+    /// store, the store behind `Active` checks, Mu, Velos, both with leased reads, and
+    /// uKharon-KV, and failover time of uKharon-KV, Mu and Velos (kill mode, shm), with the
+    /// targets as ratios of the same run.
     ///
     /// Every failover runs on a fresh cluster (three replicas; uKharon-KV's three coordinators
     /// besides), killed once: a second kill would leave Mu and Velos without a majority.
