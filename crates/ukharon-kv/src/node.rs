@@ -10,9 +10,10 @@ use mu_membership::clock::now_ns;
 use mu_membership::{Membership, Polling};
 use mu_ukharon::view::View;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// What a client is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,13 +142,19 @@ fn run<F: Fabric>(
     // The primary last asked for in place of this node (named without a whole state), and
     // in which view.
     let mut asked = None;
+    // A job that woke the idle thread up, taken first in the next round.
+    let mut woken_by: Option<Job> = None;
     while !stop.load(Ordering::Acquire) {
         while let Ok(view) = views.try_recv() {
             driver.learn(&view);
         }
         let mut idle = true;
         for _ in 0..JOBS_PER_ROUND {
-            match jobs.try_recv() {
+            let job = match woken_by.take() {
+                Some(job) => Ok(job),
+                None => jobs.try_recv(),
+            };
+            match job {
                 Ok(Job::Request(request, answer)) => {
                     idle = false;
                     let serving = driver.epoch().is_some_and(&active);
@@ -173,11 +180,32 @@ fn run<F: Fabric>(
             answer(event);
         }
         if idle {
-            polling.pause();
+            match wait_for_job(&jobs, polling) {
+                Ok(job) => woken_by = job,
+                Err(()) => return,
+            }
         }
     }
     // Stopping: whatever still waits is dropped, and its client told to send it again.
     drop(membership);
+}
+
+/// An idle round's pause: a request wakes the thread at once rather than wait out the gap
+/// (one client sending a request at a time always found the thread asleep: a GET took the
+/// whole gap, 200 µs, against 10 µs for the bare store). Polling goes on every gap for what
+/// the driver does on its own (views, scans, snapshots). `Err`: the node's handle is gone.
+fn wait_for_job(jobs: &Receiver<Job>, polling: Polling) -> Result<Option<Job>, ()> {
+    match polling {
+        Polling::Spin => {
+            std::hint::spin_loop();
+            Ok(None)
+        }
+        Polling::Sleep { gap_ns } => match jobs.recv_timeout(Duration::from_nanos(gap_ns)) {
+            Ok(job) => Ok(Some(job)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(()),
+        },
+    }
 }
 
 fn answer(event: KvEvent<Sender<KvAnswer>>) {
