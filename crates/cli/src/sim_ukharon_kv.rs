@@ -55,11 +55,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     if first.checked_add(count - 1).is_none() {
         return Err(format!("--first-seed {first} with --seeds {count} runs past the last seed"));
     }
-    let jobs = args.jobs.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |j| j as usize,
-    );
-    let reports = sweep(first, count, jobs.min(count as usize).max(1), args, &config_of);
+    let failure = |r: &KvReport| {
+        let v = violation_text(r).filter(|_| !r.incomplete_primary())?;
+        Some(format!("seed {} FAILED: {v}\n  replay: {}", r.seed, replay_command(r.seed, args)))
+    };
+    let reports = sweep(first, count, args, &|seed| run_seed(&config_of(seed)), &failure);
     summarize(&reports, first, count, lincheck.is_some(), args)
 }
 
@@ -122,18 +122,24 @@ fn replay_command(seed: u64, args: &Args) -> String {
     cmd
 }
 
-/// Seeds `first..first + count` on `jobs` threads; their reports in seed order.
-fn sweep(
+/// Seeds `first..first + count` on `--jobs` threads (default: the cores available), run by
+/// `run_one`; their reports in seed order. `failure` is what a failed seed prints at once.
+pub(crate) fn sweep<R: Send>(
     first: u64,
     count: u64,
-    jobs: usize,
     args: &Args,
-    config_of: &(dyn Fn(u64) -> KvRunConfig + Sync),
-) -> Vec<KvReport> {
+    run_one: &(dyn Fn(u64) -> R + Sync),
+    failure: &(dyn Fn(&R) -> Option<String> + Sync),
+) -> Vec<R> {
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        |j| j as usize,
+    );
+    let jobs = jobs.min(count as usize).max(1);
     let started = Instant::now();
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let reports: Mutex<Vec<KvReport>> = Mutex::new(Vec::new());
+    let reports: Mutex<Vec<(u64, R)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..jobs)
             .map(|_| {
@@ -142,13 +148,11 @@ fn sweep(
                     if i >= count {
                         return;
                     }
-                    let report = run_seed(&config_of(first + i));
-                    let shown = !args.json && !report.incomplete_primary();
-                    if let (Some(v), true) = (violation_text(&report), shown) {
-                        let replay = replay_command(report.seed, args);
-                        note!("seed {} FAILED: {v}\n  replay: {replay}", report.seed);
+                    let report = run_one(first + i);
+                    if let (Some(line), false) = (failure(&report), args.json) {
+                        note!("{line}");
                     }
-                    reports.lock().expect("no worker panics holding it").push(report);
+                    reports.lock().expect("no worker panics holding it").push((i, report));
                     done.fetch_add(1, Ordering::Relaxed);
                 })
             })
@@ -165,8 +169,8 @@ fn sweep(
         }
     });
     let mut reports = reports.into_inner().expect("workers done");
-    reports.sort_by_key(|r| r.seed);
-    reports
+    reports.sort_by_key(|(i, _)| *i);
+    reports.into_iter().map(|(_, r)| r).collect()
 }
 
 fn summarize(
