@@ -297,7 +297,15 @@ impl LeaseCluster {
             self.stalls.insert(m, until);
             self.stalls_begun += 1;
         }
-        for (m, epoch, local) in answered {
+        self.note_answers(&answered, now)?;
+        Ok(events)
+    }
+
+    /// Counts the answers given this round (member, view, local or not) and checks each
+    /// against the views active by now: one for a view after which a newer view of another run
+    /// was active somewhere is an error.
+    fn note_answers(&mut self, answered: &[(u16, u64, bool)], now: u64) -> Result<(), String> {
+        for &(m, epoch, local) in answered {
             self.answers += 1;
             self.local_answers += u64::from(local);
             if self.primaries.last().is_none_or(|&(p, e)| (p, e) != (m, epoch)) {
@@ -313,7 +321,7 @@ impl LeaseCluster {
                 ));
             }
         }
-        Ok(events)
+        Ok(())
     }
 
     /// Whether replica `m` is out of majorities: crashed, restarted and not counted yet, or

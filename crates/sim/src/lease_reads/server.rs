@@ -109,11 +109,6 @@ impl Server {
         self.queue.push(None);
     }
 
-    /// Local reads past their first check, not answered yet.
-    pub fn reads_in_flight(&self) -> usize {
-        self.reads.len()
-    }
-
     /// One round: local reads due, the replica polled, outcomes answered, new requests taken,
     /// a submission made.
     pub(crate) fn round(
