@@ -8,6 +8,7 @@ extern crate mu_procs;
 
 mod demo;
 mod sim;
+mod sim_lease;
 mod sim_seeds;
 mod sim_ukharon;
 mod sim_ukharon_kv;
@@ -125,6 +126,7 @@ fn run(command: Command) -> ExitCode {
     let result = match command {
         #[cfg(feature = "bench")]
         Command::Bench { which } => bench::run(which),
+        Command::Sim(args) if args.reads == "lease" => sim_lease::run(&args),
         Command::Sim(args) if args.protocol == "ukharon" => sim_ukharon::run(&args),
         Command::Sim(args) if args.protocol == "ukharon-kv" => sim_ukharon_kv::run(&args),
         Command::Sim(args) => sim::run(args),
@@ -184,6 +186,7 @@ mod tests {
             &["mu", "bench", "e2e", "--samples", "18446744073709551615"],
             &["mu", "bench", "fabric", "--crash-samples", "0"],
             &["mu", "sim", "--protocol", "raft"],
+            &["mu", "sim", "--reads", "lazy"],
             &["mu", "sim", "--no-lincheck", "--lincheck", "x"],
             &["mu", "cluster", "up"],
             &["mu", "cluster", "up", "--config", "c.toml", "--timeout-s", "0"],
@@ -211,6 +214,7 @@ mod tests {
             &["mu", "sim", "--seed", "7", "--replicas", "5", "--faults", "crash,restart"],
             &["mu", "sim", "--protocol", "ukharon-kv", "--seeds", "200", "--json"],
             &["mu", "sim", "--protocol", "ukharon-kv", "--seed", "3", "--faults", "crash,drift"],
+            &["mu", "sim", "--protocol", "velos", "--reads", "lease", "--seeds", "20"],
             &["mu", "cluster", "up", "--config", "c.toml", "--timeout-s", "30"],
             &["mu", "cluster", "status", "--config", "c.toml", "--json"],
             &["mu", "cluster", "down", "--config", "c.toml", "--purge"],

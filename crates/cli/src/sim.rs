@@ -30,9 +30,18 @@ pub struct Args {
     /// uKharon's views: uKharon's faults, client histories checked as Mu's).
     #[arg(long, default_value = "mu", value_parser = parse_protocol)]
     pub(crate) protocol: String,
+    /// How mu and velos answer a GET: log (the default: proposed like a write) or lease
+    /// (answered from the appointed leader's store under uKharon's lease: replicas beside a
+    /// uKharon group, its faults, docs/protocols/lease-reads.md).
+    #[arg(long, default_value = "log", value_parser = ["log", "lease"])]
+    pub(crate) reads: String,
+    /// With --reads lease: do not check answers against the views active when they were
+    /// given (stale-answer), only what clients saw (linearizability, lost writes, stores).
+    #[arg(long)]
+    pub(crate) no_answer_check: bool,
     /// Replicas per cluster, 1 to 9. Default: 3 for even seeds, 5 for odd ones.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=9))]
-    replicas: Option<u16>,
+    pub(crate) replicas: Option<u16>,
     /// uKharon: member nodes, 2 to 32 (default 4; coordinators: 3).
     #[arg(long, value_parser = clap::value_parser!(u16).range(2..=32))]
     pub(crate) nodes: Option<u16>,

@@ -83,6 +83,20 @@ pub fn next_appointment(
     }
 }
 
+/// What a replica named primary does when it does not stand for leadership (`eligible`
+/// false: restarted without its log and not taken back yet, or behind what it knows decided):
+/// under appointed leaders nobody else may lead, and it waits for a leader to give it what it
+/// lacks, so it asks for another member in its place. Returns that member: the next of
+/// `members` (the view's, by node id) after `me`, round the view; `None` where this replica
+/// stands, or is alone.
+pub fn hand_on(me: u16, members: &[u16], eligible: bool) -> Option<u16> {
+    if eligible {
+        return None;
+    }
+    let after = members.iter().copied().filter(|&n| n > me).min();
+    after.or_else(|| members.iter().copied().min()).filter(|&n| n != me)
+}
+
 /// The rules a server applies around a leader's answers (rules 2 and 3). One per server: it
 /// remembers which term has had a proposal of its own applied.
 #[derive(Debug, Default)]
@@ -193,6 +207,14 @@ mod tests {
         assert_eq!(next_appointment(me, Some(a(1, 5)), false), None);
         assert_eq!(next_appointment(me, Some(a(1, 5)), true), Some(Some(a(1, 5))));
         assert_eq!(next_appointment(me, None, false), Some(None));
+    }
+
+    #[test]
+    fn a_primary_that_cannot_lead_hands_the_role_on_round_the_view() {
+        assert_eq!(hand_on(4, &[3, 4, 6], true), None, "it stands: it keeps the role");
+        assert_eq!(hand_on(4, &[3, 4, 6], false), Some(6));
+        assert_eq!(hand_on(6, &[3, 4, 6], false), Some(3), "round the view");
+        assert_eq!(hand_on(6, &[6], false), None, "alone");
     }
 
     #[test]

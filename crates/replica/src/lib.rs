@@ -58,7 +58,7 @@ pub use config::{
 };
 pub use core::{Boot, ReplicaCore, ReplicationPlane, StartError};
 pub use layout::{BACKGROUND_REGION, LOG_REGION, SCRATCH_REGION};
-pub use lease::{next_appointment, Appointment, LeaseGate, Term};
+pub use lease::{hand_on, next_appointment, Appointment, LeaseGate, Term};
 pub use mu::ReplicationDriver;
 pub use mu_replication::membership::Change;
 pub use mu_replication::{protocol_tag, PROTOCOL_VERSION};

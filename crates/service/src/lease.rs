@@ -75,13 +75,14 @@ pub struct Appointer {
 impl Appointer {
     fn start(
         replica: Arc<Replica>,
+        membership: Arc<Membership>,
         views: Arc<Views>,
         rx: Receiver<View>,
     ) -> Result<Appointer, String> {
         let shared = views.clone();
         let thread = std::thread::Builder::new()
             .name("mu-appointer".into())
-            .spawn(move || appoint_from_views(&replica, &shared, &rx))
+            .spawn(move || appoint_from_views(&replica, &membership, &shared, &rx))
             .map_err(|e| format!("starting the appointer: {e}"))?;
         Ok(Appointer { views, thread: Some(thread) })
     }
@@ -96,10 +97,18 @@ impl Drop for Appointer {
     }
 }
 
-fn appoint_from_views(replica: &Replica, views: &Views, rx: &Receiver<View>) {
+fn appoint_from_views(
+    replica: &Replica,
+    membership: &Membership,
+    views: &Views,
+    rx: &Receiver<View>,
+) {
     let me = replica.id();
     let mut current: Option<Option<Appointment>> = None;
     let mut pending = false;
+    // The latest view, and the one in which this replica last handed the role on.
+    let mut latest_view: Option<View> = None;
+    let mut handed_on: Option<u64> = None;
     while !views.stop.load(Ordering::Acquire) {
         let wait = if pending { PENDING_POLL } else { IDLE_WAIT };
         let mut latest = match rx.recv_timeout(wait) {
@@ -113,6 +122,13 @@ fn appoint_from_views(replica: &Replica, views: &Views, rx: &Receiver<View>) {
         if let Some(view) = latest {
             let named = Named::of(&view, me.0);
             *views.named.lock().unwrap_or_else(|p| p.into_inner()) = Some(named);
+            latest_view = Some(view);
+        }
+        if let Some(view) = latest_view.as_ref().filter(|v| v.primary == Some(me.0)) {
+            if handed_on != Some(view.epoch) && hand_on_if_standing_aside(replica, membership, view)
+            {
+                handed_on = Some(view.epoch);
+            }
         }
         let named = views.named();
         let Some(n) = named else { continue };
@@ -127,6 +143,24 @@ fn appoint_from_views(replica: &Replica, views: &Views, rx: &Receiver<View>) {
             }
         }
     }
+}
+
+/// A replica named primary that does not stand for leadership asks for another member in
+/// its place ([`mu_replica::hand_on`]); returns whether it asked.
+fn hand_on_if_standing_aside(replica: &Replica, membership: &Membership, view: &View) -> bool {
+    let members: Vec<u16> = view.nodes().collect();
+    let eligible = replica.status().eligible;
+    let Some(next) = mu_replica::hand_on(replica.id().0, &members, eligible) else {
+        return false;
+    };
+    tracing::info!(
+        replica = replica.id().0,
+        epoch = view.epoch,
+        next,
+        "named primary while standing aside (not eligible): asking for another member"
+    );
+    membership.ask_primary(next);
+    true
 }
 
 /// Counts for status and the benchmarks.
@@ -147,7 +181,7 @@ pub struct LeasedBackend {
     pub counts: LeaseCounts,
     // Dropped in this order: the appointer stops before the membership does.
     _appointer: Appointer,
-    _membership: Membership,
+    _membership: Arc<Membership>,
 }
 
 impl LeasedBackend {
@@ -164,7 +198,9 @@ impl LeasedBackend {
             lease: membership.published(),
             stop: AtomicBool::new(false),
         });
-        let appointer = Appointer::start(inner.replica.clone(), shared.clone(), views)?;
+        let membership = Arc::new(membership);
+        let appointer =
+            Appointer::start(inner.replica.clone(), membership.clone(), shared.clone(), views)?;
         Ok(LeasedBackend {
             inner,
             views: shared,

@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod describe;
 pub mod faults;
 pub mod history;
+pub mod lease_reads;
 pub mod membership;
 pub mod run;
 pub mod ukharon;
