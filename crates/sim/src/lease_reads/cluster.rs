@@ -9,6 +9,7 @@
 //! fixed set: a member's readmission under a new unique id is a new appointment, not a new
 //! replica.
 
+pub use super::server::Token;
 use super::server::{Answer, Server};
 use super::LeaseMutation;
 use crate::cluster::{config as small_log, Recorder};
@@ -20,9 +21,6 @@ use mu_kv::Store;
 use mu_replica::{Appointment, Boot, Leaders, Protocol, ReplicaConfig, ReplicaCore};
 use mu_ukharon_kv::KvEvent;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// What a client puts on a request: its slot and which attempt of its operation this is.
-pub type Token = (usize, u64);
 
 /// One member's replica process (none while crashed) and what it serves with.
 pub struct Member {

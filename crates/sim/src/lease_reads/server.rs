@@ -11,7 +11,6 @@
 //!   first check, runs again ([`RoundOut::stall_until_ns`]) — and only if both hold is it
 //!   answered locally; otherwise it goes through the log.
 
-use super::cluster::Token;
 use super::LeaseMutation;
 use crate::cluster::Recorder;
 use crate::ukharon::Choices;
@@ -20,6 +19,9 @@ use mu_fabric_sim::SimFabric;
 use mu_kv::{Op, Reply, Request};
 use mu_replica::{Appointment, LeaseGate, ProposeError, ReplicaCore, Term};
 use mu_ukharon_kv::KvEvent;
+
+/// What a client puts on a request: its slot and which attempt of its operation this is.
+pub type Token = (usize, u64);
 
 /// Requests proposed in one submission at most.
 const BATCH_MAX: usize = 8;
