@@ -122,7 +122,7 @@ assert len(lost) <= 10, lost
 print("ukharon-kv sim: 200 seeds, %d operations answered, %d failovers, %d faults, no failure; "
       "%d lost the state" % (d["ops_returned"], d["failovers"], d["faults_injected"], len(lost)))
 PY
-for mutation in answer-before-complete answer-without-active get-from-speculative-state; do
+for mutation in answer-before-complete answer-without-active get-from-speculative-state serve-before-scan; do
   if ./target/release/mu sim --protocol ukharon-kv --seeds 20 --mutation "$mutation" \
       --lincheck target/lincheck/lincheck >/dev/null 2>&1; then
     echo "the ukharon-kv simulator missed the broken engine $mutation" >&2

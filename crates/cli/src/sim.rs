@@ -81,8 +81,8 @@ pub struct Args {
     /// Run a deliberately broken engine variant: skip-revoke or skip-prepare-adopt (builds with
     /// the `mutations` feature only); uKharon: start-at-t, timestamp-after-reads,
     /// no-drift-margin (caught by --scenario drift-edge) or compatible-shortcut; uKharon-KV:
-    /// answer-before-complete, answer-without-active, get-from-speculative-state or
-    /// follow-before-revoke (any build).
+    /// answer-before-complete, answer-without-active, get-from-speculative-state,
+    /// follow-before-revoke or serve-before-scan (any build).
     #[arg(long)]
     pub(crate) mutation: Option<String>,
     /// Worker threads for a sweep (default: the cores available).

@@ -240,7 +240,7 @@ impl Takeover {
             return Err(TakeoverError::Incomplete);
         }
         let mut retained = earlier_records(&b, ring);
-        if b.primary.is_some() {
+        if b.primary.is_some() && b.mutation != Mutation::ServeBeforeScan {
             let (records, _) = b.contiguous(ring);
             for request in records {
                 b.apply(&request);

@@ -15,13 +15,17 @@ pub enum Mutation {
     GetFromSpeculativeState,
     /// A backup lets the new primary write before the old one's access is gone (item 2).
     FollowBeforeRevoke,
+    /// A new primary serves what its last scan applied, without applying what the old primary
+    /// left in its ring (§7.3: the backup "applies the buffered updates" before serving).
+    ServeBeforeScan,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 5] = [
         Mutation::AnswerBeforeComplete,
         Mutation::AnswerWithoutActive,
         Mutation::GetFromSpeculativeState,
         Mutation::FollowBeforeRevoke,
+        Mutation::ServeBeforeScan,
     ];
 }

@@ -106,6 +106,11 @@ fn a_get_from_the_speculative_state_is_caught() {
     assert!(caught_within(Mutation::GetFromSpeculativeState, 40).is_some());
 }
 
+#[test]
+fn a_new_primary_that_serves_before_its_scan_is_caught() {
+    assert!(caught_within(Mutation::ServeBeforeScan, 40).is_some());
+}
+
 /// Not caught: the simulated fabric changes a connection's rights at once (a slow change is
 /// charged to the node's time, but takes effect when called), so the backup's revocation ends
 /// in the same poll that published its follow word, before the new primary can read it, and

@@ -118,10 +118,11 @@ pub fn parse_mutation(name: &str) -> Result<Mutation, String> {
         "answer-without-active" => Mutation::AnswerWithoutActive,
         "get-from-speculative-state" => Mutation::GetFromSpeculativeState,
         "follow-before-revoke" => Mutation::FollowBeforeRevoke,
+        "serve-before-scan" => Mutation::ServeBeforeScan,
         other => {
             return Err(format!(
                 "unknown mutation {other:?}: answer-before-complete, answer-without-active, \
-                 get-from-speculative-state or follow-before-revoke"
+                 get-from-speculative-state, follow-before-revoke or serve-before-scan"
             ))
         }
     })
