@@ -1,0 +1,18 @@
+//! Deliberately broken variants of the book (feature `mutations`, for this crate's tests only):
+//! the property checks must catch each, which shows they can find bugs. A variant is chosen per
+//! book at run time ([`crate::Book::with_mutation`]); without the feature no book can hold one
+//! and the checks compile away.
+
+/// A broken variant of the matching rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// A limit order that takes liquidity trades at its own limit price instead of the
+    /// resting order's price ("trades at the resting order's price").
+    TradeAtAggressorPrice,
+    /// Within a price level, the newest resting order trades first ("price-time priority").
+    LifoWithinLevel,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 2] = [Mutation::TradeAtAggressorPrice, Mutation::LifoWithinLevel];
+}
