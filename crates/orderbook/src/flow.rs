@@ -4,8 +4,8 @@
 //! Prices wander around a mid price (a random walk from [`MID_TICKS`]); of every 100 commands
 //! about 55 are GTC limit orders near the touch, 7 IOC and 3 FOK limit orders that reach a
 //! little across it, 5 market orders, 4 stop orders a few ticks away from the mid, 16 cancels
-//! and 10 replaces of recently submitted orders (some of them finished by then, and one cancel
-//! in 20 names an id never used: the book rejects those, as it would a real client's).
+//! and 10 replaces of recent GTC limit and stop orders (some of them filled by then, and one
+//! cancel in 20 names an id never used: the book rejects those, as it would a real client's).
 
 use crate::command::Command;
 use crate::order::{NewOrder, OrderId, Price, Qty, Side, TimeInForce};
@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 /// Where the mid price starts, in ticks.
 pub const MID_TICKS: u64 = 10_000;
-const RECENT_IDS: usize = 256;
+const RECENT_IDS: usize = 64;
 
 /// An endless order flow; order ids count up from the first one given.
 #[derive(Clone, Debug)]
@@ -75,7 +75,11 @@ impl Flow {
     fn limit(&mut self, side: Side, from: i64, to: i64, tif: TimeInForce) -> Command {
         let price = self.price(side, from, to);
         let qty = self.qty();
-        Command::Submit(NewOrder::limit(self.fresh_id(), side, price, qty).with_tif(tif))
+        let id = self.fresh_id();
+        if tif == TimeInForce::Gtc {
+            self.remember(id);
+        }
+        Command::Submit(NewOrder::limit(id, side, price, qty).with_tif(tif))
     }
 
     /// A stop 3 to 10 ticks from the mid on the side the price must move to (above for a
@@ -88,6 +92,7 @@ impl Flow {
         };
         let qty = self.qty();
         let id = self.fresh_id();
+        self.remember(id);
         let order = if self.below(2) == 0 {
             NewOrder::market(id, side, qty)
         } else {
@@ -119,11 +124,16 @@ impl Flow {
     fn fresh_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        id
+    }
+
+    /// Keeps `id` as one a cancel or replace may name: orders that may still be live (GTC
+    /// limit and stop orders; the others are finished once submitted).
+    fn remember(&mut self, id: u64) {
         if self.recent.len() == RECENT_IDS {
             self.recent.pop_front();
         }
         self.recent.push_back(id);
-        id
     }
 
     fn recent_id(&mut self) -> Option<u64> {
@@ -141,5 +151,58 @@ impl Flow {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         (z ^ (z >> 31)) % n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Book, Event, RejectReason};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_same_seed_gives_the_same_flow() {
+        assert_eq!(random_flow(7, 500), random_flow(7, 500));
+        assert_ne!(random_flow(7, 500), random_flow(8, 500));
+    }
+
+    /// The flow reaches every event and the rejects a real client meets, so that benchmarks
+    /// and demos run the whole book, not only its resting path.
+    #[test]
+    fn the_flow_exercises_every_event() {
+        let mut book = Book::new();
+        let mut events = Vec::new();
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for command in random_flow(1, 20_000) {
+            events.clear();
+            book.apply(&command, &mut events);
+            for e in &events {
+                let kind = match e {
+                    Event::Accepted { .. } => "accepted",
+                    Event::Rejected { reason: RejectReason::UnknownOrder, .. } => "unknown",
+                    Event::Rejected { reason: RejectReason::OrderFinished, .. } => "finished",
+                    Event::Rejected { .. } => "rejected",
+                    Event::Fill { .. } => "fill",
+                    Event::Cancelled { .. } => "cancelled",
+                    Event::Replaced { .. } => "replaced",
+                    Event::StopTriggered { .. } => "triggered",
+                    Event::BestChanged { .. } => "best",
+                };
+                *kinds.entry(kind).or_default() += 1;
+            }
+        }
+        for kind in [
+            "accepted",
+            "unknown",
+            "finished",
+            "fill",
+            "cancelled",
+            "replaced",
+            "triggered",
+            "best",
+        ] {
+            assert!(kinds.get(kind).copied().unwrap_or(0) > 20, "{kind}: {kinds:?}");
+        }
+        assert!(book.orders_open() > 0 && book.orders_open() < 5_000, "{}", book.orders_open());
     }
 }

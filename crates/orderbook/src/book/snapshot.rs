@@ -17,6 +17,10 @@ use crate::order::{OrderId, OrderKind, Price, TimeInForce};
 
 const MAGIC: u32 = 0x626f_756d; // "muob" in little-endian bytes
 const VERSION: u8 = 1;
+/// The largest counter a snapshot may hold. A book counts at most a few priorities and trades
+/// per command, so it could not get here in centuries; a snapshot that says otherwise is
+/// garbage, and refusing it keeps the counters from overflowing after a restore.
+const COUNTER_MAX: u64 = 1 << 62;
 
 impl Book {
     /// Appends the book's state to `out`; [`Book::restore`] reads it back. Two books with the
@@ -66,6 +70,9 @@ impl Book {
         let mut book = Book::new();
         book.sequence = r.u64()?;
         book.trades = r.u64()?;
+        if book.sequence > COUNTER_MAX || book.trades > COUNTER_MAX {
+            return Err(RestoreError("a counter beyond what a book can reach"));
+        }
         book.last_trade = read_price(r)?;
         let mut queued: Vec<(u64, OrderId)> = Vec::new();
         for _ in 0..r.u64()? {
