@@ -26,7 +26,11 @@ impl Levels {
 
     /// The best price and the quantity open there.
     pub(crate) fn top(&self) -> Option<(Price, Qty)> {
-        self.best_first().next().map(|(price, level)| (*price, Qty(level.open)))
+        let best = match self.side {
+            Side::Buy => self.levels.last_key_value(),
+            Side::Sell => self.levels.first_key_value(),
+        };
+        best.map(|(price, level)| (*price, Qty(level.open)))
     }
 
     /// The best level, to trade against it (and remove it once empty).

@@ -15,26 +15,30 @@ impl Book {
             return;
         }
         let priority = self.next_priority();
-        self.orders.insert(
-            new.id,
-            Order {
-                side: new.side,
-                kind: new.kind,
-                tif: new.tif,
-                stop: new.stop,
-                qty: new.qty.0,
-                open: new.qty.0,
-                filled: 0,
-                cancelled: 0,
-                status: OrderStatus::Waiting,
-                priority,
-            },
-        );
+        let order = Order {
+            side: new.side,
+            kind: new.kind,
+            tif: new.tif,
+            stop: new.stop,
+            qty: new.qty.0,
+            open: new.qty.0,
+            filled: 0,
+            cancelled: 0,
+            status: OrderStatus::Waiting,
+            priority,
+        };
         events.push(Event::Accepted { id: new.id });
         match new.stop {
             // A stop whose condition already holds triggers below, in this same command.
-            Some(stop) => self.stops.insert(new.side, stop, priority, new.id),
-            None => self.enter(new.id, events),
+            Some(stop) => {
+                self.stops.insert(new.side, stop, priority, new.id);
+                self.orders.insert(new.id, order);
+            }
+            None => {
+                // The taker is not in `orders` while it trades: it is never its own maker.
+                let order = self.enter_order(new.id, order, events);
+                self.orders.insert(new.id, order);
+            }
         }
         self.trigger_stops(events);
     }
@@ -70,11 +74,17 @@ impl Book {
         Ok(())
     }
 
-    /// An accepted order (new, triggered or re-priced) enters the book: a FOK order that cannot
-    /// fill whole is cancelled untouched; otherwise it trades what it can, and its rest rests
-    /// (a GTC limit order) or is cancelled (market, IOC, FOK).
+    /// An order of the book's (triggered or re-priced) enters the book: [`Book::enter_order`].
     pub(super) fn enter(&mut self, id: OrderId, events: &mut Vec<Event>) {
         let order = self.orders[&id];
+        let order = self.enter_order(id, order, events);
+        self.orders.insert(id, order);
+    }
+
+    /// An accepted order (new, triggered or re-priced) enters the book: a FOK order that cannot
+    /// fill whole is cancelled untouched; otherwise it trades what it can, and its rest rests
+    /// (a GTC limit order) or is cancelled (market, IOC, FOK). Returns the order as it ends.
+    fn enter_order(&mut self, id: OrderId, mut order: Order, events: &mut Vec<Event>) -> Order {
         let limit = order.kind.limit();
         let rests = limit.is_some() && order.tif == TimeInForce::Gtc;
         // Checked when a new order was accepted; a triggered stop's level may have filled since
@@ -84,35 +94,28 @@ impl Book {
         let fillable = order.tif != TimeInForce::Fok
             || self.levels(order.side.opposite()).can_fill(limit, order.open);
         if !fits || !fillable {
-            self.finish_cancelled(id, events);
-            return;
+            cancel_rest(id, &mut order, events);
+            return order;
         }
         let remaining = self.take(id, order.side, limit, order.open, events);
-        let order = self.orders.get_mut(&id).expect("entered orders are known");
         order.filled += order.open - remaining;
         order.open = remaining;
         match limit {
             _ if remaining == 0 => order.status = OrderStatus::Done,
             Some(price) if rests => {
-                let priority = self.next_priority();
-                let order = self.orders.get_mut(&id).expect("entered orders are known");
                 order.status = OrderStatus::Resting;
-                order.priority = priority;
-                let side = order.side;
-                self.levels_mut(side).push(price, id, remaining);
+                order.priority = self.next_priority();
+                self.levels_mut(order.side).push(price, id, remaining);
             }
-            _ => self.finish_cancelled(id, events),
+            _ => cancel_rest(id, &mut order, events),
         }
+        order
     }
 
     /// Cancels what is open of an order no longer in the book or among the stops.
     pub(super) fn finish_cancelled(&mut self, id: OrderId, events: &mut Vec<Event>) {
         let order = self.orders.get_mut(&id).expect("cancelled orders are known");
-        let remaining = order.open;
-        order.cancelled += remaining;
-        order.open = 0;
-        order.status = OrderStatus::Done;
-        events.push(Event::Cancelled { id, remaining: Qty(remaining) });
+        cancel_rest(id, order, events);
     }
 
     /// Trades `taker` against the other side, best price first and oldest order first within
@@ -198,4 +201,13 @@ impl Book {
     fn broken_rules(&self) -> (bool, bool) {
         (false, false)
     }
+}
+
+/// Cancels what is open of `order` and finishes it.
+fn cancel_rest(id: OrderId, order: &mut Order, events: &mut Vec<Event>) {
+    let remaining = order.open;
+    order.cancelled += remaining;
+    order.open = 0;
+    order.status = OrderStatus::Done;
+    events.push(Event::Cancelled { id, remaining: Qty(remaining) });
 }
