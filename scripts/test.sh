@@ -227,19 +227,22 @@ print("mu bench targets --quick: a figure and a verdict for each of the %d targe
       % (len(t), d["seconds"]))
 PY
 
-for run in mu:log velos:log ukharon-kv:log mu:lease velos:lease; do
-protocol=${run%%:*}
-reads=${run##*:}
-step "the main job: mu demo --protocol $protocol --reads $reads (three replica processes, leader killed; JSON checked; ukharon-kv and leased reads: three coordinators besides)"
-out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol" --reads "$reads")
+for run in mu:log:kv velos:log:kv ukharon-kv:log:kv mu:lease:kv velos:lease:kv mu:log:orderbook velos:log:orderbook; do
+IFS=: read -r protocol reads app <<< "$run"
+step "the main job: mu demo --protocol $protocol --reads $reads --app $app (three replica processes, leader killed; JSON checked; ukharon-kv and leased reads: three coordinators besides; the order book: every acknowledged order known afterwards)"
+out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol" --reads "$reads" --app "$app")
 echo "$out"
-python3 - "$out" "$protocol" "$reads" <<'PY'
+python3 - "$out" "$protocol" "$reads" "$app" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["protocol"] == sys.argv[2], d
 assert d["reads"] == (sys.argv[3] if d["protocol"] != "ukharon-kv" else "primary"), d
+assert d["app"] == sys.argv[4], d
 assert d["operations"] > 0 and d["lost_writes"] == 0, d
-assert d["acknowledged_keys_checked"] == 4 * 16, d  # every key of 4 clients x 16 (the defaults)
+if d["app"] == "orderbook":
+    assert d["acknowledged_orders_checked"] > 0 and d["trades"] > 0, d
+else:
+    assert d["acknowledged_keys_checked"] == 4 * 16, d  # every key of 4 clients x 16 (the defaults)
 assert len(d["digests"]) == 2 and d["digests"][0] == d["digests"][1], d
 assert d["failover_us"] > 0, d
 print("mu demo (%s, reads %s): %d operations, failover %.2f ms, no acknowledged write lost, digests equal"

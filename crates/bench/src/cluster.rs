@@ -28,6 +28,10 @@ pub enum App {
     /// Decodes the entry as a key-value request and applies it to a store, as the key-value
     /// service does; the leader's values are puts of the payload's size.
     Kv,
+    /// Decodes the entry as an order book request and applies it to a book
+    /// ([`mu_orderbook::Engine`]); the leader's values are limit orders that cross now and
+    /// then, each as long as an order's encoding is (the payload size does not change it).
+    Orderbook,
 }
 
 impl App {
@@ -35,6 +39,7 @@ impl App {
         match self {
             App::Standalone => "standalone",
             App::Kv => "kv",
+            App::Orderbook => "orderbook",
         }
     }
 
@@ -44,10 +49,14 @@ impl App {
         applied: impl Fn(u64) + Send + 'static,
     ) -> impl FnMut(u64, &[u8]) + Send + 'static {
         let mut store = (self == App::Kv).then(mu_kv::Store::new);
+        let mut book = (self == App::Orderbook).then(mu_orderbook::Engine::new);
         move |index, entry| {
+            // A malformed entry is answered (in the session table), never fatal.
             if let Some(store) = store.as_mut() {
-                // A malformed entry is answered (in the store's session table), never fatal.
                 let _ = store.apply_bytes(entry);
+            }
+            if let Some(book) = book.as_mut() {
+                let _ = book.apply_bytes(entry);
             }
             applied(index);
         }
@@ -77,8 +86,19 @@ impl App {
                 }
                 *out = request.encode().expect("a put within the store's limits");
             }
+            App::Orderbook => *out = order(i).encode(),
         }
     }
+}
+
+/// The `i`-th order of [`App::Orderbook`]'s leader: limit orders alternating sides around a
+/// price of 100 ticks, so that about half of them trade with what rests.
+pub fn order(i: u64) -> mu_orderbook::Request {
+    use mu_orderbook::{Command, NewOrder, Side};
+    let side = if i % 2 == 0 { Side::Buy } else { Side::Sell };
+    let price = 97 + (i * 3) % 7;
+    let order = NewOrder::limit(i + 1, side, price, 1 + i % 5);
+    mu_orderbook::Request { client: 1, seq: i + 1, command: Command::Submit(order) }
 }
 
 /// Which of the replica's modes runs the replication plane (Mu paper §7.2).

@@ -12,7 +12,10 @@
 //! * `replicated`: the key-value service on three `mu replica` processes (shared-memory fabric),
 //!   the client talking to the leader: every request, reads included, goes through the log.
 //!
-//! Each is measured for puts and gets of `--payload`-byte values over 1,000 keys.
+//! Each is measured for puts and gets of `--payload`-byte values over 1,000 keys, and then for
+//! the order book (`app = "orderbook"`): limit orders ([`crate::cluster::order`], about 50
+//! bytes each) to the transport server, to an unreplicated book, and to a replicated one.
+//! Every row says its `app` (`kv` or `orderbook`) and `transport` (`unix`).
 
 use crate::interrupt;
 use crate::kv_ops::{measure, warmup, OPS};
@@ -64,13 +67,26 @@ struct Measured {
     h: Histogram<u64>,
 }
 
+impl Measured {
+    fn app(&self) -> &'static str {
+        if self.op == ORDER_OP {
+            "orderbook"
+        } else {
+            "kv"
+        }
+    }
+}
+
+/// The order book's operation: one limit order.
+const ORDER_OP: &str = "order";
+
 pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
     let mut report = Report::new(&args.suite, "e2e")?;
     let samples =
         args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
     let value = vec![b'v'; args.payload as usize];
-    let mut progress = report.progress("e2e", 3 * 2 * (samples + warmup(samples)));
+    let mut progress = report.progress("e2e", 3 * 3 * (samples + warmup(samples)));
     let mut results = Vec::new();
     for system in System::ALL {
         progress.set_label(&format!("e2e {}", system.name()));
@@ -78,6 +94,11 @@ pub fn run(args: Args) -> Result<(), String> {
         for (op, h) in OPS.iter().zip(measured) {
             results.push(Measured { system, op, h });
         }
+    }
+    for system in System::ALL {
+        progress.set_label(&format!("e2e orderbook {}", system.name()));
+        let h = measure_orders(system, samples, &mut progress)?;
+        results.push(Measured { system, op: ORDER_OP, h });
     }
     progress.finish();
     report.table(&table(&results, args.payload), "")?;
@@ -87,7 +108,8 @@ pub fn run(args: Args) -> Result<(), String> {
         "payload_bytes": args.payload,
         "results": results.iter().map(|m| {
             let [p1, p50, p99] = quantiles_us(&m.h);
-            json!({"system": m.system.name(), "op": m.op, "samples": m.h.len(),
+            json!({"system": m.system.name(), "op": m.op, "app": m.app(), "transport": "unix",
+                   "samples": m.h.len(),
                    "p1_us": p1, "p50_us": p50, "p99_us": p99})
         }).collect::<Vec<_>>(),
     });
@@ -128,10 +150,43 @@ fn measure_system(
     }
 }
 
+/// Orders against one system, started for them and stopped after.
+fn measure_orders(
+    system: System,
+    samples: u64,
+    progress: &mut Progress,
+) -> Result<Histogram<u64>, String> {
+    let warmup = warmup(samples);
+    match system {
+        System::Transport | System::Unreplicated => {
+            let answering =
+                if system == System::Unreplicated { Answering::Store } else { Answering::Canned };
+            let server = LocalServer::start("e2e-book", answering)?;
+            let mut client = server.client()?;
+            crate::order_ops::measure(&mut client, samples, warmup, progress)
+        }
+        System::Replicated => {
+            let mut cluster = KvCluster::start_orderbook(
+                "e2e-book",
+                LogShape { slots: 16_384, slot_bytes: 320 },
+                mu_replica::Protocol::Mu,
+            )?;
+            cluster.wait_for_leader(Duration::from_secs(10))?;
+            let mut client = cluster.client()?;
+            let m = crate::order_ops::measure(&mut client, samples, warmup, progress);
+            cluster.check_alive()?;
+            m
+        }
+    }
+}
+
 fn table(results: &[Measured], payload: u32) -> Table {
     let mut table = Table::new(
-        &format!("End-to-end key-value latency, {payload}-byte values (µs)"),
-        &["system", "op", "samples", "p1", "p50", "p99", "p50 / transport p50"],
+        &format!(
+            "End-to-end latency: key-value operations on {payload}-byte values, order book \
+             orders (µs)"
+        ),
+        &["app", "system", "op", "samples", "p1", "p50", "p99", "p50 / transport p50"],
     );
     let transport_p50 = |op: &str| {
         results
@@ -142,6 +197,7 @@ fn table(results: &[Measured], payload: u32) -> Table {
     for m in results {
         let [p1, p50, p99] = quantiles_us(&m.h);
         table.row(vec![
+            m.app().into(),
             m.system.name().into(),
             m.op.into(),
             m.h.len().to_string(),
@@ -156,16 +212,17 @@ fn table(results: &[Measured], payload: u32) -> Table {
 
 fn chart(results: &[Measured], payload: u32) -> BarChart {
     BarChart {
-        title: format!("End-to-end latency, {payload}-byte values (median, p1-p99)"),
+        title: format!("End-to-end latency, {payload}-byte values and orders (median, p1-p99)"),
         x_label: "operation".into(),
         y_label: "latency (µs)".into(),
-        categories: OPS.iter().map(|s| s.to_uppercase()).collect(),
+        categories: OPS.iter().chain(&[ORDER_OP]).map(|s| s.to_uppercase()).collect(),
         series: System::ALL
             .iter()
             .map(|&s| BarSeries {
                 name: s.name().into(),
                 points: OPS
                     .iter()
+                    .chain(&[ORDER_OP])
                     .map(|op| {
                         results.iter().find(|m| m.system == s && m.op == *op).map(|m| {
                             let [p1, p50, p99] = quantiles_us(&m.h);

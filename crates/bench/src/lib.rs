@@ -16,6 +16,7 @@ pub mod measure;
 pub mod ofi;
 #[cfg(feature = "ofi")]
 pub mod ofi_loopback;
+pub mod order_ops;
 pub mod payload;
 pub mod peers;
 pub mod replica_child;

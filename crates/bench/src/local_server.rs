@@ -1,10 +1,12 @@
-//! A key-value server thread in this process, speaking the client protocol on a Unix socket
-//! without replication: the `transport`, `unreplicated` and `active-checked` systems of
-//! `mu bench e2e` and `mu bench ukharon-kv`. One connection at a time, one request at a time.
+//! A key-value and order book server thread in this process, speaking the client protocol on
+//! a Unix socket without replication: the `transport`, `unreplicated` and `active-checked`
+//! systems of `mu bench e2e` and `mu bench ukharon-kv`. One connection at a time, one request
+//! at a time.
 
 use mu_kv::{Op, Reply, Request, Store};
 use mu_membership::clock::now_ns;
 use mu_membership::published::PublishedLease;
+use mu_orderbook::{Engine, Event};
 use mu_procs::run_dir::RunDir;
 use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage};
 use mu_service::Client;
@@ -69,7 +71,7 @@ impl LocalServer {
         let thread = std::thread::Builder::new()
             .name("mu-kv-local-server".into())
             .spawn(move || {
-                let mut store = Store::new();
+                let mut state = (Store::new(), Engine::new());
                 for stream in listener.incoming() {
                     let Ok(stream) = stream else { continue };
                     // Registered before the flag is read: a drop after the read shuts it down.
@@ -77,7 +79,7 @@ impl LocalServer {
                     if stopping.load(Ordering::Acquire) {
                         return;
                     }
-                    serve(stream, &answering, &mut store);
+                    serve(stream, &answering, &mut state);
                 }
             })
             .map_err(|e| format!("starting the server thread: {e}"))?;
@@ -110,7 +112,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Serves one connection until the client closes it.
-fn serve(stream: UnixStream, answering: &Answering, store: &mut Store) {
+fn serve(stream: UnixStream, answering: &Answering, (store, book): &mut (Store, Engine)) {
     let Ok(write_half) = stream.try_clone() else { return };
     let (mut reader, mut writer) = (BufReader::new(stream), BufWriter::new(write_half));
     let (mut body, mut out) = (Vec::new(), Vec::new());
@@ -120,6 +122,10 @@ fn serve(stream: UnixStream, answering: &Answering, store: &mut Store) {
             Ok(ClientMessage::Kv(bytes)) => match Request::decode(&bytes) {
                 Ok(request) => answer(answering, store, &request),
                 Err(e) => ServerMessage::Refused(format!("malformed request: {e}")),
+            },
+            Ok(ClientMessage::Order(bytes)) => match mu_orderbook::Request::decode(&bytes) {
+                Ok(request) => answer_order(answering, book, &request),
+                Err(e) => ServerMessage::Refused(format!("malformed order: {e}")),
             },
             Ok(ClientMessage::Status) => ServerMessage::Refused("no status here".into()),
             Err(e) => ServerMessage::Refused(e.to_string()),
@@ -150,6 +156,27 @@ fn answer(answering: &Answering, store: &mut Store, request: &Request) -> Server
                     ServerMessage::Retry("the view is not active here".into())
                 }
             }
+        }
+    }
+}
+
+/// An order: accepted at once ([`Answering::Canned`]) or applied to the book; never under a
+/// lease (the order book has no reads to guard).
+fn answer_order(
+    answering: &Answering,
+    book: &mut Engine,
+    request: &mu_orderbook::Request,
+) -> ServerMessage {
+    match (answering, request.command) {
+        (Answering::Canned, mu_orderbook::Command::Submit(order)) => {
+            ServerMessage::Events(mu_orderbook::Reply::Events(vec![Event::Accepted {
+                id: order.id,
+            }]))
+        }
+        (Answering::Canned, _) => ServerMessage::Events(mu_orderbook::Reply::Events(Vec::new())),
+        (Answering::Store, _) => ServerMessage::Events(book.apply(request)),
+        (Answering::StoreUnderLease(_), _) => {
+            ServerMessage::Refused("orders are not served under a lease here".into())
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `mu bench payload` (Mu paper §7.1, Figure 3): replication latency against payload size, 32 to
 //! 4096 bytes, for Mu standalone and attached to the key-value store, each in direct and
 //! handover mode: four sweeps of `mu bench replication` in one run, beside the fabric's write2
-//! round trip measured first.
+//! round trip measured first. Then the order book attached, in direct mode, at the size of its
+//! orders' encoding, beside standalone at the same size (the paper's Liquibook rows).
 
 use crate::cluster::{App, FabricChoice, ReplicaMode, ThreadsChoice};
 use crate::fabric;
@@ -60,8 +61,26 @@ pub fn run(args: Args) -> Result<(), String> {
         )?;
         sweeps.push((config, results));
     }
+    // The order book's requests have one size: measured there, beside standalone.
+    let order_bytes = crate::cluster::order(0).encode().len();
+    let mut order_sweeps: Vec<((App, ReplicaMode), Vec<PayloadResult>)> = Vec::new();
+    for app in [App::Standalone, App::Orderbook] {
+        note!("{} direct, {order_bytes} B (the order book's order):", app.name());
+        let results = replication::sweep(
+            &run_dir,
+            (ReplicaMode::Direct, app, mu_replica::Protocol::Mu),
+            (FabricChoice::Shm, None, ThreadsChoice::Shared, false),
+            &[order_bytes],
+            samples,
+            0,
+        )?;
+        order_sweeps.push(((app, ReplicaMode::Direct), results));
+    }
 
-    report.table(&table(&sweeps, &write2), "")?;
+    let swept = sweeps.len();
+    let mut all = sweeps;
+    all.extend(order_sweeps);
+    report.table(&table(&all, &write2), "")?;
     if !args.suite.json {
         println!(
             "fabric write2 round trip: p50 {} µs, p99 {} µs ({} samples, before any replica \
@@ -70,7 +89,7 @@ pub fn run(args: Args) -> Result<(), String> {
             us(write2.p99 as f64 / 1000.0),
             write2.samples
         );
-        let warnings: Vec<String> = sweeps
+        let warnings: Vec<String> = all
             .iter()
             .flat_map(|((app, mode), rs)| {
                 rs.iter()
@@ -86,10 +105,11 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
     }
-    let chart = chart(&sweeps);
+    // The figure's categories are the sweep's sizes: the order book's one size is in the table.
+    let chart = chart(&all[..swept]);
     let svg = report.path(".svg");
     chart.write_svg(&svg).map_err(|e| e.to_string())?;
-    let results = results_json(&sweeps);
+    let results = results_json(&all);
     report.finish(json!({
         "protocol": "mu",
         "results": results,

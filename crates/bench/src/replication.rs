@@ -826,6 +826,7 @@ fn report(
         match args.app {
             App::Standalone => "standalone (the commit handler does nothing)",
             App::Kv => "attached (every replica applies each entry to a key-value store)",
+            App::Orderbook => "attached (every replica applies each entry to an order book)",
         }
     );
     println!(
@@ -920,6 +921,8 @@ mod tests {
             App::Kv.value(payload_bytes, 7, &mut v);
             assert_eq!(v.len(), payload_bytes.max(28), "{payload_bytes}");
             assert!(mu_kv::Request::decode(&v).is_ok());
+            App::Orderbook.value(payload_bytes, 7, &mut v);
+            assert_eq!(mu_orderbook::Request::decode(&v), Ok(crate::cluster::order(7)));
         }
         let mut other = Vec::new();
         App::Standalone.value(64, 8, &mut other);

@@ -14,6 +14,9 @@
 //! `mu demo --reads lease` (with Mu or Velos) runs beside three uKharon coordinators, the
 //! leader appointed from the group's views and answering GETs from its own store.
 //!
+//! `mu demo --app orderbook` (with Mu or Velos) replicates the order book instead: the client
+//! threads are traders sending a random order flow (`demo_orderbook`).
+//!
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
@@ -69,6 +72,10 @@ pub struct Args {
     /// active view answers them from its store; three coordinators run besides).
     #[arg(long, default_value = "log", value_parser = ["log", "lease"])]
     reads: String,
+    /// What the cluster replicates: "kv" (the key-value store) or "orderbook" (the order
+    /// matching engine; Mu or Velos, reads through the log).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "orderbook"])]
+    app: String,
 }
 
 /// What `mu demo` shows: a key-value cluster on a replication engine, or uKharon.
@@ -110,17 +117,21 @@ fn ukharon(args: &Args) -> Result<(), String> {
 }
 
 /// What the client threads share.
-struct Shared {
-    stop: AtomicBool,
-    ops: AtomicU64,
-    errors: AtomicU64,
+pub(crate) struct Shared {
+    pub stop: AtomicBool,
+    pub ops: AtomicU64,
+    pub errors: AtomicU64,
     /// Each key's last acknowledged value, and values written with an unknown outcome since.
     truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
+    /// The order book: the ids of the orders whose acceptance a trader saw.
+    pub orders: Mutex<Vec<u64>>,
+    /// The order book: trades the traders saw (each once, by its taker).
+    pub trades: AtomicU64,
     /// Latencies in nanoseconds, merged from the threads now and then.
-    latency: Mutex<Histogram<u64>>,
+    pub latency: Mutex<Histogram<u64>>,
     /// The failover as the clients see it: from the kill to the first answer from another
     /// replica.
-    clock: FailoverClock,
+    pub clock: FailoverClock,
 }
 
 #[derive(Default, Clone)]
@@ -141,7 +152,14 @@ pub fn run(args: Args) -> Result<(), String> {
         DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
+    let orderbook = args.app == "orderbook";
+    if orderbook && (protocol.is_none() || leased || args.keys.is_some()) {
+        return Err("--app orderbook: for --protocol mu or velos with reads through the log, \
+                    and without --keys (traders send orders, not keys)"
+            .into());
+    }
     let kv = KvDemo {
+        app: if orderbook { "orderbook" } else { "kv" },
         protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
         reads: match (protocol, leased) {
             (None, _) => "primary",
@@ -171,6 +189,8 @@ pub fn run(args: Args) -> Result<(), String> {
         ops: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         truth: Mutex::new(BTreeMap::new()),
+        orders: Mutex::new(Vec::new()),
+        trades: AtomicU64::new(0),
         latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
         clock: FailoverClock::new(),
     });
@@ -179,7 +199,13 @@ pub fn run(args: Args) -> Result<(), String> {
             let (shared, endpoints) = (shared.clone(), config.endpoints());
             let keys = keys as usize;
             let cluster_id = config.cluster_id;
-            std::thread::spawn(move || client_loop(t, keys, cluster_id, endpoints, &shared))
+            std::thread::spawn(move || {
+                if orderbook {
+                    crate::demo_orderbook::trader_loop(t, cluster_id, endpoints, &shared)
+                } else {
+                    client_loop(t, keys, cluster_id, endpoints, &shared)
+                }
+            })
         })
         .collect();
     let phase = Duration::from_secs_f64(seconds);
@@ -203,8 +229,13 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let failover_us = failover_ns / 1000;
 
-    // Every acknowledged write is there: read each key back through the log.
-    let checked = read_back_acknowledged(&shared, &config)?;
+    // Every acknowledged write is there: read each key back through the log (or, for the
+    // order book, every accepted order's id is known to it).
+    let checked = if orderbook {
+        crate::demo_orderbook::check_acknowledged(&shared, &config)?
+    } else {
+        read_back_acknowledged(&shared, &config)?
+    };
     // The live replicas end in the same state.
     let digests = wait_for_same_state(&config, killed, Duration::from_secs(10))?;
     print_summary(&kv, &shared, killed, failover_us, checked, &digests);
@@ -241,6 +272,9 @@ fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<
     let shape = LogShape { slots: 4096, slot_bytes: 1024 };
     let leased = kv.reads == "lease";
     let cluster = match protocol {
+        Some(protocol) if kv.app == "orderbook" => {
+            KvCluster::start_orderbook("demo", shape, protocol)?
+        }
         Some(protocol) if leased => KvCluster::start_leased("demo", shape, protocol)?,
         Some(protocol) => KvCluster::start("demo", shape, protocol)?,
         // Each backup holds a ring of the records it has not applied yet, each primary one per
@@ -252,15 +286,18 @@ fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<
         _ => " and 3 uKharon coordinators",
     };
     note!(
-        "mu demo: 3 replica processes ({}){coordinators} on the shared-memory fabric, run \
+        "mu demo: 3 replica processes ({}, {}){coordinators} on the shared-memory fabric, run \
          directory {}",
         kv.protocol,
+        kv.app,
         cluster.run_dir().display()
     );
     Ok(cluster)
 }
 
 struct KvDemo {
+    /// "kv" or "orderbook".
+    app: &'static str,
     /// "mu", "velos" or "ukharon-kv".
     protocol: &'static str,
     /// How GETs are answered: "log", "lease", or "primary" (uKharon-KV's).
@@ -287,6 +324,7 @@ fn print_summary(
     if args.json {
         let json = serde_json::json!({
             "protocol": args.protocol,
+            "app": args.app,
             "reads": args.reads,
             "replicas": REPLICAS,
             "clients": args.clients,
@@ -297,13 +335,20 @@ fn print_summary(
                             "max": h.max() as f64 / 1000.0},
             "killed_leader": killed,
             "failover_us": failover_us,
-            "acknowledged_keys_checked": checked,
+            "trades": shared.trades.load(Ordering::Relaxed),
             "lost_writes": 0,
             "digests": digests,
         });
+        let mut json = json;
+        let checked_field = if args.app == "orderbook" {
+            "acknowledged_orders_checked"
+        } else {
+            "acknowledged_keys_checked"
+        };
+        json[checked_field] = checked.into();
         println!("{json}");
     } else {
-        println!("mu demo summary ({})", args.protocol);
+        println!("mu demo summary ({}, {})", args.protocol, args.app);
         println!(
             "  operations     {ops} in {elapsed:.1} s ({:.0} ops/s) from {} clients, {} errors",
             ops as f64 / elapsed,
@@ -323,7 +368,15 @@ fn print_summary(
             if args.protocol == mu_service::config::UKHARON_KV { "primary" } else { "leader" },
             failover_us as f64 / 1000.0
         );
-        println!("  durability     {checked} keys read back: no acknowledged write lost");
+        if args.app == "orderbook" {
+            println!(
+                "  durability     {checked} acknowledged orders known to the book after the \
+                 failover; {} trades",
+                shared.trades.load(Ordering::Relaxed)
+            );
+        } else {
+            println!("  durability     {checked} keys read back: no acknowledged write lost");
+        }
         println!("  state          live replicas' digests equal: {}", digests.join(" = "));
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 extern crate mu_procs;
 
 mod demo;
+mod demo_orderbook;
 mod sim;
 mod sim_lease;
 mod sim_seeds;

@@ -32,6 +32,8 @@ enum Kind {
     Replicated(mu_replica::Protocol),
     /// Mu or Velos with leased reads, beside a uKharon group.
     Leased(mu_replica::Protocol),
+    /// Mu or Velos replicating the order book (`app = "orderbook"`).
+    Orderbook(mu_replica::Protocol),
     /// uKharon-KV.
     UkharonKv,
 }
@@ -76,6 +78,16 @@ impl KvCluster {
         protocol: mu_replica::Protocol,
     ) -> Result<KvCluster, String> {
         KvCluster::start_from(tag, &log, Kind::Leased(protocol))
+    }
+
+    /// [`KvCluster::start`] with the order book as the replicated application
+    /// (`app = "orderbook"`): clients send orders ([`Client::order`]).
+    pub fn start_orderbook(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+    ) -> Result<KvCluster, String> {
+        KvCluster::start_from(tag, &log, Kind::Orderbook(protocol))
     }
 
     /// Writes the file of a cluster of `kind` into a fresh run directory and starts its
@@ -142,13 +154,17 @@ impl KvCluster {
 }
 
 /// The text of a cluster file in `run_dir`: three replicas of Mu or Velos (ids 0 to 2, direct
-/// mode, checksummed log entries); the same with leased reads (ids 3 to 5, `reads = "lease"`);
+/// mode, checksummed log entries), replicating the key-value store or the order book; the same
+/// with leased reads (ids 3 to 5, `reads = "lease"`);
 /// or uKharon-KV's (ids 3 to 5, a snapshot limit). The last two have a `[ukharon]` section
 /// naming coordinators 0 to 2 with [`SHARED_HOST_TIMINGS`].
 fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String {
     // The process id in the cluster id keeps the clusters of runs side by side apart.
     let (id_bits, protocol, reads, replicas, log_tail) = match kind {
         Kind::Replicated(p) => (0xde, p.name(), "", "[0, 1, 2]", "integrity = \"checksum\"\n"),
+        Kind::Orderbook(p) => {
+            (0x0b, p.name(), "app = \"orderbook\"\n", "[0, 1, 2]", "integrity = \"checksum\"\n")
+        }
         Kind::Leased(p) => {
             (0x6c, p.name(), "reads = \"lease\"\n", "[3, 4, 5]", "integrity = \"checksum\"\n")
         }
@@ -157,7 +173,7 @@ fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String
         }
     };
     let ukharon = match kind {
-        Kind::Replicated(_) => String::new(),
+        Kind::Replicated(_) | Kind::Orderbook(_) => String::new(),
         _ => format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
     };
     let cluster_id = u64::from(std::process::id()) << 16 | id_bits;
@@ -273,6 +289,10 @@ mod tests {
             assert_eq!(c.reads(), Ok(mu_service::config::Reads::Lease), "{text}");
             assert_eq!(c.processes(), [0, 1, 2, 3, 4, 5], "{text}");
             crate::ukharon_kv_group::group(&c).expect("a valid [ukharon] section");
+            let text = cluster_file("test", dir, &log, Kind::Orderbook(engine));
+            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.app(), Ok(mu_service::App::Orderbook), "{text}");
+            assert_eq!(c.protocol(), Ok(engine), "{text}");
         }
         let text = cluster_file("test", dir, &log, Kind::UkharonKv);
         let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -117,7 +117,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let pid_path = config.pid_path(args.id);
     refuse_unsafe_start(&config, &args)?;
-    let machine = SharedMachine::new();
+    let machine = SharedMachine::for_app(config.app()?);
     let started = Instant::now();
     // Leased reads: the replica's node of the group joins first (its leader is appointed
     // from the views).
@@ -150,6 +150,7 @@ pub fn run(args: Args) -> Result<(), String> {
         pid = std::process::id(),
         rejoin = args.rejoin,
         reads = config.reads,
+        app = config.app,
         mode = ?config.mode(),
         replication_cpu = args.replication_cpu,
         background_cpu = args.background_cpu,

@@ -661,6 +661,12 @@ impl Replica {
         self.shared.term()
     }
 
+    /// Whether this replica stands for leadership now ([`ReplicaStatus::eligible`]): one atomic
+    /// load, for a loop that asks often.
+    pub fn eligible(&self) -> bool {
+        self.shared.eligible.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Why the replica stopped on its own, if it did ([`ReplicaStatus::failure`]): cheaper
     /// than a whole status, for a loop that watches for it.
     pub fn failure(&self) -> Option<String> {

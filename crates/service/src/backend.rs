@@ -4,10 +4,10 @@
 //! ([`crate::ukharon_kv::UkharonKvBackend`]: requests executed by the view's primary); clients
 //! see the same wire either way.
 
+use crate::app::{App, AppRequest};
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
 use crate::wire::ServerMessage;
-use mu_kv::Request;
 use mu_replica::{ProposeError, Replica};
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +15,7 @@ use std::time::Instant;
 /// A client's request on its way to the backend: decoded, and the bytes it came as (what a
 /// log holds).
 pub struct Pending {
-    pub request: Request,
+    pub request: AppRequest,
     pub bytes: Vec<u8>,
 }
 
@@ -23,6 +23,9 @@ pub struct Pending {
 pub trait Backend: Send + Sync {
     /// The node this server serves as (its replica id).
     fn node(&self) -> u16;
+
+    /// The application it serves: requests of the other are refused before they reach it.
+    fn app(&self) -> App;
 
     /// Answers every request of `batch`, in order: one message each pushed onto `answers`,
     /// [`ServerMessage::Reply`], [`ServerMessage::NotLeader`] (with the node to ask instead,
@@ -47,25 +50,29 @@ impl Backend for ReplicaBackend {
         self.replica.id().0
     }
 
+    fn app(&self) -> App {
+        self.machine.lock().state.app()
+    }
+
     fn serve(&self, batch: &[Pending], answers: &mut Vec<ServerMessage>) {
         {
             let mut m = self.machine.lock();
             for p in batch {
-                m.expect(p.request.client, p.request.seq);
+                m.expect(p.request.client(), p.request.seq());
             }
         }
         let mut outcomes = Vec::with_capacity(batch.len());
         propose_batch(&self.replica, batch, &mut outcomes);
         let mut m = self.machine.lock();
         for (p, outcome) in batch.iter().zip(outcomes) {
-            let (client, seq) = (p.request.client, p.request.seq);
+            let (client, seq) = (p.request.client(), p.request.seq());
             let reply = m.take(client, seq);
             answers.push(match (outcome, reply) {
-                (Ok(_), Some(reply)) => ServerMessage::Reply(reply),
+                (Ok(_), Some(reply)) => reply.into_message(),
                 // Committed, but applied as a duplicate of a request with the same client and
                 // sequence number that another replica had taken: its reply is the session's.
-                (Ok(_), None) => match m.store.reply(client, seq) {
-                    Some(reply) => ServerMessage::Reply(reply.clone()),
+                (Ok(_), None) => match m.state.session_reply(client, seq) {
+                    Some(reply) => reply.into_message(),
                     None => ServerMessage::Retry("applied out of order; send it again".into()),
                 },
                 (Err(e), _) => answer_error(e),

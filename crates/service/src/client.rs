@@ -12,6 +12,7 @@ use crate::wire::{
     read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
 };
 use mu_kv::{Op, Reply, Request};
+use mu_orderbook::{Command as OrderCommand, Reply as OrderReply, Request as OrderRequest};
 use std::io::{self, BufReader, BufWriter};
 use std::time::{Duration, Instant};
 
@@ -153,8 +154,31 @@ impl Client {
         self.seq += 1;
         let request = Request { client: self.id, seq: self.seq, op };
         let bytes = request.encode().map_err(|e| ClientError::Invalid(e.to_string()))?;
+        match self.send_until_answered(ClientMessage::Kv(bytes))? {
+            ServerMessage::Reply(reply) => Ok(reply),
+            other => Err(wrong_application(&other)),
+        }
+    }
+
+    /// Sends `command` to an order book cluster as this client's next request until a replica
+    /// answers it: the events it caused (or why it was not applied).
+    pub fn order(&mut self, command: OrderCommand) -> Result<OrderReply, ClientError> {
+        self.seq += 1;
+        let request = OrderRequest { client: self.id, seq: self.seq, command };
+        match self.send_until_answered(ClientMessage::Order(request.encode()))? {
+            ServerMessage::Events(reply) => Ok(reply),
+            other => Err(wrong_application(&other)),
+        }
+    }
+
+    /// Sends `request` until a replica answers it ([`ServerMessage::is_answer`]), a replica
+    /// refuses it, or the timeout passes.
+    fn send_until_answered(
+        &mut self,
+        request: ClientMessage,
+    ) -> Result<ServerMessage, ClientError> {
         let mut message = Vec::new();
-        ClientMessage::Kv(bytes).encode(&mut message);
+        request.encode(&mut message);
         let deadline = Instant::now() + self.timeout;
         let mut last = String::from("none");
         let mut first = true;
@@ -171,7 +195,7 @@ impl Client {
                 });
             }
             match self.exchange(&message, deadline) {
-                Ok(ServerMessage::Reply(reply)) => return Ok(reply),
+                Ok(answer) if answer.is_answer() => return Ok(answer),
                 Ok(ServerMessage::Refused(why)) => return Err(ClientError::Refused(why)),
                 Ok(ServerMessage::NotLeader { leader }) => {
                     last = format!("replica {} does not lead", self.target());
@@ -197,7 +221,12 @@ impl Client {
                     last = why;
                     std::thread::sleep(Duration::from_micros(100));
                 }
-                Ok(ServerMessage::Status(_) | ServerMessage::Welcome) => {
+                Ok(
+                    ServerMessage::Status(_)
+                    | ServerMessage::Welcome
+                    | ServerMessage::Reply(_)
+                    | ServerMessage::Events(_),
+                ) => {
                     last = "an answer of the wrong kind".into();
                     self.conn = None;
                 }
@@ -343,6 +372,12 @@ fn closed_by_peer(e: &FrameError) -> bool {
                 | io::ErrorKind::ConnectionAborted
         )
     )
+}
+
+/// A key-value reply to an order, or events to a key-value request: never sent by a replica
+/// of this wire version (the server refuses the other application's requests).
+fn wrong_application(answer: &ServerMessage) -> ClientError {
+    ClientError::Refused(format!("an answer for another application: {answer:?}"))
 }
 
 fn unexpected(reply: Reply) -> ClientError {

@@ -4,6 +4,7 @@
 //! ```toml
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
+//! app = "kv"                  # what it replicates: "kv" (the key-value store) or "orderbook"
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
 //! run_dir = "/dev/shm/mu-7"   # owner-only: shared memory, sockets, pid and log files; on
 //!                             # tmpfs (mu replica and mu cluster up warn where it is not)
@@ -71,6 +72,7 @@
 //! lease_max_ns = 100_000_000
 //! ```
 
+use crate::app::App;
 use crate::socket::Endpoint;
 use mu_fabric::NodeId;
 use mu_log::Integrity;
@@ -88,6 +90,10 @@ pub struct ClusterConfig {
     pub cluster_id: u64,
     #[serde(default = "default_protocol")]
     pub protocol: String,
+    /// The replicated application: "kv" (the key-value store) or "orderbook" (the order
+    /// matching engine, `docs/apps/orderbook.md`).
+    #[serde(default = "default_app")]
+    pub app: String,
     #[serde(default = "default_fabric")]
     pub fabric: String,
     pub run_dir: PathBuf,
@@ -252,6 +258,9 @@ fn default_provider() -> String {
 fn default_fabric() -> String {
     "shm".into()
 }
+fn default_app() -> String {
+    "kv".into()
+}
 fn default_reads() -> String {
     "log".into()
 }
@@ -400,6 +409,19 @@ impl ClusterConfig {
     /// The protocol, how it reads, and the sections that go with them.
     fn check_protocol(&self) -> Result<(), String> {
         let reads = self.reads()?;
+        if self.app()? == App::Orderbook {
+            if self.is_ukharon_kv() {
+                return Err(format!(
+                    "app = \"orderbook\": protocol = \"{UKHARON_KV}\" replicates the key-value \
+                     store only; use protocol = \"mu\" or \"velos\""
+                ));
+            }
+            if reads == Reads::Lease {
+                return Err("reads = \"lease\" answers key-value GETs locally; the order book \
+                            (app = \"orderbook\") has no reads: remove it"
+                    .into());
+            }
+        }
         if self.is_ukharon_kv() {
             if self.reads != default_reads() {
                 return Err(format!(
@@ -468,6 +490,11 @@ impl ClusterConfig {
             return Err(format!("ukharon.coordinators: node {c} is also a replica"));
         }
         Ok(())
+    }
+
+    /// The replicated application (`app`).
+    pub fn app(&self) -> Result<App, String> {
+        App::parse(&self.app)
     }
 
     /// How GETs are answered (`reads`).

@@ -4,6 +4,7 @@
 //! 2), and a GET is answered from its own store when the lease rules allow it (rule 3),
 //! through the log otherwise.
 
+use crate::app::App;
 use crate::backend::{Backend, Pending, ReplicaBackend};
 use crate::report::ReplicaReport;
 use crate::wire::ServerMessage;
@@ -149,7 +150,7 @@ fn appoint_from_views(
 /// its place ([`mu_replica::hand_on`]); returns whether it asked.
 fn hand_on_if_standing_aside(replica: &Replica, membership: &Membership, view: &View) -> bool {
     let members: Vec<u16> = view.nodes().collect();
-    let eligible = replica.status().eligible;
+    let eligible = replica.eligible();
     let Some(next) = mu_replica::hand_on(replica.id().0, &members, eligible) else {
         return false;
     };
@@ -236,8 +237,12 @@ impl LeasedBackend {
             // Under the lock the applier takes: the store read is a prefix of the log.
             let m = self.inner.machine.lock();
             for (slot, p) in local.iter_mut().zip(batch) {
-                if let Op::Get { key } = &p.request.op {
-                    let value = m.store.get(key).map(<[u8]>::to_vec);
+                let get = p.request.kv().and_then(|r| match &r.op {
+                    Op::Get { key } => Some(key),
+                    _ => None,
+                });
+                if let (Some(key), Some(store)) = (get, m.state.kv()) {
+                    let value = store.get(key).map(<[u8]>::to_vec);
                     *slot = Some(ServerMessage::Reply(Reply::Value(value)));
                 }
             }
@@ -257,6 +262,10 @@ impl Backend for LeasedBackend {
         self.inner.node()
     }
 
+    fn app(&self) -> App {
+        self.inner.app()
+    }
+
     fn serve(&self, batch: &[Pending], answers: &mut Vec<ServerMessage>) {
         let local = self.read_locally(batch);
         let reads = local.iter().filter(|l| l.is_some()).count() as u64;
@@ -274,7 +283,7 @@ impl Backend for LeasedBackend {
             let before = self.inner.replica.term();
             self.inner.serve(rest, &mut logged);
             let after = self.inner.replica.term();
-            if logged.iter().any(|a| matches!(a, ServerMessage::Reply(_))) {
+            if logged.iter().any(ServerMessage::is_answer) {
                 self.gate().applied_own(before, after);
             }
             gate_answers(&mut logged, self.may_answer(), &self.counts.gated);
@@ -311,7 +320,7 @@ fn gate_answers(answers: &mut [ServerMessage], may_answer: bool, gated: &AtomicU
         return;
     }
     for a in answers.iter_mut() {
-        if matches!(a, ServerMessage::Reply(_)) {
+        if a.is_answer() {
             *a = ServerMessage::Retry(
                 "this replica's lease was not active after the request was applied; send it \
                  again"

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod backend;
 pub mod client;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod socket;
 pub mod ukharon_kv;
 pub mod wire;
 
+pub use app::{App, AppReply, AppRequest, AppState};
 pub use backend::{Backend, ReplicaBackend};
 pub use client::{Client, ClientError};
 pub use config::ClusterConfig;

@@ -1,21 +1,21 @@
-//! The key-value store as the replica's state machine, shared with the server that answers
-//! clients.
+//! The application's state (the key-value store or the order book) as the replica's state
+//! machine, shared with the server that answers clients.
 
-use mu_kv::{Reply, Request, Store};
+use crate::app::{App, AppReply, AppState};
 use mu_replica::StateMachine;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The store and what the server needs from it, behind one lock: the replication thread applies
+/// The state and what the server needs from it, behind one lock: the replication thread applies
 /// committed requests, the server takes the replies of the ones it proposed.
 #[derive(Default)]
 pub struct Machine {
-    pub store: Store,
+    pub state: AppState,
     /// The index after the last entry applied.
     pub applied: u64,
     /// Requests this replica proposed and waits for, by (client, sequence number): their
     /// replies once applied.
-    waiting: HashMap<(u64, u64), Option<Reply>>,
+    waiting: HashMap<(u64, u64), Option<AppReply>>,
 }
 
 impl Machine {
@@ -25,7 +25,7 @@ impl Machine {
     }
 
     /// The reply of an expected request, once applied; stops expecting it.
-    pub fn take(&mut self, client: u64, seq: u64) -> Option<Reply> {
+    pub fn take(&mut self, client: u64, seq: u64) -> Option<AppReply> {
         self.waiting.remove(&(client, seq)).flatten()
     }
 }
@@ -35,8 +35,15 @@ impl Machine {
 pub struct SharedMachine(Arc<Mutex<Machine>>);
 
 impl SharedMachine {
+    /// The key-value store's.
     pub fn new() -> SharedMachine {
         SharedMachine::default()
+    }
+
+    /// `app`'s, empty.
+    pub fn for_app(app: App) -> SharedMachine {
+        let machine = Machine { state: AppState::new(app), ..Machine::default() };
+        SharedMachine(Arc::new(Mutex::new(machine)))
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Machine> {
@@ -48,9 +55,8 @@ impl StateMachine for SharedMachine {
     fn apply(&mut self, index: u64, request: &[u8]) {
         let mut m = self.lock();
         // Malformed bytes are malformed at every replica: nothing changes anywhere.
-        if let Ok(r) = Request::decode(request) {
-            let reply = m.store.apply(&r);
-            if let Some(slot) = m.waiting.get_mut(&(r.client, r.seq)) {
+        if let Some((client, seq, reply)) = m.state.apply(request) {
+            if let Some(slot) = m.waiting.get_mut(&(client, seq)) {
                 *slot = Some(reply);
             }
         }
@@ -60,17 +66,15 @@ impl StateMachine for SharedMachine {
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
         let m = self.lock();
         out.extend_from_slice(&m.applied.to_le_bytes());
-        m.store.snapshot(out);
+        m.state.snapshot(out);
         Ok(())
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        let (applied, rest) = snapshot
-            .split_first_chunk::<8>()
-            .ok_or_else(|| "key-value snapshot: truncated".to_string())?;
-        let store = Store::restore(rest).map_err(|e| format!("key-value snapshot: {e}"))?;
+        let (applied, rest) =
+            snapshot.split_first_chunk::<8>().ok_or_else(|| "snapshot: truncated".to_string())?;
         let mut m = self.lock();
-        m.store = store;
+        m.state = AppState::restore(m.state.app(), rest)?;
         m.applied = u64::from_le_bytes(*applied);
         Ok(())
     }

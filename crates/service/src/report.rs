@@ -16,8 +16,9 @@ pub struct ReplicaReport {
     pub fuo: u64,
     /// The index after the last entry its state machine applied (its log head).
     pub applied: u64,
-    /// A digest of its key-value state: equal on replicas that applied the same entries.
+    /// A digest of its application's state: equal on replicas that applied the same entries.
     pub digest: String,
+    /// The key-value store's keys, or the order book's resting orders.
     pub keys: u64,
     /// Entries it committed as leader, attempts it aborted, leader changes it saw.
     pub commits: u64,
@@ -71,7 +72,7 @@ impl ReplicaReport {
         let s = replica.status();
         let (applied, digest, keys) = {
             let m = machine.lock();
-            (m.applied, m.store.digest(), m.store.keys_count() as u64)
+            (m.applied, m.state.digest(), m.state.items_count())
         };
         ReplicaReport {
             id: s.me.0,

@@ -25,7 +25,6 @@ use crate::wire::{
     read_frame_body, read_frame_length, write_frame, ClientMessage, FrameError, ServerMessage,
     WIRE_VERSION,
 };
-use mu_kv::Request;
 use mu_replica::Replica;
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read};
@@ -630,19 +629,19 @@ impl Connection {
     }
 
     fn handle(&self, message: ClientMessage) -> ServerMessage {
-        let bytes = match message {
+        match message {
             ClientMessage::Status => {
                 return ServerMessage::Status(self.backend.report(self.started).to_json());
             }
-            ClientMessage::Kv(bytes) => bytes,
             ClientMessage::Hello { .. } => return self.refuse("a second hello".into()),
-        };
+            ClientMessage::Kv(_) | ClientMessage::Order(_) => {}
+        }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         // Checked here so that nothing malformed reaches the log (every replica would refuse
         // it the same way, but it would take a slot).
-        let request = match Request::decode(&bytes) {
+        let (request, bytes) = match self.backend.app().request(message) {
             Ok(r) => r,
-            Err(e) => return self.refuse(format!("malformed request: {e}")),
+            Err(why) => return self.refuse(why),
         };
         let arrived = Instant::now();
         let (tx, rx) = mpsc::channel();
@@ -653,7 +652,7 @@ impl Connection {
         let answer = rx
             .recv()
             .unwrap_or_else(|_| ServerMessage::Retry("the replica is shutting down".into()));
-        if matches!(answer, ServerMessage::Reply(_)) {
+        if answer.is_answer() {
             self.counters.record_latency(arrived.elapsed().as_nanos() as u64);
         }
         answer
@@ -690,7 +689,7 @@ fn proposer(backend: &dyn Backend, counters: &ServerCounters, jobs: Receiver<Job
 
 fn count(answer: &ServerMessage, counters: &ServerCounters) {
     let counter = match answer {
-        ServerMessage::Reply(_) => &counters.committed,
+        ServerMessage::Reply(_) | ServerMessage::Events(_) => &counters.committed,
         ServerMessage::NotLeader { .. } => &counters.not_leader,
         ServerMessage::Retry(_) => &counters.retries,
         _ => &counters.refused,

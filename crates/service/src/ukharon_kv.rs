@@ -6,6 +6,7 @@
 //! changed, the lease ran out) is a retry, with the same sequence number: the store applies a
 //! client's request once.
 
+use crate::app::{App, AppRequest};
 use crate::backend::{Backend, Pending};
 use crate::report::ReplicaReport;
 use crate::wire::ServerMessage;
@@ -23,6 +24,10 @@ impl Backend for UkharonKvBackend {
         self.node.node()
     }
 
+    fn app(&self) -> App {
+        App::Kv
+    }
+
     fn serve(&self, batch: &[Pending], answers: &mut Vec<ServerMessage>) {
         // Every request is handed over before any answer is awaited: the node takes the batch
         // in one round and its writes to the backups are in flight together.
@@ -30,7 +35,15 @@ impl Backend for UkharonKvBackend {
             .iter()
             .map(|p| {
                 let (tx, rx) = mpsc::channel();
-                self.node.submit(p.request.clone(), tx);
+                match &p.request {
+                    AppRequest::Kv(r) => self.node.submit(r.clone(), tx),
+                    // The server refuses the order book's requests here (`app` is "kv").
+                    AppRequest::Order(_) => {
+                        let _ = tx.send(KvAnswer::Refused(
+                            "uKharon-KV serves key-value requests only".into(),
+                        ));
+                    }
+                }
                 rx
             })
             .collect();

@@ -6,10 +6,13 @@
 //! a replica answers [`ServerMessage::Welcome`], or refuses a client of another cluster or
 //! version and closes the connection, so a client pointed at the wrong cluster's sockets fails
 //! with a message rather than reading or writing that cluster's data. A key-value
-//! request travels as the bytes [`mu_kv::Request::encode`] makes: the same bytes the leader
-//! proposes and every replica applies.
+//! request travels as the bytes [`mu_kv::Request::encode`] makes, an order book request as
+//! [`mu_orderbook::Request::encode`] makes: the same bytes the leader proposes and every
+//! replica applies. A replica serves one application (the cluster's `app`) and refuses the
+//! other's requests.
 
 use mu_kv::{Reply, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use mu_orderbook::Reply as OrderReply;
 use std::io::{self, Read, Write};
 
 /// The largest frame body either side accepts: a compare-and-set with the largest key and two
@@ -22,18 +25,22 @@ pub const WIRE_VERSION: u32 = 1;
 const KV: u8 = 1;
 const STATUS: u8 = 2;
 const HELLO: u8 = 3;
+const ORDER: u8 = 4;
 const REPLY: u8 = 1;
 const NOT_LEADER: u8 = 2;
 const RETRY: u8 = 3;
 const REFUSED: u8 = 4;
 const STATUS_REPLY: u8 = 5;
 const WELCOME: u8 = 6;
+const EVENTS: u8 = 7;
 
 /// What a client asks a replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientMessage {
     /// A key-value request, encoded ([`mu_kv::Request::encode`]).
     Kv(Vec<u8>),
+    /// An order book request, encoded ([`mu_orderbook::Request::encode`]).
+    Order(Vec<u8>),
     /// The replica's status, as JSON ([`crate::ReplicaReport`]).
     Status,
     /// The first message on a connection: the client's cluster and format version.
@@ -43,8 +50,10 @@ pub enum ClientMessage {
 /// What a replica answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerMessage {
-    /// The request was committed and applied: its reply.
+    /// The key-value request was committed and applied: its reply.
     Reply(Reply),
+    /// The order book request was committed and applied: its events (or why it was not).
+    Events(OrderReply),
     /// This replica does not lead; `leader` is the one it believes does, if any.
     NotLeader { leader: Option<u16> },
     /// The outcome is unknown or the request was not taken now (leadership lost while
@@ -153,6 +162,10 @@ impl ClientMessage {
                 out.push(KV);
                 out.extend_from_slice(request);
             }
+            ClientMessage::Order(request) => {
+                out.push(ORDER);
+                out.extend_from_slice(request);
+            }
             ClientMessage::Status => out.push(STATUS),
             ClientMessage::Hello { cluster_id, wire_version } => {
                 out.push(HELLO);
@@ -165,6 +178,7 @@ impl ClientMessage {
     pub fn decode(body: &[u8]) -> Result<ClientMessage, FrameError> {
         match body.split_first() {
             Some((&KV, rest)) => Ok(ClientMessage::Kv(rest.to_vec())),
+            Some((&ORDER, rest)) => Ok(ClientMessage::Order(rest.to_vec())),
             Some((&STATUS, [])) => Ok(ClientMessage::Status),
             Some((&STATUS, _)) => Err(FrameError::Malformed("bytes after a status request".into())),
             Some((&HELLO, rest)) if rest.len() == 12 => {
@@ -182,11 +196,20 @@ impl ClientMessage {
 }
 
 impl ServerMessage {
+    /// Whether this is an applied request's answer (a reply or events).
+    pub fn is_answer(&self) -> bool {
+        matches!(self, ServerMessage::Reply(_) | ServerMessage::Events(_))
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         match self {
             ServerMessage::Reply(reply) => {
                 out.push(REPLY);
+                reply.encode(out);
+            }
+            ServerMessage::Events(reply) => {
+                out.push(EVENTS);
                 reply.encode(out);
             }
             ServerMessage::NotLeader { leader } => {
@@ -224,6 +247,9 @@ impl ServerMessage {
             Some((&REPLY, rest)) => Reply::decode(rest)
                 .map(ServerMessage::Reply)
                 .map_err(|e| FrameError::Malformed(format!("reply: {e}"))),
+            Some((&EVENTS, rest)) => OrderReply::decode(rest)
+                .map(ServerMessage::Events)
+                .map_err(|e| FrameError::Malformed(format!("order book reply: {e}"))),
             Some((&NOT_LEADER, [0])) => Ok(ServerMessage::NotLeader { leader: None }),
             Some((&NOT_LEADER, [1, a, b])) => {
                 Ok(ServerMessage::NotLeader { leader: Some(u16::from_le_bytes([*a, *b])) })
@@ -249,6 +275,7 @@ mod tests {
         let mut b = Vec::new();
         for m in [
             ClientMessage::Kv(vec![1, 2, 3]),
+            ClientMessage::Order(vec![4, 5]),
             ClientMessage::Status,
             ClientMessage::Hello { cluster_id: u64::MAX - 3, wire_version: WIRE_VERSION },
         ] {
@@ -257,6 +284,7 @@ mod tests {
         }
         for m in [
             ServerMessage::Reply(Reply::Stored),
+            ServerMessage::Events(OrderReply::Stale { applied_seq: 3 }),
             ServerMessage::NotLeader { leader: None },
             ServerMessage::NotLeader { leader: Some(2) },
             ServerMessage::Retry("aborted".into()),
@@ -279,6 +307,7 @@ mod tests {
         assert!(ServerMessage::decode(&[WELCOME, 0]).is_err());
         assert!(ServerMessage::decode(&[NOT_LEADER, 1, 0]).is_err());
         assert!(ServerMessage::decode(&[REPLY, 77]).is_err());
+        assert!(ServerMessage::decode(&[EVENTS, 77]).is_err());
         assert!(ServerMessage::decode(&[RETRY, 0xff]).is_err());
     }
 

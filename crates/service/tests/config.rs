@@ -611,3 +611,17 @@ fn leased_reads_errors_name_the_key() {
     refused(&ukharon_kv("[0]", "reads = \"lease\""), &["reads: for Mu and Velos"]);
     refused(&good("reads = \"log\"\n[ukharon]\ncoordinators = [5]"), &["reads = \"lease\""]);
 }
+
+#[test]
+fn the_application_is_kv_by_default_and_orderbook_on_request() {
+    use mu_service::App;
+    assert_eq!(ClusterConfig::parse(&good("")).unwrap().app(), Ok(App::Kv));
+    let c = ClusterConfig::parse(&good("app = \"orderbook\"\nprotocol = \"velos\"")).unwrap();
+    assert_eq!(c.app(), Ok(App::Orderbook));
+    refused(&good("app = \"redis\""), &["app \"redis\"", "\"kv\"", "\"orderbook\""]);
+    refused(&leased("mu", "app = \"orderbook\""), &["reads = \"lease\"", "orderbook"]);
+    refused(
+        &ukharon_kv("[0, 1, 2]", "app = \"orderbook\""),
+        &["ukharon-kv", "key-value store only"],
+    );
+}

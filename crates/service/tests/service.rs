@@ -15,7 +15,7 @@ use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, KEY_BYTES_MAX};
 use mu_replica::{Mode, Replica, ReplicaConfig};
 use mu_service::wire::{ClientMessage, ServerMessage, FRAME_BYTES_MAX, WIRE_VERSION};
-use mu_service::{Client, ClientError, Endpoint, ReplicaReport, Server, SharedMachine};
+use mu_service::{App, Client, ClientError, Endpoint, ReplicaReport, Server, SharedMachine};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -51,6 +51,11 @@ impl Cluster {
     /// A cluster whose replicas also listen for clients on `tcp` (`"127.0.0.1:0"`: a port of
     /// the system's choice each).
     fn start_serving(tag: &str, cluster_id: u64, tcp: Option<&str>) -> Cluster {
+        Cluster::start_app(tag, cluster_id, tcp, App::Kv)
+    }
+
+    /// A cluster replicating `app`.
+    fn start_app(tag: &str, cluster_id: u64, tcp: Option<&str>, app: App) -> Cluster {
         // A test that failed while holding the turn poisons it; the next one still runs.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = run_dir(&format!("mu-svc-{tag}"));
@@ -65,7 +70,7 @@ impl Cluster {
             let shm = ShmConfig::new(&cluster.dir, cluster_id, NodeId(id))
                 .with_protocol(mu_replica::protocol_tag());
             let fabric = ShmFabric::create(shm).expect("fabric");
-            let machine = SharedMachine::new();
+            let machine = SharedMachine::for_app(app);
             let replica = Arc::new(
                 Replica::start_with_state(config, fabric, Mode::Direct, machine.clone())
                     .expect("replica starts"),
@@ -538,4 +543,69 @@ fn a_request_too_large_is_refused_alone() {
     });
     assert!(refused > 0, "the large request was never sent");
     still_serves(&cluster, "after-batches");
+}
+
+/// `app = "orderbook"`: the same service replicates the order book. Orders from two clients
+/// cross and trade; a retried order is applied once; a key-value request is refused with a
+/// message naming the application; every replica ends with the same book.
+#[test]
+fn an_order_book_cluster_matches_orders_and_refuses_key_value_requests() {
+    use mu_orderbook::{Command, Event, NewOrder, OrderId, Price, Qty, Reply as OrderReply, Side};
+    let cluster = Cluster::start_app("orderbook", 0x7376_6320, None, App::Orderbook);
+    let leader = cluster.wait_leader();
+    let (mut seller, mut buyer) = (cluster.client(), cluster.client());
+    let events = |reply: OrderReply| match reply {
+        OrderReply::Events(events) => events,
+        other => panic!("expected events, got {other:?}"),
+    };
+
+    let ask =
+        events(seller.order(Command::Submit(NewOrder::limit(1, Side::Sell, 101, 5))).unwrap());
+    assert_eq!(ask[0], Event::Accepted { id: OrderId(1) }, "{ask:?}");
+    let bid = events(buyer.order(Command::Submit(NewOrder::limit(2, Side::Buy, 102, 3))).unwrap());
+    assert!(
+        bid.contains(&Event::Fill {
+            trade_id: 1,
+            maker: OrderId(1),
+            taker: OrderId(2),
+            price: Price(101),
+            qty: Qty(3),
+            maker_side: Side::Sell,
+        }),
+        "the buy crosses the resting sell at its price: {bid:?}"
+    );
+
+    // The same request twice (same client, same sequence number): one trade, the same answer.
+    let mut raw = Raw::connect(&cluster, leader);
+    let order = mu_orderbook::Request {
+        client: 0x0bad_cafe,
+        seq: 1,
+        command: Command::Submit(NewOrder::limit(3, Side::Buy, 101, 1)),
+    };
+    let message = ClientMessage::Order(order.encode());
+    let first = raw.ask_message(&message);
+    assert!(
+        matches!(&first, ServerMessage::Events(OrderReply::Events(e)) if e.len() > 1),
+        "{first:?}"
+    );
+    assert_eq!(raw.ask_message(&message), first, "a retry got another answer");
+    let left = events(seller.order(Command::Cancel { id: OrderId(1) }).unwrap());
+    assert_eq!(left[0], Event::Cancelled { id: OrderId(1), remaining: Qty(1) }, "{left:?}");
+
+    // A key-value request to an order book: refused, by the library and on the wire.
+    refused_because(raw.ask_message(&kv(7, 1, put("k", "v"))), "order book");
+    match cluster.client().put(b"k", b"v") {
+        Err(ClientError::Refused(why)) => assert!(why.contains("order book"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    let reports = poll("every replica to apply the same entries", || {
+        let reports = cluster.reports().ok()?;
+        let applied = reports[0].applied;
+        reports.iter().all(|r| r.applied == applied && r.applied > 0).then_some(reports)
+    });
+    for r in &reports {
+        assert_eq!(r.digest, reports[0].digest, "replica {} holds another book", r.id);
+        assert_eq!(r.keys, 0, "no order rests: {r:?}");
+    }
 }
