@@ -41,8 +41,7 @@ impl Checker {
         events: &[Event],
         after: &Book,
     ) -> Result<(), String> {
-        let queues = fifo::Queues::of(before, command);
-        let mut queues = queues;
+        let mut queues = fifo::Queues::of(before, command);
         for event in events {
             match *event {
                 Event::Accepted { id } => {
