@@ -11,8 +11,13 @@ pub enum Mutation {
     TradeAtAggressorPrice,
     /// Within a price level, the newest resting order trades first ("price-time priority").
     LifoWithinLevel,
+    /// A FOK order is cancelled even when the book could fill it whole ("FOK (all or none at
+    /// once)"): nothing the book shows is wrong, only what did not happen, which the
+    /// differential model sees.
+    FokAlwaysKilled,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 2] = [Mutation::TradeAtAggressorPrice, Mutation::LifoWithinLevel];
+    pub const ALL: [Mutation; 3] =
+        [Mutation::TradeAtAggressorPrice, Mutation::LifoWithinLevel, Mutation::FokAlwaysKilled];
 }

@@ -150,11 +150,16 @@ fn the_random_flow_keeps_the_book_rules() {
     }
 }
 
-/// "Show that the checker can fail": each broken book is caught by the same property check,
-/// from a fixed seed, and proptest shrinks it to a short stream.
+/// "Show that the checker can fail": each broken book is caught from a fixed seed, by the check
+/// of the rule it breaks, and proptest shrinks the stream to a few commands.
 #[test]
 fn the_checks_catch_every_broken_book() {
     for mutation in Mutation::ALL {
+        let caught_by = match mutation {
+            Mutation::TradeAtAggressorPrice => "not the resting order's price",
+            Mutation::LifoWithinLevel => "ahead of it",
+            Mutation::FokAlwaysKilled => "the model's",
+        };
         let config = Config { cases: 256, failure_persistence: None, ..Config::default() };
         let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
         let mut runner = TestRunner::new_with_rng(config, rng);
@@ -164,6 +169,10 @@ fn the_checks_catch_every_broken_book() {
         match result {
             Err(TestError::Fail(why, commands)) => {
                 eprintln!("{mutation:?} caught in {} commands: {why}", commands.len());
+                assert!(
+                    why.message().contains(caught_by),
+                    "{mutation:?} caught by another check: {why}"
+                );
                 assert!(
                     commands.len() <= 10,
                     "{mutation:?}: shrunk to {} commands",

@@ -45,17 +45,18 @@ impl Book {
             return;
         }
         self.unlink(id);
-        let priority = self.next_priority();
         let order = self.orders.get_mut(&id).expect("checked live");
         order.kind = OrderKind::Limit { price };
         order.open = open;
         order.qty = qty.0;
-        order.priority = priority;
         match (order.status, order.stop) {
             (OrderStatus::Waiting, Some(stop)) => {
                 let side = order.side;
+                let priority = self.next_priority();
+                self.orders.get_mut(&id).expect("checked live").priority = priority;
                 self.stops.insert(side, stop, priority, id);
             }
+            // A resting order gets its new place when it rests again (if anything is left).
             _ => {
                 self.enter(id, events);
                 self.trigger_stops(events);

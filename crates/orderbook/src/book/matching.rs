@@ -91,8 +91,9 @@ impl Book {
         // (only with quantities near 2^64): it is cancelled rather than overflow the level.
         let fits =
             limit.is_none_or(|price| !rests || self.levels(order.side).fits(price, order.open));
+        let (.., fok_killed) = self.broken_rules();
         let fillable = order.tif != TimeInForce::Fok
-            || self.levels(order.side.opposite()).can_fill(limit, order.open);
+            || (!fok_killed && self.levels(order.side.opposite()).can_fill(limit, order.open));
         if !fits || !fillable {
             cancel_rest(id, &mut order, events);
             return order;
@@ -129,7 +130,7 @@ impl Book {
         qty: u64,
         events: &mut Vec<Event>,
     ) -> u64 {
-        let (at_taker_price, lifo) = self.broken_rules();
+        let (at_taker_price, lifo, _) = self.broken_rules();
         let makers = match side {
             Side::Buy => &mut self.asks,
             Side::Sell => &mut self.bids,
@@ -190,16 +191,21 @@ impl Book {
         }
     }
 
-    /// Which broken rules this book follows: trading at the taker's price, last in first out.
+    /// Which broken rules this book follows: trading at the taker's price, last in first out,
+    /// killing every FOK order.
     #[cfg(feature = "mutations")]
-    fn broken_rules(&self) -> (bool, bool) {
-        (self.mutated(Mutation::TradeAtAggressorPrice), self.mutated(Mutation::LifoWithinLevel))
+    fn broken_rules(&self) -> (bool, bool, bool) {
+        (
+            self.mutated(Mutation::TradeAtAggressorPrice),
+            self.mutated(Mutation::LifoWithinLevel),
+            self.mutated(Mutation::FokAlwaysKilled),
+        )
     }
 
     #[cfg(not(feature = "mutations"))]
     #[inline(always)]
-    fn broken_rules(&self) -> (bool, bool) {
-        (false, false)
+    fn broken_rules(&self) -> (bool, bool, bool) {
+        (false, false, false)
     }
 }
 

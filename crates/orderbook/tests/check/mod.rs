@@ -3,6 +3,8 @@
 //! price, aggressors never trade beyond their limit, FIFO within a price, and the best bid and
 //! offer reported is the book's.
 //!
+//! Then the book's events must be the simple model's (`model`), exactly.
+//!
 //! The checker keeps its own account of every order from the commands and the events alone
 //! (what was accepted, replaced, filled and cancelled), and compares it with the book's.
 
@@ -11,7 +13,9 @@ mod conservation;
 mod crossed;
 mod fifo;
 mod fills;
+mod model;
 
+pub use model::Model;
 use mu_orderbook::{Book, Command, Event, OrderId, Price, Side};
 use std::collections::BTreeMap;
 
@@ -41,8 +45,7 @@ impl Checker {
         events: &[Event],
         after: &Book,
     ) -> Result<(), String> {
-        let queues = fifo::Queues::of(before, command);
-        let mut queues = queues;
+        let mut queues = fifo::Queues::of(before, command);
         for event in events {
             match *event {
                 Event::Accepted { id } => {
@@ -91,6 +94,7 @@ impl Checker {
 /// Applies `commands` to `book`, checking every one.
 pub fn stream(mut book: Book, commands: &[Command]) -> Result<(), String> {
     let mut checker = Checker::default();
+    let mut model = Model::default();
     let mut events = Vec::new();
     for (at, command) in commands.iter().enumerate() {
         let before = book.clone();
@@ -99,6 +103,12 @@ pub fn stream(mut book: Book, commands: &[Command]) -> Result<(), String> {
         checker
             .command(&before, command, &events, &book)
             .map_err(|why| format!("command {at} {command:?}: {why}; events {events:?}"))?;
+        let expected = model.apply(command);
+        if expected != events {
+            return Err(format!(
+                "command {at} {command:?}: events {events:?}, the model's {expected:?}"
+            ));
+        }
     }
     Ok(())
 }
