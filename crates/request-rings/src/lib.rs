@@ -55,5 +55,5 @@ pub use error::{
 };
 pub use frame::{Checks, Rejection};
 pub use grant::{ClientSlot, Grant, GrantError, GRANT_BYTES};
-pub use measure::{measure_round_trip, Echo, MeasureError, RoundTrips};
+pub use measure::{measure_round_trip, round_trip_samples, Echo, MeasureError, RoundTrips};
 pub use server::{ReleaseReason, Released, RingServer, ServerStats};

@@ -65,6 +65,19 @@ pub fn measure_round_trip<F: Fabric>(
     samples: usize,
     timeout: Duration,
 ) -> Result<RoundTrips, MeasureError> {
+    let times_ns = round_trip_samples(client, payload, warmup, samples, timeout)?;
+    RoundTrips::of(times_ns).ok_or(MeasureError::NoSamples)
+}
+
+/// As [`measure_round_trip`], the samples themselves (nanoseconds, in the order taken), for a
+/// caller that merges them with others or keeps its own histogram.
+pub fn round_trip_samples<F: Fabric>(
+    client: &mut RingClient<F>,
+    payload: &[u8],
+    warmup: usize,
+    samples: usize,
+    timeout: Duration,
+) -> Result<Vec<u64>, MeasureError> {
     if samples == 0 {
         return Err(MeasureError::NoSamples);
     }
@@ -91,7 +104,7 @@ pub fn measure_round_trip<F: Fabric>(
             times_ns.push(elapsed_ns);
         }
     }
-    RoundTrips::of(times_ns).ok_or(MeasureError::NoSamples)
+    Ok(times_ns)
 }
 
 /// A server loop's body that answers every request with its own payload: for tests, examples
