@@ -26,6 +26,8 @@ pub struct RingClient<F: Fabric> {
     fabric: F,
     grant: Grant,
     conn: ConnId,
+    /// Whether `conn` is connected for the current grant (not after a failed `reopen`).
+    connected: bool,
     poster: FramePoster<F>,
     responses: F::Region,
     /// The staging region's id and length as registered (a later grant must fit them).
@@ -41,11 +43,23 @@ pub struct RingClient<F: Fabric> {
 }
 
 impl<F: Fabric> RingClient<F> {
-    /// Opens the ring `grant` gives this node: registers the response ring (remotely writable:
-    /// the only such region this node may have, since the server's write access covers every
-    /// one) and a staging area (not remotely accessible), and connects this node's side of the
-    /// connection to the server, letting it write.
+    /// Opens the ring `grant` gives this node: [`RingClient::prepare`], then connects this
+    /// node's side of the connection to the server, letting it write.
+    ///
+    /// A failed connection (the server's node unreachable) loses the regions registered: the
+    /// fabric cannot unregister them, so this node cannot open again. A caller that wants to
+    /// try another grant on the same node uses `prepare` and [`RingClient::reopen`] instead.
     pub fn open(fabric: F, grant: &Grant) -> Result<RingClient<F>, OpenError> {
+        let mut client = RingClient::prepare(fabric, grant)?;
+        client.start(grant)?;
+        Ok(client)
+    }
+
+    /// Registers what a client needs on this node, sized by `grant`, without connecting: the
+    /// response ring (remotely writable: the only such region this node may have, since the
+    /// server's write access covers every one) and a staging area (not remotely accessible).
+    /// [`RingClient::reopen`] connects it.
+    pub fn prepare(fabric: F, grant: &Grant) -> Result<RingClient<F>, OpenError> {
         check_grant_for(&fabric, grant)?;
         let g = grant.geometry;
         let register = |region: RegionId, len: usize, access: Access| {
@@ -59,12 +73,14 @@ impl<F: Fabric> RingClient<F> {
             fabric.endpoint(2 * g.slots_per_client as usize + 8).map_err(OpenError::Endpoint)?;
         let max_inline = fabric.max_inline_bytes();
         let staging_at = (staging.id(), staging.len_bytes());
-        let mut client = RingClient {
+        let slots = g.slots_per_client as usize;
+        Ok(RingClient {
             poster: FramePoster::new(endpoint, staging, max_inline, g.request_slot_bytes as usize),
             conn: ConnId::new(grant.server_node, grant.channel),
+            connected: false,
             staging: staging_at,
-            in_flight: Vec::new(),
-            sent: Vec::new(),
+            in_flight: vec![None; slots],
+            sent: vec![Vec::new(); slots],
             next_seq: 0,
             failed: None,
             completions: vec![Completion::EMPTY; 16],
@@ -72,9 +88,7 @@ impl<F: Fabric> RingClient<F> {
             grant: *grant,
             responses,
             fabric,
-        };
-        client.start(grant)?;
-        Ok(client)
+        })
     }
 
     /// Moves to a new grant (after a release, or from another server after a leader change)
@@ -114,6 +128,7 @@ impl<F: Fabric> RingClient<F> {
 
     /// Connects to the grant's server and starts its sequence from 0.
     fn start(&mut self, grant: &Grant) -> Result<(), OpenError> {
+        self.connected = false;
         let conn = self.conn;
         self.fabric
             .connect(conn, Access::WRITE)
@@ -126,6 +141,7 @@ impl<F: Fabric> RingClient<F> {
             .collect();
         self.next_seq = 0;
         self.failed = None;
+        self.connected = true;
         Ok(())
     }
 
@@ -181,6 +197,9 @@ impl<F: Fabric> RingClient<F> {
     /// Writes `payload` as the next request into this client's ring on the server and returns
     /// its transport sequence number. Up to `slots_per_client` requests may be outstanding.
     pub fn send(&mut self, payload: &[u8]) -> Result<u64, SendError> {
+        if !self.connected {
+            return Err(SendError::NotConnected);
+        }
         if let Some(status) = self.failed {
             return Err(SendError::Disconnected(status));
         }

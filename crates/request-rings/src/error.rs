@@ -84,6 +84,8 @@ pub enum OpenError {
 pub enum SendError {
     #[error("payload of {len} bytes is over the request slot's {max}")]
     TooLarge { len: usize, max: usize },
+    #[error("not connected to a server: open or reopen a grant first")]
+    NotConnected,
     #[error("all {slots} request slots hold requests not answered yet: poll first")]
     WindowFull { slots: u32 },
     #[error(

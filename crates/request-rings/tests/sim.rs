@@ -517,3 +517,14 @@ fn a_seed_gives_the_same_run() {
     assert_eq!(scenario(12), (hash, taken));
     assert_ne!(scenario(13).0, hash);
 }
+
+#[test]
+fn a_prepared_client_connects_on_reopen() {
+    let mut rig = Rig::new(14, config());
+    let fabric = rig.world.node(NodeId(6));
+    let grant = rig.server.admit(NodeId(6)).expect("admit");
+    let mut client = RingClient::prepare(fabric, &grant).expect("prepare");
+    assert_eq!(client.send(b"too early"), Err(SendError::NotConnected));
+    client.reopen(&grant).expect("connect");
+    round_trip(&mut rig, &mut client, b"connected");
+}
