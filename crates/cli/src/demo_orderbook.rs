@@ -5,16 +5,15 @@
 
 use crate::demo::Shared;
 use hdrhistogram::Histogram;
+use mu_orderbook::flow::Flow;
 use mu_orderbook::{Command, Event, NewOrder, OrderId, RejectReason, Reply, Side};
 use mu_service::{Client, ClientError, ClusterConfig};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Commands generated at a time per trader (each batch's ids are its own).
-const FLOW_CHUNK: usize = 4096;
-/// Bits of an order id below a trader's number; the batch number sits above the flow's own ids.
+/// Bits of an order id below a trader's number: each trader's flow numbers its orders from
+/// `(trader + 1) << TRADER_SHIFT`.
 const TRADER_SHIFT: u32 = 40;
-const CHUNK_SHIFT: u32 = 24;
 
 /// One trader thread: submits, cancels and replaces orders until told to stop, and records
 /// every order id whose acceptance it saw.
@@ -29,61 +28,47 @@ pub fn trader_loop(
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     let mut acked: Vec<u64> = Vec::new();
     let mut trades = 0u64;
-    'flow: for chunk in 0u64.. {
-        let seed = (t as u64) << 32 | chunk;
-        let base = (t as u64 + 1) << TRADER_SHIFT | chunk << CHUNK_SHIFT;
-        for command in mu_orderbook::flow::random_flow(seed, FLOW_CHUNK) {
-            if shared.stop.load(Ordering::Acquire) {
-                break 'flow;
-            }
-            let command = with_ids_from(command, base);
-            let began = Instant::now();
-            let outcome = client.order(command);
-            let done = shared.clock.now_ns();
-            match outcome {
-                Ok(Reply::Events(events)) => {
-                    h.saturating_record(began.elapsed().as_nanos() as u64);
-                    shared.ops.fetch_add(1, Ordering::Relaxed);
-                    shared.clock.answered(client.target(), done);
-                    for e in &events {
-                        match e {
-                            Event::Accepted { id } => acked.push(id.0),
-                            Event::Fill { .. } => trades += 1,
-                            _ => {}
-                        }
+    let mut flow = Flow::new(0x0b00_c000 ^ t as u64, (t as u64 + 1) << TRADER_SHIFT);
+    let mut n: u64 = 0;
+    while !shared.stop.load(Ordering::Acquire) {
+        n += 1;
+        let command = flow.next_command();
+        let began = Instant::now();
+        let outcome = client.order(command);
+        let done = shared.clock.now_ns();
+        match outcome {
+            Ok(Reply::Events(events)) => {
+                h.saturating_record(began.elapsed().as_nanos() as u64);
+                shared.ops.fetch_add(1, Ordering::Relaxed);
+                shared.clock.answered(client.target(), done);
+                for e in &events {
+                    match e {
+                        Event::Accepted { id } => acked.push(id.0),
+                        Event::Fill { .. } => trades += 1,
+                        _ => {}
                     }
                 }
-                Ok(other) => {
-                    shared.errors.fetch_add(1, Ordering::Relaxed);
-                    note!("mu demo: trader {t}: unexpected answer {other:?}");
-                }
-                Err(ClientError::Refused(why)) => {
-                    shared.errors.fetch_add(1, Ordering::Relaxed);
-                    note!("mu demo: trader {t}: refused: {why}");
-                }
-                Err(_) => {
-                    shared.errors.fetch_add(1, Ordering::Relaxed);
-                }
             }
-            if shared.ops.load(Ordering::Relaxed) % 64 == 0 {
-                shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
-                h.reset();
+            Ok(other) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                note!("mu demo: trader {t}: unexpected answer {other:?}");
             }
+            Err(ClientError::Refused(why)) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                note!("mu demo: trader {t}: refused: {why}");
+            }
+            Err(_) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if n % 64 == 0 {
+            shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
+            h.reset();
         }
     }
     shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
     shared.trades.fetch_add(trades, Ordering::Relaxed);
     shared.orders.lock().unwrap_or_else(|p| p.into_inner()).extend(acked);
-}
-
-/// `command` with its order ids moved into this trader's and batch's range (`base` or'ed in).
-fn with_ids_from(command: Command, base: u64) -> Command {
-    let id = |id: OrderId| OrderId(base | id.0);
-    match command {
-        Command::Submit(order) => Command::Submit(NewOrder { id: id(order.id), ..order }),
-        Command::Cancel { id: i } => Command::Cancel { id: id(i) },
-        Command::Replace { id: i, price, qty } => Command::Replace { id: id(i), price, qty },
-    }
 }
 
 /// Submits every acknowledged order's id again: each must be rejected as a duplicate (the
