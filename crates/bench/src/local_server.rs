@@ -128,6 +128,9 @@ fn serve(stream: UnixStream, answering: &Answering, (store, book): &mut (Store, 
                 Err(e) => ServerMessage::Refused(format!("malformed order: {e}")),
             },
             Ok(ClientMessage::Status) => ServerMessage::Refused("no status here".into()),
+            Ok(ClientMessage::FabricReserve | ClientMessage::FabricJoin { .. }) => {
+                ServerMessage::Refused("no fabric path here".into())
+            }
             Err(e) => ServerMessage::Refused(e.to_string()),
         };
         answer.encode(&mut out);

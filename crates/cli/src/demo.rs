@@ -76,6 +76,11 @@ pub struct Args {
     /// matching engine; Mu or Velos, reads through the log).
     #[arg(long, default_value = "kv", value_parser = ["kv", "orderbook"])]
     app: String,
+    /// How the clients reach the replicas: "socket" (Unix sockets) or "fabric" (request rings
+    /// over the shared-memory fabric, joined through the socket; Mu and Velos, reads through
+    /// the log).
+    #[arg(long, default_value = "socket", value_parser = ["socket", "fabric"])]
+    transport: String,
 }
 
 /// What `mu demo` shows: a key-value cluster on a replication engine, or uKharon.
@@ -153,6 +158,12 @@ pub fn run(args: Args) -> Result<(), String> {
         DemoProtocol::Ukharon => return ukharon(&args),
     };
     let orderbook = args.app == "orderbook";
+    let over_fabric = args.transport == "fabric";
+    if over_fabric && (protocol.is_none() || leased) {
+        return Err(
+            "--transport fabric: for --protocol mu or velos with reads through the log".into()
+        );
+    }
     if orderbook && (protocol.is_none() || leased || args.keys.is_some()) {
         return Err("--app orderbook: for --protocol mu or velos with reads through the log, \
                     and without --keys (traders send orders, not keys)"
@@ -160,6 +171,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let kv = KvDemo {
         app: if orderbook { "orderbook" } else { "kv" },
+        transport: if over_fabric { "fabric" } else { "socket" },
         protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
         reads: match (protocol, leased) {
             (None, _) => "primary",
@@ -196,14 +208,13 @@ pub fn run(args: Args) -> Result<(), String> {
     });
     let workers: Vec<_> = (0..usize::from(clients))
         .map(|t| {
-            let (shared, endpoints) = (shared.clone(), config.endpoints());
+            let (shared, config) = (shared.clone(), config.clone());
             let keys = keys as usize;
-            let cluster_id = config.cluster_id;
             std::thread::spawn(move || {
                 if orderbook {
-                    crate::demo_orderbook::trader_loop(t, cluster_id, endpoints, &shared)
+                    crate::demo_orderbook::trader_loop(t, &config, &shared)
                 } else {
-                    client_loop(t, keys, cluster_id, endpoints, &shared)
+                    client_loop(t, keys, &config, &shared)
                 }
             })
         })
@@ -271,10 +282,12 @@ fn read_back_acknowledged(shared: &Shared, config: &ClusterConfig) -> Result<usi
 fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<KvCluster, String> {
     let shape = LogShape { slots: 4096, slot_bytes: 1024 };
     let leased = kv.reads == "lease";
+    let orderbook = kv.app == "orderbook";
     let cluster = match protocol {
-        Some(protocol) if kv.app == "orderbook" => {
-            KvCluster::start_orderbook("demo", shape, protocol)?
+        Some(protocol) if kv.transport == "fabric" => {
+            KvCluster::start_over_fabric("demo", shape, protocol, orderbook)?
         }
+        Some(protocol) if orderbook => KvCluster::start_orderbook("demo", shape, protocol)?,
         Some(protocol) if leased => KvCluster::start_leased("demo", shape, protocol)?,
         Some(protocol) => KvCluster::start("demo", shape, protocol)?,
         // Each backup holds a ring of the records it has not applied yet, each primary one per
@@ -286,10 +299,11 @@ fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<
         _ => " and 3 uKharon coordinators",
     };
     note!(
-        "mu demo: 3 replica processes ({}, {}){coordinators} on the shared-memory fabric, run \
-         directory {}",
+        "mu demo: 3 replica processes ({}, {}, clients over the {}){coordinators} on the \
+         shared-memory fabric, run directory {}",
         kv.protocol,
         kv.app,
+        kv.transport,
         cluster.run_dir().display()
     );
     Ok(cluster)
@@ -298,6 +312,8 @@ fn start_cluster(kv: &KvDemo, protocol: Option<mu_replica::Protocol>) -> Result<
 struct KvDemo {
     /// "kv" or "orderbook".
     app: &'static str,
+    /// "socket" or "fabric".
+    transport: &'static str,
     /// "mu", "velos" or "ukharon-kv".
     protocol: &'static str,
     /// How GETs are answered: "log", "lease", or "primary" (uKharon-KV's).
@@ -325,6 +341,7 @@ fn print_summary(
         let json = serde_json::json!({
             "protocol": args.protocol,
             "app": args.app,
+            "transport": args.transport,
             "reads": args.reads,
             "replicas": REPLICAS,
             "clients": args.clients,
@@ -386,14 +403,8 @@ fn lossy(b: &[u8]) -> String {
 }
 
 /// One client thread: puts and gets on its own keys until told to stop.
-fn client_loop(
-    t: usize,
-    keys: usize,
-    cluster_id: u64,
-    endpoints: Vec<(u16, mu_service::Endpoint)>,
-    shared: &Shared,
-) {
-    let Ok(mut client) = Client::new(cluster_id, endpoints) else { return };
+fn client_loop(t: usize, keys: usize, config: &ClusterConfig, shared: &Shared) {
+    let Ok(mut client) = config.client() else { return };
     client.set_timeout(Duration::from_secs(5));
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     let mut n: u64 = 0;

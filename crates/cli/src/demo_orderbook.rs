@@ -17,13 +17,8 @@ const TRADER_SHIFT: u32 = 40;
 
 /// One trader thread: submits, cancels and replaces orders until told to stop, and records
 /// every order id whose acceptance it saw.
-pub fn trader_loop(
-    t: usize,
-    cluster_id: u64,
-    endpoints: Vec<(u16, mu_service::Endpoint)>,
-    shared: &Shared,
-) {
-    let Ok(mut client) = Client::new(cluster_id, endpoints) else { return };
+pub fn trader_loop(t: usize, config: &ClusterConfig, shared: &Shared) {
+    let Ok(mut client) = config.client() else { return };
     client.set_timeout(Duration::from_secs(5));
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     let mut acked: Vec<u64> = Vec::new();

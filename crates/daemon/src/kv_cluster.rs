@@ -90,12 +90,31 @@ impl KvCluster {
         KvCluster::start_from(tag, &log, Kind::Orderbook(protocol))
     }
 
+    /// [`KvCluster::start`] (or [`KvCluster::start_orderbook`] with `orderbook`) whose
+    /// clients reach the replicas over the fabric (`transport = "fabric"`): [`KvCluster::client`]
+    /// gives such clients.
+    pub fn start_over_fabric(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+        orderbook: bool,
+    ) -> Result<KvCluster, String> {
+        let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
+        KvCluster::start_file(tag, &log, kind, "transport = \"fabric\"\n")
+    }
+
     /// Writes the file of a cluster of `kind` into a fresh run directory and starts its
     /// processes.
     fn start_from(tag: &str, log: &LogShape, kind: Kind) -> Result<KvCluster, String> {
+        KvCluster::start_file(tag, log, kind, "")
+    }
+
+    /// [`KvCluster::start_from`] with `extra` keys at the file's top level.
+    fn start_file(tag: &str, log: &LogShape, kind: Kind, extra: &str) -> Result<KvCluster, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("cluster.toml");
-        std::fs::write(&config_path, cluster_file(tag, dir.path(), log, kind))
+        let text = format!("{extra}{}", cluster_file(tag, dir.path(), log, kind));
+        std::fs::write(&config_path, text)
             .map_err(|e| format!("writing the configuration: {e}"))?;
         let config = crate::config::load_config(&config_path)?;
         let processes = Processes::spawn(&config_path, &config)?;
@@ -106,9 +125,9 @@ impl KvCluster {
         &self.config.run_dir
     }
 
-    /// A client of this cluster.
+    /// A client of this cluster (over the fabric where the cluster's transport is).
     pub fn client(&self) -> Result<Client, String> {
-        Client::new(self.config.cluster_id, self.config.endpoints()).map_err(|e| e.to_string())
+        self.config.client()
     }
 
     /// Waits until a majority of the replicas agree on a leader; fails if a replica exits, on

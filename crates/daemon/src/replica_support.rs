@@ -1,6 +1,9 @@
 //! What every replica process of the daemon shares, Mu, Velos or uKharon-KV: its client
 //! server, its metrics endpoint and the private files it writes.
 
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_service::config::Transport;
 use mu_service::metrics::MetricsServer;
 use mu_service::server::ServerLimits;
 use mu_service::{ClusterConfig, Server};
@@ -47,13 +50,21 @@ pub(crate) fn serve_clients(
 ) -> Result<(Server, Option<MetricsServer>), String> {
     let socket = config.socket_path(id);
     let tcp = config.client_address(id);
-    let server = Server::start_backend(
+    let mut server = Server::start_backend(
         config.cluster_id,
         backend.clone(),
         (&socket, tcp.as_deref()),
         started,
         ServerLimits::default(),
     )?;
+    if config.transport()? == Transport::Fabric {
+        // A node of the server's own (id 0 of its directory), apart from the replica's: a
+        // client's write access covers every region of the node it writes to.
+        let dir = config.clients_fabric_dir(id);
+        let node = ShmFabric::create(ShmConfig::new(&dir, config.cluster_id, NodeId(0)))
+            .map_err(|e| format!("the fabric path's node in {}: {e}", dir.display()))?;
+        server.attach_fabric(node, &dir)?;
+    }
     let Some(base) = config.metrics.port_base else { return Ok((server, None)) };
     let port = base.checked_add(id).ok_or("metrics.port_base + id is above 65535")?;
     let sources = mu_service::metrics::Sources {

@@ -6,6 +6,7 @@
 //! leaves the outcome unknown makes it send the request again — always with the same client id
 //! and sequence number, so the state machine applies it once, however many times it arrives.
 
+use crate::fabric_link::FabricLink;
 use crate::report::ReplicaReport;
 use crate::socket::{Endpoint, Stream};
 use crate::wire::{
@@ -54,6 +55,10 @@ pub struct Client {
     body: Vec<u8>,
     /// How many times operations were sent again (redirects, retries, reconnections).
     pub resends: u64,
+    /// Whether requests go over the fabric where a replica serves it ([`Client::over_fabric`]).
+    over_fabric: bool,
+    /// The request rings on the target replica, once joined.
+    link: Option<FabricLink>,
 }
 
 /// A client id unlikely to be anyone else's: time, process and a counter mixed.
@@ -92,7 +97,21 @@ impl Client {
             timeout: Duration::from_secs(5),
             body: Vec::new(),
             resends: 0,
+            over_fabric: false,
+            link: None,
         })
+    }
+
+    /// Sends requests over the fabric (`docs/client-path.md`): the client joins each replica
+    /// it talks to through its socket, then writes requests into its ring there and reads the
+    /// answers from its own, on a fabric node of its own (shm: clients on the replicas' host).
+    /// A message too large for a ring slot, and every request to a replica that serves no
+    /// fabric clients, still goes by the socket.
+    pub fn over_fabric(&mut self, on: bool) {
+        self.over_fabric = on;
+        if !on {
+            self.link = None;
+        }
     }
 
     /// How long an operation may take before [`ClientError::Timeout`] (default 5 s).
@@ -224,6 +243,9 @@ impl Client {
                 Ok(
                     ServerMessage::Status(_)
                     | ServerMessage::Welcome
+                    | ServerMessage::FabricNode { .. }
+                    | ServerMessage::FabricGrant(_)
+                    | ServerMessage::BySocket
                     | ServerMessage::Reply(_)
                     | ServerMessage::Events(_),
                 ) => {
@@ -249,7 +271,8 @@ impl Client {
         self.switch(pos);
         let mut message = Vec::new();
         ClientMessage::Status.encode(&mut message);
-        match self.exchange(&message, Instant::now() + READ_TIMEOUT) {
+        // By the socket: the fabric path carries requests only.
+        match self.exchange_socket(&message, Instant::now() + READ_TIMEOUT) {
             Ok(ServerMessage::Status(json)) => ReplicaReport::from_json(&json),
             // A replica of another cluster, or of another wire version, refuses the hello.
             Ok(ServerMessage::Refused(why)) => Err(format!("replica {id} refused: {why}")),
@@ -281,6 +304,20 @@ impl Client {
     /// refusal as the answer. Connecting and each read wait no longer than until `deadline`
     /// (and at least a millisecond), so that a short timeout is kept.
     fn exchange(&mut self, message: &[u8], deadline: Instant) -> Result<ServerMessage, FrameError> {
+        if self.over_fabric {
+            if let Some(result) = self.exchange_fabric(message, deadline) {
+                return result;
+            }
+        }
+        self.exchange_socket(message, deadline)
+    }
+
+    /// [`Client::exchange`] over the socket.
+    fn exchange_socket(
+        &mut self,
+        message: &[u8],
+        deadline: Instant,
+    ) -> Result<ServerMessage, FrameError> {
         let reused = self.conn.is_some();
         match self.exchange_once(message, deadline) {
             // A replica closes a connection idle for long (its limits): a connection kept from
@@ -291,6 +328,69 @@ impl Client {
                 self.exchange_once(message, deadline)
             }
             result => result,
+        }
+    }
+
+    /// [`Client::exchange`] over the target's request rings, joining them first if needed;
+    /// `None` where the message goes by the socket instead (too large, or the replica serves
+    /// no fabric clients).
+    fn exchange_fabric(
+        &mut self,
+        message: &[u8],
+        deadline: Instant,
+    ) -> Option<Result<ServerMessage, FrameError>> {
+        let target = self.replicas[self.target].0;
+        if self.link.as_ref().is_some_and(|l| l.replica != target) {
+            self.link = None;
+        }
+        if self.link.is_none() {
+            match self.join_fabric(target, deadline) {
+                Ok(link) => self.link = Some(link),
+                Err(None) => return None,
+                Err(Some(e)) => return Some(Err(e)),
+            }
+        }
+        let link = self.link.as_mut()?;
+        if !link.fits(message) {
+            return None;
+        }
+        let result = link.exchange(message, deadline.min(Instant::now() + READ_TIMEOUT));
+        match result {
+            // Taken, but its answer is too large for the rings: the same request over the
+            // socket gets the answer kept for it.
+            Ok(ServerMessage::BySocket) => return Some(self.exchange_socket(message, deadline)),
+            Err(_) => self.link = None,
+            Ok(_) => {}
+        }
+        Some(result)
+    }
+
+    /// Joins `target`'s request rings through the socket. `Err(None)`: it serves no fabric
+    /// clients (the client stops asking); `Err(Some(_))`: it could not now.
+    fn join_fabric(
+        &mut self,
+        target: u16,
+        deadline: Instant,
+    ) -> Result<FabricLink, Option<FrameError>> {
+        let failed = |why: String| Some(FrameError::Malformed(why));
+        let mut message = Vec::new();
+        ClientMessage::FabricReserve.encode(&mut message);
+        let (node, dir) = match self.exchange_once(&message, deadline).map_err(Some)? {
+            ServerMessage::FabricNode { node, dir } => (node, dir),
+            ServerMessage::Refused(why) => {
+                tracing::debug!(replica = target, why, "no fabric path: using the socket");
+                self.over_fabric = false;
+                return Err(None);
+            }
+            other => return Err(failed(format!("replica {target} answered {other:?} to a join"))),
+        };
+        let fabric = FabricLink::start_node(self.cluster_id, &dir, node).map_err(failed)?;
+        ClientMessage::FabricJoin { node }.encode(&mut message);
+        match self.exchange_once(&message, deadline).map_err(Some)? {
+            ServerMessage::FabricGrant(grant) => {
+                FabricLink::open(target, fabric, &grant).map_err(failed)
+            }
+            other => Err(failed(format!("replica {target} did not admit node {node}: {other:?}"))),
         }
     }
 

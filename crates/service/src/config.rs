@@ -5,6 +5,8 @@
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
 //! app = "kv"                  # what it replicates: "kv" (the key-value store) or "orderbook"
+//! transport = "socket"        # or "fabric": clients on this host may also send requests
+//!                             # over request rings (docs/client-path.md; shm only)
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
 //! run_dir = "/dev/shm/mu-7"   # owner-only: shared memory, sockets, pid and log files; on
 //!                             # tmpfs (mu replica and mu cluster up warn where it is not)
@@ -94,6 +96,10 @@ pub struct ClusterConfig {
     /// matching engine, `docs/apps/orderbook.md`).
     #[serde(default = "default_app")]
     pub app: String,
+    /// How clients reach the replicas: "socket" (Unix sockets, and TCP with `[clients]`) or
+    /// "fabric" (request rings on the fabric besides; `docs/client-path.md`).
+    #[serde(default = "default_transport")]
+    pub transport: String,
     #[serde(default = "default_fabric")]
     pub fabric: String,
     pub run_dir: PathBuf,
@@ -121,6 +127,15 @@ pub struct ClusterConfig {
     /// the keys of a `mu ukharon` group file (checked whole by the daemon, which reads that
     /// format).
     pub ukharon: Option<toml::Table>,
+}
+
+/// How clients reach the replicas (`transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Unix sockets (and TCP where `[clients]` says).
+    Socket,
+    /// Request rings over the fabric besides, for clients on the replicas' host.
+    Fabric,
 }
 
 /// How a Mu or Velos cluster answers GETs (`reads`).
@@ -258,6 +273,9 @@ fn default_provider() -> String {
 fn default_fabric() -> String {
     "shm".into()
 }
+fn default_transport() -> String {
+    "socket".into()
+}
 fn default_app() -> String {
     "kv".into()
 }
@@ -327,6 +345,7 @@ impl ClusterConfig {
             }
         }
         self.client_addresses()?;
+        self.transport()?;
         if !matches!(self.mode.as_str(), "direct" | "handover") {
             return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
         }
@@ -490,6 +509,36 @@ impl ClusterConfig {
             return Err(format!("ukharon.coordinators: node {c} is also a replica"));
         }
         Ok(())
+    }
+
+    /// How clients reach the replicas (`transport`).
+    pub fn transport(&self) -> Result<Transport, String> {
+        match (self.transport.as_str(), self.fabric.as_str()) {
+            ("socket", _) => Ok(Transport::Socket),
+            ("fabric", "shm") => Ok(Transport::Fabric),
+            ("fabric", other) => Err(format!(
+                "transport = \"fabric\": for fabric = \"shm\" only, for now (fabric is \
+                 \"{other}\"); use transport = \"socket\""
+            )),
+            (other, _) => Err(format!(
+                "transport \"{other}\": use \"socket\" (Unix sockets, and TCP with \
+                 [clients]) or \"fabric\" (request rings over the fabric besides)"
+            )),
+        }
+    }
+
+    /// Where replica `id`'s fabric node for clients lives (`transport = "fabric"`): clients
+    /// start theirs there.
+    pub fn clients_fabric_dir(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("clients-{id}"))
+    }
+
+    /// A client of this cluster: its endpoints, and the fabric where the transport is.
+    pub fn client(&self) -> Result<crate::Client, String> {
+        let mut client =
+            crate::Client::new(self.cluster_id, self.endpoints()).map_err(|e| e.to_string())?;
+        client.over_fabric(self.transport()? == Transport::Fabric);
+        Ok(client)
     }
 
     /// The replicated application (`app`).

@@ -18,6 +18,8 @@ pub mod app;
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod fabric_link;
+pub mod fabric_path;
 pub mod lease;
 pub mod machine;
 pub mod metrics;

@@ -19,12 +19,14 @@
 //! being over the limit and errors accepting connections. Nothing per request.
 
 use crate::backend::{Backend, Pending, ReplicaBackend};
+use crate::fabric_path::{FabricAsks, FabricPath};
 use crate::machine::SharedMachine;
 use crate::socket::Stream;
 use crate::wire::{
     read_frame_body, read_frame_length, write_frame, ClientMessage, FrameError, ServerMessage,
     WIRE_VERSION,
 };
+use mu_fabric::Fabric;
 use mu_replica::Replica;
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read};
@@ -34,7 +36,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -104,6 +106,8 @@ pub struct ServerCounters {
     pub connections: AtomicU64,
     /// Connections closed at once because [`ServerLimits::connections_max`] were open.
     pub connections_refused: AtomicU64,
+    /// Requests that came over the fabric (counted in `requests` too).
+    pub fabric_requests: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len()],
     latency_overflow: AtomicU64,
     latency_sum_ns: AtomicU64,
@@ -151,6 +155,11 @@ pub struct Server {
     proposer: Option<JoinHandle<()>>,
     connections: Arc<Connections>,
     pub counters: Arc<ServerCounters>,
+    backend: Arc<dyn Backend>,
+    /// The client path over the fabric, once attached ([`Server::attach_fabric`]).
+    fabric: Option<FabricPath>,
+    /// What connections pass a fabric client's join to.
+    fabric_asks: Arc<OnceLock<FabricAsks>>,
 }
 
 impl Server {
@@ -253,10 +262,12 @@ impl Server {
             spawn("mu-kv-propose", move || proposer(&*backend, &counters, jobs_rx))?
         };
         let connections = Arc::new(Connections::default());
+        let fabric_asks = Arc::new(OnceLock::new());
         let base = Connection {
             cluster_id,
             jobs: jobs_tx,
-            backend,
+            backend: backend.clone(),
+            fabric: fabric_asks.clone(),
             counters,
             started,
             limits,
@@ -292,7 +303,24 @@ impl Server {
             proposer: Some(proposer),
             connections,
             counters,
+            backend,
+            fabric: None,
+            fabric_asks,
         })
+    }
+
+    /// Serves clients over the fabric too (`transport = "fabric"`, `docs/client-path.md`):
+    /// request rings on `fabric`, a node of this server's own (id 0 of its directory `dir`,
+    /// where clients start theirs). Clients join through their socket connection.
+    pub fn attach_fabric<F: Fabric>(&mut self, fabric: F, dir: &Path) -> Result<(), String> {
+        if self.fabric.is_some() {
+            return Err("the fabric path is attached already".into());
+        }
+        let dir = dir.to_str().ok_or("the fabric path's directory is not UTF-8")?.to_string();
+        let path = FabricPath::start(fabric, dir, self.backend.clone(), self.counters.clone())?;
+        let _ = self.fabric_asks.set(path.asks());
+        self.fabric = Some(path);
+        Ok(())
     }
 
     /// Where it listens.
@@ -314,6 +342,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        // The ring thread first: it answers nothing after this (its clients' writes fail, and
+        // the library goes back to the socket, which is closing too).
+        self.fabric = None;
         // The acceptors first: once they are gone no connection is added, so shutting down
         // those open reaches them all. The proposer ends when the last connection has (each
         // holds a sender of its jobs); a connection waiting for an answer gets it first.
@@ -523,6 +554,7 @@ struct Connection {
     cluster_id: u64,
     jobs: Sender<Job>,
     backend: Arc<dyn Backend>,
+    fabric: Arc<OnceLock<FabricAsks>>,
     counters: Arc<ServerCounters>,
     started: Instant,
     limits: ServerLimits,
@@ -623,6 +655,21 @@ impl Connection {
         }
     }
 
+    /// A fabric client's join, passed on to the ring thread.
+    fn fabric_join(&self, message: &ClientMessage) -> ServerMessage {
+        let Some(fabric) = self.fabric.get() else {
+            let me = self.backend.node();
+            return self.refuse(format!(
+                "replica {me} serves no clients over the fabric (the cluster's transport is \
+                 \"socket\")"
+            ));
+        };
+        match *message {
+            ClientMessage::FabricJoin { node } => fabric.join(node),
+            _ => fabric.reserve(),
+        }
+    }
+
     fn refuse(&self, why: String) -> ServerMessage {
         self.counters.refused.fetch_add(1, Ordering::Relaxed);
         ServerMessage::Refused(why)
@@ -634,6 +681,9 @@ impl Connection {
                 return ServerMessage::Status(self.backend.report(self.started).to_json());
             }
             ClientMessage::Hello { .. } => return self.refuse("a second hello".into()),
+            ClientMessage::FabricReserve | ClientMessage::FabricJoin { .. } => {
+                return self.fabric_join(&message);
+            }
             ClientMessage::Kv(_) | ClientMessage::Order(_) => {}
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);

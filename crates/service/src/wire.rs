@@ -26,6 +26,8 @@ const KV: u8 = 1;
 const STATUS: u8 = 2;
 const HELLO: u8 = 3;
 const ORDER: u8 = 4;
+const FABRIC_RESERVE: u8 = 5;
+const FABRIC_JOIN: u8 = 6;
 const REPLY: u8 = 1;
 const NOT_LEADER: u8 = 2;
 const RETRY: u8 = 3;
@@ -33,6 +35,9 @@ const REFUSED: u8 = 4;
 const STATUS_REPLY: u8 = 5;
 const WELCOME: u8 = 6;
 const EVENTS: u8 = 7;
+const FABRIC_NODE: u8 = 8;
+const FABRIC_GRANT: u8 = 9;
+const BY_SOCKET: u8 = 10;
 
 /// What a client asks a replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +50,11 @@ pub enum ClientMessage {
     Status,
     /// The first message on a connection: the client's cluster and format version.
     Hello { cluster_id: u64, wire_version: u32 },
+    /// The client path over the fabric (`docs/client-path.md`): a node id to start the
+    /// client's fabric node under.
+    FabricReserve,
+    /// The client's node (reserved, and started): admit it to the request rings.
+    FabricJoin { node: u16 },
 }
 
 /// What a replica answers.
@@ -67,6 +77,14 @@ pub enum ServerMessage {
     Status(String),
     /// The answer to a hello from a client of this cluster.
     Welcome,
+    /// The node id the client may start its fabric node under, in the directory `dir`.
+    FabricNode { node: u16, dir: String },
+    /// The client's grant to the request rings (`mu_request_rings::Grant::to_bytes`).
+    FabricGrant(Vec<u8>),
+    /// On the fabric path: the request was taken, but its answer does not fit a response
+    /// slot. Send the same request (same client id and sequence number) over the socket: it is
+    /// applied once, and the answer kept for it comes back.
+    BySocket,
 }
 
 /// Why a frame could not be read.
@@ -167,6 +185,11 @@ impl ClientMessage {
                 out.extend_from_slice(request);
             }
             ClientMessage::Status => out.push(STATUS),
+            ClientMessage::FabricReserve => out.push(FABRIC_RESERVE),
+            ClientMessage::FabricJoin { node } => {
+                out.push(FABRIC_JOIN);
+                out.extend_from_slice(&node.to_le_bytes());
+            }
             ClientMessage::Hello { cluster_id, wire_version } => {
                 out.push(HELLO);
                 out.extend_from_slice(&cluster_id.to_le_bytes());
@@ -181,6 +204,13 @@ impl ClientMessage {
             Some((&ORDER, rest)) => Ok(ClientMessage::Order(rest.to_vec())),
             Some((&STATUS, [])) => Ok(ClientMessage::Status),
             Some((&STATUS, _)) => Err(FrameError::Malformed("bytes after a status request".into())),
+            Some((&FABRIC_RESERVE, [])) => Ok(ClientMessage::FabricReserve),
+            Some((&FABRIC_JOIN, [a, b])) => {
+                Ok(ClientMessage::FabricJoin { node: u16::from_le_bytes([*a, *b]) })
+            }
+            Some((&FABRIC_RESERVE | &FABRIC_JOIN, _)) => {
+                Err(FrameError::Malformed("a fabric request of the wrong length".into()))
+            }
             Some((&HELLO, rest)) if rest.len() == 12 => {
                 let (id, version) = rest.split_at(8);
                 Ok(ClientMessage::Hello {
@@ -235,6 +265,16 @@ impl ServerMessage {
                 out.extend_from_slice(json.as_bytes());
             }
             ServerMessage::Welcome => out.push(WELCOME),
+            ServerMessage::FabricNode { node, dir } => {
+                out.push(FABRIC_NODE);
+                out.extend_from_slice(&node.to_le_bytes());
+                out.extend_from_slice(dir.as_bytes());
+            }
+            ServerMessage::FabricGrant(grant) => {
+                out.push(FABRIC_GRANT);
+                out.extend_from_slice(grant);
+            }
+            ServerMessage::BySocket => out.push(BY_SOCKET),
         }
     }
 
@@ -260,6 +300,13 @@ impl ServerMessage {
             Some((&STATUS_REPLY, rest)) => text(rest).map(ServerMessage::Status),
             Some((&WELCOME, [])) => Ok(ServerMessage::Welcome),
             Some((&WELCOME, _)) => Err(FrameError::Malformed("bytes after a welcome".into())),
+            Some((&FABRIC_NODE, [a, b, dir @ ..])) => Ok(ServerMessage::FabricNode {
+                node: u16::from_le_bytes([*a, *b]),
+                dir: text(dir)?,
+            }),
+            Some((&FABRIC_NODE, _)) => Err(FrameError::Malformed("a short fabric node".into())),
+            Some((&FABRIC_GRANT, rest)) => Ok(ServerMessage::FabricGrant(rest.to_vec())),
+            Some((&BY_SOCKET, [])) => Ok(ServerMessage::BySocket),
             Some((tag, _)) => Err(FrameError::Malformed(format!("unknown answer type {tag}"))),
             None => Err(FrameError::Malformed("empty answer".into())),
         }
@@ -278,6 +325,8 @@ mod tests {
             ClientMessage::Order(vec![4, 5]),
             ClientMessage::Status,
             ClientMessage::Hello { cluster_id: u64::MAX - 3, wire_version: WIRE_VERSION },
+            ClientMessage::FabricReserve,
+            ClientMessage::FabricJoin { node: 63 },
         ] {
             m.encode(&mut b);
             assert_eq!(ClientMessage::decode(&b).unwrap(), m);
@@ -291,6 +340,9 @@ mod tests {
             ServerMessage::Refused("too large".into()),
             ServerMessage::Status("{}".into()),
             ServerMessage::Welcome,
+            ServerMessage::FabricNode { node: 5, dir: "/dev/shm/mu-7/clients-0".into() },
+            ServerMessage::FabricGrant(vec![1; 56]),
+            ServerMessage::BySocket,
         ] {
             m.encode(&mut b);
             assert_eq!(ServerMessage::decode(&b).unwrap(), m);
@@ -304,6 +356,9 @@ mod tests {
         assert!(ClientMessage::decode(&[STATUS, 0]).is_err());
         assert!(ClientMessage::decode(&[HELLO, 1, 2, 3]).is_err());
         assert!(ClientMessage::decode(&[HELLO; 14]).is_err());
+        assert!(ClientMessage::decode(&[FABRIC_RESERVE, 0]).is_err());
+        assert!(ClientMessage::decode(&[FABRIC_JOIN, 1]).is_err());
+        assert!(ServerMessage::decode(&[FABRIC_NODE, 1]).is_err());
         assert!(ServerMessage::decode(&[WELCOME, 0]).is_err());
         assert!(ServerMessage::decode(&[NOT_LEADER, 1, 0]).is_err());
         assert!(ServerMessage::decode(&[REPLY, 77]).is_err());

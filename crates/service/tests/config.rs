@@ -625,3 +625,14 @@ fn the_application_is_kv_by_default_and_orderbook_on_request() {
         &["ukharon-kv", "key-value store only"],
     );
 }
+
+#[test]
+fn the_transport_is_the_socket_by_default_and_the_fabric_on_shm() {
+    use mu_service::config::Transport;
+    assert_eq!(ClusterConfig::parse(&good("")).unwrap().transport(), Ok(Transport::Socket));
+    let c = ClusterConfig::parse(&good("transport = \"fabric\"")).unwrap();
+    assert_eq!(c.transport(), Ok(Transport::Fabric));
+    assert!(c.clients_fabric_dir(2).ends_with("clients-2"));
+    refused(&good("transport = \"rdma\""), &["transport \"rdma\"", "\"socket\"", "\"fabric\""]);
+    refused(&good(&format!("transport = \"fabric\"\n{OFI}")), &["transport = \"fabric\"", "shm"]);
+}

@@ -19,6 +19,7 @@ use mu_service::{App, Client, ClientError, Endpoint, ReplicaReport, Server, Shar
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,19 @@ impl Cluster {
     /// the system's choice each).
     fn start_serving(tag: &str, cluster_id: u64, tcp: Option<&str>) -> Cluster {
         Cluster::start_app(tag, cluster_id, tcp, App::Kv)
+    }
+
+    /// A cluster whose replicas also serve clients over the fabric (request rings, each on a
+    /// node of its own in `clients-<id>` of the run directory).
+    fn start_fabric(tag: &str, cluster_id: u64, app: App) -> Cluster {
+        let mut cluster = Cluster::start_app(tag, cluster_id, None, app);
+        for (id, server) in cluster.servers.iter_mut().enumerate() {
+            let dir = cluster.dir.join(format!("clients-{id}"));
+            let node = ShmFabric::create(ShmConfig::new(&dir, cluster_id, NodeId(0)))
+                .expect("the fabric path's node");
+            server.attach_fabric(node, &dir).expect("the fabric path");
+        }
+        cluster
     }
 
     /// A cluster replicating `app`.
@@ -608,4 +622,87 @@ fn an_order_book_cluster_matches_orders_and_refuses_key_value_requests() {
         assert_eq!(r.digest, reports[0].digest, "replica {} holds another book", r.id);
         assert_eq!(r.keys, 0, "no order rests: {r:?}");
     }
+}
+
+/// `transport = "fabric"`: clients write requests into rings on the replica and read answers
+/// from their own, joining through the socket. Started at a follower, a client is sent to the
+/// leader and joins its rings; a value too large for a ring slot goes by the socket; an order
+/// book cluster serves orders the same way; a cluster without the fabric path serves a client
+/// that asks for it over the socket.
+#[test]
+fn clients_over_the_fabric_are_served_like_socket_ones() {
+    let cluster = Cluster::start_fabric("fabric", 0x7376_6330, App::Kv);
+    let leader = cluster.wait_leader();
+    let follower = (0..REPLICAS).find(|&id| id != leader).expect("a follower");
+    let mut endpoints = cluster.endpoints();
+    endpoints.sort_by_key(|&(id, _)| if id == follower { 0 } else { 1 + u32::from(id) });
+    let mut client = Client::new(cluster.cluster_id, endpoints).expect("a client");
+    client.set_timeout(PATIENCE);
+    client.over_fabric(true);
+    for i in 0..200u32 {
+        client.put(format!("f{i}").as_bytes(), format!("v{i}").as_bytes()).expect("put");
+    }
+    assert_eq!(client.target(), leader, "the client follows the leader's hint");
+    for i in 0..200u32 {
+        assert_eq!(client.get(format!("f{i}").as_bytes()).unwrap(), Some(format!("v{i}").into()));
+    }
+    let big = vec![b'x'; 900];
+    client.put(b"big", &big).expect("a put larger than a ring slot, by the socket");
+    assert_eq!(cluster.client().get(b"big").unwrap(), Some(big));
+    let over_fabric =
+        |id: u16| cluster.servers[usize::from(id)].counters.fabric_requests.load(Ordering::Relaxed);
+    assert_eq!(over_fabric(leader), 400, "every put and get but the large one, by the rings");
+    assert!(over_fabric(follower) >= 1, "the first request went to the follower's rings");
+
+    // Another client on the same rings' server: its own slot and node.
+    let mut second = cluster.client();
+    second.over_fabric(true);
+    second.put(b"second", b"yes").expect("a second fabric client");
+    assert_eq!(client.get(b"second").unwrap(), Some(b"yes".to_vec()));
+    drop(client);
+    drop(second);
+
+    // Without the fabric path, a client that asks for it is served by the socket.
+    drop(cluster);
+    let plain = Cluster::start("fabric-none", 0x7376_6331);
+    plain.wait_leader();
+    let mut client = plain.client();
+    client.over_fabric(true);
+    client.put(b"k", b"v").expect("served by the socket");
+    assert_eq!(client.get(b"k").unwrap(), Some(b"v".to_vec()));
+}
+
+/// The order book over the fabric: orders and their events through the rings.
+#[test]
+fn orders_over_the_fabric() {
+    use mu_orderbook::{Command, Event, NewOrder, OrderId, Reply as OrderReply, Side};
+    let cluster = Cluster::start_fabric("fabric-book", 0x7376_6332, App::Orderbook);
+    cluster.wait_leader();
+    let mut trader = cluster.client();
+    trader.over_fabric(true);
+    for id in 1..=50u64 {
+        let side = if id % 2 == 0 { Side::Buy } else { Side::Sell };
+        match trader.order(Command::Submit(NewOrder::limit(id, side, 100, 1))).unwrap() {
+            OrderReply::Events(e) => assert_eq!(e[0], Event::Accepted { id: OrderId(id) }, "{e:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // An order that trades with 150 resting ones: its answer is larger than a response slot,
+    // so the library asks again over the socket and gets the answer kept for it, once.
+    for id in 100..250u64 {
+        trader.order(Command::Submit(NewOrder::limit(id, Side::Sell, 200 + id, 1))).unwrap();
+    }
+    let sweep = NewOrder::limit(1000, Side::Buy, 1000, 150);
+    match trader.order(Command::Submit(sweep)).unwrap() {
+        OrderReply::Events(e) => {
+            let fills = e.iter().filter(|e| matches!(e, Event::Fill { .. })).count();
+            assert_eq!(fills, 150, "{e:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let reports = poll("every replica to apply the orders", || {
+        let reports = cluster.reports().ok()?;
+        reports.iter().all(|r| r.applied == reports[0].applied && r.applied > 0).then_some(reports)
+    });
+    assert!(reports.iter().all(|r| r.digest == reports[0].digest && r.keys == 0), "{reports:?}");
 }

@@ -1,0 +1,101 @@
+//! The client path over the fabric on the client's side (`docs/client-path.md`): a fabric node
+//! of the client's own in the replica's directory for clients, and a
+//! [`mu_request_rings::RingClient`] on it. The client library joins through its socket
+//! connection (a node id reserved, the node started, the node admitted: a grant) and then
+//! sends each request by a one-sided write into its ring on the replica, and reads the answer
+//! from its own response ring. Shared memory only, for now: the node is an shm node.
+
+use crate::wire::{FrameError, ServerMessage};
+use mu_fabric::wait::Backoff;
+use mu_fabric::{Fabric, NodeId};
+use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_request_rings::{Grant, Reply, RingClient};
+use std::io;
+use std::time::Instant;
+
+/// A client's rings on one replica.
+pub struct FabricLink {
+    /// The replica it reaches.
+    pub replica: u16,
+    ring: RingClient<ShmFabric>,
+    answer: Vec<u8>,
+}
+
+impl FabricLink {
+    /// Starts node `node` in `dir` (as the replica's `FabricNode` answer said) for cluster
+    /// `cluster_id`: the replica admits it next.
+    pub fn start_node(cluster_id: u64, dir: &str, node: u16) -> Result<ShmFabric, String> {
+        ShmFabric::create(ShmConfig::new(std::path::Path::new(dir), cluster_id, NodeId(node)))
+            .map_err(|e| format!("starting the client's fabric node {node} in {dir}: {e}"))
+    }
+
+    /// The rings of `grant` (the replica's `FabricGrant` answer) on `fabric`.
+    pub fn open(replica: u16, fabric: ShmFabric, grant: &[u8]) -> Result<FabricLink, String> {
+        let grant = Grant::from_bytes(grant).map_err(|e| format!("the replica's grant: {e}"))?;
+        let ring = RingClient::open(fabric, &grant)
+            .map_err(|e| format!("opening the request rings: {e}"))?;
+        Ok(FabricLink { replica, ring, answer: Vec::new() })
+    }
+
+    /// Whether `message` fits a request slot (a larger one goes by the socket).
+    pub fn fits(&self, message: &[u8]) -> bool {
+        message.len() <= self.ring.payload_bytes_max()
+    }
+
+    /// Sends `message` (a client message's bytes) and waits for its answer until `deadline`.
+    /// An error leaves the link unusable: the caller drops it.
+    pub fn exchange(
+        &mut self,
+        message: &[u8],
+        deadline: Instant,
+    ) -> Result<ServerMessage, FrameError> {
+        let seq = self.ring.send(message).map_err(|e| lost(format!("fabric send: {e}")))?;
+        let answer = &mut self.answer;
+        let mut rejected = None;
+        let server = self.ring.grant().server_node;
+        let mut polls = 0u32;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let found = Backoff::FAST_PATH.wait_for(wait, || {
+            // A server that died after the request landed never answers: its node's death
+            // flag says so (a load; asked every 64 polls).
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && self.ring.fabric().crash_notified(server) {
+                return Some(Err(lost("the replica's fabric node has stopped".into())));
+            }
+            let mut got = false;
+            let polled = self.ring.poll(|s, reply| {
+                if s != seq {
+                    return;
+                }
+                got = true;
+                match reply {
+                    Reply::Data(bytes) => {
+                        answer.clear();
+                        answer.extend_from_slice(bytes);
+                    }
+                    Reply::Rejected(r) => rejected = Some(r),
+                }
+            });
+            match polled {
+                Err(e) => Some(Err(lost(format!("fabric: {e}")))),
+                Ok(_) if got => Some(Ok(())),
+                Ok(_) => None,
+            }
+        });
+        match found {
+            None => Err(FrameError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no answer on the fabric path in time",
+            ))),
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => match rejected {
+                Some(r) => Ok(ServerMessage::Refused(format!("the fabric path refused it: {r:?}"))),
+                None => ServerMessage::decode(&self.answer),
+            },
+        }
+    }
+}
+
+fn lost(why: String) -> FrameError {
+    FrameError::Io(io::Error::new(io::ErrorKind::ConnectionReset, why))
+}
