@@ -227,17 +227,17 @@ print("mu bench targets --quick: a figure and a verdict for each of the %d targe
       % (len(t), d["seconds"]))
 PY
 
-for run in mu:log:kv velos:log:kv ukharon-kv:log:kv mu:lease:kv velos:lease:kv mu:log:orderbook velos:log:orderbook; do
-IFS=: read -r protocol reads app <<< "$run"
-step "the main job: mu demo --protocol $protocol --reads $reads --app $app (three replica processes, leader killed; JSON checked; ukharon-kv and leased reads: three coordinators besides; the order book: every acknowledged order known afterwards)"
-out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol" --reads "$reads" --app "$app")
+for run in mu:log:kv:socket velos:log:kv:socket ukharon-kv:log:kv:socket mu:lease:kv:socket velos:lease:kv:socket mu:log:orderbook:socket velos:log:orderbook:socket mu:log:kv:fabric velos:log:orderbook:fabric; do
+IFS=: read -r protocol reads app transport <<< "$run"
+step "the main job: mu demo --protocol $protocol --reads $reads --app $app --transport $transport (three replica processes, leader killed; JSON checked; ukharon-kv and leased reads: three coordinators besides; the order book: every acknowledged order known afterwards; fabric: clients over request rings)"
+out=$(./target/release/mu demo --seconds 1 --json --protocol "$protocol" --reads "$reads" --app "$app" --transport "$transport")
 echo "$out"
-python3 - "$out" "$protocol" "$reads" "$app" <<'PY'
+python3 - "$out" "$protocol" "$reads" "$app" "$transport" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["protocol"] == sys.argv[2], d
 assert d["reads"] == (sys.argv[3] if d["protocol"] != "ukharon-kv" else "primary"), d
-assert d["app"] == sys.argv[4], d
+assert d["app"] == sys.argv[4] and d["transport"] == sys.argv[5], d
 assert d["operations"] > 0 and d["lost_writes"] == 0, d
 if d["app"] == "orderbook":
     assert d["acknowledged_orders_checked"] > 0 and d["trades"] > 0, d

@@ -541,6 +541,28 @@ pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
     })
 }
 
+/// The `write` round trip (a write into a peer process's region, seen there and written back),
+/// as `mu bench fabric` measures it, on a fresh node 0 in `run_dir` (a directory of its own),
+/// on a thread of its own as [`write2_rtt`] is. The pair figures are measured together, in
+/// interleaved chunks; this keeps the write's.
+pub fn write_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let placement = Placement { cpus: mu_cpu::allowed_cpus() };
+                if let Some(cpu) = placement.cpu(0) {
+                    mu_cpu::pin_to(cpu)?;
+                }
+                let mut a = Local::create(run_dir)?;
+                let spin = placement.dedicated(2);
+                let [_, write, _, _] = measure_pairs(&mut a, run_dir, &placement, samples, spin)?;
+                Ok(write)
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the write measurement failed unexpectedly".into()))
+    })
+}
+
 /// `crash_notice` and `crash_reaped`: `samples` times, a fresh `victim` peer (its liveness thread
 /// spinning where it has a CPU of its own, as with dedicated replica threads) is killed; A spins
 /// on the fabric's crash notification, then reaps the process. On two CPUs the victim's threads

@@ -3,19 +3,23 @@
 //! systems of `mu bench e2e` and `mu bench ukharon-kv`. One connection at a time, one request
 //! at a time.
 
+use mu_fabric::NodeId;
+use mu_fabric_shm::{ShmConfig, ShmFabric};
 use mu_kv::{Op, Reply, Request, Store};
 use mu_membership::clock::now_ns;
 use mu_membership::published::PublishedLease;
 use mu_orderbook::{Engine, Event};
 use mu_procs::run_dir::RunDir;
+use mu_service::backend::Pending;
 use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage};
-use mu_service::Client;
+use mu_service::{App, AppRequest, Backend, Client, ReplicaReport, Server};
 use std::io::{BufReader, BufWriter};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// The cluster id the in-process servers answer to.
 const LOCAL_CLUSTER_ID: u64 = 0xe2e;
@@ -160,6 +164,89 @@ fn answer(answering: &Answering, store: &mut Store, request: &Request) -> Server
                 }
             }
         }
+    }
+}
+
+/// The same answers as [`LocalServer`]'s, as a [`Backend`] of the service's own [`Server`]
+/// with its fabric path attached: the client path over the fabric measured unreplicated,
+/// through the same server, ring thread and client library as a replicated cluster's.
+struct LocalBackend {
+    app: App,
+    answering: Answering,
+    state: Mutex<(Store, Engine)>,
+}
+
+impl Backend for LocalBackend {
+    fn node(&self) -> u16 {
+        0
+    }
+
+    fn app(&self) -> App {
+        self.app
+    }
+
+    fn serve(&self, batch: &[Pending], answers: &mut Vec<ServerMessage>) {
+        let mut state = lock(&self.state);
+        let (store, book) = &mut *state;
+        for p in batch {
+            answers.push(match &p.request {
+                AppRequest::Kv(r) => answer(&self.answering, store, r),
+                AppRequest::Order(r) => answer_order(&self.answering, book, r),
+            });
+        }
+    }
+
+    fn report(&self, _started: Instant) -> ReplicaReport {
+        ReplicaReport::default()
+    }
+}
+
+/// The service's server on an unreplicated [`LocalBackend`], serving clients over the fabric
+/// (and its socket, for their joins). Stopped when dropped.
+pub struct FabricServer {
+    server: Option<Server>,
+    path: PathBuf,
+    _dir: RunDir,
+}
+
+impl FabricServer {
+    /// Starts it in a fresh run directory named after `tag`, serving `app`.
+    pub fn start(tag: &str, answering: Answering, app: App) -> Result<FabricServer, String> {
+        let dir = RunDir::create(tag)?;
+        let path = dir.path().join("local.sock");
+        let backend = Arc::new(LocalBackend {
+            app,
+            answering,
+            state: Mutex::new((Store::new(), Engine::new())),
+        });
+        let limits = mu_service::server::ServerLimits::default();
+        let mut server = Server::start_backend(
+            LOCAL_CLUSTER_ID,
+            backend,
+            (&path, None),
+            Instant::now(),
+            limits,
+        )?;
+        let clients = dir.path().join("clients");
+        let node = ShmFabric::create(ShmConfig::new(&clients, LOCAL_CLUSTER_ID, NodeId(0)))
+            .map_err(|e| format!("the fabric path's node: {e}"))?;
+        server.attach_fabric(node, &clients)?;
+        Ok(FabricServer { server: Some(server), path, _dir: dir })
+    }
+
+    /// A client of this server, over the fabric.
+    pub fn client(&self) -> Result<Client, String> {
+        let mut client = Client::new(LOCAL_CLUSTER_ID, vec![(0, self.path.clone())])
+            .map_err(|e| e.to_string())?;
+        client.over_fabric(true);
+        Ok(client)
+    }
+}
+
+impl Drop for FabricServer {
+    fn drop(&mut self) {
+        // Before the run directory goes.
+        self.server = None;
     }
 }
 
