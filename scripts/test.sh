@@ -185,16 +185,21 @@ for name in ["payload", "peers", "e2e", "failover-kill", "failover-pause", "thro
         assert os.path.getsize(path) > 0, path
     assert open(os.path.join("target/bench-smoke", name + ".svg")).read().rstrip().endswith("</svg>"), name
 p = d["payload"]
-assert len(p["results"]) == 32 and p["fabric_write2_ns"]["p50"] > 0, p
+assert len(p["results"]) == 34 and p["fabric_write2_ns"]["p50"] > 0, p
 assert {(r["app"], r["mode"]) for r in p["results"]} == {
-    (a, m) for a in ["standalone", "kv"] for m in ["direct", "handover"]}, p
+    (a, m) for a in ["standalone", "kv"] for m in ["direct", "handover"]} | {("orderbook", "direct")}, p
 for r in p["results"]:
     assert r["samples"] > 0 and all(r["latency_ns"][q] > 0 for q in ["p1", "p50", "p99"]), r
 systems = [r["system"] for r in d["peers"]["results"]]
 assert systems == ["mu", "redis-wait", "etcd", "openraft"], systems
 assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["results"])
-assert {(r["system"], r["op"]) for r in d["e2e"]["results"]} == {
-    (s, o) for s in ["transport", "unreplicated", "replicated"] for o in ["put", "get"]}
+e = d["e2e"]
+assert {(r["transport"], r["system"], r["op"]) for r in e["results"]} == {
+    (t, s, o) for t in ["unix", "fabric"] for s in ["transport", "unreplicated", "replicated"]
+    for o in ["put", "get", "order"]}, e
+assert all(r["app"] == ("orderbook" if r["op"] == "order" else "kv") for r in e["results"]), e
+assert e["replication_p50_us"] > 0 and e["fabric_write_rtt_p50_us"] > 0, e
+assert {t["name"] for t in e["targets"]} == {"fabric-path-vs-write", "replication-added", "unix-vs-fabric"}, e
 for mode in ["kill", "pause"]:
     f = d["failover-" + mode]
     assert f["failovers"] == 100 and f["mode"] == mode, f

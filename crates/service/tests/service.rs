@@ -706,3 +706,51 @@ fn orders_over_the_fabric() {
     });
     assert!(reports.iter().all(|r| r.digest == reports[0].digest && r.keys == 0), "{reports:?}");
 }
+
+/// Bad input on the fabric path: garbage, a status request and the other application's
+/// request written into a ring are refused to that client only; joining with a node nobody
+/// started is refused; a socket-only cluster refuses joins; the cluster serves on throughout.
+#[test]
+fn bad_input_on_the_fabric_path_is_refused_to_its_client() {
+    use mu_service::fabric_link::FabricLink;
+    let cluster = Cluster::start_fabric("fabric-bad", 0x7376_6333, App::Kv);
+    let leader = cluster.wait_leader();
+    let mut raw = Raw::connect(&cluster, leader);
+    let ServerMessage::FabricNode { node, dir } = raw.ask_message(&ClientMessage::FabricReserve)
+    else {
+        panic!("no node reserved")
+    };
+    let fabric = FabricLink::start_node(cluster.cluster_id, &dir, node).expect("the node starts");
+    let ServerMessage::FabricGrant(grant) = raw.ask_message(&ClientMessage::FabricJoin { node })
+    else {
+        panic!("not admitted")
+    };
+    let mut link = FabricLink::open(leader, fabric, &grant).expect("the rings open");
+    let soon = || Instant::now() + PATIENCE;
+    refused_because(link.exchange(&[0xff, 1, 2, 3], soon()).unwrap(), "unknown message type");
+    refused_because(link.exchange(&[], soon()).unwrap(), "empty message");
+    let mut status = Vec::new();
+    ClientMessage::Status.encode(&mut status);
+    refused_because(link.exchange(&status, soon()).unwrap(), "not a request on the fabric path");
+    let mut order = Vec::new();
+    ClientMessage::Order(vec![1, 2, 3]).encode(&mut order);
+    refused_because(link.exchange(&order, soon()).unwrap(), "not the order book");
+    let mut malformed = Vec::new();
+    ClientMessage::Kv(vec![1, 2, 3]).encode(&mut malformed);
+    refused_because(link.exchange(&malformed, soon()).unwrap(), "malformed request");
+    // After all that, the same rings serve a good request.
+    let mut good = Vec::new();
+    kv(0x0bad, 1, put("after-garbage", "fine")).encode(&mut good);
+    assert_eq!(link.exchange(&good, soon()).unwrap(), ServerMessage::Reply(Reply::Stored));
+
+    // A node reserved by nobody and started by nobody: not admitted.
+    refused_because(raw.ask_message(&ClientMessage::FabricJoin { node: 63 }), "admitting");
+    still_serves(&cluster, "after-fabric-garbage");
+    drop(link);
+    drop(cluster);
+
+    let plain = Cluster::start("fabric-refused", 0x7376_6334);
+    let leader = plain.wait_leader();
+    let mut raw = Raw::connect(&plain, leader);
+    refused_because(raw.ask_message(&ClientMessage::FabricReserve), "serves no clients over");
+}
