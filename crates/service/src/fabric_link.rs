@@ -61,7 +61,7 @@ impl FabricLink {
         let server = self.ring.grant().server_node;
         let mut polls = 0u32;
         let wait = deadline.saturating_duration_since(Instant::now());
-        let found = Backoff::FAST_PATH.wait_for(wait, || {
+        let found = ANSWER_WAIT.wait_for(wait, || {
             // A server that died after the request landed never answers: its node's death
             // flag says so (a load; asked every 64 polls).
             polls = polls.wrapping_add(1);
