@@ -13,7 +13,10 @@ use crate::wire::{
     read_frame, write_frame, ClientMessage, FrameError, ServerMessage, WIRE_VERSION,
 };
 use mu_kv::{Op, Reply, Request};
-use mu_orderbook::{Command as OrderCommand, Reply as OrderReply, Request as OrderRequest};
+use mu_orderbook::{
+    Command as OrderCommand, NewOrder, OrderId, Price, Qty, Reply as OrderReply,
+    Request as OrderRequest, Side, TimeInForce,
+};
 use std::io::{self, BufReader, BufWriter};
 use std::time::{Duration, Instant};
 
@@ -188,6 +191,66 @@ impl Client {
             ServerMessage::Events(reply) => Ok(reply),
             other => Err(wrong_application(&other)),
         }
+    }
+
+    /// A good-till-cancelled limit order ([`Client::order`]): its events.
+    pub fn limit(
+        &mut self,
+        id: u64,
+        side: Side,
+        price_ticks: u64,
+        qty_lots: u64,
+    ) -> Result<OrderReply, ClientError> {
+        self.order(OrderCommand::Submit(NewOrder::limit(id, side, price_ticks, qty_lots)))
+    }
+
+    /// A limit order that trades what it can at once and cancels the rest (IOC), or trades all
+    /// of it at once or nothing (FOK): `tif` says which (GTC is [`Client::limit`]).
+    pub fn limit_now(
+        &mut self,
+        id: u64,
+        side: Side,
+        (price_ticks, qty_lots): (u64, u64),
+        tif: TimeInForce,
+    ) -> Result<OrderReply, ClientError> {
+        let order = NewOrder::limit(id, side, price_ticks, qty_lots).with_tif(tif);
+        self.order(OrderCommand::Submit(order))
+    }
+
+    /// A market order: it takes what rests, and what it cannot fill is cancelled.
+    pub fn market(
+        &mut self,
+        id: u64,
+        side: Side,
+        qty_lots: u64,
+    ) -> Result<OrderReply, ClientError> {
+        self.order(OrderCommand::Submit(NewOrder::market(id, side, qty_lots)))
+    }
+
+    /// A stop order: `order` (a limit or market order) enters the book once the last trade
+    /// reaches `stop_ticks` (a buy at or above it, a sell at or below it).
+    pub fn stop(&mut self, order: NewOrder, stop_ticks: u64) -> Result<OrderReply, ClientError> {
+        self.order(OrderCommand::Submit(order.with_stop(stop_ticks)))
+    }
+
+    /// Cancels what is open of order `id`.
+    pub fn cancel(&mut self, id: u64) -> Result<OrderReply, ClientError> {
+        self.order(OrderCommand::Cancel { id: OrderId(id) })
+    }
+
+    /// Gives order `id` a new price and total quantity (`docs/apps/orderbook.md`: a price
+    /// change or a larger quantity loses the order's place in its queue).
+    pub fn replace(
+        &mut self,
+        id: u64,
+        price_ticks: u64,
+        qty_lots: u64,
+    ) -> Result<OrderReply, ClientError> {
+        self.order(OrderCommand::Replace {
+            id: OrderId(id),
+            price: Price(price_ticks),
+            qty: Qty(qty_lots),
+        })
     }
 
     /// Sends `request` until a replica answers it ([`ServerMessage::is_answer`]), a replica

@@ -603,8 +603,24 @@ fn an_order_book_cluster_matches_orders_and_refuses_key_value_requests() {
         "{first:?}"
     );
     assert_eq!(raw.ask_message(&message), first, "a retry got another answer");
-    let left = events(seller.order(Command::Cancel { id: OrderId(1) }).unwrap());
+    let left = events(seller.cancel(1).unwrap());
     assert_eq!(left[0], Event::Cancelled { id: OrderId(1), remaining: Qty(1) }, "{left:?}");
+
+    // A call per order type.
+    use mu_orderbook::TimeInForce;
+    let rests = events(seller.limit(10, Side::Sell, 110, 4).unwrap());
+    assert_eq!(rests[0], Event::Accepted { id: OrderId(10) }, "{rests:?}");
+    let moved = events(seller.replace(10, 109, 4).unwrap());
+    assert!(moved.contains(&Event::Replaced { id: OrderId(10), price: Price(109), qty: Qty(4) }));
+    let fok = events(buyer.limit_now(11, Side::Buy, (109, 5), TimeInForce::Fok).unwrap());
+    assert!(fok.contains(&Event::Cancelled { id: OrderId(11), remaining: Qty(5) }), "{fok:?}");
+    let stop = events(buyer.stop(NewOrder::market(12, Side::Buy, 1), 500).unwrap());
+    assert_eq!(stop[0], Event::Accepted { id: OrderId(12) }, "a stop waits: {stop:?}");
+    let market = events(buyer.market(13, Side::Buy, 2).unwrap());
+    assert!(market.iter().any(|e| matches!(e, Event::Fill { qty: Qty(2), .. })), "{market:?}");
+    assert!(events(buyer.cancel(12).unwrap())
+        .contains(&Event::Cancelled { id: OrderId(12), remaining: Qty(1) }));
+    events(seller.cancel(10).unwrap());
 
     // A key-value request to an order book: refused, by the library and on the wire.
     refused_because(raw.ask_message(&kv(7, 1, put("k", "v"))), "order book");
