@@ -62,7 +62,12 @@ pub struct Client {
     over_fabric: bool,
     /// The request rings on the target replica, once joined.
     link: Option<FabricLink>,
+    /// [`Client::call_many`]'s sessions, one per lane: client id and last sequence number.
+    lanes: Vec<(u64, u64)>,
 }
+
+/// Requests [`Client::call_many`] sends at once over the fabric (the rings' window).
+pub const PIPELINE_LANES: usize = 8;
 
 /// A client id unlikely to be anyone else's: time, process and a counter mixed.
 fn fresh_client_id() -> u64 {
@@ -102,6 +107,7 @@ impl Client {
             resends: 0,
             over_fabric: false,
             link: None,
+            lanes: Vec::new(),
         })
     }
 
@@ -168,6 +174,86 @@ impl Client {
         match self.call(op)? {
             Reply::Swapped(done) => Ok(done),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends every op of `ops` and returns their replies in order: over the fabric, up to
+    /// [`PIPELINE_LANES`] at once, so that a batch costs about one round trip rather than one
+    /// each; elsewhere, or for a request not answered in that round (a leader change, a retry),
+    /// one at a time as [`Client::call`] does. Each request in flight travels under a session
+    /// of its own (a client id per lane), because a store applies each client's requests in
+    /// sequence and keeps the last reply only: the same (lane, sequence number) sent again is
+    /// applied once. The ops of one call may be applied in any order among themselves.
+    pub fn call_many(&mut self, ops: Vec<Op>) -> Vec<Result<Reply, ClientError>> {
+        let mut out = Vec::with_capacity(ops.len());
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let mut messages = Vec::with_capacity(PIPELINE_LANES);
+            for (lane, op) in ops.by_ref().take(PIPELINE_LANES).enumerate() {
+                let (client, seq) = self.next_in_lane(lane);
+                let encoded = Request { client, seq, op }.encode();
+                messages.push(encoded.map(|bytes| {
+                    let mut m = Vec::new();
+                    ClientMessage::Kv(bytes).encode(&mut m);
+                    m
+                }));
+            }
+            let good: Vec<Vec<u8>> = messages.iter().filter_map(|m| m.clone().ok()).collect();
+            let mut answered = self.pipeline(&good).into_iter();
+            for m in messages {
+                let result = m.map_err(|e| ClientError::Invalid(e.to_string())).and_then(|m| {
+                    match answered.next().flatten() {
+                        Some(ServerMessage::Reply(r)) => Ok(r),
+                        // Not answered in the round: on its own, the same bytes.
+                        _ => match self.send_bytes_until_answered(&m)? {
+                            ServerMessage::Reply(r) => Ok(r),
+                            other => Err(wrong_application(&other)),
+                        },
+                    }
+                });
+                out.push(result);
+            }
+        }
+        out
+    }
+
+    /// Lane `lane`'s session: its client id (drawn once) and next sequence number.
+    fn next_in_lane(&mut self, lane: usize) -> (u64, u64) {
+        while self.lanes.len() <= lane {
+            self.lanes.push((fresh_client_id(), 0));
+        }
+        let (client, seq) = &mut self.lanes[lane];
+        *seq += 1;
+        (*client, *seq)
+    }
+
+    /// `messages` over the target's rings in one round: an answer each, `None` where there
+    /// was none (not over the fabric, not joined, not in time, not fitting a slot).
+    fn pipeline(&mut self, messages: &[Vec<u8>]) -> Vec<Option<ServerMessage>> {
+        let none = || vec![None; messages.len()];
+        if !self.over_fabric || messages.is_empty() {
+            return none();
+        }
+        let target = self.replicas[self.target].0;
+        if self.link.as_ref().is_some_and(|l| l.replica != target) {
+            self.link = None;
+        }
+        if self.link.is_none() {
+            match self.join_fabric(target, Instant::now() + READ_TIMEOUT) {
+                Ok(link) => self.link = Some(link),
+                Err(_) => return none(),
+            }
+        }
+        let Some(link) = self.link.as_mut() else { return none() };
+        if messages.len() > link.window() || !messages.iter().all(|m| link.fits(m)) {
+            return none();
+        }
+        match link.exchange_many(messages, Instant::now() + READ_TIMEOUT) {
+            Ok(answers) => answers,
+            Err(_) => {
+                self.link = None;
+                none()
+            }
         }
     }
 
@@ -261,6 +347,11 @@ impl Client {
     ) -> Result<ServerMessage, ClientError> {
         let mut message = Vec::new();
         request.encode(&mut message);
+        self.send_bytes_until_answered(&message)
+    }
+
+    /// [`Client::send_until_answered`] for a message already encoded.
+    fn send_bytes_until_answered(&mut self, message: &[u8]) -> Result<ServerMessage, ClientError> {
         let deadline = Instant::now() + self.timeout;
         let mut last = String::from("none");
         let mut first = true;
@@ -276,7 +367,7 @@ impl Client {
                     last,
                 });
             }
-            match self.exchange(&message, deadline) {
+            match self.exchange(message, deadline) {
                 Ok(answer) if answer.is_answer() => return Ok(answer),
                 Ok(ServerMessage::Refused(why)) => return Err(ClientError::Refused(why)),
                 Ok(ServerMessage::NotLeader { leader }) => {

@@ -102,6 +102,59 @@ impl FabricLink {
     }
 }
 
+impl FabricLink {
+    /// Requests the rings take at once ([`FabricLink::exchange_many`]).
+    pub fn window(&self) -> usize {
+        self.ring.geometry().slots_per_client as usize
+    }
+
+    /// Sends every message of `messages` (at most [`FabricLink::window`], each fitting a slot)
+    /// before waiting, and waits until `deadline` for their answers: one result each, in
+    /// order; `None` for one not answered in time. An error of the link (the replica gone)
+    /// ends the wait; the caller drops the link then.
+    pub fn exchange_many(
+        &mut self,
+        messages: &[Vec<u8>],
+        deadline: Instant,
+    ) -> Result<Vec<Option<ServerMessage>>, FrameError> {
+        let mut seqs = Vec::with_capacity(messages.len());
+        for m in messages {
+            seqs.push(self.ring.send(m).map_err(|e| lost(format!("fabric send: {e}")))?);
+        }
+        let mut answers: Vec<Option<ServerMessage>> = vec![None; messages.len()];
+        let server = self.ring.grant().server_node;
+        let mut polls = 0u32;
+        let mut left = messages.len();
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let done = ANSWER_WAIT.wait_for(wait, || {
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && self.ring.fabric().crash_notified(server) {
+                return Some(Err(lost("the replica's fabric node has stopped".into())));
+            }
+            let polled = self.ring.poll(|seq, reply| {
+                let Some(at) = seqs.iter().position(|&s| s == seq) else { return };
+                left -= 1;
+                answers[at] = Some(match reply {
+                    Reply::Data(bytes) => ServerMessage::decode(bytes)
+                        .unwrap_or_else(|e| ServerMessage::Refused(e.to_string())),
+                    Reply::Rejected(r) => {
+                        ServerMessage::Refused(format!("the fabric path refused it: {r:?}"))
+                    }
+                });
+            });
+            match polled {
+                Err(e) => Some(Err(lost(format!("fabric: {e}")))),
+                Ok(_) if left == 0 => Some(Ok(())),
+                Ok(_) => None,
+            }
+        });
+        match done {
+            Some(Err(e)) => Err(e),
+            _ => Ok(answers),
+        }
+    }
+}
+
 fn lost(why: String) -> FrameError {
     FrameError::Io(io::Error::new(io::ErrorKind::ConnectionReset, why))
 }

@@ -670,6 +670,18 @@ fn clients_over_the_fabric_are_served_like_socket_ones() {
     assert_eq!(over_fabric(leader), 400, "every put and get but the large one, by the rings");
     assert!(over_fabric(follower) >= 1, "the first request went to the follower's rings");
 
+    // Pipelined: 8 requests in flight at once, each under a lane's session of its own.
+    let before = over_fabric(leader);
+    let puts = (0..50u32).map(|i| put(&format!("p{i}"), &format!("w{i}"))).collect();
+    let replies = client.call_many(puts);
+    assert!(replies.iter().all(|r| r == &Ok(Reply::Stored)), "{replies:?}");
+    let gets = (0..50u32).map(|i| Op::Get { key: format!("p{i}").into() }).collect();
+    let replies = client.call_many(gets);
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(r, Ok(Reply::Value(Some(format!("w{i}").into()))), "get {i}");
+    }
+    assert_eq!(over_fabric(leader) - before, 100, "the pipelined requests went by the rings");
+
     // Another client on the same rings' server: its own slot and node.
     let mut second = cluster.client();
     second.over_fabric(true);
@@ -686,6 +698,8 @@ fn clients_over_the_fabric_are_served_like_socket_ones() {
     client.over_fabric(true);
     client.put(b"k", b"v").expect("served by the socket");
     assert_eq!(client.get(b"k").unwrap(), Some(b"v".to_vec()));
+    let replies = client.call_many(vec![put("a", "1"), put("b", "2")]);
+    assert_eq!(replies, vec![Ok(Reply::Stored), Ok(Reply::Stored)], "one at a time by the socket");
 }
 
 /// The order book over the fabric: orders and their events through the rings.
