@@ -526,6 +526,16 @@ fn measure_write2(
 /// its nodes are 0, 1 and 2). It runs on a thread of its own because pinning applies to the
 /// calling thread and to the threads it starts later: the caller's threads keep their CPUs.
 pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
+    on_node_zero(run_dir, |a, placement| measure_write2(a, run_dir, placement, samples))
+}
+
+/// Runs `measure` against a fresh node 0 in `run_dir`, on a thread of its own pinned as
+/// `mu bench fabric` pins node 0 (pinning applies to the calling thread and to the threads it
+/// starts later: the caller's threads keep their CPUs).
+fn on_node_zero(
+    run_dir: &Path,
+    measure: impl FnOnce(&mut Local, &Placement) -> Result<Summary, String> + Send,
+) -> Result<Summary, String> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -534,10 +544,10 @@ pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
                     mu_cpu::pin_to(cpu)?;
                 }
                 let mut a = Local::create(run_dir)?;
-                measure_write2(&mut a, run_dir, &placement, samples)
+                measure(&mut a, &placement)
             })
             .join()
-            .unwrap_or_else(|_| Err("the write2 measurement failed unexpectedly".into()))
+            .unwrap_or_else(|_| Err("the measurement failed unexpectedly".into()))
     })
 }
 
@@ -546,20 +556,10 @@ pub fn write2_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
 /// on a thread of its own as [`write2_rtt`] is. The pair figures are measured together, in
 /// interleaved chunks; this keeps the write's.
 pub fn write_rtt(run_dir: &Path, samples: u64) -> Result<Summary, String> {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let placement = Placement { cpus: mu_cpu::allowed_cpus() };
-                if let Some(cpu) = placement.cpu(0) {
-                    mu_cpu::pin_to(cpu)?;
-                }
-                let mut a = Local::create(run_dir)?;
-                let spin = placement.dedicated(2);
-                let [_, write, _, _] = measure_pairs(&mut a, run_dir, &placement, samples, spin)?;
-                Ok(write)
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the write measurement failed unexpectedly".into()))
+    on_node_zero(run_dir, |a, placement| {
+        let spin = placement.dedicated(2);
+        let [_, write, _, _] = measure_pairs(a, run_dir, placement, samples, spin)?;
+        Ok(write)
     })
 }
 
