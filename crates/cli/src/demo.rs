@@ -20,14 +20,14 @@
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
+use crate::demo_shared::Shared;
 use hdrhistogram::Histogram;
 use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
-use mu_daemon::kv_failover::{leader_serving_clients, FailoverClock};
+use mu_daemon::kv_failover::leader_serving_clients;
 use mu_procs::interrupt;
 use mu_service::{Client, ClientError, ClusterConfig};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest phase the demo runs.
@@ -121,30 +121,6 @@ fn ukharon(args: &Args) -> Result<(), String> {
     mu_daemon::ukharon::demo::demo(&mu_daemon::ukharon::demo::DemoArgs { json: args.json })
 }
 
-/// What the client threads share.
-pub(crate) struct Shared {
-    pub stop: AtomicBool,
-    pub ops: AtomicU64,
-    pub errors: AtomicU64,
-    /// Each key's last acknowledged value, and values written with an unknown outcome since.
-    truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
-    /// The order book: the ids of the orders whose acceptance a trader saw.
-    pub orders: Mutex<Vec<u64>>,
-    /// The order book: trades the traders saw (each once, by its taker).
-    pub trades: AtomicU64,
-    /// Latencies in nanoseconds, merged from the threads now and then.
-    pub latency: Mutex<Histogram<u64>>,
-    /// The failover as the clients see it: from the kill to the first answer from another
-    /// replica.
-    pub clock: FailoverClock,
-}
-
-#[derive(Default, Clone)]
-struct KeyTruth {
-    acked: Option<Vec<u8>>,
-    unknown: Vec<Vec<u8>>,
-}
-
 pub fn run(args: Args) -> Result<(), String> {
     let leased = args.reads == "lease";
     let protocol = match args.protocol {
@@ -157,32 +133,8 @@ pub fn run(args: Args) -> Result<(), String> {
         DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
-    let orderbook = args.app == "orderbook";
-    let over_fabric = args.transport == "fabric";
-    if over_fabric && (protocol.is_none() || leased) {
-        return Err(
-            "--transport fabric: for --protocol mu or velos with reads through the log".into()
-        );
-    }
-    if orderbook && (protocol.is_none() || leased || args.keys.is_some()) {
-        return Err("--app orderbook: for --protocol mu or velos with reads through the log, \
-                    and without --keys (traders send orders, not keys)"
-            .into());
-    }
-    let kv = KvDemo {
-        app: if orderbook { "orderbook" } else { "kv" },
-        transport: if over_fabric { "fabric" } else { "socket" },
-        protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
-        reads: match (protocol, leased) {
-            (None, _) => "primary",
-            (Some(_), true) => "lease",
-            (Some(_), false) => "log",
-        },
-        seconds: args.seconds.unwrap_or(3.0),
-        clients: args.clients.unwrap_or(4),
-        keys: args.keys.unwrap_or(16),
-        json: args.json,
-    };
+    let kv = settings(&args, protocol, leased)?;
+    let orderbook = kv.app == "orderbook";
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
     interrupt::catch();
     let mut cluster = start_cluster(&kv, protocol)?;
@@ -196,29 +148,8 @@ pub fn run(args: Args) -> Result<(), String> {
     );
     let config = cluster.config.clone();
 
-    let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        ops: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-        truth: Mutex::new(BTreeMap::new()),
-        orders: Mutex::new(Vec::new()),
-        trades: AtomicU64::new(0),
-        latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
-        clock: FailoverClock::new(),
-    });
-    let workers: Vec<_> = (0..usize::from(clients))
-        .map(|t| {
-            let (shared, config) = (shared.clone(), config.clone());
-            let keys = keys as usize;
-            std::thread::spawn(move || {
-                if orderbook {
-                    crate::demo_orderbook::trader_loop(t, &config, &shared)
-                } else {
-                    client_loop(t, keys, &config, &shared)
-                }
-            })
-        })
-        .collect();
+    let shared = Arc::new(Shared::new());
+    let workers = start_clients(&shared, &config, clients, keys, orderbook);
     let phase = Duration::from_secs_f64(seconds);
     let result = (|| -> Result<u16, String> {
         watch(&shared, &mut cluster, start, phase, "before the kill")?;
@@ -251,6 +182,63 @@ pub fn run(args: Args) -> Result<(), String> {
     let digests = wait_for_same_state(&config, killed, Duration::from_secs(10))?;
     print_summary(&kv, &shared, killed, failover_us, checked, &digests);
     Ok(())
+}
+
+/// The demo's settings, defaults filled in; an error for a combination it does not run.
+fn settings(
+    args: &Args,
+    protocol: Option<mu_replica::Protocol>,
+    leased: bool,
+) -> Result<KvDemo, String> {
+    let orderbook = args.app == "orderbook";
+    let over_fabric = args.transport == "fabric";
+    if over_fabric && (protocol.is_none() || leased) {
+        return Err(
+            "--transport fabric: for --protocol mu or velos with reads through the log".into()
+        );
+    }
+    if orderbook && (protocol.is_none() || leased || args.keys.is_some()) {
+        return Err("--app orderbook: for --protocol mu or velos with reads through the log, \
+                    and without --keys (traders send orders, not keys)"
+            .into());
+    }
+    Ok(KvDemo {
+        app: if orderbook { "orderbook" } else { "kv" },
+        transport: if over_fabric { "fabric" } else { "socket" },
+        protocol: protocol.map_or(mu_service::config::UKHARON_KV, |p| p.name()),
+        reads: match (protocol, leased) {
+            (None, _) => "primary",
+            (Some(_), true) => "lease",
+            (Some(_), false) => "log",
+        },
+        seconds: args.seconds.unwrap_or(3.0),
+        clients: args.clients.unwrap_or(4),
+        keys: args.keys.unwrap_or(16),
+        json: args.json,
+    })
+}
+
+/// The client threads: key-value clients or traders, until `shared.stop`.
+fn start_clients(
+    shared: &Arc<Shared>,
+    config: &ClusterConfig,
+    clients: u16,
+    keys: u32,
+    orderbook: bool,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..usize::from(clients))
+        .map(|t| {
+            let (shared, config) = (shared.clone(), config.clone());
+            let keys = keys as usize;
+            std::thread::spawn(move || {
+                if orderbook {
+                    crate::demo_orderbook::trader_loop(t, &config, &shared)
+                } else {
+                    client_loop(t, keys, &config, &shared)
+                }
+            })
+        })
+        .collect()
 }
 
 /// Reads every key the clients wrote back through the log, and fails on one that does not hold

@@ -3,7 +3,7 @@
 //! known to the book: submitting its id again is rejected as a duplicate (which changes no
 //! order), whichever replica now leads.
 
-use crate::demo::Shared;
+use crate::demo_shared::Shared;
 use hdrhistogram::Histogram;
 use mu_orderbook::flow::Flow;
 use mu_orderbook::{Command, Event, NewOrder, OrderId, RejectReason, Reply, Side};

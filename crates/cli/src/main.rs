@@ -8,6 +8,7 @@ extern crate mu_procs;
 
 mod demo;
 mod demo_orderbook;
+mod demo_shared;
 mod sim;
 mod sim_lease;
 mod sim_seeds;

@@ -350,17 +350,7 @@ impl ClusterConfig {
             return Err(format!("mode \"{}\": use \"direct\" or \"handover\"", self.mode));
         }
         self.threads()?;
-        if self.replicas.is_empty() {
-            return Err("replicas: the cluster needs at least one".into());
-        }
-        let mut seen = self.replicas.clone();
-        seen.sort_unstable();
-        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("replicas: id {} appears twice", w[0]));
-        }
-        if let Some(&id) = self.replicas.iter().find(|&&id| id >= 64) {
-            return Err(format!("replicas: id {id} is too large (ids are 0 to 63)"));
-        }
+        self.check_replica_ids()?;
         if let Some(base) = self.metrics.port_base {
             let highest = self.replicas.iter().max().copied().unwrap_or(0);
             if base == 0 || base.checked_add(highest).is_none() {
@@ -421,6 +411,22 @@ impl ClusterConfig {
             self.replica_config(self.replicas[0])?
                 .validate()
                 .map_err(|e| format!("configuration: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// `replicas`: at least one, none twice, each below 64.
+    fn check_replica_ids(&self) -> Result<(), String> {
+        if self.replicas.is_empty() {
+            return Err("replicas: the cluster needs at least one".into());
+        }
+        let mut seen = self.replicas.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("replicas: id {} appears twice", w[0]));
+        }
+        if let Some(&id) = self.replicas.iter().find(|&&id| id >= 64) {
+            return Err(format!("replicas: id {id} is too large (ids are 0 to 63)"));
         }
         Ok(())
     }

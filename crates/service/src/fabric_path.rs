@@ -10,7 +10,7 @@
 //! answer: the same wire, carried by the rings.
 
 use crate::backend::{Backend, Pending};
-use crate::server::ServerCounters;
+use crate::counters::ServerCounters;
 use crate::wire::{ClientMessage, ServerMessage};
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};

@@ -18,6 +18,7 @@ pub mod app;
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod counters;
 pub mod fabric_link;
 pub mod fabric_path;
 pub mod lease;

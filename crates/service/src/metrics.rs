@@ -7,7 +7,7 @@
 //! anything without bound.
 
 use crate::backend::Backend;
-use crate::server::ServerCounters;
+use crate::counters::ServerCounters;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

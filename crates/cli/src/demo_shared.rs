@@ -1,0 +1,46 @@
+//! What `mu demo`'s client threads share (key-value clients and order book traders alike).
+
+use hdrhistogram::Histogram;
+use mu_daemon::kv_failover::FailoverClock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Mutex;
+
+/// What the client threads share.
+pub(crate) struct Shared {
+    pub stop: AtomicBool,
+    pub ops: AtomicU64,
+    pub errors: AtomicU64,
+    /// Each key's last acknowledged value, and values written with an unknown outcome since.
+    pub truth: Mutex<BTreeMap<Vec<u8>, KeyTruth>>,
+    /// The order book: the ids of the orders whose acceptance a trader saw.
+    pub orders: Mutex<Vec<u64>>,
+    /// The order book: trades the traders saw (each once, by its taker).
+    pub trades: AtomicU64,
+    /// Latencies in nanoseconds, merged from the threads now and then.
+    pub latency: Mutex<Histogram<u64>>,
+    /// The failover as the clients see it: from the kill to the first answer from another
+    /// replica.
+    pub clock: FailoverClock,
+}
+
+#[derive(Default, Clone)]
+pub(crate) struct KeyTruth {
+    pub acked: Option<Vec<u8>>,
+    pub unknown: Vec<Vec<u8>>,
+}
+
+impl Shared {
+    pub fn new() -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            truth: Mutex::new(BTreeMap::new()),
+            orders: Mutex::new(Vec::new()),
+            trades: AtomicU64::new(0),
+            latency: Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("bounds")),
+            clock: FailoverClock::new(),
+        }
+    }
+}
