@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 
 step "toolchain"
 if ! command -v cargo >/dev/null 2>&1; then
