@@ -174,8 +174,8 @@ fn connect(target: &Target) -> Result<Client, String> {
             target.config.display()
         ));
     }
-    let mut client =
-        Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
+    // Over the fabric where the cluster's transport is.
+    let mut client = config.client()?;
     client.set_timeout(Duration::from_millis(target.timeout_ms));
     Ok(client)
 }

@@ -121,6 +121,18 @@ fn remove_own_pid_file(config: &ClusterConfig, id: u16, pid: u32) {
 /// lock, so that nothing a running node uses is removed. Returns the nodes whose lock is held.
 pub(super) fn remove_shared_memory(config: &ClusterConfig) -> Result<Vec<String>, String> {
     let mut held = remove_fabric_files(config, &config.run_dir)?;
+    // The fabric path's nodes (`transport = "fabric"`): each replica's and its clients', in a
+    // directory per replica.
+    for &id in &config.replicas {
+        let dir = config.clients_fabric_dir(id);
+        if dir.is_dir() {
+            let here = remove_fabric_files(config, &dir)?;
+            if here.is_empty() {
+                let _ = std::fs::remove_dir(&dir);
+            }
+            held.extend(here);
+        }
+    }
     if config.has_group() {
         // uKharon-KV's two planes, each a fabric of its own in a subdirectory; the membership's
         // holds the coordinators' status files too.
