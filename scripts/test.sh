@@ -195,7 +195,7 @@ assert systems == ["mu", "redis-wait", "etcd", "openraft"], systems
 assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["results"])
 e = d["e2e"]
 assert {(r["transport"], r["system"], r["op"]) for r in e["results"]} == {
-    (t, s, o) for t in ["unix", "fabric"] for s in ["transport", "unreplicated", "replicated"]
+    (t, s, o) for t in ["unix", "tcp", "fabric"] for s in ["transport", "unreplicated", "replicated"]
     for o in ["put", "get", "order"]}, e
 assert all(r["app"] == ("orderbook" if r["op"] == "order" else "kv") for r in e["results"]), e
 assert e["replication_p50_us"] > 0 and e["fabric_write_rtt_p50_us"] > 0, e

@@ -13,9 +13,10 @@
 //!   client talking to the leader: every request, reads included, goes through the log.
 //!
 //! Transports: `unix` (a Unix socket; the in-process server is a thread of its own,
-//! [`LocalServer`]) and `fabric` (the client path over the fabric, `docs/client-path.md`: the
-//! service's own server and ring thread, on an unreplicated backend for the first two
-//! systems, [`FabricServer`]). Each is measured for puts and gets of `--payload`-byte values
+//! [`LocalServer`]), `tcp` (loopback; the service's own server on an unreplicated backend
+//! for the first two systems, [`ServiceServer`], and `[clients.addresses]` for the replicas)
+//! and `fabric` (the client path over the fabric, `docs/client-path.md`: the service's own
+//! server and ring thread, on an unreplicated backend for the first two systems). Each is measured for puts and gets of `--payload`-byte values
 //! over 1,000 keys, and for the order book (`app = "orderbook"`): limit orders
 //! ([`crate::cluster::order`], 43 bytes each). Every row says its `app` and `transport`.
 //!
@@ -26,7 +27,7 @@
 use crate::cluster::{App, FabricChoice, ReplicaMode, ThreadsChoice};
 use crate::interrupt;
 use crate::kv_ops::{measure, warmup, OPS};
-use crate::local_server::{Answering, FabricServer, LocalServer};
+use crate::local_server::{Answering, LocalServer, ServiceServer};
 use crate::suite::{quantiles_us, us, Report, SuiteArgs};
 use hdrhistogram::Histogram;
 use mu_daemon::kv_cluster::{KvCluster, LogShape};
@@ -74,15 +75,17 @@ impl System {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Transport {
     Unix,
+    Tcp,
     Fabric,
 }
 
 impl Transport {
-    const ALL: [Transport; 2] = [Transport::Unix, Transport::Fabric];
+    const ALL: [Transport; 3] = [Transport::Unix, Transport::Tcp, Transport::Fabric];
 
     fn name(self) -> &'static str {
         match self {
             Transport::Unix => "unix",
+            Transport::Tcp => "tcp",
             Transport::Fabric => "fabric",
         }
     }
@@ -175,7 +178,7 @@ struct Connected {
     client: Client,
     cluster: Option<KvCluster>,
     _local: Option<LocalServer>,
-    _fabric: Option<FabricServer>,
+    _service: Option<ServiceServer>,
 }
 
 impl Connected {
@@ -188,7 +191,7 @@ impl Connected {
         let answering =
             if system == System::Unreplicated { Answering::Store } else { Answering::Canned };
         let app = if orderbook { mu_service::App::Orderbook } else { mu_service::App::Kv };
-        let none = |client| Connected { client, cluster: None, _local: None, _fabric: None };
+        let none = |client| Connected { client, cluster: None, _local: None, _service: None };
         match (system, transport) {
             (System::Replicated, _) => {
                 let slot_bytes = (args.payload + 256).next_multiple_of(8);
@@ -198,6 +201,7 @@ impl Connected {
                     Transport::Fabric => {
                         KvCluster::start_over_fabric("e2e", shape, protocol, orderbook)?
                     }
+                    Transport::Tcp => KvCluster::start_over_tcp("e2e", shape, protocol, orderbook)?,
                     Transport::Unix if orderbook => {
                         KvCluster::start_orderbook("e2e", shape, protocol)?
                     }
@@ -212,10 +216,11 @@ impl Connected {
                 let client = server.client()?;
                 Ok(Connected { _local: Some(server), ..none(client) })
             }
-            (_, Transport::Fabric) => {
-                let server = FabricServer::start("e2e-fabric", answering, app)?;
+            (_, Transport::Fabric | Transport::Tcp) => {
+                let fabric = transport == Transport::Fabric;
+                let server = ServiceServer::start("e2e-service", answering, app, fabric)?;
                 let client = server.client()?;
-                Ok(Connected { _fabric: Some(server), ..none(client) })
+                Ok(Connected { _service: Some(server), ..none(client) })
             }
         }
     }

@@ -202,16 +202,23 @@ impl Backend for LocalBackend {
 }
 
 /// The service's server on an unreplicated [`LocalBackend`], serving clients over the fabric
-/// (and its socket, for their joins). Stopped when dropped.
-pub struct FabricServer {
+/// (and its socket, for their joins) or over TCP on loopback. Stopped when dropped.
+pub struct ServiceServer {
     server: Option<Server>,
-    path: PathBuf,
+    endpoint: mu_service::Endpoint,
+    over_fabric: bool,
     _dir: RunDir,
 }
 
-impl FabricServer {
-    /// Starts it in a fresh run directory named after `tag`, serving `app`.
-    pub fn start(tag: &str, answering: Answering, app: App) -> Result<FabricServer, String> {
+impl ServiceServer {
+    /// Starts it in a fresh run directory named after `tag`, serving `app` over the fabric
+    /// (`over_fabric`) or over TCP.
+    pub fn start(
+        tag: &str,
+        answering: Answering,
+        app: App,
+        over_fabric: bool,
+    ) -> Result<ServiceServer, String> {
         let dir = RunDir::create(tag)?;
         let path = dir.path().join("local.sock");
         let backend = Arc::new(LocalBackend {
@@ -220,30 +227,32 @@ impl FabricServer {
             state: Mutex::new((Store::new(), Engine::new())),
         });
         let limits = mu_service::server::ServerLimits::default();
-        let mut server = Server::start_backend(
-            LOCAL_CLUSTER_ID,
-            backend,
-            (&path, None),
-            Instant::now(),
-            limits,
-        )?;
-        let clients = dir.path().join("clients");
-        let node = ShmFabric::create(ShmConfig::new(&clients, LOCAL_CLUSTER_ID, NodeId(0)))
-            .map_err(|e| format!("the fabric path's node: {e}"))?;
-        server.attach_fabric(node, &clients)?;
-        Ok(FabricServer { server: Some(server), path, _dir: dir })
+        let tcp = (!over_fabric).then_some("127.0.0.1:0");
+        let mut server =
+            Server::start_backend(LOCAL_CLUSTER_ID, backend, (&path, tcp), Instant::now(), limits)?;
+        let endpoint = match server.tcp_address() {
+            Some(address) => mu_service::Endpoint::Tcp(address.to_string()),
+            None => mu_service::Endpoint::Unix(path),
+        };
+        if over_fabric {
+            let clients = dir.path().join("clients");
+            let node = ShmFabric::create(ShmConfig::new(&clients, LOCAL_CLUSTER_ID, NodeId(0)))
+                .map_err(|e| format!("the fabric path's node: {e}"))?;
+            server.attach_fabric(node, &clients)?;
+        }
+        Ok(ServiceServer { server: Some(server), endpoint, over_fabric, _dir: dir })
     }
 
-    /// A client of this server, over the fabric.
+    /// A client of this server, over the fabric or TCP as it serves.
     pub fn client(&self) -> Result<Client, String> {
-        let mut client = Client::new(LOCAL_CLUSTER_ID, vec![(0, self.path.clone())])
+        let mut client = Client::new(LOCAL_CLUSTER_ID, vec![(0, self.endpoint.clone())])
             .map_err(|e| e.to_string())?;
-        client.over_fabric(true);
+        client.over_fabric(self.over_fabric);
         Ok(client)
     }
 }
 
-impl Drop for FabricServer {
+impl Drop for ServiceServer {
     fn drop(&mut self) {
         // Before the run directory goes.
         self.server = None;

@@ -100,20 +100,51 @@ impl KvCluster {
         orderbook: bool,
     ) -> Result<KvCluster, String> {
         let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
-        KvCluster::start_file(tag, &log, kind, "transport = \"fabric\"\n")
+        KvCluster::start_file(tag, &log, kind, ("transport = \"fabric\"\n", ""))
+    }
+
+    /// [`KvCluster::start`] (or [`KvCluster::start_orderbook`] with `orderbook`) whose
+    /// clients reach the replicas over TCP on loopback (`[clients.addresses]`, on ports free
+    /// when it starts).
+    pub fn start_over_tcp(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+        orderbook: bool,
+    ) -> Result<KvCluster, String> {
+        let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
+        let mut addresses = String::from("\n[clients.addresses]\n");
+        // Free now; taken by the replicas a moment later (another process could take one in
+        // between: the replica then fails to start, and says so).
+        let listeners: Vec<std::net::TcpListener> = (0..REPLICAS)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("finding free ports on loopback: {e}"))?;
+        for (id, l) in listeners.iter().enumerate() {
+            let port = l.local_addr().map_err(|e| e.to_string())?.port();
+            addresses.push_str(&format!("{id} = \"127.0.0.1:{port}\"\n"));
+        }
+        drop(listeners);
+        KvCluster::start_file(tag, &log, kind, ("", &addresses))
     }
 
     /// Writes the file of a cluster of `kind` into a fresh run directory and starts its
     /// processes.
     fn start_from(tag: &str, log: &LogShape, kind: Kind) -> Result<KvCluster, String> {
-        KvCluster::start_file(tag, log, kind, "")
+        KvCluster::start_file(tag, log, kind, ("", ""))
     }
 
-    /// [`KvCluster::start_from`] with `extra` keys at the file's top level.
-    fn start_file(tag: &str, log: &LogShape, kind: Kind, extra: &str) -> Result<KvCluster, String> {
+    /// [`KvCluster::start_from`] with `top` keys at the file's top level and `tail` (tables)
+    /// at its end.
+    fn start_file(
+        tag: &str,
+        log: &LogShape,
+        kind: Kind,
+        (top, tail): (&str, &str),
+    ) -> Result<KvCluster, String> {
         let dir = RunDir::create(tag)?;
         let config_path = dir.path().join("cluster.toml");
-        let text = format!("{extra}{}", cluster_file(tag, dir.path(), log, kind));
+        let text = format!("{top}{}{tail}", cluster_file(tag, dir.path(), log, kind));
         std::fs::write(&config_path, text)
             .map_err(|e| format!("writing the configuration: {e}"))?;
         let config = crate::config::load_config(&config_path)?;
