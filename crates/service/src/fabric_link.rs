@@ -13,11 +13,11 @@ use mu_request_rings::{Grant, Reply, RingClient};
 use std::io;
 use std::time::Instant;
 
-/// How a client waits for its answer: 2 µs of spin, then yielding (a server thread that
-/// shares this CPU runs at once; on an idle CPU a yield returns in half a microsecond), then
-/// parking after 2 ms. A long spin would hold off a server thread on the same CPU for all of
-/// it, on every request (`fabric_path`'s `IDLE_WAIT` says what that cost).
-const ANSWER_WAIT: Backoff = Backoff { spin_ns: 2_000, yield_ns: 2_000_000, park_us: 50 };
+/// How a client waits for its answer: 5 µs of spin (about a round trip), then yielding (a
+/// server thread that shares this CPU runs at once; on an idle CPU a yield returns in half a
+/// microsecond), then parking after 2 ms. A long spin would hold off a server thread on the
+/// same CPU for all of it, on every request (`fabric_path`'s `IDLE_WAIT` says what that cost).
+const ANSWER_WAIT: Backoff = Backoff { spin_ns: 5_000, yield_ns: 2_000_000, park_us: 50 };
 
 /// A client's rings on one replica.
 pub struct FabricLink {
