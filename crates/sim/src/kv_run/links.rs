@@ -1,15 +1,29 @@
-//! The links of a group's second plane (uKharon-KV's data nodes, the leased-reads replicas):
-//! member `m`'s node there is `m + offset`, on the uKharon cluster's world, and a fault on a
-//! link between two members strikes both planes. Cut and delayed links, and lease requests,
+//! The nodes and links of a group's second plane (uKharon-KV's data nodes, the leased-reads
+//! replicas): member `m`'s node there is `m + offset`, on the uKharon cluster's world; it is
+//! stopped and resumed with its member's process, and a fault on a link between two members
+//! strikes both planes. Cut and delayed links, and lease requests,
 //! last one fault step ([`Transient`]).
 
 use crate::ukharon::cluster::UkCluster;
 use mu_fabric::NodeId;
-use mu_fabric_sim::LinkDelay;
+use mu_fabric_sim::{LinkDelay, SimWorld};
 
 /// Member `member`'s node on the second plane.
 pub fn plane_node(member: u16, offset: u16) -> NodeId {
     NodeId(member + offset)
+}
+
+/// Stops or resumes a running process's `node` on the second plane as its membership node is
+/// (`paused`): the two share the process.
+pub fn follow_pause(world: &SimWorld, node: NodeId, paused: bool) -> Result<(), String> {
+    if paused == world.is_paused(node) {
+        return Ok(());
+    }
+    let result = match paused {
+        true => world.pause(node),
+        false => world.resume(node),
+    };
+    result.map_err(|e| e.to_string())
 }
 
 /// Cuts (or heals) the second plane's link between members `a` and `b`.

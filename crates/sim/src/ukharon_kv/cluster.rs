@@ -131,11 +131,8 @@ impl KvCluster {
                 }
                 _ => {}
             }
-            if up && paused != world.is_paused(node) {
-                match paused {
-                    true => world.pause(node).map_err(err)?,
-                    false => world.resume(node).map_err(err)?,
-                }
+            if up {
+                links::follow_pause(&world, node, paused)?;
             }
         }
         Ok(())
