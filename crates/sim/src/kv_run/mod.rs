@@ -2,11 +2,11 @@
 //! ([`crate::ukharon_kv`], a primary-backup data plane beside each member) and Mu or Velos with
 //! leased reads ([`crate::lease_reads`], a replica beside each member). Both put a second plane
 //! beside the uKharon cluster of [`crate::ukharon`] (member `m`'s node there is `m + offset`,
-//! [`links`]), let clients follow the primary ([`clients`]) and run the same phases
-//! ([`phases`]); what differs (how a member serves, its faults, how the group heals and
-//! settles) is the group's, behind [`KvGroup`].
+//! `links`), let clients follow the primary (`clients`) and run the same phases
+//! (`phases`); what differs (how a member serves, its faults, how the group heals and
+//! settles) is the group's, behind `KvGroup`.
 //!
-//! A run ([`run_seed`]): the uKharon cluster of the seed, every view naming a primary; the
+//! A run (`run_seed`): the uKharon cluster of the seed, every view naming a primary; the
 //! group the simulator builds on it; the phases; then the checks both share on the history
 //! (no acknowledged write lost, linearizable through `lincheck`).
 
