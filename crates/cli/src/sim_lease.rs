@@ -5,8 +5,11 @@
 //! `mu sim --protocol ukharon-kv`). A failure prints its seed, what broke and the command that
 //! replays it.
 
-use crate::sim::{lincheck_of, Args};
-use crate::sim_seeds::{replay_flags, sweep, Seeds};
+use crate::sim::Args;
+use crate::sim_seeds::{
+    failed_and_set_aside, failure_note, replay_flags, replay_verdict, sweep, SeedFlags, Seeds,
+    Verdict,
+};
 use mu_replica::Protocol;
 use mu_sim::lease_reads::{
     parse_mutation, protocol_name, run as run_seed, LeaseReport, LeaseRunConfig,
@@ -33,46 +36,40 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.replicas.is_some() {
         return Err("--reads lease runs a replica beside each uKharon member: give --nodes".into());
     }
-    let lincheck = lincheck_of(args)?;
-    if let Some(dir) = &args.history_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the history directory {}: {e}", dir.display()))?;
-    }
+    let flags = SeedFlags::of(args)?;
     let config_of = |seed: u64| {
-        let mut c = LeaseRunConfig { faults, ..LeaseRunConfig::new(seed, protocol) };
-        if let Some(n) = args.nodes {
-            c.nodes = n;
+        let c = LeaseRunConfig::new(seed, protocol);
+        LeaseRunConfig {
+            setup: flags.apply(c.setup, faults),
+            mutation: mutation.unwrap_or(c.mutation),
+            check_answers: !args.no_answer_check,
+            ..c
         }
-        if let Some(s) = args.steps {
-            c.steps = s;
-        }
-        if let Some(m) = mutation {
-            c.mutation = m;
-        }
-        c.clients = args.clients as usize;
-        c.check_answers = !args.no_answer_check;
-        c.lincheck = lincheck.clone();
-        c.history_dir = args.history_dir.clone();
-        c
     };
     if let Some(seed) = args.seed {
         let report = run_seed(&config_of(seed));
         print_one(&report, args.json);
-        return match report.violation {
-            None => Ok(()),
-            Some(_) if report.stands_aside() => {
-                Err(format!("seed {seed} stopped at an appointed replica that stands aside"))
-            }
-            Some(_) => Err(format!("seed {seed} broke a checker")),
-        };
+        return replay_verdict(&report);
     }
     let seeds = Seeds::of(args)?;
-    let failure = |r: &LeaseReport| {
-        let v = violation_text(r).filter(|_| !r.stands_aside())?;
-        Some(format!("{v}\n  replay: {}", replay_command(r.seed, args)))
-    };
+    let failure = |r: &LeaseReport| failure_note(r, |seed| replay_command(seed, args));
     let reports = sweep(seeds, args.json, &|seed| run_seed(&config_of(seed)), &failure);
-    summarize(&reports, protocol, seeds, lincheck.is_some(), args)
+    summarize(&reports, protocol, seeds, flags.lincheck.is_some(), args)
+}
+
+impl Verdict for LeaseReport {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    fn violation_text(&self) -> Option<String> {
+        let (checker, message) = self.violation.as_ref()?;
+        Some(format!("{checker}: {message}"))
+    }
+
+    fn set_aside(&self) -> Option<&'static str> {
+        self.stands_aside().then_some("stopped at an appointed replica that stands aside")
+    }
 }
 
 fn print_one(r: &LeaseReport, json: bool) {
@@ -95,12 +92,8 @@ fn print_one(r: &LeaseReport, json: bool) {
         r.failovers,
         r.handoffs,
         r.trace_hash,
-        violation_text(r).as_deref().unwrap_or("ok")
+        r.violation_text().as_deref().unwrap_or("ok")
     );
-}
-
-fn violation_text(r: &LeaseReport) -> Option<String> {
-    r.violation.as_ref().map(|(checker, message)| format!("{checker}: {message}"))
 }
 
 fn report_json(r: &LeaseReport) -> serde_json::Value {
@@ -147,9 +140,7 @@ fn summarize(
     args: &Args,
 ) -> Result<(), String> {
     let Seeds { first, count, .. } = seeds;
-    let failed: Vec<&LeaseReport> =
-        reports.iter().filter(|r| r.violation.is_some() && !r.stands_aside()).collect();
-    let aside: Vec<u64> = reports.iter().filter(|r| r.stands_aside()).map(|r| r.seed).collect();
+    let (failed, aside) = failed_and_set_aside(reports);
     let sum = |f: fn(&LeaseReport) -> u64| reports.iter().map(f).sum::<u64>();
     let views = sum(|r| r.views);
     let faults = sum(|r| u64::from(r.faults_injected));

@@ -3,7 +3,7 @@
 //! that replays it.
 
 use crate::sim::Args;
-use crate::sim_seeds::{replay_flags, sweep, Seeds};
+use crate::sim_seeds::{failure_note, replay_flags, replay_verdict, sweep, Seeds, Verdict};
 use mu_sim::ukharon::{
     parse_mutation, run as run_seed, UkFaults, UkReport, UkRunConfig, UkScenario,
 };
@@ -38,19 +38,23 @@ pub fn run(args: &Args) -> Result<(), String> {
     if let Some(seed) = args.seed {
         let report = run_seed(&config_of(seed));
         print_one(&report, args.json);
-        return match report.violation {
-            None => Ok(()),
-            Some(_) => Err(format!("seed {seed} broke a checker")),
-        };
+        return replay_verdict(&report);
     }
     let seeds = Seeds::of(args)?;
     let started = Instant::now();
-    let failure = |r: &UkReport| {
-        let replay = replay_command(r.seed, args);
-        r.violation.as_ref().map(|v| format!("{v}\n  replay: {replay}"))
-    };
+    let failure = |r: &UkReport| failure_note(r, |seed| replay_command(seed, args));
     let reports = sweep(seeds, args.json, &|seed| run_seed(&config_of(seed)), &failure);
     summarize(&reports, seeds, started, args)
+}
+
+impl Verdict for UkReport {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    fn violation_text(&self) -> Option<String> {
+        self.violation.clone()
+    }
 }
 
 fn print_one(r: &UkReport, json: bool) {

@@ -4,8 +4,11 @@
 //! its seed, what broke and the command that replays it. Runs that lost the group's state are
 //! counted apart.
 
-use crate::sim::{lincheck_of, Args};
-use crate::sim_seeds::{replay_flags, sweep, Seeds};
+use crate::sim::Args;
+use crate::sim_seeds::{
+    failed_and_set_aside, failure_note, replay_flags, replay_verdict, sweep, SeedFlags, Seeds,
+    Verdict,
+};
 use mu_sim::ukharon::UkFaults;
 use mu_sim::ukharon_kv::{parse_mutation, run as run_seed, KvReport, KvRunConfig};
 use serde_json::json;
@@ -16,46 +19,36 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.scenario.is_some() {
         return Err("--scenario is uKharon's: ukharon-kv injects the --faults".into());
     }
-    let lincheck = lincheck_of(args)?;
-    if let Some(dir) = &args.history_dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the history directory {}: {e}", dir.display()))?;
-    }
+    let flags = SeedFlags::of(args)?;
     let config_of = |seed: u64| {
-        let mut c = KvRunConfig { faults, ..KvRunConfig::new(seed) };
-        if let Some(n) = args.nodes {
-            c.nodes = n;
-        }
-        if let Some(s) = args.steps {
-            c.steps = s;
-        }
-        if let Some(m) = mutation {
-            c.mutation = m;
-        }
-        c.clients = args.clients as usize;
-        c.lincheck = lincheck.clone();
-        c.history_dir = args.history_dir.clone();
-        c
+        let c = KvRunConfig::new(seed);
+        let mutation = mutation.unwrap_or(c.mutation);
+        KvRunConfig { setup: flags.apply(c.setup, faults), mutation }
     };
     if let Some(seed) = args.seed {
         let report = run_seed(&config_of(seed));
         print_one(&report, args.json);
-        return match report.violation {
-            None => Ok(()),
-            Some(_) if report.state_lost() => {
-                Err(format!("seed {seed} stopped: the group lost its state"))
-            }
-            Some(_) => Err(format!("seed {seed} broke a checker")),
-        };
+        return replay_verdict(&report);
     }
     let seeds = Seeds::of(args)?;
-    let failure = |r: &KvReport| {
-        let replay = replay_command(r.seed, args);
-        let failed = violation_text(r).filter(|_| !r.state_lost());
-        failed.map(|v| format!("{v}\n  replay: {replay}"))
-    };
+    let failure = |r: &KvReport| failure_note(r, |seed| replay_command(seed, args));
     let reports = sweep(seeds, args.json, &|seed| run_seed(&config_of(seed)), &failure);
-    summarize(&reports, seeds, lincheck.is_some(), args)
+    summarize(&reports, seeds, flags.lincheck.is_some(), args)
+}
+
+impl Verdict for KvReport {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    fn violation_text(&self) -> Option<String> {
+        let (checker, message) = self.violation.as_ref()?;
+        Some(format!("{checker}: {message}"))
+    }
+
+    fn set_aside(&self) -> Option<&'static str> {
+        self.state_lost().then_some("stopped: the group lost its state")
+    }
 }
 
 fn print_one(r: &KvReport, json: bool) {
@@ -74,12 +67,8 @@ fn print_one(r: &KvReport, json: bool) {
         r.ops_unknown,
         r.failovers,
         r.trace_hash,
-        violation_text(r).as_deref().unwrap_or("ok")
+        r.violation_text().as_deref().unwrap_or("ok")
     );
-}
-
-fn violation_text(r: &KvReport) -> Option<String> {
-    r.violation.as_ref().map(|(checker, message)| format!("{checker}: {message}"))
 }
 
 fn report_json(r: &KvReport) -> serde_json::Value {
@@ -111,9 +100,7 @@ fn replay_command(seed: u64, args: &Args) -> String {
 
 fn summarize(reports: &[KvReport], seeds: Seeds, checked: bool, args: &Args) -> Result<(), String> {
     let Seeds { first, count, .. } = seeds;
-    let failed: Vec<&KvReport> =
-        reports.iter().filter(|r| r.violation.is_some() && !r.state_lost()).collect();
-    let lost: Vec<u64> = reports.iter().filter(|r| r.state_lost()).map(|r| r.seed).collect();
+    let (failed, lost) = failed_and_set_aside(reports);
     let sum = |f: fn(&KvReport) -> u64| reports.iter().map(f).sum::<u64>();
     let views = sum(|r| r.views);
     let faults = sum(|r| u64::from(r.faults_injected));

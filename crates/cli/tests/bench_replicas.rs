@@ -2,23 +2,19 @@
 //! promise, nothing is left behind (replica processes, run directory), and bad input is a clear
 //! error with a non-zero exit.
 
+mod common;
+
+use common::bench::{mu_with_pid, nothing_left_behind, OutDir};
 use std::process::{Command, Output, Stdio};
 
 /// The runs of this file go one at a time: each is three replica processes with busy threads,
 /// on a machine that may have two cores.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `mu` with `args`; returns its output and its pid.
+/// Runs `mu` with `args`, one run at a time; returns its output and its pid.
 fn mu(args: &[&str]) -> (Output, u32) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let child = Command::new(env!("CARGO_BIN_EXE_mu"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
+    mu_with_pid(args)
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -27,42 +23,16 @@ fn json(out: &Output) -> serde_json::Value {
 }
 
 /// No replica process of the benchmark `pid` runs, and its run directory is gone.
-fn nothing_left_behind(pid: u32, tag: &str) {
-    let parent = format!("--parent\0{pid}\0");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        assert!(
-            !(cmdline.contains("bench-replica") && cmdline.contains(&parent)),
-            "a replica process of benchmark {pid} is still running: {cmdline:?}"
-        );
-    }
-    for base in [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()] {
-        let dir = base.join(format!("mu-bench-{tag}-{pid}"));
-        assert!(!dir.exists(), "{} was left behind", dir.display());
-    }
+fn nothing_left(pid: u32, tag: &str) {
+    nothing_left_behind(pid, "bench-replica", &[tag]);
 }
 
-/// A private directory for a benchmark's CSV and SVG files, removed when dropped.
-struct OutDir(std::path::PathBuf);
-
 impl OutDir {
-    fn new(tag: &str) -> OutDir {
-        let dir = std::env::temp_dir().join(format!("mu-bench-out-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        OutDir(dir)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 path")
-    }
-
     /// `NAME.csv` has a header and one row per failover; `NAME.svg` is a whole SVG document.
     fn has_figures(&self, name: &str, failovers: usize) {
         let csv = std::fs::read_to_string(self.0.join(format!("{name}.csv"))).expect("the CSV");
         assert_eq!(csv.lines().count(), 1 + failovers, "{csv}");
-        let svg = std::fs::read_to_string(self.0.join(format!("{name}.svg"))).expect("the SVG");
-        assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+        assert!(self.is_svg(name), "{name}.svg is not a whole SVG document");
     }
 
     /// The new leaders' traced busy polls (`<name>-polls.csv`), by failover.
@@ -91,12 +61,6 @@ impl OutDir {
 /// A row of a polls CSV: (thread, phase, start µs, busy µs, gap µs).
 type PollRow = (String, String, f64, f64, f64);
 
-impl Drop for OutDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn replication_json_has_every_figure() {
     let (out, pid) = mu(&["bench", "replication", "--payload", "64", "--samples", "300", "--json"]);
@@ -119,7 +83,7 @@ fn replication_json_has_every_figure() {
     let cpu_ns = results[0]["leader_cpu_ns_per_proposal"].as_u64().expect("cpu per proposal");
     let mean_ns = results[0]["latency_ns"]["mean"].as_f64().unwrap();
     assert!(cpu_ns > 0 && (cpu_ns as f64) < 2.0 * mean_ns + 10_000.0, "{cpu_ns} ns in {v}");
-    nothing_left_behind(pid, "replication");
+    nothing_left(pid, "replication");
 }
 
 /// A benchmark's stderr carries only its progress: with nowhere to write it (stderr full), the
@@ -141,7 +105,7 @@ fn replication_with_stderr_full_still_gives_its_results() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["results"][0]["samples"], 300);
     drop(serial);
-    nothing_left_behind(pid, "replication");
+    nothing_left(pid, "replication");
 }
 
 /// Velos Fig. 1: both engines in one run, taking turns; each engine's turns are merged, so
@@ -177,7 +141,7 @@ fn replication_of_both_engines_merges_their_rounds() {
     assert!(row["velos_over_mu_p50"].as_f64().unwrap() > 0.0, "{row}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("velos, round 3 of 3"), "progress names the rounds: {stderr}");
-    nothing_left_behind(pid, "replication");
+    nothing_left(pid, "replication");
 }
 
 #[test]
@@ -247,7 +211,7 @@ fn failover_kill_json_has_every_figure() {
         let busy: f64 = failover.iter().map(|p| p.3).sum();
         assert!(end <= total_max + 1.0 && gaps + busy <= end + 1.0, "{failover:?}");
     }
-    nothing_left_behind(pid, "failover");
+    nothing_left(pid, "failover");
 }
 
 /// A new Velos leader's steps between readiness and its first commit, in order.
@@ -279,7 +243,7 @@ fn failover_kill_of_velos_dates_its_steps() {
     let polls = files.polls("failover-kill");
     assert_eq!(polls.len(), 2, "both failovers traced");
     assert!(polls.iter().flatten().all(|p| p.1 == "velos"), "Velos has no phases: {polls:?}");
-    nothing_left_behind(pid, "failover");
+    nothing_left(pid, "failover");
 }
 
 #[test]
@@ -297,7 +261,7 @@ fn failover_pause_json_has_every_figure() {
     // The stopped leader either led again or was fenced.
     let failbacks = v["failbacks"].as_u64().unwrap();
     assert_eq!(failbacks + v["fenced"].as_u64().unwrap(), 1, "{v}");
-    nothing_left_behind(pid, "failover");
+    nothing_left(pid, "failover");
 }
 
 #[test]

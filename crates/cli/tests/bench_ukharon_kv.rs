@@ -3,8 +3,9 @@
 //! nothing is left behind (replica and coordinator processes, run directories), and bad input
 //! is a clear error with a non-zero exit.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::bench::{mu_with_pid as mu, nothing_left_behind, OutDir};
 
 const SYSTEMS: [&str; 8] = [
     "transport",
@@ -18,65 +19,19 @@ const SYSTEMS: [&str; 8] = [
 ];
 const FAILOVER_SYSTEMS: [&str; 3] = ["ukharon-kv", "mu", "velos"];
 
-/// A private directory for the benchmark's files, removed when dropped (also on a failure).
-struct OutDir(PathBuf);
-
 impl OutDir {
-    fn new() -> OutDir {
-        let dir = std::env::temp_dir().join(format!("mu-fig5-out-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        OutDir(dir)
-    }
-
     /// `NAME.csv`: a header and `rows` rows.
     fn csv_rows(&self, name: &str) -> usize {
         let path = self.0.join(format!("{name}.csv"));
         let csv = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         csv.lines().count() - 1
     }
-
-    fn is_svg(&self, name: &str) -> bool {
-        let svg = std::fs::read_to_string(self.0.join(format!("{name}.svg"))).unwrap_or_default();
-        svg.trim_end().ends_with("</svg>")
-    }
 }
 
-impl Drop for OutDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Runs `mu` with `args`; returns its output and its pid.
-fn mu(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_mu"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
-
-/// No process the benchmark `pid` started runs, and none of its run directories is left.
-fn nothing_left_behind(pid: u32) {
-    let parent = format!("--parent\0{pid}\0");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        assert!(
-            !(cmdline.contains("replica") && cmdline.contains(&parent)),
-            "a process of benchmark {pid} is still running: {cmdline:?}"
-        );
-    }
-    for base in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
-        // The clusters and local servers, and the in-process uKharon group.
-        for tag in ["ukharon-kv", "bench-ukharon"] {
-            let dir = base.join(format!("mu-bench-{tag}-{pid}"));
-            assert!(!dir.exists(), "{} was left behind", dir.display());
-        }
-    }
+/// No process the benchmark `pid` started runs, and none of its run directories is left: the
+/// clusters' and local servers', and the in-process uKharon group's.
+fn nothing_left(pid: u32) {
+    nothing_left_behind(pid, "replica", &["ukharon-kv", "bench-ukharon"]);
 }
 
 fn number(v: &serde_json::Value, what: &str) -> f64 {
@@ -85,7 +40,7 @@ fn number(v: &serde_json::Value, what: &str) -> f64 {
 
 #[test]
 fn quick_json_has_every_system_figure_and_target() {
-    let out_dir = OutDir::new();
+    let out_dir = OutDir::new("fig5");
     let (out, pid) = mu(&[
         "bench",
         "ukharon-kv",
@@ -96,9 +51,9 @@ fn quick_json_has_every_system_figure_and_target() {
         "1",
         "--json",
         "--out",
-        out_dir.0.to_str().unwrap(),
+        out_dir.path(),
     ]);
-    nothing_left_behind(pid);
+    nothing_left(pid);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let latency = v["latency"].as_array().expect("latency");

@@ -12,7 +12,9 @@
 //! [`ukharon`] runs the uKharon membership service the same way (`mu sim --protocol ukharon`):
 //! coordinators and node cores, its own faults (clock drift among them) and checkers;
 //! [`ukharon_kv`] runs uKharon-KV on it (`mu sim --protocol ukharon-kv`): a primary-backup data
-//! plane beside each member, clients whose history is checked as Mu's is.
+//! plane beside each member, clients whose history is checked as Mu's is; [`lease_reads`] runs
+//! Mu or Velos with leased reads on it (`mu sim --protocol mu|velos --reads lease`); the two
+//! share their clients and phases ([`kv_run`]).
 //!
 //! A run is a function of its seed and configuration: [`SeedReport::trace_hash`] is equal for
 //! two runs of one seed, which a test checks.
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod describe;
 pub mod faults;
 pub mod history;
+pub mod kv_run;
 pub mod lease_reads;
 pub mod membership;
 pub mod run;

@@ -8,11 +8,8 @@ use mu_sim::check::linearizability::find_lincheck;
 use mu_sim::lease_reads::{run, LeaseMutation, LeaseReport, LeaseRunConfig};
 
 fn seed(protocol: Protocol, seed: u64, mutation: LeaseMutation) -> LeaseReport {
-    let config = LeaseRunConfig {
-        mutation,
-        lincheck: find_lincheck(),
-        ..LeaseRunConfig::new(seed, protocol)
-    };
+    let mut config = LeaseRunConfig { mutation, ..LeaseRunConfig::new(seed, protocol) };
+    config.setup.lincheck = find_lincheck();
     run(&config)
 }
 

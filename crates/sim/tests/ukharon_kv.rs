@@ -31,7 +31,9 @@ fn lincheck() -> std::path::PathBuf {
 }
 
 fn checked(seed: u64) -> KvRunConfig {
-    KvRunConfig { lincheck: Some(lincheck()), ..KvRunConfig::new(seed) }
+    let mut config = KvRunConfig::new(seed);
+    config.setup.lincheck = Some(lincheck());
+    config
 }
 
 /// Every fault, the primary's crash and stop and the primary with the leading coordinator

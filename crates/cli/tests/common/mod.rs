@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod bench;
+
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -13,10 +13,11 @@ pub use super::server::Token;
 use super::server::{Answer, Server};
 use super::LeaseMutation;
 use crate::cluster::{config as small_log, Recorder};
+use crate::kv_run::links::{self, Transient};
 use crate::ukharon::cluster::UkCluster;
 use crate::ukharon::Choices;
 use mu_fabric::NodeId;
-use mu_fabric_sim::{LinkDelay, SimFabric};
+use mu_fabric_sim::SimFabric;
 use mu_kv::Store;
 use mu_replica::{Appointment, Boot, Leaders, Protocol, ReplicaConfig, ReplicaCore};
 use mu_ukharon_kv::KvEvent;
@@ -43,9 +44,8 @@ pub struct LeaseCluster {
     pub mutation: LeaseMutation,
     /// Members stopped in the middle of a local read, until the global time given.
     pub stalls: BTreeMap<u16, u64>,
-    /// Links (membership node ids) cut or delayed until the next fault step.
-    pub transient_links: Vec<(u16, u16)>,
-    pub transient_leases: Vec<u16>,
+    /// Links cut or delayed, and leases asked for, until the next fault step.
+    pub transient: Transient,
     /// Everything any replica applied, in any process (what [`Recorder`] wants).
     ever: BTreeSet<Vec<u8>>,
     boots: u32,
@@ -82,8 +82,7 @@ impl LeaseCluster {
             offset,
             mutation,
             stalls: BTreeMap::new(),
-            transient_links: Vec::new(),
-            transient_leases: Vec::new(),
+            transient: Transient::default(),
             ever: BTreeSet::new(),
             boots: 0,
             answers: 0,
@@ -120,7 +119,7 @@ impl LeaseCluster {
     }
 
     pub fn replica_node(&self, member: u16) -> NodeId {
-        NodeId(member + self.offset)
+        links::plane_node(member, self.offset)
     }
 
     /// Whether `member`'s process runs (neither crashed nor stopped).
@@ -172,11 +171,8 @@ impl LeaseCluster {
                 }
                 _ => {}
             }
-            if up && paused != world.is_paused(node) {
-                match paused {
-                    true => world.pause(node).map_err(err)?,
-                    false => world.resume(node).map_err(err)?,
-                }
+            if up {
+                links::follow_pause(&world, node, paused)?;
             }
         }
         Ok(())
@@ -207,23 +203,12 @@ impl LeaseCluster {
 
     /// Cuts (or heals) the link between the replicas of members `a` and `b`.
     pub fn set_replica_partition(&mut self, a: u16, b: u16, cut: bool) {
-        let (a, b) = (self.replica_node(a), self.replica_node(b));
-        match cut {
-            true => self.uk.world.partition(a, b),
-            false => self.uk.world.heal(a, b),
-        }
+        links::set_plane_partition(&self.uk, self.offset, a, b, cut);
     }
 
     /// Removes every delay and partition between replicas.
     pub fn heal_replica_links(&mut self) {
-        let members = self.member_ids();
-        for (i, &a) in members.iter().enumerate() {
-            for &b in &members[i + 1..] {
-                let (a, b) = (self.replica_node(a), self.replica_node(b));
-                self.uk.world.heal(a, b);
-                self.uk.world.set_link_delay(a, b, LinkDelay::default());
-            }
-        }
+        links::heal_plane_links(&self.uk, self.offset, &self.member_ids());
     }
 
     /// The replicas' part of a round, after the membership polled: every running member

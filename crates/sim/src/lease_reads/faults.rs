@@ -63,28 +63,15 @@ fn ask_lease(c: &mut LeaseCluster, choices: &mut Choices) -> bool {
         return false;
     };
     core.ask_lease(lease_ns);
-    c.transient_leases.push(n);
+    c.transient.leases.push(n);
     true
 }
 
 /// Heals the links cut or delayed by the step before, on both planes, and gives the members
 /// that asked for another lease the configured one back.
 pub(crate) fn heal_transient(c: &mut LeaseCluster) {
-    let lease_ns = c.uk.config.lease_ns;
-    for n in std::mem::take(&mut c.transient_leases) {
-        if let Some(core) = c.uk.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
-            core.ask_lease(lease_ns);
-        }
-    }
-    for (a, b) in std::mem::take(&mut c.transient_links) {
-        c.uk.world.heal(NodeId(a), NodeId(b));
-        c.uk.world.set_link_delay(NodeId(a), NodeId(b), LinkDelay::default());
-        if c.members.contains_key(&a) && c.members.contains_key(&b) {
-            c.set_replica_partition(a, b, false);
-            let (ra, rb) = (c.replica_node(a), c.replica_node(b));
-            c.uk.world.set_link_delay(ra, rb, LinkDelay::default());
-        }
-    }
+    let members = &c.members;
+    c.transient.heal(&mut c.uk, c.offset, |m| members.contains_key(&m));
 }
 
 /// Running members whose loss leaves a majority of replicas, the latest view's primary alone
@@ -156,7 +143,7 @@ fn delay(c: &mut LeaseCluster, choices: &mut Choices) -> bool {
     let (a, b) = (choices.below(count) as u16, choices.below(count) as u16);
     let delay = LinkDelay { extra_ns: choices.below(20_000), jitter_ns: choices.below(5_000) };
     c.uk.world.set_link_delay(NodeId(a), NodeId(b), delay);
-    c.transient_links.push((a, b));
+    c.transient.links.push((a, b));
     if c.members.contains_key(&a) && c.members.contains_key(&b) {
         let (ra, rb) = (c.replica_node(a), c.replica_node(b));
         c.uk.world.set_link_delay(ra, rb, delay);
@@ -176,6 +163,6 @@ fn partition(c: &mut LeaseCluster, choices: &mut Choices) -> bool {
     }
     c.uk.world.partition(NodeId(a), NodeId(b));
     c.set_replica_partition(a, b, true);
-    c.transient_links.push((a, b));
+    c.transient.links.push((a, b));
     true
 }

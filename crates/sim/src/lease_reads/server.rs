@@ -20,8 +20,7 @@ use mu_kv::{Op, Reply, Request};
 use mu_replica::{Appointment, LeaseGate, ProposeError, ReplicaCore, Term};
 use mu_ukharon_kv::KvEvent;
 
-/// What a client puts on a request: its slot and which attempt of its operation this is.
-pub type Token = (usize, u64);
+pub use crate::kv_run::Token;
 
 /// Requests proposed in one submission at most.
 const BATCH_MAX: usize = 8;
@@ -227,7 +226,7 @@ impl Server {
                 self.reads.push(read);
             } else if choices.below(8) == 0 {
                 // The reading thread is descheduled for a few rounds.
-                read.due_ns += (1 + choices.below(20)) * super::ROUND_NS;
+                read.due_ns += (1 + choices.below(20)) * crate::kv_run::phases::ROUND_NS;
                 self.reads.push(read);
             } else {
                 self.finish_read(read, round, lease, recorder, out);

@@ -7,16 +7,15 @@
 //! channel between two threads). A member's data node shares its
 //! process's fate: crashed, restarted and paused with it ([`KvCluster::sync_data_plane`]).
 
+use crate::kv_run::links::{self, Transient};
+pub use crate::kv_run::Token;
 use crate::ukharon::cluster::UkCluster;
 use mu_fabric::NodeId;
-use mu_fabric_sim::{LinkDelay, SimFabric};
+use mu_fabric_sim::SimFabric;
 use mu_kv::Request;
 use mu_primary_backup::{Mutation, Ring};
 use mu_ukharon_kv::{KvDriver, KvEvent, KvLayout, KvSettings, RoleName};
 use std::collections::BTreeMap;
-
-/// What a client puts on a request: its slot and which attempt of its operation this is.
-pub type Token = (usize, u64);
 
 /// A member's data plane: its driver (none while its process is down), the requests sent to
 /// it and not yet read (a stopped process reads them when it runs again), and its process's
@@ -49,10 +48,8 @@ pub struct KvCluster {
     pub answers: u64,
     /// Primaries seen serving, in order of their first answer (a failover adds one).
     pub primaries: Vec<(u16, u64)>,
-    /// Links (membership node ids) cut or delayed until the next fault step.
-    pub transient_links: Vec<(u16, u16)>,
-    /// Members that asked for another lease until the next fault step.
-    pub transient_leases: Vec<u16>,
+    /// Links cut or delayed, and leases asked for, until the next fault step.
+    pub transient: Transient,
 }
 
 impl KvCluster {
@@ -75,8 +72,7 @@ impl KvCluster {
             mutation,
             answers: 0,
             primaries: Vec::new(),
-            transient_links: Vec::new(),
-            transient_leases: Vec::new(),
+            transient: Transient::default(),
         };
         for m in cluster.member_ids() {
             let slot =
@@ -94,7 +90,7 @@ impl KvCluster {
     }
 
     pub fn data_node(&self, member: u16) -> NodeId {
-        NodeId(member + self.offset)
+        links::plane_node(member, self.offset)
     }
 
     /// Whether `member`'s process runs (neither crashed nor stopped).
@@ -135,11 +131,8 @@ impl KvCluster {
                 }
                 _ => {}
             }
-            if up && paused != world.is_paused(node) {
-                match paused {
-                    true => world.pause(node).map_err(err)?,
-                    false => world.resume(node).map_err(err)?,
-                }
+            if up {
+                links::follow_pause(&world, node, paused)?;
             }
         }
         Ok(())
@@ -147,23 +140,12 @@ impl KvCluster {
 
     /// Cuts (or heals) the data link between members `a` and `b` as their membership link.
     pub fn set_data_partition(&mut self, a: u16, b: u16, cut: bool) {
-        let (a, b) = (self.data_node(a), self.data_node(b));
-        match cut {
-            true => self.uk.world.partition(a, b),
-            false => self.uk.world.heal(a, b),
-        }
+        links::set_plane_partition(&self.uk, self.offset, a, b, cut);
     }
 
     /// Removes every delay and partition between data nodes.
     pub fn heal_data_links(&mut self) {
-        let members = self.member_ids();
-        for (i, &a) in members.iter().enumerate() {
-            for &b in &members[i + 1..] {
-                let (a, b) = (self.data_node(a), self.data_node(b));
-                self.uk.world.heal(a, b);
-                self.uk.world.set_link_delay(a, b, LinkDelay::default());
-            }
-        }
+        links::heal_plane_links(&self.uk, self.offset, &self.member_ids());
     }
 
     /// The data plane's part of a round, after the membership polled: every running member's

@@ -47,21 +47,8 @@ pub(crate) fn inject(
 /// strikes again later, when a member joins across it, and may then remove the one member
 /// holding the state and keep the fresh one.
 fn heal_transient(kv: &mut KvCluster) {
-    let lease_ns = kv.uk.config.lease_ns;
-    for n in std::mem::take(&mut kv.transient_leases) {
-        if let Some(core) = kv.uk.nodes.get_mut(&n).and_then(|n| n.core.as_mut()) {
-            core.ask_lease(lease_ns);
-        }
-    }
-    for (a, b) in std::mem::take(&mut kv.transient_links) {
-        kv.uk.world.heal(NodeId(a), NodeId(b));
-        kv.uk.world.set_link_delay(NodeId(a), NodeId(b), LinkDelay::default());
-        if kv.data.contains_key(&a) && kv.data.contains_key(&b) {
-            kv.set_data_partition(a, b, false);
-            let (da, db) = (kv.data_node(a), kv.data_node(b));
-            kv.uk.world.set_link_delay(da, db, LinkDelay::default());
-        }
-    }
+    let data = &kv.data;
+    kv.transient.heal(&mut kv.uk, kv.offset, |m| data.contains_key(&m));
 }
 
 /// A running member asks for another lease duration (§6.3: compatible views), until the
@@ -70,7 +57,7 @@ fn heal_transient(kv: &mut KvCluster) {
 fn ask_lease(kv: &mut KvCluster, choices: &mut Choices) -> bool {
     let running: Vec<u16> = kv.member_ids().into_iter().filter(|&m| kv.running(m)).collect();
     let asked = victims::ask_lease(&mut kv.uk, choices, &running);
-    kv.transient_leases.extend(asked);
+    kv.transient.leases.extend(asked);
     asked.is_some()
 }
 
@@ -130,7 +117,7 @@ fn delay(kv: &mut KvCluster, choices: &mut Choices) -> bool {
         return false;
     }
     kv.uk.world.set_link_delay(NodeId(a), NodeId(b), delay);
-    kv.transient_links.push((a, b));
+    kv.transient.links.push((a, b));
     if kv.data.contains_key(&a) && kv.data.contains_key(&b) {
         let (da, db) = (kv.data_node(a), kv.data_node(b));
         kv.uk.world.set_link_delay(da, db, delay);
@@ -147,7 +134,7 @@ fn partition(kv: &mut KvCluster, choices: &mut Choices) -> bool {
     }
     kv.uk.world.partition(NodeId(a), NodeId(b));
     kv.set_data_partition(a, b, true);
-    kv.transient_links.push((a, b));
+    kv.transient.links.push((a, b));
     true
 }
 

@@ -1,27 +1,27 @@
-//! Clients of a uKharon-KV group: each issues one operation at a time (the operation mix of
-//! [`crate::workload::OpMix`]) to the member it believes is the primary, and the history
-//! records what each was told and when ([`crate::history`]), gets included: they are answered
-//! from the primary's store without a record.
+//! Clients of a key-value group under uKharon's views: each issues one operation at a time
+//! (the operation mix of [`crate::workload::OpMix`]) to the member it believes is the primary,
+//! and the history records what each was told and when ([`crate::history`]), reads answered
+//! from a store without a record or entry included.
 //!
 //! An operation is sent again, with the same sequence number (the store applies it once), when
-//! the member says it dropped it (its view changed or its lease ran out), when it says another
-//! member is primary, when the member's process died, and when no answer came within
-//! [`TIMEOUT_NS`] (a stopped process: the request waits in its inbox, and whatever it answers
-//! when it runs again reaches no one). Each attempt carries its number, and only the answer of
-//! the latest counts. An operation still unanswered when the run ends has an unknown outcome.
+//! the member says it dropped it (its view changed, its lease ran out, its replica does not
+//! lead yet), when it names another primary, when the member's process died, and when no answer
+//! came within the group's [`KvGroup::CLIENT_TIMEOUT_NS`] (a stopped process: the request waits
+//! in its inbox). Each attempt carries its number, counted over all the client's operations,
+//! and only the answer of the latest counts: an answer to an attempt of an earlier operation
+//! (given by a process that ran again after the client gave up on it) is never taken for one
+//! of the current operation. An operation still unanswered when the run ends has an unknown
+//! outcome.
 
-use super::cluster::{KvCluster, Token};
+use super::{KvGroup, Token};
 use crate::history::{History, Operation, Outcome};
 use crate::workload::OpMix;
 use mu_fabric_sim::SimRng;
 use mu_kv::{Op, Request};
 use mu_ukharon_kv::KvEvent;
 
-/// How long a client waits for an answer before it asks elsewhere.
-pub const TIMEOUT_NS: u64 = 100_000;
-
 /// How long a client waits before it sends an operation that was dropped or went to a member
-/// that knows no primary.
+/// that knows no primary, or to one whose process is down.
 const BACKOFF_NS: u64 = 2_000;
 
 /// A client starts an operation in a round with this chance in one, when idle (about every
@@ -31,6 +31,8 @@ const START_ONE_IN: u64 = 40;
 struct Client {
     id: u64,
     seq: u64,
+    /// Attempts sent, over all its operations.
+    attempts: u64,
     /// The member it believes is the primary.
     primary: u16,
     waiting: Option<Waiting>,
@@ -40,7 +42,7 @@ struct Waiting {
     /// The operation's place in the history.
     op: usize,
     request: Request,
-    /// Attempts so far; the latest is the one whose answer counts.
+    /// The latest attempt (the client's count), the one whose answer counts.
     attempt: u64,
     /// Where and when the latest attempt went, with the process incarnation; none: it must be
     /// sent (again), not before `not_before_ns`.
@@ -60,15 +62,16 @@ pub struct KvClients {
 }
 
 impl KvClients {
+    /// `count` clients on `keys` keys, sending to `members`, drawing from `seed`.
     pub fn new(count: usize, keys: u64, members: Vec<u16>, seed: u64) -> KvClients {
         let first = members[0];
         KvClients {
             clients: (0..count as u64)
-                .map(|id| Client { id, seq: 0, primary: first, waiting: None })
+                .map(|id| Client { id, seq: 0, attempts: 0, primary: first, waiting: None })
                 .collect(),
             ops: OpMix::new(keys),
             members,
-            rng: SimRng::new(seed ^ 0x6b76_636c_6965_6e74),
+            rng: SimRng::new(seed),
             history: History::default(),
             returned: 0,
         }
@@ -80,8 +83,8 @@ impl KvClients {
 
     /// Idle clients may start operations (`start_new`); operations due are sent, and those
     /// whose member died or did not answer in time are made due again.
-    pub fn send(&mut self, cluster: &mut KvCluster, start_new: bool) {
-        let now = cluster.uk.world.now_ns();
+    pub fn send(&mut self, group: &mut impl KvGroup, start_new: bool) {
+        let now = group.uk().world.now_ns();
         for slot in 0..self.clients.len() {
             if self.clients[slot].waiting.is_none() {
                 if !start_new || self.rng.below(START_ONE_IN) != 0 {
@@ -92,7 +95,7 @@ impl KvClients {
                 let op = self.ops.next(client.id, client.seq, &mut self.rng);
                 self.start(slot, op, now);
             }
-            self.send_one(slot, cluster, now);
+            self.send_one(slot, group, now);
         }
     }
 
@@ -111,14 +114,13 @@ impl KvClients {
         client.waiting = Some(Waiting { op, request, attempt: 0, sent: None, not_before_ns: now });
     }
 
-    fn send_one(&mut self, slot: usize, cluster: &mut KvCluster, now: u64) {
+    fn send_one<G: KvGroup>(&mut self, slot: usize, group: &mut G, now: u64) {
         let random = self.members[self.rng.below(self.members.len() as u64) as usize];
         let client = &mut self.clients[slot];
         let Some(w) = client.waiting.as_mut() else { return };
         if let Some((to, at, incarnation)) = w.sent {
-            let data = &cluster.data[&to];
-            let gone = data.driver.is_none() || data.incarnation != incarnation;
-            if gone || now >= at + TIMEOUT_NS {
+            let gone = group.incarnation(to) != Some(incarnation);
+            if gone || now >= at + G::CLIENT_TIMEOUT_NS {
                 w.sent = None;
                 client.primary = random;
             }
@@ -128,20 +130,20 @@ impl KvClients {
             return;
         }
         let to = client.primary;
-        let data = cluster.data.get_mut(&to).expect("clients send to members");
-        if data.driver.is_none() {
+        let Some(incarnation) = group.incarnation(to) else {
             // Its process is down: the client finds out at once (the connection is refused).
             client.primary = random;
             w.not_before_ns = now + BACKOFF_NS;
             return;
-        }
-        w.attempt += 1;
-        data.inbox.push((w.request.clone(), (slot, w.attempt)));
-        w.sent = Some((to, now, data.incarnation));
+        };
+        client.attempts += 1;
+        w.attempt = client.attempts;
+        group.deliver(to, w.request.clone(), (slot, w.attempt));
+        w.sent = Some((to, now, incarnation));
     }
 
     /// What the members told clients this round. A refusal is an error: every request of
-    /// the workload fits a record.
+    /// the workload fits a record (an entry).
     pub fn take(&mut self, events: Vec<(u16, KvEvent<Token>)>, now: u64) -> Result<(), String> {
         for (member, event) in events {
             let (slot, attempt) = match &event {
@@ -188,7 +190,7 @@ impl KvClients {
         for key in keys {
             let id = self.clients.iter().map(|c| c.id).max().map_or(0, |m| m + 1);
             let primary = self.clients.first().map_or(self.members[0], |c| c.primary);
-            self.clients.push(Client { id, seq: 1, primary, waiting: None });
+            self.clients.push(Client { id, seq: 1, attempts: 0, primary, waiting: None });
             let slot = self.clients.len() - 1;
             self.start(slot, Op::Get { key }, now);
             places.push(self.history.operations.len() - 1);
