@@ -12,6 +12,7 @@
 
 pub(crate) mod clients;
 pub(crate) mod links;
+pub(crate) mod lost_writes;
 pub(crate) mod phases;
 
 use crate::ukharon::cluster::UkCluster;
@@ -211,10 +212,10 @@ fn run_checked<G: KvGroup>(
     counts.trace_hash = group.uk().world.trace_hash();
     counts.ops_returned = clients.history.returned_count();
     counts.ops_unknown = clients.history.unknown_count();
-    let (seed, faults) = (setup.seed, crate::ukharon_kv::describe_faults(setup.faults));
+    let (seed, faults) = (setup.seed, crate::ukharon::faults::describe_faults(setup.faults));
     clients.history.source = format!("{} --seed {seed} --faults {faults}", command);
     let checked = result.and_then(|finals| {
-        crate::ukharon_kv::check::no_acknowledged_write_lost(&clients.history, &finals)
+        lost_writes::no_acknowledged_write_lost(&clients.history, &finals)
             .map_err(|e| ("lost-write", e))?;
         crate::check::linearizability::check_history(
             &clients.history,

@@ -2,7 +2,7 @@
 //! sim's (active spans, views) and stale answers ([`super::cluster::LeaseCluster::serve`]):
 //! agreement of the replicas' applied entries (Mu's checker), and every live replica's store
 //! the same after the liveness phase. No acknowledged write lost is uKharon-KV's check
-//! ([`crate::ukharon_kv::check::no_acknowledged_write_lost`]).
+//! ([`crate::kv_run::lost_writes::no_acknowledged_write_lost`]).
 
 use super::cluster::LeaseCluster;
 

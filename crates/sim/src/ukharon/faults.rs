@@ -99,6 +99,28 @@ impl UkFaults {
     }
 }
 
+/// The faults as `--faults` names them.
+pub fn describe_faults(f: UkFaults) -> String {
+    let on = [
+        f.crash,
+        f.restart,
+        f.pause,
+        f.delay,
+        f.partition,
+        f.drift,
+        f.lease,
+        f.coordinator,
+        f.coordinator_restart,
+    ];
+    let names: Vec<&str> =
+        UK_FAULT_NAMES.iter().zip(on).filter_map(|(name, on)| on.then_some(*name)).collect();
+    match names.len() {
+        0 => "none".into(),
+        n if n == on.len() => "all".into(),
+        _ => names.join(","),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,6 @@ pub mod faults;
 mod group;
 
 use crate::kv_run::{self, Setup};
-use crate::ukharon::{self, UkFaults};
 use cluster::KvCluster;
 use mu_primary_backup::Mutation;
 
@@ -114,30 +113,5 @@ pub fn run(config: &KvRunConfig) -> KvReport {
         virtual_ns: c.virtual_ns,
         violation: finished.violation,
         trace_hash: c.trace_hash,
-    }
-}
-
-/// The faults as `--faults` names them.
-pub fn describe_faults(f: UkFaults) -> String {
-    let on = [
-        f.crash,
-        f.restart,
-        f.pause,
-        f.delay,
-        f.partition,
-        f.drift,
-        f.lease,
-        f.coordinator,
-        f.coordinator_restart,
-    ];
-    let names: Vec<&str> = ukharon::UK_FAULT_NAMES
-        .iter()
-        .zip(on)
-        .filter_map(|(name, on)| on.then_some(*name))
-        .collect();
-    match names.len() {
-        0 => "none".into(),
-        n if n == on.len() => "all".into(),
-        _ => names.join(","),
     }
 }
