@@ -7,11 +7,12 @@
 //! the member says it dropped it (its view changed, its lease ran out, its replica does not
 //! lead yet), when it names another primary, when the member's process died, and when no answer
 //! came within the group's [`KvGroup::CLIENT_TIMEOUT_NS`] (a stopped process: the request waits
-//! in its inbox). Each attempt carries its number, counted over all the client's operations,
-//! and only the answer of the latest counts: an answer to an attempt of an earlier operation
-//! (given by a process that ran again after the client gave up on it) is never taken for one
-//! of the current operation. An operation still unanswered when the run ends has an unknown
-//! outcome.
+//! in its inbox). Each attempt carries its number, and only the answer of the latest counts.
+//! Under leased reads attempts are counted over all the client's operations, so that an answer
+//! to an attempt of an earlier operation (given by a process that ran again after the client
+//! gave up on it) is never taken for one of the current operation; uKharon-KV's clients count
+//! them per operation, as they always did ([`KvGroup::ATTEMPTS_PER_OPERATION`]). An operation
+//! still unanswered when the run ends has an unknown outcome.
 
 use super::{KvGroup, Token};
 use crate::history::{History, Operation, Outcome};
@@ -42,7 +43,7 @@ struct Waiting {
     /// The operation's place in the history.
     op: usize,
     request: Request,
-    /// The latest attempt (the client's count), the one whose answer counts.
+    /// The latest attempt, the one whose answer counts.
     attempt: u64,
     /// Where and when the latest attempt went, with the process incarnation; none: it must be
     /// sent (again), not before `not_before_ns`.
@@ -137,7 +138,7 @@ impl KvClients {
             return;
         };
         client.attempts += 1;
-        w.attempt = client.attempts;
+        w.attempt = if G::ATTEMPTS_PER_OPERATION { w.attempt + 1 } else { client.attempts };
         group.deliver(to, w.request.clone(), (slot, w.attempt));
         w.sent = Some((to, now, incarnation));
     }

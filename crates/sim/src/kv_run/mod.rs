@@ -37,6 +37,10 @@ pub(crate) trait KvGroup: Sized {
     const CLIENTS_SALT: u64;
     /// How long a client waits for an answer before it asks elsewhere.
     const CLIENT_TIMEOUT_NS: u64;
+    /// Whether a client numbers its attempts afresh for each operation (uKharon-KV, as it
+    /// always did) rather than over all its operations (leased reads): numbered per operation,
+    /// an answer to an earlier operation's attempt may be taken for the current one's.
+    const ATTEMPTS_PER_OPERATION: bool;
 
     fn uk(&self) -> &UkCluster;
     fn uk_mut(&mut self) -> &mut UkCluster;

@@ -18,6 +18,7 @@ impl KvGroup for LeaseCluster {
     /// Longer than a local read's longest stall, so that the answer of a member stopped
     /// between a read's two checks still counts.
     const CLIENT_TIMEOUT_NS: u64 = 500_000;
+    const ATTEMPTS_PER_OPERATION: bool = false;
 
     fn uk(&self) -> &UkCluster {
         &self.uk

@@ -16,6 +16,7 @@ impl KvGroup for KvCluster {
     const CHOICES_SALT: u64 = 0x6b76_5f73_696d;
     const CLIENTS_SALT: u64 = 0x6b76_636c_6965_6e74;
     const CLIENT_TIMEOUT_NS: u64 = 100_000;
+    const ATTEMPTS_PER_OPERATION: bool = true;
 
     fn uk(&self) -> &UkCluster {
         &self.uk
