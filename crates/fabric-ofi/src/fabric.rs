@@ -7,7 +7,9 @@ use crate::keys::MAX_REGIONS;
 use crate::node::{Node, OfiFabric, RegionEntry};
 use crate::region::{Memory, OfiRegion};
 use crate::side::Side;
-use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{
+    Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
+};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +50,9 @@ impl Fabric for OfiFabric {
             return Err(FabricError::Config(format!("more than {MAX_REGIONS} regions")));
         }
         let region = OfiRegion { id, len_bytes, mem: Arc::new(Memory::new(len_bytes)?) };
-        control.regions.insert(id, RegionEntry { region: region.clone(), access });
+        control
+            .regions
+            .insert(id, RegionEntry { region: region.clone(), access, scope: RegionScope::Every });
         self.node.publish_identity(&control);
         let sides: Vec<Arc<Side>> = control.sides.values().cloned().collect();
         for side in sides {
@@ -56,6 +60,23 @@ impl Fabric for OfiFabric {
             self.node.sync_registrations(&control, side.conn, &mut st);
         }
         Ok(region)
+    }
+
+    /// A side outside the scope holds no registration of the region: closing one takes the
+    /// right away from that peer at once, and the side's next revocation fences as after any
+    /// right taken away.
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
+        let mut control = self.node.control.lock().expect("control");
+        let entry = control.regions.get_mut(&region).ok_or(FabricError::UnknownRegion(region))?;
+        entry.scope = scope;
+        let sides: Vec<Arc<Side>> = control.sides.values().cloned().collect();
+        for side in sides {
+            let mut st = side.st.lock().expect("side");
+            if self.node.sync_registrations(&control, side.conn, &mut st) && st.binding.is_some() {
+                st.unfenced = true;
+            }
+        }
+        Ok(())
     }
 
     fn endpoint(&self, depth: usize) -> Result<OfiEndpoint, FabricError> {

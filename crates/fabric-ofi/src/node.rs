@@ -8,7 +8,7 @@ use crate::keys::{Identity, IDENTITY_BYTES};
 use crate::liveness::Liveness;
 use crate::region::{Memory, OfiRegion};
 use crate::side::Side;
-use mu_fabric::{Access, ConnId, FabricError, NodeId, RegionId};
+use mu_fabric::{Access, ConnId, FabricError, NodeId, RegionId, RegionScope};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,6 +37,8 @@ const CHANNEL_CQ_DEPTH: usize = 4096;
 pub(crate) struct RegionEntry {
     pub(crate) region: OfiRegion,
     pub(crate) access: Access,
+    /// The connections whose sides may hold registrations of it.
+    pub(crate) scope: RegionScope,
 }
 
 #[derive(Default)]

@@ -10,8 +10,8 @@ use std::sync::MutexGuard;
 use std::time::Duration;
 
 impl Node {
-    /// Makes the side's registrations match what it allows now: one per region and kind of
-    /// access that both the region and the side's flags allow, while the side accepts remote
+    /// Makes the side's registrations match what it allows now: one per region in whose scope
+    /// the side is and kind of access that both the region and the side's flags allow, while the side accepts remote
     /// operations. Returns whether a registration was closed (a right was taken away).
     pub(crate) fn sync_registrations(
         &self,
@@ -21,7 +21,7 @@ impl Node {
     ) -> bool {
         let mut wanted: Vec<(u64, &RegionEntry, Kind)> = Vec::new();
         if let (true, Some(b)) = (side.state.accepts_remote(), &side.binding) {
-            for entry in control.regions.values() {
+            for entry in control.regions.values().filter(|e| e.scope.admits(conn)) {
                 for kind in Kind::ALL {
                     let flag = match kind {
                         Kind::Read => Access::READ,

@@ -249,7 +249,8 @@ macro_rules! provider_tests {
         mod $module {
             mu_fabric::conformance_tests!(@each super::OfiHarness::new($provider);
                 one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
-                read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
+                read_only_peer_is_denied, region_access_caps_connection,
+                region_scope_keeps_other_connections_out, connection_state_machine,
                 missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
                 dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
                 cas_is_atomic_under_contention, revoke_is_a_barrier_for_a_stopped_writer);

@@ -9,7 +9,9 @@ use crate::lock;
 use crate::mapping::Mapping;
 use crate::node::ShmFabric;
 use crate::region::ShmRegion;
-use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{
+    Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
+};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -73,6 +75,14 @@ impl Fabric for ShmFabric {
         let region = ShmRegion { id, len_bytes, map: Arc::new(map) };
         regions.insert(id, region.clone());
         Ok(region)
+    }
+
+    /// The scope lives in the region's header, which writers read at every operation.
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
+        let regions = lock(&self.node.regions);
+        let found = regions.get(&region).ok_or(FabricError::UnknownRegion(region))?;
+        layout::store_region_scope(&found.map, scope);
+        Ok(())
     }
 
     fn endpoint(&self, depth: usize) -> Result<ShmEndpoint, FabricError> {

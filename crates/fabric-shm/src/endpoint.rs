@@ -105,7 +105,7 @@ fn execute(
         ac.bound = Some(Bound { peer, regions: Vec::new() });
     }
     let bound = ac.bound.as_mut().expect("bound above");
-    let target = match check(node, bound, locals, wr) {
+    let target = match check(node, conn.channel, bound, locals, wr) {
         Ok(target) => target,
         Err(status) => return Executed::fail(status),
     };
@@ -159,6 +159,7 @@ struct Target<'a> {
 #[inline(always)]
 fn check<'a>(
     node: &Node,
+    channel: u8,
     bound: &'a mut Bound,
     locals: &'a mut Vec<ShmRegion>,
     wr: &WorkRequest<'_>,
@@ -208,7 +209,9 @@ fn check<'a>(
     if matches!(wr.op, Op::CompareSwap { .. }) && remote.offset % 8 != 0 {
         return Err(Status::RemoteInvalidRequest);
     }
-    if !region.access.contains(needed) {
+    // The scope names the target's side of the connection: this node and the channel.
+    let through = ConnId::new(node.config.node, channel);
+    if !region.access.contains(needed) || !layout::region_admits(&region.map, through) {
         return Err(Status::RemoteAccessDenied);
     }
     // A dead peer's memory is left alone, as a dead host's would be; the check after the copy is

@@ -14,14 +14,14 @@
 //! another cluster or another build fails with a clear message instead of misreading memory.
 
 use crate::mapping::Mapping;
-use mu_fabric::{Access, FabricError, NodeId, RegionId};
+use mu_fabric::{Access, ConnId, FabricError, NodeId, RegionId, RegionScope};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 /// Bumped whenever any layout below changes. 5: the control header no longer has the flag that
 /// let writers of layout 4 enter a node's sides without a locked instruction (the asymmetric
 /// guard, withdrawn: `docs/fabric.md`), so such a writer must not bind to a node of this layout.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Largest node id + 1.
 pub const MAX_NODES: usize = 64;
 /// Connections per pair of nodes.
@@ -63,6 +63,8 @@ const R_INCARNATION: usize = 24;
 const R_ID: usize = 28;
 const R_LEN: usize = 32;
 const R_ACCESS: usize = 40;
+/// The region's scope ([`scope_word`]): the one header field that changes after registration.
+const R_SCOPE: usize = 44;
 
 /// Whether `dir` is on a file system kept in memory (tmpfs, ramfs, hugetlbfs), as a run
 /// directory should be: elsewhere every page a node writes into a region is dirty page cache
@@ -209,6 +211,29 @@ pub fn open_ctl(
     Ok((map, header))
 }
 
+/// A region scope as its header word: a tag in the top byte (0 every connection, 1 none, 2 one)
+/// over the one connection's peer (bits 8..24) and channel (bits 0..8).
+pub fn scope_word(scope: RegionScope) -> u32 {
+    match scope {
+        RegionScope::Every => 0,
+        RegionScope::Nobody => 1 << 24,
+        RegionScope::Only(conn) => 2 << 24 | u32::from(conn.peer.0) << 8 | u32::from(conn.channel),
+    }
+}
+
+/// Sets the scope in a region's header (the owner's call; writers read it at every operation).
+pub fn store_region_scope(map: &Mapping, scope: RegionScope) {
+    map.u32_at(R_SCOPE).store(scope_word(scope), Ordering::SeqCst);
+}
+
+/// Whether a region's header lets in an operation through the owner's side of `conn`. Any word
+/// no owner writes (a damaged header) lets nothing in.
+#[inline(always)]
+pub fn region_admits(map: &Mapping, conn: ConnId) -> bool {
+    let word = map.u32_at(R_SCOPE).load(Ordering::Acquire);
+    word == 0 || word == scope_word(RegionScope::Only(conn))
+}
+
 /// The identity written in a region header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionHeader {
@@ -228,6 +253,7 @@ pub fn write_region_header(map: &Mapping, h: &RegionHeader) {
     map.u32_at(R_ID).store(u32::from(h.region.0), Ordering::Relaxed);
     map.u64_at(R_LEN).store(h.len_bytes, Ordering::Relaxed);
     map.u32_at(R_ACCESS).store(u32::from(h.access.bits()), Ordering::Relaxed);
+    map.u32_at(R_SCOPE).store(scope_word(RegionScope::Every), Ordering::Relaxed);
     map.u64_at(R_MAGIC).store(REGION_MAGIC, Ordering::Release);
 }
 

@@ -7,7 +7,9 @@
 use crate::node::{CompletionQueue, Node, Region};
 use crate::trace::{TraceEvent, TraceKind};
 use crate::world::World;
-use mu_fabric::{check_bounds, Access, ConnId, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{
+    check_bounds, Access, ConnId, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
+};
 use std::collections::{BTreeSet, VecDeque};
 
 /// The error for a control-plane call made by a node that has crashed: its CPU is gone.
@@ -22,6 +24,17 @@ impl World {
             Some(n) if !n.crashed => Ok(n),
             _ => Err(crashed(node)),
         }
+    }
+
+    pub(crate) fn scope_region(
+        &mut self,
+        node: NodeId,
+        id: RegionId,
+        scope: RegionScope,
+    ) -> Result<(), FabricError> {
+        let region = self.live_node_mut(node)?.regions.get_mut(&id);
+        region.ok_or(FabricError::UnknownRegion(id))?.scope = scope;
+        Ok(())
     }
 
     pub(crate) fn register_region(
@@ -45,7 +58,8 @@ impl World {
         if n.regions.contains_key(&id) {
             return Err(FabricError::RegionExists(id));
         }
-        n.regions.insert(id, Region { bytes: vec![0; len_bytes], access });
+        n.regions
+            .insert(id, Region { bytes: vec![0; len_bytes], access, scope: RegionScope::Every });
         let incarnation = n.incarnation;
         self.note(
             TraceEvent::new(TraceKind::Register, node)

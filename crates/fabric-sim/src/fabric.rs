@@ -4,7 +4,7 @@ use crate::node::Node;
 use crate::world::{lock, Shared, SimWorld};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId, PermError,
-    PostError, QpState, RegionId, WorkRequest,
+    PostError, QpState, RegionId, RegionScope, WorkRequest,
 };
 use std::fmt;
 
@@ -68,6 +68,10 @@ impl Fabric for SimFabric {
     ) -> Result<SimRegion, FabricError> {
         let incarnation = lock(&self.shared).register_region(self.node, id, len_bytes, access)?;
         Ok(SimRegion { shared: self.shared.clone(), node: self.node, incarnation, id, len_bytes })
+    }
+
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
+        lock(&self.shared).scope_region(self.node, region, scope)
     }
 
     fn endpoint(&self, depth: usize) -> Result<SimEndpoint, FabricError> {

@@ -1,7 +1,7 @@
 //! A simulated node's state: its memory, the sides of its connections, and its completion
 //! queues.
 
-use mu_fabric::{Access, Completion, ConnId, NodeId, QpState, RegionId};
+use mu_fabric::{Access, Completion, ConnId, NodeId, QpState, RegionId, RegionScope};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// One node: its memory, its connection sides, and what the fault injector did to it.
@@ -34,6 +34,8 @@ impl Node {
 pub(crate) struct Region {
     pub(crate) bytes: Vec<u8>,
     pub(crate) access: Access,
+    /// Which connections may reach it (checked when an operation lands).
+    pub(crate) scope: RegionScope,
 }
 
 /// One node's side of a connection.

@@ -300,7 +300,9 @@ impl World {
         if matches!(op.body, Body::CompareSwap { .. }) && remote.offset & 7 != 0 {
             return Err(Status::RemoteInvalidRequest);
         }
-        if !region.access.contains(needed) {
+        if !region.access.contains(needed)
+            || !region.scope.admits(ConnId::new(from, op.conn.channel))
+        {
             return Err(Status::RemoteAccessDenied);
         }
         Ok(())

@@ -4,7 +4,7 @@
 use crate::{VerbsConfig, VerbsError};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId, PermError,
-    PostError, QpState, RegionId, WorkRequest,
+    PostError, QpState, RegionId, RegionScope, WorkRequest,
 };
 
 /// No value of this type exists.
@@ -81,6 +81,10 @@ impl Fabric for VerbsFabric {
         _: usize,
         _: Access,
     ) -> Result<VerbsRegion, FabricError> {
+        match self.never {}
+    }
+
+    fn scope_region(&self, _: RegionId, _: RegionScope) -> Result<(), FabricError> {
         match self.never {}
     }
 

@@ -11,7 +11,8 @@
 
 use crate::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, LocalSlice, NodeId,
-    OpKind, PermError, PostError, QpState, RegionId, RemoteAddr, Source, Status, WorkRequest,
+    OpKind, PermError, PostError, QpState, RegionId, RegionScope, RemoteAddr, Source, Status,
+    WorkRequest,
 };
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -605,6 +606,75 @@ pub fn region_access_caps_connection<H: Harness>(h: &mut H) {
     assert_eq!(read_back(&p.b_region, 0, 2), [0, 0]);
 }
 
+/// A region's scope keeps the connections it leaves out away from it, whatever their flags:
+/// their writes, reads and compare-and-swaps are denied and touch nothing, while the scoped-in
+/// connection goes on; a revoked connection scoped out stays out once reconnected.
+pub fn region_scope_keeps_other_connections_out<H: Harness>(h: &mut H) {
+    // The target is the highest node: some backends let only the lower node of a pair open
+    // its stream, and all three nodes share this process.
+    let (a, c, b) = (NodeId(0), NodeId(1), NodeId(2));
+    let mut p = pair(h, a, b, Access::ALL, Access::ALL);
+    let fc = h.fabric(c);
+    fc.register_region(DATA, DATA_BYTES, Access::ALL).expect("register c");
+    p.b.connect(conn(c), Access::ALL).expect("connect b->c");
+    let mut ep_c = fc.endpoint(64).expect("endpoint c");
+    ep_c.attach(conn(b)).expect("attach c");
+    // Both initiators (re)bind after each change of scope: on verbs that is when they read keys.
+    let rebind = |p: &Pair<H::F>| {
+        p.a.connect(conn(b), Access::ALL).expect("reconnect a->b");
+        fc.connect(conn(b), Access::ALL).expect("reconnect c->b");
+    };
+    let write = |id, at| WorkRequest::write(id, Source::Inline(&[0xab; 8]), remote(at));
+    rebind(&p);
+    let ok = run_one(h, &mut p.ep, conn(b), &write(1, 0));
+    assert_eq!(ok.status, Status::Success, "every connection reaches a region at first");
+    assert_eq!(run_one(h, &mut ep_c, conn(b), &write(2, 8)).status, Status::Success);
+
+    p.b.scope_region(DATA, RegionScope::Only(conn(a))).expect("scope to a");
+    rebind(&p);
+    assert_eq!(run_one(h, &mut p.ep, conn(b), &write(3, 16)).status, Status::Success);
+    let denied = run_one(h, &mut ep_c, conn(b), &write(4, 24));
+    assert_eq!(denied.status, Status::RemoteAccessDenied, "c is outside the scope");
+    assert_eq!(read_back(&p.b_region, 24, 8), [0; 8], "nothing of c's write landed");
+    assert_eq!(fc.qp_state(conn(b)).unwrap(), QpState::Error);
+    for wr in [
+        WorkRequest::read(5, local(0, 8), remote(0)),
+        WorkRequest::compare_swap(6, remote(32), 0, 7),
+    ] {
+        fc.connect(conn(b), Access::ALL).unwrap();
+        let c = run_one(h, &mut ep_c, conn(b), &wr);
+        assert_eq!(c.status, Status::RemoteAccessDenied, "{:?} of c", wr.op);
+    }
+    assert_eq!(p.b_region.load_u64(32).unwrap(), 0);
+
+    // Hand the region from a to c the way the request rings hand a ring to the next client:
+    // a's side is revoked (a barrier) first, then the scope moves.
+    p.b.modify_qp(conn(a), QpState::Reset, Access::NONE).expect("revoke a");
+    p.b.scope_region(DATA, RegionScope::Only(conn(c))).expect("scope to c");
+    p.b.connect(conn(a), Access::ALL).expect("a may connect again");
+    rebind(&p);
+    let denied = run_one(h, &mut p.ep, conn(b), &write(7, 40));
+    assert_eq!(denied.status, Status::RemoteAccessDenied, "a is outside the scope now");
+    assert_eq!(read_back(&p.b_region, 40, 8), [0; 8]);
+    assert_eq!(run_one(h, &mut ep_c, conn(b), &write(8, 48)).status, Status::Success);
+    assert_eq!(read_back(&p.b_region, 48, 8), [0xab; 8]);
+
+    p.b.scope_region(DATA, RegionScope::Nobody).expect("scope to nobody");
+    rebind(&p);
+    assert_eq!(run_one(h, &mut p.ep, conn(b), &write(9, 56)).status, Status::RemoteAccessDenied);
+    assert_eq!(run_one(h, &mut ep_c, conn(b), &write(10, 56)).status, Status::RemoteAccessDenied);
+    p.b_region.write(56, b"local").expect("the owner still writes its own region");
+
+    p.b.scope_region(DATA, RegionScope::Every).expect("scope to every connection");
+    rebind(&p);
+    assert_eq!(run_one(h, &mut p.ep, conn(b), &write(11, 64)).status, Status::Success);
+    assert_eq!(run_one(h, &mut ep_c, conn(b), &write(12, 72)).status, Status::Success);
+    assert_eq!(read_back(&p.b_region, 64, 16), [0xab; 16]);
+
+    let err = p.b.scope_region(RegionId(77), RegionScope::Every).unwrap_err();
+    assert!(matches!(err, FabricError::UnknownRegion(RegionId(77))), "{err}");
+}
+
 /// Connections follow the RDMA RC state machine: illegal transitions are refused, posting needs
 /// ready-to-send, and a side that is not ready to receive accepts nothing.
 pub fn connection_state_machine<H: Harness>(h: &mut H) {
@@ -894,7 +964,8 @@ macro_rules! conformance_tests {
     ($make:expr) => {
         $crate::conformance_tests!(@each $make;
             one_sided_operations, unsignaled_requests, inline_limit, out_of_bounds_is_denied,
-            read_only_peer_is_denied, region_access_caps_connection, connection_state_machine,
+            read_only_peer_is_denied, region_access_caps_connection,
+            region_scope_keeps_other_connections_out, connection_state_machine,
             missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
             dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_for_a_stopped_writer,
             revoke_is_a_barrier_under_load, cas_is_atomic_under_contention);

@@ -27,8 +27,8 @@ pub mod wait;
 pub use access::Access;
 pub use error::{FabricError, PermError, PostError};
 pub use types::{
-    Completion, ConnId, LocalSlice, NodeId, Op, OpKind, QpState, RegionId, RemoteAddr, Source,
-    Status, WorkRequest,
+    Completion, ConnId, LocalSlice, NodeId, Op, OpKind, QpState, RegionId, RegionScope, RemoteAddr,
+    Source, Status, WorkRequest,
 };
 
 /// One node's view of the fabric: its control plane.
@@ -59,6 +59,21 @@ pub trait Fabric: Clone + Send + Sync + 'static {
         len_bytes: usize,
         access: Access,
     ) -> Result<Self::Region, FabricError>;
+
+    /// Sets which connections may reach `region` (a region starts reachable by every one):
+    /// an operation arriving through a side `scope` leaves out fails with
+    /// [`Status::RemoteAccessDenied`], touches nothing, and moves the initiator's side to error,
+    /// as any remote access error does.
+    ///
+    /// Taking a connection out of a region's scope is not a barrier by itself: an operation of
+    /// that connection already admitted may still land. Callers that need one revoke the
+    /// connection first ([`Fabric::modify_qp`] to reset, a barrier), as the request rings do
+    /// before a client's ring goes to the next client. A scope that lets a connection in holds
+    /// for operations that peer posts after its side next moves to ready-to-receive (on verbs
+    /// the region's remote key changes with its scope, and a peer reads keys when it binds).
+    /// Fails for a region not registered, or where the backend cannot keep the scope (the
+    /// error says why).
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError>;
 
     /// Opens a completion queue that holds at most `depth` unpolled completions.
     fn endpoint(&self, depth: usize) -> Result<Self::Endpoint, FabricError>;

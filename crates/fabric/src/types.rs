@@ -42,6 +42,41 @@ impl fmt::Display for ConnId {
     }
 }
 
+/// Which connections may reach a region, on top of the region's access and each side's flags
+/// ([`Fabric::scope_region`](crate::Fabric::scope_region)): how a node that serves many peers
+/// keeps each out of the others' regions, as an RDMA memory window bound to one queue pair does.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum RegionScope {
+    /// Every connection: a region starts so.
+    #[default]
+    Every,
+    /// Only this node's side of one connection (its peer and channel).
+    Only(ConnId),
+    /// No connection: the region stays local until scoped again.
+    Nobody,
+}
+
+impl RegionScope {
+    /// Whether an operation arriving through this node's side of `conn` may reach the region.
+    pub fn admits(self, conn: ConnId) -> bool {
+        match self {
+            RegionScope::Every => true,
+            RegionScope::Only(only) => only == conn,
+            RegionScope::Nobody => false,
+        }
+    }
+}
+
+impl fmt::Display for RegionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegionScope::Every => f.write_str("every connection"),
+            RegionScope::Only(conn) => write!(f, "only {conn}"),
+            RegionScope::Nobody => f.write_str("no connection"),
+        }
+    }
+}
+
 /// The state of one side of a connection, as an RDMA RC queue pair's.
 ///
 /// Incoming operations are accepted only in [`QpState::ReadyToReceive`] and

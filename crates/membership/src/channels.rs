@@ -10,7 +10,7 @@
 
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, NodeId, PermError, PostError,
-    QpState, RegionId, WorkRequest,
+    QpState, RegionId, RegionScope, WorkRequest,
 };
 
 /// `inner` with every channel moved down by `shift` (see the module docs).
@@ -63,6 +63,14 @@ impl<F: Fabric> Fabric for Shifted<F> {
         access: Access,
     ) -> Result<F::Region, FabricError> {
         self.inner.register_region(id, len_bytes, access)
+    }
+
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
+        let scope = match scope {
+            RegionScope::Only(conn) => RegionScope::Only(shift(conn, self.shift)?),
+            other => other,
+        };
+        self.inner.scope_region(region, scope)
     }
 
     fn endpoint(&self, depth: usize) -> Result<Self::Endpoint, FabricError> {

@@ -6,7 +6,9 @@ use super::memory::Memory;
 use super::node::{lock, Node, VerbsFabric, CRASH_CHECK_GAP, MAX_ENDPOINT_DEPTH};
 use super::region::{LocalCas, RegionInner, VerbsRegion};
 use super::side::SideWord;
-use mu_fabric::{Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId};
+use mu_fabric::{
+    Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
+};
 use std::sync::Arc;
 
 impl Fabric for VerbsFabric {
@@ -80,6 +82,12 @@ impl Fabric for VerbsFabric {
         drop(regions);
         node.publish()?;
         Ok(region)
+    }
+
+    fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
+        Err(FabricError::Incompatible(format!(
+            "region {region}: the verbs backend cannot scope a region ({scope}) yet"
+        )))
     }
 
     fn endpoint(&self, depth: usize) -> Result<VerbsEndpoint, FabricError> {
