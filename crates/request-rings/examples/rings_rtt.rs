@@ -109,9 +109,11 @@ fn main() -> Result<(), String> {
     let client_fabric = node(1)?;
     let mut server =
         RingServer::new(server_fabric, ServerConfig::default()).map_err(|e| e.to_string())?;
+    let prepared =
+        RingClient::prepare(client_fabric, &server.client_layout()).map_err(|e| e.to_string())?;
     let grant = server.admit(NodeId(1)).map_err(|e| e.to_string())?;
     let grant = Grant::from_bytes(&grant.to_bytes()).map_err(|e| e.to_string())?;
-    let mut client = RingClient::open(client_fabric, &grant).map_err(|e| e.to_string())?;
+    let mut client = prepared.connect(&grant).map_err(|(_, e)| e.to_string())?;
 
     // The ping-pong: nodes 2 (A, here) and 3 (B, on the helper thread).
     let mut a = Pinger::start(&run, 2)?;

@@ -4,11 +4,11 @@
 use crate::config::Geometry;
 use crate::error::{ClientError, OpenError, SendError};
 use crate::frame::{self, Checks, Expect, Kind, Rejection, HEADER_BYTES};
-use crate::grant::Grant;
+use crate::grant::{ClientLayout, ClientSlot, Grant};
 use crate::post::{Content, FramePoster, PostFailure, Target};
 use mu_fabric::{
-    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, QpState, RegionId, RemoteAddr,
-    Status,
+    Access, Completion, ConnId, Endpoint, Fabric, LocalRegion, QpState, RegionId, RegionScope,
+    RemoteAddr, Status,
 };
 
 /// What the server answered to a request.
@@ -26,6 +26,9 @@ pub struct RingClient<F: Fabric> {
     fabric: F,
     grant: Grant,
     conn: ConnId,
+    /// Whether `conn` names a server this node connected to, or tried to: a later grant
+    /// revokes it first.
+    has_server: bool,
     /// Whether `conn` is connected for the current grant (not after a failed `reopen`).
     connected: bool,
     poster: FramePoster<F>,
@@ -43,51 +46,53 @@ pub struct RingClient<F: Fabric> {
 }
 
 impl<F: Fabric> RingClient<F> {
-    /// Opens the ring `grant` gives this node: [`RingClient::prepare`], then connects this
-    /// node's side of the connection to the server, letting it write.
-    ///
-    /// A failed connection (the server's node unreachable) loses the regions registered: the
-    /// fabric cannot unregister them, so this node cannot open again. A caller that wants to
-    /// try another grant on the same node uses `prepare` and [`RingClient::reopen`] instead.
-    pub fn open(fabric: F, grant: &Grant) -> Result<RingClient<F>, OpenError> {
-        let mut client = RingClient::prepare(fabric, grant)?;
-        client.start(grant)?;
-        Ok(client)
-    }
-
-    /// Registers what a client needs on this node, sized by `grant`, without connecting: the
-    /// response ring (remotely writable: the only such region this node may have, since the
-    /// server's write access covers every one) and a staging area (not remotely accessible).
-    /// [`RingClient::reopen`] connects it.
-    pub fn prepare(fabric: F, grant: &Grant) -> Result<RingClient<F>, OpenError> {
-        check_grant_for(&fabric, grant)?;
-        let g = grant.geometry;
+    /// Registers what a client needs on this node, laid out as the server says (its
+    /// [`crate::RingServer::client_layout`], sent through the caller's own channel), without
+    /// connecting: the response ring (remotely writable, through the server's connection only)
+    /// and a staging area (not remotely accessible). A client does this before it asks to be
+    /// admitted, since some backends (ofi, verbs) read a peer's regions when they bind and the
+    /// server binds when it admits; [`PreparedClient::connect`] then takes the grant.
+    pub fn prepare(fabric: F, layout: &ClientLayout) -> Result<PreparedClient<F>, OpenError> {
+        layout.geometry.check().map_err(OpenError::Geometry)?;
+        let g = layout.geometry;
         let register = |region: RegionId, len: usize, access: Access| {
             fabric
                 .register_region(region, len, access)
                 .map_err(|source| OpenError::Register { region, source })
         };
-        let responses = register(grant.response_region, g.response_ring_bytes(), Access::WRITE)?;
-        let staging = register(grant.client_staging_region, g.request_ring_bytes(), Access::NONE)?;
+        let responses = register(layout.response_region, g.response_ring_bytes(), Access::WRITE)?;
+        fabric
+            .scope_region(layout.response_region, RegionScope::Nobody)
+            .map_err(|source| OpenError::Register { region: layout.response_region, source })?;
+        let staging = register(layout.staging_region, g.request_ring_bytes(), Access::NONE)?;
         let endpoint =
             fabric.endpoint(2 * g.slots_per_client as usize + 8).map_err(OpenError::Endpoint)?;
         let max_inline = fabric.max_inline_bytes();
         let staging_at = (staging.id(), staging.len_bytes());
         let slots = g.slots_per_client as usize;
-        Ok(RingClient {
-            poster: FramePoster::new(endpoint, staging, max_inline, g.request_slot_bytes as usize),
-            conn: ConnId::new(grant.server_node, grant.channel),
-            connected: false,
-            staging: staging_at,
-            in_flight: vec![None; slots],
-            sent: vec![Vec::new(); slots],
-            next_seq: 0,
-            failed: None,
-            completions: vec![Completion::EMPTY; 16],
-            reply: Vec::with_capacity(g.response_payload_bytes_max()),
-            grant: *grant,
-            responses,
-            fabric,
+        let unadmitted = unadmitted(fabric.node(), layout);
+        Ok(PreparedClient {
+            client: Box::new(RingClient {
+                poster: FramePoster::new(
+                    endpoint,
+                    staging,
+                    max_inline,
+                    g.request_slot_bytes as usize,
+                ),
+                conn: ConnId::new(unadmitted.server_node, unadmitted.channel),
+                has_server: false,
+                connected: false,
+                staging: staging_at,
+                in_flight: vec![None; slots],
+                sent: vec![Vec::new(); slots],
+                next_seq: 0,
+                failed: None,
+                completions: vec![Completion::EMPTY; 16],
+                reply: Vec::with_capacity(g.response_payload_bytes_max()),
+                grant: unadmitted,
+                responses,
+                fabric,
+            }),
         })
     }
 
@@ -113,15 +118,18 @@ impl<F: Fabric> RingClient<F> {
                 return Err(OpenError::DoesNotFit { region, needed, registered: have });
             }
         }
-        let old = self.conn;
-        self.fabric
-            .modify_qp(old, QpState::Reset, Access::NONE)
-            .map_err(|source| OpenError::Connect { conn: old, source })?;
+        if self.has_server {
+            let old = self.conn;
+            self.fabric
+                .modify_qp(old, QpState::Reset, Access::NONE)
+                .map_err(|source| OpenError::Connect { conn: old, source })?;
+        }
         let zeros = vec![0u8; self.responses.len_bytes()];
         self.responses
             .write(0, &zeros)
             .map_err(|source| OpenError::Register { region: self.responses.id(), source })?;
         self.conn = ConnId::new(grant.server_node, grant.channel);
+        self.has_server = true;
         self.grant = *grant;
         self.start(grant)
     }
@@ -130,8 +138,12 @@ impl<F: Fabric> RingClient<F> {
     fn start(&mut self, grant: &Grant) -> Result<(), OpenError> {
         self.connected = false;
         let conn = self.conn;
+        // Only the grant's server reaches the response ring (the old one's connection, if any,
+        // was revoked before): another node this one talks to cannot write answers into it.
+        let scope = RegionScope::Only(conn);
         self.fabric
             .connect(conn, Access::WRITE)
+            .and_then(|()| self.fabric.scope_region(self.responses.id(), scope))
             .and_then(|()| self.poster.endpoint.attach(conn))
             .map_err(|source| OpenError::Connect { conn, source })?;
         let slots = grant.geometry.slots_per_client as usize;
@@ -290,6 +302,44 @@ impl<F: Fabric> RingClient<F> {
                 return;
             }
         }
+    }
+}
+
+/// What a prepared client holds in place of a grant until it is admitted: its own node on both
+/// ends (no connection is ever made to it) and generation 0, which no admission has.
+fn unadmitted(node: mu_fabric::NodeId, layout: &ClientLayout) -> Grant {
+    Grant {
+        instance: 0,
+        slot: ClientSlot { index: 0, generation: 0 },
+        server_node: node,
+        client_node: node,
+        channel: 0,
+        request_region: RegionId(0),
+        response_region: layout.response_region,
+        client_staging_region: layout.staging_region,
+        geometry: layout.geometry,
+    }
+}
+
+/// A client's regions registered, before its admission: see [`RingClient::prepare`].
+pub struct PreparedClient<F: Fabric> {
+    /// Boxed: it travels back in a failed connection's error.
+    client: Box<RingClient<F>>,
+}
+
+impl<F: Fabric> PreparedClient<F> {
+    /// Connects to the server of `grant` (the answer to this node's admission). On failure the
+    /// prepared regions come back with the error, for another grant.
+    pub fn connect(self, grant: &Grant) -> Result<RingClient<F>, (PreparedClient<F>, OpenError)> {
+        let mut client = self.client;
+        match client.reopen(grant) {
+            Ok(()) => Ok(*client),
+            Err(e) => Err((PreparedClient { client }, e)),
+        }
+    }
+
+    pub fn fabric(&self) -> &F {
+        &self.client.fabric
     }
 }
 

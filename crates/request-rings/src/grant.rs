@@ -41,11 +41,70 @@ pub struct Grant {
     pub geometry: Geometry,
 }
 
+/// What a client registers on its node before it asks to be admitted: the region ids and sizes
+/// of its response ring and staging area ([`crate::ServerConfig::client_layout`], sent as bytes
+/// through the caller's out-of-band channel). Registering first matters on backends that read a
+/// peer's regions when they bind (ofi, verbs): the server binds when it admits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ClientLayout {
+    pub response_region: RegionId,
+    pub staging_region: RegionId,
+    pub geometry: Geometry,
+}
+
+/// Bytes of an encoded layout.
+pub const LAYOUT_BYTES: usize = 32;
+const LAYOUT_MAGIC: u32 = u32::from_le_bytes(*b"MuLy");
+
+impl ClientLayout {
+    /// The layout as bytes, with a check over them.
+    pub fn to_bytes(&self) -> [u8; LAYOUT_BYTES] {
+        let mut b = [0u8; LAYOUT_BYTES];
+        b[0..4].copy_from_slice(&LAYOUT_MAGIC.to_le_bytes());
+        b[4] = GRANT_VERSION;
+        b[6..8].copy_from_slice(&self.response_region.0.to_le_bytes());
+        b[8..10].copy_from_slice(&self.staging_region.0.to_le_bytes());
+        b[12..16].copy_from_slice(&self.geometry.slots_per_client.to_le_bytes());
+        b[16..20].copy_from_slice(&self.geometry.request_slot_bytes.to_le_bytes());
+        b[20..24].copy_from_slice(&self.geometry.response_slot_bytes.to_le_bytes());
+        let check = mu_log::digest(GRANT_SEED, &b[..24]);
+        b[24..32].copy_from_slice(&check.to_le_bytes());
+        b
+    }
+
+    /// Reads a layout; never panics, whatever the bytes.
+    pub fn from_bytes(b: &[u8]) -> Result<ClientLayout, GrantError> {
+        if b.len() != LAYOUT_BYTES {
+            return Err(GrantError::Length { expected: LAYOUT_BYTES, found: b.len() });
+        }
+        if u32_at(b, 0) != LAYOUT_MAGIC {
+            return Err(GrantError::Magic(u32_at(b, 0)));
+        }
+        if b[4] != GRANT_VERSION {
+            return Err(GrantError::Version(b[4]));
+        }
+        if mu_log::digest(GRANT_SEED, &b[..24]) != u64_at(b, 24) {
+            return Err(GrantError::Check);
+        }
+        let geometry = Geometry {
+            slots_per_client: u32_at(b, 12),
+            request_slot_bytes: u32_at(b, 16),
+            response_slot_bytes: u32_at(b, 20),
+        };
+        geometry.check().map_err(GrantError::Geometry)?;
+        Ok(ClientLayout {
+            response_region: RegionId(u16_at(b, 6)),
+            staging_region: RegionId(u16_at(b, 8)),
+            geometry,
+        })
+    }
+}
+
 /// Why bytes are not a grant.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum GrantError {
-    #[error("a grant is {GRANT_BYTES} bytes, not {0}")]
-    Length(usize),
+    #[error("expected {expected} bytes, not {found}")]
+    Length { expected: usize, found: usize },
     #[error("not a grant (magic {0:#010x})")]
     Magic(u32),
     #[error("grant version {0}, this build reads {GRANT_VERSION}")]
@@ -69,6 +128,15 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl Grant {
+    /// What the client registered for this grant.
+    pub fn layout(&self) -> ClientLayout {
+        ClientLayout {
+            response_region: self.response_region,
+            staging_region: self.client_staging_region,
+            geometry: self.geometry,
+        }
+    }
+
     /// The grant as bytes, with a check over them.
     pub fn to_bytes(&self) -> [u8; GRANT_BYTES] {
         let mut b = [0u8; GRANT_BYTES];
@@ -94,7 +162,7 @@ impl Grant {
     /// Reads a grant; never panics, whatever the bytes.
     pub fn from_bytes(b: &[u8]) -> Result<Grant, GrantError> {
         if b.len() != GRANT_BYTES {
-            return Err(GrantError::Length(b.len()));
+            return Err(GrantError::Length { expected: GRANT_BYTES, found: b.len() });
         }
         if u32_at(b, 0) != GRANT_MAGIC {
             return Err(GrantError::Magic(u32_at(b, 0)));
@@ -148,11 +216,25 @@ mod tests {
         let g = grant();
         let bytes = g.to_bytes();
         assert_eq!(Grant::from_bytes(&bytes), Ok(g));
-        assert_eq!(Grant::from_bytes(&bytes[..10]), Err(GrantError::Length(10)));
+        let short = GrantError::Length { expected: GRANT_BYTES, found: 10 };
+        assert_eq!(Grant::from_bytes(&bytes[..10]), Err(short));
         for at in 0..GRANT_BYTES {
             let mut bad = bytes;
             bad[at] ^= 0x40;
             assert!(Grant::from_bytes(&bad).is_err(), "a change at byte {at} was accepted");
+        }
+    }
+
+    #[test]
+    fn layouts_round_trip_and_damage_is_refused() {
+        let layout = grant().layout();
+        let bytes = layout.to_bytes();
+        assert_eq!(ClientLayout::from_bytes(&bytes), Ok(layout));
+        assert!(ClientLayout::from_bytes(&grant().to_bytes()).is_err(), "a grant is no layout");
+        for at in 0..LAYOUT_BYTES {
+            let mut bad = bytes;
+            bad[at] ^= 0x08;
+            assert!(ClientLayout::from_bytes(&bad).is_err(), "a change at byte {at} was accepted");
         }
     }
 

@@ -20,9 +20,12 @@
 //! * **Batching.** Up to `slots_per_client` requests outstanding per client; the server takes
 //!   each client's requests in order and may answer them in any order.
 //! * **Joining and leaving** happen at run time through a handshake the caller carries over a
-//!   channel of its own: the client starts its node, asks; the server [`RingServer::admit`]s
-//!   it and returns a [`Grant`] (bytes: [`Grant::to_bytes`]); the client
-//!   [`RingClient::open`]s it. [`RingServer::release`] (or [`RingServer::leave`] with the
+//!   channel of its own: the client starts its node and registers its regions as the server's
+//!   [`RingServer::client_layout`] says ([`RingClient::prepare`]), then asks; the server
+//!   [`RingServer::admit`]s it (binding its side of their connection, which on ofi and verbs
+//!   reads the client's regions) and returns a [`Grant`] (bytes: [`Grant::to_bytes`]); the
+//!   client [`PreparedClient::connect`]s with it. Each ring is scoped to its client's
+//!   connection ([`mu_fabric::RegionScope`]): a client reaches its own ring and nothing else. [`RingServer::release`] (or [`RingServer::leave`] with the
 //!   client's grant) revokes the client's write access through a revocation barrier, and the
 //!   slot is given to the next client with a new generation. The server's poll releases
 //!   clients the fabric reports crashed, clients whose responses fail to land, and, with
@@ -46,7 +49,7 @@ mod post;
 mod server;
 mod session;
 
-pub use client::{Reply, RingClient};
+pub use client::{PreparedClient, Reply, RingClient};
 pub use config::{
     ConfigError, Geometry, ServerConfig, SLOTS_PER_CLIENT_MAX, SLOT_BYTES_MAX, SLOT_BYTES_MIN,
 };
@@ -54,6 +57,6 @@ pub use error::{
     AdmitError, ClientError, OpenError, ReleaseError, RespondError, SendError, ServerError,
 };
 pub use frame::{Checks, Rejection};
-pub use grant::{ClientSlot, Grant, GrantError, GRANT_BYTES};
+pub use grant::{ClientLayout, ClientSlot, Grant, GrantError, GRANT_BYTES, LAYOUT_BYTES};
 pub use measure::{measure_round_trip, round_trip_samples, Echo, MeasureError, RoundTrips};
 pub use server::{ReleaseReason, Released, RingServer, ServerStats};

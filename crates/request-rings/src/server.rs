@@ -4,12 +4,12 @@
 use crate::config::ServerConfig;
 use crate::error::{AdmitError, ReleaseError, RespondError, ServerError};
 use crate::frame::{Kind, Rejection};
-use crate::grant::{ClientSlot, Grant};
+use crate::grant::{ClientLayout, ClientSlot, Grant};
 use crate::post::{Content, FramePoster, PostFailure, Target};
 use crate::session::{Found, Session};
 use mu_fabric::{
     Access, Completion, ConnId, Endpoint, Fabric, FabricError, LocalRegion, NodeId, QpState,
-    RegionId, RemoteAddr, Status,
+    RegionId, RegionScope, RemoteAddr, Status,
 };
 
 /// Completions name a grant by its slot (high 16 bits) and the low 48 bits of the grant count.
@@ -106,6 +106,10 @@ impl<F: Fabric> RingServer<F> {
         for i in 0..config.clients_max {
             let region = RegionId(config.ring_region_base.0 + i);
             rings.push(register(region, g.request_ring_bytes(), Access::WRITE)?);
+            // A ring no client holds is reachable through no connection.
+            fabric
+                .scope_region(region, RegionScope::Nobody)
+                .map_err(|source| ServerError::Register { region, source })?;
         }
         let staging =
             register(config.staging_region, clients * g.response_ring_bytes(), Access::NONE)?;
@@ -134,6 +138,15 @@ impl<F: Fabric> RingServer<F> {
 
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    /// What a client registers before it asks to be admitted ([`crate::RingClient::prepare`]).
+    pub fn client_layout(&self) -> ClientLayout {
+        ClientLayout {
+            response_region: self.config.client_response_region,
+            staging_region: self.config.client_staging_region,
+            geometry: self.config.geometry,
+        }
     }
 
     pub fn stats(&self) -> ServerStats {
@@ -167,6 +180,10 @@ impl<F: Fabric> RingServer<F> {
         ConnId::new(client, self.config.channel)
     }
 
+    fn ring_id(&self, index: usize) -> RegionId {
+        RegionId(self.config.ring_region_base.0 + index as u16)
+    }
+
     /// Admits `client` (a fabric node already started): picks a free slot, connects the
     /// server's side of their connection with write access, and returns the grant the caller
     /// hands the client through its own channel.
@@ -191,10 +208,15 @@ impl<F: Fabric> RingServer<F> {
             .position(|s| matches!(s, SlotState::Free))
             .ok_or(AdmitError::SlotsFull { clients_max: self.config.clients_max })?;
         let conn = self.conn(client);
+        let ring = self.ring_id(index);
+        // The client's connection reaches its own ring and nothing else of this node.
         let connected = self.fabric.connect(conn, Access::WRITE);
-        if let Err(source) = connected.and_then(|()| self.poster.endpoint.attach(conn)) {
-            // Leave nothing half open: the side goes back to reset, as before.
+        let scoped =
+            connected.and_then(|()| self.fabric.scope_region(ring, RegionScope::Only(conn)));
+        if let Err(source) = scoped.and_then(|()| self.poster.endpoint.attach(conn)) {
+            // Leave nothing half open: the side goes back to reset and the ring to nobody.
             let _ = self.fabric.modify_qp(conn, QpState::Reset, Access::NONE);
+            let _ = self.fabric.scope_region(ring, RegionScope::Nobody);
             return Err(AdmitError::Fabric { client, source });
         }
         self.grants_issued += 1;
@@ -214,7 +236,7 @@ impl<F: Fabric> RingServer<F> {
             server_node: self.fabric.node(),
             client_node: client,
             channel: self.config.channel,
-            request_region: RegionId(self.config.ring_region_base.0 + slot.index),
+            request_region: self.ring_id(index),
             response_region: self.config.client_response_region,
             client_staging_region: self.config.client_staging_region,
             geometry: g,
@@ -262,6 +284,8 @@ impl<F: Fabric> RingServer<F> {
         let index16 = index as u16;
         let failed = |source: FabricError| ReleaseError::Revocation { index: index16, source };
         self.fabric.modify_qp(self.conn(client), QpState::Reset, Access::NONE).map_err(failed)?;
+        // Behind the barrier: the ring is no connection's until its next admission.
+        self.fabric.scope_region(self.ring_id(index), RegionScope::Nobody).map_err(failed)?;
         self.rings[index].write(0, &self.zeros).map_err(failed)?;
         self.slots[index] = SlotState::Free;
         Ok(())

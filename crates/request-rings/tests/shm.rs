@@ -3,23 +3,21 @@
 //! test binary run again, `child_main`). Every test starts and stops what it uses, in a
 //! private run directory removed at the end.
 
+mod threaded;
+
 use mu_fabric::NodeId;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_request_rings::{
-    Echo, Grant, ReleaseReason, Released, Reply, RingClient, RingServer, ServerConfig,
-};
+use mu_request_rings::{ClientLayout, Grant, ReleaseReason, RingClient};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use threaded::{round_trips, Ask, ServerThread, WAIT};
 
 const CLUSTER: u64 = 0x7269_6e67;
 const SERVER: u16 = 0;
-const WAIT: Duration = Duration::from_secs(30);
 const CHILD_DIR_VAR: &str = "MU_RINGS_CHILD_RUN_DIR";
 const CHILD_NODE_VAR: &str = "MU_RINGS_CHILD_NODE";
 const MARK: &str = "RINGS ";
@@ -55,114 +53,16 @@ impl Drop for RunDir {
     }
 }
 
-/// What the server thread is asked through its out-of-band channel (the service's socket).
-enum Ask {
-    Join { node: u16, grant: mpsc::Sender<Result<Vec<u8>, String>> },
-}
-
-/// The server in a thread of its own: admits, echoes, and reports releases, until stopped.
-struct ServerThread {
-    asks: mpsc::Sender<Ask>,
-    released: mpsc::Receiver<Released>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl ServerThread {
-    fn start(run: &RunDir) -> ServerThread {
-        let fabric = run.node(SERVER);
-        let config = ServerConfig {
-            clients_max: 8,
-            crash_check_interval_ns: 50_000,
-            ..ServerConfig::default()
-        };
-        let mut server = RingServer::new(fabric, config).expect("server");
-        let (asks, inbox) = mpsc::channel::<Ask>();
-        let (report, released) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let clock = Instant::now();
-            let mut echo = Echo::default();
-            while !stopping.load(Ordering::Relaxed) {
-                while let Ok(Ask::Join { node, grant }) = inbox.try_recv() {
-                    let answer = server.admit(NodeId(node));
-                    let _ = grant
-                        .send(answer.map(|g| g.to_bytes().to_vec()).map_err(|e| e.to_string()));
-                }
-                let served =
-                    echo.poll(&mut server, clock.elapsed().as_nanos() as u64).expect("echo");
-                for r in server.drain_released() {
-                    let _ = report.send(r);
-                }
-                if served == 0 {
-                    std::thread::yield_now();
-                }
-            }
-        });
-        ServerThread { asks, released, stop, thread: Some(thread) }
-    }
-
-    /// The client's side of the handshake: its node is up; ask, and open the grant.
-    fn join(asks: &mpsc::Sender<Ask>, fabric: ShmFabric, node: u16) -> RingClient<ShmFabric> {
-        let (tx, rx) = mpsc::channel();
-        asks.send(Ask::Join { node, grant: tx }).expect("server thread gone");
-        let bytes = rx.recv_timeout(WAIT).expect("no grant").expect("admit");
-        RingClient::open(fabric, &Grant::from_bytes(&bytes).expect("grant")).expect("open")
-    }
-
-    /// Waits for the release of `node`.
-    fn wait_release(&self, node: u16) -> Released {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let r = self.released.recv_timeout(left).expect("no release in time");
-            if r.client == NodeId(node) {
-                return r;
-            }
-        }
-    }
-}
-
-impl Drop for ServerThread {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Round trips of `payload`s `{node}:{i}` for i in `rounds`, each answer checked.
-fn round_trips(client: &mut RingClient<ShmFabric>, node: u16, rounds: std::ops::Range<u32>) {
-    for i in rounds {
-        let payload = format!("{node}:{i}").into_bytes();
-        let seq = client.send(&payload).expect("send");
-        let deadline = Instant::now() + WAIT;
-        let mut answered = false;
-        while !answered {
-            client
-                .poll(|s, reply| {
-                    assert_eq!((s, reply), (seq, Reply::Data(&payload)));
-                    answered = true;
-                })
-                .expect("poll");
-            assert!(Instant::now() < deadline, "node {node}: request {i} not answered");
-            std::thread::yield_now();
-        }
-    }
-}
-
 #[test]
 fn clients_in_threads_are_served_and_a_crashed_one_is_released() {
     let run = RunDir::new("threads");
-    let server = ServerThread::start(&run);
+    let server = ServerThread::start(run.node(SERVER));
     let mut clients = Vec::new();
     for node in 1..=3u16 {
         let fabric = run.node(node);
-        let asks = server.asks.clone();
+        let (asks, layout) = (server.asks.clone(), server.layout);
         clients.push(std::thread::spawn(move || {
-            let mut client = ServerThread::join(&asks, fabric, node);
+            let mut client = ServerThread::join(&asks, &layout, fabric, node);
             round_trips(&mut client, node, 0..300);
             // Node 3 then dies (as its process would), the others go on.
             if node == 3 {
@@ -178,7 +78,7 @@ fn clients_in_threads_are_served_and_a_crashed_one_is_released() {
         c.join().expect("client thread");
     }
     // A new client takes the freed slot.
-    let mut late = ServerThread::join(&server.asks, run.node(4), 4);
+    let mut late = ServerThread::join(&server.asks, &server.layout, run.node(4), 4);
     round_trips(&mut late, 4, 0..50);
 }
 
@@ -236,8 +136,10 @@ fn unhex(s: &str) -> Vec<u8> {
 #[test]
 fn a_client_process_killed_mid_stream_is_released_and_the_others_served() {
     let run = RunDir::new("child");
-    let server = ServerThread::start(&run);
+    let server = ServerThread::start(run.node(SERVER));
     let mut child = ChildClient::spawn(&run, 5);
+    let stdin = child.child.stdin.as_mut().expect("stdin");
+    writeln!(stdin, "{}", hex(&server.layout.to_bytes())).expect("layout to the child");
     assert_eq!(child.line(), "READY");
     let (tx, rx) = mpsc::channel();
     server.asks.send(Ask::Join { node: 5, grant: tx }).expect("server");
@@ -245,7 +147,7 @@ fn a_client_process_killed_mid_stream_is_released_and_the_others_served() {
     let stdin = child.child.stdin.as_mut().expect("stdin");
     writeln!(stdin, "{}", hex(&grant)).expect("grant to the child");
     // Served a while, then killed in the middle of its stream of requests.
-    let mut beside = ServerThread::join(&server.asks, run.node(6), 6);
+    let mut beside = ServerThread::join(&server.asks, &server.layout, run.node(6), 6);
     loop {
         let line = child.line();
         let served: u32 =
@@ -281,11 +183,15 @@ fn child_main() {
     };
     let node: u16 = node.parse().expect("node id");
     let fabric = ShmFabric::create(ShmConfig::new(dir, CLUSTER, NodeId(node))).expect("node");
-    println!("{MARK}READY");
     let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("layout line");
+    let layout = ClientLayout::from_bytes(&unhex(line.trim())).expect("layout");
+    let prepared = RingClient::prepare(fabric, &layout).expect("prepare");
+    println!("{MARK}READY");
+    line.clear();
     std::io::stdin().read_line(&mut line).expect("grant line");
     let grant = Grant::from_bytes(&unhex(line.trim())).expect("grant");
-    let mut client = RingClient::open(fabric, &grant).expect("open");
+    let mut client = prepared.connect(&grant).map_err(|(_, e)| e).expect("connect");
     for round in 0u32.. {
         round_trips(&mut client, node, round * 100..(round + 1) * 100);
         println!("{MARK}SERVED {}", (round + 1) * 100);
@@ -295,8 +201,8 @@ fn child_main() {
 #[test]
 fn round_trips_can_be_measured_against_an_echo_server() {
     let run = RunDir::new("measure");
-    let server = ServerThread::start(&run);
-    let mut client = ServerThread::join(&server.asks, run.node(1), 1);
+    let server = ServerThread::start(run.node(SERVER));
+    let mut client = ServerThread::join(&server.asks, &server.layout, run.node(1), 1);
     let r = mu_request_rings::measure_round_trip(&mut client, &[3u8; 32], 10, 200, WAIT)
         .expect("measure");
     assert_eq!(r.samples, 200);

@@ -10,8 +10,8 @@ use mu_fabric::{
 use mu_fabric_sim::{FaultConfig, SimConfig, SimWorld};
 use mu_request_rings::frame::{self, Expect, Kind, HEADER_BYTES};
 use mu_request_rings::{
-    AdmitError, Checks, ClientError, Grant, ReleaseError, ReleaseReason, Reply, RespondError,
-    RingClient, SendError, ServerConfig,
+    AdmitError, Checks, ClientError, Grant, OpenError, ReleaseError, ReleaseReason, Reply,
+    RespondError, RingClient, SendError, ServerConfig,
 };
 
 #[test]
@@ -104,6 +104,7 @@ fn responses_may_come_out_of_order_and_too_large_ones_are_refused() {
 /// A client that does not use the library: its own node writes what the test says into its
 /// ring (or elsewhere on the server's node) and reads its response ring itself.
 struct RawClient {
+    fabric: mu_fabric_sim::SimFabric,
     endpoint: mu_fabric_sim::SimEndpoint,
     responses: mu_fabric_sim::SimRegion,
     grant: Grant,
@@ -113,20 +114,27 @@ struct RawClient {
 impl RawClient {
     fn join(rig: &mut Rig, node: u16) -> RawClient {
         let fabric = rig.world.node(NodeId(node));
-        let grant = rig.server.admit(NodeId(node)).expect("admit");
-        let node = fabric;
+        let layout = rig.server.client_layout();
+        let node = fabric.clone();
         let responses = node
             .register_region(
-                grant.response_region,
-                grant.geometry.response_ring_bytes(),
+                layout.response_region,
+                layout.geometry.response_ring_bytes(),
                 Access::WRITE,
             )
             .expect("response ring");
+        let grant = rig.server.admit(node.node()).expect("admit");
         let mut endpoint = node.endpoint(64).expect("endpoint");
         let conn = ConnId::new(SERVER, grant.channel);
         node.connect(conn, Access::WRITE).expect("connect");
         endpoint.attach(conn).expect("attach");
-        RawClient { endpoint, responses, grant, wr_id: 0 }
+        RawClient { fabric, endpoint, responses, grant, wr_id: 0 }
+    }
+
+    /// Connects this node's side again, after an error moved it to the error state.
+    fn reconnect(&mut self) {
+        let conn = ConnId::new(SERVER, self.grant.channel);
+        self.fabric.connect(conn, Access::WRITE).expect("reconnect");
     }
 
     fn write(&mut self, region: mu_fabric::RegionId, offset: u64, bytes: &[u8]) {
@@ -200,21 +208,56 @@ fn garbage_oversized_and_wrong_generations_are_refused_for_that_client_only() {
     assert!(rig.taken.iter().any(|t| t.slot == bad.grant.slot && t.payload == b"behaved"));
     assert_eq!(rig.taken.iter().filter(|t| t.slot == bad.grant.slot).count(), 1);
 
-    // What the fabric does not stop: the write flag covers every ring of the server's node,
-    // so a client can write into another's ring. Its frames carry its own generation and are
-    // refused there; the other client's next request overwrites them.
+    // Another client's ring is out of reach: the server scopes each ring to its client's
+    // connection, so the fabric denies the write, nothing of it lands, and only the
+    // intruder's own connection breaks.
     let good_next = good.geometry().request_offset(4);
-    bad.write(good.grant().request_region, good_next, &request_frame(generation, 4, b"intruder"));
+    let _ = bad.statuses();
+    let intruder = request_frame(good.grant().slot.generation, 4, b"intruder");
+    bad.write(good.grant().request_region, good_next, &intruder);
     rig.world.advance(5_000);
+    assert_eq!(bad.statuses(), [Status::RemoteAccessDenied]);
+    let ring = rig.server.ring_region(good.grant().slot.index).expect("the good client's ring");
+    let mut landed = vec![0u8; intruder.len()];
+    ring.read(good_next as usize, &mut landed).expect("read the ring");
+    assert_ne!(landed, intruder, "the intruder's frame is not in the good client's ring");
     rig.serve(true);
-    assert_eq!(rig.server.stats().refused_frames, 2);
+    assert_eq!(rig.server.stats().refused_frames, 1, "no frame of it to refuse");
     serve_both(&mut rig, &mut good, 4);
     assert!(rig.taken.iter().all(|t| t.payload != b"intruder"));
-    // And out of bounds of every region: an error for the writer only.
+    // And out of bounds of its own ring: an error for the writer only.
+    bad.reconnect();
     bad.write(bad.grant.request_region, bad.grant.geometry.request_ring_bytes() as u64, b"past");
     rig.world.advance(5_000);
     assert!(bad.statuses().contains(&Status::RemoteOutOfBounds));
     serve_both(&mut rig, &mut good, 5);
+}
+
+#[test]
+fn a_ring_handed_to_the_next_client_is_out_of_its_last_clients_reach() {
+    let mut rig = Rig::new(9, config());
+    let mut first = RawClient::join(&mut rig, 1);
+    let old = first.grant;
+    rig.server.leave(&old).expect("leave");
+    let mut next = rig.join(2);
+    assert_eq!(next.grant().slot.index, old.slot.index, "the freed ring goes to the next client");
+    // The first client comes back (into another ring) and writes into its old one.
+    first.grant = rig.server.admit(NodeId(1)).expect("admitted again");
+    assert_ne!(first.grant.slot.index, old.slot.index);
+    first.reconnect();
+    let _ = first.statuses();
+    let frame = request_frame(next.grant().slot.generation, 0, b"old tenant");
+    first.write(old.request_region, next.geometry().request_offset(0), &frame);
+    rig.world.advance(5_000);
+    assert_eq!(first.statuses(), [Status::RemoteAccessDenied]);
+    round_trip(&mut rig, &mut next, b"own ring");
+    assert!(rig.taken.iter().all(|t| t.payload != b"old tenant"));
+    // Its own new ring still takes its requests.
+    first.reconnect();
+    first.write_own(0, &request_frame(first.grant.slot.generation, 0, b"new ring"));
+    rig.world.advance(5_000);
+    rig.serve(true);
+    assert!(rig.taken.iter().any(|t| t.slot == first.grant.slot && t.payload == b"new ring"));
 }
 
 #[test]
@@ -519,12 +562,14 @@ fn a_seed_gives_the_same_run() {
 }
 
 #[test]
-fn a_prepared_client_connects_on_reopen() {
+fn a_prepared_client_takes_another_grant_after_a_failed_connection() {
     let mut rig = Rig::new(14, config());
     let fabric = rig.world.node(NodeId(6));
+    let prepared = RingClient::prepare(fabric, &rig.server.client_layout()).expect("prepare");
     let grant = rig.server.admit(NodeId(6)).expect("admit");
-    let mut client = RingClient::prepare(fabric, &grant).expect("prepare");
-    assert_eq!(client.send(b"too early"), Err(SendError::NotConnected));
-    client.reopen(&grant).expect("connect");
+    let wrong_node = Grant { client_node: NodeId(7), ..grant };
+    let (prepared, e) = prepared.connect(&wrong_node).err().expect("a grant for another node");
+    assert!(matches!(e, OpenError::NotForThisNode { .. }), "{e}");
+    let mut client = prepared.connect(&grant).map_err(|(_, e)| e).expect("connect");
     round_trip(&mut rig, &mut client, b"connected");
 }

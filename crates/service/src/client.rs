@@ -529,8 +529,8 @@ impl Client {
         let failed = |why: String| Some(FrameError::Malformed(why));
         let mut message = Vec::new();
         ClientMessage::FabricReserve.encode(&mut message);
-        let (node, dir) = match self.exchange_once(&message, deadline).map_err(Some)? {
-            ServerMessage::FabricNode { node, dir } => (node, dir),
+        let (node, layout, dir) = match self.exchange_once(&message, deadline).map_err(Some)? {
+            ServerMessage::FabricNode { node, layout, dir } => (node, layout, dir),
             ServerMessage::Refused(why) => {
                 tracing::debug!(replica = target, why, "no fabric path: using the socket");
                 self.over_fabric = false;
@@ -539,10 +539,12 @@ impl Client {
             other => return Err(failed(format!("replica {target} answered {other:?} to a join"))),
         };
         let fabric = FabricLink::start_node(self.cluster_id, &dir, node).map_err(failed)?;
+        // Registered before joining: the replica binds to this node when it admits it.
+        let prepared = FabricLink::prepare(fabric, &layout).map_err(failed)?;
         ClientMessage::FabricJoin { node }.encode(&mut message);
         match self.exchange_once(&message, deadline).map_err(Some)? {
             ServerMessage::FabricGrant(grant) => {
-                FabricLink::open(target, fabric, &grant).map_err(failed)
+                FabricLink::open(target, prepared, &grant).map_err(failed)
             }
             other => Err(failed(format!("replica {target} did not admit node {node}: {other:?}"))),
         }

@@ -9,7 +9,7 @@ use crate::wire::{FrameError, ServerMessage};
 use mu_fabric::wait::Backoff;
 use mu_fabric::{Fabric, NodeId};
 use mu_fabric_shm::{ShmConfig, ShmFabric};
-use mu_request_rings::{Grant, Reply, RingClient};
+use mu_request_rings::{ClientLayout, Grant, PreparedClient, Reply, RingClient};
 use std::io;
 use std::time::Instant;
 
@@ -35,11 +35,24 @@ impl FabricLink {
             .map_err(|e| format!("starting the client's fabric node {node} in {dir}: {e}"))
     }
 
-    /// The rings of `grant` (the replica's `FabricGrant` answer) on `fabric`.
-    pub fn open(replica: u16, fabric: ShmFabric, grant: &[u8]) -> Result<FabricLink, String> {
+    /// Registers the client's regions on `fabric` as `layout` (the replica's `FabricNode`
+    /// answer) says.
+    pub fn prepare(fabric: ShmFabric, layout: &[u8]) -> Result<PreparedClient<ShmFabric>, String> {
+        let layout = ClientLayout::from_bytes(layout)
+            .map_err(|e| format!("the replica's layout for the rings: {e}"))?;
+        RingClient::prepare(fabric, &layout)
+            .map_err(|e| format!("registering the client's rings: {e}"))
+    }
+
+    /// The rings of `grant` (the replica's `FabricGrant` answer) on the prepared node.
+    pub fn open(
+        replica: u16,
+        prepared: PreparedClient<ShmFabric>,
+        grant: &[u8],
+    ) -> Result<FabricLink, String> {
         let grant = Grant::from_bytes(grant).map_err(|e| format!("the replica's grant: {e}"))?;
-        let ring = RingClient::open(fabric, &grant)
-            .map_err(|e| format!("opening the request rings: {e}"))?;
+        let ring =
+            prepared.connect(&grant).map_err(|(_, e)| format!("opening the request rings: {e}"))?;
         Ok(FabricLink { replica, ring, answer: Vec::new() })
     }
 

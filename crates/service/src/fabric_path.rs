@@ -61,6 +61,8 @@ pub struct FabricPath {
     asks: Sender<Ask>,
     /// Where clients start their nodes (on shm, the fabric's run directory).
     pub dir: String,
+    /// What a client registers on its node before it joins, as bytes.
+    layout: Vec<u8>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -70,17 +72,22 @@ pub struct FabricPath {
 pub struct FabricAsks {
     asks: Sender<Ask>,
     dir: String,
+    layout: Vec<u8>,
 }
 
 impl FabricAsks {
-    /// A node id for a joining client, and where to start it.
+    /// A node id for a joining client, where to start it, and what to register there.
     pub fn reserve(&self) -> ServerMessage {
         let (tx, rx) = mpsc::channel();
         if self.asks.send(Ask::Reserve(tx)).is_err() {
             return ServerMessage::Retry("the fabric path is stopping".into());
         }
         match rx.recv() {
-            Ok(Ok(node)) => ServerMessage::FabricNode { node, dir: self.dir.clone() },
+            Ok(Ok(node)) => ServerMessage::FabricNode {
+                node,
+                layout: self.layout.clone(),
+                dir: self.dir.clone(),
+            },
             Ok(Err(why)) => ServerMessage::Refused(why),
             Err(_) => ServerMessage::Retry("the fabric path is stopping".into()),
         }
@@ -118,6 +125,7 @@ impl FabricPath {
         };
         let server =
             RingServer::new(fabric, config).map_err(|e| format!("the fabric path: {e}"))?;
+        let layout = server.client_layout().to_bytes().to_vec();
         let (asks, inbox) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
@@ -128,11 +136,11 @@ impl FabricPath {
                 rings.run(&inbox, &stopping);
             })
             .map_err(|e| format!("starting the fabric path's thread: {e}"))?;
-        Ok(FabricPath { asks, dir, stop, thread: Some(thread) })
+        Ok(FabricPath { asks, dir, layout, stop, thread: Some(thread) })
     }
 
     pub fn asks(&self) -> FabricAsks {
-        FabricAsks { asks: self.asks.clone(), dir: self.dir.clone() }
+        FabricAsks { asks: self.asks.clone(), dir: self.dir.clone(), layout: self.layout.clone() }
     }
 }
 

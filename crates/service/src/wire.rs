@@ -20,7 +20,7 @@ use std::io::{self, Read, Write};
 pub const FRAME_BYTES_MAX: usize = KEY_BYTES_MAX + 2 * VALUE_BYTES_MAX + 256;
 
 /// The version of this format; a replica refuses a client that speaks another.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 const KV: u8 = 1;
 const STATUS: u8 = 2;
@@ -77,8 +77,9 @@ pub enum ServerMessage {
     Status(String),
     /// The answer to a hello from a client of this cluster.
     Welcome,
-    /// The node id the client may start its fabric node under, in the directory `dir`.
-    FabricNode { node: u16, dir: String },
+    /// The node id the client may start its fabric node under, in the directory `dir`, and
+    /// what it registers there before it joins (`mu_request_rings::ClientLayout::to_bytes`).
+    FabricNode { node: u16, layout: Vec<u8>, dir: String },
     /// The client's grant to the request rings (`mu_request_rings::Grant::to_bytes`).
     FabricGrant(Vec<u8>),
     /// On the fabric path: the request was taken, but its answer does not fit a response
@@ -265,9 +266,13 @@ impl ServerMessage {
                 out.extend_from_slice(json.as_bytes());
             }
             ServerMessage::Welcome => out.push(WELCOME),
-            ServerMessage::FabricNode { node, dir } => {
+            ServerMessage::FabricNode { node, layout, dir } => {
                 out.push(FABRIC_NODE);
                 out.extend_from_slice(&node.to_le_bytes());
+                // A layout is a few dozen bytes; a longer one is cut and refused by its check.
+                let layout = &layout[..layout.len().min(usize::from(u8::MAX))];
+                out.push(layout.len() as u8);
+                out.extend_from_slice(layout);
                 out.extend_from_slice(dir.as_bytes());
             }
             ServerMessage::FabricGrant(grant) => {
@@ -300,10 +305,14 @@ impl ServerMessage {
             Some((&STATUS_REPLY, rest)) => text(rest).map(ServerMessage::Status),
             Some((&WELCOME, [])) => Ok(ServerMessage::Welcome),
             Some((&WELCOME, _)) => Err(FrameError::Malformed("bytes after a welcome".into())),
-            Some((&FABRIC_NODE, [a, b, dir @ ..])) => Ok(ServerMessage::FabricNode {
-                node: u16::from_le_bytes([*a, *b]),
-                dir: text(dir)?,
-            }),
+            Some((&FABRIC_NODE, [a, b, len, rest @ ..])) if rest.len() >= usize::from(*len) => {
+                let (layout, dir) = rest.split_at(usize::from(*len));
+                Ok(ServerMessage::FabricNode {
+                    node: u16::from_le_bytes([*a, *b]),
+                    layout: layout.to_vec(),
+                    dir: text(dir)?,
+                })
+            }
             Some((&FABRIC_NODE, _)) => Err(FrameError::Malformed("a short fabric node".into())),
             Some((&FABRIC_GRANT, rest)) => Ok(ServerMessage::FabricGrant(rest.to_vec())),
             Some((&BY_SOCKET, [])) => Ok(ServerMessage::BySocket),
@@ -340,7 +349,12 @@ mod tests {
             ServerMessage::Refused("too large".into()),
             ServerMessage::Status("{}".into()),
             ServerMessage::Welcome,
-            ServerMessage::FabricNode { node: 5, dir: "/dev/shm/mu-7/clients-0".into() },
+            ServerMessage::FabricNode {
+                node: 5,
+                layout: vec![7; 32],
+                dir: "/dev/shm/mu-7/clients-0".into(),
+            },
+            ServerMessage::FabricNode { node: 1, layout: Vec::new(), dir: String::new() },
             ServerMessage::FabricGrant(vec![1; 56]),
             ServerMessage::BySocket,
         ] {
@@ -359,6 +373,7 @@ mod tests {
         assert!(ClientMessage::decode(&[FABRIC_RESERVE, 0]).is_err());
         assert!(ClientMessage::decode(&[FABRIC_JOIN, 1]).is_err());
         assert!(ServerMessage::decode(&[FABRIC_NODE, 1]).is_err());
+        assert!(ServerMessage::decode(&[FABRIC_NODE, 1, 0, 3, 9, 9]).is_err(), "a short layout");
         assert!(ServerMessage::decode(&[WELCOME, 0]).is_err());
         assert!(ServerMessage::decode(&[NOT_LEADER, 1, 0]).is_err());
         assert!(ServerMessage::decode(&[REPLY, 77]).is_err());

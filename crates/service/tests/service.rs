@@ -746,16 +746,21 @@ fn bad_input_on_the_fabric_path_is_refused_to_its_client() {
     let cluster = Cluster::start_fabric("fabric-bad", 0x7376_6333, App::Kv);
     let leader = cluster.wait_leader();
     let mut raw = Raw::connect(&cluster, leader);
-    let ServerMessage::FabricNode { node, dir } = raw.ask_message(&ClientMessage::FabricReserve)
+    let ServerMessage::FabricNode { node, layout, dir } =
+        raw.ask_message(&ClientMessage::FabricReserve)
     else {
         panic!("no node reserved")
     };
     let fabric = FabricLink::start_node(cluster.cluster_id, &dir, node).expect("the node starts");
+    let damaged = [&layout[..layout.len() - 1], &[layout[layout.len() - 1] ^ 1]].concat();
+    let refused = FabricLink::prepare(fabric.clone(), &damaged).err().expect("a damaged layout");
+    assert!(refused.contains("layout"), "{refused}");
+    let prepared = FabricLink::prepare(fabric, &layout).expect("the regions register");
     let ServerMessage::FabricGrant(grant) = raw.ask_message(&ClientMessage::FabricJoin { node })
     else {
         panic!("not admitted")
     };
-    let mut link = FabricLink::open(leader, fabric, &grant).expect("the rings open");
+    let mut link = FabricLink::open(leader, prepared, &grant).expect("the rings open");
     let soon = || Instant::now() + PATIENCE;
     refused_because(link.exchange(&[0xff, 1, 2, 3], soon()).unwrap(), "unknown message type");
     refused_because(link.exchange(&[], soon()).unwrap(), "empty message");

@@ -7,7 +7,9 @@
 
 use mu_fabric::NodeId;
 use mu_fabric_sim::{SimConfig, SimFabric, SimWorld};
-use mu_request_rings::{ClientSlot, Geometry, Grant, Reply, RingClient, RingServer, ServerConfig};
+use mu_request_rings::{
+    ClientLayout, ClientSlot, Geometry, Grant, Reply, RingClient, RingServer, ServerConfig,
+};
 
 pub const SERVER: NodeId = NodeId(0);
 
@@ -71,13 +73,17 @@ impl Rig {
         Rig { world, server, taken: Vec::new() }
     }
 
-    /// Admits node `node` and opens its client from the grant's bytes.
-    /// The client's node starts first: the server connects to it when it admits it.
+    /// Prepares node `node`'s client from the server's layout, admits it, and connects it
+    /// with the grant's bytes: the order of the handshake (the server binds when it admits,
+    /// and finds the client's regions registered).
     pub fn join(&mut self, node: u16) -> RingClient<SimFabric> {
         let fabric = self.world.node(NodeId(node));
+        let layout = ClientLayout::from_bytes(&self.server.client_layout().to_bytes());
+        let prepared =
+            RingClient::prepare(fabric, &layout.expect("layout bytes")).expect("prepare");
         let grant = self.server.admit(NodeId(node)).expect("admit");
         let grant = Grant::from_bytes(&grant.to_bytes()).expect("grant bytes");
-        RingClient::open(fabric, &grant).expect("open")
+        prepared.connect(&grant).map_err(|(_, e)| e).expect("connect")
     }
 
     /// One server poll: takes new requests and, when `respond`, answers each at once.
