@@ -22,6 +22,15 @@
 //! exactly once, whichever it was. The cost: after this node's side of a scoped connection is
 //! reset, its peer must bind after that reset to reach the region (a reset side has to be
 //! connected again from both ends on verbs anyway: its packet sequence numbers start over).
+//!
+//! # Narrowing
+//!
+//! Dropping a window deallocates it, which kills its key without posting anything. It is no
+//! barrier (the fabric API says so): a request admitted before may still land, and a bind still
+//! queued behind the side's own requests targets a window that is gone; should the device give
+//! the same index and key to a later window before that bind runs, the bind could attach it to
+//! the old side. Callers that need a barrier reset the side first, which discards what it had
+//! queued.
 
 use super::device::{access_flags, errno_text};
 use super::node::{lock, Node};
@@ -78,9 +87,16 @@ impl MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        // SAFETY: deallocates the window `alloc` allocated, once; its protection domain is alive
-        // (`_pd` drops after this).
-        unsafe { ibv_dealloc_mw(self.mw.as_ptr()) };
+        // SAFETY: deallocates the window `alloc` allocated, once; its protection domain and
+        // device context are alive (`_pd` drops after this). The binding unwraps the provider's
+        // `dealloc_mw`, so it is called only where the provider has one (every provider that
+        // allocates windows does; otherwise the window would be leaked, not a panic in a drop).
+        unsafe {
+            let context = (*self.mw.as_ptr()).context;
+            if (*context).ops.dealloc_mw.is_some() {
+                ibv_dealloc_mw(self.mw.as_ptr());
+            }
+        }
     }
 }
 
