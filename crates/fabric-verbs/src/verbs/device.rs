@@ -6,7 +6,7 @@ use crate::{VerbsConfig, VerbsError};
 use mu_fabric::Access;
 use rdma_mummy_sys::{
     ibv_mw_bind_info, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, ibv_qp_to_qp_ex,
-    ibv_wr_bind_mw, ibv_wr_complete, ibv_wr_start,
+    ibv_wr_abort, ibv_wr_bind_mw, ibv_wr_complete, ibv_wr_start,
 };
 use sideway::ibverbs::completion::{ExtendedCompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -431,19 +431,24 @@ impl RawQp {
         access: Access,
     ) -> Result<(), i32> {
         // SAFETY: the queue pair lives as long as the side that owns this handle (the caller
-        // holds it) and was created with the extended API, so it has an `ibv_qp_ex`; binds are
-        // built only if the provider set `wr_bind_mw` (it does when the queue pair was created
-        // with `IBV_QP_EX_WITH_BIND_MW`, i.e. when the device has windows). Between
-        // `ibv_wr_start` and `ibv_wr_complete` the provider holds the queue pair's lock, so the
-        // writes to `wr_id` and `wr_flags` race with no other thread (see above). `window` and
+        // holds it) and was created with the extended API, so it has an `ibv_qp_ex` whose
+        // `wr_start`, `wr_complete` and `wr_abort` are set; a bind is built only if the provider
+        // set `wr_bind_mw` (it does for queue pairs created with `IBV_QP_EX_WITH_BIND_MW`, i.e.
+        // where the device has windows). Between `ibv_wr_start` and `ibv_wr_complete` (or
+        // `ibv_wr_abort`) the provider holds the queue pair's lock, so what is read and written
+        // in the `ibv_qp_ex` there races with no other thread (see above). `window` and
         // `mr` are live handles of this queue pair's protection domain, and `info` outlives the
         // call that reads it.
         unsafe {
             let qpx = ibv_qp_to_qp_ex(self.0.as_ptr());
-            if qpx.is_null() || (*qpx).wr_bind_mw.is_none() {
+            if qpx.is_null() {
                 return Err(libc::EOPNOTSUPP);
             }
             ibv_wr_start(qpx);
+            if (*qpx).wr_bind_mw.is_none() {
+                ibv_wr_abort(qpx);
+                return Err(libc::EOPNOTSUPP);
+            }
             (*qpx).wr_id = WINDOW_BIND_WR_ID;
             (*qpx).wr_flags = 0;
             let info = ibv_mw_bind_info {

@@ -202,7 +202,7 @@ impl Node {
         let mut window = Window { conn, rkey, bound: false, window };
         let side = self.side(conn)?;
         if side.load().state == QpState::ReadyToSend {
-            self.bind(side, inner, &mut window).map_err(|errno| failed(errno_text(errno)))?;
+            self.bind(side, inner, &mut window).map_err(|errno| failed(bind_error_text(errno)))?;
         }
         Ok(window)
     }
@@ -244,7 +244,7 @@ impl Node {
                         "binding region {}'s memory window on {} (now in error)",
                         inner.id, side.conn
                     ),
-                    message: errno_text(errno),
+                    message: bind_error_text(errno),
                 });
             }
         }
@@ -273,5 +273,33 @@ impl Node {
         if renewed {
             let _ = self.publish();
         }
+    }
+}
+
+/// Why a bind could not be posted, in words.
+fn bind_error_text(errno: i32) -> String {
+    if errno == libc::ENOMEM {
+        // Binds take send-queue entries beyond the endpoint's, freed as its completions are
+        // polled (see `RawQp::bind_window`).
+        format!(
+            "{}: the side's send queue has no room left for window binds (poll the endpoint the \
+             connection is attached to, or reset the connection)",
+            errno_text(errno)
+        )
+    } else {
+        errno_text(errno)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind_error_text;
+
+    #[test]
+    fn a_full_send_queue_says_how_to_make_room() {
+        let full = bind_error_text(libc::ENOMEM);
+        assert!(full.contains("no room left for window binds"), "{full}");
+        let other = bind_error_text(libc::EINVAL);
+        assert!(!other.contains("window binds"), "{other}");
     }
 }
