@@ -358,8 +358,8 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        // Windows go while the queue pairs they are bound to still exist (regions a caller
-        // still holds outlive the node, and its queue pairs go with it).
+        // Windows are deallocated while the queue pairs they are bound to still exist: a region
+        // a caller still holds outlives the node, whose queue pairs go with it.
         for region in lock(&self.regions).values() {
             lock(&region.inner.scoping).window = None;
         }

@@ -37,7 +37,7 @@ pub(crate) struct RegionInner {
     /// region scoped to nobody publishes). It lives as long as the region, so the data path's
     /// local keys never change with the scope.
     pub(crate) local_mr: Arc<MemoryRegion>,
-    /// A second registration with remote atomic access for the loopback compare-and-swap only
+    /// Another registration, with remote atomic access, for the loopback compare-and-swap only
     /// (its key is never published, so it widens nothing a peer can do).
     pub(crate) cas_mr: Option<Arc<MemoryRegion>>,
     pub(crate) memory: Memory,
