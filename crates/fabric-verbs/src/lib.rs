@@ -13,7 +13,8 @@
 //! | fabric API | verbs |
 //! | --- | --- |
 //! | a node ([`VerbsFabric::open`]) | a device context, one protection domain, one queue pair per possible (peer, channel), created at open and published in the run directory |
-//! | [`Fabric::register_region`](mu_fabric::Fabric::register_region) | page-aligned zeroed memory registered as one memory region whose remote flags are the region's [`Access`](mu_fabric::Access): the registration caps every connection |
+//! | [`Fabric::register_region`](mu_fabric::Fabric::register_region) | page-aligned zeroed memory registered twice: a *local* registration (local write and memory-window binding, no remote access) for this node's own requests, and a *shared* one whose remote flags are the region's [`Access`](mu_fabric::Access), which caps every connection |
+//! | [`scope_region`](mu_fabric::Fabric::scope_region) | the region's published remote key: `Every`, the shared registration's; `Only(conn)`, the shared registration is deregistered and a type 2 memory window, bound on this node's side of `conn`, gives the key (a type 2 window admits only requests arriving on the queue pair it is bound to); `Nobody`, the local registration's, which reaches nothing. Every change republishes; peers read keys when they bind. A device without type 2 windows refuses `Only` with `Incompatible` |
 //! | a connection side's state and flags | the RC queue pair's state and its `qp_access_flags` (what the *peer* may do here) |
 //! | `modify_qp` to ready-to-receive | INIT→RTR with the peer's queue-pair number, PSN, LID/GID and MTU read from its published file |
 //! | [`set_access_fast`](mu_fabric::Fabric::set_access_fast) | RTS→RTS changing the access flags only; on failure the queue pair is moved to ERR and `PermError::Busy` returned |
@@ -48,6 +49,30 @@
 //! * **The control plane changes a queue pair through `ibv_modify_qp` on its raw pointer** while
 //!   the attached endpoint owns the sideway handle for posting: libibverbs allows the two at once,
 //!   and no lock is taken on the fast path.
+//! * **A scope is kept by which keys exist, not by a check of ours** (`verbs::scope`,
+//!   `verbs::window`). A key that a scope leaves out dies on the device: the shared registration is
+//!   deregistered, a window deallocated, so a peer still holding it is refused by the NIC whatever
+//!   it does. The window for `Only(conn)` is bound by a work request the *control plane* posts on
+//!   the side's queue pair, holding the control lock, while the endpoint may be posting on it:
+//!   `ibv_wr_start`…`ibv_wr_complete` is a critical section the provider locks (no thread domain
+//!   here), the bind is unsignaled with a work request id no endpoint uses (a failed bind shows as
+//!   the side's next requests being flushed), and the queue pair has room for it beyond the
+//!   endpoint's. The bind needs ready-to-send: a side that is not there when the region is scoped
+//!   gets its window when it next moves there (`modify_qp`, `set_access_slow`). A window bound on a
+//!   side that is then reset is replaced, with a new key, so that nothing rests on what a reset
+//!   does to a bound window. In the fabric API's terms: a scope to one connection holds for
+//!   operations its peer posts after its next move to ready-to-receive, once this node's side of
+//!   the connection is ready to send, provided that side was not reset after the peer bound (a
+//!   reset changes the key: the peer binds again, as a reset side needs anyway, its packet numbers
+//!   starting over). Rejected: a lock on the endpoint's fast path; binding from the endpoint (one
+//!   may not be attached, or not polling); a protection domain per connection (a registration per
+//!   region and connection, and queue pairs that cannot move between domains).
+//! * **Taking a connection out of a scope is no barrier** (as the API says), and more so here: a
+//!   bind still queued behind a side's own requests when the scope moves on targets a window
+//!   already deallocated. Were the device to give the same index (and key) to a later window before
+//!   that bind runs, the bind could attach the later window to the old side. Resetting the side
+//!   before narrowing, as callers that need a barrier do anyway (the request rings), discards the
+//!   queued bind.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -6,10 +6,11 @@ use super::memory::Memory;
 use super::node::{lock, Node, VerbsFabric, CRASH_CHECK_GAP, MAX_ENDPOINT_DEPTH};
 use super::region::{LocalCas, RegionInner, VerbsRegion};
 use super::side::SideWord;
+use super::window::Scoping;
 use mu_fabric::{
     Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 impl Fabric for VerbsFabric {
     type Region = VerbsRegion;
@@ -52,19 +53,17 @@ impl Fabric for VerbsFabric {
             return Err(FabricError::RegionExists(id));
         }
         let memory = Memory::new(len_bytes)?;
-        let register = |flags| {
-            // SAFETY: `memory` maps at least `len_bytes` bytes and lives in the same
-            // `RegionInner` as the registration, declared after it (dropped after it).
-            unsafe { node.device.pd.reg_mr(memory.addr() as usize, len_bytes, flags) }.map_err(
-                |e| FabricError::Io {
-                    context: format!("registering region {id} ({len_bytes} bytes)"),
-                    message: format!("{e}: {:?}", std::error::Error::source(&e)),
-                },
-            )
-        };
-        let mr = register(access_flags(access))?;
+        // SAFETY: stored in the same `RegionInner` as `memory`, in a field declared before it,
+        // so deregistered before the memory is unmapped.
+        let local_mr = unsafe { node.register_memory(&memory, len_bytes, node.local_flags(), id) }?;
+        // SAFETY: as above (in `scoping`, declared before `memory`).
+        let shared_mr =
+            unsafe { node.register_memory(&memory, len_bytes, access_flags(access), id) }?;
         let cas_mr = match *node.local_cas {
-            LocalCas::Nic(_) => Some(register(access_flags(Access::ATOMIC))?),
+            // SAFETY: as above (`cas_mr` is declared before `memory`).
+            LocalCas::Nic(_) => Some(unsafe {
+                node.register_memory(&memory, len_bytes, access_flags(Access::ATOMIC), id)
+            }?),
             _ => None,
         };
         let region = VerbsRegion {
@@ -72,7 +71,12 @@ impl Fabric for VerbsFabric {
                 id,
                 len_bytes,
                 access,
-                mr,
+                scoping: Mutex::new(Scoping {
+                    scope: RegionScope::Every,
+                    shared_mr: Some(shared_mr),
+                    window: None,
+                }),
+                local_mr,
                 cas_mr,
                 memory,
                 local_cas: Arc::clone(&node.local_cas),
@@ -84,10 +88,13 @@ impl Fabric for VerbsFabric {
         Ok(region)
     }
 
+    /// Kept by which keys exist (see `scope` for the table and `window` for when windows are
+    /// bound): `Every` through a registration with the region's remote access, `Only(conn)`
+    /// through a type 2 memory window bound on this node's side of `conn` (devices without type
+    /// 2 windows refuse it with `Incompatible`), `Nobody` through no key at all. The new key is
+    /// published before this returns; peers read it when they bind.
     fn scope_region(&self, region: RegionId, scope: RegionScope) -> Result<(), FabricError> {
-        Err(FabricError::Incompatible(format!(
-            "region {region}: the verbs backend cannot scope a region ({scope}) yet"
-        )))
+        self.node.scope_region(region, scope)
     }
 
     fn endpoint(&self, depth: usize) -> Result<VerbsEndpoint, FabricError> {
@@ -164,6 +171,12 @@ impl Fabric for VerbsFabric {
             }
         };
         side.store(after);
+        // Memory windows of regions scoped to this side follow its state (see `window`).
+        match to {
+            QpState::Reset => node.renew_windows_after_reset(side),
+            QpState::ReadyToSend => node.bind_pending_windows(side)?,
+            _ => {}
+        }
         Ok(())
     }
 
@@ -216,6 +229,7 @@ impl Fabric for VerbsFabric {
         Node::hw(conn, "reset", side.raw.move_to_reset())?;
         let epoch = before.epoch + 1;
         side.store(SideWord { state: QpState::Reset, access: Access::NONE, epoch });
+        node.renew_windows_after_reset(side);
         Node::hw(conn, "init", side.raw.move_to_init(node.device.address.port, access))?;
         side.store(SideWord { state: QpState::Init, access, epoch });
         let destination = node.destination(&binding);
@@ -227,6 +241,6 @@ impl Fabric for VerbsFabric {
         side.store(SideWord { state: QpState::ReadyToReceive, access, epoch: epoch + 1 });
         Node::hw(conn, "ready-to-send", side.raw.move_to_rts(side.psn, node.retry, access))?;
         side.store(SideWord { state: QpState::ReadyToSend, access, epoch: epoch + 1 });
-        Ok(())
+        node.bind_pending_windows(side)
     }
 }

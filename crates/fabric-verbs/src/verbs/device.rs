@@ -1,11 +1,17 @@
 //! Device discovery, the protection domain, addressing, and the raw `ibv_modify_qp` calls.
 
+use super::scope::window_support;
+use super::window::MemoryWindow;
 use crate::{VerbsConfig, VerbsError};
 use mu_fabric::Access;
-use rdma_mummy_sys::{ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state};
+use rdma_mummy_sys::{
+    ibv_mw_bind_info, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, ibv_qp_to_qp_ex,
+    ibv_wr_abort, ibv_wr_bind_mw, ibv_wr_complete, ibv_wr_start,
+};
 use sideway::ibverbs::completion::{ExtendedCompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{AtomicCapability, DeviceContext, LinkLayer};
+use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{ExtendedQueuePair, QueuePairType, SendOperationFlags};
 use sideway::ibverbs::AccessFlags;
@@ -17,6 +23,13 @@ use std::sync::Arc;
 const INLINE_BYTES_TRIED: [u32; 5] = [512, 256, 220, 128, 64];
 /// The most reads and atomics in flight per queue pair, in each direction.
 const RD_ATOMIC_MAX: u8 = 16;
+/// Send-queue entries each queue pair has beyond the endpoint's `send_queue_depth`, for memory
+/// window binds the control plane posts (see `RawQp::bind_window`): the endpoint never counts
+/// them, so they must not take its room.
+pub(crate) const WINDOW_BIND_ROOM: u32 = 8;
+/// The work request id of a window bind. Endpoints number their requests with ids from 1 in the
+/// high half, so none mistakes a bind's completion for one of its own (it skips it).
+pub(crate) const WINDOW_BIND_WR_ID: u64 = 0;
 
 /// The names of the RDMA devices libibverbs lists. "No device" (including a host without RDMA
 /// support, where the listing fails with `ENOSYS`) is [`VerbsError::NoDevice`].
@@ -55,6 +68,9 @@ pub(crate) struct Device {
     pub(crate) atomics: AtomicCapability,
     pub(crate) max_mr_bytes: u64,
     pub(crate) send_queue_depth: u32,
+    /// Whether regions can be scoped to one connection (type 2 memory windows, and queue pairs
+    /// created able to bind them); `Err` says why not.
+    pub(crate) windows: Result<(), String>,
 }
 
 impl Device {
@@ -106,8 +122,10 @@ impl Device {
         let pd = context
             .alloc_pd()
             .map_err(|e| fail("allocating a protection domain", e.to_string()))?;
+        let max_qp_wr = u32::try_from(attr.max_qp_wr()).unwrap_or(0);
         let send_queue_depth =
-            config.send_queue_depth.min(u32::try_from(attr.max_qp_wr()).unwrap_or(0).max(2));
+            config.send_queue_depth.min(max_qp_wr.saturating_sub(WINDOW_BIND_ROOM).max(2));
+        let windows = window_support(&name, attr.device_cap_flags(), attr.max_mw());
         Ok(Device {
             name,
             context,
@@ -121,6 +139,7 @@ impl Device {
             atomics: attr.atomic_capability(),
             max_mr_bytes: attr.max_mr_size(),
             send_queue_depth,
+            windows,
         })
     }
 
@@ -130,23 +149,29 @@ impl Device {
     pub(crate) fn completion_queue(&self) -> Result<Arc<ExtendedCompletionQueue>, String> {
         self.context
             .create_cq_builder()
-            .setup_cqe(self.send_queue_depth * 2)
+            .setup_cqe((self.send_queue_depth + WINDOW_BIND_ROOM) * 2)
             .build_ex()
             .map_err(|e| format!("creating a completion queue: {e}"))
     }
 
     /// An RC queue pair on the extended (`ibv_wr_*`) API for writes, reads and compare-and-swap,
-    /// completing into `cq`.
+    /// and window binds where the device has type 2 windows, completing into `cq`.
     pub(crate) fn queue_pair(
         &self,
         cq: &Arc<ExtendedCompletionQueue>,
         inline_bytes: u32,
     ) -> Result<ExtendedQueuePair, String> {
         let cq = GenericCompletionQueue::from(Arc::clone(cq));
+        let mut operations = SendOperationFlags::Write
+            | SendOperationFlags::Read
+            | SendOperationFlags::AtomicCompareAndSwap;
+        if self.windows.is_ok() {
+            operations |= SendOperationFlags::BindMemoryWindow;
+        }
         self.pd
             .create_qp_builder()
             .setup_qp_type(QueuePairType::ReliableConnection)
-            .setup_max_send_wr(self.send_queue_depth)
+            .setup_max_send_wr(self.send_queue_depth + WINDOW_BIND_ROOM)
             // Nothing is ever received: one-sided operations only.
             .setup_max_recv_wr(1)
             .setup_max_send_sge(1)
@@ -154,11 +179,7 @@ impl Device {
             .setup_max_inline_data(inline_bytes)
             .setup_send_cq(cq.clone())
             .setup_recv_cq(cq)
-            .setup_send_ops_flags(
-                SendOperationFlags::Write
-                    | SendOperationFlags::Read
-                    | SendOperationFlags::AtomicCompareAndSwap,
-            )
+            .setup_send_ops_flags(operations)
             .build_ex()
             .map_err(|e| {
                 format!("creating a queue pair: {e} ({:?})", std::error::Error::source(&e))
@@ -166,9 +187,11 @@ impl Device {
     }
 
     /// The first queue pair, with the largest inline size the device accepts; returns it with that
-    /// size.
+    /// size. A device that advertises type 2 windows but whose provider creates no queue pair
+    /// able to bind them is taken as one without windows (scoping a region to one connection is
+    /// then refused, saying so), rather than not opening at all.
     pub(crate) fn first_queue_pair(
-        &self,
+        &mut self,
         cq: &Arc<ExtendedCompletionQueue>,
     ) -> Result<(ExtendedQueuePair, u32), VerbsError> {
         let mut last = String::new();
@@ -177,6 +200,13 @@ impl Device {
                 Ok(qp) => return Ok((qp, inline_bytes)),
                 Err(e) => last = e,
             }
+        }
+        if self.windows.is_ok() {
+            self.windows = Err(format!(
+                "device {} creates no queue pair that binds memory windows ({last})",
+                self.name
+            ));
+            return self.first_queue_pair(cq);
         }
         Err(VerbsError::Device {
             device: self.name.clone(),
@@ -215,7 +245,7 @@ pub(crate) fn access_flags(access: Access) -> AccessFlags {
     flags
 }
 
-/// A queue pair's remote access flags (what goes into `qp_access_flags`).
+/// A queue pair's remote access flags (what goes into `qp_access_flags`), and a window's.
 fn qp_access_bits(access: Access) -> u32 {
     // Local write means nothing on a queue pair; only the remote flags.
     (access_flags(access) & !AccessFlags::LocalWrite).bits() as u32
@@ -371,6 +401,68 @@ impl RawQp {
             &mut attr,
             (ibv_qp_attr_mask::IBV_QP_STATE | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS).0,
         )
+    }
+}
+
+impl RawQp {
+    /// Posts, unsignaled, the bind of type 2 window `window` to this queue pair with key `rkey`,
+    /// over `[addr, addr + len_bytes)` of `mr` with remote access `access`. `Err(errno)` when
+    /// the post is refused (nothing was posted). The queue pair must be ready to send.
+    ///
+    /// The data path posts on the same queue pair through its sideway handle, from its own
+    /// thread. That is sound because libibverbs makes `ibv_wr_start` … `ibv_wr_complete` a
+    /// per-queue-pair critical section that the provider locks (queue pairs here have no thread
+    /// domain), and the work request's id and flags live in the shared `ibv_qp_ex`, written only
+    /// inside that section, here as in sideway. (A provider told to skip its locks, such as
+    /// mlx5 with `MLX5_SINGLE_THREADED=1`, must not be used with scoped regions.)
+    ///
+    /// Nothing waits for the bind: a bind that fails on the device fails as any request does, it
+    /// moves the queue pair to error, so the data path's next requests are flushed and it
+    /// reports the side in error; the bind's own completion is one no endpoint knows (see
+    /// [`WINDOW_BIND_WR_ID`]). Its send-queue entry is freed with the next signaled completion
+    /// the endpoint polls, within [`WINDOW_BIND_ROOM`].
+    pub(crate) fn bind_window(
+        &self,
+        window: &MemoryWindow,
+        rkey: u32,
+        mr: &MemoryRegion,
+        addr: u64,
+        len_bytes: u64,
+        access: Access,
+    ) -> Result<(), i32> {
+        // SAFETY: the queue pair lives as long as the side that owns this handle (the caller
+        // holds it) and was created with the extended API, so it has an `ibv_qp_ex` whose
+        // `wr_start`, `wr_complete` and `wr_abort` are set; a bind is built only if the provider
+        // set `wr_bind_mw` (it does for queue pairs created with `IBV_QP_EX_WITH_BIND_MW`, i.e.
+        // where the device has windows). Between `ibv_wr_start` and `ibv_wr_complete` (or
+        // `ibv_wr_abort`) the provider holds the queue pair's lock, so what is read and written
+        // in the `ibv_qp_ex` there races with no other thread (see above). `window` and
+        // `mr` are live handles of this queue pair's protection domain, and `info` outlives the
+        // call that reads it.
+        unsafe {
+            let qpx = ibv_qp_to_qp_ex(self.0.as_ptr());
+            if qpx.is_null() {
+                return Err(libc::EOPNOTSUPP);
+            }
+            ibv_wr_start(qpx);
+            if (*qpx).wr_bind_mw.is_none() {
+                ibv_wr_abort(qpx);
+                return Err(libc::EOPNOTSUPP);
+            }
+            (*qpx).wr_id = WINDOW_BIND_WR_ID;
+            (*qpx).wr_flags = 0;
+            let info = ibv_mw_bind_info {
+                mr: mr.mr().as_ptr(),
+                addr,
+                length: len_bytes,
+                mw_access_flags: qp_access_bits(access),
+            };
+            ibv_wr_bind_mw(qpx, window.as_ptr(), rkey, &info);
+            match ibv_wr_complete(qpx) {
+                0 => Ok(()),
+                errno => Err(errno),
+            }
+        }
     }
 }
 

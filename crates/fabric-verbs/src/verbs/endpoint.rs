@@ -293,7 +293,7 @@ impl VerbsEndpoint {
         };
         let r = &self.locals[i];
         check_bounds(s.offset, u64::from(s.len), r.len_bytes() as u64)
-            .then(|| (r.inner.mr.lkey(), r.inner.memory.addr() + s.offset))
+            .then(|| (r.inner.local_mr.lkey(), r.inner.memory.addr() + s.offset))
     }
 
     /// The peer's `(addr, rkey)` for `[offset, offset + len)` of its region `region`, checked

@@ -7,7 +7,9 @@ mod loopback;
 mod memory;
 mod node;
 mod region;
+mod scope;
 mod side;
+mod window;
 
 pub use device::device_names;
 pub use endpoint::VerbsEndpoint;

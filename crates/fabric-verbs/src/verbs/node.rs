@@ -10,6 +10,7 @@ use crate::rundir::{self, NodeInfo, QpInfo, RegionInfo};
 use crate::{VerbsConfig, VerbsError};
 use mu_fabric::{Access, ConnId, FabricError, NodeId, QpState, RegionId};
 use sideway::ibverbs::device_context::AtomicCapability;
+use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::QueuePair;
 use sideway::ibverbs::AccessFlags;
 use std::collections::{HashMap, HashSet};
@@ -37,8 +38,11 @@ pub(crate) struct Node {
     sides: Vec<Option<Arc<Side>>>,
     pub(crate) regions: Mutex<HashMap<RegionId, VerbsRegion>>,
     pub(crate) attached: Mutex<HashSet<ConnId>>,
-    /// Serializes control-plane changes to this node's sides, and moves to error by the data path.
+    /// Serializes control-plane changes to this node's sides and region scopes, and moves to
+    /// error by the data path.
     pub(crate) control: Mutex<()>,
+    /// The tag of the last memory window key handed out (`scope::next_tag`).
+    pub(crate) window_tag: Mutex<u8>,
     pub(crate) local_cas: Arc<LocalCas>,
     crashed: AtomicBool,
     /// Per peer, the latest incarnation a side was bound to, watched through its lock file for
@@ -75,7 +79,7 @@ impl VerbsFabric {
     /// No RDMA device (or no RDMA support at all) is [`VerbsError::NoDevice`].
     pub fn open(config: VerbsConfig) -> Result<VerbsFabric, VerbsError> {
         config.validate().map_err(|why| VerbsError::Fabric(FabricError::Config(why)))?;
-        let device = Device::open(&config)?;
+        let mut device = Device::open(&config)?;
         let dir = &config.run_dir;
         rundir::ensure_private_dir(dir)?;
         rundir::claim_cluster(dir, config.cluster_id)?;
@@ -84,8 +88,9 @@ impl VerbsFabric {
             ack_timeout_exponent: config.ack_timeout_exponent,
             retry_count: config.retry_count,
         };
+        let device_name = device.name.clone();
         let device_error = |what: &str, message: String| VerbsError::Device {
-            device: device.name.clone(),
+            device: device_name.clone(),
             what: what.to_string(),
             message,
         };
@@ -149,6 +154,7 @@ impl VerbsFabric {
             regions: Mutex::new(HashMap::new()),
             attached: Mutex::new(HashSet::new()),
             control: Mutex::new(()),
+            window_tag: Mutex::new(0),
             local_cas: Arc::new(local_cas),
             crashed: AtomicBool::new(false),
             deaths: Mutex::new(HashMap::new()),
@@ -241,7 +247,7 @@ impl Node {
             .map(|r| RegionInfo {
                 id: r.inner.id,
                 addr: r.inner.memory.addr(),
-                rkey: r.inner.mr.rkey(),
+                rkey: r.inner.published_rkey(),
                 len_bytes: r.inner.len_bytes as u64,
                 access: r.inner.access,
             })
@@ -311,6 +317,37 @@ impl Node {
         side.store(SideWord { state: QpState::Error, ..before });
     }
 
+    /// Registers `len_bytes` of `memory` with `flags`, for region `id`.
+    ///
+    /// # Safety
+    ///
+    /// The registration must be dropped before `memory` is unmapped.
+    pub(crate) unsafe fn register_memory(
+        &self,
+        memory: &Memory,
+        len_bytes: usize,
+        flags: AccessFlags,
+        id: RegionId,
+    ) -> Result<Arc<MemoryRegion>, FabricError> {
+        // SAFETY: `memory` maps at least `len_bytes` bytes (the region's length) and outlives
+        // the registration by the caller's contract.
+        unsafe { self.device.pd.reg_mr(memory.addr() as usize, len_bytes, flags) }.map_err(|e| {
+            FabricError::Io {
+                context: format!("registering region {id} ({len_bytes} bytes)"),
+                message: format!("{e}: {:?}", std::error::Error::source(&e)),
+            }
+        })
+    }
+
+    /// The flags of a region's local registration (see `RegionInner::local_mr`).
+    pub(crate) fn local_flags(&self) -> AccessFlags {
+        if self.device.windows.is_ok() {
+            AccessFlags::LocalWrite | AccessFlags::MemoryWindowBind
+        } else {
+            AccessFlags::LocalWrite
+        }
+    }
+
     pub(crate) fn hw(conn: ConnId, what: &str, r: Result<(), i32>) -> Result<(), FabricError> {
         r.map_err(|errno| FabricError::Io {
             context: format!("moving {conn} to {what}"),
@@ -321,6 +358,11 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        // Windows are deallocated while the queue pairs they are bound to still exist: a region
+        // a caller still holds outlives the node, whose queue pairs go with it.
+        for region in lock(&self.regions).values() {
+            lock(&region.inner.scoping).window = None;
+        }
         rundir::withdraw(
             &self.config.run_dir,
             self.config.cluster_id,

@@ -2,6 +2,7 @@
 
 use super::loopback::Loopback;
 use super::memory::Memory;
+use super::window::Scoping;
 use mu_fabric::{check_bounds, Access, FabricError, LocalRegion, RegionId};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use std::sync::atomic::Ordering;
@@ -27,10 +28,16 @@ pub(crate) struct RegionInner {
     pub(crate) id: RegionId,
     pub(crate) len_bytes: usize,
     pub(crate) access: Access,
-    /// The registration peers address (its flags are the region's access); declared before
-    /// `memory` so that it is deregistered before the memory is unmapped.
-    pub(crate) mr: Arc<MemoryRegion>,
-    /// A second registration with remote atomic access for the loopback compare-and-swap only
+    /// The region's scope, and the shared registration or the memory window that peers address
+    /// under it (see `scope`). Declared first: a window goes before the registration it is bound
+    /// on, and every registration before the memory is unmapped.
+    pub(crate) scoping: Mutex<Scoping>,
+    /// The registration for this node's own requests (its local key) and for binding windows:
+    /// local write and window binding only, so its remote key reaches nothing (it is what a
+    /// region scoped to nobody publishes). It lives as long as the region, so the data path's
+    /// local keys never change with the scope.
+    pub(crate) local_mr: Arc<MemoryRegion>,
+    /// Another registration, with remote atomic access, for the loopback compare-and-swap only
     /// (its key is never published, so it widens nothing a peer can do).
     pub(crate) cas_mr: Option<Arc<MemoryRegion>>,
     pub(crate) memory: Memory,
@@ -62,9 +69,10 @@ impl VerbsRegion {
         self.inner.access
     }
 
-    /// The region's remote key (what peers address it with).
+    /// The region's remote key as published now (what peers that bind now address it with): it
+    /// changes with the region's scope.
     pub fn rkey(&self) -> u32 {
-        self.inner.mr.rkey()
+        self.inner.published_rkey()
     }
 }
 
