@@ -185,30 +185,62 @@ impl Client {
     /// sequence and keeps the last reply only: the same (lane, sequence number) sent again is
     /// applied once. The ops of one call may be applied in any order among themselves.
     pub fn call_many(&mut self, ops: Vec<Op>) -> Vec<Result<Reply, ClientError>> {
-        let mut out = Vec::with_capacity(ops.len());
-        let mut ops = ops.into_iter().peekable();
-        while ops.peek().is_some() {
+        let encode = |client, seq, op| {
+            let bytes = Request { client, seq, op }.encode().map_err(|e| e.to_string())?;
+            Ok(ClientMessage::Kv(bytes))
+        };
+        self.pipelined(ops, encode, |answer| match answer {
+            ServerMessage::Reply(r) => Ok(r),
+            other => Err(wrong_application(&other)),
+        })
+    }
+
+    /// Sends every order command of `commands` and returns their events in order, pipelined as
+    /// [`Client::call_many`] pipelines key-value ops: a session per lane, each command applied
+    /// once. The book sequences the commands of one call in the order they reach the leader,
+    /// which may differ from theirs: pipeline only commands that do not depend on each other
+    /// (orders of different ids, say), as a trader with several orders in flight does.
+    pub fn order_many(
+        &mut self,
+        commands: Vec<OrderCommand>,
+    ) -> Vec<Result<OrderReply, ClientError>> {
+        let encode = |client, seq, command| {
+            Ok(ClientMessage::Order(OrderRequest { client, seq, command }.encode()))
+        };
+        self.pipelined(commands, encode, |answer| match answer {
+            ServerMessage::Events(reply) => Ok(reply),
+            other => Err(wrong_application(&other)),
+        })
+    }
+
+    /// The pipelining of [`Client::call_many`] for any application: `encode` makes item's
+    /// message for a (lane's client id, sequence number), `answer` reads its answer.
+    fn pipelined<T, R>(
+        &mut self,
+        items: Vec<T>,
+        encode: impl Fn(u64, u64, T) -> Result<ClientMessage, String>,
+        answer: impl Fn(ServerMessage) -> Result<R, ClientError>,
+    ) -> Vec<Result<R, ClientError>> {
+        let mut out = Vec::with_capacity(items.len());
+        let mut items = items.into_iter().peekable();
+        while items.peek().is_some() {
             let mut messages = Vec::with_capacity(PIPELINE_LANES);
-            for (lane, op) in ops.by_ref().take(PIPELINE_LANES).enumerate() {
+            for (lane, item) in items.by_ref().take(PIPELINE_LANES).enumerate() {
                 let (client, seq) = self.next_in_lane(lane);
-                let encoded = Request { client, seq, op }.encode();
-                messages.push(encoded.map(|bytes| {
+                messages.push(encode(client, seq, item).map(|message| {
                     let mut m = Vec::new();
-                    ClientMessage::Kv(bytes).encode(&mut m);
+                    message.encode(&mut m);
                     m
                 }));
             }
             let good: Vec<Vec<u8>> = messages.iter().filter_map(|m| m.clone().ok()).collect();
             let mut answered = self.pipeline(&good).into_iter();
             for m in messages {
-                let result = m.map_err(|e| ClientError::Invalid(e.to_string())).and_then(|m| {
+                let result = m.map_err(ClientError::Invalid).and_then(|m| {
                     match answered.next().flatten() {
-                        Some(ServerMessage::Reply(r)) => Ok(r),
+                        Some(a @ (ServerMessage::Reply(_) | ServerMessage::Events(_))) => answer(a),
                         // Not answered in the round: on its own, the same bytes.
-                        _ => match self.send_bytes_until_answered(&m)? {
-                            ServerMessage::Reply(r) => Ok(r),
-                            other => Err(wrong_application(&other)),
-                        },
+                        _ => answer(self.send_bytes_until_answered(&m)?),
                     }
                 });
                 out.push(result);
