@@ -16,9 +16,12 @@
 //! [`LocalServer`]), `tcp` (loopback; the service's own server on an unreplicated backend
 //! for the first two systems, [`ServiceServer`], and `[clients.addresses]` for the replicas)
 //! and `fabric` (the client path over the fabric, `docs/client-path.md`: the service's own
-//! server and ring thread, on an unreplicated backend for the first two systems). Each is measured for puts and gets of `--payload`-byte values
-//! over 1,000 keys, and for the order book (`app = "orderbook"`): limit orders
-//! ([`crate::cluster::order`], 43 bytes each). Every row says its `app` and `transport`.
+//! server and ring thread, on an unreplicated backend for the first two systems). Each is
+//! measured for puts and gets of `--payload`-byte values over 1,000 keys, and for the order book (`app = "orderbook"`): limit orders
+//! ([`crate::cluster::order`], 43 bytes each). Over the fabric, the order book is also measured
+//! pipelined (`order-pipelined`: [`mu_service::PIPELINE_LANES`] orders in flight through
+//! [`mu_service::Client::order_many`], each batch's time divided among its orders). Every row
+//! says its `app`, `transport`, `in_flight` and `ops_per_s`.
 //!
 //! The same run measures what the targets compare with: the fabric's own write round trip
 //! (`mu bench fabric`'s `write_rtt`) and Mu's standalone replication latency at the size of a
@@ -93,6 +96,9 @@ impl Transport {
 
 /// The order book's operation: one limit order.
 const ORDER_OP: &str = "order";
+/// Limit orders with [`mu_service::PIPELINE_LANES`] in flight (over the fabric only: the
+/// socket takes one at a time).
+const PIPELINED_OP: &str = "order-pipelined";
 
 struct Measured {
     transport: Transport,
@@ -103,11 +109,24 @@ struct Measured {
 
 impl Measured {
     fn app(&self) -> &'static str {
-        if self.op == ORDER_OP {
+        if self.op == ORDER_OP || self.op == PIPELINED_OP {
             "orderbook"
         } else {
             "kv"
         }
+    }
+
+    fn in_flight(&self) -> usize {
+        if self.op == PIPELINED_OP {
+            mu_service::PIPELINE_LANES
+        } else {
+            1
+        }
+    }
+
+    /// Operations a second at these figures (the inverse of the mean time an operation took).
+    fn ops_per_s(&self) -> f64 {
+        (1e9 / self.h.mean()).round()
     }
 
     fn p50_us(&self) -> f64 {
@@ -121,7 +140,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let samples =
         args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
     let value = vec![b'v'; args.payload as usize];
-    let rows = Transport::ALL.len() * System::ALL.len() * (OPS.len() + 1);
+    let rows = Transport::ALL.len() * System::ALL.len() * (OPS.len() + 1) + System::ALL.len();
     let mut progress = report.progress("e2e", rows as u64 * (samples + warmup(samples)));
     let mut results = Vec::new();
     for transport in Transport::ALL {
@@ -142,6 +161,12 @@ pub fn run(args: Args) -> Result<(), String> {
                 crate::order_ops::measure(client.client(), samples, warmup(samples), &mut progress);
             client.check()?;
             results.push(Measured { transport, system, op: ORDER_OP, h: measured? });
+            if transport == Transport::Fabric {
+                let (c, w) = (client.client(), warmup(samples));
+                let measured = crate::order_ops::measure_pipelined(c, samples, w, &mut progress);
+                client.check()?;
+                results.push(Measured { transport, system, op: PIPELINED_OP, h: measured? });
+            }
         }
     }
     progress.finish();
@@ -164,6 +189,7 @@ pub fn run(args: Args) -> Result<(), String> {
             let [p1, p50, p99] = quantiles_us(&m.h);
             json!({"system": m.system.name(), "op": m.op, "app": m.app(),
                    "transport": m.transport.name(), "samples": m.h.len(),
+                   "in_flight": m.in_flight(), "ops_per_s": m.ops_per_s(),
                    "p1_us": p1, "p50_us": p50, "p99_us": p99})
         }).collect::<Vec<_>>(),
         "targets": targets,
@@ -338,7 +364,19 @@ fn table(results: &[Measured], payload: u32) -> Table {
             "End-to-end latency: key-value operations on {payload}-byte values, order book \
              orders (µs)"
         ),
-        &["app", "transport", "system", "op", "samples", "p1", "p50", "p99", "p50 / transport p50"],
+        &[
+            "app",
+            "transport",
+            "system",
+            "op",
+            "in flight",
+            "samples",
+            "p1",
+            "p50",
+            "p99",
+            "ops/s",
+            "p50 / transport p50",
+        ],
     );
     let transport_p50 = |t: Transport, op: &str| {
         results
@@ -353,10 +391,12 @@ fn table(results: &[Measured], payload: u32) -> Table {
             m.transport.name().into(),
             m.system.name().into(),
             m.op.into(),
+            m.in_flight().to_string(),
             m.h.len().to_string(),
             us(p1),
             us(p50),
             us(p99),
+            format!("{:.0}", m.ops_per_s()),
             format!("{:.2}", p50 / transport_p50(m.transport, m.op)),
         ]);
     }
@@ -364,7 +404,7 @@ fn table(results: &[Measured], payload: u32) -> Table {
 }
 
 fn chart(results: &[Measured], payload: u32) -> BarChart {
-    let ops: Vec<&str> = OPS.iter().copied().chain([ORDER_OP]).collect();
+    let ops: Vec<&str> = OPS.iter().copied().chain([ORDER_OP, PIPELINED_OP]).collect();
     BarChart {
         title: format!("End-to-end latency, {payload}-byte values and orders (median, p1-p99)"),
         x_label: "operation".into(),

@@ -37,3 +37,46 @@ pub fn measure(
     }
     Ok(h)
 }
+
+/// Where the pipelined orders' ids start: after any the one-at-a-time rows use on the same
+/// book, since a book refuses an id it has seen.
+const PIPELINED_FIRST: u64 = 1 << 40;
+
+/// Times `samples` limit orders sent [`mu_service::PIPELINE_LANES`] at a time
+/// ([`mu_service::Client::order_many`]), after `warmup` untimed ones: each batch's time
+/// divided among its orders, so that a row's figures are what an order costs when a trader
+/// keeps that many in flight. Each must be accepted. Nanoseconds.
+pub fn measure_pipelined(
+    client: &mut Client,
+    samples: u64,
+    warmup: u64,
+    progress: &mut Progress,
+) -> Result<Histogram<u64>, String> {
+    let lanes = mu_service::PIPELINE_LANES as u64;
+    let mut h = latency_histogram();
+    let mut i = 0;
+    while i < warmup + samples {
+        interrupt::check()?;
+        let batch = lanes.min(warmup + samples - i);
+        progress.inc(batch);
+        let commands =
+            (i..i + batch).map(|k| crate::cluster::order(PIPELINED_FIRST + k).command).collect();
+        let started = Instant::now();
+        let replies = client.order_many(commands);
+        let ns = started.elapsed().as_nanos() as u64;
+        for (k, reply) in (i..).zip(replies) {
+            match reply.map_err(|e| format!("pipelined order {k}: {e}"))? {
+                Reply::Events(events) if matches!(events.first(), Some(Event::Accepted { .. })) => {
+                }
+                other => return Err(format!("pipelined order {k} was not accepted: {other:?}")),
+            }
+        }
+        if i >= warmup {
+            for _ in 0..batch {
+                h.saturating_record((ns / batch).max(1));
+            }
+        }
+        i += batch;
+    }
+    Ok(h)
+}

@@ -1221,8 +1221,8 @@ impl<F: Fabric> BackgroundDriver<F> {
                 peer = self.replicas.ids()[pos].0,
                 ours = self.shared.config_fingerprint,
                 theirs,
-                "the peer runs with another configuration (protocol, log shape or replica \
-                 list): it is not counted alive and its permission requests are not served \
+                "the peer runs with another configuration (protocol, log shape, replica list or \
+                 application): it is not counted alive and its permission requests are not served \
                  until it runs with ours"
             );
         }

@@ -140,6 +140,10 @@ pub struct ReplicaConfig {
     /// the fingerprint): a replica electing its own leader would answer what the others' lease
     /// reads cannot see.
     pub leaders: Leaders,
+    /// The replicated application's name, the same on every replica (it is part of the
+    /// fingerprint): one application's entries mean nothing to another's state machine. Empty
+    /// for the default (the key-value store), so that its clusters keep their fingerprints.
+    pub application: &'static str,
 }
 
 /// Who picks a replica's leader. See [`ReplicaConfig::leaders`].
@@ -270,6 +274,7 @@ impl ReplicaConfig {
             snapshot_bytes_max: 1 << 20,
             eligible: true,
             leaders: Leaders::Elected,
+            application: "",
         }
     }
 
@@ -394,7 +399,8 @@ impl ReplicaConfig {
     /// configured replicas. Each replica publishes it with its heartbeat; a peer that publishes another is
     /// never counted alive and its permission requests are not served, so a replica started
     /// with another log shape cannot take part (its entries would be read at the wrong
-    /// offsets, and what it acknowledged lost). Never 0, which a heartbeat not yet read holds.
+    /// offsets, and what it acknowledged lost), and the application. Never 0, which a heartbeat
+    /// not yet read holds.
     pub fn fingerprint(&self) -> u16 {
         // FNV-1a over the fields, folded to 16 bits: a guard against misconfiguration, not
         // against an adversary.
@@ -419,6 +425,10 @@ impl ReplicaConfig {
         // Only where appointed, so that elected clusters keep the fingerprints they had.
         if self.leaders == Leaders::Appointed {
             eat(b"appointed");
+        }
+        if !self.application.is_empty() {
+            eat(b"application ");
+            eat(self.application.as_bytes());
         }
         let folded = (hash ^ hash >> 16 ^ hash >> 32 ^ hash >> 48) as u16;
         folded.max(1)

@@ -123,4 +123,7 @@ fn replicas_configured_alike_share_a_fingerprint() {
     // The order the replicas are listed in is no difference.
     let reordered = ReplicaConfig::new(NodeId(0), vec![NodeId(1), NodeId(0), NodeId(2)]);
     assert_eq!(reordered.fingerprint(), prints[0]);
+    // Another application's replicas are another cluster.
+    let book = ReplicaConfig { application: "orderbook", ..ReplicaConfig::new(NodeId(0), ids) };
+    assert_ne!(book.fingerprint(), prints[0]);
 }

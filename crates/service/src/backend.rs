@@ -51,7 +51,7 @@ impl Backend for ReplicaBackend {
     }
 
     fn app(&self) -> App {
-        self.machine.lock().state.app()
+        self.machine.app()
     }
 
     fn serve(&self, batch: &[Pending], answers: &mut Vec<ServerMessage>) {

@@ -628,6 +628,10 @@ impl ClusterConfig {
         if self.reads()? == Reads::Lease {
             c.leaders = mu_replica::Leaders::Appointed;
         }
+        c.application = match self.app()? {
+            App::Kv => "",
+            other => other.name(),
+        };
         Ok(c)
     }
 

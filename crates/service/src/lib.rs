@@ -32,7 +32,7 @@ pub mod wire;
 
 pub use app::{App, AppReply, AppRequest, AppState};
 pub use backend::{Backend, ReplicaBackend};
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, PIPELINE_LANES};
 pub use config::ClusterConfig;
 pub use lease::LeasedBackend;
 pub use machine::SharedMachine;

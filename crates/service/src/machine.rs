@@ -32,7 +32,12 @@ impl Machine {
 
 /// A [`Machine`] shared between the replica (which applies) and the server (which reads).
 #[derive(Clone, Default)]
-pub struct SharedMachine(Arc<Mutex<Machine>>);
+pub struct SharedMachine {
+    machine: Arc<Mutex<Machine>>,
+    /// The application, fixed for the machine's life (a restore keeps it): asked for every
+    /// request, so kept outside the lock.
+    app: App,
+}
 
 impl SharedMachine {
     /// The key-value store's.
@@ -43,11 +48,16 @@ impl SharedMachine {
     /// `app`'s, empty.
     pub fn for_app(app: App) -> SharedMachine {
         let machine = Machine { state: AppState::new(app), ..Machine::default() };
-        SharedMachine(Arc::new(Mutex::new(machine)))
+        SharedMachine { machine: Arc::new(Mutex::new(machine)), app }
+    }
+
+    /// The application whose state this is, without taking the lock.
+    pub fn app(&self) -> App {
+        self.app
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Machine> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.machine.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

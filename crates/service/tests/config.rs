@@ -618,6 +618,11 @@ fn the_application_is_kv_by_default_and_orderbook_on_request() {
     assert_eq!(ClusterConfig::parse(&good("")).unwrap().app(), Ok(App::Kv));
     let c = ClusterConfig::parse(&good("app = \"orderbook\"\nprotocol = \"velos\"")).unwrap();
     assert_eq!(c.app(), Ok(App::Orderbook));
+    // The application is part of what replicas must agree on.
+    let kv = ClusterConfig::parse(&good("protocol = \"velos\"")).unwrap();
+    let (book, kv) = (c.replica_config(0).unwrap(), kv.replica_config(0).unwrap());
+    assert_eq!((book.application, kv.application), ("orderbook", ""));
+    assert_ne!(book.fingerprint(), kv.fingerprint());
     refused(&good("app = \"redis\""), &["app \"redis\"", "\"kv\"", "\"orderbook\""]);
     refused(&leased("mu", "app = \"orderbook\""), &["reads = \"lease\"", "orderbook"]);
     refused(

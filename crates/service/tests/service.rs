@@ -717,6 +717,28 @@ fn orders_over_the_fabric() {
             other => panic!("{other:?}"),
         }
     }
+    // Pipelined: 8 orders in flight, each under a lane's session; one id sent twice in the
+    // same call is accepted once and rejected as a duplicate once, whichever came first.
+    let mut commands: Vec<_> =
+        (300..340u64).map(|id| Command::Submit(NewOrder::limit(id, Side::Buy, 10, 1))).collect();
+    commands.push(Command::Submit(NewOrder::limit(339, Side::Buy, 10, 1)));
+    let replies = trader.order_many(commands);
+    assert_eq!(replies.len(), 41);
+    let accepted = |r: &Result<OrderReply, _>| matches!(r, Ok(OrderReply::Events(e)) if matches!(e[0], Event::Accepted { .. }));
+    assert!(replies[..39].iter().all(accepted), "{replies:?}");
+    let last_two: Vec<bool> = replies[39..].iter().map(accepted).collect();
+    assert_eq!(last_two.iter().filter(|a| **a).count(), 1, "{:?}", &replies[39..]);
+    let cancels = (300..340u64).map(|id| Command::Cancel { id: OrderId(id) }).collect();
+    for (id, r) in (300u64..).zip(trader.order_many(cancels)) {
+        match r.unwrap() {
+            OrderReply::Events(e) => assert!(
+                e.iter().any(|e| matches!(e, Event::Cancelled { id: i, .. } if *i == OrderId(id))),
+                "{e:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     // An order that trades with 150 resting ones: its answer is larger than a response slot,
     // so the library asks again over the socket and gets the answer kept for it, once.
     for id in 100..250u64 {
