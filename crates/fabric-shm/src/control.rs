@@ -2,6 +2,7 @@
 
 use crate::barrier::BarrierWait;
 use crate::config::{MAX_CQ_DEPTH, MAX_INLINE_BYTES, MAX_REGION_BYTES};
+use crate::doorbell;
 use crate::endpoint::ShmEndpoint;
 use crate::guard::Acl;
 use crate::layout::{self, RegionHeader, HEADER_BYTES};
@@ -100,6 +101,24 @@ impl Fabric for ShmFabric {
 
     fn crash_notified(&self, peer: NodeId) -> bool {
         self.node.crash_notified(peer)
+    }
+
+    fn doorbell(&self) -> u64 {
+        doorbell::count(&self.node.ctl)
+    }
+
+    fn wait_doorbell(&self, seen: u64, timeout_ns: u64) -> u64 {
+        doorbell::wait(&self.node.ctl, seen, timeout_ns)
+    }
+
+    /// Rings the latest incarnation of `peer` this node reached, if it lives (a lookup in a
+    /// map, no file opened): a peer never reached is asleep on nothing of ours to act on.
+    fn ring_doorbell(&self, peer: NodeId) {
+        if peer == self.node.config.node {
+            doorbell::ring(&self.node.ctl);
+        } else if let Some(peer) = self.node.live_peer(peer) {
+            doorbell::ring(&peer.ctl);
+        }
     }
 
     fn qp_access(&self, conn: ConnId) -> Result<Access, FabricError> {

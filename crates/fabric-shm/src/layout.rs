@@ -53,6 +53,11 @@ const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= LIVENESS_B
 /// mapped yet without listing the run directory. On a cache line of its own, after the liveness
 /// mutex's (which peers read after every operation and which must stay unwritten).
 pub const H_REGIONS: usize = H_LIVENESS + LIVENESS_BYTES;
+/// The doorbell (`doorbell`): a count peers raise and the node's threads wait on with a futex
+/// (a 32-bit word), and how many wait, on a cache line of its own: rung at control-plane moments
+/// only, so it never shares a line with the words peers read after every operation.
+pub const H_DOORBELL: usize = H_REGIONS + 64;
+pub const H_DOORBELL_WAITERS: usize = H_DOORBELL + 4;
 
 // Region header fields.
 const R_MAGIC: usize = 0;

@@ -23,6 +23,7 @@
 mod barrier;
 mod config;
 mod control;
+mod doorbell;
 mod endpoint;
 pub mod fence;
 pub mod guard;

@@ -20,6 +20,11 @@ impl Node {
         self.latest_peer(peer).is_some_and(|p| !liveness::is_alive(&p.ctl))
     }
 
+    /// The latest incarnation of `peer` we reached, if it lives.
+    pub(crate) fn live_peer(&self, peer: NodeId) -> Option<Arc<Peer>> {
+        self.latest_peer(peer).filter(|p| liveness::is_alive(&p.ctl))
+    }
+
     /// The latest incarnation of `peer` we reached.
     fn latest_peer(&self, peer: NodeId) -> Option<Arc<Peer>> {
         let peers = lock(&self.peers);

@@ -157,3 +157,7 @@ fn spec_encoding_round_trips() {
 }
 
 mu_fabric::conformance_tests!(ShmHarness::new());
+
+mod doorbells {
+    mu_fabric::conformance_tests!(@each super::ShmHarness::new(); doorbell_wakes_a_waiter);
+}

@@ -675,6 +675,33 @@ pub fn region_scope_keeps_other_connections_out<H: Harness>(h: &mut H) {
     assert!(matches!(err, FabricError::UnknownRegion(RegionId(77))), "{err}");
 }
 
+/// Doorbells, on a backend that has them (not in [`conformance_tests!`]'s list: a backend
+/// without them keeps the trait's defaults, which sleep): a node's own ring and a peer's raise
+/// its count, a waiter in another thread is woken by a peer's ring long before its timeout,
+/// and a wait nobody rings returns the count it was given.
+pub fn doorbell_wakes_a_waiter<H: Harness>(h: &mut H) {
+    let (a, b) = (NodeId(0), NodeId(1));
+    let p = pair(h, a, b, Access::ALL, Access::ALL);
+    let seen = p.b.doorbell();
+    p.b.ring_doorbell(b);
+    assert_ne!(p.b.wait_doorbell(seen, 0), seen, "a node's own ring is counted");
+
+    let seen = p.b.doorbell();
+    let fb = p.b.clone();
+    let waiter = std::thread::spawn(move || {
+        let started = Instant::now();
+        (fb.wait_doorbell(seen, 10_000_000_000), started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    p.a.ring_doorbell(b);
+    let (count, waited) = waiter.join().expect("the waiter");
+    assert_ne!(count, seen, "the peer's ring raised the count");
+    assert!(waited < Duration::from_secs(5), "woken after {waited:?}, not at the ring");
+
+    let seen = p.b.doorbell();
+    assert_eq!(p.b.wait_doorbell(seen, 20_000_000), seen, "nobody rang");
+}
+
 /// Connections follow the RDMA RC state machine: illegal transitions are refused, posting needs
 /// ready-to-send, and a side that is not ready to receive accepts nothing.
 pub fn connection_state_machine<H: Harness>(h: &mut H) {

@@ -94,6 +94,32 @@ pub trait Fabric: Clone + Send + Sync + 'static {
         false
     }
 
+    /// This node's doorbell count: peers raise it with [`Fabric::ring_doorbell`] after a control
+    /// write this node's sleeping thread must act on (a permission request, a grant), so that
+    /// a thread with nothing to do waits on it ([`Fabric::wait_doorbell`]) rather than sleeping
+    /// blind. A doorbell is a wake-up, never a promise: a waiter looks at its memory again
+    /// whatever woke it, and keeps every timeout it has. `0` on a backend without doorbells.
+    fn doorbell(&self) -> u64 {
+        0
+    }
+
+    /// Waits until this node's doorbell count differs from `seen` (read before the waiter last
+    /// looked at its memory, so that a ring in between is not lost) or `timeout_ns` has passed,
+    /// and returns the count then. May return early for no reason. A backend without doorbells
+    /// sleeps for the timeout.
+    fn wait_doorbell(&self, seen: u64, timeout_ns: u64) -> u64 {
+        std::thread::sleep(std::time::Duration::from_nanos(timeout_ns));
+        seen
+    }
+
+    /// Rings the doorbell of `peer` (this node's own included): raises its count and wakes its
+    /// waiters, as a peer's write alone would not. Cheap when nobody waits; never blocks. A
+    /// peer not reached yet, dead, or on a backend without doorbells is not rung; nothing
+    /// depends on a ring but how soon a sleeping thread looks.
+    fn ring_doorbell(&self, peer: NodeId) {
+        let _ = peer;
+    }
+
     /// Moves this node's side of `conn` to `to`, setting its remote access flags to `access`.
     ///
     /// Legal transitions are those of RDMA RC queue pairs: reset→init, init→ready-to-receive,

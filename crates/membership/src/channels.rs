@@ -85,6 +85,18 @@ impl<F: Fabric> Fabric for Shifted<F> {
         self.inner.qp_access(shift(conn, self.shift)?)
     }
 
+    fn doorbell(&self) -> u64 {
+        self.inner.doorbell()
+    }
+
+    fn wait_doorbell(&self, seen: u64, timeout_ns: u64) -> u64 {
+        self.inner.wait_doorbell(seen, timeout_ns)
+    }
+
+    fn ring_doorbell(&self, peer: NodeId) {
+        self.inner.ring_doorbell(peer)
+    }
+
     fn crash_notified(&self, peer: NodeId) -> bool {
         self.inner.crash_notified(peer)
     }

@@ -330,6 +330,11 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.me
     }
 
+    /// The fabric it polls through (its doorbell is what the thread waits on when idle).
+    pub fn fabric(&self) -> &F {
+        &self.fabric
+    }
+
     /// When the next poll has something to do at the latest (the next heartbeat read).
     pub fn next_deadline_ns(&self) -> u64 {
         self.next_read_ns.min(self.next_fate_check_ns)
@@ -1147,6 +1152,9 @@ impl<F: Fabric> BackgroundDriver<F> {
                 continue; // sent once the connection is back
             }
             if self.write_word(pos, KIND_REQUEST, request_offset(self.me_pos), word) {
+                // The peer's background thread serves it: wake it if it sleeps (behind the
+                // write on shm, where a post has landed when it returns; a hint either way).
+                self.fabric.ring_doorbell(self.replicas.ids()[pos]);
                 self.peers[pos].request_sent = word;
                 busy = true;
             }
@@ -1400,8 +1408,11 @@ impl<F: Fabric> BackgroundDriver<F> {
                     self.store(ack_offset(pos), word);
                 } else if self.peers[pos].connected {
                     // Lost with the connection if it breaks: the requester asks again.
-                    if self.write_word(pos, KIND_ACK, ack_boot_offset(self.me_pos), boot) {
-                        self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word);
+                    if self.write_word(pos, KIND_ACK, ack_boot_offset(self.me_pos), boot)
+                        && self.write_word(pos, KIND_ACK, ack_offset(self.me_pos), word)
+                    {
+                        // The requester's replication thread counts it: wake it if it sleeps.
+                        self.fabric.ring_doorbell(peer);
                     }
                 }
                 StepOutcome::Done

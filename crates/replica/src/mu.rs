@@ -929,6 +929,8 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
         self.acked[pos] = false;
         self.shared.requests[pos].store(self.request_word, Ordering::Release);
+        // Our background thread sends it: wake it if it sleeps.
+        self.fabric.ring_doorbell(self.me);
     }
 
     /// The detector newly suspects some peers. Each may have died and come back as a new

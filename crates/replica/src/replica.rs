@@ -1115,6 +1115,8 @@ fn background_loop<F: Fabric>(
     let mut last_leader = inner.shared.leader();
     while !inner.stop.load(Ordering::Acquire) {
         let now_ns = inner.now_ns();
+        // Read before the poll looks at memory: a ring during the poll is not slept through.
+        let rung = driver.fabric().doorbell();
         let busy = driver.poll(now_ns);
         if inner.shared.refused.load(Ordering::Acquire) {
             // A peer refused this run as restarted without rejoining (the status's `failure`
@@ -1143,7 +1145,11 @@ fn background_loop<F: Fabric>(
         }
         let wait_ns = driver.next_deadline_ns().saturating_sub(inner.now_ns()).min(max_wait_ns);
         if wait_ns > 20_000 {
-            std::thread::sleep(Duration::from_nanos(wait_ns));
+            // Until the next deadline, or until a peer's permission request or grant rings
+            // (`Fabric::ring_doorbell`): a permission round costs a wake-up, not a sleep. Every
+            // timeout is the driver's own and as long as before; a ring only makes it look
+            // sooner.
+            driver.fabric().wait_doorbell(rung, wait_ns);
         } else {
             std::thread::yield_now();
         }
