@@ -2,11 +2,11 @@
 
 use super::device::access_flags;
 use super::endpoint::VerbsEndpoint;
+use super::handles::Scoping;
 use super::memory::Memory;
 use super::node::{lock, Node, VerbsFabric, CRASH_CHECK_GAP, MAX_ENDPOINT_DEPTH};
 use super::region::{LocalCas, RegionInner, VerbsRegion};
 use super::side::SideWord;
-use super::window::Scoping;
 use mu_fabric::{
     Access, ConnId, Fabric, FabricError, NodeId, PermError, QpState, RegionId, RegionScope,
 };

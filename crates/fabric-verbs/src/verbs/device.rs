@@ -1,7 +1,7 @@
 //! Device discovery, the protection domain, addressing, and the raw `ibv_modify_qp` calls.
 
+use super::handles::MemoryWindow;
 use super::scope::window_support;
-use super::window::MemoryWindow;
 use crate::{VerbsConfig, VerbsError};
 use mu_fabric::Access;
 use rdma_mummy_sys::{

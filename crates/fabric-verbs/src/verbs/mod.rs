@@ -3,6 +3,7 @@
 mod control;
 mod device;
 mod endpoint;
+mod handles;
 mod loopback;
 mod memory;
 mod node;

@@ -1,8 +1,8 @@
 //! Regions registered on this node, and local access to them.
 
+use super::handles::Scoping;
 use super::loopback::Loopback;
 use super::memory::Memory;
-use super::window::Scoping;
 use mu_fabric::{check_bounds, Access, FabricError, LocalRegion, RegionId};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use std::sync::atomic::Ordering;
