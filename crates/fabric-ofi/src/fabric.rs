@@ -62,6 +62,24 @@ impl Fabric for OfiFabric {
         Ok(region)
     }
 
+    fn doorbell(&self) -> u64 {
+        self.node.liveness.doorbell().count()
+    }
+
+    fn wait_doorbell(&self, seen: u64, timeout_ns: u64) -> u64 {
+        self.node.liveness.doorbell().wait(seen, timeout_ns)
+    }
+
+    /// A peer's ring goes on the liveness watch this node holds to it (one is opened when a
+    /// connection to the peer binds): a peer never bound is not rung.
+    fn ring_doorbell(&self, peer: NodeId) {
+        if peer == self.node.id {
+            self.node.liveness.doorbell().ring();
+        } else {
+            self.node.liveness.ring(peer);
+        }
+    }
+
     /// A side outside the scope holds no registration of the region: closing one takes the
     /// right away from that peer at once, and the side's next revocation fences as after any
     /// right taken away.

@@ -39,6 +39,7 @@ mod binding;
 mod channel;
 mod channel_ops;
 mod config;
+mod doorbell;
 mod endpoint;
 mod fabric;
 mod fencing;

@@ -9,7 +9,10 @@
 //!   `Node::hello`);
 //! * "who are you": the node answers with its incarnation, so that a peer can tell a refusal
 //!   from a death where its provider cannot (see `Node::classify_cancel`).
+//!
+//! And a watch carries doorbell rings (`doorbell.rs`), as many as the watcher sends.
 
+use crate::doorbell::{cluster_tag, ring_message, Doorbell, RING_MAGIC};
 use mu_fabric::NodeId;
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read, Write};
@@ -40,6 +43,9 @@ const GRACE: Duration = Duration::from_millis(200);
 pub(crate) const HELD_MAX: usize = 256;
 
 pub(crate) struct Liveness {
+    /// The cluster whose rings this node takes, and its doorbell.
+    cluster_id: u64,
+    doorbell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
     watched: Mutex<HashMap<NodeId, Watch>>,
@@ -109,7 +115,7 @@ impl Held {
     /// a connection per question, so one is all a connection gets: a sender of questions
     /// without end (that never reads the answers) took memory without bound, and the
     /// acceptor's thread with it.
-    fn serve(&mut self, incarnation: u32, hellos: &HelloQueue) -> bool {
+    fn serve(&mut self, incarnation: u32, hellos: &HelloQueue, rings: &Rings) -> bool {
         loop {
             let room = &mut self.received[self.received_len..];
             match self.stream.read(room) {
@@ -123,6 +129,14 @@ impl Held {
                 continue;
             }
             let message = self.received;
+            if message[..4] == RING_MAGIC {
+                // A watcher's ring: taken if it is for our cluster, and the watch goes on.
+                if message[4..] == cluster_tag(rings.cluster_id).to_le_bytes() {
+                    rings.doorbell.ring();
+                }
+                self.received_len = 0;
+                continue;
+            }
             if message[..4] == WHO_MAGIC {
                 // Eight bytes on a fresh connection fit its send buffer: a non-blocking write
                 // takes them whole, or the asker is gone.
@@ -145,6 +159,12 @@ struct HelloQueue {
     waiting: Arc<Mutex<HashSet<(u8, NodeId)>>>,
 }
 
+/// What the acceptor needs for rings: the cluster they must be of, and the doorbell.
+struct Rings {
+    cluster_id: u64,
+    doorbell: Arc<Doorbell>,
+}
+
 impl HelloQueue {
     fn push(&self, channel: u8, from: NodeId) {
         let mut waiting = self.waiting.lock().expect("hello queue");
@@ -157,7 +177,14 @@ impl HelloQueue {
 impl Liveness {
     /// Listens on `host:port` and holds every connection accepted there until the other end
     /// closes it, serving the requests that come on them for the node of `incarnation`.
-    pub(crate) fn listen(host: &str, port: u16, incarnation: u32) -> Result<Liveness, String> {
+    pub(crate) fn listen(
+        host: &str,
+        port: u16,
+        incarnation: u32,
+        cluster_id: u64,
+    ) -> Result<Liveness, String> {
+        let doorbell = Arc::new(Doorbell::default());
+        let rings = Rings { cluster_id, doorbell: doorbell.clone() };
         let listener = TcpListener::bind((host, port))
             .map_err(|e| format!("liveness port {host}:{port}: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| format!("liveness port: {e}"))?;
@@ -195,7 +222,8 @@ impl Liveness {
                     let now = Instant::now();
                     let mut keep = fds[1..].iter().map(|p| p.revents == 0);
                     held.retain_mut(|h| {
-                        let open = keep.next().unwrap_or(true) || h.serve(incarnation, &hellos);
+                        let open =
+                            keep.next().unwrap_or(true) || h.serve(incarnation, &hellos, &rings);
                         if open && h.grace_until.is_some_and(|until| now >= until) {
                             // Said before closing, so that a peer's watch closed here is not
                             // read as this node's death.
@@ -244,6 +272,8 @@ impl Liveness {
             })
             .map_err(|e| format!("liveness thread: {e}"))?;
         Ok(Liveness {
+            cluster_id,
+            doorbell,
             stop,
             acceptor: Some(acceptor),
             watched: Mutex::new(HashMap::new()),
@@ -304,6 +334,21 @@ impl Liveness {
             _ => {
                 watched.remove(&peer);
             }
+        }
+    }
+
+    /// This node's doorbell.
+    pub(crate) fn doorbell(&self) -> &Doorbell {
+        &self.doorbell
+    }
+
+    /// Rings `peer`'s doorbell on the watch this node holds to it, if any: eight bytes that a
+    /// non-blocking write takes whole or not at all while the connection's buffer has room
+    /// (a ring that does not go is a hint lost, never a wait).
+    pub(crate) fn ring(&self, peer: NodeId) {
+        let mut watched = self.watched.lock().expect("liveness lock");
+        if let Some(w) = watched.get_mut(&peer).filter(|w| !w.dead) {
+            let _ = w.stream.write(&ring_message(self.cluster_id));
         }
     }
 
@@ -390,6 +435,8 @@ impl Drop for Liveness {
 mod tests {
     use super::*;
 
+    const CLUSTER: u64 = 0x6c69_7665;
+
     /// A loopback port free now (the node under test listens on it next).
     fn free_port() -> u16 {
         let probe = TcpListener::bind(("127.0.0.1", 0)).unwrap();
@@ -403,7 +450,7 @@ mod tests {
         let port = free_port();
         let timeout = Duration::from_secs(5);
         assert!(Liveness::ask_incarnation("127.0.0.1", port, timeout).is_err());
-        let node = Liveness::listen("127.0.0.1", port, 0x5eed).unwrap();
+        let node = Liveness::listen("127.0.0.1", port, 0x5eed, CLUSTER).unwrap();
         for _ in 0..3 {
             assert_eq!(Liveness::ask_incarnation("127.0.0.1", port, timeout), Ok(0x5eed));
         }
@@ -419,7 +466,7 @@ mod tests {
     fn the_port_holds_a_bounded_number_of_connections() {
         let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let port = free_port();
-        let node = Liveness::listen("127.0.0.1", port, 7).unwrap();
+        let node = Liveness::listen("127.0.0.1", port, 7, CLUSTER).unwrap();
         let timeout = Duration::from_secs(5);
         let mut open: Vec<TcpStream> =
             (0..HELD_MAX + 20).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
@@ -446,7 +493,7 @@ mod tests {
             (0..4).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
         std::thread::sleep(Duration::from_millis(50));
         let watcher_port = free_port();
-        let watcher = Liveness::listen("127.0.0.1", watcher_port, 8).unwrap();
+        let watcher = Liveness::listen("127.0.0.1", watcher_port, 8, CLUSTER).unwrap();
         watcher.watch(NodeId(1), "127.0.0.1", port, timeout);
         std::thread::sleep(GRACE * 2);
         assert!(!watcher.dead(NodeId(1)), "a live node read as dead");
@@ -458,7 +505,7 @@ mod tests {
     #[test]
     fn slow_hellos_do_not_hold_up_questions() {
         let port = free_port();
-        let node = Liveness::listen("127.0.0.1", port, 11).unwrap();
+        let node = Liveness::listen("127.0.0.1", port, 11, CLUSTER).unwrap();
         let said = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = said.clone();
         node.on_hello_request(Box::new(move |_, _| {
@@ -497,7 +544,7 @@ mod tests {
     fn one_question_per_connection() {
         let _turn = crate::SOCKET_TABLE_TESTS.lock().unwrap_or_else(|p| p.into_inner());
         let port = free_port();
-        let node = Liveness::listen("127.0.0.1", port, 9).unwrap();
+        let node = Liveness::listen("127.0.0.1", port, 9, CLUSTER).unwrap();
         let mut chatty = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut question = [0u8; HELLO_REQUEST_BYTES];
         question[..4].copy_from_slice(&WHO_MAGIC);

@@ -39,7 +39,8 @@ impl OfiFabric {
         })?;
         let inject_bytes = domain.inject_bytes();
         let incarnation = new_incarnation();
-        let liveness = Liveness::listen(&me.host, me.base_port + LIVENESS_PORT_OFFSET, incarnation)
+        let liveness_port = me.base_port + LIVENESS_PORT_OFFSET;
+        let liveness = Liveness::listen(&me.host, liveness_port, incarnation, config.cluster_id)
             .map_err(FabricError::Config)?;
         let identity_bytes = Arc::new(Memory::new(IDENTITY_BYTES)?);
         let hello_board = Arc::new(Memory::new(HELLO_BYTES)?);
