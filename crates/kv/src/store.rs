@@ -1,6 +1,7 @@
 //! The map, the per-client sessions that make requests take effect once, and snapshots.
 
 use crate::request::{Op, Request};
+use mu_sessions::{Seen, Sessions};
 use std::collections::BTreeMap;
 
 /// What applying a request answers.
@@ -21,21 +22,12 @@ pub enum Reply {
     Stale { applied_seq: u64 },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Session {
-    seq: u64,
-    reply: Reply,
-}
-
-/// The replicated map and its client sessions.
-///
-/// Sessions are kept for every client ever seen (none expires): a store serving unboundedly
-/// many short-lived clients grows with them. Expiring them safely needs an agreed clock or a
-/// client count bound, which the service will add.
+/// The replicated map and its client sessions ([`mu_sessions`]: kept for every client ever
+/// seen).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Store {
     map: BTreeMap<Vec<u8>, Vec<u8>>,
-    sessions: BTreeMap<u64, Session>,
+    sessions: Sessions<Reply>,
 }
 
 /// Why a snapshot could not be restored.
@@ -61,13 +53,10 @@ impl Store {
     /// Applies `request` once: a retry of the client's last request gets the same reply again
     /// without taking effect twice, and an older one gets [`Reply::Stale`].
     pub fn apply(&mut self, request: &Request) -> Reply {
-        if let Some(s) = self.sessions.get(&request.client) {
-            if request.seq == s.seq {
-                return s.reply.clone();
-            }
-            if request.seq < s.seq {
-                return Reply::Stale { applied_seq: s.seq };
-            }
+        match self.sessions.seen(request.client, request.seq) {
+            Seen::Again(reply) => return reply.clone(),
+            Seen::Stale { applied_seq } => return Reply::Stale { applied_seq },
+            Seen::New => {}
         }
         let reply = match &request.op {
             Op::Get { key } => Reply::Value(self.map.get(key).cloned()),
@@ -84,13 +73,13 @@ impl Store {
                 Reply::Swapped(swap)
             }
         };
-        self.sessions.insert(request.client, Session { seq: request.seq, reply: reply.clone() });
+        self.sessions.record(request.client, request.seq, reply.clone());
         reply
     }
 
     /// The reply to `client`'s request `seq`, if it is the last one of that client applied.
     pub fn reply(&self, client: u64, seq: u64) -> Option<&Reply> {
-        self.sessions.get(&client).filter(|s| s.seq == seq).map(|s| &s.reply)
+        self.sessions.reply(client, seq)
     }
 
     /// A read outside the log (for inspection and tests; clients read through the log).
@@ -119,10 +108,10 @@ impl Store {
             put_bytes(out, v);
         }
         out.extend_from_slice(&(self.sessions.len() as u64).to_le_bytes());
-        for (client, s) in &self.sessions {
+        for (client, seq, reply) in self.sessions.iter() {
             out.extend_from_slice(&client.to_le_bytes());
-            out.extend_from_slice(&s.seq.to_le_bytes());
-            put_reply(out, &s.reply);
+            out.extend_from_slice(&seq.to_le_bytes());
+            put_reply(out, reply);
         }
     }
 
@@ -142,7 +131,10 @@ impl Store {
             let client = r.u64()?;
             let seq = r.u64()?;
             let reply = r.reply()?;
-            store.sessions.insert(client, Session { seq, reply });
+            store
+                .sessions
+                .restore_one(client, seq, reply)
+                .map_err(|_| RestoreError("sessions out of client order"))?;
         }
         if !r.0.is_empty() {
             return Err(RestoreError("bytes after the end"));

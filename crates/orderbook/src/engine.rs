@@ -6,7 +6,7 @@ use crate::book::Book;
 use crate::codec::{put_event, put_u64, Reader, RestoreError};
 use crate::event::Event;
 use crate::request::Request;
-use std::collections::BTreeMap;
+use mu_sessions::{Seen, Sessions};
 
 /// What applying a request answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,20 +20,11 @@ pub enum Reply {
     Stale { applied_seq: u64 },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Session {
-    seq: u64,
-    reply: Reply,
-}
-
-/// The replicated book and its client sessions.
-///
-/// Sessions are kept for every client ever seen, as in the key-value store: each holds the
-/// client's last sequence number and reply.
+/// The replicated book and its client sessions ([`mu_sessions`], as the key-value store's).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Engine {
     book: Book,
-    sessions: BTreeMap<u64, Session>,
+    sessions: Sessions<Reply>,
 }
 
 const SNAPSHOT_MAGIC: u32 = 0x656f_756d; // "muoe" in little-endian bytes
@@ -46,7 +37,7 @@ impl Engine {
 
     /// An engine around `book` (a broken one in the tests, say), with no sessions.
     pub fn with_book(book: Book) -> Engine {
-        Engine { book, sessions: BTreeMap::new() }
+        Engine { book, sessions: Sessions::new() }
     }
 
     pub fn book(&self) -> &Book {
@@ -65,24 +56,21 @@ impl Engine {
     /// Applies `request` once: a retry of the client's last request gets the same reply again
     /// without taking effect twice, and an older one gets [`Reply::Stale`].
     pub fn apply(&mut self, request: &Request) -> Reply {
-        if let Some(s) = self.sessions.get(&request.client) {
-            if request.seq == s.seq {
-                return s.reply.clone();
-            }
-            if request.seq < s.seq {
-                return Reply::Stale { applied_seq: s.seq };
-            }
+        match self.sessions.seen(request.client, request.seq) {
+            Seen::Again(reply) => return reply.clone(),
+            Seen::Stale { applied_seq } => return Reply::Stale { applied_seq },
+            Seen::New => {}
         }
         let mut events = Vec::new();
         self.book.apply(&request.command, &mut events);
         let reply = Reply::Events(events);
-        self.sessions.insert(request.client, Session { seq: request.seq, reply: reply.clone() });
+        self.sessions.record(request.client, request.seq, reply.clone());
         reply
     }
 
     /// The reply to `client`'s request `seq`, if it is the last one of that client applied.
     pub fn reply(&self, client: u64, seq: u64) -> Option<&Reply> {
-        self.sessions.get(&client).filter(|s| s.seq == seq).map(|s| &s.reply)
+        self.sessions.reply(client, seq)
     }
 
     pub fn clients_count(&self) -> usize {
@@ -104,10 +92,10 @@ impl Engine {
         out.push(SNAPSHOT_VERSION);
         self.book.snapshot(out);
         put_u64(out, self.sessions.len() as u64);
-        for (client, s) in &self.sessions {
-            put_u64(out, *client);
-            put_u64(out, s.seq);
-            s.reply.encode(out);
+        for (client, seq, reply) in self.sessions.iter() {
+            put_u64(out, client);
+            put_u64(out, seq);
+            reply.encode(out);
         }
     }
 
@@ -123,12 +111,12 @@ impl Engine {
         let mut engine = Engine::with_book(Book::read(&mut r)?);
         for _ in 0..r.u64()? {
             let client = r.u64()?;
-            if engine.sessions.last_key_value().is_some_and(|(last, _)| *last >= client) {
-                return Err(RestoreError("sessions out of client order"));
-            }
             let seq = r.u64()?;
             let reply = read_reply(&mut r)?;
-            engine.sessions.insert(client, Session { seq, reply });
+            engine
+                .sessions
+                .restore_one(client, seq, reply)
+                .map_err(|_| RestoreError("sessions out of client order"))?;
         }
         r.end()?;
         Ok(engine)
