@@ -4,8 +4,8 @@
 # 200 simulator seeds on Mu and on Velos and of 100 more with membership changes on each, the
 # TLA+ models, a smoke run of the fabric benchmark and
 # of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
-# Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC and Aeron Cluster, Maven, Redis and etcd)
-# and says what it does.
+# Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC and for the Aeron
+# Cluster peer, Maven, Redis and etcd) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -227,27 +227,39 @@ fn ask(port: u16, request: &str) -> io::Result<String> {
 
 /// Checks that every member's service applied `applied_count` messages, `last` the last.
 fn verify_members(cluster: &mut Cluster, applied_count: u64, last: &[u8]) -> Result<(), PeerError> {
-    let expected = format!("{applied_count} {}", hex(last));
     for member in 0..MEMBERS_COUNT {
         let port = cluster.port(member, Port::Control);
-        let deadline = Instant::now() + VERIFY_TIMEOUT;
-        loop {
-            let answer = ask(port, "applied").map_err(|error| {
-                PeerError::Failed(format!("aeron member{member}: asking what it applied: {error}"))
-            })?;
-            if answer == expected {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(PeerError::Failed(format!(
-                    "aeron member{member} does not have the last write: it answered {answer:?}, \
-                     expected {expected:?} (count, then the last message in hexadecimal)"
-                )));
-            }
-            thread::sleep(process::POLL_INTERVAL);
-        }
+        verify_member(member, port, applied_count, last, VERIFY_TIMEOUT)?;
     }
     Ok(())
+}
+
+/// Asks the member on control port `port` what it applied until it answers `applied_count` and
+/// `last`, or `timeout` passes.
+fn verify_member(
+    member: usize,
+    port: u16,
+    applied_count: u64,
+    last: &[u8],
+    timeout: Duration,
+) -> Result<(), PeerError> {
+    let expected = format!("{applied_count} {}", hex(last));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let answer = ask(port, "applied").map_err(|error| {
+            PeerError::Failed(format!("aeron member{member}: asking what it applied: {error}"))
+        })?;
+        if answer == expected {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(PeerError::Failed(format!(
+                "aeron member{member} does not have the last write: it answered {answer:?}, \
+                 expected {expected:?} (count, then the last message in hexadecimal)"
+            )));
+        }
+        thread::sleep(process::POLL_INTERVAL);
+    }
 }
 
 /// Lowercase hexadecimal, as the member writes it.
@@ -362,6 +374,50 @@ mod tests {
     fn hex_is_lowercase_and_two_digits_a_byte() {
         assert_eq!(hex(b"\x00\x0fA~"), "000f417e");
         assert_eq!(hex(b""), "");
+    }
+
+    /// A stand-in for a member's control port that answers every request with `answer`.
+    fn fake_member(answer: &'static str) -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = String::new();
+                if BufReader::new(&stream).read_line(&mut request).is_ok() {
+                    let _ = stream.write_all(format!("{answer}\n").as_bytes());
+                }
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn verify_member_needs_the_count_and_the_last_message() {
+        let port = fake_member("2 6162");
+        let short = Duration::from_millis(50);
+        verify_member(0, port, 2, b"ab", short).unwrap();
+        let error = verify_member(0, port, 3, b"ab", short).unwrap_err().to_string();
+        assert!(error.contains("does not have the last write"), "{error}");
+        assert!(verify_member(0, port, 2, b"ac", short).is_err());
+    }
+
+    #[test]
+    fn members_text_lists_five_endpoints_per_member() {
+        let dir = PrivateDir::create(&std::env::temp_dir(), "mu-peers-test").unwrap();
+        let ports = (0..18).map(|port| 20_000 + port).collect();
+        let cluster = Cluster { members: Vec::new(), ports, dir };
+        let text = cluster.members_text();
+        let members: Vec<&str> = text.split('|').collect();
+        assert_eq!(members.len(), MEMBERS_COUNT);
+        assert_eq!(
+            members[1],
+            "1,127.0.0.1:20006,127.0.0.1:20007,127.0.0.1:20008,127.0.0.1:20009,127.0.0.1:20010"
+        );
+        assert_eq!(
+            cluster.ingress_endpoints(),
+            "0=127.0.0.1:20000,1=127.0.0.1:20006,2=127.0.0.1:20012"
+        );
     }
 
     #[test]
