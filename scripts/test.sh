@@ -4,8 +4,8 @@
 # 200 simulator seeds on Mu and on Velos and of 100 more with membership changes on each, the
 # TLA+ models, a smoke run of the fabric benchmark and
 # of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
-# Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC, Redis and etcd)
-# and says what it does.
+# Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC and for the Aeron
+# Cluster peer, Maven, Redis and etcd) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ fi
 cargo --version
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-step "peer systems for the comparison benchmark and its tests (Redis, etcd: Debian packages)"
+step "peer systems for the comparison benchmark and its tests (Redis, etcd, Java and Maven: Debian packages; the Aeron Cluster peer: built with Maven)"
 bash scripts/install-peers.sh
 
 step "fabric libraries for the libfabric backend (Debian libfabric-dev)"
@@ -191,7 +191,7 @@ assert {(r["app"], r["mode"]) for r in p["results"]} == {
 for r in p["results"]:
     assert r["samples"] > 0 and all(r["latency_ns"][q] > 0 for q in ["p1", "p50", "p99"]), r
 systems = [r["system"] for r in d["peers"]["results"]]
-assert systems == ["mu", "redis-wait", "etcd", "openraft"], systems
+assert systems == ["mu", "redis-wait", "etcd", "openraft", "aeron-cluster"], systems
 assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["results"])
 e = d["e2e"]
 assert {(r["transport"], r["system"], r["op"]) for r in e["results"]} == {

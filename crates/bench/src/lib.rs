@@ -50,8 +50,9 @@ pub enum Command {
     /// Replication latency against payload size, standalone and attached to the key-value
     /// store, direct and handover mode (Mu paper Fig. 3).
     Payload(crate::payload::Args),
-    /// Mu's replication latency beside Redis (WAIT), etcd and openraft, measured in the same
-    /// run on this machine (Mu paper Fig. 4). Installs nothing: run scripts/install-peers.sh.
+    /// Mu's replication latency beside Redis (WAIT), etcd, openraft and Aeron Cluster, measured
+    /// in the same run on this machine (Mu paper Fig. 4). Installs nothing: run
+    /// scripts/install-peers.sh.
     Peers(crate::peers::Args),
     /// Throughput against latency for 1 to 8 outstanding entries and 1 to 128 requests per
     /// entry, 64-byte requests (Mu paper Fig. 7).

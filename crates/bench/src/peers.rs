@@ -1,7 +1,8 @@
 //! `mu bench peers` (Mu paper §7.1, Figure 4): Mu's replication latency beside real systems a user
 //! would otherwise replicate with, all measured in the same run on this machine: Redis with two
-//! replicas (`SET` then `WAIT`), etcd with three members, and openraft with three in-process
-//! nodes ([`mu_peers`] starts, measures and stops them). Mu's figure is propose latency on the
+//! replicas (`SET` then `WAIT`), etcd with three members, openraft with three in-process nodes,
+//! and Aeron Cluster with three member JVMs and an echo service ([`mu_peers`] starts, measures and
+//! stops them). Mu's figure is propose latency on the
 //! leader of three replicas on shm, standalone and in direct mode, as `mu bench replication`
 //! measures it.
 
@@ -30,7 +31,8 @@ pub struct Args {
     /// Timed operations per system [default: 10000; 1000 with --quick].
     #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
-    /// The peers to measure, comma-separated [default: all of redis-wait, etcd, openraft].
+    /// The peers to measure, comma-separated [default: all of redis-wait, etcd, openraft,
+    /// aeron-cluster].
     #[arg(long, value_delimiter = ',')]
     systems: Vec<System>,
 }

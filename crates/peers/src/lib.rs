@@ -11,13 +11,18 @@
 //! * [`System::Openraft`]: three openraft nodes in one process with an in-process network and
 //!   in-memory storage; `client_write` on the leader, counted when it returns (committed by a
 //!   majority and applied on the leader). This is a floor for a Raft library: no network, no disk.
+//! * [`System::AeronCluster`]: Aeron Cluster with three members on loopback, each its own JVM,
+//!   and an echo service; a client JVM sends one message and times it until the leader's echo
+//!   (the message committed by a majority and applied).
 //!
 //! [`measure`] starts the peer's servers itself (private directories, free loopback ports), runs
 //! warmup and then measured operations, checks at the end that the last write is readable with the
 //! right value on every node, and always stops the servers and removes their directories. The
-//! servers are the Debian packages `redis-server` and `etcd-server`: `scripts/install-peers.sh`
-//! installs them.
+//! servers are the Debian packages `redis-server` and `etcd-server`, and for Aeron Cluster a Java
+//! runtime with our own members and client (`crates/peers/aeron`, built against Aeron from Maven
+//! Central): `scripts/install-peers.sh` installs and builds them.
 
+mod aeron;
 mod base64;
 mod etcd;
 mod http;
@@ -39,11 +44,15 @@ pub enum System {
     Etcd,
     /// openraft 0.9: three nodes in one process, `client_write` on the leader.
     Openraft,
+    /// Aeron Cluster 1.44: three members, one JVM each, an echo service; a message from a client
+    /// JVM timed until the leader's echo.
+    AeronCluster,
 }
 
 impl System {
     /// Every system, in the order a report lists them.
-    pub const ALL: [System; 3] = [System::RedisWait, System::Etcd, System::Openraft];
+    pub const ALL: [System; 4] =
+        [System::RedisWait, System::Etcd, System::Openraft, System::AeronCluster];
 
     /// The name used on the command line and in reports.
     pub fn name(&self) -> &'static str {
@@ -51,6 +60,7 @@ impl System {
             System::RedisWait => "redis-wait",
             System::Etcd => "etcd",
             System::Openraft => "openraft",
+            System::AeronCluster => "aeron-cluster",
         }
     }
 }
@@ -63,7 +73,7 @@ impl fmt::Display for System {
 
 /// A name that is not one of [`System::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown peer system {name:?}: expected one of redis-wait, etcd, openraft")]
+#[error("unknown peer system {name:?}: expected one of redis-wait, etcd, openraft, aeron-cluster")]
 pub struct UnknownSystem {
     /// The name that was given.
     pub name: String,
@@ -150,6 +160,7 @@ pub fn measure(
         System::RedisWait => redis::measure(opts, progress)?,
         System::Etcd => etcd::measure(opts, progress)?,
         System::Openraft => openraft_cluster::measure(opts, progress)?,
+        System::AeronCluster => aeron::measure(opts, progress)?,
     };
     assert_eq!(samples.system, system);
     assert_eq!(samples.latencies_ns.len() as u64, opts.samples);

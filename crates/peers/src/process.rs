@@ -249,9 +249,19 @@ pub(crate) fn log_tail(path: &Path, lines_count: usize) -> String {
 pub(crate) fn wait_for<T>(
     what: &str,
     servers: &mut [Server],
+    attempt: impl FnMut() -> Option<T>,
+) -> Result<T, PeerError> {
+    wait_for_within(STARTUP_TIMEOUT, what, servers, attempt)
+}
+
+/// [`wait_for`] with its own time limit, for servers that start slower than most.
+pub(crate) fn wait_for_within<T>(
+    timeout: Duration,
+    what: &str,
+    servers: &mut [Server],
     mut attempt: impl FnMut() -> Option<T>,
 ) -> Result<T, PeerError> {
-    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = attempt() {
             return Ok(value);
@@ -266,7 +276,7 @@ pub(crate) fn wait_for<T>(
                 .collect();
             return Err(PeerError::Start(format!(
                 "timed out after {} s waiting for {what}; last lines of the logs:\n{}",
-                STARTUP_TIMEOUT.as_secs(),
+                timeout.as_secs(),
                 logs.join("\n")
             )));
         }

@@ -4,9 +4,10 @@
 //!
 //! `measure` itself checks, at the end of every run, that the last write reads back with the
 //! right value on every node (both Redis replicas, every etcd member through a local read, every
-//! openraft state machine), and fails otherwise: a passing run proves replication happened.
+//! openraft state machine, every Aeron Cluster member's service), and fails otherwise: a passing
+//! run proves replication happened.
 
-use mu_peers::{measure, Options, PeerError, System};
+use mu_peers::{measure, Options, PeerError, Samples, System};
 
 const SAMPLES: u64 = 200;
 
@@ -19,11 +20,21 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     SERVERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn small_run(system: System) {
+fn small_run(system: System) -> Samples {
+    small_run_watched(system, |_| {})
+}
+
+/// A small run of `system` in which `watch` is called at each progress report, while the
+/// servers run.
+fn small_run_watched(system: System, mut watch: impl FnMut(u64)) -> Samples {
     let _turn = one_at_a_time();
     let opts = Options { payload_bytes: 64, samples: SAMPLES, warmup: 20 };
     let mut reported = Vec::new();
-    let samples = match measure(system, &opts, &mut |done| reported.push(done)) {
+    let mut progress = |done| {
+        watch(done);
+        reported.push(done);
+    };
+    let samples = match measure(system, &opts, &mut progress) {
         Ok(samples) => samples,
         Err(error @ PeerError::NotInstalled { .. }) => {
             panic!("{system} is not installed: run scripts/install-peers.sh first ({error})")
@@ -48,6 +59,7 @@ fn small_run(system: System) {
         sorted[sorted.len() - 1] / 1_000,
         samples.notes
     );
+    samples
 }
 
 #[test]
@@ -63,6 +75,43 @@ fn etcd_replicates_to_every_member() {
 #[test]
 fn openraft_replicates_to_every_state_machine() {
     small_run(System::Openraft);
+}
+
+/// Aeron Cluster's members and client are JVMs: while the run measures, all four are running
+/// (found by the private directory in their command lines, whose name holds this process's id);
+/// afterwards none is left and the directory is gone.
+#[test]
+fn aeron_cluster_replicates_to_every_member_and_stops() {
+    let marker = format!("mu-peers-aeron-{}-", std::process::id());
+    let mut running_counts = Vec::new();
+    let samples = small_run_watched(System::AeronCluster, |_| {
+        running_counts.push(processes_with(&marker));
+    });
+    assert!(samples.version.starts_with("Aeron Cluster 1.44."), "{}", samples.version);
+    assert!(running_counts.iter().all(|&count| count == 4), "{running_counts:?}");
+    assert_eq!(processes_with(&marker), 0, "an Aeron JVM outlived the run");
+    for parent in [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        let leftovers: Vec<String> = std::fs::read_dir(&parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(&marker))
+            .collect();
+        assert!(leftovers.is_empty(), "left in {}: {leftovers:?}", parent.display());
+    }
+}
+
+/// How many processes have `marker` in their command line (the JVMs get their directories as
+/// arguments; a process that exits while being read is not counted).
+fn processes_with(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(marker))
+        .count()
 }
 
 /// The version is what the running server reports, not a constant.
