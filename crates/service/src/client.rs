@@ -51,6 +51,12 @@ const ATTEMPT_ROUND_TRIPS: u64 = 4;
 /// hundreds of times a second, up to this, so that a leader agreed late in a long pause is
 /// still found within about this long of being agreed.
 const ASK_GAP_MAX: Duration = Duration::from_millis(20);
+/// The least an asking waits for the others' answers ([`ask_wait`]). A replica that does not
+/// lead answers at once, but its answer takes a new connection (accepted within the 2 ms its
+/// acceptor sleeps when idle, on a thread of its own), a hello and the request through its
+/// proposer; on a loaded 2-vCPU machine that took more than 5 ms often enough that askings
+/// bounded by the attempt wait found nobody for hundreds of milliseconds.
+const ASK_WAIT_MIN: Duration = Duration::from_millis(25);
 /// The first pause between two redirects that follow each other; it doubles with each one
 /// up to [`REDIRECT_PAUSE_MAX`].
 const REDIRECT_PAUSE: Duration = Duration::from_micros(200);
@@ -164,6 +170,14 @@ impl RoundTrips {
     fn attempt_wait(&self) -> Duration {
         self.wait.unwrap_or(ATTEMPT_WAIT_MIN)
     }
+}
+
+/// How long an asking waits for the others' answers, given the attempt wait `wait`: as long,
+/// and at least [`ASK_WAIT_MIN`]. It ends as soon as every replica asked has answered (or one
+/// answered the request), which a live replica does within about a millisecond on an idle
+/// machine: the whole wait is spent only where one of them is silent too.
+fn ask_wait(wait: Duration) -> Duration {
+    wait.max(ASK_WAIT_MIN)
 }
 
 /// The gap after `gap` between two askings while the target stays silent (see
@@ -459,7 +473,7 @@ impl Client {
                 return answers;
             }
             let at = answers.iter().position(Option::is_none).expect("an answer is missing");
-            match self.ask_others(&messages[at], wait.min(give_up - now)) {
+            match self.ask_others(&messages[at], ask_wait(wait).min(give_up - now)) {
                 Asked::Answered(pos, answer) => {
                     answers[at] = Some(answer);
                     self.switch(pos);
@@ -771,7 +785,7 @@ impl Client {
             if now >= give_up {
                 return Err(no_answer_within(give_up - sent));
             }
-            if let Some(found) = self.ask_around(message, wait.min(give_up - now)) {
+            if let Some(found) = self.ask_around(message, ask_wait(wait).min(give_up - now)) {
                 self.link = None;
                 return Ok(found);
             }
@@ -921,7 +935,7 @@ impl Client {
                 return Err(no_answer_within(give_up - started));
             }
             let Some(request) = watch.filter(|_| now >= next_ask) else { continue };
-            if let Some(found) = self.ask_around(request, wait.min(give_up - now)) {
+            if let Some(found) = self.ask_around(request, ask_wait(wait).min(give_up - now)) {
                 return Ok(Some(found));
             }
             gap = next_ask_gap(gap, wait);
@@ -952,7 +966,7 @@ impl Client {
         Ok(())
     }
 
-    /// Asks the other replicas with `request` ([`Client::ask_others`], each within `wait`)
+    /// Asks the other replicas with `request` ([`Client::ask_others`], within `wait`)
     /// and follows what they say: a replica that answered becomes the target, and its answer
     /// is returned; a leader the others agree on is returned as a "not leader" naming it (the
     /// caller's redirect moves there and sends the request again). `None`: nothing to follow.
@@ -975,9 +989,10 @@ impl Client {
     /// connection of its own on a thread of its own, and waits at most `wait` for them. A
     /// replica that does not lead answers at once with the leader it knows; one that leads
     /// (a new leader, agreed while the target was silent) commits the request and answers it.
-    /// The first answer to the request ends the wait; otherwise the leader named most often
-    /// (other than the target) is the one to move to. Threads still waiting when this returns
-    /// end by their own deadline.
+    /// The first answer to the request ends the wait, and so does the attempt wait passing
+    /// after the first reply; otherwise the wait ends when all have replied, or at `wait`.
+    /// Then the leader named most often (other than the target) is the one to move to.
+    /// Threads still waiting when this returns end by their own deadline.
     fn ask_others(&mut self, request: &[u8], wait: Duration) -> Asked {
         let deadline = Instant::now() + wait;
         let (tx, rx) = mpsc::channel();
@@ -996,10 +1011,16 @@ impl Client {
         }
         self.asked += 1;
         let target = self.target();
+        let straggler_wait = self.round_trips.attempt_wait();
         let mut named: Vec<(u16, usize)> = Vec::new();
+        let mut until = deadline;
         for _ in 0..asked {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = until.saturating_duration_since(Instant::now());
             let Ok((pos, answer)) = rx.recv_timeout(left) else { break };
+            // Live replicas answer about as fast as each other: one that has not answered an
+            // attempt wait after the first is taken for silent too (a stopped leader, asked
+            // again from its successor), rather than waited for until the deadline.
+            until = until.min(Instant::now() + straggler_wait);
             match answer {
                 Some(answer) if answer.is_answer() => return Asked::Answered(pos, answer),
                 Some(ServerMessage::NotLeader { leader: Some(id) })
