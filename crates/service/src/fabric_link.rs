@@ -68,7 +68,29 @@ impl FabricLink {
         message: &[u8],
         deadline: Instant,
     ) -> Result<ServerMessage, FrameError> {
-        let seq = self.ring.send(message).map_err(|e| lost(format!("fabric send: {e}")))?;
+        let seq = self.send(message)?;
+        self.wait(seq, deadline)?.ok_or_else(|| {
+            FrameError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no answer on the fabric path in time",
+            ))
+        })
+    }
+
+    /// Sends `message` (a client message's bytes): its sequence number on the rings, to wait
+    /// for with [`FabricLink::wait`]. An error leaves the link unusable: the caller drops it.
+    pub fn send(&mut self, message: &[u8]) -> Result<u64, FrameError> {
+        self.ring.send(message).map_err(|e| lost(format!("fabric send: {e}")))
+    }
+
+    /// Waits until `deadline` for the answer to request `seq` ([`FabricLink::send`]): `None`
+    /// if it has not come by then, and the link still waits for it (the client may wait again,
+    /// or drop the link). An error leaves the link unusable: the caller drops it.
+    pub fn wait(
+        &mut self,
+        seq: u64,
+        deadline: Instant,
+    ) -> Result<Option<ServerMessage>, FrameError> {
         let answer = &mut self.answer;
         let mut rejected = None;
         let server = self.ring.grant().server_node;
@@ -102,42 +124,44 @@ impl FabricLink {
             }
         });
         match found {
-            None => Err(FrameError::Io(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no answer on the fabric path in time",
-            ))),
+            None => Ok(None),
             Some(Err(e)) => Err(e),
             Some(Ok(())) => match rejected {
-                Some(r) => Ok(ServerMessage::Refused(format!("the fabric path refused it: {r:?}"))),
-                None => ServerMessage::decode(&self.answer),
+                Some(r) => {
+                    Ok(Some(ServerMessage::Refused(format!("the fabric path refused it: {r:?}"))))
+                }
+                None => ServerMessage::decode(&self.answer).map(Some),
             },
         }
     }
 }
 
 impl FabricLink {
-    /// Requests the rings take at once ([`FabricLink::exchange_many`]).
+    /// Requests the rings take at once ([`FabricLink::send_many`]).
     pub fn window(&self) -> usize {
         self.ring.geometry().slots_per_client as usize
     }
 
     /// Sends every message of `messages` (at most [`FabricLink::window`], each fitting a slot)
-    /// before waiting, and waits until `deadline` for their answers: one result each, in
-    /// order; `None` for one not answered in time. An error of the link (the replica gone)
+    /// before waiting: their sequence numbers, in order, to wait for with
+    /// [`FabricLink::wait_many`]. An error leaves the link unusable: the caller drops it.
+    pub fn send_many(&mut self, messages: &[Vec<u8>]) -> Result<Vec<u64>, FrameError> {
+        messages.iter().map(|m| self.send(m)).collect()
+    }
+
+    /// Waits until `deadline` for the answers to the requests `seqs` ([`FabricLink::send_many`])
+    /// that `answers` (one place each, in order) does not hold yet, and puts each where it
+    /// belongs: returns how many are still missing. An error of the link (the replica gone)
     /// ends the wait; the caller drops the link then.
-    pub fn exchange_many(
+    pub fn wait_many(
         &mut self,
-        messages: &[Vec<u8>],
+        seqs: &[u64],
+        answers: &mut [Option<ServerMessage>],
         deadline: Instant,
-    ) -> Result<Vec<Option<ServerMessage>>, FrameError> {
-        let mut seqs = Vec::with_capacity(messages.len());
-        for m in messages {
-            seqs.push(self.ring.send(m).map_err(|e| lost(format!("fabric send: {e}")))?);
-        }
-        let mut answers: Vec<Option<ServerMessage>> = vec![None; messages.len()];
+    ) -> Result<usize, FrameError> {
         let server = self.ring.grant().server_node;
         let mut polls = 0u32;
-        let mut left = messages.len();
+        let mut left = answers.iter().filter(|a| a.is_none()).count();
         let wait = deadline.saturating_duration_since(Instant::now());
         let done = ANSWER_WAIT.wait_for(wait, || {
             polls = polls.wrapping_add(1);
@@ -146,6 +170,9 @@ impl FabricLink {
             }
             let polled = self.ring.poll(|seq, reply| {
                 let Some(at) = seqs.iter().position(|&s| s == seq) else { return };
+                if answers[at].is_some() {
+                    return;
+                }
                 left -= 1;
                 answers[at] = Some(match reply {
                     Reply::Data(bytes) => ServerMessage::decode(bytes)
@@ -163,7 +190,7 @@ impl FabricLink {
         });
         match done {
             Some(Err(e)) => Err(e),
-            _ => Ok(answers),
+            _ => Ok(left),
         }
     }
 }

@@ -512,6 +512,41 @@ fn a_short_timeout_is_kept_with_a_silent_replica() {
     assert!(took < Duration::from_millis(250), "gave up after {took:?}");
 }
 
+/// A client whose target accepts and never answers (a stopped leader, as far as a client can
+/// tell) asks the other replicas once its attempt wait has passed, and the leader among them
+/// answers its request: the call costs milliseconds, not the half-second read timeout after
+/// which it used to move on. The request is applied once: the next compare-and-set, which
+/// expects its value, succeeds.
+#[test]
+fn a_silent_target_costs_a_client_its_attempt_wait_not_the_read_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = listener.local_addr().unwrap().to_string();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            holder.lock().unwrap().push(stream); // accepted, never answered
+        }
+    });
+    let cluster = Cluster::start("silent-target", 0x5174);
+    cluster.wait_leader();
+    // The silent one first: the client's first target.
+    let mut endpoints = vec![(9, Endpoint::Tcp(addr))];
+    endpoints.extend(cluster.endpoints().into_iter().map(|(id, path)| (id, path.into())));
+    let mut client = Client::new(cluster.cluster_id, endpoints).expect("a client");
+    client.set_timeout(PATIENCE);
+    assert_eq!(client.target(), 9);
+    let started = Instant::now();
+    assert!(client.cas(b"silent", None, b"1").expect("an answer"), "stored once");
+    let took = started.elapsed();
+    assert!(client.asked >= 1, "answered without asking the others");
+    assert_ne!(client.target(), 9, "still on the silent replica");
+    // Under half of the read timeout, with room for a loaded machine.
+    assert!(took < Duration::from_millis(250), "answered after {took:?}");
+    assert!(client.cas(b"silent", Some(b"1"), b"2").expect("an answer"), "applied once");
+    eprintln!("answered past a silent target in {took:?} ({} askings)", client.asked);
+}
+
 /// A request too large for an entry is refused alone. The server proposes what several clients
 /// sent meanwhile in one call, and one request too large fails such a call whole: the others,
 /// batched with it, were refused with it, and a client does not send a refused request again.
