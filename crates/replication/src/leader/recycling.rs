@@ -46,6 +46,18 @@ impl Leader {
             .saturating_add(self.layout.slots_count() - 1)
     }
 
+    /// The confirmed replica whose log head the room waits for (the lowest head; a follower
+    /// rather than ourselves when level), and that head: the first entry it has not applied, as
+    /// last read. Once [`Leader::make_room`] could drop no one, proposals waiting for room wait
+    /// for this replica to apply. `None` with no replica confirmed.
+    pub fn room_holder(&self) -> Option<(NodeId, u64)> {
+        let pos = self
+            .confirmed
+            .iter()
+            .min_by_key(|&pos| (self.recycling.heads[pos], pos == self.me_pos))?;
+        Some((self.replicas.ids()[pos], self.recycling.heads[pos]))
+    }
+
     /// Whether proposals wait for room in the log, none in flight: replicas must apply more
     /// entries before the slot the next index reuses is free.
     pub fn waiting_for_room(&self) -> bool {
