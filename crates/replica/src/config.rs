@@ -111,8 +111,10 @@ pub struct ReplicaConfig {
     /// them). See [`ThreadCpus`].
     pub cpus: ThreadCpus,
     /// A proposal that finds the log full (a replica the leader counts on, one of its
-    /// confirmed followers or itself, has not applied the entry its slot holds) waits this long
-    /// for room, then fails with "log full". Never overwrites such an entry. A replica the
+    /// confirmed followers or itself, has not applied the entry its slot holds) waits for room
+    /// as long as that replica applies entries, at its pace (back-pressure); once it has applied
+    /// nothing for this long, the proposal fails with "log full", naming it. Never overwrites
+    /// such an entry. A replica the
     /// leader has not confirmed (started late, or cut off) is not waited for: more than a log
     /// behind, it needs a state transfer.
     pub log_full_timeout_ns: u64,
@@ -230,7 +232,7 @@ impl ReplicaConfig {
     /// | `integrity` | checksum | correct on every fabric; canary only where writes land in order |
     /// | `permission_grace_ns` | 20 µs | a few permission round trips on shm |
     /// | `permission_timeout_ns` | 50 ms | far above a slow-path permission change (1.2 ms on RDMA) |
-    /// | `log_full_timeout_ns` | 100 ms | followers that far behind are not keeping up |
+    /// | `log_full_timeout_ns` | 100 ms | a replica that applies nothing for that long has stopped |
     /// | `crash_check_period_ns` | 100 µs | a killed replica is known dead within this; a wake-up this often costs little |
     /// | `threads` | shared | right on any machine; dedicated needs a core per polling thread |
     /// | `cpus` | none pinned | which CPUs are free is the deployment's business |

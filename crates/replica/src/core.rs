@@ -251,6 +251,10 @@ impl<F: Fabric> ReplicaCore<F> {
         })
         .map_err(StartError::Other)?;
         leader.set_applied_members(members);
+        // Back-pressure: a follower whose head moves is waited for, not dropped to fall a log
+        // behind; one that stood still this long is dropped while a majority remains, well
+        // before the proposals waiting for it fail with "log full".
+        leader.set_drop_stalled_after_ns(config.log_full_timeout_ns / 2);
         let (replication_ep, background_ep) =
             ReplicaCore::endpoints(config, &fabric, &replicas, queue_depth(config))?;
         let mem = FabricMemory { log: log.clone(), scratch, shared: shared.clone() };

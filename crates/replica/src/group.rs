@@ -62,8 +62,8 @@ pub(crate) struct Group {
     pub outcomes: Vec<Option<Result<u64, ProposeError>>>,
     /// Requests without an outcome yet.
     pub unanswered: usize,
-    /// Since when the engine waits for room in the log.
-    pub room_wait_since_ns: Option<u64>,
+    /// The engine's wait for room in the log, if it waits.
+    pub room_wait: Option<RoomWait>,
     /// Room to encode one entry.
     pub entry: Vec<u8>,
     /// The call is a membership change (§5.4): one entry of that kind.
@@ -74,7 +74,32 @@ pub(crate) struct Group {
     pub answered: bool,
 }
 
+/// A wait for room in the log (§5.3): how far the room reached, and since when it has not
+/// grown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RoomWait {
+    /// The first index without room, as last seen.
+    pub limit: u64,
+    /// When the room last grew (or the wait began).
+    pub since_ns: u64,
+}
+
 impl Group {
+    /// The engine waits for room, which reaches up to `limit` (exclusive) now: for how long
+    /// the room has not grown. Back-pressure, not a deadline: the replicas the room waits for
+    /// free it as they apply, and each bit of room they free starts the time again, so it
+    /// measures how long they have gone without applying anything, not how long the leader has
+    /// been slowed down. A limit that falls (a replica far behind joined again) is no progress,
+    /// and from there on a rise is.
+    pub fn room_stalled_ns(&mut self, now_ns: u64, limit: u64) -> u64 {
+        let wait = self.room_wait.get_or_insert(RoomWait { limit, since_ns: now_ns });
+        if limit > wait.limit {
+            wait.since_ns = now_ns;
+        }
+        wait.limit = limit;
+        now_ns.saturating_sub(wait.since_ns)
+    }
+
     /// A group whose buffers already hold a call of `requests_count` requests of up to
     /// `request_bytes` in all, allocated and written once here, on the thread that starts the
     /// replica. Otherwise the first call after an election allocates them, on the application's
@@ -138,7 +163,7 @@ impl Group {
         self.entries.clear();
         self.handed = 0;
         self.outcomes.clear();
-        self.room_wait_since_ns = None;
+        self.room_wait = None;
         let mut batch_bytes = 0;
         for request in requests {
             if request.len() > max {
@@ -218,5 +243,21 @@ mod tests {
         assert!(value.len() > 8 * 400);
         group.plan([&[7u8; 4096][..]], 4096, 8).unwrap();
         assert_eq!(buffers(&group), before, "no buffer was allocated again");
+    }
+
+    /// The log-full timeout measures how long the room has not grown, not how long the leader
+    /// has waited: room freed bit by bit by a slow replica starts it again; a limit that falls
+    /// (a replica far behind joined) does not, and a rise from there does.
+    #[test]
+    fn the_room_wait_runs_from_the_last_room_freed() {
+        let mut group = Group::default();
+        assert_eq!(group.room_stalled_ns(1_000, 500), 0);
+        assert_eq!(group.room_stalled_ns(90_000, 500), 89_000, "no room freed");
+        assert_eq!(group.room_stalled_ns(95_000, 501), 0, "one slot freed");
+        assert_eq!(group.room_stalled_ns(195_000, 501), 100_000);
+        assert_eq!(group.room_stalled_ns(196_000, 300), 101_000, "a fall is no progress");
+        assert_eq!(group.room_stalled_ns(197_000, 301), 0, "a rise from there is");
+        group.room_wait = None;
+        assert_eq!(group.room_stalled_ns(500_000, 301), 0, "a new wait starts afresh");
     }
 }

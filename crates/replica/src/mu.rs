@@ -1049,40 +1049,54 @@ impl<F: Fabric> ReplicationDriver<F> {
         }
     }
 
-    /// Requests that waited for room longer than the timeout fail with "log full".
+    /// Requests waiting for room in the log (§5.3) fail with "log full" once the replica the
+    /// room waits for has applied nothing for the timeout.
+    ///
+    /// Back-pressure, not errors: while that replica applies, however slowly (a follower whose
+    /// threads other processes keep from the CPU), each head the background plane reads frees
+    /// room ([`mu_replication::Leader::set_head`]) and the leader goes on at the pace of the
+    /// replicas it counts on; the time runs from the last time the room grew, not from the
+    /// first wait. Only a replica that stopped applying altogether (a commit handler that never
+    /// returns) ends the wait, named in the error. Nothing is held meanwhile: the proposals
+    /// wait in the engine, and this thread goes on polling, so completions, leader changes and
+    /// the replayer are served as usual; a leadership lost while waiting answers the requests
+    /// as it always does (`NotLeader` or `Aborted`), and the wait ends with it.
     fn check_log_full(&mut self, now_ns: u64) {
         if !self.group.pending {
             return;
         }
         if !self.leader.waiting_for_room() {
-            self.group.room_wait_since_ns = None;
+            self.group.room_wait = None;
             return;
         }
-        let since = *self.group.room_wait_since_ns.get_or_insert(now_ns);
-        if now_ns.saturating_sub(since) > self.settings.log_full_timeout_ns
-            && self.leader.cancel_waiting_proposals() > 0
-        {
-            let slots_count = self.layout.slots_count();
-            let oldest = self.leader.fuo().saturating_sub(slots_count - 1);
-            warn!(
-                replica = self.me.0,
-                oldest,
-                slots_count,
-                waited_ms = now_ns.saturating_sub(since) / 1_000_000,
-                "log full: a live replica has not applied the entry the next slot reuses; \
-                 proposals fail"
-            );
-            // One written by an attempt that aborted since may still be decided by a later
-            // prepare (ours or another leader's): its outcome is unknown.
-            self.group.answer_rest(|maybe_accepted| {
-                if maybe_accepted {
-                    ProposeError::Aborted
-                } else {
-                    ProposeError::LogFull { oldest, slots_count }
-                }
-            });
-            self.finish_group();
+        let stalled_ns = self.group.room_stalled_ns(now_ns, self.leader.log_limit());
+        if stalled_ns <= self.settings.log_full_timeout_ns {
+            return;
         }
+        let Some((replica, oldest)) = self.leader.room_holder() else { return };
+        if self.leader.cancel_waiting_proposals() == 0 {
+            return;
+        }
+        let slots_count = self.layout.slots_count();
+        warn!(
+            replica = self.me.0,
+            behind = replica.0,
+            oldest,
+            slots_count,
+            stalled_ms = stalled_ns / 1_000_000,
+            "log full: the replica the leader waits for has applied nothing for \
+             log_full_timeout_ns; proposals fail"
+        );
+        // One written by an attempt that aborted since may still be decided by a later
+        // prepare (ours or another leader's): its outcome is unknown.
+        self.group.answer_rest(|maybe_accepted| {
+            if maybe_accepted {
+                ProposeError::Aborted
+            } else {
+                ProposeError::LogFull { replica, oldest, slots_count }
+            }
+        });
+        self.finish_group();
     }
 }
 

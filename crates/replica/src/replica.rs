@@ -458,8 +458,9 @@ impl Replica {
     ///   proposals), or the replica's helper thread between calls. Never two at once.
     /// - **Time.** It runs inside the replication plane: while it runs, this replica replicates
     ///   and applies nothing. A follower whose handler is slow falls behind, and the leader's
-    ///   proposals wait for it (and fail with [`ProposeError::LogFull`] after
-    ///   `log_full_timeout_ns`) before its slot of the log is reused.
+    ///   proposals wait for it before its slot of the log is reused: the leader goes at its
+    ///   pace. One that returns from no call for `log_full_timeout_ns` while the leader waits
+    ///   for it makes the proposals fail with [`ProposeError::LogFull`], which names it.
     /// - **No proposals from inside.** A `propose` (or `propose_many`, `add_replica`,
     ///   `remove_replica`) made from the handler would wait for the poll it is part of: it
     ///   fails at once with [`ProposeError::Reentrant`]. Hand the value to another thread.

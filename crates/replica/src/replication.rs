@@ -29,16 +29,20 @@ pub enum ProposeError {
         /// framing).
         max: usize,
     },
-    /// A replica the leader counts on (one of its confirmed followers, or itself) has not
-    /// applied the entry whose slot the next index reuses, and did not catch up within
-    /// `log_full_timeout_ns`. Nothing was overwritten.
+    /// A replica the leader counts on (one of its confirmed followers, or itself) has applied
+    /// nothing for `log_full_timeout_ns` while the leader waited for it to free the slot the
+    /// next index reuses: it stopped applying (its commit handler does not return, or its
+    /// replayer cannot go on). A replica that applies, however slowly, slows the leader down
+    /// instead. Nothing was overwritten.
     #[error(
-        "the log is full: a replica the leader counts on has not applied entry {oldest} (log of \
-         {slots_count} slots) within log_full_timeout_ns; it is too slow (a slow commit \
-         handler?) or stuck: a larger slots_count or log_full_timeout_ns gives it more room"
+        "the log is full: replica {replica} has not applied entry {oldest} (log of {slots_count} \
+         slots) and applied nothing for log_full_timeout_ns while the leader waited for it: its \
+         commit handler or replayer has stopped (a slow one only slows the leader down)"
     )]
     LogFull {
-        /// The index not applied by all the leader counts on.
+        /// The replica the leader waited for.
+        replica: NodeId,
+        /// The first entry it has not applied, as the leader last read its head.
         oldest: u64,
         /// The log's length in slots.
         slots_count: u64,

@@ -1681,25 +1681,37 @@ impl<F: Fabric> VelosDriver<F> {
         }
     }
 
-    /// Requests that waited for room longer than the timeout fail with "log full".
+    /// Requests waiting for room in the log fail with "log full" once the live acceptors have
+    /// applied nothing for the timeout: as in Mu's driver, a replica that applies slowly slows
+    /// the proposer down, and only one that stopped applying ends the wait, named in the error.
     fn check_log_full(&mut self, now_ns: u64) {
         if !self.group.pending || !self.proposer.waits_for_room() {
-            self.group.room_wait_since_ns = None;
+            self.group.room_wait = None;
             return;
         }
-        let since = *self.group.room_wait_since_ns.get_or_insert(now_ns);
-        if now_ns.saturating_sub(since) <= self.settings.log_full_timeout_ns
-            || !self.proposer.withdraw()
-        {
+        let floor = self.floor();
+        let stalled_ns = self.group.room_stalled_ns(now_ns, floor);
+        if stalled_ns <= self.settings.log_full_timeout_ns || !self.proposer.withdraw() {
             return;
         }
         // What was withdrawn is our empty entry if the requests wait behind it.
         if !self.handed {
             self.own_pending = None;
         }
-        let (oldest, slots_count) = (self.floor(), self.layout.slots_count());
-        self.group.answer_rest(|_| ProposeError::LogFull { oldest, slots_count });
+        let replica = self.floor_holder(floor);
+        let (oldest, slots_count) = (floor, self.layout.slots_count());
+        self.group.answer_rest(|_| ProposeError::LogFull { replica, oldest, slots_count });
         self.finish_group();
+    }
+
+    /// The replica whose head is `floor` ([`VelosDriver::floor`]): a live member other than
+    /// ourselves if one is that far behind, else ourselves.
+    fn floor_holder(&self, floor: u64) -> NodeId {
+        let alive = self.shared.peers.alive_mask.load(Ordering::Acquire) & self.members_applied();
+        (0..self.replicas.len())
+            .filter(|&pos| pos != self.me_pos && alive >> pos & 1 != 0)
+            .find(|&pos| self.shared.peers.heads[pos].load(Ordering::Acquire) == floor)
+            .map_or(self.me, |pos| self.replicas.ids()[pos])
     }
 }
 

@@ -368,9 +368,9 @@ fn membership_changes_out_of_place() {
     }
 }
 
-/// Followers whose commit handlers are held fill the log: the leader's proposals fail with
-/// `LogFull` after `log_full_timeout_ns`, not wait for good nor overwrite their entries; once
-/// the handlers go on, so does the cluster.
+/// Followers whose commit handlers are held (they stop applying altogether) fill the log: the
+/// leader's proposals fail with `LogFull` naming one of them after `log_full_timeout_ns`, not
+/// wait for good nor overwrite their entries; once the handlers go on, so does the cluster.
 #[test]
 fn a_held_follower_fills_the_log_and_the_leader_says_so() {
     let _one = one_at_a_time();
@@ -412,7 +412,9 @@ fn a_held_follower_fills_the_log_and_the_leader_says_so() {
         }
     }
     let (e, waited) = full.expect("the log never filled");
-    assert!(matches!(e, ProposeError::LogFull { slots_count: 16, .. }), "{e:?}");
+    let ProposeError::LogFull { replica, slots_count: 16, .. } = e else { panic!("{e:?}") };
+    assert!(replica == NodeId(1) || replica == NodeId(2), "a held follower is named: {e}");
+    assert!(e.to_string().contains(&format!("replica {replica} ")), "{e}");
     assert!(waited >= Duration::from_millis(50) && waited < Duration::from_secs(5), "{waited:?}");
     drop(held);
     commit_on(&replicas[0], b"after");

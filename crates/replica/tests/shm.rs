@@ -61,7 +61,21 @@ fn child_main() {
         _ => Mode::Handover,
     };
     let fabric = ShmFabric::create(ShmConfig::new(&dir, CLUSTER_ID, NodeId(me))).expect("fabric");
-    let applied = Applied::default();
+    // A follower whose commit handler sleeps now and then: `MU_RT_SLOW_APPLY` is "odds,max_ms",
+    // one entry in `odds` sleeps up to `max_ms` (not the first leader, replica 0).
+    let slow = std::env::var("MU_RT_SLOW_APPLY").ok().filter(|_| me != 0).map(|s| {
+        let (odds, max_ms) = s.split_once(',').expect("odds,max_ms");
+        let seed = std::env::var("MU_RT_SEED").map_or(1, |s| s.parse().unwrap());
+        SlowApply {
+            odds: odds.parse().unwrap(),
+            max_ms: max_ms.parse().unwrap(),
+            rng: Rng(seed ^ u64::from(me) << 32 | 1),
+        }
+    });
+    let applied = Applied {
+        slow: slow.map(|s| std::sync::Arc::new(std::sync::Mutex::new(s))),
+        ..Default::default()
+    };
     let mut config = config(n, me, slots);
     config.batch_requests_max = 2;
     config.outstanding_max = 3;
@@ -72,12 +86,17 @@ fn child_main() {
     }
     let replica =
         Replica::start_with_state(config, fabric, mode, applied.clone()).expect("replica starts");
-    let applied = applied.0;
+    let applied = applied.list;
     let mut acked = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(format!("acked-{me}.log")))
         .expect("acked log");
+    let mut errors = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("errors-{me}.log")))
+        .expect("errors log");
     std::fs::write(dir.join(format!("ready-{me}")), b"").unwrap();
     let mut k = 0u64;
     let mut outcomes = Vec::new();
@@ -89,7 +108,7 @@ fn child_main() {
                 format!("{:?} applied {}", replica.status(), applied.lock().unwrap().len());
             std::fs::write(dir.join(format!("status-{me}")), status).unwrap();
         }
-        if replica.leader() != Some(NodeId(me)) {
+        if replica.leader() != Some(NodeId(me)) || dir.join("quiet").exists() {
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
@@ -116,10 +135,15 @@ fn child_main() {
         let requests: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
         replica.propose_many(&requests, &mut outcomes);
         let mut lines = String::new();
+        let mut failed = String::new();
         for (value, outcome) in values.iter().zip(&outcomes) {
-            if let Ok(index) = outcome {
-                lines.push_str(&format!("{index} {value}\n"));
+            match outcome {
+                Ok(index) => lines.push_str(&format!("{index} {value}\n")),
+                Err(e) => failed.push_str(&format!("{value}: {e}\n")),
             }
+        }
+        if !failed.is_empty() {
+            errors.write_all(failed.as_bytes()).unwrap();
         }
         if lines.is_empty() {
             std::thread::sleep(Duration::from_millis(1));
@@ -144,19 +168,48 @@ fn child_main() {
 /// list, so a replica restored from one holds its donor's sequence up to there, and the checks
 /// below hold for it too.
 #[derive(Clone, Default)]
-struct Applied(std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>);
+struct Applied {
+    list: std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>,
+    /// Sleeps now and then in `apply`, if set.
+    slow: Option<std::sync::Arc<std::sync::Mutex<SlowApply>>>,
+}
+
+/// A commit handler that sleeps now and then: one entry in `odds`, up to `max_ms`.
+struct SlowApply {
+    odds: u64,
+    max_ms: u64,
+    rng: Rng,
+}
+
+/// xorshift64: enough randomness for faults, from a seed a failure prints.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
 
 impl StateMachine for Applied {
     fn apply(&mut self, index: u64, request: &[u8]) {
-        self.0.lock().unwrap().push((index, String::from_utf8_lossy(request).into_owned()));
+        if let Some(slow) = &self.slow {
+            let SlowApply { odds, max_ms, ref mut rng } = *slow.lock().unwrap();
+            if rng.below(odds) == 0 {
+                std::thread::sleep(Duration::from_millis(rng.below(max_ms + 1)));
+            }
+        }
+        self.list.lock().unwrap().push((index, String::from_utf8_lossy(request).into_owned()));
     }
 
     fn membership_changed(&mut self, index: u64, change: Change) {
-        self.0.lock().unwrap().push((index, format!("{change:?}")));
+        self.list.lock().unwrap().push((index, format!("{change:?}")));
     }
 
     fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
-        for (index, value) in self.0.lock().unwrap().iter() {
+        for (index, value) in self.list.lock().unwrap().iter() {
             out.extend_from_slice(format!("{index} {value}\n").as_bytes());
         }
         Ok(())
@@ -169,7 +222,7 @@ impl StateMachine for Applied {
             let (index, value) = line.split_once(' ').ok_or("a line without a space")?;
             entries.push((index.parse().map_err(|_| "a bad index")?, value.to_string()));
         }
-        *self.0.lock().unwrap() = entries;
+        *self.list.lock().unwrap() = entries;
         Ok(())
     }
 }
@@ -187,6 +240,8 @@ struct Cluster {
     slots: u64,
     group: u64,
     protocol: &'static str,
+    /// More environment variables for every child (`MU_RT_SLOW_APPLY`, `MU_RT_SEED`).
+    env: Vec<(&'static str, String)>,
 }
 
 impl Cluster {
@@ -208,6 +263,19 @@ impl Cluster {
         group: u64,
         protocol: &'static str,
     ) -> Cluster {
+        Cluster::start_env(tag, n, mode, slots, group, protocol, Vec::new())
+    }
+
+    /// [`Cluster::start_engine`] with more environment variables for the children.
+    fn start_env(
+        tag: &str,
+        n: u16,
+        mode: &str,
+        slots: u64,
+        group: u64,
+        protocol: &'static str,
+        env: Vec<(&'static str, String)>,
+    ) -> Cluster {
         let dir = common::fresh_run_dir(tag);
         let mut cluster = Cluster {
             dir,
@@ -218,6 +286,7 @@ impl Cluster {
             slots,
             group,
             protocol,
+            env,
         };
         cluster.children = (0..n).map(|_| None).collect();
         for me in 0..n {
@@ -266,6 +335,7 @@ impl Cluster {
         if let Some(members) = &self.members {
             command.env("MU_RT_MEMBERS", members);
         }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         command
             .args(["--ignored", "--exact", "child_main", "--nocapture"])
             .env("MU_RT_DIR", &self.dir)
@@ -501,6 +571,85 @@ fn t40_recycling_under_load() {
     c.wait_for("the log goes round 50 times", WITHIN, |c| c.acked_count(0) >= 50 * 64);
     let len = c.stop_and_check();
     assert!(len >= 50 * 64, "applied {len}");
+}
+
+/// Back-pressure, not errors (§5.3): replica 0 proposes flat out for 10 s (groups of up to six
+/// requests, two per entry, three entries in flight) into a log of 1,024 slots, while its
+/// followers' replayers are held up at random: their commit handlers sleep up to 20 ms on one
+/// entry in 16 (about 1,600 entries a second each, far below the leader's pace). The log is
+/// full most of the time and the leader goes at the followers' pace: no proposal fails (not
+/// with "log full", nor otherwise), and once the leader stops, every replica applies every
+/// acknowledged entry, at its index, in one order.
+///
+/// (Followers stopped with SIGSTOP at random, tried too, bring in the failure detector: a
+/// leader change now and then, whose proposals fail with `Aborted`, which is not what this
+/// test is about.)
+///
+/// Ignored: it fails in about one run of three. Out of room, the leader waited for one follower
+/// about a log behind that applied nothing for over 100 ms while the other was not confirmed
+/// (after an abort: the leader's attempts restart now and then under this load), and the
+/// proposals failed with "log full", naming it. Run it with `--ignored`.
+#[test]
+#[ignore = "fails in about one run of three: see its comment"]
+fn t45_sustained_overload_slows_the_leader_without_errors() {
+    let _serial = one_at_a_time();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let seed = std::env::var("MU_RT_SEED").map_or(seed, |s| s.parse().unwrap());
+    eprintln!("seed {seed} (MU_RT_SEED)");
+    let env = vec![("MU_RT_SLOW_APPLY", "16,20".to_string()), ("MU_RT_SEED", seed.to_string())];
+    let c = Cluster::start_env("overload3", 3, "handover", 4096, 6, "mu", env);
+    c.wait_for("replica 0 commits", WITHIN, |c| c.acked_count(0) >= 100);
+    // From here on: a first proposal may come before the leader's replication plane has taken
+    // up the leadership its background plane announced (`NotLeader`).
+    std::fs::write(c.dir.join("errors-0.log"), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(10));
+    std::fs::write(c.dir.join("quiet"), b"").unwrap();
+    // The call under way when the leader was told to stop ends first.
+    let mut count = c.acked_count(0);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = c.acked_count(0);
+        if now == count {
+            break;
+        }
+        count = now;
+    }
+    let acked = c.acked(0);
+    let last = *acked.keys().last().expect("replica 0 acknowledged proposals");
+    let laps = last / c.slots;
+    eprintln!("{count} requests acknowledged, up to index {last}");
+    assert!(laps >= 2, "the log went round only {laps} times: no overload");
+    let errors = std::fs::read_to_string(c.dir.join("errors-0.log")).unwrap_or_default();
+    assert!(
+        errors.is_empty(),
+        "{} proposals failed under overload, first and last:\n{}\n{}{}",
+        errors.lines().count(),
+        first_lines(&errors, 3),
+        errors.lines().last().unwrap_or_default(),
+        c.statuses()
+    );
+    // Every replica applies up to the last acknowledged entry (the followers at their pace).
+    c.wait_for("every replica applies every acknowledged entry", WITHIN, |c| {
+        (0..3).all(|me| applied_count(&c.status(me)) >= count)
+    });
+    // One order, every acknowledged entry at its index; (more may be applied than was
+    // acknowledged: a request whose proposal failed as the leadership was being taken up,
+    // before the errors were counted, may still have been decided).
+    let applied = c.stop_and_check();
+    assert!(applied >= count, "applied {applied} of {count} acknowledged");
+}
+
+/// The first `n` lines of `text`.
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+/// The count of applied requests a child's status report ends with ("... applied N").
+fn applied_count(status: &str) -> usize {
+    status.rsplit_once("applied ").and_then(|(_, n)| n.trim().parse().ok()).unwrap_or(0)
 }
 
 /// A follower stopped for a while lags; when it continues, the leader's update of followers

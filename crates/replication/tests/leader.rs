@@ -855,6 +855,53 @@ fn t95_recycling_waits_for_log_heads() {
     assert_eq!(c.committed().len() as u64, slots, "the cancelled value was not proposed");
 }
 
+/// §5.3 with back-pressure: out of room, the leader waits for the slowest follower while its
+/// head moves, however slowly, and drops it (a majority remaining) only once its head stood
+/// still for `drop_stalled_after_ns`.
+#[test]
+fn t97_a_slow_follower_is_waited_for_and_a_stalled_one_dropped() {
+    let mut c = Cluster::ready(3, 0);
+    c.leader.set_drop_stalled_after_ns(100_000);
+    let slots = c.layout.slots_count();
+    for i in 0..slots - 1 {
+        c.propose(format!("v{i}").as_bytes()).unwrap();
+        c.run();
+    }
+    // The leader and replica 1 applied everything, replica 2 the first entry only.
+    c.mems[0].store_u64(Area::Log, mu_log::HEAD_OFFSET, slots - 1);
+    let mut out = Vec::new();
+    c.leader.set_head(NodeId(1), slots - 1, &mut c.mems[0], &mut out);
+    c.leader.set_head(NodeId(2), 1, &mut c.mems[0], &mut out);
+    c.take(out);
+    c.propose(b"fits").unwrap();
+    c.run();
+    c.propose(b"waits for 2").unwrap();
+    c.run();
+    assert!(c.leader.waiting_for_room());
+    for _ in 0..5 {
+        c.tick();
+    }
+    c.run();
+    assert!(c.leader.waiting_for_room(), "replica 2's head moved 50 µs ago: waited for");
+    assert_eq!(c.leader.confirmed().len(), 3);
+    let mut out = Vec::new();
+    c.leader.set_head(NodeId(2), 2, &mut c.mems[0], &mut out);
+    c.take(out);
+    c.run();
+    assert!(!c.leader.waiting_for_room(), "replica 2 applied one more: room for one more");
+    assert_eq!(c.committed().len() as u64, slots + 1);
+    c.propose(b"replica 2 stands still").unwrap();
+    c.run();
+    assert!(c.leader.waiting_for_room());
+    for _ in 0..11 {
+        c.tick();
+    }
+    c.run();
+    assert!(!c.leader.waiting_for_room(), "110 µs without a move: replica 2 is dropped");
+    assert_eq!(c.leader.confirmed(), [NodeId(0), NodeId(1)]);
+    assert_eq!(c.committed().len() as u64, slots + 2);
+}
+
 /// §4.2 "Omitting the prepare phase" after the circular log wrapped (§5.3): slots holding the
 /// previous lap read as stale, not as accepted values, so a new leader still omits prepare after
 /// its first proposal, with no zeroing of reused slots.

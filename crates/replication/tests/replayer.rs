@@ -113,3 +113,62 @@ fn t50_without_the_scan_only_the_fuo_decides() {
     assert_eq!(applied(&mut r, &mut c.mems[1]), [(1, b"b".to_vec())]);
     assert_eq!(r.head(), 2);
 }
+
+/// A memory that notes every store of the log head, with how many entries were applied then.
+struct HeadStores<'a> {
+    mem: VecMemory,
+    applied: &'a std::cell::Cell<u64>,
+    stores: Vec<(u64, u64)>,
+}
+
+impl Memory for HeadStores<'_> {
+    fn read(&self, area: Area, offset: u64, out: &mut [u8]) {
+        self.mem.read(area, offset, out);
+    }
+
+    fn write(&mut self, area: Area, offset: u64, data: &[u8]) {
+        if area == Area::Log && offset == HEAD_OFFSET {
+            let head = u64::from_le_bytes(data.try_into().expect("the head is a word"));
+            self.stores.push((head, self.applied.get()));
+        }
+        self.mem.write(area, offset, data);
+    }
+
+    fn write_guarded(&mut self, offset: u64, data: &[u8]) -> Result<(), mu_replication::Revoked> {
+        self.mem.write_guarded(offset, data)
+    }
+}
+
+/// §5.3 log recycling: the leader makes room only from the heads it reads. A follower far
+/// behind applies up to a whole log in one poll, and publishes its head entry by entry, not
+/// only at the end: published once at the end, the leader saw no progress for as long as the
+/// whole log took to apply, and its proposals failed with "log full" while the followers were
+/// applying.
+#[test]
+fn t60_a_long_poll_publishes_its_head_as_it_goes() {
+    let l = mu_log::LogLayout::new(1024, 128, mu_log::Integrity::Checksum).unwrap();
+    let decided = 1000u64;
+    let applied = std::cell::Cell::new(0);
+    let mut mem =
+        HeadStores { mem: VecMemory::new(l.region_bytes(), 0), applied: &applied, stores: vec![] };
+    let mut entry = vec![0u8; l.slot_bytes() as usize];
+    for i in 0..decided {
+        let n = l.encode(i, 7, EntryKind::Request, format!("v{i}").as_bytes(), &mut entry).unwrap();
+        mem.mem.write(Area::Log, l.slot_offset(i), &entry[..n]);
+    }
+    mem.mem.store_u64(Area::Log, FUO_OFFSET, decided);
+    let mut r = Replayer::new(l, 0);
+    let count = r.poll(&mut mem, |i, _, _| {
+        assert_eq!(i, applied.get(), "in order");
+        applied.set(i + 1);
+    });
+    assert_eq!(count as u64, decided, "one poll applies every decided entry");
+    assert_eq!(mem.stores.len() as u64, decided, "one store per entry");
+    let mut last = 0;
+    for &(head, applied_then) in &mem.stores {
+        assert_eq!(head, applied_then, "the head published is what was applied by then");
+        assert_eq!(head, last + 1, "no entry applied without a word to the leader");
+        last = head;
+    }
+    assert_eq!(last, decided);
+}

@@ -60,6 +60,7 @@ impl Leader {
             // from its snapshot or from 0.
             self.recycling.heads[pos] =
                 mem.load_u64(Area::Scratch, self.scratch(pos, SCRATCH_HEAD));
+            self.recycling.moved_at_ns[pos] = self.now_ns;
             self.recycling.room_below = 0;
         }
     }

@@ -334,6 +334,7 @@ impl Leader {
                 self.publish_fuo(out);
             }
         }
+        self.room_tick(mem, out);
     }
 
     /// A work request posted to `peer` completed.

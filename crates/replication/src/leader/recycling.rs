@@ -12,6 +12,10 @@ pub(super) struct Recycling {
     /// The leader writes index `i` into a confirmed log only once that replica applied
     /// `i - slots_count`, the entry whose slot `i` reuses (log recycling, §5.3).
     pub(super) heads: Vec<u64>,
+    /// When each head last moved, or was first read (the leader's clock, [`Leader::tick`]).
+    pub(super) moved_at_ns: Vec<u64>,
+    /// [`Leader::set_drop_stalled_after_ns`].
+    pub(super) drop_stalled_after_ns: u64,
     /// Indices below this have room in the log ([`Leader::log_limit`] when
     /// [`Leader::make_room`] last computed it; 0: not known). The limit only falls when a
     /// replica joins the confirmed set or a head is read lower, and those reset it; heads
@@ -23,7 +27,12 @@ pub(super) struct Recycling {
 
 impl Recycling {
     pub(super) fn new(replicas_count: usize) -> Recycling {
-        Recycling { heads: vec![0; replicas_count], room_below: 0 }
+        Recycling {
+            heads: vec![0; replicas_count],
+            moved_at_ns: vec![0; replicas_count],
+            drop_stalled_after_ns: 0,
+            room_below: 0,
+        }
     }
 }
 
@@ -46,6 +55,32 @@ impl Leader {
             .saturating_add(self.layout.slots_count() - 1)
     }
 
+    /// The confirmed replica whose log head the room waits for (the lowest head; a follower
+    /// rather than ourselves when level), and that head: the first entry it has not applied, as
+    /// last read. Once [`Leader::make_room`] could drop no one, proposals waiting for room wait
+    /// for this replica to apply. `None` with no replica confirmed.
+    pub fn room_holder(&self) -> Option<(NodeId, u64)> {
+        let pos = self
+            .confirmed
+            .iter()
+            .min_by_key(|&pos| (self.recycling.heads[pos], pos == self.me_pos))?;
+        Some((self.replicas.ids()[pos], self.recycling.heads[pos]))
+    }
+
+    /// How long the slowest confirmed follower's head must have stood still before the leader,
+    /// out of room, drops it rather than waits for it ([`Leader::make_room`]); 0 (the default):
+    /// at once. The runtime sets half its log-full timeout. A follower that applies, however
+    /// slowly, is then waited for (back-pressure): dropped, it fell further behind with every
+    /// entry the leader went on with, a whole log behind under sustained load, and came back
+    /// only by a state transfer, while the follower left became the only one the room waited
+    /// for (under sustained overload the followers took turns at that, and one taken back by a
+    /// transfer held the room for over 100 ms: "log full"). Set it well above the gaps between
+    /// the heads read of a follower that applies (a heartbeat read period, plus a scheduler's
+    /// time slice or two on a loaded machine).
+    pub fn set_drop_stalled_after_ns(&mut self, ns: u64) {
+        self.recycling.drop_stalled_after_ns = ns;
+    }
+
     /// Whether proposals wait for room in the log, none in flight: replicas must apply more
     /// entries before the slot the next index reuses is free.
     pub fn waiting_for_room(&self) -> bool {
@@ -64,6 +99,7 @@ impl Leader {
         let Some(pos) = self.replicas.position(peer) else { return };
         if head > self.recycling.heads[pos] {
             self.recycling.heads[pos] = head;
+            self.recycling.moved_at_ns[pos] = self.now_ns;
             self.room_changed(mem, out);
         }
     }
@@ -71,9 +107,21 @@ impl Leader {
     /// Every replica has applied the entries below `min_head` ([`Leader::set_head`] for all).
     pub fn set_min_head(&mut self, min_head: u64, mem: &mut impl Memory, out: &mut Vec<Action>) {
         for pos in 0..self.replicas.len() {
-            self.recycling.heads[pos] = self.recycling.heads[pos].max(min_head);
+            if min_head > self.recycling.heads[pos] {
+                self.recycling.heads[pos] = min_head;
+                self.recycling.moved_at_ns[pos] = self.now_ns;
+            }
         }
         self.room_changed(mem, out);
+    }
+
+    /// Time passed ([`Leader::tick`]): proposals waiting for room may go on without the
+    /// slowest follower now, if it stood still long enough
+    /// ([`Leader::set_drop_stalled_after_ns`]).
+    pub(super) fn room_tick(&mut self, mem: &mut impl Memory, out: &mut Vec<Action>) {
+        if self.waiting_for_room() {
+            self.start_replicating(mem, out);
+        }
     }
 
     /// Log heads moved: proposals waiting for room may go on.
@@ -86,9 +134,12 @@ impl Leader {
     }
 
     /// Whether `index` may be written (§5.3). If the slowest confirmed follower is what holds
-    /// the log back and a majority remains without it, it stops being written to (it is dropped
-    /// from the confirmed set, with its log intact) rather than stalling everyone: it joins
-    /// again when it asks, if it is still within a log of us.
+    /// the log back, its head has stood still long enough ([`Leader::set_drop_stalled_after_ns`])
+    /// and a majority
+    /// remains without it, it stops being written to (it is dropped from the confirmed set,
+    /// with its log intact) rather than stalling everyone: it joins again when it asks, if it is
+    /// still within a log of us. One whose head moves is waited for: back-pressure, the leader
+    /// at the pace of the followers it counts on.
     pub(super) fn make_room(&mut self, index: u64, mem: &impl Memory) -> bool {
         if index < self.recycling.room_below {
             debug_assert!(index < self.log_limit(), "the cached room is a bound");
@@ -105,7 +156,9 @@ impl Leader {
             match slowest {
                 Some(pos)
                     if self.recycling.heads[pos] < self.recycling.heads[self.me_pos]
-                        && self.confirmed.count() > self.majority() =>
+                        && self.confirmed.count() > self.majority()
+                        && self.now_ns.saturating_sub(self.recycling.moved_at_ns[pos])
+                            >= self.recycling.drop_stalled_after_ns =>
                 {
                     self.confirmed.remove(pos);
                     self.waits[pos] = Wait::Idle;
