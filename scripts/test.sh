@@ -196,8 +196,11 @@ assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["r
 e = d["e2e"]
 assert {(r["transport"], r["system"], r["op"]) for r in e["results"]} == {
     (t, s, o) for t in ["unix", "tcp", "fabric"] for s in ["transport", "unreplicated", "replicated"]
-    for o in ["put", "get", "order"]}, e
-assert all(r["app"] == ("orderbook" if r["op"] == "order" else "kv") for r in e["results"]), e
+    for o in ["put", "get", "order"]} | {
+    ("fabric", s, "order-pipelined") for s in ["transport", "unreplicated", "replicated"]}, e
+assert all(r["app"] == ("kv" if r["op"] in ["put", "get"] else "orderbook") for r in e["results"]), e
+assert all(r["in_flight"] == (8 if r["op"] == "order-pipelined" else 1) and r["ops_per_s"] > 0
+           for r in e["results"]), e
 assert e["replication_p50_us"] > 0 and e["fabric_write_rtt_p50_us"] > 0, e
 assert {t["name"] for t in e["targets"]} == {"fabric-path-vs-write", "replication-added", "unix-vs-fabric"}, e
 for mode in ["kill", "pause"]:
