@@ -19,6 +19,7 @@
 
 mod common;
 
+use common::load::Load;
 use common::{mu, ok, Setup};
 use mu_service::wire::{read_frame, write_frame, ClientMessage, ServerMessage, WIRE_VERSION};
 use mu_service::{Client, ClusterConfig, Endpoint, ReplicaReport};
@@ -68,30 +69,6 @@ struct Seen {
     last: u64,
     asked: u64,
     resends: u64,
-}
-
-/// Clients on their own threads until stopped.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<Seen>>,
-}
-
-impl Load {
-    fn start(config: &ClusterConfig) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..CLIENTS)
-            .map(|t| {
-                let (stop, id, endpoints) = (stop.clone(), config.cluster_id, config.endpoints());
-                std::thread::spawn(move || client_loop(t, id, endpoints, &stop))
-            })
-            .collect();
-        Load { stop, threads }
-    }
-
-    fn finish(self) -> Vec<Seen> {
-        self.stop.store(true, Ordering::Release);
-        self.threads.into_iter().map(|t| t.join().expect("a client thread")).collect()
-    }
 }
 
 fn key(t: u64) -> Vec<u8> {
@@ -302,9 +279,9 @@ fn a_paused_leader_costs_clients_about_the_failover_not_the_pause() {
     ok(mu(&["cluster", "up", "--config", setup.config(), "--timeout-s", "30"]));
     let config = ClusterConfig::load(&setup.config).expect("the configuration");
     settled(&config);
-    let load = Load::start(&config);
+    let load = Load::start(CLIENTS, &config, client_loop);
     let woke = Arc::new(Mutex::new(Vec::new()));
-    let canary = canary(load.stop.clone(), woke.clone());
+    let canary = canary(load.stop_flag(), woke.clone());
     std::thread::sleep(LOAD);
     let mut pauses = Vec::new();
     let checkable = |p: &Pause| {

@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::load::Load;
 use common::{mu, ok, Setup};
 use mu_daemon::ukharon::status::NodeStatus;
 use mu_kv::{Op, Reply, Request};
@@ -23,8 +24,6 @@ use mu_sim::history::{History, Operation, Outcome};
 use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Five: Mu and Velos need a majority of them after two are killed.
@@ -53,30 +52,6 @@ fn write_config(setup: &Setup, cluster_id: u64, protocol: &str) {
         setup.run_dir.display()
     );
     std::fs::write(&setup.config, text).expect("config file");
-}
-
-/// Clients on their own threads until stopped; each returns the operations it made.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<Vec<Operation>>>,
-}
-
-impl Load {
-    fn start(config: &ClusterConfig) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..CLIENTS)
-            .map(|t| {
-                let (stop, id, endpoints) = (stop.clone(), config.cluster_id, config.endpoints());
-                std::thread::spawn(move || client_loop(t, id, endpoints, &stop))
-            })
-            .collect();
-        Load { stop, threads }
-    }
-
-    fn finish(self) -> Vec<Operation> {
-        self.stop.store(true, Ordering::Release);
-        self.threads.into_iter().flat_map(|t| t.join().expect("a client thread")).collect()
-    }
 }
 
 fn key(k: u64) -> Vec<u8> {
@@ -224,7 +199,7 @@ fn failovers(protocol: &str, tag: u64) {
     let config = ClusterConfig::load(&setup.config).expect("the configuration");
     let mut live = REPLICAS.to_vec();
     wait_for(&config, "settled view", |r| settled(r, &live));
-    let load = Load::start(&config);
+    let load = Load::start(CLIENTS, &config, client_loop);
     std::thread::sleep(LOAD);
     kill_primary(&config, &mut live, false);
     std::thread::sleep(LOAD);
@@ -232,7 +207,7 @@ fn failovers(protocol: &str, tag: u64) {
     std::thread::sleep(LOAD);
     kill_primary(&config, &mut live, true);
     std::thread::sleep(LOAD);
-    let mut operations = load.finish();
+    let mut operations: Vec<Operation> = load.finish().into_iter().flatten().collect();
     if protocol != "ukharon-kv" {
         // Leased reads happened: the last leader answered GETs from its own store.
         let local: u64 = statuses(&config).iter().filter_map(|r| r.local_reads).sum();

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 pub mod bench;
+pub mod load;
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
