@@ -166,6 +166,27 @@ struct Rings {
 }
 
 impl HelloQueue {
+    /// The queue, and the thread that says the hellos asked for to `on_request`'s handler. The
+    /// thread ends once the acceptor has (it holds the only sender).
+    fn start(on_request: Arc<Mutex<Option<HelloHandler>>>) -> Result<HelloQueue, String> {
+        let (sender, hello_requests) = std::sync::mpsc::sync_channel::<(u8, NodeId)>(HELLO_QUEUE);
+        let waiting = Arc::new(Mutex::new(HashSet::new()));
+        let taken = waiting.clone();
+        std::thread::Builder::new()
+            .name("mu-ofi-hello".into())
+            .spawn(move || {
+                while let Ok((channel, from)) = hello_requests.recv() {
+                    // Taken off first: a request that comes while this one is said is a new one.
+                    taken.lock().expect("hello queue").remove(&(channel, from));
+                    if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
+                        handler(channel, from);
+                    }
+                }
+            })
+            .map_err(|e| format!("hello thread: {e}"))?;
+        Ok(HelloQueue { sender, waiting })
+    }
+
     fn push(&self, channel: u8, from: NodeId) {
         let mut waiting = self.waiting.lock().expect("hello queue");
         if !waiting.contains(&(channel, from)) && self.sender.try_send((channel, from)).is_ok() {
@@ -190,23 +211,8 @@ impl Liveness {
         listener.set_nonblocking(true).map_err(|e| format!("liveness port: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let on_hello_request: Arc<Mutex<Option<HelloHandler>>> = Arc::new(Mutex::new(None));
-        let (stopping, on_request) = (stop.clone(), on_hello_request.clone());
-        let (sender, hello_requests) = std::sync::mpsc::sync_channel::<(u8, NodeId)>(HELLO_QUEUE);
-        let waiting = Arc::new(Mutex::new(HashSet::new()));
-        let hellos = HelloQueue { sender, waiting: waiting.clone() };
-        // Ends once the acceptor has (it holds the only sender).
-        std::thread::Builder::new()
-            .name("mu-ofi-hello".into())
-            .spawn(move || {
-                while let Ok((channel, from)) = hello_requests.recv() {
-                    // Taken off first: a request that comes while this one is said is a new one.
-                    waiting.lock().expect("hello queue").remove(&(channel, from));
-                    if let Some(handler) = on_request.lock().expect("hello handler").as_ref() {
-                        handler(channel, from);
-                    }
-                }
-            })
-            .map_err(|e| format!("hello thread: {e}"))?;
+        let stopping = stop.clone();
+        let hellos = HelloQueue::start(on_hello_request.clone())?;
         let acceptor = std::thread::Builder::new()
             .name("mu-ofi-liveness".into())
             .spawn(move || {
