@@ -430,15 +430,14 @@ impl RawQp {
         len_bytes: u64,
         access: Access,
     ) -> Result<(), i32> {
-        // SAFETY: the queue pair lives as long as the side that owns this handle (the caller
-        // holds it) and was created with the extended API, so it has an `ibv_qp_ex` whose
+        // The queue pair was created with the extended API, so it has an `ibv_qp_ex` whose
         // `wr_start`, `wr_complete` and `wr_abort` are set; a bind is built only if the provider
         // set `wr_bind_mw` (it does for queue pairs created with `IBV_QP_EX_WITH_BIND_MW`, i.e.
-        // where the device has windows). Between `ibv_wr_start` and `ibv_wr_complete` (or
-        // `ibv_wr_abort`) the provider holds the queue pair's lock, so what is read and written
-        // in the `ibv_qp_ex` there races with no other thread (see above). `window` and
-        // `mr` are live handles of this queue pair's protection domain, and `info` outlives the
-        // call that reads it.
+        // where the device has windows).
+        // SAFETY: the queue pair lives as long as the side owning this handle (the caller holds
+        // it); between `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort` the provider holds
+        // its lock, so the `ibv_qp_ex` fields race with no other thread (see above); `window`
+        // and `mr` are live handles of its protection domain; `info` outlives the call.
         unsafe {
             let qpx = ibv_qp_to_qp_ex(self.0.as_ptr());
             if qpx.is_null() {
