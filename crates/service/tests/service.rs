@@ -489,10 +489,9 @@ fn a_server_that_is_not_a_replica_is_named_so() {
     assert!(e.to_string().contains("is not a mu replica"), "{e}");
 }
 
-/// A client's timeout bounds its wait for a replica that accepts and never answers: it gave
-/// up on such a replica only after the half-second read timeout, whatever its own timeout.
-#[test]
-fn a_short_timeout_is_kept_with_a_silent_replica() {
+/// A TCP address that accepts connections and never answers (a stopped replica, as far as a
+/// client can tell), and the connections it holds (kept open while the result lives).
+fn silent_replica() -> (String, Arc<Mutex<Vec<std::net::TcpStream>>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
     let addr = listener.local_addr().unwrap().to_string();
     let held = Arc::new(Mutex::new(Vec::new()));
@@ -502,6 +501,14 @@ fn a_short_timeout_is_kept_with_a_silent_replica() {
             holder.lock().unwrap().push(stream); // accepted, never answered
         }
     });
+    (addr, held)
+}
+
+/// A client's timeout bounds its wait for a replica that accepts and never answers: it gave
+/// up on such a replica only after the half-second read timeout, whatever its own timeout.
+#[test]
+fn a_short_timeout_is_kept_with_a_silent_replica() {
+    let (addr, _held) = silent_replica();
     let mut client = Client::new(1, vec![(0, Endpoint::Tcp(addr))]).expect("a client");
     client.set_timeout(Duration::from_millis(50));
     let started = Instant::now();
@@ -519,15 +526,7 @@ fn a_short_timeout_is_kept_with_a_silent_replica() {
 /// expects its value, succeeds.
 #[test]
 fn a_silent_target_costs_a_client_its_attempt_wait_not_the_read_timeout() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let addr = listener.local_addr().unwrap().to_string();
-    let held = Arc::new(Mutex::new(Vec::new()));
-    let holder = held.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            holder.lock().unwrap().push(stream); // accepted, never answered
-        }
-    });
+    let (addr, _held) = silent_replica();
     let cluster = Cluster::start("silent-target", 0x5174);
     cluster.wait_leader();
     // The silent one first: the client's first target.
