@@ -4,9 +4,10 @@
 //! wait_doorbell`). The count lives in a shared mapping, so the futex is a shared one (no
 //! `FUTEX_PRIVATE_FLAG`): the kernel keys it by the file's page, the same in every process.
 
+use crate::futex::{futex_wait, futex_wake};
 use crate::layout::{H_DOORBELL, H_DOORBELL_WAITERS};
 use crate::mapping::Mapping;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 /// The count now.
 pub(crate) fn count(ctl: &Mapping) -> u64 {
@@ -34,42 +35,5 @@ pub(crate) fn ring(ctl: &Mapping) {
     word.fetch_add(1, Ordering::SeqCst);
     if ctl.u32_at(H_DOORBELL_WAITERS).load(Ordering::SeqCst) != 0 {
         futex_wake(word);
-    }
-}
-
-fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
-    let timeout = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: `word` is a live, 4-byte-aligned word of a shared mapping that outlives the call;
-    // FUTEX_WAIT reads it and sleeps while it equals `expected`, at most `timeout` (relative);
-    // the other arguments are unused by this operation. Every outcome (woken, timed out, the
-    // word already changed, a signal) is fine: the caller reads the count again.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &timeout as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
-}
-
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: as in `futex_wait`; FUTEX_WAKE only reads the address to find its waiters.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
     }
 }

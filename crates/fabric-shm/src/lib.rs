@@ -23,9 +23,11 @@
 mod barrier;
 mod config;
 mod control;
+mod crash_watch;
 mod doorbell;
 mod endpoint;
 pub mod fence;
+mod futex;
 pub mod guard;
 pub mod layout;
 pub mod liveness;

@@ -19,6 +19,9 @@ use std::sync::Arc;
 
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// Set in the lock word by a thread that sleeps on it (`crate::crash_watch`): the kernel wakes
+/// one such thread when it marks the owner dead.
+pub(crate) const FUTEX_WAITERS: u32 = 0x8000_0000;
 
 /// Whether the node whose control segment is `ctl` is alive.
 pub fn is_alive(ctl: &Mapping) -> bool {
@@ -29,8 +32,12 @@ pub fn is_alive(ctl: &Mapping) -> bool {
 /// if it is held.
 pub fn owner_tid(ctl: &Mapping) -> Option<u32> {
     let word = ctl.u32_at(H_LIVENESS).load(Ordering::Acquire);
-    let tid = word & FUTEX_TID_MASK;
-    (word & FUTEX_OWNER_DIED == 0 && tid != 0).then_some(tid)
+    word_alive(word).then_some(word & FUTEX_TID_MASK)
+}
+
+/// Whether a liveness lock word says its owner lives: held, and not marked dead by the kernel.
+pub(crate) fn word_alive(word: u32) -> bool {
+    word & FUTEX_OWNER_DIED == 0 && word & FUTEX_TID_MASK != 0
 }
 
 /// The thread that holds a node's liveness mutex. Dropping the holder ends the thread without
@@ -53,6 +60,9 @@ impl Holder {
         let thread = std::thread::Builder::new()
             .name("mu-liveness".into())
             .spawn(move || {
+                // Killed, this thread's exit is what marks the node dead: it should not wait
+                // out the slice of a thread spinning on its CPU to get there.
+                let _ = mu_cpu::request_slice_ns(mu_cpu::SLICE_NS_MIN);
                 let mutex = ctl.raw_at(H_LIVENESS).cast::<libc::pthread_mutex_t>();
                 // SAFETY: `mutex` points at the mutex initialized above, inside a mapping that
                 // this thread keeps alive through its `Arc`.

@@ -1,6 +1,7 @@
 //! Finding a peer's current incarnation: the latest one reached while it lives, else its
 //! control file.
 
+use crate::crash_watch;
 use crate::fence::PeerProcess;
 use crate::guard::Slot;
 use crate::layout::{self, MAX_CHANNELS};
@@ -93,14 +94,16 @@ impl Node {
         let entry = peers
             .entry((peer, header.incarnation))
             .or_insert_with(|| {
-                Arc::new(Peer {
+                let found = Arc::new(Peer {
                     node: peer,
                     incarnation: header.incarnation,
                     process: PeerProcess::pin(header.pid, header.pid_namespace, &ctl),
                     ctl,
                     regions: Mutex::new(HashMap::new()),
                     regions_seen: AtomicU64::new(0),
-                })
+                });
+                crash_watch::start(&found, &self.ctl);
+                found
             })
             .clone();
         Ok(entry)

@@ -159,5 +159,6 @@ fn spec_encoding_round_trips() {
 mu_fabric::conformance_tests!(ShmHarness::new());
 
 mod doorbells {
-    mu_fabric::conformance_tests!(@each super::ShmHarness::new(); doorbell_wakes_a_waiter);
+    mu_fabric::conformance_tests!(@each super::ShmHarness::new(); doorbell_wakes_a_waiter,
+        crash_rings_the_doorbell);
 }

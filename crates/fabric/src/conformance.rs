@@ -870,6 +870,32 @@ pub fn crash_is_notified<H: Harness>(h: &mut H) {
     assert_eq!(h.join(task), None);
 }
 
+/// A peer's crash wakes a thread waiting on the node's doorbell (on a backend whose crash
+/// notices wake; not in [`conformance_tests!`]'s list): a waiter with a long timeout returns
+/// soon after the peer dies, and the crash is notified by then.
+pub fn crash_rings_the_doorbell<H: Harness>(h: &mut H) {
+    let (a, t) = (NodeId(0), NodeId(2));
+    let fa = h.fabric(a);
+    fa.register_region(DATA, DATA_BYTES, Access::ALL).unwrap();
+    let task = start_host(h, &fa, t);
+    let seen = fa.doorbell();
+    let waiter = {
+        let fa = fa.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let count = fa.wait_doorbell(seen, 20_000_000_000);
+            (count, started.elapsed(), fa.crash_notified(t))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    h.crash(t);
+    let (count, waited, notified) = waiter.join().expect("the waiter");
+    assert_ne!(count, seen, "the crash rang the doorbell");
+    assert!(waited < Duration::from_secs(5), "woken after {waited:?}, not at the crash");
+    assert!(notified, "woken by the crash, which is notified by then");
+    assert_eq!(h.join(task), None);
+}
+
 /// Revocation is a barrier: a writer stopped in the middle of a copy while the target revokes its
 /// write access lands nothing after the revoke returns, even once it is let go.
 pub fn revoke_is_a_barrier_for_a_stopped_writer<H: Harness>(h: &mut H) {

@@ -898,6 +898,9 @@ fn spawn_pinned(
     let handle = std::thread::Builder::new()
         .name(name)
         .spawn(move || {
+            // Woken threads (a permission request, a crash notice) should run within a short
+            // slice of whatever spins on their core, and spinning ones hand it over as soon.
+            let _ = mu_cpu::request_slice_ns(mu_cpu::SLICE_NS_MIN);
             let pinned = cpu.map_or(Ok(()), mu_cpu::pin_to);
             let go = pinned.is_ok();
             let _ = tx.send(pinned);
