@@ -12,5 +12,6 @@ pub mod interrupt;
 pub mod lock_file;
 pub mod parent;
 pub mod pid_file;
+pub mod poll;
 pub mod run_dir;
 pub mod user;

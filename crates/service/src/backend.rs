@@ -8,6 +8,7 @@ use crate::app::{App, AppRequest};
 use crate::machine::SharedMachine;
 use crate::report::ReplicaReport;
 use crate::wire::ServerMessage;
+use mu_fabric::NodeId;
 use mu_replica::{ProposeError, Replica};
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,7 +76,7 @@ impl Backend for ReplicaBackend {
                     Some(reply) => reply.into_message(),
                     None => ServerMessage::Retry("applied out of order; send it again".into()),
                 },
-                (Err(e), _) => answer_error(e),
+                (Err(e), _) => answer_error(e, self.replica.id()),
             });
         }
     }
@@ -116,8 +117,15 @@ fn propose_batch(
     }
 }
 
-fn answer_error(e: ProposeError) -> ServerMessage {
+/// The answer to a request this replica (`me`) could not propose.
+fn answer_error(e: ProposeError, me: NodeId) -> ServerMessage {
     match e {
+        // Elected, and taking the leadership up (permissions, catching up): this replica will
+        // answer in a moment. Sent away with its own name, a client would try the others
+        // first, which name this one, and come back after pauses.
+        ProposeError::NotLeader { leader: Some(leader) } if leader == me => {
+            ServerMessage::Retry("elected; taking up the leadership".into())
+        }
         ProposeError::NotLeader { leader } => {
             ServerMessage::NotLeader { leader: leader.map(|l| l.0) }
         }

@@ -227,14 +227,16 @@ impl Server {
         if let Some(listener) = tcp_listener {
             let (stop, base, warned) = (stop.clone(), base.clone(), warned.clone());
             acceptors.push(spawn("mu-kv-accept-tcp", move || {
-                accept_loop(|| Stream::tcp(listener.accept()?.0), &stop, &base, &warned)
+                let wait = || mu_procs::poll::readable(&listener, ACCEPT_WAIT);
+                accept_loop(|| Stream::tcp(listener.accept()?.0), wait, &stop, &base, &warned)
             })?);
         }
         let counters = base.counters.clone();
         {
             let stop = stop.clone();
             acceptors.push(spawn("mu-kv-accept", move || {
-                accept_loop(|| Ok(Stream::Unix(listener.accept()?.0)), &stop, &base, &warned)
+                let wait = || mu_procs::poll::readable(&listener, ACCEPT_WAIT);
+                accept_loop(|| Ok(Stream::Unix(listener.accept()?.0)), wait, &stop, &base, &warned)
             })?);
         }
         tracing::info!(
@@ -394,10 +396,18 @@ impl Drop for Admitted {
     }
 }
 
+/// How long an idle acceptor waits for a connection before it looks at its stop flag again:
+/// how late a server's drop may be for its acceptors.
+const ACCEPT_WAIT: Duration = Duration::from_millis(10);
+
 /// Accepts connections (`accept`, on a non-blocking listener) until `stop`, serving each on a
 /// thread of its own with a copy of `base`, up to `base.limits.connections_max` at once.
+/// Between connections it waits on the listener, so that a client is accepted at once: after a
+/// failover every client connects to another replica, and a sleep here was part of what they
+/// saw of it.
 fn accept_loop(
     mut accept: impl FnMut() -> io::Result<Stream>,
+    wait: impl Fn() -> bool,
     stop: &AtomicBool,
     base: &Connection,
     warned: &Warnings,
@@ -429,7 +439,7 @@ fn accept_loop(
                 let _ = spawn("mu-kv-conn", move || conn.serve(&stream, admitted));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
+                wait();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
