@@ -64,6 +64,15 @@ const REDIRECT_PAUSE: Duration = Duration::from_micros(200);
 /// (each elected by its own detector) are asked a few hundred times a second at most.
 const REDIRECT_PAUSE_MAX: Duration = Duration::from_micros(6_400);
 
+/// How long after failing to reach a replica a "not leader" naming it counts as stale: the
+/// replica answering has not noticed the failure yet (a failover takes about a millisecond
+/// on one host, and detection a few read periods where a leader was paused).
+const UNREACHABLE_FOR: Duration = Duration::from_millis(100);
+/// Stale "not leader" answers from one replica taken in a row, each followed by a
+/// [`REDIRECT_PAUSE`], before the client tries the next replica: a replica that does not
+/// notice within about a millisecond and a half may be a slow one.
+const STALE_MAX: u32 = 8;
+
 /// Why an operation did not get a reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
@@ -108,6 +117,9 @@ pub struct Client {
     link: Option<FabricLink>,
     /// [`Client::call_many`]'s sessions, one per lane: client id and last sequence number.
     lanes: Vec<(u64, u64)>,
+    /// By position: when the client last failed to reach the replica (refused, closed,
+    /// silent). A "not leader" naming it soon after is stale ([`UNREACHABLE_FOR`]).
+    unreachable_at: Vec<Option<Instant>>,
 }
 
 /// Requests [`Client::call_many`] sends at once over the fabric (the rings' window).
@@ -257,6 +269,7 @@ impl Client {
         if replicas.is_empty() {
             return Err(ClientError::Invalid("no replicas to talk to".into()));
         }
+        let replica_count = replicas.len();
         Ok(Client {
             cluster_id,
             replicas: replicas.into_iter().map(|(id, e)| (id, e.into())).collect(),
@@ -273,6 +286,7 @@ impl Client {
             over_fabric: false,
             link: None,
             lanes: Vec::new(),
+            unreachable_at: vec![None; replica_count],
         })
     }
 
@@ -590,6 +604,7 @@ impl Client {
         let mut last = String::from("none");
         let mut first = true;
         let mut redirects = 0u32;
+        let mut stale = 0u32;
         loop {
             if !first {
                 self.resends += 1;
@@ -606,7 +621,16 @@ impl Client {
                 Ok(ServerMessage::Refused(why)) => return Err(ClientError::Refused(why)),
                 Ok(ServerMessage::NotLeader { leader }) => {
                     last = format!("replica {} does not lead", self.target());
-                    match leader.and_then(|l| self.replicas.iter().position(|r| r.0 == l)) {
+                    let named = leader.and_then(|l| self.replicas.iter().position(|r| r.0 == l));
+                    if named.is_some_and(|pos| self.unreachable_lately(pos)) && stale < STALE_MAX {
+                        // It names the leader we just failed to reach: it has not noticed yet.
+                        // Ask it again shortly rather than go round with growing pauses; it
+                        // leads or names the new leader within a failover.
+                        stale += 1;
+                        std::thread::sleep(REDIRECT_PAUSE);
+                        continue;
+                    }
+                    match named {
                         Some(pos) if pos != self.target => {
                             // The first redirect goes at once (a leader change); two replicas
                             // naming each other for a while (each elected by its own
@@ -643,6 +667,7 @@ impl Client {
                 }
                 Err(e) => {
                     last = format!("replica {}: {e}", self.target());
+                    self.unreachable_at[self.target] = Some(Instant::now());
                     self.next_replica();
                     std::thread::sleep(Duration::from_micros(200));
                 }
@@ -681,6 +706,11 @@ impl Client {
             self.target = pos;
             self.conn = None;
         }
+    }
+
+    /// Whether the client failed to reach the replica at `pos` within [`UNREACHABLE_FOR`].
+    fn unreachable_lately(&self, pos: usize) -> bool {
+        self.unreachable_at[pos].is_some_and(|at| at.elapsed() < UNREACHABLE_FOR)
     }
 
     fn next_replica(&mut self) {
