@@ -1,0 +1,256 @@
+//! The leader's replica link to its own server (`docs/apps/redis.md`, "Leader"): the Redis
+//! replica handshake, the RDB skipped, then the stream proposed through Mu cut at command
+//! boundaries; and [`Committed`], how far the stream is committed, which clients' replies wait
+//! for.
+
+use crate::entry::{Boundaries, Entry};
+use crate::resp::{encode_command, frame_len, Limits, Value};
+use crate::server::{unexpected, Conn};
+use mu_replica::Replica;
+use std::io::{ErrorKind, Read, Write};
+use std::path::Path;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the link tells its server how far it has read (Redis drops a replica that says
+/// nothing for `repl-timeout`).
+const ACK_PERIOD: Duration = Duration::from_secs(1);
+
+/// How far this leadership's stream is committed.
+#[derive(Default)]
+pub struct Committed {
+    state: Mutex<CommitState>,
+    changed: Condvar,
+}
+
+#[derive(Default, Debug)]
+struct CommitState {
+    /// Counts leaderships of this replica; 0 while it has not led.
+    epoch: u64,
+    /// The server's replication offset up to which its stream is committed.
+    offset: u64,
+    /// Set when this leadership ends: nothing more will be committed under it.
+    ended: bool,
+}
+
+impl Committed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CommitState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins a leadership whose stream starts at `offset`; returns its epoch.
+    pub fn begin(&self, offset: u64) -> u64 {
+        let mut s = self.lock();
+        s.epoch += 1;
+        s.offset = offset;
+        s.ended = false;
+        s.epoch
+    }
+
+    /// The current leadership's epoch, if one is under way.
+    pub fn epoch(&self) -> Option<u64> {
+        let s = self.lock();
+        (s.epoch > 0 && !s.ended).then_some(s.epoch)
+    }
+
+    pub fn advance(&self, offset: u64) {
+        self.lock().offset = offset;
+        self.changed.notify_all();
+    }
+
+    pub fn end(&self) {
+        self.lock().ended = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until the stream of leadership `epoch` is committed up to `offset`: false if that
+    /// leadership ended first.
+    pub fn wait(&self, epoch: u64, offset: u64) -> bool {
+        let mut s = self.lock();
+        loop {
+            if s.epoch != epoch || s.ended {
+                return false;
+            }
+            if s.offset >= offset {
+                return true;
+            }
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Connects to the server at `socket` as its replica: returns the connection, positioned at
+/// the start of the stream, and the stream's first offset.
+pub fn open(socket: &Path) -> Result<(Conn, u64), String> {
+    let mut conn = Conn::connect(socket).map_err(|e| format!("replica link: {e}"))?;
+    let ok = |v: &Value| matches!(v, Value::Simple(_));
+    for args in [
+        &[&b"PING"[..]][..],
+        &[b"REPLCONF", b"listening-port", b"0"],
+        &[b"REPLCONF", b"capa", b"psync2"],
+    ] {
+        let reply = conn.call(args)?;
+        if !ok(&reply) {
+            return Err(unexpected("replica link handshake", &reply));
+        }
+    }
+    let mut psync = Vec::new();
+    encode_command(&[b"PSYNC", b"?", b"-1"], &mut psync);
+    conn.stream.write_all(&psync).map_err(|e| format!("replica link: {e}"))?;
+    let line = conn.read_frame()?;
+    let text = String::from_utf8_lossy(&line);
+    let offset = text
+        .strip_prefix("+FULLRESYNC ")
+        .and_then(|rest| rest.trim_end().split(' ').nth(1))
+        .and_then(|o| o.parse::<u64>().ok())
+        .ok_or_else(|| format!("replica link: expected +FULLRESYNC, got {text:?}"))?;
+    skip_rdb(&mut conn)?;
+    Ok((conn, offset))
+}
+
+/// Skips the RDB that follows `+FULLRESYNC`: newlines the master sends while it saves, then
+/// `$<length>\r\n` and that many bytes (without a CRLF after them).
+fn skip_rdb(conn: &mut Conn) -> Result<(), String> {
+    loop {
+        let buf = conn.buffered();
+        let newlines = buf.iter().take_while(|&&b| b == b'\n').count();
+        buf.drain(..newlines);
+        if !buf.is_empty() {
+            break;
+        }
+        conn.fill()?;
+    }
+    let len = loop {
+        let buf = conn.buffered();
+        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let header = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let len =
+                header.strip_prefix('$').and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| {
+                    format!("replica link: expected the RDB's length, got {header:?}")
+                })?;
+            buf.drain(..end + 2);
+            break len;
+        }
+        if buf.len() > 64 {
+            return Err("replica link: no RDB length".into());
+        }
+        conn.fill()?;
+    };
+    let mut left = len;
+    while left > 0 {
+        let buf = conn.buffered();
+        let take = (buf.len() as u64).min(left) as usize;
+        buf.drain(..take);
+        left -= take as u64;
+        if left > 0 {
+            conn.fill()?;
+        }
+    }
+    Ok(())
+}
+
+/// Proposes the stream read from `conn` (starting at `offset`) through `replica`, each entry
+/// at most `entry_bytes_max` bytes, and advances `committed` as entries commit. Returns why it
+/// stopped (this replica no longer leads, or the server's link broke).
+pub fn pump(
+    mut conn: Conn,
+    mut offset: u64,
+    replica: &Replica,
+    entry_bytes_max: usize,
+    committed: &Committed,
+) -> String {
+    let chunk_max = entry_bytes_max - crate::entry::ENTRY_HEADER_BYTES;
+    let mut boundaries = Boundaries::default();
+    let mut pending = std::mem::take(conn.buffered());
+    // Bytes of `pending` already scanned, and the end of the last whole command in them.
+    let mut scanned = 0;
+    let mut whole = 0;
+    let mut received = offset + pending.len() as u64;
+    let mut acked = Instant::now();
+    if conn.stream.set_read_timeout(Some(Duration::from_millis(100))).is_err() {
+        return "replica link: cannot set a read timeout".into();
+    }
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match boundaries.scan(&pending[scanned..]) {
+            Ok(Some(end)) => whole = scanned + end,
+            Ok(None) => {}
+            Err(e) => return format!("the server's replication stream: {e}"),
+        }
+        scanned = pending.len();
+        let cut = if whole > 0 {
+            whole
+        } else if pending.len() >= chunk_max {
+            // One command longer than an entry: its prefix goes as parts.
+            pending.len() / chunk_max * chunk_max
+        } else {
+            0
+        };
+        if cut > 0 {
+            if let Err(e) = propose(replica, &pending[..cut], whole == cut, chunk_max) {
+                return e;
+            }
+            offset += cut as u64;
+            committed.advance(offset);
+            pending.drain(..cut);
+            scanned -= cut;
+            whole = 0;
+        }
+        if acked.elapsed() >= ACK_PERIOD {
+            let mut ack = Vec::new();
+            encode_command(&[b"REPLCONF", b"ACK", received.to_string().as_bytes()], &mut ack);
+            if let Err(e) = conn.stream.write_all(&ack) {
+                return format!("replica link: {e}");
+            }
+            acked = Instant::now();
+        }
+        match conn.stream.read(&mut chunk) {
+            Ok(0) => return "the server closed the replica link".into(),
+            Ok(n) => {
+                pending.extend_from_slice(&chunk[..n]);
+                received += n as u64;
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return format!("replica link: {e}"),
+        }
+    }
+}
+
+/// Proposes `bytes` as entries of at most `chunk_max` bytes of stream: the last a
+/// [`Entry::Stream`] if `ends_command`, every other a part. Returns once all are committed.
+fn propose(
+    replica: &Replica,
+    bytes: &[u8],
+    ends_command: bool,
+    chunk_max: usize,
+) -> Result<(), String> {
+    let chunks: Vec<&[u8]> = bytes.chunks(chunk_max).collect();
+    let entries: Vec<Vec<u8>> = chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut e = Vec::with_capacity(c.len() + 1);
+            let last = i + 1 == chunks.len();
+            if last && ends_command { Entry::Stream(c) } else { Entry::StreamPart(c) }
+                .encode(&mut e);
+            e
+        })
+        .collect();
+    let requests: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
+    let mut outcomes = Vec::with_capacity(requests.len());
+    replica.propose_many(&requests, &mut outcomes);
+    match outcomes.into_iter().find_map(Result::err) {
+        None => Ok(()),
+        Some(e) => Err(format!("proposing the stream: {e}")),
+    }
+}
+
+/// `true` if `frame` (a reply read whole) is an error.
+pub fn is_error(frame: &[u8]) -> bool {
+    matches!(frame.first(), Some(b'-' | b'!'))
+}
+
+/// The length of a whole reply at the start of `buf`, with the server's limits.
+pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    frame_len(buf, &Limits::SERVER).map_err(|e| e.to_string())
+}

@@ -1,0 +1,218 @@
+//! One replica's Redis: its server, its front, the master that feeds its server the committed
+//! stream while it follows, and the replica link that proposes its server's stream while it
+//! leads (`docs/apps/redis.md`, "Leader change"). [`RedisMachine`] is the replica's state
+//! machine; [`RedisNode`] the rest, started once the replica runs.
+
+use crate::entry::{Applied, Applier, Entry};
+use crate::front::{accept, FrontShared};
+use crate::link::{self, Committed};
+use crate::master::{self, SharedFeed};
+use crate::resp::role_offset;
+use crate::server::{Conn, RedisServer, ServerPaths};
+use mu_replica::{Replica, StateMachine};
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+const LOG_TARGET: &str = "mu_redis::node";
+
+/// How often the node looks at the replica's election.
+const ROLE_POLL: Duration = Duration::from_millis(2);
+
+/// How long a new leader's server may take to run the stream it was fed.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// The replica's state machine: applies entries by feeding the local server what it has not
+/// run itself.
+pub struct RedisMachine {
+    applier: Applier,
+    feed: Arc<SharedFeed>,
+    out: Vec<u8>,
+}
+
+impl RedisMachine {
+    /// The machine of replica `me`, and the feed its master reads.
+    pub fn new(me: u16) -> (RedisMachine, Arc<SharedFeed>) {
+        let feed = Arc::new(SharedFeed::default());
+        (RedisMachine { applier: Applier::new(me), feed: feed.clone(), out: Vec::new() }, feed)
+    }
+}
+
+impl StateMachine for RedisMachine {
+    fn apply(&mut self, _index: u64, request: &[u8]) {
+        match self.applier.apply(request, &mut self.out) {
+            Applied::Fed if !self.out.is_empty() => {
+                self.feed.push(&self.out);
+                self.out.clear();
+            }
+            Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
+            _ => {}
+        }
+    }
+}
+
+/// Where a replica's Redis lives.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: u16,
+    pub run_dir: PathBuf,
+    /// The `redis-server` binary.
+    pub server_binary: PathBuf,
+    /// The largest request an entry holds.
+    pub entry_bytes_max: usize,
+}
+
+impl NodeConfig {
+    /// The front's socket of replica `id`.
+    pub fn front_socket(run_dir: &Path, id: u16) -> PathBuf {
+        run_dir.join(format!("redis-{id}.sock"))
+    }
+}
+
+/// A replica's server and front, running.
+pub struct RedisNode {
+    _server: RedisServer,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl RedisNode {
+    /// Starts the server (as a replica of the front's master), the master, the front, and the
+    /// thread that follows the replica's election. Call it from the thread that lives as long
+    /// as the replica: the server dies with it.
+    pub fn start(
+        config: NodeConfig,
+        replica: Arc<Replica>,
+        feed: Arc<SharedFeed>,
+    ) -> Result<RedisNode, String> {
+        let master = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("master port: {e}"))?;
+        let master_port = master.local_addr().map_err(|e| e.to_string())?.port();
+        let paths = ServerPaths::new(&config.run_dir, config.id);
+        let server = RedisServer::start(&config.server_binary, paths.clone(), master_port)?;
+        let failure = Arc::new(Mutex::new(None));
+        let fail = {
+            let failure = failure.clone();
+            move |why: String| {
+                warn!(target: LOG_TARGET, "{why}");
+                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+            }
+        };
+        spawn("redis-master", {
+            let (feed, fail) = (feed.clone(), fail.clone());
+            move || match master.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = master::serve(stream, feed) {
+                        fail(e);
+                    }
+                }
+                Err(e) => fail(format!("master port: {e}")),
+            }
+        })?;
+        let front_socket = NodeConfig::front_socket(&config.run_dir, config.id);
+        let _ = std::fs::remove_file(&front_socket);
+        let listener = UnixListener::bind(&front_socket)
+            .map_err(|e| format!("binding {}: {e}", front_socket.display()))?;
+        let shared = Arc::new(FrontShared {
+            committed: Arc::new(Committed::default()),
+            server_socket: paths.socket.clone(),
+            leader_hint: (-1).into(),
+        });
+        spawn("redis-front", {
+            let shared = shared.clone();
+            move || accept(listener, shared)
+        })?;
+        spawn("redis-role", move || follow_election(&config, &replica, &feed, &shared, fail))?;
+        info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
+        Ok(RedisNode { _server: server, failure })
+    }
+
+    /// Why this node stopped serving, if it did: the replica should stop.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| format!("starting thread {name}: {e}"))
+}
+
+/// Follows the replica's election: when it elects this replica, takes over as leader and
+/// proposes the server's stream until the leadership ends, which ends this node (its server
+/// may hold effects that were never committed).
+fn follow_election(
+    config: &NodeConfig,
+    replica: &Replica,
+    feed: &SharedFeed,
+    shared: &FrontShared,
+    fail: impl Fn(String),
+) {
+    let me = config.id;
+    loop {
+        std::thread::sleep(ROLE_POLL);
+        let leader = replica.leader().map(|l| l.0);
+        shared.leader_hint.store(leader.map_or(-1, i32::from), Ordering::Relaxed);
+        if leader != Some(me) {
+            continue;
+        }
+        let mut marker = Vec::new();
+        Entry::Leader(me).encode(&mut marker);
+        let mut outcomes = Vec::new();
+        replica.propose_many(&[&marker], &mut outcomes);
+        if outcomes.first().is_none_or(|o| o.is_err()) {
+            continue;
+        }
+        // Every entry before the marker is applied: the feed holds the whole committed stream.
+        let (conn, offset) = match promote(config, feed) {
+            Ok(link) => link,
+            Err(e) => return fail(format!("replica {me} could not take over its server: {e}")),
+        };
+        let epoch = shared.committed.begin(offset);
+        info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
+        let why = link::pump(conn, offset, replica, config.entry_bytes_max, &shared.committed);
+        shared.committed.end();
+        return fail(format!(
+            "replica {me} stopped leading ({why}); its server may hold effects that were never \
+             committed, so it stops: restart it with --rejoin"
+        ));
+    }
+}
+
+/// Makes the local server a master holding exactly the committed stream, and opens the
+/// replica link to it.
+fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let written = {
+            let f = feed.lock();
+            f.queue.is_empty().then_some(f.written)
+        };
+        if let Some(written) = written {
+            let role = admin.call(&[b"ROLE"])?;
+            // A server that was never fed has nothing to run (and may not have connected).
+            if written == 0 || role_offset(&role) == Some(written) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "its server did not run the committed stream within {CATCH_UP_WAIT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    feed.close();
+    let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
+    if !matches!(reply, crate::resp::Value::Simple(_)) {
+        return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));
+    }
+    link::open(&paths.socket)
+}
