@@ -1,0 +1,266 @@
+//! Unmodified Redis replicated by Mu (`app = "redis"`, docs/apps/redis.md): three `mu replica`
+//! processes on the shm fabric, each with its own `redis-server`. Commands whose effects Redis
+//! makes deterministic only in its replication stream (relative TTLs, INCRBYFLOAT, SPOP, a
+//! script using TIME and math.random, a transaction, XADD *) go through the leader's front;
+//! then every replica's server gives the same `DEBUG DIGEST`, and after the leader is killed
+//! every acknowledged write is read back through the new leader.
+
+use mu_redis::resp::{decode, encode_command, Limits, Value};
+use std::io::{Read, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A plain RESP client on a Unix socket.
+struct Resp {
+    stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Resp {
+    fn connect(socket: &Path) -> std::io::Result<Resp> {
+        let stream = UnixStream::connect(socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Resp { stream, buf: Vec::new() })
+    }
+
+    /// Sends every command at once (a pipeline) and reads a reply each.
+    fn pipeline(&mut self, commands: &[&[&str]]) -> std::io::Result<Vec<Value>> {
+        let mut out = Vec::new();
+        for args in commands {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            encode_command(&args, &mut out);
+        }
+        self.stream.write_all(&out)?;
+        let mut replies = Vec::new();
+        while replies.len() < commands.len() {
+            match decode(&self.buf, &Limits::SERVER).expect("well-formed replies") {
+                Some((value, len)) => {
+                    self.buf.drain(..len);
+                    replies.push(value);
+                }
+                None => {
+                    let mut chunk = [0u8; 4096];
+                    let n = self.stream.read(&mut chunk)?;
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    }
+                    self.buf.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    fn call(&mut self, args: &[&str]) -> std::io::Result<Value> {
+        Ok(self.pipeline(&[args])?.remove(0))
+    }
+}
+
+fn bulk(text: &str) -> Value {
+    Value::Bulk(text.as_bytes().to_vec())
+}
+
+fn ok() -> Value {
+    Value::Simple(b"OK".to_vec())
+}
+
+/// Three replicas of a Redis cluster in a private directory, killed and removed when dropped.
+struct RedisCluster {
+    dir: PathBuf,
+    run_dir: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl RedisCluster {
+    fn start(tag: &str, cluster_id: u64) -> RedisCluster {
+        let dir = PathBuf::from("/dev/shm").join(format!("mu-redis-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
+        let run_dir = dir.join("run");
+        let config = dir.join("cluster.toml");
+        let text = format!(
+            "cluster_id = {cluster_id}\napp = \"redis\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
+             [log]\nslots = 1024\nslot_bytes = 4096\n\n[detector]\nread_period_us = 4000\n",
+            run_dir.display()
+        );
+        std::fs::write(&config, text).expect("config file");
+        let children = (0..3)
+            .map(|id| {
+                let log = std::fs::File::create(dir.join(format!("replica-{id}.stderr"))).unwrap();
+                let child = Command::new(env!("CARGO_BIN_EXE_mu"))
+                    .args([
+                        "replica",
+                        "--config",
+                        config.to_str().unwrap(),
+                        "--id",
+                        &id.to_string(),
+                    ])
+                    .args(["--parent", &std::process::id().to_string()])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("mu replica starts");
+                Some(child)
+            })
+            .collect();
+        RedisCluster { dir, run_dir, children }
+    }
+
+    fn front(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("redis-{id}.sock"))
+    }
+
+    fn server(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("redis-server-{id}.sock"))
+    }
+
+    fn stderr(&self, id: u16) -> String {
+        std::fs::read_to_string(self.dir.join(format!("replica-{id}.stderr"))).unwrap_or_default()
+    }
+
+    /// The replica whose front answers `PING` (followers answer `-NOTLEADER`), among `ids`.
+    fn leader(&self, ids: &[u16], timeout: Duration) -> u16 {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for &id in ids {
+                let reply = Resp::connect(&self.front(id)).and_then(|mut c| c.call(&["PING"]));
+                if matches!(reply, Ok(Value::Simple(ref s)) if s == b"PONG") {
+                    return id;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let logs: Vec<String> = ids.iter().map(|&id| self.stderr(id)).collect();
+        panic!("no leader's front answered within {timeout:?}; logs: {logs:#?}");
+    }
+
+    /// `DEBUG DIGEST` and `DBSIZE` of replica `id`'s own server, asked directly.
+    fn digest(&self, id: u16) -> (Value, Value) {
+        let mut c = Resp::connect(&self.server(id)).expect("the private server");
+        let replies = c.pipeline(&[&["DEBUG", "DIGEST"], &["DBSIZE"]]).expect("digest");
+        (replies[0].clone(), replies[1].clone())
+    }
+
+    /// Waits until the servers of `ids` agree (the followers apply the committed stream a
+    /// moment after the leader's server ran it); returns their digest.
+    fn converged(&self, ids: &[u16]) -> (Value, Value) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let digests: Vec<(Value, Value)> = ids.iter().map(|&id| self.digest(id)).collect();
+            if digests.iter().all(|d| *d == digests[0]) {
+                return digests[0].clone();
+            }
+            assert!(Instant::now() < deadline, "the replicas' servers differ: {digests:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self, id: u16) {
+        if let Some(mut child) = self.children[id as usize].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for id in 0..3 {
+            self.kill(id);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The writes of the test, through the leader's front, with the replies a bare Redis gives.
+fn write_nondeterministic_commands(front: &mut Resp) {
+    assert_eq!(front.call(&["SET", "kept", "v", "PX", "600000"]).unwrap(), ok());
+    assert_eq!(front.call(&["SET", "short", "v", "PX", "50"]).unwrap(), ok());
+    let floats =
+        front.pipeline(&[&["INCRBYFLOAT", "f", "1.1"], &["INCRBYFLOAT", "f", "2.2"]]).unwrap();
+    assert_eq!(floats[1], bulk("3.3"));
+    let members: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    let mut sadd = vec!["SADD", "set"];
+    sadd.extend(members.iter().map(String::as_str));
+    assert_eq!(front.call(&sadd).unwrap(), Value::Integer(10));
+    match front.call(&["SPOP", "set", "3"]).unwrap() {
+        Value::Array(popped) => assert_eq!(popped.len(), 3),
+        other => panic!("SPOP answered {other:?}"),
+    }
+    let script = "local t = redis.call('TIME') \
+                  redis.call('SET', 'script', t[1] .. '.' .. t[2] .. ':' .. math.random()) \
+                  redis.call('PEXPIRE', 'script', 600000) return 1";
+    assert_eq!(front.call(&["EVAL", script, "0"]).unwrap(), Value::Integer(1));
+    let tx = front
+        .pipeline(&[&["MULTI"], &["INCR", "n"], &["SET", "m", "x", "EX", "600"], &["EXEC"]])
+        .unwrap();
+    assert_eq!(tx[0], ok());
+    assert_eq!(tx[3], Value::Array(vec![Value::Integer(1), ok()]));
+    assert!(matches!(front.call(&["XADD", "stream", "*", "f", "v"]).unwrap(), Value::Bulk(_)));
+    match front.call(&["CONFIG", "GET", "save"]).unwrap() {
+        Value::Error(e) => assert!(e.starts_with(b"ERR CONFIG is refused"), "{e:?}"),
+        other => panic!("CONFIG answered {other:?}"),
+    }
+}
+
+#[test]
+fn replicas_stay_identical_and_acknowledged_writes_survive_the_leader() {
+    if Command::new("redis-server").arg("--version").output().is_err() {
+        panic!("redis-server is not installed (Debian package redis-server)");
+    }
+    let mut cluster = RedisCluster::start("digests", 0x7e01);
+    let all = [0, 1, 2];
+    let leader = cluster.leader(&all, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(leader)).unwrap();
+    write_nondeterministic_commands(&mut front);
+    // The key with a 50 ms TTL expires at the leader, whose DEL reaches the others as part of
+    // the stream (a Redis replica never expires a key itself).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(front.call(&["EXISTS", "short"]).unwrap(), Value::Integer(0));
+    let (digest, keys) = cluster.converged(&all);
+    assert_eq!(keys, Value::Integer(7), "kept, f, set, script, n, m, stream");
+    assert_ne!(digest, bulk(&"0".repeat(40)), "an empty server's digest");
+
+    // Followers refuse clients, naming the leader.
+    let follower = all.into_iter().find(|&id| id != leader).unwrap();
+    match Resp::connect(&cluster.front(follower)).unwrap().call(&["GET", "kept"]).unwrap() {
+        Value::Error(e) => assert!(e.starts_with(b"NOTLEADER"), "{e:?}"),
+        other => panic!("a follower answered {other:?}"),
+    }
+
+    // The leader dies: every write it acknowledged is read back through the new leader.
+    cluster.kill(leader);
+    let rest: Vec<u16> = all.into_iter().filter(|&id| id != leader).collect();
+    let new_leader = cluster.leader(&rest, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(new_leader)).unwrap();
+    let reads = front
+        .pipeline(&[
+            &["GET", "kept"],
+            &["GET", "f"],
+            &["SCARD", "set"],
+            &["EXISTS", "script"],
+            &["GET", "n"],
+            &["GET", "m"],
+            &["XLEN", "stream"],
+            &["EXISTS", "short"],
+        ])
+        .unwrap();
+    let expected = vec![
+        bulk("v"),
+        bulk("3.3"),
+        Value::Integer(7),
+        Value::Integer(1),
+        bulk("1"),
+        bulk("x"),
+        Value::Integer(1),
+        Value::Integer(0),
+    ];
+    assert_eq!(reads, expected);
+    assert_eq!(front.call(&["INCRBYFLOAT", "f", "0.7"]).unwrap(), bulk("4"));
+    let (after, _) = cluster.converged(&rest);
+    assert_ne!(after, digest, "the write after the failover changed the state");
+}
