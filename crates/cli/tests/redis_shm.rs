@@ -72,6 +72,8 @@ struct RedisCluster {
     dir: PathBuf,
     run_dir: PathBuf,
     children: Vec<Option<Child>>,
+    /// Each replica's TCP client address.
+    addresses: Vec<String>,
 }
 
 impl RedisCluster {
@@ -81,10 +83,20 @@ impl RedisCluster {
         std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("test directory");
         let run_dir = dir.join("run");
         let config = dir.join("cluster.toml");
+        // Free now; taken by the replicas a moment later.
+        let listeners: Vec<std::net::TcpListener> =
+            (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addresses: Vec<String> =
+            listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+        drop(listeners);
         let text = format!(
             "cluster_id = {cluster_id}\napp = \"redis\"\nrun_dir = \"{}\"\nreplicas = [0, 1, 2]\n\n\
-             [log]\nslots = 1024\nslot_bytes = 4096\n\n[detector]\nread_period_us = 4000\n",
-            run_dir.display()
+             [log]\nslots = 1024\nslot_bytes = 4096\n\n[detector]\nread_period_us = 4000\n\n\
+             [clients.addresses]\n0 = \"{}\"\n1 = \"{}\"\n2 = \"{}\"\n",
+            run_dir.display(),
+            addresses[0],
+            addresses[1],
+            addresses[2]
         );
         std::fs::write(&config, text).expect("config file");
         let children = (0..3)
@@ -107,7 +119,7 @@ impl RedisCluster {
                 Some(child)
             })
             .collect();
-        RedisCluster { dir, run_dir, children }
+        RedisCluster { dir, run_dir, children, addresses }
     }
 
     fn front(&self, id: u16) -> PathBuf {
@@ -138,23 +150,31 @@ impl RedisCluster {
         panic!("no leader's front answered within {timeout:?}; logs: {logs:#?}");
     }
 
-    /// `DEBUG DIGEST` and `DBSIZE` of replica `id`'s own server, asked directly.
-    fn digest(&self, id: u16) -> (Value, Value) {
-        let mut c = Resp::connect(&self.server(id)).expect("the private server");
-        let replies = c.pipeline(&[&["DEBUG", "DIGEST"], &["DBSIZE"]]).expect("digest");
-        (replies[0].clone(), replies[1].clone())
+    /// `DEBUG DIGEST` and `DBSIZE` of replica `id`'s own server, asked directly: an error
+    /// while that replica is still starting.
+    fn digest(&self, id: u16) -> std::io::Result<(Value, Value)> {
+        let mut c = Resp::connect(&self.server(id))?;
+        let replies = c.pipeline(&[&["DEBUG", "DIGEST"], &["DBSIZE"]])?;
+        Ok((replies[0].clone(), replies[1].clone()))
     }
 
-    /// Waits until the servers of `ids` agree (the followers apply the committed stream a
-    /// moment after the leader's server ran it); returns their digest.
+    /// Waits until the servers of `ids` agree (a follower may still be starting, and followers
+    /// apply the committed stream a moment after the leader's server ran it); returns their
+    /// digest and key count.
     fn converged(&self, ids: &[u16]) -> (Value, Value) {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let digests: Vec<(Value, Value)> = ids.iter().map(|&id| self.digest(id)).collect();
-            if digests.iter().all(|d| *d == digests[0]) {
-                return digests[0].clone();
+            let digests: Vec<std::io::Result<(Value, Value)>> =
+                ids.iter().map(|&id| self.digest(id)).collect();
+            if let Ok(first) = &digests[0] {
+                if digests.iter().all(|d| matches!(d, Ok(d) if d == first)) {
+                    return first.clone();
+                }
             }
-            assert!(Instant::now() < deadline, "the replicas' servers differ: {digests:?}");
+            if Instant::now() > deadline {
+                let logs: Vec<String> = ids.iter().map(|&id| self.stderr(id)).collect();
+                panic!("the replicas' servers differ: {digests:?}; logs: {logs:#?}");
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -224,6 +244,19 @@ fn replicas_stay_identical_and_acknowledged_writes_survive_the_leader() {
     let (digest, keys) = cluster.converged(&all);
     assert_eq!(keys, Value::Integer(7), "kept, f, set, script, n, m, stream");
     assert_ne!(digest, bulk(&"0".repeat(40)), "an empty server's digest");
+
+    // A 1 GiB bulk length: a protocol error for that client, nothing allocated, and the
+    // front goes on serving the others (over TCP too, with an inline command).
+    let mut bad = UnixStream::connect(cluster.front(leader)).unwrap();
+    bad.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1073741824\r\nabc").unwrap();
+    let mut answer = String::new();
+    bad.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("-ERR Protocol error: bulk length 1073741824"), "{answer}");
+    let mut tcp = std::net::TcpStream::connect(&cluster.addresses[leader as usize]).unwrap();
+    tcp.write_all(b"GET kept\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    tcp.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"$1\r\nv\r\n");
 
     // Followers refuse clients, naming the leader.
     let follower = all.into_iter().find(|&id| id != leader).unwrap();

@@ -33,6 +33,7 @@ pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Re
         run_dir: config.run_dir.clone(),
         server_binary: server_binary(),
         entry_bytes_max: (config.log.slot_bytes - mu_log::MIN_SLOT_BYTES) as usize,
+        client_address: config.client_address(id),
     };
     let node = RedisNode::start(node_config, replica.clone(), feed)?;
     info!(

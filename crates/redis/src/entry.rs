@@ -7,6 +7,7 @@ use crate::resp::RespError;
 const KIND_STREAM: u8 = 1;
 const KIND_STREAM_PART: u8 = 2;
 const KIND_LEADER: u8 = 3;
+const KIND_BARRIER: u8 = 4;
 
 /// The bytes an entry adds to its payload.
 pub const ENTRY_HEADER_BYTES: usize = 1;
@@ -20,6 +21,8 @@ pub enum Entry<'a> {
     StreamPart(&'a [u8]),
     /// The first entry of replica `node`'s leadership.
     Leader(u16),
+    /// Nothing: committed by a leader to learn that it still leads (reads wait for one).
+    Barrier,
 }
 
 impl Entry<'_> {
@@ -37,6 +40,7 @@ impl Entry<'_> {
                 out.push(KIND_LEADER);
                 out.extend_from_slice(&node.to_le_bytes());
             }
+            Entry::Barrier => out.push(KIND_BARRIER),
         }
     }
 
@@ -47,6 +51,7 @@ impl Entry<'_> {
             KIND_STREAM => Some(Entry::Stream(rest)),
             KIND_STREAM_PART => Some(Entry::StreamPart(rest)),
             KIND_LEADER => Some(Entry::Leader(u16::from_le_bytes(rest.try_into().ok()?))),
+            KIND_BARRIER if rest.is_empty() => Some(Entry::Barrier),
             _ => None,
         }
     }
@@ -61,6 +66,8 @@ pub enum Applied {
     Own,
     /// A new leadership began.
     Leader(u16),
+    /// Nothing to do.
+    Barrier,
     /// Not an entry of ours.
     Malformed,
 }
@@ -95,6 +102,7 @@ impl Applier {
                 self.source = Some(node);
                 Applied::Leader(node)
             }
+            Entry::Barrier => Applied::Barrier,
             Entry::StreamPart(_) | Entry::Stream(_) if own => Applied::Own,
             Entry::StreamPart(part) => {
                 self.held.extend_from_slice(part);
@@ -210,9 +218,12 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        for e in
-            [Entry::Stream(b"*1\r\n$4\r\nPING\r\n"), Entry::StreamPart(b"*2"), Entry::Leader(7)]
-        {
+        for e in [
+            Entry::Stream(b"*1\r\n$4\r\nPING\r\n"),
+            Entry::StreamPart(b"*2"),
+            Entry::Leader(7),
+            Entry::Barrier,
+        ] {
             assert_eq!(Entry::decode(&entry(e)), Some(e));
         }
         assert_eq!(Entry::decode(&[]), None);

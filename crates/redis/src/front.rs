@@ -8,7 +8,8 @@ use crate::plan::{plan, Session, Step};
 use crate::resp::{decode, parse_command, role_offset, Limits};
 use crate::server::Conn;
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -25,32 +26,51 @@ pub struct FrontShared {
     pub leader_hint: AtomicI32,
 }
 
-/// Accepts clients on `listener` for ever, a thread each.
-pub fn accept(listener: UnixListener, shared: Arc<FrontShared>) {
+/// Accepts clients on the Unix socket `listener` for ever, a thread each.
+pub fn accept_unix(listener: UnixListener, shared: Arc<FrontShared>) {
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
-        let spawned = std::thread::Builder::new().name("redis-client".into()).spawn(move || {
-            if let Err(e) = serve_client(stream, &shared) {
-                debug!(target: LOG_TARGET, "client closed: {e}");
-            }
-        });
-        if let Err(e) = spawned {
-            debug!(target: LOG_TARGET, "no thread for a client: {e}");
+        match stream {
+            Ok(stream) => spawn_client(stream, shared.clone()),
+            Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
         }
+    }
+}
+
+/// Accepts clients on the TCP `listener` for ever, a thread each.
+pub fn accept_tcp(listener: TcpListener, shared: Arc<FrontShared>) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => {
+                // Replies go out as soon as they are released, not when a segment fills.
+                let _ = stream.set_nodelay(true);
+                spawn_client(stream, shared.clone());
+            }
+            Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
+        }
+    }
+}
+
+fn spawn_client<S: Read + Write + Send + 'static>(stream: S, shared: Arc<FrontShared>) {
+    let spawned = std::thread::Builder::new().name("redis-client".into()).spawn(move || {
+        if let Err(e) = serve_client(stream, &shared) {
+            debug!(target: LOG_TARGET, "client closed: {e}");
+        }
+    });
+    if let Err(e) = spawned {
+        debug!(target: LOG_TARGET, "no thread for a client: {e}");
     }
 }
 
 /// A client's connection: its bytes, its server connection once it has one, and the
 /// leadership that connection belongs to.
-struct Client {
-    stream: UnixStream,
+struct Client<S> {
+    stream: S,
     buf: Vec<u8>,
     server: Option<(Conn, u64)>,
     session: Session,
 }
 
-fn serve_client(stream: UnixStream, shared: &FrontShared) -> Result<(), String> {
+fn serve_client<S: Read + Write>(stream: S, shared: &FrontShared) -> Result<(), String> {
     let mut client = Client { stream, buf: Vec::new(), server: None, session: Session::default() };
     let mut chunk = vec![0u8; 64 << 10];
     loop {
@@ -89,8 +109,8 @@ fn serve_client(stream: UnixStream, shared: &FrontShared) -> Result<(), String> 
     }
 }
 
-fn answer_as_follower(
-    client: &mut Client,
+fn answer_as_follower<S: Read + Write>(
+    client: &mut Client<S>,
     shared: &FrontShared,
     bytes: &[u8],
     commands: &[crate::resp::Command],
@@ -125,8 +145,8 @@ fn answer_as_follower(
 }
 
 /// Runs one run of commands through the server; `false` once the client quit.
-fn run_as_leader(
-    client: &mut Client,
+fn run_as_leader<S: Read + Write>(
+    client: &mut Client<S>,
     shared: &FrontShared,
     epoch: u64,
     bytes: &[u8],
@@ -158,7 +178,8 @@ fn run_as_leader(
                     .ok_or_else(|| {
                         format!("ROLE answered {:?}", String::from_utf8_lossy(&frame))
                     })?;
-                if !shared.committed.wait(epoch, offset) {
+                let ticket = shared.committed.want_barrier();
+                if !shared.committed.wait(epoch, offset, ticket) {
                     // Not committed under this leadership: the client must not see these
                     // replies (their effects may be lost); it reconnects and asks again.
                     return Err("the leadership ended before the replies were committed".into());

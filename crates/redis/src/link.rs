@@ -8,6 +8,8 @@ use crate::resp::{encode_command, frame_len, Limits, Value};
 use crate::server::{unexpected, Conn};
 use mu_replica::Replica;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -16,11 +18,16 @@ use std::time::{Duration, Instant};
 /// nothing for `repl-timeout`).
 const ACK_PERIOD: Duration = Duration::from_secs(1);
 
-/// How far this leadership's stream is committed.
+/// The longest the pump sleeps with nothing to read (then it acknowledges, if it is time).
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// How far this leadership's stream is committed, and the barriers reads wait for.
 #[derive(Default)]
 pub struct Committed {
     state: Mutex<CommitState>,
     changed: Condvar,
+    /// Wakes the pump when a barrier is wanted (the write end of a socket pair it polls).
+    wake: Mutex<Option<UnixStream>>,
 }
 
 #[derive(Default, Debug)]
@@ -31,6 +38,9 @@ struct CommitState {
     offset: u64,
     /// Set when this leadership ends: nothing more will be committed under it.
     ended: bool,
+    /// Barrier tickets handed out, and the highest one a commit begun after it covers.
+    barrier_wanted: u64,
+    barrier_done: u64,
 }
 
 impl Committed {
@@ -38,12 +48,15 @@ impl Committed {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Begins a leadership whose stream starts at `offset`; returns its epoch.
-    pub fn begin(&self, offset: u64) -> u64 {
+    /// Begins a leadership whose stream starts at `offset`, woken through `wake`; returns its
+    /// epoch.
+    pub fn begin(&self, offset: u64, wake: UnixStream) -> u64 {
+        *self.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake);
         let mut s = self.lock();
         s.epoch += 1;
         s.offset = offset;
         s.ended = false;
+        s.barrier_done = s.barrier_wanted;
         s.epoch
     }
 
@@ -53,25 +66,55 @@ impl Committed {
         (s.epoch > 0 && !s.ended).then_some(s.epoch)
     }
 
-    pub fn advance(&self, offset: u64) {
-        self.lock().offset = offset;
+    /// The stream is committed up to `offset` by a proposal begun once `barrier` was the
+    /// latest ticket.
+    fn advance(&self, offset: u64, barrier: u64) {
+        let mut s = self.lock();
+        s.offset = offset;
+        s.barrier_done = s.barrier_done.max(barrier);
+        drop(s);
         self.changed.notify_all();
     }
 
+    fn barrier_wanted(&self) -> u64 {
+        self.lock().barrier_wanted
+    }
+
+    /// Ends the leadership under way (it stopped, or another leader's entry was applied).
     pub fn end(&self) {
         self.lock().ended = true;
         self.changed.notify_all();
     }
 
-    /// Waits until the stream of leadership `epoch` is committed up to `offset`: false if that
-    /// leadership ended first.
-    pub fn wait(&self, epoch: u64, offset: u64) -> bool {
+    /// A ticket for a commit that begins after this call, and a nudge to the pump to make one.
+    pub fn want_barrier(&self) -> u64 {
+        let ticket = {
+            let mut s = self.lock();
+            s.barrier_wanted += 1;
+            s.barrier_wanted
+        };
+        if let Some(wake) = self.wake.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            // Non-blocking: a full socket means the pump has wake-ups to read already.
+            let _ = wake.write(&[1]);
+        }
+        ticket
+    }
+
+    /// Waits until the stream of leadership `epoch` is committed up to `offset`, by a commit
+    /// begun after barrier `ticket` was taken: false if that leadership ended first.
+    ///
+    /// The second condition is what makes reads linearizable: a replica that was deposed
+    /// still holds a server whose offset may already be committed; only a commit begun after
+    /// the reply shows that no other leader had committed anything in between (it would have
+    /// revoked this one's access, and its entries would have been applied here first, ending
+    /// the leadership).
+    pub fn wait(&self, epoch: u64, offset: u64, ticket: u64) -> bool {
         let mut s = self.lock();
         loop {
             if s.epoch != epoch || s.ended {
                 return false;
             }
-            if s.offset >= offset {
+            if s.offset >= offset && s.barrier_done >= ticket {
                 return true;
             }
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
@@ -150,26 +193,28 @@ fn skip_rdb(conn: &mut Conn) -> Result<(), String> {
 }
 
 /// Proposes the stream read from `conn` (starting at `offset`) through `replica`, each entry
-/// at most `entry_bytes_max` bytes, and advances `committed` as entries commit. Returns why it
-/// stopped (this replica no longer leads, or the server's link broke).
+/// at most `entry_bytes_max` bytes, and advances `committed` as entries commit; a barrier
+/// entry when reads wait for one and there is no stream to propose. `wake` is readable when
+/// a barrier is wanted. Returns why it stopped (this replica no longer leads, or the server's
+/// link broke).
 pub fn pump(
     mut conn: Conn,
     mut offset: u64,
     replica: &Replica,
     entry_bytes_max: usize,
     committed: &Committed,
+    mut wake: UnixStream,
 ) -> String {
     let chunk_max = entry_bytes_max - crate::entry::ENTRY_HEADER_BYTES;
+    let Some(epoch) = committed.epoch() else { return "no leadership under way".into() };
     let mut boundaries = Boundaries::default();
     let mut pending = std::mem::take(conn.buffered());
     // Bytes of `pending` already scanned, and the end of the last whole command in them.
     let mut scanned = 0;
     let mut whole = 0;
     let mut received = offset + pending.len() as u64;
+    let mut barrier_done = committed.barrier_wanted();
     let mut acked = Instant::now();
-    if conn.stream.set_read_timeout(Some(Duration::from_millis(100))).is_err() {
-        return "replica link: cannot set a read timeout".into();
-    }
     let mut chunk = vec![0u8; 64 << 10];
     loop {
         match boundaries.scan(&pending[scanned..]) {
@@ -186,12 +231,18 @@ pub fn pump(
         } else {
             0
         };
-        if cut > 0 {
+        // Taken before proposing: the proposal begins after every ticket up to it.
+        let barrier = committed.barrier_wanted();
+        if cut > 0 || barrier > barrier_done {
             if let Err(e) = propose(replica, &pending[..cut], whole == cut, chunk_max) {
                 return e;
             }
+            if committed.epoch() != Some(epoch) {
+                return "another replica's leadership was applied here".into();
+            }
             offset += cut as u64;
-            committed.advance(offset);
+            barrier_done = barrier;
+            committed.advance(offset, barrier);
             pending.drain(..cut);
             scanned -= cut;
             whole = 0;
@@ -204,20 +255,50 @@ pub fn pump(
             }
             acked = Instant::now();
         }
+        match wait_readable(&conn.stream, &wake) {
+            Ok((link, woken)) => {
+                if woken {
+                    let mut drain = [0u8; 256];
+                    let _ = wake.read(&mut drain);
+                }
+                if !link {
+                    continue;
+                }
+            }
+            Err(e) => return format!("replica link: {e}"),
+        }
         match conn.stream.read(&mut chunk) {
             Ok(0) => return "the server closed the replica link".into(),
             Ok(n) => {
                 pending.extend_from_slice(&chunk[..n]);
                 received += n as u64;
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
             Err(e) => return format!("replica link: {e}"),
         }
     }
 }
 
+/// Waits up to [`POLL_WAIT`] until the link or the wake socket is readable: which are.
+fn wait_readable(link: &UnixStream, wake: &UnixStream) -> std::io::Result<(bool, bool)> {
+    let mut fds = [
+        libc::pollfd { fd: link.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    // SAFETY: `fds` is a valid array of two pollfd for the length given, and both descriptors
+    // stay open for the call (borrowed from the streams).
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, POLL_WAIT.as_millis() as libc::c_int) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == ErrorKind::Interrupted { Ok((false, false)) } else { Err(e) };
+    }
+    let ready = |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+    Ok((ready(&fds[0]), ready(&fds[1])))
+}
+
 /// Proposes `bytes` as entries of at most `chunk_max` bytes of stream: the last a
-/// [`Entry::Stream`] if `ends_command`, every other a part. Returns once all are committed.
+/// [`Entry::Stream`] if `ends_command`, every other a part; no bytes: a barrier. Returns once
+/// all are committed.
 fn propose(
     replica: &Replica,
     bytes: &[u8],

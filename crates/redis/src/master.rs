@@ -6,7 +6,7 @@
 use crate::resp::{parse_command, Limits};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// The replication id the front gives its server: fixed, since the server only ever has this
@@ -76,7 +76,7 @@ impl SharedFeed {
 /// Answers the server's handshake on `stream`, then writes the feed into it until the feed
 /// closes or the connection breaks (an error). The server's `REPLCONF ACK`s are read and
 /// dropped by a thread of their own.
-pub fn serve(mut stream: TcpStream, feed: Arc<SharedFeed>) -> Result<(), String> {
+pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
     handshake(&mut stream)?;
     let mut acks = stream.try_clone().map_err(|e| format!("master link: {e}"))?;
     std::thread::Builder::new()

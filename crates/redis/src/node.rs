@@ -4,14 +4,14 @@
 //! machine; [`RedisNode`] the rest, started once the replica runs.
 
 use crate::entry::{Applied, Applier, Entry};
-use crate::front::{accept, FrontShared};
+use crate::front::{accept_tcp, accept_unix, FrontShared};
 use crate::link::{self, Committed};
 use crate::master::{self, SharedFeed};
 use crate::resp::role_offset;
 use crate::server::{Conn, RedisServer, ServerPaths};
 use mu_replica::{Replica, StateMachine};
 use std::net::TcpListener;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -23,32 +23,51 @@ const LOG_TARGET: &str = "mu_redis::node";
 /// How often the node looks at the replica's election.
 const ROLE_POLL: Duration = Duration::from_millis(2);
 
+/// How long this replica must have been elected before it takes over its server.
+const ELECTION_SETTLES: Duration = Duration::from_millis(100);
+
 /// How long a new leader's server may take to run the stream it was fed.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// What the state machine and the node share.
+#[derive(Default)]
+pub struct NodeShared {
+    /// The committed stream on its way to the local server while this replica follows.
+    pub feed: SharedFeed,
+    /// This replica's leadership, which an entry of another leader's ends.
+    pub committed: Arc<Committed>,
+}
 
 /// The replica's state machine: applies entries by feeding the local server what it has not
 /// run itself.
 pub struct RedisMachine {
+    me: u16,
     applier: Applier,
-    feed: Arc<SharedFeed>,
+    shared: Arc<NodeShared>,
     out: Vec<u8>,
 }
 
 impl RedisMachine {
-    /// The machine of replica `me`, and the feed its master reads.
-    pub fn new(me: u16) -> (RedisMachine, Arc<SharedFeed>) {
-        let feed = Arc::new(SharedFeed::default());
-        (RedisMachine { applier: Applier::new(me), feed: feed.clone(), out: Vec::new() }, feed)
+    /// The machine of replica `me`, and what it shares with the node.
+    pub fn new(me: u16) -> (RedisMachine, Arc<NodeShared>) {
+        let shared = Arc::new(NodeShared::default());
+        let machine =
+            RedisMachine { me, applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
+        (machine, shared)
     }
 }
 
 impl StateMachine for RedisMachine {
     fn apply(&mut self, _index: u64, request: &[u8]) {
+        let was_mine = self.applier.source() == Some(self.me);
         match self.applier.apply(request, &mut self.out) {
             Applied::Fed if !self.out.is_empty() => {
-                self.feed.push(&self.out);
+                self.shared.feed.push(&self.out);
                 self.out.clear();
             }
+            // Another replica led after this one: whatever this replica's server ran since is
+            // not the log's, and its leadership is over.
+            Applied::Leader(node) if was_mine && node != self.me => self.shared.committed.end(),
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
             _ => {}
         }
@@ -64,6 +83,8 @@ pub struct NodeConfig {
     pub server_binary: PathBuf,
     /// The largest request an entry holds.
     pub entry_bytes_max: usize,
+    /// Where the front also accepts clients over TCP (`host:port`), besides its Unix socket.
+    pub client_address: Option<String>,
 }
 
 impl NodeConfig {
@@ -86,7 +107,7 @@ impl RedisNode {
     pub fn start(
         config: NodeConfig,
         replica: Arc<Replica>,
-        feed: Arc<SharedFeed>,
+        node: Arc<NodeShared>,
     ) -> Result<RedisNode, String> {
         let master = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("master port: {e}"))?;
         let master_port = master.local_addr().map_err(|e| e.to_string())?.port();
@@ -101,10 +122,10 @@ impl RedisNode {
             }
         };
         spawn("redis-master", {
-            let (feed, fail) = (feed.clone(), fail.clone());
+            let (node, fail) = (node.clone(), fail.clone());
             move || match master.accept() {
                 Ok((stream, _)) => {
-                    if let Err(e) = master::serve(stream, feed) {
+                    if let Err(e) = master::serve(stream, &node.feed) {
                         fail(e);
                     }
                 }
@@ -116,15 +137,21 @@ impl RedisNode {
         let listener = UnixListener::bind(&front_socket)
             .map_err(|e| format!("binding {}: {e}", front_socket.display()))?;
         let shared = Arc::new(FrontShared {
-            committed: Arc::new(Committed::default()),
+            committed: node.committed.clone(),
             server_socket: paths.socket.clone(),
             leader_hint: (-1).into(),
         });
         spawn("redis-front", {
             let shared = shared.clone();
-            move || accept(listener, shared)
+            move || accept_unix(listener, shared)
         })?;
-        spawn("redis-role", move || follow_election(&config, &replica, &feed, &shared, fail))?;
+        if let Some(address) = &config.client_address {
+            let tcp = TcpListener::bind(address.as_str())
+                .map_err(|e| format!("binding the client address {address}: {e}"))?;
+            let shared = shared.clone();
+            spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
+        }
+        spawn("redis-role", move || follow_election(&config, &replica, &node.feed, &shared, fail))?;
         info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
         Ok(RedisNode { _server: server, failure })
     }
@@ -154,11 +181,19 @@ fn follow_election(
     fail: impl Fn(String),
 ) {
     let me = config.id;
+    let mut elected_since: Option<Instant> = None;
     loop {
         std::thread::sleep(ROLE_POLL);
         let leader = replica.leader().map(|l| l.0);
         shared.leader_hint.store(leader.map_or(-1, i32::from), Ordering::Relaxed);
         if leader != Some(me) {
+            elected_since = None;
+            continue;
+        }
+        // An election settles for a moment before a replica takes over its server: a
+        // replica that takes over and is deposed must stop (see `docs/apps/redis.md`).
+        let since = *elected_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < ELECTION_SETTLES {
             continue;
         }
         let mut marker = Vec::new();
@@ -169,13 +204,29 @@ fn follow_election(
             continue;
         }
         // Every entry before the marker is applied: the feed holds the whole committed stream.
+        if let Err(e) = caught_up(config, feed) {
+            return fail(format!("replica {me} could not take over its server: {e}"));
+        }
+        if replica.leader().map(|l| l.0) != Some(me) {
+            // Deposed already: its server is still a replica of the log; go on following.
+            elected_since = None;
+            continue;
+        }
+        let (wake_pump, wake_front) = match UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return fail(format!("replica {me}: a wake-up socket: {e}")),
+        };
+        if let Err(e) = wake_front.set_nonblocking(true) {
+            return fail(format!("replica {me}: a wake-up socket: {e}"));
+        }
         let (conn, offset) = match promote(config, feed) {
             Ok(link) => link,
             Err(e) => return fail(format!("replica {me} could not take over its server: {e}")),
         };
-        let epoch = shared.committed.begin(offset);
+        let epoch = shared.committed.begin(offset, wake_front);
         info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
-        let why = link::pump(conn, offset, replica, config.entry_bytes_max, &shared.committed);
+        let why =
+            link::pump(conn, offset, replica, config.entry_bytes_max, &shared.committed, wake_pump);
         shared.committed.end();
         return fail(format!(
             "replica {me} stopped leading ({why}); its server may hold effects that were never \
@@ -184,9 +235,8 @@ fn follow_election(
     }
 }
 
-/// Makes the local server a master holding exactly the committed stream, and opens the
-/// replica link to it.
-fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String> {
+/// Waits until the local server has run every byte of the committed stream it was fed.
+fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + CATCH_UP_WAIT;
@@ -199,7 +249,7 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
             let role = admin.call(&[b"ROLE"])?;
             // A server that was never fed has nothing to run (and may not have connected).
             if written == 0 || role_offset(&role) == Some(written) {
-                break;
+                return Ok(());
             }
         }
         if Instant::now() > deadline {
@@ -209,6 +259,13 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Makes the local server (caught up with the committed stream) a master, and opens the
+/// replica link to it.
+fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     feed.close();
     let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
