@@ -179,6 +179,13 @@ impl RedisCluster {
         }
     }
 
+    /// Sends `signal` to replica `id`'s process.
+    fn signal(&self, id: u16, signal: libc::c_int) {
+        let child = self.children[id as usize].as_ref().expect("a running replica");
+        // SAFETY: `kill` takes no pointers; the pid is our own child's, not yet reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+    }
+
     fn kill(&mut self, id: u16) {
         if let Some(mut child) = self.children[id as usize].take() {
             let _ = child.kill();
@@ -296,4 +303,38 @@ fn replicas_stay_identical_and_acknowledged_writes_survive_the_leader() {
     assert_eq!(front.call(&["INCRBYFLOAT", "f", "0.7"]).unwrap(), bulk("4"));
     let (after, _) = cluster.converged(&rest);
     assert_ne!(after, digest, "the write after the failover changed the state");
+}
+
+#[test]
+fn a_lagging_follower_gets_the_leaders_expiries() {
+    let cluster = RedisCluster::start("lag", 0x7e02);
+    let all = [0, 1, 2];
+    let leader = cluster.leader(&all, Duration::from_secs(30));
+    let lagging = all.into_iter().find(|&id| id != leader).unwrap();
+    let mut front = Resp::connect(&cluster.front(leader)).unwrap();
+    // The follower stops applying the log (its process is stopped; its server runs on) while
+    // the leader takes keys with 100 ms TTLs, then expires them.
+    cluster.signal(lagging, libc::SIGSTOP);
+    let names: Vec<(String, String)> =
+        (0..100).map(|i| (format!("ttl:{i}"), format!("keep:{i}"))).collect();
+    let mut commands: Vec<Vec<&str>> = Vec::new();
+    for (ttl, keep) in &names {
+        commands.push(vec!["SET", ttl, "v", "PX", "100"]);
+        commands.push(vec!["SET", keep, "v"]);
+        commands.push(vec!["INCR", "count"]);
+    }
+    let commands: Vec<&[&str]> = commands.iter().map(Vec::as_slice).collect();
+    for reply in front.pipeline(&commands).unwrap() {
+        assert!(matches!(reply, Value::Simple(_) | Value::Integer(_)), "{reply:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Every TTL key is gone at the leader: expired by its clock, sent to the log as DEL.
+    let exists: Vec<[&str; 2]> = names.iter().map(|(ttl, _)| ["EXISTS", ttl.as_str()]).collect();
+    let exists: Vec<&[&str]> = exists.iter().map(|c| &c[..]).collect();
+    let gone = front.pipeline(&exists).unwrap();
+    assert!(gone.iter().all(|r| *r == Value::Integer(0)), "{gone:?}");
+    cluster.signal(lagging, libc::SIGCONT);
+    let (_, keys) = cluster.converged(&all);
+    assert_eq!(keys, Value::Integer(101), "the keep keys and the counter");
+    assert_eq!(front.call(&["GET", "count"]).unwrap(), bulk("100"));
 }
