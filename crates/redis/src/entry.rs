@@ -9,18 +9,44 @@ const KIND_STREAM_PART: u8 = 2;
 const KIND_LEADER: u8 = 3;
 const KIND_BARRIER: u8 = 4;
 
-/// The bytes an entry adds to its payload.
-pub const ENTRY_HEADER_BYTES: usize = 1;
+/// One leadership of one replica: its id and a term it chose when it took over (the time, in
+/// nanoseconds: unlike the replica's id, it tells two leaderships of one replica apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    pub node: u16,
+    pub term: u64,
+}
 
-/// One log entry.
+const LEADERSHIP_BYTES: usize = 10;
+
+impl Leadership {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.node.to_le_bytes());
+        out.extend_from_slice(&self.term.to_le_bytes());
+    }
+
+    fn decode(bytes: &[u8]) -> Option<(Leadership, &[u8])> {
+        let (head, rest) = bytes.split_first_chunk::<LEADERSHIP_BYTES>()?;
+        let node = u16::from_le_bytes([head[0], head[1]]);
+        let term = u64::from_le_bytes(head[2..].try_into().ok()?);
+        Some((Leadership { node, term }, rest))
+    }
+}
+
+/// The bytes a stream entry adds to its payload: its kind and its leadership.
+pub const ENTRY_HEADER_BYTES: usize = 1 + LEADERSHIP_BYTES;
+
+/// One log entry. Stream entries name the leadership that proposed them, so that one proposed
+/// by a deposed leader and decided after its successor's [`Entry::Leader`] is skipped by every
+/// replica alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry<'a> {
     /// Stream bytes that end at a command boundary.
-    Stream(&'a [u8]),
+    Stream(Leadership, &'a [u8]),
     /// Stream bytes that end inside a command: held until the next [`Entry::Stream`].
-    StreamPart(&'a [u8]),
-    /// The first entry of replica `node`'s leadership.
-    Leader(u16),
+    StreamPart(Leadership, &'a [u8]),
+    /// The first entry of a leadership.
+    Leader(Leadership),
     /// Nothing: committed by a leader to learn that it still leads (reads wait for one).
     Barrier,
 }
@@ -28,17 +54,16 @@ pub enum Entry<'a> {
 impl Entry<'_> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Entry::Stream(bytes) => {
-                out.push(KIND_STREAM);
+            Entry::Stream(l, bytes) | Entry::StreamPart(l, bytes) => {
+                let kind =
+                    if matches!(self, Entry::Stream(..)) { KIND_STREAM } else { KIND_STREAM_PART };
+                out.push(kind);
+                l.encode(out);
                 out.extend_from_slice(bytes);
             }
-            Entry::StreamPart(bytes) => {
-                out.push(KIND_STREAM_PART);
-                out.extend_from_slice(bytes);
-            }
-            Entry::Leader(node) => {
+            Entry::Leader(l) => {
                 out.push(KIND_LEADER);
-                out.extend_from_slice(&node.to_le_bytes());
+                l.encode(out);
             }
             Entry::Barrier => out.push(KIND_BARRIER),
         }
@@ -48,9 +73,12 @@ impl Entry<'_> {
     pub fn decode(bytes: &[u8]) -> Option<Entry<'_>> {
         let (&kind, rest) = bytes.split_first()?;
         match kind {
-            KIND_STREAM => Some(Entry::Stream(rest)),
-            KIND_STREAM_PART => Some(Entry::StreamPart(rest)),
-            KIND_LEADER => Some(Entry::Leader(u16::from_le_bytes(rest.try_into().ok()?))),
+            KIND_STREAM => Leadership::decode(rest).map(|(l, b)| Entry::Stream(l, b)),
+            KIND_STREAM_PART => Leadership::decode(rest).map(|(l, b)| Entry::StreamPart(l, b)),
+            KIND_LEADER => match Leadership::decode(rest)? {
+                (l, []) => Some(Entry::Leader(l)),
+                _ => None,
+            },
             KIND_BARRIER if rest.is_empty() => Some(Entry::Barrier),
             _ => None,
         }
@@ -64,8 +92,10 @@ pub enum Applied {
     Fed,
     /// Stream of this replica's own leadership: its server ran it already.
     Own,
+    /// Stream of a leadership that had ended when it was decided: nobody runs it.
+    Stale,
     /// A new leadership began.
-    Leader(u16),
+    Leader(Leadership),
     /// Nothing to do.
     Barrier,
     /// Not an entry of ours.
@@ -77,7 +107,7 @@ pub enum Applied {
 #[derive(Debug)]
 pub struct Applier {
     me: u16,
-    source: Option<u16>,
+    source: Option<Leadership>,
     held: Vec<u8>,
 }
 
@@ -86,29 +116,31 @@ impl Applier {
         Applier { me, source: None, held: Vec::new() }
     }
 
-    /// The replica whose leadership the last entry applied belongs to.
-    pub fn source(&self) -> Option<u16> {
+    /// The leadership the last entry applied belongs to.
+    pub fn source(&self) -> Option<Leadership> {
         self.source
     }
 
     /// Applies one entry: the bytes the local server must now run are appended to `out`.
     pub fn apply(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Applied {
         let Some(entry) = Entry::decode(bytes) else { return Applied::Malformed };
-        let own = self.source == Some(self.me);
         match entry {
-            Entry::Leader(node) => {
+            Entry::Leader(l) => {
                 // A part left by the previous leader never got its end: nobody ran it.
                 self.held.clear();
-                self.source = Some(node);
-                Applied::Leader(node)
+                self.source = Some(l);
+                Applied::Leader(l)
             }
             Entry::Barrier => Applied::Barrier,
-            Entry::StreamPart(_) | Entry::Stream(_) if own => Applied::Own,
-            Entry::StreamPart(part) => {
+            Entry::StreamPart(l, _) | Entry::Stream(l, _) if self.source != Some(l) => {
+                Applied::Stale
+            }
+            Entry::StreamPart(l, _) | Entry::Stream(l, _) if l.node == self.me => Applied::Own,
+            Entry::StreamPart(_, part) => {
                 self.held.extend_from_slice(part);
                 Applied::Fed
             }
-            Entry::Stream(tail) => {
+            Entry::Stream(_, tail) => {
                 out.append(&mut self.held);
                 out.extend_from_slice(tail);
                 Applied::Fed
@@ -218,45 +250,65 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
+        let l = Leadership { node: 7, term: 1 << 40 };
         for e in [
-            Entry::Stream(b"*1\r\n$4\r\nPING\r\n"),
-            Entry::StreamPart(b"*2"),
-            Entry::Leader(7),
+            Entry::Stream(l, b"*1\r\n$4\r\nPING\r\n"),
+            Entry::StreamPart(l, b"*2"),
+            Entry::Stream(l, b""),
+            Entry::Leader(l),
             Entry::Barrier,
         ] {
             assert_eq!(Entry::decode(&entry(e)), Some(e));
         }
+        assert_eq!(entry(Entry::Stream(l, b"ab")).len(), ENTRY_HEADER_BYTES + 2);
         assert_eq!(Entry::decode(&[]), None);
         assert_eq!(Entry::decode(&[9, 1]), None);
         assert_eq!(Entry::decode(&[KIND_LEADER, 1]), None);
+        assert_eq!(Entry::decode(&[KIND_STREAM, 1, 2, 3]), None);
     }
+
+    const A: Leadership = Leadership { node: 0, term: 5 };
+    const B: Leadership = Leadership { node: 1, term: 9 };
 
     #[test]
     fn a_follower_feeds_others_streams_and_skips_its_own() {
         let mut a = Applier::new(1);
         let mut out = Vec::new();
-        assert_eq!(a.apply(&entry(Entry::Leader(0)), &mut out), Applied::Leader(0));
-        assert_eq!(a.apply(&entry(Entry::Stream(b"ab")), &mut out), Applied::Fed);
+        assert_eq!(a.apply(&entry(Entry::Leader(A)), &mut out), Applied::Leader(A));
+        assert_eq!(a.apply(&entry(Entry::Stream(A, b"ab")), &mut out), Applied::Fed);
         assert_eq!(out, b"ab");
-        assert_eq!(a.apply(&entry(Entry::Leader(1)), &mut out), Applied::Leader(1));
-        assert_eq!(a.apply(&entry(Entry::Stream(b"cd")), &mut out), Applied::Own);
+        assert_eq!(a.apply(&entry(Entry::Leader(B)), &mut out), Applied::Leader(B));
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"cd")), &mut out), Applied::Own);
         assert_eq!(out, b"ab");
         assert_eq!(a.apply(&[0xee], &mut out), Applied::Malformed);
+    }
+
+    #[test]
+    fn a_deposed_leaders_late_entries_are_skipped_everywhere() {
+        for me in [0, 1, 2] {
+            let mut a = Applier::new(me);
+            let mut out = Vec::new();
+            a.apply(&entry(Entry::Leader(A)), &mut out);
+            a.apply(&entry(Entry::Leader(B)), &mut out);
+            assert_eq!(a.apply(&entry(Entry::Stream(A, b"late")), &mut out), Applied::Stale);
+            assert_eq!(a.apply(&entry(Entry::StreamPart(A, b"la")), &mut out), Applied::Stale);
+            assert!(out.is_empty(), "replica {me} ran a deposed leader's stream");
+        }
     }
 
     #[test]
     fn a_part_waits_for_its_end_and_dies_with_its_leader() {
         let mut a = Applier::new(2);
         let mut out = Vec::new();
-        a.apply(&entry(Entry::Leader(0)), &mut out);
-        a.apply(&entry(Entry::StreamPart(b"*1\r\n$4")), &mut out);
+        a.apply(&entry(Entry::Leader(A)), &mut out);
+        a.apply(&entry(Entry::StreamPart(A, b"*1\r\n$4")), &mut out);
         assert!(out.is_empty());
-        a.apply(&entry(Entry::Stream(b"\r\nPING\r\n")), &mut out);
+        a.apply(&entry(Entry::Stream(A, b"\r\nPING\r\n")), &mut out);
         assert_eq!(out, b"*1\r\n$4\r\nPING\r\n");
         out.clear();
-        a.apply(&entry(Entry::StreamPart(b"*1\r\n$4")), &mut out);
-        a.apply(&entry(Entry::Leader(1)), &mut out);
-        a.apply(&entry(Entry::Stream(b"*1\r\n$4\r\nPING\r\n")), &mut out);
+        a.apply(&entry(Entry::StreamPart(A, b"*1\r\n$4")), &mut out);
+        a.apply(&entry(Entry::Leader(B)), &mut out);
+        a.apply(&entry(Entry::Stream(B, b"*1\r\n$4\r\nPING\r\n")), &mut out);
         assert_eq!(out, b"*1\r\n$4\r\nPING\r\n", "the dead leader's part was dropped");
     }
 

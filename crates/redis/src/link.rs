@@ -3,7 +3,7 @@
 //! boundaries; and [`Committed`], how far the stream is committed, which clients' replies wait
 //! for.
 
-use crate::entry::{Boundaries, Entry};
+use crate::entry::{Boundaries, Entry, Leadership};
 use crate::resp::{encode_command, frame_len, Limits, Value};
 use crate::server::{unexpected, Conn};
 use mu_replica::Replica;
@@ -41,6 +41,15 @@ struct CommitState {
     /// Barrier tickets handed out, and the highest one a commit begun after it covers.
     barrier_wanted: u64,
     barrier_done: u64,
+}
+
+impl CommitState {
+    fn verdict(&self, epoch: u64, offset: u64, ticket: u64) -> Option<bool> {
+        if self.epoch != epoch || self.ended {
+            return Some(false);
+        }
+        (self.offset >= offset && self.barrier_done >= ticket).then_some(true)
+    }
 }
 
 impl Committed {
@@ -111,14 +120,16 @@ impl Committed {
     pub fn wait(&self, epoch: u64, offset: u64, ticket: u64) -> bool {
         let mut s = self.lock();
         loop {
-            if s.epoch != epoch || s.ended {
-                return false;
-            }
-            if s.offset >= offset && s.barrier_done >= ticket {
-                return true;
+            if let Some(verdict) = s.verdict(epoch, offset, ticket) {
+                return verdict;
             }
             s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// What [`Committed::wait`] would answer now, if it would not wait.
+    pub fn verdict(&self, epoch: u64, offset: u64, ticket: u64) -> Option<bool> {
+        self.lock().verdict(epoch, offset, ticket)
     }
 }
 
@@ -198,6 +209,7 @@ fn skip_rdb(conn: &mut Conn) -> Result<(), String> {
 /// a barrier is wanted. Returns why it stopped (this replica no longer leads, or the server's
 /// link broke).
 pub fn pump(
+    leadership: Leadership,
     mut conn: Conn,
     mut offset: u64,
     replica: &Replica,
@@ -234,7 +246,7 @@ pub fn pump(
         // Taken before proposing: the proposal begins after every ticket up to it.
         let barrier = committed.barrier_wanted();
         if cut > 0 || barrier > barrier_done {
-            if let Err(e) = propose(replica, &pending[..cut], whole == cut, chunk_max) {
+            if let Err(e) = propose(replica, leadership, &pending[..cut], whole == cut, chunk_max) {
                 return e;
             }
             if committed.epoch() != Some(epoch) {
@@ -301,19 +313,35 @@ fn wait_readable(link: &UnixStream, wake: &UnixStream) -> std::io::Result<(bool,
 /// all are committed.
 fn propose(
     replica: &Replica,
+    leadership: Leadership,
     bytes: &[u8],
     ends_command: bool,
     chunk_max: usize,
 ) -> Result<(), String> {
+    if bytes.is_empty() {
+        let mut barrier = Vec::new();
+        Entry::Barrier.encode(&mut barrier);
+        let mut outcomes = Vec::with_capacity(1);
+        replica.propose_many(&[&barrier], &mut outcomes);
+        return match outcomes.pop() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(format!("proposing a barrier: {e}")),
+            None => Err("proposing a barrier: no outcome".into()),
+        };
+    }
     let chunks: Vec<&[u8]> = bytes.chunks(chunk_max).collect();
     let entries: Vec<Vec<u8>> = chunks
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let mut e = Vec::with_capacity(c.len() + 1);
+            let mut e = Vec::with_capacity(c.len() + crate::entry::ENTRY_HEADER_BYTES);
             let last = i + 1 == chunks.len();
-            if last && ends_command { Entry::Stream(c) } else { Entry::StreamPart(c) }
-                .encode(&mut e);
+            if last && ends_command {
+                Entry::Stream(leadership, c)
+            } else {
+                Entry::StreamPart(leadership, c)
+            }
+            .encode(&mut e);
             e
         })
         .collect();
@@ -334,4 +362,44 @@ pub fn is_error(frame: &[u8]) -> bool {
 /// The length of a whole reply at the start of `buf`, with the server's limits.
 pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, String> {
     frame_len(buf, &Limits::SERVER).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leading(offset: u64) -> (Committed, u64, UnixStream) {
+        let c = Committed::default();
+        let (wake, pump) = UnixStream::pair().unwrap();
+        wake.set_nonblocking(true).unwrap();
+        let epoch = c.begin(offset, wake);
+        (c, epoch, pump)
+    }
+
+    #[test]
+    fn a_reply_waits_for_its_offset_and_for_a_commit_begun_after_it() {
+        let (c, epoch, mut pump) = leading(100);
+        let ticket = c.want_barrier();
+        let mut woken = [0u8; 8];
+        assert_eq!(pump.read(&mut woken).unwrap(), 1, "the pump was woken");
+        // The offset is committed, but by a proposal begun before the reply: not enough.
+        c.advance(150, ticket - 1);
+        assert_eq!(c.verdict(epoch, 150, ticket), None);
+        c.advance(150, ticket);
+        assert_eq!(c.verdict(epoch, 150, ticket), Some(true));
+        assert_eq!(c.verdict(epoch, 151, ticket), None, "an offset not yet committed");
+    }
+
+    #[test]
+    fn an_ended_or_later_leadership_fails_the_wait() {
+        let (c, epoch, _pump) = leading(0);
+        c.end();
+        assert_eq!(c.verdict(epoch, 0, 0), Some(false));
+        assert!(!c.wait(epoch, 0, 0));
+        let (wake, _other) = UnixStream::pair().unwrap();
+        let next = c.begin(0, wake);
+        assert_ne!(next, epoch);
+        assert_eq!(c.verdict(epoch, 0, 0), Some(false));
+        assert_eq!(c.verdict(next, 0, 0), Some(true));
+    }
 }

@@ -3,7 +3,7 @@
 //! leads (`docs/apps/redis.md`, "Leader change"). [`RedisMachine`] is the replica's state
 //! machine; [`RedisNode`] the rest, started once the replica runs.
 
-use crate::entry::{Applied, Applier, Entry};
+use crate::entry::{Applied, Applier, Entry, Leadership};
 use crate::front::{accept_tcp, accept_unix, FrontShared};
 use crate::link::{self, Committed};
 use crate::master::{self, SharedFeed};
@@ -59,7 +59,7 @@ impl RedisMachine {
 
 impl StateMachine for RedisMachine {
     fn apply(&mut self, _index: u64, request: &[u8]) {
-        let was_mine = self.applier.source() == Some(self.me);
+        let was_mine = self.applier.source().is_some_and(|l| l.node == self.me);
         match self.applier.apply(request, &mut self.out) {
             Applied::Fed if !self.out.is_empty() => {
                 self.shared.feed.push(&self.out);
@@ -67,7 +67,7 @@ impl StateMachine for RedisMachine {
             }
             // Another replica led after this one: whatever this replica's server ran since is
             // not the log's, and its leadership is over.
-            Applied::Leader(node) if was_mine && node != self.me => self.shared.committed.end(),
+            Applied::Leader(l) if was_mine && l.node != self.me => self.shared.committed.end(),
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
             _ => {}
         }
@@ -196,8 +196,9 @@ fn follow_election(
         if since.elapsed() < ELECTION_SETTLES {
             continue;
         }
+        let leadership = Leadership { node: me, term: now_ns() };
         let mut marker = Vec::new();
-        Entry::Leader(me).encode(&mut marker);
+        Entry::Leader(leadership).encode(&mut marker);
         let mut outcomes = Vec::new();
         replica.propose_many(&[&marker], &mut outcomes);
         if outcomes.first().is_none_or(|o| o.is_err()) {
@@ -225,8 +226,15 @@ fn follow_election(
         };
         let epoch = shared.committed.begin(offset, wake_front);
         info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
-        let why =
-            link::pump(conn, offset, replica, config.entry_bytes_max, &shared.committed, wake_pump);
+        let why = link::pump(
+            leadership,
+            conn,
+            offset,
+            replica,
+            config.entry_bytes_max,
+            &shared.committed,
+            wake_pump,
+        );
         shared.committed.end();
         return fail(format!(
             "replica {me} stopped leading ({why}); its server may hold effects that were never \
@@ -272,4 +280,11 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
         return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));
     }
     link::open(&paths.socket)
+}
+
+/// The wall clock in nanoseconds: a leadership's term (distinct across restarts of a replica).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
