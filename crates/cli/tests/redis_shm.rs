@@ -186,6 +186,12 @@ impl RedisCluster {
         assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
     }
 
+    /// Whether replica `id`'s process still runs.
+    fn running(&mut self, id: u16) -> bool {
+        let child = self.children[id as usize].as_mut().expect("a replica not killed");
+        child.try_wait().expect("waiting on a child").is_none()
+    }
+
     fn kill(&mut self, id: u16) {
         if let Some(mut child) = self.children[id as usize].take() {
             let _ = child.kill();
@@ -337,4 +343,30 @@ fn a_lagging_follower_gets_the_leaders_expiries() {
     let (_, keys) = cluster.converged(&all);
     assert_eq!(keys, Value::Integer(101), "the keep keys and the counter");
     assert_eq!(front.call(&["GET", "count"]).unwrap(), bulk("100"));
+}
+
+#[test]
+fn a_deposed_leader_with_nothing_uncommitted_follows_again() {
+    let mut cluster = RedisCluster::start("deposed", 0x7e03);
+    let all = [0, 1, 2];
+    let first = cluster.leader(&all, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(first)).unwrap();
+    assert_eq!(front.call(&["INCR", "n"]).unwrap(), Value::Integer(1));
+    // Stopped long enough for the others to elect one of them; everything its server ran was
+    // committed, so once it runs again it follows the log (and may lead again).
+    cluster.signal(first, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    let rest: Vec<u16> = all.into_iter().filter(|&id| id != first).collect();
+    let second = cluster.leader(&rest, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(second)).unwrap();
+    assert_eq!(front.call(&["INCR", "n"]).unwrap(), Value::Integer(2));
+    cluster.signal(first, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(1500));
+    let third = cluster.leader(&all, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(third)).unwrap();
+    assert_eq!(front.call(&["INCR", "n"]).unwrap(), Value::Integer(3));
+    cluster.converged(&all);
+    for id in all {
+        assert!(cluster.running(id), "replica {id} stopped: {}", cluster.stderr(id));
+    }
 }

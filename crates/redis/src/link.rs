@@ -69,6 +69,11 @@ impl Committed {
         s.epoch
     }
 
+    /// The server's offset up to which the stream is committed.
+    pub fn offset(&self) -> u64 {
+        self.lock().offset
+    }
+
     /// The current leadership's epoch, if one is under way.
     pub fn epoch(&self) -> Option<u64> {
         let s = self.lock();
@@ -229,6 +234,9 @@ pub fn pump(
     let mut acked = Instant::now();
     let mut chunk = vec![0u8; 64 << 10];
     loop {
+        if committed.epoch() != Some(epoch) {
+            return "another replica's leadership was applied here".into();
+        }
         match boundaries.scan(&pending[scanned..]) {
             Ok(Some(end)) => whole = scanned + end,
             Ok(None) => {}

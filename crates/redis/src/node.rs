@@ -123,13 +123,19 @@ impl RedisNode {
         };
         spawn("redis-master", {
             let (node, fail) = (node.clone(), fail.clone());
-            move || match master.accept() {
-                Ok((stream, _)) => {
-                    if let Err(e) = master::serve(stream, &node.feed) {
-                        fail(e);
-                    }
+            // One link at a time: the server's first, and another each time a deposed
+            // leader's server follows the log again.
+            move || loop {
+                let served = match master.accept() {
+                    Ok((stream, _)) => master::serve(stream, &node.feed),
+                    Err(e) => Err(format!("master port: {e}")),
+                };
+                match served {
+                    // The server was reconnecting when this replica took it over: no matter.
+                    Err(_) if node.feed.lock().closed => {}
+                    Err(e) => return fail(e),
+                    Ok(()) => {}
                 }
-                Err(e) => fail(format!("master port: {e}")),
             }
         })?;
         let front_socket = NodeConfig::front_socket(&config.run_dir, config.id);
@@ -151,7 +157,9 @@ impl RedisNode {
             let shared = shared.clone();
             spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
         }
-        spawn("redis-role", move || follow_election(&config, &replica, &node.feed, &shared, fail))?;
+        spawn("redis-role", move || {
+            follow_election(&config, master_port, &replica, &node.feed, &shared, fail)
+        })?;
         info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
         Ok(RedisNode { _server: server, failure })
     }
@@ -171,10 +179,11 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
 }
 
 /// Follows the replica's election: when it elects this replica, takes over as leader and
-/// proposes the server's stream until the leadership ends, which ends this node (its server
-/// may hold effects that were never committed).
+/// proposes the server's stream until the leadership ends; then follows again if its server
+/// ran nothing uncommitted, and ends this node otherwise.
 fn follow_election(
     config: &NodeConfig,
+    master_port: u16,
     replica: &Replica,
     feed: &SharedFeed,
     shared: &FrontShared,
@@ -236,11 +245,54 @@ fn follow_election(
             wake_pump,
         );
         shared.committed.end();
-        return fail(format!(
-            "replica {me} stopped leading ({why}); its server may hold effects that were never \
-             committed, so it stops: restart it with --rejoin"
+        match demote(config, master_port, feed, shared.committed.offset()) {
+            Ok(()) => {
+                info!(target: LOG_TARGET, replica = me, why, "deposed with every effect of its server committed: following the log again");
+                elected_since = None;
+            }
+            Err(e) => {
+                return fail(format!(
+                    "replica {me} stopped leading ({why}) and cannot follow again ({e}): it \
+                     stops; restart it with --rejoin"
+                ))
+            }
+        }
+    }
+}
+
+/// Makes a deposed leader's server a replica of the log again, if it ran nothing beyond the
+/// committed stream (`committed`, its offset): it keeps its data (`+CONTINUE`) and is fed what
+/// the new leaders commit.
+fn demote(
+    config: &NodeConfig,
+    master_port: u16,
+    feed: &SharedFeed,
+    committed: u64,
+) -> Result<(), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
+    feed.reopen();
+    // First a replica, so that no client's write runs after the check below.
+    let port = master_port.to_string();
+    let reply = admin.call(&[b"REPLICAOF", b"127.0.0.1", port.as_bytes()])?;
+    if !matches!(reply, crate::resp::Value::Simple(_)) {
+        return Err(crate::server::unexpected("REPLICAOF", &reply));
+    }
+    let info = match admin.call(&[b"INFO", b"replication"])? {
+        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => return Err(crate::server::unexpected("INFO replication", &other)),
+    };
+    let offset = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|o| o.trim().parse::<u64>().ok())
+        .ok_or("INFO replication without master_repl_offset")?;
+    if offset != committed {
+        return Err(format!(
+            "its server is at offset {offset}, the log committed its stream up to {committed}"
         ));
     }
+    Ok(())
 }
 
 /// Waits until the local server has run every byte of the committed stream it was fed.
@@ -249,14 +301,17 @@ fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + CATCH_UP_WAIT;
     loop {
-        let written = {
+        let (drained, fresh, target) = {
             let f = feed.lock();
-            f.queue.is_empty().then_some(f.written)
+            let fresh = !f.connected && f.expected.is_none() && f.base == 0 && f.written == 0;
+            (f.queue.is_empty(), fresh, f.connected.then_some(f.base + f.written))
         };
-        if let Some(written) = written {
-            let role = admin.call(&[b"ROLE"])?;
-            // A server that was never fed has nothing to run (and may not have connected).
-            if written == 0 || role_offset(&role) == Some(written) {
+        // A server that was never fed has nothing to run (and may not have connected).
+        if drained && fresh {
+            return Ok(());
+        }
+        if let (true, Some(target)) = (drained, target) {
+            if role_offset(&admin.call(&[b"ROLE"])?) == Some(target) {
                 return Ok(());
             }
         }
