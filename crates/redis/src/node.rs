@@ -116,9 +116,14 @@ impl RedisNode {
         let failure = Arc::new(Mutex::new(None));
         let fail = {
             let failure = failure.clone();
+            // The first failure only (and none once the node stops: its server's death then
+            // breaks links on purpose).
             move |why: String| {
-                warn!(target: LOG_TARGET, "{why}");
-                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+                let mut failure = failure.lock().unwrap_or_else(|p| p.into_inner());
+                if failure.is_none() {
+                    warn!(target: LOG_TARGET, "{why}");
+                    *failure = Some(why);
+                }
             }
         };
         spawn("redis-master", {
@@ -167,6 +172,13 @@ impl RedisNode {
     /// Why this node stopped serving, if it did: the replica should stop.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        // Before the server is killed (a field, dropped after this).
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert("stopping".into());
     }
 }
 

@@ -440,7 +440,8 @@ impl ClusterConfig {
         let reads = self.reads()?;
         if self.is_redis() {
             if self.is_ukharon_kv() || reads == Reads::Lease || self.fabric != "shm" {
-                return Err("app = \"redis\" runs with protocol = \"mu\" or \"velos\", reads                             through the log and fabric = \"shm\", for now (docs/apps/redis.md)"
+                return Err("app = \"redis\" runs with protocol = \"mu\" or \"velos\", reads through the log \
+                            and fabric = \"shm\", for now (docs/apps/redis.md)"
                     .into());
             }
             return Ok(());
