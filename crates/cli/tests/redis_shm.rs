@@ -238,6 +238,12 @@ fn write_nondeterministic_commands(front: &mut Resp) {
         Value::Error(e) => assert!(e.starts_with(b"ERR CONFIG is refused"), "{e:?}"),
         other => panic!("CONFIG answered {other:?}"),
     }
+    // Refused inside a transaction: the whole transaction is discarded, as Redis does.
+    let tx =
+        front.pipeline(&[&["MULTI"], &["INCR", "n"], &["DEBUG", "DIGEST"], &["EXEC"]]).unwrap();
+    assert!(matches!(&tx[2], Value::Error(e) if e.starts_with(b"ERR DEBUG is refused")));
+    assert!(matches!(&tx[3], Value::Error(e) if e.starts_with(b"EXECABORT")), "{:?}", tx[3]);
+    assert_eq!(front.call(&["GET", "n"]).unwrap(), bulk("1"));
 }
 
 #[test]

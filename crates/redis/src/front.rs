@@ -168,6 +168,10 @@ fn run_as_leader<S: Read + Write>(
         match step {
             Step::Reply => held.extend_from_slice(&server.read_frame()?),
             Step::Local(reply) => held.extend_from_slice(&reply),
+            Step::Replace(reply) => {
+                server.read_frame()?;
+                held.extend_from_slice(&reply);
+            }
             Step::Role => {
                 let frame = server.read_frame()?;
                 let offset = decode(&frame, &Limits::SERVER)

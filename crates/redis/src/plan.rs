@@ -16,6 +16,10 @@ pub enum Step {
     Role,
     /// A reply of the front's own (a refusal), held in order with the others.
     Local(Vec<u8>),
+    /// The next reply from the server is dropped, and this one held instead: a refusal inside
+    /// a transaction, for which the front sent the server a command it rejects, so that the
+    /// server fails the `EXEC` as it does after any command rejected while queuing.
+    Replace(Vec<u8>),
     /// Release what is held, then close the connection (`QUIT`).
     Quit,
 }
@@ -48,7 +52,13 @@ pub fn plan(buf: &[u8], commands: &[Command], session: &mut Session) -> Plan {
         match disposition(&args, buf) {
             Disposition::Skip => {}
             Disposition::Refuse(why) => {
-                plan.steps.push(Step::Local(format!("-{why}\r\n").into_bytes()));
+                let reply = format!("-{why}\r\n").into_bytes();
+                if session.in_multi {
+                    encode_command(&[REJECTED_COMMAND], &mut plan.to_server);
+                    plan.steps.push(Step::Replace(reply));
+                } else {
+                    plan.steps.push(Step::Local(reply));
+                }
             }
             Disposition::Quit => {
                 if dirty && !session.in_multi {
@@ -91,6 +101,9 @@ fn shift(command: &Command, at: usize) -> Command {
         frame_bytes: command.frame_bytes,
     }
 }
+
+/// A command no Redis knows: rejected while queuing, it makes the transaction's `EXEC` fail.
+const REJECTED_COMMAND: &[u8] = b"MU-FRONT-REFUSED";
 
 fn push_role(plan: &mut Plan) {
     encode_command(&[b"ROLE"], &mut plan.to_server);
@@ -165,6 +178,15 @@ mod tests {
         assert_eq!(st[2], Step::Role);
         assert_eq!(st[3], Step::Local(b"+OK\r\n".to_vec()));
         assert_eq!(st[4], Step::Quit);
+    }
+
+    #[test]
+    fn a_refusal_inside_a_transaction_fails_its_exec_at_the_server() {
+        let mut s = Session::default();
+        let (to, st) = steps("MULTI\r\nCONFIG GET x\r\nEXEC\r\n", &mut s);
+        assert_eq!(to, format!("MULTI\r\n*1\r\n$16\r\nMU-FRONT-REFUSED\r\nEXEC\r\n{ROLE}"));
+        assert_eq!(st.len(), 4);
+        assert!(matches!(&st[1], Step::Replace(e) if e.starts_with(b"-ERR CONFIG is refused")));
     }
 
     #[test]
