@@ -486,5 +486,17 @@ fn replies_through_the_front_match_a_bare_server() {
         .map(|c| c.split(' ').map(str::to_string).collect())
         .collect();
     assert_eq!(front.pipeline_raw(&resp3).unwrap(), bare.pipeline_raw(&resp3).unwrap());
+    // A BLPOP served by another client's push: its pop is an effect of the push's command in
+    // the stream (Redis replicates it as an LPOP), committed before either is answered.
+    let front_socket = cluster.front(leader);
+    let blocked = std::thread::spawn(move || {
+        let mut c = Resp::connect(&front_socket).unwrap();
+        c.call(&["BLPOP", "queue", "5"]).unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut pusher = Resp::connect(&cluster.front(leader)).unwrap();
+    assert_eq!(pusher.call(&["RPUSH", "queue", "job"]).unwrap(), Value::Integer(1));
+    assert_eq!(blocked.join().unwrap(), Value::Array(vec![bulk("queue"), bulk("job")]));
+    assert_eq!(pusher.call(&["LLEN", "queue"]).unwrap(), Value::Integer(0));
     cluster.converged(&[0, 1, 2]);
 }
