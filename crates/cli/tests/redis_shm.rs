@@ -159,12 +159,18 @@ impl RedisCluster {
         std::fs::read_to_string(self.dir.join(format!("replica-{id}.stderr"))).unwrap_or_default()
     }
 
-    /// The replica whose front answers `PING` (followers answer `-NOTLEADER`), among `ids`.
+    /// Replica `id`'s front for the clients other fronts relay: it relays nothing further.
+    fn direct(&self, id: u16) -> PathBuf {
+        self.run_dir.join(format!("redis-{id}.direct.sock"))
+    }
+
+    /// The replica whose front answers `PING` itself (followers' relay their clients to the
+    /// leader, and answer `-NOTLEADER` on their direct sockets), among `ids`.
     fn leader(&self, ids: &[u16], timeout: Duration) -> u16 {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             for &id in ids {
-                let reply = Resp::connect(&self.front(id)).and_then(|mut c| c.call(&["PING"]));
+                let reply = Resp::connect(&self.direct(id)).and_then(|mut c| c.call(&["PING"]));
                 if matches!(reply, Ok(Value::Simple(ref s)) if s == b"PONG") {
                     return id;
                 }
@@ -302,10 +308,18 @@ fn replicas_stay_identical_and_acknowledged_writes_survive_the_leader() {
     tcp.read_exact(&mut reply).unwrap();
     assert_eq!(&reply, b"$1\r\nv\r\n");
 
-    // Followers refuse clients, naming the leader.
+    // A follower's front relays its clients to the leader's; its direct socket (what other
+    // fronts relay to) refuses them, naming the leader.
     let follower = all.into_iter().find(|&id| id != leader).unwrap();
-    match Resp::connect(&cluster.front(follower)).unwrap().call(&["GET", "kept"]).unwrap() {
-        Value::Error(e) => assert!(e.starts_with(b"NOTLEADER"), "{e:?}"),
+    let mut relayed = Resp::connect(&cluster.front(follower)).unwrap();
+    assert_eq!(relayed.call(&["GET", "kept"]).unwrap(), bulk("v"));
+    assert_eq!(relayed.call(&["INCR", "relayed"]).unwrap(), Value::Integer(1));
+    assert_eq!(relayed.call(&["DEL", "relayed"]).unwrap(), Value::Integer(1));
+    match Resp::connect(&cluster.direct(follower)).unwrap().call(&["GET", "kept"]).unwrap() {
+        Value::Error(e) => {
+            let e = String::from_utf8(e).unwrap();
+            assert!(e.starts_with("NOTLEADER") && e.contains(&format!("replica {leader}")), "{e}")
+        }
         other => panic!("a follower answered {other:?}"),
     }
 

@@ -1,7 +1,8 @@
 //! The client port (`docs/apps/redis.md`, "Clients"): on the leader, each client's commands go
 //! to a connection of its own to the private server, and their replies come back once the
-//! stream up to the `ROLE` behind them is committed; on a follower, every command is answered
-//! with `-NOTLEADER`. One thread per client.
+//! stream up to the `ROLE` behind them is committed; a follower relays its clients to the
+//! leader's front, or answers every command with `-NOTLEADER` when it knows no leader to relay
+//! to. One thread per client.
 
 use crate::link::{is_error, Committed};
 use crate::plan::{plan, Session, Step};
@@ -9,7 +10,8 @@ use crate::resp::{decode, parse_command, role_offset, Limits};
 use crate::server::Conn;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::os::unix::net::UnixListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -24,13 +26,24 @@ pub struct FrontShared {
     pub server_socket: PathBuf,
     /// The leader as this replica last saw it (-1: none known), for followers' answers.
     pub leader_hint: AtomicI32,
+    /// This replica's id and the run directory, where the other fronts' sockets are.
+    pub me: u16,
+    pub run_dir: PathBuf,
 }
 
-/// Accepts clients on the Unix socket `listener` for ever, a thread each.
-pub fn accept_unix(listener: UnixListener, shared: Arc<FrontShared>) {
+/// The socket on which replica `id`'s front takes the clients other fronts forward to it: it
+/// never forwards them again (two replicas that each think the other leads would otherwise
+/// forward a client round and round).
+pub fn direct_socket(run_dir: &std::path::Path, id: u16) -> PathBuf {
+    run_dir.join(format!("redis-{id}.direct.sock"))
+}
+
+/// Accepts clients on the Unix socket `listener` for ever, a thread each; a follower forwards
+/// them to the leader's front if `forward`.
+pub fn accept_unix(listener: UnixListener, shared: Arc<FrontShared>, forward: bool) {
     for stream in listener.incoming() {
         match stream {
-            Ok(stream) => spawn_client(stream, shared.clone()),
+            Ok(stream) => spawn_client(stream, shared.clone(), forward),
             Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
         }
     }
@@ -43,16 +56,20 @@ pub fn accept_tcp(listener: TcpListener, shared: Arc<FrontShared>) {
             Ok(stream) => {
                 // Replies go out as soon as they are released, not when a segment fills.
                 let _ = stream.set_nodelay(true);
-                spawn_client(stream, shared.clone());
+                spawn_client(stream, shared.clone(), true);
             }
             Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
         }
     }
 }
 
-fn spawn_client<S: Read + Write + Send + 'static>(stream: S, shared: Arc<FrontShared>) {
+fn spawn_client<S: Read + Write + AsRawFd + Send + 'static>(
+    stream: S,
+    shared: Arc<FrontShared>,
+    forward: bool,
+) {
     let spawned = std::thread::Builder::new().name("redis-client".into()).spawn(move || {
-        if let Err(e) = serve_client(stream, &shared) {
+        if let Err(e) = serve_client(stream, &shared, forward) {
             debug!(target: LOG_TARGET, "client closed: {e}");
         }
     });
@@ -70,7 +87,11 @@ struct Client<S> {
     session: Session,
 }
 
-fn serve_client<S: Read + Write>(stream: S, shared: &FrontShared) -> Result<(), String> {
+fn serve_client<S: Read + Write + AsRawFd>(
+    stream: S,
+    shared: &FrontShared,
+    forward: bool,
+) -> Result<(), String> {
     let mut client = Client { stream, buf: Vec::new(), server: None, session: Session::default() };
     let mut chunk = vec![0u8; 64 << 10];
     loop {
@@ -99,12 +120,67 @@ fn serve_client<S: Read + Write>(stream: S, shared: &FrontShared) -> Result<(), 
             continue;
         }
         let bytes: Vec<u8> = client.buf.drain(..at).collect();
-        let go_on = match shared.committed.epoch() {
+        let epoch = shared.committed.epoch();
+        if epoch.is_none() && forward && client.server.is_none() {
+            if let Some(mut leader) = leader_front(shared) {
+                leader.write_all(&bytes).map_err(|e| format!("to the leader's front: {e}"))?;
+                leader.write_all(&client.buf).map_err(|e| format!("to the leader's front: {e}"))?;
+                return relay(client.stream, leader);
+            }
+        }
+        let go_on = match epoch {
             Some(epoch) => run_as_leader(&mut client, shared, epoch, &bytes, &commands)?,
             None => answer_as_follower(&mut client, shared, &bytes, &commands)?,
         };
         if !go_on {
             return Ok(());
+        }
+    }
+}
+
+/// A connection to the leader's front (its direct socket), if a leader other than this replica
+/// is known and answers.
+fn leader_front(shared: &FrontShared) -> Option<UnixStream> {
+    let leader = u16::try_from(shared.leader_hint.load(Ordering::Relaxed)).ok()?;
+    if leader == shared.me {
+        return None;
+    }
+    UnixStream::connect(direct_socket(&shared.run_dir, leader)).ok()
+}
+
+/// Copies bytes both ways between the client and the leader's front until either closes.
+fn relay<S: Read + Write + AsRawFd>(mut client: S, mut leader: UnixStream) -> Result<(), String> {
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: client.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: leader.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the length given, and both
+        // descriptors stay open for the call (borrowed from the streams).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("relaying to the leader: {e}"));
+        }
+        let ready =
+            |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+        if ready(&fds[0]) {
+            let n = client.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Ok(());
+            }
+            leader.write_all(&chunk[..n]).map_err(|e| format!("to the leader's front: {e}"))?;
+        }
+        if ready(&fds[1]) {
+            let n = leader.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the leader's front closed the connection".into());
+            }
+            client.write_all(&chunk[..n]).map_err(|e| e.to_string())?;
         }
     }
 }

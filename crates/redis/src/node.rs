@@ -4,7 +4,7 @@
 //! machine; [`RedisNode`] the rest, started once the replica runs.
 
 use crate::entry::{Applied, Applier, Entry, Leadership};
-use crate::front::{accept_tcp, accept_unix, FrontShared};
+use crate::front::{accept_tcp, accept_unix, direct_socket, FrontShared};
 use crate::link::{self, Committed};
 use crate::master::{self, SharedFeed};
 use crate::resp::role_offset;
@@ -151,10 +151,20 @@ impl RedisNode {
             committed: node.committed.clone(),
             server_socket: paths.socket.clone(),
             leader_hint: (-1).into(),
+            me: config.id,
+            run_dir: config.run_dir.clone(),
         });
         spawn("redis-front", {
             let shared = shared.clone();
-            move || accept_unix(listener, shared)
+            move || accept_unix(listener, shared, true)
+        })?;
+        let direct_socket = direct_socket(&config.run_dir, config.id);
+        let _ = std::fs::remove_file(&direct_socket);
+        let direct = UnixListener::bind(&direct_socket)
+            .map_err(|e| format!("binding {}: {e}", direct_socket.display()))?;
+        spawn("redis-front-direct", {
+            let shared = shared.clone();
+            move || accept_unix(direct, shared, false)
         })?;
         if let Some(address) = &config.client_address {
             let tcp = TcpListener::bind(address.as_str())
