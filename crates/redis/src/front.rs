@@ -4,7 +4,7 @@
 //! leader's front, or answers every command with `-NOTLEADER` when it knows no leader to relay
 //! to. One thread per client.
 
-use crate::link::{is_error, Committed};
+use crate::link::Committed;
 use crate::plan::{plan, Session, Step};
 use crate::resp::{decode, parse_command, role_offset, Limits};
 use crate::server::Conn;
@@ -254,7 +254,6 @@ fn run_as_leader<S: Read + Write>(
                     .ok()
                     .flatten()
                     .and_then(|(v, _)| role_offset(&v))
-                    .filter(|_| !is_error(&frame))
                     .ok_or_else(|| {
                         format!("ROLE answered {:?}", String::from_utf8_lossy(&frame))
                     })?;

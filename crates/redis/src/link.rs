@@ -4,7 +4,7 @@
 //! for.
 
 use crate::entry::{Boundaries, Entry, Leadership};
-use crate::resp::{encode_command, frame_len, Limits, Value};
+use crate::resp::{encode_command, Value};
 use crate::server::{unexpected, Conn};
 use mu_replica::Replica;
 use std::io::{ErrorKind, Read, Write};
@@ -360,16 +360,6 @@ fn propose(
         None => Ok(()),
         Some(e) => Err(format!("proposing the stream: {e}")),
     }
-}
-
-/// `true` if `frame` (a reply read whole) is an error.
-pub fn is_error(frame: &[u8]) -> bool {
-    matches!(frame.first(), Some(b'-' | b'!'))
-}
-
-/// The length of a whole reply at the start of `buf`, with the server's limits.
-pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    frame_len(buf, &Limits::SERVER).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
