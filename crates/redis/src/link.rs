@@ -138,9 +138,16 @@ impl Committed {
     }
 }
 
-/// Connects to the server at `socket` as its replica: returns the connection, positioned at
-/// the start of the stream, and the stream's first offset.
-pub fn open(socket: &Path) -> Result<(Conn, u64), String> {
+/// Connects to the server at `socket`, just promoted, as its replica, continuing the history it
+/// had as the front's replica at offset `at` (`PSYNC <the front's replid> <at + 1>`): returns the
+/// connection, positioned at the start of the stream, which starts at `at`.
+///
+/// A partial resync (`+CONTINUE`) gives every effect the server made since it was promoted
+/// (a key it expired at once, say) in the stream. A full resync is taken only where it starts
+/// at `at` too (a server that never had the front as its master, and so nothing to expire):
+/// an effect made between the promotion and the resync would be in the skipped RDB only, and
+/// the followers would never run it.
+pub fn open(socket: &Path, at: u64) -> Result<(Conn, u64), String> {
     let mut conn = Conn::connect(socket).map_err(|e| format!("replica link: {e}"))?;
     let ok = |v: &Value| matches!(v, Value::Simple(_));
     for args in [
@@ -154,15 +161,25 @@ pub fn open(socket: &Path) -> Result<(Conn, u64), String> {
         }
     }
     let mut psync = Vec::new();
-    encode_command(&[b"PSYNC", b"?", b"-1"], &mut psync);
+    let next = (at + 1).to_string();
+    encode_command(&[b"PSYNC", crate::master::REPLID.as_bytes(), next.as_bytes()], &mut psync);
     conn.stream.write_all(&psync).map_err(|e| format!("replica link: {e}"))?;
     let line = conn.read_frame()?;
-    let text = String::from_utf8_lossy(&line);
+    let text = String::from_utf8_lossy(&line).into_owned();
+    if text.starts_with("+CONTINUE") {
+        return Ok((conn, at));
+    }
     let offset = text
         .strip_prefix("+FULLRESYNC ")
         .and_then(|rest| rest.trim_end().split(' ').nth(1))
         .and_then(|o| o.parse::<u64>().ok())
-        .ok_or_else(|| format!("replica link: expected +FULLRESYNC, got {text:?}"))?;
+        .ok_or_else(|| format!("replica link: expected +CONTINUE or +FULLRESYNC, got {text:?}"))?;
+    if offset != at {
+        return Err(format!(
+            "replica link: a full resync at offset {offset}, not {at}: the server made effects \
+             the stream would not carry"
+        ));
+    }
     skip_rdb(&mut conn)?;
     Ok((conn, offset))
 }

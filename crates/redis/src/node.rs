@@ -352,11 +352,17 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     feed.close();
+    // Where the server's history as the front's replica ends (`caught_up` checked it ran
+    // everything up to there).
+    let at = {
+        let f = feed.lock();
+        f.base + f.written
+    };
     let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));
     }
-    link::open(&paths.socket)
+    link::open(&paths.socket, at)
 }
 
 /// The wall clock in nanoseconds: a leadership's term (distinct across restarts of a replica).
