@@ -15,6 +15,7 @@ pub mod kv_failover;
 pub mod leased;
 pub mod log_buffer;
 pub mod node_log;
+pub mod redis_app;
 pub mod replica_pid;
 mod replica_support;
 pub mod serve;

@@ -117,6 +117,9 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let pid_path = config.pid_path(args.id);
     refuse_unsafe_start(&config, &args)?;
+    if config.is_redis() {
+        return crate::redis_app::run(&config, args.id, replica_config);
+    }
     let machine = SharedMachine::for_app(config.app()?);
     let started = Instant::now();
     // Leased reads: the replica's node of the group joins first (its leader is appointed
@@ -324,11 +327,11 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
 }
 
 /// Opens this replica's fabric as the configuration says and starts the replica on it.
-fn start_replica(
+pub(crate) fn start_replica(
     config: &ClusterConfig,
     id: u16,
     replica_config: mu_replica::ReplicaConfig,
-    machine: SharedMachine,
+    machine: impl mu_replica::StateMachine,
 ) -> Result<Replica, String> {
     let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
     let started = match config.fabric.as_str() {

@@ -4,7 +4,8 @@
 //! ```toml
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
-//! app = "kv"                  # what it replicates: "kv" (the key-value store) or "orderbook"
+//! app = "kv"                  # what it replicates: "kv" (the key-value store), "orderbook" or
+//!                             # "redis" (unmodified Redis, docs/apps/redis.md)
 //! transport = "socket"        # or "fabric": clients on this host may also send requests
 //!                             # over request rings (docs/client-path.md; shm only)
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
@@ -85,6 +86,9 @@ use std::path::{Path, PathBuf};
 /// The largest log a replica may ask for: its region is shared memory (tmpfs), and a log that
 /// does not fit there fails later with a bus error rather than a message.
 pub const LOG_BYTES_MAX: u64 = 4 << 30;
+
+/// The `app` of a replicated Redis.
+pub const REDIS: &str = "redis";
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -434,6 +438,14 @@ impl ClusterConfig {
     /// The protocol, how it reads, and the sections that go with them.
     fn check_protocol(&self) -> Result<(), String> {
         let reads = self.reads()?;
+        if self.is_redis() {
+            if self.is_ukharon_kv() || reads == Reads::Lease || self.fabric != "shm" {
+                return Err("app = \"redis\" runs with protocol = \"mu\" or \"velos\", reads through the log \
+                            and fabric = \"shm\", for now (docs/apps/redis.md)"
+                    .into());
+            }
+            return Ok(());
+        }
         if self.app()? == App::Orderbook {
             if self.is_ukharon_kv() {
                 return Err(format!(
@@ -547,7 +559,13 @@ impl ClusterConfig {
         Ok(client)
     }
 
-    /// The replicated application (`app`).
+    /// `app = "redis"`: unmodified Redis replicated by its effect stream (`mu-redis`,
+    /// docs/apps/redis.md), beside the service's applications rather than one of them.
+    pub fn is_redis(&self) -> bool {
+        self.app == REDIS
+    }
+
+    /// The replicated application (`app`) of the service (not Redis: [`Self::is_redis`]).
     pub fn app(&self) -> Result<App, String> {
         App::parse(&self.app)
     }
@@ -628,9 +646,10 @@ impl ClusterConfig {
         if self.reads()? == Reads::Lease {
             c.leaders = mu_replica::Leaders::Appointed;
         }
-        c.application = match self.app()? {
-            App::Kv => "",
-            other => other.name(),
+        c.application = match self.app() {
+            _ if self.is_redis() => REDIS,
+            Ok(App::Kv) => "",
+            other => other?.name(),
         };
         Ok(c)
     }

@@ -623,7 +623,7 @@ fn the_application_is_kv_by_default_and_orderbook_on_request() {
     let (book, kv) = (c.replica_config(0).unwrap(), kv.replica_config(0).unwrap());
     assert_eq!((book.application, kv.application), ("orderbook", ""));
     assert_ne!(book.fingerprint(), kv.fingerprint());
-    refused(&good("app = \"redis\""), &["app \"redis\"", "\"kv\"", "\"orderbook\""]);
+    refused(&good("app = \"memcached\""), &["app \"memcached\"", "\"kv\"", "\"orderbook\""]);
     refused(&leased("mu", "app = \"orderbook\""), &["reads = \"lease\"", "orderbook"]);
     refused(
         &ukharon_kv("[0, 1, 2]", "app = \"orderbook\""),
@@ -640,4 +640,20 @@ fn the_transport_is_the_socket_by_default_and_the_fabric_on_shm() {
     assert!(c.clients_fabric_dir(2).ends_with("clients-2"));
     refused(&good("transport = \"rdma\""), &["transport \"rdma\"", "\"socket\"", "\"fabric\""]);
     refused(&good(&format!("transport = \"fabric\"\n{OFI}")), &["transport = \"fabric\"", "shm"]);
+}
+
+#[test]
+fn redis_runs_beside_the_services_applications_on_shm_through_the_log() {
+    let c = ClusterConfig::parse(&good("app = \"redis\"")).unwrap();
+    assert!(c.is_redis());
+    assert!(c.app().is_err(), "not one of the service's applications");
+    assert_eq!(c.replica_config(0).unwrap().application, "redis");
+    let kv = ClusterConfig::parse(&good("")).unwrap();
+    assert!(!kv.is_redis());
+    assert_ne!(
+        c.replica_config(0).unwrap().fingerprint(),
+        kv.replica_config(0).unwrap().fingerprint()
+    );
+    refused(&leased("mu", "app = \"redis\""), &["app = \"redis\"", "reads through the log"]);
+    refused(&ukharon_kv("[0, 1, 2]", "app = \"redis\""), &["app = \"redis\"", "protocol"]);
 }

@@ -1,0 +1,373 @@
+//! One replica's Redis: its server, its front, the master that feeds its server the committed
+//! stream while it follows, and the replica link that proposes its server's stream while it
+//! leads (`docs/apps/redis.md`, "Leader change"). [`RedisMachine`] is the replica's state
+//! machine; [`RedisNode`] the rest, started once the replica runs.
+
+use crate::entry::{Applied, Applier, Entry, Leadership};
+use crate::front::{accept_tcp, accept_unix, direct_socket, FrontShared};
+use crate::link::{self, Committed};
+use crate::master::{self, SharedFeed};
+use crate::resp::role_offset;
+use crate::server::{Conn, RedisServer, ServerPaths};
+use mu_replica::{Replica, StateMachine};
+use std::net::TcpListener;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+const LOG_TARGET: &str = "mu_redis::node";
+
+/// How often the node looks at the replica's election.
+const ROLE_POLL: Duration = Duration::from_millis(2);
+
+/// How long this replica must have been elected before it takes over its server.
+const ELECTION_SETTLES: Duration = Duration::from_millis(100);
+
+/// How long a new leader's server may take to run the stream it was fed.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// What the state machine and the node share.
+#[derive(Default)]
+pub struct NodeShared {
+    /// The committed stream on its way to the local server while this replica follows.
+    pub feed: SharedFeed,
+    /// This replica's leadership, which an entry of another leader's ends.
+    pub committed: Arc<Committed>,
+}
+
+/// The replica's state machine: applies entries by feeding the local server what it has not
+/// run itself.
+pub struct RedisMachine {
+    me: u16,
+    applier: Applier,
+    shared: Arc<NodeShared>,
+    out: Vec<u8>,
+}
+
+impl RedisMachine {
+    /// The machine of replica `me`, and what it shares with the node.
+    pub fn new(me: u16) -> (RedisMachine, Arc<NodeShared>) {
+        let shared = Arc::new(NodeShared::default());
+        let machine =
+            RedisMachine { me, applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
+        (machine, shared)
+    }
+}
+
+impl StateMachine for RedisMachine {
+    fn apply(&mut self, _index: u64, request: &[u8]) {
+        let was_mine = self.applier.source().is_some_and(|l| l.node == self.me);
+        match self.applier.apply(request, &mut self.out) {
+            Applied::Fed if !self.out.is_empty() => {
+                self.shared.feed.push(&self.out);
+                self.out.clear();
+            }
+            // Another replica led after this one: whatever this replica's server ran since is
+            // not the log's, and its leadership is over.
+            Applied::Leader(l) if was_mine && l.node != self.me => self.shared.committed.end(),
+            Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
+            _ => {}
+        }
+    }
+}
+
+/// Where a replica's Redis lives.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: u16,
+    pub run_dir: PathBuf,
+    /// The `redis-server` binary.
+    pub server_binary: PathBuf,
+    /// The largest request an entry holds.
+    pub entry_bytes_max: usize,
+    /// Where the front also accepts clients over TCP (`host:port`), besides its Unix socket.
+    pub client_address: Option<String>,
+}
+
+impl NodeConfig {
+    /// The front's socket of replica `id`.
+    pub fn front_socket(run_dir: &Path, id: u16) -> PathBuf {
+        run_dir.join(format!("redis-{id}.sock"))
+    }
+}
+
+/// A replica's server and front, running.
+pub struct RedisNode {
+    _server: RedisServer,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl RedisNode {
+    /// Starts the server (as a replica of the front's master), the master, the front, and the
+    /// thread that follows the replica's election. Call it from the thread that lives as long
+    /// as the replica: the server dies with it.
+    pub fn start(
+        config: NodeConfig,
+        replica: Arc<Replica>,
+        node: Arc<NodeShared>,
+    ) -> Result<RedisNode, String> {
+        let master = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("master port: {e}"))?;
+        let master_port = master.local_addr().map_err(|e| e.to_string())?.port();
+        let paths = ServerPaths::new(&config.run_dir, config.id);
+        let server = RedisServer::start(&config.server_binary, paths.clone(), master_port)?;
+        let failure = Arc::new(Mutex::new(None));
+        let fail = {
+            let failure = failure.clone();
+            // The first failure only (and none once the node stops: its server's death then
+            // breaks links on purpose).
+            move |why: String| {
+                let mut failure = failure.lock().unwrap_or_else(|p| p.into_inner());
+                if failure.is_none() {
+                    warn!(target: LOG_TARGET, "{why}");
+                    *failure = Some(why);
+                }
+            }
+        };
+        spawn("redis-master", {
+            let (node, fail) = (node.clone(), fail.clone());
+            // One link at a time: the server's first, and another each time a deposed
+            // leader's server follows the log again.
+            move || loop {
+                let served = match master.accept() {
+                    Ok((stream, _)) => master::serve(stream, &node.feed),
+                    Err(e) => Err(format!("master port: {e}")),
+                };
+                match served {
+                    // The server was reconnecting when this replica took it over: no matter.
+                    Err(_) if node.feed.lock().closed => {}
+                    Err(e) => return fail(e),
+                    Ok(()) => {}
+                }
+            }
+        })?;
+        let front_socket = NodeConfig::front_socket(&config.run_dir, config.id);
+        let _ = std::fs::remove_file(&front_socket);
+        let listener = UnixListener::bind(&front_socket)
+            .map_err(|e| format!("binding {}: {e}", front_socket.display()))?;
+        let shared = Arc::new(FrontShared {
+            committed: node.committed.clone(),
+            server_socket: paths.socket.clone(),
+            leader_hint: (-1).into(),
+            me: config.id,
+            run_dir: config.run_dir.clone(),
+        });
+        spawn("redis-front", {
+            let shared = shared.clone();
+            move || accept_unix(listener, shared, true)
+        })?;
+        let direct_socket = direct_socket(&config.run_dir, config.id);
+        let _ = std::fs::remove_file(&direct_socket);
+        let direct = UnixListener::bind(&direct_socket)
+            .map_err(|e| format!("binding {}: {e}", direct_socket.display()))?;
+        spawn("redis-front-direct", {
+            let shared = shared.clone();
+            move || accept_unix(direct, shared, false)
+        })?;
+        if let Some(address) = &config.client_address {
+            let tcp = TcpListener::bind(address.as_str())
+                .map_err(|e| format!("binding the client address {address}: {e}"))?;
+            let shared = shared.clone();
+            spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
+        }
+        spawn("redis-role", move || {
+            follow_election(&config, master_port, &replica, &node.feed, &shared, fail)
+        })?;
+        info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
+        Ok(RedisNode { _server: server, failure })
+    }
+
+    /// Why this node stopped serving, if it did: the replica should stop.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        // Before the server is killed (a field, dropped after this).
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert("stopping".into());
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| format!("starting thread {name}: {e}"))
+}
+
+/// Follows the replica's election: when it elects this replica, takes over as leader and
+/// proposes the server's stream until the leadership ends; then follows again if its server
+/// ran nothing uncommitted, and ends this node otherwise.
+fn follow_election(
+    config: &NodeConfig,
+    master_port: u16,
+    replica: &Replica,
+    feed: &SharedFeed,
+    shared: &FrontShared,
+    fail: impl Fn(String),
+) {
+    let me = config.id;
+    let mut elected_since: Option<Instant> = None;
+    loop {
+        std::thread::sleep(ROLE_POLL);
+        let leader = replica.leader().map(|l| l.0);
+        shared.leader_hint.store(leader.map_or(-1, i32::from), Ordering::Relaxed);
+        if leader != Some(me) {
+            elected_since = None;
+            continue;
+        }
+        // An election settles for a moment before a replica takes over its server: a
+        // replica that takes over and is deposed must stop (see `docs/apps/redis.md`).
+        let since = *elected_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < ELECTION_SETTLES {
+            continue;
+        }
+        let leadership = Leadership { node: me, term: now_ns() };
+        let mut marker = Vec::new();
+        Entry::Leader(leadership).encode(&mut marker);
+        let mut outcomes = Vec::new();
+        replica.propose_many(&[&marker], &mut outcomes);
+        if outcomes.first().is_none_or(|o| o.is_err()) {
+            continue;
+        }
+        // Every entry before the marker is applied: the feed holds the whole committed stream.
+        if let Err(e) = caught_up(config, feed) {
+            return fail(format!("replica {me} could not take over its server: {e}"));
+        }
+        if replica.leader().map(|l| l.0) != Some(me) {
+            // Deposed already: its server is still a replica of the log; go on following.
+            elected_since = None;
+            continue;
+        }
+        let (wake_pump, wake_front) = match UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return fail(format!("replica {me}: a wake-up socket: {e}")),
+        };
+        if let Err(e) = wake_front.set_nonblocking(true) {
+            return fail(format!("replica {me}: a wake-up socket: {e}"));
+        }
+        let (conn, offset) = match promote(config, feed) {
+            Ok(link) => link,
+            Err(e) => return fail(format!("replica {me} could not take over its server: {e}")),
+        };
+        let epoch = shared.committed.begin(offset, wake_front);
+        info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
+        let why = link::pump(
+            leadership,
+            conn,
+            offset,
+            replica,
+            config.entry_bytes_max,
+            &shared.committed,
+            wake_pump,
+        );
+        shared.committed.end();
+        match demote(config, master_port, feed, shared.committed.offset()) {
+            Ok(()) => {
+                info!(target: LOG_TARGET, replica = me, why, "deposed with every effect of its server committed: following the log again");
+                elected_since = None;
+            }
+            Err(e) => {
+                return fail(format!(
+                    "replica {me} stopped leading ({why}) and cannot follow again ({e}): it \
+                     stops; restart it with --rejoin"
+                ))
+            }
+        }
+    }
+}
+
+/// Makes a deposed leader's server a replica of the log again, if it ran nothing beyond the
+/// committed stream (`committed`, its offset): it keeps its data (`+CONTINUE`) and is fed what
+/// the new leaders commit.
+fn demote(
+    config: &NodeConfig,
+    master_port: u16,
+    feed: &SharedFeed,
+    committed: u64,
+) -> Result<(), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
+    feed.reopen();
+    // First a replica, so that no client's write runs after the check below.
+    let port = master_port.to_string();
+    let reply = admin.call(&[b"REPLICAOF", b"127.0.0.1", port.as_bytes()])?;
+    if !matches!(reply, crate::resp::Value::Simple(_)) {
+        return Err(crate::server::unexpected("REPLICAOF", &reply));
+    }
+    let info = match admin.call(&[b"INFO", b"replication"])? {
+        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => return Err(crate::server::unexpected("INFO replication", &other)),
+    };
+    let offset = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|o| o.trim().parse::<u64>().ok())
+        .ok_or("INFO replication without master_repl_offset")?;
+    if offset != committed {
+        return Err(format!(
+            "its server is at offset {offset}, the log committed its stream up to {committed}"
+        ));
+    }
+    Ok(())
+}
+
+/// Waits until the local server has run every byte of the committed stream it was fed.
+fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let (drained, fresh, target) = {
+            let f = feed.lock();
+            let fresh = !f.connected && f.expected.is_none() && f.base == 0 && f.written == 0;
+            (f.queue.is_empty(), fresh, f.connected.then_some(f.base + f.written))
+        };
+        // A server that was never fed has nothing to run (and may not have connected).
+        if drained && fresh {
+            return Ok(());
+        }
+        if let (true, Some(target)) = (drained, target) {
+            if role_offset(&admin.call(&[b"ROLE"])?) == Some(target) {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "its server did not run the committed stream within {CATCH_UP_WAIT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Makes the local server (caught up with the committed stream) a master, and opens the
+/// replica link to it.
+fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String> {
+    let paths = ServerPaths::new(&config.run_dir, config.id);
+    let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
+    feed.close();
+    // Where the server's history as the front's replica ends (`caught_up` checked it ran
+    // everything up to there).
+    let at = {
+        let f = feed.lock();
+        f.base + f.written
+    };
+    let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
+    if !matches!(reply, crate::resp::Value::Simple(_)) {
+        return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));
+    }
+    link::open(&paths.socket, at)
+}
+
+/// The wall clock in nanoseconds: a leadership's term (distinct across restarts of a replica).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
