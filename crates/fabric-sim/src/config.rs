@@ -68,6 +68,12 @@ pub struct SimConfig {
     /// a node's posts leave one after another, each this long after the previous one, so an
     /// engine step that posts k requests sends its last one k × this later. Default 0.
     pub post_cpu_ns: u64,
+    /// Whether a node posts nothing while its CPU is busy with a control-plane call that costs
+    /// time on RDMA ([`crate::SimWorld::node_busy_until`]): `ibv_modify_qp` blocks the thread
+    /// that calls it, so the acknowledgement a permission manager writes after changing access
+    /// leaves only once the change is done. The node's threads are not told apart: every post
+    /// of the node waits. Default false (control calls cost no time on the data path).
+    pub control_blocks_posts: bool,
     /// How long after a crash its peers are told ([`mu_fabric::Fabric::crash_notified`]): the
     /// delay of a kernel's crash broadcast (the Velos and uKharon papers' deadbeat). Default 0:
     /// at once, like the shared-memory fabric's death flag.
@@ -93,6 +99,7 @@ impl Default for SimConfig {
             connection_depth: usize::MAX,
             non_inline_extra_ns: 0,
             post_cpu_ns: 0,
+            control_blocks_posts: false,
             crash_notice_ns: 0,
             faults: FaultConfig::default(),
         }

@@ -184,13 +184,18 @@ impl World {
     }
 
     /// When a post by `from` made now leaves its node: the CPU posts one request at a time,
-    /// each [`crate::SimConfig::post_cpu_ns`] after the previous one.
+    /// each [`crate::SimConfig::post_cpu_ns`] after the previous one, and none while a control
+    /// call holds it if [`crate::SimConfig::control_blocks_posts`].
     fn depart(&mut self, from: NodeId) -> u64 {
         let (now, cost) = (self.now_ns, self.config.post_cpu_ns);
         let Some(node) = self.nodes.get_mut(&from) else {
             return now;
         };
-        let departs = node.post_free_ns.max(now).saturating_add(cost);
+        let mut free = node.post_free_ns.max(now);
+        if self.config.control_blocks_posts {
+            free = free.max(node.busy_until_ns);
+        }
+        let departs = free.saturating_add(cost);
         node.post_free_ns = departs;
         departs
     }

@@ -146,3 +146,21 @@ fn a_crash_is_notified_after_the_notice_delay() {
     p.world.run_until(t0 + 30_000);
     assert!(p.a.crash_notified(B), "once the delay has passed");
 }
+
+#[test]
+fn posts_wait_for_a_control_call_only_when_asked() {
+    for blocks in [false, true] {
+        let config =
+            SimConfig { jitter_ns: 0, control_blocks_posts: blocks, ..SimConfig::default() };
+        let mut p = pair(config, 6);
+        p.world.run_until(p.world.node_busy_until(A) + 1);
+        let t0 = p.world.now_ns();
+        p.a.set_access_fast(conn(B), Access::ALL).unwrap();
+        let (_, rtt) = timed(&p.world, &mut p.ep, |ep| {
+            ep.post(conn(B), &WorkRequest::write(1, Source::Inline(b"ack"), remote(0))).unwrap()
+        });
+        let expected = if blocks { 88_000 + 1_200 } else { 1_200 };
+        assert_eq!(rtt, expected, "blocks: {blocks}");
+        assert_eq!(p.world.node_busy_until(A), t0 + 88_000);
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! Every replica is the production runtime ([`ReplicaCore`]: both planes, the real engines) on
 //! its own node of one [`SimWorld`]. A round polls every running, unpaused replica once and then
-//! lets virtual time move on by [`QUANTUM_NS`]; nothing else runs, so a run is a function of the
-//! seed and the calls made.
+//! lets virtual time move on by [`SimCluster::poll_period_ns`] ([`QUANTUM_NS`] unless a hardware
+//! profile sets it); nothing else runs, so a run is a function of the seed and the calls made.
 //!
 //! The state machine of each replica records the entries it applied (what the checkers compare)
 //! and applies their requests to a key-value [`Store`] (what clients read their replies from).
@@ -17,7 +17,7 @@ use mu_replica::Change;
 use mu_replica::{Applier, Boot, ProposeError, ReplicaConfig, ReplicaCore};
 use std::collections::BTreeSet;
 
-/// Virtual time between two rounds of polling every replica.
+/// Virtual time between two rounds of polling every replica, by default.
 pub const QUANTUM_NS: u64 = 250;
 
 pub struct SimCluster {
@@ -58,6 +58,8 @@ pub struct SimCluster {
     /// The boot number of each replica's current process (0: never started): tells a restarted
     /// replica from the process a client handed its request to.
     pub boot_of: Vec<u32>,
+    /// Virtual time between two rounds: how often each replica's threads poll.
+    pub poll_period_ns: u64,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -127,6 +129,7 @@ impl SimCluster {
             applied_ever: BTreeSet::new(),
             retried: BTreeSet::new(),
             boot_of: vec![0; n as usize],
+            poll_period_ns: QUANTUM_NS,
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -191,7 +194,7 @@ impl SimCluster {
                 self.outcomes[pos] = Some(outcomes);
             }
         }
-        self.world.run_until(now + QUANTUM_NS);
+        self.world.run_until(now + self.poll_period_ns.max(1));
     }
 
     pub fn run_for(&mut self, ns: u64) {
