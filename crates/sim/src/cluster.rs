@@ -60,6 +60,11 @@ pub struct SimCluster {
     pub boot_of: Vec<u32>,
     /// Virtual time between two rounds: how often each replica's threads poll.
     pub poll_period_ns: u64,
+    /// Whether a replica is not polled while its node's CPU is busy with a control-plane call
+    /// that costs time on RDMA ([`SimWorld::node_busy_until`]: `ibv_modify_qp` blocks the
+    /// thread that calls it). The replica's threads are not told apart: none is polled.
+    /// Default false (control calls cost no time), as before hardware profiles.
+    pub block_on_control: bool,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -130,6 +135,7 @@ impl SimCluster {
             retried: BTreeSet::new(),
             boot_of: vec![0; n as usize],
             poll_period_ns: QUANTUM_NS,
+            block_on_control: false,
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -173,6 +179,9 @@ impl SimCluster {
         for (pos, core) in self.cores.iter_mut().enumerate() {
             let Some(core) = core else { continue };
             if self.paused[pos] {
+                continue;
+            }
+            if self.block_on_control && self.world.node_busy_until(NodeId(pos as u16)) > now {
                 continue;
             }
             core.background.poll(now);

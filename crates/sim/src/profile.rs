@@ -158,6 +158,7 @@ impl Profile {
             tweak(c);
         });
         cluster.poll_period_ns = self.poll_period_ns();
+        cluster.block_on_control = true;
         cluster
     }
 }
