@@ -2,7 +2,7 @@
 # Runs every gate: formatting, lints, the linearizability checker's own tests, all tests
 # (conformance suite on shm and sim, the guard model, unit tests, simulator scenarios), sweeps of
 # 200 simulator seeds on Mu and on Velos and of 100 more with membership changes on each, the
-# TLA+ models, a smoke run of the fabric benchmark and
+# TLA+ models, a smoke run of the fabric benchmark, of the simulated-RDMA figures and
 # of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
 # Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC and for the Aeron
 # Cluster peer, Maven, Redis and etcd) and says what it does.
@@ -171,6 +171,22 @@ for key in ["perm_fast_ns", "perm_slow_ns"]:
     assert d[key]["p50"] > 0, key
 print("bench fabric JSON has every figure")
 PY
+
+step "simulated RDMA smoke run: mu bench sim --quick on every hardware profile (figures beside the papers'; nothing asserted about the ratios)"
+for profile in mu-osdi2020 velos ukharon; do
+  out=$(./target/release/mu bench sim --profile "$profile" --quick --json)
+  python3 - "$out" "$profile" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["simulated"] is True and d["profile"] == sys.argv[2], d
+assert d["figures"], "no figures"
+for f in d["figures"]:
+    for key in ["name", "unit", "paper", "simulated"]:
+        assert key in f, (key, f)
+    assert f["paper"] > 0 and f["simulated"] > 0, f
+print(sys.argv[2], ", ".join("%s %.3g/%.3g" % (f["name"], f["simulated"], f["paper"]) for f in d["figures"]))
+PY
+done
 
 step "benchmark suite smoke run: mu bench all --quick (every figure produced; nothing asserted about speed)"
 rm -rf target/bench-smoke

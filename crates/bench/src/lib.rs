@@ -21,6 +21,7 @@ pub mod payload;
 pub mod peers;
 pub mod replica_child;
 pub mod replication;
+pub mod sim_rdma;
 pub mod suite;
 pub mod targets;
 pub mod throughput;
@@ -79,6 +80,10 @@ pub enum Command {
     /// Every failover runs on a fresh cluster (three replicas; uKharon-KV's three coordinators
     /// besides), killed once: a second kill would leave Mu and Velos without a majority.
     UkharonKv(crate::kv_fig5::Args),
+    /// The papers' figures on a simulated RDMA cluster: the production engines in virtual time
+    /// on a fabric whose primitives cost what a hardware profile (`spec/profiles/`) says, each
+    /// figure beside the paper's (simulated, not measured on hardware).
+    Sim(crate::sim_rdma::Args),
 }
 
 /// Runs one `mu bench` command.
@@ -95,5 +100,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Targets(args) => targets::run(args),
         Command::Ukharon(args) => ukharon::run(args),
         Command::UkharonKv(args) => kv_fig5::run(args),
+        Command::Sim(args) => sim_rdma::run(args),
     }
 }

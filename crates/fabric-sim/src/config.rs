@@ -8,7 +8,10 @@
 /// Timing of one operation posted at `t` on a connection from `a` to `b` (each "one way" is
 /// [`SimConfig::one_way_ns`] plus jitter plus the link's extra delay):
 ///
-/// * a **write** of `n` bytes starts landing at `t + one way`, lands chunk by chunk over
+/// * a **post** leaves its node at `t`, or [`SimConfig::post_cpu_ns`] after the node's previous
+///   post if that is later (the CPU posts one request at a time);
+/// * a **write** of `n` bytes starts landing at `t + one way` (plus
+///   [`SimConfig::non_inline_extra_ns`] if its payload is not inline), lands chunk by chunk over
 ///   `n × per_byte_ps` (at least 1 ns per chunk), and completes one way after its last chunk;
 /// * a **read** lands (snapshots the remote bytes) at `t + one way` and completes one way plus
 ///   `n × per_byte_ps` later, when the data is written into the local slice;
@@ -57,6 +60,24 @@ pub struct SimConfig {
     /// is refused with `PostError::QueueFull` however much room its endpoint has, as with an
     /// RDMA queue pair's send queue (verbs' `send_queue_depth`). Default: no limit.
     pub connection_depth: usize,
+    /// Extra time before a write whose payload is not inline (posted from a local region)
+    /// starts landing: the NIC must DMA-read the payload from host memory over PCIe before it
+    /// can send it. Default 0 (no step between inline and non-inline writes).
+    pub non_inline_extra_ns: u64,
+    /// CPU time one post costs its node (building the work request and ringing the doorbell):
+    /// a node's posts leave one after another, each this long after the previous one, so an
+    /// engine step that posts k requests sends its last one k × this later. Default 0.
+    pub post_cpu_ns: u64,
+    /// Whether a node posts nothing while its CPU is busy with a control-plane call that costs
+    /// time on RDMA ([`crate::SimWorld::node_busy_until`]): `ibv_modify_qp` blocks the thread
+    /// that calls it, so the acknowledgement a permission manager writes after changing access
+    /// leaves only once the change is done. The node's threads are not told apart: every post
+    /// of the node waits. Default false (control calls cost no time on the data path).
+    pub control_blocks_posts: bool,
+    /// How long after a crash its peers are told ([`mu_fabric::Fabric::crash_notified`]): the
+    /// delay of a kernel's crash broadcast (the Velos and uKharon papers' deadbeat). Default 0:
+    /// at once, like the shared-memory fabric's death flag.
+    pub crash_notice_ns: u64,
     /// Faults that apply to the whole world. Default: none.
     pub faults: FaultConfig,
 }
@@ -76,6 +97,10 @@ impl Default for SimConfig {
             max_region_bytes: 1 << 30,
             trace_capacity: 1024,
             connection_depth: usize::MAX,
+            non_inline_extra_ns: 0,
+            post_cpu_ns: 0,
+            control_blocks_posts: false,
+            crash_notice_ns: 0,
             faults: FaultConfig::default(),
         }
     }

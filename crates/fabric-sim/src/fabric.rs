@@ -87,10 +87,15 @@ impl Fabric for SimFabric {
         lock(&self.shared).qp_side(self.node, conn).map(|(_, access)| access)
     }
 
-    /// A crashed node is notified at once (like the shared-memory fabric's death flag); a
-    /// paused or partitioned one is not: those are what timeouts are for.
+    /// A crashed node is notified [`crate::SimConfig::crash_notice_ns`] after its crash (at
+    /// once by default, like the shared-memory fabric's death flag); a paused or partitioned
+    /// one is not: those are what timeouts are for.
     fn crash_notified(&self, peer: NodeId) -> bool {
-        lock(&self.shared).nodes.get(&peer).is_some_and(|n| n.crashed)
+        let w = lock(&self.shared);
+        let notice_ns = w.config.crash_notice_ns;
+        w.nodes
+            .get(&peer)
+            .is_some_and(|n| n.crashed && w.now_ns >= n.crashed_at_ns.saturating_add(notice_ns))
     }
 
     fn modify_qp(&self, conn: ConnId, to: QpState, access: Access) -> Result<(), FabricError> {

@@ -34,7 +34,10 @@ impl SimWorld {
     /// the crash have left its NIC and still land (a dead leader's last writes may arrive).
     pub fn crash(&self, node: NodeId) -> Result<(), FabricError> {
         let mut w = lock(&self.shared);
-        w.nodes.get_mut(&node).ok_or_else(|| no_such_node(node))?.crashed = true;
+        let now = w.now_ns;
+        let n = w.nodes.get_mut(&node).ok_or_else(|| no_such_node(node))?;
+        n.crashed = true;
+        n.crashed_at_ns = now;
         w.note(TraceEvent::new(TraceKind::Crash, node));
         Ok(())
     }

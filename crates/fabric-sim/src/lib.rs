@@ -61,6 +61,9 @@
 //! | [`SimConfig::connection_depth`] | no limit | an endpoint's depth bounds posts; set it to model a send queue smaller than that |
 //! | [`SimConfig::fast_access_change_ns`] | 88 µs | Mu paper, Fig. 2 ("QP Flags") |
 //! | [`SimConfig::slow_access_change_ns`] | 1.2 ms | Mu paper, Fig. 2 ("QP Restart"), §5.2: ≈ 10× the fast path |
+//! | [`SimConfig::non_inline_extra_ns`] | 0 | no inline step; the hardware profiles (`spec/profiles/`) set one |
+//! | [`SimConfig::post_cpu_ns`] | 0 | posts cost no CPU time; the hardware profiles set it |
+//! | [`SimConfig::crash_notice_ns`] | 0 | a crash is known at once, like shm's death flag |
 //!
 //! # Faults
 //!

@@ -14,6 +14,11 @@ pub(crate) struct Node {
     /// Until when the node's CPU is busy with synchronous control-plane calls that cost time on
     /// RDMA (permission changes, queue-pair transitions); a runtime may charge it.
     pub(crate) busy_until_ns: u64,
+    /// When the node's CPU has finished its latest post ([`crate::SimConfig::post_cpu_ns`]).
+    pub(crate) post_free_ns: u64,
+    /// When the node last crashed (its peers are told [`crate::SimConfig::crash_notice_ns`]
+    /// later).
+    pub(crate) crashed_at_ns: u64,
     pub(crate) regions: BTreeMap<RegionId, Region>,
     pub(crate) conns: BTreeMap<ConnId, ConnSide>,
 }
@@ -25,6 +30,8 @@ impl Node {
             crashed: false,
             paused: false,
             busy_until_ns: 0,
+            post_free_ns: 0,
+            crashed_at_ns: 0,
             regions: BTreeMap::new(),
             conns: BTreeMap::new(),
         }

@@ -156,8 +156,10 @@ impl World {
         let trip = self.one_way_ns(from, conn.peer);
         let extra = match body {
             Body::CompareSwap { .. } => self.config.cas_extra_ns,
+            Body::Write { source: WriteSource::Local(_), .. } => self.config.non_inline_extra_ns,
             _ => 0,
         };
+        let departs = self.depart(from);
         let (chunks, span) = match body {
             Body::Write { len_bytes, .. } => {
                 let chunks = len_bytes.div_ceil(self.chunk_bytes()).max(1);
@@ -173,12 +175,29 @@ impl World {
             self.rng.shuffle(&mut order);
             order
         });
-        let earliest = self.now_ns.saturating_add(trip).saturating_add(extra);
+        let earliest = departs.saturating_add(trip).saturating_add(extra);
         let side = self.side_mut(from, conn);
         // FIFO: never before the previous operation on this connection has finished landing.
         let start = earliest.max(side.last_land_ns.saturating_add(1));
         side.last_land_ns = start.saturating_add(span);
         (start, span, chunks, order)
+    }
+
+    /// When a post by `from` made now leaves its node: the CPU posts one request at a time,
+    /// each [`crate::SimConfig::post_cpu_ns`] after the previous one, and none while a control
+    /// call holds it if [`crate::SimConfig::control_blocks_posts`].
+    fn depart(&mut self, from: NodeId) -> u64 {
+        let (now, cost) = (self.now_ns, self.config.post_cpu_ns);
+        let Some(node) = self.nodes.get_mut(&from) else {
+            return now;
+        };
+        let mut free = node.post_free_ns.max(now);
+        if self.config.control_blocks_posts {
+            free = free.max(node.busy_until_ns);
+        }
+        let departs = free.saturating_add(cost);
+        node.post_free_ns = departs;
+        departs
     }
 
     /// The side `conn` of `node`, created in reset if it was never touched.

@@ -100,3 +100,67 @@ fn permission_changes_charge_the_node_not_the_clock() {
     assert_eq!(p.world.now_ns(), t1);
     assert_eq!(p.world.node_busy_until(mu_fabric::NodeId(42)), 0, "unknown node");
 }
+
+#[test]
+fn a_write_from_memory_pays_the_non_inline_step_and_an_inline_one_does_not() {
+    let config = SimConfig { jitter_ns: 0, non_inline_extra_ns: 300, ..SimConfig::default() };
+    let mut p = pair(config, 3);
+    let data = [7u8; 64];
+    let (_, inline) = timed(&p.world, &mut p.ep, |ep| {
+        ep.post(conn(B), &WorkRequest::write(1, Source::Inline(&data), remote(0))).unwrap()
+    });
+    let (_, local_write) = timed(&p.world, &mut p.ep, |ep| {
+        ep.post(conn(B), &WorkRequest::write(2, Source::Local(local(0, 64)), remote(0))).unwrap()
+    });
+    // One 64-byte chunk: it lands whole, so serialization adds nothing either way.
+    assert_eq!(inline, 1_200, "inline: no DMA read of the payload");
+    assert_eq!(local_write, 1_200 + 300, "from memory: the DMA read first");
+}
+
+#[test]
+fn posts_of_one_node_leave_one_post_cost_apart() {
+    let config = SimConfig { jitter_ns: 0, post_cpu_ns: 250, ..SimConfig::default() };
+    let mut p = pair(config, 4);
+    let t0 = p.world.now_ns();
+    for i in 0..3 {
+        p.ep.post(conn(B), &WorkRequest::write(i, Source::Inline(b"x"), remote(0))).unwrap();
+    }
+    let done: Vec<u64> = (0..3)
+        .map(|_| {
+            wait(&p.world, &mut p.ep);
+            p.world.now_ns() - t0
+        })
+        .collect();
+    assert_eq!(done, vec![250 + 1_200, 500 + 1_200, 750 + 1_200]);
+}
+
+#[test]
+fn a_crash_is_notified_after_the_notice_delay() {
+    let config = SimConfig { crash_notice_ns: 30_000, ..SimConfig::default() };
+    let p = pair(config, 5);
+    p.world.crash(B).unwrap();
+    let t0 = p.world.now_ns();
+    assert!(!p.a.crash_notified(B), "not at once");
+    p.world.run_until(t0 + 29_999);
+    assert!(!p.a.crash_notified(B), "not before the delay");
+    p.world.run_until(t0 + 30_000);
+    assert!(p.a.crash_notified(B), "once the delay has passed");
+}
+
+#[test]
+fn posts_wait_for_a_control_call_only_when_asked() {
+    for blocks in [false, true] {
+        let config =
+            SimConfig { jitter_ns: 0, control_blocks_posts: blocks, ..SimConfig::default() };
+        let mut p = pair(config, 6);
+        p.world.run_until(p.world.node_busy_until(A) + 1);
+        let t0 = p.world.now_ns();
+        p.a.set_access_fast(conn(B), Access::ALL).unwrap();
+        let (_, rtt) = timed(&p.world, &mut p.ep, |ep| {
+            ep.post(conn(B), &WorkRequest::write(1, Source::Inline(b"ack"), remote(0))).unwrap()
+        });
+        let expected = if blocks { 88_000 + 1_200 } else { 1_200 };
+        assert_eq!(rtt, expected, "blocks: {blocks}");
+        assert_eq!(p.world.node_busy_until(A), t0 + 88_000);
+    }
+}

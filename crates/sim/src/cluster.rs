@@ -2,8 +2,8 @@
 //!
 //! Every replica is the production runtime ([`ReplicaCore`]: both planes, the real engines) on
 //! its own node of one [`SimWorld`]. A round polls every running, unpaused replica once and then
-//! lets virtual time move on by [`QUANTUM_NS`]; nothing else runs, so a run is a function of the
-//! seed and the calls made.
+//! lets virtual time move on by [`SimCluster::poll_period_ns`] ([`QUANTUM_NS`] unless a hardware
+//! profile sets it); nothing else runs, so a run is a function of the seed and the calls made.
 //!
 //! The state machine of each replica records the entries it applied (what the checkers compare)
 //! and applies their requests to a key-value [`Store`] (what clients read their replies from).
@@ -17,7 +17,7 @@ use mu_replica::Change;
 use mu_replica::{Applier, Boot, ProposeError, ReplicaConfig, ReplicaCore};
 use std::collections::BTreeSet;
 
-/// Virtual time between two rounds of polling every replica.
+/// Virtual time between two rounds of polling every replica, by default.
 pub const QUANTUM_NS: u64 = 250;
 
 pub struct SimCluster {
@@ -58,6 +58,13 @@ pub struct SimCluster {
     /// The boot number of each replica's current process (0: never started): tells a restarted
     /// replica from the process a client handed its request to.
     pub boot_of: Vec<u32>,
+    /// Virtual time between two rounds: how often each replica's threads poll.
+    pub poll_period_ns: u64,
+    /// Whether a replica is not polled while its node's CPU is busy with a control-plane call
+    /// that costs time on RDMA ([`SimWorld::node_busy_until`]: `ibv_modify_qp` blocks the
+    /// thread that calls it). The replica's threads are not told apart: none is polled.
+    /// Default false (control calls cost no time), as before hardware profiles.
+    pub block_on_control: bool,
 }
 
 pub fn config(n: u16, me: u16) -> ReplicaConfig {
@@ -127,6 +134,8 @@ impl SimCluster {
             applied_ever: BTreeSet::new(),
             retried: BTreeSet::new(),
             boot_of: vec![0; n as usize],
+            poll_period_ns: QUANTUM_NS,
+            block_on_control: false,
         };
         for me in 0..n {
             let core = members.contains(&me).then(|| cluster.boot(me));
@@ -172,6 +181,9 @@ impl SimCluster {
             if self.paused[pos] {
                 continue;
             }
+            if self.block_on_control && self.world.node_busy_until(NodeId(pos as u16)) > now {
+                continue;
+            }
             core.background.poll(now);
             let mut recorder = Recorder {
                 applied: &mut self.applied[pos],
@@ -191,7 +203,7 @@ impl SimCluster {
                 self.outcomes[pos] = Some(outcomes);
             }
         }
-        self.world.run_until(now + QUANTUM_NS);
+        self.world.run_until(now + self.poll_period_ns.max(1));
     }
 
     pub fn run_for(&mut self, ns: u64) {

@@ -28,6 +28,7 @@ pub mod history;
 pub mod kv_run;
 pub mod lease_reads;
 pub mod membership;
+pub mod profile;
 pub mod run;
 pub mod ukharon;
 pub mod ukharon_kv;
