@@ -24,7 +24,8 @@ fn server_binary() -> PathBuf {
 /// Runs replica `id` of a Redis cluster until SIGINT or SIGTERM, or until it stops serving.
 pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Result<(), String> {
     let (machine, feed) = RedisMachine::new(id);
-    let replica = Arc::new(crate::serve::start_replica(config, id, replica_config, machine)?);
+    let replica =
+        Arc::new(crate::replica_support::start_replica(config, id, replica_config, machine)?);
     let pid_path = config.pid_path(id);
     write_private(&pid_path, &pid_file_text(std::process::id(), config.cluster_id))
         .map_err(|e| format!("writing {}: {e}", pid_path.display()))?;

@@ -1,8 +1,14 @@
-//! What every replica process of the daemon shares, Mu, Velos or uKharon-KV: its client
-//! server, its metrics endpoint and the private files it writes.
+//! What every replica process of the daemon shares, Mu, Velos, Redis or uKharon-KV: its
+//! fabric and replica started as the configuration says, its client server, its metrics
+//! endpoint and the private files it writes.
 
+#[cfg(feature = "ofi")]
+use crate::config::ofi_config;
 use mu_fabric::NodeId;
+#[cfg(feature = "ofi")]
+use mu_fabric_ofi::OfiFabric;
 use mu_fabric_shm::{ShmConfig, ShmFabric};
+use mu_replica::Replica;
 use mu_service::config::Transport;
 use mu_service::metrics::MetricsServer;
 use mu_service::server::ServerLimits;
@@ -75,4 +81,31 @@ pub(crate) fn serve_clients(
     };
     let metrics = serve_metrics(port, sources, id)?;
     Ok((server, Some(metrics)))
+}
+
+/// Opens this replica's fabric as the configuration says and starts the replica on it.
+pub(crate) fn start_replica(
+    config: &ClusterConfig,
+    id: u16,
+    replica_config: mu_replica::ReplicaConfig,
+    machine: impl mu_replica::StateMachine,
+) -> Result<Replica, String> {
+    let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
+    let started = match config.fabric.as_str() {
+        #[cfg(not(feature = "ofi"))]
+        "ofi" => return Err(crate::config::OFI_NOT_BUILT.into()),
+        #[cfg(feature = "ofi")]
+        "ofi" => {
+            let fabric = OfiFabric::open(ofi_config(config, id)?).map_err(fabric_error)?;
+            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
+        }
+        _ => {
+            let mut shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(id))
+                .with_protocol(replica_config.protocol.tag());
+            shm.liveness_spin = replica_config.threads == mu_replica::Threads::Dedicated;
+            let fabric = ShmFabric::create(shm).map_err(fabric_error)?;
+            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
+        }
+    };
+    started.map_err(|e| format!("replica {id}: {e}"))
 }

@@ -5,17 +5,11 @@
 //! `MU_LOG` environment variable (default `info`), written by a thread of their own
 //! (`log_buffer`). See docs/service.md, "Logs".
 
-#[cfg(feature = "ofi")]
-use crate::config::ofi_config;
 use crate::config::{load_config, run_dir_warning, threads_warning};
 use crate::interrupt;
 use crate::log_buffer::{self, LogBuffer};
 use crate::replica_pid::{inspect_pid_file, PidFile};
-use crate::replica_support::{serve_clients, write_private};
-use mu_fabric::NodeId;
-#[cfg(feature = "ofi")]
-use mu_fabric_ofi::OfiFabric;
-use mu_fabric_shm::{ShmConfig, ShmFabric};
+use crate::replica_support::{serve_clients, start_replica, write_private};
 use mu_procs::pid_file::pid_file_text;
 use mu_replica::Replica;
 use mu_service::config::Reads;
@@ -324,33 +318,6 @@ fn parse_level(text: &str) -> Result<LevelFilter, String> {
         "" => Err("a level is missing".into()),
         _ => Err(format!("{text:?} is not a level")),
     }
-}
-
-/// Opens this replica's fabric as the configuration says and starts the replica on it.
-pub(crate) fn start_replica(
-    config: &ClusterConfig,
-    id: u16,
-    replica_config: mu_replica::ReplicaConfig,
-    machine: impl mu_replica::StateMachine,
-) -> Result<Replica, String> {
-    let fabric_error = |e: mu_fabric::FabricError| format!("replica {id}: fabric: {e}");
-    let started = match config.fabric.as_str() {
-        #[cfg(not(feature = "ofi"))]
-        "ofi" => return Err(crate::config::OFI_NOT_BUILT.into()),
-        #[cfg(feature = "ofi")]
-        "ofi" => {
-            let fabric = OfiFabric::open(ofi_config(config, id)?).map_err(fabric_error)?;
-            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
-        }
-        _ => {
-            let mut shm = ShmConfig::new(&config.run_dir, config.cluster_id, NodeId(id))
-                .with_protocol(replica_config.protocol.tag());
-            shm.liveness_spin = replica_config.threads == mu_replica::Threads::Dedicated;
-            let fabric = ShmFabric::create(shm).map_err(fabric_error)?;
-            Replica::start_with_state(replica_config, fabric, config.mode(), machine)
-        }
-    };
-    started.map_err(|e| format!("replica {id}: {e}"))
 }
 
 #[cfg(test)]
