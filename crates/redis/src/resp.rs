@@ -213,8 +213,8 @@ impl Command {
 }
 
 /// The client command at the start of `buf`: an array of bulk strings, or an inline line
-/// (arguments split on spaces; a quoted command name is refused, because the server would
-/// unquote it and the front could not tell which command it is).
+/// (arguments split on spaces; one with a quote or a backslash in any argument is refused,
+/// because the server would unquote it and the front could not tell which command it is).
 pub fn parse_command(buf: &[u8], limits: &Limits) -> Parsed<Command> {
     match buf.first() {
         None => Ok(None),
@@ -258,23 +258,30 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Parsed<Command> {
     let mut args = Vec::new();
     let mut at = 0;
     while at < text_end {
-        while at < text_end && buf[at].is_ascii_whitespace() {
+        while at < text_end && is_c_space(buf[at]) {
             at += 1;
         }
         let start = at;
-        while at < text_end && !buf[at].is_ascii_whitespace() {
+        while at < text_end && !is_c_space(buf[at]) {
             at += 1;
         }
         if start < at {
             args.push(start..at);
         }
     }
-    if let Some(first) = args.first() {
-        if buf[first.clone()].iter().any(|b| matches!(b, b'"' | b'\'' | b'\\')) {
-            return Err(RespError::BadType(b'"'));
-        }
+    // The server unquotes every inline argument (`CLIENT "KILL" ...`), so the front, which
+    // reads names and subcommands to refuse, could be told one command and the server run
+    // another: an inline command with a quote or a backslash anywhere is refused.
+    if args.iter().any(|arg| buf[arg.clone()].iter().any(|b| matches!(b, b'"' | b'\'' | b'\\'))) {
+        return Err(RespError::BadType(b'"'));
     }
     Ok(Some(Command { args, frame_bytes: newline + 1 }))
+}
+
+/// C's `isspace`, on which Redis splits an inline command (Rust's `is_ascii_whitespace` leaves
+/// out the vertical tab, so `CLIENT\x0bKILL` would be one word to the front and two to Redis).
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
 /// A small decoded reply, for the few the front reads itself (handshake answers, `ROLE`).
@@ -431,6 +438,27 @@ mod tests {
         assert!(c.args.is_empty());
         assert!(parse_command(b"\"CONFIG\" SET x y\r\n", &C).is_err());
         assert_eq!(parse_command(b"PIN", &C), Ok(None));
+    }
+
+    /// Redis unquotes every inline argument, so a quoted subcommand would name a refused one.
+    #[test]
+    fn inline_commands_with_quotes_anywhere_are_refused() {
+        for bad in [
+            &b"CLIENT \"KILL\" TYPE replica\r\n"[..],
+            b"CLIENT 'PAUSE' 1000\r\n",
+            b"CLIENT \"TRACKING\" ON\n",
+            b"CLIENT TR\\x41CKING ON\r\n",
+            b"SET k \"v\"\r\n",
+        ] {
+            let text = String::from_utf8_lossy(bad);
+            assert_eq!(parse_command(bad, &C), Err(RespError::BadType(b'"')), "{text}");
+        }
+        let c = parse_command(b"CLIENT SETNAME x\r\n", &C).unwrap().unwrap();
+        assert_eq!(c.args.len(), 3);
+        // Redis splits on C's isspace, vertical tab included: the front sees the same words.
+        let buf = b"CLIENT\x0bKILL\x0cTYPE replica\r\n";
+        let c = parse_command(buf, &C).unwrap().unwrap();
+        assert_eq!(c.arg_upper(buf, 1), "KILL");
     }
 
     #[test]
