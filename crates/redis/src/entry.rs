@@ -221,8 +221,14 @@ impl Boundaries {
             .and_then(|s| s.parse().ok())
             .ok_or(RespError::BadNumber)?;
         Ok(match (self.state, kind) {
-            (Scan::Array, b'*') => self.after_element(n + 1, last, at),
-            (Scan::Bulk { args }, b'$') => Scan::Body { bytes: n + 2, args },
+            // A header near u64::MAX is no length the stream can have: an error, not an
+            // overflow.
+            (Scan::Array, b'*') => {
+                self.after_element(n.checked_add(1).ok_or(RespError::BadNumber)?, last, at)
+            }
+            (Scan::Bulk { args }, b'$') => {
+                Scan::Body { bytes: n.checked_add(2).ok_or(RespError::BadNumber)?, args }
+            }
             (_, other) => return Err(RespError::BadType(other)),
         })
     }
@@ -345,5 +351,18 @@ mod tests {
         assert_eq!(ends, vec![stream.len()]);
         assert!(Boundaries::default().scan(b"+OK\r\n").is_err());
         assert!(Boundaries::default().scan(&[b'*'; 64]).is_err());
+    }
+
+    #[test]
+    fn headers_at_the_largest_count_are_errors_not_overflows() {
+        let max = u64::MAX;
+        assert_eq!(
+            Boundaries::default().scan(format!("*{max}\r\n").as_bytes()),
+            Err(RespError::BadNumber)
+        );
+        let bulk = format!("*2\r\n${max}\r\n");
+        assert_eq!(Boundaries::default().scan(bulk.as_bytes()), Err(RespError::BadNumber));
+        let bulk = format!("*2\r\n${}\r\n", max - 2);
+        assert_eq!(Boundaries::default().scan(bulk.as_bytes()), Ok(None), "the largest that fits");
     }
 }

@@ -126,7 +126,7 @@ impl RedisNode {
                 }
             }
         };
-        spawn("redis-master", {
+        spawn_watched("redis-master", fail.clone(), {
             let (node, fail) = (node.clone(), fail.clone());
             // One link at a time: the server's first, and another each time a deposed
             // leader's server follows the log again.
@@ -172,7 +172,7 @@ impl RedisNode {
             let shared = shared.clone();
             spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
         }
-        spawn("redis-role", move || {
+        spawn_watched("redis-role", fail.clone(), move || {
             follow_election(&config, master_port, &replica, &node.feed, &shared, fail)
         })?;
         info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
@@ -198,6 +198,31 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
         .spawn(f)
         .map(drop)
         .map_err(|e| format!("starting thread {name}: {e}"))
+}
+
+/// Spawns a thread the node cannot serve without: its panic, or its return (each returns only
+/// after reporting why, so a second report is dropped), is reported to `fail`, which the
+/// replica watches; a thread that died silently would leave a replica that neither feeds nor
+/// leads.
+fn spawn_watched(
+    name: &'static str,
+    fail: impl Fn(String) + Send + 'static,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<(), String> {
+    spawn(name, move || {
+        let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) => format!("thread {name} stopped"),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                format!("thread {name} panicked: {what}")
+            }
+        };
+        fail(why);
+    })
 }
 
 /// Follows the replica's election: when it elects this replica, takes over as leader and

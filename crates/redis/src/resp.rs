@@ -178,8 +178,9 @@ fn frame_end(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Parsed<usi
                 }
             }
             if kind == b'|' {
-                // An attribute precedes the frame it describes.
-                return frame_end(buf, at, limits, depth);
+                // An attribute precedes the frame it describes, counted one level deeper: a run
+                // of attributes is bounded like any nesting, not by the stack.
+                return frame_end(buf, at, limits, depth + 1);
             }
             Ok(Some(at))
         }
@@ -498,6 +499,12 @@ mod tests {
         }
         deep.extend_from_slice(b":1\r\n");
         assert_eq!(frame_len(&deep, &S), Err(RespError::TooDeep { max: 64 }));
+        // Empty attributes, each before the next: as deep as they are many.
+        let attributes = b"|0\r\n".repeat(1 << 20);
+        assert_eq!(frame_len(&attributes, &S), Err(RespError::TooDeep { max: 64 }));
+        let mut two = b"|0\r\n|0\r\n".to_vec();
+        two.extend_from_slice(b":1\r\n");
+        assert_eq!(frame_len(&two, &S), Ok(Some(two.len())));
     }
 
     #[test]
