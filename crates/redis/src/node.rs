@@ -41,7 +41,6 @@ pub struct NodeShared {
 /// The replica's state machine: applies entries by feeding the local server what it has not
 /// run itself.
 pub struct RedisMachine {
-    me: u16,
     applier: Applier,
     shared: Arc<NodeShared>,
     out: Vec<u8>,
@@ -52,25 +51,30 @@ impl RedisMachine {
     pub fn new(me: u16) -> (RedisMachine, Arc<NodeShared>) {
         let shared = Arc::new(NodeShared::default());
         let machine =
-            RedisMachine { me, applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
+            RedisMachine { applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
         (machine, shared)
     }
 }
 
 impl StateMachine for RedisMachine {
-    fn apply(&mut self, _index: u64, request: &[u8]) {
-        let was_mine = self.applier.source().is_some_and(|l| l.node == self.me);
-        match self.applier.apply(request, &mut self.out) {
+    fn apply(&mut self, index: u64, request: &[u8]) {
+        let applied = self.applier.apply(request, &mut self.out);
+        match applied {
             Applied::Fed if !self.out.is_empty() => {
                 self.shared.feed.push(&self.out);
                 self.out.clear();
             }
-            // Another replica led after this one: whatever this replica's server ran since is
-            // not the log's, and its leadership is over.
-            Applied::Leader(l) if was_mine && l.node != self.me => self.shared.committed.end(),
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
             _ => {}
         }
+        // After the feed: a leadership waits for its marker to be applied, and then finds the
+        // whole committed stream queued. Another leadership's `Leader` entry ends this
+        // replica's (whatever its server ran since is not the log's).
+        let leader = match applied {
+            Applied::Leader(l) => Some(l),
+            _ => None,
+        };
+        self.shared.committed.applied(index, leader);
     }
 }
 
@@ -257,10 +261,11 @@ fn follow_election(
         Entry::Leader(leadership).encode(&mut marker);
         let mut outcomes = Vec::new();
         replica.propose_many(&[&marker], &mut outcomes);
-        if outcomes.first().is_none_or(|o| o.is_err()) {
+        let Some(Ok(marker_index)) = outcomes.first() else { continue };
+        if !shared.committed.wait_applied(*marker_index) {
             continue;
         }
-        // Every entry before the marker is applied: the feed holds the whole committed stream.
+        // Every entry up to the marker is applied: the feed holds the whole committed stream.
         if let Err(e) = caught_up(config, feed) {
             return fail(format!("replica {me} could not take over its server: {e}"));
         }
@@ -280,7 +285,26 @@ fn follow_election(
             Ok(link) => link,
             Err(e) => return fail(format!("replica {me} could not take over its server: {e}")),
         };
-        let epoch = shared.committed.begin(offset, wake_front);
+        // Begun only if the marker is still the last `Leader` entry applied here (see
+        // `Committed`): another's applied since, during the catch-up or the promotion, and this
+        // leadership never starts; its server, promoted but not yet written to by any client,
+        // follows the log again.
+        let Some(epoch) = shared.committed.begin(leadership, offset, wake_front) else {
+            drop(conn);
+            match demote(config, master_port, feed, offset) {
+                Ok(()) => {
+                    info!(target: LOG_TARGET, replica = me, "another leader's entry was applied before this leadership began: following the log again");
+                    elected_since = None;
+                    continue;
+                }
+                Err(e) => {
+                    return fail(format!(
+                        "replica {me} was replaced before it began to lead, and cannot follow \
+                         again ({e}): it stops; restart it with --rejoin"
+                    ))
+                }
+            }
+        };
         info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
         let why = link::pump(
             leadership,
