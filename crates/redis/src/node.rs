@@ -342,28 +342,35 @@ fn demote(
 ) -> Result<(), String> {
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
-    feed.reopen();
-    // First a replica, so that no client's write runs after the check below.
+    // First a replica, so that no client's write runs after the check below. The feed is
+    // still closed: the front's master refuses the server's link until the check passed.
     let port = master_port.to_string();
     let reply = admin.call(&[b"REPLICAOF", b"127.0.0.1", port.as_bytes()])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF", &reply));
     }
-    let info = match admin.call(&[b"INFO", b"replication"])? {
-        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
-        other => return Err(crate::server::unexpected("INFO replication", &other)),
-    };
-    let offset = info
-        .lines()
-        .find_map(|l| l.strip_prefix("master_repl_offset:"))
-        .and_then(|o| o.trim().parse::<u64>().ok())
-        .ok_or("INFO replication without master_repl_offset")?;
+    let offset = repl_offset(&mut admin)?;
     if offset != committed {
         return Err(format!(
             "its server is at offset {offset}, the log committed its stream up to {committed}"
         ));
     }
+    // The server's link, when it comes, must start where the check found it.
+    feed.reopen(committed);
     Ok(())
+}
+
+/// The server's `master_repl_offset`: on a replica, how far it has run its master's stream
+/// (`ROLE` answers -1 while its link is down); on a master, where its stream is.
+fn repl_offset(admin: &mut Conn) -> Result<u64, String> {
+    let info = match admin.call(&[b"INFO", b"replication"])? {
+        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => return Err(crate::server::unexpected("INFO replication", &other)),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|o| o.trim().parse::<u64>().ok())
+        .ok_or_else(|| "INFO replication without master_repl_offset".into())
 }
 
 /// Waits until the local server has run every byte of the committed stream it was fed.
@@ -374,7 +381,7 @@ fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
     loop {
         let (drained, fresh, target) = {
             let f = feed.lock();
-            let fresh = !f.connected && f.expected.is_none() && f.base == 0 && f.written == 0;
+            let fresh = !f.ever_connected;
             (f.queue.is_empty(), fresh, f.connected.then_some(f.base + f.written))
         };
         // A server that was never fed has nothing to run (and may not have connected).
@@ -401,12 +408,24 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     feed.close();
-    // Where the server's history as the front's replica ends (`caught_up` checked it ran
-    // everything up to there).
-    let at = {
-        let f = feed.lock();
-        f.base + f.written
-    };
+    // Where the server's history as the front's replica ends. What holds from here: the feed
+    // is closed and its thread has left the link, so no byte is in flight or will be sent
+    // (the front's master refuses a link while closed), and `at` counts every byte taken
+    // from the queue; the server is promoted only once it has run up to `at` exactly.
+    let at = feed.wait_unlinked(CATCH_UP_WAIT)?;
+    let deadline = Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let offset = repl_offset(&mut admin)?;
+        if offset == at {
+            break;
+        }
+        if offset > at || Instant::now() > deadline {
+            return Err(format!(
+                "its server is at offset {offset}, the stream fed it ends at {at}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));
