@@ -14,7 +14,7 @@ const KIND_BARRIER: u8 = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leadership {
     pub node: u16,
-    pub term: u64,
+    pub term_ns: u64,
 }
 
 const LEADERSHIP_BYTES: usize = 10;
@@ -22,14 +22,14 @@ const LEADERSHIP_BYTES: usize = 10;
 impl Leadership {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.node.to_le_bytes());
-        out.extend_from_slice(&self.term.to_le_bytes());
+        out.extend_from_slice(&self.term_ns.to_le_bytes());
     }
 
     fn decode(bytes: &[u8]) -> Option<(Leadership, &[u8])> {
         let (head, rest) = bytes.split_first_chunk::<LEADERSHIP_BYTES>()?;
         let node = u16::from_le_bytes([head[0], head[1]]);
-        let term = u64::from_le_bytes(head[2..].try_into().ok()?);
-        Some((Leadership { node, term }, rest))
+        let term_ns = u64::from_le_bytes(head[2..].try_into().ok()?);
+        Some((Leadership { node, term_ns }, rest))
     }
 }
 
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let l = Leadership { node: 7, term: 1 << 40 };
+        let l = Leadership { node: 7, term_ns: 1 << 40 };
         for e in [
             Entry::Stream(l, b"*1\r\n$4\r\nPING\r\n"),
             Entry::StreamPart(l, b"*2"),
@@ -273,8 +273,8 @@ mod tests {
         assert_eq!(Entry::decode(&[KIND_STREAM, 1, 2, 3]), None);
     }
 
-    const A: Leadership = Leadership { node: 0, term: 5 };
-    const B: Leadership = Leadership { node: 1, term: 9 };
+    const A: Leadership = Leadership { node: 0, term_ns: 5 };
+    const B: Leadership = Leadership { node: 1, term_ns: 9 };
 
     #[test]
     fn a_follower_feeds_others_streams_and_skips_its_own() {

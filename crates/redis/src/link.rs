@@ -456,8 +456,8 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    const A: Leadership = Leadership { node: 0, term: 10 };
-    const B: Leadership = Leadership { node: 1, term: 20 };
+    const A: Leadership = Leadership { node: 0, term_ns: 10 };
+    const B: Leadership = Leadership { node: 1, term_ns: 20 };
 
     fn wake() -> (UnixStream, UnixStream) {
         let (wake, pump) = UnixStream::pair().unwrap();
@@ -496,7 +496,7 @@ mod tests {
         c.end();
         assert_eq!(c.verdict(epoch, 0, 0), Some(false));
         assert!(!c.wait(epoch, 0, 0));
-        let again = Leadership { node: A.node, term: A.term + 1 };
+        let again = Leadership { node: A.node, term_ns: A.term_ns + 1 };
         c.applied(2, Some(again));
         let next = c.begin(again, 0, wake().0).unwrap();
         assert_ne!(next, epoch);

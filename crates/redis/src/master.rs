@@ -68,16 +68,16 @@ pub fn answer(args: &[&[u8]]) -> Result<Answer, String> {
 pub struct Feed {
     pub queue: Vec<u8>,
     /// The server's replication offset when its link to the front began.
-    pub base: u64,
+    pub base_offset: u64,
     /// Bytes taken from the queue for the server on that link (counted when taken, before
-    /// they are written, so that no byte in flight is missed): its offset is `base + written`
+    /// they are written, so that no byte in flight is missed): its offset is `base_offset + written_bytes`
     /// once it has run them.
-    pub written: u64,
+    pub written_bytes: u64,
     /// Set while the front does not feed (this replica leads, or it shuts down).
     pub closed: bool,
     /// Where the server's offset must be when it connects again: where the last link left it
     /// (`None` at first, and once a deposed leader's server follows again).
-    pub expected: Option<u64>,
+    pub expected_offset: Option<u64>,
     /// Whether the server's link to the front is up (after its handshake): while it is, the
     /// feeding thread may hold bytes taken from the queue and not yet written.
     pub connected: bool,
@@ -109,11 +109,11 @@ impl SharedFeed {
     }
 
     /// Feeds again (a deposed leader's server follows the log once more), to a server that
-    /// must come back at offset `expected`.
-    pub fn reopen(&self, expected: u64) {
+    /// must come back at offset `expected_offset`.
+    pub fn reopen(&self, expected_offset: u64) {
         let mut f = self.lock();
         f.closed = false;
-        f.expected = Some(expected);
+        f.expected_offset = Some(expected_offset);
         drop(f);
         self.changed.notify_all();
     }
@@ -131,7 +131,7 @@ impl SharedFeed {
             };
             f = self.changed.wait_timeout(f, left).unwrap_or_else(|p| p.into_inner()).0;
         }
-        Ok(f.base + f.written)
+        Ok(f.base_offset + f.written_bytes)
     }
 
     /// Whether everything queued has been written.
@@ -152,7 +152,7 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
             // server's offset): no link until the feed reopens.
             return Err("the front does not feed its server now".into());
         }
-        if let Some(expected) = f.expected.filter(|&e| e != base) {
+        if let Some(expected) = f.expected_offset.filter(|&e| e != base) {
             // Bytes written on the last link never reached it (or it lost its data): feeding
             // on would skip or repeat part of the stream.
             return Err(format!(
@@ -160,14 +160,14 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
                  the log from there"
             ));
         }
-        f.base = base;
-        f.written = 0;
+        f.base_offset = base;
+        f.written_bytes = 0;
         f.connected = true;
         f.ever_connected = true;
     }
     let result = feed_link(&mut stream, feed);
     let mut f = feed.lock();
-    f.expected = Some(f.base + f.written);
+    f.expected_offset = Some(f.base_offset + f.written_bytes);
     f.connected = false;
     drop(f);
     feed.changed.notify_all();
@@ -196,9 +196,9 @@ fn feed_link(stream: &mut TcpStream, feed: &SharedFeed) -> Result<(), String> {
                 return Ok(());
             }
             std::mem::swap(&mut out, &mut f.queue);
-            // Counted now, under the lock that took them: whoever reads `base + written`
+            // Counted now, under the lock that took them: whoever reads `base_offset + written_bytes`
             // (the catch-up check, the promotion) counts the bytes in flight too.
-            f.written += out.len() as u64;
+            f.written_bytes += out.len() as u64;
         }
         stream.write_all(&out).map_err(|e| format!("feeding the local server: {e}"))?;
         out.clear();
@@ -305,7 +305,11 @@ mod tests {
         {
             let f = feed.lock();
             assert!(f.connected);
-            assert_eq!(f.base + f.written, 100 + bytes.len() as u64, "counted while in flight");
+            assert_eq!(
+                f.base_offset + f.written_bytes,
+                100 + bytes.len() as u64,
+                "counted while in flight"
+            );
         }
         feed.close();
         let reader = std::thread::spawn(move || {

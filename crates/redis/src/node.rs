@@ -256,7 +256,7 @@ fn follow_election(
         if since.elapsed() < ELECTION_SETTLES {
             continue;
         }
-        let leadership = Leadership { node: me, term: now_ns() };
+        let leadership = Leadership { node: me, term_ns: now_ns() };
         let mut marker = Vec::new();
         Entry::Leader(leadership).encode(&mut marker);
         let mut outcomes = Vec::new();
@@ -382,7 +382,7 @@ fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
         let (drained, fresh, target) = {
             let f = feed.lock();
             let fresh = !f.ever_connected;
-            (f.queue.is_empty(), fresh, f.connected.then_some(f.base + f.written))
+            (f.queue.is_empty(), fresh, f.connected.then_some(f.base_offset + f.written_bytes))
         };
         // A server that was never fed has nothing to run (and may not have connected).
         if drained && fresh {
