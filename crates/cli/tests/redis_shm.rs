@@ -507,8 +507,18 @@ fn replies_through_the_front_match_a_bare_server() {
         let mut c = Resp::connect(&front_socket).unwrap();
         c.call(&["BLPOP", "queue", "5"]).unwrap()
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Pushed only once the BLPOP is blocked at the server (else the pop would find the job).
     let mut pusher = Resp::connect(&cluster.front(leader)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match pusher.call(&["INFO", "clients"]).unwrap() {
+            Value::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1") => {
+                break
+            }
+            other => assert!(Instant::now() < deadline, "the BLPOP never blocked: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(pusher.call(&["RPUSH", "queue", "job"]).unwrap(), Value::Integer(1));
     assert_eq!(blocked.join().unwrap(), Value::Array(vec![bulk("queue"), bulk("job")]));
     assert_eq!(pusher.call(&["LLEN", "queue"]).unwrap(), Value::Integer(0));
@@ -516,11 +526,12 @@ fn replies_through_the_front_match_a_bare_server() {
 }
 
 /// A client that increments its own counter through whichever front answers, and remembers
-/// the last value a front acknowledged; it stops when `stop` is set.
+/// the last value a front acknowledged (also in `progress`); it stops when `stop` is set.
 fn counting_client(
     fronts: Vec<PathBuf>,
     key: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    progress: std::sync::Arc<std::sync::atomic::AtomicI64>,
 ) -> i64 {
     let mut acknowledged = 0;
     let mut conn: Option<Resp> = None;
@@ -542,6 +553,7 @@ fn counting_client(
             Ok(Value::Integer(n)) => {
                 assert!(n > acknowledged, "{key}: {n} after {acknowledged} was acknowledged");
                 acknowledged = n;
+                progress.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             // A follower's refusal, or a connection the leadership's end closed: another front.
             _ => conn = None,
@@ -557,15 +569,29 @@ fn no_acknowledged_write_is_lost_when_the_leader_dies_under_load() {
     let leader = cluster.leader(&all, Duration::from_secs(30));
     let fronts: Vec<PathBuf> = all.iter().map(|&id| cluster.front(id)).collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress: Vec<_> =
+        (0..4).map(|_| std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0))).collect();
     let clients: Vec<_> = (0..4)
         .map(|i| {
-            let (fronts, stop) = (fronts.clone(), stop.clone());
-            std::thread::spawn(move || counting_client(fronts, format!("counter:{i}"), stop))
+            let (fronts, stop, progress) = (fronts.clone(), stop.clone(), progress[i].clone());
+            let key = format!("counter:{i}");
+            std::thread::spawn(move || counting_client(fronts, key, stop, progress))
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
+    let load = |p: &std::sync::Arc<std::sync::atomic::AtomicI64>| {
+        p.load(std::sync::atomic::Ordering::Relaxed)
+    };
     cluster.kill(leader);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Acknowledged by the killed leader at most (a reply in flight may land just after).
+    let at_kill: Vec<i64> = progress.iter().map(load).collect();
+    // Every client must be served again, by the new leader: else the check below would pass
+    // with nothing written after the kill.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while progress.iter().zip(&at_kill).any(|(p, &at)| load(p) <= at + 1) {
+        assert!(Instant::now() < deadline, "no progress after the kill: {at_kill:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let acknowledged: Vec<i64> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     let rest: Vec<u16> = all.into_iter().filter(|&id| id != leader).collect();

@@ -14,7 +14,7 @@ const KIND_BARRIER: u8 = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leadership {
     pub node: u16,
-    pub term: u64,
+    pub term_ns: u64,
 }
 
 const LEADERSHIP_BYTES: usize = 10;
@@ -22,14 +22,14 @@ const LEADERSHIP_BYTES: usize = 10;
 impl Leadership {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.node.to_le_bytes());
-        out.extend_from_slice(&self.term.to_le_bytes());
+        out.extend_from_slice(&self.term_ns.to_le_bytes());
     }
 
     fn decode(bytes: &[u8]) -> Option<(Leadership, &[u8])> {
         let (head, rest) = bytes.split_first_chunk::<LEADERSHIP_BYTES>()?;
         let node = u16::from_le_bytes([head[0], head[1]]);
-        let term = u64::from_le_bytes(head[2..].try_into().ok()?);
-        Some((Leadership { node, term }, rest))
+        let term_ns = u64::from_le_bytes(head[2..].try_into().ok()?);
+        Some((Leadership { node, term_ns }, rest))
     }
 }
 
@@ -221,8 +221,14 @@ impl Boundaries {
             .and_then(|s| s.parse().ok())
             .ok_or(RespError::BadNumber)?;
         Ok(match (self.state, kind) {
-            (Scan::Array, b'*') => self.after_element(n + 1, last, at),
-            (Scan::Bulk { args }, b'$') => Scan::Body { bytes: n + 2, args },
+            // A header near u64::MAX is no length the stream can have: an error, not an
+            // overflow.
+            (Scan::Array, b'*') => {
+                self.after_element(n.checked_add(1).ok_or(RespError::BadNumber)?, last, at)
+            }
+            (Scan::Bulk { args }, b'$') => {
+                Scan::Body { bytes: n.checked_add(2).ok_or(RespError::BadNumber)?, args }
+            }
             (_, other) => return Err(RespError::BadType(other)),
         })
     }
@@ -250,7 +256,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let l = Leadership { node: 7, term: 1 << 40 };
+        let l = Leadership { node: 7, term_ns: 1 << 40 };
         for e in [
             Entry::Stream(l, b"*1\r\n$4\r\nPING\r\n"),
             Entry::StreamPart(l, b"*2"),
@@ -267,8 +273,8 @@ mod tests {
         assert_eq!(Entry::decode(&[KIND_STREAM, 1, 2, 3]), None);
     }
 
-    const A: Leadership = Leadership { node: 0, term: 5 };
-    const B: Leadership = Leadership { node: 1, term: 9 };
+    const A: Leadership = Leadership { node: 0, term_ns: 5 };
+    const B: Leadership = Leadership { node: 1, term_ns: 9 };
 
     #[test]
     fn a_follower_feeds_others_streams_and_skips_its_own() {
@@ -345,5 +351,18 @@ mod tests {
         assert_eq!(ends, vec![stream.len()]);
         assert!(Boundaries::default().scan(b"+OK\r\n").is_err());
         assert!(Boundaries::default().scan(&[b'*'; 64]).is_err());
+    }
+
+    #[test]
+    fn headers_at_the_largest_count_are_errors_not_overflows() {
+        let max = u64::MAX;
+        assert_eq!(
+            Boundaries::default().scan(format!("*{max}\r\n").as_bytes()),
+            Err(RespError::BadNumber)
+        );
+        let bulk = format!("*2\r\n${max}\r\n");
+        assert_eq!(Boundaries::default().scan(bulk.as_bytes()), Err(RespError::BadNumber));
+        let bulk = format!("*2\r\n${}\r\n", max - 2);
+        assert_eq!(Boundaries::default().scan(bulk.as_bytes()), Ok(None), "the largest that fits");
     }
 }

@@ -5,7 +5,7 @@
 //! to. One thread per client.
 
 use crate::link::Committed;
-use crate::plan::{plan, Session, Step};
+use crate::plan::{check_reply, plan, Session, Step};
 use crate::resp::{decode, parse_command, role_offset, Limits};
 use crate::server::Conn;
 use std::io::{Read, Write};
@@ -242,7 +242,11 @@ fn run_as_leader<S: Read + Write>(
     let mut held = Vec::new();
     for step in p.steps {
         match step {
-            Step::Reply => held.extend_from_slice(&server.read_frame()?),
+            Step::Reply | Step::Multi | Step::Queued => {
+                let reply = server.read_frame()?;
+                check_reply(&step, &reply)?;
+                held.extend_from_slice(&reply);
+            }
             Step::Local(reply) => held.extend_from_slice(&reply),
             Step::Replace(reply) => {
                 server.read_frame()?;

@@ -21,11 +21,26 @@ const ACK_PERIOD: Duration = Duration::from_secs(1);
 /// The longest the pump sleeps with nothing to read (then it acknowledges, if it is time).
 const POLL_WAIT: Duration = Duration::from_millis(100);
 
-/// How far this leadership's stream is committed, and the barriers reads wait for.
+/// How long the pump waits for this replica to apply an entry it has committed.
+const APPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// How far this leadership's stream is committed, and the barriers reads wait for; and, kept
+/// by the state machine under the same lock, how far the log is applied here and whose
+/// `Leader` entry was applied last.
+///
+/// The invariant: a leadership is under way (`ended` false) only while the last `Leader`
+/// entry applied here is its own. [`Committed::begin`] starts one only if its marker is that
+/// entry, and [`Committed::applied`] ends it when another is applied; both under the lock, so
+/// no leadership is ever begun again once another's `Leader` entry replaced it. And
+/// [`Committed::advance`] moves the offset only once the entries that carry it are applied
+/// here with the leadership still under way: then no other `Leader` entry precedes them in
+/// the log, and every replica ran them (none skipped them as stale).
 #[derive(Default)]
 pub struct Committed {
     state: Mutex<CommitState>,
     changed: Condvar,
+    /// Notified when the state machine applies an entry.
+    applied: Condvar,
     /// Wakes the pump when a barrier is wanted (the write end of a socket pair it polls).
     wake: Mutex<Option<UnixStream>>,
 }
@@ -38,6 +53,11 @@ struct CommitState {
     offset: u64,
     /// Set when this leadership ends: nothing more will be committed under it.
     ended: bool,
+    /// The leadership begun last (`None` while this replica has not led).
+    leadership: Option<Leadership>,
+    /// The log index of the last entry applied here, and the last `Leader` entry applied.
+    applied_index: u64,
+    leader_applied: Option<Leadership>,
     /// Barrier tickets handed out, and the highest one a commit begun after it covers.
     barrier_wanted: u64,
     barrier_done: u64,
@@ -57,16 +77,53 @@ impl Committed {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Begins a leadership whose stream starts at `offset`, woken through `wake`; returns its
-    /// epoch.
-    pub fn begin(&self, offset: u64, wake: UnixStream) -> u64 {
-        *self.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake);
+    /// Begins `leadership`, whose stream starts at `offset`, woken through `wake`; returns its
+    /// epoch. `None`: its `Leader` entry is not the last one applied here (another leader's
+    /// came after it), and it must not begin.
+    pub fn begin(&self, leadership: Leadership, offset: u64, wake: UnixStream) -> Option<u64> {
         let mut s = self.lock();
+        if s.leader_applied != Some(leadership) {
+            return None;
+        }
+        *self.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake);
         s.epoch += 1;
         s.offset = offset;
         s.ended = false;
+        s.leadership = Some(leadership);
         s.barrier_done = s.barrier_wanted;
-        s.epoch
+        Some(s.epoch)
+    }
+
+    /// The state machine applied the entry at log `index`, a `Leader` entry of `leader` if
+    /// one: a leadership of this replica other than `leader` is over.
+    pub fn applied(&self, index: u64, leader: Option<Leadership>) {
+        let mut s = self.lock();
+        s.applied_index = s.applied_index.max(index);
+        let mut ended = false;
+        if let Some(l) = leader {
+            s.leader_applied = Some(l);
+            if s.leadership.is_some_and(|mine| mine != l) && !s.ended {
+                s.ended = true;
+                ended = true;
+            }
+        }
+        drop(s);
+        self.applied.notify_all();
+        if ended {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Waits until the entry at log `index` is applied here: false if it is not within
+    /// [`APPLY_WAIT`].
+    pub fn wait_applied(&self, index: u64) -> bool {
+        let deadline = Instant::now() + APPLY_WAIT;
+        let mut s = self.lock();
+        while s.applied_index < index {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { return false };
+            s = self.applied.wait_timeout(s, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
     }
 
     /// The server's offset up to which the stream is committed.
@@ -80,14 +137,22 @@ impl Committed {
         (s.epoch > 0 && !s.ended).then_some(s.epoch)
     }
 
-    /// The stream is committed up to `offset` by a proposal begun once `barrier` was the
-    /// latest ticket.
-    fn advance(&self, offset: u64, barrier: u64) {
+    /// The stream of leadership `epoch` is committed up to `offset` by entries up to log
+    /// `index`, proposed once `barrier` was the latest ticket: recorded once they are applied
+    /// here, if the leadership is still under way then (false if not).
+    fn advance(&self, epoch: u64, index: u64, offset: u64, barrier: u64) -> bool {
+        if !self.wait_applied(index) {
+            return false;
+        }
         let mut s = self.lock();
+        if s.epoch != epoch || s.ended {
+            return false;
+        }
         s.offset = offset;
         s.barrier_done = s.barrier_done.max(barrier);
         drop(s);
         self.changed.notify_all();
+        true
     }
 
     fn barrier_wanted(&self) -> u64 {
@@ -271,15 +336,18 @@ pub fn pump(
         // Taken before proposing: the proposal begins after every ticket up to it.
         let barrier = committed.barrier_wanted();
         if cut > 0 || barrier > barrier_done {
-            if let Err(e) = propose(replica, leadership, &pending[..cut], whole == cut, chunk_max) {
-                return e;
-            }
-            if committed.epoch() != Some(epoch) {
-                return "another replica's leadership was applied here".into();
-            }
+            let index = match propose(replica, leadership, &pending[..cut], whole == cut, chunk_max)
+            {
+                Ok(index) => index,
+                Err(e) => return e,
+            };
             offset += cut as u64;
             barrier_done = barrier;
-            committed.advance(offset, barrier);
+            if !committed.advance(epoch, index, offset, barrier) {
+                return "another replica's leadership was applied here (or this replica did not \
+                        apply its own entries)"
+                    .into();
+            }
             pending.drain(..cut);
             scanned -= cut;
             whole = 0;
@@ -335,21 +403,21 @@ fn wait_readable(link: &UnixStream, wake: &UnixStream) -> std::io::Result<(bool,
 
 /// Proposes `bytes` as entries of at most `chunk_max` bytes of stream: the last a
 /// [`Entry::Stream`] if `ends_command`, every other a part; no bytes: a barrier. Returns once
-/// all are committed.
+/// all are committed: the log index of the last.
 fn propose(
     replica: &Replica,
     leadership: Leadership,
     bytes: &[u8],
     ends_command: bool,
     chunk_max: usize,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     if bytes.is_empty() {
         let mut barrier = Vec::new();
         Entry::Barrier.encode(&mut barrier);
         let mut outcomes = Vec::with_capacity(1);
         replica.propose_many(&[&barrier], &mut outcomes);
         return match outcomes.pop() {
-            Some(Ok(_)) => Ok(()),
+            Some(Ok(index)) => Ok(index),
             Some(Err(e)) => Err(format!("proposing a barrier: {e}")),
             None => Err("proposing a barrier: no outcome".into()),
         };
@@ -373,21 +441,36 @@ fn propose(
     let requests: Vec<&[u8]> = entries.iter().map(Vec::as_slice).collect();
     let mut outcomes = Vec::with_capacity(requests.len());
     replica.propose_many(&requests, &mut outcomes);
-    match outcomes.into_iter().find_map(Result::err) {
-        None => Ok(()),
-        Some(e) => Err(format!("proposing the stream: {e}")),
+    let mut last = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(index) => last = Some(last.unwrap_or(index).max(index)),
+            Err(e) => return Err(format!("proposing the stream: {e}")),
+        }
     }
+    last.ok_or_else(|| "proposing the stream: no outcome".into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    fn leading(offset: u64) -> (Committed, u64, UnixStream) {
-        let c = Committed::default();
+    const A: Leadership = Leadership { node: 0, term_ns: 10 };
+    const B: Leadership = Leadership { node: 1, term_ns: 20 };
+
+    fn wake() -> (UnixStream, UnixStream) {
         let (wake, pump) = UnixStream::pair().unwrap();
         wake.set_nonblocking(true).unwrap();
-        let epoch = c.begin(offset, wake);
+        (wake, pump)
+    }
+
+    /// A's marker applied at index 1, and A's leadership begun at `offset`.
+    fn leading(offset: u64) -> (Committed, u64, UnixStream) {
+        let c = Committed::default();
+        c.applied(1, Some(A));
+        let (wake, pump) = wake();
+        let epoch = c.begin(A, offset, wake).expect("A's marker is the last applied");
         (c, epoch, pump)
     }
 
@@ -398,9 +481,11 @@ mod tests {
         let mut woken = [0u8; 8];
         assert_eq!(pump.read(&mut woken).unwrap(), 1, "the pump was woken");
         // The offset is committed, but by a proposal begun before the reply: not enough.
-        c.advance(150, ticket - 1);
+        c.applied(2, None);
+        assert!(c.advance(epoch, 2, 150, ticket - 1));
         assert_eq!(c.verdict(epoch, 150, ticket), None);
-        c.advance(150, ticket);
+        c.applied(3, None);
+        assert!(c.advance(epoch, 3, 150, ticket));
         assert_eq!(c.verdict(epoch, 150, ticket), Some(true));
         assert_eq!(c.verdict(epoch, 151, ticket), None, "an offset not yet committed");
     }
@@ -411,10 +496,64 @@ mod tests {
         c.end();
         assert_eq!(c.verdict(epoch, 0, 0), Some(false));
         assert!(!c.wait(epoch, 0, 0));
-        let (wake, _other) = UnixStream::pair().unwrap();
-        let next = c.begin(0, wake);
+        let again = Leadership { node: A.node, term_ns: A.term_ns + 1 };
+        c.applied(2, Some(again));
+        let next = c.begin(again, 0, wake().0).unwrap();
         assert_ne!(next, epoch);
         assert_eq!(c.verdict(epoch, 0, 0), Some(false));
         assert_eq!(c.verdict(next, 0, 0), Some(true));
+    }
+
+    /// B's `Leader` entry applied between A's marker and A's taking over its server: A must
+    /// not lead (its stream would be skipped everywhere as stale, its clients answered).
+    #[test]
+    fn a_leadership_another_leader_replaced_never_begins() {
+        let c = Committed::default();
+        c.applied(1, Some(A));
+        c.applied(2, Some(B));
+        assert_eq!(c.begin(A, 0, wake().0), None);
+        assert_eq!(c.epoch(), None);
+    }
+
+    #[test]
+    fn another_leaders_entry_ends_the_leadership_for_good() {
+        let (c, epoch, _pump) = leading(0);
+        c.applied(2, Some(B));
+        assert_eq!(c.epoch(), None);
+        assert_eq!(c.verdict(epoch, 0, 0), Some(false));
+        assert_eq!(c.begin(A, 0, wake().0), None, "not brought back");
+        assert_eq!(c.epoch(), None);
+    }
+
+    /// Entries committed but not yet applied here may follow another leader's `Leader` entry:
+    /// the offset they carry is recorded only once they are applied and the leadership stands.
+    #[test]
+    fn advance_waits_for_its_entries_to_be_applied() {
+        let (c, epoch, _pump) = leading(0);
+        let c = Arc::new(c);
+        let apply = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                c.applied(2, Some(B));
+                c.applied(3, None);
+            })
+        };
+        assert!(!c.advance(epoch, 3, 80, 0), "B's entry came before ours");
+        apply.join().unwrap();
+        assert_eq!(c.offset(), 0);
+
+        let (c, epoch, _pump) = leading(0);
+        let c = Arc::new(c);
+        let apply = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                c.applied(2, None);
+            })
+        };
+        assert!(c.advance(epoch, 2, 80, 0));
+        apply.join().unwrap();
+        assert_eq!(c.offset(), 80);
     }
 }

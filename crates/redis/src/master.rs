@@ -68,17 +68,22 @@ pub fn answer(args: &[&[u8]]) -> Result<Answer, String> {
 pub struct Feed {
     pub queue: Vec<u8>,
     /// The server's replication offset when its link to the front began.
-    pub base: u64,
-    /// Bytes written to the server on that link: its offset is `base + written` once it has
-    /// run them.
-    pub written: u64,
+    pub base_offset: u64,
+    /// Bytes taken from the queue for the server on that link (counted when taken, before
+    /// they are written, so that no byte in flight is missed): its offset is `base_offset + written_bytes`
+    /// once it has run them.
+    pub written_bytes: u64,
     /// Set while the front does not feed (this replica leads, or it shuts down).
     pub closed: bool,
     /// Where the server's offset must be when it connects again: where the last link left it
     /// (`None` at first, and once a deposed leader's server follows again).
-    pub expected: Option<u64>,
-    /// Whether the server's link to the front is up (after its handshake).
+    pub expected_offset: Option<u64>,
+    /// Whether the server's link to the front is up (after its handshake): while it is, the
+    /// feeding thread may hold bytes taken from the queue and not yet written.
     pub connected: bool,
+    /// Whether the server's link to the front was ever up: a server never fed has nothing to
+    /// run.
+    pub ever_connected: bool,
 }
 
 /// A [`Feed`] shared by the state machine (which fills it) and the feeding thread.
@@ -103,13 +108,30 @@ impl SharedFeed {
         self.changed.notify_all();
     }
 
-    /// Feeds again (a deposed leader's server follows the log once more).
-    pub fn reopen(&self) {
+    /// Feeds again (a deposed leader's server follows the log once more), to a server that
+    /// must come back at offset `expected_offset`.
+    pub fn reopen(&self, expected_offset: u64) {
         let mut f = self.lock();
         f.closed = false;
-        f.expected = None;
+        f.expected_offset = Some(expected_offset);
         drop(f);
         self.changed.notify_all();
+    }
+
+    /// Waits, the feed closed, until the feeding thread has left the server's link: the offset
+    /// where the server's history as the front's replica ends, every byte taken from the queue
+    /// counted. `Err` if that takes longer than `wait`.
+    pub fn wait_unlinked(&self, wait: Duration) -> Result<u64, String> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut f = self.lock();
+        assert!(f.closed, "the feed is closed first, so that its link does not come back");
+        while f.connected {
+            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
+                return Err(format!("the feed to the local server did not stop within {wait:?}"));
+            };
+            f = self.changed.wait_timeout(f, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        Ok(f.base_offset + f.written_bytes)
     }
 
     /// Whether everything queued has been written.
@@ -125,7 +147,12 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
     let base = handshake(&mut stream)?;
     {
         let mut f = feed.lock();
-        if let Some(expected) = f.expected.filter(|&e| e != base) {
+        if f.closed {
+            // This replica leads (or is giving its leadership up, and has not yet checked its
+            // server's offset): no link until the feed reopens.
+            return Err("the front does not feed its server now".into());
+        }
+        if let Some(expected) = f.expected_offset.filter(|&e| e != base) {
             // Bytes written on the last link never reached it (or it lost its data): feeding
             // on would skip or repeat part of the stream.
             return Err(format!(
@@ -133,14 +160,17 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
                  the log from there"
             ));
         }
-        f.base = base;
-        f.written = 0;
+        f.base_offset = base;
+        f.written_bytes = 0;
         f.connected = true;
+        f.ever_connected = true;
     }
     let result = feed_link(&mut stream, feed);
     let mut f = feed.lock();
-    f.expected = Some(f.base + f.written);
+    f.expected_offset = Some(f.base_offset + f.written_bytes);
     f.connected = false;
+    drop(f);
+    feed.changed.notify_all();
     result
 }
 
@@ -166,12 +196,12 @@ fn feed_link(stream: &mut TcpStream, feed: &SharedFeed) -> Result<(), String> {
                 return Ok(());
             }
             std::mem::swap(&mut out, &mut f.queue);
+            // Counted now, under the lock that took them: whoever reads `base_offset + written_bytes`
+            // (the catch-up check, the promotion) counts the bytes in flight too.
+            f.written_bytes += out.len() as u64;
         }
         stream.write_all(&out).map_err(|e| format!("feeding the local server: {e}"))?;
-        let mut f = feed.lock();
-        f.written += out.len() as u64;
         out.clear();
-        drop(f);
         feed.changed.notify_all();
     }
 }
@@ -230,5 +260,90 @@ mod tests {
         assert!(answer(&[b"PSYNC", id, b"x"]).is_err());
         assert!(answer(&[b"PSYNC"]).is_err());
         assert!(answer(&[b"SYNC"]).is_err());
+    }
+
+    /// A server's side of the link: connects to the front's master at `port` and asks to go on
+    /// from `offset` (its handshake answered, the stream follows).
+    fn server_at(port: u16, offset: u64) -> TcpStream {
+        let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let next = (offset + 1).to_string();
+        let mut psync = Vec::new();
+        crate::resp::encode_command(&[b"PSYNC", REPLID.as_bytes(), next.as_bytes()], &mut psync);
+        server.write_all(&psync).unwrap();
+        let mut reply = vec![0u8; format!("+CONTINUE {REPLID}\r\n").len()];
+        server.read_exact(&mut reply).unwrap();
+        server
+    }
+
+    fn linked(
+        feed: &std::sync::Arc<SharedFeed>,
+        offset: u64,
+    ) -> (TcpStream, std::thread::JoinHandle<Result<(), String>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let serving = {
+            let feed = feed.clone();
+            std::thread::spawn(move || serve(listener.accept().unwrap().0, &feed))
+        };
+        (server_at(port, offset), serving)
+    }
+
+    /// Bytes taken from the queue are counted before they are written, and the promotion's
+    /// wait sees the link left only once no byte is in flight.
+    #[test]
+    fn bytes_in_flight_count_as_sent_and_the_feed_closes_behind_them() {
+        let feed = std::sync::Arc::new(SharedFeed::default());
+        let (mut server, serving) = linked(&feed, 100);
+        // More than the socket buffers hold: the write blocks while the server does not read.
+        let bytes = vec![b'x'; 32 << 20];
+        feed.push(&bytes);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !feed.drained() {
+            assert!(std::time::Instant::now() < deadline, "the feed never took the bytes");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        {
+            let f = feed.lock();
+            assert!(f.connected);
+            assert_eq!(
+                f.base_offset + f.written_bytes,
+                100 + bytes.len() as u64,
+                "counted while in flight"
+            );
+        }
+        feed.close();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let _ = server.read_to_end(&mut got);
+            got.len()
+        });
+        let at = feed.wait_unlinked(Duration::from_secs(10)).unwrap();
+        assert_eq!(at, 100 + bytes.len() as u64);
+        assert!(!feed.lock().connected);
+        assert_eq!(serving.join().unwrap(), Ok(()));
+        assert_eq!(reader.join().unwrap(), bytes.len(), "everything counted was written");
+    }
+
+    /// While the feed is closed (this replica leads, or a deposed leader has not yet checked
+    /// its server) no link comes up; once it reopens, only at the offset it expects.
+    #[test]
+    fn a_closed_feed_refuses_the_link_and_a_reopened_one_expects_its_offset() {
+        let feed = std::sync::Arc::new(SharedFeed::default());
+        feed.close();
+        let (_server, serving) = linked(&feed, 0);
+        assert!(serving.join().unwrap().is_err());
+        assert!(!feed.lock().ever_connected);
+        feed.reopen(500);
+        let (_server, serving) = linked(&feed, 400);
+        assert!(serving.join().unwrap().unwrap_err().contains("not 500"));
+        let (_server, serving) = linked(&feed, 500);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !feed.lock().connected {
+            assert!(std::time::Instant::now() < deadline, "the link never came up");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        feed.close();
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(500));
+        assert_eq!(serving.join().unwrap(), Ok(()));
     }
 }

@@ -41,7 +41,6 @@ pub struct NodeShared {
 /// The replica's state machine: applies entries by feeding the local server what it has not
 /// run itself.
 pub struct RedisMachine {
-    me: u16,
     applier: Applier,
     shared: Arc<NodeShared>,
     out: Vec<u8>,
@@ -52,25 +51,30 @@ impl RedisMachine {
     pub fn new(me: u16) -> (RedisMachine, Arc<NodeShared>) {
         let shared = Arc::new(NodeShared::default());
         let machine =
-            RedisMachine { me, applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
+            RedisMachine { applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
         (machine, shared)
     }
 }
 
 impl StateMachine for RedisMachine {
-    fn apply(&mut self, _index: u64, request: &[u8]) {
-        let was_mine = self.applier.source().is_some_and(|l| l.node == self.me);
-        match self.applier.apply(request, &mut self.out) {
+    fn apply(&mut self, index: u64, request: &[u8]) {
+        let applied = self.applier.apply(request, &mut self.out);
+        match applied {
             Applied::Fed if !self.out.is_empty() => {
                 self.shared.feed.push(&self.out);
                 self.out.clear();
             }
-            // Another replica led after this one: whatever this replica's server ran since is
-            // not the log's, and its leadership is over.
-            Applied::Leader(l) if was_mine && l.node != self.me => self.shared.committed.end(),
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
             _ => {}
         }
+        // After the feed: a leadership waits for its marker to be applied, and then finds the
+        // whole committed stream queued. Another leadership's `Leader` entry ends this
+        // replica's (whatever its server ran since is not the log's).
+        let leader = match applied {
+            Applied::Leader(l) => Some(l),
+            _ => None,
+        };
+        self.shared.committed.applied(index, leader);
     }
 }
 
@@ -126,7 +130,7 @@ impl RedisNode {
                 }
             }
         };
-        spawn("redis-master", {
+        spawn_watched("redis-master", fail.clone(), {
             let (node, fail) = (node.clone(), fail.clone());
             // One link at a time: the server's first, and another each time a deposed
             // leader's server follows the log again.
@@ -172,7 +176,7 @@ impl RedisNode {
             let shared = shared.clone();
             spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
         }
-        spawn("redis-role", move || {
+        spawn_watched("redis-role", fail.clone(), move || {
             follow_election(&config, master_port, &replica, &node.feed, &shared, fail)
         })?;
         info!(target: LOG_TARGET, front = %front_socket.display(), server = %paths.socket.display(), "redis serving");
@@ -198,6 +202,31 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
         .spawn(f)
         .map(drop)
         .map_err(|e| format!("starting thread {name}: {e}"))
+}
+
+/// Spawns a thread the node cannot serve without: its panic, or its return (each returns only
+/// after reporting why, so a second report is dropped), is reported to `fail`, which the
+/// replica watches; a thread that died silently would leave a replica that neither feeds nor
+/// leads.
+fn spawn_watched(
+    name: &'static str,
+    fail: impl Fn(String) + Send + 'static,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<(), String> {
+    spawn(name, move || {
+        let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) => format!("thread {name} stopped"),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                format!("thread {name} panicked: {what}")
+            }
+        };
+        fail(why);
+    })
 }
 
 /// Follows the replica's election: when it elects this replica, takes over as leader and
@@ -227,15 +256,16 @@ fn follow_election(
         if since.elapsed() < ELECTION_SETTLES {
             continue;
         }
-        let leadership = Leadership { node: me, term: now_ns() };
+        let leadership = Leadership { node: me, term_ns: now_ns() };
         let mut marker = Vec::new();
         Entry::Leader(leadership).encode(&mut marker);
         let mut outcomes = Vec::new();
         replica.propose_many(&[&marker], &mut outcomes);
-        if outcomes.first().is_none_or(|o| o.is_err()) {
+        let Some(Ok(marker_index)) = outcomes.first() else { continue };
+        if !shared.committed.wait_applied(*marker_index) {
             continue;
         }
-        // Every entry before the marker is applied: the feed holds the whole committed stream.
+        // Every entry up to the marker is applied: the feed holds the whole committed stream.
         if let Err(e) = caught_up(config, feed) {
             return fail(format!("replica {me} could not take over its server: {e}"));
         }
@@ -255,7 +285,26 @@ fn follow_election(
             Ok(link) => link,
             Err(e) => return fail(format!("replica {me} could not take over its server: {e}")),
         };
-        let epoch = shared.committed.begin(offset, wake_front);
+        // Begun only if the marker is still the last `Leader` entry applied here (see
+        // `Committed`): another's applied since, during the catch-up or the promotion, and this
+        // leadership never starts; its server, promoted but not yet written to by any client,
+        // follows the log again.
+        let Some(epoch) = shared.committed.begin(leadership, offset, wake_front) else {
+            drop(conn);
+            match demote(config, master_port, feed, offset) {
+                Ok(()) => {
+                    info!(target: LOG_TARGET, replica = me, "another leader's entry was applied before this leadership began: following the log again");
+                    elected_since = None;
+                    continue;
+                }
+                Err(e) => {
+                    return fail(format!(
+                        "replica {me} was replaced before it began to lead, and cannot follow \
+                         again ({e}): it stops; restart it with --rejoin"
+                    ))
+                }
+            }
+        };
         info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
         let why = link::pump(
             leadership,
@@ -293,28 +342,35 @@ fn demote(
 ) -> Result<(), String> {
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
-    feed.reopen();
-    // First a replica, so that no client's write runs after the check below.
+    // First a replica, so that no client's write runs after the check below. The feed is
+    // still closed: the front's master refuses the server's link until the check passed.
     let port = master_port.to_string();
     let reply = admin.call(&[b"REPLICAOF", b"127.0.0.1", port.as_bytes()])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF", &reply));
     }
-    let info = match admin.call(&[b"INFO", b"replication"])? {
-        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
-        other => return Err(crate::server::unexpected("INFO replication", &other)),
-    };
-    let offset = info
-        .lines()
-        .find_map(|l| l.strip_prefix("master_repl_offset:"))
-        .and_then(|o| o.trim().parse::<u64>().ok())
-        .ok_or("INFO replication without master_repl_offset")?;
+    let offset = repl_offset(&mut admin)?;
     if offset != committed {
         return Err(format!(
             "its server is at offset {offset}, the log committed its stream up to {committed}"
         ));
     }
+    // The server's link, when it comes, must start where the check found it.
+    feed.reopen(committed);
     Ok(())
+}
+
+/// The server's `master_repl_offset`: on a replica, how far it has run its master's stream
+/// (`ROLE` answers -1 while its link is down); on a master, where its stream is.
+fn repl_offset(admin: &mut Conn) -> Result<u64, String> {
+    let info = match admin.call(&[b"INFO", b"replication"])? {
+        crate::resp::Value::Bulk(text) => String::from_utf8_lossy(&text).into_owned(),
+        other => return Err(crate::server::unexpected("INFO replication", &other)),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|o| o.trim().parse::<u64>().ok())
+        .ok_or_else(|| "INFO replication without master_repl_offset".into())
 }
 
 /// Waits until the local server has run every byte of the committed stream it was fed.
@@ -325,8 +381,8 @@ fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
     loop {
         let (drained, fresh, target) = {
             let f = feed.lock();
-            let fresh = !f.connected && f.expected.is_none() && f.base == 0 && f.written == 0;
-            (f.queue.is_empty(), fresh, f.connected.then_some(f.base + f.written))
+            let fresh = !f.ever_connected;
+            (f.queue.is_empty(), fresh, f.connected.then_some(f.base_offset + f.written_bytes))
         };
         // A server that was never fed has nothing to run (and may not have connected).
         if drained && fresh {
@@ -352,12 +408,24 @@ fn promote(config: &NodeConfig, feed: &SharedFeed) -> Result<(Conn, u64), String
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     feed.close();
-    // Where the server's history as the front's replica ends (`caught_up` checked it ran
-    // everything up to there).
-    let at = {
-        let f = feed.lock();
-        f.base + f.written
-    };
+    // Where the server's history as the front's replica ends. What holds from here: the feed
+    // is closed and its thread has left the link, so no byte is in flight or will be sent
+    // (the front's master refuses a link while closed), and `at` counts every byte taken
+    // from the queue; the server is promoted only once it has run up to `at` exactly.
+    let at = feed.wait_unlinked(CATCH_UP_WAIT)?;
+    let deadline = Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let offset = repl_offset(&mut admin)?;
+        if offset == at {
+            break;
+        }
+        if offset > at || Instant::now() > deadline {
+            return Err(format!(
+                "its server is at offset {offset}, the stream fed it ends at {at}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let reply = admin.call(&[b"REPLICAOF", b"NO", b"ONE"])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF NO ONE", &reply));

@@ -11,6 +11,15 @@ use crate::resp::{encode_command, Command};
 pub enum Step {
     /// The next reply from the server is the client's: hold it.
     Reply,
+    /// The next reply is the server's answer to a `MULTI` the front planned as opening a
+    /// transaction: it must be `+OK`. Otherwise (`MULTI x` is refused with an error) the
+    /// server is not queuing, the commands planned behind it as queued ran at once with no
+    /// `ROLE` behind them, and their replies must never go out before a commit.
+    Multi,
+    /// The next reply is to a command the front planned as queued inside a transaction: it
+    /// must be `+QUEUED` or an error (a command rejected while queuing), else the server was
+    /// not queuing and the reply may carry an effect not yet committed.
+    Queued,
     /// The next reply from the server is the front's `ROLE`: wait until the stream up to its
     /// offset is committed, then release what is held.
     Role,
@@ -69,22 +78,29 @@ pub fn plan(buf: &[u8], commands: &[Command], session: &mut Session) -> Plan {
                 return plan;
             }
             Disposition::Forward => {
-                match transaction(&args, buf) {
+                let step = match transaction(&args, buf) {
                     Transaction::Begins if !session.in_multi => {
                         if dirty {
                             push_role(&mut plan);
                             dirty = false;
                         }
                         session.in_multi = true;
+                        Step::Multi
                     }
                     Transaction::Ends => {
                         session.in_multi = false;
                         dirty = true;
+                        Step::Reply
                     }
-                    Transaction::Begins | Transaction::Neither => dirty |= !session.in_multi,
-                }
+                    // Queued (a nested MULTI is refused with an error, and changes nothing).
+                    Transaction::Begins | Transaction::Neither if session.in_multi => Step::Queued,
+                    Transaction::Begins | Transaction::Neither => {
+                        dirty = true;
+                        Step::Reply
+                    }
+                };
                 plan.to_server.extend_from_slice(bytes);
-                plan.steps.push(Step::Reply);
+                plan.steps.push(step);
             }
         }
     }
@@ -92,6 +108,26 @@ pub fn plan(buf: &[u8], commands: &[Command], session: &mut Session) -> Plan {
         push_role(&mut plan);
     }
     plan
+}
+
+/// Whether the server's `reply` is one `step` may hold. `Err`: the server's transaction
+/// state is not the one planned, and the connection must close without releasing this reply
+/// or any after it (what is held before it was checked already).
+pub fn check_reply(step: &Step, reply: &[u8]) -> Result<(), String> {
+    let is_error = matches!(reply.first(), Some(b'-' | b'!'));
+    let ok = match step {
+        Step::Multi => reply == b"+OK\r\n",
+        Step::Queued => reply == b"+QUEUED\r\n" || is_error,
+        _ => true,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "the server answered {:?} where the front planned {step:?}: its transaction state is not \
+         the one the front tracks",
+        String::from_utf8_lossy(&reply[..reply.len().min(64)])
+    ))
 }
 
 /// `command` with its ranges made relative to the whole buffer (it was parsed at `at`).
@@ -149,7 +185,7 @@ mod tests {
         let (to, st) = steps("SET a 1\r\nMULTI\r\nINCR n\r\nEXEC\r\n", &mut s);
         assert_eq!(to, format!("SET a 1\r\n{ROLE}MULTI\r\nINCR n\r\nEXEC\r\n{ROLE}"));
         use Step::*;
-        assert_eq!(st, vec![Reply, Role, Reply, Reply, Reply, Role]);
+        assert_eq!(st, vec![Reply, Role, Multi, Queued, Reply, Role]);
         assert!(!s.in_multi);
     }
 
@@ -158,10 +194,11 @@ mod tests {
         let mut s = Session::default();
         let (to, st) = steps("MULTI\r\nINCR n\r\n", &mut s);
         assert_eq!(to, "MULTI\r\nINCR n\r\n");
-        assert_eq!(st, vec![Step::Reply, Step::Reply]);
+        assert_eq!(st, vec![Step::Multi, Step::Queued]);
         assert!(s.in_multi);
-        let (to, _) = steps("SET b 2\r\n", &mut s);
+        let (to, st) = steps("SET b 2\r\n", &mut s);
         assert_eq!(to, "SET b 2\r\n", "queued, no effect yet");
+        assert_eq!(st, vec![Step::Queued]);
         let (to, st) = steps("DISCARD\r\n", &mut s);
         assert_eq!(to, format!("DISCARD\r\n{ROLE}"));
         assert_eq!(st, vec![Step::Reply, Step::Role]);
@@ -187,6 +224,24 @@ mod tests {
         assert_eq!(to, format!("MULTI\r\n*1\r\n$16\r\nMU-FRONT-REFUSED\r\nEXEC\r\n{ROLE}"));
         assert_eq!(st.len(), 4);
         assert!(matches!(&st[1], Step::Replace(e) if e.starts_with(b"-ERR CONFIG is refused")));
+    }
+
+    /// `MULTI x` is refused by the server, which then runs the `SET` at once: the `+OK` the
+    /// front would otherwise release with no `ROLE` behind it must be caught.
+    #[test]
+    fn a_multi_the_server_refuses_stops_the_replies() {
+        let mut s = Session::default();
+        let (to, st) = steps("MULTI x\r\nSET a 1\r\n", &mut s);
+        assert_eq!(to, "MULTI x\r\nSET a 1\r\n");
+        let replies: [&[u8]; 2] = [b"-ERR wrong number of arguments for 'multi'\r\n", b"+OK\r\n"];
+        assert_eq!(st.len(), replies.len());
+        assert!(st.iter().all(|step| *step != Step::Role), "no ROLE in a planned transaction");
+        assert!(check_reply(&st[0], replies[0]).is_err(), "MULTI's error must stop the run");
+        // Had the server opened the transaction, its replies pass.
+        assert_eq!(check_reply(&st[0], b"+OK\r\n"), Ok(()));
+        assert_eq!(check_reply(&st[1], b"+QUEUED\r\n"), Ok(()));
+        assert_eq!(check_reply(&st[1], b"-ERR unknown command\r\n"), Ok(()));
+        assert!(check_reply(&st[1], replies[1]).is_err(), "an executed SET's +OK is not queued");
     }
 
     #[test]

@@ -178,8 +178,9 @@ fn frame_end(buf: &[u8], at: usize, limits: &Limits, depth: usize) -> Parsed<usi
                 }
             }
             if kind == b'|' {
-                // An attribute precedes the frame it describes.
-                return frame_end(buf, at, limits, depth);
+                // An attribute precedes the frame it describes, counted one level deeper: a run
+                // of attributes is bounded like any nesting, not by the stack.
+                return frame_end(buf, at, limits, depth + 1);
             }
             Ok(Some(at))
         }
@@ -213,8 +214,8 @@ impl Command {
 }
 
 /// The client command at the start of `buf`: an array of bulk strings, or an inline line
-/// (arguments split on spaces; a quoted command name is refused, because the server would
-/// unquote it and the front could not tell which command it is).
+/// (arguments split on spaces; one with a quote or a backslash in any argument is refused,
+/// because the server would unquote it and the front could not tell which command it is).
 pub fn parse_command(buf: &[u8], limits: &Limits) -> Parsed<Command> {
     match buf.first() {
         None => Ok(None),
@@ -258,23 +259,30 @@ fn parse_inline(buf: &[u8], limits: &Limits) -> Parsed<Command> {
     let mut args = Vec::new();
     let mut at = 0;
     while at < text_end {
-        while at < text_end && buf[at].is_ascii_whitespace() {
+        while at < text_end && is_c_space(buf[at]) {
             at += 1;
         }
         let start = at;
-        while at < text_end && !buf[at].is_ascii_whitespace() {
+        while at < text_end && !is_c_space(buf[at]) {
             at += 1;
         }
         if start < at {
             args.push(start..at);
         }
     }
-    if let Some(first) = args.first() {
-        if buf[first.clone()].iter().any(|b| matches!(b, b'"' | b'\'' | b'\\')) {
-            return Err(RespError::BadType(b'"'));
-        }
+    // The server unquotes every inline argument (`CLIENT "KILL" ...`), so the front, which
+    // reads names and subcommands to refuse, could be told one command and the server run
+    // another: an inline command with a quote or a backslash anywhere is refused.
+    if args.iter().any(|arg| buf[arg.clone()].iter().any(|b| matches!(b, b'"' | b'\'' | b'\\'))) {
+        return Err(RespError::BadType(b'"'));
     }
     Ok(Some(Command { args, frame_bytes: newline + 1 }))
+}
+
+/// C's `isspace`, on which Redis splits an inline command (Rust's `is_ascii_whitespace` leaves
+/// out the vertical tab, so `CLIENT\x0bKILL` would be one word to the front and two to Redis).
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
 /// A small decoded reply, for the few the front reads itself (handshake answers, `ROLE`).
@@ -433,6 +441,27 @@ mod tests {
         assert_eq!(parse_command(b"PIN", &C), Ok(None));
     }
 
+    /// Redis unquotes every inline argument, so a quoted subcommand would name a refused one.
+    #[test]
+    fn inline_commands_with_quotes_anywhere_are_refused() {
+        for bad in [
+            &b"CLIENT \"KILL\" TYPE replica\r\n"[..],
+            b"CLIENT 'PAUSE' 1000\r\n",
+            b"CLIENT \"TRACKING\" ON\n",
+            b"CLIENT TR\\x41CKING ON\r\n",
+            b"SET k \"v\"\r\n",
+        ] {
+            let text = String::from_utf8_lossy(bad);
+            assert_eq!(parse_command(bad, &C), Err(RespError::BadType(b'"')), "{text}");
+        }
+        let c = parse_command(b"CLIENT SETNAME x\r\n", &C).unwrap().unwrap();
+        assert_eq!(c.args.len(), 3);
+        // Redis splits on C's isspace, vertical tab included: the front sees the same words.
+        let buf = b"CLIENT\x0bKILL\x0cTYPE replica\r\n";
+        let c = parse_command(buf, &C).unwrap().unwrap();
+        assert_eq!(c.arg_upper(buf, 1), "KILL");
+    }
+
     #[test]
     fn frames_of_every_type_have_their_length() {
         let frames: [&[u8]; 14] = [
@@ -470,6 +499,12 @@ mod tests {
         }
         deep.extend_from_slice(b":1\r\n");
         assert_eq!(frame_len(&deep, &S), Err(RespError::TooDeep { max: 64 }));
+        // Empty attributes, each before the next: as deep as they are many.
+        let attributes = b"|0\r\n".repeat(1 << 20);
+        assert_eq!(frame_len(&attributes, &S), Err(RespError::TooDeep { max: 64 }));
+        let mut two = b"|0\r\n|0\r\n".to_vec();
+        two.extend_from_slice(b":1\r\n");
+        assert_eq!(frame_len(&two, &S), Ok(Some(two.len())));
     }
 
     #[test]

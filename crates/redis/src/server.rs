@@ -62,6 +62,11 @@ impl RedisServer {
             // The front's master link only breaks when the replica dies: never time it out
             // while a new leader takes over.
             .args(["--repl-timeout", "3600", "--replica-read-only", "yes"])
+            // The leader's pump reads its server's stream as fast as Mu commits it, which under
+            // load is slower than the server writes it; Redis's default limit for replicas
+            // (256 MiB, or 64 MiB for 60 s) would then drop the link and end the leadership.
+            // The buffer is bounded instead by the clients, whose replies wait for the commit.
+            .args(["--client-output-buffer-limit", "replica 0 0 0"])
             // `DEBUG DIGEST`, asked over the private socket by tests; clients never reach it
             // (the front refuses DEBUG).
             .args(["--enable-debug-command", "local"])

@@ -441,7 +441,8 @@ impl ClusterConfig {
         if self.is_redis() {
             if self.is_ukharon_kv() || reads == Reads::Lease || self.fabric != "shm" {
                 return Err("app = \"redis\" runs with protocol = \"mu\" or \"velos\", reads through the log \
-                            and fabric = \"shm\", for now (docs/apps/redis.md)"
+                            and fabric = \"shm\": other protocols, fabrics and lease reads \
+                            are not built for it (docs/apps/redis.md)"
                     .into());
             }
             return Ok(());
