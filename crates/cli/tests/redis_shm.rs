@@ -41,17 +41,21 @@ impl Resp {
                     self.buf.drain(..len);
                     replies.push(value);
                 }
-                None => {
-                    let mut chunk = [0u8; 4096];
-                    let n = self.stream.read(&mut chunk)?;
-                    if n == 0 {
-                        return Err(std::io::ErrorKind::UnexpectedEof.into());
-                    }
-                    self.buf.extend_from_slice(&chunk[..n]);
-                }
+                None => self.read_more()?,
             }
         }
         Ok(replies)
+    }
+
+    /// Reads what the server sent next into the buffer; end of file is an error.
+    fn read_more(&mut self) -> std::io::Result<()> {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
     }
 
     /// Sends every command at once and returns each reply's bytes.
@@ -66,14 +70,7 @@ impl Resp {
         while replies.len() < commands.len() {
             match frame_len(&self.buf, &Limits::SERVER).expect("well-formed replies") {
                 Some(len) => replies.push(self.buf.drain(..len).collect()),
-                None => {
-                    let mut chunk = [0u8; 4096];
-                    let n = self.stream.read(&mut chunk)?;
-                    if n == 0 {
-                        return Err(std::io::ErrorKind::UnexpectedEof.into());
-                    }
-                    self.buf.extend_from_slice(&chunk[..n]);
-                }
+                None => self.read_more()?,
             }
         }
         Ok(replies)
