@@ -28,12 +28,7 @@ impl Resp {
 
     /// Sends every command at once (a pipeline) and reads a reply each.
     fn pipeline(&mut self, commands: &[&[&str]]) -> std::io::Result<Vec<Value>> {
-        let mut out = Vec::new();
-        for args in commands {
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            encode_command(&args, &mut out);
-        }
-        self.stream.write_all(&out)?;
+        self.send(commands)?;
         let mut replies = Vec::new();
         while replies.len() < commands.len() {
             match decode(&self.buf, &Limits::SERVER).expect("well-formed replies") {
@@ -45,6 +40,16 @@ impl Resp {
             }
         }
         Ok(replies)
+    }
+
+    /// Writes every command at once, encoded as RESP arrays.
+    fn send<C: AsRef<[S]>, S: AsRef<str>>(&mut self, commands: &[C]) -> std::io::Result<()> {
+        let mut out = Vec::new();
+        for args in commands {
+            let args: Vec<&[u8]> = args.as_ref().iter().map(|a| a.as_ref().as_bytes()).collect();
+            encode_command(&args, &mut out);
+        }
+        self.stream.write_all(&out)
     }
 
     /// Reads what the server sent next into the buffer; end of file is an error.
@@ -60,12 +65,7 @@ impl Resp {
 
     /// Sends every command at once and returns each reply's bytes.
     fn pipeline_raw(&mut self, commands: &[Vec<String>]) -> std::io::Result<Vec<Vec<u8>>> {
-        let mut out = Vec::new();
-        for args in commands {
-            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            encode_command(&args, &mut out);
-        }
-        self.stream.write_all(&out)?;
+        self.send(commands)?;
         let mut replies = Vec::new();
         while replies.len() < commands.len() {
             match frame_len(&self.buf, &Limits::SERVER).expect("well-formed replies") {
