@@ -378,6 +378,9 @@ impl<F: Fabric> BackgroundDriver<F> {
         self.detector.set_self_eligible(eligible);
         let leader = self.choose_leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
+        if changed {
+            busy |= self.ask_ahead(leader == Some(self.me));
+        }
         // Logged once the leader is published: formatting an event takes microseconds, and a
         // failover need not wait for them. (The replication plane logs its taking up of the
         // leadership after its first requests are out, later still as a rule.)
@@ -1160,6 +1163,32 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
         }
         busy
+    }
+
+    /// At a change of our election: sends a new leadership's first permission requests at once
+    /// if we are elected (`crate::ask_ahead` says when that is safe): to the askable members
+    /// connected now; the others get the engine's requests, sent by [`Self::send_requests`].
+    fn ask_ahead(&mut self, elected: bool) -> bool {
+        let shared = Arc::clone(&self.shared);
+        let members = shared.members.load(Ordering::Acquire);
+        shared.ask_ahead.on_election(elected, |askable, word| {
+            for pos in (0..self.replicas.len()).filter(|&pos| (askable & members) >> pos & 1 != 0) {
+                let sent = pos == self.me_pos
+                    || self.peers[pos].connected
+                        && self.write_word(pos, KIND_REQUEST, request_offset(self.me_pos), word);
+                if !sent {
+                    continue;
+                }
+                if pos == self.me_pos {
+                    self.store(request_offset(pos), word);
+                } else {
+                    self.fabric.ring_doorbell(self.replicas.ids()[pos]);
+                }
+                // As if the replication plane had asked: `send_requests` sends it no more.
+                shared.requests[pos].store(word, Ordering::Release);
+                self.peers[pos].request_sent = word;
+            }
+        })
     }
 
     /// Whether the peer at `pos`, as its heartbeat `flags` say, is a run that started founding

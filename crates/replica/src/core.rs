@@ -1,6 +1,7 @@
 //! One replica's two planes, built on one fabric node, with nothing that owns a thread or reads a
 //! clock: what the threaded [`crate::Replica`] and the simulator both drive.
 
+use crate::ask_ahead::AskAhead;
 use crate::background::{BackgroundDriver, TransferSettings};
 use crate::config::Protocol;
 use crate::config::{ConfigError, ReplicaConfig};
@@ -267,7 +268,6 @@ impl<F: Fabric> ReplicaCore<F> {
             background.clone(),
             snapshot.clone(),
             replication_ep,
-            boot_id,
             Settings::of(config),
         );
         let background = ReplicaCore::background_driver(
@@ -369,6 +369,7 @@ impl<F: Fabric> ReplicaCore<F> {
         let mut shared =
             Shared::new(config.eligible, ids.to_vec(), members, boot_id, config.fingerprint());
         shared.leaders = config.leaders;
+        shared.ask_ahead = AskAhead::new(boot_id, config.protocol == Protocol::Mu);
         Ok((background, snapshot, Arc::new(shared)))
     }
 

@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ask_ahead;
 mod background;
 mod config;
 mod core;

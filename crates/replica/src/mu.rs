@@ -19,8 +19,8 @@ use mu_log::{EntryKind, LogLayout, ADMITTED_OFFSET, HEAD_OFFSET};
 use mu_replication::membership::{self, Change};
 use mu_replication::standing::{self, BlockedWatch};
 use mu_replication::{
-    request_word, AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer,
-    ReplicaSet, ACK_RECOVERING, LOG_REGION, REQUEST_SEQ_MAX, SCRATCH_REGION,
+    AbortReason, Action, Area, Grant, Leader, Memory, Phase, RemoteOp, Replayer, ReplicaSet,
+    ACK_RECOVERING, LOG_REGION, SCRATCH_REGION,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -39,7 +39,6 @@ pub struct ReplicationDriver<F: Fabric> {
     me_bit: u64,
     replicas: ReplicaSet,
     layout: LogLayout,
-    boot_id: u32,
     settings: Settings,
     leader: Leader,
     replayer: Replayer,
@@ -69,8 +68,12 @@ pub struct ReplicationDriver<F: Fabric> {
     /// (`FabricError::InProgress`). A grant from that peer waits until it is bound: handed to
     /// the engine unbound, it would fail the first write as unreachable and abort the attempt.
     binding: Vec<bool>,
-    request_seq: u32,
     request_word: u64,
+    /// The word the background plane sent ahead for this leadership's first round, until that
+    /// round takes it (`crate::ask_ahead`).
+    word_ahead: u64,
+    /// What this plane last armed sending ahead with (`crate::ask_ahead`).
+    askable_armed: u64,
     /// The engine's round of permission requests that `request_word` serves.
     request_round: Option<u32>,
     /// By position: false while a request carrying `request_word` waits for its answer.
@@ -118,7 +121,6 @@ impl<F: Fabric> ReplicationDriver<F> {
         background: F::Region,
         snapshot: F::Region,
         ep: F::Endpoint,
-        boot_id: u32,
         settings: Settings,
     ) -> ReplicationDriver<F> {
         let n = replicas.len();
@@ -132,7 +134,6 @@ impl<F: Fabric> ReplicationDriver<F> {
             replayer: Replayer::new(layout, 0),
             replicas,
             layout,
-            boot_id,
             settings,
             leader,
             mem,
@@ -149,8 +150,9 @@ impl<F: Fabric> ReplicationDriver<F> {
             post_refused: 0,
             suspected_seen: 0,
             binding: vec![false; n],
-            request_seq: 0,
             request_word: 0,
+            word_ahead: 0,
+            askable_armed: 0,
             request_round: None,
             acked: vec![true; n],
             permissions_since_ns: 0,
@@ -322,6 +324,7 @@ impl<F: Fabric> ReplicationDriver<F> {
         self.suspected_seen = suspected;
         self.leader.set_suspected(suspected);
         self.leader.tick(now_ns, &mut self.mem, &mut self.actions);
+        self.arm_ask_ahead();
         busy |= self.run_actions(now_ns);
         self.log_leading();
         self.check_log_full(now_ns);
@@ -633,6 +636,9 @@ impl<F: Fabric> ReplicationDriver<F> {
             // that had since taken its log back, or a dead one, and the first operation
             // aborted the new leader's attempt.
             self.acked.fill(true);
+            // Disarmed before the engine may post anything (`crate::ask_ahead`).
+            self.word_ahead = self.shared.ask_ahead.take();
+            self.askable_armed = 0;
             // Refused if the configuration at our FUO leaves us out (§5.4).
             if self.leader.become_leader(&self.mem, &mut self.actions) {
                 let leaderships = self.shared.stats.leaderships.fetch_add(1, Ordering::Relaxed) + 1;
@@ -640,6 +646,7 @@ impl<F: Fabric> ReplicationDriver<F> {
                 self.term = Some(self.shared.start_term(leaderships, appointment));
                 return true;
             }
+            self.word_ahead = 0;
             return false;
         }
         if (elected != Some(self.me) || !appointed) && leading {
@@ -655,6 +662,20 @@ impl<F: Fabric> ReplicationDriver<F> {
             return true;
         }
         false
+    }
+
+    /// While following: fences the replicas we wrote to in a past leadership, and tells the
+    /// background plane whom it may ask at our next election (`crate::ask_ahead`).
+    fn arm_ask_ahead(&mut self) {
+        if self.leader.phase() != Phase::Follower {
+            return;
+        }
+        self.leader.fence_past_posts(&mut self.actions);
+        let askable = self.leader.askable_ahead();
+        if askable != self.askable_armed {
+            self.askable_armed = askable;
+            self.shared.ask_ahead.arm(askable);
+        }
     }
 
     /// Publishes the end of the leadership under way once the engine no longer leads (it
@@ -910,8 +931,11 @@ impl<F: Fabric> ReplicationDriver<F> {
     fn request_permission(&mut self, now_ns: u64, peer: NodeId, round: u32) {
         if self.request_round != Some(round) {
             self.request_round = Some(round);
-            self.request_seq = (self.request_seq % REQUEST_SEQ_MAX) + 1;
-            self.request_word = request_word(self.boot_id, self.request_seq);
+            // The background plane may have sent this leadership's first round already.
+            self.request_word = match std::mem::take(&mut self.word_ahead) {
+                0 => self.shared.ask_ahead.next_word(),
+                word => word,
+            };
             self.note_asked(now_ns);
         }
         let pos = self.replicas.position(peer).expect("the engine asks replicas only");

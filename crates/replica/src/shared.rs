@@ -14,6 +14,7 @@
 //! the leader, liveness and eligibility words the background thread reads on every loop. What
 //! that cost has not been measured with a core per thread.
 
+use crate::ask_ahead::AskAhead;
 use crate::config::Leaders;
 use crate::lease::{may_lead_appointed, Appointment, Term};
 use crate::lines::OwnLines;
@@ -82,6 +83,8 @@ pub(crate) struct Shared {
     /// leader meanwhile would give it back silently, and we would go on without noticing that
     /// their log changed hands in between.
     pub requests: Vec<OwnLines<AtomicU64>>,
+    /// Permission requests sent ahead at an election (both planes).
+    pub ask_ahead: AskAhead,
     /// This run's boot id (not 0), published with the heartbeat (in the flags word's high half).
     /// Fixed at start.
     pub boot_id: u32,
@@ -172,6 +175,7 @@ impl Shared {
             ids,
             leader: AtomicU32::new(NO_LEADER),
             requests: (0..replicas_count).map(|_| OwnLines(AtomicU64::new(0))).collect(),
+            ask_ahead: AskAhead::new(boot_id, false),
             boot_id,
             progress: OwnLines(Progress {
                 loop_count: AtomicU64::new(0),

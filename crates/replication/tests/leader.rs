@@ -1032,3 +1032,35 @@ fn t85_a_late_grant_grows_the_confirmed_set() {
     assert_eq!(c.entry(2, 3).unwrap().1, b"after", "replicated to like the others");
     assert!(c.aborts().is_empty());
 }
+
+/// Asking ahead (a runtime sending a new leadership's first permission requests the moment its
+/// election picks it, before the engine leads): only a replica none of our writes can still
+/// land at may be asked so, for the reason of t73. A follower fences the replicas it wrote to
+/// as leader; each becomes askable once its fence completed, not before.
+#[test]
+fn t76_only_replicas_nothing_of_ours_can_land_at_are_askable_ahead() {
+    let mut c = Cluster::ready(3, 0);
+    assert_eq!(c.leader.askable_ahead(), 0, "none while leading");
+    c.faults[2] = Fault::Held; // our accept to replica 2 stays on the wire
+    c.propose(b"a").unwrap();
+    c.run();
+    c.leader.step_down();
+    assert_eq!(c.leader.askable_ahead(), 0b001, "ourselves only: we wrote to 1 and 2");
+    let since = c.actions.len();
+    let mut out = Vec::new();
+    c.leader.fence_past_posts(&mut out);
+    c.take(out);
+    let fences: Vec<usize> = c.posts_since(since).into_iter().map(|(pos, _)| pos).collect();
+    assert_eq!(fences, [1, 2], "a fence to every replica written to, none to ourselves");
+    let mut again = Vec::new();
+    c.leader.fence_past_posts(&mut again);
+    assert!(again.is_empty(), "a fence in flight is not posted again");
+    c.run();
+    assert_eq!(c.leader.askable_ahead(), 0b011, "replica 1's fence completed; 2's waits");
+    c.release(2);
+    c.run();
+    assert_eq!(c.entry(2, 0).unwrap().1, b"a", "the held write landed before the fence");
+    assert_eq!(c.leader.askable_ahead(), 0b111);
+    c.become_leader();
+    assert_eq!(c.leader.askable_ahead(), 0, "none once leading again");
+}

@@ -221,6 +221,35 @@ impl Leader {
         !self.permissions.ask_after_fence.is_empty()
     }
 
+    /// The replicas (a mask of positions) that may be asked for permission before this replica
+    /// leads again: a runtime may send a new leadership's first requests the moment its
+    /// election picks it, before the engine hears of it (one thread hand-off fewer in a
+    /// failover). Those with nothing of ours possibly on the way to them, ourselves always;
+    /// none while we lead. The others must be fenced first ([`Leader::ask`] says why); their
+    /// requests go out with the engine's.
+    pub fn askable_ahead(&self) -> u64 {
+        if self.phase != Phase::Follower {
+            return 0;
+        }
+        let everyone = PositionSet::first(self.replicas.len());
+        let in_doubt = self.permissions.unfenced.union(self.permissions.fencing);
+        everyone.difference(in_doubt).bits() | PositionSet::single(self.me_pos).bits()
+    }
+
+    /// As a follower, fences every replica we posted to in a past leadership, so that a later
+    /// election may ask it at once ([`Leader::askable_ahead`]). A fence only reads: it changes
+    /// nothing on the replica, and its completion, success or failure, clears the doubt.
+    pub fn fence_past_posts(&mut self, out: &mut Vec<Action>) {
+        if self.phase != Phase::Follower {
+            return;
+        }
+        let mut unfenced = self.permissions.unfenced.difference(self.permissions.fencing);
+        unfenced.remove(self.me_pos);
+        for pos in unfenced {
+            self.post_fence(pos, out);
+        }
+    }
+
     pub(super) fn maybe_confirm(
         &mut self,
         now_ns: u64,
