@@ -17,7 +17,7 @@ use mu_fabric::NodeId;
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
@@ -48,7 +48,8 @@ pub(crate) struct Liveness {
     doorbell: Arc<Doorbell>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
-    watched: Mutex<HashMap<NodeId, Watch>>,
+    /// Shared with the acceptor, which also waits on them: a peer's death rings the doorbell.
+    watched: Arc<Mutex<HashMap<NodeId, Watch>>>,
     on_hello_request: Arc<Mutex<Option<HelloHandler>>>,
 }
 
@@ -90,6 +91,38 @@ fn iam(incarnation: u32) -> [u8; HELLO_REQUEST_BYTES] {
 struct Watch {
     stream: TcpStream,
     dead: bool,
+    /// Whether its other end's closing rang the doorbell already (the acceptor then no longer
+    /// waits on it: a closed end stays readable).
+    rung: bool,
+}
+
+/// The watches the acceptor waits on with its own connections (those whose end has not
+/// closed yet), by peer and descriptor.
+fn watches_to_wait_on(watched: &Mutex<HashMap<NodeId, Watch>>) -> Vec<(NodeId, RawFd)> {
+    let watched = watched.lock().expect("liveness lock");
+    watched.iter().filter(|(_, w)| !w.rung).map(|(&p, w)| (p, w.stream.as_raw_fd())).collect()
+}
+
+/// Rings the doorbell for the watches whose end the acceptor's wait saw close (or send its
+/// one message, `FULL`), each once: a peer's process died, and this node's idle threads
+/// should hear of it now, not at their next timeout (`crash_notified` says which one). A
+/// watch replaced during the wait is left to the next one (a ring is only a hint anyway).
+fn ring_for_ended(
+    watched: &Mutex<HashMap<NodeId, Watch>>,
+    ended: &[(NodeId, RawFd)],
+    rings: &Rings,
+) {
+    let mut any = false;
+    let mut watched = watched.lock().expect("liveness lock");
+    for (peer, fd) in ended {
+        if let Some(w) = watched.get_mut(peer).filter(|w| w.stream.as_raw_fd() == *fd) {
+            any |= !std::mem::replace(&mut w.rung, true);
+        }
+    }
+    drop(watched);
+    if any {
+        rings.doorbell.ring();
+    }
 }
 
 /// A connection the acceptor holds: a watcher's (it never sends) or an asker's.
@@ -213,20 +246,38 @@ impl Liveness {
         let on_hello_request: Arc<Mutex<Option<HelloHandler>>> = Arc::new(Mutex::new(None));
         let stopping = stop.clone();
         let hellos = HelloQueue::start(on_hello_request.clone())?;
+        let watched = Arc::new(Mutex::new(HashMap::new()));
+        let waited_watches = watched.clone();
         let acceptor = std::thread::Builder::new()
             .name("mu-ofi-liveness".into())
             .spawn(move || {
                 let mut held: Vec<Held> = Vec::new();
                 while !stopping.load(Ordering::Acquire) {
+                    let watches = watches_to_wait_on(&waited_watches);
                     let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
                         .chain(held.iter().map(|h| h.stream.as_raw_fd()))
                         .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                        .chain(watches.iter().map(|&(_, fd)| libc::pollfd {
+                            fd,
+                            events: libc::POLLIN | libc::POLLRDHUP,
+                            revents: 0,
+                        }))
                         .collect();
                     // SAFETY: `fds` is a live array of `fds.len()` pollfd structures.
                     let ready =
                         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
                     let now = Instant::now();
-                    let mut keep = fds[1..].iter().map(|p| p.revents == 0);
+                    let (held_fds, watch_fds) = fds[1..].split_at(held.len());
+                    let ended: Vec<(NodeId, RawFd)> = watches
+                        .iter()
+                        .zip(watch_fds)
+                        .filter(|(_, p)| p.revents != 0)
+                        .map(|(&w, _)| w)
+                        .collect();
+                    if !ended.is_empty() {
+                        ring_for_ended(&waited_watches, &ended, &rings);
+                    }
+                    let mut keep = held_fds.iter().map(|p| p.revents == 0);
                     held.retain_mut(|h| {
                         let open =
                             keep.next().unwrap_or(true) || h.serve(incarnation, &hellos, &rings);
@@ -282,7 +333,7 @@ impl Liveness {
             doorbell,
             stop,
             acceptor: Some(acceptor),
-            watched: Mutex::new(HashMap::new()),
+            watched,
             on_hello_request,
         })
     }
@@ -335,7 +386,7 @@ impl Liveness {
         let mut watched = self.watched.lock().expect("liveness lock");
         match stream {
             Some(stream) if stream.set_nonblocking(true).is_ok() => {
-                watched.insert(peer, Watch { stream, dead: false });
+                watched.insert(peer, Watch { stream, dead: false, rung: false });
             }
             _ => {
                 watched.remove(&peer);

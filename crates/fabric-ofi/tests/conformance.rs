@@ -254,7 +254,7 @@ macro_rules! provider_tests {
                 missing_peer_is_an_error, permission_changes, fifo_write_then_cas,
                 dead_target_cannot_ack, crash_is_notified, revoke_is_a_barrier_under_load,
                 cas_is_atomic_under_contention, revoke_is_a_barrier_for_a_stopped_writer,
-                doorbell_wakes_a_waiter);
+                doorbell_wakes_a_waiter, crash_rings_the_doorbell);
 
             #[test]
             fn dead_writer_is_fenced() {
