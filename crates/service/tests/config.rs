@@ -643,6 +643,18 @@ fn the_transport_is_the_socket_by_default_and_the_fabric_on_shm() {
 }
 
 #[test]
+fn memcached_runs_beside_the_services_applications_on_shm_through_the_log() {
+    let c = ClusterConfig::parse(&good("app = \"memcached\"")).unwrap();
+    assert!(c.is_memcached() && !c.is_redis());
+    assert!(c.app().is_err(), "not one of the service's applications");
+    assert_eq!(c.replica_config(0).unwrap().application, "memcached");
+    refused(
+        &good("app = \"memcached\"\nreads = \"lease\""),
+        &["app = \"memcached\"", "memcached.md"],
+    );
+}
+
+#[test]
 fn redis_runs_beside_the_services_applications_on_shm_through_the_log() {
     let c = ClusterConfig::parse(&good("app = \"redis\"")).unwrap();
     assert!(c.is_redis());
