@@ -19,6 +19,9 @@ use tracing::warn;
 
 const LOG_TARGET: &str = "mu_memcached::machine";
 
+/// Deletes sent to the server in one write (their replies are a few bytes each).
+const DELETES_PER_WRITE: usize = 1024;
+
 /// What the state machine shares with the front.
 pub struct MachineShared {
     pub me: u16,
@@ -53,7 +56,7 @@ impl MachineShared {
     /// Every key with an expiry and its expiry in ms since the Unix epoch, in key order: the
     /// replicated table as applied here so far.
     pub fn expiries(&self) -> Vec<(Vec<u8>, u64)> {
-        expiries.lock().unwrap_or_else(|p| p.into_inner()).sorted()
+        self.expiries.lock().unwrap_or_else(|p| p.into_inner()).sorted()
     }
 
     /// Why this replica's server can no longer be applied to, if so: the replica must stop.
@@ -101,12 +104,10 @@ impl MemcachedMachine {
         };
         let now_ms = self.now_ms;
         let due = expiries.take_due(now_ms);
+        self.delete(&due)?;
         let probes: Vec<(&KeyEffect, bool)> =
             plan.keys.iter().filter_map(|k| probe(expiries, k).map(|before| (k, before))).collect();
         let mut out = Vec::new();
-        for key in &due {
-            delete_command(key, &mut out);
-        }
         for (effect, _) in probes.iter().filter(|(_, before)| *before) {
             cas_command(&effect.key, &mut out);
         }
@@ -116,14 +117,14 @@ impl MemcachedMachine {
         }
         let units = self.conn()?.call(&out)?;
         let before_count = probes.iter().filter(|(_, before)| *before).count();
-        let fixed = due.len() + before_count + probes.len();
+        let fixed = before_count + probes.len();
         if units.len() < fixed {
             return Err(format!(
                 "memcached sent {} replies where {fixed} were due at least",
                 units.len()
             ));
         }
-        let (befores, rest) = units[due.len()..].split_at(before_count);
+        let (befores, rest) = units.split_at(before_count);
         let (reply, afters) = rest.split_at(rest.len() - probes.len());
         let mut befores = befores.iter();
         for ((effect, probed_before), after) in probes.iter().zip(afters) {
@@ -137,15 +138,21 @@ impl MemcachedMachine {
             expiries.clear();
         }
         // Items stored dead on arrival (a negative or past exptime): gone now, as on a bare server.
-        let dead = expiries.take_due(now_ms);
-        if !dead.is_empty() {
+        self.delete(&expiries.take_due(now_ms))?;
+        Ok(reply_of(expiries, now_ms, &plan, reply))
+    }
+
+    /// Deletes `keys` from the server, a bounded number per write: the server's replies (a line
+    /// each) must never fill the socket while the front is still writing.
+    fn delete(&mut self, keys: &[Vec<u8>]) -> Result<(), String> {
+        for chunk in keys.chunks(DELETES_PER_WRITE) {
             let mut out = Vec::new();
-            for key in &dead {
+            for key in chunk {
                 delete_command(key, &mut out);
             }
             self.conn()?.call(&out)?;
         }
-        Ok(reply_of(expiries, now_ms, &plan, reply))
+        Ok(())
     }
 
     fn conn(&mut self) -> Result<&mut Conn, String> {
@@ -204,8 +211,10 @@ fn reply_of(expiries: &Expiries, now_ms: u64, plan: &Plan, units: &[Vec<u8>]) ->
     if let (Some(key), Some(first)) = (&plan.ttl_reply_key, units.first()) {
         if let Some(at) = expiries.get(key) {
             let left_s = at.saturating_sub(now_ms).div_ceil(1000);
-            let rewritten = with_ttl(first, left_s);
-            reply.splice(..first.len(), rewritten);
+            // The header line only: a `VA` unit's data block follows it unchanged.
+            let header_bytes =
+                first.iter().position(|&b| b == b'\n').map_or(first.len(), |n| n + 1);
+            reply.splice(..header_bytes, with_ttl(first, left_s));
         }
     }
     reply

@@ -106,8 +106,14 @@ impl Conn {
         }
     }
 
-    /// The next reply unit.
-    fn unit(&mut self) -> Result<Vec<u8>, String> {
+    /// Sends `command` as it is, with no `mn` after it (for `lru_crawler metadump`, after which
+    /// memcached reads no further command until it is done); read its reply with [`Conn::unit`].
+    pub fn send(&mut self, command: &[u8]) -> Result<(), String> {
+        self.stream.write_all(command).map_err(|e| format!("writing to memcached: {e}"))
+    }
+
+    /// The next reply unit: a line, or a `VALUE` or `VA` line with its data block.
+    pub fn unit(&mut self) -> Result<Vec<u8>, String> {
         let line_bytes = loop {
             let pending = &self.buf[self.at..];
             if let Some(n) = pending.iter().position(|&b| b == b'\n') {
