@@ -20,6 +20,18 @@ fn connect(socket: &Path) -> std::io::Result<Conn> {
     Conn::connect(socket)?.with_timeout(TIMEOUT)
 }
 
+/// Connects to a front that may still be starting.
+fn connect_when_up(socket: &Path) -> Conn {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match connect(socket) {
+            Ok(conn) => return conn,
+            Err(e) if Instant::now() > deadline => panic!("{}: {e}", socket.display()),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 /// Sends `request` (with an `mn` after it) and returns the replies before the `MN`.
 fn call(conn: &mut Conn, request: &[u8]) -> String {
     String::from_utf8_lossy(&conn.call(request).expect("a reply").concat()).into_owned()
@@ -96,17 +108,33 @@ impl McCluster {
         std::fs::read_to_string(self.dir.join(format!("replica-{id}.stderr"))).unwrap_or_default()
     }
 
-    /// The replica among `ids` whose front answers a replicated read (followers answer
-    /// `SERVER_ERROR not the leader`).
+    /// The replica among `ids` whose front answers a replicated read, once every other front of
+    /// `ids` names it as the leader (followers answer `SERVER_ERROR not the leader: replica <n>
+    /// leads`): an election that settled.
     fn leader(&self, ids: &[u16], timeout: Duration) -> u16 {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            for &id in ids {
-                let reply = connect(&self.front(id)).and_then(|mut c| {
-                    c.call(b"get leader-probe\r\n").map_err(std::io::Error::other)
-                });
-                if matches!(reply, Ok(ref units) if units.concat() == b"END\r\n") {
-                    return id;
+            let replies: Vec<String> = ids
+                .iter()
+                .map(|&id| {
+                    connect(&self.front(id))
+                        .and_then(|mut c| {
+                            c.call(b"get leader-probe\r\n").map_err(std::io::Error::other)
+                        })
+                        .map(|units| String::from_utf8_lossy(&units.concat()).into_owned())
+                        .unwrap_or_default()
+                })
+                .collect();
+            let leading: Vec<u16> = ids
+                .iter()
+                .zip(&replies)
+                .filter(|(_, r)| *r == "END\r\n")
+                .map(|(&id, _)| id)
+                .collect();
+            if let [leader] = leading[..] {
+                let named = format!("replica {leader} leads");
+                if replies.iter().all(|r| r == "END\r\n" || r.contains(&named)) {
+                    return leader;
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -328,7 +356,14 @@ fn replies_through_the_front_match_a_bare_server_and_replicas_stay_identical() {
     assert!(call(&mut front, b"stats\r\n").starts_with("STAT pid "));
     // The follower names the leader.
     let follower = (0..3).find(|&id| id != leader).unwrap();
-    let reply = call(&mut connect(&cluster.front(follower)).unwrap(), b"get a\r\n");
+    let mut follower_front = connect_when_up(&cluster.front(follower));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut reply = call(&mut follower_front, b"get a\r\n");
+    // A follower that started last may not know the leader yet.
+    while reply.contains("no leader is known yet") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        reply = call(&mut follower_front, b"get a\r\n");
+    }
     let address = &cluster.addresses[leader as usize];
     assert_eq!(
         reply,

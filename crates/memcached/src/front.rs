@@ -130,13 +130,23 @@ fn take_requests(
             (Some((Kind::Local, frame)), _) => {
                 local(&mut client.local, shared, frame).map(|reply| out.extend_from_slice(&reply))
             }
-            (Some((Kind::NoOp, _)), _) => Ok(out.extend_from_slice(b"MN\r\n")),
-            (Some((Kind::Expiries, _)), _) => Ok(expiries(shared, out)),
-            (Some((Kind::Refused(reply), _)), _) => Ok(out.extend_from_slice(reply.as_bytes())),
+            (Some((Kind::NoOp, _)), _) => {
+                out.extend_from_slice(b"MN\r\n");
+                Ok(())
+            }
+            (Some((Kind::Expiries, _)), _) => {
+                expiries(shared, out);
+                Ok(())
+            }
+            (Some((Kind::Refused(reply), _)), _) => {
+                out.extend_from_slice(reply.as_bytes());
+                Ok(())
+            }
             (Some((_, _)), _) => Err("the client quit".to_string()),
             (None, Parsed::BadDataChunk { frame_bytes }) => {
                 at += frame_bytes;
-                Ok(out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n"))
+                out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+                Ok(())
             }
             (None, Parsed::TooLarge { line_bytes, skip_bytes }) => {
                 at += line_bytes;
