@@ -623,7 +623,7 @@ fn the_application_is_kv_by_default_and_orderbook_on_request() {
     let (book, kv) = (c.replica_config(0).unwrap(), kv.replica_config(0).unwrap());
     assert_eq!((book.application, kv.application), ("orderbook", ""));
     assert_ne!(book.fingerprint(), kv.fingerprint());
-    refused(&good("app = \"memcached\""), &["app \"memcached\"", "\"kv\"", "\"orderbook\""]);
+    refused(&good("app = \"mongodb\""), &["app \"mongodb\"", "\"kv\"", "\"orderbook\""]);
     refused(&leased("mu", "app = \"orderbook\""), &["reads = \"lease\"", "orderbook"]);
     refused(
         &ukharon_kv("[0, 1, 2]", "app = \"orderbook\""),
