@@ -290,6 +290,10 @@ const SUITE: &[&str] = &[
     "md m\r\n",
     "ms Zm9vIGJhcg== 1 b\r\nx\r\n",
     "mg Zm9vIGJhcg== b v k c\r\n",
+    // A value that holds the front's own delimiter.
+    "set framed 0 0 8\r\nab\r\nMN\r\n\r\n",
+    "get framed\r\n",
+    "mg framed v\r\n",
     "version\r\n",
     "bogus command\r\n",
     "set x 0 0 notanumber\r\n",
@@ -329,6 +333,11 @@ fn replies_through_the_front_match_a_bare_server_and_replicas_stay_identical() {
     for ((request, want), have) in SUITE.iter().zip(&expected).zip(&got) {
         assert_eq!(have, want, "the reply to {request:?}");
     }
+    // The whole suite again in one write (a pipeline), `{cas}` a token that matches nothing.
+    let pipelined: String = SUITE.iter().map(|r| r.replace("{cas}", "1")).collect();
+    let want = call(&mut bare_conn, pipelined.as_bytes());
+    assert_eq!(call(&mut front, pipelined.as_bytes()), want);
+    assert!(want.contains("VALUE framed 0 8\r\nab\r\nMN\r\n\r\n"), "{want}");
     // The suite did something: a CAS mismatch, a quiet miss, a multi-get.
     assert!(expected.iter().any(|r| r == "EXISTS\r\n"));
     assert!(expected[SUITE.iter().position(|r| r.starts_with("get a b q")).unwrap()]

@@ -205,6 +205,9 @@ fn propose(
         })
         .collect();
     batch.clear();
+    for i in 0..entries.len() {
+        shared.machine.expect(first_seq + i as u64);
+    }
     let requests: Vec<&[u8]> = entries.iter().map(|e| e.as_slice()).collect();
     let mut outcomes = Vec::with_capacity(requests.len());
     shared.replica.propose_many(&requests, &mut outcomes);

@@ -11,7 +11,7 @@ use crate::rewrite::{self, KeyEffect, Kind, Plan};
 use crate::server::Conn;
 use crate::text::{base64_encode, tokens};
 use mu_replica::StateMachine;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -22,12 +22,21 @@ const LOG_TARGET: &str = "mu_memcached::machine";
 /// Deletes sent to the server in one write (their replies are a few bytes each).
 const DELETES_PER_WRITE: usize = 1024;
 
+/// The replies this front waits for.
+#[derive(Default)]
+struct Replies {
+    /// Requests proposed and not yet answered or given up.
+    pending: HashSet<u64>,
+    /// Replies applied here and not yet taken.
+    ready: HashMap<u64, Vec<u8>>,
+}
+
 /// What the state machine shares with the front.
 pub struct MachineShared {
     pub me: u16,
     /// This process's front (distinct across restarts: its start time in ns).
     pub incarnation: u64,
-    replies: Mutex<HashMap<u64, Vec<u8>>>,
+    replies: Mutex<Replies>,
     replied: Condvar,
     failure: Mutex<Option<String>>,
     /// The replicated expiry table, which only the state machine changes.
@@ -35,22 +44,34 @@ pub struct MachineShared {
 }
 
 impl MachineShared {
+    /// Notes that request `seq` is about to be proposed: its reply is kept when applied.
+    pub fn expect(&self, seq: u64) {
+        self.replies.lock().unwrap_or_else(|p| p.into_inner()).pending.insert(seq);
+    }
+
     /// The reply to this front's request `seq`, once applied here (at most `wait`).
     pub fn take_reply(&self, seq: u64, wait: Duration) -> Option<Vec<u8>> {
         let deadline = Instant::now() + wait;
         let mut replies = self.replies.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(reply) = replies.remove(&seq) {
+            if let Some(reply) = replies.ready.remove(&seq) {
+                replies.pending.remove(&seq);
                 return Some(reply);
             }
-            let left = deadline.checked_duration_since(Instant::now())?;
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                replies.pending.remove(&seq);
+                return None;
+            };
             replies = self.replied.wait_timeout(replies, left).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 
-    /// Drops the reply to `seq` if it comes (its client is gone).
+    /// Gives up on request `seq` (it was not committed, or its outcome is unknown): its reply,
+    /// if the entry is applied later (committed by the next leader), is dropped.
     pub fn forget(&self, seq: u64) {
-        self.replies.lock().unwrap_or_else(|p| p.into_inner()).remove(&seq);
+        let mut replies = self.replies.lock().unwrap_or_else(|p| p.into_inner());
+        replies.pending.remove(&seq);
+        replies.ready.remove(&seq);
     }
 
     /// Every key with an expiry and its expiry in ms since the Unix epoch, in key order: the
@@ -188,8 +209,10 @@ impl StateMachine for MemcachedMachine {
         drop(expiries);
         if entry.origin == self.shared.me && entry.incarnation == self.shared.incarnation {
             let mut replies = self.shared.replies.lock().unwrap_or_else(|p| p.into_inner());
-            replies.insert(entry.seq, reply);
-            self.shared.replied.notify_all();
+            if replies.pending.contains(&entry.seq) {
+                replies.ready.insert(entry.seq, reply);
+                self.shared.replied.notify_all();
+            }
         }
     }
 }

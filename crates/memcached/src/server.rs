@@ -55,6 +55,12 @@ impl MemcachedServer {
             .arg("-s")
             .arg(&paths.socket)
             .args(["-a", "0700", "-M", "-m", &MEMORY_MB.to_string(), "-U", "0"])
+            // No background thread that moves items or memory by the server's own clock
+            // (the LRU maintainer, which also schedules crawls that reclaim flushed items;
+            // the slab rebalancer): where memory runs short, whether a store fails must not
+            // depend on when one server's thread ran. The crawler itself stays, for
+            // `lru_crawler metadump` on the private socket (tests compare replicas with it).
+            .args(["-o", "no_lru_maintainer,slab_automove=0"])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
