@@ -1,8 +1,9 @@
 //! The client port (`docs/apps/memcached.md`, "Clients"): one thread per client, which frames
 //! its requests, proposes the replicated ones (a client's pipelined requests together) and
 //! writes their replies once they are committed and applied here; answers `version`, `stats`
-//! and `verbosity` from the local server, and refuses the rest. A follower answers each
-//! replicated request with a `SERVER_ERROR` naming the leader.
+//! and `verbosity` from the local server, and refuses the rest. A follower relays its clients to
+//! the leader's front; on its direct socket (where other fronts relay to), or while it knows no
+//! leader, it answers each replicated request with a `SERVER_ERROR` naming the leader.
 
 use crate::entry::Entry;
 use crate::machine::MachineShared;
@@ -11,7 +12,9 @@ use crate::server::Conn;
 use crate::text::{parse, Limits, Parsed};
 use mu_replica::{ProposeError, Replica};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,8 @@ pub struct FrontShared {
     pub limits: Limits,
     /// Each replica's client address, for followers' answers.
     pub client_addresses: Vec<(u16, String)>,
+    /// Where the other fronts' direct sockets are.
+    pub run_dir: PathBuf,
     next_seq: AtomicU64,
     /// The latest time this front proposed: its entries' times never go back.
     last_now_ms: AtomicU64,
@@ -43,6 +48,7 @@ impl FrontShared {
         server_socket: PathBuf,
         limits: Limits,
         client_addresses: Vec<(u16, String)>,
+        run_dir: PathBuf,
     ) -> FrontShared {
         FrontShared {
             replica,
@@ -50,6 +56,7 @@ impl FrontShared {
             server_socket,
             limits,
             client_addresses,
+            run_dir,
             next_seq: AtomicU64::new(0),
             last_now_ms: AtomicU64::new(0),
         }
@@ -63,11 +70,29 @@ impl FrontShared {
     }
 }
 
-/// Serves one client until it closes, quits or breaks the protocol.
-pub fn serve_client<S: Read + Write>(mut stream: S, shared: &FrontShared) {
-    if let Err(e) = serve(&mut stream, shared) {
+/// The socket on which replica `id`'s front takes the clients other fronts relay to it: it
+/// never relays them again (two replicas that each think the other leads would otherwise relay a
+/// client round and round).
+pub fn direct_socket(run_dir: &Path, id: u16) -> PathBuf {
+    run_dir.join(format!("memcached-{id}.direct.sock"))
+}
+
+/// Serves one client until it closes, quits or breaks the protocol; on a follower that knows
+/// the leader, relays it to the leader's front if `relay`.
+pub fn serve_client<S: Read + Write + AsRawFd>(stream: S, shared: &FrontShared, relay: bool) {
+    if let Err(e) = serve(stream, shared, relay) {
         debug!(target: LOG_TARGET, "client closed: {e}");
     }
+}
+
+/// A connection to the leader's direct socket, if a leader other than this replica is known
+/// and answers.
+fn leader_front(shared: &FrontShared) -> Option<UnixStream> {
+    let leader = shared.replica.leader()?.0;
+    if leader == shared.machine.me {
+        return None;
+    }
+    UnixStream::connect(direct_socket(&shared.run_dir, leader)).ok()
 }
 
 /// A client's state between reads.
@@ -79,13 +104,27 @@ struct Client {
     local: Option<Conn>,
 }
 
-fn serve<S: Read + Write>(stream: &mut S, shared: &FrontShared) -> Result<(), String> {
+fn serve<S: Read + Write + AsRawFd>(
+    mut stream: S,
+    shared: &FrontShared,
+    relay: bool,
+) -> Result<(), String> {
     let mut client = Client { buf: Vec::new(), skip_bytes: 0, local: None };
     let mut chunk = vec![0u8; 64 << 10];
+    let mut first = true;
     loop {
         let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
         if n == 0 {
             return Ok(());
+        }
+        // A follower relays a client for the connection's whole life, decided at its first
+        // bytes; if the leader changes, the relayed connection ends with the old leader's front
+        // (its direct socket answers `not the leader`), and the client reconnects.
+        if std::mem::take(&mut first) && relay {
+            if let Some(mut leader) = leader_front(shared) {
+                leader.write_all(&chunk[..n]).map_err(|e| format!("to the leader's front: {e}"))?;
+                return mu_procs::poll::relay(stream, leader);
+            }
         }
         let skipped = client.skip_bytes.min(n as u64) as usize;
         client.skip_bytes -= skipped as u64;

@@ -1,12 +1,14 @@
 //! One replica's front, started once its replica runs: it accepts clients on a Unix socket in
-//! the run directory and, if configured, on the replica's TCP client address.
+//! the run directory and, if configured, on the replica's TCP client address (on a follower,
+//! both relay to the leader's front), and other fronts' relayed clients on its direct socket.
 
-use crate::front::{serve_client, FrontShared};
+use crate::front::{direct_socket, serve_client, FrontShared};
 use crate::machine::MachineShared;
 use crate::text::Limits;
 use mu_replica::Replica;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,6 +59,7 @@ impl MemcachedNode {
             config.server_socket.clone(),
             Limits::new(value_bytes_max),
             config.client_addresses.clone(),
+            config.run_dir.clone(),
         ));
         let socket = NodeConfig::front_socket(&config.run_dir, config.id);
         let _ = std::fs::remove_file(&socket);
@@ -64,14 +67,15 @@ impl MemcachedNode {
             .map_err(|e| format!("binding {}: {e}", socket.display()))?;
         spawn("memcached-front", {
             let shared = shared.clone();
-            move || {
-                for stream in unix.incoming() {
-                    match stream {
-                        Ok(stream) => spawn_client(stream, shared.clone()),
-                        Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
-                    }
-                }
-            }
+            move || accept_unix(unix, &shared, true)
+        })?;
+        let direct_socket = direct_socket(&config.run_dir, config.id);
+        let _ = std::fs::remove_file(&direct_socket);
+        let direct = UnixListener::bind(&direct_socket)
+            .map_err(|e| format!("binding {}: {e}", direct_socket.display()))?;
+        spawn("memcached-front-direct", {
+            let shared = shared.clone();
+            move || accept_unix(direct, &shared, false)
         })?;
         if let Some(address) = &config.client_address {
             let tcp = TcpListener::bind(address.as_str())
@@ -82,7 +86,7 @@ impl MemcachedNode {
                         Ok(stream) => {
                             // Replies go out as soon as they are released.
                             let _ = stream.set_nodelay(true);
-                            spawn_client(stream, shared.clone());
+                            spawn_client(stream, shared.clone(), true);
                         }
                         Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
                     }
@@ -99,10 +103,25 @@ impl MemcachedNode {
     }
 }
 
-fn spawn_client<S: Read + Write + Send + 'static>(stream: S, shared: Arc<FrontShared>) {
+/// Accepts clients on `listener` for ever, a thread each; a follower relays them to the
+/// leader's front if `relay`.
+fn accept_unix(listener: UnixListener, shared: &Arc<FrontShared>, relay: bool) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => spawn_client(stream, shared.clone(), relay),
+            Err(e) => debug!(target: LOG_TARGET, "accepting a client: {e}"),
+        }
+    }
+}
+
+fn spawn_client<S: Read + Write + AsRawFd + Send + 'static>(
+    stream: S,
+    shared: Arc<FrontShared>,
+    relay: bool,
+) {
     let spawned = std::thread::Builder::new()
         .name("memcached-client".into())
-        .spawn(move || serve_client(stream, &shared));
+        .spawn(move || serve_client(stream, &shared, relay));
     if let Err(e) = spawned {
         debug!(target: LOG_TARGET, "no thread for a client: {e}");
     }
