@@ -483,6 +483,41 @@ fn no_acknowledged_write_is_lost_when_the_leader_dies_under_load() {
 }
 
 #[test]
+fn a_leader_stopped_and_continued_loses_no_acknowledged_write() {
+    let cluster = McCluster::start("stop", 0x3c06);
+    let all = [0, 1, 2];
+    let leader = cluster.leader(&all, Duration::from_secs(30));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = ["s0-", "s1-"]
+        .into_iter()
+        .map(|prefix| {
+            let (address, stop) = (cluster.addresses[leader as usize].clone(), stop.clone());
+            std::thread::spawn(move || writer(address, prefix, &stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Stopped long enough for the others to elect another leader; its clients wait meanwhile,
+    // and what it had in flight must not be acknowledged unless committed.
+    cluster.signal(leader, libc::SIGSTOP);
+    let rest: Vec<u16> = all.into_iter().filter(|&id| id != leader).collect();
+    let interim = cluster.leader(&rest, Duration::from_secs(30));
+    let mut front = connect(&cluster.front(interim)).unwrap();
+    assert_eq!(call(&mut front, b"set during 0 0 1\r\nx\r\n"), "STORED\r\n");
+    cluster.signal(leader, libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(acked.len() > 10, "the writers got {} writes acknowledged", acked.len());
+    let now_leader = cluster.leader(&all, Duration::from_secs(30));
+    let mut front = connect(&cluster.front(now_leader)).unwrap();
+    for key in acked.iter().chain(std::iter::once(&"during".to_string())) {
+        let reply = call(&mut front, format!("get {key}\r\n").as_bytes());
+        assert!(reply.starts_with(&format!("VALUE {key} 0 ")), "{key}: {reply}");
+    }
+    cluster.converged(&all);
+}
+
+#[test]
 fn memccapable_passes_against_the_front() {
     if Command::new("memccapable").arg("-h").output().is_err() {
         panic!("memccapable is not installed (Debian package libmemcached-tools)");
