@@ -537,6 +537,38 @@ fn memccapable_passes_against_the_front() {
 }
 
 #[test]
+fn memcslap_load_through_every_replica_leaves_identical_replicas() {
+    if Command::new("memcslap").arg("--version").output().is_err() {
+        panic!("memcslap is not installed (Debian package libmemcached-tools)");
+    }
+    let cluster = McCluster::start("memcslap", 0x3c07);
+    let all = [0, 1, 2];
+    cluster.leader(&all, Duration::from_secs(30));
+    // Sets through one replica, gets through the others: followers relay to the leader.
+    let runs: Vec<_> = [(0, "set"), (1, "get"), (2, "get")]
+        .into_iter()
+        .map(|(id, test)| {
+            let servers = format!("--servers={}", cluster.addresses[id]);
+            std::thread::spawn(move || {
+                Command::new("memcslap")
+                    .args([&servers, "--concurrency=4", "--execute-number=200"])
+                    .arg(format!("--test={test}"))
+                    .output()
+                    .expect("memcslap runs")
+            })
+        })
+        .collect();
+    for run in runs {
+        let output = run.join().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success() && text.contains("Time total"), "{text}");
+    }
+    let (items, _) = cluster.converged(&all);
+    assert!(items.len() >= 200, "{} items", items.len());
+}
+
+#[test]
 fn bad_input_costs_only_its_own_client() {
     let cluster = McCluster::start("bad", 0x3c05);
     let leader = cluster.leader(&[0, 1, 2], Duration::from_secs(30));
