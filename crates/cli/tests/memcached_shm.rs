@@ -576,6 +576,37 @@ fn memcslap_load_through_every_replica_leaves_identical_replicas() {
 }
 
 #[test]
+fn a_full_server_refuses_the_same_stores_on_every_replica() {
+    let cluster = McCluster::start("full", 0x3c08);
+    let all = [0, 1, 2];
+    let leader = cluster.leader(&all, Duration::from_secs(30));
+    let mut front = connect(&cluster.front(leader)).unwrap();
+    // 64 MiB of memory (-m 64 -M): 10 KiB values fill it after about 6000 stores, and memcached
+    // then refuses stores instead of evicting.
+    let value = "v".repeat(10 << 10);
+    let mut refused = 0;
+    for batch in 0..100 {
+        let requests: String = (0..100)
+            .map(|i| format!("set full{batch}-{i} 0 0 {}\r\n{value}\r\n", value.len()))
+            .collect();
+        let replies = call(&mut front, requests.as_bytes());
+        refused += replies.matches("SERVER_ERROR out of memory").count();
+        if refused > 100 {
+            break;
+        }
+    }
+    assert!(refused > 0, "memcached never ran out of memory");
+    // Deleting some, then storing again, must give the same outcome everywhere too.
+    let deletes: String = (0..50).map(|i| format!("delete full0-{i}\r\n")).collect();
+    call(&mut front, deletes.as_bytes());
+    let stores: String =
+        (0..100).map(|i| format!("set again{i} 0 0 {}\r\n{value}\r\n", value.len())).collect();
+    call(&mut front, stores.as_bytes());
+    let (items, _) = cluster.converged(&all);
+    assert!(items.len() > 1000, "{} items", items.len());
+}
+
+#[test]
 fn bad_input_costs_only_its_own_client() {
     let cluster = McCluster::start("bad", 0x3c05);
     let leader = cluster.leader(&[0, 1, 2], Duration::from_secs(30));
