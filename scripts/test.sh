@@ -5,7 +5,7 @@
 # TLA+ models, a smoke run of the fabric benchmark, of the simulated-RDMA figures and
 # of the whole benchmark suite (mu bench all --quick), and the main job (mu demo, on Mu and on
 # Velos). Works on a fresh machine: it installs what it needs (Go, Java for TLC and for the Aeron
-# Cluster peer, Maven, Redis and etcd) and says what it does.
+# Cluster peer, Maven, Redis, Memcached with its client tools, and etcd) and says what it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ fi
 cargo --version
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-step "peer systems for the comparison benchmark and its tests (Redis, etcd, Java and Maven: Debian packages; the Aeron Cluster peer: built with Maven)"
+step "peer systems for the comparison benchmark and its tests (Redis, Memcached and libmemcached-tools, etcd, Java and Maven: Debian packages; the Aeron Cluster peer: built with Maven)"
 bash scripts/install-peers.sh
 
 step "fabric libraries for the libfabric backend (Debian libfabric-dev)"
@@ -43,7 +43,7 @@ cargo test -p mu-fabric-verbs --features verbs
 step "linearizability checker (Go, porcupine): vet, tests, build target/lincheck/lincheck"
 scripts/lincheck.sh
 
-step "tests"
+step "tests (the replicated Redis and Memcached tests, redis_shm and memcached_shm, among them)"
 cargo test --workspace
 
 # A sweep of `mu sim` seeds with histories checked by lincheck; fails on any failed seed.

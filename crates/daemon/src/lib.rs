@@ -14,6 +14,7 @@ pub mod kv_cmd;
 pub mod kv_failover;
 pub mod leased;
 pub mod log_buffer;
+pub mod memcached_app;
 pub mod node_log;
 pub mod redis_app;
 pub mod replica_pid;

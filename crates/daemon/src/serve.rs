@@ -114,6 +114,9 @@ pub fn run(args: Args) -> Result<(), String> {
     if config.is_redis() {
         return crate::redis_app::run(&config, args.id, replica_config);
     }
+    if config.is_memcached() {
+        return crate::memcached_app::run(&config, args.id, replica_config);
+    }
     let machine = SharedMachine::for_app(config.app()?);
     let started = Instant::now();
     // Leased reads: the replica's node of the group joins first (its leader is appointed

@@ -125,7 +125,7 @@ fn serve_client<S: Read + Write + AsRawFd>(
             if let Some(mut leader) = leader_front(shared) {
                 leader.write_all(&bytes).map_err(|e| format!("to the leader's front: {e}"))?;
                 leader.write_all(&client.buf).map_err(|e| format!("to the leader's front: {e}"))?;
-                return relay(client.stream, leader);
+                return mu_procs::poll::relay(client.stream, leader);
             }
         }
         let go_on = match epoch {
@@ -146,43 +146,6 @@ fn leader_front(shared: &FrontShared) -> Option<UnixStream> {
         return None;
     }
     UnixStream::connect(direct_socket(&shared.run_dir, leader)).ok()
-}
-
-/// Copies bytes both ways between the client and the leader's front until either closes.
-fn relay<S: Read + Write + AsRawFd>(mut client: S, mut leader: UnixStream) -> Result<(), String> {
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        let mut fds = [
-            libc::pollfd { fd: client.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: leader.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: `fds` is a valid array of two pollfd for the length given, and both
-        // descriptors stay open for the call (borrowed from the streams).
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(format!("relaying to the leader: {e}"));
-        }
-        let ready =
-            |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
-        if ready(&fds[0]) {
-            let n = client.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Ok(());
-            }
-            leader.write_all(&chunk[..n]).map_err(|e| format!("to the leader's front: {e}"))?;
-        }
-        if ready(&fds[1]) {
-            let n = leader.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("the leader's front closed the connection".into());
-            }
-            client.write_all(&chunk[..n]).map_err(|e| e.to_string())?;
-        }
-    }
 }
 
 fn answer_as_follower<S: Read + Write>(

@@ -3,12 +3,12 @@
 //! connection to it that reads whole replies.
 
 use crate::resp::{decode, encode_command, frame_len, Limits, Value};
+use mu_procs::child::ServerChild;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Where replica `id`'s server and its files live, in the run directory.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ const START_WAIT: Duration = Duration::from_secs(10);
 
 /// A running `redis-server`, killed when dropped.
 pub struct RedisServer {
-    child: Child,
+    _child: ServerChild,
     pub paths: ServerPaths,
 }
 
@@ -74,43 +74,12 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: `prctl` is async-signal-safe and touches no memory of the parent; the closure
-        // runs in the child between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                // The server dies with the thread that started it (the replica's main thread),
-                // even when the replica is killed: it must not outlive its replica.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn().map_err(|e| format!("starting {}: {e}", binary.display()))?;
-        let server = RedisServer { child, paths };
-        let deadline = Instant::now() + START_WAIT;
-        loop {
-            if let Ok(mut conn) = Conn::connect(&server.paths.socket) {
-                if conn.call(&[b"PING"]).is_ok() {
-                    return Ok(server);
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "redis-server did not answer on {} within {START_WAIT:?} (see {})",
-                    server.paths.socket.display(),
-                    server.paths.log.display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let what = format!("redis-server on {}", paths.socket.display());
+        let socket = paths.socket.clone();
+        let child = ServerChild::start(&mut command, &what, &paths.log, START_WAIT, || {
+            Conn::connect(&socket).is_ok_and(|mut conn| conn.call(&[b"PING"]).is_ok())
+        })?;
+        Ok(RedisServer { _child: child, paths })
     }
 }
 

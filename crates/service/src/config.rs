@@ -5,7 +5,8 @@
 //! cluster_id = 7              # replicas and clients of another cluster cannot attach
 //! protocol = "mu"             # the replication engine: "mu" or "velos"
 //! app = "kv"                  # what it replicates: "kv" (the key-value store), "orderbook" or
-//!                             # "redis" (unmodified Redis, docs/apps/redis.md)
+//!                             # "redis" (unmodified Redis, docs/apps/redis.md) or
+//!                             # "memcached" (unmodified Memcached, docs/apps/memcached.md)
 //! transport = "socket"        # or "fabric": clients on this host may also send requests
 //!                             # over request rings (docs/client-path.md; shm only)
 //! fabric = "shm"              # processes on one host, over shared memory; or "ofi" (below)
@@ -89,6 +90,9 @@ pub const LOG_BYTES_MAX: u64 = 4 << 30;
 
 /// The `app` of a replicated Redis.
 pub const REDIS: &str = "redis";
+
+/// The `app` of a replicated Memcached.
+pub const MEMCACHED: &str = "memcached";
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -447,6 +451,15 @@ impl ClusterConfig {
             }
             return Ok(());
         }
+        if self.is_memcached() {
+            if self.is_ukharon_kv() || reads == Reads::Lease || self.fabric != "shm" {
+                return Err("app = \"memcached\" runs with protocol = \"mu\" or \"velos\", reads \
+                            through the log and fabric = \"shm\": other protocols, fabrics and \
+                            lease reads are not built for it (docs/apps/memcached.md)"
+                    .into());
+            }
+            return Ok(());
+        }
         if self.app()? == App::Orderbook {
             if self.is_ukharon_kv() {
                 return Err(format!(
@@ -566,6 +579,12 @@ impl ClusterConfig {
         self.app == REDIS
     }
 
+    /// `app = "memcached"`: unmodified Memcached replicated by request capture
+    /// (`mu-memcached`, docs/apps/memcached.md), beside the service's applications too.
+    pub fn is_memcached(&self) -> bool {
+        self.app == MEMCACHED
+    }
+
     /// The replicated application (`app`) of the service (not Redis: [`Self::is_redis`]).
     pub fn app(&self) -> Result<App, String> {
         App::parse(&self.app)
@@ -649,6 +668,7 @@ impl ClusterConfig {
         }
         c.application = match self.app() {
             _ if self.is_redis() => REDIS,
+            _ if self.is_memcached() => MEMCACHED,
             Ok(App::Kv) => "",
             other => other?.name(),
         };

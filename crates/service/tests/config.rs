@@ -623,7 +623,7 @@ fn the_application_is_kv_by_default_and_orderbook_on_request() {
     let (book, kv) = (c.replica_config(0).unwrap(), kv.replica_config(0).unwrap());
     assert_eq!((book.application, kv.application), ("orderbook", ""));
     assert_ne!(book.fingerprint(), kv.fingerprint());
-    refused(&good("app = \"memcached\""), &["app \"memcached\"", "\"kv\"", "\"orderbook\""]);
+    refused(&good("app = \"mongodb\""), &["app \"mongodb\"", "\"kv\"", "\"orderbook\""]);
     refused(&leased("mu", "app = \"orderbook\""), &["reads = \"lease\"", "orderbook"]);
     refused(
         &ukharon_kv("[0, 1, 2]", "app = \"orderbook\""),
@@ -640,6 +640,18 @@ fn the_transport_is_the_socket_by_default_and_the_fabric_on_shm() {
     assert!(c.clients_fabric_dir(2).ends_with("clients-2"));
     refused(&good("transport = \"rdma\""), &["transport \"rdma\"", "\"socket\"", "\"fabric\""]);
     refused(&good(&format!("transport = \"fabric\"\n{OFI}")), &["transport = \"fabric\"", "shm"]);
+}
+
+#[test]
+fn memcached_runs_beside_the_services_applications_on_shm_through_the_log() {
+    let c = ClusterConfig::parse(&good("app = \"memcached\"")).unwrap();
+    assert!(c.is_memcached() && !c.is_redis());
+    assert!(c.app().is_err(), "not one of the service's applications");
+    assert_eq!(c.replica_config(0).unwrap().application, "memcached");
+    refused(
+        &good("app = \"memcached\"\nreads = \"lease\""),
+        &["app = \"memcached\"", "memcached.md"],
+    );
 }
 
 #[test]

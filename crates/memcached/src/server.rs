@@ -1,0 +1,190 @@
+//! The replica's own `memcached`, on a private Unix socket, its output in the run directory; and
+//! [`Conn`], a blocking connection to it that reads replies unit by unit (a line, or a `VALUE`
+//! or `VA` line with its data block), so that the `MN` the front appends after each command
+//! delimits the command's replies whatever they hold.
+
+use mu_procs::child::ServerChild;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// How long the server may take to accept connections once started.
+const START_WAIT: Duration = Duration::from_secs(10);
+
+/// Every replica's server gets the same memory, and answers `SERVER_ERROR out of memory`
+/// rather than evicting (`-M`): eviction depends on each server's own LRU and would make
+/// replicas differ.
+pub const MEMORY_MB: u32 = 64;
+
+/// The longest line the front reads from its server (a `stats` line, a reply's header).
+const REPLY_LINE_BYTES_MAX: usize = 64 << 10;
+
+/// Where replica `id`'s server lives, in the run directory.
+#[derive(Clone, Debug)]
+pub struct ServerPaths {
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl ServerPaths {
+    pub fn new(run_dir: &Path, id: u16) -> ServerPaths {
+        ServerPaths {
+            socket: run_dir.join(format!("memcached-server-{id}.sock")),
+            log: run_dir.join(format!("memcached-server-{id}.log")),
+        }
+    }
+}
+
+/// A running `memcached`, killed when dropped.
+pub struct MemcachedServer {
+    _child: ServerChild,
+    pub paths: ServerPaths,
+}
+
+impl MemcachedServer {
+    /// Starts `binary` on its socket; returns once it answers.
+    pub fn start(binary: &Path, paths: ServerPaths) -> Result<MemcachedServer, String> {
+        let _ = std::fs::remove_file(&paths.socket);
+        let log = std::fs::File::create(&paths.log)
+            .map_err(|e| format!("creating {}: {e}", paths.log.display()))?;
+        let log_err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut command = Command::new(binary);
+        command
+            .arg("-s")
+            .arg(&paths.socket)
+            .args(["-a", "0700", "-M", "-m", &MEMORY_MB.to_string(), "-U", "0"])
+            // No background thread that moves items or memory by the server's own clock
+            // (the LRU maintainer, which also schedules crawls that reclaim flushed items;
+            // the slab rebalancer): where memory runs short, whether a store fails must not
+            // depend on when one server's thread ran. The crawler itself stays, for
+            // `lru_crawler metadump` on the private socket (tests compare replicas with it).
+            .args(["-o", "no_lru_maintainer,slab_automove=0"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        if mu_procs::user::euid() == 0 {
+            // Memcached refuses to run as root unless told which user to stay.
+            command.args(["-u", "root"]);
+        }
+        let what = format!("memcached on {}", paths.socket.display());
+        let socket = paths.socket.clone();
+        let child = ServerChild::start(&mut command, &what, &paths.log, START_WAIT, || {
+            Conn::connect(&socket).is_ok_and(|mut c| c.call(b"mn\r\n").is_ok())
+        })?;
+        Ok(MemcachedServer { _child: child, paths })
+    }
+}
+
+/// A connection to the server.
+pub struct Conn {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    /// Where the next unit starts in `buf`.
+    at: usize,
+}
+
+impl Conn {
+    pub fn connect(socket: &Path) -> std::io::Result<Conn> {
+        Ok(Conn { stream: UnixStream::connect(socket)?, buf: Vec::new(), at: 0 })
+    }
+
+    /// Gives up reading a reply after `timeout` (for tests).
+    pub fn with_timeout(self, timeout: Duration) -> std::io::Result<Conn> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        Ok(self)
+    }
+
+    /// Sends `commands` followed by `mn` and returns the reply units before the `MN`.
+    pub fn call(&mut self, commands: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let mut out = Vec::with_capacity(commands.len() + 4);
+        out.extend_from_slice(commands);
+        out.extend_from_slice(b"mn\r\n");
+        self.stream.write_all(&out).map_err(|e| format!("writing to memcached: {e}"))?;
+        let mut units = Vec::new();
+        loop {
+            let unit = self.unit()?;
+            if unit == b"MN\r\n" {
+                return Ok(units);
+            }
+            units.push(unit);
+        }
+    }
+
+    /// Sends `command` as it is, with no `mn` after it (for `lru_crawler metadump`, after which
+    /// memcached reads no further command until it is done); read its reply with [`Conn::unit`].
+    pub fn send(&mut self, command: &[u8]) -> Result<(), String> {
+        self.stream.write_all(command).map_err(|e| format!("writing to memcached: {e}"))
+    }
+
+    /// The next reply unit: a line, or a `VALUE` or `VA` line with its data block.
+    pub fn unit(&mut self) -> Result<Vec<u8>, String> {
+        let line_bytes = loop {
+            let pending = &self.buf[self.at..];
+            if let Some(n) = pending.iter().position(|&b| b == b'\n') {
+                break n + 1;
+            }
+            if pending.len() > REPLY_LINE_BYTES_MAX {
+                return Err("memcached sent a line longer than the front reads".into());
+            }
+            self.fill()?;
+        };
+        let data_bytes = data_bytes(&self.buf[self.at..self.at + line_bytes])?;
+        let unit_bytes = line_bytes + data_bytes.map_or(0, |n| n + 2);
+        while self.buf.len() - self.at < unit_bytes {
+            self.fill()?;
+        }
+        let unit = self.buf[self.at..self.at + unit_bytes].to_vec();
+        self.at += unit_bytes;
+        Ok(unit)
+    }
+
+    fn fill(&mut self) -> Result<(), String> {
+        if self.at == self.buf.len() {
+            self.buf.clear();
+            self.at = 0;
+        }
+        let mut chunk = [0u8; 64 << 10];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => Err("memcached closed the connection".into()),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(())
+            }
+            Err(e) => Err(format!("reading from memcached: {e}")),
+        }
+    }
+}
+
+/// The length of the data block after a reply line: `VALUE <key> <flags> <bytes> [<cas>]` and
+/// `VA <bytes> <flags>*` carry one.
+fn data_bytes(line: &[u8]) -> Result<Option<usize>, String> {
+    let tokens = crate::text::tokens(crate::text::line(line));
+    let at = match tokens.first().copied() {
+        Some(b"VALUE") => 3,
+        Some(b"VA") => 1,
+        _ => return Ok(None),
+    };
+    tokens
+        .get(at)
+        .and_then(|t| crate::text::number(t))
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= crate::text::VALUE_BYTES_MAX * 2)
+        .map(Some)
+        .ok_or_else(|| format!("memcached sent {:?}", String::from_utf8_lossy(line)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_lines_carry_data_blocks() {
+        assert_eq!(data_bytes(b"VALUE k 0 5 9\r\n"), Ok(Some(5)));
+        assert_eq!(data_bytes(b"VA 3 t-1 f5\r\n"), Ok(Some(3)));
+        assert_eq!(data_bytes(b"HD c3\r\n"), Ok(None));
+        assert_eq!(data_bytes(b"END\r\n"), Ok(None));
+        assert!(data_bytes(b"VA x\r\n").is_err());
+    }
+}
