@@ -30,6 +30,22 @@ pub struct Args {
     /// Timed calls per point [default: 20000; 500 with --quick].
     #[arg(long, value_parser = crate::counts::count)]
     calls: Option<u64>,
+    /// Only this point, as OUTSTANDINGxBATCH (e.g. 8x128: 8 outstanding entries of 128
+    /// requests), any outstanding 1 to 8 and batch 1 to 1024; for a profile of one point.
+    #[arg(long, value_parser = parse_point)]
+    point: Option<Load>,
+}
+
+/// `OUTSTANDINGxBATCH` as a load.
+fn parse_point(text: &str) -> Result<Load, String> {
+    let bad = || format!("{text:?}: expected OUTSTANDINGxBATCH, e.g. 8x128");
+    let (outstanding, batch) = text.split_once(['x', 'X']).ok_or_else(bad)?;
+    let outstanding: usize = outstanding.trim().parse().map_err(|_| bad())?;
+    let batch: usize = batch.trim().parse().map_err(|_| bad())?;
+    if !(1..=8).contains(&outstanding) || !(1..=1024).contains(&batch) {
+        return Err(format!("{text:?}: outstanding 1 to 8, batch 1 to 1024"));
+    }
+    Ok(Load { batch, outstanding })
 }
 
 struct Point {
@@ -45,27 +61,32 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut report = Report::new(&args.suite, "throughput")?;
     let calls = args.calls.unwrap_or(if args.suite.quick { QUICK_CALLS } else { DEFAULT_CALLS });
     let run_dir = RunDir::create("throughput")?;
+    let loads: Vec<Load> = match args.point {
+        Some(load) => vec![load],
+        None => OUTSTANDING
+            .iter()
+            .flat_map(|&outstanding| BATCHES.iter().map(move |&batch| Load { batch, outstanding }))
+            .collect(),
+    };
     note!(
         "mu bench throughput: 3 replicas on shm, {PAYLOAD_BYTES}-byte requests, {} points of \
          {calls} calls",
-        OUTSTANDING.len() * BATCHES.len()
+        loads.len()
     );
     let mut points = Vec::new();
-    for outstanding in OUTSTANDING {
-        for batch in BATCHES {
-            interrupt::check()?;
-            note_part!("outstanding {outstanding} batch {batch:>3}:");
-            let load = Load { batch, outstanding };
-            let r = replication::throughput(&run_dir, App::Standalone, PAYLOAD_BYTES, load, calls)?;
-            let mops = r.requests as f64 / (r.timed_ns.max(1) as f64 / 1e9) / 1e6;
-            points.push(Point {
-                load,
-                mops,
-                p50_us: r.latency.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_us: r.latency.value_at_quantile(0.99) as f64 / 1000.0,
-                calls: r.latency.len(),
-            });
-        }
+    for &load in &loads {
+        let Load { batch, outstanding } = load;
+        interrupt::check()?;
+        note_part!("outstanding {outstanding} batch {batch:>3}:");
+        let r = replication::throughput(&run_dir, App::Standalone, PAYLOAD_BYTES, load, calls)?;
+        let mops = r.requests as f64 / (r.timed_ns.max(1) as f64 / 1e9) / 1e6;
+        points.push(Point {
+            load,
+            mops,
+            p50_us: r.latency.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: r.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            calls: r.latency.len(),
+        });
     }
 
     let mut table = Table::new(
