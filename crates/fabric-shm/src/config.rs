@@ -24,7 +24,7 @@ pub struct ShmConfig {
     pub run_dir: PathBuf,
     /// The cluster's id: a node refuses a run directory or a peer of another cluster.
     pub cluster_id: u64,
-    /// What runs on this fabric and at which version, e.g. `mu/4`: recorded in the run
+    /// What runs on this fabric and at which version, e.g. `mu/5`: recorded in the run
     /// directory by the first node, and a node that speaks anything else refuses the directory.
     /// Nodes of one cluster must agree on the protocol as well as on the cluster id, or a
     /// replica of an older build would read logs and permission words it does not understand.

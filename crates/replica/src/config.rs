@@ -37,7 +37,7 @@ impl Protocol {
         }
     }
 
-    /// The name and version replicas record and compare, e.g. `mu/4`, `velos/6`.
+    /// The name and version replicas record and compare, e.g. `mu/5`, `velos/7`.
     pub fn tag(self) -> String {
         match self {
             Protocol::Mu => mu_replication::protocol_tag(),

@@ -44,10 +44,11 @@ use mu_fabric::NodeId;
 /// fingerprint, which a replica of version 2 leaves 0 (and so is never counted alive). 4: the
 /// heartbeat says whether its run started as a member in good standing, and which peers it
 /// refuses as restarted without rejoining (`mu_replica::layout::FLAG_FOUNDING`), which a
-/// replica of version 3 would neither say nor heed.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// replica of version 3 would neither say nor heed. 5: the entry checksum's lanes take a word
+/// with one multiplication (`mu_log`), which reads an entry of version 4 as incomplete.
+pub const PROTOCOL_VERSION: u32 = 5;
 
-/// The name and version a replica records on its fabric, e.g. `mu/4`: a fabric refuses nodes
+/// The name and version a replica records on its fabric, e.g. `mu/5`: a fabric refuses nodes
 /// that speak anything else in the same cluster.
 pub fn protocol_tag() -> String {
     format!("mu/{PROTOCOL_VERSION}")

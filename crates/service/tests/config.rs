@@ -76,7 +76,7 @@ fn velos_is_a_protocol_and_its_replicas_run_it() {
     let c = ClusterConfig::parse(&good("protocol = \"velos\"")).expect("a good configuration");
     let r = c.replica_config(1).unwrap();
     assert_eq!(r.protocol, mu_replica::Protocol::Velos);
-    assert_eq!(r.protocol.tag(), "velos/6");
+    assert_eq!(r.protocol.tag(), "velos/7");
     // A velos replica may rejoin after a restart (through a rejoin entry a majority decides
     // without it), except in a cluster of one or two.
     let mut rejoining = r.clone();

@@ -48,10 +48,11 @@ pub use word::{SlotWord, View, PROPOSAL_MAX};
 /// through a rejoin entry (`recovery`), asked for in the status its peers read. 5: the
 /// heartbeat's flags carry the configuration's fingerprint. 6: the heartbeat says whether its
 /// run started as a member in good standing, and which peers it refuses as restarted without
-/// rejoining, as Mu's 4.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// rejoining, as Mu's 4. 7: the entry checksum's lanes take a word with one multiplication,
+/// as Mu's 5.
+pub const PROTOCOL_VERSION: u32 = 7;
 
-/// The name and version a replica records on its fabric, e.g. `velos/6`.
+/// The name and version a replica records on its fabric, e.g. `velos/7`.
 pub fn protocol_tag() -> String {
     format!("velos/{PROTOCOL_VERSION}")
 }
