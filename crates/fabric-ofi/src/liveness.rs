@@ -293,37 +293,7 @@ impl Liveness {
                         continue;
                     }
                     if fds[0].revents != 0 {
-                        loop {
-                            match listener.accept() {
-                                Ok((stream, _)) => {
-                                    let graced =
-                                        held.iter().filter(|h| h.grace_until.is_some()).count();
-                                    let grace_until = if held.len() - graced < HELD_MAX {
-                                        None
-                                    } else if graced < GRACED_MAX {
-                                        Some(Instant::now() + GRACE)
-                                    } else {
-                                        let mut stream = stream;
-                                        let _ = stream.set_nonblocking(true);
-                                        let _ = stream.write_all(&FULL);
-                                        continue;
-                                    };
-                                    if stream.set_nonblocking(true).is_ok() {
-                                        let _ = stream.set_nodelay(true);
-                                        held.push(Held::new(stream, grace_until));
-                                    }
-                                }
-                                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                                Err(_) => {
-                                    // Out of file descriptors, or the like: the connection
-                                    // stays queued and the listener readable. Wait instead of
-                                    // asking again at once, which spun a core.
-                                    std::thread::sleep(Duration::from_millis(POLL_MS as u64));
-                                    break;
-                                }
-                            }
-                        }
+                        accept_all(&listener, &mut held);
                     }
                 }
             })
@@ -426,6 +396,40 @@ impl Liveness {
             }
         }
         w.dead
+    }
+}
+
+/// Takes every connection waiting on the liveness port, holding each (up to `HELD_MAX`, then
+/// a moment's grace, then `FULL` and closed).
+fn accept_all(listener: &TcpListener, held: &mut Vec<Held>) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let graced = held.iter().filter(|h| h.grace_until.is_some()).count();
+                let grace_until = if held.len() - graced < HELD_MAX {
+                    None
+                } else if graced < GRACED_MAX {
+                    Some(Instant::now() + GRACE)
+                } else {
+                    let mut stream = stream;
+                    let _ = stream.set_nonblocking(true);
+                    let _ = stream.write_all(&FULL);
+                    continue;
+                };
+                if stream.set_nonblocking(true).is_ok() {
+                    let _ = stream.set_nodelay(true);
+                    held.push(Held::new(stream, grace_until));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => {
+                // Out of file descriptors, or the like: the connection stays queued and the
+                // listener readable. Wait instead of asking again at once, which spun a core.
+                std::thread::sleep(Duration::from_millis(POLL_MS as u64));
+                break;
+            }
+        }
     }
 }
 
