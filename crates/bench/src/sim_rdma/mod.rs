@@ -82,6 +82,8 @@ impl Sizes {
 pub struct Outcome {
     pub figures: Vec<Figure>,
     pub charts: Vec<Chart>,
+    /// The throughput–latency curve (Mu Fig. 7), where the run has one.
+    pub curve: Vec<Point>,
 }
 
 /// One figure of a paper beside the simulated one, in the same unit.
@@ -114,9 +116,10 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     if args.json {
-        println!("{}", to_json(&profile, args.seed, args.quick, &outcome.figures));
+        println!("{}", to_json(&profile, args.seed, args.quick, &outcome));
     } else {
         print!("{}", table(&profile, &outcome.figures));
+        print!("{}", curve_table(&outcome.curve));
     }
     Ok(())
 }
@@ -198,11 +201,12 @@ fn mu_figures(profile: &Profile, sizes: Sizes, seed: u64) -> Result<Outcome, Str
         ),
         charts::failover("Mu failover (simulated): leader stopped", &failover, true),
     ];
-    if sizes.curve {
-        let points = curve(profile, sizes.throughput_calls, seed)?;
-        charts.push(charts::curve(&points));
+    let curve =
+        if sizes.curve { curve(profile, sizes.throughput_calls, seed)? } else { Vec::new() };
+    if !curve.is_empty() {
+        charts.push(charts::curve(&curve));
     }
-    Ok(Outcome { figures, charts })
+    Ok(Outcome { figures, charts, curve })
 }
 
 fn velos_figures(profile: &Profile, sizes: Sizes, seed: u64) -> Result<Outcome, String> {
@@ -266,7 +270,7 @@ fn velos_figures(profile: &Profile, sizes: Sizes, seed: u64) -> Result<Outcome, 
         ),
         charts::failovers_compared(&velos_failover, &mu_failover),
     ];
-    Ok(Outcome { figures, charts })
+    Ok(Outcome { figures, charts, curve: Vec::new() })
 }
 
 /// Slot size for entries of one `payload_bytes` request.
@@ -566,8 +570,17 @@ pub(crate) fn quantile_f(samples: &mut [f64], q: f64) -> f64 {
     samples.get(rank - 1).copied().unwrap_or(0.0)
 }
 
-fn to_json(profile: &Profile, seed: u64, quick: bool, figures: &[Figure]) -> serde_json::Value {
-    let rows: Vec<_> = figures
+fn to_json(profile: &Profile, seed: u64, quick: bool, outcome: &Outcome) -> serde_json::Value {
+    let curve: Vec<_> = outcome
+        .curve
+        .iter()
+        .map(|p| {
+            json!({"outstanding": p.outstanding, "batch": p.batch,
+                   "ops_per_us": p.ops_per_us, "call_p50_us": p.call_p50_us})
+        })
+        .collect();
+    let rows: Vec<_> = outcome
+        .figures
         .iter()
         .map(|f| {
             json!({
@@ -589,19 +602,35 @@ fn to_json(profile: &Profile, seed: u64, quick: bool, figures: &[Figure]) -> ser
         "seed": seed,
         "quick": quick,
         "figures": rows,
+        "curve": curve,
     })
+}
+
+/// The throughput–latency curve's points, one line each (nothing without a curve).
+fn curve_table(points: &[Point]) -> String {
+    if points.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("Mu Fig. 7 curve: outstanding x batch, ops/us, median call us\n");
+    for p in points {
+        out.push_str(&format!(
+            "  {:>2} x {:<4} {:>8.2} {:>9.2}\n",
+            p.outstanding, p.batch, p.ops_per_us, p.call_p50_us
+        ));
+    }
+    out
 }
 
 fn table(profile: &Profile, figures: &[Figure]) -> String {
     let mut out = format!(
-        "mu bench sim --profile {} (simulated RDMA: {})\n{:<46} {:>9} {:>9} {:>7}  {}\n",
+        "mu bench sim --profile {} (simulated RDMA: {})\n{:<54} {:>9} {:>9} {:>7}  {}\n",
         profile.name, profile.hardware, "figure", "paper", "simulated", "ratio", "unit"
     );
     for f in figures {
         let mark =
             if f.independent { "" } else { "  (not independent: a profile value comes from it)" };
         out.push_str(&format!(
-            "{:<46} {:>9.3} {:>9.3} {:>7.2}  {}{mark}\n",
+            "{:<54} {:>9.3} {:>9.3} {:>7.2}  {}{mark}\n",
             f.name,
             f.paper,
             f.simulated,
