@@ -172,20 +172,28 @@ for key in ["perm_fast_ns", "perm_slow_ns"]:
 print("bench fabric JSON has every figure")
 PY
 
-step "simulated RDMA smoke run: mu bench sim --quick on every hardware profile (figures beside the papers'; nothing asserted about the ratios)"
+step "simulated RDMA smoke run: mu bench sim --quick --svg on every hardware profile (figures beside the papers', uKharon's Table 2 on its profile, a chart per figure set; nothing asserted about the ratios)"
+rm -rf target/sim-rdma-smoke
 for profile in mu-osdi2020 velos ukharon; do
-  out=$(./target/release/mu bench sim --profile "$profile" --quick --json)
+  out=$(./target/release/mu bench sim --profile "$profile" --quick --json --svg target/sim-rdma-smoke)
   python3 - "$out" "$profile" <<'PY'
-import json, sys
+import json, math, sys
 d = json.loads(sys.argv[1])
 assert d["simulated"] is True and d["profile"] == sys.argv[2], d
 assert d["figures"], "no figures"
 for f in d["figures"]:
     for key in ["name", "unit", "paper", "simulated"]:
         assert key in f, (key, f)
-    assert f["paper"] > 0 and f["simulated"] > 0, f
+    assert isinstance(f["name"], str) and isinstance(f["unit"], str), f
+    assert f["paper"] > 0 and f["simulated"] > 0 and math.isfinite(f["simulated"]), f
+if sys.argv[2] == "ukharon":
+    table2 = [f for f in d["figures"] if f["name"].startswith("uKharon failover ")]
+    assert len(table2) == 12, [f["name"] for f in table2]
 print(sys.argv[2], ", ".join("%s %.3g/%.3g" % (f["name"], f["simulated"], f["paper"]) for f in d["figures"]))
 PY
+  for chart in replication failover; do
+    grep -q "<svg" "target/sim-rdma-smoke/sim-$profile-$chart.svg"
+  done
 done
 
 step "benchmark suite smoke run: mu bench all --quick (every figure produced; nothing asserted about speed)"

@@ -74,6 +74,11 @@ pub struct SimConfig {
     /// leaves only once the change is done. The node's threads are not told apart: every post
     /// of the node waits. Default false (control calls cost no time on the data path).
     pub control_blocks_posts: bool,
+    /// Whether a node's writes share its port's bandwidth ([`SimConfig::per_byte_ps`]): a
+    /// write's bytes leave only once the node's earlier writes, on any connection, have left,
+    /// as on one NIC port. Default false: each connection serializes on its own (a connection's
+    /// operations still land in order).
+    pub port_bandwidth: bool,
     /// How long after a crash its peers are told ([`mu_fabric::Fabric::crash_notified`]): the
     /// delay of a kernel's crash broadcast (the Velos and uKharon papers' deadbeat). Default 0:
     /// at once, like the shared-memory fabric's death flag.
@@ -100,6 +105,7 @@ impl Default for SimConfig {
             non_inline_extra_ns: 0,
             post_cpu_ns: 0,
             control_blocks_posts: false,
+            port_bandwidth: false,
             crash_notice_ns: 0,
             faults: FaultConfig::default(),
         }

@@ -16,6 +16,9 @@ pub(crate) struct Node {
     pub(crate) busy_until_ns: u64,
     /// When the node's CPU has finished its latest post ([`crate::SimConfig::post_cpu_ns`]).
     pub(crate) post_free_ns: u64,
+    /// When the node's port has sent every byte of its earlier writes
+    /// ([`crate::SimConfig::port_bandwidth`]).
+    pub(crate) port_free_ns: u64,
     /// When the node last crashed (its peers are told [`crate::SimConfig::crash_notice_ns`]
     /// later).
     pub(crate) crashed_at_ns: u64,
@@ -31,6 +34,7 @@ impl Node {
             paused: false,
             busy_until_ns: 0,
             post_free_ns: 0,
+            port_free_ns: 0,
             crashed_at_ns: 0,
             regions: BTreeMap::new(),
             conns: BTreeMap::new(),

@@ -175,7 +175,8 @@ impl World {
             self.rng.shuffle(&mut order);
             order
         });
-        let earliest = departs.saturating_add(trip).saturating_add(extra);
+        let sent = self.port_send(from, departs.saturating_add(extra), span);
+        let earliest = sent.saturating_add(trip);
         let side = self.side_mut(from, conn);
         // FIFO: never before the previous operation on this connection has finished landing.
         let start = earliest.max(side.last_land_ns.saturating_add(1));
@@ -198,6 +199,21 @@ impl World {
         let departs = free.saturating_add(cost);
         node.post_free_ns = departs;
         departs
+    }
+
+    /// When the bytes of a write ready to leave `from` at `ready_ns` start leaving, over
+    /// `span_ns`: at once, or after the node's earlier writes if its port's bandwidth is shared
+    /// ([`crate::SimConfig::port_bandwidth`]).
+    fn port_send(&mut self, from: NodeId, ready_ns: u64, span_ns: u64) -> u64 {
+        if !self.config.port_bandwidth || span_ns == 0 {
+            return ready_ns;
+        }
+        let Some(node) = self.nodes.get_mut(&from) else {
+            return ready_ns;
+        };
+        let start = ready_ns.max(node.port_free_ns);
+        node.port_free_ns = start.saturating_add(span_ns);
+        start
     }
 
     /// The side `conn` of `node`, created in reset if it was never touched.

@@ -30,6 +30,10 @@ use tracing::{error, info, warn};
 /// What was read from a completion's `wr_id`: the engine's id in the high bits, the peer's
 /// position in the low 16 (the engine leaves them zero).
 const PEER_BITS: u64 = 0xffff;
+/// Log writes this long or shorter go inline where the fabric allows it (Mu §6: "RDMA Writes
+/// ... with payloads below a device-specific limit (256 bytes in our setup) are inlined"): the
+/// NIC then needs no DMA read of the payload.
+const INLINE_WRITE_BYTES_MAX: usize = 256;
 
 /// See the module docs.
 pub struct ReplicationDriver<F: Fabric> {
@@ -1000,7 +1004,17 @@ impl<F: Fabric> ReplicationDriver<F> {
         let pos = self.replicas.position(peer).expect("the engine posts to replicas only");
         debug_assert_eq!(wr_id & PEER_BITS, 0, "the engine leaves the low bits of wr_id free");
         let word;
+        let mut entry = [0u8; INLINE_WRITE_BYTES_MAX];
+        let inline_max = self.fabric.max_inline_bytes().min(INLINE_WRITE_BYTES_MAX);
         let op = match op {
+            RemoteOp::WriteFromLog { offset, len } if len as usize <= inline_max => {
+                let bytes = &mut entry[..len as usize];
+                self.mem.read(Area::Log, offset, bytes);
+                Op::Write {
+                    source: Source::Inline(bytes),
+                    remote: RemoteAddr { region: LOG_REGION, offset },
+                }
+            }
             RemoteOp::WriteFromLog { offset, len } => Op::Write {
                 source: Source::Local(LocalSlice { region: LOG_REGION, offset, len }),
                 remote: RemoteAddr { region: LOG_REGION, offset },

@@ -122,6 +122,9 @@ impl Profile {
             // Mu §5.2: a permission manager 'revokes write access from the current holder,
             // grants write access to ℓ, and sends an ack': the ack leaves after both changes.
             control_blocks_posts: true,
+            // One port per NIC (the papers' testbeds): a leader's writes to its followers share
+            // the link's rate.
+            port_bandwidth: true,
             ..SimConfig::default()
         }
     }
@@ -273,6 +276,53 @@ mod tests {
         } else {
             (u64::from(len) * 80 / 1000).max(chunks - 1)
         }
+    }
+
+    /// Posts a write of `len` bytes from memory to each of two peers, one right after the
+    /// other; returns how long after the first the second completed.
+    fn second_write_after_first_ns(config: SimConfig, len: u32) -> u64 {
+        let world = SimWorld::new(SimConfig { jitter_ns: 0, ..config }, 1);
+        let region = RegionId(1);
+        let nodes: Vec<_> = (0..3).map(|n| world.node(NodeId(n))).collect();
+        for node in &nodes {
+            node.register_region(region, len as usize, Access::ALL).unwrap();
+        }
+        let conn = |peer| ConnId::new(NodeId(peer), 0);
+        let mut ep = nodes[0].endpoint(8).unwrap();
+        for peer in 1..3u16 {
+            nodes[0].connect(conn(peer), Access::ALL).unwrap();
+            nodes[usize::from(peer)].connect(conn(0), Access::ALL).unwrap();
+            ep.attach(conn(peer)).unwrap();
+        }
+        world.run_until(world.node_busy_until(NodeId(0)));
+        let source = Source::Local(LocalSlice { region, offset: 0, len });
+        let remote = RemoteAddr { region, offset: 0 };
+        for peer in 1..3u16 {
+            let wr = WorkRequest::write(u64::from(peer), source, remote);
+            ep.post(conn(peer), &wr).unwrap();
+        }
+        let mut done_ns = Vec::new();
+        let mut out = [Completion::EMPTY; 2];
+        while done_ns.len() < 2 {
+            let n = ep.poll(&mut out);
+            done_ns.extend(std::iter::repeat_n(world.now_ns(), n));
+            if n == 0 {
+                assert!(world.step(), "both writes complete");
+            }
+        }
+        done_ns[1] - done_ns[0]
+    }
+
+    #[test]
+    fn writes_to_two_peers_share_the_port() {
+        let p = Profile::builtin("mu-osdi2020").unwrap();
+        let len = 16 * 1024;
+        let span_ns = u64::from(len) * p.fabric().per_byte_ps / 1000;
+        let shared = second_write_after_first_ns(p.fabric(), len);
+        assert!(shared >= span_ns, "the second write's bytes follow the first's: {shared} ns");
+        let apart = SimConfig { port_bandwidth: false, ..p.fabric() };
+        let apart = second_write_after_first_ns(apart, len);
+        assert_eq!(apart, p.get("post_cpu_ns"), "without a shared port: one post apart");
     }
 
     #[test]

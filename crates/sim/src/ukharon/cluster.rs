@@ -88,9 +88,23 @@ impl UkCluster {
         clocks: &[Clock],
         tune: impl FnOnce(&mut MembershipConfig),
     ) -> Result<UkCluster, String> {
+        let counts = (coordinators, nodes, caches);
+        UkCluster::with_fabric(seed, counts, lease, clocks, SimConfig::default(), tune)
+    }
+
+    /// As [`UkCluster::with_config`], on a fabric with the costs of `fabric` (a hardware
+    /// profile's, `crate::profile::Profile::fabric`).
+    pub fn with_fabric(
+        seed: u64,
+        (coordinators, nodes, caches): (u16, u16, u16),
+        lease: LeaseConfig,
+        clocks: &[Clock],
+        fabric: SimConfig,
+        tune: impl FnOnce(&mut MembershipConfig),
+    ) -> Result<UkCluster, String> {
         let total = coordinators + nodes + caches;
         assert_eq!(clocks.len(), usize::from(total), "a clock per node");
-        let world = SimWorld::new(SimConfig::default(), seed);
+        let world = SimWorld::new(fabric, seed);
         let ids = (0..coordinators).collect();
         let mut config = MembershipConfig::new(0x5EED ^ seed, ids, total);
         config.caches = (coordinators + nodes..total).collect();

@@ -13,6 +13,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod failover;
 pub mod faults;
 pub mod scenario;
 pub(crate) mod victims;
