@@ -8,7 +8,7 @@ use crate::layout::{ack_boot_offset, ack_offset, replication_channel, BACKGROUND
 use crate::lease::Term;
 use crate::memory::FabricMemory;
 use crate::probe::DateOnce;
-use crate::replication::{Applier, ProposeError, Settings};
+use crate::replication::{Applier, ProposeError, Settings, INLINE_WRITE_BYTES_MAX};
 use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
@@ -30,10 +30,6 @@ use tracing::{error, info, warn};
 /// What was read from a completion's `wr_id`: the engine's id in the high bits, the peer's
 /// position in the low 16 (the engine leaves them zero).
 const PEER_BITS: u64 = 0xffff;
-/// Log writes this long or shorter go inline where the fabric allows it (Mu §6: "RDMA Writes
-/// ... with payloads below a device-specific limit (256 bytes in our setup) are inlined"): the
-/// NIC then needs no DMA read of the payload.
-const INLINE_WRITE_BYTES_MAX: usize = 256;
 
 /// See the module docs.
 pub struct ReplicationDriver<F: Fabric> {

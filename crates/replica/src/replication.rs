@@ -147,3 +147,8 @@ pub trait Applier {
     /// Replaces the state with one `snapshot` wrote, at another replica.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
 }
+
+/// Log writes this long or shorter go inline where the fabric allows it (Mu §6: "RDMA Writes
+/// ... with payloads below a device-specific limit (256 bytes in our setup) are inlined"): the
+/// NIC then needs no DMA read of the payload. Both engines' drivers follow it.
+pub(crate) const INLINE_WRITE_BYTES_MAX: usize = 256;

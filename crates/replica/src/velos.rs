@@ -10,7 +10,7 @@
 use crate::group::Group;
 use crate::layout::replication_channel;
 use crate::lease::Term;
-use crate::replication::{Applier, ProposeError, Settings};
+use crate::replication::{Applier, ProposeError, Settings, INLINE_WRITE_BYTES_MAX};
 use crate::setup_trace::Poller;
 use crate::shared::{ids_text, Shared};
 use mu_fabric::{
@@ -1000,19 +1000,24 @@ impl<F: Fabric> VelosDriver<F> {
         let mut actions = std::mem::take(&mut self.actions_buf);
         self.proposer.take_actions(&mut actions);
         let busy = !actions.is_empty();
+        let inline_max = self.fabric.max_inline_bytes().min(INLINE_WRITE_BYTES_MAX);
         for a in actions.drain(..) {
+            let mut inline = [0u8; INLINE_WRITE_BYTES_MAX];
             let (pos, wr) = match a {
-                Action::Write { peer, offset, len } => (
-                    peer,
-                    WorkRequest {
-                        wr_id: KIND_WRITE | peer as u64,
-                        op: Op::Write {
-                            source: Source::Local(LocalSlice { region: VELOS_REGION, offset, len }),
-                            remote: RemoteAddr { region: VELOS_REGION, offset },
-                        },
-                        signaled: false,
-                    },
-                ),
+                Action::Write { peer, offset, len } => {
+                    // A short value goes inline, as Mu's entries do: no DMA read before the
+                    // CAS that follows it on the same connection.
+                    let source = if len as usize <= inline_max {
+                        let bytes = &mut inline[..len as usize];
+                        self.region.read(offset as usize, bytes).expect("Velos region layout");
+                        Source::Inline(bytes)
+                    } else {
+                        Source::Local(LocalSlice { region: VELOS_REGION, offset, len })
+                    };
+                    let remote = RemoteAddr { region: VELOS_REGION, offset };
+                    let op = Op::Write { source, remote };
+                    (peer, WorkRequest { wr_id: KIND_WRITE | peer as u64, op, signaled: false })
+                }
                 Action::Cas { peer, offset, expected, desired, op } => (
                     peer,
                     WorkRequest::compare_swap(
