@@ -1,9 +1,12 @@
-//! Permission requests sent ahead (Mu only). When the election picks this replica, its
-//! background plane sends the new leadership's first round of permission requests at once,
+//! Permission requests sent ahead (Mu only). When the election picks this replica because the
+//! leader it followed is known crashed (the fabric's crash notice), its background plane sends
+//! the new leadership's first round of permission requests at once,
 //! and the replication plane takes that request word for the round its engine then starts.
 //! Without it, a failover waits for two thread hand-offs more before the requests leave: the
 //! replication plane hearing of the election, then the background plane hearing of its
-//! requests (each a wake-up, 50–250 µs on shared cores).
+//! requests (each a wake-up, 50–250 µs on shared cores). Not after an election that follows a
+//! mere suspicion: it may be undone a moment later, and requests sent at each such election
+//! take the logs from a leader that is still there (`BackgroundDriver::succeeds_a_crash`).
 //!
 //! What keeps it safe: the background plane asks only the replicas the engine says may be
 //! asked before it leads ([`mu_replication::Leader::askable_ahead`]: none of our writes can

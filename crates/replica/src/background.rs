@@ -377,9 +377,10 @@ impl<F: Fabric> BackgroundDriver<F> {
         );
         self.detector.set_self_eligible(eligible);
         let leader = self.choose_leader();
+        let before = self.shared.leader();
         let changed = self.shared.set_leader(leader, self.me, now_ns);
         if changed {
-            busy |= self.ask_ahead(leader == Some(self.me));
+            busy |= self.ask_ahead(leader == Some(self.me) && self.succeeds_a_crash(before));
         }
         // Logged once the leader is published: formatting an event takes microseconds, and a
         // failover need not wait for them. (The replication plane logs its taking up of the
@@ -1163,6 +1164,18 @@ impl<F: Fabric> BackgroundDriver<F> {
             }
         }
         busy
+    }
+
+    /// Whether the leader we followed before, `before`, is known crashed (the fabric's notice,
+    /// not a suspicion). Only then are requests sent ahead: an election that follows a mere
+    /// suspicion may be undone a moment later (scores near their thresholds while a cluster
+    /// settles, or while a permission switch holds up a heartbeat), and requests sent at each
+    /// such election took the logs from the leader that was still there, whose permission
+    /// switches held up heartbeats in turn: in the simulator, on the uKharon profile (30 µs
+    /// reads, control calls that stop a node), clusters stopped settling at two seeds of three.
+    /// The replication plane asks a moment later, after the election has held that long.
+    fn succeeds_a_crash(&self, before: Option<NodeId>) -> bool {
+        before.is_some_and(|leader| leader != self.me && self.fabric.crash_notified(leader))
     }
 
     /// At a change of our election: sends a new leadership's first permission requests at once
