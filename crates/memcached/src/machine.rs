@@ -8,7 +8,7 @@
 use crate::entry::Entry;
 use crate::expiry::{expiry_ms, Expiries};
 use crate::rewrite::{self, KeyEffect, Kind, Plan};
-use crate::server::Conn;
+use crate::server::{Conn, Units};
 use crate::text::{base64_encode, needs_base64, tokens};
 use mu_replica::StateMachine;
 use std::collections::{HashMap, HashSet};
@@ -33,6 +33,9 @@ pub const REPLY_TOO_LARGE: &str = "SERVER_ERROR the reply exceeds 16 MiB; ask fo
 /// The bytes of a reply that no client of this replica waits for that are kept (enough for
 /// the `OK` of a `flush_all`, which the machine reads): the rest is read and dropped.
 const UNWANTED_REPLY_BYTES_MAX: usize = 4 << 10;
+
+/// The bytes the look-ups' replies may hold (a short line each, at most 128 keys a request).
+const LOOKUP_REPLY_BYTES_MAX: usize = 64 << 10;
 
 /// How long the server may take to answer: longer, and this replica stops (an error, not a
 /// wait for ever that would stop its applying unseen).
@@ -102,6 +105,13 @@ impl MachineShared {
     }
 }
 
+/// The replies to one request's round trip: the look-ups before it, its own, the look-ups after.
+struct RoundTrip {
+    befores: Vec<Vec<u8>>,
+    reply: Units,
+    afters: Vec<Vec<u8>>,
+}
+
 /// The state machine.
 pub struct MemcachedMachine {
     conn: Option<Conn>,
@@ -152,38 +162,10 @@ impl MemcachedMachine {
         self.delete(&due)?;
         let probes: Vec<(&KeyEffect, bool)> =
             plan.keys.iter().filter_map(|k| probe(expiries, k).map(|before| (k, before))).collect();
-        let before_count = probes.iter().filter(|(_, before)| *before).count();
-        // Three parts, each ended by its `mn`: the look-ups before, the command, the look-ups
-        // after. The command's replies are framed by the `mn`s around them, whatever they are.
-        let mut out = Vec::new();
-        for (effect, _) in probes.iter().filter(|(_, before)| *before) {
-            cas_command(&effect.key, &mut out);
-        }
-        out.extend_from_slice(b"mn\r\n");
-        out.extend_from_slice(&plan.to_server);
-        out.extend_from_slice(b"mn\r\n");
-        for (effect, _) in &probes {
-            cas_command(&effect.key, &mut out);
-        }
-        out.extend_from_slice(b"mn\r\n");
-        let conn = self.conn()?;
-        conn.send(&out)?;
-        let befores = conn.units_to_mn(UNWANTED_REPLY_BYTES_MAX)?;
-        let keep_bytes_max = if wanted { REPLY_BYTES_MAX } else { UNWANTED_REPLY_BYTES_MAX };
-        let reply = conn.units_to_mn(keep_bytes_max)?;
-        let afters = conn.units_to_mn(UNWANTED_REPLY_BYTES_MAX)?;
-        conn.check_drained()?;
-        if befores.units.len() != before_count || befores.cut() {
-            return Err(format!("memcached answered {} look-ups of {before_count}", befores.bytes));
-        }
-        if afters.units.len() != probes.len() || afters.cut() {
-            return Err(format!(
-                "memcached answered the look-ups after with {} bytes",
-                afters.bytes
-            ));
-        }
-        let mut befores = befores.units.iter();
-        for ((effect, probed_before), after) in probes.iter().zip(&afters.units) {
+        let RoundTrip { befores, reply, afters } =
+            self.round_trip(&probes, &plan.to_server, wanted)?;
+        let mut befores = befores.iter();
+        for ((effect, probed_before), after) in probes.iter().zip(&afters) {
             let before = if *probed_before { cas(befores.next().expect("counted")) } else { None };
             let expiry = new_expiry(effect, *probed_before, before, cas(after), now_ms);
             if let Some(expiry) = expiry {
@@ -200,6 +182,49 @@ impl MemcachedMachine {
             return Ok(REPLY_TOO_LARGE.as_bytes().to_vec());
         }
         Ok(reply_of(expiries, now_ms, &plan, &reply.units))
+    }
+
+    /// Sends the look-ups before (`probes` marked `true`), `mn`, the command, `mn`, the look-ups
+    /// after (every probe), `mn`, in one write; returns the replies of each part, the
+    /// command's kept up to [`REPLY_BYTES_MAX`] if `wanted` (else a few KiB), all counted. The
+    /// `mn`s frame the command's replies whatever they are; look-up replies that do not match
+    /// the look-ups, or bytes after the last `MN`, are an error.
+    fn round_trip(
+        &mut self,
+        probes: &[(&KeyEffect, bool)],
+        command: &[u8],
+        wanted: bool,
+    ) -> Result<RoundTrip, String> {
+        let before_count = probes.iter().filter(|(_, before)| *before).count();
+        let mut out = Vec::new();
+        for (effect, _) in probes.iter().filter(|(_, before)| *before) {
+            cas_command(&effect.key, &mut out);
+        }
+        out.extend_from_slice(b"mn\r\n");
+        out.extend_from_slice(command);
+        out.extend_from_slice(b"mn\r\n");
+        for (effect, _) in probes {
+            cas_command(&effect.key, &mut out);
+        }
+        out.extend_from_slice(b"mn\r\n");
+        let conn = self.conn()?;
+        conn.send(&out)?;
+        let befores = conn.units_to_mn(LOOKUP_REPLY_BYTES_MAX)?;
+        let keep_bytes_max = if wanted { REPLY_BYTES_MAX } else { UNWANTED_REPLY_BYTES_MAX };
+        let reply = conn.units_to_mn(keep_bytes_max)?;
+        let afters = conn.units_to_mn(LOOKUP_REPLY_BYTES_MAX)?;
+        conn.check_drained()?;
+        for (part, units, due) in
+            [("before", &befores, before_count), ("after", &afters, probes.len())]
+        {
+            if units.units.len() != due || units.cut() {
+                return Err(format!(
+                    "memcached answered the {due} look-ups {part} the command with {} replies",
+                    units.units.len()
+                ));
+            }
+        }
+        Ok(RoundTrip { befores: befores.units, reply, afters: afters.units })
     }
 
     /// Deletes `keys` from the server, a bounded number per write: the server's replies (a line
