@@ -4,7 +4,7 @@
 //! delimits the command's replies whatever they hold.
 
 use mu_procs::child::ServerChild;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -190,13 +190,21 @@ impl Conn {
             self.at = 0;
         }
         let mut chunk = [0u8; READ_CHUNK_BYTES];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => Err("memcached closed the connection".into()),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
-            }
-            Err(e) => Err(format!("reading from memcached: {e}")),
+        loop {
+            return match self.stream.read(&mut chunk) {
+                Ok(0) => Err("memcached closed the connection".into()),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    Ok(())
+                }
+                // A read with a timeout fails with EINTR once the process is stopped and
+                // continued (SIGSTOP, SIGCONT), whatever the signal handlers.
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    Err(format!("reading from memcached: no answer within the timeout ({e})"))
+                }
+                Err(e) => Err(format!("reading from memcached: {e}")),
+            };
         }
     }
 }
@@ -255,7 +263,7 @@ mod tests {
     fn a_silent_server_is_an_error() {
         let (mut conn, _server) = answered(b"STORED\r\n");
         let error = conn.call(b"set k 0 0 2\r\n").unwrap_err();
-        assert!(error.starts_with("reading from memcached"), "{error}");
+        assert!(error.contains("no answer within the timeout"), "{error}");
     }
 
     /// Finding 4: units past the limit are read and dropped, and counted.
