@@ -308,7 +308,6 @@ const SUITE: &[&str] = &[
     "mg framed v\r\n",
     "version\r\n",
     "bogus command\r\n",
-    "set x 0 0 notanumber\r\n",
     "set k 0 0 1\r\nab\r\n",
     "flush_all\r\n",
     "get a n cnt\r\n",
@@ -633,15 +632,52 @@ fn bad_input_costs_only_its_own_client() {
     let mut answer = String::new();
     long.read_to_string(&mut answer).unwrap();
     assert_eq!(answer, "CLIENT_ERROR line too long\r\n");
-    // Malformed lines: memcached's own errors, the connection stays.
+    // Malformed lines: refused by the front, the connection stays.
     let mut malformed = connect(&cluster.front(leader)).unwrap();
-    assert_eq!(
-        call(&mut malformed, b"set k 0 0 -1\r\n"),
-        "CLIENT_ERROR bad command line format\r\n"
-    );
+    let refused = |reply: String| {
+        (reply.starts_with("CLIENT_ERROR ") || reply == "ERROR\r\n") && reply.lines().count() == 1
+    };
+    let reply = call(&mut malformed, b"set k 0 0 -1\r\n");
+    assert!(refused(reply.clone()), "{reply}");
     assert_eq!(call(&mut malformed, b"set k 0 0 1\r\nx!!"), "CLIENT_ERROR bad data chunk\r\n");
     assert_eq!(call(&mut malformed, b"\r\n"), "ERROR\r\n");
     assert_eq!(call(&mut malformed, b"get k\r\n"), "VALUE k 0 1\r\nv\r\nEND\r\n");
+    // A key with an expiry, which a refused flush_all must leave in the table.
+    assert_eq!(call(&mut malformed, b"set ttl 0 1000 1\r\nt\r\n"), "STORED\r\n");
+    // Lines memcached reads otherwise than the front, or refuses without reading their data
+    // block (which it would run as commands on every server: a delayed flush, an extra `mn`
+    // that puts every later reply one behind, a `quit` that stops every replica, a set whose
+    // data block swallows the front's `mn` and leaves every replica waiting for ever, a TTL
+    // kept by one server's clock): one error each, and nothing reaches the servers.
+    let long_key = "k".repeat(300);
+    for request in [
+        format!("set {long_key} 0 0 11\r\nflush_all 5\r\n"),
+        "append k -1 0 2\r\nmn\r\n".into(),
+        "cas k 0 0 4 x\r\nquit\r\n".into(),
+        "set k 0 0 1 noreply extra\r\nx\r\n".into(),
+        format!("ms k 2{}\r\nmn\r\n", " v".repeat(19)),
+        "set hang 0 0 2\t\r\n".into(),
+        "set z 0 10\t 1\r\nx\r\n".into(),
+        "touch ttl 10\t\r\n".into(),
+        "flush_all 10\r\r\n".into(),
+        "flush_all noreply 5\r\n".into(),
+        "flush_all abc\r\n".into(),
+        "ms Zm9v! 1 b T30\r\nx\r\n".into(),
+        format!("get{}\r\n", " k".repeat(129)),
+    ] {
+        let reply = call(&mut malformed, request.as_bytes());
+        assert!(refused(reply.clone()), "{request:?} answered {reply:?}");
+    }
+    assert_eq!(call(&mut malformed, b"get k z\r\n"), "VALUE k 0 1\r\nv\r\nEND\r\n");
+    let expiries = call(&mut malformed, b"stats expiries\r\n");
+    assert!(expiries.starts_with("STAT dHRs "), "the expiry of ttl is kept: {expiries}");
+    // A gat line over memcached's 2048 bytes: refused, and the connection closed.
+    let mut gat = UnixStream::connect(cluster.front(leader)).unwrap();
+    gat.set_read_timeout(Some(TIMEOUT)).unwrap();
+    gat.write_all(format!("gat 10{}\r\n", " k".repeat(1100)).as_bytes()).unwrap();
+    let mut answer = String::new();
+    gat.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer, "CLIENT_ERROR line too long\r\n");
     // The cluster goes on serving.
     assert_eq!(
         call(&mut good, b"incr k 1\r\n"),

@@ -25,6 +25,37 @@ const LOG_TARGET: &str = "mu_memcached::front";
 /// How long a committed request's reply may take to be applied here.
 const REPLY_WAIT: Duration = Duration::from_secs(10);
 
+/// The most requests of one client proposed together: the replies of a batch wait here until
+/// written, each up to [`crate::machine::REPLY_BYTES_MAX`].
+const BATCH_REQUESTS_MAX: usize = 16;
+
+/// Replies gathered for the client before they are written (larger ones go at once).
+const OUT_BYTES_MAX: usize = 64 << 10;
+
+/// The replies to a client: gathered while small, written once they pass [`OUT_BYTES_MAX`], so
+/// that a pipelined batch's replies are never all held at once.
+struct Out<'a> {
+    stream: &'a mut dyn Write,
+    buf: Vec<u8>,
+}
+
+impl Out<'_> {
+    fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if self.buf.len() + bytes.len() <= OUT_BYTES_MAX {
+            self.buf.extend_from_slice(bytes);
+            return Ok(());
+        }
+        self.flush()?;
+        self.stream.write_all(bytes).map_err(|e| format!("writing to the client: {e}"))
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.stream.write_all(&self.buf).map_err(|e| format!("writing to the client: {e}"))?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
 /// What every client thread reads.
 pub struct FrontShared {
     pub replica: Arc<Replica>,
@@ -129,20 +160,17 @@ fn serve<S: Read + Write + AsRawFd>(
         let skipped = client.skip_bytes.min(n as u64) as usize;
         client.skip_bytes -= skipped as u64;
         client.buf.extend_from_slice(&chunk[skipped..n]);
-        let mut out = Vec::new();
+        let mut out = Out { stream: &mut stream, buf: Vec::new() };
         let go_on = take_requests(&mut client, shared, &mut out);
-        stream.write_all(&out).map_err(|e| e.to_string())?;
+        let written = out.flush();
         go_on?;
+        written?;
     }
 }
 
 /// Answers every whole request in the client's buffer into `out`; an error ends the client
 /// (after `out` is written).
-fn take_requests(
-    client: &mut Client,
-    shared: &FrontShared,
-    out: &mut Vec<u8>,
-) -> Result<(), String> {
+fn take_requests(client: &mut Client, shared: &FrontShared, out: &mut Out) -> Result<(), String> {
     let mut batch: Vec<Vec<u8>> = Vec::new();
     let mut at = 0;
     let result = loop {
@@ -154,7 +182,10 @@ fn take_requests(
                 match kind(frame) {
                     Kind::Replicated => {
                         batch.push(frame.to_vec());
-                        continue;
+                        if batch.len() < BATCH_REQUESTS_MAX {
+                            continue;
+                        }
+                        None
                     }
                     other => Some((other, frame)),
                 }
@@ -167,44 +198,33 @@ fn take_requests(
         }
         let answered = match (request, parsed) {
             (Some((Kind::Local, frame)), _) => {
-                local(&mut client.local, shared, frame).map(|reply| out.extend_from_slice(&reply))
+                local(&mut client.local, shared, frame).and_then(|reply| out.push(&reply))
             }
-            (Some((Kind::NoOp, _)), _) => {
-                out.extend_from_slice(b"MN\r\n");
-                Ok(())
-            }
-            (Some((Kind::Expiries, _)), _) => {
-                expiries(shared, out);
-                Ok(())
-            }
-            (Some((Kind::Refused(reply), _)), _) => {
-                out.extend_from_slice(reply.as_bytes());
-                Ok(())
-            }
+            (Some((Kind::NoOp, _)), _) => out.push(b"MN\r\n"),
+            (Some((Kind::Expiries, _)), _) => out.push(&expiries(shared)),
+            (Some((Kind::Refused(reply), _)), _) => out.push(reply.as_bytes()),
             (Some((_, _)), _) => Err("the client quit".to_string()),
+            // A full batch, proposed above.
+            (None, Parsed::Request { .. }) => Ok(()),
             (None, Parsed::BadDataChunk { frame_bytes }) => {
                 at += frame_bytes;
-                out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
-                Ok(())
+                out.push(b"CLIENT_ERROR bad data chunk\r\n")
             }
-            (None, Parsed::TooLarge { line_bytes, skip_bytes }) => {
+            (None, Parsed::Refused { line_bytes, skip_bytes, reply }) => {
                 at += line_bytes;
-                out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
                 let here = ((client.buf.len() - at) as u64).min(skip_bytes);
                 at += here as usize;
                 client.skip_bytes = skip_bytes - here;
-                Ok(())
+                out.push(reply.as_bytes())
             }
-            (None, Parsed::Binary) => {
-                out.extend_from_slice(
+            (None, Parsed::Binary) => out
+                .push(
                     b"SERVER_ERROR the binary protocol is not served by the replicated front; \
                       use the text protocol\r\n",
-                );
-                Err("the binary protocol".into())
-            }
-            (None, _) => {
-                out.extend_from_slice(b"CLIENT_ERROR line too long\r\n");
-                Err("a line too long".into())
+                )
+                .and(Err("the binary protocol".into())),
+            (None, Parsed::LineTooLong) => {
+                out.push(b"CLIENT_ERROR line too long\r\n").and(Err("a line too long".into()))
             }
         };
         if let Err(e) = answered {
@@ -217,11 +237,7 @@ fn take_requests(
 
 /// Proposes the batch's requests, in order, and writes their replies into `out`. An outcome
 /// the front cannot know (the leadership was lost while replicating) ends the client.
-fn propose(
-    batch: &mut Vec<Vec<u8>>,
-    shared: &FrontShared,
-    out: &mut Vec<u8>,
-) -> Result<(), String> {
+fn propose(batch: &mut Vec<Vec<u8>>, shared: &FrontShared, out: &mut Out) -> Result<(), String> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -255,7 +271,11 @@ fn propose(
         let seq = first_seq + i as u64;
         match outcome {
             Ok(_) => match shared.machine.take_reply(seq, REPLY_WAIT) {
-                Some(reply) => out.extend_from_slice(&reply),
+                Some(reply) => {
+                    if let Err(e) = out.push(&reply) {
+                        failure.get_or_insert(e);
+                    }
+                }
                 None => {
                     failure.get_or_insert_with(|| {
                         "a committed request's reply never came".to_string()
@@ -264,14 +284,15 @@ fn propose(
             },
             Err(ProposeError::NotLeader { leader }) => {
                 shared.machine.forget(seq);
-                out.extend_from_slice(not_leader(shared, leader.map(|l| l.0)).as_bytes());
+                if let Err(e) = out.push(not_leader(shared, leader.map(|l| l.0)).as_bytes()) {
+                    failure.get_or_insert(e);
+                }
             }
             Err(e) => {
                 shared.machine.forget(seq);
                 if failure.is_none() {
-                    out.extend_from_slice(
-                        format!("SERVER_ERROR not committed, outcome unknown: {e}\r\n").as_bytes(),
-                    );
+                    let reply = format!("SERVER_ERROR not committed, outcome unknown: {e}\r\n");
+                    let _ = out.push(reply.as_bytes());
                     failure = Some(format!("proposing: {e}"));
                 }
             }
@@ -294,13 +315,15 @@ fn not_leader(shared: &FrontShared, leader: Option<u16>) -> String {
 }
 
 /// `stats expiries`: `STAT <key> <expiry in ms since the Unix epoch>` a line, keys in base64.
-fn expiries(shared: &FrontShared, out: &mut Vec<u8>) {
+fn expiries(shared: &FrontShared) -> Vec<u8> {
+    let mut out = Vec::new();
     for (key, at) in shared.machine.expiries() {
         out.extend_from_slice(b"STAT ");
         out.extend_from_slice(&crate::text::base64_encode(&key));
         out.extend_from_slice(format!(" {at}\r\n").as_bytes());
     }
     out.extend_from_slice(b"END\r\n");
+    out
 }
 
 /// A command answered by the local server.

@@ -8,8 +8,8 @@
 use crate::entry::Entry;
 use crate::expiry::{expiry_ms, Expiries};
 use crate::rewrite::{self, KeyEffect, Kind, Plan};
-use crate::server::Conn;
-use crate::text::{base64_encode, tokens};
+use crate::server::{Conn, Units};
+use crate::text::{base64_encode, needs_base64, tokens};
 use mu_replica::StateMachine;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -21,6 +21,25 @@ const LOG_TARGET: &str = "mu_memcached::machine";
 
 /// Deletes sent to the server in one write (their replies are a few bytes each).
 const DELETES_PER_WRITE: usize = 1024;
+
+/// The largest reply a request may have: a larger one is read from the server and dropped, and
+/// the client gets [`REPLY_TOO_LARGE`]. The same on every replica, as every replica applies the
+/// same request to the same items.
+pub const REPLY_BYTES_MAX: usize = 16 << 20;
+
+/// The answer to a request whose reply exceeds [`REPLY_BYTES_MAX`].
+pub const REPLY_TOO_LARGE: &str = "SERVER_ERROR the reply exceeds 16 MiB; ask for fewer keys\r\n";
+
+/// The bytes of a reply that no client of this replica waits for that are kept (enough for
+/// the `OK` of a `flush_all`, which the machine reads): the rest is read and dropped.
+const UNWANTED_REPLY_BYTES_MAX: usize = 4 << 10;
+
+/// The bytes the look-ups' replies may hold (a short line each, at most 128 keys a request).
+const LOOKUP_REPLY_BYTES_MAX: usize = 64 << 10;
+
+/// How long the server may take to answer: longer, and this replica stops (an error, not a
+/// wait for ever that would stop its applying unseen).
+const SERVER_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 /// The replies this front waits for.
 #[derive(Default)]
@@ -86,6 +105,13 @@ impl MachineShared {
     }
 }
 
+/// The replies to one request's round trip: the look-ups before it, its own, the look-ups after.
+struct RoundTrip {
+    befores: Vec<Vec<u8>>,
+    reply: Units,
+    afters: Vec<Vec<u8>>,
+}
+
 /// The state machine.
 pub struct MemcachedMachine {
     conn: Option<Conn>,
@@ -97,7 +123,9 @@ pub struct MemcachedMachine {
 impl MemcachedMachine {
     /// The machine of replica `me`, applying to the server on `socket` (running already).
     pub fn new(me: u16, socket: &Path) -> Result<(MemcachedMachine, Arc<MachineShared>), String> {
-        let conn = Conn::connect(socket).map_err(|e| format!("connecting to memcached: {e}"))?;
+        let conn = Conn::connect(socket)
+            .and_then(|c| c.with_timeout(SERVER_REPLY_WAIT))
+            .map_err(|e| format!("connecting to memcached: {e}"))?;
         let incarnation = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -113,8 +141,14 @@ impl MemcachedMachine {
         Ok((machine, shared))
     }
 
-    /// Applies one request at the log's time `now_ms`; its reply.
-    fn apply_request(&mut self, expiries: &mut Expiries, frame: &[u8]) -> Result<Vec<u8>, String> {
+    /// Applies one request at the log's time `now_ms`; its reply, kept whole only if `wanted`
+    /// (a client of this replica waits for it).
+    fn apply_request(
+        &mut self,
+        expiries: &mut Expiries,
+        frame: &[u8],
+        wanted: bool,
+    ) -> Result<Vec<u8>, String> {
         // The front proposes only replicated requests; checked again, as every replica checks.
         if let Kind::Refused(reply) = rewrite::kind(frame) {
             return Ok(reply.into_bytes());
@@ -128,39 +162,69 @@ impl MemcachedMachine {
         self.delete(&due)?;
         let probes: Vec<(&KeyEffect, bool)> =
             plan.keys.iter().filter_map(|k| probe(expiries, k).map(|before| (k, before))).collect();
-        let mut out = Vec::new();
-        for (effect, _) in probes.iter().filter(|(_, before)| *before) {
-            cas_command(&effect.key, &mut out);
-        }
-        out.extend_from_slice(&plan.to_server);
-        for (effect, _) in &probes {
-            cas_command(&effect.key, &mut out);
-        }
-        let units = self.conn()?.call(&out)?;
-        let before_count = probes.iter().filter(|(_, before)| *before).count();
-        let fixed = before_count + probes.len();
-        if units.len() < fixed {
-            return Err(format!(
-                "memcached sent {} replies where {fixed} were due at least",
-                units.len()
-            ));
-        }
-        let (befores, rest) = units.split_at(before_count);
-        let (reply, afters) = rest.split_at(rest.len() - probes.len());
+        let RoundTrip { befores, reply, afters } =
+            self.round_trip(&probes, &plan.to_server, wanted)?;
         let mut befores = befores.iter();
-        for ((effect, probed_before), after) in probes.iter().zip(afters) {
+        for ((effect, probed_before), after) in probes.iter().zip(&afters) {
             let before = if *probed_before { cas(befores.next().expect("counted")) } else { None };
             let expiry = new_expiry(effect, *probed_before, before, cas(after), now_ms);
             if let Some(expiry) = expiry {
                 expiries.set(&effect.key, expiry);
             }
         }
-        if plan.flush {
+        // The table empties only if the server flushed (its `OK`, or nothing with `noreply`).
+        if plan.flush && (reply.units.is_empty() || reply.units == [b"OK\r\n"]) {
             expiries.clear();
         }
         // Items stored dead on arrival (a negative or past exptime): gone now, as on a bare server.
         self.delete(&expiries.take_due(now_ms))?;
-        Ok(reply_of(expiries, now_ms, &plan, reply))
+        if reply.bytes > REPLY_BYTES_MAX {
+            return Ok(REPLY_TOO_LARGE.as_bytes().to_vec());
+        }
+        Ok(reply_of(expiries, now_ms, &plan, &reply.units))
+    }
+
+    /// Sends the look-ups before (`probes` marked `true`), `mn`, the command, `mn`, the look-ups
+    /// after (every probe), `mn`, in one write; returns the replies of each part, the
+    /// command's kept up to [`REPLY_BYTES_MAX`] if `wanted` (else a few KiB), all counted. The
+    /// `mn`s frame the command's replies whatever they are; look-up replies that do not match
+    /// the look-ups, or bytes after the last `MN`, are an error.
+    fn round_trip(
+        &mut self,
+        probes: &[(&KeyEffect, bool)],
+        command: &[u8],
+        wanted: bool,
+    ) -> Result<RoundTrip, String> {
+        let before_count = probes.iter().filter(|(_, before)| *before).count();
+        let mut out = Vec::new();
+        for (effect, _) in probes.iter().filter(|(_, before)| *before) {
+            cas_command(&effect.key, &mut out);
+        }
+        out.extend_from_slice(b"mn\r\n");
+        out.extend_from_slice(command);
+        out.extend_from_slice(b"mn\r\n");
+        for (effect, _) in probes {
+            cas_command(&effect.key, &mut out);
+        }
+        out.extend_from_slice(b"mn\r\n");
+        let conn = self.conn()?;
+        conn.send(&out)?;
+        let befores = conn.units_to_mn(LOOKUP_REPLY_BYTES_MAX)?;
+        let keep_bytes_max = if wanted { REPLY_BYTES_MAX } else { UNWANTED_REPLY_BYTES_MAX };
+        let reply = conn.units_to_mn(keep_bytes_max)?;
+        let afters = conn.units_to_mn(LOOKUP_REPLY_BYTES_MAX)?;
+        conn.check_drained()?;
+        for (part, units, due) in
+            [("before", &befores, before_count), ("after", &afters, probes.len())]
+        {
+            if units.units.len() != due || units.cut() {
+                return Err(format!(
+                    "memcached answered the {due} look-ups {part} the command with {} replies",
+                    units.units.len()
+                ));
+            }
+        }
+        Ok(RoundTrip { befores: befores.units, reply, afters: afters.units })
     }
 
     /// Deletes `keys` from the server, a bounded number per write: the server's replies (a line
@@ -198,8 +262,16 @@ impl StateMachine for MemcachedMachine {
         };
         self.now_ms = self.now_ms.max(entry.now_ms);
         let shared = self.shared.clone();
+        let mine = entry.origin == shared.me && entry.incarnation == shared.incarnation;
+        let wanted = mine
+            && shared
+                .replies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pending
+                .contains(&entry.seq);
         let mut expiries = shared.expiries.lock().unwrap_or_else(|p| p.into_inner());
-        let reply = match self.apply_request(&mut expiries, entry.request) {
+        let reply = match self.apply_request(&mut expiries, entry.request, wanted) {
             Ok(reply) => reply,
             Err(why) => {
                 self.fail(format!("replica {}: its memcached: {why}", self.shared.me));
@@ -207,7 +279,7 @@ impl StateMachine for MemcachedMachine {
             }
         };
         drop(expiries);
-        if entry.origin == self.shared.me && entry.incarnation == self.shared.incarnation {
+        if mine {
             let mut replies = self.shared.replies.lock().unwrap_or_else(|p| p.into_inner());
             if replies.pending.contains(&entry.seq) {
                 replies.ready.insert(entry.seq, reply);
@@ -278,11 +350,11 @@ fn delete_command(key: &[u8], out: &mut Vec<u8>) {
 fn meta_key_command(command: &[u8], key: &[u8], flags: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(command);
     out.push(b' ');
-    if key.iter().all(|&b| b > b' ' && b != 0x7f) && !key.is_empty() {
-        out.extend_from_slice(key);
-    } else {
+    if needs_base64(key) {
         out.extend_from_slice(&base64_encode(key));
         out.extend_from_slice(b" b");
+    } else {
+        out.extend_from_slice(key);
     }
     out.extend_from_slice(flags);
     out.extend_from_slice(b"\r\n");

@@ -3,7 +3,7 @@
 //! never expire anything themselves) and the expiry it asked for is noted, per key, for the
 //! state machine's table.
 
-use crate::text::{base64_decode, data, line, number, tokens};
+use crate::text::{base64_decode, check_line, data, int32, line, refusal, tokens};
 
 /// What the front does with a request.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,27 +28,19 @@ pub fn kind(frame: &[u8]) -> Kind {
     let tokens = tokens(line(frame));
     // An empty line: memcached's own answer.
     let Some(&command) = tokens.first() else { return Kind::Refused("ERROR\r\n".into()) };
-    let refuse = |why: &str| {
-        Kind::Refused(format!(
-            "CLIENT_ERROR {} is refused by the replicated front: {why}\r\n",
-            String::from_utf8_lossy(command)
-        ))
-    };
+    let refuse = |why: &str| Kind::Refused(refusal(command, why));
     match command {
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" | b"get" | b"gets"
-        | b"gat" | b"gats" | b"touch" | b"incr" | b"decr" | b"delete" | b"mg" | b"ms" | b"md"
-        | b"ma" => match plan(frame) {
+        | b"gat" | b"gats" | b"touch" | b"incr" | b"decr" | b"delete" | b"flush_all" | b"mg"
+        | b"ms" | b"md" | b"ma" => match plan(frame) {
             Err(why) => refuse(&why),
             Ok(_) => Kind::Replicated,
         },
-        b"flush_all" => match tokens.get(1).and_then(|t| number(t)) {
-            Some(delay) if delay != 0 => {
-                refuse("a delayed flush would run by each server's own clock")
-            }
-            _ => Kind::Replicated,
-        },
         b"stats" if tokens.get(1) == Some(&&b"expiries"[..]) => Kind::Expiries,
-        b"version" | b"stats" | b"verbosity" => Kind::Local,
+        b"version" | b"stats" | b"verbosity" => match check_line(line(frame), &tokens) {
+            Err(why) => refuse(&why),
+            Ok(()) => Kind::Local,
+        },
         b"mn" => Kind::NoOp,
         b"quit" => Kind::Quit,
         b"shutdown" | b"slabs" | b"lru" | b"lru_crawler" | b"cache_memlimit" | b"watch"
@@ -93,63 +85,57 @@ pub struct Plan {
     pub ttl_reply_key: Option<Vec<u8>>,
 }
 
-/// The plan of a replicated request, or why it is refused.
+/// The plan of a replicated request, or why it is refused. The request's line is checked
+/// first ([`check_line`]): what reaches a server is only what the front reads exactly as
+/// memcached does, sent as canonical tokens (one space between them).
 pub fn plan(frame: &[u8]) -> Result<Plan, String> {
-    let tokens = tokens(line(frame));
-    let unchanged =
-        |keys: Vec<KeyEffect>| Plan { to_server: frame.to_vec(), keys, ..Plan::default() };
+    let text = line(frame);
+    let tokens = tokens(text);
+    check_line(text, &tokens)?;
+    let unchanged = |keys: Vec<KeyEffect>| {
+        let mut to_server = rebuilt(&tokens, &[], &[]);
+        to_server.extend_from_slice(data(frame));
+        Plan { to_server, keys, ..Plan::default() }
+    };
+    let exptime = |token: &[u8]| int32(token).map(i64::from).ok_or("an exptime".to_string());
     let Some(&command) = tokens.first() else { return Ok(unchanged(vec![])) };
     match command {
-        b"set" | b"add" | b"replace" | b"cas" => Ok(storage(frame, &tokens)),
-        b"touch" if (3..=4).contains(&tokens.len()) => Ok(match number(tokens[2]) {
-            Some(exptime) => Plan {
-                to_server: rebuilt(&tokens, &[(2, b"0".to_vec())], &[]),
-                keys: vec![KeyEffect {
-                    key: tokens[1].to_vec(),
-                    on_hit: Some(exptime),
-                    ..Default::default()
-                }],
-                ..Plan::default()
-            },
-            None => unchanged(vec![]),
+        b"set" | b"add" | b"replace" | b"cas" => {
+            let mut to_server = rebuilt(&tokens, &[(3, b"0".to_vec())], &[]);
+            to_server.extend_from_slice(data(frame));
+            let on_store = Some(exptime(tokens[3])?);
+            let key = KeyEffect { key: tokens[1].to_vec(), on_store, ..Default::default() };
+            Ok(Plan { to_server, keys: vec![key], ..Plan::default() })
+        }
+        b"touch" => Ok(Plan {
+            to_server: rebuilt(&tokens, &[(2, b"0".to_vec())], &[]),
+            keys: vec![KeyEffect {
+                key: tokens[1].to_vec(),
+                on_hit: Some(exptime(tokens[2])?),
+                ..Default::default()
+            }],
+            ..Plan::default()
         }),
-        b"gat" | b"gats" if tokens.len() >= 3 => Ok(match number(tokens[1]) {
-            Some(exptime) => Plan {
+        b"gat" | b"gats" => {
+            let on_hit = Some(exptime(tokens[1])?);
+            Ok(Plan {
                 to_server: rebuilt(&tokens, &[(1, b"0".to_vec())], &[]),
                 keys: tokens[2..]
                     .iter()
-                    .map(|k| KeyEffect {
-                        key: k.to_vec(),
-                        on_hit: Some(exptime),
-                        ..Default::default()
-                    })
+                    .map(|k| KeyEffect { key: k.to_vec(), on_hit, ..Default::default() })
                     .collect(),
                 ..Plan::default()
-            },
-            None => unchanged(vec![]),
-        }),
-        b"delete" if tokens.len() >= 2 => Ok(unchanged(vec![KeyEffect {
+            })
+        }
+        b"delete" => Ok(unchanged(vec![KeyEffect {
             key: tokens[1].to_vec(),
             may_remove: true,
             ..Default::default()
         }])),
         b"flush_all" => Ok(Plan { flush: true, ..unchanged(vec![]) }),
-        b"mg" | b"ms" | b"md" | b"ma" if tokens.len() >= 2 => meta(frame, &tokens),
+        b"mg" | b"ms" | b"md" | b"ma" => meta(frame, &tokens),
         _ => Ok(unchanged(vec![])),
     }
-}
-
-/// `set`, `add`, `replace`, `cas`: `<command> <key> <flags> <exptime> <bytes> [<cas>] [noreply]`.
-fn storage(frame: &[u8], tokens: &[&[u8]]) -> Plan {
-    let exptime = (tokens.len() >= 5).then(|| number(tokens[3])).flatten();
-    let (Some(exptime), Some(_)) = (exptime, crate::text::data_length(tokens)) else {
-        // Malformed: the server refuses it as it is.
-        return Plan { to_server: frame.to_vec(), ..Plan::default() };
-    };
-    let mut to_server = rebuilt(tokens, &[(3, b"0".to_vec())], &[]);
-    to_server.extend_from_slice(data(frame));
-    let key = KeyEffect { key: tokens[1].to_vec(), on_store: Some(exptime), ..Default::default() };
-    Plan { to_server, keys: vec![key], ..Plan::default() }
 }
 
 /// Meta commands: `mg|md|ma <key> <flags>*`, `ms <key> <datalen> <flags>*`. TTL flags (`T`)
@@ -159,13 +145,9 @@ fn meta(frame: &[u8], tokens: &[&[u8]]) -> Result<Plan, String> {
     let command = tokens[0];
     let first_flag = if command == b"ms" { 3 } else { 2 };
     let flags = tokens.get(first_flag..).unwrap_or(&[]);
-    let base64 = flags.iter().any(|f| *f == b"b");
+    let base64 = flags.iter().any(|f| f[0] == b'b');
     let key = if base64 {
-        match base64_decode(tokens[1]) {
-            Some(k) => k,
-            // The server refuses it as it is.
-            None => return Ok(Plan { to_server: frame.to_vec(), ..Plan::default() }),
-        }
+        base64_decode(tokens[1]).ok_or("a base64 key that does not decode")?
     } else {
         tokens[1].to_vec()
     };
@@ -177,7 +159,8 @@ fn meta(frame: &[u8], tokens: &[&[u8]]) -> Result<Plan, String> {
     for (i, flag) in flags.iter().enumerate() {
         let at = first_flag + i;
         let (letter, arg) = (flag[0], &flag[1..]);
-        let exptime = || number(arg).ok_or_else(|| "a TTL that is not a number".to_string());
+        let exptime =
+            || int32(arg).map(i64::from).ok_or_else(|| "a TTL that is not a number".to_string());
         match (command, letter) {
             (_, b'h' | b'l') => {
                 return Err(format!(
@@ -196,12 +179,14 @@ fn meta(frame: &[u8], tokens: &[&[u8]]) -> Result<Plan, String> {
                 }
                 dropped.push(at);
             }
-            (b"mg" | b"ma" | b"ms", b'N') => {
+            // Memcached 1.6 parses `N` on `ms` but never creates an item with it.
+            (b"mg" | b"ma", b'N') => {
                 effect.on_create = Some(exptime()?);
                 changes.push((at, b"N0".to_vec()));
             }
+            (b"ms", b'N') => changes.push((at, b"N0".to_vec())),
             (b"mg" | b"ma", b't') => ttl_reply_key = Some(key.clone()),
-            (b"ms", b'M') => append_mode = matches!(arg, b"A" | b"a" | b"P" | b"p"),
+            (b"ms", b'M') => append_mode = matches!(arg, b"A" | b"P"),
             _ => {}
         }
     }
@@ -251,11 +236,70 @@ mod tests {
         let p = plan(b"cas k 5 -1 2 77\r\nab\r\n").unwrap();
         assert_eq!(p.to_server, b"cas k 5 0 2 77\r\nab\r\n");
         assert_eq!(p.keys[0].on_store, Some(-1));
-        // A malformed exptime goes to the server as it is, which refuses it.
-        let p = plan(b"set k 5 soon 2\r\nab\r\n").unwrap();
-        assert_eq!(p.to_server, b"set k 5 soon 2\r\nab\r\n");
-        assert!(p.keys.is_empty());
         assert_eq!(plan(b"append k 0 9 1\r\nx\r\n").unwrap().to_server, b"append k 0 9 1\r\nx\r\n");
+        // Tokens reach the server canonical: one space between them.
+        assert_eq!(plan(b"  get  a   b\r\n").unwrap().to_server, b"get a b\r\n");
+    }
+
+    /// Findings 1 and 2: nothing the front might read otherwise than memcached is forwarded
+    /// "as is" (memcached would keep the client's exptime, by its own clock).
+    #[test]
+    fn malformed_requests_are_refused_not_forwarded() {
+        for frame in [
+            &b"set k 5 soon 2\r\nab\r\n"[..],
+            b"set z 0 10\t 1\r\nx\r\n",
+            b"touch k 10\t\r\n",
+            b"touch k soon\r\n",
+            b"gat 10\t k\r\n",
+            b"gats x k\r\n",
+            b"mg k T10\t\r\n",
+            b"ma k N1x\r\n",
+        ] {
+            assert!(plan(frame).is_err(), "{:?}", String::from_utf8_lossy(frame));
+            assert!(matches!(kind(frame), Kind::Refused(r) if r.starts_with("CLIENT_ERROR")));
+        }
+    }
+
+    /// Finding 3: memcached decodes a base64 key skipping what is not base64; the front
+    /// refuses it rather than forward the request with its TTL.
+    #[test]
+    fn base64_keys_that_do_not_decode_are_refused() {
+        assert!(plan(b"ms Zm9v! 1 b T30\r\nx\r\n").is_err());
+        assert!(plan(b"mg Zm9 b T30\r\n").is_err());
+        assert!(plan(b"mg Zm9v bx\r\n").is_err());
+        assert_eq!(plan(b"mg Zm9v b T30\r\n").unwrap().keys[0].key, b"foo");
+    }
+
+    /// Finding 5: a `flush_all` memcached refuses must not empty the table.
+    #[test]
+    fn only_flushes_memcached_runs_at_once_are_replicated() {
+        for frame in [
+            &b"flush_all\r\n"[..],
+            b"flush_all noreply\r\n",
+            b"flush_all 0\r\n",
+            b"flush_all 0 noreply\r\n",
+        ] {
+            assert!(plan(frame).unwrap().flush, "{:?}", String::from_utf8_lossy(frame));
+        }
+        for frame in [
+            &b"flush_all abc\r\n"[..],
+            b"flush_all noreply 5\r\n",
+            b"flush_all 5\r\n",
+            b"flush_all -1\r\n",
+            b"flush_all 0 6\r\n",
+        ] {
+            assert!(plan(frame).is_err(), "{:?}", String::from_utf8_lossy(frame));
+            assert!(matches!(kind(frame), Kind::Refused(_)));
+        }
+    }
+
+    /// Finding 8: memcached 1.6 never creates an item with `ms`'s `N`: no expiry on create.
+    #[test]
+    fn ms_ignores_autovivify() {
+        let p = plan(b"ms k 1 N30\r\nx\r\n").unwrap();
+        assert_eq!(p.to_server, b"ms k 1 N0\r\nx\r\n");
+        assert_eq!((p.keys[0].on_create, p.keys[0].on_store), (None, Some(0)));
+        assert_eq!(plan(b"ms k 1 MA N30\r\nx\r\n").unwrap().keys[0].on_create, None);
     }
 
     #[test]

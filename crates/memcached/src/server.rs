@@ -4,7 +4,7 @@
 //! delimits the command's replies whatever they hold.
 
 use mu_procs::child::ServerChild;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,6 +20,9 @@ pub const MEMORY_MB: u32 = 64;
 
 /// The longest line the front reads from its server (a `stats` line, a reply's header).
 const REPLY_LINE_BYTES_MAX: usize = 64 << 10;
+
+/// How much one read from the server takes.
+const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// Where replica `id`'s server lives, in the run directory.
 #[derive(Clone, Debug)]
@@ -77,6 +80,20 @@ impl MemcachedServer {
     }
 }
 
+/// Reply units up to an `MN`: those kept, and the bytes of all (kept or not).
+#[derive(Debug, Default)]
+pub struct Units {
+    pub units: Vec<Vec<u8>>,
+    pub bytes: usize,
+}
+
+impl Units {
+    /// Whether units were dropped (more bytes came than were to be kept).
+    pub fn cut(&self) -> bool {
+        self.units.iter().map(Vec::len).sum::<usize>() < self.bytes
+    }
+}
+
 /// A connection to the server.
 pub struct Conn {
     stream: UnixStream,
@@ -87,35 +104,61 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(socket: &Path) -> std::io::Result<Conn> {
-        Ok(Conn { stream: UnixStream::connect(socket)?, buf: Vec::new(), at: 0 })
+        Ok(Conn::of(UnixStream::connect(socket)?))
     }
 
-    /// Gives up reading a reply after `timeout` (for tests).
+    fn of(stream: UnixStream) -> Conn {
+        Conn { stream, buf: Vec::new(), at: 0 }
+    }
+
+    /// Gives up reading a reply after `timeout`: an error rather than a wait for ever.
     pub fn with_timeout(self, timeout: Duration) -> std::io::Result<Conn> {
         self.stream.set_read_timeout(Some(timeout))?;
+        self.stream.set_write_timeout(Some(timeout))?;
         Ok(self)
     }
 
-    /// Sends `commands` followed by `mn` and returns the reply units before the `MN`.
+    /// Sends `commands` followed by `mn` and returns the reply units before the `MN`. Bytes
+    /// after the `MN` are an error: the replies are no longer in step with the commands.
     pub fn call(&mut self, commands: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         let mut out = Vec::with_capacity(commands.len() + 4);
         out.extend_from_slice(commands);
         out.extend_from_slice(b"mn\r\n");
-        self.stream.write_all(&out).map_err(|e| format!("writing to memcached: {e}"))?;
-        let mut units = Vec::new();
+        self.send(&out)?;
+        let units = self.units_to_mn(usize::MAX)?.units;
+        self.check_drained()?;
+        Ok(units)
+    }
+
+    /// Sends `command` as it is (for `lru_crawler metadump`, after which memcached reads no
+    /// further command until it is done; and for commands whose replies are read with
+    /// [`Conn::units_to_mn`]).
+    pub fn send(&mut self, command: &[u8]) -> Result<(), String> {
+        self.stream.write_all(command).map_err(|e| format!("writing to memcached: {e}"))
+    }
+
+    /// The reply units up to the next `MN`, keeping them while they hold at most
+    /// `keep_bytes_max` bytes in all; the rest are read and dropped (counted in `bytes`).
+    pub fn units_to_mn(&mut self, keep_bytes_max: usize) -> Result<Units, String> {
+        let mut units = Units::default();
         loop {
             let unit = self.unit()?;
             if unit == b"MN\r\n" {
                 return Ok(units);
             }
-            units.push(unit);
+            units.bytes = units.bytes.saturating_add(unit.len());
+            if units.bytes <= keep_bytes_max {
+                units.units.push(unit);
+            }
         }
     }
 
-    /// Sends `command` as it is, with no `mn` after it (for `lru_crawler metadump`, after which
-    /// memcached reads no further command until it is done); read its reply with [`Conn::unit`].
-    pub fn send(&mut self, command: &[u8]) -> Result<(), String> {
-        self.stream.write_all(command).map_err(|e| format!("writing to memcached: {e}"))
+    /// An error if bytes the front has not asked for wait after the last `MN`.
+    pub fn check_drained(&self) -> Result<(), String> {
+        match self.buf.len() - self.at {
+            0 => Ok(()),
+            n => Err(format!("memcached sent {n} bytes after the MN that ended the replies")),
+        }
     }
 
     /// The next reply unit: a line, or a `VALUE` or `VA` line with its data block.
@@ -141,18 +184,27 @@ impl Conn {
     }
 
     fn fill(&mut self) -> Result<(), String> {
-        if self.at == self.buf.len() {
-            self.buf.clear();
+        // What was read already goes, so that a long reply never piles up in `buf`.
+        if self.at == self.buf.len() || self.at >= READ_CHUNK_BYTES {
+            self.buf.drain(..self.at);
             self.at = 0;
         }
-        let mut chunk = [0u8; 64 << 10];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => Err("memcached closed the connection".into()),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
-            }
-            Err(e) => Err(format!("reading from memcached: {e}")),
+        let mut chunk = [0u8; READ_CHUNK_BYTES];
+        loop {
+            return match self.stream.read(&mut chunk) {
+                Ok(0) => Err("memcached closed the connection".into()),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    Ok(())
+                }
+                // A read with a timeout fails with EINTR once the process is stopped and
+                // continued (SIGSTOP, SIGCONT), whatever the signal handlers.
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    Err(format!("reading from memcached: no answer within the timeout ({e})"))
+                }
+                Err(e) => Err(format!("reading from memcached: {e}")),
+            };
         }
     }
 }
@@ -168,7 +220,7 @@ fn data_bytes(line: &[u8]) -> Result<Option<usize>, String> {
     };
     tokens
         .get(at)
-        .and_then(|t| crate::text::number(t))
+        .and_then(|t| crate::text::uint32(t))
         .and_then(|n| usize::try_from(n).ok())
         .filter(|&n| n <= crate::text::VALUE_BYTES_MAX * 2)
         .map(Some)
@@ -186,5 +238,45 @@ mod tests {
         assert_eq!(data_bytes(b"HD c3\r\n"), Ok(None));
         assert_eq!(data_bytes(b"END\r\n"), Ok(None));
         assert!(data_bytes(b"VA x\r\n").is_err());
+    }
+
+    /// A connection to a fake server that has already sent `replies`.
+    fn answered(replies: &[u8]) -> (Conn, UnixStream) {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        theirs.write_all(replies).unwrap();
+        (Conn::of(ours).with_timeout(Duration::from_millis(200)).unwrap(), theirs)
+    }
+
+    /// Finding 6: replies out of step with the commands stop the caller, rather than answer
+    /// the next command with this one's replies.
+    #[test]
+    fn bytes_after_the_mn_are_an_error() {
+        let (mut conn, _server) = answered(b"HD\r\nMN\r\n");
+        assert_eq!(conn.call(b"mg k\r\n").unwrap(), vec![b"HD\r\n".to_vec()]);
+        let (mut conn, _server) = answered(b"HD\r\nMN\r\nEN\r\n");
+        let error = conn.call(b"mg k\r\n").unwrap_err();
+        assert!(error.contains("after the MN"), "{error}");
+    }
+
+    /// Finding 6: a server that does not answer is an error after the timeout, not a hang.
+    #[test]
+    fn a_silent_server_is_an_error() {
+        let (mut conn, _server) = answered(b"STORED\r\n");
+        let error = conn.call(b"set k 0 0 2\r\n").unwrap_err();
+        assert!(error.contains("no answer within the timeout"), "{error}");
+    }
+
+    /// Finding 4: units past the limit are read and dropped, and counted.
+    #[test]
+    fn units_past_the_limit_are_dropped() {
+        let (mut conn, _server) =
+            answered(b"VALUE a 0 3\r\nabc\r\nVALUE b 0 3\r\nxyz\r\nEND\r\nMN\r\nHD\r\nMN\r\n");
+        let units = conn.units_to_mn(20).unwrap();
+        assert_eq!(units.units, vec![b"VALUE a 0 3\r\nabc\r\n".to_vec()]);
+        assert_eq!(units.bytes, 2 * 18 + 5);
+        assert!(units.cut());
+        let next = conn.units_to_mn(20).unwrap();
+        assert_eq!((next.units, next.bytes), (vec![b"HD\r\n".to_vec()], 4));
+        assert_eq!(conn.check_drained(), Ok(()));
     }
 }
