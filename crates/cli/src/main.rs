@@ -7,6 +7,7 @@ use std::process::ExitCode;
 extern crate mu_procs;
 
 mod demo;
+mod demo_apps;
 mod demo_orderbook;
 mod demo_shared;
 mod sim;
