@@ -99,12 +99,16 @@ pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
         std::thread::spawn(move || tool_loop(app, &follower.1, &out, &shared, &stats))
     };
     let phase = Duration::from_secs_f64(demo.seconds);
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<u16, String> {
         crate::demo::watch(&shared, &mut cluster, start, phase, "before the kill")?;
+        // The leader now, should leadership have moved under the load (the checking clients
+        // then reach it through the others' relays).
+        let leader = cluster.wait_for_app_leader(demo.app, &all, Duration::from_secs(5))?;
         shared.clock.killing(leader);
         cluster.kill(leader)?;
         note!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
-        crate::demo::watch(&shared, &mut cluster, start, phase, "after the kill")
+        crate::demo::watch(&shared, &mut cluster, start, phase, "after the kill")?;
+        Ok(leader)
     })();
     shared.stop.store(true, Ordering::Release);
     for w in workers {
@@ -112,14 +116,14 @@ pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
     }
     let _ = tool_thread.join();
     note!();
-    result?;
+    let killed = result?;
     let Some(failover_ns) = shared.clock.failover_ns() else {
         return Err("no operation completed after the leader was killed".into());
     };
-    let live: Vec<u16> = all.iter().copied().filter(|&id| id != leader).collect();
+    let live: Vec<u16> = all.iter().copied().filter(|&id| id != killed).collect();
     let (checked, lost) = read_back_acknowledged(demo.app, &shared, &addresses, &live)?;
     let digests = wait_for_same_state(demo.app, cluster.run_dir(), &live)?;
-    let outcome = Outcome { killed: leader, failover_us: failover_ns / 1000, checked, lost };
+    let outcome = Outcome { killed, failover_us: failover_ns / 1000, checked, lost };
     print_summary(&demo, &shared, &stats, &outcome, &digests);
     if !outcome.lost.is_empty() {
         let lost = &outcome.lost;

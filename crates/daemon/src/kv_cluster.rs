@@ -1,7 +1,9 @@
 //! A key-value cluster of three `mu replica` child processes on the shared-memory fabric, in a
 //! private run directory: what `mu demo`, `mu bench e2e` and `mu bench ukharon-kv` run
 //! against. A uKharon-KV cluster ([`KvCluster::start_ukharon_kv`]), and a Mu or Velos one with
-//! leased reads ([`KvCluster::start_leased`]), have three coordinator processes besides. The
+//! leased reads ([`KvCluster::start_leased`]), have three coordinator processes besides; one
+//! replicating an unmodified Redis or Memcached ([`KvCluster::start_external`], what
+//! `mu demo --app redis|memcached` runs) has each replica's server as that replica's child. The
 //! processes die with this one (they watch its pid) and are killed and reaped when the cluster
 //! is dropped; then the run directory and its shared memory are removed.
 
@@ -39,7 +41,7 @@ enum Kind {
     UkharonKv,
     /// Mu or Velos replicating an unmodified Redis or Memcached (`app = "redis"` or
     /// `"memcached"`), whose clients speak its own protocol to each replica's front.
-    External(mu_replica::Protocol, crate::app_state::ExternalApp),
+    External(mu_replica::Protocol, ExternalApp),
 }
 
 /// The log of each replica.
@@ -127,7 +129,7 @@ impl KvCluster {
         tag: &str,
         log: LogShape,
         protocol: mu_replica::Protocol,
-        app: crate::app_state::ExternalApp,
+        app: ExternalApp,
     ) -> Result<KvCluster, String> {
         let kind = Kind::External(protocol, app);
         KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
@@ -142,7 +144,7 @@ impl KvCluster {
     /// among `ids` whose front serves as the leader.
     pub fn wait_for_app_leader(
         &mut self,
-        app: crate::app_state::ExternalApp,
+        app: ExternalApp,
         ids: &[u16],
         timeout: Duration,
     ) -> Result<u16, String> {
