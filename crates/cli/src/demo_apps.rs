@@ -57,11 +57,18 @@ struct ToolStats {
 
 pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
     let (server, tool) = binaries(demo.app);
-    for binary in [server, tool] {
+    // The replicas take the server from the environment when it names one, as they do.
+    let server_variable = match demo.app {
+        ExternalApp::Redis => "MU_REDIS_SERVER",
+        ExternalApp::Memcached => "MU_MEMCACHED_SERVER",
+    };
+    let server_binary = std::env::var_os(server_variable).unwrap_or_else(|| server.into());
+    for binary in [server_binary.as_os_str(), tool.as_ref()] {
         if Command::new(binary).arg("--version").output().is_err() {
             return Err(format!(
-                "mu demo --app {}: {binary} is not installed (scripts/install-peers.sh)",
-                demo.app.name()
+                "mu demo --app {}: {} is not installed (scripts/install-peers.sh)",
+                demo.app.name(),
+                binary.to_string_lossy()
             ));
         }
     }

@@ -87,4 +87,13 @@ fn the_app_demos_refuse_what_they_do_not_run() {
         assert!(!output.status.success(), "{args:?} ran");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+    // A server the replicas could not start is named before any replica starts.
+    let output = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["demo", "--app", "memcached"])
+        .env("MU_MEMCACHED_SERVER", "/nonexistent/memcached")
+        .output()
+        .expect("mu demo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("/nonexistent/memcached is not installed"), "{stderr}");
 }
