@@ -55,38 +55,11 @@ struct ToolStats {
     first_failure: Mutex<Option<String>>,
 }
 
+/// Runs the demo (see the module docs); an error if it could not, or if an acknowledged write
+/// was lost (after the summary).
 pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
-    let (server, tool) = binaries(demo.app);
-    // The replicas take the server from the environment when it names one, as they do.
-    let server_variable = match demo.app {
-        ExternalApp::Redis => "MU_REDIS_SERVER",
-        ExternalApp::Memcached => "MU_MEMCACHED_SERVER",
-    };
-    let server_binary = std::env::var_os(server_variable).unwrap_or_else(|| server.into());
-    for binary in [server_binary.as_os_str(), tool.as_ref()] {
-        if Command::new(binary).arg("--version").output().is_err() {
-            return Err(format!(
-                "mu demo --app {}: {} is not installed (scripts/install-peers.sh)",
-                demo.app.name(),
-                binary.to_string_lossy()
-            ));
-        }
-    }
     interrupt::catch();
-    let slot_bytes = match demo.app {
-        ExternalApp::Redis => 4096,
-        // Memcached's largest request in one entry: the tests' size.
-        ExternalApp::Memcached => 16_408,
-    };
-    let shape = LogShape { slots: 4096, slot_bytes };
-    let mut cluster = KvCluster::start_external("demo", shape, demo.protocol, demo.app)?;
-    note!(
-        "mu demo: 3 replica processes ({}, {}: each with its own {server}) on the shared-memory \
-         fabric, clients over TCP on loopback, run directory {}",
-        demo.protocol.name(),
-        demo.app.name(),
-        cluster.run_dir().display()
-    );
+    let mut cluster = start_cluster(&demo)?;
     let start = Instant::now();
     let all: Vec<u16> = (0..REPLICAS).collect();
     let leader = cluster.wait_for_app_leader(demo.app, &all, Duration::from_secs(30))?;
@@ -137,6 +110,41 @@ pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
         return Err(format!("{} acknowledged writes lost: {}", lost.len(), lost.join("; ")));
     }
     Ok(())
+}
+
+/// Checks that the application's server and load tool are installed, and starts the cluster.
+fn start_cluster(demo: &AppDemo) -> Result<KvCluster, String> {
+    let (server, tool) = binaries(demo.app);
+    // The replicas take the server from the environment when it names one, as they do.
+    let server_variable = match demo.app {
+        ExternalApp::Redis => "MU_REDIS_SERVER",
+        ExternalApp::Memcached => "MU_MEMCACHED_SERVER",
+    };
+    let server_binary = std::env::var_os(server_variable).unwrap_or_else(|| server.into());
+    for binary in [server_binary.as_os_str(), tool.as_ref()] {
+        if Command::new(binary).arg("--version").output().is_err() {
+            return Err(format!(
+                "mu demo --app {}: {} is not installed (scripts/install-peers.sh)",
+                demo.app.name(),
+                binary.to_string_lossy()
+            ));
+        }
+    }
+    let slot_bytes = match demo.app {
+        ExternalApp::Redis => 4096,
+        // Memcached's largest request in one entry: the tests' size.
+        ExternalApp::Memcached => 16_408,
+    };
+    let shape = LogShape { slots: 4096, slot_bytes };
+    let cluster = KvCluster::start_external("demo", shape, demo.protocol, demo.app)?;
+    note!(
+        "mu demo: 3 replica processes ({}, {}: each with its own {server}) on the shared-memory \
+         fabric, clients over TCP on loopback, run directory {}",
+        demo.protocol.name(),
+        demo.app.name(),
+        cluster.run_dir().display()
+    );
+    Ok(cluster)
 }
 
 /// The application's server and its load tool.
@@ -593,8 +601,9 @@ fn print_summary(
         us(0.999),
         h.max() as f64 / 1000.0
     );
+    let latest = if summary.is_empty() { "none finished".to_string() } else { summary };
     println!(
-        "  {tool:<14} {runs_done} runs finished, {runs_failed} cut short; the latest: {summary}"
+        "  {tool:<14} {runs_done} runs finished, {runs_failed} cut short; the latest: {latest}"
     );
     if let Some(failure) = first_failure {
         println!("  {:<14} the first run cut short ended with: {failure}", "");
