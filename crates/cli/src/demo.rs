@@ -17,6 +17,10 @@
 //! `mu demo --app orderbook` (with Mu or Velos) replicates the order book instead: the client
 //! threads are traders sending a random order flow (`demo_orderbook`).
 //!
+//! `mu demo --app redis` and `mu demo --app memcached` (with Mu or Velos) replicate an
+//! unmodified Redis or Memcached instead: the application's own load tool and checking clients
+//! speaking its protocol (`demo_apps`).
+//!
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
@@ -72,9 +76,12 @@ pub struct Args {
     /// active view answers them from its store; three coordinators run besides).
     #[arg(long, default_value = "log", value_parser = ["log", "lease"])]
     reads: String,
-    /// What the cluster replicates: "kv" (the key-value store) or "orderbook" (the order
-    /// matching engine; Mu or Velos, reads through the log).
-    #[arg(long, default_value = "kv", value_parser = ["kv", "orderbook"])]
+    /// What the cluster replicates: "kv" (the key-value store), "orderbook" (the order
+    /// matching engine), or an unmodified "redis" or "memcached" (each replica with its own
+    /// redis-server or memcached; redis-benchmark or memcslap runs against a follower's port
+    /// beside the demo's checking clients). All but kv: Mu or Velos, reads through the log;
+    /// redis and memcached: clients over TCP on loopback, --transport and --reads not taken.
+    #[arg(long, default_value = "kv", value_parser = ["kv", "orderbook", "redis", "memcached"])]
     app: String,
     /// How the clients reach the replicas: "socket" (Unix sockets) or "fabric" (request rings
     /// over the shared-memory fabric, joined through the socket; Mu and Velos, reads through
@@ -111,6 +118,7 @@ fn ukharon(args: &Args) -> Result<(), String> {
         ("--seconds", args.seconds.is_some()),
         ("--clients", args.clients.is_some()),
         ("--keys", args.keys.is_some()),
+        ("--app", args.app != "kv"),
     ];
     if let Some((option, _)) = given.iter().find(|(_, given)| *given) {
         return Err(format!(
@@ -133,6 +141,9 @@ pub fn run(args: Args) -> Result<(), String> {
         DemoProtocol::UkharonKv => None,
         DemoProtocol::Ukharon => return ukharon(&args),
     };
+    if let Some(app) = external_app(&args.app) {
+        return crate::demo_apps::run(app_settings(&args, app, protocol)?);
+    }
     let kv = settings(&args, protocol, leased)?;
     let orderbook = kv.app == "orderbook";
     let (seconds, clients, keys) = (kv.seconds, kv.clients, kv.keys);
@@ -182,6 +193,45 @@ pub fn run(args: Args) -> Result<(), String> {
     let digests = wait_for_same_state(&config, killed, Duration::from_secs(10))?;
     print_summary(&kv, &shared, killed, failover_us, checked, &digests);
     Ok(())
+}
+
+fn external_app(app: &str) -> Option<mu_daemon::app_state::ExternalApp> {
+    use mu_daemon::app_state::ExternalApp;
+    match app {
+        "redis" => Some(ExternalApp::Redis),
+        "memcached" => Some(ExternalApp::Memcached),
+        _ => None,
+    }
+}
+
+/// `mu demo --app redis|memcached`'s settings; an error for a combination it does not run
+/// (the applications' fronts are built for Mu and Velos with reads through the log, and serve
+/// their own protocols over TCP).
+fn app_settings(
+    args: &Args,
+    app: mu_daemon::app_state::ExternalApp,
+    protocol: Option<mu_replica::Protocol>,
+) -> Result<crate::demo_apps::AppDemo, String> {
+    let Some(protocol) = protocol else {
+        return Err(format!(
+            "--app {}: for --protocol mu or velos (uKharon-KV replicates the key-value store only)",
+            app.name()
+        ));
+    };
+    if args.reads != "log" || args.transport != "socket" {
+        return Err(format!(
+            "--app {}: reads go through the log and clients connect over TCP: --reads and --transport are not taken",
+            app.name()
+        ));
+    }
+    Ok(crate::demo_apps::AppDemo {
+        app,
+        protocol,
+        seconds: args.seconds.unwrap_or(3.0),
+        clients: args.clients.unwrap_or(4),
+        keys: args.keys.unwrap_or(16),
+        json: args.json,
+    })
 }
 
 /// The demo's settings, defaults filled in; an error for a combination it does not run.
@@ -435,7 +485,7 @@ fn client_loop(t: usize, keys: usize, config: &ClusterConfig, shared: &Shared) {
 }
 
 /// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
-fn watch(
+pub(crate) fn watch(
     shared: &Shared,
     cluster: &mut KvCluster,
     start: Instant,

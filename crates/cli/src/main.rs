@@ -7,6 +7,7 @@ use std::process::ExitCode;
 extern crate mu_procs;
 
 mod demo;
+mod demo_apps;
 mod demo_orderbook;
 mod demo_shared;
 mod sim;
@@ -45,7 +46,8 @@ enum Command {
     /// SIGTERM.
     Replica(serve::Args),
     /// A replicated key-value cluster in one command: three replica processes, a workload with
-    /// a live progress line, the leader killed, failover time, no acknowledged write lost.
+    /// a live progress line, the leader killed, failover time, no acknowledged write lost
+    /// (`--app orderbook`, `--app redis`, `--app memcached` for other applications).
     Demo(demo::Args),
     /// A key-value cluster's replicas as background processes on this host: start them, show
     /// their status, stop them.

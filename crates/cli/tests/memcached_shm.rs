@@ -112,10 +112,6 @@ impl McCluster {
         self.run_dir.join(format!("memcached-{id}.direct.sock"))
     }
 
-    fn server(&self, id: u16) -> PathBuf {
-        self.run_dir.join(format!("memcached-server-{id}.sock"))
-    }
-
     fn stderr(&self, id: u16) -> String {
         std::fs::read_to_string(self.dir.join(format!("replica-{id}.stderr"))).unwrap_or_default()
     }
@@ -158,32 +154,7 @@ impl McCluster {
     /// Replica `id`'s state: every item its server holds (key, value, flags, CAS) and its
     /// front's expiry table.
     fn state(&self, id: u16) -> std::io::Result<(Vec<String>, String)> {
-        let mut server = connect(&self.server(id))?;
-        server.send(b"lru_crawler metadump all\r\n").map_err(std::io::Error::other)?;
-        let mut dump = Vec::new();
-        loop {
-            let line = server.unit().map_err(std::io::Error::other)?;
-            if line == b"END\r\n" {
-                break;
-            }
-            dump.push(String::from_utf8_lossy(&line).into_owned());
-        }
-        let mut items = Vec::new();
-        for line in &dump {
-            let Some(key) = line.strip_prefix("key=").and_then(|l| l.split(' ').next()) else {
-                continue;
-            };
-            let key = url_decoded(key);
-            let mut request = b"mg ".to_vec();
-            request.extend_from_slice(&mu_memcached::text::base64_encode(&key));
-            request.extend_from_slice(b" b k v f c\r\n");
-            let item = server.call(&request).map_err(std::io::Error::other)?.concat();
-            items.push(String::from_utf8_lossy(&item).into_owned());
-        }
-        items.sort();
-        let mut front = connect(&self.front(id))?;
-        let expiries = front.call(b"stats expiries\r\n").map_err(std::io::Error::other)?.concat();
-        Ok((items, String::from_utf8_lossy(&expiries).into_owned()))
+        mu_daemon::app_state::memcached_state(&self.run_dir, id)
     }
 
     /// Waits until the replicas `ids` hold the same state (followers apply a moment after the
@@ -227,24 +198,6 @@ impl Drop for McCluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A key as `lru_crawler metadump` prints it (URL-encoded), as bytes.
-fn url_decoded(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
-            out.push(u8::from_str_radix(hex, 16).unwrap());
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// A bare memcached of the test's, on a socket in `dir`.

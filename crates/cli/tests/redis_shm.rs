@@ -148,10 +148,6 @@ impl RedisCluster {
         self.run_dir.join(format!("redis-{id}.sock"))
     }
 
-    fn server(&self, id: u16) -> PathBuf {
-        self.run_dir.join(format!("redis-server-{id}.sock"))
-    }
-
     fn stderr(&self, id: u16) -> String {
         std::fs::read_to_string(self.dir.join(format!("replica-{id}.stderr"))).unwrap_or_default()
     }
@@ -181,9 +177,7 @@ impl RedisCluster {
     /// `DEBUG DIGEST` and `DBSIZE` of replica `id`'s own server, asked directly: an error
     /// while that replica is still starting.
     fn digest(&self, id: u16) -> std::io::Result<(Value, Value)> {
-        let mut c = Resp::connect(&self.server(id))?;
-        let replies = c.pipeline(&[&["DEBUG", "DIGEST"], &["DBSIZE"]])?;
-        Ok((replies[0].clone(), replies[1].clone()))
+        mu_daemon::app_state::redis_digest(&self.run_dir, id)
     }
 
     /// Waits until the servers of `ids` agree (a follower may still be starting, and followers

@@ -1,10 +1,13 @@
 //! A key-value cluster of three `mu replica` child processes on the shared-memory fabric, in a
 //! private run directory: what `mu demo`, `mu bench e2e` and `mu bench ukharon-kv` run
 //! against. A uKharon-KV cluster ([`KvCluster::start_ukharon_kv`]), and a Mu or Velos one with
-//! leased reads ([`KvCluster::start_leased`]), have three coordinator processes besides. The
+//! leased reads ([`KvCluster::start_leased`]), have three coordinator processes besides; one
+//! replicating an unmodified Redis or Memcached ([`KvCluster::start_external`], what
+//! `mu demo --app redis|memcached` runs) has each replica's server as that replica's child. The
 //! processes die with this one (they watch its pid) and are killed and reaped when the cluster
 //! is dropped; then the run directory and its shared memory are removed.
 
+use crate::app_state::ExternalApp;
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
 use mu_service::{Client, ClusterConfig, ReplicaReport};
@@ -36,6 +39,9 @@ enum Kind {
     Orderbook(mu_replica::Protocol),
     /// uKharon-KV.
     UkharonKv,
+    /// Mu or Velos replicating an unmodified Redis or Memcached (`app = "redis"` or
+    /// `"memcached"`), whose clients speak its own protocol to each replica's front.
+    External(mu_replica::Protocol, ExternalApp),
 }
 
 /// The log of each replica.
@@ -113,19 +119,49 @@ impl KvCluster {
         orderbook: bool,
     ) -> Result<KvCluster, String> {
         let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
-        let mut addresses = String::from("\n[clients.addresses]\n");
-        // Free now; taken by the replicas a moment later (another process could take one in
-        // between: the replica then fails to start, and says so).
-        let listeners: Vec<std::net::TcpListener> = (0..REPLICAS)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("finding free ports on loopback: {e}"))?;
-        for (id, l) in listeners.iter().enumerate() {
-            let port = l.local_addr().map_err(|e| e.to_string())?.port();
-            addresses.push_str(&format!("{id} = \"127.0.0.1:{port}\"\n"));
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
+    }
+
+    /// A cluster of `protocol` replicating an unmodified `app`: each replica's front listens on
+    /// a TCP port on loopback ([`KvCluster::client_addresses`]) and runs the app's server as
+    /// its child. Does not wait for them ([`KvCluster::wait_for_app_leader`]).
+    pub fn start_external(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+        app: ExternalApp,
+    ) -> Result<KvCluster, String> {
+        let kind = Kind::External(protocol, app);
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
+    }
+
+    /// Each replica's TCP client address, by id (none unless the cluster has them).
+    pub fn client_addresses(&self) -> Vec<(u16, String)> {
+        self.config.client_addresses().ok().flatten().unwrap_or_default()
+    }
+
+    /// [`KvCluster::wait_for_leader`] for a cluster of an unmodified `app`: the one replica
+    /// among `ids` whose front serves as the leader.
+    pub fn wait_for_app_leader(
+        &mut self,
+        app: ExternalApp,
+        ids: &[u16],
+        timeout: Duration,
+    ) -> Result<u16, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            interrupt::check()?;
+            self.processes.check_alive()?;
+            let leading: Vec<u16> =
+                ids.iter().copied().filter(|&id| app.leads(&self.config.run_dir, id)).collect();
+            if let [leader] = leading[..] {
+                return Ok(leader);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no leader's front answered within {} s", timeout.as_secs()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        drop(listeners);
-        KvCluster::start_file(tag, &log, kind, ("", &addresses))
     }
 
     /// Writes the file of a cluster of `kind` into a fresh run directory and starts its
@@ -203,6 +239,23 @@ impl KvCluster {
     }
 }
 
+/// A `[clients.addresses]` table naming a port on loopback for each replica, free when it is
+/// written.
+fn loopback_addresses() -> Result<String, String> {
+    let mut addresses = String::from("\n[clients.addresses]\n");
+    // Free now; taken by the replicas a moment later (another process could take one in
+    // between: the replica then fails to start, and says so).
+    let listeners: Vec<std::net::TcpListener> = (0..REPLICAS)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("finding free ports on loopback: {e}"))?;
+    for (id, l) in listeners.iter().enumerate() {
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        addresses.push_str(&format!("{id} = \"127.0.0.1:{port}\"\n"));
+    }
+    Ok(addresses)
+}
+
 /// The text of a cluster file in `run_dir`: three replicas of Mu or Velos (ids 0 to 2, direct
 /// mode, checksummed log entries), replicating the key-value store or the order book; the same
 /// with leased reads (ids 3 to 5, `reads = "lease"`);
@@ -221,9 +274,16 @@ fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String
         Kind::UkharonKv => {
             (0x6b, mu_service::config::UKHARON_KV, "", "[3, 4, 5]", "snapshot_bytes = 16_777_216\n")
         }
+        Kind::External(p, app) => {
+            let id_bits = if app == ExternalApp::Redis { 0x7e } else { 0x3c };
+            (id_bits, p.name(), external_app_line(app), "[0, 1, 2]", "")
+        }
     };
     let ukharon = match kind {
         Kind::Replicated(_) | Kind::Orderbook(_) => String::new(),
+        // The failure detector's period of the applications' tests: their servers share the
+        // cores with the replicas.
+        Kind::External(..) => "\n[detector]\nread_period_us = 4000\n".to_string(),
         _ => format!("\n[ukharon]\ncoordinators = [0, 1, 2]\n{SHARED_HOST_TIMINGS}"),
     };
     let cluster_id = u64::from(std::process::id()) << 16 | id_bits;
@@ -235,6 +295,13 @@ fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String
         log.slots,
         log.slot_bytes
     )
+}
+
+fn external_app_line(app: ExternalApp) -> &'static str {
+    match app {
+        ExternalApp::Redis => "app = \"redis\"\n",
+        ExternalApp::Memcached => "app = \"memcached\"\n",
+    }
 }
 
 /// The cluster's processes (replicas, and uKharon-KV's coordinators), by id; killed and
@@ -343,6 +410,15 @@ mod tests {
             let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
             assert_eq!(c.app(), Ok(mu_service::App::Orderbook), "{text}");
             assert_eq!(c.protocol(), Ok(engine), "{text}");
+        }
+        for app in [ExternalApp::Redis, ExternalApp::Memcached] {
+            let kind = Kind::External(mu_replica::Protocol::Velos, app);
+            let text = cluster_file("test", dir, &log, kind) + &loopback_addresses().unwrap();
+            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
+            assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
+            assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
+            assert_eq!(c.client_addresses().unwrap().map(|a| a.len()), Some(3), "{text}");
         }
         let text = cluster_file("test", dir, &log, Kind::UkharonKv);
         let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

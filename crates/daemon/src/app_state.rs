@@ -1,0 +1,197 @@
+//! The state of a replica of an unmodified application (`app = "redis"` or `"memcached"`), as
+//! its own server holds it, and which replica leads, as the fronts' direct sockets say: what
+//! `mu demo --app redis|memcached` and the applications' tests compare after a failover.
+
+use mu_redis::resp::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a probe or a state read waits for one reply.
+const REPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// An unmodified application a cluster can replicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExternalApp {
+    Redis,
+    Memcached,
+}
+
+impl ExternalApp {
+    /// Its `app` in a cluster file.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExternalApp::Redis => "redis",
+            ExternalApp::Memcached => "memcached",
+        }
+    }
+
+    /// Whether replica `id`'s front, asked on its direct socket (which relays nothing), serves
+    /// as the leader: followers refuse there, naming the leader.
+    pub fn leads(self, run_dir: &Path, id: u16) -> bool {
+        match self {
+            ExternalApp::Redis => {
+                let socket = mu_redis::front::direct_socket(run_dir, id);
+                let reply = redis_conn(&socket)
+                    .and_then(|mut c| c.call(&[b"PING"]).map_err(std::io::Error::other));
+                matches!(reply, Ok(Value::Simple(ref s)) if s == b"PONG")
+            }
+            ExternalApp::Memcached => {
+                let socket = mu_memcached::front::direct_socket(run_dir, id);
+                let reply = memcached_conn(&socket)
+                    .and_then(|mut c| {
+                        c.call(b"get leader-probe\r\n").map_err(std::io::Error::other)
+                    })
+                    .map(|units| units.concat());
+                matches!(reply, Ok(ref r) if r == b"END\r\n")
+            }
+        }
+    }
+
+    /// Replica `id`'s state as one line: Redis's `DEBUG DIGEST` and key count, or a digest of
+    /// every item Memcached holds (key, value, flags, CAS) and of the front's expiry table, with
+    /// the item count. An error while the replica is still starting.
+    pub fn state_digest(self, run_dir: &Path, id: u16) -> std::io::Result<String> {
+        match self {
+            ExternalApp::Redis => {
+                let (digest, keys) = redis_digest(run_dir, id)?;
+                match (digest, keys) {
+                    (Value::Bulk(d) | Value::Simple(d), Value::Integer(n)) => {
+                        Ok(format!("{} ({n} keys)", String::from_utf8_lossy(&d)))
+                    }
+                    other => Err(std::io::Error::other(format!("DEBUG DIGEST, DBSIZE: {other:?}"))),
+                }
+            }
+            ExternalApp::Memcached => {
+                let (items, expiries) = memcached_state(run_dir, id)?;
+                let mut hash = Fnv64::default();
+                for item in &items {
+                    hash.write(item.as_bytes());
+                }
+                hash.write(expiries.as_bytes());
+                Ok(format!("{:016x} ({} items)", hash.0, items.len()))
+            }
+        }
+    }
+}
+
+fn redis_conn(socket: &Path) -> std::io::Result<mu_redis::server::Conn> {
+    let conn = mu_redis::server::Conn::connect(socket)?;
+    conn.stream.set_read_timeout(Some(REPLY_WAIT))?;
+    Ok(conn)
+}
+
+fn memcached_conn(socket: &Path) -> std::io::Result<mu_memcached::server::Conn> {
+    mu_memcached::server::Conn::connect(socket)?.with_timeout(REPLY_WAIT)
+}
+
+/// `DEBUG DIGEST` and `DBSIZE` of replica `id`'s own `redis-server`, asked directly (its front
+/// refuses `DEBUG`).
+pub fn redis_digest(run_dir: &Path, id: u16) -> std::io::Result<(Value, Value)> {
+    let socket = mu_redis::server::ServerPaths::new(run_dir, id).socket;
+    let mut c = redis_conn(&socket)?;
+    let digest = c.call(&[b"DEBUG", b"DIGEST"]).map_err(std::io::Error::other)?;
+    let keys = c.call(&[b"DBSIZE"]).map_err(std::io::Error::other)?;
+    Ok((digest, keys))
+}
+
+/// Replica `id`'s Memcached state: every item its server holds (key, value, flags, CAS; each
+/// `mg` reply, sorted) and its front's expiry table (`stats expiries`).
+pub fn memcached_state(run_dir: &Path, id: u16) -> std::io::Result<(Vec<String>, String)> {
+    let socket = mu_memcached::server::ServerPaths::new(run_dir, id).socket;
+    let mut server = memcached_conn(&socket)?;
+    server.send(b"lru_crawler metadump all\r\n").map_err(std::io::Error::other)?;
+    let mut dump = Vec::new();
+    loop {
+        let line = server.unit().map_err(std::io::Error::other)?;
+        if line == b"END\r\n" {
+            break;
+        }
+        dump.push(String::from_utf8_lossy(&line).into_owned());
+    }
+    let mut items = Vec::new();
+    for line in &dump {
+        let Some(key) = line.strip_prefix("key=").and_then(|l| l.split(' ').next()) else {
+            continue;
+        };
+        let key = url_decoded(key);
+        let mut request = b"mg ".to_vec();
+        request.extend_from_slice(&mu_memcached::text::base64_encode(&key));
+        request.extend_from_slice(b" b k v f c\r\n");
+        let item = server.call(&request).map_err(std::io::Error::other)?.concat();
+        items.push(String::from_utf8_lossy(&item).into_owned());
+    }
+    items.sort();
+    let front = mu_memcached::NodeConfig::front_socket(run_dir, id);
+    let expiries = memcached_conn(&front)?
+        .call(b"stats expiries\r\n")
+        .map_err(std::io::Error::other)?
+        .concat();
+    Ok((items, String::from_utf8_lossy(&expiries).into_owned()))
+}
+
+/// A key as `lru_crawler metadump` prints it (URL-encoded), as bytes; a malformed escape is
+/// kept as it is.
+pub fn url_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
+            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// FNV-1a, 64 bits: a digest that is the same in every process (the standard library's hasher
+/// is seeded per process). Each write ends with a separator byte, so that ("ab", "c") and
+/// ("a", "bc") differ.
+struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes.iter().chain(&[0xff]) {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_decoding_takes_escapes_and_keeps_the_rest() {
+        assert_eq!(url_decoded("a%20b%2Fc"), b"a b/c");
+        assert_eq!(url_decoded("plain"), b"plain");
+        assert_eq!(url_decoded("bad%zz"), b"bad%zz");
+    }
+
+    #[test]
+    fn the_digest_separates_its_writes() {
+        let (mut one, mut other) = (Fnv64::default(), Fnv64::default());
+        one.write(b"ab");
+        one.write(b"c");
+        other.write(b"a");
+        other.write(b"bc");
+        assert_ne!(one.0, other.0);
+    }
+}
