@@ -24,7 +24,7 @@
 //! `mu demo --protocol ukharon` is the membership service's demo instead (`mu ukharon demo`):
 //! coordinators and members as processes, one member killed, the new view and how long it took.
 
-use crate::demo_shared::Shared;
+use crate::demo_shared::{watch, Shared};
 use hdrhistogram::Histogram;
 use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
 use mu_daemon::kv_failover::leader_serving_clients;
@@ -482,34 +482,6 @@ fn client_loop(t: usize, keys: usize, config: &ClusterConfig, shared: &Shared) {
         }
     }
     shared.latency.lock().unwrap_or_else(|p| p.into_inner()).add(&h).ok();
-}
-
-/// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
-pub(crate) fn watch(
-    shared: &Shared,
-    cluster: &mut KvCluster,
-    start: Instant,
-    phase: Duration,
-    what: &str,
-) -> Result<(), String> {
-    let until = Instant::now() + phase;
-    let (mut last_ops, mut last_t) = (shared.ops.load(Ordering::Relaxed), Instant::now());
-    while Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(250));
-        interrupt::check()?;
-        cluster.check_alive()?;
-        let ops = shared.ops.load(Ordering::Relaxed);
-        let rate = (ops - last_ops) as f64 / last_t.elapsed().as_secs_f64();
-        (last_ops, last_t) = (ops, Instant::now());
-        let p50 = shared.latency.lock().unwrap_or_else(|p| p.into_inner()).value_at_quantile(0.5);
-        note_part!(
-            "\r[{:5.1} s] {what}: {ops} operations, {rate:8.0} ops/s, p50 {:7.1} µs, {} errors   ",
-            start.elapsed().as_secs_f64(),
-            p50 as f64 / 1000.0,
-            shared.errors.load(Ordering::Relaxed)
-        );
-    }
-    Ok(())
 }
 
 /// Waits until the live replicas have applied the same entries and returns their digests.

@@ -80,14 +80,14 @@ pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
     };
     let phase = Duration::from_secs_f64(demo.seconds);
     let result = (|| -> Result<u16, String> {
-        crate::demo::watch(&shared, &mut cluster, start, phase, "before the kill")?;
+        crate::demo_shared::watch(&shared, &mut cluster, start, phase, "before the kill")?;
         // The leader now, should leadership have moved under the load (the checking clients
         // then reach it through the others' relays).
         let leader = cluster.wait_for_app_leader(demo.app, &all, Duration::from_secs(5))?;
         shared.clock.killing(leader);
         cluster.kill(leader)?;
         note!("\nmu demo: killed the leader, replica {leader} (SIGKILL)");
-        crate::demo::watch(&shared, &mut cluster, start, phase, "after the kill")?;
+        crate::demo_shared::watch(&shared, &mut cluster, start, phase, "after the kill")?;
         Ok(leader)
     })();
     shared.stop.store(true, Ordering::Release);

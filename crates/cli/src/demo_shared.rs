@@ -1,10 +1,13 @@
 //! What `mu demo`'s client threads share (key-value clients and order book traders alike).
 
 use hdrhistogram::Histogram;
+use mu_daemon::kv_cluster::KvCluster;
 use mu_daemon::kv_failover::FailoverClock;
+use mu_procs::interrupt;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What the client threads share.
 pub(crate) struct Shared {
@@ -43,4 +46,32 @@ impl Shared {
             clock: FailoverClock::new(),
         }
     }
+}
+
+/// Runs for `phase` with a progress line, watching for Ctrl-C and dead replicas.
+pub(crate) fn watch(
+    shared: &Shared,
+    cluster: &mut KvCluster,
+    start: Instant,
+    phase: Duration,
+    what: &str,
+) -> Result<(), String> {
+    let until = Instant::now() + phase;
+    let (mut last_ops, mut last_t) = (shared.ops.load(Ordering::Relaxed), Instant::now());
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(250));
+        interrupt::check()?;
+        cluster.check_alive()?;
+        let ops = shared.ops.load(Ordering::Relaxed);
+        let rate = (ops - last_ops) as f64 / last_t.elapsed().as_secs_f64();
+        (last_ops, last_t) = (ops, Instant::now());
+        let p50 = shared.latency.lock().unwrap_or_else(|p| p.into_inner()).value_at_quantile(0.5);
+        note_part!(
+            "\r[{:5.1} s] {what}: {ops} operations, {rate:8.0} ops/s, p50 {:7.1} µs, {} errors   ",
+            start.elapsed().as_secs_f64(),
+            p50 as f64 / 1000.0,
+            shared.errors.load(Ordering::Relaxed)
+        );
+    }
+    Ok(())
 }
