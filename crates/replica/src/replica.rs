@@ -643,6 +643,14 @@ impl Replica {
         self.inner.propose(requests, None, outcomes);
     }
 
+    /// The error a proposal here would fail with at once, without waiting for the replication
+    /// plane: [`ProposeError::NotLeader`] where this replica leads nothing and its failure
+    /// detector names another replica (or none). `None`: a proposal goes to the plane. A
+    /// server answers such a replica's requests with it before it takes any lock of its own.
+    pub fn led_elsewhere(&self) -> Option<ProposeError> {
+        led_elsewhere(&self.shared, self.me)
+    }
+
     /// The leader this replica's failure detector elected.
     pub fn leader(&self) -> Option<NodeId> {
         self.shared.leader()
@@ -740,10 +748,25 @@ fn propose<F: Fabric>(
     if InPlane::inside(&inner.shared) {
         return fail(requests, outcomes, ProposeError::Reentrant);
     }
+    if let Some(e) = led_elsewhere(&inner.shared, inner.me) {
+        return fail(requests, outcomes, e);
+    }
     match inner.mode {
         Mode::Handover => handover_propose(inner, requests, change, outcomes),
         Mode::Direct => direct_propose_locked(inner, requests, change, outcomes),
     }
+}
+
+/// The error a proposal on replica `me` fails with at once, where no leadership is under way
+/// here and the failure detector names another replica (or none): the engine is a follower
+/// and would refuse it the same way. Read from the shared state, without the replication
+/// plane: on a busy follower the plane is held by its applying thread, and a proposer waiting
+/// for it (tens of milliseconds on two loaded vCPUs) kept clients that asked who leads from
+/// hearing it. Where this replica is elected, the proposal goes to the plane, which takes the
+/// election in; a stale "not leader" from a replica just elected only sends the client round.
+fn led_elsewhere(shared: &Shared, me: NodeId) -> Option<ProposeError> {
+    let leader = shared.leader();
+    (leader != Some(me) && shared.term().is_none()).then_some(ProposeError::NotLeader { leader })
 }
 
 /// Every one of `requests` fails with `e`.

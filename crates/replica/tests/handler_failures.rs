@@ -159,6 +159,50 @@ fn a_follower_whose_handler_panics_stops_and_the_leader_goes_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A follower whose commit handler is slow (here: stuck until released) holds its
+/// replication plane meanwhile; a proposal made to it is still refused at once, naming the
+/// leader, rather than waiting for the plane: a server asked who leads must not wait for its
+/// applying thread.
+#[test]
+fn a_follower_busy_applying_names_the_leader_at_once() {
+    let _one = one_at_a_time();
+    for mode in [Mode::Direct, Mode::Handover] {
+        let dir = common::fresh_run_dir(&format!("handler-busy-follower-{mode:?}"));
+        let stuck = Arc::new(std::sync::Barrier::new(2));
+        // Released by the test, or after a few seconds: a proposal that waits for the plane
+        // fails the test rather than hangs it.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let mut replicas = Vec::new();
+        for id in 0..3u16 {
+            let (fabric, config) = common::in_process_replica(&dir, CLUSTER_ID, id);
+            let (stuck, released) = (stuck.clone(), released.clone());
+            let replica = Replica::start(config, fabric, mode, move |index, _: &[u8]| {
+                if id == 2 && index == PANIC_AT {
+                    stuck.wait();
+                    let _ = released.lock().unwrap().recv_timeout(Duration::from_secs(3));
+                }
+            })
+            .expect("replica starts");
+            replicas.push(replica);
+        }
+        wait_for_leader(&replicas[2], 0);
+        for k in 0..=PANIC_AT {
+            commit_on(&replicas[0], &format!("v{k}"));
+        }
+        stuck.wait();
+        let asked = Instant::now();
+        let outcome = replicas[2].propose(b"to a busy follower");
+        let took = asked.elapsed();
+        let _ = release.send(());
+        assert_eq!(outcome, Err(ProposeError::NotLeader { leader: Some(NodeId(0)) }), "{mode:?}");
+        assert!(took < Duration::from_secs(1), "{mode:?}: refused after {took:?}");
+        commit_on(&replicas[0], "after");
+        drop(replicas);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn a_proposal_from_inside_the_commit_handler_is_refused() {
     let _one = one_at_a_time();

@@ -61,11 +61,27 @@ fn resolve(addr: &str, timeout: Duration) -> std::io::Result<Vec<SocketAddr>> {
     }
 }
 
+/// A connection to the Unix socket at `path`, waiting at most `timeout` (at least a
+/// millisecond) for room in its backlog. A listener that does not accept (a replica stopped,
+/// or stuck) lets connections queue up to its backlog and then makes the next connect wait
+/// until it accepts: clients that asked a stopped leader who leads, every few milliseconds
+/// during a long pause, would fill it, and the next connect would block for the whole pause.
+/// The send timeout bounds that wait on Linux (`unix(7)`); the connect then fails with
+/// `WouldBlock`, and the socket's send timeout is cleared again.
+fn connect_unix(path: &std::path::Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    socket.connect(&SockAddr::unix(path)?)?;
+    socket.set_write_timeout(None)?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
+}
+
 impl Stream {
-    /// Connects to `endpoint`, waiting at most `timeout` for a TCP connection to open.
+    /// Connects to `endpoint`, waiting at most `timeout` for the connection to open.
     pub(crate) fn connect(endpoint: &Endpoint, timeout: Duration) -> std::io::Result<Stream> {
         match endpoint {
-            Endpoint::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+            Endpoint::Unix(path) => connect_unix(path, timeout).map(Stream::Unix),
             Endpoint::Tcp(addr) => {
                 let mut last = None;
                 for a in resolve(addr, timeout)? {
@@ -195,5 +211,45 @@ mod tests {
         let e = resolve("no-such-host.invalid:7000", Duration::from_millis(300))
             .expect_err("the .invalid domain never resolves");
         assert!(started.elapsed() < Duration::from_secs(2), "took {:?}: {e}", started.elapsed());
+    }
+
+    /// A listener that does not accept (a stopped replica's) with a full backlog: the next
+    /// connect fails within its timeout, not once the listener accepts.
+    #[test]
+    fn a_connect_to_a_listener_that_does_not_accept_is_bounded() {
+        use socket2::{Domain, SockAddr, Socket, Type};
+        let dir = std::env::temp_dir().join(format!("mu-connect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("full.sock");
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(1).unwrap();
+        let endpoint = Endpoint::Unix(path);
+        // On a thread of its own: a connect that blocks fails the test, not hangs it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Fill the backlog (its length plus one are queued) with connections never accepted.
+            let mut queued = Vec::new();
+            let full = loop {
+                match Stream::connect(&endpoint, Duration::from_millis(50)) {
+                    Ok(s) => queued.push(s),
+                    Err(e) => break e,
+                }
+                if queued.len() == 64 {
+                    let _ = tx.send(Err(format!("the backlog of 1 took {} connections", 64)));
+                    return;
+                }
+            };
+            let started = Instant::now();
+            let again = Stream::connect(&endpoint, Duration::from_millis(100)).map(|_| ());
+            let _ = tx.send(Ok((full, again, started.elapsed())));
+        });
+        let outcome = rx.recv_timeout(Duration::from_secs(10)).expect("connects that end");
+        let (full, again, took) = outcome.unwrap();
+        assert_eq!(full.kind(), std::io::ErrorKind::WouldBlock, "{full}");
+        assert!(again.is_err() && took >= Duration::from_millis(90), "{again:?} after {took:?}");
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
