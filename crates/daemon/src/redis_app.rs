@@ -23,7 +23,9 @@ fn server_binary() -> PathBuf {
 
 /// Runs replica `id` of a Redis cluster until SIGINT or SIGTERM, or until it stops serving.
 pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Result<(), String> {
-    let (machine, feed) = RedisMachine::new(id);
+    // A rejoining replica (not eligible until taken back) did not apply the log from its
+    // start: it holds no history of the committed stream to rebuild its server from.
+    let (machine, feed) = RedisMachine::new(id, replica_config.eligible);
     let replica =
         Arc::new(crate::replica_support::start_replica(config, id, replica_config, machine)?);
     let pid_path = config.pid_path(id);

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 /// How long the server may take to accept connections once started.
 const START_WAIT: Duration = Duration::from_secs(10);
+/// How long a probe of a starting server waits for its answer before it tries again.
+const PROBE_WAIT: Duration = Duration::from_millis(500);
 
 /// Every replica's server gets the same memory, and answers `SERVER_ERROR out of memory`
 /// rather than evicting (`-M`): eviction depends on each server's own LRU and would make
@@ -73,11 +75,20 @@ impl MemcachedServer {
         }
         let what = format!("memcached on {}", paths.socket.display());
         let socket = paths.socket.clone();
-        let child = ServerChild::start(&mut command, &what, &paths.log, START_WAIT, || {
-            Conn::connect(&socket).is_ok_and(|mut c| c.call(b"mn\r\n").is_ok())
-        })?;
+        let child =
+            ServerChild::start(&mut command, &what, &paths.log, START_WAIT, || answers(&socket))?;
         Ok(MemcachedServer { _child: child, paths })
     }
+}
+
+/// Whether a memcached answers on `socket`: one `mn`, answered `MN` within [`PROBE_WAIT`].
+/// One only: [`Conn::call`] adds its own, and a probe that sent two (the server answering both
+/// in one write) took the second `MN` for replies out of step, for ever, so that the replica
+/// never started.
+fn answers(socket: &Path) -> bool {
+    Conn::connect(socket)
+        .and_then(|c| c.with_timeout(PROBE_WAIT))
+        .is_ok_and(|mut c| c.call(b"").is_ok())
 }
 
 /// Reply units up to an `MN`: those kept, and the bytes of all (kept or not).
@@ -278,5 +289,35 @@ mod tests {
         let next = conn.units_to_mn(20).unwrap();
         assert_eq!((next.units, next.bytes), (vec![b"HD\r\n".to_vec()], 4));
         assert_eq!(conn.check_drained(), Ok(()));
+    }
+
+    /// A starting server is probed with one `mn`, and its `MN` makes it ready even where the
+    /// server answers everything that arrived in one write.
+    #[test]
+    fn a_server_answering_in_one_write_is_ready() {
+        let dir = std::env::temp_dir().join(format!("mu-memcached-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("fake.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 64];
+            // What the probe sends, read until a pause: then every `mn` is answered at once.
+            stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            while let Ok(n) = stream.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+            }
+            let count = got.windows(4).filter(|w| w == b"mn\r\n").count();
+            stream.write_all(&b"MN\r\n".repeat(count)).unwrap();
+            count
+        });
+        assert!(answers(&socket));
+        assert_eq!(server.join().unwrap(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

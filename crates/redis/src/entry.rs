@@ -90,7 +90,9 @@ impl Entry<'_> {
 pub enum Applied {
     /// Bytes were appended for the local server (possibly none yet: a part held).
     Fed,
-    /// Stream of this replica's own leadership: its server ran it already.
+    /// Stream of this replica's own leadership: its server ran it already. Its bytes are
+    /// appended all the same (a part held until its end, as for `Fed`), for the committed
+    /// stream's history a deposed leader's server is rebuilt from.
     Own,
     /// Stream of a leadership that had ended when it was decided: nobody runs it.
     Stale,
@@ -121,7 +123,8 @@ impl Applier {
         self.source
     }
 
-    /// Applies one entry: the bytes the local server must now run are appended to `out`.
+    /// Applies one entry: the committed stream's bytes it completes are appended to `out`
+    /// (for the local server to run, unless `Own`: it ran them).
     pub fn apply(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Applied {
         let Some(entry) = Entry::decode(bytes) else { return Applied::Malformed };
         match entry {
@@ -135,16 +138,23 @@ impl Applier {
             Entry::StreamPart(l, _) | Entry::Stream(l, _) if self.source != Some(l) => {
                 Applied::Stale
             }
-            Entry::StreamPart(l, _) | Entry::Stream(l, _) if l.node == self.me => Applied::Own,
-            Entry::StreamPart(_, part) => {
+            Entry::StreamPart(l, part) => {
                 self.held.extend_from_slice(part);
-                Applied::Fed
+                self.fed_or_own(l)
             }
-            Entry::Stream(_, tail) => {
+            Entry::Stream(l, tail) => {
                 out.append(&mut self.held);
                 out.extend_from_slice(tail);
-                Applied::Fed
+                self.fed_or_own(l)
             }
+        }
+    }
+
+    fn fed_or_own(&self, l: Leadership) -> Applied {
+        if l.node == self.me {
+            Applied::Own
+        } else {
+            Applied::Fed
         }
     }
 }
@@ -277,16 +287,30 @@ mod tests {
     const B: Leadership = Leadership { node: 1, term_ns: 9 };
 
     #[test]
-    fn a_follower_feeds_others_streams_and_skips_its_own() {
+    fn a_follower_feeds_others_streams_and_tells_its_own() {
         let mut a = Applier::new(1);
         let mut out = Vec::new();
         assert_eq!(a.apply(&entry(Entry::Leader(A)), &mut out), Applied::Leader(A));
         assert_eq!(a.apply(&entry(Entry::Stream(A, b"ab")), &mut out), Applied::Fed);
         assert_eq!(out, b"ab");
+        out.clear();
         assert_eq!(a.apply(&entry(Entry::Leader(B)), &mut out), Applied::Leader(B));
-        assert_eq!(a.apply(&entry(Entry::Stream(B, b"cd")), &mut out), Applied::Own);
-        assert_eq!(out, b"ab");
+        assert_eq!(a.apply(&entry(Entry::StreamPart(B, b"c")), &mut out), Applied::Own);
+        assert!(out.is_empty(), "a part is held until its end, its own too");
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"d")), &mut out), Applied::Own);
+        assert_eq!(out, b"cd", "its own stream's bytes, for the history");
         assert_eq!(a.apply(&[0xee], &mut out), Applied::Malformed);
+    }
+
+    #[test]
+    fn an_own_part_left_without_its_end_is_not_history() {
+        let mut a = Applier::new(0);
+        let mut out = Vec::new();
+        a.apply(&entry(Entry::Leader(A)), &mut out);
+        a.apply(&entry(Entry::StreamPart(A, b"half")), &mut out);
+        a.apply(&entry(Entry::Leader(B)), &mut out);
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"xy")), &mut out), Applied::Fed);
+        assert_eq!(out, b"xy", "nobody ran the part whose end never committed");
     }
 
     #[test]

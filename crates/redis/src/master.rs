@@ -27,15 +27,17 @@ pub struct Answer {
 }
 
 /// The answer to `args` (a command's arguments, its name upper-cased first). `PSYNC ? -1` (a
-/// server that never had a master) gets a full resync with an empty RDB; `PSYNC <id> <offset>`
-/// (a server that already holds data: a deposed leader's, `docs/apps/redis.md`) gets
-/// `+CONTINUE`, so that it keeps its data and goes on from its own offset.
-pub fn answer(args: &[&[u8]]) -> Result<Answer, String> {
+/// server that never had a master), or any `PSYNC` when `start_over` (a deposed leader's server
+/// that ran effects the log does not hold), gets a full resync with an empty RDB, and so
+/// empties the server; `PSYNC <id> <offset>` (a server that already holds data: a deposed
+/// leader's, `docs/apps/redis.md`) gets `+CONTINUE`, so that it keeps its data and goes on from
+/// its own offset.
+pub fn answer(args: &[&[u8]], start_over: bool) -> Result<Answer, String> {
     let ok = |reply: &[u8]| Ok(Answer { reply: reply.to_vec(), stream_from: None });
     match args.first().map(|n| n.to_ascii_uppercase()).as_deref() {
         Some(b"PING") => ok(b"+PONG\r\n"),
         Some(b"PSYNC") => match args.get(1..3) {
-            Some([b"?", _]) => {
+            Some([id, _]) if start_over || *id == b"?" => {
                 let mut reply =
                     format!("+FULLRESYNC {} 0\r\n${}\r\n", REPLID, EMPTY_RDB.len()).into_bytes();
                 reply.extend_from_slice(EMPTY_RDB);
@@ -62,11 +64,33 @@ pub fn answer(args: &[&[u8]]) -> Result<Answer, String> {
     }
 }
 
+/// The most of the committed stream a replica keeps to rebuild its server from: beyond it, a
+/// leader deposed with effects the log does not hold stops (restart it with `--rejoin`).
+pub const HISTORY_BYTES_MAX: usize = 1 << 30;
+
+/// How long a link that comes while the feed is closed waits for it to reopen.
+const REOPEN_WAIT: Duration = Duration::from_secs(5);
+
 /// The committed stream on its way to the local server: what the log applied and the front has
 /// not written yet, and how much it has written.
 #[derive(Default)]
 pub struct Feed {
     pub queue: Vec<u8>,
+    /// The committed stream's length as applied here (own leaderships' included).
+    pub stream_bytes: u64,
+    /// The whole committed stream from offset 0, while this replica holds it (`None` once it
+    /// outgrew [`HISTORY_BYTES_MAX`], or where it did not apply the log from its start).
+    pub history: Option<Vec<u8>>,
+    /// Set when the server's next link must start over: a full resync at offset 0 with an
+    /// empty RDB, the whole history queued behind it.
+    pub resync_full: bool,
+    /// Set from a rebuild until this replica leads again: the server was emptied, so an entry
+    /// of its last leadership applied since (a proposal whose outcome its leader did not
+    /// learn) is fed to it as anybody's.
+    pub rebuilding: bool,
+    /// Set while a deposed leader's server is being made a replica again, until its offset is
+    /// checked: the link it asks for then waits for the check instead of being refused.
+    pub reopening: bool,
     /// The server's replication offset when its link to the front began.
     pub base_offset: u64,
     /// Bytes taken from the queue for the server on that link (counted when taken, before
@@ -86,6 +110,26 @@ pub struct Feed {
     pub ever_connected: bool,
 }
 
+impl Feed {
+    /// Counts committed stream, and keeps it while the history holds it all.
+    fn record(&mut self, bytes: &[u8]) {
+        self.stream_bytes += bytes.len() as u64;
+        if let Some(history) = &mut self.history {
+            if history.len() + bytes.len() > HISTORY_BYTES_MAX {
+                self.history = None;
+                tracing::warn!(
+                    target: "mu_redis::node",
+                    "the committed stream outgrew {HISTORY_BYTES_MAX} bytes: this replica no \
+                     longer keeps it, and a leader deposed with effects the log does not hold \
+                     will stop"
+                );
+            } else {
+                history.extend_from_slice(bytes);
+            }
+        }
+    }
+}
+
 /// A [`Feed`] shared by the state machine (which fills it) and the feeding thread.
 #[derive(Default)]
 pub struct SharedFeed {
@@ -93,27 +137,91 @@ pub struct SharedFeed {
     pub changed: Condvar,
 }
 
+/// What a deposed leader's server does to follow the log again.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FollowAgain {
+    /// It ran nothing the log does not hold: it keeps its data and goes on from `offset`.
+    Continue { offset: u64 },
+    /// It ran effects the log does not hold (`server_offset`, the stream ending at
+    /// `stream_end`): it starts over, emptied, and runs the whole history.
+    Rebuild { server_offset: u64, stream_end: u64 },
+}
+
 impl SharedFeed {
+    /// A feed that keeps the committed stream's history (a replica that applies the log from
+    /// its start), or not.
+    pub fn new(keep_history: bool) -> SharedFeed {
+        let feed = Feed { history: keep_history.then(Vec::new), ..Feed::default() };
+        SharedFeed { feed: Mutex::new(feed), changed: Condvar::new() }
+    }
+
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Feed> {
         self.feed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Committed stream for the local server to run.
     pub fn push(&self, bytes: &[u8]) {
-        self.lock().queue.extend_from_slice(bytes);
+        let mut f = self.lock();
+        f.queue.extend_from_slice(bytes);
+        f.record(bytes);
+        drop(f);
         self.changed.notify_all();
+    }
+
+    /// Committed stream of this replica's own leadership: its server ran it already, unless
+    /// it is being rebuilt.
+    pub fn push_own(&self, bytes: &[u8]) {
+        let mut f = self.lock();
+        if !f.rebuilding {
+            f.record(bytes);
+            return;
+        }
+        drop(f);
+        self.push(bytes);
+    }
+
+    /// Feeds again a deposed leader's server, which its link will find at `server_offset`
+    /// (a replica of the front's master already, so that no client's write runs after this
+    /// check). The committed stream it may hold ends where the queue (what other leaders
+    /// committed since) begins: at that offset it goes on with its data; elsewhere it ran
+    /// effects the log does not hold, and is rebuilt from the history (`Err` without one).
+    pub fn follow_again(&self, server_offset: u64) -> Result<FollowAgain, String> {
+        let mut f = self.lock();
+        let stream_end = f.stream_bytes - f.queue.len() as u64;
+        let how = if server_offset == stream_end {
+            f.expected_offset = Some(stream_end);
+            FollowAgain::Continue { offset: stream_end }
+        } else if let Some(history) = &f.history {
+            f.queue = history.clone();
+            f.resync_full = true;
+            f.rebuilding = true;
+            f.expected_offset = None;
+            FollowAgain::Rebuild { server_offset, stream_end }
+        } else {
+            return Err(format!(
+                "its server is at offset {server_offset}, the log's stream ends at {stream_end},                  and this replica does not hold the whole stream to rebuild its server from                  (it rejoined, or the stream outgrew {HISTORY_BYTES_MAX} bytes)"
+            ));
+        };
+        f.closed = false;
+        f.reopening = false;
+        drop(f);
+        self.changed.notify_all();
+        Ok(how)
+    }
+
+    /// A deposed leader's server is about to be made a replica again: the link it asks for
+    /// waits for [`SharedFeed::follow_again`] (up to [`REOPEN_WAIT`]).
+    pub fn expect_link(&self) {
+        self.lock().reopening = true;
     }
 
     pub fn close(&self) {
-        self.lock().closed = true;
-        self.changed.notify_all();
-    }
-
-    /// Feeds again (a deposed leader's server follows the log once more), to a server that
-    /// must come back at offset `expected_offset`.
-    pub fn reopen(&self, expected_offset: u64) {
         let mut f = self.lock();
-        f.closed = false;
-        f.expected_offset = Some(expected_offset);
+        f.closed = true;
+        f.reopening = false;
+        // Leading again (its new `Leader` entry applied, so any late entry of the last
+        // leadership is stale), or stopping: what its leadership commits from here, it ran.
+        f.rebuilding = false;
         drop(f);
         self.changed.notify_all();
     }
@@ -144,15 +252,28 @@ impl SharedFeed {
 /// closes or the connection breaks (an error). The server's `REPLCONF ACK`s are read and
 /// dropped by a thread of their own.
 pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
-    let base = handshake(&mut stream)?;
+    let psync = handshake(&mut stream)?;
     {
         let mut f = feed.lock();
+        // A deposed leader's server asks as soon as it is made a replica, before its offset
+        // is checked: its link waits for that check. Any other link while the feed is closed
+        // (this replica leads, or stops; or the server asked before it was promoted, and has
+        // dropped that link since) is refused.
+        let deadline = std::time::Instant::now() + REOPEN_WAIT;
+        while f.closed && f.reopening {
+            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
+                break;
+            };
+            f = feed.changed.wait_timeout(f, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
         if f.closed {
-            // This replica leads (or is giving its leadership up, and has not yet checked its
-            // server's offset): no link until the feed reopens.
             return Err("the front does not feed its server now".into());
         }
-        if let Some(expected) = f.expected_offset.filter(|&e| e != base) {
+        // Answered under the lock that decided it: a rebuild decided meanwhile is not missed.
+        let args: Vec<&[u8]> = psync.iter().map(Vec::as_slice).collect();
+        let answer = answer(&args, f.resync_full)?;
+        let base = answer.stream_from.ok_or("PSYNC without a stream")?;
+        if let Some(expected) = f.expected_offset.filter(|&e| e != base && !f.resync_full) {
             // Bytes written on the last link never reached it (or it lost its data): feeding
             // on would skip or repeat part of the stream.
             return Err(format!(
@@ -160,6 +281,11 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
                  the log from there"
             ));
         }
+        // A few bytes into an idle socket's buffer: written under the lock, so that the feed's
+        // state changes only once the server has its answer.
+        stream.write_all(&answer.reply).map_err(|e| format!("master handshake: {e}"))?;
+        stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+        f.resync_full = false;
         f.base_offset = base;
         f.written_bytes = 0;
         f.connected = true;
@@ -206,9 +332,9 @@ fn feed_link(stream: &mut TcpStream, feed: &SharedFeed) -> Result<(), String> {
     }
 }
 
-/// Reads the server's handshake commands and answers each, up to `PSYNC`: the server's offset
-/// where the stream starts.
-fn handshake(stream: &mut TcpStream) -> Result<u64, String> {
+/// Reads the server's handshake commands and answers each, up to `PSYNC`: its arguments,
+/// unanswered (the feed decides how the stream starts).
+fn handshake(stream: &mut TcpStream) -> Result<Vec<Vec<u8>>, String> {
     stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
@@ -217,14 +343,13 @@ fn handshake(stream: &mut TcpStream) -> Result<u64, String> {
             .map_err(|e| format!("the local server's handshake: {e}"))?
         {
             let args: Vec<&[u8]> = c.args.iter().map(|r| &buf[r.clone()]).collect();
-            let answer = if args.is_empty() { None } else { Some(answer(&args)?) };
+            if args.first().is_some_and(|name| name.eq_ignore_ascii_case(b"PSYNC")) {
+                return Ok(args.iter().map(|a| a.to_vec()).collect());
+            }
+            let answer = if args.is_empty() { None } else { Some(answer(&args, false)?) };
             buf.drain(..c.frame_bytes);
             let Some(answer) = answer else { continue };
             stream.write_all(&answer.reply).map_err(|e| format!("master handshake: {e}"))?;
-            if let Some(base) = answer.stream_from {
-                stream.set_read_timeout(None).map_err(|e| e.to_string())?;
-                return Ok(base);
-            }
         }
         let n = stream.read(&mut chunk).map_err(|e| format!("master handshake: {e}"))?;
         if n == 0 {
@@ -240,10 +365,10 @@ mod tests {
 
     #[test]
     fn the_handshake_ends_with_a_full_resync_and_an_empty_rdb() {
-        assert_eq!(answer(&[b"ping"]).unwrap().reply, b"+PONG\r\n");
-        let replconf = answer(&[b"REPLCONF", b"capa", b"psync2"]).unwrap();
+        assert_eq!(answer(&[b"ping"], false).unwrap().reply, b"+PONG\r\n");
+        let replconf = answer(&[b"REPLCONF", b"capa", b"psync2"], false).unwrap();
         assert_eq!(replconf, Answer { reply: b"+OK\r\n".to_vec(), stream_from: None });
-        let full = answer(&[b"PSYNC", b"?", b"-1"]).unwrap();
+        let full = answer(&[b"PSYNC", b"?", b"-1"], false).unwrap();
         assert_eq!(full.stream_from, Some(0));
         let text = String::from_utf8_lossy(&full.reply);
         assert!(text.starts_with(&format!("+FULLRESYNC {REPLID} 0\r\n$18\r\nREDIS0010")));
@@ -254,16 +379,21 @@ mod tests {
     #[test]
     fn a_server_with_data_continues_from_its_offset() {
         let id = b"0123456789012345678901234567890123456789";
-        let cont = answer(&[b"PSYNC", id, b"1235"]).unwrap();
+        let cont = answer(&[b"PSYNC", id, b"1235"], false).unwrap();
         assert_eq!(cont.reply, format!("+CONTINUE {REPLID}\r\n").into_bytes());
         assert_eq!(cont.stream_from, Some(1234));
-        assert!(answer(&[b"PSYNC", id, b"x"]).is_err());
-        assert!(answer(&[b"PSYNC"]).is_err());
-        assert!(answer(&[b"SYNC"]).is_err());
+        assert!(answer(&[b"PSYNC", id, b"x"], false).is_err());
+        assert!(answer(&[b"PSYNC"], false).is_err());
+        assert!(answer(&[b"SYNC"], false).is_err());
+        // A server to rebuild starts over, whatever it holds.
+        let over = answer(&[b"PSYNC", id, b"1235"], true).unwrap();
+        assert_eq!(over.stream_from, Some(0));
+        assert!(over.reply.starts_with(format!("+FULLRESYNC {REPLID} 0\r\n").as_bytes()));
     }
 
     /// A server's side of the link: connects to the front's master at `port` and asks to go on
     /// from `offset` (its handshake answered, the stream follows).
+    /// (A refused link gets no answer: the connection closes.)
     fn server_at(port: u16, offset: u64) -> TcpStream {
         let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let next = (offset + 1).to_string();
@@ -271,7 +401,7 @@ mod tests {
         crate::resp::encode_command(&[b"PSYNC", REPLID.as_bytes(), next.as_bytes()], &mut psync);
         server.write_all(&psync).unwrap();
         let mut reply = vec![0u8; format!("+CONTINUE {REPLID}\r\n").len()];
-        server.read_exact(&mut reply).unwrap();
+        let _ = server.read_exact(&mut reply);
         server
     }
 
@@ -292,7 +422,7 @@ mod tests {
     /// wait sees the link left only once no byte is in flight.
     #[test]
     fn bytes_in_flight_count_as_sent_and_the_feed_closes_behind_them() {
-        let feed = std::sync::Arc::new(SharedFeed::default());
+        let feed = std::sync::Arc::new(SharedFeed::new(true));
         let (mut server, serving) = linked(&feed, 100);
         // More than the socket buffers hold: the write blocks while the server does not read.
         let bytes = vec![b'x'; 32 << 20];
@@ -325,25 +455,83 @@ mod tests {
     }
 
     /// While the feed is closed (this replica leads, or a deposed leader has not yet checked
-    /// its server) no link comes up; once it reopens, only at the offset it expects.
+    /// its server) no link comes up: one that a deposed leader's server asks for waits for the
+    /// feed to reopen, any other is refused; and a link comes up only at the offset the feed
+    /// expects.
     #[test]
-    fn a_closed_feed_refuses_the_link_and_a_reopened_one_expects_its_offset() {
-        let feed = std::sync::Arc::new(SharedFeed::default());
+    fn a_closed_feed_holds_the_link_back_and_a_reopened_one_expects_its_offset() {
+        let feed = std::sync::Arc::new(SharedFeed::new(true));
         feed.close();
         let (_server, serving) = linked(&feed, 0);
-        assert!(serving.join().unwrap().is_err());
+        assert!(serving.join().unwrap().is_err(), "refused: no link is expected");
         assert!(!feed.lock().ever_connected);
-        feed.reopen(500);
-        let (_server, serving) = linked(&feed, 400);
-        assert!(serving.join().unwrap().unwrap_err().contains("not 500"));
-        let (_server, serving) = linked(&feed, 500);
+        // Its own leadership committed 500 bytes; another's 20 came since.
+        feed.push_own(&[b'x'; 500]);
+        feed.push(&[b'y'; 20]);
+        feed.expect_link();
+        let early = {
+            let feed = feed.clone();
+            std::thread::spawn(move || linked(&feed, 500))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!feed.lock().connected, "no link while the feed is closed");
+        assert_eq!(feed.follow_again(500), Ok(FollowAgain::Continue { offset: 500 }));
+        let (_server, serving) = early.join().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !feed.lock().connected {
-            assert!(std::time::Instant::now() < deadline, "the link never came up");
+        while !(feed.lock().connected && feed.drained()) {
+            assert!(std::time::Instant::now() < deadline, "the link never took the bytes");
             std::thread::sleep(Duration::from_millis(1));
         }
         feed.close();
-        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(500));
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(520));
         assert_eq!(serving.join().unwrap(), Ok(()));
+        assert_eq!(feed.follow_again(520), Ok(FollowAgain::Continue { offset: 520 }));
+        let (_server, serving) = linked(&feed, 400);
+        assert!(serving.join().unwrap().unwrap_err().contains("not 520"));
+    }
+
+    /// A deposed leader's server that ran effects the log does not hold starts over: a full
+    /// resync empties it, and the whole committed stream follows, its own leadership's
+    /// included; without the history, it cannot follow again.
+    #[test]
+    fn a_server_that_ran_ahead_is_rebuilt_from_the_history() {
+        let feed = std::sync::Arc::new(SharedFeed::new(true));
+        feed.push(b"before");
+        feed.lock().queue.clear(); // written to the server before it led
+        feed.close();
+        feed.push_own(b"own");
+        feed.push(b"next");
+        assert_eq!(
+            feed.follow_again(12),
+            Ok(FollowAgain::Rebuild { server_offset: 12, stream_end: 9 })
+        );
+        // A proposal of its leadership whose outcome it did not learn turns out committed.
+        feed.push_own(b"late");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let serving = {
+            let feed = feed.clone();
+            std::thread::spawn(move || serve(listener.accept().unwrap().0, &feed))
+        };
+        let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut psync = Vec::new();
+        crate::resp::encode_command(&[b"PSYNC", REPLID.as_bytes(), b"13"], &mut psync);
+        server.write_all(&psync).unwrap();
+        let mut expected = format!("+FULLRESYNC {REPLID} 0\r\n$18\r\n").into_bytes();
+        expected.extend_from_slice(EMPTY_RDB);
+        expected.extend_from_slice(b"beforeownnextlate");
+        let mut got = vec![0u8; expected.len()];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, expected);
+        feed.close();
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(17));
+        feed.push_own(b"leading again");
+        assert!(feed.drained(), "a new leadership's stream is its server's own");
+        assert_eq!(serving.join().unwrap(), Ok(()));
+
+        let forgetful = SharedFeed::new(false);
+        forgetful.push_own(b"own");
+        assert!(forgetful.follow_again(4).unwrap_err().contains("does not hold the whole stream"));
+        assert_eq!(forgetful.follow_again(3), Ok(FollowAgain::Continue { offset: 3 }));
     }
 }

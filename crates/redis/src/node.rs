@@ -6,7 +6,7 @@
 use crate::entry::{Applied, Applier, Entry, Leadership};
 use crate::front::{accept_tcp, accept_unix, direct_socket, FrontShared};
 use crate::link::{self, Committed};
-use crate::master::{self, SharedFeed};
+use crate::master::{self, FollowAgain, SharedFeed};
 use crate::resp::role_offset;
 use crate::server::{Conn, RedisServer, ServerPaths};
 use mu_replica::{Replica, StateMachine};
@@ -30,7 +30,6 @@ const ELECTION_SETTLES: Duration = Duration::from_millis(100);
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// What the state machine and the node share.
-#[derive(Default)]
 pub struct NodeShared {
     /// The committed stream on its way to the local server while this replica follows.
     pub feed: SharedFeed,
@@ -47,9 +46,13 @@ pub struct RedisMachine {
 }
 
 impl RedisMachine {
-    /// The machine of replica `me`, and what it shares with the node.
-    pub fn new(me: u16) -> (RedisMachine, Arc<NodeShared>) {
-        let shared = Arc::new(NodeShared::default());
+    /// The machine of replica `me`, and what it shares with the node. `from_start`: it applies
+    /// the log from its first entry (not a rejoining replica), and so keeps the committed
+    /// stream's history, to rebuild its server from if it is deposed with effects the log does
+    /// not hold.
+    pub fn new(me: u16, from_start: bool) -> (RedisMachine, Arc<NodeShared>) {
+        let shared =
+            Arc::new(NodeShared { feed: SharedFeed::new(from_start), committed: Arc::default() });
         let machine =
             RedisMachine { applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
         (machine, shared)
@@ -62,6 +65,10 @@ impl StateMachine for RedisMachine {
         match applied {
             Applied::Fed if !self.out.is_empty() => {
                 self.shared.feed.push(&self.out);
+                self.out.clear();
+            }
+            Applied::Own if !self.out.is_empty() => {
+                self.shared.feed.push_own(&self.out);
                 self.out.clear();
             }
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
@@ -291,18 +298,13 @@ fn follow_election(
         // follows the log again.
         let Some(epoch) = shared.committed.begin(leadership, offset, wake_front) else {
             drop(conn);
-            match demote(config, master_port, feed, offset) {
+            let why = "another leader's entry was applied before this leadership began";
+            match demote(config, master_port, feed, why) {
                 Ok(()) => {
-                    info!(target: LOG_TARGET, replica = me, "another leader's entry was applied before this leadership began: following the log again");
                     elected_since = None;
                     continue;
                 }
-                Err(e) => {
-                    return fail(format!(
-                        "replica {me} was replaced before it began to lead, and cannot follow \
-                         again ({e}): it stops; restart it with --rejoin"
-                    ))
-                }
+                Err(e) => return fail(format!("replica {me} was replaced before it began to lead, and cannot follow again ({e}): it stops; restart it with --rejoin")),
             }
         };
         info!(target: LOG_TARGET, replica = me, epoch, offset, "leading: proposing the server's stream");
@@ -316,11 +318,8 @@ fn follow_election(
             wake_pump,
         );
         shared.committed.end();
-        match demote(config, master_port, feed, shared.committed.offset()) {
-            Ok(()) => {
-                info!(target: LOG_TARGET, replica = me, why, "deposed with every effect of its server committed: following the log again");
-                elected_since = None;
-            }
+        match demote(config, master_port, feed, &why) {
+            Ok(()) => elected_since = None,
             Err(e) => {
                 return fail(format!(
                     "replica {me} stopped leading ({why}) and cannot follow again ({e}): it \
@@ -331,32 +330,36 @@ fn follow_election(
     }
 }
 
-/// Makes a deposed leader's server a replica of the log again, if it ran nothing beyond the
-/// committed stream (`committed`, its offset): it keeps its data (`+CONTINUE`) and is fed what
-/// the new leaders commit.
+/// Makes a deposed leader's server (deposed because `why`) a replica of the log again: if it
+/// ran nothing beyond the committed stream it keeps its data (`+CONTINUE`); if it did, it is
+/// emptied and runs the whole committed stream again (a full resync from the history); either
+/// way it is then fed what the new leaders commit (`docs/apps/redis.md`, "A leader that stops
+/// leading").
 fn demote(
     config: &NodeConfig,
     master_port: u16,
     feed: &SharedFeed,
-    committed: u64,
+    why: &str,
 ) -> Result<(), String> {
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
     // First a replica, so that no client's write runs after the check below. The feed is
     // still closed: the front's master refuses the server's link until the check passed.
     let port = master_port.to_string();
+    feed.expect_link();
     let reply = admin.call(&[b"REPLICAOF", b"127.0.0.1", port.as_bytes()])?;
     if !matches!(reply, crate::resp::Value::Simple(_)) {
         return Err(crate::server::unexpected("REPLICAOF", &reply));
     }
-    let offset = repl_offset(&mut admin)?;
-    if offset != committed {
-        return Err(format!(
-            "its server is at offset {offset}, the log committed its stream up to {committed}"
-        ));
+    let me = config.id;
+    match feed.follow_again(repl_offset(&mut admin)?)? {
+        FollowAgain::Continue { offset } => {
+            info!(target: LOG_TARGET, replica = me, why, offset, "deposed with every effect of its server committed: following the log again");
+        }
+        FollowAgain::Rebuild { server_offset, stream_end } => {
+            warn!(target: LOG_TARGET, replica = me, why, server_offset, stream_end, "deposed with effects the log does not hold: its server starts over from the committed stream");
+        }
     }
-    // The server's link, when it comes, must start where the check found it.
-    feed.reopen(committed);
     Ok(())
 }
 
