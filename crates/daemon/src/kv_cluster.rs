@@ -40,8 +40,9 @@ enum Kind {
     /// uKharon-KV.
     UkharonKv,
     /// Mu or Velos replicating an unmodified Redis or Memcached (`app = "redis"` or
-    /// `"memcached"`), whose clients speak its own protocol to each replica's front.
-    External(mu_replica::Protocol, ExternalApp),
+    /// `"memcached"`), whose clients speak its own protocol to each replica's front; on
+    /// [`REPLICAS`] replicas, or on replica 0 alone where `alone`.
+    External(mu_replica::Protocol, ExternalApp, bool),
 }
 
 /// The log of each replica.
@@ -119,7 +120,7 @@ impl KvCluster {
         orderbook: bool,
     ) -> Result<KvCluster, String> {
         let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
-        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(REPLICAS)?))
     }
 
     /// A cluster of `protocol` replicating an unmodified `app`: each replica's front listens on
@@ -131,8 +132,20 @@ impl KvCluster {
         protocol: mu_replica::Protocol,
         app: ExternalApp,
     ) -> Result<KvCluster, String> {
-        let kind = Kind::External(protocol, app);
-        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
+        let kind = Kind::External(protocol, app, false);
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(REPLICAS)?))
+    }
+
+    /// [`KvCluster::start_external`] on one replica (`replicas = [0]`): its front and its log,
+    /// with no follower to replicate to. What `mu bench e2e` measures the front by.
+    pub fn start_external_alone(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+        app: ExternalApp,
+    ) -> Result<KvCluster, String> {
+        let kind = Kind::External(protocol, app, true);
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(1)?))
     }
 
     /// Each replica's TCP client address, by id (none unless the cluster has them).
@@ -239,13 +252,13 @@ impl KvCluster {
     }
 }
 
-/// A `[clients.addresses]` table naming a port on loopback for each replica, free when it is
-/// written.
-fn loopback_addresses() -> Result<String, String> {
+/// A `[clients.addresses]` table naming a port on loopback for each of `replicas` replicas
+/// (ids from 0), free when it is written.
+fn loopback_addresses(replicas: u16) -> Result<String, String> {
     let mut addresses = String::from("\n[clients.addresses]\n");
     // Free now; taken by the replicas a moment later (another process could take one in
     // between: the replica then fails to start, and says so).
-    let listeners: Vec<std::net::TcpListener> = (0..REPLICAS)
+    let listeners: Vec<std::net::TcpListener> = (0..replicas)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("finding free ports on loopback: {e}"))?;
@@ -274,9 +287,10 @@ fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String
         Kind::UkharonKv => {
             (0x6b, mu_service::config::UKHARON_KV, "", "[3, 4, 5]", "snapshot_bytes = 16_777_216\n")
         }
-        Kind::External(p, app) => {
+        Kind::External(p, app, alone) => {
             let id_bits = if app == ExternalApp::Redis { 0x7e } else { 0x3c };
-            (id_bits, p.name(), external_app_line(app), "[0, 1, 2]", "")
+            let replicas = if alone { "[0]" } else { "[0, 1, 2]" };
+            (id_bits, p.name(), external_app_line(app), replicas, "")
         }
     };
     let ukharon = match kind {
@@ -412,13 +426,18 @@ mod tests {
             assert_eq!(c.protocol(), Ok(engine), "{text}");
         }
         for app in [ExternalApp::Redis, ExternalApp::Memcached] {
-            let kind = Kind::External(mu_replica::Protocol::Velos, app);
-            let text = cluster_file("test", dir, &log, kind) + &loopback_addresses().unwrap();
-            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
-            assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
-            assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
-            assert_eq!(c.client_addresses().unwrap().map(|a| a.len()), Some(3), "{text}");
+            for (alone, count) in [(false, REPLICAS), (true, 1)] {
+                let kind = Kind::External(mu_replica::Protocol::Velos, app, alone);
+                let addresses = loopback_addresses(count).unwrap();
+                let text = cluster_file("test", dir, &log, kind) + &addresses;
+                let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+                assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
+                assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
+                assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
+                assert_eq!(c.replicas.len(), usize::from(count), "{text}");
+                let addresses = c.client_addresses().unwrap().map(|a| a.len());
+                assert_eq!(addresses, Some(usize::from(count)), "{text}");
+            }
         }
         let text = cluster_file("test", dir, &log, Kind::UkharonKv);
         let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
