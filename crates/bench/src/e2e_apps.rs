@@ -99,12 +99,10 @@ impl Connected {
                 let tag = format!("e2e-{}-{}", app.name(), way.name());
                 let shape = log_shape(app, payload);
                 let protocol = mu_replica::Protocol::Mu;
-                let (mut cluster, ids) = if way == Way::Replicated {
-                    let cluster = KvCluster::start_external(&tag, shape, protocol, app)?;
-                    (cluster, (0..REPLICAS).collect::<Vec<u16>>())
-                } else {
-                    (KvCluster::start_external_alone(&tag, shape, protocol, app)?, vec![0])
-                };
+                let alone = way == Way::FrontUnreplicated;
+                let mut cluster =
+                    KvCluster::start_external_on_sockets(&tag, shape, protocol, app, alone)?;
+                let ids: Vec<u16> = if alone { vec![0] } else { (0..REPLICAS).collect() };
                 let leader = cluster.wait_for_app_leader(app, &ids, LEADER_WAIT)?;
                 let socket = front_socket(app, cluster.run_dir(), leader);
                 let conn = AppConn::connect_unix(app, leader, &socket, REPLY_WAIT)?;

@@ -120,7 +120,7 @@ impl KvCluster {
         orderbook: bool,
     ) -> Result<KvCluster, String> {
         let kind = if orderbook { Kind::Orderbook(protocol) } else { Kind::Replicated(protocol) };
-        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(REPLICAS)?))
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
     }
 
     /// A cluster of `protocol` replicating an unmodified `app`: each replica's front listens on
@@ -133,19 +133,22 @@ impl KvCluster {
         app: ExternalApp,
     ) -> Result<KvCluster, String> {
         let kind = Kind::External(protocol, app, false);
-        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(REPLICAS)?))
+        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
     }
 
-    /// [`KvCluster::start_external`] on one replica (`replicas = [0]`): its front and its log,
-    /// with no follower to replicate to. What `mu bench e2e` measures the front by.
-    pub fn start_external_alone(
+    /// [`KvCluster::start_external`] whose fronts take clients on their Unix sockets only
+    /// (`redis-N.sock`, `memcached-N.sock` in the run directory; no `[clients.addresses]`, so
+    /// no port another process could take between choosing and binding it), on [`REPLICAS`]
+    /// replicas, or with `alone` on one (`replicas = [0]`: the front and its log, with no
+    /// follower to replicate to). What `mu bench e2e` measures the fronts by.
+    pub fn start_external_on_sockets(
         tag: &str,
         log: LogShape,
         protocol: mu_replica::Protocol,
         app: ExternalApp,
+        alone: bool,
     ) -> Result<KvCluster, String> {
-        let kind = Kind::External(protocol, app, true);
-        KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses(1)?))
+        KvCluster::start_from(tag, &log, Kind::External(protocol, app, alone))
     }
 
     /// Each replica's TCP client address, by id (none unless the cluster has them).
@@ -252,13 +255,13 @@ impl KvCluster {
     }
 }
 
-/// A `[clients.addresses]` table naming a port on loopback for each of `replicas` replicas
-/// (ids from 0), free when it is written.
-fn loopback_addresses(replicas: u16) -> Result<String, String> {
+/// A `[clients.addresses]` table naming a port on loopback for each replica, free when it is
+/// written.
+fn loopback_addresses() -> Result<String, String> {
     let mut addresses = String::from("\n[clients.addresses]\n");
     // Free now; taken by the replicas a moment later (another process could take one in
     // between: the replica then fails to start, and says so).
-    let listeners: Vec<std::net::TcpListener> = (0..replicas)
+    let listeners: Vec<std::net::TcpListener> = (0..REPLICAS)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("finding free ports on loopback: {e}"))?;
@@ -426,17 +429,20 @@ mod tests {
             assert_eq!(c.protocol(), Ok(engine), "{text}");
         }
         for app in [ExternalApp::Redis, ExternalApp::Memcached] {
-            for (alone, count) in [(false, REPLICAS), (true, 1)] {
+            // As `mu demo --app` starts it (TCP addresses), and as `mu bench e2e` does (Unix
+            // sockets only; three replicas, or one).
+            for (alone, tcp) in [(false, true), (false, false), (true, false)] {
                 let kind = Kind::External(mu_replica::Protocol::Velos, app, alone);
-                let addresses = loopback_addresses(count).unwrap();
+                let addresses = if tcp { loopback_addresses().unwrap() } else { String::new() };
                 let text = cluster_file("test", dir, &log, kind) + &addresses;
                 let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
                 assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
                 assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
                 assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
-                assert_eq!(c.replicas.len(), usize::from(count), "{text}");
+                let replicas: &[u16] = if alone { &[0] } else { &[0, 1, 2] };
+                assert_eq!(c.replicas, replicas, "{text}");
                 let addresses = c.client_addresses().unwrap().map(|a| a.len());
-                assert_eq!(addresses, Some(usize::from(count)), "{text}");
+                assert_eq!(addresses, tcp.then_some(3), "{text}");
             }
         }
         let text = cluster_file("test", dir, &log, Kind::UkharonKv);
