@@ -33,6 +33,13 @@ pub const OPS: [&str; 2] = ["set", "get"];
 const REPLY_WAIT: Duration = Duration::from_secs(10);
 /// How long a cluster may take to have a leader whose front serves.
 const LEADER_WAIT: Duration = Duration::from_secs(30);
+/// How long the same replica must lead, alone, before the client connects: elections flap
+/// while replicas start on shared cores, and a leadership that ends closes or refuses its
+/// clients.
+const LEADER_STEADY: Duration = Duration::from_millis(500);
+/// How many times a measurement through a front is begun before the run fails, should the
+/// leadership move under it.
+pub const ATTEMPTS: u32 = 3;
 
 /// How the client reaches the application.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -64,6 +71,9 @@ enum BareServer {
 /// then the cluster or the server, then the server's run directory.
 pub struct Connected {
     pub conn: AppConn,
+    app: ExternalApp,
+    /// The replicas of the cluster, if any.
+    ids: Vec<u16>,
     cluster: Option<KvCluster>,
     _server: Option<BareServer>,
     _dir: Option<RunDir>,
@@ -73,7 +83,14 @@ impl Connected {
     /// Starts what `way` measures for `app`, with a log whose entries hold a write of
     /// `payload` bytes, and connects to it.
     pub fn start(app: ExternalApp, way: Way, payload: u32) -> Result<Connected, String> {
-        let none = |conn| Connected { conn, cluster: None, _server: None, _dir: None };
+        let none = |conn| Connected {
+            conn,
+            app,
+            ids: Vec::new(),
+            cluster: None,
+            _server: None,
+            _dir: None,
+        };
         match way {
             Way::Direct => {
                 let dir = RunDir::create(&format!("e2e-{}", app.name()))?;
@@ -103,18 +120,51 @@ impl Connected {
                 let mut cluster =
                     KvCluster::start_external_on_sockets(&tag, shape, protocol, app, alone)?;
                 let ids: Vec<u16> = if alone { vec![0] } else { (0..REPLICAS).collect() };
-                let leader = cluster.wait_for_app_leader(app, &ids, LEADER_WAIT)?;
-                let socket = front_socket(app, cluster.run_dir(), leader);
-                let conn = AppConn::connect_unix(app, leader, &socket, REPLY_WAIT)?;
-                Ok(Connected { cluster: Some(cluster), ..none(conn) })
+                let conn = connect_to_steady_leader(&mut cluster, app, &ids)?;
+                Ok(Connected { cluster: Some(cluster), ids, ..none(conn) })
             }
         }
+    }
+
+    /// Whether a failed measurement may be begun again: through a cluster whose replicas all
+    /// run (the leadership may have moved), not on a bare server.
+    pub fn may_retry(&mut self) -> bool {
+        self.cluster.is_some() && self.check().is_ok()
+    }
+
+    /// Connects again, to the leader once it is steady.
+    pub fn reconnect(&mut self) -> Result<(), String> {
+        let cluster = self.cluster.as_mut().ok_or("a bare server has no leader")?;
+        self.conn = connect_to_steady_leader(cluster, self.app, &self.ids)?;
+        Ok(())
     }
 
     /// Fails if a replica died while measuring.
     pub fn check(&mut self) -> Result<(), String> {
         self.cluster.as_mut().map_or(Ok(()), KvCluster::check_alive)
     }
+}
+
+/// Waits until one replica among `ids` has led alone for [`LEADER_STEADY`] and connects to
+/// its front.
+fn connect_to_steady_leader(
+    cluster: &mut KvCluster,
+    app: ExternalApp,
+    ids: &[u16],
+) -> Result<AppConn, String> {
+    let deadline = Instant::now() + LEADER_WAIT;
+    let mut leader = cluster.wait_for_app_leader(app, ids, LEADER_WAIT)?;
+    let mut since = Instant::now();
+    while since.elapsed() < LEADER_STEADY {
+        std::thread::sleep(Duration::from_millis(20));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let now = cluster.wait_for_app_leader(app, ids, left)?;
+        if now != leader {
+            (leader, since) = (now, Instant::now());
+        }
+    }
+    let socket = front_socket(app, cluster.run_dir(), leader);
+    AppConn::connect_unix(app, leader, &socket, REPLY_WAIT)
 }
 
 /// The log of each replica: entries that hold a write of `payload` bytes as the log carries it
