@@ -23,16 +23,25 @@
 //! [`mu_service::Client::order_many`], each batch's time divided among its orders). Every row
 //! says its `app`, `transport`, `in_flight` and `ops_per_s`.
 //!
+//! Then an unmodified Redis and Memcached ([`crate::e2e_apps`]): `SET`/`set` and `GET`/`get`
+//! of `--payload`-byte values, over a Unix socket, on the bare server (`direct`), through a
+//! one-replica cluster's front (`front-unreplicated`) and through the leader's front of three
+//! replicas (`replicated`), with two ratios per operation (replicated over front-unreplicated,
+//! bound 1.2; front-unreplicated over direct) and the applications' own load tools against the
+//! replicated front. `--apps` picks what is measured.
+//!
 //! The same run measures what the targets compare with: the fabric's own write round trip
 //! (`mu bench fabric`'s `write_rtt`) and Mu's standalone replication latency at the size of a
 //! put's request (`replication_p50_us`).
 
 use crate::cluster::{App, FabricChoice, ReplicaMode, ThreadsChoice};
+use crate::e2e_apps::{self, Way};
 use crate::interrupt;
 use crate::kv_ops::{measure, warmup, OPS};
 use crate::local_server::{Answering, LocalServer, ServiceServer};
 use crate::suite::{quantiles_us, us, Report, SuiteArgs};
 use hdrhistogram::Histogram;
+use mu_daemon::app_state::ExternalApp;
 use mu_daemon::kv_cluster::{KvCluster, LogShape};
 use mu_figures::{Bar, BarChart, BarSeries, Table};
 use mu_procs::run_dir::RunDir;
@@ -53,6 +62,28 @@ pub struct Args {
     /// Timed operations per system and operation [default: 20000; 2000 with --quick].
     #[arg(long, value_parser = crate::counts::count)]
     samples: Option<u64>,
+    /// The applications measured (the references and the key-value targets come with `kv`).
+    #[arg(long, value_delimiter = ',', default_value = "kv,orderbook,redis,memcached")]
+    apps: Vec<AppChoice>,
+}
+
+/// An application `mu bench e2e` measures.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+enum AppChoice {
+    Kv,
+    Orderbook,
+    Redis,
+    Memcached,
+}
+
+impl AppChoice {
+    fn external(self) -> Option<ExternalApp> {
+        match self {
+            AppChoice::Redis => Some(ExternalApp::Redis),
+            AppChoice::Memcached => Some(ExternalApp::Memcached),
+            AppChoice::Kv | AppChoice::Orderbook => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -60,9 +91,14 @@ enum System {
     Transport,
     Unreplicated,
     Replicated,
+    /// Redis or Memcached reached directly ([`Way::Direct`]).
+    Direct,
+    /// Redis or Memcached through a one-replica cluster's front ([`Way::FrontUnreplicated`]).
+    FrontUnreplicated,
 }
 
 impl System {
+    /// The key-value store's and the order book's systems.
     const ALL: [System; 3] = [System::Transport, System::Unreplicated, System::Replicated];
 
     fn name(self) -> &'static str {
@@ -70,6 +106,16 @@ impl System {
             System::Transport => "transport",
             System::Unreplicated => "unreplicated",
             System::Replicated => "replicated",
+            System::Direct => "direct",
+            System::FrontUnreplicated => "front-unreplicated",
+        }
+    }
+
+    fn of_way(way: Way) -> System {
+        match way {
+            Way::Direct => System::Direct,
+            Way::FrontUnreplicated => System::FrontUnreplicated,
+            Way::Replicated => System::Replicated,
         }
     }
 }
@@ -101,6 +147,7 @@ const ORDER_OP: &str = "order";
 const PIPELINED_OP: &str = "order-pipelined";
 
 struct Measured {
+    app: &'static str,
     transport: Transport,
     system: System,
     op: &'static str,
@@ -108,14 +155,6 @@ struct Measured {
 }
 
 impl Measured {
-    fn app(&self) -> &'static str {
-        if self.op == ORDER_OP || self.op == PIPELINED_OP {
-            "orderbook"
-        } else {
-            "kv"
-        }
-    }
-
     fn in_flight(&self) -> usize {
         if self.op == PIPELINED_OP {
             mu_service::PIPELINE_LANES
@@ -136,63 +175,122 @@ impl Measured {
 
 pub fn run(args: Args) -> Result<(), String> {
     interrupt::catch();
+    let apps = &args.apps;
+    let external: Vec<ExternalApp> = apps.iter().filter_map(|a| a.external()).collect();
+    for app in &external {
+        app.check_installed(&format!("mu bench e2e ({})", app.name()), false)?;
+    }
     let mut report = Report::new(&args.suite, "e2e")?;
     let samples =
         args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
     let value = vec![b'v'; args.payload as usize];
-    let rows = Transport::ALL.len() * System::ALL.len() * (OPS.len() + 1) + System::ALL.len();
+    let (kv, orderbook) = (apps.contains(&AppChoice::Kv), apps.contains(&AppChoice::Orderbook));
+    let per_transport = System::ALL.len() * (usize::from(kv) * OPS.len() + usize::from(orderbook));
+    let rows = Transport::ALL.len() * per_transport
+        + usize::from(orderbook) * System::ALL.len()
+        + external.len() * Way::ALL.len() * e2e_apps::OPS.len();
     let mut progress = report.progress("e2e", rows as u64 * (samples + warmup(samples)));
     let mut results = Vec::new();
     for transport in Transport::ALL {
         for system in System::ALL {
-            progress.set_label(&format!("e2e {} {}", transport.name(), system.name()));
-            let mut client = Connected::start(transport, system, &args, false)?;
-            let measured =
-                measure(client.client(), &value, samples, warmup(samples), &mut progress);
-            client.check()?;
-            // Stopped before the next starts: they share run directory names.
-            drop(client);
-            for (op, h) in OPS.iter().zip(measured?) {
-                results.push(Measured { transport, system, op, h });
+            let label = format!("e2e {} {}", transport.name(), system.name());
+            if kv {
+                progress.set_label(&label);
+                let mut client = Connected::start(transport, system, &args, false)?;
+                let measured =
+                    measure(client.client(), &value, samples, warmup(samples), &mut progress);
+                client.check()?;
+                // Stopped before the next starts: they share run directory names.
+                drop(client);
+                for (op, h) in OPS.iter().zip(measured?) {
+                    results.push(Measured { app: "kv", transport, system, op, h });
+                }
             }
-            progress.set_label(&format!("e2e {} {} orderbook", transport.name(), system.name()));
+            if !orderbook {
+                continue;
+            }
+            progress.set_label(&format!("{label} orderbook"));
             let mut client = Connected::start(transport, system, &args, true)?;
-            let measured =
-                crate::order_ops::measure(client.client(), samples, warmup(samples), &mut progress);
+            let (c, w) = (client.client(), warmup(samples));
+            let measured = crate::order_ops::measure(c, samples, w, &mut progress);
             client.check()?;
-            results.push(Measured { transport, system, op: ORDER_OP, h: measured? });
+            let app = "orderbook";
+            results.push(Measured { app, transport, system, op: ORDER_OP, h: measured? });
             if transport == Transport::Fabric {
                 let (c, w) = (client.client(), warmup(samples));
                 let measured = crate::order_ops::measure_pipelined(c, samples, w, &mut progress);
                 client.check()?;
-                results.push(Measured { transport, system, op: PIPELINED_OP, h: measured? });
+                results.push(Measured { app, transport, system, op: PIPELINED_OP, h: measured? });
+            }
+        }
+    }
+    let mut tools = Vec::new();
+    for &app in &external {
+        for way in Way::ALL {
+            progress.set_label(&format!("e2e {} {}", app.name(), way.name()));
+            let mut target = e2e_apps::Connected::start(app, way, args.payload)?;
+            let mut attempt = 1;
+            let measured = loop {
+                let (w, p) = (warmup(samples), &mut progress);
+                match e2e_apps::measure(&mut target.conn, &value, samples, w, p) {
+                    Err(e) if attempt < e2e_apps::ATTEMPTS && target.may_retry() => {
+                        // A leadership that moved under the client (elections flap on shared
+                        // cores): measured again, whole, through the new leader.
+                        note!(
+                            "\nmu bench e2e: {} {}: {e}; measuring again",
+                            app.name(),
+                            way.name()
+                        );
+                        target.reconnect()?;
+                        attempt += 1;
+                    }
+                    measured => break measured,
+                }
+            };
+            target.check()?;
+            let (transport, system) = (Transport::Unix, System::of_way(way));
+            for (op, h) in e2e_apps::OPS.iter().zip(measured?) {
+                results.push(Measured { app: app.name(), transport, system, op, h });
+            }
+            if way == Way::Replicated {
+                progress.set_label(&format!("e2e {} {}", app.name(), app.tool()));
+                tools.push(target.load_tool(app, args.payload));
             }
         }
     }
     progress.finish();
-    let references = References::measure(&args, samples)?;
+    let references = if kv { Some(References::measure(&args, samples)?) } else { None };
     report.table(&table(&results, args.payload), "")?;
     let svg = report.path(".svg");
     chart(&results, args.payload).write_svg(&svg).map_err(|e| e.to_string())?;
-    let targets = targets(&results, &references);
+    let mut targets = references.as_ref().map_or_else(Vec::new, |r| targets(&results, r));
+    let ratios = app_ratios(&results, &external);
+    targets.extend(ratios.iter().filter(|r| r["bound"].is_string()).cloned());
     if !args.suite.json {
-        references.print();
-        for t in &targets {
+        if let Some(references) = &references {
+            references.print();
+        }
+        for t in targets.iter().chain(ratios.iter().filter(|r| r["bound"].is_null())) {
             println!("{}", t["line"].as_str().unwrap_or_default());
+        }
+        for tool in &tools {
+            println!("{}", tool["line"].as_str().unwrap_or_default());
         }
     }
     let json = json!({
         "payload_bytes": args.payload,
-        "replication_p50_us": references.replication_p50_us,
-        "fabric_write_rtt_p50_us": references.write_rtt_p50_us,
+        "replication_p50_us": references.as_ref().map(|r| r.replication_p50_us),
+        "fabric_write_rtt_p50_us": references.as_ref().map(|r| r.write_rtt_p50_us),
         "results": results.iter().map(|m| {
             let [p1, p50, p99] = quantiles_us(&m.h);
-            json!({"system": m.system.name(), "op": m.op, "app": m.app(),
+            json!({"system": m.system.name(), "op": m.op, "app": m.app,
                    "transport": m.transport.name(), "samples": m.h.len(),
                    "in_flight": m.in_flight(), "ops_per_s": m.ops_per_s(),
                    "p1_us": p1, "p50_us": p50, "p99_us": p99})
         }).collect::<Vec<_>>(),
         "targets": targets,
+        "ratios": ratios,
+        "tools": tools,
     });
     report.finish(json);
     Ok(())
@@ -317,7 +415,7 @@ fn targets(results: &[Measured], r: &References) -> Vec<serde_json::Value> {
     let p50 = |t: Transport, s: System, op: &str| {
         results
             .iter()
-            .find(|m| m.transport == t && m.system == s && m.op == op)
+            .find(|m| m.app == "kv" && m.transport == t && m.system == s && m.op == op)
             .map_or(f64::NAN, Measured::p50_us)
     };
     let fabric_unreplicated = p50(Transport::Fabric, System::Unreplicated, "get");
@@ -358,11 +456,55 @@ fn targets(results: &[Measured], r: &References) -> Vec<serde_json::Value> {
     ]
 }
 
+/// Redis's and Memcached's ratios, for each app and operation: replicated p50 over
+/// front-unreplicated p50 (what replication adds; the issue's bound, at most 1.2), and
+/// front-unreplicated p50 over direct p50 (the front's own cost; no bound). Each an object with
+/// its figures, its bound (null where none) and a line for the person reading.
+fn app_ratios(results: &[Measured], apps: &[ExternalApp]) -> Vec<serde_json::Value> {
+    let p50 = |app: &str, s: System, op: &str| {
+        results
+            .iter()
+            .find(|m| m.app == app && m.system == s && m.op == op)
+            .map_or(f64::NAN, Measured::p50_us)
+    };
+    let mut out = Vec::new();
+    for app in apps.iter().map(|a| a.name()) {
+        for op in e2e_apps::OPS {
+            let direct = p50(app, System::Direct, op);
+            let front = p50(app, System::FrontUnreplicated, op);
+            let replicated = p50(app, System::Replicated, op);
+            let ratio = replicated / front;
+            let met = ratio.is_finite() && ratio <= 1.2;
+            let name = format!("{app}-{op}-replication-added");
+            out.push(json!({
+                "name": name, "app": app, "op": op,
+                "ratio": (ratio * 100.0).round() / 100.0, "bound": "at most 1.2", "met": met,
+                "line": format!(
+                    "target {name}: {app} replicated {op} p50 / front-unreplicated {op} p50 \
+                     ({replicated:.2} / {front:.2} µs) = {ratio:.2} (at most 1.2): {}",
+                    if met { "met" } else { "missed" }
+                ),
+            }));
+            let ratio = front / direct;
+            let name = format!("{app}-{op}-front-cost");
+            out.push(json!({
+                "name": name, "app": app, "op": op,
+                "ratio": (ratio * 100.0).round() / 100.0, "bound": null, "met": null,
+                "line": format!(
+                    "ratio {name}: {app} front-unreplicated {op} p50 / direct {op} p50 \
+                     ({front:.2} / {direct:.2} µs) = {ratio:.2} (the front's own cost; no target)"
+                ),
+            }));
+        }
+    }
+    out
+}
+
 fn table(results: &[Measured], payload: u32) -> Table {
     let mut table = Table::new(
         &format!(
-            "End-to-end latency: key-value operations on {payload}-byte values, order book \
-             orders (µs)"
+            "End-to-end latency: key-value, Redis and Memcached operations on {payload}-byte \
+             values, order book orders (µs)"
         ),
         &[
             "app",
@@ -378,16 +520,22 @@ fn table(results: &[Measured], payload: u32) -> Table {
             "p50 / transport p50",
         ],
     );
-    let transport_p50 = |t: Transport, op: &str| {
+    // The floor each row is divided by: the transport row of its transport and operation, or
+    // for Redis and Memcached the bare server's (direct) row of its operation.
+    let floor_p50 = |m: &Measured| {
+        let floor =
+            if m.app == "kv" || m.app == "orderbook" { System::Transport } else { System::Direct };
         results
             .iter()
-            .find(|m| m.transport == t && m.system == System::Transport && m.op == op)
+            .find(|f| {
+                f.app == m.app && f.transport == m.transport && f.system == floor && f.op == m.op
+            })
             .map_or(f64::NAN, Measured::p50_us)
     };
     for m in results {
         let [p1, p50, p99] = quantiles_us(&m.h);
         table.row(vec![
-            m.app().into(),
+            m.app.into(),
             m.transport.name().into(),
             m.system.name().into(),
             m.op.into(),
@@ -397,30 +545,52 @@ fn table(results: &[Measured], payload: u32) -> Table {
             us(p50),
             us(p99),
             format!("{:.0}", m.ops_per_s()),
-            format!("{:.2}", p50 / transport_p50(m.transport, m.op)),
+            format!("{:.2}", p50 / floor_p50(m)),
         ]);
     }
     table
 }
 
 fn chart(results: &[Measured], payload: u32) -> BarChart {
-    let ops: Vec<&str> = OPS.iter().copied().chain([ORDER_OP, PIPELINED_OP]).collect();
+    // Categories: the key-value operations and the orders, then each application's.
+    let mut categories: Vec<(&str, &str)> = OPS
+        .iter()
+        .map(|&op| ("kv", op))
+        .chain([("orderbook", ORDER_OP), ("orderbook", PIPELINED_OP)])
+        .collect();
+    for app in ["redis", "memcached"] {
+        if results.iter().any(|m| m.app == app) {
+            categories.extend(e2e_apps::OPS.iter().map(|&op| (app, op)));
+        }
+    }
+    let mut series: Vec<(Transport, System)> =
+        Transport::ALL.iter().flat_map(|&t| System::ALL.iter().map(move |&s| (t, s))).collect();
+    series.extend([System::Direct, System::FrontUnreplicated].map(|s| (Transport::Unix, s)));
+    series.retain(|&(t, s)| results.iter().any(|m| m.transport == t && m.system == s));
+    categories.retain(|&(app, op)| results.iter().any(|m| m.app == app && m.op == op));
     BarChart {
         title: format!("End-to-end latency, {payload}-byte values and orders (median, p1-p99)"),
         x_label: "operation".into(),
         y_label: "latency (µs)".into(),
-        categories: ops.iter().map(|s| s.to_uppercase()).collect(),
-        series: Transport::ALL
+        categories: categories
             .iter()
-            .flat_map(|&t| System::ALL.iter().map(move |&s| (t, s)))
-            .map(|(t, s)| BarSeries {
+            .map(|(app, op)| match *app {
+                "kv" | "orderbook" => op.to_uppercase(),
+                _ => format!("{} {}", app.to_uppercase(), op.to_uppercase()),
+            })
+            .collect(),
+        series: series
+            .iter()
+            .map(|&(t, s)| BarSeries {
                 name: format!("{} {}", t.name(), s.name()),
-                points: ops
+                points: categories
                     .iter()
-                    .map(|op| {
+                    .map(|&(app, op)| {
                         results
                             .iter()
-                            .find(|m| m.transport == t && m.system == s && m.op == *op)
+                            .find(|m| {
+                                m.app == app && m.transport == t && m.system == s && m.op == op
+                            })
                             .map(|m| {
                                 let [p1, p50, p99] = quantiles_us(&m.h);
                                 Bar::new(p50, p1, p99)

@@ -6,6 +6,7 @@ extern crate mu_procs;
 pub mod all;
 pub mod cluster;
 pub mod e2e;
+pub mod e2e_apps;
 pub mod fabric;
 pub mod failover;
 pub mod kv_fig5;

@@ -9,18 +9,18 @@
 
 use crate::demo_shared::Shared;
 use hdrhistogram::Histogram;
+use mu_daemon::app_client::AppConn;
 use mu_daemon::app_state::ExternalApp;
 use mu_daemon::kv_cluster::{KvCluster, LogShape, REPLICAS};
 use mu_procs::interrupt;
-use mu_redis::resp::{decode, encode_command, Limits, Value};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long a checking client waits for a connection to a replica.
+const CONNECT_WAIT: Duration = Duration::from_secs(1);
 /// How long a checking client waits for one reply before it gives the connection up.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
 /// How long the live replicas' servers may take to agree after the run.
@@ -114,22 +114,8 @@ pub(crate) fn run(demo: AppDemo) -> Result<(), String> {
 
 /// Checks that the application's server and load tool are installed, and starts the cluster.
 fn start_cluster(demo: &AppDemo) -> Result<KvCluster, String> {
-    let (server, tool) = binaries(demo.app);
-    // The replicas take the server from the environment when it names one, as they do.
-    let server_variable = match demo.app {
-        ExternalApp::Redis => "MU_REDIS_SERVER",
-        ExternalApp::Memcached => "MU_MEMCACHED_SERVER",
-    };
-    let server_binary = std::env::var_os(server_variable).unwrap_or_else(|| server.into());
-    for binary in [server_binary.as_os_str(), tool.as_ref()] {
-        if Command::new(binary).arg("--version").output().is_err() {
-            return Err(format!(
-                "mu demo --app {}: {} is not installed (scripts/install-peers.sh)",
-                demo.app.name(),
-                binary.to_string_lossy()
-            ));
-        }
-    }
+    // The replicas take the server from the environment when it names one, as this does.
+    demo.app.check_installed(&format!("mu demo --app {}", demo.app.name()), true)?;
     let slot_bytes = match demo.app {
         ExternalApp::Redis => 4096,
         // Memcached's largest request in one entry: the tests' size.
@@ -138,21 +124,14 @@ fn start_cluster(demo: &AppDemo) -> Result<KvCluster, String> {
     let shape = LogShape { slots: 4096, slot_bytes };
     let cluster = KvCluster::start_external("demo", shape, demo.protocol, demo.app)?;
     note!(
-        "mu demo: 3 replica processes ({}, {}: each with its own {server}) on the shared-memory \
+        "mu demo: 3 replica processes ({}, {}: each with its own {}) on the shared-memory \
          fabric, clients over TCP on loopback, run directory {}",
         demo.protocol.name(),
         demo.app.name(),
+        demo.app.server_binary().display(),
         cluster.run_dir().display()
     );
     Ok(cluster)
-}
-
-/// The application's server and its load tool.
-fn binaries(app: ExternalApp) -> (&'static str, &'static str) {
-    match app {
-        ExternalApp::Redis => ("redis-server", "redis-benchmark"),
-        ExternalApp::Memcached => ("memcached", "memcslap"),
-    }
 }
 
 /// The checking clients, each on its own keys, starting at the leader's port.
@@ -171,130 +150,11 @@ fn start_clients(
         .collect()
 }
 
-/// A connection to one replica's client port, speaking the application's protocol.
-struct AppConn {
-    app: ExternalApp,
-    /// The replica whose port this is.
-    target: u16,
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl AppConn {
-    fn connect(app: ExternalApp, target: u16, address: &str) -> Result<AppConn, String> {
-        let addr: std::net::SocketAddr =
-            address.parse().map_err(|e| format!("address {address}: {e}"))?;
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
-            .map_err(|e| format!("connecting to {address}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        stream.set_read_timeout(Some(REPLY_WAIT)).map_err(|e| e.to_string())?;
-        stream.set_write_timeout(Some(REPLY_WAIT)).map_err(|e| e.to_string())?;
-        Ok(AppConn { app, target, stream, buf: Vec::new() })
-    }
-
-    /// Stores `value` under `key`; Ok once the replica acknowledged it.
-    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        match self.app {
-            ExternalApp::Redis => {
-                match self.redis_call(&[b"SET", key.as_bytes(), value.as_bytes()])? {
-                    Value::Simple(s) if s == b"OK" => Ok(()),
-                    other => Err(format!("SET answered {other:?}")),
-                }
-            }
-            ExternalApp::Memcached => {
-                let request = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
-                self.write(request.as_bytes())?;
-                match self.line()? {
-                    line if line == b"STORED\r\n" => Ok(()),
-                    line => Err(format!("set answered {:?}", String::from_utf8_lossy(&line))),
-                }
-            }
-        }
-    }
-
-    /// The value of `key`, if it has one.
-    fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, String> {
-        match self.app {
-            ExternalApp::Redis => match self.redis_call(&[b"GET", key.as_bytes()])? {
-                Value::Bulk(v) => Ok(Some(v)),
-                Value::Null => Ok(None),
-                other => Err(format!("GET answered {other:?}")),
-            },
-            ExternalApp::Memcached => {
-                self.write(format!("get {key}\r\n").as_bytes())?;
-                let line = self.line()?;
-                if line == b"END\r\n" {
-                    return Ok(None);
-                }
-                let text = String::from_utf8_lossy(&line).into_owned();
-                // VALUE <key> <flags> <bytes>
-                let bytes: usize = match text.split_whitespace().collect::<Vec<_>>()[..] {
-                    ["VALUE", k, _, n] if k == key => n.parse().map_err(|_| text.clone())?,
-                    _ => return Err(format!("get answered {text:?}")),
-                };
-                let value = self.take(bytes + 2)?;
-                if self.line()? != b"END\r\n" {
-                    return Err(format!("get {key}: no END after the value"));
-                }
-                Ok(Some(value[..bytes].to_vec()))
-            }
-        }
-    }
-
-    fn redis_call(&mut self, args: &[&[u8]]) -> Result<Value, String> {
-        let mut out = Vec::new();
-        encode_command(args, &mut out);
-        self.write(&out)?;
-        loop {
-            match decode(&self.buf, &Limits::SERVER).map_err(|e| e.to_string())? {
-                Some((value, len)) => {
-                    self.buf.drain(..len);
-                    return Ok(value);
-                }
-                None => self.fill()?,
-            }
-        }
-    }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.stream.write_all(bytes).map_err(|e| format!("writing to replica {}: {e}", self.target))
-    }
-
-    /// The next line, with its `\r\n`.
-    fn line(&mut self) -> Result<Vec<u8>, String> {
-        loop {
-            if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                return Ok(self.buf.drain(..at + 2).collect());
-            }
-            self.fill()?;
-        }
-    }
-
-    fn take(&mut self, len: usize) -> Result<Vec<u8>, String> {
-        while self.buf.len() < len {
-            self.fill()?;
-        }
-        Ok(self.buf.drain(..len).collect())
-    }
-
-    fn fill(&mut self) -> Result<(), String> {
-        let mut chunk = [0u8; 16 << 10];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => Err(format!("replica {} closed the connection", self.target)),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
-            }
-            Err(e) => Err(format!("reading from replica {}: {e}", self.target)),
-        }
-    }
-}
-
 /// A connection to the first replica, from `first` on in turn, that takes one.
 fn connect_any(app: ExternalApp, addresses: &[(u16, String)], first: usize) -> Option<AppConn> {
     (0..addresses.len()).find_map(|i| {
         let (id, address) = &addresses[(first + i) % addresses.len()];
-        AppConn::connect(app, *id, address).ok()
+        AppConn::connect_tcp(app, *id, address, (CONNECT_WAIT, REPLY_WAIT)).ok()
     })
 }
 
@@ -327,7 +187,11 @@ fn checking_client(
         let set = n % 2 == 1;
         let value = format!("c{t}-v{n}");
         let began = Instant::now();
-        let outcome = if set { c.set(&key, &value).map(|()| None) } else { c.get(&key) };
+        let outcome = if set {
+            c.set(key.as_bytes(), value.as_bytes()).map(|()| None)
+        } else {
+            c.get(key.as_bytes())
+        };
         let done = shared.clock.now_ns();
         match outcome {
             Ok(_) => {
@@ -491,7 +355,7 @@ fn read_back_acknowledged(
     let mut lost = Vec::new();
     for (key, t) in &truth {
         let key = String::from_utf8_lossy(key).into_owned();
-        let got = reader.get(&key).map_err(|e| format!("reading back {key}: {e}"))?;
+        let got = reader.get(key.as_bytes()).map_err(|e| format!("reading back {key}: {e}"))?;
         let ok = got == t.acked || got.as_ref().is_some_and(|g| t.unknown.contains(g));
         if !ok {
             lost.push(format!(
@@ -553,7 +417,7 @@ fn print_summary(
     let ops = checking_ops + tool_ops;
     let elapsed = 2.0 * demo.seconds;
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    let (_, tool) = binaries(demo.app);
+    let tool = demo.app.tool();
     let summary = stats.summary.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let first_failure = stats.first_failure.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (runs_done, runs_failed) =

@@ -3,7 +3,7 @@
 //! `mu demo --app redis|memcached` and the applications' tests compare after a failover.
 
 use mu_redis::resp::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long a probe or a state read waits for one reply.
@@ -23,6 +23,40 @@ impl ExternalApp {
             ExternalApp::Redis => "redis",
             ExternalApp::Memcached => "memcached",
         }
+    }
+
+    /// Its server binary: `MU_REDIS_SERVER` or `MU_MEMCACHED_SERVER` where set, else
+    /// `redis-server` or `memcached` on the `PATH` (what every replica runs).
+    pub fn server_binary(self) -> PathBuf {
+        let (variable, default) = match self {
+            ExternalApp::Redis => ("MU_REDIS_SERVER", "redis-server"),
+            ExternalApp::Memcached => ("MU_MEMCACHED_SERVER", "memcached"),
+        };
+        std::env::var_os(variable).map_or_else(|| PathBuf::from(default), PathBuf::from)
+    }
+
+    /// Its own load tool: `redis-benchmark` or `memcslap`.
+    pub fn tool(self) -> &'static str {
+        match self {
+            ExternalApp::Redis => "redis-benchmark",
+            ExternalApp::Memcached => "memcslap",
+        }
+    }
+
+    /// Fails, naming the missing binary and the script that installs it, unless the server
+    /// (and the load tool, with `tool`) runs; `what` is the command asking, for the message.
+    pub fn check_installed(self, what: &str, tool: bool) -> Result<(), String> {
+        let server = self.server_binary();
+        let tool = tool.then(|| PathBuf::from(self.tool()));
+        for binary in std::iter::once(server).chain(tool) {
+            if std::process::Command::new(&binary).arg("--version").output().is_err() {
+                return Err(format!(
+                    "{what}: {} is not installed (scripts/install-peers.sh)",
+                    binary.display()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether replica `id`'s front, asked on its direct socket (which relays nothing), serves

@@ -40,8 +40,9 @@ enum Kind {
     /// uKharon-KV.
     UkharonKv,
     /// Mu or Velos replicating an unmodified Redis or Memcached (`app = "redis"` or
-    /// `"memcached"`), whose clients speak its own protocol to each replica's front.
-    External(mu_replica::Protocol, ExternalApp),
+    /// `"memcached"`), whose clients speak its own protocol to each replica's front; on
+    /// [`REPLICAS`] replicas, or on replica 0 alone where `alone`.
+    External(mu_replica::Protocol, ExternalApp, bool),
 }
 
 /// The log of each replica.
@@ -131,8 +132,23 @@ impl KvCluster {
         protocol: mu_replica::Protocol,
         app: ExternalApp,
     ) -> Result<KvCluster, String> {
-        let kind = Kind::External(protocol, app);
+        let kind = Kind::External(protocol, app, false);
         KvCluster::start_file(tag, &log, kind, ("", &loopback_addresses()?))
+    }
+
+    /// [`KvCluster::start_external`] whose fronts take clients on their Unix sockets only
+    /// (`redis-N.sock`, `memcached-N.sock` in the run directory; no `[clients.addresses]`, so
+    /// no port another process could take between choosing and binding it), on [`REPLICAS`]
+    /// replicas, or with `alone` on one (`replicas = [0]`: the front and its log, with no
+    /// follower to replicate to). What `mu bench e2e` measures the fronts by.
+    pub fn start_external_on_sockets(
+        tag: &str,
+        log: LogShape,
+        protocol: mu_replica::Protocol,
+        app: ExternalApp,
+        alone: bool,
+    ) -> Result<KvCluster, String> {
+        KvCluster::start_from(tag, &log, Kind::External(protocol, app, alone))
     }
 
     /// Each replica's TCP client address, by id (none unless the cluster has them).
@@ -274,9 +290,10 @@ fn cluster_file(tag: &str, run_dir: &Path, log: &LogShape, kind: Kind) -> String
         Kind::UkharonKv => {
             (0x6b, mu_service::config::UKHARON_KV, "", "[3, 4, 5]", "snapshot_bytes = 16_777_216\n")
         }
-        Kind::External(p, app) => {
+        Kind::External(p, app, alone) => {
             let id_bits = if app == ExternalApp::Redis { 0x7e } else { 0x3c };
-            (id_bits, p.name(), external_app_line(app), "[0, 1, 2]", "")
+            let replicas = if alone { "[0]" } else { "[0, 1, 2]" };
+            (id_bits, p.name(), external_app_line(app), replicas, "")
         }
     };
     let ukharon = match kind {
@@ -412,13 +429,21 @@ mod tests {
             assert_eq!(c.protocol(), Ok(engine), "{text}");
         }
         for app in [ExternalApp::Redis, ExternalApp::Memcached] {
-            let kind = Kind::External(mu_replica::Protocol::Velos, app);
-            let text = cluster_file("test", dir, &log, kind) + &loopback_addresses().unwrap();
-            let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
-            assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
-            assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
-            assert_eq!(c.client_addresses().unwrap().map(|a| a.len()), Some(3), "{text}");
+            // As `mu demo --app` starts it (TCP addresses), and as `mu bench e2e` does (Unix
+            // sockets only; three replicas, or one).
+            for (alone, tcp) in [(false, true), (false, false), (true, false)] {
+                let kind = Kind::External(mu_replica::Protocol::Velos, app, alone);
+                let addresses = if tcp { loopback_addresses().unwrap() } else { String::new() };
+                let text = cluster_file("test", dir, &log, kind) + &addresses;
+                let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+                assert_eq!(c.is_redis(), app == ExternalApp::Redis, "{text}");
+                assert_eq!(c.is_memcached(), app == ExternalApp::Memcached, "{text}");
+                assert_eq!(c.protocol(), Ok(mu_replica::Protocol::Velos), "{text}");
+                let replicas: &[u16] = if alone { &[0] } else { &[0, 1, 2] };
+                assert_eq!(c.replicas, replicas, "{text}");
+                let addresses = c.client_addresses().unwrap().map(|a| a.len());
+                assert_eq!(addresses, tcp.then_some(3), "{text}");
+            }
         }
         let text = cluster_file("test", dir, &log, Kind::UkharonKv);
         let c = ClusterConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

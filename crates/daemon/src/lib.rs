@@ -6,6 +6,7 @@
 #[macro_use]
 extern crate mu_procs;
 
+pub mod app_client;
 pub mod app_state;
 pub mod cluster;
 pub mod config;

@@ -10,24 +10,20 @@ use mu_memcached::{MemcachedMachine, MemcachedNode, NodeConfig};
 use mu_procs::pid_file::pid_file_text;
 use mu_replica::ReplicaConfig;
 use mu_service::ClusterConfig;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 
 const LOG_TARGET: &str = "mu::serve";
 
-/// The server binary: `MU_MEMCACHED_SERVER`, or `memcached` on the `PATH`.
-fn server_binary() -> PathBuf {
-    std::env::var_os("MU_MEMCACHED_SERVER")
-        .map_or_else(|| PathBuf::from("memcached"), PathBuf::from)
-}
-
 /// Runs replica `id` of a Memcached cluster until SIGINT or SIGTERM, or until it stops serving.
 pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Result<(), String> {
     // The server first: the state machine applies to it from the first entry on. It dies with
     // this thread.
-    let server = MemcachedServer::start(&server_binary(), ServerPaths::new(&config.run_dir, id))?;
+    let server = MemcachedServer::start(
+        &crate::app_state::ExternalApp::Memcached.server_binary(),
+        ServerPaths::new(&config.run_dir, id),
+    )?;
     let (machine, shared) = MemcachedMachine::new(id, &server.paths.socket)?;
     let replica =
         Arc::new(crate::replica_support::start_replica(config, id, replica_config, machine)?);

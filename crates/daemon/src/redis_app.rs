@@ -9,17 +9,11 @@ use mu_procs::pid_file::pid_file_text;
 use mu_redis::{NodeConfig, RedisMachine, RedisNode};
 use mu_replica::ReplicaConfig;
 use mu_service::ClusterConfig;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 
 const LOG_TARGET: &str = "mu::serve";
-
-/// The server binary: `MU_REDIS_SERVER`, or `redis-server` on the `PATH`.
-fn server_binary() -> PathBuf {
-    std::env::var_os("MU_REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
-}
 
 /// Runs replica `id` of a Redis cluster until SIGINT or SIGTERM, or until it stops serving.
 pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Result<(), String> {
@@ -34,7 +28,7 @@ pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Re
     let node_config = NodeConfig {
         id,
         run_dir: config.run_dir.clone(),
-        server_binary: server_binary(),
+        server_binary: crate::app_state::ExternalApp::Redis.server_binary(),
         entry_bytes_max: (config.log.slot_bytes - mu_log::MIN_SLOT_BYTES) as usize,
         client_address: config.client_address(id),
     };

@@ -1,6 +1,6 @@
-//! The replica's own `redis-server`: started as a Redis replica of the front's master port,
-//! on a private Unix socket, its log and files in the run directory; and [`Conn`], a blocking
-//! connection to it that reads whole replies.
+//! The replica's own `redis-server`: started as a Redis replica of the front's master port
+//! (or alone, for benchmarks), on a private Unix socket, its log and files in the run
+//! directory; and [`Conn`], a blocking connection to it that reads whole replies.
 
 use crate::resp::{decode, encode_command, frame_len, Limits, Value};
 use mu_procs::child::ServerChild;
@@ -74,6 +74,33 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        RedisServer::run(command, paths)
+    }
+
+    /// Starts `binary` with no master and nothing that ties it to a front: a bare server on
+    /// its socket, as a client of an unreplicated Redis would reach it (what `mu bench e2e`
+    /// compares the front with). Returns once it answers.
+    pub fn start_alone(binary: &Path, paths: ServerPaths) -> Result<RedisServer, String> {
+        std::fs::create_dir_all(&paths.dir)
+            .map_err(|e| format!("creating {}: {e}", paths.dir.display()))?;
+        let _ = std::fs::remove_file(&paths.socket);
+        let mut command = Command::new(binary);
+        command
+            .args(["--port", "0", "--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&paths.socket)
+            .arg("--dir")
+            .arg(&paths.dir)
+            .arg("--logfile")
+            .arg(&paths.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        RedisServer::run(command, paths)
+    }
+
+    /// Runs `command` and waits until the server answers `PING` on its socket.
+    fn run(mut command: Command, paths: ServerPaths) -> Result<RedisServer, String> {
         let what = format!("redis-server on {}", paths.socket.display());
         let socket = paths.socket.clone();
         let child = ServerChild::start(&mut command, &what, &paths.log, START_WAIT, || {
