@@ -59,26 +59,53 @@ impl ExternalApp {
         Ok(())
     }
 
+    /// The application a cluster file names, if it is an unmodified one.
+    pub fn of(config: &mu_service::ClusterConfig) -> Option<ExternalApp> {
+        if config.is_redis() {
+            Some(ExternalApp::Redis)
+        } else if config.is_memcached() {
+            Some(ExternalApp::Memcached)
+        } else {
+            None
+        }
+    }
+
     /// Whether replica `id`'s front, asked on its direct socket (which relays nothing), serves
     /// as the leader: followers refuse there, naming the leader.
     pub fn leads(self, run_dir: &Path, id: u16) -> bool {
-        match self {
+        matches!(self.front_role(run_dir, id), Ok(FrontRole::Leads))
+    }
+
+    /// What replica `id`'s front says on its direct socket: it serves as the leader, or it
+    /// refuses, naming the leader it knows. An error where nothing serves there (the replica
+    /// is not running, or still starting) or the answer is neither.
+    pub fn front_role(self, run_dir: &Path, id: u16) -> std::io::Result<FrontRole> {
+        let refusal = match self {
             ExternalApp::Redis => {
                 let socket = mu_redis::front::direct_socket(run_dir, id);
-                let reply = redis_conn(&socket)
-                    .and_then(|mut c| c.call(&[b"PING"]).map_err(std::io::Error::other));
-                matches!(reply, Ok(Value::Simple(ref s)) if s == b"PONG")
+                match redis_conn(&socket)?.call(&[b"PING"]).map_err(std::io::Error::other)? {
+                    Value::Simple(s) if s == b"PONG" => return Ok(FrontRole::Leads),
+                    Value::Error(text) => text,
+                    other => return Err(std::io::Error::other(format!("PING: {other:?}"))),
+                }
             }
             ExternalApp::Memcached => {
                 let socket = mu_memcached::front::direct_socket(run_dir, id);
-                let reply = memcached_conn(&socket)
-                    .and_then(|mut c| {
-                        c.call(b"get leader-probe\r\n").map_err(std::io::Error::other)
-                    })
-                    .map(|units| units.concat());
-                matches!(reply, Ok(ref r) if r == b"END\r\n")
+                let reply = memcached_conn(&socket)?
+                    .call(b"get leader-probe\r\n")
+                    .map_err(std::io::Error::other)?
+                    .concat();
+                if reply == b"END\r\n" {
+                    return Ok(FrontRole::Leads);
+                }
+                if !reply.starts_with(b"SERVER_ERROR not the leader") {
+                    let reply = String::from_utf8_lossy(&reply).into_owned();
+                    return Err(std::io::Error::other(format!("get: {reply}")));
+                }
+                reply
             }
-        }
+        };
+        Ok(FrontRole::Follows(named_replica(&String::from_utf8_lossy(&refusal))))
     }
 
     /// Replica `id`'s state as one line: Redis's `DEBUG DIGEST` and key count, or a digest of
@@ -106,6 +133,23 @@ impl ExternalApp {
             }
         }
     }
+}
+
+/// What a replica's front says of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontRole {
+    /// It serves as the leader.
+    Leads,
+    /// It refuses on its direct socket, naming the leader it knows (`None`: it knows none).
+    Follows(Option<u16>),
+}
+
+/// The replica a front's refusal names ("replica 2 does", "replica 2 leads"), if any.
+fn named_replica(refusal: &str) -> Option<u16> {
+    refusal.split("replica ").skip(1).find_map(|after| {
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
 }
 
 fn redis_conn(socket: &Path) -> std::io::Result<mu_redis::server::Conn> {
@@ -217,6 +261,16 @@ mod tests {
         assert_eq!(url_decoded("a%20b%2Fc"), b"a b/c");
         assert_eq!(url_decoded("plain"), b"plain");
         assert_eq!(url_decoded("bad%zz"), b"bad%zz");
+    }
+
+    #[test]
+    fn a_refusal_names_the_leader_it_knows() {
+        let redis = "NOTLEADER this replica does not lead the cluster; replica 12 does";
+        assert_eq!(named_replica(redis), Some(12));
+        let memcached = "SERVER_ERROR not the leader: replica 2 leads, its clients connect to x";
+        assert_eq!(named_replica(memcached), Some(2));
+        assert_eq!(named_replica("NOTLEADER ...; no leader is known yet"), None);
+        assert_eq!(named_replica("SERVER_ERROR not the leader: replica x"), None);
     }
 
     #[test]

@@ -78,6 +78,11 @@ pub(super) fn down(args: &DownArgs) -> Result<(), String> {
             dir.display()
         ));
     }
+    if let Some(app) = crate::app_state::ExternalApp::of(&config) {
+        for &id in &config.replicas {
+            super::external::remove_app_files(&config, app, id, args.purge)?;
+        }
+    }
     if args.purge {
         purge(&config)?;
     }

@@ -5,8 +5,10 @@
 //!   its own session, detached from the terminal, with its output appended to
 //!   `<run_dir>/replica-<id>.log`, and returns once every replica answers and a majority agree
 //!   on a leader. If a replica exits during start-up, or none is agreed in time, it stops the
-//!   ones it started and shows why.
-//! * `status` asks every replica for its report (a table, or JSON).
+//!   ones it started and shows why. A cluster of an unmodified Redis or Memcached answers no
+//!   status request: there, each front says whether it leads ([`external`]).
+//! * `status` asks every replica for its report (a table, or JSON); for Redis and Memcached,
+//!   each front's role and each server's digest.
 //! * `down` stops every replica named by a pid file (SIGTERM, SIGKILL after 5 s), then removes
 //!   the shared memory, sockets and pid files the cluster left in its run directory (the logs
 //!   too, and the directory itself, with `--purge`).
@@ -16,6 +18,7 @@
 //! a pidfd taken before that check, so they reach the process that was checked.
 
 mod down;
+mod external;
 mod status;
 mod up;
 

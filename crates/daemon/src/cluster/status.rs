@@ -4,6 +4,9 @@ use super::*;
 
 pub(super) fn status(args: &StatusArgs) -> Result<(), String> {
     let config = crate::config::load_config(&args.config)?;
+    if let Some(app) = crate::app_state::ExternalApp::of(&config) {
+        return super::external::status(&config, app, args);
+    }
     let mut client =
         Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     let answers: Vec<(u16, Result<ReplicaReport, String>)> =
@@ -205,7 +208,7 @@ fn report_problems(id: u16, r: &ReplicaReport) -> Vec<String> {
 }
 
 /// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
-fn why_silent(
+pub(super) fn why_silent(
     config: &ClusterConfig,
     config_path: &Path,
     id: u16,

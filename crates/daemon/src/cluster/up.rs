@@ -6,9 +6,9 @@ use super::*;
 use crate::node_log::spawn_logged;
 
 /// A replica process `up` started, until it is known to run.
-struct Started {
-    id: u16,
-    child: Child,
+pub(super) struct Started {
+    pub(super) id: u16,
+    pub(super) child: Child,
 }
 
 pub(super) fn up(args: &UpArgs) -> Result<(), String> {
@@ -41,6 +41,14 @@ pub(super) fn up(args: &UpArgs) -> Result<(), String> {
             stop_started(&config, &mut started);
             return Err(e);
         }
+    }
+    if let Some(app) = crate::app_state::ExternalApp::of(&config) {
+        // Its replicas answer no status request: their fronts say who leads.
+        let up = super::external::wait_until_up(&config, app, &mut started, timeout);
+        if up.is_err() {
+            stop_started(&config, &mut started);
+        }
+        return up;
     }
     match wait_until_up(&config, &mut started, timeout) {
         Ok((leader, reports)) => {
@@ -178,16 +186,7 @@ fn wait_until_up(
         Client::new(config.cluster_id, config.endpoints()).map_err(|e| e.to_string())?;
     loop {
         interrupt::check()?;
-        for s in started.iter_mut() {
-            if let Ok(Some(status)) = s.child.try_wait() {
-                return Err(format!(
-                    "replica {} exited during start-up ({status}); the end of {}:\n{}",
-                    s.id,
-                    config.log_path(s.id).display(),
-                    log_tail(&config.log_path(s.id))
-                ));
-            }
-        }
+        exited(config, started)?;
         let mut reports = BTreeMap::new();
         let mut silent = Vec::new();
         for &id in &config.replicas {
@@ -198,11 +197,9 @@ fn wait_until_up(
                 Err(e) => silent.push(format!("replica {id}: {e}")),
             }
         }
-        // A replica writes its pid file as it starts (before it serves): wait for that too, so
-        // that a `down` right after this returns finds every replica.
-        for s in started.iter() {
-            if pid_in(&config.pid_path(s.id)) != Some(s.child.id()) && reports.contains_key(&s.id) {
-                silent.push(format!("replica {}: no pid file yet", s.id));
+        for id in without_pid_file(config, started) {
+            if reports.contains_key(&id) {
+                silent.push(format!("replica {id}: no pid file yet"));
             }
         }
         let leader = ReplicaReport::agreed_leader(reports.values(), config.replicas.len());
@@ -216,23 +213,59 @@ fn wait_until_up(
                 .values()
                 .map(|r| format!("replica {} sees leader {}", r.id, leader_name(r.leader)))
                 .collect();
-            let mut why = format!("the cluster did not come up within {} s: ", timeout.as_secs());
-            if silent.is_empty() {
-                why.push_str(&format!("no leader agreed by a majority ({})", seen.join(", ")));
+            let why = if silent.is_empty() {
+                format!("no leader agreed by a majority ({})", seen.join(", "))
             } else {
-                why.push_str(&format!("not answering: {}", silent.join("; ")));
-            }
-            for s in started.iter() {
-                why.push_str(&format!(
-                    "\nthe end of {}:\n{}",
-                    config.log_path(s.id).display(),
-                    log_tail(&config.log_path(s.id))
-                ));
-            }
-            return Err(why);
+                format!("not answering: {}", silent.join("; "))
+            };
+            return Err(not_up(config, started, timeout, &why));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Fails, with the end of its log, if a replica started has exited.
+pub(super) fn exited(config: &ClusterConfig, started: &mut [Started]) -> Result<(), String> {
+    for s in started.iter_mut() {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            return Err(format!(
+                "replica {} exited during start-up ({status}); the end of {}:\n{}",
+                s.id,
+                config.log_path(s.id).display(),
+                log_tail(&config.log_path(s.id))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The replicas started whose pid file does not name them yet: a replica writes it as it
+/// starts (before it serves), and `up` waits for it, so that a `down` right after finds every
+/// replica.
+pub(super) fn without_pid_file(config: &ClusterConfig, started: &[Started]) -> Vec<u16> {
+    started
+        .iter()
+        .filter(|s| pid_in(&config.pid_path(s.id)) != Some(s.child.id()))
+        .map(|s| s.id)
+        .collect()
+}
+
+/// Why the cluster is not up after `timeout`, with the end of every replica's log.
+pub(super) fn not_up(
+    config: &ClusterConfig,
+    started: &[Started],
+    timeout: Duration,
+    why: &str,
+) -> String {
+    let mut text = format!("the cluster did not come up within {} s: {why}", timeout.as_secs());
+    for s in started {
+        text.push_str(&format!(
+            "\nthe end of {}:\n{}",
+            config.log_path(s.id).display(),
+            log_tail(&config.log_path(s.id))
+        ));
+    }
+    text
 }
 
 /// Stops the replicas this `up` started (SIGTERM, then SIGKILL) and reaps them.
