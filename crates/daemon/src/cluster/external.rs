@@ -3,7 +3,7 @@
 //! direct socket says whether it leads (or names the leader it knows), and each replica's own
 //! server gives its state's digest.
 
-use super::status::why_silent;
+use super::starting::{self, Started};
 use super::*;
 use crate::app_state::{ExternalApp, FrontRole};
 
@@ -38,19 +38,19 @@ fn agreed_leader(
 pub(super) fn wait_until_up(
     config: &ClusterConfig,
     app: ExternalApp,
-    started: &mut [up::Started],
+    started: &mut [Started],
     timeout: Duration,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     loop {
         interrupt::check()?;
-        up::exited(config, started)?;
+        starting::exited(config, started)?;
         let fronts = fronts(config, app);
         let mut silent: Vec<String> = fronts
             .iter()
             .filter_map(|(id, f)| f.as_ref().err().map(|e| format!("replica {id}: {e}")))
             .collect();
-        let no_pid = up::without_pid_file(config, started);
+        let no_pid = starting::without_pid_file(config, started);
         silent.extend(no_pid.iter().map(|id| format!("replica {id}: no pid file yet")));
         let leader = agreed_leader(config, &fronts);
         if let (true, Some(leader)) = (silent.is_empty(), leader) {
@@ -64,7 +64,7 @@ pub(super) fn wait_until_up(
             } else {
                 format!("not answering: {}", silent.join("; "))
             };
-            return Err(up::not_up(config, started, timeout, &why));
+            return Err(starting::not_up(config, started, timeout, &why));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -81,7 +81,7 @@ fn role_text(id: u16, front: &Result<FrontRole, String>) -> String {
 fn print_up(
     config: &ClusterConfig,
     app: ExternalApp,
-    started: &[up::Started],
+    started: &[Started],
     fronts: &[(u16, Result<FrontRole, String>)],
     leader: u16,
 ) {

@@ -207,54 +207,6 @@ fn report_problems(id: u16, r: &ReplicaReport) -> Vec<String> {
     problems
 }
 
-/// Why replica `id` did not answer a status request with `error`, and its pid if it runs.
-pub(super) fn why_silent(
-    config: &ClusterConfig,
-    config_path: &Path,
-    id: u16,
-    error: &str,
-) -> (Option<u32>, String) {
-    let error = error.strip_prefix(&format!("replica {id}: ")).unwrap_or(error);
-    match inspect_pid_file(config, id) {
-        // Stopped (SIGSTOP), or stuck.
-        Ok(PidFile::Running(target)) => {
-            return (
-                Some(target.pid),
-                format!("pid {} runs but does not answer ({error})", target.pid),
-            );
-        }
-        Ok(PidFile::Foreign(target, other)) => {
-            return (Some(target.pid), foreign(config, id, &target, other));
-        }
-        // A replica that stops removes its pid file.
-        Ok(PidFile::Stale(why)) => {
-            return (
-                None,
-                format!(
-                    "crashed ({why}; its pid file is left): restart it with `mu replica --config \
-                     {} --id {id} --rejoin`",
-                    config_path.display()
-                ),
-            );
-        }
-        _ => {}
-    }
-    if config.clients.is_some() {
-        // Reached over TCP: its host may be another, and a socket here says nothing.
-        return (None, format!("no answer over TCP ({error})"));
-    }
-    let socket = config.socket_path(id);
-    if !socket.exists() {
-        return (None, "not running (no socket)".into());
-    }
-    match std::os::unix::net::UnixStream::connect(&socket) {
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            (None, "not running (its socket was left by a replica that died)".into())
-        }
-        _ => (None, format!("not running ({error})")),
-    }
-}
-
 fn uptime(ms: u64) -> String {
     let s = ms / 1000;
     match s {

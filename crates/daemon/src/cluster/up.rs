@@ -2,14 +2,9 @@
 //! majority agree on a leader.
 
 use super::down::{remove_if_exists, remove_shared_memory};
+use super::starting::{exited, log_tail, not_up, without_pid_file, Started};
 use super::*;
 use crate::node_log::spawn_logged;
-
-/// A replica process `up` started, until it is known to run.
-pub(super) struct Started {
-    pub(super) id: u16,
-    pub(super) child: Child,
-}
 
 pub(super) fn up(args: &UpArgs) -> Result<(), String> {
     interrupt::catch();
@@ -224,50 +219,6 @@ fn wait_until_up(
     }
 }
 
-/// Fails, with the end of its log, if a replica started has exited.
-pub(super) fn exited(config: &ClusterConfig, started: &mut [Started]) -> Result<(), String> {
-    for s in started.iter_mut() {
-        if let Ok(Some(status)) = s.child.try_wait() {
-            return Err(format!(
-                "replica {} exited during start-up ({status}); the end of {}:\n{}",
-                s.id,
-                config.log_path(s.id).display(),
-                log_tail(&config.log_path(s.id))
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The replicas started whose pid file does not name them yet: a replica writes it as it
-/// starts (before it serves), and `up` waits for it, so that a `down` right after finds every
-/// replica.
-pub(super) fn without_pid_file(config: &ClusterConfig, started: &[Started]) -> Vec<u16> {
-    started
-        .iter()
-        .filter(|s| pid_in(&config.pid_path(s.id)) != Some(s.child.id()))
-        .map(|s| s.id)
-        .collect()
-}
-
-/// Why the cluster is not up after `timeout`, with the end of every replica's log.
-pub(super) fn not_up(
-    config: &ClusterConfig,
-    started: &[Started],
-    timeout: Duration,
-    why: &str,
-) -> String {
-    let mut text = format!("the cluster did not come up within {} s: {why}", timeout.as_secs());
-    for s in started {
-        text.push_str(&format!(
-            "\nthe end of {}:\n{}",
-            config.log_path(s.id).display(),
-            log_tail(&config.log_path(s.id))
-        ));
-    }
-    text
-}
-
 /// Stops the replicas this `up` started (SIGTERM, then SIGKILL) and reaps them.
 fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
     for s in started.iter() {
@@ -298,9 +249,4 @@ fn stop_started(config: &ClusterConfig, started: &mut Vec<Started>) {
     // What the stopped replicas left (sockets, locks, the directory's cluster file), as `down`
     // removes it; a node whose lock is still held is left alone.
     let _ = remove_shared_memory(config);
-}
-
-/// The end of this start's part of a replica's log.
-fn log_tail(path: &Path) -> String {
-    crate::node_log::log_tail(path, LOG_MARK)
 }
