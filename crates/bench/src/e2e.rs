@@ -43,7 +43,7 @@ use crate::suite::{quantiles_us, us, Report, SuiteArgs};
 use hdrhistogram::Histogram;
 use mu_daemon::app_state::ExternalApp;
 use mu_daemon::kv_cluster::{KvCluster, LogShape};
-use mu_figures::{Bar, BarChart, BarSeries, Table};
+use mu_figures::{Bar, BarChart, BarSeries, Progress, Table};
 use mu_procs::run_dir::RunDir;
 use mu_service::Client;
 use serde_json::json;
@@ -183,7 +183,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut report = Report::new(&args.suite, "e2e")?;
     let samples =
         args.samples.unwrap_or(if args.suite.quick { QUICK_SAMPLES } else { DEFAULT_SAMPLES });
-    let value = vec![b'v'; args.payload as usize];
     let (kv, orderbook) = (apps.contains(&AppChoice::Kv), apps.contains(&AppChoice::Orderbook));
     let per_transport = System::ALL.len() * (usize::from(kv) * OPS.len() + usize::from(orderbook));
     let rows = Transport::ALL.len() * per_transport
@@ -191,73 +190,8 @@ pub fn run(args: Args) -> Result<(), String> {
         + external.len() * Way::ALL.len() * e2e_apps::OPS.len();
     let mut progress = report.progress("e2e", rows as u64 * (samples + warmup(samples)));
     let mut results = Vec::new();
-    for transport in Transport::ALL {
-        for system in System::ALL {
-            let label = format!("e2e {} {}", transport.name(), system.name());
-            if kv {
-                progress.set_label(&label);
-                let mut client = Connected::start(transport, system, &args, false)?;
-                let measured =
-                    measure(client.client(), &value, samples, warmup(samples), &mut progress);
-                client.check()?;
-                // Stopped before the next starts: they share run directory names.
-                drop(client);
-                for (op, h) in OPS.iter().zip(measured?) {
-                    results.push(Measured { app: "kv", transport, system, op, h });
-                }
-            }
-            if !orderbook {
-                continue;
-            }
-            progress.set_label(&format!("{label} orderbook"));
-            let mut client = Connected::start(transport, system, &args, true)?;
-            let (c, w) = (client.client(), warmup(samples));
-            let measured = crate::order_ops::measure(c, samples, w, &mut progress);
-            client.check()?;
-            let app = "orderbook";
-            results.push(Measured { app, transport, system, op: ORDER_OP, h: measured? });
-            if transport == Transport::Fabric {
-                let (c, w) = (client.client(), warmup(samples));
-                let measured = crate::order_ops::measure_pipelined(c, samples, w, &mut progress);
-                client.check()?;
-                results.push(Measured { app, transport, system, op: PIPELINED_OP, h: measured? });
-            }
-        }
-    }
-    let mut tools = Vec::new();
-    for &app in &external {
-        for way in Way::ALL {
-            progress.set_label(&format!("e2e {} {}", app.name(), way.name()));
-            let mut target = e2e_apps::Connected::start(app, way, args.payload)?;
-            let mut attempt = 1;
-            let measured = loop {
-                let (w, p) = (warmup(samples), &mut progress);
-                match e2e_apps::measure(&mut target.conn, &value, samples, w, p) {
-                    Err(e) if attempt < e2e_apps::ATTEMPTS && target.may_retry() => {
-                        // A leadership that moved under the client (elections flap on shared
-                        // cores): measured again, whole, through the new leader.
-                        note!(
-                            "\nmu bench e2e: {} {}: {e}; measuring again",
-                            app.name(),
-                            way.name()
-                        );
-                        target.reconnect()?;
-                        attempt += 1;
-                    }
-                    measured => break measured,
-                }
-            };
-            target.check()?;
-            let (transport, system) = (Transport::Unix, System::of_way(way));
-            for (op, h) in e2e_apps::OPS.iter().zip(measured?) {
-                results.push(Measured { app: app.name(), transport, system, op, h });
-            }
-            if way == Way::Replicated {
-                progress.set_label(&format!("e2e {} {}", app.name(), app.tool()));
-                tools.push(target.load_tool(app, args.payload));
-            }
-        }
-    }
+    measure_builtin(&args, (kv, orderbook), samples, &mut progress, &mut results)?;
+    let tools = measure_external(&args, &external, samples, &mut progress, &mut results)?;
     progress.finish();
     let references = if kv { Some(References::measure(&args, samples)?) } else { None };
     report.table(&table(&results, args.payload), "")?;
@@ -294,6 +228,98 @@ pub fn run(args: Args) -> Result<(), String> {
     });
     report.finish(json);
     Ok(())
+}
+
+/// The key-value store's and the order book's rows (those of `apps`), every transport and
+/// system, appended to `results`.
+fn measure_builtin(
+    args: &Args,
+    (kv, orderbook): (bool, bool),
+    samples: u64,
+    progress: &mut Progress,
+    results: &mut Vec<Measured>,
+) -> Result<(), String> {
+    let value = vec![b'v'; args.payload as usize];
+    for transport in Transport::ALL {
+        for system in System::ALL {
+            let label = format!("e2e {} {}", transport.name(), system.name());
+            if kv {
+                progress.set_label(&label);
+                let mut client = Connected::start(transport, system, args, false)?;
+                let measured = measure(client.client(), &value, samples, warmup(samples), progress);
+                client.check()?;
+                // Stopped before the next starts: they share run directory names.
+                drop(client);
+                for (op, h) in OPS.iter().zip(measured?) {
+                    results.push(Measured { app: "kv", transport, system, op, h });
+                }
+            }
+            if !orderbook {
+                continue;
+            }
+            progress.set_label(&format!("{label} orderbook"));
+            let mut client = Connected::start(transport, system, args, true)?;
+            let (c, w) = (client.client(), warmup(samples));
+            let measured = crate::order_ops::measure(c, samples, w, progress);
+            client.check()?;
+            let app = "orderbook";
+            results.push(Measured { app, transport, system, op: ORDER_OP, h: measured? });
+            if transport == Transport::Fabric {
+                let (c, w) = (client.client(), warmup(samples));
+                let measured = crate::order_ops::measure_pipelined(c, samples, w, progress);
+                client.check()?;
+                results.push(Measured { app, transport, system, op: PIPELINED_OP, h: measured? });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The unmodified applications' rows, each way (`e2e_apps`), appended to `results`; returns
+/// their load tools' figures.
+fn measure_external(
+    args: &Args,
+    external: &[ExternalApp],
+    samples: u64,
+    progress: &mut Progress,
+    results: &mut Vec<Measured>,
+) -> Result<Vec<serde_json::Value>, String> {
+    let value = vec![b'v'; args.payload as usize];
+    let mut tools = Vec::new();
+    for &app in external {
+        for way in Way::ALL {
+            progress.set_label(&format!("e2e {} {}", app.name(), way.name()));
+            let mut target = e2e_apps::Connected::start(app, way, args.payload)?;
+            let mut attempt = 1;
+            let measured = loop {
+                let w = warmup(samples);
+                match e2e_apps::measure(&mut target.conn, &value, samples, w, progress) {
+                    Err(e) if attempt < e2e_apps::ATTEMPTS && target.may_retry() => {
+                        // A leadership that moved under the client (elections flap on shared
+                        // cores): measured again, whole, through the new leader.
+                        note!(
+                            "\nmu bench e2e: {} {}: {e}; measuring again",
+                            app.name(),
+                            way.name()
+                        );
+                        target.reconnect()?;
+                        attempt += 1;
+                    }
+                    measured => break measured,
+                }
+            };
+            target.check()?;
+            let (transport, system) = (Transport::Unix, System::of_way(way));
+            for (op, h) in e2e_apps::OPS.iter().zip(measured?) {
+                results.push(Measured { app: app.name(), transport, system, op, h });
+            }
+            if way == Way::Replicated {
+                progress.set_label(&format!("e2e {} {}", app.name(), app.tool()));
+                tools.push(target.load_tool(app, args.payload));
+            }
+        }
+    }
+    Ok(tools)
 }
 
 /// A client connected to one system over one transport, and what it runs against. Fields
