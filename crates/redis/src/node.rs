@@ -26,7 +26,8 @@ const ROLE_POLL: Duration = Duration::from_millis(2);
 /// How long this replica must have been elected before it takes over its server.
 const ELECTION_SETTLES: Duration = Duration::from_millis(100);
 
-/// How long a new leader's server may take to run the stream it was fed.
+/// How long a new leader's server may go without running more of the stream it was fed (a
+/// rebuilt server may have the whole history to run: it is waited for while it progresses).
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// What the state machine and the node share.
@@ -380,7 +381,8 @@ fn repl_offset(admin: &mut Conn) -> Result<u64, String> {
 fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
     let paths = ServerPaths::new(&config.run_dir, config.id);
     let mut admin = Conn::connect(&paths.socket).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + CATCH_UP_WAIT;
+    let mut deadline = Instant::now() + CATCH_UP_WAIT;
+    let mut progress = None;
     loop {
         let (drained, fresh, target) = {
             let f = feed.lock();
@@ -391,14 +393,21 @@ fn caught_up(config: &NodeConfig, feed: &SharedFeed) -> Result<(), String> {
         if drained && fresh {
             return Ok(());
         }
+        let offset = role_offset(&admin.call(&[b"ROLE"])?);
         if let (true, Some(target)) = (drained, target) {
-            if role_offset(&admin.call(&[b"ROLE"])?) == Some(target) {
+            if offset == Some(target) {
                 return Ok(());
             }
         }
+        // Bytes written or run since the last look: the server is still catching up.
+        let now = (offset, target);
+        if progress != Some(now) {
+            progress = Some(now);
+            deadline = Instant::now() + CATCH_UP_WAIT;
+        }
         if Instant::now() > deadline {
             return Err(format!(
-                "its server did not run the committed stream within {CATCH_UP_WAIT:?}"
+                "its server ran none of the committed stream fed it for {CATCH_UP_WAIT:?}"
             ));
         }
         std::thread::sleep(Duration::from_millis(1));
