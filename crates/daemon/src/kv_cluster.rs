@@ -7,7 +7,7 @@
 //! processes die with this one (they watch its pid) and are killed and reaped when the cluster
 //! is dropped; then the run directory and its shared memory are removed.
 
-use crate::app_state::ExternalApp;
+use crate::app_state::{ExternalApp, FrontRole};
 use crate::interrupt;
 use mu_procs::run_dir::RunDir;
 use mu_service::{Client, ClusterConfig, ReplicaReport};
@@ -157,7 +157,7 @@ impl KvCluster {
     }
 
     /// [`KvCluster::wait_for_leader`] for a cluster of an unmodified `app`: the one replica
-    /// among `ids` whose front serves as the leader.
+    /// among `ids` whose front serves as the leader, once every front among `ids` answers.
     pub fn wait_for_app_leader(
         &mut self,
         app: ExternalApp,
@@ -168,13 +168,32 @@ impl KvCluster {
         loop {
             interrupt::check()?;
             self.processes.check_alive()?;
-            let leading: Vec<u16> =
-                ids.iter().copied().filter(|&id| app.leads(&self.config.run_dir, id)).collect();
-            if let [leader] = leading[..] {
-                return Ok(leader);
+            // Every front must answer: a replica whose front never came up would otherwise go
+            // unnoticed until the failover needs it.
+            let roles: Vec<(u16, std::io::Result<FrontRole>)> =
+                ids.iter().map(|&id| (id, app.front_role(&self.config.run_dir, id))).collect();
+            let leading: Vec<u16> = roles
+                .iter()
+                .filter(|(_, r)| matches!(r, Ok(FrontRole::Leads)))
+                .map(|(id, _)| *id)
+                .collect();
+            let silent: Vec<String> = roles
+                .iter()
+                .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("replica {id}: {e}")))
+                .collect();
+            if let ([leader], true) = (&leading[..], silent.is_empty()) {
+                return Ok(*leader);
             }
             if Instant::now() > deadline {
-                return Err(format!("no leader's front answered within {} s", timeout.as_secs()));
+                let why = if silent.is_empty() {
+                    format!("{} fronts lead", leading.len())
+                } else {
+                    format!("not answering: {}", silent.join("; "))
+                };
+                return Err(format!(
+                    "the fronts did not agree on one leader within {} s ({why})",
+                    timeout.as_secs()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
