@@ -91,6 +91,9 @@ pub struct Feed {
     /// Set while a deposed leader's server is being made a replica again, until its offset is
     /// checked: the link it asks for then waits for the check instead of being refused.
     pub reopening: bool,
+    /// Counts [`SharedFeed::expect_link`] calls: only a link accepted after the latest one may
+    /// wait for the check (one accepted before is a link the server dropped since).
+    pub link_generation: u64,
     /// The server's replication offset when its link to the front began.
     pub base_offset: u64,
     /// Bytes taken from the queue for the server on that link (counted when taken, before
@@ -172,12 +175,12 @@ impl SharedFeed {
     /// it is being rebuilt.
     pub fn push_own(&self, bytes: &[u8]) {
         let mut f = self.lock();
-        if !f.rebuilding {
-            f.record(bytes);
-            return;
+        f.record(bytes);
+        if f.rebuilding {
+            f.queue.extend_from_slice(bytes);
+            drop(f);
+            self.changed.notify_all();
         }
-        drop(f);
-        self.push(bytes);
     }
 
     /// Feeds again a deposed leader's server, which its link will find at `server_offset`
@@ -199,7 +202,9 @@ impl SharedFeed {
             FollowAgain::Rebuild { server_offset, stream_end }
         } else {
             return Err(format!(
-                "its server is at offset {server_offset}, the log's stream ends at {stream_end},                  and this replica does not hold the whole stream to rebuild its server from                  (it rejoined, or the stream outgrew {HISTORY_BYTES_MAX} bytes)"
+                "its server is at offset {server_offset}, the log's stream ends at {stream_end}, \
+                 and this replica does not hold the whole stream to rebuild its server from \
+                 (it rejoined, or the stream outgrew {HISTORY_BYTES_MAX} bytes)"
             ));
         };
         f.closed = false;
@@ -212,7 +217,14 @@ impl SharedFeed {
     /// A deposed leader's server is about to be made a replica again: the link it asks for
     /// waits for [`SharedFeed::follow_again`] (up to [`REOPEN_WAIT`]).
     pub fn expect_link(&self) {
-        self.lock().reopening = true;
+        let mut f = self.lock();
+        f.reopening = true;
+        f.link_generation += 1;
+    }
+
+    /// What a link accepted now passes to [`serve`].
+    pub fn link_generation(&self) -> u64 {
+        self.lock().link_generation
     }
 
     pub fn close(&self) {
@@ -248,10 +260,11 @@ impl SharedFeed {
     }
 }
 
-/// Answers the server's handshake on `stream`, then writes the feed into it until the feed
-/// closes or the connection breaks (an error). The server's `REPLCONF ACK`s are read and
-/// dropped by a thread of their own.
-pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
+/// Answers the server's handshake on `stream` (accepted at `generation`, from
+/// [`SharedFeed::link_generation`]), then writes the feed into it until the feed closes or the
+/// connection breaks (an error). The server's `REPLCONF ACK`s are read and dropped by a thread
+/// of their own.
+pub fn serve(mut stream: TcpStream, feed: &SharedFeed, generation: u64) -> Result<(), String> {
     let psync = handshake(&mut stream)?;
     {
         let mut f = feed.lock();
@@ -260,7 +273,7 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
         // (this replica leads, or stops; or the server asked before it was promoted, and has
         // dropped that link since) is refused.
         let deadline = std::time::Instant::now() + REOPEN_WAIT;
-        while f.closed && f.reopening {
+        while f.closed && f.reopening && f.link_generation == generation {
             let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
                 break;
             };
@@ -268,6 +281,11 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
         }
         if f.closed {
             return Err("the front does not feed its server now".into());
+        }
+        // A link the server dropped while it waited (it was promoted meanwhile, say): never
+        // answered, lest it take bytes from the queue or a rebuild's resync.
+        if dropped(&stream) {
+            return Err("the local server dropped its link before it was answered".into());
         }
         // Answered under the lock that decided it: a rebuild decided meanwhile is not missed.
         let args: Vec<&[u8]> = psync.iter().map(Vec::as_slice).collect();
@@ -298,6 +316,15 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed) -> Result<(), String> {
     drop(f);
     feed.changed.notify_all();
     result
+}
+
+/// Whether the server closed `stream` (it sends nothing after `PSYNC` until answered).
+fn dropped(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let closed = matches!(stream.peek(&mut [0u8; 1]), Ok(0));
+    stream.set_nonblocking(false).is_err() || closed
 }
 
 /// Writes the feed into the link until the feed closes (`Ok`) or the link breaks.
@@ -413,7 +440,11 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let serving = {
             let feed = feed.clone();
-            std::thread::spawn(move || serve(listener.accept().unwrap().0, &feed))
+            std::thread::spawn(move || {
+                let stream = listener.accept().unwrap().0;
+                let generation = feed.link_generation();
+                serve(stream, &feed, generation)
+            })
         };
         (server_at(port, offset), serving)
     }
@@ -511,7 +542,11 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let serving = {
             let feed = feed.clone();
-            std::thread::spawn(move || serve(listener.accept().unwrap().0, &feed))
+            std::thread::spawn(move || {
+                let stream = listener.accept().unwrap().0;
+                let generation = feed.link_generation();
+                serve(stream, &feed, generation)
+            })
         };
         let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut psync = Vec::new();
@@ -533,5 +568,58 @@ mod tests {
         forgetful.push_own(b"own");
         assert!(forgetful.follow_again(4).unwrap_err().contains("does not hold the whole stream"));
         assert_eq!(forgetful.follow_again(3), Ok(FollowAgain::Continue { offset: 3 }));
+    }
+
+    /// A PSYNC for `offset`, as a server sends it.
+    fn psync(offset: u64) -> Vec<u8> {
+        let next = (offset + 1).to_string();
+        let mut psync = Vec::new();
+        crate::resp::encode_command(&[b"PSYNC", REPLID.as_bytes(), next.as_bytes()], &mut psync);
+        psync
+    }
+
+    /// A link the server dropped before it was answered (it asked, then was promoted and
+    /// deposed) is never answered: it takes no byte from the queue and not the rebuild's
+    /// resync, which the server's next link gets.
+    #[test]
+    fn a_link_the_server_dropped_is_never_answered() {
+        let feed = std::sync::Arc::new(SharedFeed::new(true));
+        feed.close();
+        feed.push_own(b"own");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let serve_next = |generation: u64| {
+            let (feed, listener) = (feed.clone(), listener.try_clone().unwrap());
+            std::thread::spawn(move || serve(listener.accept().unwrap().0, &feed, generation))
+        };
+        // Accepted before the check was expected: refused though it asks once it is.
+        let serving = serve_next(feed.link_generation());
+        let mut early = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        feed.expect_link();
+        early.write_all(&psync(3)).unwrap();
+        assert!(serving.join().unwrap().is_err());
+        // Accepted after, but dropped before the check: not answered either.
+        let serving = serve_next(feed.link_generation());
+        let mut dropped = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        dropped.write_all(&psync(5)).unwrap();
+        drop(dropped);
+        std::thread::sleep(Duration::from_millis(50));
+        let rebuild = FollowAgain::Rebuild { server_offset: 5, stream_end: 3 };
+        assert_eq!(feed.follow_again(5), Ok(rebuild));
+        assert!(serving.join().unwrap().unwrap_err().contains("dropped"));
+        assert!(feed.lock().resync_full && !feed.drained(), "the rebuild waits for its link");
+        // The server's next link is rebuilt.
+        let serving = serve_next(feed.link_generation());
+        let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        server.write_all(&psync(5)).unwrap();
+        let mut expected = format!("+FULLRESYNC {REPLID} 0\r\n$18\r\n").into_bytes();
+        expected.extend_from_slice(EMPTY_RDB);
+        expected.extend_from_slice(b"own");
+        let mut got = vec![0u8; expected.len()];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, expected);
+        feed.close();
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(3));
+        assert_eq!(serving.join().unwrap(), Ok(()));
     }
 }

@@ -144,7 +144,10 @@ impl RedisNode {
             // leader's server follows the log again.
             move || loop {
                 let served = match master.accept() {
-                    Ok((stream, _)) => master::serve(stream, &node.feed),
+                    Ok((stream, _)) => {
+                        let generation = node.feed.link_generation();
+                        master::serve(stream, &node.feed, generation)
+                    }
                     Err(e) => Err(format!("master port: {e}")),
                 };
                 match served {
