@@ -262,8 +262,9 @@ impl SharedFeed {
 
 /// Answers the server's handshake on `stream` (accepted at `generation`, from
 /// [`SharedFeed::link_generation`]), then writes the feed into it until the feed closes or the
-/// connection breaks (an error). The server's `REPLCONF ACK`s are read and dropped by a thread
-/// of their own.
+/// connection breaks (an error). A link refused (the feed is closed) or dropped by the server
+/// before its answer ends at once, `Ok`, with nothing changed. The server's `REPLCONF ACK`s are
+/// read and dropped by a thread of their own.
 pub fn serve(mut stream: TcpStream, feed: &SharedFeed, generation: u64) -> Result<(), String> {
     let psync = handshake(&mut stream)?;
     {
@@ -279,13 +280,14 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed, generation: u64) -> Resul
             };
             f = feed.changed.wait_timeout(f, left).unwrap_or_else(|p| p.into_inner()).0;
         }
+        // Refused, not failed (the server asks again, or has moved on): nothing changes.
         if f.closed {
-            return Err("the front does not feed its server now".into());
+            return Ok(());
         }
         // A link the server dropped while it waited (it was promoted meanwhile, say): never
         // answered, lest it take bytes from the queue or a rebuild's resync.
         if dropped(&stream) {
-            return Err("the local server dropped its link before it was answered".into());
+            return Ok(());
         }
         // Answered under the lock that decided it: a rebuild decided meanwhile is not missed.
         let args: Vec<&[u8]> = psync.iter().map(Vec::as_slice).collect();
@@ -494,7 +496,7 @@ mod tests {
         let feed = std::sync::Arc::new(SharedFeed::new(true));
         feed.close();
         let (_server, serving) = linked(&feed, 0);
-        assert!(serving.join().unwrap().is_err(), "refused: no link is expected");
+        assert_eq!(serving.join().unwrap(), Ok(()), "refused: no link is expected");
         assert!(!feed.lock().ever_connected);
         // Its own leadership committed 500 bytes; another's 20 came since.
         feed.push_own(&[b'x'; 500]);
@@ -597,7 +599,8 @@ mod tests {
         let mut early = TcpStream::connect(("127.0.0.1", port)).unwrap();
         feed.expect_link();
         early.write_all(&psync(3)).unwrap();
-        assert!(serving.join().unwrap().is_err());
+        assert_eq!(serving.join().unwrap(), Ok(()));
+        assert!(!feed.lock().ever_connected, "refused");
         // Accepted after, but dropped before the check: not answered either.
         let serving = serve_next(feed.link_generation());
         let mut dropped = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -606,7 +609,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         let rebuild = FollowAgain::Rebuild { server_offset: 5, stream_end: 3 };
         assert_eq!(feed.follow_again(5), Ok(rebuild));
-        assert!(serving.join().unwrap().unwrap_err().contains("dropped"));
+        assert_eq!(serving.join().unwrap(), Ok(()));
+        assert!(!feed.lock().ever_connected, "not answered");
         assert!(feed.lock().resync_full && !feed.drained(), "the rebuild waits for its link");
         // The server's next link is rebuilt.
         let serving = serve_next(feed.link_generation());
