@@ -218,15 +218,22 @@ systems = [r["system"] for r in d["peers"]["results"]]
 assert systems == ["mu", "redis-wait", "etcd", "openraft", "aeron-cluster"], systems
 assert all(r["p50_us"] > 0 and r["p99_us"] >= r["p50_us"] for r in d["peers"]["results"])
 e = d["e2e"]
-assert {(r["transport"], r["system"], r["op"]) for r in e["results"]} == {
+builtin = [r for r in e["results"] if r["app"] in ["kv", "orderbook"]]
+assert {(r["transport"], r["system"], r["op"]) for r in builtin} == {
     (t, s, o) for t in ["unix", "tcp", "fabric"] for s in ["transport", "unreplicated", "replicated"]
     for o in ["put", "get", "order"]} | {
     ("fabric", s, "order-pipelined") for s in ["transport", "unreplicated", "replicated"]}, e
-assert all(r["app"] == ("kv" if r["op"] in ["put", "get"] else "orderbook") for r in e["results"]), e
+assert all(r["app"] == ("kv" if r["op"] in ["put", "get"] else "orderbook") for r in builtin), e
+# Redis and Memcached: the bare server, a one-replica cluster's front, three replicas.
+apps = [r for r in e["results"] if r["app"] not in ["kv", "orderbook"]]
+assert {(r["app"], r["transport"], r["system"], r["op"]) for r in apps} == {
+    (a, "unix", s, o) for a in ["redis", "memcached"]
+    for s in ["direct", "front-unreplicated", "replicated"] for o in ["set", "get"]}, e
 assert all(r["in_flight"] == (8 if r["op"] == "order-pipelined" else 1) and r["ops_per_s"] > 0
            for r in e["results"]), e
 assert e["replication_p50_us"] > 0 and e["fabric_write_rtt_p50_us"] > 0, e
-assert {t["name"] for t in e["targets"]} == {"fabric-path-vs-write", "replication-added", "unix-vs-fabric"}, e
+assert {t["name"] for t in e["targets"]} == {"fabric-path-vs-write", "replication-added", "unix-vs-fabric"} | {
+    f"{a}-{o}-replication-added" for a in ["redis", "memcached"] for o in ["set", "get"]}, e
 for mode in ["kill", "pause"]:
     f = d["failover-" + mode]
     assert f["failovers"] == 100 and f["mode"] == mode, f
