@@ -1,7 +1,7 @@
 //! `mu bench e2e`'s rows for an unmodified Redis and Memcached (`app = "redis"` and
 //! `"memcached"`, `docs/apps/`): a small write (`SET`, `set`) and a read (`GET`, `get`) of
-//! `--payload`-byte values over [`KEYS`] keys, one at a time, timed from the client, three
-//! ways:
+//! `--payload`-byte values over [`crate::kv_ops::KEYS`] keys, one at a time, timed from the
+//! client, three ways:
 //!
 //! * `direct`: the bare server, started by the benchmark with no replication (Redis with no
 //!   master; Memcached with the options every replica's server runs with).
@@ -15,8 +15,7 @@
 //! `memcached-N.sock`), with the same client ([`AppConn`]), so the rows compare.
 
 use crate::interrupt;
-use crate::kv_ops::KEYS;
-use crate::suite::latency_histogram;
+use crate::kv_ops::timed_writes_and_reads;
 use hdrhistogram::Histogram;
 use mu_daemon::app_client::AppConn;
 use mu_daemon::app_state::ExternalApp;
@@ -185,9 +184,9 @@ pub fn front_socket(app: ExternalApp, run_dir: &std::path::Path, id: u16) -> std
     }
 }
 
-/// Times `samples` sets, then `samples` gets (each after `warmup` untimed ones) over [`KEYS`]
-/// keys; every get must find the value that was set. Latencies in nanoseconds, in the order
-/// of [`OPS`].
+/// Times `samples` sets, then `samples` gets (each after `warmup` untimed ones) over
+/// [`crate::kv_ops::KEYS`] keys; every get must find the value that was set. Latencies in
+/// nanoseconds, in the order of [`OPS`].
 pub fn measure(
     conn: &mut AppConn,
     value: &[u8],
@@ -195,35 +194,20 @@ pub fn measure(
     warmup: u64,
     progress: &mut Progress,
 ) -> Result<[Histogram<u64>; 2], String> {
-    let mut out = [latency_histogram(), latency_histogram()];
-    let key = |i: u64| format!("key-{}", i % KEYS).into_bytes();
-    for (which, h) in out.iter_mut().enumerate() {
-        for i in 0..warmup + samples {
-            if i % 256 == 0 {
-                interrupt::check()?;
-                progress.inc(256.min(warmup + samples - i));
-            }
-            let k = key(i);
-            let started = Instant::now();
-            if which == 0 {
-                conn.set(&k, value).map_err(|e| format!("set: {e}"))?;
-            } else {
-                let got = conn.get(&k).map_err(|e| format!("get: {e}"))?;
-                if got.as_deref() != Some(value) {
-                    return Err(format!(
-                        "get of {} returned {} bytes, not the value set",
-                        String::from_utf8_lossy(&k),
-                        got.map_or(0, |g| g.len())
-                    ));
-                }
-            }
-            let ns = started.elapsed().as_nanos() as u64;
-            if i >= warmup {
-                h.saturating_record(ns.max(1));
-            }
+    timed_writes_and_reads((samples, warmup), progress, |write, key| {
+        if write {
+            return conn.set(key, value).map_err(|e| format!("set: {e}"));
         }
-    }
-    Ok(out)
+        let got = conn.get(key).map_err(|e| format!("get: {e}"))?;
+        if got.as_deref() != Some(value) {
+            return Err(format!(
+                "get of {} returned {} bytes, not the value set",
+                String::from_utf8_lossy(key),
+                got.map_or(0, |g| g.len())
+            ));
+        }
+        Ok(())
+    })
 }
 
 /// Requests of each of the load tool's tests.

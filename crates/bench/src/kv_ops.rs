@@ -29,6 +29,29 @@ pub fn measure(
     warmup: u64,
     progress: &mut Progress,
 ) -> Result<[Histogram<u64>; 2], String> {
+    timed_writes_and_reads((samples, warmup), progress, |write, key| {
+        if write {
+            return client.put(key, value).map_err(|e| format!("put: {e}"));
+        }
+        let got = client.get(key).map_err(|e| format!("get: {e}"))?;
+        // The transport server answers without a store: whatever it says is accepted.
+        if got.as_deref().is_some_and(|g| g != value) {
+            return Err(format!(
+                "get of {:?} returned another value",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Times `samples` writes (`op(true, key)`), then `samples` reads (`op(false, key)`), each
+/// after `warmup` untimed ones, over [`KEYS`] keys: latencies in nanoseconds, writes first.
+pub fn timed_writes_and_reads(
+    (samples, warmup): (u64, u64),
+    progress: &mut Progress,
+    mut op: impl FnMut(bool, &[u8]) -> Result<(), String>,
+) -> Result<[Histogram<u64>; 2], String> {
     let mut out = [latency_histogram(), latency_histogram()];
     let key = |i: u64| format!("key-{}", i % KEYS).into_bytes();
     for (which, h) in out.iter_mut().enumerate() {
@@ -39,15 +62,7 @@ pub fn measure(
             }
             let k = key(i);
             let started = Instant::now();
-            if which == 0 {
-                client.put(&k, value).map_err(|e| format!("put: {e}"))?;
-            } else {
-                let got = client.get(&k).map_err(|e| format!("get: {e}"))?;
-                // The transport server answers without a store: whatever it says is accepted.
-                if got.as_deref().is_some_and(|g| g != value) {
-                    return Err(format!("get of {:?} returned another value", key(i)));
-                }
-            }
+            op(which == 0, &k)?;
             let ns = started.elapsed().as_nanos() as u64;
             if i >= warmup {
                 h.saturating_record(ns.max(1));

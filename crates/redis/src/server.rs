@@ -45,18 +45,8 @@ impl RedisServer {
         paths: ServerPaths,
         master_port: u16,
     ) -> Result<RedisServer, String> {
-        std::fs::create_dir_all(&paths.dir)
-            .map_err(|e| format!("creating {}: {e}", paths.dir.display()))?;
-        let _ = std::fs::remove_file(&paths.socket);
-        let mut command = Command::new(binary);
+        let mut command = RedisServer::bare(binary, &paths)?;
         command
-            .args(["--port", "0", "--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&paths.socket)
-            .arg("--dir")
-            .arg(&paths.dir)
-            .arg("--logfile")
-            .arg(&paths.log)
             // The front reads the RDB as a plain bulk; no delay before it is sent.
             .args(["--repl-diskless-sync", "no", "--repl-diskless-sync-delay", "0"])
             // The front's master link only breaks when the replica dies: never time it out
@@ -70,10 +60,7 @@ impl RedisServer {
             // `DEBUG DIGEST`, asked over the private socket by tests; clients never reach it
             // (the front refuses DEBUG).
             .args(["--enable-debug-command", "local"])
-            .args(["--replicaof", "127.0.0.1", &master_port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .args(["--replicaof", "127.0.0.1", &master_port.to_string()]);
         RedisServer::run(command, paths)
     }
 
@@ -81,6 +68,13 @@ impl RedisServer {
     /// its socket, as a client of an unreplicated Redis would reach it (what `mu bench e2e`
     /// compares the front with). Returns once it answers.
     pub fn start_alone(binary: &Path, paths: ServerPaths) -> Result<RedisServer, String> {
+        let command = RedisServer::bare(binary, &paths)?;
+        RedisServer::run(command, paths)
+    }
+
+    /// The command of a server on `paths`' socket only (no TCP port), without persistence,
+    /// its directory made and a stale socket removed.
+    fn bare(binary: &Path, paths: &ServerPaths) -> Result<Command, String> {
         std::fs::create_dir_all(&paths.dir)
             .map_err(|e| format!("creating {}: {e}", paths.dir.display()))?;
         let _ = std::fs::remove_file(&paths.socket);
@@ -96,7 +90,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        RedisServer::run(command, paths)
+        Ok(command)
     }
 
     /// Runs `command` and waits until the server answers `PING` on its socket.
