@@ -589,18 +589,23 @@ fn no_acknowledged_write_is_lost_when_the_leader_dies_under_load() {
     let new_leader = cluster.leader(&rest, Duration::from_secs(30));
     let mut front = Resp::connect(&cluster.front(new_leader)).unwrap();
     for (i, &acked) in acknowledged.iter().enumerate() {
-        let value = match front.call(&["GET", &format!("counter:{i}")]).unwrap() {
-            Value::Bulk(v) => String::from_utf8(v).unwrap().parse::<i64>().unwrap(),
-            other => panic!("counter:{i} is {other:?}"),
-        };
-        // At most one more: the increment that was running, unanswered, when the leader died.
-        assert!(
-            value == acked || value == acked + 1,
-            "counter:{i} is {value}, {acked} was acknowledged"
-        );
+        assert_counter(&mut front, i, acked);
         assert!(acked > 0, "client {i} got nothing acknowledged");
     }
     cluster.converged(&rest);
+}
+
+/// Counting client `i`'s counter holds what it was acknowledged, or at most one more: the
+/// increment that was running, unanswered, when the client stopped or its leader went.
+fn assert_counter(front: &mut Resp, i: usize, acked: i64) {
+    let value = match front.call(&["GET", &format!("counter:{i}")]).unwrap() {
+        Value::Bulk(v) => String::from_utf8(v).unwrap().parse::<i64>().unwrap(),
+        other => panic!("counter:{i} is {other:?}"),
+    };
+    assert!(
+        value == acked || value == acked + 1,
+        "counter:{i} is {value}, {acked} was acknowledged"
+    );
 }
 
 /// `redis-benchmark` rounds (`SET`, `INCR`, pipelined) against the front at `address` until
@@ -707,16 +712,7 @@ fn a_stopped_leader_under_redis_benchmark_loses_no_acknowledged_write() {
     let now_leader = cluster.leader(&all, Duration::from_secs(30));
     let mut front = Resp::connect(&cluster.front(now_leader)).unwrap();
     for (i, &acked) in acknowledged.iter().enumerate() {
-        let value = match front.call(&["GET", &format!("counter:{i}")]).unwrap() {
-            Value::Bulk(v) => String::from_utf8(v).unwrap().parse::<i64>().unwrap(),
-            other => panic!("counter:{i} is {other:?}"),
-        };
-        // At most one more: an increment that was running, unanswered, when the client stopped
-        // (or that a leadership's end left unanswered).
-        assert!(
-            value == acked || value == acked + 1,
-            "counter:{i} is {value}, {acked} was acknowledged"
-        );
+        assert_counter(&mut front, i, acked);
     }
     assert_eq!(front.call(&["EXISTS", "ahead-of-the-log"]).unwrap(), Value::Integer(0));
     cluster.converged(&all);

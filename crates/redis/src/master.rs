@@ -434,20 +434,23 @@ mod tests {
         server
     }
 
-    fn linked(
-        feed: &std::sync::Arc<SharedFeed>,
-        offset: u64,
-    ) -> (TcpStream, std::thread::JoinHandle<Result<(), String>>) {
+    type Serving = std::thread::JoinHandle<Result<(), String>>;
+
+    /// The front's master for one link, on a port of its own: serves the link it accepts.
+    fn serving(feed: &std::sync::Arc<SharedFeed>) -> (u16, Serving) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let serving = {
-            let feed = feed.clone();
-            std::thread::spawn(move || {
-                let stream = listener.accept().unwrap().0;
-                let generation = feed.link_generation();
-                serve(stream, &feed, generation)
-            })
-        };
+        let feed = feed.clone();
+        let serving = std::thread::spawn(move || {
+            let stream = listener.accept().unwrap().0;
+            let generation = feed.link_generation();
+            serve(stream, &feed, generation)
+        });
+        (port, serving)
+    }
+
+    fn linked(feed: &std::sync::Arc<SharedFeed>, offset: u64) -> (TcpStream, Serving) {
+        let (port, serving) = serving(feed);
         (server_at(port, offset), serving)
     }
 
@@ -540,16 +543,7 @@ mod tests {
         );
         // A proposal of its leadership whose outcome it did not learn turns out committed.
         feed.push_own(b"late");
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let serving = {
-            let feed = feed.clone();
-            std::thread::spawn(move || {
-                let stream = listener.accept().unwrap().0;
-                let generation = feed.link_generation();
-                serve(stream, &feed, generation)
-            })
-        };
+        let (port, serving) = serving(&feed);
         let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut psync = Vec::new();
         crate::resp::encode_command(&[b"PSYNC", REPLID.as_bytes(), b"13"], &mut psync);
