@@ -121,27 +121,33 @@ impl RedisCluster {
             addresses[2]
         );
         std::fs::write(&config, text).expect("config file");
-        let children = (0..3)
-            .map(|id| {
-                let log = std::fs::File::create(dir.join(format!("replica-{id}.stderr"))).unwrap();
-                let child = Command::new(env!("CARGO_BIN_EXE_mu"))
-                    .args([
-                        "replica",
-                        "--config",
-                        config.to_str().unwrap(),
-                        "--id",
-                        &id.to_string(),
-                    ])
-                    .args(["--parent", &std::process::id().to_string()])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()
-                    .expect("mu replica starts");
-                Some(child)
-            })
-            .collect();
-        RedisCluster { dir, run_dir, children, addresses }
+        let mut cluster =
+            RedisCluster { dir, run_dir, children: vec![None, None, None], addresses };
+        for id in 0..3 {
+            cluster.spawn(id, &[]);
+        }
+        cluster
+    }
+
+    /// Starts replica `id`'s process (`extra`: `--rejoin` for one that crashed), its stderr
+    /// appended to its file.
+    fn spawn(&mut self, id: u16, extra: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("replica-{id}.stderr")))
+            .unwrap();
+        let config = self.dir.join("cluster.toml");
+        let child = Command::new(env!("CARGO_BIN_EXE_mu"))
+            .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
+            .args(extra)
+            .args(["--parent", &std::process::id().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("mu replica starts");
+        self.children[id as usize] = Some(child);
     }
 
     fn front(&self, id: u16) -> PathBuf {
@@ -403,6 +409,50 @@ fn a_deposed_leader_with_nothing_uncommitted_follows_again() {
     assert_eq!(front.call(&["INCR", "n"]).unwrap(), Value::Integer(3));
     cluster.converged(&all);
     for id in all {
+        assert!(cluster.running(id), "replica {id} stopped: {}", cluster.stderr(id));
+    }
+}
+
+/// A replica that crashed lost its server's data with it: restarted with `--rejoin` once the
+/// log has moved on by more than its slots, it gets the committed stream by state transfer
+/// from a peer, its server starts over from it, and it ends identical to the others; with the
+/// leader killed, it is one of the two left (a majority only with it), and every acknowledged
+/// write is there.
+#[test]
+fn a_crashed_replica_rejoins_by_state_transfer() {
+    let mut cluster = RedisCluster::start("rejoin", 0x7e05);
+    let all = [0, 1, 2];
+    let first = cluster.leader(&all, Duration::from_secs(30));
+    // The lowest id of the other two: elected when the first leader dies.
+    let crashed = all.into_iter().find(|&id| id != first).unwrap();
+    let mut front = Resp::connect(&cluster.front(first)).unwrap();
+    write_nondeterministic_commands(&mut front);
+    cluster.converged(&all);
+    cluster.kill(crashed);
+    // More entries than the log's 1024 slots (one a write, one client at a time): the
+    // restarted replica cannot catch up from the log alone.
+    for i in 0..3000 {
+        let reply = front.call(&["SET", &format!("k{}", i % 100), &i.to_string()]).unwrap();
+        assert_eq!(reply, ok());
+    }
+    cluster.spawn(crashed, &["--rejoin"]);
+    let (digest, keys) = cluster.converged(&all);
+    assert_ne!(keys, Value::Integer(0));
+    let said = cluster.stderr(crashed);
+    assert!(said.contains("restored from a state transfer"), "no state transfer: {said}");
+    assert_eq!(front.call(&["INCR", "after"]).unwrap(), Value::Integer(1));
+    cluster.converged(&all);
+    // The rejoined replica counts in majorities again before its peer's death matters.
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.kill(first);
+    let rest: Vec<u16> = all.into_iter().filter(|&id| id != first).collect();
+    let next = cluster.leader(&rest, Duration::from_secs(30));
+    let mut front = Resp::connect(&cluster.front(next)).unwrap();
+    assert_eq!(front.call(&["GET", "k99"]).unwrap(), bulk("2999"));
+    assert_eq!(front.call(&["INCR", "after"]).unwrap(), Value::Integer(2));
+    let (after, _) = cluster.converged(&rest);
+    assert_ne!(after, digest, "the last write changed the state");
+    for id in rest {
         assert!(cluster.running(id), "replica {id} stopped: {}", cluster.stderr(id));
     }
 }

@@ -18,8 +18,9 @@ const LOG_TARGET: &str = "mu::serve";
 /// Runs replica `id` of a Redis cluster until SIGINT or SIGTERM, or until it stops serving.
 pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Result<(), String> {
     // A rejoining replica (not eligible until taken back) did not apply the log from its
-    // start: it holds no history of the committed stream to rebuild its server from.
-    let (machine, feed) = RedisMachine::new(id, replica_config.eligible);
+    // start: it holds no history of the committed stream to rebuild its server from, until a
+    // state transfer gives it one.
+    let (machine, feed) = RedisMachine::new(replica_config.eligible);
     let replica =
         Arc::new(crate::replica_support::start_replica(config, id, replica_config, machine)?);
     let pid_path = config.pid_path(id);

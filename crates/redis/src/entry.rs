@@ -88,12 +88,10 @@ impl Entry<'_> {
 /// What applying an entry did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Applied {
-    /// Bytes were appended for the local server (possibly none yet: a part held).
-    Fed,
-    /// Stream of this replica's own leadership: its server ran it already. Its bytes are
-    /// appended all the same (a part held until its end, as for `Fed`), for the committed
-    /// stream's history a deposed leader's server is rebuilt from.
-    Own,
+    /// Stream of the current leadership: the bytes it completes were appended (possibly none
+    /// yet: a part held until its end). The replica decides whether its server ran them
+    /// already (a leadership this process ran) or must be fed them.
+    Stream(Leadership),
     /// Stream of a leadership that had ended when it was decided: nobody runs it.
     Stale,
     /// A new leadership began.
@@ -106,16 +104,17 @@ pub enum Applied {
 
 /// A replica's view of the log: whose stream it is applying, and the part of a command held
 /// until its end is committed.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Applier {
-    me: u16,
     source: Option<Leadership>,
     held: Vec<u8>,
 }
 
 impl Applier {
-    pub fn new(me: u16) -> Applier {
-        Applier { me, source: None, held: Vec::new() }
+    /// An applier that continues from a state transfer: the leadership whose stream the
+    /// donor was applying and the part of a command it held.
+    pub fn restored(source: Option<Leadership>, held: Vec<u8>) -> Applier {
+        Applier { source, held }
     }
 
     /// The leadership the last entry applied belongs to.
@@ -123,8 +122,12 @@ impl Applier {
         self.source
     }
 
-    /// Applies one entry: the committed stream's bytes it completes are appended to `out`
-    /// (for the local server to run, unless `Own`: it ran them).
+    /// The part of a command held until its end is committed.
+    pub fn held(&self) -> &[u8] {
+        &self.held
+    }
+
+    /// Applies one entry: the committed stream's bytes it completes are appended to `out`.
     pub fn apply(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Applied {
         let Some(entry) = Entry::decode(bytes) else { return Applied::Malformed };
         match entry {
@@ -140,21 +143,13 @@ impl Applier {
             }
             Entry::StreamPart(l, part) => {
                 self.held.extend_from_slice(part);
-                self.fed_or_own(l)
+                Applied::Stream(l)
             }
             Entry::Stream(l, tail) => {
                 out.append(&mut self.held);
                 out.extend_from_slice(tail);
-                self.fed_or_own(l)
+                Applied::Stream(l)
             }
-        }
-    }
-
-    fn fed_or_own(&self, l: Leadership) -> Applied {
-        if l.node == self.me {
-            Applied::Own
-        } else {
-            Applied::Fed
         }
     }
 }
@@ -287,36 +282,49 @@ mod tests {
     const B: Leadership = Leadership { node: 1, term_ns: 9 };
 
     #[test]
-    fn a_follower_feeds_others_streams_and_tells_its_own() {
-        let mut a = Applier::new(1);
+    fn the_current_leaderships_stream_is_appended_and_named() {
+        let mut a = Applier::default();
         let mut out = Vec::new();
         assert_eq!(a.apply(&entry(Entry::Leader(A)), &mut out), Applied::Leader(A));
-        assert_eq!(a.apply(&entry(Entry::Stream(A, b"ab")), &mut out), Applied::Fed);
+        assert_eq!(a.apply(&entry(Entry::Stream(A, b"ab")), &mut out), Applied::Stream(A));
         assert_eq!(out, b"ab");
         out.clear();
         assert_eq!(a.apply(&entry(Entry::Leader(B)), &mut out), Applied::Leader(B));
-        assert_eq!(a.apply(&entry(Entry::StreamPart(B, b"c")), &mut out), Applied::Own);
-        assert!(out.is_empty(), "a part is held until its end, its own too");
-        assert_eq!(a.apply(&entry(Entry::Stream(B, b"d")), &mut out), Applied::Own);
-        assert_eq!(out, b"cd", "its own stream's bytes, for the history");
+        assert_eq!(a.apply(&entry(Entry::StreamPart(B, b"c")), &mut out), Applied::Stream(B));
+        assert!(out.is_empty(), "a part is held until its end");
+        assert_eq!(a.held(), b"c");
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"d")), &mut out), Applied::Stream(B));
+        assert_eq!(out, b"cd");
         assert_eq!(a.apply(&[0xee], &mut out), Applied::Malformed);
     }
 
     #[test]
-    fn an_own_part_left_without_its_end_is_not_history() {
-        let mut a = Applier::new(0);
+    fn a_part_left_without_its_end_is_not_stream() {
+        let mut a = Applier::default();
         let mut out = Vec::new();
         a.apply(&entry(Entry::Leader(A)), &mut out);
         a.apply(&entry(Entry::StreamPart(A, b"half")), &mut out);
         a.apply(&entry(Entry::Leader(B)), &mut out);
-        assert_eq!(a.apply(&entry(Entry::Stream(B, b"xy")), &mut out), Applied::Fed);
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"xy")), &mut out), Applied::Stream(B));
         assert_eq!(out, b"xy", "nobody ran the part whose end never committed");
+    }
+
+    #[test]
+    fn a_restored_applier_goes_on_where_its_donor_was() {
+        let mut a = Applier::restored(Some(A), b"*1\r\n$4".to_vec());
+        let mut out = Vec::new();
+        assert_eq!(
+            a.apply(&entry(Entry::Stream(A, b"\r\nPING\r\n")), &mut out),
+            Applied::Stream(A)
+        );
+        assert_eq!(out, b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(a.apply(&entry(Entry::Stream(B, b"x")), &mut out), Applied::Stale);
     }
 
     #[test]
     fn a_deposed_leaders_late_entries_are_skipped_everywhere() {
         for me in [0, 1, 2] {
-            let mut a = Applier::new(me);
+            let mut a = Applier::default();
             let mut out = Vec::new();
             a.apply(&entry(Entry::Leader(A)), &mut out);
             a.apply(&entry(Entry::Leader(B)), &mut out);
@@ -328,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_part_waits_for_its_end_and_dies_with_its_leader() {
-        let mut a = Applier::new(2);
+        let mut a = Applier::default();
         let mut out = Vec::new();
         a.apply(&entry(Entry::Leader(A)), &mut out);
         a.apply(&entry(Entry::StreamPart(A, b"*1\r\n$4")), &mut out);

@@ -3,7 +3,8 @@
 //! Pure pieces: [`resp`] (bounded RESP2/RESP3 framing), [`command`] (what the front does with
 //! each command), [`plan`] (where the front puts its `ROLE` and what each reply waits for),
 //! [`entry`] (log entries, what a replica feeds its server, command boundaries in the stream),
-//! [`master::answer`] (the handshake a follower's server gets).
+//! [`master::answer`] (the handshake a follower's server gets), [`snapshot`] (what a state
+//! transfer carries).
 //!
 //! The runtime, which moves bytes: [`server`] (the private `redis-server`), [`link`] (the
 //! leader's replica link and the commit watermark), [`master`] (feeding a follower's server),
@@ -18,5 +19,6 @@ pub mod node;
 pub mod plan;
 pub mod resp;
 pub mod server;
+pub mod snapshot;
 
 pub use node::{NodeConfig, RedisMachine, RedisNode};

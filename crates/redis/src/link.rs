@@ -114,6 +114,21 @@ impl Committed {
         }
     }
 
+    /// Whether `leadership` is the one this process began last: its stream's entries, applied
+    /// while it is the log's current leadership, were run by this replica's server already.
+    /// (An earlier leadership of this process is stale by then: the later one's `Leader`
+    /// entry was applied before it began. A leadership of this replica's id that an earlier
+    /// run of it began is not this process's: its server never ran that stream.)
+    pub fn began(&self, leadership: Leadership) -> bool {
+        self.lock().leadership == Some(leadership)
+    }
+
+    /// The state machine was restored from a snapshot taken where `leader` was the last
+    /// `Leader` entry applied.
+    pub fn restored(&self, leader: Option<Leadership>) {
+        self.lock().leader_applied = leader;
+    }
+
     /// Waits until the entry at log `index` is applied here: false if it is not within
     /// [`APPLY_WAIT`].
     pub fn wait_applied(&self, index: u64) -> bool {

@@ -111,6 +111,9 @@ pub struct Feed {
     /// Whether the server's link to the front was ever up: a server never fed has nothing to
     /// run.
     pub ever_connected: bool,
+    /// Set by a state transfer while the server's link is up: the feeding thread drops that
+    /// link, so that the server asks again and starts over from the restored stream.
+    pub relink: bool,
 }
 
 impl Feed {
@@ -214,6 +217,28 @@ impl SharedFeed {
         Ok(how)
     }
 
+    /// Replaces what this replica applied with `history`, the whole committed stream of a
+    /// state transfer's donor: its server starts over (its next link gets a full resync at
+    /// offset 0 with an empty RDB, the current one is dropped) and runs all of it. Refused
+    /// while this replica leads: its server is then no replica to feed.
+    pub fn restore(&self, history: Vec<u8>) -> Result<(), String> {
+        let mut f = self.lock();
+        if f.closed && !f.reopening {
+            return Err("a state transfer reached a replica whose server leads".into());
+        }
+        f.stream_bytes = history.len() as u64;
+        f.queue = history.clone();
+        f.history = (history.len() <= HISTORY_BYTES_MAX).then_some(history);
+        f.resync_full = true;
+        // Emptied: an entry of this process's last leadership applied from here is fed to it.
+        f.rebuilding = true;
+        f.expected_offset = None;
+        f.relink = f.connected;
+        drop(f);
+        self.changed.notify_all();
+        Ok(())
+    }
+
     /// A deposed leader's server is about to be made a replica again: the link it asks for
     /// waits for [`SharedFeed::follow_again`] (up to [`REOPEN_WAIT`]).
     pub fn expect_link(&self) {
@@ -306,6 +331,7 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed, generation: u64) -> Resul
         stream.write_all(&answer.reply).map_err(|e| format!("master handshake: {e}"))?;
         stream.set_read_timeout(None).map_err(|e| e.to_string())?;
         f.resync_full = false;
+        f.relink = false;
         f.base_offset = base;
         f.written_bytes = 0;
         f.connected = true;
@@ -343,10 +369,12 @@ fn feed_link(stream: &mut TcpStream, feed: &SharedFeed) -> Result<(), String> {
     loop {
         {
             let mut f = feed.lock();
-            while f.queue.is_empty() && !f.closed {
+            while f.queue.is_empty() && !f.closed && !f.relink {
                 f = feed.changed.wait(f).unwrap_or_else(|p| p.into_inner());
             }
-            if f.closed {
+            if f.closed || f.relink {
+                // A state transfer's relink: the server asks again, and starts over.
+                f.relink = false;
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 return Ok(());
             }
@@ -564,6 +592,36 @@ mod tests {
         forgetful.push_own(b"own");
         assert!(forgetful.follow_again(4).unwrap_err().contains("does not hold the whole stream"));
         assert_eq!(forgetful.follow_again(3), Ok(FollowAgain::Continue { offset: 3 }));
+    }
+
+    /// A state transfer drops the server's link; its next link starts over from the restored
+    /// stream (a full resync, then all of it), and then gets what is applied after it. A
+    /// replica whose server leads refuses a transfer.
+    #[test]
+    fn a_restored_feed_starts_its_server_over_from_the_donors_stream() {
+        let feed = std::sync::Arc::new(SharedFeed::new(false));
+        let (mut old, first) = linked(&feed, 0);
+        feed.push(b"lagging");
+        let mut got = vec![0u8; 7];
+        old.read_exact(&mut got).unwrap();
+        feed.restore(b"donors".to_vec()).unwrap();
+        assert_eq!(first.join().unwrap(), Ok(()), "the old link ends");
+        assert_eq!(old.read(&mut [0u8; 8]).unwrap(), 0, "and is closed");
+        assert_eq!(feed.lock().history.as_deref(), Some(&b"donors"[..]), "history held now");
+        feed.push(b"+next");
+        let (port, serving) = serving(&feed);
+        let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        server.write_all(&psync(7)).unwrap();
+        let mut expected = format!("+FULLRESYNC {REPLID} 0\r\n$18\r\n").into_bytes();
+        expected.extend_from_slice(EMPTY_RDB);
+        expected.extend_from_slice(b"donors+next");
+        let mut got = vec![0u8; expected.len()];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, expected);
+        feed.close();
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(11));
+        assert_eq!(serving.join().unwrap(), Ok(()));
+        assert!(feed.restore(b"x".to_vec()).unwrap_err().contains("leads"));
     }
 
     /// A PSYNC for `offset`, as a server sends it.

@@ -6,9 +6,10 @@
 use crate::entry::{Applied, Applier, Entry, Leadership};
 use crate::front::{accept_tcp, accept_unix, direct_socket, FrontShared};
 use crate::link::{self, Committed};
-use crate::master::{self, FollowAgain, SharedFeed};
+use crate::master::{self, FollowAgain, SharedFeed, HISTORY_BYTES_MAX};
 use crate::resp::role_offset;
 use crate::server::{Conn, RedisServer, ServerPaths};
+use crate::snapshot::Snapshot;
 use mu_replica::{Replica, StateMachine};
 use std::net::TcpListener;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -47,15 +48,15 @@ pub struct RedisMachine {
 }
 
 impl RedisMachine {
-    /// The machine of replica `me`, and what it shares with the node. `from_start`: it applies
+    /// The machine of a replica, and what it shares with the node. `from_start`: it applies
     /// the log from its first entry (not a rejoining replica), and so keeps the committed
     /// stream's history, to rebuild its server from if it is deposed with effects the log does
-    /// not hold.
-    pub fn new(me: u16, from_start: bool) -> (RedisMachine, Arc<NodeShared>) {
+    /// not hold, and to give a replica that needs a state transfer.
+    pub fn new(from_start: bool) -> (RedisMachine, Arc<NodeShared>) {
         let shared =
             Arc::new(NodeShared { feed: SharedFeed::new(from_start), committed: Arc::default() });
         let machine =
-            RedisMachine { applier: Applier::new(me), shared: shared.clone(), out: Vec::new() };
+            RedisMachine { applier: Applier::default(), shared: shared.clone(), out: Vec::new() };
         (machine, shared)
     }
 }
@@ -64,12 +65,13 @@ impl StateMachine for RedisMachine {
     fn apply(&mut self, index: u64, request: &[u8]) {
         let applied = self.applier.apply(request, &mut self.out);
         match applied {
-            Applied::Fed if !self.out.is_empty() => {
-                self.shared.feed.push(&self.out);
+            // This process's own leadership: its server ran the stream already.
+            Applied::Stream(l) if !self.out.is_empty() && self.shared.committed.began(l) => {
+                self.shared.feed.push_own(&self.out);
                 self.out.clear();
             }
-            Applied::Own if !self.out.is_empty() => {
-                self.shared.feed.push_own(&self.out);
+            Applied::Stream(_) if !self.out.is_empty() => {
+                self.shared.feed.push(&self.out);
                 self.out.clear();
             }
             Applied::Malformed => warn!(target: LOG_TARGET, "an entry that is not Redis's"),
@@ -83,6 +85,30 @@ impl StateMachine for RedisMachine {
             _ => None,
         };
         self.shared.committed.applied(index, leader);
+    }
+
+    /// The whole committed stream applied here, and where in the log this replica is.
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        let feed = self.shared.feed.lock();
+        let Some(stream) = &feed.history else {
+            return Err(format!(
+                "this replica does not hold the whole committed stream (it rejoined without a \
+                 state transfer, or the stream outgrew {HISTORY_BYTES_MAX} bytes)"
+            ));
+        };
+        let source = self.applier.source();
+        Snapshot { source, held: self.applier.held(), stream }.encode(out);
+        Ok(())
+    }
+
+    /// Starts this replica's server over from the donor's committed stream.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let s = Snapshot::decode(snapshot)?;
+        self.shared.feed.restore(s.stream.to_vec())?;
+        self.applier = Applier::restored(s.source, s.held.to_vec());
+        self.shared.committed.restored(s.source);
+        info!(target: LOG_TARGET, stream_bytes = s.stream.len(), "restored from a state transfer: the server starts over from the committed stream");
+        Ok(())
     }
 }
 

@@ -21,6 +21,8 @@
 //! slots = 4096
 //! slot_bytes = 4120           # 24 bytes of framing plus the largest request
 //! integrity = "checksum"      # or "canary" (only where writes land left to right)
+//! snapshot_bytes = 1_048_576  # the largest state a state transfer carries (16 MiB by
+//!                             # default for Redis, Memcached and uKharon-KV)
 //!
 //! [detector]
 //! read_period_us = 1000
@@ -158,8 +160,12 @@ pub enum Reads {
 /// The protocol name of uKharon-KV.
 pub const UKHARON_KV: &str = "ukharon-kv";
 
-/// The largest store snapshot a fresh uKharon-KV backup receives, by default.
+/// The largest snapshot a state transfer carries, by default: the store a fresh uKharon-KV
+/// backup receives, a Redis or Memcached replica's state.
 pub const SNAPSHOT_BYTES_DEFAULT: u64 = 16 << 20;
+
+/// The same for the built-in key-value store and order book under Mu and Velos.
+pub const SNAPSHOT_BYTES_BUILT_IN: u64 = 1 << 20;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -254,7 +260,7 @@ pub struct LogSection {
     pub slots: u64,
     pub slot_bytes: u32,
     pub integrity: String,
-    /// uKharon-KV only: the largest store snapshot a fresh backup receives, in bytes.
+    /// The largest snapshot a state transfer carries, in bytes ([`ClusterConfig::snapshot_bytes`]).
     pub snapshot_bytes: Option<u64>,
 }
 
@@ -492,13 +498,18 @@ impl ClusterConfig {
                 self.protocol, self.reads
             ));
         }
-        if self.log.snapshot_bytes.is_some() {
-            return Err(format!(
-                "log.snapshot_bytes: for protocol = \"{UKHARON_KV}\" only (Mu and Velos send a \
-                 snapshot of any size)"
-            ));
+        self.check_snapshot_bytes("a state transfer needs room for the application's state")
+    }
+
+    /// `log.snapshot_bytes`, if set: 1 to [`LOG_BYTES_MAX`].
+    fn check_snapshot_bytes(&self, why: &str) -> Result<(), String> {
+        match self.log.snapshot_bytes {
+            Some(0) => Err(format!("log.snapshot_bytes: 0; {why}")),
+            Some(n) if n > LOG_BYTES_MAX => {
+                Err(format!("log.snapshot_bytes: {n}, above {LOG_BYTES_MAX}"))
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Whether the cluster runs uKharon-KV rather than a replication engine.
@@ -512,13 +523,7 @@ impl ClusterConfig {
         self.check_group(&format!("protocol = \"{UKHARON_KV}\""))?;
         mu_primary_backup::Ring::new(self.log.slots, self.log.slot_bytes as usize)
             .map_err(|e| format!("log: {e} (the ring of records each backup holds)"))?;
-        match self.log.snapshot_bytes {
-            Some(0) => Err("log.snapshot_bytes: 0; a fresh backup needs room for the store".into()),
-            Some(n) if n > LOG_BYTES_MAX => {
-                Err(format!("log.snapshot_bytes: {n}, above {LOG_BYTES_MAX}"))
-            }
-            _ => Ok(()),
-        }
+        self.check_snapshot_bytes("a fresh backup needs room for the store")
     }
 
     /// What a cluster with a uKharon group (`what` says why it has one) asks of the file:
@@ -634,9 +639,14 @@ impl ClusterConfig {
         coordinators.iter().chain(&self.replicas).copied().collect()
     }
 
-    /// The largest store snapshot a fresh uKharon-KV backup receives.
+    /// The largest snapshot a state transfer carries: the store a fresh uKharon-KV backup
+    /// receives, or the application's state a Mu or Velos replica reads from a peer. By
+    /// default [`SNAPSHOT_BYTES_DEFAULT`], but 1 MiB for the built-in key-value store and
+    /// order book under Mu and Velos (each replica registers a region of twice this size).
     pub fn snapshot_bytes(&self) -> u64 {
-        self.log.snapshot_bytes.unwrap_or(SNAPSHOT_BYTES_DEFAULT)
+        let built_in = !self.is_ukharon_kv() && !self.is_redis() && !self.is_memcached();
+        let default = if built_in { SNAPSHOT_BYTES_BUILT_IN } else { SNAPSHOT_BYTES_DEFAULT };
+        self.log.snapshot_bytes.unwrap_or(default)
     }
 
     /// The replica configuration of replica `id`.
@@ -659,6 +669,8 @@ impl ClusterConfig {
                 return Err(format!("log.integrity \"{other}\": use \"checksum\" or \"canary\""))
             }
         };
+        c.snapshot_bytes_max = usize::try_from(self.snapshot_bytes())
+            .map_err(|_| "log.snapshot_bytes: too large for this host".to_string())?;
         c.detector.read_period_ns = self.detector.read_period_us.saturating_mul(1000);
         c.threads = self.threads()?;
         c.detector.failure_threshold = self.detector.failure_threshold;

@@ -566,7 +566,19 @@ fn ukharon_kv_errors_name_the_key() {
     refused(&ukharon_kv("[0]", "[log]\nslots = 0"), &["log:", "at least one slot"]);
     refused(&ukharon_kv("[0]", "[log]\nsnapshot_bytes = 0"), &["log.snapshot_bytes"]);
     refused(&good("[ukharon]\ncoordinators = [5]"), &["ukharon: a section for protocol"]);
-    refused(&good("[log]\nsnapshot_bytes = 4096"), &["log.snapshot_bytes: for protocol"]);
+    refused(&good("[log]\nsnapshot_bytes = 0"), &["log.snapshot_bytes: 0"]);
+}
+
+/// `log.snapshot_bytes` sizes every protocol's state transfer: 1 MiB by default for the
+/// built-in applications under Mu and Velos, 16 MiB for Redis and Memcached.
+#[test]
+fn every_protocol_sizes_its_state_transfer() {
+    use mu_service::config::{SNAPSHOT_BYTES_BUILT_IN, SNAPSHOT_BYTES_DEFAULT};
+    let replica = |text: &str| ClusterConfig::parse(text).unwrap().replica_config(0).unwrap();
+    assert_eq!(replica(&good("")).snapshot_bytes_max as u64, SNAPSHOT_BYTES_BUILT_IN);
+    assert_eq!(replica(&good("app = \"redis\"")).snapshot_bytes_max as u64, SNAPSHOT_BYTES_DEFAULT);
+    let set = good("app = \"memcached\"\n[log]\nsnapshot_bytes = 4096");
+    assert_eq!(replica(&set).snapshot_bytes_max, 4096);
 }
 
 /// A Mu or Velos cluster with `reads = "lease"`: replicas 3 to 5, coordinators 0 to 2, and
