@@ -32,6 +32,9 @@ pub fn run(config: &ClusterConfig, id: u16, replica_config: ReplicaConfig) -> Re
         server_binary: crate::app_state::ExternalApp::Redis.server_binary(),
         entry_bytes_max: (config.log.slot_bytes - mu_log::MIN_SLOT_BYTES) as usize,
         client_address: config.client_address(id),
+        // A snapshot is the RDB and the stream after it: a quarter of the largest for the
+        // stream leaves room for the RDB.
+        compact_bytes: (config.snapshot_bytes() / 4) as usize,
     };
     let node = RedisNode::start(node_config, replica.clone(), feed)?;
     info!(

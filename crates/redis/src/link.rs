@@ -212,6 +212,20 @@ impl Committed {
         }
     }
 
+    /// Waits up to `wait` until the stream of leadership `epoch` is committed up to `offset`:
+    /// false if that leadership ended first, or the wait ran out.
+    pub fn wait_committed(&self, epoch: u64, offset: u64, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut s = self.lock();
+        loop {
+            if let Some(verdict) = s.verdict(epoch, offset, 0) {
+                return verdict;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { return false };
+            s = self.changed.wait_timeout(s, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
     /// What [`Committed::wait`] would answer now, if it would not wait.
     pub fn verdict(&self, epoch: u64, offset: u64, ticket: u64) -> Option<bool> {
         self.lock().verdict(epoch, offset, ticket)
@@ -228,6 +242,44 @@ impl Committed {
 /// an effect made between the promotion and the resync would be in the skipped RDB only, and
 /// the followers would never run it.
 pub fn open(socket: &Path, at: u64) -> Result<(Conn, u64), String> {
+    let next = (at + 1).to_string();
+    let (mut conn, line) = psync(socket, crate::master::REPLID, &next)?;
+    let text = String::from_utf8_lossy(&line).into_owned();
+    if text.starts_with("+CONTINUE") {
+        return Ok((conn, at));
+    }
+    let (_, offset) = full_resync(&text)?;
+    if offset != at {
+        return Err(format!(
+            "replica link: a full resync at offset {offset}, not {at}: the server made effects \
+             the stream would not carry"
+        ));
+    }
+    read_rdb(&mut conn, None)?;
+    Ok((conn, offset))
+}
+
+/// An RDB of the server at `socket` and the offset of its stream it holds the state at: the
+/// server's answer to a sub-replica's full resync, which Redis makes from one fork at that
+/// offset. `as_replica`: the server must be a replica of the front's master (another
+/// replication id is refused: its offsets would not be the stream's); a leader's server, which
+/// continues the stream's offsets under an id of its own, is asked with `false`. `Err` also
+/// while a replica is not linked to its master (Redis refuses a sub-replica then).
+pub fn rdb_at_offset(socket: &Path, as_replica: bool) -> Result<(Vec<u8>, u64), String> {
+    let (mut conn, line) = psync(socket, "?", "-1")?;
+    let text = String::from_utf8_lossy(&line).into_owned();
+    let (id, offset) = full_resync(&text)?;
+    if as_replica && id != crate::master::REPLID {
+        return Err(format!("an RDB of replication id {id}, not the front's"));
+    }
+    let mut rdb = Vec::new();
+    read_rdb(&mut conn, Some(&mut rdb))?;
+    Ok((rdb, offset))
+}
+
+/// Connects to the server at `socket` as its replica and asks `PSYNC <id> <next>`: the
+/// connection and the first line of the answer.
+fn psync(socket: &Path, id: &str, next: &str) -> Result<(Conn, Vec<u8>), String> {
     let mut conn = Conn::connect(socket).map_err(|e| format!("replica link: {e}"))?;
     let ok = |v: &Value| matches!(v, Value::Simple(_));
     for args in [
@@ -240,33 +292,27 @@ pub fn open(socket: &Path, at: u64) -> Result<(Conn, u64), String> {
             return Err(unexpected("replica link handshake", &reply));
         }
     }
-    let mut psync = Vec::new();
-    let next = (at + 1).to_string();
-    encode_command(&[b"PSYNC", crate::master::REPLID.as_bytes(), next.as_bytes()], &mut psync);
-    conn.stream.write_all(&psync).map_err(|e| format!("replica link: {e}"))?;
+    let mut command = Vec::new();
+    encode_command(&[b"PSYNC", id.as_bytes(), next.as_bytes()], &mut command);
+    conn.stream.write_all(&command).map_err(|e| format!("replica link: {e}"))?;
     let line = conn.read_frame()?;
-    let text = String::from_utf8_lossy(&line).into_owned();
-    if text.starts_with("+CONTINUE") {
-        return Ok((conn, at));
-    }
-    let offset = text
-        .strip_prefix("+FULLRESYNC ")
-        .and_then(|rest| rest.trim_end().split(' ').nth(1))
-        .and_then(|o| o.parse::<u64>().ok())
-        .ok_or_else(|| format!("replica link: expected +CONTINUE or +FULLRESYNC, got {text:?}"))?;
-    if offset != at {
-        return Err(format!(
-            "replica link: a full resync at offset {offset}, not {at}: the server made effects \
-             the stream would not carry"
-        ));
-    }
-    skip_rdb(&mut conn)?;
-    Ok((conn, offset))
+    Ok((conn, line))
 }
 
-/// Skips the RDB that follows `+FULLRESYNC`: newlines the master sends while it saves, then
-/// `$<length>\r\n` and that many bytes (without a CRLF after them).
-fn skip_rdb(conn: &mut Conn) -> Result<(), String> {
+/// The replication id and offset of a `+FULLRESYNC <id> <offset>` line.
+fn full_resync(text: &str) -> Result<(&str, u64), String> {
+    let mut words = text.strip_prefix("+FULLRESYNC ").map(|rest| rest.trim_end().split(' '));
+    let id = words.as_mut().and_then(|w| w.next());
+    let offset = words.as_mut().and_then(|w| w.next()).and_then(|o| o.parse::<u64>().ok());
+    match (id, offset) {
+        (Some(id), Some(offset)) => Ok((id, offset)),
+        _ => Err(format!("replica link: expected +CONTINUE or +FULLRESYNC, got {text:?}")),
+    }
+}
+
+/// Reads the RDB that follows `+FULLRESYNC` (into `keep`, or skipped): newlines the master
+/// sends while it saves, then `$<length>\r\n` and that many bytes (without a CRLF after them).
+fn read_rdb(conn: &mut Conn, mut keep: Option<&mut Vec<u8>>) -> Result<(), String> {
     loop {
         let buf = conn.buffered();
         let newlines = buf.iter().take_while(|&&b| b == b'\n').count();
@@ -296,6 +342,9 @@ fn skip_rdb(conn: &mut Conn) -> Result<(), String> {
     while left > 0 {
         let buf = conn.buffered();
         let take = (buf.len() as u64).min(left) as usize;
+        if let Some(keep) = keep.as_deref_mut() {
+            keep.extend_from_slice(&buf[..take]);
+        }
         buf.drain(..take);
         left -= take as u64;
         if left > 0 {

@@ -14,9 +14,8 @@ use std::time::Duration;
 pub const REPLID: &str = "6d752d72656469732d6d61737465722d30303031";
 const _: () = assert!(REPLID.len() == 40);
 
-/// An RDB with no keys: the header of version 10 (Redis 7.0), the end-of-file opcode and a
-/// zero checksum, which Redis reads as "saved without a checksum".
-pub const EMPTY_RDB: &[u8] = b"REDIS0010\xff\0\0\0\0\0\0\0\0";
+use crate::history::History;
+pub use crate::history::EMPTY_RDB;
 
 /// What the front answers a handshake command of its server.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,22 +25,22 @@ pub struct Answer {
     pub stream_from: Option<u64>,
 }
 
-/// The answer to `args` (a command's arguments, its name upper-cased first). `PSYNC ? -1` (a
-/// server that never had a master), or any `PSYNC` when `start_over` (a deposed leader's server
-/// that ran effects the log does not hold), gets a full resync with an empty RDB, and so
-/// empties the server; `PSYNC <id> <offset>` (a server that already holds data: a deposed
-/// leader's, `docs/apps/redis.md`) gets `+CONTINUE`, so that it keeps its data and goes on from
-/// its own offset.
-pub fn answer(args: &[&[u8]], start_over: bool) -> Result<Answer, String> {
+/// The answer to `args` (a command's arguments, its name upper-cased first). Any `PSYNC` when
+/// `start_over` names a history (a deposed leader's server that ran effects the log does not
+/// hold, or a state transfer's) gets a full resync with that history's RDB, at its offset;
+/// `PSYNC ? -1` (a server that never had a master) one with an empty RDB at offset 0;
+/// `PSYNC <id> <offset>` (a server that already holds data: a deposed leader's,
+/// `docs/apps/redis.md`) gets `+CONTINUE`, so that it keeps its data and goes on from its own
+/// offset.
+pub fn answer(args: &[&[u8]], start_over: Option<&History>) -> Result<Answer, String> {
     let ok = |reply: &[u8]| Ok(Answer { reply: reply.to_vec(), stream_from: None });
     match args.first().map(|n| n.to_ascii_uppercase()).as_deref() {
         Some(b"PING") => ok(b"+PONG\r\n"),
         Some(b"PSYNC") => match args.get(1..3) {
-            Some([id, _]) if start_over || *id == b"?" => {
-                let mut reply =
-                    format!("+FULLRESYNC {} 0\r\n${}\r\n", REPLID, EMPTY_RDB.len()).into_bytes();
-                reply.extend_from_slice(EMPTY_RDB);
-                Ok(Answer { reply, stream_from: Some(0) })
+            Some([id, _]) if start_over.is_some() || *id == b"?" => {
+                let fresh = History::default();
+                let from = start_over.unwrap_or(&fresh);
+                Ok(Answer { reply: from.full_resync(REPLID), stream_from: Some(from.rdb_offset) })
             }
             Some([_, offset]) => {
                 let next: u64 = std::str::from_utf8(offset)
@@ -78,11 +77,12 @@ pub struct Feed {
     pub queue: Vec<u8>,
     /// The committed stream's length as applied here (own leaderships' included).
     pub stream_bytes: u64,
-    /// The whole committed stream from offset 0, while this replica holds it (`None` once it
-    /// outgrew [`HISTORY_BYTES_MAX`], or where it did not apply the log from its start).
-    pub history: Option<Vec<u8>>,
-    /// Set when the server's next link must start over: a full resync at offset 0 with an
-    /// empty RDB, the whole history queued behind it.
+    /// The whole committed stream, as an RDB at some offset and the stream after it, while
+    /// this replica holds it (`None` once it outgrew [`HISTORY_BYTES_MAX`], or where it did
+    /// not apply the log from its start and had no state transfer).
+    pub history: Option<History>,
+    /// Set when the server's next link must start over: a full resync with the history's RDB,
+    /// its stream queued behind it.
     pub resync_full: bool,
     /// Set from a rebuild until this replica leads again: the server was emptied, so an entry
     /// of its last leadership applied since (a proposal whose outcome its leader did not
@@ -121,7 +121,7 @@ impl Feed {
     fn record(&mut self, bytes: &[u8]) {
         self.stream_bytes += bytes.len() as u64;
         if let Some(history) = &mut self.history {
-            if history.len() + bytes.len() > HISTORY_BYTES_MAX {
+            if history.bytes() + bytes.len() > HISTORY_BYTES_MAX {
                 self.history = None;
                 tracing::warn!(
                     target: "mu_redis::node",
@@ -130,7 +130,7 @@ impl Feed {
                      will stop"
                 );
             } else {
-                history.extend_from_slice(bytes);
+                history.stream.extend_from_slice(bytes);
             }
         }
     }
@@ -157,7 +157,7 @@ impl SharedFeed {
     /// A feed that keeps the committed stream's history (a replica that applies the log from
     /// its start), or not.
     pub fn new(keep_history: bool) -> SharedFeed {
-        let feed = Feed { history: keep_history.then(Vec::new), ..Feed::default() };
+        let feed = Feed { history: keep_history.then(History::default), ..Feed::default() };
         SharedFeed { feed: Mutex::new(feed), changed: Condvar::new() }
     }
 
@@ -198,7 +198,7 @@ impl SharedFeed {
             f.expected_offset = Some(stream_end);
             FollowAgain::Continue { offset: stream_end }
         } else if let Some(history) = &f.history {
-            f.queue = history.clone();
+            f.queue = history.stream.clone();
             f.resync_full = true;
             f.rebuilding = true;
             f.expected_offset = None;
@@ -218,17 +218,20 @@ impl SharedFeed {
     }
 
     /// Replaces what this replica applied with `history`, the whole committed stream of a
-    /// state transfer's donor: its server starts over (its next link gets a full resync at
-    /// offset 0 with an empty RDB, the current one is dropped) and runs all of it. Refused
-    /// while this replica leads: its server is then no replica to feed.
-    pub fn restore(&self, history: Vec<u8>) -> Result<(), String> {
+    /// state transfer's donor: its server starts over (its next link gets a full resync with
+    /// the history's RDB, the current one is dropped) and runs the rest. Refused while this
+    /// replica leads: its server is then no replica to feed.
+    pub fn restore(&self, history: History) -> Result<(), String> {
         let mut f = self.lock();
         if f.closed && !f.reopening {
             return Err("a state transfer reached a replica whose server leads".into());
         }
-        f.stream_bytes = history.len() as u64;
-        f.queue = history.clone();
-        f.history = (history.len() <= HISTORY_BYTES_MAX).then_some(history);
+        if history.bytes() > HISTORY_BYTES_MAX {
+            return Err(format!("a state transfer of more than {HISTORY_BYTES_MAX} bytes"));
+        }
+        f.stream_bytes = history.end();
+        f.queue = history.stream.clone();
+        f.history = Some(history);
         f.resync_full = true;
         // Emptied: an entry of this process's last leadership applied from here is fed to it.
         f.rebuilding = true;
@@ -237,6 +240,27 @@ impl SharedFeed {
         drop(f);
         self.changed.notify_all();
         Ok(())
+    }
+
+    /// Whether the kept stream after the history's RDB is longer than `bytes`.
+    pub fn wants_compaction(&self, bytes: usize) -> bool {
+        self.lock().history.as_ref().is_some_and(|h| h.stream.len() > bytes)
+    }
+
+    /// Whether the server is linked: it runs only committed stream (an RDB of it may replace
+    /// that stream).
+    pub fn linked(&self) -> bool {
+        let f = self.lock();
+        f.connected && !f.closed
+    }
+
+    /// Replaces the kept stream up to `offset` with `rdb`, an RDB of this replica's server at
+    /// that offset (`history::History::compact`).
+    pub fn compact(&self, rdb: Vec<u8>, offset: u64) -> Result<(), String> {
+        match &mut self.lock().history {
+            Some(history) => history.compact(rdb, offset),
+            None => Err("this replica keeps no history".into()),
+        }
     }
 
     /// A deposed leader's server is about to be made a replica again: the link it asks for
@@ -316,7 +340,8 @@ pub fn serve(mut stream: TcpStream, feed: &SharedFeed, generation: u64) -> Resul
         }
         // Answered under the lock that decided it: a rebuild decided meanwhile is not missed.
         let args: Vec<&[u8]> = psync.iter().map(Vec::as_slice).collect();
-        let answer = answer(&args, f.resync_full)?;
+        let start_over = f.history.as_ref().filter(|_| f.resync_full);
+        let answer = answer(&args, start_over)?;
         let base = answer.stream_from.ok_or("PSYNC without a stream")?;
         if let Some(expected) = f.expected_offset.filter(|&e| e != base && !f.resync_full) {
             // Bytes written on the last link never reached it (or it lost its data): feeding
@@ -403,7 +428,7 @@ fn handshake(stream: &mut TcpStream) -> Result<Vec<Vec<u8>>, String> {
             if args.first().is_some_and(|name| name.eq_ignore_ascii_case(b"PSYNC")) {
                 return Ok(args.iter().map(|a| a.to_vec()).collect());
             }
-            let answer = if args.is_empty() { None } else { Some(answer(&args, false)?) };
+            let answer = if args.is_empty() { None } else { Some(answer(&args, None)?) };
             buf.drain(..c.frame_bytes);
             let Some(answer) = answer else { continue };
             stream.write_all(&answer.reply).map_err(|e| format!("master handshake: {e}"))?;
@@ -422,10 +447,10 @@ mod tests {
 
     #[test]
     fn the_handshake_ends_with_a_full_resync_and_an_empty_rdb() {
-        assert_eq!(answer(&[b"ping"], false).unwrap().reply, b"+PONG\r\n");
-        let replconf = answer(&[b"REPLCONF", b"capa", b"psync2"], false).unwrap();
+        assert_eq!(answer(&[b"ping"], None).unwrap().reply, b"+PONG\r\n");
+        let replconf = answer(&[b"REPLCONF", b"capa", b"psync2"], None).unwrap();
         assert_eq!(replconf, Answer { reply: b"+OK\r\n".to_vec(), stream_from: None });
-        let full = answer(&[b"PSYNC", b"?", b"-1"], false).unwrap();
+        let full = answer(&[b"PSYNC", b"?", b"-1"], None).unwrap();
         assert_eq!(full.stream_from, Some(0));
         let text = String::from_utf8_lossy(&full.reply);
         assert!(text.starts_with(&format!("+FULLRESYNC {REPLID} 0\r\n$18\r\nREDIS0010")));
@@ -436,14 +461,14 @@ mod tests {
     #[test]
     fn a_server_with_data_continues_from_its_offset() {
         let id = b"0123456789012345678901234567890123456789";
-        let cont = answer(&[b"PSYNC", id, b"1235"], false).unwrap();
+        let cont = answer(&[b"PSYNC", id, b"1235"], None).unwrap();
         assert_eq!(cont.reply, format!("+CONTINUE {REPLID}\r\n").into_bytes());
         assert_eq!(cont.stream_from, Some(1234));
-        assert!(answer(&[b"PSYNC", id, b"x"], false).is_err());
-        assert!(answer(&[b"PSYNC"], false).is_err());
-        assert!(answer(&[b"SYNC"], false).is_err());
+        assert!(answer(&[b"PSYNC", id, b"x"], None).is_err());
+        assert!(answer(&[b"PSYNC"], None).is_err());
+        assert!(answer(&[b"SYNC"], None).is_err());
         // A server to rebuild starts over, whatever it holds.
-        let over = answer(&[b"PSYNC", id, b"1235"], true).unwrap();
+        let over = answer(&[b"PSYNC", id, b"1235"], Some(&History::default())).unwrap();
         assert_eq!(over.stream_from, Some(0));
         assert!(over.reply.starts_with(format!("+FULLRESYNC {REPLID} 0\r\n").as_bytes()));
     }
@@ -604,10 +629,10 @@ mod tests {
         feed.push(b"lagging");
         let mut got = vec![0u8; 7];
         old.read_exact(&mut got).unwrap();
-        feed.restore(b"donors".to_vec()).unwrap();
+        feed.restore(History { stream: b"donors".to_vec(), ..History::default() }).unwrap();
         assert_eq!(first.join().unwrap(), Ok(()), "the old link ends");
         assert_eq!(old.read(&mut [0u8; 8]).unwrap(), 0, "and is closed");
-        assert_eq!(feed.lock().history.as_deref(), Some(&b"donors"[..]), "history held now");
+        assert_eq!(feed.lock().history.as_ref().unwrap().stream, b"donors", "history held now");
         feed.push(b"+next");
         let (port, serving) = serving(&feed);
         let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -621,7 +646,32 @@ mod tests {
         feed.close();
         assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(11));
         assert_eq!(serving.join().unwrap(), Ok(()));
-        assert!(feed.restore(b"x".to_vec()).unwrap_err().contains("leads"));
+        assert!(feed.restore(History::default()).unwrap_err().contains("leads"));
+    }
+
+    /// Once compacted, a rebuild starts the server from the RDB, at its offset, and feeds it
+    /// the stream kept after it.
+    #[test]
+    fn a_rebuild_after_compaction_starts_from_the_rdb() {
+        let feed = std::sync::Arc::new(SharedFeed::new(true));
+        feed.push(b"0123456789");
+        feed.lock().queue.clear(); // written to the server before it led
+        feed.compact(b"REDIS0010rdb".to_vec(), 6).unwrap();
+        feed.close();
+        feed.push_own(b"own");
+        let rebuild = FollowAgain::Rebuild { server_offset: 20, stream_end: 13 };
+        assert_eq!(feed.follow_again(20), Ok(rebuild));
+        let (port, serving) = serving(&feed);
+        let mut server = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        server.write_all(&psync(20)).unwrap();
+        let mut expected = format!("+FULLRESYNC {REPLID} 6\r\n$12\r\nREDIS0010rdb").into_bytes();
+        expected.extend_from_slice(b"6789own");
+        let mut got = vec![0u8; expected.len()];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, expected);
+        feed.close();
+        assert_eq!(feed.wait_unlinked(Duration::from_secs(10)), Ok(13));
+        assert_eq!(serving.join().unwrap(), Ok(()));
     }
 
     /// A PSYNC for `offset`, as a server sends it.

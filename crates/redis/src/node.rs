@@ -5,6 +5,7 @@
 
 use crate::entry::{Applied, Applier, Entry, Leadership};
 use crate::front::{accept_tcp, accept_unix, direct_socket, FrontShared};
+use crate::history::History;
 use crate::link::{self, Committed};
 use crate::master::{self, FollowAgain, SharedFeed, HISTORY_BYTES_MAX};
 use crate::resp::role_offset;
@@ -96,18 +97,21 @@ impl StateMachine for RedisMachine {
                  state transfer, or the stream outgrew {HISTORY_BYTES_MAX} bytes)"
             ));
         };
-        let source = self.applier.source();
-        Snapshot { source, held: self.applier.held(), stream }.encode(out);
+        let (source, held) = (self.applier.source(), self.applier.held());
+        let (rdb, rdb_offset) = (&stream.rdb[..], stream.rdb_offset);
+        Snapshot { source, held, rdb, rdb_offset, stream: &stream.stream }.encode(out);
         Ok(())
     }
 
     /// Starts this replica's server over from the donor's committed stream.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         let s = Snapshot::decode(snapshot)?;
-        self.shared.feed.restore(s.stream.to_vec())?;
+        let history =
+            History { rdb: s.rdb.to_vec(), rdb_offset: s.rdb_offset, stream: s.stream.to_vec() };
+        self.shared.feed.restore(history)?;
         self.applier = Applier::restored(s.source, s.held.to_vec());
         self.shared.committed.restored(s.source);
-        info!(target: LOG_TARGET, stream_bytes = s.stream.len(), "restored from a state transfer: the server starts over from the committed stream");
+        info!(target: LOG_TARGET, rdb_bytes = s.rdb.len(), rdb_offset = s.rdb_offset, stream_bytes = s.stream.len(), "restored from a state transfer: the server starts over from the committed stream");
         Ok(())
     }
 }
@@ -123,6 +127,9 @@ pub struct NodeConfig {
     pub entry_bytes_max: usize,
     /// Where the front also accepts clients over TCP (`host:port`), besides its Unix socket.
     pub client_address: Option<String>,
+    /// The kept stream after the history's RDB beyond which a follower replaces it with an RDB
+    /// of its server (compaction, which bounds the history and the state transfer).
+    pub compact_bytes: usize,
 }
 
 impl NodeConfig {
@@ -213,6 +220,11 @@ impl RedisNode {
             let shared = shared.clone();
             spawn("redis-front-tcp", move || accept_tcp(tcp, shared))?;
         }
+        spawn("redis-compact", {
+            let (node, socket) = (node.clone(), paths.socket.clone());
+            let bytes = config.compact_bytes;
+            move || compact_for_ever(&node, &socket, bytes)
+        })?;
         spawn_watched("redis-role", fail.clone(), move || {
             follow_election(&config, master_port, &replica, &node.feed, &shared, fail)
         })?;
@@ -358,6 +370,61 @@ fn follow_election(
             }
         }
     }
+}
+
+/// How often the compaction thread looks at the kept stream.
+const COMPACTION_POLL: Duration = Duration::from_millis(200);
+
+/// How long a leader waits for the stream up to its RDB's offset to commit.
+const COMPACTION_COMMIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Compacts the kept stream whenever it grows past `bytes`: an RDB of this replica's server
+/// at an offset of the committed stream replaces the stream up to there (`docs/apps/redis.md`,
+/// "Compaction"). Runs as long as the process.
+fn compact_for_ever(node: &NodeShared, socket: &Path, bytes: usize) {
+    loop {
+        std::thread::sleep(COMPACTION_POLL);
+        if !node.feed.wants_compaction(bytes) {
+            continue;
+        }
+        let Some(compacted) = compact_once(node, socket) else { continue };
+        match compacted {
+            Ok((rdb_bytes, offset)) => {
+                info!(target: LOG_TARGET, rdb_bytes, offset, "compacted the kept stream behind an RDB of the server")
+            }
+            Err(e) => {
+                warn!(target: LOG_TARGET, "compacting the kept stream: {e}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// One compaction, if this replica's server runs only committed stream or its leadership can
+/// show that what its RDB holds is committed; `None` if neither (between roles).
+///
+/// A follower's server, linked, has run committed stream only: its RDB is at an offset of it.
+/// A leader's server runs commands before they commit: its RDB counts only once the stream up
+/// to its offset is committed under the same leadership (then those are the bytes the history
+/// holds there, not another leader's).
+fn compact_once(node: &NodeShared, socket: &Path) -> Option<Result<(usize, u64), String>> {
+    let rdb = if let Some(epoch) = node.committed.epoch() {
+        link::rdb_at_offset(socket, false).and_then(|(rdb, offset)| {
+            if node.committed.wait_committed(epoch, offset, COMPACTION_COMMIT_WAIT) {
+                Ok((rdb, offset))
+            } else {
+                Err(format!("the stream up to the RDB's offset {offset} did not commit"))
+            }
+        })
+    } else if node.feed.linked() {
+        link::rdb_at_offset(socket, true)
+    } else {
+        return None;
+    };
+    Some(rdb.and_then(|(rdb, offset)| {
+        let rdb_bytes = rdb.len();
+        node.feed.compact(rdb, offset).map(|()| (rdb_bytes, offset))
+    }))
 }
 
 /// Makes a deposed leader's server (deposed because `why`) a replica of the log again: if it
