@@ -6,8 +6,9 @@
 //! [`expiry`] (the replicated expiry table).
 //!
 //! The runtime: [`server`] (the private `memcached` and the framing of its replies),
-//! [`machine`] (the state machine that applies entries to the server), [`front`] (the client
-//! port), [`node`] (starting them).
+//! [`machine`] (the state machine that applies entries to the server), [`transfer`] (state
+//! transfer: the snapshot, reading the items and writing them back with their CAS values),
+//! [`front`] (the client port), [`node`] (starting them).
 
 pub mod entry;
 pub mod expiry;
@@ -17,6 +18,7 @@ pub mod node;
 pub mod rewrite;
 pub mod server;
 pub mod text;
+pub mod transfer;
 
 pub use machine::MemcachedMachine;
 pub use node::{MemcachedNode, NodeConfig};

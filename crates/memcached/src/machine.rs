@@ -105,7 +105,8 @@ impl MachineShared {
     }
 }
 
-/// The replies to one request's round trip: the look-ups before it, its own, the look-ups after.
+/// The replies to one request's round trip: the look-ups before it, its own, the look-ups after
+/// (the expiry probes', then the renewed key's, if any).
 struct RoundTrip {
     befores: Vec<Vec<u8>>,
     reply: Units,
@@ -117,6 +118,10 @@ pub struct MemcachedMachine {
     conn: Option<Conn>,
     /// The latest entry's time: time in the log never goes back.
     now_ms: u64,
+    /// The server's CAS counter: the last CAS value it gave an item (the same on every
+    /// replica, which apply the same requests to servers started alike). Followed by looking
+    /// up the key each request may renew; a state transfer carries it.
+    cas_counter: u64,
     shared: Arc<MachineShared>,
 }
 
@@ -137,7 +142,8 @@ impl MemcachedMachine {
             failure: Mutex::default(),
             expiries: Mutex::default(),
         });
-        let machine = MemcachedMachine { conn: Some(conn), now_ms: 0, shared: shared.clone() };
+        let machine =
+            MemcachedMachine { conn: Some(conn), now_ms: 0, cas_counter: 0, shared: shared.clone() };
         Ok((machine, shared))
     }
 
@@ -162,8 +168,13 @@ impl MemcachedMachine {
         self.delete(&due)?;
         let probes: Vec<(&KeyEffect, bool)> =
             plan.keys.iter().filter_map(|k| probe(expiries, k).map(|before| (k, before))).collect();
+        let renews = plan.renews.as_deref();
         let RoundTrip { befores, reply, afters } =
-            self.round_trip(&probes, &plan.to_server, wanted)?;
+            self.round_trip(&probes, renews, &plan.to_server, wanted)?;
+        // The renewed key's CAS, if it has one now: the counter's, had the command renewed it.
+        if let Some(renewed) = afters.get(probes.len()).and_then(|unit| cas(unit)) {
+            self.cas_counter = self.cas_counter.max(renewed);
+        }
         let mut befores = befores.iter();
         for ((effect, probed_before), after) in probes.iter().zip(&afters) {
             let before = if *probed_before { cas(befores.next().expect("counted")) } else { None };
@@ -185,13 +196,15 @@ impl MemcachedMachine {
     }
 
     /// Sends the look-ups before (`probes` marked `true`), `mn`, the command, `mn`, the look-ups
-    /// after (every probe), `mn`, in one write; returns the replies of each part, the
+    /// after (every probe, then the key the command may renew), `mn`, in one write; returns the
+    /// replies of each part, the
     /// command's kept up to [`REPLY_BYTES_MAX`] if `wanted` (else a few KiB), all counted. The
     /// `mn`s frame the command's replies whatever they are; look-up replies that do not match
     /// the look-ups, or bytes after the last `MN`, are an error.
     fn round_trip(
         &mut self,
         probes: &[(&KeyEffect, bool)],
+        renews: Option<&[u8]>,
         command: &[u8],
         wanted: bool,
     ) -> Result<RoundTrip, String> {
@@ -206,6 +219,9 @@ impl MemcachedMachine {
         for (effect, _) in probes {
             cas_command(&effect.key, &mut out);
         }
+        if let Some(key) = renews {
+            cas_command(key, &mut out);
+        }
         out.extend_from_slice(b"mn\r\n");
         let conn = self.conn()?;
         conn.send(&out)?;
@@ -214,8 +230,9 @@ impl MemcachedMachine {
         let reply = conn.units_to_mn(keep_bytes_max)?;
         let afters = conn.units_to_mn(LOOKUP_REPLY_BYTES_MAX)?;
         conn.check_drained()?;
+        let after_count = probes.len() + usize::from(renews.is_some());
         for (part, units, due) in
-            [("before", &befores, before_count), ("after", &afters, probes.len())]
+            [("before", &befores, before_count), ("after", &afters, after_count)]
         {
             if units.units.len() != due || units.cut() {
                 return Err(format!(

@@ -83,6 +83,11 @@ pub struct Plan {
     pub flush: bool,
     /// The key whose remaining TTL the reply's `t` flag reports (a meta command with `t`).
     pub ttl_reply_key: Option<Vec<u8>>,
+    /// The key (as the server knows it) to which the command may give a new CAS, if any: a
+    /// store, an append, an increment, an autovivify. Memcached numbers CAS values from one
+    /// counter; the state machine follows that counter by looking this key up after the
+    /// command (`docs/apps/memcached.md`, "State transfer").
+    pub renews: Option<Vec<u8>>,
 }
 
 /// The plan of a replicated request, or why it is refused. The request's line is checked
@@ -92,23 +97,40 @@ pub fn plan(frame: &[u8]) -> Result<Plan, String> {
     let text = line(frame);
     let tokens = tokens(text);
     check_line(text, &tokens)?;
+    let command = tokens.first().copied().unwrap_or_default();
+    let mut plan = planned(frame, &tokens, command)?;
+    if plan.renews.is_none() && renews_its_key(command) {
+        plan.renews = tokens.get(1).map(|k| k.to_vec());
+    }
+    Ok(plan)
+}
+
+/// Whether a classic command gives its key a new CAS when it succeeds.
+fn renews_its_key(command: &[u8]) -> bool {
+    matches!(
+        command,
+        b"set" | b"add" | b"replace" | b"cas" | b"append" | b"prepend" | b"incr" | b"decr"
+    )
+}
+
+/// The plan of a request whose line was checked (`tokens`, `command` the first).
+fn planned(frame: &[u8], tokens: &[&[u8]], command: &[u8]) -> Result<Plan, String> {
     let unchanged = |keys: Vec<KeyEffect>| {
-        let mut to_server = rebuilt(&tokens, &[], &[]);
+        let mut to_server = rebuilt(tokens, &[], &[]);
         to_server.extend_from_slice(data(frame));
         Plan { to_server, keys, ..Plan::default() }
     };
     let exptime = |token: &[u8]| int32(token).map(i64::from).ok_or("an exptime".to_string());
-    let Some(&command) = tokens.first() else { return Ok(unchanged(vec![])) };
     match command {
         b"set" | b"add" | b"replace" | b"cas" => {
-            let mut to_server = rebuilt(&tokens, &[(3, b"0".to_vec())], &[]);
+            let mut to_server = rebuilt(tokens, &[(3, b"0".to_vec())], &[]);
             to_server.extend_from_slice(data(frame));
             let on_store = Some(exptime(tokens[3])?);
             let key = KeyEffect { key: tokens[1].to_vec(), on_store, ..Default::default() };
             Ok(Plan { to_server, keys: vec![key], ..Plan::default() })
         }
         b"touch" => Ok(Plan {
-            to_server: rebuilt(&tokens, &[(2, b"0".to_vec())], &[]),
+            to_server: rebuilt(tokens, &[(2, b"0".to_vec())], &[]),
             keys: vec![KeyEffect {
                 key: tokens[1].to_vec(),
                 on_hit: Some(exptime(tokens[2])?),
@@ -119,7 +141,7 @@ pub fn plan(frame: &[u8]) -> Result<Plan, String> {
         b"gat" | b"gats" => {
             let on_hit = Some(exptime(tokens[1])?);
             Ok(Plan {
-                to_server: rebuilt(&tokens, &[(1, b"0".to_vec())], &[]),
+                to_server: rebuilt(tokens, &[(1, b"0".to_vec())], &[]),
                 keys: tokens[2..]
                     .iter()
                     .map(|k| KeyEffect { key: k.to_vec(), on_hit, ..Default::default() })
@@ -133,7 +155,7 @@ pub fn plan(frame: &[u8]) -> Result<Plan, String> {
             ..Default::default()
         }])),
         b"flush_all" => Ok(Plan { flush: true, ..unchanged(vec![]) }),
-        b"mg" | b"ms" | b"md" | b"ma" => meta(frame, &tokens),
+        b"mg" | b"ms" | b"md" | b"ma" => meta(frame, tokens),
         _ => Ok(unchanged(vec![])),
     }
 }
@@ -199,9 +221,12 @@ fn meta(frame: &[u8], tokens: &[&[u8]]) -> Result<Plan, String> {
         b"md" => effect.may_remove = true,
         _ => {}
     }
+    // A store, an arithmetic, or an autovivify: each may number the item anew.
+    let renews = (command == b"ms" || command == b"ma" || effect.on_create.is_some())
+        .then(|| key.clone());
     let mut to_server = rebuilt(tokens, &changes, &dropped);
     to_server.extend_from_slice(data(frame));
-    Ok(Plan { to_server, keys: vec![effect], flush: false, ttl_reply_key })
+    Ok(Plan { to_server, keys: vec![effect], flush: false, ttl_reply_key, renews })
 }
 
 /// The line of `tokens` with the tokens at `changes` replaced and those at `dropped` left out,
@@ -239,6 +264,39 @@ mod tests {
         assert_eq!(plan(b"append k 0 9 1\r\nx\r\n").unwrap().to_server, b"append k 0 9 1\r\nx\r\n");
         // Tokens reach the server canonical: one space between them.
         assert_eq!(plan(b"  get  a   b\r\n").unwrap().to_server, b"get a b\r\n");
+    }
+
+    /// The key a command may number anew: every store, append, arithmetic and autovivify;
+    /// no read, touch or delete.
+    #[test]
+    fn commands_that_may_renew_a_cas_name_their_key() {
+        let renews = |frame: &[u8]| plan(frame).unwrap().renews;
+        let k = Some(b"k".to_vec());
+        for frame in [
+            &b"set k 0 0 1\r\nx\r\n"[..],
+            b"cas k 0 0 1 5\r\nx\r\n",
+            b"append k 0 0 1\r\nx\r\n",
+            b"incr k 1\r\n",
+            b"decr k 1 noreply\r\n",
+            b"ms k 1 T5\r\nx\r\n",
+            b"ma k\r\n",
+            b"mg k N30 v\r\n",
+        ] {
+            assert_eq!(renews(frame), k, "{:?}", String::from_utf8_lossy(frame));
+        }
+        assert_eq!(renews(b"ms YQ== 1 b\r\nx\r\n"), Some(b"a".to_vec()), "as the server knows it");
+        for frame in [
+            &b"get k\r\n"[..],
+            b"gets k j\r\n",
+            b"touch k 5\r\n",
+            b"gat 5 k\r\n",
+            b"mg k v c\r\n",
+            b"delete k\r\n",
+            b"md k\r\n",
+            b"flush_all\r\n",
+        ] {
+            assert_eq!(renews(frame), None, "{:?}", String::from_utf8_lossy(frame));
+        }
     }
 
     /// Findings 1 and 2: nothing the front might read otherwise than memcached is forwarded
