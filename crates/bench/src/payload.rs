@@ -76,6 +76,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let configs: Vec<(App, ReplicaMode)> =
         CONFIGS.into_iter().filter(|(app, _)| args.wants(*app)).collect();
     let sizes = args.sizes();
+    // Before anything is measured: a missing server fails the run at once.
+    for server in configs.iter().filter_map(|(app, _)| app.external()) {
+        crate::app_servers::check_installed(server)?;
+    }
     note!(
         "mu bench payload: 3 replicas on shm; {} payload sizes x {} configurations, {samples} \
          samples each",
