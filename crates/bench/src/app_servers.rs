@@ -85,11 +85,10 @@ pub fn entry(app: ExternalApp, payload_bytes: usize, i: u64, out: &mut Vec<u8>) 
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let seq = i;
             let entry = mu_memcached::entry::Entry {
                 origin: 0,
                 incarnation: 0,
-                seq,
+                seq: i,
                 now_ms,
                 request: &request,
             };
