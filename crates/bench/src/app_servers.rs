@@ -197,7 +197,7 @@ pub fn check_replicated(
             if Instant::now() > deadline {
                 return Err(format!(
                     "replica {node}'s {} does not hold the last value written ({}: {} bytes \
-                     expected, {} held) {REPLICATED_WAIT:?} after its replica applied it: \
+                     expected, {} held) {REPLICATED_WAIT:?} after the next value committed: \
                      replication did not reach the server",
                     app.name(),
                     ascii(&key),

@@ -67,6 +67,30 @@ fn no_server_left(pid: u32) {
 }
 
 #[test]
+fn a_follower_server_that_is_never_fed_fails_the_run() {
+    // redis-server without its `--replicaof`: it runs, and never gets the stream.
+    let out_dir = OutDir::new("payload-unfed");
+    std::fs::create_dir_all(&out_dir.0).unwrap();
+    let wrapper = out_dir.0.join("redis-server-unfed");
+    let script = "#!/bin/sh\nfor a; do shift; [ \"$skip\" ] && { skip=${skip#?}; continue; }; \
+                  [ \"$a\" = --replicaof ] && { skip=xx; continue; }; set -- \"$@\" \"$a\"; done\n\
+                  exec redis-server \"$@\"\n";
+    std::fs::write(&wrapper, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["bench", "payload", "--apps", "redis", "--payloads", "64", "--samples", "100"])
+        .args(["--json", "--out", out_dir.path()])
+        .env("MU_REDIS_SERVER", &wrapper)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("does not hold the last value written"), "{stderr}");
+    assert!(stderr.contains("replication did not reach the server"), "{stderr}");
+}
+
+#[test]
 fn a_missing_server_is_named_with_the_script_that_installs_it() {
     for (app, variable) in [("redis", "MU_REDIS_SERVER"), ("memcached", "MU_MEMCACHED_SERVER")] {
         let out_dir = OutDir::new(&format!("payload-missing-{app}"));
