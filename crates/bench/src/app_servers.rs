@@ -48,7 +48,8 @@ pub enum Server {
 
 /// Fails, naming scripts/install-peers.sh, unless `app`'s server runs.
 pub fn check_installed(app: ExternalApp) -> Result<(), String> {
-    app.check_installed("mu bench payload", false)
+    // Named by the rows that need it: `mu bench payload` and `mu bench replication --app`.
+    app.check_installed(&format!("the {} rows", app.name()), false)
 }
 
 /// The key of the `i`-th value.
