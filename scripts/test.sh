@@ -209,9 +209,13 @@ for name in ["payload", "peers", "e2e", "failover-kill", "failover-pause", "thro
         assert os.path.getsize(path) > 0, path
     assert open(os.path.join("target/bench-smoke", name + ".svg")).read().rstrip().endswith("</svg>"), name
 p = d["payload"]
-assert len(p["results"]) == 34 and p["fabric_write2_ns"]["p50"] > 0, p
+# 8 sizes x (standalone, kv in both modes; Redis, Memcached in handover) + the order book's 2.
+assert len(p["results"]) == 50 and p["fabric_write2_ns"]["p50"] > 0, p
 assert {(r["app"], r["mode"]) for r in p["results"]} == {
-    (a, m) for a in ["standalone", "kv"] for m in ["direct", "handover"]} | {("orderbook", "direct")}, p
+    (a, m) for a in ["standalone", "kv"] for m in ["direct", "handover"]} | {
+    ("orderbook", "direct"), ("redis", "handover"), ("memcached", "handover")}, p
+assert all(r["entry_bytes"] > r["payload_bytes"] for r in p["results"]
+           if r["app"] in ["redis", "memcached"]), p
 for r in p["results"]:
     assert r["samples"] > 0 and all(r["latency_ns"][q] > 0 for q in ["p1", "p50", "p99"]), r
 systems = [r["system"] for r in d["peers"]["results"]]

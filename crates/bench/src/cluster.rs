@@ -7,8 +7,10 @@
 //! directory with the fabric's files. A child also dies with its parent (`PR_SET_PDEATHSIG`), so
 //! even a benchmark that is itself killed leaves no replica running.
 
+use crate::app_servers;
 use crate::interrupt;
 use crate::words::Words;
+use mu_daemon::app_state::ExternalApp;
 use mu_procs::run_dir::RunDir;
 use std::ops::Range;
 use std::os::unix::process::CommandExt;
@@ -32,6 +34,12 @@ pub enum App {
     /// ([`mu_orderbook::Engine`]); the leader's values are limit orders that cross now and
     /// then, each as long as an order's encoding is (the payload size does not change it).
     Orderbook,
+    /// Redis's state machine feeding a `redis-server` per follower ([`crate::app_servers`]);
+    /// the leader's values are its pump's entries, each a `SET` of a payload-sized value.
+    Redis,
+    /// Memcached's state machine applying to a `memcached` per replica
+    /// ([`crate::app_servers`]); the leader's values are `set`s of a payload-sized value.
+    Memcached,
 }
 
 impl App {
@@ -40,7 +48,41 @@ impl App {
             App::Standalone => "standalone",
             App::Kv => "kv",
             App::Orderbook => "orderbook",
+            App::Redis => "redis",
+            App::Memcached => "memcached",
         }
+    }
+
+    /// The unmodified server this application's replicas apply to, if any.
+    pub fn external(self) -> Option<ExternalApp> {
+        match self {
+            App::Redis => Some(ExternalApp::Redis),
+            App::Memcached => Some(ExternalApp::Memcached),
+            App::Standalone | App::Kv | App::Orderbook => None,
+        }
+    }
+
+    /// Replica `me`'s commit handler ([`App::commit_handler`], or for an application with a
+    /// server its state machine, see [`app_servers::attach`]) and its server, which it keeps
+    /// as long as it runs. `leads`: the replica that proposes (Redis's runs no server).
+    pub fn attach(
+        self,
+        run_dir: &Path,
+        me: u16,
+        leads: bool,
+        applied: impl Fn(u64) + Send + 'static,
+    ) -> Result<(app_servers::Handler, Option<app_servers::Server>), String> {
+        match self.external() {
+            Some(app) => app_servers::attach(app, run_dir, me, leads, applied),
+            None => Ok((Box::new(self.commit_handler(applied)), None)),
+        }
+    }
+
+    /// The size of the entry of a value of `payload_bytes` ([`App::value`]'s length).
+    pub fn entry_bytes(self, payload_bytes: usize) -> usize {
+        let mut out = Vec::new();
+        self.value(payload_bytes, 1, &mut out);
+        out.len()
     }
 
     /// A commit handler for this application, calling `applied(index)` after each entry.
@@ -64,7 +106,8 @@ impl App {
 
     /// The `i`-th value a leader proposes, `payload_bytes` long where the application allows:
     /// for the key-value store a put over 1,000 keys whose encoding is `payload_bytes` long, or
-    /// as short as a put can be (28 bytes) for smaller payloads.
+    /// as short as a put can be (28 bytes) for smaller payloads; for Redis and Memcached an
+    /// entry holding a write of a `payload_bytes` value (Redis's 0-th: the leadership's marker).
     pub fn value(self, payload_bytes: usize, i: u64, out: &mut Vec<u8>) {
         match self {
             App::Standalone => {
@@ -87,6 +130,10 @@ impl App {
                 *out = request.encode().expect("a put within the store's limits");
             }
             App::Orderbook => *out = order(i).encode(),
+            App::Redis | App::Memcached => {
+                let app = self.external().expect("an application with a server");
+                app_servers::entry(app, payload_bytes, i, out);
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 extern crate mu_procs;
 
 pub mod all;
+pub mod app_servers;
 pub mod cluster;
 pub mod e2e;
 pub mod e2e_apps;

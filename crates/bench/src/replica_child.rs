@@ -111,7 +111,8 @@ pub fn run(args: Args) -> Result<(), String> {
     mu_procs::parent::die_with_parent(args.parent)?;
     let me = args.node;
     let words = std::sync::Arc::new(Words::open(&args.words)?);
-    let replica = start(&args, &words)?;
+    // The server, if any, lives as long as this process runs its replica.
+    let (replica, _server) = start(&args, &words)?;
     let clock = ClockMap::sample();
     let started_at = replica.started_at();
     // Status times count from the replica's start; the benchmark compares them across processes.
@@ -197,8 +198,12 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 /// Starts this process's replica as `args` say, its commit handler publishing how far it has
-/// applied, and pins the calling (proposing) thread where they say.
-fn start(args: &Args, words: &std::sync::Arc<Words>) -> Result<mu_replica::Replica, String> {
+/// applied (with its application's server, if it has one), and pins the calling (proposing)
+/// thread where they say.
+fn start(
+    args: &Args,
+    words: &std::sync::Arc<Words>,
+) -> Result<(mu_replica::Replica, Option<crate::app_servers::Server>), String> {
     let me = args.node;
     let fabric = match (args.fabric.as_str(), args.ofi_base_port) {
         ("shm", _) => FabricChoice::Shm,
@@ -222,13 +227,15 @@ fn start(args: &Args, words: &std::sync::Arc<Words>) -> Result<mu_replica::Repli
     // The commit handler only says how far this replica has applied (a follower more than a log
     // behind needs a state transfer, which a replica without snapshots cannot have).
     let applied = words.clone();
-    let on_commit = args.app.commit_handler(move |index| applied.applied.set(index + 1));
+    let leads = args.propose_bytes > 0;
+    let (on_commit, server) =
+        args.app.attach(&args.run_dir, me, leads, move |index| applied.applied.set(index + 1))?;
     let replica = fabric.start_replica(&args.run_dir, config, args.mode.mode(), on_commit)?;
     // Once the replica's threads run: they would inherit this thread's CPU.
     if let Some(cpu) = cpus.proposer {
         mu_cpu::pin_to(cpu).map_err(|e| format!("replica {me}: the proposing thread: {e}"))?;
     }
-    Ok(replica)
+    Ok((replica, server))
 }
 
 /// Publishes a commit at `now_ns`, and a resume if it came long after the one before.

@@ -21,6 +21,7 @@ use crate::measure::Summary;
 use crate::words::Words;
 use crate::{interrupt, replica_child};
 use hdrhistogram::Histogram;
+use mu_daemon::app_state::ExternalApp;
 use mu_fabric::NodeId;
 use mu_procs::run_dir::RunDir;
 use mu_replica::ProposeError;
@@ -395,9 +396,15 @@ pub fn sweep(
     samples: u64,
     round: u64,
 ) -> Result<Vec<PayloadResult>, String> {
+    if let Some(server) = app.external() {
+        crate::app_servers::check_installed(server)?;
+    }
     let mut results = Vec::new();
     for &payload_bytes in payloads {
-        let (slots_count, slot_bytes) = log_shape(payload_bytes, protocol);
+        // Slots that fit the entry, which for an application with a server is some 40 bytes
+        // more than the payload (its value).
+        let entry_bytes = app.entry_bytes(payload_bytes).max(payload_bytes);
+        let (slots_count, slot_bytes) = log_shape(entry_bytes, protocol);
         let spec = Spec {
             replicas: REPLICAS,
             // A fresh block of ports for each cluster.
@@ -522,7 +529,8 @@ fn lead(
     load: Load,
     progress: &Progress,
 ) -> Result<PayloadResult, String> {
-    let replica = start_leader(run_dir, spec, load)?;
+    // The server, if any, lives until this function returns.
+    let (replica, _server) = start_leader(run_dir, spec, load)?;
     let mut value = Vec::new();
     spec.app.value(payload_bytes, 0, &mut value);
     let followers: Vec<Words> = (1..REPLICAS)
@@ -577,6 +585,11 @@ fn lead(
     let timed_ns = timed.elapsed().as_nanos() as u64;
     let cpu_ns = mu_procs::clock::thread_cpu_ns().saturating_sub(cpu_start_ns);
     note!(" p50 {} ns", latency.value_at_quantile(0.5));
+    if let Some(server) = spec.app.external() {
+        // The last value of the last call.
+        let last = (i + 1) * load.requests_per_call() as u64 - 1;
+        check_servers(&replica, (spec, server), run_dir, payload_bytes, last, progress)?;
+    }
     // A follower more than a log behind was dropped on the way (the leader does not wait for a
     // follower that slow): later proposals went to one follower only, and the report says so.
     let committed = replica.status().fuo;
@@ -602,7 +615,7 @@ fn start_leader(
     run_dir: &std::path::Path,
     spec: &Spec,
     load: Load,
-) -> Result<mu_replica::Replica, String> {
+) -> Result<(mu_replica::Replica, Option<crate::app_servers::Server>), String> {
     let mut config = replica_child::config(
         0,
         REPLICAS,
@@ -617,17 +630,37 @@ fn start_leader(
     }
     let cpus = spec.node_cpus(0, true);
     config.cpus = cpus.replica;
-    let replica = spec.fabric.start_replica(
-        run_dir,
-        config,
-        spec.mode.mode(),
-        spec.app.commit_handler(|_| {}),
-    )?;
+    let (on_commit, server) = spec.app.attach(run_dir, 0, true, |_| {})?;
+    let replica = spec.fabric.start_replica(run_dir, config, spec.mode.mode(), on_commit)?;
     // Once the replica's threads run: they would inherit this thread's CPU.
     if let Some(cpu) = cpus.proposer {
         mu_cpu::pin_to(cpu).map_err(|e| format!("replica 0: the proposing thread: {e}"))?;
     }
-    Ok(replica)
+    Ok((replica, server))
+}
+
+/// After the timed proposals, the last of which was the `last`-th value: checks that every
+/// replica's server holds it (replication reached the servers, not only the logs). One more
+/// value is proposed first: a follower applies an entry once it learns it was decided, which
+/// for the last one waits for the next.
+fn check_servers(
+    replica: &mu_replica::Replica,
+    (spec, server): (&Spec, ExternalApp),
+    run_dir: &std::path::Path,
+    payload_bytes: usize,
+    last: u64,
+    progress: &Progress,
+) -> Result<(), String> {
+    progress.set_phase("checking that every replica's server holds the last value");
+    let mut value = Vec::new();
+    spec.app.value(payload_bytes, last + 1, &mut value);
+    replica.propose(&value).map_err(|e| format!("replica 0: the closing proposal: {e}"))?;
+    // Redis's leader runs no server: its entries are its own (`crate::app_servers`).
+    let first = if server == ExternalApp::Redis { 1 } else { 0 };
+    let nodes: Vec<u16> = (first..REPLICAS).collect();
+    crate::app_servers::check_replicated(server, run_dir, &nodes, payload_bytes, last)?;
+    progress.proposals.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Elected, then a first value committed, then slowly until both followers apply: a
@@ -827,6 +860,8 @@ fn report(
             App::Standalone => "standalone (the commit handler does nothing)",
             App::Kv => "attached (every replica applies each entry to a key-value store)",
             App::Orderbook => "attached (every replica applies each entry to an order book)",
+            App::Redis => "attached (every follower feeds each entry to its redis-server)",
+            App::Memcached => "attached (every replica applies each entry to its memcached)",
         }
     );
     println!(
