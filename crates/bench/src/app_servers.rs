@@ -9,15 +9,16 @@
 //! ([`entry_bytes`]).
 //!
 //! Redis: a follower's [`RedisMachine`] feeds its `redis-server`, a Redis replica of a master
-//! this module runs ([`master::serve`], as `RedisNode` does). The leader runs the machine
-//! without a server: its entries are its own (`Applied::Own`), which its server would have run
-//! before its pump proposed them, and the benchmark proposes them directly. Memcached: every
+//! this module runs ([`master::serve`], as `RedisNode` does). The leader has no server: its
+//! entries are its own leadership's, which its server would have run before its pump proposed
+//! them, and the benchmark proposes them directly; it applies them as a leader's machine does
+//! (decoded, the stream's bytes appended), then drops the bytes. Memcached: every
 //! replica, the leader included, applies each entry to its `memcached` ([`MemcachedMachine`]).
 
 use mu_daemon::app_state::ExternalApp;
 use mu_memcached::server::{MemcachedServer, ServerPaths as MemcachedPaths};
 use mu_memcached::MemcachedMachine;
-use mu_redis::entry::{Entry as RedisEntry, Leadership};
+use mu_redis::entry::{Applier, Entry as RedisEntry, Leadership};
 use mu_redis::master;
 use mu_redis::server::{Conn as RedisConn, RedisServer, ServerPaths as RedisPaths};
 use mu_redis::RedisMachine;
@@ -122,11 +123,20 @@ pub fn attach(
 ) -> Result<(Handler, Option<Server>), String> {
     let binary = app.server_binary();
     match app {
+        ExternalApp::Redis if leads => {
+            let (mut applier, mut out) = (Applier::default(), Vec::new());
+            let handler: Handler = Box::new(move |index, entry| {
+                applier.apply(entry, &mut out);
+                out.clear();
+                applied(index);
+            });
+            Ok((handler, None))
+        }
         ExternalApp::Redis => {
             // No history: a benchmark replica is never deposed, and it would only grow.
-            let (machine, shared) = RedisMachine::new(me, false);
-            let server = if leads { None } else { Some(feed_redis(&binary, run_dir, me, shared)?) };
-            Ok((handler(machine, applied), server.map(Server::Redis)))
+            let (machine, shared) = RedisMachine::new(false);
+            let server = feed_redis(&binary, run_dir, me, shared)?;
+            Ok((handler(machine, applied), Some(Server::Redis(server))))
         }
         ExternalApp::Memcached => {
             let server = MemcachedServer::start(&binary, MemcachedPaths::new(run_dir, me))?;
