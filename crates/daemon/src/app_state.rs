@@ -177,21 +177,9 @@ pub fn redis_digest(run_dir: &Path, id: u16) -> std::io::Result<(Value, Value)> 
 pub fn memcached_state(run_dir: &Path, id: u16) -> std::io::Result<(Vec<String>, String)> {
     let socket = mu_memcached::server::ServerPaths::new(run_dir, id).socket;
     let mut server = memcached_conn(&socket)?;
-    server.send(b"lru_crawler metadump all\r\n").map_err(std::io::Error::other)?;
-    let mut dump = Vec::new();
-    loop {
-        let line = server.unit().map_err(std::io::Error::other)?;
-        if line == b"END\r\n" {
-            break;
-        }
-        dump.push(String::from_utf8_lossy(&line).into_owned());
-    }
+    let keys = mu_memcached::transfer::read_keys(&mut server).map_err(std::io::Error::other)?;
     let mut items = Vec::new();
-    for line in &dump {
-        let Some(key) = line.strip_prefix("key=").and_then(|l| l.split(' ').next()) else {
-            continue;
-        };
-        let key = url_decoded(key);
+    for key in keys {
         let mut request = b"mg ".to_vec();
         request.extend_from_slice(&mu_memcached::text::base64_encode(&key));
         request.extend_from_slice(b" b k v f c\r\n");
@@ -205,31 +193,6 @@ pub fn memcached_state(run_dir: &Path, id: u16) -> std::io::Result<(Vec<String>,
         .map_err(std::io::Error::other)?
         .concat();
     Ok((items, String::from_utf8_lossy(&expiries).into_owned()))
-}
-
-/// A key as `lru_crawler metadump` prints it (URL-encoded), as bytes; a malformed escape is
-/// kept as it is.
-pub fn url_decoded(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%' && i + 2 < bytes.len())
-            .then(|| std::str::from_utf8(&bytes[i + 1..i + 3]).ok())
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// FNV-1a, 64 bits: a digest that is the same in every process (the standard library's hasher
@@ -255,13 +218,6 @@ impl Fnv64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_decoding_takes_escapes_and_keeps_the_rest() {
-        assert_eq!(url_decoded("a%20b%2Fc"), b"a b/c");
-        assert_eq!(url_decoded("plain"), b"plain");
-        assert_eq!(url_decoded("bad%zz"), b"bad%zz");
-    }
 
     #[test]
     fn a_refusal_names_the_leader_it_knows() {

@@ -10,6 +10,7 @@ use crate::expiry::{expiry_ms, Expiries};
 use crate::rewrite::{self, KeyEffect, Kind, Plan};
 use crate::server::{Conn, Units};
 use crate::text::{base64_encode, needs_base64, tokens};
+use crate::transfer::{self, Snapshot};
 use mu_replica::StateMachine;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -142,8 +143,12 @@ impl MemcachedMachine {
             failure: Mutex::default(),
             expiries: Mutex::default(),
         });
-        let machine =
-            MemcachedMachine { conn: Some(conn), now_ms: 0, cas_counter: 0, shared: shared.clone() };
+        let machine = MemcachedMachine {
+            conn: Some(conn),
+            now_ms: 0,
+            cas_counter: 0,
+            shared: shared.clone(),
+        };
         Ok((machine, shared))
     }
 
@@ -184,8 +189,10 @@ impl MemcachedMachine {
             }
         }
         // The table empties only if the server flushed (its `OK`, or nothing with `noreply`).
+        // A flush also takes a CAS value (memcached marks older items flushed by it).
         if plan.flush && (reply.units.is_empty() || reply.units == [b"OK\r\n"]) {
             expiries.clear();
+            self.cas_counter += 1;
         }
         // Items stored dead on arrival (a negative or past exptime): gone now, as on a bare server.
         self.delete(&expiries.take_due(now_ms))?;
@@ -271,7 +278,62 @@ impl MemcachedMachine {
     }
 }
 
+impl MemcachedMachine {
+    /// This replica's state: every item of its server, the expiry table, the log's time and
+    /// the server's CAS counter.
+    fn take_snapshot(&mut self) -> Result<Snapshot, String> {
+        let expiries = self.shared.expiries();
+        let items = transfer::read_items(self.conn()?)?;
+        Ok(Snapshot { now_ms: self.now_ms, cas_counter: self.cas_counter, expiries, items })
+    }
+
+    /// Replaces this replica's state with `snapshot`'s: its server emptied (by deletes, which
+    /// take no CAS value) and given the snapshot's items with their CAS values.
+    fn install(&mut self, mut snapshot: Snapshot) -> Result<(), String> {
+        let keys = transfer::read_keys(self.conn()?)?;
+        self.delete(&keys)?;
+        let counter = self.cas_counter;
+        transfer::write_items(self.conn()?, &mut snapshot.items, counter, snapshot.cas_counter)?;
+        self.cas_counter = snapshot.cas_counter;
+        self.now_ms = snapshot.now_ms;
+        let mut expiries = self.shared.expiries.lock().unwrap_or_else(|p| p.into_inner());
+        expiries.clear();
+        for (key, at_ms) in &snapshot.expiries {
+            expiries.set(key, Some(*at_ms));
+        }
+        Ok(())
+    }
+}
+
 impl StateMachine for MemcachedMachine {
+    /// Fails this replica if its server's connection broke meanwhile (its replies would be out
+    /// of step with the commands from there).
+    fn snapshot(&mut self, out: &mut Vec<u8>) -> Result<(), String> {
+        match self.take_snapshot() {
+            Ok(snapshot) => {
+                snapshot.encode(out);
+                Ok(())
+            }
+            Err(why) => {
+                self.fail(format!("replica {}: taking a snapshot: {why}", self.shared.me));
+                Err(why)
+            }
+        }
+    }
+
+    /// A replica whose server numbered CAS values past the snapshot's stops, saying to restart
+    /// it: a fresh server can be given every item's CAS, one that went further cannot.
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let snapshot = Snapshot::decode(snapshot)?;
+        let (items, counter) = (snapshot.items.len(), snapshot.cas_counter);
+        if let Err(why) = self.install(snapshot) {
+            self.fail(format!("replica {}: restoring a state transfer: {why}", self.shared.me));
+            return Err(why);
+        }
+        tracing::info!(target: LOG_TARGET, items, cas_counter = counter, "restored from a state transfer");
+        Ok(())
+    }
+
     fn apply(&mut self, _index: u64, request: &[u8]) {
         let Some(entry) = Entry::decode(request) else {
             warn!(target: LOG_TARGET, "an entry that is not memcached's");

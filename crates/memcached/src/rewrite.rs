@@ -222,8 +222,8 @@ fn meta(frame: &[u8], tokens: &[&[u8]]) -> Result<Plan, String> {
         _ => {}
     }
     // A store, an arithmetic, or an autovivify: each may number the item anew.
-    let renews = (command == b"ms" || command == b"ma" || effect.on_create.is_some())
-        .then(|| key.clone());
+    let renews =
+        (command == b"ms" || command == b"ma" || effect.on_create.is_some()).then(|| key.clone());
     let mut to_server = rebuilt(tokens, &changes, &dropped);
     to_server.extend_from_slice(data(frame));
     Ok(Plan { to_server, keys: vec![effect], flush: false, ttl_reply_key, renews })

@@ -25,7 +25,13 @@ pub struct Item {
     pub flags: u32,
     pub cas: u64,
     pub value: Vec<u8>,
+    /// An autovivified item whose win token was given (`mg` answers `Z` for it): restored by
+    /// autovivifying it again, which a store would not do.
+    pub won: bool,
 }
+
+/// The bit of an item's flags word that says it was won (client flags are 32 bits).
+const WON_BIT: u64 = 1 << 32;
 
 /// A replica's state between two entries applied.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -52,14 +58,16 @@ impl Snapshot {
         out.extend_from_slice(&(self.items.len() as u64).to_le_bytes());
         for item in &self.items {
             put_bytes(out, &item.key);
-            out.extend_from_slice(&u64::from(item.flags).to_le_bytes());
+            let won = if item.won { WON_BIT } else { 0 };
+            out.extend_from_slice(&(u64::from(item.flags) | won).to_le_bytes());
             out.extend_from_slice(&item.cas.to_le_bytes());
             put_bytes(out, &item.value);
         }
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
-        let mut r = Reader(bytes.strip_prefix(MAGIC).ok_or("a memcached snapshot of another format")?);
+        let mut r =
+            Reader(bytes.strip_prefix(MAGIC).ok_or("a memcached snapshot of another format")?);
         let (now_ms, cas_counter) = (r.word()?, r.word()?);
         let mut expiries = Vec::new();
         for _ in 0..r.count()? {
@@ -68,8 +76,11 @@ impl Snapshot {
         let mut items = Vec::new();
         for _ in 0..r.count()? {
             let key = r.bytes()?.to_vec();
-            let flags = u32::try_from(r.word()?).map_err(|_| "an item's flags past 32 bits")?;
-            items.push(Item { key, flags, cas: r.word()?, value: r.bytes()?.to_vec() });
+            let word = r.word()?;
+            let flags =
+                u32::try_from(word & !WON_BIT).map_err(|_| "an item's flags past 32 bits")?;
+            let (cas, value) = (r.word()?, r.bytes()?.to_vec());
+            items.push(Item { key, flags, cas, value, won: word & WON_BIT != 0 });
         }
         if !r.0.is_empty() {
             return Err("a memcached snapshot with bytes after its items".into());
@@ -147,8 +158,7 @@ pub fn url_decoded(text: &str) -> Vec<u8> {
 
 /// `mg <key> v f c` (the key in base64 where it must be): the item, if present.
 fn read_command(key: &[u8], out: &mut Vec<u8>) {
-    meta_key(b"mg", key, out);
-    out.extend_from_slice(b" v f c\r\n");
+    meta_command(b"mg", key, b"", b"v f c", out);
 }
 
 /// The item of `key` in the reply to [`read_command`] (`VA <n> f<flags> c<cas>` and its data
@@ -156,7 +166,8 @@ fn read_command(key: &[u8], out: &mut Vec<u8>) {
 pub fn read_reply(key: &[u8], unit: &[u8]) -> Result<Option<Item>, String> {
     let header_bytes = unit.iter().position(|&b| b == b'\n').map_or(unit.len(), |n| n + 1);
     let tokens = tokens(crate::text::line(unit));
-    let bad = || format!("memcached answered a snapshot's read with {:?}", String::from_utf8_lossy(unit));
+    let bad =
+        || format!("memcached answered a snapshot's read with {:?}", String::from_utf8_lossy(unit));
     match tokens.first().copied() {
         Some(b"EN") => return Ok(None),
         Some(b"VA") => {}
@@ -168,20 +179,27 @@ pub fn read_reply(key: &[u8], unit: &[u8]) -> Result<Option<Item>, String> {
     let cas = flag(b'c').and_then(number).ok_or_else(bad)?;
     let len = tokens.get(1).and_then(|t| number(t)).ok_or_else(bad)? as usize;
     let value = unit.get(header_bytes..header_bytes + len).ok_or_else(bad)?.to_vec();
-    Ok(Some(Item { key: key.to_vec(), flags, cas, value }))
+    let won = tokens.iter().skip(2).any(|t| *t == b"Z");
+    Ok(Some(Item { key: key.to_vec(), flags, cas, value, won }))
 }
 
-/// `<command> <key>`, the key in base64 (and the `b` flag) where the text protocol cannot
-/// carry it.
-fn meta_key(command: &[u8], key: &[u8], out: &mut Vec<u8>) {
+/// `<command> <key> <args><flags>\r\n`: the key in base64, with the `b` flag first among the
+/// flags, where the text protocol cannot carry it (`args`, if any, end with a space).
+fn meta_command(command: &[u8], key: &[u8], args: &[u8], flags: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(command);
     out.push(b' ');
-    if needs_base64(key) {
-        out.extend_from_slice(&base64_encode(key));
-        out.extend_from_slice(b" b");
-    } else {
-        out.extend_from_slice(key);
+    let base64 = needs_base64(key);
+    match base64 {
+        true => out.extend_from_slice(&base64_encode(key)),
+        false => out.extend_from_slice(key),
     }
+    out.push(b' ');
+    out.extend_from_slice(args);
+    if base64 {
+        out.extend_from_slice(b"b ");
+    }
+    out.extend_from_slice(flags);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Every key the server holds (expired and flushed items left out: the servers never expire
@@ -232,7 +250,12 @@ pub fn read_items(conn: &mut Conn) -> Result<Vec<Item>, String> {
 /// above it), each with its own CAS, then moves the counter to `target`: in CAS order, a
 /// scratch key (one no item has) stored to move the counter to just below each item's CAS,
 /// and deleted at the end. `Err` if the counter is past an item's CAS or `target` already.
-pub fn write_items(conn: &mut Conn, items: &mut [Item], counter: u64, target: u64) -> Result<(), String> {
+pub fn write_items(
+    conn: &mut Conn,
+    items: &mut [Item],
+    counter: u64,
+    target: u64,
+) -> Result<(), String> {
     items.sort_by_key(|i| i.cas);
     let scratch = scratch_key(items);
     let mut at = counter;
@@ -246,10 +269,15 @@ pub fn write_items(conn: &mut Conn, items: &mut [Item], counter: u64, target: u6
             ));
         }
         at = advance(conn, &mut out, &scratch, at, item.cas - 1)?;
-        meta_key(b"ms", &item.key, &mut out);
-        out.extend_from_slice(format!(" {} F{} q\r\n", item.value.len(), item.flags).as_bytes());
-        out.extend_from_slice(&item.value);
-        out.extend_from_slice(b"\r\n");
+        if item.won {
+            vivify(conn, &mut out, item)?;
+        } else {
+            let len = format!("{} ", item.value.len());
+            let flags = format!("F{} q", item.flags);
+            meta_command(b"ms", &item.key, len.as_bytes(), flags.as_bytes(), &mut out);
+            out.extend_from_slice(&item.value);
+            out.extend_from_slice(b"\r\n");
+        }
         at += 1;
         if out.len() > 64 << 10 {
             send_quiet(conn, &mut out)?;
@@ -259,19 +287,39 @@ pub fn write_items(conn: &mut Conn, items: &mut [Item], counter: u64, target: u6
         return Err(format!("the snapshot's CAS counter {target} is below its items' ({at})"));
     }
     advance(conn, &mut out, &scratch, at, target)?;
-    meta_key(b"md", &scratch, &mut out);
-    out.extend_from_slice(b" q\r\n");
+    meta_command(b"md", &scratch, b"", b"q", &mut out);
     send_quiet(conn, &mut out)
 }
 
+/// Autovivifies `item` (an empty item, its win token given), after the commands in `out`.
+fn vivify(conn: &mut Conn, out: &mut Vec<u8>, item: &Item) -> Result<(), String> {
+    if !item.value.is_empty() || item.flags != 0 {
+        return Err("an autovivified item with a value or flags".into());
+    }
+    send_quiet(conn, out)?;
+    meta_command(b"mg", &item.key, b"", b"N0", out);
+    let units = conn.call(out)?;
+    out.clear();
+    match &units[..] {
+        [unit] if unit.starts_with(b"EN") || unit.starts_with(b"HD") => Ok(()),
+        _ => Err(format!("memcached answered an autovivify with {units:?}")),
+    }
+}
+
 /// Stores the scratch key until the counter moves from `at` to `to`.
-fn advance(conn: &mut Conn, out: &mut Vec<u8>, scratch: &[u8], at: u64, to: u64) -> Result<u64, String> {
+fn advance(
+    conn: &mut Conn,
+    out: &mut Vec<u8>,
+    scratch: &[u8],
+    at: u64,
+    to: u64,
+) -> Result<u64, String> {
     let mut at = at;
     while at < to {
         let n = (to - at).min(SCRATCH_PER_WRITE as u64);
         for _ in 0..n {
-            meta_key(b"ms", scratch, out);
-            out.extend_from_slice(b" 0 q\r\n\r\n");
+            meta_command(b"ms", scratch, b"0 ", b"q", out);
+            out.extend_from_slice(b"\r\n");
         }
         at += n;
         send_quiet(conn, out)?;
@@ -306,7 +354,7 @@ mod tests {
     use super::*;
 
     fn item(key: &[u8], cas: u64) -> Item {
-        Item { key: key.to_vec(), flags: 7, cas, value: b"v\r\nx".to_vec() }
+        Item { key: key.to_vec(), flags: 7, cas, value: b"v\r\nx".to_vec(), won: false }
     }
 
     #[test]
@@ -315,7 +363,11 @@ mod tests {
             now_ms: 1234,
             cas_counter: 99,
             expiries: vec![(b"a".to_vec(), 5000)],
-            items: vec![item(b"a", 3), item(b"\xffbin", 98)],
+            items: vec![
+                item(b"a", 3),
+                item(b"\xffbin", 98),
+                Item { flags: 0, value: Vec::new(), won: true, ..item(b"viv", 99) },
+            ],
         };
         let mut bytes = Vec::new();
         s.encode(&mut bytes);
@@ -337,15 +389,24 @@ mod tests {
         assert_eq!(metadump_key(line), Some(b"a b\xff".to_vec()));
         assert_eq!(metadump_key(b"END\r\n"), None);
         assert_eq!(url_decoded("50%"), b"50%");
+        assert_eq!(url_decoded("a%20b%2Fc"), b"a b/c");
+        assert_eq!(url_decoded("bad%zz"), b"bad%zz");
         let got = read_reply(b"k", b"VA 4 f7 c12\r\nv\r\nx\r\n").unwrap();
         assert_eq!(got, Some(Item { cas: 12, ..item(b"k", 0) }));
         assert_eq!(read_reply(b"k", b"EN\r\n"), Ok(None));
+        let won = read_reply(b"k", b"VA 0 f0 c3 Z\r\n\r\n").unwrap().unwrap();
+        assert!(won.won && won.value.is_empty() && won.cas == 3);
         assert!(read_reply(b"k", b"VA 4 f7\r\nv\r\nx\r\n").is_err(), "no CAS");
         assert!(read_reply(b"k", b"VA 9 f7 c1\r\nv\r\n").is_err(), "a cut value");
         assert!(read_reply(b"k", b"SERVER_ERROR x\r\n").is_err());
         let mut out = Vec::new();
         read_command(b"a b", &mut out);
         assert_eq!(out, b"mg YSBi b v f c\r\n");
+        out.clear();
+        meta_command(b"ms", b"a b", b"3 ", b"F5 q", &mut out);
+        meta_command(b"ms", b"k", b"0 ", b"q", &mut out);
+        meta_command(b"md", b"k", b"", b"q", &mut out);
+        assert_eq!(out, b"ms YSBi 3 b F5 q\r\nms k 0 q\r\nmd k q\r\n");
     }
 
     #[test]
