@@ -242,6 +242,11 @@ impl SharedFeed {
         Ok(())
     }
 
+    /// The length of the kept stream after the history's RDB (0 without a history).
+    pub fn kept_stream_bytes(&self) -> usize {
+        self.lock().history.as_ref().map_or(0, |h| h.stream.len())
+    }
+
     /// Whether the kept stream after the history's RDB is longer than `bytes`.
     pub fn wants_compaction(&self, bytes: usize) -> bool {
         self.lock().history.as_ref().is_some_and(|h| h.stream.len() > bytes)

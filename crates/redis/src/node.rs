@@ -381,20 +381,26 @@ const COMPACTION_COMMIT_WAIT: Duration = Duration::from_secs(5);
 /// Compacts the kept stream whenever it grows past `bytes`: an RDB of this replica's server
 /// at an offset of the committed stream replaces the stream up to there (`docs/apps/redis.md`,
 /// "Compaction"). Runs as long as the process.
+///
+/// A compaction that failed (an RDB no smaller than what it would replace, a server between
+/// roles) is tried again once the kept stream has grown by half of `bytes` more: a fork and a
+/// dump of the whole data set each time would cost far more than the stream they save.
 fn compact_for_ever(node: &NodeShared, socket: &Path, bytes: usize) {
+    let mut threshold = bytes;
     loop {
         std::thread::sleep(COMPACTION_POLL);
-        if !node.feed.wants_compaction(bytes) {
+        if !node.feed.wants_compaction(threshold) {
             continue;
         }
         let Some(compacted) = compact_once(node, socket) else { continue };
         match compacted {
             Ok((rdb_bytes, offset)) => {
+                threshold = bytes;
                 info!(target: LOG_TARGET, rdb_bytes, offset, "compacted the kept stream behind an RDB of the server")
             }
             Err(e) => {
-                warn!(target: LOG_TARGET, "compacting the kept stream: {e}");
-                std::thread::sleep(Duration::from_secs(1));
+                threshold = node.feed.kept_stream_bytes() + bytes / 2;
+                warn!(target: LOG_TARGET, retry_at_bytes = threshold, "compacting the kept stream: {e}");
             }
         }
     }
