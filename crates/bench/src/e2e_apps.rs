@@ -15,7 +15,8 @@
 //! * `replicated`: through the leader's front on a three-replica cluster (shared-memory fabric).
 //!
 //! All four over a Unix socket (the bare server's own, the relay's `relay.sock`, or the
-//! front's `redis-N.sock` and `memcached-N.sock`), with the same client ([`AppConn`]), so the rows compare.
+//! front's `redis-N.sock` and `memcached-N.sock`), with the same client ([`AppConn`]), so the
+//! rows compare.
 
 use crate::interrupt;
 use crate::kv_ops::timed_writes_and_reads;

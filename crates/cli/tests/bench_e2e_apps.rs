@@ -1,8 +1,8 @@
 //! `mu bench e2e`'s Redis and Memcached rows (`--apps redis,memcached`): each application
 //! measured direct, through a plain byte relay, through a one-replica cluster's front and
-//! through the leader's front of a three-replica cluster, every row with positive, ordered quantiles; the ratios and the load
-//! tools' figures in the JSON object; the CSV and SVG written; nothing left behind; and a missing
-//! server named with the script that installs it.
+//! through the leader's front of a three-replica cluster, every row with positive, ordered
+//! quantiles; the ratios and the load tools' figures in the JSON object; the CSV and SVG
+//! written; nothing left behind; and a missing server named with the script that installs it.
 
 mod common;
 
