@@ -228,11 +228,16 @@ assert {(r["transport"], r["system"], r["op"]) for r in builtin} == {
     for o in ["put", "get", "order"]} | {
     ("fabric", s, "order-pipelined") for s in ["transport", "unreplicated", "replicated"]}, e
 assert all(r["app"] == ("kv" if r["op"] in ["put", "get"] else "orderbook") for r in builtin), e
-# Redis and Memcached: the bare server, a one-replica cluster's front, three replicas.
+# Redis and Memcached: the bare server, the bare server through a byte relay, a one-replica
+# cluster's front, three replicas; the breakdown's ratios (no bound) beside the bounded ones.
 apps = [r for r in e["results"] if r["app"] not in ["kv", "orderbook"]]
 assert {(r["app"], r["transport"], r["system"], r["op"]) for r in apps} == {
     (a, "unix", s, o) for a in ["redis", "memcached"]
-    for s in ["direct", "front-unreplicated", "replicated"] for o in ["set", "get"]}, e
+    for s in ["direct", "relayed", "front-unreplicated", "replicated"] for o in ["set", "get"]}, e
+assert {r["name"] for r in e["ratios"]} == {
+    f"{a}-{o}-{w}" for a in ["redis", "memcached"] for o in ["set", "get"]
+    for w in ["relay-hop", "front-work", "front-cost", "replication-added"]}, e
+assert all(r["ratio"] > 0 and (r["bound"] is None) == (r["met"] is None) for r in e["ratios"]), e
 assert all(r["in_flight"] == (8 if r["op"] == "order-pipelined" else 1) and r["ops_per_s"] > 0
            for r in e["results"]), e
 assert e["replication_p50_us"] > 0 and e["fabric_write_rtt_p50_us"] > 0, e

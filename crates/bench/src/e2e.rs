@@ -24,11 +24,12 @@
 //! says its `app`, `transport`, `in_flight` and `ops_per_s`.
 //!
 //! Then an unmodified Redis and Memcached ([`crate::e2e_apps`]): `SET`/`set` and `GET`/`get`
-//! of `--payload`-byte values, over a Unix socket, on the bare server (`direct`), through a
-//! one-replica cluster's front (`front-unreplicated`) and through the leader's front of three
-//! replicas (`replicated`), with two ratios per operation (replicated over front-unreplicated,
-//! bound 1.2; front-unreplicated over direct) and the applications' own load tools against the
-//! replicated front. `--apps` picks what is measured.
+//! of `--payload`-byte values, over a Unix socket, on the bare server (`direct`), on the bare
+//! server through a plain byte relay (`relayed`), through a one-replica cluster's front
+//! (`front-unreplicated`) and through the leader's front of three replicas (`replicated`), with
+//! four ratios per operation (replicated over front-unreplicated, bound 1.2; and with no bound
+//! relayed over direct, front-unreplicated over relayed, front-unreplicated over direct) and the
+//! applications' own load tools against the replicated front. `--apps` picks what is measured.
 //!
 //! The same run measures what the targets compare with: the fabric's own write round trip
 //! (`mu bench fabric`'s `write_rtt`) and Mu's standalone replication latency at the size of a
@@ -93,6 +94,8 @@ enum System {
     Replicated,
     /// Redis or Memcached reached directly ([`Way::Direct`]).
     Direct,
+    /// Redis or Memcached through a plain byte relay ([`Way::Relayed`]).
+    Relayed,
     /// Redis or Memcached through a one-replica cluster's front ([`Way::FrontUnreplicated`]).
     FrontUnreplicated,
 }
@@ -107,6 +110,7 @@ impl System {
             System::Unreplicated => "unreplicated",
             System::Replicated => "replicated",
             System::Direct => "direct",
+            System::Relayed => "relayed",
             System::FrontUnreplicated => "front-unreplicated",
         }
     }
@@ -114,6 +118,7 @@ impl System {
     fn of_way(way: Way) -> System {
         match way {
             Way::Direct => System::Direct,
+            Way::Relayed => System::Relayed,
             Way::FrontUnreplicated => System::FrontUnreplicated,
             Way::Replicated => System::Replicated,
         }
@@ -482,10 +487,12 @@ fn targets(results: &[Measured], r: &References) -> Vec<serde_json::Value> {
     ]
 }
 
-/// Redis's and Memcached's ratios, for each app and operation: replicated p50 over
-/// front-unreplicated p50 (what replication adds; the issue's bound, at most 1.2), and
-/// front-unreplicated p50 over direct p50 (the front's own cost; no bound). Each an object with
-/// its figures, its bound (null where none) and a line for the person reading.
+/// Redis's and Memcached's ratios, for each app and operation, p50 over p50, as a breakdown
+/// of the front's cost over the bare server: relayed over direct (the extra hop),
+/// front-unreplicated over relayed (the front's own work), front-unreplicated over direct (the
+/// two together), none with a bound; and replicated over front-unreplicated (what replication
+/// adds; the issue's bound, at most 1.2). Each an object with its figures, its bound (null where
+/// none) and a line for the person reading.
 fn app_ratios(results: &[Measured], apps: &[ExternalApp]) -> Vec<serde_json::Value> {
     let p50 = |app: &str, s: System, op: &str| {
         results
@@ -493,10 +500,29 @@ fn app_ratios(results: &[Measured], apps: &[ExternalApp]) -> Vec<serde_json::Val
             .find(|m| m.app == app && m.system == s && m.op == op)
             .map_or(f64::NAN, Measured::p50_us)
     };
+    // (name, over, under, what the quotient is spent on)
+    let unbounded = [
+        ("relay-hop", System::Relayed, System::Direct, "the extra hop"),
+        ("front-work", System::FrontUnreplicated, System::Relayed, "the front's own work"),
+        ("front-cost", System::FrontUnreplicated, System::Direct, "the front's own cost"),
+    ];
     let mut out = Vec::new();
     for app in apps.iter().map(|a| a.name()) {
         for op in e2e_apps::OPS {
-            let direct = p50(app, System::Direct, op);
+            for (what, over, under, spent) in unbounded {
+                let (a, b) = (p50(app, over, op), p50(app, under, op));
+                let ratio = a / b;
+                let name = format!("{app}-{op}-{what}");
+                let (over, under) = (over.name(), under.name());
+                out.push(json!({
+                    "name": name, "app": app, "op": op,
+                    "ratio": (ratio * 100.0).round() / 100.0, "bound": null, "met": null,
+                    "line": format!(
+                        "ratio {name}: {app} {over} {op} p50 / {under} {op} p50 \
+                         ({a:.2} / {b:.2} µs) = {ratio:.2} ({spent}; no target)"
+                    ),
+                }));
+            }
             let front = p50(app, System::FrontUnreplicated, op);
             let replicated = p50(app, System::Replicated, op);
             let ratio = replicated / front;
@@ -509,16 +535,6 @@ fn app_ratios(results: &[Measured], apps: &[ExternalApp]) -> Vec<serde_json::Val
                     "target {name}: {app} replicated {op} p50 / front-unreplicated {op} p50 \
                      ({replicated:.2} / {front:.2} µs) = {ratio:.2} (at most 1.2): {}",
                     if met { "met" } else { "missed" }
-                ),
-            }));
-            let ratio = front / direct;
-            let name = format!("{app}-{op}-front-cost");
-            out.push(json!({
-                "name": name, "app": app, "op": op,
-                "ratio": (ratio * 100.0).round() / 100.0, "bound": null, "met": null,
-                "line": format!(
-                    "ratio {name}: {app} front-unreplicated {op} p50 / direct {op} p50 \
-                     ({front:.2} / {direct:.2} µs) = {ratio:.2} (the front's own cost; no target)"
                 ),
             }));
         }
@@ -591,7 +607,8 @@ fn chart(results: &[Measured], payload: u32) -> BarChart {
     }
     let mut series: Vec<(Transport, System)> =
         Transport::ALL.iter().flat_map(|&t| System::ALL.iter().map(move |&s| (t, s))).collect();
-    series.extend([System::Direct, System::FrontUnreplicated].map(|s| (Transport::Unix, s)));
+    let apps_only = [System::Direct, System::Relayed, System::FrontUnreplicated];
+    series.extend(apps_only.map(|s| (Transport::Unix, s)));
     series.retain(|&(t, s)| results.iter().any(|m| m.transport == t && m.system == s));
     categories.retain(|&(app, op)| results.iter().any(|m| m.app == app && m.op == op));
     BarChart {

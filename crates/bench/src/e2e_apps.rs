@@ -5,17 +5,22 @@
 //!
 //! * `direct`: the bare server, started by the benchmark with no replication (Redis with no
 //!   master; Memcached with the options every replica's server runs with).
+//! * `relayed`: the same bare server through a plain byte relay ([`Relay`]): the hop a front
+//!   adds (two more socket crossings, two thread wake-ups) and none of its work, so that the
+//!   front's own cost is `front-unreplicated` over `relayed`.
 //! * `front-unreplicated`: through the front of a one-replica cluster (`replicas = [0]`): the
 //!   front and Mu's log, with no follower. What "replication off" means here: Mu has no switch
 //!   that keeps the front and skips the log, so this is the front's own cost, and a commit that
 //!   waits for no one.
 //! * `replicated`: through the leader's front on a three-replica cluster (shared-memory fabric).
 //!
-//! All three over a Unix socket (the bare server's own, or the front's `redis-N.sock` and
-//! `memcached-N.sock`), with the same client ([`AppConn`]), so the rows compare.
+//! All four over a Unix socket (the bare server's own, the relay's `relay.sock`, or the
+//! front's `redis-N.sock` and `memcached-N.sock`), with the same client ([`AppConn`]), so the
+//! rows compare.
 
 use crate::interrupt;
 use crate::kv_ops::timed_writes_and_reads;
+use crate::relay::Relay;
 use hdrhistogram::Histogram;
 use mu_daemon::app_client::AppConn;
 use mu_daemon::app_state::ExternalApp;
@@ -44,16 +49,18 @@ pub const ATTEMPTS: u32 = 3;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Way {
     Direct,
+    Relayed,
     FrontUnreplicated,
     Replicated,
 }
 
 impl Way {
-    pub const ALL: [Way; 3] = [Way::Direct, Way::FrontUnreplicated, Way::Replicated];
+    pub const ALL: [Way; 4] = [Way::Direct, Way::Relayed, Way::FrontUnreplicated, Way::Replicated];
 
     pub fn name(self) -> &'static str {
         match self {
             Way::Direct => "direct",
+            Way::Relayed => "relayed",
             Way::FrontUnreplicated => "front-unreplicated",
             Way::Replicated => "replicated",
         }
@@ -67,13 +74,14 @@ enum BareServer {
 }
 
 /// A client connected one way, and what it runs against. Fields drop in order: the client,
-/// then the cluster or the server, then the server's run directory.
+/// then the cluster or the relay and the server, then the server's run directory.
 pub struct Connected {
     pub conn: AppConn,
     app: ExternalApp,
     /// The replicas of the cluster, if any.
     ids: Vec<u16>,
     cluster: Option<KvCluster>,
+    _relay: Option<Relay>,
     _server: Option<BareServer>,
     _dir: Option<RunDir>,
 }
@@ -87,29 +95,24 @@ impl Connected {
             app,
             ids: Vec::new(),
             cluster: None,
+            _relay: None,
             _server: None,
             _dir: None,
         };
         match way {
-            Way::Direct => {
+            Way::Direct | Way::Relayed => {
+                // The relayed way's run directory is the direct way's: they run one after the
+                // other, never together.
                 let dir = RunDir::create(&format!("e2e-{}", app.name()))?;
-                let binary = app.server_binary();
-                let (server, socket) = match app {
-                    ExternalApp::Redis => {
-                        let paths = mu_redis::server::ServerPaths::new(dir.path(), 0);
-                        let server = mu_redis::server::RedisServer::start_alone(&binary, paths)?;
-                        let socket = server.paths.socket.clone();
-                        (BareServer::Redis { _server: server }, socket)
-                    }
-                    ExternalApp::Memcached => {
-                        let paths = mu_memcached::server::ServerPaths::new(dir.path(), 0);
-                        let server = mu_memcached::server::MemcachedServer::start(&binary, paths)?;
-                        let socket = server.paths.socket.clone();
-                        (BareServer::Memcached { _server: server }, socket)
-                    }
+                let (server, socket) = start_bare(app, dir.path())?;
+                let relay = match way {
+                    Way::Relayed => Some(Relay::start(&dir.path().join("relay.sock"), &socket)?),
+                    _ => None,
                 };
+                let socket = relay.as_ref().map_or(socket, |r| r.socket().to_path_buf());
                 let conn = AppConn::connect_unix(app, 0, &socket, REPLY_WAIT)?;
-                Ok(Connected { _server: Some(server), _dir: Some(dir), ..none(conn) })
+                let (_relay, _server, _dir) = (relay, Some(server), Some(dir));
+                Ok(Connected { _relay, _server, _dir, ..none(conn) })
             }
             Way::FrontUnreplicated | Way::Replicated => {
                 let tag = format!("e2e-{}-{}", app.name(), way.name());
@@ -142,6 +145,28 @@ impl Connected {
     pub fn check(&mut self) -> Result<(), String> {
         self.cluster.as_mut().map_or(Ok(()), KvCluster::check_alive)
     }
+}
+
+/// Starts `app`'s bare server in `dir`; returns it and its socket.
+fn start_bare(
+    app: ExternalApp,
+    dir: &std::path::Path,
+) -> Result<(BareServer, std::path::PathBuf), String> {
+    let binary = app.server_binary();
+    Ok(match app {
+        ExternalApp::Redis => {
+            let paths = mu_redis::server::ServerPaths::new(dir, 0);
+            let server = mu_redis::server::RedisServer::start_alone(&binary, paths)?;
+            let socket = server.paths.socket.clone();
+            (BareServer::Redis { _server: server }, socket)
+        }
+        ExternalApp::Memcached => {
+            let paths = mu_memcached::server::ServerPaths::new(dir, 0);
+            let server = mu_memcached::server::MemcachedServer::start(&binary, paths)?;
+            let socket = server.paths.socket.clone();
+            (BareServer::Memcached { _server: server }, socket)
+        }
+    })
 }
 
 /// Waits until one replica among `ids` has led alone for [`LEADER_STEADY`] and connects to

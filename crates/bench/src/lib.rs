@@ -21,6 +21,7 @@ pub mod ofi_loopback;
 pub mod order_ops;
 pub mod payload;
 pub mod peers;
+pub mod relay;
 pub mod replica_child;
 pub mod replication;
 pub mod sim_rdma;

@@ -1,8 +1,8 @@
 //! `mu bench e2e`'s Redis and Memcached rows (`--apps redis,memcached`): each application
-//! measured direct, through a one-replica cluster's front and through the leader's front of a
-//! three-replica cluster, every row with positive, ordered quantiles; the ratios and the load
-//! tools' figures in the JSON object; the CSV and SVG written; nothing left behind; and a missing
-//! server named with the script that installs it.
+//! measured direct, through a plain byte relay, through a one-replica cluster's front and
+//! through the leader's front of a three-replica cluster, every row with positive, ordered
+//! quantiles; the ratios and the load tools' figures in the JSON object; the CSV and SVG
+//! written; nothing left behind; and a missing server named with the script that installs it.
 
 mod common;
 
@@ -10,7 +10,7 @@ use common::bench::{mu_with_pid, nothing_left_behind, OutDir};
 use std::process::Command;
 
 const APPS: [&str; 2] = ["redis", "memcached"];
-const WAYS: [&str; 3] = ["direct", "front-unreplicated", "replicated"];
+const WAYS: [&str; 4] = ["direct", "relayed", "front-unreplicated", "replicated"];
 const OPS: [&str; 2] = ["set", "get"];
 
 #[test]
@@ -49,10 +49,18 @@ fn redis_and_memcached_rows_have_ordered_quantiles_for_every_way() {
             }
         }
     }
-    // Per app and operation, replicated over front-unreplicated (with its bound), and
-    // front-unreplicated over direct (no bound).
+    // Per app and operation, replicated over front-unreplicated (with its bound), and with no
+    // bound the breakdown: relayed over direct, front-unreplicated over relayed and over direct.
     let ratios = v["ratios"].as_array().expect("ratios");
-    assert_eq!(ratios.len(), APPS.len() * OPS.len() * 2, "{v}");
+    assert_eq!(ratios.len(), APPS.len() * OPS.len() * 4, "{v}");
+    for app in APPS {
+        for op in OPS {
+            for what in ["relay-hop", "front-work", "front-cost", "replication-added"] {
+                let name = format!("{app}-{op}-{what}");
+                assert!(ratios.iter().any(|r| r["name"] == name), "no ratio {name} in {v}");
+            }
+        }
+    }
     for r in ratios {
         assert!(r["ratio"].as_f64().is_some_and(|x| x > 0.0), "{r}");
         assert_eq!(r["met"].is_boolean(), r["bound"].is_string(), "{r}");
@@ -70,6 +78,7 @@ fn redis_and_memcached_rows_have_ordered_quantiles_for_every_way() {
     let csv = std::fs::read_to_string(out_dir.0.join("e2e.csv")).expect("the CSV");
     assert_eq!(csv.lines().count(), 1 + results.len(), "{csv}");
     assert!(out_dir.is_svg("e2e"), "e2e.svg is not a whole SVG document");
+    // The relayed way runs in the direct way's run directory (`e2e-<app>`).
     let mut tags = Vec::new();
     for app in APPS {
         tags.push(format!("e2e-{app}"));
