@@ -15,8 +15,11 @@ use crate::layout::H_LIVENESS;
 use crate::liveness;
 use crate::mapping::Mapping;
 use crate::peer::Peer;
+use mu_fabric::{FabricError, NodeId};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 /// How long a watcher sleeps before it looks whether it is still wanted (its node or its peer
 /// incarnation gone); a crash wakes it at once.
@@ -45,23 +48,72 @@ fn watch(peer: &Weak<Peer>, own_ctl: &Weak<Mapping>) {
         if own_ctl.strong_count() == 0 {
             return;
         }
-        let word = peer.ctl.u32_at(H_LIVENESS);
-        let seen = word.load(Ordering::Acquire);
-        if !liveness::word_alive(seen) {
-            // The kernel woke one waiter of this word: wake the rest.
-            futex_wake(word);
+        if sleep_unless_dead(&peer.ctl, RECHECK_NS) {
             drop(peer);
             if let Some(own_ctl) = own_ctl.upgrade() {
                 crate::doorbell::ring(&own_ctl);
             }
             return;
         }
+    }
+}
+
+/// Sleeps on the death flag in `ctl` as a lock waiter, at most `timeout_ns`; true if its
+/// owner is dead. Then it wakes every other waiter, whichever woke it: the kernel wakes only
+/// one waiter when it marks the owner dead, and the others (other nodes' watchers, clients)
+/// sleep on until someone does.
+fn sleep_unless_dead(ctl: &Mapping, timeout_ns: u64) -> bool {
+    let word = ctl.u32_at(H_LIVENESS);
+    let dead = || {
+        let dead = !liveness::word_alive(word.load(Ordering::Acquire));
+        if dead {
+            futex_wake(word);
+        }
+        dead
+    };
+    loop {
+        if dead() {
+            return true;
+        }
+        let seen = word.load(Ordering::Acquire);
         let waiting = seen | liveness::FUTEX_WAITERS;
         if seen != waiting
             && word.compare_exchange(seen, waiting, Ordering::AcqRel, Ordering::Acquire).is_err()
         {
             continue; // changed under us (the owner died): look again
         }
-        futex_wait(word, waiting, RECHECK_NS);
+        futex_wait(word, waiting, timeout_ns);
+        return dead();
+    }
+}
+
+/// One node's death flag, watched from outside the fabric: by a client of a replica on this
+/// host, say, which learns of the replica's crash within a wake-up instead of waiting for an
+/// answer that will not come (the process's sockets close only once the kernel has torn down
+/// its memory, milliseconds later for a replica with large logs). Nothing depends on it: a
+/// watcher that never wakes leaves its owner to its timeouts.
+pub struct DeathWatch {
+    ctl: Mapping,
+}
+
+impl DeathWatch {
+    /// Node `node` of cluster `cluster_id` in `dir`, its incarnation of now.
+    pub fn open(dir: &Path, node: NodeId, cluster_id: u64) -> Result<DeathWatch, FabricError> {
+        let (ctl, _) = crate::layout::open_ctl(dir, node, cluster_id)?;
+        Ok(DeathWatch { ctl })
+    }
+
+    /// Sleeps until the node is dead (true) or about `wait` has passed (false).
+    pub fn wait_dead(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return !liveness::is_alive(&self.ctl);
+            };
+            let left_ns = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX).max(1);
+            if sleep_unless_dead(&self.ctl, left_ns) {
+                return true;
+            }
+        }
     }
 }

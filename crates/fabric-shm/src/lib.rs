@@ -43,6 +43,7 @@ mod start;
 pub use config::{
     ShmConfig, COPY_CHUNK_BYTES, DEFAULT_PROTOCOL, MAX_CQ_DEPTH, MAX_INLINE_BYTES, MAX_REGION_BYTES,
 };
+pub use crash_watch::DeathWatch;
 pub use endpoint::ShmEndpoint;
 pub use node::ShmFabric;
 pub use region::ShmRegion;

@@ -821,6 +821,42 @@ fn t20b_a_spinning_liveness_holder_ends_with_its_node() {
     drop(a_region);
 }
 
+/// A death watch from outside the fabric (a client of a replica on this host): a live node
+/// keeps it asleep for its whole wait; a node killed in another process, or dropped in this
+/// one, wakes every watcher asleep on it at once (well before its wait ends), although the
+/// kernel wakes only one of them: that one wakes the rest.
+#[test]
+fn t20c_a_death_watch_wakes_when_its_node_dies() {
+    let dir = run_dir("t20c");
+    let (mut child, _) = ChildNode::run(&dir, &host_spec(1, 4096, &[]));
+    let watch = || mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(1), CLUSTER).unwrap();
+    assert!(!watch().wait_dead(Duration::from_millis(50)), "a live node read as dead");
+    let asleep: Vec<_> = (0..3)
+        .map(|_| {
+            let watch = watch();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                (watch.wait_dead(WAIT * 4), started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    child.kill();
+    for watcher in asleep {
+        let (dead, took) = watcher.join().unwrap();
+        assert!(dead && took < WAIT, "a watcher was not woken: dead {dead} after {took:?}");
+    }
+    let err = mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(7), CLUSTER).err();
+    assert!(err.is_some(), "a node that never started has nothing to watch");
+
+    let b = dir.node(2);
+    let watch = mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(2), CLUSTER).unwrap();
+    let asleep = std::thread::spawn(move || watch.wait_dead(WAIT * 4));
+    std::thread::sleep(Duration::from_millis(50));
+    drop(b);
+    assert!(asleep.join().unwrap());
+}
+
 /// A node that is dropped and started again takes a higher incarnation number, as one that was
 /// killed does (t14).
 #[test]

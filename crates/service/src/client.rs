@@ -14,6 +14,7 @@
 //! time the others take to agree on another leader, not the time it is stopped
 //! (`docs/service.md`, "Clients during a leader's pause").
 
+use crate::crash_notice::{CrashNotices, Watched};
 use crate::fabric_link::FabricLink;
 use crate::report::ReplicaReport;
 use crate::socket::{Endpoint, Stream};
@@ -26,6 +27,7 @@ use mu_orderbook::{
     Request as OrderRequest, Side, TimeInForce,
 };
 use std::io::{self, BufRead, BufReader, BufWriter, Read};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -123,6 +125,10 @@ pub struct Client {
     /// By position: when the client last failed to reach the replica (refused, closed,
     /// silent). A "not leader" naming it soon after is stale ([`UNREACHABLE_FOR`]).
     unreachable_at: Vec<Option<Instant>>,
+    /// Where to watch the replicas' death flags, on their host ([`Client::watch_crashes`]).
+    crash_notices: Option<CrashNotices>,
+    /// The watch of the connection opened last, if any.
+    watched: Option<Watched>,
 }
 
 /// Requests [`Client::call_many`] sends at once over the fabric (the rings' window).
@@ -290,7 +296,17 @@ impl Client {
             link: None,
             lanes: Vec::new(),
             unreachable_at: vec![None; replica_count],
+            crash_notices: None,
+            watched: None,
         })
+    }
+
+    /// Learns of a replica's crash the moment the kernel marks it dead, where the replicas
+    /// run on this host on the shm fabric whose run directory is `fabric_dir`: the connection
+    /// to a replica that dies is shut down at once, and the request moves to the others
+    /// without waiting for the attempt wait ([`crate::crash_notice`]).
+    pub fn watch_crashes(&mut self, fabric_dir: PathBuf) {
+        self.crash_notices = Some(CrashNotices { dir: fabric_dir, cluster_id: self.cluster_id });
     }
 
     /// Sends requests over the fabric (`docs/client-path.md`): the client joins each replica
@@ -877,6 +893,8 @@ impl Client {
         if self.conn.is_none() {
             let connect_timeout = CONNECT_TIMEOUT.min(left);
             let stream = Stream::connect(&self.replicas[self.target].1, connect_timeout)?;
+            let node = self.replicas[self.target].0;
+            self.watched = self.crash_notices.as_ref().and_then(|n| n.watch(node, &stream));
             let reader = BufReader::new(stream.try_clone()?);
             self.conn = Some((reader, BufWriter::new(stream)));
             self.conn_read_timeout = None;

@@ -575,6 +575,10 @@ impl ClusterConfig {
         let mut client =
             crate::Client::new(self.cluster_id, self.endpoints()).map_err(|e| e.to_string())?;
         client.over_fabric(self.transport()? == Transport::Fabric);
+        // Replicas on this host, on shm: their crashes are noticed at once.
+        if self.fabric == "shm" && !self.is_ukharon_kv() {
+            client.watch_crashes(self.run_dir.clone());
+        }
         Ok(client)
     }
 

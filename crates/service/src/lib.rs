@@ -19,6 +19,7 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod counters;
+mod crash_notice;
 pub mod fabric_link;
 pub mod fabric_path;
 pub mod lease;
