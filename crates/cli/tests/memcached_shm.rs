@@ -6,12 +6,14 @@
 //! acknowledged write is read back through the new leader; `memccapable -a` passes against the
 //! front; bad input costs only its own client.
 
+mod common;
+
 use mu_memcached::server::{Conn, MemcachedServer, ServerPaths};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,22 +98,7 @@ impl McCluster {
     /// Starts replica `id`'s process (`extra`: `--rejoin` for one that crashed), its stderr
     /// appended to its file.
     fn spawn(&mut self, id: u16, extra: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("replica-{id}.stderr")))
-            .unwrap();
-        let config = self.dir.join("cluster.toml");
-        let child = Command::new(env!("CARGO_BIN_EXE_mu"))
-            .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
-            .args(extra)
-            .args(["--parent", &std::process::id().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("mu replica starts");
-        self.children[id as usize] = Some(child);
+        self.children[id as usize] = Some(common::spawn_replica(&self.dir, id, extra));
     }
 
     fn front(&self, id: u16) -> PathBuf {

@@ -5,6 +5,8 @@
 //! then every replica's server gives the same `DEBUG DIGEST`, and after the leader is killed
 //! every acknowledged write is read back through the new leader.
 
+mod common;
+
 use mu_redis::resp::{decode, encode_command, frame_len, Limits, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::DirBuilderExt;
@@ -137,22 +139,7 @@ impl RedisCluster {
     /// Starts replica `id`'s process (`extra`: `--rejoin` for one that crashed), its stderr
     /// appended to its file.
     fn spawn(&mut self, id: u16, extra: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("replica-{id}.stderr")))
-            .unwrap();
-        let config = self.dir.join("cluster.toml");
-        let child = Command::new(env!("CARGO_BIN_EXE_mu"))
-            .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
-            .args(extra)
-            .args(["--parent", &std::process::id().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("mu replica starts");
-        self.children[id as usize] = Some(child);
+        self.children[id as usize] = Some(common::spawn_replica(&self.dir, id, extra));
     }
 
     fn front(&self, id: u16) -> PathBuf {

@@ -95,3 +95,24 @@ impl Drop for Setup {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Starts replica `id` of the cluster in `dir/cluster.toml` (`extra`: `--rejoin` for one that
+/// crashed), a child that dies with this test process, its stderr appended to
+/// `dir/replica-<id>.stderr`.
+pub fn spawn_replica(dir: &Path, id: u16, extra: &[&str]) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("replica-{id}.stderr")))
+        .unwrap();
+    let config = dir.join("cluster.toml");
+    Command::new(env!("CARGO_BIN_EXE_mu"))
+        .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
+        .args(extra)
+        .args(["--parent", &std::process::id().to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("mu replica starts")
+}
