@@ -11,7 +11,7 @@
 //! on it: a crash is still read from the flag by whoever looks, woken or not.
 
 use crate::futex::{futex_wait, futex_wake};
-use crate::layout::H_LIVENESS;
+use crate::layout::{H_DEATH_NOTICE, H_LIVENESS};
 use crate::liveness;
 use crate::mapping::Mapping;
 use crate::peer::Peer;
@@ -60,14 +60,16 @@ fn watch(peer: &Weak<Peer>, own_ctl: &Weak<Mapping>) {
 
 /// Sleeps on the death flag in `ctl` as a lock waiter, at most `timeout_ns`; true if its
 /// owner is dead. Then it wakes every other waiter, whichever woke it: the kernel wakes only
-/// one waiter when it marks the owner dead, and the others (other nodes' watchers, clients)
-/// sleep on until someone does.
+/// one waiter when it marks the owner dead, and the others (other nodes' watchers) sleep on
+/// until someone does; and it wakes the watchers outside the fabric ([`DeathWatch`]), who
+/// sleep on another word.
 fn sleep_unless_dead(ctl: &Mapping, timeout_ns: u64) -> bool {
     let word = ctl.u32_at(H_LIVENESS);
     let dead = || {
         let dead = !liveness::word_alive(word.load(Ordering::Acquire));
         if dead {
             futex_wake(word);
+            futex_wake(ctl.u32_at(H_DEATH_NOTICE));
         }
         dead
     };
@@ -90,30 +92,45 @@ fn sleep_unless_dead(ctl: &Mapping, timeout_ns: u64) -> bool {
 /// One node's death flag, watched from outside the fabric: by a client of a replica on this
 /// host, say, which learns of the replica's crash within a wake-up instead of waiting for an
 /// answer that will not come (the process's sockets close only once the kernel has torn down
-/// its memory, milliseconds later for a replica with large logs). Nothing depends on it: a
-/// watcher that never wakes leaves its owner to its timeouts.
+/// its memory, milliseconds later for a replica with large logs). It sleeps on the node's
+/// death-notice word, which the other nodes' crash watchers wake as soon as one of them is
+/// woken by the kernel: it never stands in the liveness word's queue, where the kernel's one
+/// wake could fall to it and delay the nodes' own notice by a wake-up. Without a node watching
+/// (none on this host), it sees the death at its next look at the flag (`recheck`). Nothing
+/// depends on it: a watcher that never wakes leaves its owner to its timeouts.
 pub struct DeathWatch {
     ctl: Mapping,
+    recheck_ns: u64,
 }
 
 impl DeathWatch {
-    /// Node `node` of cluster `cluster_id` in `dir`, its incarnation of now.
-    pub fn open(dir: &Path, node: NodeId, cluster_id: u64) -> Result<DeathWatch, FabricError> {
+    /// Node `node` of cluster `cluster_id` in `dir`, its incarnation of now, looked at every
+    /// `recheck` besides the wakes.
+    pub fn open(
+        dir: &Path,
+        node: NodeId,
+        cluster_id: u64,
+        recheck: Duration,
+    ) -> Result<DeathWatch, FabricError> {
         let (ctl, _) = crate::layout::open_ctl(dir, node, cluster_id)?;
-        Ok(DeathWatch { ctl })
+        let recheck_ns = u64::try_from(recheck.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Ok(DeathWatch { ctl, recheck_ns })
     }
 
     /// Sleeps until the node is dead (true) or about `wait` has passed (false).
     pub fn wait_dead(&self, wait: Duration) -> bool {
         let deadline = Instant::now() + wait;
+        let notice = self.ctl.u32_at(H_DEATH_NOTICE);
         loop {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return !liveness::is_alive(&self.ctl);
-            };
-            let left_ns = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX).max(1);
-            if sleep_unless_dead(&self.ctl, left_ns) {
+            if !liveness::is_alive(&self.ctl) {
                 return true;
             }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            let left_ns = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX);
+            let seen = notice.load(Ordering::Acquire);
+            futex_wait(notice, seen, left_ns.clamp(1, self.recheck_ns));
         }
     }
 }

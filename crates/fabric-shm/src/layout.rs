@@ -44,6 +44,12 @@ const H_CLUSTER: usize = 16;
 const H_INCARNATION: usize = 24;
 const H_PID: usize = 28;
 const H_PID_NAMESPACE: usize = 32;
+/// The word watchers outside the fabric (`crash_watch::DeathWatch`: clients of a replica on
+/// this host) sleep on: the node's id, which never changes while the node lives, so that only
+/// a wake moves them. The nodes' own crash watchers wake them once they learned of the death.
+/// Not the liveness word: the kernel wakes one waiter of that one when the owner dies, and it
+/// must be a node's watcher, not a client's thread on the way to it.
+pub const H_DEATH_NOTICE: usize = H_NODE;
 /// Where the liveness mutex (a pthread robust mutex) lives; its first word is the lock word.
 pub const H_LIVENESS: usize = 64;
 pub const LIVENESS_BYTES: usize = 64;

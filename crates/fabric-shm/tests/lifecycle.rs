@@ -822,18 +822,24 @@ fn t20b_a_spinning_liveness_holder_ends_with_its_node() {
 }
 
 /// A death watch from outside the fabric (a client of a replica on this host): a live node
-/// keeps it asleep for its whole wait; a node killed in another process, or dropped in this
-/// one, wakes every watcher asleep on it at once (well before its wait ends), although the
-/// kernel wakes only one of them: that one wakes the rest.
+/// keeps it asleep for its whole wait. When the node is killed in another process, the kernel
+/// wakes one waiter of its liveness word, a node's crash watcher (here node 0's, connected to
+/// it), which wakes every death watch at once: they sleep on another word, with a recheck far
+/// longer than the test's patience, so only that wake ends their sleep in time. Without a node
+/// watching, a death watch sees the death at its next recheck.
 #[test]
-fn t20c_a_death_watch_wakes_when_its_node_dies() {
+fn t20c_death_watches_are_woken_by_a_nodes_crash_watcher() {
     let dir = run_dir("t20c");
+    let a = dir.node(0);
     let (mut child, _) = ChildNode::run(&dir, &host_spec(1, 4096, &[]));
-    let watch = || mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(1), CLUSTER).unwrap();
-    assert!(!watch().wait_dead(Duration::from_millis(50)), "a live node read as dead");
+    a.connect(conn(1), Access::ALL).expect("connect a->b: a's crash watcher watches b");
+    let watch = |node, recheck| {
+        mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(node), CLUSTER, recheck).unwrap()
+    };
+    assert!(!watch(1, WAIT).wait_dead(Duration::from_millis(50)), "a live node read as dead");
     let asleep: Vec<_> = (0..3)
         .map(|_| {
-            let watch = watch();
+            let watch = watch(1, WAIT * 4);
             std::thread::spawn(move || {
                 let started = Instant::now();
                 (watch.wait_dead(WAIT * 4), started.elapsed())
@@ -846,15 +852,17 @@ fn t20c_a_death_watch_wakes_when_its_node_dies() {
         let (dead, took) = watcher.join().unwrap();
         assert!(dead && took < WAIT, "a watcher was not woken: dead {dead} after {took:?}");
     }
-    let err = mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(7), CLUSTER).err();
-    assert!(err.is_some(), "a node that never started has nothing to watch");
+    let never = mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(7), CLUSTER, WAIT);
+    assert!(never.is_err(), "a node that never started has nothing to watch");
 
+    // Nobody watches node 2: its death is seen at the watch's next look.
     let b = dir.node(2);
-    let watch = mu_fabric_shm::DeathWatch::open(dir.path(), NodeId(2), CLUSTER).unwrap();
+    let watch = watch(2, Duration::from_millis(10));
     let asleep = std::thread::spawn(move || watch.wait_dead(WAIT * 4));
     std::thread::sleep(Duration::from_millis(50));
     drop(b);
     assert!(asleep.join().unwrap());
+    drop(a);
 }
 
 /// A node that is dropped and started again takes a higher incarnation number, as one that was

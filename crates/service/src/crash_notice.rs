@@ -13,9 +13,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// How often a watcher looks whether its connection is still wanted (a crash wakes it at
-/// once).
-const RECHECK: Duration = Duration::from_millis(100);
+/// How often a watcher looks whether its connection is still wanted, and at the replica's death
+/// flag: a crash wakes it at once where a replica on the host watches the dead one (the case
+/// that matters: another replica takes over), and is seen this long after at most otherwise.
+const RECHECK: Duration = Duration::from_millis(10);
 
 /// Where the replicas' fabric nodes are: a run directory on the shm fabric, and the cluster.
 #[derive(Clone, Debug)]
@@ -31,7 +32,7 @@ impl CrashNotices {
     /// Watches replica `node` for the connection `stream`; `None` where its node cannot be
     /// found (not started yet, another fabric) or no thread can be started.
     pub(crate) fn watch(&self, node: u16, stream: &Stream) -> Option<Watched> {
-        let watch = DeathWatch::open(&self.dir, NodeId(node), self.cluster_id).ok()?;
+        let watch = DeathWatch::open(&self.dir, NodeId(node), self.cluster_id, RECHECK).ok()?;
         let stream = stream.try_clone().ok()?;
         let token = Arc::new(());
         let wanted = Arc::downgrade(&token);
@@ -46,7 +47,7 @@ impl CrashNotices {
 
 fn shut_when_dead(watch: &DeathWatch, stream: &Stream, wanted: &Weak<()>) {
     while wanted.strong_count() > 0 {
-        if watch.wait_dead(RECHECK) {
+        if watch.wait_dead(10 * RECHECK) {
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         }
