@@ -273,7 +273,13 @@ impl<F: Fabric> Plane<F> {
             // `now_ns` may be a moment old (read for a submission just before): that moment
             // counts too.
             let end_ns = self.start.elapsed().as_nanos() as u64;
-            self.driver.note_setup_poll(now_ns, end_ns.saturating_sub(now_ns), busy, poller);
+            // The set-up counts from the election: a poll that took up the leadership began
+            // before it (or `now_ns` was read before it, and the thread was then descheduled),
+            // and that part is no set-up time. Left in, it made the first poll longer than the
+            // failover, overlapping the other thread's polls.
+            let elected_ns = self.driver.shared().probe.elected_at_ns.load(Ordering::Acquire);
+            let start_ns = now_ns.max(elected_ns.saturating_sub(1));
+            self.driver.note_setup_poll(start_ns, end_ns.saturating_sub(start_ns), busy, poller);
         }
         busy
     }
