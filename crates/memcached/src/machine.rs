@@ -9,7 +9,7 @@ use crate::entry::Entry;
 use crate::expiry::{expiry_ms, Expiries};
 use crate::rewrite::{self, KeyEffect, Kind, Plan};
 use crate::server::{Conn, Units};
-use crate::text::{base64_encode, needs_base64, tokens};
+use crate::text::tokens;
 use crate::transfer::{self, Snapshot};
 use mu_replica::StateMachine;
 use std::collections::{HashMap, HashSet};
@@ -418,25 +418,12 @@ fn new_expiry(
 
 /// `mg <key> c`: one line, `HD c<cas>` or `EN` (or an error for a key memcached refuses).
 fn cas_command(key: &[u8], out: &mut Vec<u8>) {
-    meta_key_command(b"mg", key, b" c", out);
+    transfer::meta_command(b"mg", key, b"", b"c", out);
 }
 
 /// `md <key>`: one line, `HD` or `NF`.
 fn delete_command(key: &[u8], out: &mut Vec<u8>) {
-    meta_key_command(b"md", key, b"", out);
-}
-
-fn meta_key_command(command: &[u8], key: &[u8], flags: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(command);
-    out.push(b' ');
-    if needs_base64(key) {
-        out.extend_from_slice(&base64_encode(key));
-        out.extend_from_slice(b" b");
-    } else {
-        out.extend_from_slice(key);
-    }
-    out.extend_from_slice(flags);
-    out.extend_from_slice(b"\r\n");
+    transfer::meta_command(b"md", key, b"", b"", out);
 }
 
 /// The CAS in a `mg <key> c` reply, `None` if the key is missing.

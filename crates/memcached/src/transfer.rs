@@ -183,9 +183,15 @@ pub fn read_reply(key: &[u8], unit: &[u8]) -> Result<Option<Item>, String> {
     Ok(Some(Item { key: key.to_vec(), flags, cas, value, won }))
 }
 
-/// `<command> <key> <args><flags>\r\n`: the key in base64, with the `b` flag first among the
-/// flags, where the text protocol cannot carry it (`args`, if any, end with a space).
-fn meta_command(command: &[u8], key: &[u8], args: &[u8], flags: &[u8], out: &mut Vec<u8>) {
+/// `<command> <key> [<args>] [b] [<flags>]\r\n`, one space between tokens: the key in base64,
+/// with the `b` flag first among the flags, where the text protocol cannot carry it.
+pub(crate) fn meta_command(
+    command: &[u8],
+    key: &[u8],
+    args: &[u8],
+    flags: &[u8],
+    out: &mut Vec<u8>,
+) {
     out.extend_from_slice(command);
     out.push(b' ');
     let base64 = needs_base64(key);
@@ -193,12 +199,11 @@ fn meta_command(command: &[u8], key: &[u8], args: &[u8], flags: &[u8], out: &mut
         true => out.extend_from_slice(&base64_encode(key)),
         false => out.extend_from_slice(key),
     }
-    out.push(b' ');
-    out.extend_from_slice(args);
-    if base64 {
-        out.extend_from_slice(b"b ");
+    let b_flag: &[u8] = if base64 { b"b" } else { b"" };
+    for part in [args, b_flag, flags].into_iter().filter(|p| !p.is_empty()) {
+        out.push(b' ');
+        out.extend_from_slice(part);
     }
-    out.extend_from_slice(flags);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -272,7 +277,7 @@ pub fn write_items(
         if item.won {
             vivify(conn, &mut out, item)?;
         } else {
-            let len = format!("{} ", item.value.len());
+            let len = item.value.len().to_string();
             let flags = format!("F{} q", item.flags);
             meta_command(b"ms", &item.key, len.as_bytes(), flags.as_bytes(), &mut out);
             out.extend_from_slice(&item.value);
@@ -318,7 +323,7 @@ fn advance(
     while at < to {
         let n = (to - at).min(SCRATCH_PER_WRITE as u64);
         for _ in 0..n {
-            meta_command(b"ms", scratch, b"0 ", b"q", out);
+            meta_command(b"ms", scratch, b"0", b"q", out);
             out.extend_from_slice(b"\r\n");
         }
         at += n;
@@ -403,10 +408,13 @@ mod tests {
         read_command(b"a b", &mut out);
         assert_eq!(out, b"mg YSBi b v f c\r\n");
         out.clear();
-        meta_command(b"ms", b"a b", b"3 ", b"F5 q", &mut out);
-        meta_command(b"ms", b"k", b"0 ", b"q", &mut out);
+        meta_command(b"ms", b"a b", b"3", b"F5 q", &mut out);
+        meta_command(b"ms", b"k", b"0", b"q", &mut out);
         meta_command(b"md", b"k", b"", b"q", &mut out);
-        assert_eq!(out, b"ms YSBi 3 b F5 q\r\nms k 0 q\r\nmd k q\r\n");
+        meta_command(b"md", b"a b", b"", b"", &mut out);
+        meta_command(b"md", b"k", b"", b"", &mut out);
+        let want = "ms YSBi 3 b F5 q\r\nms k 0 q\r\nmd k q\r\nmd YSBi b\r\nmd k\r\n";
+        assert_eq!(String::from_utf8_lossy(&out), want);
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub struct NodeConfig {
     pub entry_bytes_max: usize,
     /// Where the front also accepts clients over TCP (`host:port`), besides its Unix socket.
     pub client_address: Option<String>,
-    /// The kept stream after the history's RDB beyond which a follower replaces it with an RDB
+    /// The kept stream after the history's RDB beyond which the replica replaces it with an RDB
     /// of its server (compaction, which bounds the history and the state transfer).
     pub compact_bytes: usize,
 }
